@@ -1,0 +1,62 @@
+"""ray-efa-eks stack: reads config and wires the components; declares no resource itself."""
+
+import pulumi
+
+from components.cluster import Cluster, ClusterArgs
+from components.config import StackConfig
+from components.cost import estimate_hourly_usd
+from components.device_plugins import DevicePlugins, DevicePluginsArgs
+from components.efa_check import EfaCheckJob, EfaCheckJobArgs
+from components.kuberay import KubeRayOperator, KubeRayOperatorArgs
+from components.network import Network, NetworkArgs
+from components.node_groups import EfaGpuNodeGroup, EfaGpuNodeGroupArgs, SystemNodeGroup, SystemNodeGroupArgs
+from components.placement import cluster_azs, resolve_gpu_az
+from components.raycluster import RayCluster, RayClusterArgs, WorkerGroupArgs
+
+cfg = StackConfig.from_pulumi()  # raises on bad config before anything is registered
+gpu_az = resolve_gpu_az(cfg)
+name = f"ray-efa-{pulumi.get_stack()}"
+tags = {"project": "ray-efa-eks", "stack": pulumi.get_stack()}
+
+network = Network("net", NetworkArgs(cidr=cfg.vpcCidr, availability_zones=cluster_azs(gpu_az),
+                                     gpu_availability_zone=gpu_az, cluster_name=name))
+cluster = Cluster(name, ClusterArgs(vpc_id=network.vpc_id, public_subnet_ids=network.public_subnet_ids,
+                                    private_subnet_ids=network.private_subnet_ids,
+                                    kubernetes_version=cfg.kubernetesVersion,
+                                    endpoint_public_access_cidrs=cfg.endpointPublicAccessCidrs, tags=tags))
+system = SystemNodeGroup("system", SystemNodeGroupArgs(cluster=cluster.eks, node_role=cluster.node_role,
+                                                       subnet_ids=network.private_subnet_ids,
+                                                       instance_type=cfg.system_type))
+gpu = EfaGpuNodeGroup("gpu", EfaGpuNodeGroupArgs(
+    cluster=cluster.eks, node_role=cluster.node_role, cluster_security_group_id=cluster.security_group_id,
+    subnet_ids=network.gpu_subnet_id.apply(lambda s: [s]), instance_type=cfg.gpu_type, availability_zone=gpu_az,
+    node_count=cfg.gpuNodeCount, efa=cfg.efa, allow_single_node=cfg.allowSingleEfaNode,
+    root_volume_gib=cfg.gpuRootVolumeGiB))
+plugins = DevicePlugins("device-plugins", DevicePluginsArgs(provider=cluster.provider, efa=cfg.efa),
+                        opts=pulumi.ResourceOptions(depends_on=[gpu]))
+operator = KubeRayOperator("kuberay", KubeRayOperatorArgs(provider=cluster.provider, chart_version=cfg.kuberayChartVersion),
+                           opts=pulumi.ResourceOptions(depends_on=[system]))
+ray = RayCluster("ray", RayClusterArgs(
+    provider=cluster.provider, image=cfg.dlcImage, ray_version=cfg.rayVersion, nccl_debug=cfg.ncclDebug,
+    worker_groups=[WorkerGroupArgs(name="gpu", instance_type=cfg.gpu_type, replicas=cfg.gpuNodeCount, efa=cfg.efa)],
+    depends_on=[operator, plugins]))
+if cfg.efaCheck and cfg.gpuNodeCount > 0:
+    check = EfaCheckJob("efa-check", EfaCheckJobArgs(
+        provider=cluster.provider, image=cfg.dlcImage, namespace=ray.namespace,
+        dashboard_address=ray.dashboard_address, ray_cluster=ray.custom_resource,
+        blocking=cfg.efaCheckBlocking, min_busbw_gbps=cfg.efaCheckMinBusbwGbps))
+    pulumi.export("efaCheckLogsCommand", check.logs_command)
+
+pulumi.export("clusterName", cluster.name)
+pulumi.export("kubeconfig", pulumi.Output.secret(cluster.kubeconfig))
+pulumi.export("gpuAvailabilityZone", gpu_az)
+pulumi.export("gpuNodeCount", cfg.gpuNodeCount)
+pulumi.export("gpuInstanceType", cfg.gpuInstanceType)
+pulumi.export("efaInterfacesPerNode", gpu.efa_interfaces_per_node)
+pulumi.export("estimatedHourlyUsd", estimate_hourly_usd(cfg.region, cfg.gpu_type, cfg.gpuNodeCount, cfg.system_type))
+pulumi.export("teardownOrder", [
+    "pulumi config set gpuNodeCount 0 && pulumi up   # GPU nodes first: the expensive part",
+    "pulumi destroy   # then everything else",
+])
+pulumi.export("headServiceName", ray.head_service_name)
+pulumi.export("rayDashboard", f"kubectl -n {ray.namespace} port-forward svc/{ray.head_service_name} 8265:8265")

@@ -1,0 +1,1 @@
+"""Reusable Pulumi components for Ray Train on EKS with EFA (VPC, EKS, node groups, KubeRay, EFA gate)."""

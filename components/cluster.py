@@ -1,0 +1,83 @@
+"""Cluster: the EKS control plane (pulumi-eks), its node IAM role and a Kubernetes provider."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_eks as eks
+import pulumi_kubernetes as k8s
+
+NODE_POLICIES = (
+    "arn:aws:iam::aws:policy/AmazonEKSWorkerNodePolicy",
+    "arn:aws:iam::aws:policy/AmazonEKS_CNI_Policy",
+    "arn:aws:iam::aws:policy/AmazonEC2ContainerRegistryReadOnly",
+)
+
+
+@dataclass
+class ClusterArgs:
+    """Inputs of :class:`Cluster`."""
+
+    vpc_id: pulumi.Input[str]
+    public_subnet_ids: pulumi.Input[list[str]]
+    private_subnet_ids: pulumi.Input[list[str]]
+    kubernetes_version: str
+    endpoint_public_access_cidrs: list[str] = field(default_factory=lambda: ["0.0.0.0/0"])
+    encrypt_secrets: bool = True
+    """Envelope-encrypt Kubernetes secrets with a dedicated KMS key."""
+    tags: dict[str, str] = field(default_factory=dict)
+
+
+class Cluster(pulumi.ComponentResource):
+    """EKS cluster with API access entries, OIDC, private nodes and no default node group."""
+
+    eks: eks.Cluster
+    node_role: aws.iam.Role
+    provider: k8s.Provider
+    name: pulumi.Output[str]
+    kubeconfig: pulumi.Output[Any]
+    security_group_id: pulumi.Output[str]
+    """EKS cluster security group (EFA interfaces join it)."""
+
+    def __init__(self, name: str, args: ClusterArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("ray-efa-eks:index:Cluster", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        self.node_role = aws.iam.Role(
+            f"{name}-node",
+            assume_role_policy='{"Version":"2012-10-17","Statement":[{"Effect":"Allow",'
+            '"Principal":{"Service":"ec2.amazonaws.com"},"Action":"sts:AssumeRole"}]}',
+            tags=args.tags, opts=child)
+        for i, arn in enumerate(NODE_POLICIES):
+            aws.iam.RolePolicyAttachment(f"{name}-node-{i}", role=self.node_role.name, policy_arn=arn, opts=child)
+        key_arn = None
+        if args.encrypt_secrets:
+            key = aws.kms.Key(f"{name}-secrets", description=f"{name} Kubernetes secrets envelope encryption",
+                              enable_key_rotation=True, tags=args.tags, opts=child)
+            key_arn = key.arn
+        self.eks = eks.Cluster(
+            f"{name}-eks",
+            vpc_id=args.vpc_id,
+            public_subnet_ids=args.public_subnet_ids,
+            private_subnet_ids=args.private_subnet_ids,
+            node_associate_public_ip_address=False,
+            skip_default_node_group=True,
+            authentication_mode=eks.AuthenticationMode.API,
+            create_oidc_provider=True,
+            version=args.kubernetes_version,
+            endpoint_private_access=True,
+            endpoint_public_access=True,
+            public_access_cidrs=args.endpoint_public_access_cidrs,
+            encryption_config_key_arn=key_arn,
+            tags=args.tags,
+            opts=child,
+        )
+        self.name = self.eks.eks_cluster.name
+        self.kubeconfig = self.eks.kubeconfig
+        # The EKS-managed cluster SG: pulumi-eks puts the EFA interfaces in this one.
+        self.security_group_id = self.eks.eks_cluster.vpc_config.cluster_security_group_id
+        self.provider = k8s.Provider(f"{name}-k8s", kubeconfig=self.eks.kubeconfig_json,
+                                     enable_server_side_apply=True, opts=child)
+        self.register_outputs({"name": self.name, "securityGroupId": self.security_group_id})

@@ -1,0 +1,187 @@
+"""Typed stack configuration: every key, its default and its validation.
+
+All checks run in :meth:`StackConfig.validate`, before any resource is
+registered, so a bad ``Pulumi.<stack>.yaml`` fails ``pulumi preview`` with a
+message that names the key, the bad value and the fix.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any
+
+from components.instances import CATALOGUE, InstanceType
+
+NAMESPACE = "ray-efa-eks"
+DEFAULT_DLC_IMAGE = "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1"
+DEFAULT_RAY_VERSION = "2.58.0"
+DEFAULT_KUBERNETES_VERSION = "1.33"
+
+
+class ConfigError(ValueError):
+    """A stack config value that cannot produce a working cluster."""
+
+    def __init__(self, key: str, value: Any, fix: str):
+        self.key = key
+        self.value = value
+        super().__init__(f"{NAMESPACE}:{key} = {value!r} is invalid: {fix}")
+
+
+def image_tag(image: str) -> str | None:
+    """Tag of ``repo[:port]/name:tag`` (None when untagged or pinned only by digest)."""
+    last = image.rsplit("/", 1)[-1]
+    if "@" in last:
+        return None
+    return last.split(":", 1)[1] if ":" in last else None
+
+
+@dataclass
+class StackConfig:
+    """Stack settings under the ``ray-efa-eks:`` namespace; defaults = the reference layout."""
+
+    region: str = "us-east-1"
+    gpuInstanceType: str = "g6.12xlarge"
+    """GPU worker instance type; must be in the catalogue (components/instances.py)."""
+    gpuNodeCount: int = 2
+    """GPU nodes (one Ray worker pod each). 0 parks the GPU node group and stops its cost."""
+    systemInstanceType: str = "m7i.xlarge"
+    """Node for the KubeRay operator and the GPU-less Ray head."""
+    availabilityZone: str | None = None
+    """GPU AZ. Unset: the first AZ of the region that offers gpuInstanceType."""
+    kubernetesVersion: str = DEFAULT_KUBERNETES_VERSION
+    vpcCidr: str = "10.0.0.0/16"
+    efa: bool = True
+    """Attach EFA interfaces and wire NCCL to the OFI plugin; false = plain TCP (for types without EFA)."""
+    allowSingleEfaNode: bool = False
+    """EFA on a single node has no peer to talk to; set true to allow it anyway."""
+    dlcImage: str = DEFAULT_DLC_IMAGE
+    """The one image for head and workers; must carry an explicit tag other than latest."""
+    rayVersion: str = DEFAULT_RAY_VERSION
+    endpointPublicAccessCidrs: list[str] = field(default_factory=lambda: ["0.0.0.0/0"])
+    """Who may reach the EKS API endpoint; narrow this to your office/VPN ranges."""
+    gpuRootVolumeGiB: int = 200
+    """Root volume of the GPU nodes: the DLC image alone is tens of GB."""
+    ncclDebug: str = "WARN"
+    """NCCL_DEBUG for training pods (the EFA check always uses INFO)."""
+    kuberayChartVersion: str = "1.7.0"
+    efaCheck: bool = True
+    """Create the post-deploy EFA check Job."""
+    efaCheckBlocking: bool = True
+    """Make ``pulumi up`` wait for (and fail on) the EFA check Job."""
+    efaCheckMinBusbwGbps: float = 0.0
+
+    # -- construction ---------------------------------------------------------------
+
+    @classmethod
+    def from_mapping(cls, values: dict[str, Any], region: str = "us-east-1") -> "StackConfig":
+        """Build from plain key -> value (strings as in Pulumi YAML are coerced)."""
+        known = {f.name: f for f in fields(cls)}
+        kwargs: dict[str, Any] = {"region": region}
+        for key, raw in values.items():
+            if key not in known or key == "region":
+                raise ConfigError(key, raw, f"unknown key; known keys: {', '.join(sorted(k for k in known if k != 'region'))}")
+            f = known[key]
+            default = f.default_factory() if f.default_factory is not MISSING else f.default
+            kwargs[key] = _coerce(key, raw, default)
+        cfg = cls(**kwargs)
+        cfg.validate()
+        return cfg
+
+    @classmethod
+    def from_pulumi(cls) -> "StackConfig":
+        """Read the stack's config through the Pulumi SDK (``pulumi.Config``)."""
+        import pulumi
+
+        cfg = pulumi.Config(NAMESPACE)
+        region = pulumi.Config("aws").get("region") or "us-east-1"
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            if f.name == "region":
+                continue
+            raw = cfg.get_object(f.name) if f.name == "endpointPublicAccessCidrs" else cfg.get(f.name)
+            if raw is not None:
+                values[f.name] = raw
+        return cls.from_mapping(values, region=region)
+
+    # -- derived ----------------------------------------------------------------
+
+    @property
+    def gpu_type(self) -> InstanceType:
+        return CATALOGUE[self.gpuInstanceType]
+
+    @property
+    def system_type(self) -> InstanceType:
+        return CATALOGUE[self.systemInstanceType]
+
+    # -- validation -------------------------------------------------------------
+
+    def validate(self) -> None:
+        """Raise ConfigError for the first setting that cannot work."""
+        gpu = CATALOGUE.get(self.gpuInstanceType)
+        if gpu is None:
+            raise ConfigError("gpuInstanceType", self.gpuInstanceType, f"unknown instance type; supported: {', '.join(sorted(CATALOGUE))}")
+        if gpu.gpus == 0:
+            gpu_types = sorted(n for n, t in CATALOGUE.items() if t.gpus)
+            raise ConfigError("gpuInstanceType", self.gpuInstanceType, f"has no GPU; pick one of {', '.join(gpu_types)}")
+        if self.efa and not gpu.efa_supported:
+            raise ConfigError("gpuInstanceType", self.gpuInstanceType, "does not support EFA; pick an EFA type or set efa: false")
+        if self.systemInstanceType not in CATALOGUE:
+            raise ConfigError("systemInstanceType", self.systemInstanceType, f"unknown instance type; supported: {', '.join(sorted(CATALOGUE))}")
+        if self.gpuNodeCount < 0:
+            raise ConfigError("gpuNodeCount", self.gpuNodeCount, "must be >= 0 (0 parks the GPU nodes)")
+        if self.efa and self.gpuNodeCount == 1 and not self.allowSingleEfaNode:
+            raise ConfigError("gpuNodeCount", 1, "EFA with one node has no peer; use >= 2, 0 to park, or set allowSingleEfaNode: true")
+        if self.gpuRootVolumeGiB < 100:
+            raise ConfigError("gpuRootVolumeGiB", self.gpuRootVolumeGiB, "must be >= 100: the DLC image is tens of GB")
+        if self.availabilityZone is not None:
+            if not re.fullmatch(rf"{re.escape(self.region)}[a-z]", self.availabilityZone):
+                raise ConfigError("availabilityZone", self.availabilityZone, f"is not an AZ of region {self.region} (expected {self.region}a, {self.region}b, ...)")
+        tag = image_tag(self.dlcImage)
+        if tag is None:
+            raise ConfigError("dlcImage", self.dlcImage, "needs an explicit tag, e.g. ...ray:train-ml-cuda-v1.1")
+        if tag == "latest":
+            raise ConfigError("dlcImage", self.dlcImage, "':latest' is not reproducible; pin a versioned tag")
+        try:
+            net = ipaddress.ip_network(self.vpcCidr)
+        except ValueError:
+            raise ConfigError("vpcCidr", self.vpcCidr, "must be a CIDR such as 10.0.0.0/16") from None
+        if net.prefixlen > 20:
+            raise ConfigError("vpcCidr", self.vpcCidr, "is too small; use a /20 or larger for four /22+ subnets")
+        for cidr in self.endpointPublicAccessCidrs:
+            try:
+                ipaddress.ip_network(cidr)
+            except ValueError:
+                raise ConfigError("endpointPublicAccessCidrs", cidr, "each entry must be a CIDR such as 203.0.113.0/24") from None
+        if not re.fullmatch(r"\d+\.\d+", self.kubernetesVersion):
+            raise ConfigError("kubernetesVersion", self.kubernetesVersion, "must be MAJOR.MINOR, e.g. 1.33")
+
+
+def _coerce(key: str, raw: Any, default: Any) -> Any:
+    """Turn Pulumi's string config into the field's type, naming the key on failure."""
+    try:
+        if isinstance(default, bool):
+            return _to_bool(raw)
+        if isinstance(default, int):
+            if isinstance(raw, float) or (isinstance(raw, str) and not re.fullmatch(r"-?\d+", raw.strip())):
+                raise ValueError(raw)
+            return int(raw)
+        if isinstance(default, float):
+            return float(raw)
+    except (TypeError, ValueError):
+        raise ConfigError(key, raw, f"must be a {type(default).__name__}") from None
+    if isinstance(default, list):
+        return [s.strip() for s in raw.split(",") if s.strip()] if isinstance(raw, str) else list(raw)
+    return raw
+
+
+def _to_bool(raw: Any) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower()
+    if text in ("true", "1", "yes"):
+        return True
+    if text in ("false", "0", "no"):
+        return False
+    raise ValueError(raw)

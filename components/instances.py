@@ -1,0 +1,75 @@
+"""Instance catalogue: the EC2 facts every other module sizes from.
+
+Figures mirror EC2 ``DescribeInstanceTypes`` (checked in tests against the
+instance data that ``moto`` ships, which is AWS's own output). Prices are
+on-demand Linux USD/hour and only feed the cost estimate; check the AWS
+pricing page before budgeting.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+EKS_CONTROL_PLANE_USD_HOUR = 0.10
+"""EKS standard-support control plane, per cluster."""
+
+NAT_GATEWAY_USD_HOUR = 0.045
+"""One NAT gateway, per hour, before data processing charges."""
+
+
+@dataclass(frozen=True)
+class InstanceType:
+    """One EC2 instance type as far as this library cares."""
+
+    name: str
+    vcpus: int
+    memory_mib: int
+    gpus: int = 0
+    gpu_model: str | None = None
+    gpu_memory_mib: int = 0
+    efa_supported: bool = False
+    max_efa_interfaces: int = 0
+    network_cards: int = 1
+    gpudirect_rdma: bool = False
+    price_usd_hour: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def family(self) -> str:
+        """``g6`` for ``g6.12xlarge``: quota and AMI choices go by family."""
+        return self.name.split(".", 1)[0]
+
+    def hourly_usd(self, region: str) -> float:
+        """On-demand price in ``region``; us-east-1's where the region is not listed."""
+        return self.price_usd_hour.get(region, self.price_usd_hour["us-east-1"])
+
+
+def _prices(us_east_1: float, us_west_2: float | None = None) -> dict[str, float]:
+    return {"us-east-1": us_east_1, "us-west-2": us_east_1 if us_west_2 is None else us_west_2}
+
+
+CATALOGUE: dict[str, InstanceType] = {
+    it.name: it
+    for it in (
+        InstanceType("m7i.xlarge", 4, 16384, price_usd_hour=_prices(0.2016)),
+        InstanceType("m7i.2xlarge", 8, 32768, price_usd_hour=_prices(0.4032)),
+        InstanceType("g6.12xlarge", 48, 196608, 4, "L4", 22888, True, 1, 1, False, _prices(4.6016)),
+        InstanceType("g6.48xlarge", 192, 786432, 8, "L4", 22888, True, 1, 1, False, _prices(13.3504)),
+        InstanceType("g6e.12xlarge", 48, 393216, 4, "L40S", 45776, True, 1, 1, False, _prices(10.4926)),
+        InstanceType("g6e.48xlarge", 192, 1572864, 8, "L40S", 45776, True, 4, 4, False, _prices(30.1310)),
+        InstanceType("g5.48xlarge", 192, 786432, 8, "A10G", 22888, True, 1, 1, False, _prices(16.2880)),
+        InstanceType("p4d.24xlarge", 96, 1179648, 8, "A100", 40960, True, 4, 4, True, _prices(21.9576)),
+        InstanceType("p5.48xlarge", 192, 2097152, 8, "H100", 81920, True, 32, 32, True, _prices(55.0400)),
+        InstanceType("p5en.48xlarge", 192, 2097152, 8, "H200", 144384, True, 16, 16, True, _prices(63.2960)),
+    )
+}
+
+
+def lookup(name: str, *, key: str = "instance type") -> InstanceType:
+    """Catalogue entry for ``name``, or a ValueError that lists what is supported."""
+    try:
+        return CATALOGUE[name]
+    except KeyError:
+        raise ValueError(
+            f"{key}: unknown instance type {name!r}; supported: {', '.join(sorted(CATALOGUE))}. "
+            "Add it to components/instances.py with its DescribeInstanceTypes figures."
+        ) from None

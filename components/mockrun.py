@@ -1,0 +1,180 @@
+"""Run the real Pulumi program offline, under the SDK's own mocks.
+
+Used by the tests and by the offline plan: no cloud, no CLI, no engine. The
+mocks answer the few invokes the program makes (AZ offerings) from a small
+table and give every resource a fake id; remote components (pulumi-eks) are
+recorded with the inputs *we* pass, which is exactly what we can vouch for.
+"""
+
+from __future__ import annotations
+
+import json
+import runpy
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pulumi
+from pulumi.runtime import settings as _settings
+from pulumi.runtime.mocks import MockMonitor
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROGRAM = PROJECT_ROOT / "__main__.py"
+
+# AZs that offer each type in the mocked regions (a subset of real EC2 offerings).
+DEFAULT_OFFERINGS: dict[str, list[str]] = {
+    "us-east-1": ["us-east-1a", "us-east-1b", "us-east-1c", "us-east-1d", "us-east-1f"],
+    "us-west-2": ["us-west-2a", "us-west-2b", "us-west-2c", "us-west-2d"],
+}
+
+
+@dataclass
+class Recorded:
+    """One registered resource as the engine would see it."""
+
+    type: str
+    name: str
+    inputs: dict[str, Any]
+    parent: str | None
+    custom: bool
+    provider: str | None
+    urn: str = ""
+
+    def __getitem__(self, key: str) -> Any:
+        return self.inputs[key]
+
+
+@dataclass
+class MockRun:
+    """What a program run registered: resources in order, stack outputs, invokes made."""
+
+    resources: list[Recorded] = field(default_factory=list)
+    outputs: dict[str, Any] = field(default_factory=dict)
+    calls: list[tuple[str, dict]] = field(default_factory=list)
+
+    def of_type(self, typ: str) -> list[Recorded]:
+        return [r for r in self.resources if r.type == typ]
+
+    def one(self, typ: str, name_contains: str = "") -> Recorded:
+        found = [r for r in self.of_type(typ) if name_contains in r.name]
+        if len(found) != 1:
+            raise AssertionError(f"expected one {typ} named *{name_contains}*, found {[r.name for r in found]}")
+        return found[0]
+
+    def by_urn(self, urn: str | None) -> Recorded | None:
+        return next((r for r in self.resources if r.urn == urn), None)
+
+
+class _ParentAwareMonitor(MockMonitor):
+    """MockMonitor that tells the mocks each registration's parent URN and own URN."""
+
+    _local = threading.local()
+
+    @property
+    def current(self) -> tuple[str | None, str]:
+        return getattr(self._local, "current", (None, ""))
+
+    def RegisterResource(self, request):  # noqa: N802 - gRPC method name
+        # Registrations run on executor threads: keep "current" per thread.
+        self._local.current = (request.parent or None, self.make_urn(request.parent, request.type, request.name))
+        return super().RegisterResource(request)
+
+
+class RecordingMocks(pulumi.runtime.Mocks):
+    """Mocks that record each resource and answer invokes deterministically."""
+
+    def __init__(self, run: MockRun, region: str, offerings: dict[str, list[str]] | None = None):
+        self.run = run
+        self.region = region
+        self.offerings = offerings if offerings is not None else DEFAULT_OFFERINGS
+        self.monitor: _ParentAwareMonitor | None = None
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs):
+        parent, urn = self.monitor.current if self.monitor else (None, "")
+        rec = Recorded(args.typ, args.name, dict(args.inputs), parent, bool(args.custom), args.provider, urn)
+        self.run.resources.append(rec)
+        state = dict(args.inputs)
+        rid = f"{args.name}-id"
+        if args.typ == "eks:index:Cluster":
+            state.update(
+                kubeconfig={"apiVersion": "v1", "clusters": [], "contexts": [], "users": []},
+                kubeconfigJson=json.dumps({"apiVersion": "v1"}),
+                eksCluster=self._child_ref("aws:eks/cluster:Cluster", f"{args.name}-eksCluster", {
+                    "name": args.name, "arn": f"arn:aws:eks:{self.region}:123456789012:cluster/{args.name}",
+                    "version": args.inputs.get("version", ""),
+                    "vpcConfig": {"clusterSecurityGroupId": f"sg-{args.name}-cluster"}}),
+                oidcProviderArn=f"arn:aws:iam::123456789012:oidc-provider/{args.name}",
+                oidcProviderUrl=f"oidc.eks.{self.region}.amazonaws.com/id/MOCK",
+                clusterSecurityGroupId=f"sg-{args.name}-pulumi",
+                nodeSecurityGroupId=f"sg-{args.name}-nodes",
+            )
+        elif args.typ == "aws:iam/role:Role":
+            state["arn"] = f"arn:aws:iam::123456789012:role/{args.name}"
+            state["name"] = args.name
+        elif args.typ == "aws:ec2/subnet:Subnet":
+            rid = f"subnet-{args.name}"
+        elif args.typ == "aws:s3/bucketV2:BucketV2" or args.typ == "aws:s3/bucket:Bucket":
+            state.setdefault("bucket", args.name)
+            state["arn"] = f"arn:aws:s3:::{state['bucket']}"
+        elif args.typ == "aws:kms/key:Key":
+            state["arn"] = f"arn:aws:kms:{self.region}:123456789012:key/{args.name}"
+        return rid, state
+
+    def _child_ref(self, typ: str, name: str, state: dict) -> dict:
+        """A resource reference to a child a remote component would create (e.g. eks_cluster)."""
+        from pulumi.runtime import rpc
+
+        parent_urn = self.monitor.current[1] if self.monitor else ""
+        urn = self.monitor.make_urn(parent_urn, typ, name)
+        self.monitor.resources[urn] = MockMonitor.ResourceRegistration(urn, f"{name}-id", state)
+        return {rpc._special_sig_key: rpc._special_resource_sig, "urn": urn, "id": f"{name}-id"}
+
+    def call(self, args: pulumi.runtime.MockCallArgs):
+        self.run.calls.append((args.token, dict(args.args)))
+        if args.token == "aws:ec2/getInstanceTypeOfferings:getInstanceTypeOfferings":
+            azs = self.offerings.get(self.region, [])
+            return {"id": self.region, "locations": azs, "locationTypes": ["availability-zone"] * len(azs),
+                    "instanceTypes": [""] * len(azs)}, []
+        if args.token == "aws:index/getAvailabilityZones:getAvailabilityZones":
+            azs = DEFAULT_OFFERINGS.get(self.region, [f"{self.region}a", f"{self.region}b"])
+            return {"id": self.region, "names": azs, "zoneIds": azs}, []
+        if args.token == "aws:index/getCallerIdentity:getCallerIdentity":
+            return {"accountId": "123456789012", "arn": "arn:aws:iam::123456789012:user/mock", "id": "mock", "userId": "mock"}, []
+        return {}, []
+
+
+def run_program(
+    config: dict[str, Any] | None = None,
+    *,
+    region: str = "us-east-1",
+    program: Path | str = PROGRAM,
+    stack: str = "dev",
+    offerings: dict[str, list[str]] | None = None,
+) -> MockRun:
+    """Run ``program`` under mocks with ``ray-efa-eks:`` config ``config``; return what it registered.
+
+    Exceptions raised by the program (config errors) propagate unchanged.
+    """
+    run = MockRun()
+    all_config = {"aws:region": region}
+    for key, value in (config or {}).items():
+        full = key if ":" in key else f"ray-efa-eks:{key}"
+        all_config[full] = value if isinstance(value, str) else json.dumps(value)
+    _settings.ROOT.set(None)
+    pulumi.runtime.set_all_config(all_config)
+    mocks = RecordingMocks(run, region, offerings)
+    mocks.monitor = _ParentAwareMonitor(mocks)
+    pulumi.runtime.set_mocks(mocks, project="ray-efa-eks", stack=stack, preview=False, monitor=mocks.monitor)
+
+    from pulumi.runtime.stack import run_pulumi_func
+    from pulumi.runtime.sync_await import _sync_await
+
+    _settings.SETTINGS.rpc_manager.clear()
+    _settings.SETTINGS.outputs.clear()
+    _sync_await(run_pulumi_func(lambda: runpy.run_path(str(program), run_name="__main__")))
+    root = _settings.get_root_resource()
+    outs = dict(getattr(root, "outputs", {}) or {})
+    captured = _sync_await(pulumi.Output.all(**outs).future()) if outs else {}
+    run.outputs = captured
+    return run

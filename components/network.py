@@ -1,0 +1,86 @@
+"""Network: a VPC with public and private subnets in two or more AZs, and one NAT gateway.
+
+EKS needs subnets in at least two AZs; the GPU nodes live in one of them (EFA
+does not cross AZs), so that AZ's private subnet is exposed on its own.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_aws as aws
+
+
+@dataclass
+class NetworkArgs:
+    """Inputs of :class:`Network`."""
+
+    cidr: str
+    """VPC CIDR; split into /(prefix+4) subnets, public first then private."""
+    availability_zones: list[str]
+    """At least two AZs; the GPU AZ must be one of them."""
+    gpu_availability_zone: str
+    cluster_name: str
+    """Used in the ``kubernetes.io/cluster/<name>`` subnet tags."""
+    nat_gateways: int = 1
+    """One NAT gateway by default (cost); one per AZ for AZ-independent egress."""
+
+
+class Network(pulumi.ComponentResource):
+    """VPC, subnets, internet and NAT gateways and their routes."""
+
+    vpc_id: pulumi.Output[str]
+    public_subnet_ids: pulumi.Output[list[str]]
+    private_subnet_ids: pulumi.Output[list[str]]
+    gpu_subnet_id: pulumi.Output[str]
+
+    def __init__(self, name: str, args: NetworkArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("ray-efa-eks:index:Network", name, None, opts)
+        azs = list(args.availability_zones)
+        if len(azs) < 2:
+            raise ValueError(f"Network {name}: EKS needs subnets in at least two AZs, got {azs}")
+        if args.gpu_availability_zone not in azs:
+            raise ValueError(f"Network {name}: GPU AZ {args.gpu_availability_zone} is not among {azs}")
+        if not 1 <= args.nat_gateways <= len(azs):
+            raise ValueError(f"Network {name}: nat_gateways must be 1..{len(azs)}, got {args.nat_gateways}")
+        net = ipaddress.ip_network(args.cidr)
+        blocks = list(net.subnets(new_prefix=net.prefixlen + 4))
+        child = pulumi.ResourceOptions(parent=self)
+        cluster_tag = {f"kubernetes.io/cluster/{args.cluster_name}": "shared"}
+
+        vpc = aws.ec2.Vpc(f"{name}-vpc", cidr_block=args.cidr, enable_dns_hostnames=True,
+                          enable_dns_support=True, tags={"Name": f"{name}-vpc"}, opts=child)
+        igw = aws.ec2.InternetGateway(f"{name}-igw", vpc_id=vpc.id, opts=child)
+        public_rt = aws.ec2.RouteTable(f"{name}-public", vpc_id=vpc.id,
+                                       routes=[{"cidr_block": "0.0.0.0/0", "gateway_id": igw.id}], opts=child)
+        public, private, nats = [], [], []
+        for i, az in enumerate(azs):
+            pub = aws.ec2.Subnet(f"{name}-public-{az}", vpc_id=vpc.id, cidr_block=str(blocks[i]),
+                                 availability_zone=az, map_public_ip_on_launch=True,
+                                 tags={"Name": f"{name}-public-{az}", "kubernetes.io/role/elb": "1", **cluster_tag},
+                                 opts=child)
+            aws.ec2.RouteTableAssociation(f"{name}-public-{az}", subnet_id=pub.id, route_table_id=public_rt.id, opts=child)
+            public.append(pub)
+            if i < args.nat_gateways:
+                eip = aws.ec2.Eip(f"{name}-nat-{az}", domain="vpc", opts=child)
+                nats.append(aws.ec2.NatGateway(f"{name}-nat-{az}", subnet_id=pub.id, allocation_id=eip.id,
+                                               opts=pulumi.ResourceOptions(parent=self, depends_on=[igw])))
+        for i, az in enumerate(azs):
+            nat = nats[i % len(nats)] if args.nat_gateways > 1 else nats[0]
+            rt = aws.ec2.RouteTable(f"{name}-private-{az}", vpc_id=vpc.id,
+                                    routes=[{"cidr_block": "0.0.0.0/0", "nat_gateway_id": nat.id}], opts=child)
+            priv = aws.ec2.Subnet(f"{name}-private-{az}", vpc_id=vpc.id, cidr_block=str(blocks[len(azs) + i]),
+                                  availability_zone=az,
+                                  tags={"Name": f"{name}-private-{az}", "kubernetes.io/role/internal-elb": "1", **cluster_tag},
+                                  opts=child)
+            aws.ec2.RouteTableAssociation(f"{name}-private-{az}", subnet_id=priv.id, route_table_id=rt.id, opts=child)
+            private.append(priv)
+
+        self.vpc_id = vpc.id
+        self.public_subnet_ids = pulumi.Output.all(*[s.id for s in public])
+        self.private_subnet_ids = pulumi.Output.all(*[s.id for s in private])
+        self.gpu_subnet_id = private[azs.index(args.gpu_availability_zone)].id
+        self.register_outputs({"vpcId": self.vpc_id, "publicSubnetIds": self.public_subnet_ids,
+                               "privateSubnetIds": self.private_subnet_ids, "gpuSubnetId": self.gpu_subnet_id})

@@ -1,0 +1,206 @@
+"""RayCluster: one DLC image for head and workers, Guaranteed QoS, EFA wired in from outside.
+
+The role of a pod comes from KubeRay ``rayStartParams`` (head vs worker
+group), never from a second image. GPU/EFA requests, the NCCL/libfabric
+environment and pip packages are set here, so the image stays untouched.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components.instances import InstanceType
+from components.node_groups import GPU_ROLE, GPU_TAINT, ROLE_LABEL, SYSTEM_ROLE
+
+HEAD_PORTS = {"gcs-server": 6379, "dashboard": 8265, "client": 10001}
+NCCL_SOCKET_IFNAME = "^lo,docker"
+"""Exclude loopback and docker bridges: NCCL's bootstrap must use the pod's VPC interface."""
+
+
+def ray_start_params(params: dict[str, Any]) -> dict[str, str]:
+    """KubeRay wants every rayStartParams value as a string; convert and validate."""
+    out: dict[str, str] = {}
+    for key, value in params.items():
+        if not isinstance(key, str) or not key or key.startswith("-"):
+            raise ValueError(f"rayStartParams key {key!r}: use the flag name without dashes, e.g. 'num-cpus'")
+        if value is None or isinstance(value, (dict, list, tuple)):
+            raise ValueError(f"rayStartParams[{key!r}] = {value!r}: must be a scalar (str, int, float, bool)")
+        out[key] = str(value).lower() if isinstance(value, bool) else str(value)
+    return out
+
+
+def check_guaranteed(resources: dict[str, dict[str, Any]], where: str) -> None:
+    """Requests must equal limits for every resource (Guaranteed QoS); raise otherwise."""
+    req, lim = resources.get("requests", {}), resources.get("limits", {})
+    if not req or not lim:
+        raise ValueError(f"{where}: requests and limits are both required for Guaranteed QoS")
+    if {k: str(v) for k, v in req.items()} != {k: str(v) for k, v in lim.items()}:
+        raise ValueError(f"{where}: requests {req} != limits {lim}; set them equal (Guaranteed QoS) "
+                         "so one throttled rank cannot stall the others")
+    for k in ("cpu", "memory"):
+        if k not in req:
+            raise ValueError(f"{where}: {k} missing from requests/limits (Guaranteed QoS needs cpu and memory)")
+
+
+def pod_resources(cpu: str, memory: str, extra: dict[str, int] | None = None) -> dict[str, dict[str, str]]:
+    """Equal requests and limits."""
+    amounts = {"cpu": cpu, "memory": memory, **{k: str(v) for k, v in (extra or {}).items()}}
+    return {"requests": dict(amounts), "limits": dict(amounts)}
+
+
+def efa_env(instance_type: InstanceType, efa: bool, nccl_debug: str, nccl_net_plugin: str) -> list[dict[str, str]]:
+    """NCCL/libfabric environment for training pods; empty of EFA settings when EFA is off."""
+    env = [{"name": "NCCL_DEBUG", "value": nccl_debug}, {"name": "NCCL_SOCKET_IFNAME", "value": NCCL_SOCKET_IFNAME}]
+    if efa:
+        env += [{"name": "FI_PROVIDER", "value": "efa"},
+                {"name": "NCCL_NET_PLUGIN", "value": nccl_net_plugin},
+                {"name": "FI_EFA_FORK_SAFE", "value": "1"}]
+        if instance_type.gpudirect_rdma:
+            env.append({"name": "FI_EFA_USE_DEVICE_RDMA", "value": "1"})
+    return env
+
+
+@dataclass
+class WorkerGroupArgs:
+    """One GPU worker group: one pod per node, taking the whole node."""
+
+    name: str
+    instance_type: InstanceType
+    replicas: int
+    efa: bool = True
+    node_selector: dict[str, str] = field(default_factory=lambda: {ROLE_LABEL: GPU_ROLE})
+    cpu_reserve: int | None = None
+    """vCPUs left for kubelet and daemonsets; default max(2, vcpus // 12)."""
+    memory_reserve_mib: int | None = None
+    """Memory left for kubelet/daemonsets; default max(8 GiB, 10%)."""
+    ray_start_params: dict[str, Any] = field(default_factory=dict)
+
+    def resources(self) -> dict[str, dict[str, str]]:
+        it = self.instance_type
+        cpu = it.vcpus - (self.cpu_reserve if self.cpu_reserve is not None else max(2, it.vcpus // 12))
+        mem = it.memory_mib - (self.memory_reserve_mib if self.memory_reserve_mib is not None
+                               else max(8192, it.memory_mib // 10))
+        if cpu < 1 or mem < 1024:
+            raise ValueError(f"worker group {self.name}: reserve leaves cpu={cpu}, memory={mem}Mi on {it.name}")
+        extra = {"nvidia.com/gpu": it.gpus}
+        if self.efa:
+            extra["vpc.amazonaws.com/efa"] = it.max_efa_interfaces
+        return pod_resources(str(cpu), f"{(mem // 1024)}Gi", extra)
+
+
+@dataclass
+class RayClusterArgs:
+    """Inputs of :class:`RayCluster`."""
+
+    provider: k8s.Provider
+    image: str
+    worker_groups: list[WorkerGroupArgs]
+    ray_version: str = "2.58.0"
+    namespace: str = "ray"
+    nccl_debug: str = "WARN"
+    nccl_net_plugin: str = "ofi"
+    head_cpu: str = "2"
+    head_memory: str = "8Gi"
+    service_account_name: str | None = None
+    runtime_env_pip: list[str] = field(default_factory=list)
+    """Pip packages for jobs, exposed as RAY_RUNTIME_ENV_PIP for ``training submit``."""
+    depends_on: list[pulumi.Resource] = field(default_factory=list)
+
+
+def _container(name: str, image: str, resources: dict, env: list[dict], ports: list[dict] | None = None) -> dict:
+    check_guaranteed(resources, f"container {name}")
+    c = {"name": name, "image": image, "imagePullPolicy": "IfNotPresent", "resources": resources, "env": env,
+         "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+         "lifecycle": {"preStop": {"exec": {"command": ["/bin/sh", "-c", "ray stop"]}}}}
+    if ports:
+        c["ports"] = ports
+    return c
+
+
+def _shm(size: str) -> list[dict]:
+    return [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": size}}]
+
+
+def build_spec(args: RayClusterArgs) -> dict[str, Any]:
+    """The RayCluster ``spec`` as plain data (validated against the KubeRay CRD in tests)."""
+    if not args.worker_groups:
+        raise ValueError("RayCluster: at least one worker group is required")
+    names = [g.name for g in args.worker_groups]
+    if len(set(names)) != len(names):
+        raise ValueError(f"RayCluster: worker group names must be unique, got {names}")
+    head_env = [{"name": "RAY_RUNTIME_ENV_PIP", "value": ",".join(args.runtime_env_pip)}] if args.runtime_env_pip else []
+    head_pod: dict[str, Any] = {
+        "nodeSelector": {ROLE_LABEL: SYSTEM_ROLE},
+        "containers": [_container("ray-head", args.image, pod_resources(args.head_cpu, args.head_memory), head_env,
+                                  [{"name": n, "containerPort": p} for n, p in HEAD_PORTS.items()])],
+        "volumes": _shm("2Gi"),
+    }
+    if args.service_account_name:
+        head_pod["serviceAccountName"] = args.service_account_name
+    groups = []
+    for g in args.worker_groups:
+        if g.replicas < 0:
+            raise ValueError(f"worker group {g.name}: replicas must be >= 0, got {g.replicas}")
+        if g.efa and not g.instance_type.efa_supported:
+            raise ValueError(f"worker group {g.name}: {g.instance_type.name} has no EFA; set efa=False")
+        res = g.resources()
+        env = efa_env(g.instance_type, g.efa, args.nccl_debug, args.nccl_net_plugin)
+        pod: dict[str, Any] = {
+            "nodeSelector": dict(g.node_selector),
+            "tolerations": [{"key": GPU_TAINT["key"], "operator": "Exists", "effect": "NoSchedule"}],
+            "containers": [_container("ray-worker", args.image, res, env)],
+            "volumes": _shm(f"{max(1, g.instance_type.memory_mib // 1024 // 4)}Gi"),
+        }
+        if args.service_account_name:
+            pod["serviceAccountName"] = args.service_account_name
+        groups.append({
+            "groupName": g.name,
+            "replicas": g.replicas, "minReplicas": g.replicas, "maxReplicas": g.replicas,
+            "rayStartParams": ray_start_params(g.ray_start_params),
+            "template": {"metadata": {"labels": {"ray-efa-eks/worker-group": g.name}}, "spec": pod},
+        })
+    return {
+        "rayVersion": args.ray_version,
+        "enableInTreeAutoscaling": False,
+        "headGroupSpec": {
+            "serviceType": "ClusterIP",
+            "rayStartParams": ray_start_params({"num-cpus": 0, "dashboard-host": "0.0.0.0"}),
+            "template": {"metadata": {"labels": {"ray-efa-eks/role": "head"}}, "spec": head_pod},
+        },
+        "workerGroupSpecs": groups,
+    }
+
+
+class RayCluster(pulumi.ComponentResource):
+    """The ``ray.io/v1`` RayCluster custom resource (and its namespace)."""
+
+    custom_resource: k8s.apiextensions.CustomResource
+    name: str
+    namespace: str
+    head_service_name: str
+    dashboard_address: str
+    spec: dict[str, Any]
+
+    def __init__(self, name: str, args: RayClusterArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("ray-efa-eks:index:RayCluster", name, None, opts)
+        self.spec = build_spec(args)  # validates before anything is registered
+        self.name = name
+        self.namespace = args.namespace
+        ns = k8s.core.v1.Namespace(f"{name}-ns", metadata={"name": args.namespace},
+                                   opts=pulumi.ResourceOptions(parent=self, provider=args.provider))
+        self.custom_resource = k8s.apiextensions.CustomResource(
+            f"{name}-raycluster",
+            api_version="ray.io/v1",
+            kind="RayCluster",
+            metadata={"name": name, "namespace": args.namespace},
+            spec=self.spec,
+            opts=pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[ns, *args.depends_on]),
+        )
+        # KubeRay names the head service <cluster>-head-svc.
+        self.head_service_name = f"{name}-head-svc"
+        self.dashboard_address = f"http://{self.head_service_name}.{args.namespace}.svc.cluster.local:8265"
+        self.register_outputs({"headServiceName": self.head_service_name, "dashboardAddress": self.dashboard_address})
