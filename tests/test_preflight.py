@@ -239,3 +239,24 @@ def test_cli_bad_endpoint_exit_2():
     assert "preflight error" in p.stderr
     assert "Traceback" not in p.stderr
     assert p.stdout == ""
+
+
+def _pg_error(ec2_client, code):
+    def handler(**kwargs):
+        raise ClientError({"Error": {"Code": code, "Message": code}},
+                          "CreatePlacementGroup")
+
+    ec2_client.meta.events.register("before-call.ec2.CreatePlacementGroup", handler)
+
+
+def test_placement_group_dry_run_ok_and_denied(endpoint):
+    # moto does not implement CreatePlacementGroup; real AWS answers DryRunOperation
+    c = _clients(endpoint)
+    _pg_error(c["ec2"], "DryRunOperation")
+    res = run_preflight(c, "g6.12xlarge", 2)
+    assert res.placement_group["status"] == "ok"
+    c = _clients(endpoint)
+    _pg_error(c["ec2"], "UnauthorizedOperation")
+    res = run_preflight(c, "g6.12xlarge", 2)
+    assert res.placement_group["status"] == "unknown"
+    assert any("ec2:CreatePlacementGroup" in w for w in res.warnings)
