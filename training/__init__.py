@@ -1,0 +1,1 @@
+"""Multi-node FSDP2 training job for the KubeRay cluster (Ray Train + torch.distributed)."""

@@ -1,0 +1,62 @@
+"""Builds the TorchTrainer for the cluster shape (one rank per GPU, or per node on CPU)."""
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Any, Optional
+
+from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+from ray.train.torch import TorchConfig, TorchTrainer
+
+from training.train_func import train_func
+
+
+def num_workers_for(gpu_nodes: int, gpus_per_node: int) -> int:
+    """One Ray Train worker per GPU across the node group."""
+    if gpu_nodes < 1 or gpus_per_node < 1:
+        raise ValueError("gpu_nodes and gpus_per_node must be >= 1")
+    return gpu_nodes * gpus_per_node
+
+
+def default_storage_path() -> str:
+    return os.path.join(tempfile.gettempdir(), "ray-efa-eks-train")
+
+
+def build_trainer(
+    *,
+    num_workers: int = 2,
+    use_gpu: bool = False,
+    train_config: Optional[dict[str, Any]] = None,
+    storage_path: Optional[str] = None,
+    name: str = "fsdp-lm",
+    max_failures: int = 0,
+    resources_per_worker: Optional[dict[str, float]] = None,
+    placement_strategy: str = "SPREAD",
+) -> TorchTrainer:
+    """TorchTrainer with gloo on CPU / nccl on GPU.
+
+    runtime_env (pip packages, NCCL/FI_* env vars) is set on ``ray.init`` or on
+    the job submission (see ``training.__main__ submit``), not here, so the same
+    trainer works locally and on the deployed cluster.
+    SPREAD places ranks on distinct nodes when possible, so a local 2-node
+    cluster exercises cross-node collectives like the deployed one.
+    """
+    if resources_per_worker is None:
+        resources_per_worker = {"CPU": 1, "GPU": 1} if use_gpu else {"CPU": 1}
+    return TorchTrainer(
+        train_func,
+        train_loop_config=dict(train_config or {}),
+        torch_config=TorchConfig(backend="nccl" if use_gpu else "gloo"),
+        scaling_config=ScalingConfig(
+            num_workers=num_workers,
+            use_gpu=use_gpu,
+            resources_per_worker=resources_per_worker,
+            placement_strategy=placement_strategy,
+        ),
+        run_config=RunConfig(
+            name=name,
+            storage_path=storage_path or default_storage_path(),
+            failure_config=FailureConfig(max_failures=max_failures),
+            checkpoint_config=CheckpointConfig(num_to_keep=2),
+        ),
+    )
