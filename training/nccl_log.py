@@ -22,7 +22,7 @@ import os
 import re
 import sys
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Iterable
 
 EXIT = {"efa": 0, "fallback": 1, "undetermined": 2, "unreadable": 3}
@@ -64,12 +64,11 @@ HINTS: dict[str, str] = {
 }
 
 _PREFIX_RE = re.compile(rb"([A-Za-z0-9_.\-]+):(\d+):\d+ \[\d+\] $")
-# Connection lines, NCCL <2.5 ("Ring") and newer ("Channel NN/M"); group 1: text before "NCCL INFO".
-_CHAN_RE = re.compile(rb"(?m)^([^\n]*?)NCCL INFO (?:Channel|Ring) \d+(?:/\d+)? : [^\n]*? via ([^\r\n]*)")
 # Everything else we care about, in one pass.
-_FACT_RE = re.compile(
-    rb"(?m)^([^\n]*?)NCCL (INFO|WARN) ((?:Using network|NET/|Bootstrap|Selected|[^\n]*?network )[^\r\n]*)"
-)
+# Literal-led so `re` can use its fast substring search over the whole buffer.
+_CHAN_RE = re.compile(rb"NCCL INFO (?:Channel|Ring) [^\n]*? via ([^\r\n]*)")
+_FACT_START_RE = re.compile(rb"NCCL (?:INFO (?:Using network|NET/|Bootstrap|Selected)|WARN )")
+_FACT_RE = re.compile(rb"^(.*?)NCCL (INFO|WARN) ((?:Using network|NET/|Bootstrap|Selected|.*?network ).*?)\r?$")
 _NETNAME_RE = re.compile(r"^NET/(.+?)/\d")
 _PROVIDER_RE = re.compile(r"Selected [Pp]rovider is ([A-Za-z0-9_;\-]+)(?:,\s*fabric is ([^\s(,]+))?(?:.*?found (\d+) nics)?")
 _IFACE_RE = re.compile(r"Using (?:\[\d+\])?([A-Za-z0-9_.\-]+):([0-9a-fA-F.:%]+)")
@@ -92,7 +91,6 @@ class Rank:
     nics: int | None = None
     plugin: str | None = None  # "loaded" | "failed"
     loopback: bool = False
-    transports: Counter = field(default_factory=Counter)
 
 
 @dataclass
@@ -138,6 +136,7 @@ class _Collector:
         self.evidence: dict[str, str] = {}  # first "file:line: text" per evidence kind
         self.causes: list[str] = []
         self._bufs: dict[str, bytes] = {}
+        self.chan: Counter = Counter()  # transport text -> connection lines
 
     def _rank(self, prefix: bytes, source: str, anon_seq: int = 0) -> Rank:
         m = _PREFIX_RE.search(prefix)
@@ -169,7 +168,14 @@ class _Collector:
         self._bufs[source] = buf
         # Unprefixed lines: every "Using network" starts a new anonymous rank.
         anon = 0
-        for pre, kind, body_b in _FACT_RE.findall(buf):
+        facts = []
+        for m in _FACT_START_RE.finditer(buf):
+            start = buf.rfind(b"\n", 0, m.start()) + 1
+            end = buf.find(b"\n", m.start())
+            fm = _FACT_RE.search(buf[start : end if end >= 0 else len(buf)])
+            if fm:
+                facts.append(fm.groups())
+        for pre, kind, body_b in facts:
             body = body_b.decode(errors="replace")
             full = pre + b"NCCL " + kind + b" " + body_b
             if body.startswith("Using network") and not _PREFIX_RE.search(pre):
@@ -209,18 +215,21 @@ class _Collector:
                 elif "NET/OFI" in body:
                     self._cause("ofi_error")
                     self._note("ofi_warn", source, full)
-        # Connection lines: count (prefix, transport) in C, then parse the distinct prefixes.
+        # Connection lines: aggregate transports with one C-level findall.
         counts = Counter(_CHAN_RE.findall(buf))
-        pre_cache: dict[bytes, Rank] = {}
-        for (pre, tr_b), n in counts.items():
-            r = pre_cache.get(pre)
-            if r is None:
-                r = pre_cache[pre] = self._rank(pre, source, anon if anon else 0)
+        for tr_b, n in counts.items():
             tr = tr_b.decode(errors="replace").strip()
-            r.transports[tr] += n
+            self.chan[tr] += n
             kind = _transport_kind(tr)
             if kind.startswith("net:"):
                 self._note(f"chan:{kind}", source, b" via " + tr_b)
+        # Ranks that printed only connection lines (no INIT lines): attribute per line, slow but rare.
+        if counts and not any(r.host for r in self.ranks.values()):
+            for ln in buf.split(b"\n"):
+                if b" via " in ln:
+                    pre, _s, rest = ln.partition(b"NCCL INFO ")
+                    if rest.startswith((b"Channel", b"Ring")):
+                        self._rank(pre, source)
 
     def report(self) -> Report:
         ranks = list(self.ranks.values())
@@ -231,13 +240,12 @@ class _Collector:
         providers = {r.provider for r in ranks if r.provider}
         chan_nets: Counter = Counter()
         intra = 0
-        for r in ranks:
-            for tr, n in r.transports.items():
-                k = _transport_kind(tr)
-                if k.startswith("net:"):
-                    chan_nets[k[4:]] += n
-                else:
-                    intra += n
+        for tr, n in self.chan.items():
+            k = _transport_kind(tr)
+            if k.startswith("net:"):
+                chan_nets[k[4:]] += n
+            else:
+                intra += n
         network = next(iter(nets)) if len(nets) == 1 else (", ".join(sorted(nets)) or None)
         provider = next(iter(providers)) if len(providers) == 1 else (", ".join(sorted(providers)) or None)
         multi_host = len(hosts) > 1
@@ -389,7 +397,10 @@ def main(argv: list[str] | None = None) -> int:
     except UnreadableInput as e:
         print(f"nccl_log: unreadable input: {e}", file=sys.stderr)
         return EXIT["unreadable"]
-    print(json.dumps(rep.to_dict(), indent=2) if a.json else format_report(rep))
+    try:
+        print(json.dumps(rep.to_dict(), indent=2) if a.json else format_report(rep))
+    except BrokenPipeError:  # e.g. piped into head
+        pass
     return rep.exit_code
 
 

@@ -1,0 +1,79 @@
+"""Throughput of training.nccl_log on a synthetic 512-rank (64 nodes x 8 GPUs) log vs a naive per-line regex.
+
+Why: a real 512-rank NCCL_DEBUG=INFO log is hundreds of MB; the check must not
+take minutes. Target >= 100 MB/s.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from training.nccl_log import analyze_paths  # noqa: E402
+
+NODES, GPUS, CHANNELS = 64, 8, 32
+
+
+def write_log(path: str) -> None:
+    with open(path, "w") as f:
+        for n in range(NODES):
+            for g in range(GPUS):
+                rank = n * GPUS + g
+                pid = 1000 + rank
+                pre = f"ip-10-0-{n}-{g}:{pid}:{pid + 7} [{g}] NCCL INFO "
+                if rank % 3 == 1:
+                    pre = f"[1,{rank}]<stdout>:" + pre
+                elif rank % 3 == 2:
+                    pre = f"2026-01-01 00:00:00,123 | " + pre
+                f.write(f"{pre}cudaDriverVersion 12080\n{pre}Bootstrap : Using eth0:10.0.{n}.{g}<0>\n")
+                f.write(f"{pre}NET/Plugin: Loaded net plugin Libfabric (v9)\n")
+                f.write(f"{pre}NET/OFI Selected provider is efa, fabric is efa-direct (found 4 nics)\n")
+                f.write(f"{pre}Using network Libfabric\n")
+                for rep in range(6):  # several communicators
+                    for c in range(CHANNELS):
+                        peer = (rank + GPUS) % (NODES * GPUS)
+                        f.write(f"{pre}Channel {c:02d}/0 : {rank}[{g}] -> {peer}[{g}] [send] via NET/Libfabric/{g // 2}/GDRDMA\n")
+                        f.write(f"{pre}Channel {c:02d}/0 : {rank}[{g}] -> {rank + 1}[{(g + 1) % 8}] via P2P/CUMEM/read\n")
+
+
+NAIVE = [re.compile(p) for p in (
+    r"(\S+):(\d+):\d+ \[\d+\] NCCL INFO Using network (.*)",
+    r"(\S+):(\d+):\d+ \[\d+\] NCCL INFO NET/OFI Selected provider is (\S+)",
+    r"(\S+):(\d+):\d+ \[\d+\] NCCL INFO Channel (\d+)/\d+ : .* via (\S+)",
+    r"(\S+):(\d+):\d+ \[\d+\] NCCL INFO NET/Plugin(.*)",
+)]
+
+
+def naive(path: str) -> int:
+    hits = 0
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            for r in NAIVE:
+                if r.search(line):
+                    hits += 1
+                    break
+    return hits
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory() as d:
+        p = os.path.join(d, "nccl-512.log")
+        write_log(p)
+        mb = os.path.getsize(p) / 1e6
+        t = time.perf_counter()
+        rep = analyze_paths([p])
+        ours = time.perf_counter() - t
+        t = time.perf_counter()
+        naive(p)
+        base = time.perf_counter() - t
+        print(f"log: {mb:.1f} MB, ranks={rep.ranks}, verdict={rep.verdict}")
+        print(f"nccl_log: {mb / ours:.0f} MB/s ({ours:.2f} s)")
+        print(f"naive per-line regex: {mb / base:.0f} MB/s ({base:.2f} s)")
+
+
+if __name__ == "__main__":
+    main()
