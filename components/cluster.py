@@ -71,13 +71,15 @@ class Cluster(pulumi.ComponentResource):
             endpoint_public_access=True,
             public_access_cidrs=args.endpoint_public_access_cidrs,
             encryption_config_key_arn=key_arn,
+            name=name,
             tags=args.tags,
             opts=child,
         )
-        self.name = self.eks.eks_cluster.name
+        self.name = pulumi.Output.from_input(name)
         self.kubeconfig = self.eks.kubeconfig
         # The EKS-managed cluster SG: pulumi-eks puts the EFA interfaces in this one.
-        self.security_group_id = self.eks.eks_cluster.vpc_config.cluster_security_group_id
+        described = aws.eks.get_cluster_output(name=name, opts=pulumi.InvokeOutputOptions(depends_on=[self.eks]))
+        self.security_group_id = described.vpc_config.cluster_security_group_id
         self.provider = k8s.Provider(f"{name}-k8s", kubeconfig=self.eks.kubeconfig_json,
                                      enable_server_side_apply=True, opts=child)
         self.register_outputs({"name": self.name, "securityGroupId": self.security_group_id})

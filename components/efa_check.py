@@ -76,7 +76,7 @@ class EfaCheckJob(pulumi.ComponentResource):
         resources = pod_resources("500m", "1Gi")
         check_guaranteed(resources, "EFA check container")
         child = pulumi.ResourceOptions(parent=self, provider=args.provider)
-        code = k8s.core.v1.ConfigMap(f"{name}-code", metadata={"namespace": args.namespace},
+        code = k8s.core.v1.ConfigMap(f"{name}-code", metadata={"name": f"{name}-code", "namespace": args.namespace},
                                      data=training_files(), opts=child)
         annotations = {} if args.blocking else {"pulumi.com/skipAwait": "true"}
         self.job_name = f"{name}-job"
@@ -99,7 +99,7 @@ class EfaCheckJob(pulumi.ComponentResource):
                             "resources": resources,
                             "volumeMounts": [{"name": "code", "mountPath": f"{MOUNT}/training"}],
                         }],
-                        "volumes": [{"name": "code", "configMap": {"name": code.metadata["name"]}}],
+                        "volumes": [{"name": "code", "configMap": {"name": f"{name}-code"}}],
                     },
                 },
             },

@@ -8,6 +8,7 @@ recorded with the inputs *we* pass, which is exactly what we can vouch for.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import runpy
 import threading
@@ -100,10 +101,6 @@ class RecordingMocks(pulumi.runtime.Mocks):
             state.update(
                 kubeconfig={"apiVersion": "v1", "clusters": [], "contexts": [], "users": []},
                 kubeconfigJson=json.dumps({"apiVersion": "v1"}),
-                eksCluster=self._child_ref("aws:eks/cluster:Cluster", f"{args.name}-eksCluster", {
-                    "name": args.name, "arn": f"arn:aws:eks:{self.region}:123456789012:cluster/{args.name}",
-                    "version": args.inputs.get("version", ""),
-                    "vpcConfig": {"clusterSecurityGroupId": f"sg-{args.name}-cluster"}}),
                 oidcProviderArn=f"arn:aws:iam::123456789012:oidc-provider/{args.name}",
                 oidcProviderUrl=f"oidc.eks.{self.region}.amazonaws.com/id/MOCK",
                 clusterSecurityGroupId=f"sg-{args.name}-pulumi",
@@ -121,15 +118,6 @@ class RecordingMocks(pulumi.runtime.Mocks):
             state["arn"] = f"arn:aws:kms:{self.region}:123456789012:key/{args.name}"
         return rid, state
 
-    def _child_ref(self, typ: str, name: str, state: dict) -> dict:
-        """A resource reference to a child a remote component would create (e.g. eks_cluster)."""
-        from pulumi.runtime import rpc
-
-        parent_urn = self.monitor.current[1] if self.monitor else ""
-        urn = self.monitor.make_urn(parent_urn, typ, name)
-        self.monitor.resources[urn] = MockMonitor.ResourceRegistration(urn, f"{name}-id", state)
-        return {rpc._special_sig_key: rpc._special_resource_sig, "urn": urn, "id": f"{name}-id"}
-
     def call(self, args: pulumi.runtime.MockCallArgs):
         self.run.calls.append((args.token, dict(args.args)))
         if args.token == "aws:ec2/getInstanceTypeOfferings:getInstanceTypeOfferings":
@@ -139,6 +127,9 @@ class RecordingMocks(pulumi.runtime.Mocks):
         if args.token == "aws:index/getAvailabilityZones:getAvailabilityZones":
             azs = DEFAULT_OFFERINGS.get(self.region, [f"{self.region}a", f"{self.region}b"])
             return {"id": self.region, "names": azs, "zoneIds": azs}, []
+        if args.token == "aws:eks/getCluster:getCluster":
+            name = args.args["name"]
+            return {"id": name, "name": name, "vpcConfig": {"clusterSecurityGroupId": f"sg-{name}-cluster"}}, []
         if args.token == "aws:index/getCallerIdentity:getCallerIdentity":
             return {"accountId": "123456789012", "arn": "arn:aws:iam::123456789012:user/mock", "id": "mock", "userId": "mock"}, []
         return {}, []
@@ -151,16 +142,19 @@ def run_program(
     program: Path | str = PROGRAM,
     stack: str = "dev",
     offerings: dict[str, list[str]] | None = None,
+    record: MockRun | None = None,
 ) -> MockRun:
     """Run ``program`` under mocks with ``ray-efa-eks:`` config ``config``; return what it registered.
 
-    Exceptions raised by the program (config errors) propagate unchanged.
+    Exceptions raised by the program (config errors) propagate unchanged; pass
+    ``record`` to inspect what was registered before one was raised.
     """
-    run = MockRun()
+    run = record if record is not None else MockRun()
     all_config = {"aws:region": region}
     for key, value in (config or {}).items():
         full = key if ":" in key else f"ray-efa-eks:{key}"
         all_config[full] = value if isinstance(value, str) else json.dumps(value)
+    asyncio.set_event_loop(asyncio.new_event_loop())  # no future may outlive its run
     _settings.ROOT.set(None)
     pulumi.runtime.set_all_config(all_config)
     mocks = RecordingMocks(run, region, offerings)

@@ -1,0 +1,48 @@
+"""The instance catalogue must agree with EC2 DescribeInstanceTypes (moto ships AWS's own data)."""
+
+import gzip
+import json
+from pathlib import Path
+
+import moto
+import pytest
+
+from components.instances import CATALOGUE, lookup
+
+REQUIRED = ["g6.12xlarge", "g6.48xlarge", "g6e.12xlarge", "g6e.48xlarge", "g5.48xlarge",
+            "p4d.24xlarge", "p5.48xlarge", "p5en.48xlarge", "m7i.xlarge", "m7i.2xlarge"]
+AWS_DATA = json.load(gzip.open(Path(moto.__file__).parent / "ec2/resources/instance_types.json.gz"))
+
+
+def test_required_types_present():
+    assert set(REQUIRED) <= set(CATALOGUE)
+
+
+@pytest.mark.parametrize("name", sorted(CATALOGUE))
+def test_matches_describe_instance_types(name):
+    ours, aws = CATALOGUE[name], AWS_DATA[name]
+    assert ours.vcpus == aws["VCpuInfo"]["DefaultVCpus"]
+    assert ours.memory_mib == aws["MemoryInfo"]["SizeInMiB"]
+    gpus = aws.get("GpuInfo", {}).get("Gpus", [])
+    assert ours.gpus == sum(g["Count"] for g in gpus)
+    if gpus:
+        assert ours.gpu_model == gpus[0]["Name"]
+        assert ours.gpu_memory_mib == gpus[0]["MemoryInfo"]["SizeInMiB"]
+    net = aws["NetworkInfo"]
+    assert ours.efa_supported == net["EfaSupported"]
+    assert ours.max_efa_interfaces == net.get("EfaInfo", {}).get("MaximumEfaInterfaces", 0)
+    assert ours.network_cards == net["MaximumNetworkCards"]
+
+
+def test_prices_for_both_regions():
+    for it in CATALOGUE.values():
+        assert it.price_usd_hour["us-east-1"] > 0 and it.price_usd_hour["us-west-2"] > 0
+
+
+def test_rdma_only_on_p_family():
+    assert {n for n, t in CATALOGUE.items() if t.gpudirect_rdma} == {"p4d.24xlarge", "p5.48xlarge", "p5en.48xlarge"}
+
+
+def test_lookup_unknown_names_supported():
+    with pytest.raises(ValueError, match="supported: .*g6.12xlarge"):
+        lookup("g7.huge")
