@@ -33,29 +33,28 @@ def write_log(path: str) -> None:
                 f.write(f"{pre}NET/Plugin: Loaded net plugin Libfabric (v9)\n")
                 f.write(f"{pre}NET/OFI Selected provider is efa, fabric is efa-direct (found 4 nics)\n")
                 f.write(f"{pre}Using network Libfabric\n")
-                for rep in range(6):  # several communicators
+                for rep in range(16):  # several communicators
                     for c in range(CHANNELS):
                         peer = (rank + GPUS) % (NODES * GPUS)
                         f.write(f"{pre}Channel {c:02d}/0 : {rank}[{g}] -> {peer}[{g}] [send] via NET/Libfabric/{g // 2}/GDRDMA\n")
                         f.write(f"{pre}Channel {c:02d}/0 : {rank}[{g}] -> {rank + 1}[{(g + 1) % 8}] via P2P/CUMEM/read\n")
 
 
-NAIVE = [re.compile(p) for p in (
-    r"(\S+):(\d+):\d+ \[\d+\] NCCL INFO Using network (.*)",
-    r"(\S+):(\d+):\d+ \[\d+\] NCCL INFO NET/OFI Selected provider is (\S+)",
-    r"(\S+):(\d+):\d+ \[\d+\] NCCL INFO Channel (\d+)/\d+ : .* via (\S+)",
-    r"(\S+):(\d+):\d+ \[\d+\] NCCL INFO NET/Plugin(.*)",
-)]
+_LINE = re.compile(r"^(.*?)NCCL (INFO|WARN) (.*)$")
+_VIA = re.compile(r"(?:Channel|Ring) \d+(?:/\d+)? : .* via (\S+)")
 
 
 def naive(path: str) -> int:
+    """The obvious approach: one regex per line to split prefix/body, then one per kind of body."""
     hits = 0
     with open(path, encoding="utf-8", errors="replace") as f:
         for line in f:
-            for r in NAIVE:
-                if r.search(line):
-                    hits += 1
-                    break
+            m = _LINE.match(line)
+            if not m:
+                continue
+            body = m.group(3)
+            if _VIA.match(body) or body.startswith(("Using network", "NET/")):
+                hits += 1
     return hits
 
 

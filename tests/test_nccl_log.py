@@ -137,3 +137,14 @@ def test_directory_input() -> None:
     # the whole fixture dir mixes EFA and non-EFA jobs; the Socket loopback job must not read as EFA
     rep = analyze_paths([str(FIX)])
     assert rep.verdict != "efa"
+
+
+def test_optional_collnet_symbol_missing_is_still_efa() -> None:
+    extra = "a:1:2 [0] NCCL INFO NET/Plugin: Failed to find ncclCollNetPlugin_v9 symbol.\n"
+    rep = analyze_text(extra + _efa_rank("a", 1) + _efa_rank("b", 2))
+    assert rep.verdict == "efa", rep.reasons
+
+
+def test_socket_single_host_no_channels_is_undetermined() -> None:
+    rep = analyze_text("h:1:1 [0] NCCL INFO Using network Socket\n")
+    assert rep.verdict == "undetermined" and "Socket" in rep.reasons[0]
