@@ -123,7 +123,7 @@ def train_func(config: dict) -> None:
             loss_first = loss_val
 
         last = step == cfg["steps"]
-        if step % cfg["report_every"] and not last and step % cfg["checkpoint_every"]:
+        if step % cfg["report_every"] and not last and (not cfg["checkpoint_every"] or step % cfg["checkpoint_every"]):
             continue
         elapsed = time.perf_counter() - window_t
         tps = tokens_per_step * window_steps / elapsed
