@@ -8,11 +8,10 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.node_groups import GPU_ROLE, GPU_TAINT, ROLE_LABEL
+from components.node_groups import GPU_ROLE, GPU_TOLERATION, ROLE_LABEL
 
 NVIDIA_REPO = "https://nvidia.github.io/k8s-device-plugin"
 EKS_CHARTS_REPO = "https://aws.github.io/eks-charts"
-GPU_TOLERATION = {"key": GPU_TAINT["key"], "operator": "Exists", "effect": "NoSchedule"}
 
 
 @dataclass

@@ -154,6 +154,10 @@ def run_program(
     for key, value in (config or {}).items():
         full = key if ":" in key else f"ray-efa-eks:{key}"
         all_config[full] = value if isinstance(value, str) else json.dumps(value)
+    try:
+        asyncio.get_event_loop().close()
+    except RuntimeError:
+        pass
     asyncio.set_event_loop(asyncio.new_event_loop())  # no future may outlive its run
     _settings.ROOT.set(None)
     pulumi.runtime.set_all_config(all_config)

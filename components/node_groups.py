@@ -24,6 +24,8 @@ ROLE_LABEL = "ray-efa-eks/role"
 SYSTEM_ROLE = "system"
 GPU_ROLE = "gpu"
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}
+GPU_TOLERATION = {"key": GPU_TAINT["key"], "operator": "Exists", "effect": "NoSchedule"}
+"""The pod-side match of GPU_TAINT (Kubernetes spells the effect NoSchedule)."""
 
 
 @dataclass

@@ -14,7 +14,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.instances import InstanceType
-from components.node_groups import GPU_ROLE, GPU_TAINT, ROLE_LABEL, SYSTEM_ROLE
+from components.node_groups import GPU_ROLE, GPU_TOLERATION, ROLE_LABEL, SYSTEM_ROLE
 
 HEAD_PORTS = {"gcs-server": 6379, "dashboard": 8265, "client": 10001}
 NCCL_SOCKET_IFNAME = "^lo,docker"
@@ -151,7 +151,7 @@ def build_spec(args: RayClusterArgs) -> dict[str, Any]:
         env = efa_env(g.instance_type, g.efa, args.nccl_debug, args.nccl_net_plugin)
         pod: dict[str, Any] = {
             "nodeSelector": dict(g.node_selector),
-            "tolerations": [{"key": GPU_TAINT["key"], "operator": "Exists", "effect": "NoSchedule"}],
+            "tolerations": [dict(GPU_TOLERATION)],
             "containers": [_container("ray-worker", args.image, res, env)],
             "volumes": _shm(f"{max(1, g.instance_type.memory_mib // 1024 // 4)}Gi"),
         }
