@@ -26,8 +26,15 @@ class ClusterArgs:
     private_subnet_ids: pulumi.Input[list[str]]
     kubernetes_version: str
     endpoint_public_access_cidrs: list[str] = field(default_factory=lambda: ["0.0.0.0/0"])
+    """Who may reach the public API endpoint; ignored when ``endpoint_public_access`` is off."""
+    endpoint_public_access: bool = True
+    """Off = private endpoint only: run Pulumi from inside the VPC (VPN, bastion, CI runner in the VPC)."""
     encrypt_secrets: bool = True
     """Envelope-encrypt Kubernetes secrets with a dedicated KMS key."""
+    pod_identity_agent: bool = True
+    """Install the ``eks-pod-identity-agent`` add-on so pods get IAM roles without the node role."""
+    enable_network_policy: bool = True
+    """Turn on the VPC CNI's NetworkPolicy enforcement; without it NetworkPolicy objects are silently ignored."""
     tags: dict[str, str] = field(default_factory=dict)
 
 
@@ -41,9 +48,16 @@ class Cluster(pulumi.ComponentResource):
     kubeconfig: pulumi.Output[Any]
     security_group_id: pulumi.Output[str]
     """EKS cluster security group (EFA interfaces join it)."""
+    arn: pulumi.Output[str]
+    """Cluster ARN (pod identity trust policies are scoped to it)."""
+    addons: list[aws.eks.Addon]
+    """EKS add-ons this component installs; workloads that need them depend on these."""
 
     def __init__(self, name: str, args: ClusterArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("ray-efa-eks:index:Cluster", name, None, opts)
+        if args.endpoint_public_access and any(c in ("0.0.0.0/0", "::/0") for c in args.endpoint_public_access_cidrs):
+            pulumi.log.warn(f"Cluster {name}: the EKS API endpoint is open to the internet; set "
+                            "ray-efa-eks:endpointPublicAccessCidrs to your office/VPN/CI ranges", resource=self)
         child = pulumi.ResourceOptions(parent=self)
         self.node_role = aws.iam.Role(
             f"{name}-node",
@@ -68,8 +82,9 @@ class Cluster(pulumi.ComponentResource):
             create_oidc_provider=True,
             version=args.kubernetes_version,
             endpoint_private_access=True,
-            endpoint_public_access=True,
-            public_access_cidrs=args.endpoint_public_access_cidrs,
+            endpoint_public_access=args.endpoint_public_access,
+            public_access_cidrs=args.endpoint_public_access_cidrs if args.endpoint_public_access else None,
+            vpc_cni_options=eks.VpcCniOptionsArgs(enable_network_policy=args.enable_network_policy),
             encryption_config_key_arn=key_arn,
             name=name,
             tags=args.tags,
@@ -80,6 +95,12 @@ class Cluster(pulumi.ComponentResource):
         # The EKS-managed cluster SG: pulumi-eks puts the EFA interfaces in this one.
         described = aws.eks.get_cluster_output(name=name, opts=pulumi.InvokeOutputOptions(depends_on=[self.eks]))
         self.security_group_id = described.vpc_config.cluster_security_group_id
+        self.arn = described.arn
+        self.addons: list[aws.eks.Addon] = []
+        if args.pod_identity_agent:
+            self.addons.append(aws.eks.Addon(
+                f"{name}-pod-identity-agent", cluster_name=name, addon_name="eks-pod-identity-agent",
+                tags=args.tags, opts=pulumi.ResourceOptions(parent=self, depends_on=[self.eks])))
         self.provider = k8s.Provider(f"{name}-k8s", kubeconfig=self.eks.kubeconfig_json,
                                      enable_server_side_apply=True, opts=child)
         self.register_outputs({"name": self.name, "securityGroupId": self.security_group_id})

@@ -8,11 +8,14 @@ message that names the key, the bad value and the fix.
 from __future__ import annotations
 
 import ipaddress
+import json
 import re
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
+from components.checkpoint_bucket import ENCRYPTIONS
 from components.instances import CATALOGUE, InstanceType
+from components.pod_identity import check_prefix
 
 NAMESPACE = "ray-efa-eks"
 DEFAULT_DLC_IMAGE = "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1"
@@ -71,6 +74,31 @@ class StackConfig:
     efaCheckBlocking: bool = True
     """Make ``pulumi up`` wait for (and fail on) the EFA check Job."""
     efaCheckMinBusbwGbps: float = 0.0
+    """Fail the EFA check below this all-reduce bus bandwidth (GB/s); 0 = verdict only."""
+
+    # -- checkpoint storage and identity --------------------------------------------
+    checkpointBucket: bool = True
+    """Create the S3 checkpoint bucket + pod identity role; false = pods get no storage (pass --storage-path)."""
+    checkpointPrefix: str = "ray-train"
+    """Key prefix in the bucket; the pods' role may use this prefix only."""
+    checkpointEncryption: str = "kms"
+    """kms: SSE-KMS with a dedicated key; s3: SSE-S3 (AES256)."""
+    checkpointRetainOnDelete: bool = True
+    """Keep the bucket (and key) on `pulumi destroy`; false deletes them with every checkpoint in them."""
+    checkpointNoncurrentVersionDays: int = 30
+    """Expire overwritten/deleted checkpoint object versions after this many days."""
+
+    # -- hardening (each a default with an escape hatch) ------------------------------
+    endpointPublicAccess: bool = True
+    """false: private API endpoint only (run Pulumi from inside the VPC)."""
+    imdsHopLimit: int = 1
+    """IMDSv2 hop limit on every node; 1 keeps pods away from the node role (they use Pod Identity)."""
+    encryptRootVolumes: bool = True
+    """Encrypt node root volumes (EBS, aws/ebs key)."""
+    encryptSecrets: bool = True
+    """Envelope-encrypt Kubernetes secrets with a KMS key."""
+    networkPolicy: bool = True
+    """Only pods of the Ray namespace may reach the Ray head (VPC CNI NetworkPolicy enforcement on)."""
 
     # -- construction ---------------------------------------------------------------
 
@@ -156,6 +184,20 @@ class StackConfig:
                 raise ConfigError("endpointPublicAccessCidrs", cidr, "each entry must be a CIDR such as 203.0.113.0/24") from None
         if not re.fullmatch(r"\d+\.\d+", self.kubernetesVersion):
             raise ConfigError("kubernetesVersion", self.kubernetesVersion, "must be MAJOR.MINOR, e.g. 1.33")
+        if self.checkpointEncryption not in ENCRYPTIONS:
+            raise ConfigError("checkpointEncryption", self.checkpointEncryption, f"must be one of {', '.join(ENCRYPTIONS)}")
+        try:
+            check_prefix(self.checkpointPrefix)
+        except ValueError:
+            raise ConfigError("checkpointPrefix", self.checkpointPrefix,
+                              "use S3-safe path segments without leading/trailing slashes, e.g. ray-train") from None
+        if self.checkpointNoncurrentVersionDays < 1:
+            raise ConfigError("checkpointNoncurrentVersionDays", self.checkpointNoncurrentVersionDays, "must be >= 1")
+        if not 1 <= self.imdsHopLimit <= 64:
+            raise ConfigError("imdsHopLimit", self.imdsHopLimit, "must be 1..64; 1 blocks pods from IMDS, 2 allows them")
+        if self.endpointPublicAccess and not self.endpointPublicAccessCidrs:
+            raise ConfigError("endpointPublicAccessCidrs", self.endpointPublicAccessCidrs,
+                              "is empty while endpointPublicAccess is true; list CIDRs or set endpointPublicAccess: false")
 
 
 def _coerce(key: str, raw: Any, default: Any) -> Any:
@@ -172,6 +214,11 @@ def _coerce(key: str, raw: Any, default: Any) -> Any:
     except (TypeError, ValueError):
         raise ConfigError(key, raw, f"must be a {type(default).__name__}") from None
     if isinstance(default, list):
+        if isinstance(raw, str) and raw.strip().startswith("["):
+            try:
+                raw = json.loads(raw)  # the form `pulumi config set --path` / YAML lists arrive in
+            except ValueError:
+                raise ConfigError(key, raw, "must be a JSON list or comma-separated values") from None
         return [s.strip() for s in raw.split(",") if s.strip()] if isinstance(raw, str) else list(raw)
     return raw
 

@@ -41,6 +41,10 @@ class Recorded:
     custom: bool
     provider: str | None
     urn: str = ""
+    options: dict[str, Any] = field(default_factory=dict)
+    """Resource options the engine would see: retain_on_delete, protect, dependencies."""
+    transforms: list[Any] = field(default_factory=list)
+    """Transforms declared on this resource (the mock engine does not run them; tests call them)."""
 
     def __getitem__(self, key: str) -> Any:
         return self.inputs[key]
@@ -73,12 +77,15 @@ class _ParentAwareMonitor(MockMonitor):
     _local = threading.local()
 
     @property
-    def current(self) -> tuple[str | None, str]:
-        return getattr(self._local, "current", (None, ""))
+    def current(self) -> tuple[str | None, str, dict[str, Any]]:
+        return getattr(self._local, "current", (None, "", {}))
 
     def RegisterResource(self, request):  # noqa: N802 - gRPC method name
         # Registrations run on executor threads: keep "current" per thread.
-        self._local.current = (request.parent or None, self.make_urn(request.parent, request.type, request.name))
+        options = {"retain_on_delete": bool(request.retainOnDelete), "protect": bool(request.protect),
+                   "dependencies": list(request.dependencies)}
+        self._local.current = (request.parent or None, self.make_urn(request.parent, request.type, request.name),
+                               options)
         return super().RegisterResource(request)
 
 
@@ -92,8 +99,9 @@ class RecordingMocks(pulumi.runtime.Mocks):
         self.monitor: _ParentAwareMonitor | None = None
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs):
-        parent, urn = self.monitor.current if self.monitor else (None, "")
-        rec = Recorded(args.typ, args.name, dict(args.inputs), parent, bool(args.custom), args.provider, urn)
+        parent, urn, options = self.monitor.current if self.monitor else (None, "", {})
+        rec = Recorded(args.typ, args.name, dict(args.inputs), parent, bool(args.custom), args.provider, urn,
+                       options, list(args.transforms))
         self.run.resources.append(rec)
         state = dict(args.inputs)
         rid = f"{args.name}-id"
@@ -129,7 +137,8 @@ class RecordingMocks(pulumi.runtime.Mocks):
             return {"id": self.region, "names": azs, "zoneIds": azs}, []
         if args.token == "aws:eks/getCluster:getCluster":
             name = args.args["name"]
-            return {"id": name, "name": name, "vpcConfig": {"clusterSecurityGroupId": f"sg-{name}-cluster"}}, []
+            return {"id": name, "name": name, "arn": f"arn:aws:eks:{self.region}:123456789012:cluster/{name}",
+                    "vpcConfig": {"clusterSecurityGroupId": f"sg-{name}-cluster"}}, []
         if args.token == "aws:index/getCallerIdentity:getCallerIdentity":
             return {"accountId": "123456789012", "arn": "arn:aws:iam::123456789012:user/mock", "id": "mock", "userId": "mock"}, []
         return {}, []

@@ -8,6 +8,11 @@ EFA interface per network card (``efa`` first, ``efa-only`` after), all in the
 EKS *cluster* security group. EKS gives that group an all-traffic ingress rule
 from itself and all egress to 0.0.0.0/0, but EFA's documented requirement is
 an explicit self rule both ways, so the component adds the missing egress one.
+
+Both groups carry a transform (components/launch_template.py) that sets IMDS
+hop limit 1 and encrypts the root volume in the launch template pulumi-eks
+builds, since pulumi-eks exposes neither and refuses a user launch template
+next to ``enable_efa_support``.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import pulumi_aws as aws
 import pulumi_eks as eks
 
 from components.instances import InstanceType
+from components.launch_template import NodeHardening
 
 ROLE_LABEL = "ray-efa-eks/role"
 SYSTEM_ROLE = "system"
@@ -38,6 +44,8 @@ class SystemNodeGroupArgs:
     instance_type: InstanceType
     node_count: int = 1
     root_volume_gib: int = 50
+    hardening: NodeHardening = field(default_factory=NodeHardening)
+    """IMDS hop limit and root-volume encryption, patched into pulumi-eks's launch template."""
 
 
 class SystemNodeGroup(pulumi.ComponentResource):
@@ -63,7 +71,7 @@ class SystemNodeGroup(pulumi.ComponentResource):
             disk_size=args.root_volume_gib,
             scaling_config={"desired_size": n, "min_size": n, "max_size": max(n, 1)},
             labels=self.labels,
-            opts=pulumi.ResourceOptions(parent=self),
+            opts=pulumi.ResourceOptions(parent=self, transforms=[args.hardening.transform()]),
         )
         self.register_outputs({"labels": self.labels})
 
@@ -85,6 +93,8 @@ class EfaGpuNodeGroupArgs:
     allow_single_node: bool = False
     root_volume_gib: int = 200
     extra_labels: dict[str, str] = field(default_factory=dict)
+    hardening: NodeHardening = field(default_factory=NodeHardening)
+    """IMDS hop limit and root-volume encryption, patched into pulumi-eks's EFA launch template."""
 
 
 class EfaGpuNodeGroup(pulumi.ComponentResource):
@@ -135,6 +145,6 @@ class EfaGpuNodeGroup(pulumi.ComponentResource):
             labels=self.labels,
             taints=[GPU_TAINT],
             **efa_args,
-            opts=child,
+            opts=pulumi.ResourceOptions(parent=self, transforms=[args.hardening.transform()]),
         )
         self.register_outputs({"labels": self.labels, "efaInterfacesPerNode": self.efa_interfaces_per_node})

@@ -17,6 +17,10 @@ from components.instances import InstanceType
 from components.node_groups import GPU_ROLE, GPU_TOLERATION, ROLE_LABEL, SYSTEM_ROLE
 
 HEAD_PORTS = {"gcs-server": 6379, "dashboard": 8265, "client": 10001}
+HEAD_LABELS = {ROLE_LABEL: "head"}
+"""Our label on the head pod template; the head NetworkPolicy selects it."""
+STORAGE_PATH_ENV = "RAY_EFA_EKS_STORAGE_PATH"
+"""Where ``python -m training`` puts checkpoints by default (RunConfig.storage_path)."""
 NCCL_SOCKET_IFNAME = "^lo,docker"
 """Exclude loopback and docker bridges: NCCL's bootstrap must use the pod's VPC interface."""
 
@@ -106,8 +110,17 @@ class RayClusterArgs:
     head_cpu: str = "2"
     head_memory: str = "8Gi"
     service_account_name: str | None = None
+    """Service account of every Ray pod (head and workers); pod identity binds IAM to it."""
+    create_service_account: bool = True
+    """Create ``service_account_name`` in the namespace (False: it exists already)."""
+    storage_path: pulumi.Input[str] | None = None
+    """Checkpoint storage (e.g. ``s3://bucket/ray-train``), exported to every pod as RAY_EFA_EKS_STORAGE_PATH."""
     runtime_env_pip: list[str] = field(default_factory=list)
     """Pip packages for jobs, exposed as RAY_RUNTIME_ENV_PIP for ``training submit``."""
+    network_policy: bool = True
+    """Admit traffic to the head (dashboard, Jobs API, GCS, client) only from pods of its own namespace."""
+    network_policy_from_namespaces: list[str] = field(default_factory=list)
+    """Extra namespaces allowed to the head's dashboard/Jobs port (8265) only, e.g. a monitoring namespace."""
     depends_on: list[pulumi.Resource] = field(default_factory=list)
 
 
@@ -132,7 +145,9 @@ def build_spec(args: RayClusterArgs) -> dict[str, Any]:
     names = [g.name for g in args.worker_groups]
     if len(set(names)) != len(names):
         raise ValueError(f"RayCluster: worker group names must be unique, got {names}")
+    storage_env = [{"name": STORAGE_PATH_ENV, "value": args.storage_path}] if args.storage_path else []
     head_env = [{"name": "RAY_RUNTIME_ENV_PIP", "value": ",".join(args.runtime_env_pip)}] if args.runtime_env_pip else []
+    head_env += storage_env
     head_pod: dict[str, Any] = {
         "nodeSelector": {ROLE_LABEL: SYSTEM_ROLE},
         "containers": [_container("ray-head", args.image, pod_resources(args.head_cpu, args.head_memory), head_env,
@@ -148,7 +163,7 @@ def build_spec(args: RayClusterArgs) -> dict[str, Any]:
         if g.efa and not g.instance_type.efa_supported:
             raise ValueError(f"worker group {g.name}: {g.instance_type.name} has no EFA; set efa=False")
         res = g.resources()
-        env = efa_env(g.instance_type, g.efa, args.nccl_debug, args.nccl_net_plugin)
+        env = efa_env(g.instance_type, g.efa, args.nccl_debug, args.nccl_net_plugin) + storage_env
         pod: dict[str, Any] = {
             "nodeSelector": dict(g.node_selector),
             "tolerations": [dict(GPU_TOLERATION)],
@@ -169,14 +184,32 @@ def build_spec(args: RayClusterArgs) -> dict[str, Any]:
         "headGroupSpec": {
             "serviceType": "ClusterIP",
             "rayStartParams": ray_start_params({"num-cpus": 0, "dashboard-host": "0.0.0.0"}),
-            "template": {"metadata": {"labels": {"ray-efa-eks/role": "head"}}, "spec": head_pod},
+            "template": {"metadata": {"labels": dict(HEAD_LABELS)}, "spec": head_pod},
         },
         "workerGroupSpecs": groups,
     }
 
 
+def head_network_policy_spec(from_namespaces: list[str] | None = None) -> dict[str, Any]:
+    """NetworkPolicy spec: the head admits its own namespace's pods, plus 8265 from ``from_namespaces``.
+
+    All ports stay open to the namespace because Ray workers and drivers use
+    more than the well-known ones (object manager, raylet, worker ports).
+    ``kubectl port-forward`` enters through the pod's own network namespace
+    and is not subject to the policy, so the dashboard stays reachable that way.
+    """
+    ingress: list[dict[str, Any]] = [{"from": [{"podSelector": {}}]}]
+    if from_namespaces:
+        ingress.append({
+            "from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}}
+                     for ns in from_namespaces],
+            "ports": [{"protocol": "TCP", "port": HEAD_PORTS["dashboard"]}],
+        })
+    return {"podSelector": {"matchLabels": dict(HEAD_LABELS)}, "policyTypes": ["Ingress"], "ingress": ingress}
+
+
 class RayCluster(pulumi.ComponentResource):
-    """The ``ray.io/v1`` RayCluster custom resource (and its namespace)."""
+    """The ``ray.io/v1`` RayCluster custom resource, its namespace, service account and head NetworkPolicy."""
 
     custom_resource: k8s.apiextensions.CustomResource
     name: str
@@ -192,13 +225,23 @@ class RayCluster(pulumi.ComponentResource):
         self.namespace = args.namespace
         ns = k8s.core.v1.Namespace(f"{name}-ns", metadata={"name": args.namespace},
                                    opts=pulumi.ResourceOptions(parent=self, provider=args.provider))
+        in_ns = pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[ns])
+        deps: list[pulumi.Resource] = [ns]
+        if args.service_account_name and args.create_service_account:
+            deps.append(k8s.core.v1.ServiceAccount(
+                f"{name}-sa", metadata={"name": args.service_account_name, "namespace": args.namespace},
+                automount_service_account_token=False, opts=in_ns))
+        if args.network_policy:
+            deps.append(k8s.networking.v1.NetworkPolicy(
+                f"{name}-head-ingress", metadata={"name": f"{name}-head-ingress", "namespace": args.namespace},
+                spec=head_network_policy_spec(args.network_policy_from_namespaces), opts=in_ns))
         self.custom_resource = k8s.apiextensions.CustomResource(
             f"{name}-raycluster",
             api_version="ray.io/v1",
             kind="RayCluster",
             metadata={"name": name, "namespace": args.namespace},
             spec=self.spec,
-            opts=pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[ns, *args.depends_on]),
+            opts=pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[*deps, *args.depends_on]),
         )
         # KubeRay names the head service <cluster>-head-svc.
         self.head_service_name = f"{name}-head-svc"

@@ -21,6 +21,11 @@ BAD = [
     ({"efa": "maybe"}, "efa", "must be a bool"),
     ({"gpuRootVolumeGiB": "20"}, "gpuRootVolumeGiB", ">= 100"),
     ({"noSuchKey": "1"}, "noSuchKey", "unknown key"),
+    ({"checkpointEncryption": "aes"}, "checkpointEncryption", "one of kms, s3"),
+    ({"checkpointPrefix": "/ray-train/"}, "checkpointPrefix", "without leading/trailing slashes"),
+    ({"checkpointNoncurrentVersionDays": "0"}, "checkpointNoncurrentVersionDays", ">= 1"),
+    ({"imdsHopLimit": "0"}, "imdsHopLimit", "1..64"),
+    ({"endpointPublicAccessCidrs": "[]"}, "endpointPublicAccessCidrs", "endpointPublicAccess: false"),
 ]
 
 
