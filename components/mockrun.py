@@ -41,6 +41,8 @@ class Recorded:
     custom: bool
     provider: str | None
     urn: str = ""
+    id: str = ""
+    """The fake id the mocks handed out (subnet ids are ``subnet-<name>``), so ids in inputs resolve."""
 
     def __getitem__(self, key: str) -> Any:
         return self.inputs[key]
@@ -116,6 +118,7 @@ class RecordingMocks(pulumi.runtime.Mocks):
             state["arn"] = f"arn:aws:s3:::{state['bucket']}"
         elif args.typ == "aws:kms/key:Key":
             state["arn"] = f"arn:aws:kms:{self.region}:123456789012:key/{args.name}"
+        rec.id = rid
         return rid, state
 
     def call(self, args: pulumi.runtime.MockCallArgs):
