@@ -329,9 +329,13 @@ def _efa_interfaces_of(template: Resource) -> tuple[Any, Any]:
     return len(efa), groups
 
 
+def _known_list(value: Any) -> bool:
+    return isinstance(value, list) and not any(v is UNKNOWN for v in value)
+
+
 def _subnets_for(stack: Stack, ids: Any, owner: Resource | None, dep_prop: str = "subnetIds") -> Any:
     """Subnet resources named by ``ids``; falls back to ``owner``'s dependencies when the ids are unknown."""
-    if isinstance(ids, list) and ids and not any(i is UNKNOWN for i in ids):
+    if _known_list(ids) and ids:
         found = [stack.resolve(i) for i in ids]
         if all(f is not None and f.type == SUBNET for f in found):
             return found
@@ -372,8 +376,11 @@ def node_groups(stack: Stack) -> list[NodeGroup]:
         else:
             strategy = None
         if child_ng is not None:
-            subnets = _subnets_for(stack, child_ng.props.get("subnetIds"), child_ng)
             subnet_ids = child_ng.props.get("subnetIds")
+            subnets = _subnets_for(stack, subnet_ids, child_ng)
+            if pg is not None and not _known_list(subnet_ids) and subnets is not UNKNOWN and len(
+                    {dig(s.props, "availabilityZone") for s in subnets}) > 1:
+                subnets = UNKNOWN  # candidates only: pulumi-eks filters them to the placement AZ, unseen here
         else:
             subnet_ids = mng.props.get("subnetIds")
             subnets = _subnets_for(stack, subnet_ids, mng)
