@@ -583,10 +583,15 @@ def pod_amount(pod: Pod, resource: str) -> Any:
     return int(total) if total == total.to_integral_value() else float(total)
 
 
-def efa_requested(pod: Pod) -> int:
-    amount = pod_amount(pod, EFA_RESOURCE)
+def pod_count(pod: Pod, resource: str) -> int:
+    """A countable extended resource (GPUs, EFA interfaces) the pod asks for; 0 when absent or unknown."""
+    amount = pod_amount(pod, resource)
     q = quantity(amount) if amount is not UNKNOWN else None
     return int(q) if q is not None else 0
+
+
+def efa_requested(pod: Pod) -> int:
+    return pod_count(pod, EFA_RESOURCE)
 
 
 def pod_env(pod: Pod) -> dict[str, Any]:

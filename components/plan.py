@@ -151,14 +151,18 @@ def make_plan(resources: list[Resource], *, source: str, stack: str, region: str
 
 def plan_tree(root: Path = PROJECT_ROOT, *, stack: str = "dev", overrides: dict[str, str] | None = None,
               region: str | None = None, program: Path | None = None, source: str = "working tree") -> Plan:
-    """Plan the program in ``root`` in this process (its code is the code imported here)."""
+    """Plan ``program`` (default ``root/__main__.py``) in this process, with the code imported here.
+
+    Config comes from ``Pulumi.<stack>.yaml`` beside the program, then ``overrides``.
+    """
     from components import mockrun
 
-    config, cfg_region = stack_config(root, stack)
+    program = program or root / "__main__.py"
+    config, cfg_region = stack_config(program.parent, stack)  # a program's stack files sit next to it
     config.update(overrides or {})
     region = region or cfg_region
     try:
-        run = mockrun.run_program(config, region=region, program=program or root / "__main__.py", stack=stack)
+        run = mockrun.run_program(config, region=region, program=program, stack=stack)
     except Exception as e:  # noqa: BLE001 - any program failure is the plan's answer, not a crash
         return Plan(source, stack, region, error=f"{type(e).__name__}: {e}")
     return make_plan(layout.from_mockrun(run), source=source, stack=stack, region=region)
@@ -175,7 +179,7 @@ def plan_git_ref(ref: str, root: Path = PROJECT_ROOT, *, stack: str = "dev", ove
         with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
             tar.extractall(tmp, filter="data")
         base = Path(tmp)
-        config, cfg_region = stack_config(base, stack)
+        config, cfg_region = stack_config((base / program).parent, stack)
         config.update(overrides or {})
         region = region or cfg_region
         source = f"git {ref}"
@@ -234,7 +238,7 @@ def settings_of(st: Stack, region: str) -> dict[str, Any]:
             "image": _show(main.get("image")),
             "cpu": _show(layout.pod_amount(p, "cpu")),
             "memory": _show(layout.pod_amount(p, "memory")),
-            "gpu": _show(layout.pod_amount(p, layout.GPU_RESOURCE)),
+            "gpu": layout.pod_count(p, layout.GPU_RESOURCE),
             "efa": layout.efa_requested(p),
             "guaranteedQoS": "yes" if all(layout.qos_problem(c) is None for c in p.containers) else "no",
         }
