@@ -381,7 +381,12 @@ def diff_plans(before: Plan, after: Plan) -> PlanDiff:
 def _cell(value: Any) -> str:
     if isinstance(value, float):
         value = f"{value:,.2f}"
-    return str(value).replace("|", "\\|").replace("\n", " ")
+    return _md(str(value)).replace("|", "\\|").replace("\n", " ")
+
+
+def _md(text: str) -> str:
+    """Text that GitHub markdown shows as written (an unknown <tag> would be dropped)."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def render_diff(d: PlanDiff) -> str:
@@ -392,7 +397,7 @@ def render_diff(d: PlanDiff) -> str:
            "`python -m components.plan --diff` reproduces this locally._", ""]
     for label, plan in (("before", d.before), ("after", after)):
         if plan.error:
-            out += [f"**The {label} program failed:** `{plan.error}`", ""]
+            out += [f"**The {label} program failed:** {_md(plan.error)}", ""]
     if d.changed:
         out += ["| setting | before | after |", "|---|---|---|"]
         out += [f"| {_cell(k)} | {_cell(a)} | {_cell(b)} |" for k, a, b in d.changed]
@@ -406,10 +411,10 @@ def render_diff(d: PlanDiff) -> str:
         out += [f"Resources: none added or removed ({len(after.resources)} in all).", ""]
     if after.violations:
         out.append(f"**Layout rules broken ({len(after.violations)}):**")
-        out += [f"- ❌ {_violation_line(v)}" + (" _(new)_" if v in d.new_violations else "") for v in after.violations]
+        out += [f"- ❌ {_md(_violation_line(v))}" + (" _(new)_" if v in d.new_violations else "") for v in after.violations]
     elif not after.error:
         out.append(f"Layout rules: ✅ all {len(after.checked)} pass.")
-    out += [f"- ✅ fixed: {_violation_line(v)}" for v in d.fixed_violations]
+    out += [f"- ✅ fixed: {_md(_violation_line(v))}" for v in d.fixed_violations]
     return "\n".join(out) + "\n"
 
 

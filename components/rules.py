@@ -85,7 +85,7 @@ def _gpu_one_az(stack: Stack) -> list[Violation]:
 # -- efa-interfaces ------------------------------------------------------------------------------------------------
 
 EFA_INTERFACES_FIX = ("give the GPU node group EFA interfaces: EfaGpuNodeGroupArgs(efa=True), i.e. pulumi-eks "
-                      "ManagedNodeGroup(enable_efa_support=True, placement_group_availability_zone=<GPU AZ>); "
+                      "ManagedNodeGroup(enable_efa_support=True, placement_group_availability_zone=the GPU AZ); "
                       "or turn EFA off everywhere (ray-efa-eks:efa false)")
 
 
@@ -214,7 +214,7 @@ def _pinned_image(stack: Stack) -> list[Violation]:
 # -- private-dashboard ---------------------------------------------------------------------------------------------
 
 DASHBOARD_FIX = ("keep the head Service ClusterIP and reach the dashboard with kubectl port-forward "
-                 "svc/<cluster>-head-svc 8265:8265; if it must sit behind a load balancer, make that internal "
+                 "svc/CLUSTER-head-svc 8265:8265; if it must sit behind a load balancer, make that internal "
                  "(service.beta.kubernetes.io/aws-load-balancer-scheme: internal, alb.ingress.kubernetes.io/scheme: "
                  "internal) and narrow loadBalancerSourceRanges")
 

@@ -108,6 +108,7 @@ def test_preview_uses_oidc_and_pulumi_actions_as_issue_6_asks():
     assert wf["permissions"] == {"contents": "read"}
     preview = wf["jobs"]["preview"]
     assert "vars.AWS_ROLE_ARN != ''" in preview["if"] and "pull_request" in preview["if"]
+    assert "head.repo.full_name == github.repository" in preview["if"]  # forks get no OIDC token
     assert preview["permissions"] == {"contents": "read", "id-token": "write", "pull-requests": "write"}
     [creds] = steps_using(preview, "aws-actions/configure-aws-credentials")
     assert creds["with"]["role-to-assume"] == "${{ vars.AWS_ROLE_ARN }}"
@@ -132,7 +133,7 @@ def test_preview_up_is_manual_and_behind_an_environment():
 
 def test_without_credentials_the_offline_plan_diff_is_posted():
     job = load("preview.yml")["jobs"]["offline-plan"]
-    assert "vars.AWS_ROLE_ARN == ''" in job["if"]
+    assert "vars.AWS_ROLE_ARN == ''" in job["if"] and "head.repo.full_name != github.repository" in job["if"]
     assert job["permissions"] == {"contents": "read", "pull-requests": "write"}
     assert steps_using(job, "actions/checkout")[0]["with"]["fetch-depth"] == 0  # the base branch must be there
     plan = next(s for s in job["steps"] if "components.plan" in s.get("run", ""))
