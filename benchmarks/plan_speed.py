@@ -37,6 +37,7 @@ def main() -> int:
             return 2
     from components.plan import plan_tree
 
+    os.chdir(ROOT)  # the plan works on ./__main__.py, like pulumi
     plan_tree(overrides={"ray-efa-eks:gpuNodeCount": "64"})  # warm the imports
     warm = []
     for _ in range(args.runs):

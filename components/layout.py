@@ -316,9 +316,9 @@ def _efa_interfaces_of(template: Resource) -> tuple[Any, Any]:
     if nis is UNKNOWN:
         return UNKNOWN, UNKNOWN
     nis = nis if isinstance(nis, list) else []
-    efa = [n for n in nis if isinstance(n, dict) and dig(n, "interfaceType") in ("efa", "efa-only")]
-    if any(dig(n, "interfaceType") is UNKNOWN for n in nis if isinstance(n, dict)):
+    if any(n is UNKNOWN or dig(n, "interfaceType") is UNKNOWN for n in nis):
         return UNKNOWN, UNKNOWN
+    efa = [n for n in nis if isinstance(n, dict) and dig(n, "interfaceType") in ("efa", "efa-only")]
     groups: Any = []
     for n in efa:
         sgs = dig(n, "securityGroups")
@@ -358,6 +358,7 @@ def node_groups(stack: Stack) -> list[NodeGroup]:
         efa_input = mng.props.get("enableEfaSupport") is True
         placement_az = mng.props.get("placementGroupAvailabilityZone")
         itypes = _str_list(props.get("instanceTypes"))
+        template = template or (_template_of(stack, mng) if child_ng is None else None)  # mocks: the program's own
         if template is not None:
             efa, sgs = _efa_interfaces_of(template)
             source = "launch template"
@@ -411,6 +412,7 @@ def node_groups(stack: Stack) -> list[NodeGroup]:
 
 
 def _template_of(stack: Stack, ng: Resource) -> Resource | None:
+    """The launch template a node group names in ``launchTemplate.id`` (or depends on for it)."""
     ref = dig(ng.props, "launchTemplate", "id")
     found = stack.resolve(ref)
     if found is not None and found.type == LAUNCH_TEMPLATE:

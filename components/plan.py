@@ -39,7 +39,6 @@ from typing import Any
 from components import layout, rules
 from components.layout import UNKNOWN, Resource, Stack
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
 PROJECT = "ray-efa-eks"
 DEFAULT_REGION = "us-east-1"
 RECORDS_MARKER = "@@plan-records@@ "
@@ -149,7 +148,7 @@ def make_plan(resources: list[Resource], *, source: str, stack: str, region: str
                 list(rules.RULE_IDS))
 
 
-def plan_tree(root: Path = PROJECT_ROOT, *, stack: str = "dev", overrides: dict[str, str] | None = None,
+def plan_tree(root: Path | None = None, *, stack: str = "dev", overrides: dict[str, str] | None = None,
               region: str | None = None, program: Path | None = None, source: str = "working tree") -> Plan:
     """Plan ``program`` (default ``root/__main__.py``) in this process, with the code imported here.
 
@@ -157,7 +156,7 @@ def plan_tree(root: Path = PROJECT_ROOT, *, stack: str = "dev", overrides: dict[
     """
     from components import mockrun
 
-    program = program or root / "__main__.py"
+    program = program or (root or Path.cwd()) / "__main__.py"
     config, cfg_region = stack_config(program.parent, stack)  # a program's stack files sit next to it
     config.update(overrides or {})
     region = region or cfg_region
@@ -168,10 +167,10 @@ def plan_tree(root: Path = PROJECT_ROOT, *, stack: str = "dev", overrides: dict[
     return make_plan(layout.from_mockrun(run), source=source, stack=stack, region=region)
 
 
-def plan_git_ref(ref: str, root: Path = PROJECT_ROOT, *, stack: str = "dev", overrides: dict[str, str] | None = None,
+def plan_git_ref(ref: str, root: Path | None = None, *, stack: str = "dev", overrides: dict[str, str] | None = None,
                  region: str | None = None, program: str = "__main__.py") -> Plan:
     """Plan the program as it is at git ``ref``: its own code, its own ``Pulumi.<stack>.yaml``, in a subprocess."""
-    archive = subprocess.run(["git", "-C", str(root), "archive", "--format=tar", ref], capture_output=True)
+    archive = subprocess.run(["git", "-C", str(root or Path.cwd()), "archive", "--format=tar", ref], capture_output=True)
     if archive.returncode != 0:
         raise PlanError(f"git archive {ref!r} failed: {archive.stderr.decode().strip()} "
                         "(fetch the ref first; in CI use actions/checkout with fetch-depth: 0)")
@@ -424,7 +423,8 @@ def _side(spec: str, args: argparse.Namespace, overrides: dict[str, str], region
     """A ``--diff`` operand: a saved ``--json`` plan, or a git ref."""
     if spec.endswith(".json") or Path(spec).is_file():
         return load_plan(spec)
-    return plan_git_ref(spec, stack=args.stack, overrides=overrides, region=region, program=args.program_rel)
+    program = os.path.relpath(Path(args.program_rel).resolve(), Path.cwd())  # the same file inside the ref's tree
+    return plan_git_ref(spec, stack=args.stack, overrides=overrides, region=region, program=program)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -434,7 +434,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
                    help="override a ray-efa-eks: key (or aws:region); repeatable")
     p.add_argument("--program", default="__main__.py", dest="program_rel",
-                   help="program file, relative to the project root (default __main__.py)")
+                   help="program file (default ./__main__.py: run from the project root, like pulumi)")
     p.add_argument("--json", action="store_true", help="print the plan (or the diff) as one JSON object")
     p.add_argument("--check", action="store_true", help="print only the rule results: one line per broken rule")
     p.add_argument("--diff", nargs="+", metavar="REF_OR_JSON",
@@ -450,7 +450,7 @@ def main(argv: list[str] | None = None) -> int:
                 after = _side(args.diff[1], args, overrides, region)
             else:
                 after = plan_tree(stack=args.stack, overrides=overrides, region=region,
-                                  program=PROJECT_ROOT / args.program_rel)
+                                  program=Path(args.program_rel).resolve())
             d = diff_plans(before, after)
             if args.json:
                 print(json.dumps({"before": before.to_json(), "after": after.to_json(),
@@ -459,7 +459,7 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 print(render_diff(d), end="")
             return d.exit_code
-        plan = plan_tree(stack=args.stack, overrides=overrides, region=region, program=PROJECT_ROOT / args.program_rel)
+        plan = plan_tree(stack=args.stack, overrides=overrides, region=region, program=Path(args.program_rel).resolve())
     except PlanError as e:
         print(f"plan: {e}", file=sys.stderr)
         return 3

@@ -26,6 +26,12 @@ k8s.core.v1.Service("dashboard-lb", metadata={"namespace": "ray"}, spec={
 '''
 
 
+@pytest.fixture(autouse=True)
+def in_project_root(monkeypatch):
+    """The plan, like pulumi, works on the program in the current directory."""
+    monkeypatch.chdir(ROOT)
+
+
 def run_cli(capsys, *argv: str) -> tuple[int, str]:
     code = main(list(argv))
     return code, capsys.readouterr().out
@@ -35,6 +41,8 @@ def run_cli(capsys, *argv: str) -> tuple[int, str]:
 def plans(tmp_path_factory) -> dict[str, Path]:
     """Saved --json plans of the default stack and of gpuInstanceType=p5.48xlarge."""
     out = tmp_path_factory.mktemp("plans")
+    cwd = os.getcwd()
+    os.chdir(ROOT)
     paths = {}
     for name, extra in (("default", []), ("p5", ["--config", "gpuInstanceType=p5.48xlarge"])):
         buf = io.StringIO()
@@ -42,6 +50,7 @@ def plans(tmp_path_factory) -> dict[str, Path]:
             assert main(["--json", *extra]) == 0
         paths[name] = out / f"{name}.json"
         paths[name].write_text(buf.getvalue())
+    os.chdir(cwd)
     return paths
 
 

@@ -171,6 +171,22 @@ def test_efa_interfaces_fails_when_pods_request_more_than_the_nodes_have():
     assert "requests 32 vpc.amazonaws.com/efa" in v.problem and "has 1 per node" in v.problem
 
 
+def test_efa_interfaces_from_the_programs_own_launch_template(default):
+    """A program may give the managed node group its own launch template instead of enable_efa_support."""
+    from tests.preview_shapes import efa_interfaces
+
+    def own_template(props):
+        props.pop("enableEfaSupport")
+        props["launchTemplate"] = {"id": "gpu-lt-id", "version": "1"}
+
+    base = mutate(default, MNG, "gpu-mng", own_template)
+    lt = extra("gpu-lt", LAUNCH_TEMPLATE, {"networkInterfaces": efa_interfaces(1, "sg-ray-efa-dev-cluster")})
+    assert lt.id == "gpu-lt-id" and check(base + [lt], "efa-interfaces") == []
+    plain_lt = extra("gpu-lt", LAUNCH_TEMPLATE, {"metadataOptions": {"httpTokens": "required"}})
+    [v] = check(base + [plain_lt], "efa-interfaces")
+    assert "no EFA interface (launch template)" in v.problem
+
+
 def test_efa_interfaces_not_required_when_efa_is_off(efa_off):
     assert layout.efa_intent(layout.Stack(efa_off)) == []
     assert check(efa_off, "efa-interfaces") == []
