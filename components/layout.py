@@ -184,8 +184,9 @@ def _jsonable(value: Any) -> Any:
 
 def from_mockrun(run: Any) -> list[Resource]:
     """The records of ``components.mockrun.run_program`` (inputs as props)."""
-    return [Resource(r.type, r.name, r.urn or f"{r.type}::{r.name}", r.parent, plain(r.inputs),
-                     getattr(r, "id", "") or None) for r in run.resources]
+    ids = getattr(run, "ids", {})
+    return [Resource(r.type, r.name, r.urn or f"{r.type}::{r.name}", r.parent, plain(r.inputs), ids.get(r.urn))
+            for r in run.resources]
 
 
 def from_policy(resources: Iterable[Any]) -> list[Resource]:
