@@ -41,16 +41,14 @@ def run_cli(capsys, *argv: str) -> tuple[int, str]:
 def plans(tmp_path_factory) -> dict[str, Path]:
     """Saved --json plans of the default stack and of gpuInstanceType=p5.48xlarge."""
     out = tmp_path_factory.mktemp("plans")
-    cwd = os.getcwd()
-    os.chdir(ROOT)
     paths = {}
-    for name, extra in (("default", []), ("p5", ["--config", "gpuInstanceType=p5.48xlarge"])):
-        buf = io.StringIO()
-        with contextlib.redirect_stdout(buf):
-            assert main(["--json", *extra]) == 0
-        paths[name] = out / f"{name}.json"
-        paths[name].write_text(buf.getvalue())
-    os.chdir(cwd)
+    with contextlib.chdir(ROOT):
+        for name, extra in (("default", []), ("p5", ["--config", "gpuInstanceType=p5.48xlarge"])):
+            buf = io.StringIO()
+            with contextlib.redirect_stdout(buf):
+                assert main(["--json", *extra]) == 0
+            paths[name] = out / f"{name}.json"
+            paths[name].write_text(buf.getvalue())
     return paths
 
 
