@@ -57,6 +57,8 @@ class MockRun:
     resources: list[Recorded] = field(default_factory=list)
     outputs: dict[str, Any] = field(default_factory=dict)
     calls: list[tuple[str, dict]] = field(default_factory=list)
+    ids: dict[str, str] = field(default_factory=dict)
+    """URN -> the fake id the mocks handed out (subnets: ``subnet-<name>``), so ids found in inputs resolve."""
 
     def of_type(self, typ: str) -> list[Recorded]:
         return [r for r in self.resources if r.type == typ]
@@ -124,6 +126,7 @@ class RecordingMocks(pulumi.runtime.Mocks):
             state["arn"] = f"arn:aws:s3:::{state['bucket']}"
         elif args.typ == "aws:kms/key:Key":
             state["arn"] = f"arn:aws:kms:{self.region}:123456789012:key/{args.name}"
+        self.run.ids[urn] = rid
         return rid, state
 
     def call(self, args: pulumi.runtime.MockCallArgs):

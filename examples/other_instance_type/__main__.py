@@ -1,0 +1,41 @@
+"""Another repo's stack on ray-efa-eks components: 2 x p5.48xlarge (8 H100, 32 EFA interfaces each) in one AZ."""
+
+import pulumi
+
+from components.cluster import Cluster, ClusterArgs
+from components.device_plugins import DevicePlugins, DevicePluginsArgs
+from components.instances import lookup
+from components.kuberay import KubeRayOperator, KubeRayOperatorArgs
+from components.network import Network, NetworkArgs
+from components.node_groups import EfaGpuNodeGroup, EfaGpuNodeGroupArgs, SystemNodeGroup, SystemNodeGroupArgs
+from components.raycluster import RayCluster, RayClusterArgs, WorkerGroupArgs
+
+config = pulumi.Config()
+gpu_type = lookup(config.get("gpuInstanceType") or "p5.48xlarge")
+gpu_az = config.get("gpuAz") or "us-east-1a"  # must offer the type: python -m components.preflight checks
+nodes = config.get_int("gpuNodes") or 2
+image = "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1"
+name = "h100-train"
+
+net = Network("h100-net", NetworkArgs(cidr="10.20.0.0/16", availability_zones=[gpu_az, config.get("otherAz") or "us-east-1b"],
+                                      gpu_availability_zone=gpu_az, cluster_name=name))
+cluster = Cluster(name, ClusterArgs(vpc_id=net.vpc_id, public_subnet_ids=net.public_subnet_ids,
+                                    private_subnet_ids=net.private_subnet_ids, kubernetes_version="1.33"))
+system = SystemNodeGroup("h100-system", SystemNodeGroupArgs(cluster=cluster.eks, node_role=cluster.node_role,
+                                                            subnet_ids=net.private_subnet_ids,
+                                                            instance_type=lookup("m7i.xlarge")))
+gpu = EfaGpuNodeGroup("h100", EfaGpuNodeGroupArgs(
+    cluster=cluster.eks, node_role=cluster.node_role, cluster_security_group_id=cluster.security_group_id,
+    subnet_ids=net.gpu_subnet_id.apply(lambda s: [s]), instance_type=gpu_type, availability_zone=gpu_az,
+    node_count=nodes))
+plugins = DevicePlugins("h100-plugins", DevicePluginsArgs(provider=cluster.provider),
+                        opts=pulumi.ResourceOptions(depends_on=[gpu]))
+operator = KubeRayOperator("h100-kuberay", KubeRayOperatorArgs(provider=cluster.provider),
+                           opts=pulumi.ResourceOptions(depends_on=[system]))
+ray = RayCluster("h100-ray", RayClusterArgs(
+    provider=cluster.provider, image=image,
+    worker_groups=[WorkerGroupArgs(name="h100", instance_type=gpu_type, replicas=nodes)],
+    depends_on=[operator, plugins]))
+
+pulumi.export("efaInterfacesPerNode", gpu.efa_interfaces_per_node)
+pulumi.export("rayDashboard", f"kubectl -n {ray.namespace} port-forward svc/{ray.head_service_name} 8265:8265")

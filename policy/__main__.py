@@ -1,0 +1,44 @@
+"""CrossGuard policy pack: the layout rules of ``components/rules.py`` enforced on a real ``pulumi preview``.
+
+``pulumi preview --policy-pack policy`` runs this file as ``__main__``. Each rule becomes one mandatory
+``StackValidationPolicy`` that hands ``StackValidationArgs.resources`` (a real preview's resources: outputs,
+parents, property dependencies, unknowns) to the same code the offline plan runs on mock records, so the plan and
+the pack cannot disagree about what a broken layout is. Values only ``pulumi up`` knows are never a violation.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from pulumi_policy import (EnforcementLevel, PolicyPack, ReportViolation, StackValidationArgs,  # noqa: E402
+                           StackValidationPolicy)
+
+from components import rules  # noqa: E402
+from components.layout import Stack, from_policy  # noqa: E402
+
+PACK_NAME = "ray-efa-eks-layout"
+
+
+def validator(rule: rules.Rule):
+    """A StackValidation callback that reports each violation of ``rule`` against its resource's URN."""
+
+    def validate(args: StackValidationArgs, report_violation: ReportViolation) -> None:
+        for v in rule.check(Stack(from_policy(args.resources))):
+            report_violation(f"{v.resource}: {v.problem}. Fix: {v.fix}", v.urn)
+
+    return validate
+
+
+POLICIES = [
+    StackValidationPolicy(name=rule.id, description=rule.title, validate=validator(rule),
+                          enforcement_level=EnforcementLevel.MANDATORY, remediation_steps=rule.fix)
+    for rule in rules.RULES
+]
+
+if __name__ == "__main__":
+    PolicyPack(name=PACK_NAME, policies=POLICIES, enforcement_level=EnforcementLevel.MANDATORY)
