@@ -167,9 +167,10 @@ class StackConfig:
             if not re.fullmatch(rf"{re.escape(self.region)}[a-z]", self.availabilityZone):
                 raise ConfigError("availabilityZone", self.availabilityZone, f"is not an AZ of region {self.region} (expected {self.region}a, {self.region}b, ...)")
         tag = image_tag(self.dlcImage)
-        if tag is None:
-            raise ConfigError("dlcImage", self.dlcImage, "needs an explicit tag, e.g. ...ray:train-ml-cuda-v1.1")
-        if tag == "latest":
+        pinned_by_digest = "@sha256:" in self.dlcImage.rsplit("/", 1)[-1]
+        if tag is None and not pinned_by_digest:
+            raise ConfigError("dlcImage", self.dlcImage, "needs an explicit tag (e.g. ...ray:train-ml-cuda-v1.1) or a digest (@sha256:...)")
+        if tag == "latest" and not pinned_by_digest:
             raise ConfigError("dlcImage", self.dlcImage, "':latest' is not reproducible; pin a versioned tag")
         try:
             net = ipaddress.ip_network(self.vpcCidr)

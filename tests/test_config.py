@@ -67,6 +67,11 @@ def test_defaults_are_reference_layout():
     assert cfg.dlcImage == "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1"
 
 
+def test_digest_pinned_image_is_accepted():
+    digest = "public.ecr.aws/deep-learning-containers/ray@sha256:" + "ab" * 32
+    assert StackConfig.from_mapping({"dlcImage": digest}).dlcImage == digest
+
+
 def test_image_tag():
     assert image_tag("localhost:5000/ray:v1") == "v1"
     assert image_tag("localhost:5000/ray") is None
