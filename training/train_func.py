@@ -91,6 +91,8 @@ def _load(ckpt: ray.train.Checkpoint, model: torch.nn.Module, opt: torch.optim.O
 
 def _report(metrics: dict, model: torch.nn.Module, opt: torch.optim.Optimizer, rank: int,
             checkpoint: bool) -> None:
+    """Report on every rank; with ``checkpoint`` each rank also saves its DCP shard (rank 0 adds meta.pt)
+    under a shared ``step_NNNNNN`` name so Ray merges all ranks' files into one checkpoint directory."""
     if not checkpoint:
         ray.train.report(metrics)
         return
