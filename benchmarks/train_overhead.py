@@ -1,13 +1,26 @@
 """Ray Train overhead: steady-state tokens/s via TorchTrainer vs a bare torch.distributed loop.
 
-Same model, batch, steps, 2 gloo ranks, 1 thread each. Warmup steps are excluded
-on both sides (the Ray side reports tokens/s per report window; we take windows
-after warmup). Run: python benchmarks/train_overhead.py [--steps 60]
+Same model, batch and steps, 2 gloo ranks with 1 thread each (OMP_NUM_THREADS=1, as
+Ray sets for its workers) at nice 0 on both sides (the local cluster runs Ray
+workers at nice 0). The first ``--warmup`` steps are excluded on both sides.
+Bare: rank 0's wall time from a barrier after warm-up to a barrier after the last
+step. Ray: ``train_func``'s ``steady_global_tokens_per_s``, from the start of the
+report at step ``warmup`` to the start of the last one, so every report in between
+(one per ``warmup`` steps) is charged.
+
+One local cluster (0-CPU head + 2 nodes) stays up throughout, so its idle daemons
+load both sides alike. Bare and TorchTrainer runs alternate ``--repeats`` times,
+each after the CPU has settled, and the medians are compared: other processes on a
+shared machine make single runs noisy.
+
+Run: python benchmarks/train_overhead.py [--steps 120 --warmup 20 --repeats 5]
 """
 from __future__ import annotations
 
 import argparse
 import os
+import socket
+import statistics
 import sys
 import time
 
@@ -52,48 +65,79 @@ def _bare_worker(rank: int, world: int, steps: int, warmup: int, batch: int, por
     dist.destroy_process_group()
 
 
+def _cpu_busy(interval: float = 1.0) -> float:
+    """Fraction of all CPUs busy over ``interval`` seconds (from /proc/stat)."""
+    def snap() -> tuple[int, int]:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        return sum(v), v[3] + v[4]  # total, idle + iowait
+
+    (t0, i0), _ = snap(), time.sleep(interval)
+    t1, i1 = snap()
+    return 1 - (i1 - i0) / max(t1 - t0, 1)
+
+
+def settle(max_wait_s: float = 30.0, busy_below: float = 0.15) -> None:
+    """Wait for the previous run's teardown (Ray kills actors, prestarts idle workers) to finish."""
+    deadline = time.monotonic() + max_wait_s
+    while _cpu_busy() > busy_below and time.monotonic() < deadline:
+        pass
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def bare(steps: int, warmup: int, batch: int, world: int = 2) -> float:
+    """Global tokens/s of a plain FSDP2 loop in ``world`` spawned processes (no Ray)."""
+    # Ray sets OMP_NUM_THREADS=<num_cpus> (1) for each worker actor; torch.set_num_threads(1)
+    # alone is measurably slower (the OpenMP pool is sized at import), so match it.
+    os.environ["OMP_NUM_THREADS"] = "1"
     ctx = mp.get_context("spawn")
     q = ctx.SimpleQueue()
-    mp.start_processes(_bare_worker, args=(world, steps, warmup, batch, 29533, q), nprocs=world,
+    mp.start_processes(_bare_worker, args=(world, steps, warmup, batch, _free_port(), q), nprocs=world,
                        start_method="spawn")
     return q.get()
 
 
-def ray_train(steps: int, warmup: int, batch: int, world: int = 2) -> float:
-    import tempfile
-
-    from training.local_cluster import local_cluster
+def ray_train(steps: int, warmup: int, batch: int, storage: str, name: str, world: int = 2) -> float:
+    """Global steady tokens/s of ``train_func`` through TorchTrainer on the running local cluster."""
     from training.trainer import build_trainer
 
-    # report_every == warmup so the first window is exactly the warmup; checkpointing off.
+    # report_every == warmup: the first report window is the warm-up; checkpointing off like the bare loop.
     cfg = {"steps": steps, "batch_size": batch, "report_every": warmup, "checkpoint_every": 0}
-    with local_cluster(worker_nodes=world), tempfile.TemporaryDirectory() as tmp:
-        res = build_trainer(num_workers=world, storage_path=tmp, name="bench", train_config=cfg).fit()
-        if res.error:
-            raise res.error
-        df = res.metrics_dataframe if hasattr(res, "metrics_dataframe") else None
-        if df is None or "global_tokens_per_s" not in df:
-            raise RuntimeError("no metrics history")
-        steady = df[df["step"] > warmup]
-        # windows are equal-sized (report_every steps): tokens/s = total tokens / total time
-        times = (warmup * batch * 64 * world) / steady["global_tokens_per_s"]
-        return float(len(steady) * warmup * batch * 64 * world / times.sum())
+    res = build_trainer(num_workers=world, storage_path=storage, name=name, train_config=cfg).fit()
+    return float(res.return_value["steady_global_tokens_per_s"])
 
 
 def main() -> None:
+    import tempfile
+
+    from training.local_cluster import local_cluster
+
     p = argparse.ArgumentParser()
-    p.add_argument("--steps", type=int, default=60)
-    p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--steps", type=int, default=120)
+    p.add_argument("--warmup", type=int, default=20, help="also the Ray report interval (steps)")
     p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--repeats", type=int, default=5)
     a = p.parse_args()
-    if a.steps % a.warmup:
-        raise SystemExit("--steps must be a multiple of --warmup")
-    b = bare(a.steps, a.warmup, a.batch_size)
-    r = ray_train(a.steps, a.warmup, a.batch_size)
-    print(f"{'bare torch.distributed (tok/s)':>34}: {b:10.0f}")
-    print(f"{'Ray TorchTrainer (tok/s)':>34}: {r:10.0f}")
-    print(f"{'ratio ray/bare':>34}: {r / b:10.3f}")
+    if a.steps % a.warmup or a.steps < 2 * a.warmup:
+        raise SystemExit("--steps must be a multiple of --warmup and at least twice it")
+    bares, rays = [], []
+    with local_cluster(worker_nodes=2), tempfile.TemporaryDirectory() as tmp:
+        for i in range(a.repeats):
+            settle()
+            bares.append(bare(a.steps, a.warmup, a.batch_size))
+            settle()
+            rays.append(ray_train(a.steps, a.warmup, a.batch_size, tmp, f"bench-{i}"))
+            print(f"[bench] run {i + 1}/{a.repeats}: bare {bares[-1]:.0f} tok/s  ray {rays[-1]:.0f} tok/s  "
+                  f"ratio {rays[-1] / bares[-1]:.3f}", flush=True)
+    b, r = statistics.median(bares), statistics.median(rays)
+    print(f"{'':>24}  {'bare':>8}  {'ray':>8}  {'ray/bare':>8}")
+    print(f"{'median global tokens/s':>24}  {b:8.0f}  {r:8.0f}  {r / b:8.3f}")
+    print(f"{'min..max':>24}  {min(bares):.0f}..{max(bares):.0f}  {min(rays):.0f}..{max(rays):.0f}")
 
 
 if __name__ == "__main__":

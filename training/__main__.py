@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 import time
 from typing import Optional, Sequence
@@ -22,12 +23,18 @@ def _train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--preset", default="tiny")
     p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--storage-path", default=None)
-    p.add_argument("--name", default=None)
+    p.add_argument("--storage-path", default=None,
+                   help="checkpoint storage, a directory or s3://bucket/prefix "
+                        "(default: $RAY_EFA_EKS_STORAGE_PATH, else <tmp>/ray-efa-eks-train)")
+    p.add_argument("--name", default=None,
+                   help="the run name; rerun with the same name and storage path to resume "
+                        "(default: a new fsdp-lm-<time> run)")
     p.add_argument("--max-failures", type=int, default=1)
     p.add_argument("--checkpoint-every", type=int, default=10)
     p.add_argument("--report-every", type=int, default=5)
-    p.add_argument("--fail-at-step", type=int, default=None, help="fault injection: rank 1 exits once")
+    p.add_argument("--fail-at-step", type=int, default=None,
+                   help="fault injection: rank 1 is killed at this step unless the attempt resumed "
+                        "(must come after the first checkpoint)")
     p.add_argument("--use-gpu", action="store_true")
     p.add_argument("--json", action="store_true", help="last stdout line is a JSON summary")
 
@@ -35,9 +42,9 @@ def _train_args(p: argparse.ArgumentParser) -> None:
 def run_training(args: argparse.Namespace) -> dict:
     import ray
 
-    from training.trainer import build_trainer, default_storage_path
+    from training.trainer import build_trainer, resolve_storage_path
 
-    storage = os.path.abspath(args.storage_path or default_storage_path())
+    storage = resolve_storage_path(args.storage_path, os.environ)
     name = args.name or f"fsdp-lm-{int(time.time())}"
     train_cfg = {
         "preset": args.preset,
@@ -46,28 +53,25 @@ def run_training(args: argparse.Namespace) -> dict:
         "checkpoint_every": args.checkpoint_every,
         "report_every": args.report_every,
         "fail_at_step": args.fail_at_step,
-        "fail_marker": os.path.join(storage, name, "fail_marker") if args.fail_at_step else None,
     }
-    if args.fail_at_step:
-        os.makedirs(os.path.join(storage, name), exist_ok=True)
     trainer = build_trainer(num_workers=args.workers, use_gpu=args.use_gpu, train_config=train_cfg,
                             storage_path=storage, name=name, max_failures=args.max_failures)
     t0 = time.perf_counter()
-    result = trainer.fit()
+    result = trainer.fit()  # raises TrainingFailedError once max_failures is spent
     wall = time.perf_counter() - t0
-    if result.error:
-        raise result.error
-    m = result.metrics
+    m = result.return_value  # rank 0's last metrics (Result.metrics only holds checkpointed ones)
     return {
         "steps": m["step"],
         "loss_first": m["loss_first"],
         "loss_last": m["loss"],
         "world_size": m["world_size"],
         "nodes": len({n["node_id"] for n in m["nodes"]}),
-        "tokens_per_s": m["global_tokens_per_s"],
+        "tokens_per_s": m["steady_global_tokens_per_s"],
         "resumed_from_step": m["resumed_from_step"],
         "shard_fraction": m["shard_fraction"],
         "backend": m["backend"],
+        "name": name,
+        "storage_path": storage,
         "checkpoint": result.checkpoint.path if result.checkpoint else None,
         "fit_s": round(wall, 2),
         "ray_connected": ray.is_initialized(),
@@ -77,6 +81,8 @@ def run_training(args: argparse.Namespace) -> dict:
 def main_train(args: argparse.Namespace) -> int:
     import ray
 
+    if args.fail_at_step is not None and not 0 < args.checkpoint_every < args.fail_at_step:
+        raise SystemExit("--fail-at-step must come after the first checkpoint (--checkpoint-every)")
     t0 = time.perf_counter()
     if args.address:
         ray.init(address=args.address)
@@ -95,6 +101,12 @@ def main_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def submit_entrypoint(train_args: Sequence[str]) -> str:
+    """The job's command: the training args pass through unchanged; with no --storage-path the
+    job uses the cluster's $RAY_EFA_EKS_STORAGE_PATH (set on the pods)."""
+    return shlex.join(["python", "-m", "training", "--address", "auto", *train_args])
+
+
 def main_submit(args: argparse.Namespace, rest: Sequence[str]) -> int:
     from ray.job_submission import JobSubmissionClient
 
@@ -104,9 +116,9 @@ def main_submit(args: argparse.Namespace, rest: Sequence[str]) -> int:
         env["pip"] = list(args.pip)
     if args.env:
         env["env_vars"] = dict(kv.split("=", 1) for kv in args.env)
-    entry = "python -m training --address auto " + " ".join(rest)
+    entry = submit_entrypoint(rest)
     client = JobSubmissionClient(args.address)
-    job_id = client.submit_job(entrypoint=entry.strip(), runtime_env=env)
+    job_id = client.submit_job(entrypoint=entry, runtime_env=env)
     print(f"submitted {job_id}: {entry}", flush=True)
     if args.no_wait:
         return 0

@@ -12,6 +12,18 @@ _LIGHT_ENV = {
     "RAY_DEDUP_LOGS": "0",
     "RAY_USAGE_STATS_ENABLED": "0",
     "RAY_TRAIN_ENABLE_STATE_ACTOR_RECONCILIATION": "0",
+    # Ray starts workers at nice 15; on a shared laptop/CI box that hands the training
+    # ranks' CPU to any other process. Run them at the same priority as everything else.
+    "RAY_worker_niceness": "0",
+    # The Ray Train controller drains one report per worker per poll (default every 2 s) and
+    # ray.train.report blocks while the previous one is undrained; the tiny CPU model reports
+    # every ~0.5 s, so poll faster. This also shortens the window in which a killed worker
+    # loses its last, not yet collected, checkpoint report.
+    "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.25",
+    # Local nodes are never preempted; skip the per-run preemption watcher actor.
+    "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",
+    # Ray Train's print patch tees worker prints to stdout and the log, so each line shows twice.
+    "RAY_TRAIN_ENABLE_PRINT_PATCH": "0",
 }
 
 

@@ -3,14 +3,20 @@
 Every rank calls ``ray.train.report`` the same number of times (it is a barrier
 in Ray Train V2). Checkpoints use a fixed ``checkpoint_dir_name`` per step so
 Ray merges each rank's DCP shard files into one storage directory.
+
+A reported checkpoint only becomes the one a restart resumes from once the
+controller has collected that report from *every* rank (Ray Train V2 polls each
+worker every ``RAY_TRAIN_HEALTH_CHECK_INTERVAL_S``); a rank that dies before that
+poll takes its report with it and the run resumes from the previous checkpoint.
 """
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import tempfile
 import time
-from typing import Any
+from typing import Any, Optional
 
 import ray
 import ray.train
@@ -31,8 +37,10 @@ DEFAULTS: dict[str, Any] = {
     "seed": 0,
     "report_every": 5,
     "checkpoint_every": 10,
-    "fail_at_step": None,  # rank 1 os._exit(1)s once at this step (fault test)
-    "fail_marker": None,  # path of a file created before the injected failure
+    # Fault injection: these ranks SIGKILL themselves at this step, in an attempt
+    # that did not resume from a checkpoint (so a working restore fails only once).
+    "fail_at_step": None,
+    "fail_ranks": (1,),
     "threads": 1,
 }
 
@@ -56,19 +64,50 @@ def shard_fraction(model: torch.nn.Module) -> float:
     return local / total if total else 1.0
 
 
-def _maybe_fail(config: dict, step: int, rank: int) -> None:
-    fail_at, marker = config.get("fail_at_step"), config.get("fail_marker")
-    if fail_at is None or step != fail_at or rank != 1:
+def _maybe_fail(cfg: dict, step: int, rank: int, resumed_from: int) -> None:
+    """SIGKILL this rank at ``fail_at_step`` once the checkpoints reported so far are committed.
+
+    Waiting for the commit makes the test exercise restore rather than the race
+    in which a rank dies before the controller's next poll collected its last report.
+    """
+    if cfg["fail_at_step"] is None or step != cfg["fail_at_step"] or resumed_from:
         return
-    if marker and os.path.exists(marker):
-        return  # already failed once; this is the retry
-    if marker:
-        with open(marker, "w") as f:
-            f.write(f"failed at step {step}\n")
-    os._exit(1)
+    if rank not in cfg["fail_ranks"]:
+        return
+    ray.train.get_all_reported_checkpoints(consistency_mode=ray.train.CheckpointConsistencyMode.COMMITTED)
+    print(f"[train] fault injection: rank {rank} SIGKILLs itself at step {step}", flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
-def train_func(config: dict) -> None:
+def _load(ckpt: ray.train.Checkpoint, model: torch.nn.Module, opt: torch.optim.Optimizer) -> dict:
+    """Load the sharded model/optimizer state in place; return the checkpoint's meta."""
+    with ckpt.as_directory() as d:
+        msd, osd = get_state_dict(model, opt)
+        state = {"model": msd, "optim": osd}
+        dcp.load(state, checkpoint_id=d)
+        set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
+        return torch.load(os.path.join(d, "meta.pt"))
+
+
+def _report(metrics: dict, model: torch.nn.Module, opt: torch.optim.Optimizer, rank: int,
+            checkpoint: bool) -> None:
+    """Report on every rank; with ``checkpoint`` each rank also saves its DCP shard (rank 0 adds meta.pt)
+    under a shared ``step_NNNNNN`` name so Ray merges all ranks' files into one checkpoint directory."""
+    if not checkpoint:
+        ray.train.report(metrics)
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        msd, osd = get_state_dict(model, opt)
+        dcp.save({"model": msd, "optim": osd}, checkpoint_id=tmp)
+        if rank == 0:
+            meta = {k: metrics[k] for k in ("step", "loss", "loss_first")}
+            torch.save(meta, os.path.join(tmp, "meta.pt"))
+        ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(tmp),
+                         checkpoint_dir_name=f"step_{metrics['step']:06d}")
+
+
+def train_func(config: Optional[dict]) -> dict:
+    """Train; return the last metrics (rank 0's become ``Result.return_value``)."""
     cfg = {**DEFAULTS, **(config or {})}
     torch.set_num_threads(int(cfg["threads"]))
     ctx = ray.train.get_context()
@@ -76,6 +115,7 @@ def train_func(config: dict) -> None:
     device = ray.train.torch.get_device()
     use_gpu = device.type == "cuda"
     mcfg = get_config(cfg["preset"])
+    steps, every = int(cfg["steps"]), int(cfg["checkpoint_every"] or 0)
 
     torch.manual_seed(cfg["seed"])
     with torch.device(device):
@@ -84,76 +124,54 @@ def train_func(config: dict) -> None:
     opt = torch.optim.AdamW(model.parameters(), lr=cfg["lr"])
     data = RandomTokens(mcfg.vocab_size, mcfg.seq_len, cfg["batch_size"], cfg["seed"], rank)
 
-    start, resumed_from, loss_first = 1, 0, None
+    resumed_from, loss_first, loss_val = 0, None, float("nan")
     ckpt = ray.train.get_checkpoint()
     if ckpt is not None:
-        with ckpt.as_directory() as d:
-            msd, osd = get_state_dict(model, opt)
-            state = {"model": msd, "optim": osd}
-            dcp.load(state, checkpoint_id=d)
-            set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
-            meta = torch.load(os.path.join(d, "meta.pt"))
-        resumed_from = int(meta["step"])
-        loss_first = meta.get("loss_first")
-        start = resumed_from + 1
+        meta = _load(ckpt, model, opt)
+        resumed_from, loss_first = int(meta["step"]), meta["loss_first"]
+        loss_val = meta.get("loss", loss_val)
 
-    node_id = ray.get_runtime_context().get_node_id()
-    host = socket.gethostname()
     nodes: list = [None] * world
-    dist.all_gather_object(nodes, {"rank": rank, "node_id": node_id, "hostname": host})
-    frac = shard_fraction(model)
-    backend = dist.get_backend()
+    node_id = ray.get_runtime_context().get_node_id()
+    dist.all_gather_object(nodes, {"rank": rank, "node_id": node_id, "hostname": socket.gethostname()})
+    metrics: dict[str, Any] = {
+        "step": resumed_from, "loss": loss_val, "loss_first": loss_first,
+        "tokens_per_s": 0.0, "global_tokens_per_s": 0.0, "steady_global_tokens_per_s": 0.0,
+        "backend": dist.get_backend(), "world_size": world, "rank": rank, "node_id": node_id,
+        "nodes": nodes, "shard_fraction": shard_fraction(model), "resumed_from_step": resumed_from,
+    }
     tokens_per_step = cfg["batch_size"] * mcfg.seq_len
 
-    window_t, window_steps = time.perf_counter(), 0
-    for step in range(start, cfg["steps"] + 1):
-        _maybe_fail(cfg, step, rank)
-        t0 = time.perf_counter()
+    # Throughput windows run from one report's start to the next, so the cost of
+    # reporting and checkpointing is charged to the window after it.
+    window_t, window_start = time.perf_counter(), resumed_from
+    steady_t: Optional[float] = None
+    steady_step = 0
+    for step in range(resumed_from + 1, steps + 1):
+        _maybe_fail(cfg, step, rank, resumed_from)
         x = data.batch(step).to(device)
         loss = lm_loss(model(x), x)
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
         loss_val = loss.item()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        step_time = time.perf_counter() - t0
-        window_steps += 1
         if loss_first is None:
             loss_first = loss_val
 
-        last = step == cfg["steps"]
-        if step % cfg["report_every"] and not last and (not cfg["checkpoint_every"] or step % cfg["checkpoint_every"]):
+        last = step == steps
+        ckpt_due = bool(every) and (step % every == 0 or last)
+        if step % cfg["report_every"] and not last and not ckpt_due:
             continue
-        elapsed = time.perf_counter() - window_t
-        tps = tokens_per_step * window_steps / elapsed
-        metrics = {
-            "step": step,
-            "loss": loss_val,
-            "loss_first": loss_first,
-            "tokens_per_s": tps,
-            "global_tokens_per_s": tps * world,
-            "step_time_s": step_time,
-            "backend": backend,
-            "world_size": world,
-            "rank": rank,
-            "node_id": node_id,
-            "hostname": host,
-            "nodes": nodes,
-            "shard_fraction": frac,
-            "resumed_from_step": resumed_from,
-        }
+        now = time.perf_counter()
+        tps = tokens_per_step * (step - window_start) / (now - window_t)
+        if steady_t is None:  # the first window holds warm-up; steady state starts after it
+            steady_t, steady_step = now, step
+        steady = tokens_per_step * (step - steady_step) / (now - steady_t) if step > steady_step else tps
+        metrics.update(step=step, loss=loss_val, loss_first=loss_first, tokens_per_s=tps,
+                       global_tokens_per_s=tps * world, steady_global_tokens_per_s=steady * world)
         if rank == 0:
-            print(f"[train] step {step}/{cfg['steps']} loss {loss_val:.4f} "
-                  f"global_tok/s {tps * world:.0f} world {world}", flush=True)
-        if cfg["checkpoint_every"] and (step % cfg["checkpoint_every"] == 0 or last):
-            with tempfile.TemporaryDirectory() as tmp:
-                msd, osd = get_state_dict(model, opt)
-                dcp.save({"model": msd, "optim": osd}, checkpoint_id=tmp)
-                if rank == 0:
-                    torch.save({"step": step, "loss_first": loss_first}, os.path.join(tmp, "meta.pt"))
-                ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(tmp),
-                                 checkpoint_dir_name=f"step_{step:06d}")
-        else:
-            ray.train.report(metrics)
-        window_t, window_steps = time.perf_counter(), 0
+            print(f"[train] step {step}/{steps} loss {loss_val:.4f} global_tok/s {tps * world:.0f} "
+                  f"world {world}", flush=True)
+        _report(dict(metrics), model, opt, rank, checkpoint=ckpt_due)  # a copy: Ray queues it as is
+        window_t, window_start = now, step
+    return metrics

@@ -3,12 +3,15 @@ from __future__ import annotations
 
 import os
 import tempfile
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchConfig, TorchTrainer
 
 from training.train_func import train_func
+
+STORAGE_PATH_ENV = "RAY_EFA_EKS_STORAGE_PATH"
+"""Set on the RayCluster pods (e.g. ``s3://<bucket>/ray-train``): where runs checkpoint by default."""
 
 
 def num_workers_for(gpu_nodes: int, gpus_per_node: int) -> int:
@@ -20,6 +23,16 @@ def num_workers_for(gpu_nodes: int, gpus_per_node: int) -> int:
 
 def default_storage_path() -> str:
     return os.path.join(tempfile.gettempdir(), "ray-efa-eks-train")
+
+
+def resolve_storage_path(cli_value: Optional[str], env: Mapping[str, str]) -> str:
+    """``RunConfig.storage_path``: the explicit value, else ``$RAY_EFA_EKS_STORAGE_PATH``, else a local temp dir.
+
+    URIs (``s3://...``) pass through untouched; local paths are made absolute
+    because Ray resolves them on other processes with other working directories.
+    """
+    value = cli_value or env.get(STORAGE_PATH_ENV) or default_storage_path()
+    return value if "://" in value else os.path.abspath(os.path.expanduser(value))
 
 
 def build_trainer(
@@ -40,6 +53,9 @@ def build_trainer(
     trainer works locally and on the deployed cluster.
     SPREAD places ranks on distinct nodes when possible, so a local 2-node
     cluster exercises cross-node collectives like the deployed one.
+    ``name`` + ``storage_path`` identify the run: Ray Train restores the latest
+    checkpoint of an existing run directory (its checkpoint manager snapshot), so
+    a new ``fit()`` with the same pair resumes where the old run left off.
     """
     if resources_per_worker is None:
         resources_per_worker = {"CPU": 1, "GPU": 1} if use_gpu else {"CPU": 1}
@@ -55,7 +71,7 @@ def build_trainer(
         ),
         run_config=RunConfig(
             name=name,
-            storage_path=storage_path or default_storage_path(),
+            storage_path=resolve_storage_path(storage_path, os.environ),
             failure_config=FailureConfig(max_failures=max_failures),
             checkpoint_config=CheckpointConfig(num_to_keep=2),
         ),
