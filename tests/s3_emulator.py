@@ -14,6 +14,7 @@ the pods' role policy against what Ray's storage layer really does.
 
 from __future__ import annotations
 
+import io
 import json
 import threading
 import urllib.parse
@@ -54,14 +55,15 @@ class PodIdentityS3:
         moto_app = DomainDispatcherApplication(create_backend_app)
 
         def recording_app(environ, start_response):
-            length = int(environ.get("CONTENT_LENGTH") or 0)
-            body = environ["wsgi.input"].read(length) if length else b""
-            import io
-
-            environ["wsgi.input"] = io.BytesIO(body)
+            query = urllib.parse.parse_qs(environ.get("QUERY_STRING", ""), keep_blank_values=True)
+            body = b""
+            if environ["REQUEST_METHOD"] == "POST" and "delete" in query:
+                # DeleteObjects names its keys in the body; keep a copy. Other bodies (uploads, often
+                # aws-chunked without Content-Length) pass through untouched.
+                body = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
+                environ["wsgi.input"] = io.BytesIO(body)
             self.requests.append(S3Request(environ["REQUEST_METHOD"], urllib.parse.unquote(environ["PATH_INFO"]),
-                                           urllib.parse.parse_qs(environ.get("QUERY_STRING", ""),
-                                                                 keep_blank_values=True), body))
+                                           query, body))
             return moto_app(environ, start_response)
 
         self._s3 = make_server("127.0.0.1", 0, recording_app, threaded=True, request_handler=MotoRequestHandler)

@@ -46,11 +46,15 @@ for step in (1, 2):
         f.write(b"dcp-metadata")
     persisted.append(ctx.persist_current_checkpoint(Checkpoint.from_directory(d), f"checkpoint_{step:06d}"))
 restored = persisted[1].to_directory(tempfile.mkdtemp())
+same = all(open(os.path.join(d, n), "rb").read() == open(os.path.join(restored, n), "rb").read()
+           for n in os.listdir(d))
 delete_fs_path(ctx.storage_filesystem, persisted[0].path)
 with ctx.storage_filesystem.open_output_stream(ctx.checkpoint_manager_snapshot_path) as f:
-    f.write(b"{}")
+    f.write(b'{"snapshot": 1}')
+with ctx.storage_filesystem.open_input_stream(ctx.checkpoint_manager_snapshot_path) as f:
+    snapshot = f.read().decode()
 print(json.dumps({"fs": ctx.storage_filesystem.type_name, "restored": sorted(os.listdir(restored)),
-                  "paths": [c.path for c in persisted]}))
+                  "bytes_identical": same, "snapshot": snapshot, "paths": [c.path for c in persisted]}))
 """
 
 
@@ -75,6 +79,8 @@ def test_ray_storage_uses_pod_identity_credentials(session):
     assert summary["fs"] == "s3"
     assert s3.credential_fetches and set(s3.credential_fetches) == {PodIdentityS3.TOKEN}
     assert summary["restored"] == [".metadata", "__0_0.distcp", "__1_0.distcp"]
+    assert summary["bytes_identical"] is True and summary["snapshot"] == '{"snapshot": 1}'
+
     assert "ray-train/run-1/checkpoint_000002/__1_0.distcp" in keys
     assert not [k for k in keys if k.startswith("ray-train/run-1/checkpoint_000001/") and not k.endswith("/")]
     assert all(k.startswith("ray-train/") for k in keys)
@@ -101,3 +107,36 @@ def test_the_check_can_fail(session):
     cond["StringLike"] = cond.pop("StringLikeIfExists")
     refused = [c for c in calls if not allowed(json.dumps(strict), *c)]
     assert refused and all(a == "s3:ListBucket" and "s3:prefix" not in ctx for a, _, ctx in refused)
+
+
+def test_training_on_s3_resumes_in_a_new_cluster(tmp_path):
+    """The cluster path end to end: ``python -m training`` with only the pods' env.
+
+    No --storage-path: the run goes to $RAY_EFA_EKS_STORAGE_PATH (s3://<bucket>/ray-train) with Pod
+    Identity credentials. Its local Ray cluster is then gone, as deleted pods are; a second
+    invocation with the same --name, on a fresh cluster, must resume from the checkpoint in S3.
+    """
+    with PodIdentityS3(tmp_path) as s3:
+        s3.admin_client().create_bucket(Bucket=BUCKET)
+        setup = len(s3.requests)
+        env = s3.pod_env({**os.environ, "PYTHONPATH": str(ROOT)})
+        env["RAY_EFA_EKS_STORAGE_PATH"] = f"s3://{BUCKET}/ray-train"
+
+        def train(steps: int) -> dict:
+            proc = subprocess.run([sys.executable, "-m", "training", "--json", "--name", "s3-run", "--steps",
+                                   str(steps), "--checkpoint-every", "3", "--report-every", "3"],
+                                  cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+            assert proc.returncode == 0, proc.stderr[-3000:]
+            return json.loads(proc.stdout.strip().splitlines()[-1])
+
+        first = train(6)
+        assert first["storage_path"] == f"s3://{BUCKET}/ray-train" and first["resumed_from_step"] == 0
+        second = train(9)
+        calls = iam_requests(s3.requests[setup:], BUCKET)
+        assert second["resumed_from_step"] == 6 and second["steps"] == 9
+        assert second["loss_first"] == pytest.approx(first["loss_first"])
+        keys = [o["Key"] for o in s3.admin_client().list_objects_v2(Bucket=BUCKET).get("Contents", [])]
+        assert any(k.startswith("ray-train/s3-run/step_000009/") for k in keys)
+        assert set(s3.credential_fetches) == {PodIdentityS3.TOKEN}
+        denied = [c for c in calls if not allowed(bucket_prefix_policy(ARN, "ray-train"), *c)]
+        assert not denied, f"the pods' role would be refused: {denied[:5]}"
