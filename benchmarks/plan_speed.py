@@ -11,6 +11,7 @@ in-process plan once the imports are warm.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -26,6 +27,7 @@ CONFIG = ["--config", "gpuNodeCount=64"]
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--json", action="store_true", help="last stdout line is a JSON summary")
     args = p.parse_args()
     cli = []
     for _ in range(args.runs):
@@ -50,6 +52,9 @@ def main() -> int:
     print(f"  command (python -m components.plan): best {best:.2f} s, median {statistics.median(cli):.2f} s")
     print(f"  in-process plan, imports warm:       best {min(warm):.2f} s, median {statistics.median(warm):.2f} s")
     print(f"  target < {TARGET_S:.0f} s: {'met' if best < TARGET_S else 'MISSED'}")
+    if args.json:
+        print(json.dumps({"command_best_s": best, "command_median_s": statistics.median(cli),
+                          "warm_best_s": min(warm), "resources": len(plan.resources)}))
     return 0 if best < TARGET_S else 1
 
 

@@ -18,6 +18,7 @@ Run: python benchmarks/train_overhead.py [--steps 120 --warmup 20 --repeats 5]
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import socket
 import statistics
@@ -122,6 +123,7 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=20, help="also the Ray report interval (steps)")
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--json", action="store_true", help="last stdout line is a JSON summary")
     a = p.parse_args()
     if a.steps % a.warmup or a.steps < 2 * a.warmup:
         raise SystemExit("--steps must be a multiple of --warmup and at least twice it")
@@ -138,6 +140,9 @@ def main() -> None:
     print(f"{'':>24}  {'bare':>8}  {'ray':>8}  {'ray/bare':>8}")
     print(f"{'median global tokens/s':>24}  {b:8.0f}  {r:8.0f}  {r / b:8.3f}")
     print(f"{'min..max':>24}  {min(bares):.0f}..{max(bares):.0f}  {min(rays):.0f}..{max(rays):.0f}")
+    if a.json:
+        print(json.dumps({"bare_tokens_per_s": b, "ray_tokens_per_s": r, "ratio": r / b,
+                          "pair_ratios": [round(x / y, 3) for x, y in zip(rays, bares)]}))
 
 
 if __name__ == "__main__":
