@@ -158,6 +158,10 @@ def test_pods_start_after_their_identity_exists(run):
 
 
 def test_storage_path_reaches_every_ray_pod(run):
+    from components.raycluster import STORAGE_PATH_ENV as POD_ENV
+    from training.trainer import STORAGE_PATH_ENV as CLI_ENV
+
+    assert POD_ENV == CLI_ENV == "RAY_EFA_EKS_STORAGE_PATH"  # the pods set what the training CLI reads
     uri = run.outputs["checkpointStorageUri"]
     assert uri == f"s3://{bucket_of(run).name}/ray-train"
     for t in pod_specs(run):
