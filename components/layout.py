@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from components.instances import CATALOGUE, EKS_CONTROL_PLANE_USD_HOUR, NAT_GATEWAY_USD_HOUR
+from components.cost import hourly_usd
+from components.instances import CATALOGUE
 
 MNG = "eks:index:ManagedNodeGroup"
 EKS_COMPONENT = "eks:index:Cluster"
@@ -776,7 +777,7 @@ def _ingress_backends(spec: dict[str, Any]) -> list[Any]:
 
 def hourly_cost(stack: Stack, region: str) -> tuple[float | None, list[str]]:
     """On-demand USD/hour of nodes + EKS control planes + NAT gateways; (None, why) when a price is missing."""
-    total, missing = EKS_CONTROL_PLANE_USD_HOUR * _eks_clusters(stack) + NAT_GATEWAY_USD_HOUR * len(stack.of_type(NAT_GATEWAY)), []
+    nodes, missing = [], []
     for g in node_groups(stack):
         if not isinstance(g.nodes, int):
             missing.append(f"{g.resource.name}: node count unknown")
@@ -787,8 +788,10 @@ def hourly_cost(stack: Stack, region: str) -> tuple[float | None, list[str]]:
         if not types:
             missing.append(f"{g.resource.name}: no catalogue price for {g.instance_types}")
             continue
-        total += types[0].hourly_usd(region) * g.nodes
-    return (round(total, 4) if not missing else None), missing
+        nodes.append((types[0], g.nodes))
+    if missing:
+        return None, missing
+    return hourly_usd(region, nodes, _eks_clusters(stack), len(stack.of_type(NAT_GATEWAY))), []
 
 
 def _eks_clusters(stack: Stack) -> int:

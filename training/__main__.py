@@ -40,8 +40,6 @@ def _train_args(p: argparse.ArgumentParser) -> None:
 
 
 def run_training(args: argparse.Namespace) -> dict:
-    import ray
-
     from training.trainer import build_trainer, resolve_storage_path
 
     storage = resolve_storage_path(args.storage_path, os.environ)
@@ -74,7 +72,6 @@ def run_training(args: argparse.Namespace) -> dict:
         "storage_path": storage,
         "checkpoint": result.checkpoint.path if result.checkpoint else None,
         "fit_s": round(wall, 2),
-        "ray_connected": ray.is_initialized(),
     }
 
 
