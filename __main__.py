@@ -2,19 +2,19 @@
 
 import pulumi
 
-from components.checkpoint_bucket import CheckpointBucket, CheckpointBucketArgs
-from components.cluster import Cluster, ClusterArgs
-from components.config import StackConfig
-from components.cost import estimate_hourly_usd
-from components.device_plugins import DevicePlugins, DevicePluginsArgs
-from components.efa_check import EfaCheckJob, EfaCheckJobArgs
-from components.kuberay import KubeRayOperator, KubeRayOperatorArgs
-from components.launch_template import NodeHardening
-from components.network import Network, NetworkArgs
-from components.node_groups import EfaGpuNodeGroup, EfaGpuNodeGroupArgs, SystemNodeGroup, SystemNodeGroupArgs
-from components.placement import cluster_azs, resolve_gpu_az
-from components.pod_identity import PodStorageAccess, PodStorageAccessArgs
-from components.raycluster import RayCluster, RayClusterArgs, WorkerGroupArgs
+from ray_efa_eks.components.checkpoint_bucket import CheckpointBucket, CheckpointBucketArgs
+from ray_efa_eks.components.cluster import Cluster, ClusterArgs
+from ray_efa_eks.components.config import StackConfig
+from ray_efa_eks.components.cost import estimate_hourly_usd
+from ray_efa_eks.components.device_plugins import DevicePlugins, DevicePluginsArgs
+from ray_efa_eks.components.efa_check import EfaCheckJob, EfaCheckJobArgs
+from ray_efa_eks.components.kuberay import KubeRayOperator, KubeRayOperatorArgs
+from ray_efa_eks.components.launch_template import NodeHardening
+from ray_efa_eks.components.network import Network, NetworkArgs
+from ray_efa_eks.components.node_groups import EfaGpuNodeGroup, EfaGpuNodeGroupArgs, SystemNodeGroup, SystemNodeGroupArgs
+from ray_efa_eks.components.placement import cluster_azs, resolve_gpu_az
+from ray_efa_eks.components.pod_identity import PodStorageAccess, PodStorageAccessArgs
+from ray_efa_eks.components.raycluster import RayCluster, RayClusterArgs, WorkerGroupArgs
 
 cfg = StackConfig.from_pulumi()  # raises on bad config before anything is registered
 gpu_az = resolve_gpu_az(cfg)

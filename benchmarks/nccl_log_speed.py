@@ -12,8 +12,7 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from training.nccl_log import analyze_paths  # noqa: E402
+from ray_efa_eks.training.nccl_log import analyze_paths  # noqa: E402
 
 NODES, GPUS, CHANNELS = 64, 8, 32
 

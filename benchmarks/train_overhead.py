@@ -25,7 +25,6 @@ import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch
 import torch.distributed as dist
@@ -35,8 +34,8 @@ import torch.multiprocessing as mp
 def _bare_worker(rank: int, world: int, steps: int, warmup: int, batch: int, port: int, q) -> None:
     from torch.distributed.fsdp import fully_shard
 
-    from training.data import RandomTokens
-    from training.model import DecoderLM, get_config, lm_loss
+    from ray_efa_eks.training.data import RandomTokens
+    from ray_efa_eks.training.model import DecoderLM, get_config, lm_loss
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
@@ -105,7 +104,7 @@ def bare(steps: int, warmup: int, batch: int, world: int = 2) -> float:
 
 def ray_train(steps: int, warmup: int, batch: int, storage: str, name: str, world: int = 2) -> float:
     """Global steady tokens/s of ``train_func`` through TorchTrainer on the running local cluster."""
-    from training.trainer import build_trainer
+    from ray_efa_eks.training.trainer import build_trainer
 
     # report_every == warmup: the first report window is the warm-up; checkpointing off like the bare loop.
     cfg = {"steps": steps, "batch_size": batch, "report_every": warmup, "checkpoint_every": 0}
@@ -116,7 +115,7 @@ def ray_train(steps: int, warmup: int, batch: int, storage: str, name: str, worl
 def main() -> None:
     import tempfile
 
-    from training.local_cluster import local_cluster
+    from ray_efa_eks.training.local_cluster import local_cluster
 
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=120)

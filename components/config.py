@@ -13,9 +13,9 @@ import re
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
-from components.checkpoint_bucket import ENCRYPTIONS
-from components.instances import CATALOGUE, InstanceType
-from components.pod_identity import check_prefix
+from .checkpoint_bucket import ENCRYPTIONS
+from .instances import CATALOGUE, InstanceType
+from .pod_identity import check_prefix
 
 NAMESPACE = "ray-efa-eks"
 DEFAULT_DLC_IMAGE = "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from components.instances import EKS_CONTROL_PLANE_USD_HOUR, NAT_GATEWAY_USD_HOUR, InstanceType
+from .instances import EKS_CONTROL_PLANE_USD_HOUR, NAT_GATEWAY_USD_HOUR, InstanceType
 
 
 def hourly_usd(region: str, nodes: Iterable[tuple[InstanceType, int]], eks_clusters: int = 1,

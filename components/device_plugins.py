@@ -8,7 +8,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.node_groups import GPU_ROLE, GPU_TOLERATION, ROLE_LABEL
+from .node_groups import GPU_ROLE, GPU_TOLERATION, ROLE_LABEL
 
 NVIDIA_REPO = "https://nvidia.github.io/k8s-device-plugin"
 EKS_CHARTS_REPO = "https://aws.github.io/eks-charts"

@@ -10,17 +10,18 @@ it fails, unless ``blocking`` is off (``pulumi.com/skipAwait``).
 
 from __future__ import annotations
 
+import importlib.resources
 import shlex
 from dataclasses import dataclass
-from pathlib import Path
 
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.node_groups import ROLE_LABEL, SYSTEM_ROLE
-from components.raycluster import check_guaranteed, pod_resources
+from .node_groups import ROLE_LABEL, SYSTEM_ROLE
+from .raycluster import check_guaranteed, pod_resources
 
-TRAINING_DIR = Path(__file__).resolve().parent.parent / "training"
+TRAINING_PACKAGE = f"{__package__.rpartition('.')[0]}.training".lstrip(".")
+"""The sibling ``training`` package: ``ray_efa_eks.training`` when installed, ``training`` from a checkout."""
 MOUNT = "/opt/ray-efa-eks"
 
 
@@ -42,9 +43,10 @@ class EfaCheckJobArgs:
 
 def training_files() -> dict[str, str]:
     """The ``training`` package sources, shipped to the Ray job as its working_dir."""
-    files = {p.name: p.read_text() for p in sorted(TRAINING_DIR.glob("*.py"))}
+    root = importlib.resources.files(TRAINING_PACKAGE)  # found through the import system, installed or not
+    files = {p.name: p.read_text() for p in sorted(root.iterdir(), key=lambda p: p.name) if p.name.endswith(".py")}
     if "efa_check.py" not in files or "nccl_log.py" not in files:
-        raise FileNotFoundError(f"EfaCheckJob: {TRAINING_DIR} lacks efa_check.py/nccl_log.py")
+        raise FileNotFoundError(f"EfaCheckJob: package {TRAINING_PACKAGE} ({root}) lacks efa_check.py/nccl_log.py")
     return files
 
 

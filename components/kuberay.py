@@ -8,7 +8,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.node_groups import ROLE_LABEL, SYSTEM_ROLE
+from .node_groups import ROLE_LABEL, SYSTEM_ROLE
 
 KUBERAY_REPO = "https://ray-project.github.io/kuberay-helm/"
 KUBERAY_CHART_VERSION = "1.7.0"

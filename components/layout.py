@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from components.cost import hourly_usd
-from components.instances import CATALOGUE
+from .cost import hourly_usd
+from .instances import CATALOGUE
 
 MNG = "eks:index:ManagedNodeGroup"
 EKS_COMPONENT = "eks:index:Cluster"
@@ -617,7 +617,7 @@ def node_groups_for(pod: Pod, groups: list[NodeGroup]) -> list[NodeGroup]:
 
 def image_problem(image: Any) -> str | None:
     """Why ``image`` is not reproducible (None if pinned by a tag other than latest, or by digest)."""
-    from components.config import image_tag
+    from .config import image_tag
 
     if image is UNKNOWN:
         return None

@@ -23,8 +23,8 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_eks as eks
 
-from components.instances import InstanceType
-from components.launch_template import NodeHardening
+from .instances import InstanceType
+from .launch_template import NodeHardening
 
 ROLE_LABEL = "ray-efa-eks/role"
 SYSTEM_ROLE = "system"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pulumi_aws as aws
 
-from components.config import ConfigError, StackConfig
+from .config import ConfigError, StackConfig
 
 
 def offering_azs(instance_type: str) -> list[str]:

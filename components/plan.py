@@ -5,11 +5,11 @@ stack's ``Pulumi.<stack>.yaml`` plus ``--config`` overrides, then prints the res
 and the settings that decide whether multi-node EFA training works and what it costs, and
 checks the layout rules (``components.rules``)::
 
-    python -m components.plan                                   # text plan of the dev stack
-    python -m components.plan --config gpuInstanceType=p5.48xlarge --json
-    python -m components.plan --check                            # only the rules, one line per break
-    python -m components.plan --diff origin/main                 # this tree vs a git ref (markdown)
-    python -m components.plan --diff old.json new.json           # two saved --json plans
+    python -m ray_efa_eks.components.plan                                   # text plan of the dev stack
+    python -m ray_efa_eks.components.plan --config gpuInstanceType=p5.48xlarge --json
+    python -m ray_efa_eks.components.plan --check                            # only the rules, one line per break
+    python -m ray_efa_eks.components.plan --diff origin/main                 # this tree vs a git ref (markdown)
+    python -m ray_efa_eks.components.plan --diff old.json new.json           # two saved --json plans
 
 Why offline: reviewers without AWS credentials, forks, and CI without a configured role
 still see what a change declares, and a broken EFA layout fails here instead of after the
@@ -36,19 +36,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from components import layout, rules
-from components.layout import UNKNOWN, Resource, Stack
+from . import layout, rules
+from .layout import UNKNOWN, Resource, Stack
 
 PROJECT = "ray-efa-eks"
 DEFAULT_REGION = "us-east-1"
 RECORDS_MARKER = "@@plan-records@@ "
 
 # Runs in a git archive of the base ref, with *its* components, so the base plan is the base program's.
-# Only components.mockrun (present since the first commit) is used there.
+# Only mockrun (present since the first commit) is used there. The archive gets a ``ray_efa_eks`` package whose
+# ``components``/``training`` are the archive's own folders, so a program importing either spelling
+# (``components.x`` before the namespaced move, ``ray_efa_eks.components.x`` after) runs the base ref's code.
 _DUMP_RECORDS = r'''
 import json, sys
 sys.path.insert(0, ".")
-from components.mockrun import run_program
+from ray_efa_eks.components.mockrun import run_program
 a = json.loads(sys.argv[1])
 run = run_program(a["config"], region=a["region"], program=a["program"], stack=a["stack"])
 def rid(r):
@@ -91,7 +93,7 @@ class Plan:
             return cls(source or d["source"], d["stack"], d["region"], d["resources"], d["settings"],
                        d["rules"]["violations"], d["rules"]["checked"], d.get("error"))
         except (KeyError, TypeError) as e:
-            raise PlanError(f"not a plan made by `python -m components.plan --json` (missing {e})") from None
+            raise PlanError(f"not a plan made by `python -m ray_efa_eks.components.plan --json` (missing {e})") from None
 
     @property
     def exit_code(self) -> int:
@@ -155,7 +157,7 @@ def plan_tree(root: Path | None = None, *, stack: str = "dev", overrides: dict[s
 
     Config comes from ``Pulumi.<stack>.yaml`` beside the program, then ``overrides``.
     """
-    from components import mockrun
+    from . import mockrun
 
     program = program or (root or Path.cwd()) / "__main__.py"
     config, cfg_region = stack_config(program.parent, stack)  # a program's stack files sit next to it
@@ -185,6 +187,7 @@ def plan_git_ref(ref: str, root: Path | None = None, *, stack: str = "dev", over
         source = f"git {ref}"
         if not (base / program).exists():
             return Plan(source, stack, region, error=f"{program} does not exist at {ref}")
+        _namespace_shim(base)
         args = json.dumps({"config": config, "region": region, "program": program, "stack": stack})
         env = {**os.environ, "PYTHONPATH": tmp}
         proc = subprocess.run([sys.executable, "-c", _DUMP_RECORDS, args], cwd=tmp, env=env,
@@ -195,6 +198,16 @@ def plan_git_ref(ref: str, root: Path | None = None, *, stack: str = "dev", over
             return Plan(source, stack, region, error=last)
         records = json.loads(marker[-1][len(RECORDS_MARKER):])
     return make_plan([Resource.from_json(r) for r in records], source=source, stack=stack, region=region)
+
+
+def _namespace_shim(base: Path) -> None:
+    """Make ``base/components`` and ``base/training`` importable as ``ray_efa_eks.*`` ahead of any installed copy."""
+    shim = base / "ray_efa_eks"
+    shim.mkdir(exist_ok=True)
+    (shim / "__init__.py").write_text("")
+    for pkg in ("components", "training"):
+        if (base / pkg).is_dir() and not (shim / pkg).exists():
+            (shim / pkg).symlink_to(base / pkg, target_is_directory=True)
 
 
 def load_plan(path: str) -> Plan:
@@ -242,7 +255,7 @@ def settings_of(st: Stack, region: str) -> dict[str, Any]:
             "efa": layout.efa_requested(p),
             "guaranteedQoS": "yes" if all(layout.qos_problem(c) is None for c in p.containers) else "no",
         }
-    from components.config import image_tag
+    from .config import image_tag
 
     images = sorted({v["image"] for v in pods.values() if isinstance(v["image"], str)})
     cost, missing = layout.hourly_cost(st, region)
@@ -394,7 +407,7 @@ def render_diff(d: PlanDiff) -> str:
     after = d.after
     out = [f"### Offline plan: `{d.before.source}` → `{after.source}` (stack `{after.stack}`, {after.region})", "",
            "_Pulumi mocks, no cloud credentials: what the program declares, not what AWS will do. "
-           "`python -m components.plan --diff` reproduces this locally._", ""]
+           "`python -m ray_efa_eks.components.plan --diff` reproduces this locally._", ""]
     for label, plan in (("before", d.before), ("after", after)):
         if plan.error:
             out += [f"**The {label} program failed:** {_md(plan.error)}", ""]
@@ -429,7 +442,7 @@ def _side(spec: str, args: argparse.Namespace, overrides: dict[str, str], region
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m components.plan", description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(prog="python -m ray_efa_eks.components.plan", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--stack", default="dev", help="stack whose Pulumi.<stack>.yaml is read (default dev)")
     p.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",

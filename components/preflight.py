@@ -2,7 +2,7 @@
 
 Usage::
 
-    python -m components.preflight [--region R] [--instance-type T] [--count N]
+    python -m ray_efa_eks.components.preflight [--region R] [--instance-type T] [--count N]
         [--az AZ] [--efa/--no-efa] [--json] [--endpoint-url URL]
 
 Checks, with boto3 only (this module imports nothing from Pulumi):
@@ -380,7 +380,7 @@ def format_table(res: PreflightResult) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m components.preflight",
+    p = argparse.ArgumentParser(prog="python -m ray_efa_eks.components.preflight",
                                 description=__doc__.splitlines()[0])
     p.add_argument("--region")
     p.add_argument("--instance-type", default="g6.12xlarge")

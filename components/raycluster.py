@@ -13,14 +13,14 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.instances import InstanceType
-from components.node_groups import GPU_ROLE, GPU_TOLERATION, ROLE_LABEL, SYSTEM_ROLE
+from .instances import InstanceType
+from .node_groups import GPU_ROLE, GPU_TOLERATION, ROLE_LABEL, SYSTEM_ROLE
 
 HEAD_PORTS = {"gcs-server": 6379, "dashboard": 8265, "client": 10001}
 HEAD_LABELS = {ROLE_LABEL: "head"}
 """Our label on the head pod template; the head NetworkPolicy selects it."""
 STORAGE_PATH_ENV = "RAY_EFA_EKS_STORAGE_PATH"
-"""Where ``python -m training`` puts checkpoints by default (RunConfig.storage_path)."""
+"""Where ``python -m ray_efa_eks.training`` puts checkpoints by default (RunConfig.storage_path)."""
 NCCL_SOCKET_IFNAME = "^lo,docker"
 """Exclude loopback and docker bridges: NCCL's bootstrap must use the pod's VPC interface."""
 

@@ -1,6 +1,6 @@
 """Layout rules: the mistakes that make a multi-node EFA training stack slow, broken or exposed.
 
-One implementation, two callers: the offline plan (``python -m components.plan``) feeds
+One implementation, two callers: the offline plan (``python -m ray_efa_eks.components.plan``) feeds
 it the records of the real program under Pulumi mocks, and the CrossGuard policy pack
 (``policy/``, ``pulumi preview --policy-pack policy``) feeds it the resources of a real
 preview. Both go through :mod:`components.layout`, which reads each fact from whichever
@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from components import layout
-from components.layout import EFA_RESOURCE, UNKNOWN, Resource, Stack
+from . import layout
+from .layout import EFA_RESOURCE, UNKNOWN, Resource, Stack
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ if str(ROOT) not in sys.path:
 from pulumi_policy import (EnforcementLevel, PolicyPack, ReportViolation, StackValidationArgs,  # noqa: E402
                            StackValidationPolicy)
 
-from components import rules  # noqa: E402
+from components import rules  # noqa: E402  (the same source as ray_efa_eks.components, imported from the checkout)
 from components.layout import Stack, from_policy  # noqa: E402
 
 PACK_NAME = "ray-efa-eks-layout"

@@ -2,16 +2,9 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from components.mockrun import MockRun, run_program  # noqa: E402
+from ray_efa_eks.components.mockrun import MockRun, run_program
 
 
 @pytest.fixture(scope="session")

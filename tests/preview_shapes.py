@@ -16,8 +16,8 @@ from typing import Any
 from pulumi_policy import PolicyCustomTimeouts, PolicyResource, PolicyResourceOptions
 from pulumi_policy.proxy import UNKNOWN_STRING_VALUE, unknown_checking_proxy
 
-from components.instances import CATALOGUE
-from components.layout import (LAUNCH_TEMPLATE, MNG, NODE_GROUP, PLACEMENT_GROUP, RAY_CLUSTER, SG_EGRESS, SUBNET)
+from ray_efa_eks.components.instances import CATALOGUE
+from ray_efa_eks.components.layout import (LAUNCH_TEMPLATE, MNG, NODE_GROUP, PLACEMENT_GROUP, RAY_CLUSTER, SG_EGRESS, SUBNET)
 
 UNKNOWN_STR = UNKNOWN_STRING_VALUE
 STACK = "urn:pulumi:dev::ray-efa-eks::pulumi:pulumi:Stack::ray-efa-eks-dev"
@@ -38,7 +38,7 @@ def efa_interfaces(count: int, sg: str = CLUSTER_SG) -> list[dict[str, Any]]:
 
 def ray_spec(instance_type: str = "g6.12xlarge", efa: bool = True, replicas: int = 2) -> dict[str, Any]:
     """A RayCluster spec from the real builder (plain data, no Pulumi resources)."""
-    from components.raycluster import RayClusterArgs, WorkerGroupArgs, build_spec
+    from ray_efa_eks.components.raycluster import RayClusterArgs, WorkerGroupArgs, build_spec
 
     return build_spec(RayClusterArgs(provider=None, image=IMAGE, worker_groups=[  # type: ignore[arg-type]
         WorkerGroupArgs(name="gpu", instance_type=CATALOGUE[instance_type], replicas=replicas, efa=efa)]))

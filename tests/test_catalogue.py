@@ -7,7 +7,7 @@ from pathlib import Path
 import moto
 import pytest
 
-from components.instances import CATALOGUE, lookup
+from ray_efa_eks.components.instances import CATALOGUE, lookup
 
 REQUIRED = ["g6.12xlarge", "g6.48xlarge", "g6e.12xlarge", "g6e.48xlarge", "g5.48xlarge",
             "p4d.24xlarge", "p5.48xlarge", "p5en.48xlarge", "m7i.xlarge", "m7i.2xlarge"]

@@ -2,8 +2,8 @@
 
 import pytest
 
-from components.config import ConfigError, StackConfig, image_tag
-from components.mockrun import MockRun, run_program
+from ray_efa_eks.components.config import ConfigError, StackConfig, image_tag
+from ray_efa_eks.components.mockrun import MockRun, run_program
 
 BAD = [
     ({"gpuInstanceType": "g9.mega"}, "gpuInstanceType", "unknown instance type"),
@@ -38,7 +38,7 @@ def test_bad_config_raises_with_key(values, key, fragment):
 
 
 def test_efa_on_type_without_efa():
-    from components import instances
+    from ray_efa_eks.components import instances
 
     instances.CATALOGUE["g4dn.xlarge"] = instances.InstanceType("g4dn.xlarge", 4, 16384, 1, "T4", 15360, False, 0, 1)
     try:

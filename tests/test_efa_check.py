@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from training.efa_check import busbw, judge, probe_env, sizes
+from ray_efa_eks.training.efa_check import busbw, judge, probe_env, sizes
 
 ROOT = Path(__file__).parent.parent
 FIX = Path(__file__).parent / "fixtures" / "nccl-logs"
@@ -72,7 +72,7 @@ def test_judge_gloo_never_efa() -> None:
 
 def test_local_two_node_cluster_gloo_is_not_efa() -> None:
     r = subprocess.run(
-        [sys.executable, "-m", "training.efa_check", "--local", "--json", "--max-bytes", str(256 << 10), "--iters", "2"],
+        [sys.executable, "-m", "ray_efa_eks.training.efa_check", "--local", "--json", "--max-bytes", str(256 << 10), "--iters", "2"],
         cwd=ROOT, capture_output=True, text=True, timeout=180, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
     )
     assert r.returncode in (1, 2), r.stderr[-2000:]

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from components import layout, rules
-from components.mockrun import run_program
-from components.plan import make_plan
+from ray_efa_eks.components import layout, rules
+from ray_efa_eks.components.mockrun import run_program
+from ray_efa_eks.components.plan import make_plan
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "other_instance_type" / "__main__.py"

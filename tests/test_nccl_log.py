@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from training.nccl_log import analyze_paths, analyze_text
+from ray_efa_eks.training.nccl_log import analyze_paths, analyze_text
 
 FIX = Path(__file__).parent / "fixtures" / "nccl-logs"
 ROOT = Path(__file__).parent.parent
@@ -97,7 +97,7 @@ def test_non_efa_provider_is_fallback() -> None:
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "training.nccl_log", *args], cwd=ROOT, capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "ray_efa_eks.training.nccl_log", *args], cwd=ROOT, capture_output=True, text=True, timeout=60
     )
 
 

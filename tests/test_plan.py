@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from components import plan as planmod
-from components.layout import MNG
-from components.plan import Plan, main
+from ray_efa_eks.components import plan as planmod
+from ray_efa_eks.components.layout import MNG
+from ray_efa_eks.components.plan import Plan, main
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -182,7 +182,7 @@ def test_diff_against_a_git_ref_shows_what_a_pr_changed_and_which_rule_broke(tmp
     with (repo / "__main__.py").open("a") as f:
         f.write(PUBLIC_DASHBOARD)
     env = {**os.environ, "PYTHONPATH": str(repo)}
-    proc = subprocess.run([sys.executable, "-m", "components.plan", "--diff", "main"], cwd=repo, env=env,
+    proc = subprocess.run([sys.executable, "-m", "ray_efa_eks.components.plan", "--diff", "main"], cwd=repo, env=env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 1, proc.stderr
     out = proc.stdout

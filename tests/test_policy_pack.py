@@ -15,8 +15,8 @@ from google.protobuf import empty_pb2, struct_pb2
 from pulumi.runtime.proto import analyzer_pb2, analyzer_pb2_grpc
 from pulumi_policy import EnforcementLevel, StackValidationArgs, StackValidationPolicy
 
-from components import rules
-from components.layout import MNG, RAY_CLUSTER, from_policy, plain
+from ray_efa_eks.components import rules
+from ray_efa_eks.components.layout import MNG, RAY_CLUSTER, from_policy, plain
 from tests.preview_shapes import edit, policy_resources, preview_specs
 
 ROOT = Path(__file__).resolve().parent.parent

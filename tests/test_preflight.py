@@ -24,10 +24,9 @@ from botocore.awsrequest import AWSResponse
 from botocore.exceptions import ClientError
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from components import preflight  # noqa: E402
-from components.preflight import PreflightError, recommend_az, run_preflight  # noqa: E402
+from ray_efa_eks.components import preflight  # noqa: E402
+from ray_efa_eks.components.preflight import PreflightError, recommend_az, run_preflight  # noqa: E402
 
 FAKE_ENV = {
     "AWS_ACCESS_KEY_ID": "testing",
@@ -209,7 +208,7 @@ def _cli(*args):
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     env.update(FAKE_ENV)
     return subprocess.run(
-        [sys.executable, "-m", "components.preflight", *args],
+        [sys.executable, "-m", "ray_efa_eks.components.preflight", *args],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
     )
 

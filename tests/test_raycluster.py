@@ -7,9 +7,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from components.instances import CATALOGUE
-from components.mockrun import run_program
-from components.raycluster import (RayClusterArgs, WorkerGroupArgs, build_spec, check_guaranteed, pod_resources,
+from ray_efa_eks.components.instances import CATALOGUE
+from ray_efa_eks.components.mockrun import run_program
+from ray_efa_eks.components.raycluster import (RayClusterArgs, WorkerGroupArgs, build_spec, check_guaranteed, pod_resources,
                                    ray_start_params)
 
 CRD = yaml.safe_load((Path(__file__).parent / "schemas/ray.io_rayclusters.yaml").read_text())

@@ -7,11 +7,11 @@ from typing import Any, Callable
 
 import pytest
 
-from components import layout, rules
-from components.config import ConfigError, StackConfig
-from components.layout import (INGRESS, MNG, RAY_CLUSTER, SERVICE, SG_EGRESS, SUBNET, Resource, from_mockrun,
+from ray_efa_eks.components import layout, rules
+from ray_efa_eks.components.config import ConfigError, StackConfig
+from ray_efa_eks.components.layout import (INGRESS, MNG, RAY_CLUSTER, SERVICE, SG_EGRESS, SUBNET, Resource, from_mockrun,
                                from_policy)
-from components.mockrun import run_program
+from ray_efa_eks.components.mockrun import run_program
 from tests.preview_shapes import CLUSTER_SG, LAUNCH_TEMPLATE, edit, policy_resources, preview_specs
 
 

@@ -11,9 +11,9 @@ import json
 import kubernetes_validate
 import pytest
 
-from components.launch_template import LAUNCH_TEMPLATE_TYPE, NodeHardening
-from components.mockrun import run_program
-from components.pod_identity import bucket_prefix_policy, check_prefix
+from ray_efa_eks.components.launch_template import LAUNCH_TEMPLATE_TYPE, NodeHardening
+from ray_efa_eks.components.mockrun import run_program
+from ray_efa_eks.components.pod_identity import bucket_prefix_policy, check_prefix
 from iam_eval import allowed, as_list
 
 MNG = "eks:index:ManagedNodeGroup"
@@ -158,8 +158,8 @@ def test_pods_start_after_their_identity_exists(run):
 
 
 def test_storage_path_reaches_every_ray_pod(run):
-    from components.raycluster import STORAGE_PATH_ENV as POD_ENV
-    from training.trainer import STORAGE_PATH_ENV as CLI_ENV
+    from ray_efa_eks.components.raycluster import STORAGE_PATH_ENV as POD_ENV
+    from ray_efa_eks.training.trainer import STORAGE_PATH_ENV as CLI_ENV
 
     assert POD_ENV == CLI_ENV == "RAY_EFA_EKS_STORAGE_PATH"  # the pods set what the training CLI reads
     uri = run.outputs["checkpointStorageUri"]
@@ -296,7 +296,7 @@ def test_network_policy_escape_hatch():
 
 
 def test_network_policy_extra_namespace_gets_the_dashboard_port_only():
-    from components.raycluster import head_network_policy_spec
+    from ray_efa_eks.components.raycluster import head_network_policy_spec
 
     spec = head_network_policy_spec(["monitoring"])
     extra = spec["ingress"][1]

@@ -2,7 +2,7 @@
 
 import pytest
 
-from components.mockrun import run_program
+from ray_efa_eks.components.mockrun import run_program
 
 MNG = "eks:index:ManagedNodeGroup"
 

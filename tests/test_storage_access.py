@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from components.pod_identity import bucket_prefix_policy
+from ray_efa_eks.components.pod_identity import bucket_prefix_policy
 from iam_eval import allowed
 from s3_emulator import PodIdentityS3, iam_requests
 
@@ -123,7 +123,7 @@ def test_training_on_s3_resumes_in_a_new_cluster(tmp_path):
         env["RAY_EFA_EKS_STORAGE_PATH"] = f"s3://{BUCKET}/ray-train"
 
         def train(steps: int) -> dict:
-            proc = subprocess.run([sys.executable, "-m", "training", "--json", "--name", "s3-run", "--steps",
+            proc = subprocess.run([sys.executable, "-m", "ray_efa_eks.training", "--json", "--name", "s3-run", "--steps",
                                    str(steps), "--checkpoint-every", "3", "--report-every", "3"],
                                   cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
             assert proc.returncode == 0, proc.stderr[-3000:]

@@ -12,9 +12,9 @@ import pytest
 ray = pytest.importorskip("ray")
 torch = pytest.importorskip("torch")
 
-from training.data import RandomTokens  # noqa: E402
-from training.model import PRESETS, DecoderLM, approx_params, count_params  # noqa: E402
-from training.trainer import build_trainer, num_workers_for  # noqa: E402
+from ray_efa_eks.training.data import RandomTokens  # noqa: E402
+from ray_efa_eks.training.model import PRESETS, DecoderLM, approx_params, count_params  # noqa: E402
+from ray_efa_eks.training.trainer import build_trainer, num_workers_for  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -31,7 +31,7 @@ def test_presets_and_data_are_deterministic():
 
 @pytest.fixture(scope="module")
 def cluster():
-    from training.local_cluster import local_cluster
+    from ray_efa_eks.training.local_cluster import local_cluster
 
     with local_cluster(worker_nodes=2) as c:
         yield c
@@ -94,8 +94,8 @@ def test_new_run_resumes_after_all_workers_killed(baseline, tmp_path):
 
 
 def test_storage_path_resolution(tmp_path, monkeypatch):
-    from training.__main__ import submit_entrypoint
-    from training.trainer import STORAGE_PATH_ENV, default_storage_path, resolve_storage_path
+    from ray_efa_eks.training.__main__ import submit_entrypoint
+    from ray_efa_eks.training.trainer import STORAGE_PATH_ENV, default_storage_path, resolve_storage_path
 
     env = {STORAGE_PATH_ENV: "s3://bucket/ray-train"}
     assert resolve_storage_path(None, env) == "s3://bucket/ray-train"
@@ -115,7 +115,7 @@ def test_cli_json_last_line(tmp_path):
     # No --storage-path: the CLI must use $RAY_EFA_EKS_STORAGE_PATH, as on the cluster pods.
     env = {**os.environ, "PYTHONPATH": str(REPO), "RAY_EFA_EKS_STORAGE_PATH": str(tmp_path)}
     proc = subprocess.run(
-        [sys.executable, "-m", "training", "--json", "--steps", "10", "--checkpoint-every", "10", "--name", "cli"],
+        [sys.executable, "-m", "ray_efa_eks.training", "--json", "--steps", "10", "--checkpoint-every", "10", "--name", "cli"],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=170,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -1,10 +1,10 @@
-"""CLI: ``python -m training`` trains locally (or on --address); ``submit`` sends it to a RayCluster.
+"""CLI: ``python -m ray_efa_eks.training`` trains locally (or on --address); ``submit`` sends it to a RayCluster.
 
 Examples:
-    python -m training --json                      # local 2-node CPU cluster, tiny model
-    python -m training --address auto --use-gpu --workers 8 --preset 1b
+    python -m ray_efa_eks.training --json                      # local 2-node CPU cluster, tiny model
+    python -m ray_efa_eks.training --address auto --use-gpu --workers 8 --preset 1b
     kubectl port-forward svc/<head-svc> 8265 &
-    python -m training submit --address http://127.0.0.1:8265 -- --use-gpu --workers 8
+    python -m ray_efa_eks.training submit --address http://127.0.0.1:8265 -- --use-gpu --workers 8
 """
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def _train_args(p: argparse.ArgumentParser) -> None:
 
 
 def run_training(args: argparse.Namespace) -> dict:
-    from training.trainer import build_trainer, resolve_storage_path
+    from .trainer import build_trainer, resolve_storage_path
 
     storage = resolve_storage_path(args.storage_path, os.environ)
     name = args.name or f"fsdp-lm-{int(time.time())}"
@@ -85,7 +85,7 @@ def main_train(args: argparse.Namespace) -> int:
         ray.init(address=args.address)
         summary = run_training(args)
     else:
-        from training.local_cluster import local_cluster
+        from .local_cluster import local_cluster
 
         with local_cluster(worker_nodes=args.workers):
             summary = run_training(args)
@@ -129,7 +129,7 @@ def main_submit(args: argparse.Namespace, rest: Sequence[str]) -> int:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "submit":
-        p = argparse.ArgumentParser(prog="python -m training submit")
+        p = argparse.ArgumentParser(prog="python -m ray_efa_eks.training submit")
         p.add_argument("--address", default="http://127.0.0.1:8265")
         p.add_argument("--pip", action="append", default=[])
         p.add_argument("--env", action="append", default=[], help="KEY=VALUE for the job's env")
@@ -141,7 +141,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         else:
             own, train = rest, []
         return main_submit(p.parse_args(own), train)
-    p = argparse.ArgumentParser(prog="python -m training")
+    p = argparse.ArgumentParser(prog="python -m ray_efa_eks.training")
     _train_args(p)
     return main_train(p.parse_args(argv))
 

@@ -7,7 +7,7 @@ NCCL logs back to the driver and judges them with training.nccl_log. Without
 CUDA it runs the same code with gloo, which writes no NCCL logs, so the verdict
 is honestly "undetermined" (exit 2), never "efa".
 
-python -m training.efa_check [--address auto | --local] [--json] [--min-busbw-gbps X]
+python -m ray_efa_eks.training.efa_check [--address auto | --local] [--json] [--min-busbw-gbps X]
 exit codes as training.nccl_log: 0 efa, 1 fallback / below floor, 2 undetermined, 3 unreadable.
 """
 
@@ -25,7 +25,7 @@ import tempfile
 import time
 from typing import Any
 
-from training.nccl_log import EXIT, HINTS, UnreadableInput, analyze_bytes
+from .nccl_log import EXIT, HINTS, UnreadableInput, analyze_bytes
 
 ENV_VARS = ("FI_PROVIDER", "NCCL_NET_PLUGIN", "NCCL_SOCKET_IFNAME", "FI_EFA_USE_DEVICE_RDMA", "NCCL_NET", "LD_LIBRARY_PATH")
 
@@ -198,7 +198,7 @@ def _table(r: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m training.efa_check", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m ray_efa_eks.training.efa_check", description=__doc__.split("\n")[0])
     ap.add_argument("--address", default="auto")
     ap.add_argument("--local", action="store_true", help="start a local 2-worker-node Ray cluster")
     ap.add_argument("--backend", choices=("auto", "nccl", "gloo"), default="auto")
@@ -216,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     lo = a.min_bytes or (1 << 20 if gpu else 64 << 10)
     hi = a.max_bytes or (1 << 30 if gpu else 4 << 20)
     if a.local:
-        from training.local_cluster import local_cluster
+        from .local_cluster import local_cluster
 
         with local_cluster(worker_nodes=2, cpus_per_node=1):  # connects ray itself
             data = run_check(backend, lo, hi, a.iters)

@@ -10,7 +10,7 @@ all lines in Python: it runs a few `re.findall` passes over the whole binary
 buffer and counts the (prefix, transport) tuples with a Counter, then looks at
 the few distinct keys.
 
-CLI: python -m training.nccl_log [--json] FILE_OR_DIR...
+CLI: python -m ray_efa_eks.training.nccl_log [--json] FILE_OR_DIR...
 exit 0 = efa, 1 = fallback, 2 = undetermined, 3 = unreadable input.
 """
 
@@ -404,7 +404,7 @@ def format_report(rep: Report) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m training.nccl_log", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m ray_efa_eks.training.nccl_log", description=__doc__.split("\n")[0])
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     ap.add_argument("paths", nargs="+", metavar="FILE_OR_DIR")
     a = ap.parse_args(argv)

@@ -26,8 +26,8 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-from training.data import RandomTokens
-from training.model import DecoderLM, get_config, lm_loss
+from .data import RandomTokens
+from .model import DecoderLM, get_config, lm_loss
 
 DEFAULTS: dict[str, Any] = {
     "preset": "tiny",

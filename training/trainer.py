@@ -8,7 +8,7 @@ from typing import Any, Mapping, Optional
 from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchConfig, TorchTrainer
 
-from training.train_func import train_func
+from .train_func import train_func
 
 STORAGE_PATH_ENV = "RAY_EFA_EKS_STORAGE_PATH"
 """Set on the RayCluster pods (e.g. ``s3://<bucket>/ray-train``): where runs checkpoint by default."""

@@ -2,17 +2,17 @@
 
 import pulumi
 
-from components.cluster import Cluster, ClusterArgs
-from components.device_plugins import DevicePlugins, DevicePluginsArgs
-from components.instances import lookup
-from components.kuberay import KubeRayOperator, KubeRayOperatorArgs
-from components.network import Network, NetworkArgs
-from components.node_groups import EfaGpuNodeGroup, EfaGpuNodeGroupArgs, SystemNodeGroup, SystemNodeGroupArgs
-from components.raycluster import RayCluster, RayClusterArgs, WorkerGroupArgs
+from ray_efa_eks.components.cluster import Cluster, ClusterArgs
+from ray_efa_eks.components.device_plugins import DevicePlugins, DevicePluginsArgs
+from ray_efa_eks.components.instances import lookup
+from ray_efa_eks.components.kuberay import KubeRayOperator, KubeRayOperatorArgs
+from ray_efa_eks.components.network import Network, NetworkArgs
+from ray_efa_eks.components.node_groups import EfaGpuNodeGroup, EfaGpuNodeGroupArgs, SystemNodeGroup, SystemNodeGroupArgs
+from ray_efa_eks.components.raycluster import RayCluster, RayClusterArgs, WorkerGroupArgs
 
 config = pulumi.Config()
 gpu_type = lookup(config.get("gpuInstanceType") or "p5.48xlarge")
-gpu_az = config.get("gpuAz") or "us-east-1a"  # must offer the type: python -m components.preflight checks
+gpu_az = config.get("gpuAz") or "us-east-1a"  # must offer the type: python -m ray_efa_eks.components.preflight checks
 nodes = config.get_int("gpuNodes") or 2
 image = "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1"
 name = "h100-train"
