@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pulumi
+from pulumi.runtime import rpc as _rpc
 from pulumi.runtime import settings as _settings
 from pulumi.runtime.mocks import MockMonitor
 
@@ -73,6 +74,40 @@ class MockRun:
         return next((r for r in self.resources if r.urn == urn), None)
 
 
+class ResourceRef:
+    """A resource passed as another resource's input, as the mock engine records it: its URN, not a live object.
+
+    The SDK's mock monitor would rebuild such a reference into a resource object (``urn=`` option), which
+    reads its state through a task on the monitor thread's event loop; the program's loop then awaits that
+    task and fails ("attached to a different loop") whenever it is still pending. ``plain()`` shows a ref
+    as ``<Type>`` (the class is named after the resource type), as it showed the object before.
+    """
+
+    def __init__(self, urn: str):
+        self.urn = urn
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.urn!r})"
+
+
+_REF_CLASSES: dict[str, type] = {}
+
+
+_IN_REGISTRATION = threading.local()
+_SDK_DESERIALIZE_RESOURCE = _rpc.deserialize_resource
+
+
+def _resource_ref(ref_struct, keep_unknowns=None):  # noqa: ANN001 - the SDK's signature
+    """The SDK's deserializer everywhere but inside a mock registration, where it makes a ResourceRef."""
+    if not getattr(_IN_REGISTRATION, "active", False):
+        return _SDK_DESERIALIZE_RESOURCE(ref_struct, keep_unknowns)
+    urn = str(ref_struct["urn"])
+    typ = str(ref_struct["type"]) if "type" in ref_struct else urn.split("::")[-2].split("$")[-1]
+    name = typ.rsplit(":", 1)[-1] or "Resource"
+    cls = _REF_CLASSES.setdefault(name, type(name, (ResourceRef,), {}))
+    return cls(urn)
+
+
 class _ParentAwareMonitor(MockMonitor):
     """MockMonitor that tells the mocks each registration's parent URN and own URN."""
 
@@ -88,7 +123,11 @@ class _ParentAwareMonitor(MockMonitor):
                    "dependencies": list(request.dependencies)}
         self._local.current = (request.parent or None, self.make_urn(request.parent, request.type, request.name),
                                options)
-        return super().RegisterResource(request)
+        _IN_REGISTRATION.active = True  # resource refs in these inputs stay refs (see ResourceRef)
+        try:
+            return super().RegisterResource(request)
+        finally:
+            _IN_REGISTRATION.active = False
 
 
 class RecordingMocks(pulumi.runtime.Mocks):
@@ -105,7 +144,8 @@ class RecordingMocks(pulumi.runtime.Mocks):
         rec = Recorded(args.typ, args.name, dict(args.inputs), parent, bool(args.custom), args.provider, urn,
                        options, list(args.transforms))
         self.run.resources.append(rec)
-        state = dict(args.inputs)
+        # A ResourceRef cannot be serialized back; the resource's state keeps the referenced URN.
+        state = {k: v.urn if isinstance(v, ResourceRef) else v for k, v in args.inputs.items()}
         rid = f"{args.name}-id"
         if args.typ == "eks:index:Cluster":
             state.update(
@@ -172,6 +212,7 @@ def run_program(
         pass
     asyncio.set_event_loop(asyncio.new_event_loop())  # no future may outlive its run
     _settings.ROOT.set(None)
+    _rpc.deserialize_resource = _resource_ref  # idempotent; a no-op outside mock registrations
     pulumi.runtime.set_all_config(all_config)
     mocks = RecordingMocks(run, region, offerings)
     mocks.monitor = _ParentAwareMonitor(mocks)

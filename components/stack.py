@@ -1,0 +1,251 @@
+"""EfaRayCluster: the whole reference stack as one component, for this repo's program and for other infra repos.
+
+Args are the stack config keys (``StackConfig``), flat and plain: each one decides how many resources
+exist or what they are, so it must be known when the component is constructed (the schema marks them
+``plain``). Outputs are the stack outputs. The building-block components stay public for those who
+assemble their own layout.
+
+This module deliberately has no ``from __future__ import annotations``: the Pulumi SDK's schema inference
+(``pulumi.provider.experimental``) reads the real annotation objects of ``EfaRayClusterArgs`` and of the
+component's outputs, and their docstrings from this source file.
+
+Child names are fixed (``net``, ``system``, ``gpu``, ``ray``...), as the program used before this
+component existed, and each direct child carries an alias to its old root parent, so a stack created
+by the earlier program keeps every resource. One EfaRayCluster per stack: it owns a VPC and a cluster.
+"""
+
+from typing import Any, Optional, TypedDict
+
+import pulumi
+
+from .checkpoint_bucket import CheckpointBucket, CheckpointBucketArgs
+from .cluster import Cluster, ClusterArgs
+from .config import StackConfig
+from .cost import estimate_hourly_usd
+from .device_plugins import DevicePlugins, DevicePluginsArgs
+from .efa_check import EfaCheckJob, EfaCheckJobArgs
+from .kuberay import KubeRayOperator, KubeRayOperatorArgs
+from .launch_template import NodeHardening
+from .network import Network, NetworkArgs
+from .node_groups import EfaGpuNodeGroup, EfaGpuNodeGroupArgs, SystemNodeGroup, SystemNodeGroupArgs
+from .placement import cluster_azs, resolve_gpu_az
+from .pod_identity import PodStorageAccess, PodStorageAccessArgs
+from .raycluster import RayCluster, RayClusterArgs, WorkerGroupArgs
+
+RAY_NAMESPACE = "ray"
+RAY_SERVICE_ACCOUNT = "ray-train"
+TOKEN = "ray-efa-eks:index:EfaRayCluster"
+
+
+class EfaRayClusterArgs(TypedDict, total=False):
+    """Every key is optional; an absent key takes the reference layout's default (see ``StackConfig``).
+
+    Keys, types and docstrings mirror ``StackConfig`` one for one (tests/test_package.py keeps them equal).
+    """
+
+    region: str
+    """AWS region of the stack (default: the `aws:region` config, else us-east-1)."""
+    gpuInstanceType: str
+    """GPU worker instance type; must be in the catalogue (components/instances.py)."""
+    gpuNodeCount: int
+    """GPU nodes (one Ray worker pod each). 0 parks the GPU node group and stops its cost."""
+    systemInstanceType: str
+    """Node for the KubeRay operator and the GPU-less Ray head."""
+    availabilityZone: str
+    """GPU AZ. Unset: the first AZ of the region that offers gpuInstanceType."""
+    kubernetesVersion: str
+    """EKS Kubernetes version (MAJOR.MINOR)."""
+    vpcCidr: str
+    """VPC CIDR (a /20 or larger: four subnets are carved from it)."""
+    efa: bool
+    """Attach EFA interfaces and wire NCCL to the OFI plugin; false = plain TCP (for types without EFA)."""
+    allowSingleEfaNode: bool
+    """EFA on a single node has no peer to talk to; set true to allow it anyway."""
+    dlcImage: str
+    """The one image for head and workers; must carry an explicit tag other than latest."""
+    rayVersion: str
+    """Ray version in the image (the RayCluster's rayVersion)."""
+    endpointPublicAccessCidrs: list[str]
+    """Who may reach the EKS API endpoint; narrow this to your office/VPN ranges."""
+    gpuRootVolumeGiB: int
+    """Root volume of the GPU nodes: the DLC image alone is tens of GB."""
+    ncclDebug: str
+    """NCCL_DEBUG for training pods (the EFA check always uses INFO)."""
+    kuberayChartVersion: str
+    """KubeRay operator Helm chart version."""
+    efaCheck: bool
+    """Create the post-deploy EFA check Job."""
+    efaCheckBlocking: bool
+    """Make ``pulumi up`` wait for (and fail on) the EFA check Job."""
+    efaCheckMinBusbwGbps: float
+    """Fail the EFA check below this all-reduce bus bandwidth (GB/s); 0 = verdict only."""
+    checkpointBucket: bool
+    """Create the S3 checkpoint bucket + pod identity role; false = pods get no storage (pass --storage-path)."""
+    checkpointPrefix: str
+    """Key prefix in the bucket; the pods' role may use this prefix only."""
+    checkpointEncryption: str
+    """kms: SSE-KMS with a dedicated key; s3: SSE-S3 (AES256)."""
+    checkpointRetainOnDelete: bool
+    """Keep the bucket (and key) on `pulumi destroy`; false deletes them with every checkpoint in them."""
+    checkpointNoncurrentVersionDays: int
+    """Expire overwritten/deleted checkpoint object versions after this many days."""
+    endpointPublicAccess: bool
+    """false: private API endpoint only (run Pulumi from inside the VPC)."""
+    imdsHopLimit: int
+    """IMDSv2 hop limit on every node; 1 keeps pods away from the node role (they use Pod Identity)."""
+    encryptRootVolumes: bool
+    """Encrypt node root volumes (EBS, aws/ebs key)."""
+    encryptSecrets: bool
+    """Envelope-encrypt Kubernetes secrets with a KMS key."""
+    networkPolicy: bool
+    """Only pods of the Ray namespace may reach the Ray head (VPC CNI NetworkPolicy enforcement on)."""
+
+
+def stack_config(args: "EfaRayClusterArgs | StackConfig") -> StackConfig:
+    """Validate ``args`` into a StackConfig, refusing values not known at construction (before any resource)."""
+    if isinstance(args, StackConfig):
+        args.validate()
+        return args
+    values = dict(args or {})
+    for key, value in values.items():
+        if isinstance(value, pulumi.Output):
+            raise TypeError(f"EfaRayCluster: {key} must be a plain value known at preview (a literal or a config "
+                            "value), not a resource output: it decides which resources exist")
+    region = values.pop("region", None) or pulumi.Config("aws").get("region") or "us-east-1"
+    return StackConfig.from_mapping(values, region=region)
+
+
+class EfaRayCluster(pulumi.ComponentResource):
+    """VPC, EKS, a system node (KubeRay operator + GPU-less Ray head), EFA GPU nodes in one AZ, device plugins,
+    a RayCluster from one DLC image, the S3 checkpoint bucket with Pod Identity, and the post-deploy EFA gate."""
+
+    cluster_name: pulumi.Output[str]
+    """EKS cluster name."""
+    kubeconfig: pulumi.Output[Any]
+    """Kubeconfig of the cluster (secret)."""
+    gpu_availability_zone: pulumi.Output[str]
+    """The one AZ of the GPU nodes."""
+    gpu_node_count: pulumi.Output[int]
+    """GPU nodes (0 = parked)."""
+    gpu_instance_type: pulumi.Output[str]
+    """GPU instance type."""
+    efa_interfaces_per_node: pulumi.Output[int]
+    """EFA interfaces on each GPU node (0 without EFA)."""
+    estimated_hourly_usd: pulumi.Output[float]
+    """On-demand USD/hour of nodes, control plane and NAT gateway, before storage and data transfer."""
+    teardown_order: pulumi.Output[list[str]]
+    """Commands to stop the cost: GPU nodes first."""
+    head_service_name: pulumi.Output[str]
+    """Kubernetes service of the Ray head."""
+    ray_dashboard: pulumi.Output[str]
+    """kubectl port-forward command for the Ray dashboard and Jobs API."""
+    checkpoint_bucket: pulumi.Output[Optional[str]]
+    """S3 checkpoint bucket (when checkpointBucket is on)."""
+    checkpoint_storage_uri: pulumi.Output[Optional[str]]
+    """s3:// URI Ray Train stores checkpoints under (when checkpointBucket is on)."""
+    efa_check_logs_command: pulumi.Output[Optional[str]]
+    """kubectl command for the EFA check Job's log (when the check runs)."""
+
+    def __init__(self, name: str, args: EfaRayClusterArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        cfg = stack_config(args)  # raises on bad config before anything is registered
+        super().__init__(TOKEN, name, None, opts)
+        self.config = cfg
+        gpu_az = resolve_gpu_az(cfg)
+        tags = {"project": "ray-efa-eks", "stack": pulumi.get_stack()}
+        hardening = NodeHardening(imds_hop_limit=cfg.imdsHopLimit, encrypt_root_volume=cfg.encryptRootVolumes)
+        # Direct children keep the URNs the earlier root-level program gave them.
+        child = pulumi.ResourceOptions(parent=self, aliases=[pulumi.Alias(parent=pulumi.ROOT_STACK_RESOURCE)])
+
+        def opts_with(**kw: Any) -> pulumi.ResourceOptions:
+            return pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(**kw))
+
+        network = Network("net", NetworkArgs(cidr=cfg.vpcCidr, availability_zones=cluster_azs(gpu_az),
+                                             gpu_availability_zone=gpu_az, cluster_name=name), opts=child)
+        cluster = Cluster(name, ClusterArgs(
+            vpc_id=network.vpc_id, public_subnet_ids=network.public_subnet_ids,
+            private_subnet_ids=network.private_subnet_ids, kubernetes_version=cfg.kubernetesVersion,
+            endpoint_public_access=cfg.endpointPublicAccess, endpoint_public_access_cidrs=cfg.endpointPublicAccessCidrs,
+            encrypt_secrets=cfg.encryptSecrets, pod_identity_agent=cfg.checkpointBucket,
+            enable_network_policy=cfg.networkPolicy, tags=tags), opts=child)
+        system = SystemNodeGroup("system", SystemNodeGroupArgs(
+            cluster=cluster.eks, node_role=cluster.node_role, subnet_ids=network.private_subnet_ids,
+            instance_type=cfg.system_type, hardening=hardening), opts=child)
+        gpu = EfaGpuNodeGroup("gpu", EfaGpuNodeGroupArgs(
+            cluster=cluster.eks, node_role=cluster.node_role, cluster_security_group_id=cluster.security_group_id,
+            subnet_ids=network.gpu_subnet_id.apply(lambda s: [s]), instance_type=cfg.gpu_type,
+            availability_zone=gpu_az, node_count=cfg.gpuNodeCount, efa=cfg.efa,
+            allow_single_node=cfg.allowSingleEfaNode, root_volume_gib=cfg.gpuRootVolumeGiB, hardening=hardening),
+            opts=child)
+        plugins = DevicePlugins("device-plugins", DevicePluginsArgs(provider=cluster.provider, efa=cfg.efa),
+                                opts=opts_with(depends_on=[gpu]))
+        operator = KubeRayOperator("kuberay", KubeRayOperatorArgs(provider=cluster.provider,
+                                                                  chart_version=cfg.kuberayChartVersion),
+                                   opts=opts_with(depends_on=[system]))
+        bucket = storage = None
+        if cfg.checkpointBucket:
+            bucket = CheckpointBucket(f"{name}-checkpoints", CheckpointBucketArgs(
+                encryption=cfg.checkpointEncryption, retain_on_delete=cfg.checkpointRetainOnDelete,
+                noncurrent_version_days=cfg.checkpointNoncurrentVersionDays, tags=tags), opts=child)
+            storage = PodStorageAccess("ray-storage", PodStorageAccessArgs(
+                cluster_name=cluster.name, cluster_arn=cluster.arn, namespace=RAY_NAMESPACE,
+                service_account=RAY_SERVICE_ACCOUNT, bucket_name=bucket.name, bucket_arn=bucket.arn,
+                prefix=cfg.checkpointPrefix, kms_key_arn=bucket.kms_key_arn, region=cfg.region, tags=tags),
+                opts=child)
+        ray = RayCluster("ray", RayClusterArgs(
+            provider=cluster.provider, image=cfg.dlcImage, ray_version=cfg.rayVersion, nccl_debug=cfg.ncclDebug,
+            namespace=RAY_NAMESPACE, service_account_name=RAY_SERVICE_ACCOUNT,
+            storage_path=storage.storage_uri if storage else None, network_policy=cfg.networkPolicy,
+            worker_groups=[WorkerGroupArgs(name="gpu", instance_type=cfg.gpu_type, replicas=cfg.gpuNodeCount,
+                                           efa=cfg.efa)],
+            # Pod identity is injected at pod start: the association and the agent must exist before the pods.
+            depends_on=[operator, plugins, *([storage] if storage else []), *cluster.addons]), opts=child)
+        check = None
+        if cfg.efaCheck and cfg.gpuNodeCount > 0:
+            check = EfaCheckJob("efa-check", EfaCheckJobArgs(
+                provider=cluster.provider, image=cfg.dlcImage, namespace=ray.namespace,
+                dashboard_address=ray.dashboard_address, ray_cluster=ray.custom_resource,
+                blocking=cfg.efaCheckBlocking, min_busbw_gbps=cfg.efaCheckMinBusbwGbps), opts=child)
+
+        teardown: list[Any] = [
+            "pulumi config set gpuNodeCount 0 && pulumi up   # GPU nodes first: the expensive part",
+            "pulumi destroy   # then everything else",
+        ]
+        if bucket is not None and cfg.checkpointRetainOnDelete:
+            teardown.append(pulumi.Output.concat(
+                "# kept on purpose: checkpoint bucket ", bucket.name,
+                " (and its KMS key); delete by hand when the checkpoints are no longer needed"))
+
+        # The building blocks, for Python callers that want to extend the stack (not part of the schema).
+        self.network, self.cluster, self.system, self.gpu = network, cluster, system, gpu
+        self.device_plugins, self.operator, self.ray, self.check = plugins, operator, ray, check
+        self.bucket, self.storage = bucket, storage
+
+        out = pulumi.Output.from_input
+        self.cluster_name = cluster.name
+        self.kubeconfig = pulumi.Output.secret(cluster.kubeconfig)
+        self.gpu_availability_zone = out(gpu_az)
+        self.gpu_node_count = out(cfg.gpuNodeCount)
+        self.gpu_instance_type = out(cfg.gpuInstanceType)
+        self.efa_interfaces_per_node = out(gpu.efa_interfaces_per_node)
+        self.estimated_hourly_usd = out(estimate_hourly_usd(cfg.region, cfg.gpu_type, cfg.gpuNodeCount,
+                                                            cfg.system_type))
+        self.teardown_order = pulumi.Output.all(*teardown)
+        self.head_service_name = out(ray.head_service_name)
+        self.ray_dashboard = out(f"kubectl -n {ray.namespace} port-forward svc/{ray.head_service_name} 8265:8265")
+        self.checkpoint_bucket = bucket.name if bucket is not None else None
+        self.checkpoint_storage_uri = storage.storage_uri if storage is not None else None
+        self.efa_check_logs_command = out(check.logs_command) if check is not None else None
+        self.register_outputs({k: v for k, v in self.outputs().items()})
+
+    def outputs(self) -> dict[str, pulumi.Output[Any]]:
+        """The stack outputs by their schema (camelCase) names; outputs that do not apply are left out."""
+        names = {
+            "clusterName": self.cluster_name, "kubeconfig": self.kubeconfig,
+            "gpuAvailabilityZone": self.gpu_availability_zone, "gpuNodeCount": self.gpu_node_count,
+            "gpuInstanceType": self.gpu_instance_type, "efaInterfacesPerNode": self.efa_interfaces_per_node,
+            "estimatedHourlyUsd": self.estimated_hourly_usd, "teardownOrder": self.teardown_order,
+            "headServiceName": self.head_service_name, "rayDashboard": self.ray_dashboard,
+            "checkpointBucket": self.checkpoint_bucket, "checkpointStorageUri": self.checkpoint_storage_uri,
+            "efaCheckLogsCommand": self.efa_check_logs_command,
+        }
+        return {k: v for k, v in names.items() if v is not None}
