@@ -7,6 +7,7 @@ message that names the key, the bad value and the fix.
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import json
 import re
@@ -45,6 +46,7 @@ class StackConfig:
     """Stack settings under the ``ray-efa-eks:`` namespace; defaults = the reference layout."""
 
     region: str = "us-east-1"
+    """AWS region of the stack (the `aws:region` config; default us-east-1)."""
     gpuInstanceType: str = "g6.12xlarge"
     """GPU worker instance type; must be in the catalogue (components/instances.py)."""
     gpuNodeCount: int = 2
@@ -54,7 +56,9 @@ class StackConfig:
     availabilityZone: str | None = None
     """GPU AZ. Unset: the first AZ of the region that offers gpuInstanceType."""
     kubernetesVersion: str = DEFAULT_KUBERNETES_VERSION
+    """EKS Kubernetes version (MAJOR.MINOR)."""
     vpcCidr: str = "10.0.0.0/16"
+    """VPC CIDR (a /20 or larger: four subnets are carved from it)."""
     efa: bool = True
     """Attach EFA interfaces and wire NCCL to the OFI plugin; false = plain TCP (for types without EFA)."""
     allowSingleEfaNode: bool = False
@@ -62,6 +66,7 @@ class StackConfig:
     dlcImage: str = DEFAULT_DLC_IMAGE
     """The one image for head and workers; must carry an explicit tag other than latest."""
     rayVersion: str = DEFAULT_RAY_VERSION
+    """Ray version in the image (the RayCluster's rayVersion)."""
     endpointPublicAccessCidrs: list[str] = field(default_factory=lambda: ["0.0.0.0/0"])
     """Who may reach the EKS API endpoint; narrow this to your office/VPN ranges."""
     gpuRootVolumeGiB: int = 200
@@ -69,6 +74,7 @@ class StackConfig:
     ncclDebug: str = "WARN"
     """NCCL_DEBUG for training pods (the EFA check always uses INFO)."""
     kuberayChartVersion: str = "1.7.0"
+    """KubeRay operator Helm chart version."""
     efaCheck: bool = True
     """Create the post-deploy EFA check Job."""
     efaCheckBlocking: bool = True
@@ -109,7 +115,10 @@ class StackConfig:
         kwargs: dict[str, Any] = {"region": region}
         for key, raw in values.items():
             if key not in known or key == "region":
-                raise ConfigError(key, raw, f"unknown key; known keys: {', '.join(sorted(k for k in known if k != 'region'))}")
+                valid = sorted(k for k in known if k != "region")
+                near = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
+                fix = f"unknown key; did you mean {near[0]}?" if near else "unknown key"
+                raise ConfigError(key, raw, f"{fix} (known keys: {', '.join(valid)})")
             f = known[key]
             default = f.default_factory() if f.default_factory is not MISSING else f.default
             kwargs[key] = _coerce(key, raw, default)
@@ -122,15 +131,12 @@ class StackConfig:
         """Read the stack's config through the Pulumi SDK (``pulumi.Config``)."""
         import pulumi
 
-        cfg = pulumi.Config(NAMESPACE)
+        from pulumi.runtime.config import CONFIG, get_config_env
+
         region = pulumi.Config("aws").get("region") or "us-east-1"
-        values: dict[str, Any] = {}
-        for f in fields(cls):
-            if f.name == "region":
-                continue
-            raw = cfg.get_object(f.name) if f.name == "endpointPublicAccessCidrs" else cfg.get(f.name)
-            if raw is not None:
-                values[f.name] = raw
+        # Every key the stack sets in our namespace, so that a typo is refused instead of silently ignored.
+        prefix = f"{NAMESPACE}:"
+        values = {k[len(prefix):]: v for k, v in {**get_config_env(), **CONFIG.get()}.items() if k.startswith(prefix)}
         return cls.from_mapping(values, region=region)
 
     # -- derived ----------------------------------------------------------------

@@ -40,11 +40,12 @@ TOKEN = "ray-efa-eks:index:EfaRayCluster"
 class EfaRayClusterArgs(TypedDict, total=False):
     """Every key is optional; an absent key takes the reference layout's default (see ``StackConfig``).
 
-    Keys, types and docstrings mirror ``StackConfig`` one for one (tests/test_package.py keeps them equal).
+    Keys, types and docstrings are generated from ``StackConfig`` (components/config_schema.py; a test keeps them equal).
     """
 
+    # -- generated from StackConfig by `python -m ray_efa_eks.components.config_schema --write`; do not edit --
     region: str
-    """AWS region of the stack (default: the `aws:region` config, else us-east-1)."""
+    """AWS region of the stack (the `aws:region` config; default us-east-1)."""
     gpuInstanceType: str
     """GPU worker instance type; must be in the catalogue (components/instances.py)."""
     gpuNodeCount: int
@@ -99,6 +100,7 @@ class EfaRayClusterArgs(TypedDict, total=False):
     """Envelope-encrypt Kubernetes secrets with a KMS key."""
     networkPolicy: bool
     """Only pods of the Ray namespace may reach the Ray head (VPC CNI NetworkPolicy enforcement on)."""
+    # -- end of generated keys --
 
 
 def stack_config(args: "EfaRayClusterArgs | StackConfig") -> StackConfig:
