@@ -209,7 +209,7 @@ class EfaRayCluster(pulumi.ComponentResource):
                 blocking=cfg.efaCheckBlocking, min_busbw_gbps=cfg.efaCheckMinBusbwGbps), opts=child)
 
         teardown: list[Any] = [
-            "pulumi config set gpuNodeCount 0 && pulumi up   # GPU nodes first: the expensive part",
+            "pulumi config set --type int gpuNodeCount 0 && pulumi up   # GPU nodes first: the expensive part",
             "pulumi destroy   # then everything else",
         ]
         if bucket is not None and cfg.checkpointRetainOnDelete:
