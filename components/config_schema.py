@@ -1,10 +1,10 @@
-"""One source of truth for the stack's settings: ``StackConfig`` -> ``Pulumi.yaml`` config block and EfaRayClusterArgs.
+"""One source of truth for the stack's settings: ``StackConfig`` -> Pulumi.yaml, EfaRayClusterArgs and the README table.
 
 ``StackConfig`` (components/config.py) declares every key with its type, default and docstring. Two
 copies must exist as text because their readers parse files, not Python objects: the ``config:``
 block of ``Pulumi.yaml`` (``pulumi config`` shows its types, defaults and descriptions) and the
 ``EfaRayClusterArgs`` TypedDict in components/stack.py (the Pulumi SDK infers the multi-language
-schema from its annotations and docstrings in the source). This tool writes both from StackConfig
+schema from its annotations and docstrings in the source); the README's table is the third. This tool writes them from StackConfig
 and checks that they are up to date (a test runs the check).
 
     python -m ray_efa_eks.components.config_schema --check   # exit 1 and the differences when out of date
@@ -141,7 +141,32 @@ def _replace_args(text: str) -> str:
     return pattern.sub(lambda _: render_args_block(), text, count=1)
 
 
-TARGETS = {"Pulumi.yaml": _replace_pulumi_yaml, "components/stack.py": _replace_args}
+README_BEGIN = "<!-- config table: generated from StackConfig by config_schema --write -->\n"
+README_END = "<!-- end of config table -->\n"
+
+
+def render_readme_table() -> str:
+    """The README's configuration table: key, type, default, description."""
+    rows = ["| key | type | default | description |", "|---|---|---|---|"]
+    for k in keys():
+        if k["name"] in NOT_IN_PROJECT_CONFIG:
+            continue
+        d = pulumi_yaml_config()[k["name"]]
+        default = "" if k["default"] is None else (", ".join(k["default"]) if isinstance(k["default"], list)
+                                                   else _yaml_scalar(k["default"]).strip('"'))
+        typ = "number (string in Pulumi.yaml)" if _base(k["type"]) is float else d["type"]
+        rows.append(f"| `{k['name']}` | {typ} | {default} | {k['description'].replace('|', '/')} |")
+    return "\n".join(rows) + "\n"
+
+
+def _replace_readme(text: str) -> str:
+    pattern = re.compile(re.escape(README_BEGIN) + r".*?" + re.escape(README_END), re.S)
+    if not pattern.search(text):
+        raise ValueError("README.md lacks the config table markers")
+    return pattern.sub(lambda _: README_BEGIN + render_readme_table() + README_END, text, count=1)
+
+
+TARGETS = {"Pulumi.yaml": _replace_pulumi_yaml, "components/stack.py": _replace_args, "README.md": _replace_readme}
 
 
 def stale(root: Path = ROOT) -> list[str]:
