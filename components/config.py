@@ -14,6 +14,7 @@ import re
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
+from .capacity import config_problem
 from .checkpoint_bucket import ENCRYPTIONS
 from .instances import CATALOGUE, InstanceType
 from .pod_identity import check_prefix
@@ -81,6 +82,12 @@ class StackConfig:
     """Make ``pulumi up`` wait for (and fail on) the EFA check Job."""
     efaCheckMinBusbwGbps: float = 0.0
     """Fail the EFA check below this all-reduce bus bandwidth (GB/s); 0 = verdict only."""
+
+    # -- GPU capacity (components/capacity.py) ------------------------------------------
+    gpuCapacity: str = "on-demand"
+    """on-demand | reservation (an ODCR) | capacity-block (Capacity Block for ML); the last two need availabilityZone."""
+    gpuCapacityReservationId: str | None = None
+    """reservation: the ODCR id (cr-...) or its resource group ARN; capacity-block: the block's id (cr-...)."""
 
     # -- checkpoint storage and identity --------------------------------------------
     checkpointBucket: bool = True
@@ -172,6 +179,10 @@ class StackConfig:
         if self.availabilityZone is not None:
             if not re.fullmatch(rf"{re.escape(self.region)}[a-z]", self.availabilityZone):
                 raise ConfigError("availabilityZone", self.availabilityZone, f"is not an AZ of region {self.region} (expected {self.region}a, {self.region}b, ...)")
+        capacity = config_problem(self.gpuCapacity, self.gpuCapacityReservationId, gpu, self.availabilityZone,
+                                  self.region)
+        if capacity:
+            raise ConfigError(*capacity)
         tag = image_tag(self.dlcImage)
         pinned_by_digest = "@sha256:" in self.dlcImage.rsplit("/", 1)[-1]
         if tag is None and not pinned_by_digest:

@@ -34,6 +34,16 @@ class InstanceType:
     price_usd_hour: dict[str, float] = field(default_factory=dict)
 
     @property
+    def efa_only_supported(self) -> bool:
+        """Every network card after the first can carry an ``efa-only`` interface (EFA without an IP address)."""
+        return self.name in EFA_ONLY_TYPES
+
+    @property
+    def capacity_blocks(self) -> bool:
+        """EC2 sells Capacity Blocks for ML of this type (``SupportedUsageClasses`` has ``capacity-block``)."""
+        return self.name in CAPACITY_BLOCK_TYPES
+
+    @property
     def family(self) -> str:
         """``g6`` for ``g6.12xlarge``: quota and AMI choices go by family."""
         return self.name.split(".", 1)[0]
@@ -62,6 +72,17 @@ CATALOGUE: dict[str, InstanceType] = {
         InstanceType("p5en.48xlarge", 192, 2097152, 8, "H200", 144384, True, 16, 16, True, _prices(63.2960)),
     )
 }
+
+
+# DescribeInstanceTypes figures for issue 19 (kept beside the table so that other fields can change there freely):
+# NetworkCards[].InterfaceTypes lists "efa-only" on every card of these types (AWS: EFA-only interfaces, Oct 2024,
+# "available on all EFA supported instances"; secondary interfaces only: card 0 / device 0 stays "efa"), and
+# SupportedUsageClasses lists "capacity-block" for these. One EFA interface per network card: max_efa_interfaces
+# equals network_cards for every EFA type here (p5.48xlarge: 32 cards, 32 EFA interfaces). tests/test_capacity.py
+# checks all three against moto's copy of AWS's data.
+EFA_ONLY_TYPES = frozenset({"g6.12xlarge", "g6.48xlarge", "g6e.12xlarge", "g6e.48xlarge", "g5.48xlarge",
+                            "p4d.24xlarge", "p5.48xlarge", "p5en.48xlarge"})
+CAPACITY_BLOCK_TYPES = frozenset({"p4d.24xlarge", "p5.48xlarge", "p5en.48xlarge"})
 
 
 def lookup(name: str, *, key: str = "instance type") -> InstanceType:

@@ -1,31 +1,40 @@
-"""Node hardening that pulumi-eks does not expose: IMDS hop limit and root-volume encryption.
+"""The node launch templates, declared by our components (system and GPU), not built by pulumi-eks.
 
-pulumi-eks builds the managed node group's launch template itself
-(``createMNGCustomLaunchTemplate`` in nodejs/eks/nodes/nodegroup.ts) and
-refuses a user launch template together with ``enableEfaSupport``. With
-``enableIMDSv2`` it writes ``metadataOptions`` with ``httpPutResponseHopLimit: 2``
-(hard-coded) and, with ``diskSize``, one ``blockDeviceMappings`` entry whose
-``ebs`` carries only ``volumeSize``. Hop limit 2 lets every pod reach the
-instance role through IMDS; an unencrypted root volume holds image layers and
-anything a pod writes to ``emptyDir``.
+pulumi-eks's ``enableEfaSupport`` builds its own launch template (``createMNGCustomLaunchTemplate`` in
+nodejs/eks/nodes/nodegroup.ts, ``getEfaNetworkInterfaces`` in instances.ts), refuses a user launch
+template next to it, hard-codes IMDS hop limit 2, leaves the root volume unencrypted and always adds a
+cluster placement group, which breaks On-Demand Capacity Reservations and Capacity Blocks. So the
+managed node groups get this template instead, with ``enableEfaSupport`` off. It keeps what pulumi-eks
+wrote and adds what the issue asks:
 
-Rather than re-implement the EFA launch template, we keep pulumi-eks's and
-patch it with a Pulumi *transform*: transforms, unlike the older
-transformations, run on the children of packaged (multi-language) components,
-so the engine calls :func:`harden_launch_template` for the
-``aws:ec2/launchTemplate:LaunchTemplate`` that pulumi-eks registers. Props
-arrive with engine (camelCase) names.
+* one EFA interface per network card (the catalogue's ``max_efa_interfaces``; p5.48xlarge: 32): card 0
+  is ``efa`` at device index 0 (it also carries the node's IP), every other card ``efa-only`` at device
+  index 1 where the type supports efa-only (no IP address used, no routing conflicts), else ``efa``;
+  every interface in the security groups EFA needs (the EKS cluster security group, which has the
+  all-traffic self rules) and deleted with the instance;
+* ``metadataOptions``: IMDSv2 required, hop limit 1 (pods one hop further cannot reach the node role);
+* the root volume (``/dev/xvda`` on AL2023) written here, gp3 and encrypted;
+* the cluster placement group and the Capacity Reservation / Capacity Block fields (components/capacity.py).
+
+No ``imageId`` and no user data: the node group's ``amiType`` keeps the EKS-optimized AL2023 NVIDIA AMI and
+EKS then writes the node bootstrap itself (with an AMI id in the template EKS would supply none). Extra
+user data, when a caller adds some, must be the MIME multi-part document EKS merges with its own.
 """
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 import pulumi
+import pulumi_aws as aws
+
+from .capacity import GpuCapacity
+from .instances import InstanceType
 
 LAUNCH_TEMPLATE_TYPE = "aws:ec2/launchTemplate:LaunchTemplate"
+ROOT_DEVICE = "/dev/xvda"
+"""Root device of the EKS-optimized Amazon Linux 2023 AMIs (standard and NVIDIA)."""
 
 
 @dataclass(frozen=True)
@@ -44,38 +53,78 @@ class NodeHardening:
         if self.kms_key_id and not self.encrypt_root_volume:
             raise ValueError("kms_key_id needs encrypt_root_volume=True")
 
-    def apply(self, props: dict[str, Any]) -> dict[str, Any]:
-        """Launch-template props (engine names) with IMDSv2 required, the hop limit and encrypted EBS."""
-        out = copy.deepcopy(dict(props))
-        meta = dict(out.get("metadataOptions") or {})
-        meta.update(httpEndpoint="enabled", httpTokens="required", httpPutResponseHopLimit=self.imds_hop_limit)
-        out["metadataOptions"] = meta
-        if self.encrypt_root_volume:
-            mappings = out.get("blockDeviceMappings")
-            if not isinstance(mappings, list) or not mappings:
-                # pulumi-eks only writes mappings when diskSize is set; without one the AMI's
-                # unencrypted snapshot would be used silently, so refuse.
-                raise ValueError("launch template has no blockDeviceMappings to encrypt; "
-                                 "pass disk_size to the node group (pulumi-eks writes the root mapping from it)")
-            patched = []
-            for m in mappings:
-                m = dict(m)
-                ebs = dict(m.get("ebs") or {})
-                ebs["encrypted"] = "true"  # the provider types this field as a string
-                if self.kms_key_id:
-                    ebs["kmsKeyId"] = self.kms_key_id
-                m["ebs"] = ebs
-                patched.append(m)
-            out["blockDeviceMappings"] = patched
-        return out
+    def metadata_options(self) -> dict[str, Any]:
+        return {"http_endpoint": "enabled", "http_tokens": "required",
+                "http_put_response_hop_limit": self.imds_hop_limit}
 
-    def transform(self) -> pulumi.ResourceTransform:
-        """A transform for a node group's ResourceOptions: patches only its launch template."""
+    def root_volume(self, size_gib: int) -> dict[str, Any]:
+        """The root ``block_device_mappings`` entry (the provider types ``encrypted`` as a string)."""
+        if size_gib < 1:
+            raise ValueError(f"root volume size must be >= 1 GiB, got {size_gib}")
+        ebs: dict[str, Any] = {"volume_size": size_gib, "volume_type": "gp3", "delete_on_termination": "true",
+                               "encrypted": "true" if self.encrypt_root_volume else "false"}
+        if self.kms_key_id:
+            ebs["kms_key_id"] = self.kms_key_id
+        return {"device_name": ROOT_DEVICE, "ebs": ebs}
 
-        def harden_launch_template(args: pulumi.ResourceTransformArgs) -> pulumi.ResourceTransformResult | None:
-            if args.type_ != LAUNCH_TEMPLATE_TYPE:
-                return None
-            return pulumi.ResourceTransformResult(props=self.apply(args.props), opts=args.opts)
 
-        harden_launch_template.hardening = self  # type: ignore[attr-defined]  # lets tests and the plan read it
-        return harden_launch_template
+def efa_network_interfaces(instance_type: InstanceType, security_group_ids: pulumi.Input[Sequence[str]]
+                           ) -> list[dict[str, Any]]:
+    """One EFA interface per network card, as pulumi-eks's getEfaNetworkInterfaces wrote them, efa-only where supported.
+
+    EC2's rules: the primary interface (card 0, device 0) must carry an IP, so it is ``efa`` (EFA with ENA);
+    ``efa-only`` is allowed on secondary interfaces only; one EFA per network card.
+    """
+    if not instance_type.efa_supported or instance_type.max_efa_interfaces < 1:
+        raise ValueError(f"{instance_type.name} does not support EFA; pick an EFA type or turn EFA off")
+    if instance_type.max_efa_interfaces > instance_type.network_cards:
+        raise ValueError(f"{instance_type.name}: catalogue says {instance_type.max_efa_interfaces} EFA interfaces on "
+                         f"{instance_type.network_cards} network cards; EC2 allows one EFA per card")
+    secondary = "efa-only" if instance_type.efa_only_supported else "efa"
+    return [{"network_card_index": i, "device_index": 0 if i == 0 else 1,
+             "interface_type": "efa" if i == 0 else secondary,
+             "security_groups": security_group_ids, "delete_on_termination": "true"}
+            for i in range(instance_type.max_efa_interfaces)]
+
+
+@dataclass
+class NodeLaunchTemplateArgs:
+    """Inputs of :func:`node_launch_template`."""
+
+    hardening: NodeHardening
+    root_volume_gib: int
+    network_interfaces: list[dict[str, Any]] | None = None
+    """EFA interfaces (:func:`efa_network_interfaces`); None: EKS gives the node its default interface."""
+    placement_group_name: pulumi.Input[str] | None = None
+    capacity: GpuCapacity | None = None
+    """The Capacity Reservation / Capacity Block target (None: on demand)."""
+    tags: dict[str, str] | None = None
+
+
+def node_launch_template(name: str, args: NodeLaunchTemplateArgs, opts: pulumi.ResourceOptions) -> aws.ec2.LaunchTemplate:
+    """The launch template a managed node group uses (``launch_template={"id": ..., "version": ...}``)."""
+    capacity = args.capacity or GpuCapacity()
+    props: dict[str, Any] = {
+        "metadata_options": args.hardening.metadata_options(),
+        "block_device_mappings": [args.hardening.root_volume(args.root_volume_gib)],
+        "update_default_version": True,
+    }
+    if args.network_interfaces:
+        props["network_interfaces"] = args.network_interfaces
+    if args.placement_group_name is not None:
+        if not capacity.cluster_placement_group:
+            raise ValueError(f"{name}: a cluster placement group conflicts with gpuCapacity {capacity.mode} "
+                             "(launches fail with InsufficientInstanceCapacity); leave it out")
+        props["placement"] = {"group_name": args.placement_group_name}
+    if capacity.capacity_reservation_specification():
+        props["capacity_reservation_specification"] = capacity.capacity_reservation_specification()
+    if capacity.instance_market_options():
+        props["instance_market_options"] = capacity.instance_market_options()
+    if args.tags:
+        props["tag_specifications"] = [{"resource_type": "instance", "tags": args.tags}]
+    return aws.ec2.LaunchTemplate(name, **props, opts=opts)
+
+
+def launch_template_ref(template: aws.ec2.LaunchTemplate) -> dict[str, Any]:
+    """The node group's ``launch_template`` input: the id and the latest version (EKS wants the version as a string)."""
+    return {"id": template.id, "version": template.latest_version.apply(lambda v: str(v))}

@@ -279,6 +279,12 @@ class NodeGroup:
     subnets: Any
     """Subnet resources the nodes land in (after pulumi-eks's AZ filter), or UNKNOWN."""
     subnet_ids: Any
+    capacity_type: Any = "ON_DEMAND"
+    """The node group's ``capacityType`` (ON_DEMAND, SPOT, CAPACITY_BLOCK) or UNKNOWN."""
+    market_type: Any = None
+    """The launch template's ``instanceMarketOptions.marketType`` (``capacity-block``, ``spot``) or None."""
+    reservation: Any = None
+    """The Capacity Reservation id or resource group ARN the launch template targets, None, or UNKNOWN."""
 
     @property
     def azs(self) -> Any:
@@ -360,7 +366,11 @@ def node_groups(stack: Stack) -> list[NodeGroup]:
         efa_input = mng.props.get("enableEfaSupport") is True
         placement_az = mng.props.get("placementGroupAvailabilityZone")
         itypes = _str_list(props.get("instanceTypes"))
-        template = template or (_template_of(stack, mng) if child_ng is None else None)  # mocks: the program's own
+        # Our own launch template (components/launch_template.py) is the MNG's sibling: the mocks name it in the
+        # MNG's launchTemplate input, a preview in the aws:eks/nodeGroup child's (by id, or by its dependency).
+        template = template or _template_of(stack, child_ng if child_ng is not None else mng)
+        if pg is None and template is not None:
+            pg = _placement_group_of(stack, template)
         if template is not None:
             efa, sgs = _efa_interfaces_of(template)
             source = "launch template"
@@ -374,6 +384,8 @@ def node_groups(stack: Stack) -> list[NodeGroup]:
             efa, sgs, source = 0, [], "pulumi-eks inputs"
         if pg is not None:
             strategy = dig(pg.props, "strategy")
+        elif template is not None and dig(template.props, "placement", "groupName") is UNKNOWN:
+            strategy = UNKNOWN
         elif child_ng is None:
             strategy = "cluster" if efa_input else None
         else:
@@ -381,16 +393,20 @@ def node_groups(stack: Stack) -> list[NodeGroup]:
         if child_ng is not None:
             subnet_ids = child_ng.props.get("subnetIds")
             subnets = _subnets_for(stack, subnet_ids, child_ng)
-            if pg is not None and not _known_list(subnet_ids) and subnets is not UNKNOWN and len(
+            pinned = pg is not None or (template is not None and dig(
+                template.props, "capacityReservationSpecification", "capacityReservationTarget") not in (None, {}))
+            if pinned and not _known_list(subnet_ids) and subnets is not UNKNOWN and len(
                     {dig(s.props, "availabilityZone") for s in subnets}) > 1:
-                subnets = UNKNOWN  # candidates only: pulumi-eks filters them to the placement AZ, unseen here
+                # candidates only: pulumi-eks (placement AZ) or EfaGpuNodeGroup (GPU AZ) filters them, unseen here
+                subnets = UNKNOWN
         else:
             subnet_ids = mng.props.get("subnetIds")
             subnets = _subnets_for(stack, subnet_ids, mng)
         if efa_input and isinstance(placement_az, str) and subnets is not UNKNOWN:
             # pulumi-eks keeps only the subnets in placementGroupAvailabilityZone (filterEfaSubnets).
             subnets = [s for s in subnets if dig(s.props, "availabilityZone") in (placement_az, UNKNOWN)]
-        groups.append(_node_group(mng, props, itypes, efa, source, placement_az, strategy, sgs, subnets, subnet_ids))
+        groups.append(_node_group(mng, props, itypes, efa, source, placement_az, strategy, sgs, subnets, subnet_ids,
+                                  template))
     for ng in stack.of_type(NODE_GROUP):
         parent = stack.parent_of(ng)
         if parent is not None and parent.type == MNG:
@@ -400,8 +416,8 @@ def node_groups(stack: Stack) -> list[NodeGroup]:
         template = _template_of(stack, ng)
         if template is not None:
             efa, sgs = _efa_interfaces_of(template)
+            pg = _placement_group_of(stack, template)
             pg_name = dig(template.props, "placement", "groupName")
-            pg = next((p for p in stack.of_type(PLACEMENT_GROUP) if pg_name in (dig(p.props, "name"), p.id)), None)
             strategy = dig(pg.props, "strategy") if pg else (UNKNOWN if pg_name is UNKNOWN else None)
         elif dig(props, "launchTemplate") in (None, {}):
             efa, sgs, strategy = 0, [], None
@@ -409,8 +425,22 @@ def node_groups(stack: Stack) -> list[NodeGroup]:
             efa, sgs, strategy = UNKNOWN, UNKNOWN, UNKNOWN
         subnets = _subnets_for(stack, props.get("subnetIds"), ng)
         groups.append(_node_group(ng, props, itypes, efa, "launch template", None, strategy, sgs, subnets,
-                                  props.get("subnetIds")))
+                                  props.get("subnetIds"), template))
     return groups
+
+
+def _placement_group_of(stack: Stack, template: Resource) -> Resource | None:
+    """The placement group a launch template names (by name or id; a preview: by its dependency)."""
+    pg_name = dig(template.props, "placement", "groupName")
+    if isinstance(pg_name, str) and pg_name:
+        found = next((p for p in stack.of_type(PLACEMENT_GROUP) if pg_name in (dig(p.props, "name"), p.id)), None)
+        if found is not None:
+            return found
+    for urn in template.deps.get("placement", []):
+        dep = stack.by_urn.get(urn)
+        if dep is not None and dep.type == PLACEMENT_GROUP:
+            return dep
+    return None
 
 
 def _template_of(stack: Stack, ng: Resource) -> Resource | None:
@@ -427,12 +457,17 @@ def _template_of(stack: Stack, ng: Resource) -> Resource | None:
 
 
 def _node_group(r: Resource, props: dict, itypes: list[str], efa: Any, source: str, placement_az: Any,
-                strategy: Any, sgs: Any, subnets: Any, subnet_ids: Any) -> NodeGroup:
+                strategy: Any, sgs: Any, subnets: Any, subnet_ids: Any, template: Resource | None = None) -> NodeGroup:
     desired = dig(props, "scalingConfig", "desiredSize")
     labels = props.get("labels") if isinstance(props.get("labels"), dict) else {}
+    lt = template.props if template is not None else {}
+    target = dig(lt, "capacityReservationSpecification", "capacityReservationTarget", default={}) or {}
+    reservation = (target.get("capacityReservationId") or target.get("capacityReservationResourceGroupArn")
+                   if isinstance(target, dict) else target)
     return NodeGroup(r, props, itypes, desired if desired is not None else UNKNOWN, labels, _looks_gpu(props, itypes),
                      _instance_gpus(itypes), efa, source, placement_az if isinstance(placement_az, str) else None,
-                     strategy, sgs, subnets, subnet_ids)
+                     strategy, sgs, subnets, subnet_ids, props.get("capacityType", "ON_DEMAND"),
+                     dig(lt, "instanceMarketOptions", "marketType"), reservation)
 
 
 def _str_list(value: Any) -> list[str]:

@@ -30,6 +30,13 @@ DEFAULT_OFFERINGS: dict[str, list[str]] = {
     "us-west-2": ["us-west-2a", "us-west-2b", "us-west-2c", "us-west-2d"],
 }
 
+CAPACITY_BLOCKS: dict[str, dict[str, Any]] = {
+    "cr-0123456789abcdef0": {"availabilityZone": "us-east-1a", "instanceType": "p5.48xlarge", "instanceCount": 4,
+                             "startDate": "2026-12-01T11:30:00Z", "endDate": "2026-12-15T11:30:00Z",
+                             "state": "active", "reservationType": "capacity-block"},
+}
+"""Capacity Blocks EC2 answers for (getCapacityBlockReservation); other ids answer empty fields (not judged)."""
+
 
 @dataclass
 class Recorded:
@@ -164,6 +171,10 @@ class RecordingMocks(pulumi.runtime.Mocks):
         elif args.typ == "aws:s3/bucketV2:BucketV2" or args.typ == "aws:s3/bucket:Bucket":
             state.setdefault("bucket", args.name)
             state["arn"] = f"arn:aws:s3:::{state['bucket']}"
+        elif args.typ == "aws:ec2/placementGroup:PlacementGroup":
+            state["name"] = rid  # the provider's id of a placement group is its (auto-)name
+        elif args.typ == "aws:ec2/launchTemplate:LaunchTemplate":
+            state["latestVersion"] = 1
         elif args.typ == "aws:kms/key:Key":
             state["arn"] = f"arn:aws:kms:{self.region}:123456789012:key/{args.name}"
         self.run.ids[urn] = rid
@@ -175,6 +186,15 @@ class RecordingMocks(pulumi.runtime.Mocks):
             azs = self.offerings.get(self.region, [])
             return {"id": self.region, "locations": azs, "locationTypes": ["availability-zone"] * len(azs),
                     "instanceTypes": [""] * len(azs)}, []
+        if args.token == "aws:ec2/getSubnets:getSubnets":  # DescribeSubnets over the subnets registered so far
+            want = {f["name"]: list(f.get("values") or []) for f in args.args.get("filters") or []}
+            ids = [self.run.ids[r.urn] for r in self.run.of_type("aws:ec2/subnet:Subnet")
+                   if self.run.ids.get(r.urn) in want.get("subnet-id", [self.run.ids.get(r.urn)])
+                   and r.inputs.get("availabilityZone") in want.get("availability-zone", [r.inputs.get("availabilityZone")])]
+            return {"id": self.region, "ids": ids, "filters": args.args.get("filters")}, []
+        if args.token == "aws:ec2/getCapacityBlockReservation:getCapacityBlockReservation":
+            rid = args.args.get("id", "")
+            return {"id": rid, "capacityBlockId": rid, **CAPACITY_BLOCKS.get(rid, {})}, []
         if args.token == "aws:index/getAvailabilityZones:getAvailabilityZones":
             azs = DEFAULT_OFFERINGS.get(self.region, [f"{self.region}a", f"{self.region}b"])
             return {"id": self.region, "names": azs, "zoneIds": azs}, []

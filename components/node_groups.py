@@ -1,30 +1,30 @@
 """Node groups: the system node (operator + Ray head) and the EFA GPU nodes.
 
-The GPU group leans on pulumi-eks's native EFA support (read from its source,
-nodejs/eks/nodes/nodegroup.ts and instances.ts): with ``enable_efa_support``
-it creates a ``cluster`` placement group, filters the subnets to
-``placement_group_availability_zone`` and writes a launch template with one
-EFA interface per network card (``efa`` first, ``efa-only`` after), all in the
-EKS *cluster* security group. EKS gives that group an all-traffic ingress rule
-from itself and all egress to 0.0.0.0/0, but EFA's documented requirement is
-an explicit self rule both ways, so the component adds the missing egress one.
-
-Both groups carry a transform (components/launch_template.py) that sets IMDS
-hop limit 1 and encrypts the root volume in the launch template pulumi-eks
-builds, since pulumi-eks exposes neither and refuses a user launch template
-next to ``enable_efa_support``.
+Both are pulumi-eks ``ManagedNodeGroup``s on a launch template the component declares itself
+(components/launch_template.py: IMDSv2 hop limit 1, encrypted gp3 root volume, no AMI id so EKS
+bootstraps the EKS-optimized AMI of ``amiType``). The GPU group does what pulumi-eks's
+``enableEfaSupport`` did (read from its source, nodejs/eks/nodes/nodegroup.ts and instances.ts) without
+it: one EFA interface per network card in the EKS *cluster* security group, the subnets filtered to the
+GPU AZ (``aws.ec2.get_subnets``, as its ``filterEfaSubnets``), and a ``cluster`` placement group, now
+only on demand: with an ODCR or a Capacity Block (components/capacity.py) the template targets the
+reservation instead. EKS gives the cluster security group an all-traffic ingress rule from itself and
+all egress to 0.0.0.0/0, but EFA's documented requirement is an explicit self rule both ways, so the
+component adds the missing egress one.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import pulumi
 import pulumi_aws as aws
 import pulumi_eks as eks
 
+from .capacity import GpuCapacity
 from .instances import InstanceType
-from .launch_template import NodeHardening
+from .launch_template import (NodeHardening, NodeLaunchTemplateArgs, efa_network_interfaces, launch_template_ref,
+                              node_launch_template)
 
 ROLE_LABEL = "ray-efa-eks/role"
 SYSTEM_ROLE = "system"
@@ -45,13 +45,14 @@ class SystemNodeGroupArgs:
     node_count: int = 1
     root_volume_gib: int = 50
     hardening: NodeHardening = field(default_factory=NodeHardening)
-    """IMDS hop limit and root-volume encryption, patched into pulumi-eks's launch template."""
+    """IMDS hop limit and root-volume encryption, written into the group's own launch template."""
 
 
 class SystemNodeGroup(pulumi.ComponentResource):
     """Managed node group for the KubeRay operator, the Ray head and cluster add-ons."""
 
     node_group: eks.ManagedNodeGroup
+    launch_template: aws.ec2.LaunchTemplate
     labels: dict[str, str]
 
     def __init__(self, name: str, args: SystemNodeGroupArgs, opts: pulumi.ResourceOptions | None = None):
@@ -60,6 +61,9 @@ class SystemNodeGroup(pulumi.ComponentResource):
             raise ValueError(f"SystemNodeGroup {name}: {args.instance_type.name} has GPUs; use a CPU type for the system node")
         self.labels = {ROLE_LABEL: SYSTEM_ROLE}
         n = args.node_count
+        child = pulumi.ResourceOptions(parent=self)
+        self.launch_template = node_launch_template(
+            f"{name}-lt", NodeLaunchTemplateArgs(hardening=args.hardening, root_volume_gib=args.root_volume_gib), child)
         self.node_group = eks.ManagedNodeGroup(
             f"{name}-mng",
             cluster=args.cluster,
@@ -67,11 +71,10 @@ class SystemNodeGroup(pulumi.ComponentResource):
             subnet_ids=args.subnet_ids,
             instance_types=[args.instance_type.name],
             ami_type="AL2023_x86_64_STANDARD",
-            enable_imd_sv2=True,
-            disk_size=args.root_volume_gib,
+            launch_template=launch_template_ref(self.launch_template),
             scaling_config={"desired_size": n, "min_size": n, "max_size": max(n, 1)},
             labels=self.labels,
-            opts=pulumi.ResourceOptions(parent=self, transforms=[args.hardening.transform()]),
+            opts=child,
         )
         self.register_outputs({"labels": self.labels})
 
@@ -83,9 +86,9 @@ class EfaGpuNodeGroupArgs:
     cluster: eks.Cluster
     node_role: aws.iam.Role
     cluster_security_group_id: pulumi.Input[str]
-    """The EKS cluster security group: pulumi-eks attaches the EFA interfaces to it."""
+    """The EKS cluster security group: the EFA interfaces join it."""
     subnet_ids: pulumi.Input[list[str]]
-    """Private subnets; pulumi-eks keeps only those in ``availability_zone``."""
+    """Private subnets; the component keeps only those in ``availability_zone``."""
     instance_type: InstanceType
     availability_zone: str
     node_count: int = 2
@@ -94,13 +97,19 @@ class EfaGpuNodeGroupArgs:
     root_volume_gib: int = 200
     extra_labels: dict[str, str] = field(default_factory=dict)
     hardening: NodeHardening = field(default_factory=NodeHardening)
-    """IMDS hop limit and root-volume encryption, patched into pulumi-eks's EFA launch template."""
+    """IMDS hop limit and root-volume encryption, written into the group's own launch template."""
+    capacity: GpuCapacity = field(default_factory=GpuCapacity)
+    """On demand (default), an ODCR or a Capacity Block: the launch template's target and the group's capacityType."""
 
 
 class EfaGpuNodeGroup(pulumi.ComponentResource):
-    """GPU managed node group pinned to one AZ, in a cluster placement group, with EFA."""
+    """GPU managed node group pinned to one AZ, with EFA, in a cluster placement group on demand or in a reservation."""
 
     node_group: eks.ManagedNodeGroup
+    launch_template: aws.ec2.LaunchTemplate
+    placement_group: aws.ec2.PlacementGroup | None
+    subnet_ids: pulumi.Output[list[str]]
+    """The subnets the nodes use: those of ``subnet_ids`` in the GPU AZ."""
     labels: dict[str, str]
     efa_interfaces_per_node: int
 
@@ -129,22 +138,49 @@ class EfaGpuNodeGroup(pulumi.ComponentResource):
                 opts=child,
             )
         n = args.node_count
-        efa_args = {"enable_efa_support": True, "placement_group_availability_zone": args.availability_zone} if args.efa else {}
+        self.subnet_ids = subnets_in_az(name, args.subnet_ids, args.availability_zone, child)
+        self.placement_group = None
+        if args.efa and args.capacity.cluster_placement_group:
+            self.placement_group = aws.ec2.PlacementGroup(f"{name}-pg", strategy="cluster", opts=child)
+        self.launch_template = node_launch_template(f"{name}-lt", NodeLaunchTemplateArgs(
+            hardening=args.hardening, root_volume_gib=args.root_volume_gib,
+            network_interfaces=efa_network_interfaces(it, [args.cluster_security_group_id]) if args.efa else None,
+            placement_group_name=self.placement_group.name if self.placement_group else None,
+            capacity=args.capacity), child)
         self.node_group = eks.ManagedNodeGroup(
             f"{name}-mng",
             cluster=args.cluster,
             node_role=args.node_role,
-            subnet_ids=args.subnet_ids,
+            subnet_ids=self.subnet_ids,
             instance_types=[it.name],
             ami_type="AL2023_x86_64_NVIDIA",
             gpu=None,
-            enable_imd_sv2=True,
-            disk_size=args.root_volume_gib,
+            launch_template=launch_template_ref(self.launch_template),
+            capacity_type=args.capacity.node_group_capacity_type,
             # EKS requires max_size >= 1; desired = min = 0 parks the group.
             scaling_config={"desired_size": n, "min_size": n, "max_size": max(n, 1)},
             labels=self.labels,
             taints=[GPU_TAINT],
-            **efa_args,
-            opts=pulumi.ResourceOptions(parent=self, transforms=[args.hardening.transform()]),
+            opts=child,
         )
         self.register_outputs({"labels": self.labels, "efaInterfacesPerNode": self.efa_interfaces_per_node})
+
+
+def subnets_in_az(name: str, subnet_ids: pulumi.Input[list[str]], availability_zone: str,
+                  opts: pulumi.ResourceOptions) -> pulumi.Output[list[str]]:
+    """The ids of ``subnet_ids`` in ``availability_zone`` (EC2 DescribeSubnets, as pulumi-eks's filterEfaSubnets).
+
+    Fails the deployment when none is left, naming the AZ: a node group without a subnet in the GPU AZ
+    would place nodes where neither EFA peers nor the reservation are.
+    """
+    found = aws.ec2.get_subnets_output(filters=[{"name": "availability-zone", "values": [availability_zone]},
+                                                {"name": "subnet-id", "values": subnet_ids}],
+                                       opts=pulumi.InvokeOutputOptions(parent=opts.parent))
+
+    def ids(result: Any) -> list[str]:
+        if not result.ids:
+            raise ValueError(f"EfaGpuNodeGroup {name}: none of the subnets is in the GPU AZ {availability_zone}; "
+                             "pass that AZ's private subnet (Network.gpu_subnet_id)")
+        return sorted(result.ids)
+
+    return found.apply(ids)

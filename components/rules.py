@@ -57,7 +57,8 @@ def _v(rule: str, r: Resource | None, problem: str, fix: str) -> Violation:
 # -- gpu-one-az ----------------------------------------------------------------------------------------------------
 
 GPU_ONE_AZ_FIX = ("put every GPU subnet in the one GPU AZ (EFA and NCCL traffic do not cross AZs): pass only that AZ's "
-                  "private subnet (Network.gpu_subnet_id) and set placement_group_availability_zone to it")
+                  "private subnet (Network.gpu_subnet_id); EfaGpuNodeGroup keeps only the subnets of its "
+                  "availability_zone (pulumi-eks: placement_group_availability_zone with enable_efa_support)")
 
 
 def _gpu_one_az(stack: Stack) -> list[Violation]:
@@ -84,7 +85,8 @@ def _gpu_one_az(stack: Stack) -> list[Violation]:
 
 # -- efa-interfaces ------------------------------------------------------------------------------------------------
 
-EFA_INTERFACES_FIX = ("give the GPU node group EFA interfaces: EfaGpuNodeGroupArgs(efa=True), i.e. pulumi-eks "
+EFA_INTERFACES_FIX = ("give the GPU node group EFA interfaces: EfaGpuNodeGroupArgs(efa=True), whose launch template has "
+                      "one EFA interface per network card (launch_template.efa_network_interfaces), or pulumi-eks "
                       "ManagedNodeGroup(enable_efa_support=True, placement_group_availability_zone=the GPU AZ); "
                       "or turn EFA off everywhere (ray-efa-eks:efa false)")
 

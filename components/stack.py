@@ -18,9 +18,10 @@ from typing import Any, Optional, TypedDict
 
 import pulumi
 
+from .capacity import CAPACITY_BLOCK, BLOCK_TERMINATION_LEAD_MINUTES, GpuCapacity, block_problem, read_capacity_block
 from .checkpoint_bucket import CheckpointBucket, CheckpointBucketArgs
 from .cluster import Cluster, ClusterArgs
-from .config import StackConfig
+from .config import ConfigError, StackConfig
 from .cost import estimate_hourly_usd
 from .device_plugins import DevicePlugins, DevicePluginsArgs
 from .efa_check import EfaCheckJob, EfaCheckJobArgs
@@ -80,6 +81,10 @@ class EfaRayClusterArgs(TypedDict, total=False):
     """Make ``pulumi up`` wait for (and fail on) the EFA check Job."""
     efaCheckMinBusbwGbps: float
     """Fail the EFA check below this all-reduce bus bandwidth (GB/s); 0 = verdict only."""
+    gpuCapacity: str
+    """on-demand | reservation (an ODCR) | capacity-block (Capacity Block for ML); the last two need availabilityZone."""
+    gpuCapacityReservationId: str
+    """reservation: the ODCR id (cr-...) or its resource group ARN; capacity-block: the block's id (cr-...)."""
     checkpointBucket: bool
     """Create the S3 checkpoint bucket + pod identity role; false = pods get no storage (pass --storage-path)."""
     checkpointPrefix: str
@@ -147,12 +152,19 @@ class EfaRayCluster(pulumi.ComponentResource):
     """s3:// URI Ray Train stores checkpoints under (when checkpointBucket is on)."""
     efa_check_logs_command: pulumi.Output[Optional[str]]
     """kubectl command for the EFA check Job's log (when the check runs)."""
+    gpu_capacity_block_end: pulumi.Output[Optional[str]]
+    """When the GPU nodes' Capacity Block ends (UTC, from EC2; gpuCapacity capacity-block only): EC2 starts terminating its instances 30 minutes before, so park them (gpuNodeCount 0) earlier."""
 
     def __init__(self, name: str, args: EfaRayClusterArgs, opts: Optional[pulumi.ResourceOptions] = None):
         cfg = stack_config(args)  # raises on bad config before anything is registered
+        gpu_az = resolve_gpu_az(cfg)
+        capacity = GpuCapacity(cfg.gpuCapacity, cfg.gpuCapacityReservationId)
+        block = read_capacity_block(cfg.gpuCapacityReservationId) if capacity.mode == CAPACITY_BLOCK else None
+        problem = block and block_problem(block, cfg.gpuInstanceType, gpu_az, cfg.gpuNodeCount)
+        if problem:  # the block is elsewhere, of another type, too small or over: refuse before any resource
+            raise ConfigError(*problem)
         super().__init__(TOKEN, name, None, opts)
         self.config = cfg
-        gpu_az = resolve_gpu_az(cfg)
         tags = {"project": "ray-efa-eks", "stack": pulumi.get_stack()}
         hardening = NodeHardening(imds_hop_limit=cfg.imdsHopLimit, encrypt_root_volume=cfg.encryptRootVolumes)
         # Direct children keep the URNs the earlier root-level program gave them.
@@ -176,8 +188,8 @@ class EfaRayCluster(pulumi.ComponentResource):
             cluster=cluster.eks, node_role=cluster.node_role, cluster_security_group_id=cluster.security_group_id,
             subnet_ids=network.gpu_subnet_id.apply(lambda s: [s]), instance_type=cfg.gpu_type,
             availability_zone=gpu_az, node_count=cfg.gpuNodeCount, efa=cfg.efa,
-            allow_single_node=cfg.allowSingleEfaNode, root_volume_gib=cfg.gpuRootVolumeGiB, hardening=hardening),
-            opts=child)
+            allow_single_node=cfg.allowSingleEfaNode, root_volume_gib=cfg.gpuRootVolumeGiB, hardening=hardening,
+            capacity=capacity), opts=child)
         plugins = DevicePlugins("device-plugins", DevicePluginsArgs(provider=cluster.provider, efa=cfg.efa),
                                 opts=opts_with(depends_on=[gpu]))
         operator = KubeRayOperator("kuberay", KubeRayOperatorArgs(provider=cluster.provider,
@@ -212,6 +224,9 @@ class EfaRayCluster(pulumi.ComponentResource):
             "pulumi config set --type int gpuNodeCount 0 && pulumi up   # GPU nodes first: the expensive part",
             "pulumi destroy   # then everything else",
         ]
+        if block is not None:
+            teardown.insert(0, f"# Capacity Block {block.id} ends {block.end_date or '(unknown)'}: EC2 terminates its "
+                               f"instances from {BLOCK_TERMINATION_LEAD_MINUTES} min before; park the GPU nodes first")
         if bucket is not None and cfg.checkpointRetainOnDelete:
             teardown.append(pulumi.Output.concat(
                 "# kept on purpose: checkpoint bucket ", bucket.name,
@@ -237,6 +252,7 @@ class EfaRayCluster(pulumi.ComponentResource):
         self.checkpoint_bucket = bucket.name if bucket is not None else None
         self.checkpoint_storage_uri = storage.storage_uri if storage is not None else None
         self.efa_check_logs_command = out(check.logs_command) if check is not None else None
+        self.gpu_capacity_block_end = out(block.end_date) if block is not None and block.end_date else None
         self.register_outputs({k: v for k, v in self.outputs().items()})
 
     def outputs(self) -> dict[str, pulumi.Output[Any]]:
@@ -248,6 +264,6 @@ class EfaRayCluster(pulumi.ComponentResource):
             "estimatedHourlyUsd": self.estimated_hourly_usd, "teardownOrder": self.teardown_order,
             "headServiceName": self.head_service_name, "rayDashboard": self.ray_dashboard,
             "checkpointBucket": self.checkpoint_bucket, "checkpointStorageUri": self.checkpoint_storage_uri,
-            "efaCheckLogsCommand": self.efa_check_logs_command,
+            "efaCheckLogsCommand": self.efa_check_logs_command, "gpuCapacityBlockEnd": self.gpu_capacity_block_end,
         }
         return {k: v for k, v in names.items() if v is not None}

@@ -1,7 +1,11 @@
 """Resources shaped like a real ``pulumi preview`` hands them to CrossGuard, built from pulumi_policy's own classes.
 
+Two shapes of the GPU node group: ``own`` (the default, what the program declares since issue 19: the
+EfaGpuNodeGroup component owns the launch template and the placement group, pulumi-eks's ManagedNodeGroup
+only has the aws:eks/nodeGroup child, whose ``launchTemplate`` depends on our template) and ``pulumi-eks``
+(``enableEfaSupport``: the launch template and placement group are the ManagedNodeGroup's children).
 In a real preview pulumi-eks's ManagedNodeGroup is a component whose *children* carry the
-EFA layout (launch template network interfaces, placement group, aws:eks/nodeGroup), values
+node group layout (aws:eks/nodeGroup, and with enableEfaSupport the launch template and placement group), values
 computed from resources not yet created are unknown (the engine's sentinels, behind
 pulumi_policy's unknown-checking proxy), and the analyzer links parents and property
 dependencies as PolicyResource objects. These builders produce exactly that, so the rules
@@ -46,8 +50,14 @@ def ray_spec(instance_type: str = "g6.12xlarge", efa: bool = True, replicas: int
 
 def preview_specs(*, instance_type: str = "g6.12xlarge", efa_count: int | None = None, subnet_azs=("us-east-1a",),
                   subnet_ids_known: bool = True, sg_known: bool = True, self_rule: bool = True,
-                  pod_instance_type: str | None = None) -> list[dict[str, Any]]:
-    """Plain descriptions (type, name, urn, parent, props, deps) of a preview of the default layout."""
+                  pod_instance_type: str | None = None, shape: str = "own", capacity: str = "on-demand",
+                  reservation: str = "cr-0123456789abcdef0") -> list[dict[str, Any]]:
+    """Plain descriptions (type, name, urn, parent, props, deps) of a preview of the default layout.
+
+    ``shape``: ``own`` (our launch template, the program today) or ``pulumi-eks`` (enableEfaSupport's children);
+    ``capacity`` (own shape): on-demand (cluster placement group), reservation or capacity-block (none).
+    """
+    assert shape in ("own", "pulumi-eks") and capacity in ("on-demand", "reservation", "capacity-block")
     it = CATALOGUE[instance_type]
     efa_count = it.max_efa_interfaces if efa_count is None else efa_count
     gpu_comp = urn("ray-efa-eks:index:EfaGpuNodeGroup", "gpu", "pulumi:pulumi:Stack")
@@ -67,23 +77,38 @@ def preview_specs(*, instance_type: str = "g6.12xlarge", efa_count: int | None =
                       "props": {"id": f"subnet-{az}" if subnet_ids_known else UNKNOWN_STR, "availabilityZone": az,
                                 "cidrBlock": "10.0.0.0/20", "vpcId": UNKNOWN_STR}})
     sg = CLUSTER_SG if sg_known else UNKNOWN_STR
-    specs += [
-        {"type": MNG, "name": "gpu-mng", "urn": mng, "parent": gpu_comp,
-         "props": {"nodeGroup": UNKNOWN_STR, "placementGroupName": UNKNOWN_STR}},
-        {"type": PLACEMENT_GROUP, "name": "gpu-mng", "urn": urn(PLACEMENT_GROUP, "gpu-mng", in_mng), "parent": mng,
-         "props": {"strategy": "cluster", "name": UNKNOWN_STR}},
-        {"type": LAUNCH_TEMPLATE, "name": "gpu-mng-launchTemplate", "urn": urn(LAUNCH_TEMPLATE, "gpu-mng-launchTemplate", in_mng),
-         "parent": mng, "props": {"id": UNKNOWN_STR, "networkInterfaces": efa_interfaces(efa_count, sg),
-                                  "placement": {"groupName": UNKNOWN_STR}, "metadataOptions": {"httpTokens": "required"}}},
-        {"type": NODE_GROUP, "name": "gpu-mng", "urn": urn(NODE_GROUP, "gpu-mng", in_mng), "parent": mng,
-         "props": {"instanceTypes": [instance_type], "amiType": "AL2023_x86_64_NVIDIA",
-                   "scalingConfig": {"desiredSize": 2, "minSize": 2, "maxSize": 2},
-                   "labels": {"ray-efa-eks/role": "gpu", "ray-efa-eks/instance-type": instance_type},
-                   "taints": [{"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}],
-                   "subnetIds": [f"subnet-{az}" for az in subnet_azs] if subnet_ids_known else UNKNOWN_STR,
-                   "launchTemplate": {"id": UNKNOWN_STR, "version": UNKNOWN_STR}},
-         "deps": {"subnetIds": subnet_urns}},
-    ]
+    in_comp = "pulumi:pulumi:Stack$ray-efa-eks:index:EfaGpuNodeGroup"
+    lt_parent, lt_chain, lt_name = (mng, in_mng, "gpu-mng-launchTemplate") if shape == "pulumi-eks" else (gpu_comp, in_comp, "gpu-lt")
+    lt_urn = urn(LAUNCH_TEMPLATE, lt_name, lt_chain)
+    lt_props: dict[str, Any] = {"id": UNKNOWN_STR, "networkInterfaces": efa_interfaces(efa_count, sg),
+                                "metadataOptions": {"httpTokens": "required", "httpPutResponseHopLimit": 1}}
+    lt_deps: dict[str, list[str]] = {}
+    specs.append({"type": MNG, "name": "gpu-mng", "urn": mng, "parent": gpu_comp,
+                  "props": {"nodeGroup": UNKNOWN_STR, "placementGroupName": UNKNOWN_STR if shape == "pulumi-eks" else ""}})
+    if shape == "pulumi-eks" or capacity == "on-demand":
+        pg_name, pg_chain = ("gpu-mng", in_mng) if shape == "pulumi-eks" else ("gpu-pg", in_comp)
+        pg_urn = urn(PLACEMENT_GROUP, pg_name, pg_chain)
+        specs.append({"type": PLACEMENT_GROUP, "name": pg_name, "urn": pg_urn, "parent": lt_parent,
+                      "props": {"strategy": "cluster", "name": UNKNOWN_STR}})
+        lt_props["placement"] = {"groupName": UNKNOWN_STR}
+        lt_deps["placement"] = [pg_urn]
+    if capacity != "on-demand":
+        key = "capacityReservationResourceGroupArn" if reservation.startswith("arn:") else "capacityReservationId"
+        lt_props["capacityReservationSpecification"] = {"capacityReservationTarget": {key: reservation}}
+    if capacity == "capacity-block":
+        lt_props["instanceMarketOptions"] = {"marketType": "capacity-block"}
+    specs.append({"type": LAUNCH_TEMPLATE, "name": lt_name, "urn": lt_urn, "parent": lt_parent, "props": lt_props,
+                  "deps": lt_deps})
+    specs.append({"type": NODE_GROUP, "name": "gpu-mng", "urn": urn(NODE_GROUP, "gpu-mng", in_mng), "parent": mng,
+                  "props": {"instanceTypes": [instance_type], "amiType": "AL2023_x86_64_NVIDIA",
+                            "capacityType": "CAPACITY_BLOCK" if capacity == "capacity-block" else "ON_DEMAND",
+                            "scalingConfig": {"desiredSize": 2, "minSize": 2, "maxSize": 2},
+                            "labels": {"ray-efa-eks/role": "gpu", "ray-efa-eks/instance-type": instance_type},
+                            "taints": [{"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}],
+                            "subnetIds": [f"subnet-{az}" for az in subnet_azs] if subnet_ids_known else UNKNOWN_STR,
+                            "launchTemplate": {"id": UNKNOWN_STR, "version": UNKNOWN_STR}},
+                  # the nodeGroup's launchTemplate comes from our template's outputs (pulumi-eks: its own child's)
+                  "deps": {"subnetIds": subnet_urns, "launchTemplate": [lt_urn]}})
     if self_rule:
         specs.append({"type": SG_EGRESS, "name": "gpu-efa-self-egress", "urn": urn(SG_EGRESS, "gpu-efa-self-egress",
                                                                                     "pulumi:pulumi:Stack$ray-efa-eks:index:EfaGpuNodeGroup"),

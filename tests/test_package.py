@@ -52,16 +52,18 @@ def test_schema_token_inputs_and_outputs(schema):
         if base is list:
             assert prop["items"]["type"] == "string"
     outputs = res["properties"]
-    expected = run_program().outputs
+    expected = {**run_program().outputs, **run_program(  # a Capacity Block stack adds gpuCapacityBlockEnd
+        {"gpuInstanceType": "p5.48xlarge", "gpuCapacity": "capacity-block", "efaCheck": "false",
+         "gpuCapacityReservationId": "cr-0123456789abcdef0", "availabilityZone": "us-east-1a"}).outputs}
     assert set(outputs) == set(expected)
     assert {k: outputs[k].get("type", outputs[k].get("$ref")) for k in outputs} == {
         "clusterName": "string", "kubeconfig": "pulumi.json#/Any", "gpuAvailabilityZone": "string",
         "gpuNodeCount": "integer", "gpuInstanceType": "string", "efaInterfacesPerNode": "integer",
         "estimatedHourlyUsd": "number", "teardownOrder": "array", "headServiceName": "string",
         "rayDashboard": "string", "checkpointBucket": "string", "checkpointStorageUri": "string",
-        "efaCheckLogsCommand": "string"}
+        "efaCheckLogsCommand": "string", "gpuCapacityBlockEnd": "string"}
     assert all(outputs[k].get("description") for k in outputs)
-    optional = {"checkpointBucket", "checkpointStorageUri", "efaCheckLogsCommand"}
+    optional = {"checkpointBucket", "checkpointStorageUri", "efaCheckLogsCommand", "gpuCapacityBlockEnd"}
     assert set(res["required"]) == set(outputs) - optional
 
 

@@ -37,7 +37,9 @@ def run_pack(pack: dict[str, Any], resources: list) -> list[tuple[str, str, str 
 
 
 def mock_specs(run) -> list[dict[str, Any]]:
-    return [{"type": r.type, "name": r.name, "urn": r.urn, "parent": r.parent, "props": plain(r.inputs)}
+    # CrossGuard sees a custom resource's id among its outputs: the node groups find their launch template by it.
+    return [{"type": r.type, "name": r.name, "urn": r.urn, "parent": r.parent,
+             "props": {**plain(r.inputs), **({"id": run.ids[r.urn]} if r.custom and r.urn in run.ids else {})}}
             for r in run.resources]
 
 

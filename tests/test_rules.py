@@ -91,25 +91,31 @@ def _two_subnets(props: dict[str, Any]) -> None:
     props["subnetIds"] = ["subnet-net-private-us-east-1a", "subnet-net-private-us-east-1b"]
 
 
-def test_gpu_one_az_fails_when_gpu_subnets_span_two_azs_without_efa_filter(default):
-    def no_efa_two_subnets(props):
-        _two_subnets(props)
-        props.pop("enableEfaSupport")
-        props.pop("placementGroupAvailabilityZone")
+def _pulumi_eks_efa(props: dict[str, Any], az: str = "us-east-1a") -> None:
+    """The node group as pulumi-eks's enableEfaSupport shape: no launch template of ours, pulumi-eks filters subnets."""
+    props.pop("launchTemplate")
+    props.update(enableEfaSupport=True, placementGroupAvailabilityZone=az)
 
-    [v] = check(mutate(default, MNG, "gpu-mng", no_efa_two_subnets), "gpu-one-az")
+
+def test_gpu_one_az_fails_when_gpu_subnets_span_two_azs_without_efa_filter(default):
+    # Our node group gets the already-filtered subnet list: two AZs there is two AZs for the nodes.
+    [v] = check(mutate(default, MNG, "gpu-mng", _two_subnets), "gpu-one-az")
     assert v.resource == f"{MNG} gpu-mng"
     assert "us-east-1a" in v.problem and "us-east-1b" in v.problem and "Network.gpu_subnet_id" in v.fix
 
 
 def test_gpu_one_az_passes_when_pulumi_eks_filters_to_the_placement_az(default):
     # enableEfaSupport + placementGroupAvailabilityZone: pulumi-eks keeps only the placement AZ's subnets.
-    assert check(mutate(default, MNG, "gpu-mng", _two_subnets), "gpu-one-az") == []
+    def pulumi_eks_two_subnets(props):
+        _two_subnets(props)
+        _pulumi_eks_efa(props)
+
+    assert check(mutate(default, MNG, "gpu-mng", pulumi_eks_two_subnets), "gpu-one-az") == []
 
 
 def test_gpu_one_az_fails_when_no_subnet_is_in_the_placement_az(default):
     def wrong_az(props):
-        props["placementGroupAvailabilityZone"] = "us-east-1d"
+        _pulumi_eks_efa(props, "us-east-1d")
 
     [v] = check(mutate(default, MNG, "gpu-mng", wrong_az), "gpu-one-az")
     assert "none of its subnets is in placementGroupAvailabilityZone us-east-1d" in v.problem
@@ -151,11 +157,11 @@ def test_gpu_one_az_preview_without_placement_group_judges_the_candidates():
 
 def test_efa_interfaces_fails_when_node_group_lacks_efa_but_pods_request_it(default):
     def no_efa(props):
-        props.pop("enableEfaSupport")
+        props.pop("networkInterfaces")
 
-    [v] = check(mutate(default, MNG, "gpu-mng", no_efa), "efa-interfaces")
-    assert v.resource == f"{MNG} gpu-mng" and "no EFA interface" in v.problem
-    assert "requests vpc.amazonaws.com/efa" in v.problem and "enable_efa_support=True" in v.fix
+    [v] = check(mutate(default, LAUNCH_TEMPLATE, "gpu-lt", no_efa), "efa-interfaces")
+    assert v.resource == f"{MNG} gpu-mng" and "no EFA interface (launch template)" in v.problem
+    assert "requests vpc.amazonaws.com/efa" in v.problem and "efa_network_interfaces" in v.fix
 
 
 def test_efa_interfaces_preview_shape_reads_the_launch_template():
@@ -171,20 +177,42 @@ def test_efa_interfaces_fails_when_pods_request_more_than_the_nodes_have():
     assert "requests 32 vpc.amazonaws.com/efa" in v.problem and "has 1 per node" in v.problem
 
 
-def test_efa_interfaces_from_the_programs_own_launch_template(default):
-    """A program may give the managed node group its own launch template instead of enable_efa_support."""
-    from tests.preview_shapes import efa_interfaces
+def test_efa_interfaces_from_the_programs_own_launch_template(default, p5_run):
+    """The program's node group names its own launch template; the rule counts that template's EFA interfaces."""
+    for resources, count in ((default, 1), (from_mockrun(p5_run), 32)):
+        [g] = layout.gpu_node_groups(layout.Stack(resources))
+        assert (g.efa_interfaces, g.efa_source, g.security_group_ids) == (count, "launch template", ["sg-ray-efa-dev-cluster"])
+        assert g.placement_strategy == "cluster" and g.capacity_type == "ON_DEMAND" and g.reservation is None
+    # one interface short of what the p5 pods request
+    short = mutate(from_mockrun(p5_run), LAUNCH_TEMPLATE, "gpu-lt", lambda p: p["networkInterfaces"].pop())
+    [v] = check(short, "efa-interfaces")
+    assert "requests 32 vpc.amazonaws.com/efa" in v.problem and "has 31 per node" in v.problem
 
-    def own_template(props):
-        props.pop("enableEfaSupport")
-        props["launchTemplate"] = {"id": "gpu-lt-id", "version": "1"}
 
-    base = mutate(default, MNG, "gpu-mng", own_template)
-    lt = extra("gpu-lt", LAUNCH_TEMPLATE, {"networkInterfaces": efa_interfaces(1, "sg-ray-efa-dev-cluster")})
-    assert lt.id == "gpu-lt-id" and check(base + [lt], "efa-interfaces") == []
-    plain_lt = extra("gpu-lt", LAUNCH_TEMPLATE, {"metadataOptions": {"httpTokens": "required"}})
-    [v] = check(base + [plain_lt], "efa-interfaces")
-    assert "no EFA interface (launch template)" in v.problem
+def test_efa_interfaces_from_pulumi_eks_enable_efa_support(default):
+    """The pulumi-eks shape still reads: enableEfaSupport without a launch template means the catalogue's count."""
+    st = layout.Stack(mutate(default, MNG, "gpu-mng", _pulumi_eks_efa))
+    [g] = layout.gpu_node_groups(st)
+    assert (g.efa_interfaces, g.efa_source, g.placement_strategy) == (1, "pulumi-eks enableEfaSupport", "cluster")
+    assert check(st, "efa-interfaces") == []
+
+
+@pytest.mark.parametrize("capacity", ["on-demand", "reservation", "capacity-block"])
+@pytest.mark.parametrize("shape", ["own", "pulumi-eks"])
+def test_preview_shapes_of_both_launch_templates_pass_and_read_alike(shape, capacity):
+    if shape == "pulumi-eks" and capacity != "on-demand":
+        pytest.skip("pulumi-eks's enableEfaSupport has no reservation target (the reason for issue 19)")
+    st = layout.Stack(preview(instance_type="p5.48xlarge", shape=shape, capacity=capacity))
+    [g] = layout.gpu_node_groups(st)
+    assert g.efa_interfaces == 32 and g.security_group_ids == [CLUSTER_SG] and g.azs == ["us-east-1a"]
+    assert g.placement_strategy == ("cluster" if capacity == "on-demand" else None)
+    assert g.capacity_type == ("CAPACITY_BLOCK" if capacity == "capacity-block" else "ON_DEMAND")
+    assert g.market_type == ("capacity-block" if capacity == "capacity-block" else None)
+    assert g.reservation == (None if capacity == "on-demand" else "cr-0123456789abcdef0")
+    assert rules.check(st) == []
+    # the rules read our template in a preview too: no interfaces -> a violation
+    no_efa = preview(instance_type="p5.48xlarge", shape=shape, capacity=capacity, efa_count=0)
+    assert [(v.rule, v.resource) for v in rules.check(no_efa)] == [("efa-interfaces", f"{MNG} gpu-mng")]
 
 
 def test_efa_interfaces_not_required_when_efa_is_off(efa_off):

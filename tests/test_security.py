@@ -11,7 +11,7 @@ import json
 import kubernetes_validate
 import pytest
 
-from ray_efa_eks.components.launch_template import LAUNCH_TEMPLATE_TYPE, NodeHardening
+from ray_efa_eks.components.launch_template import NodeHardening
 from ray_efa_eks.components.mockrun import run_program
 from ray_efa_eks.components.pod_identity import bucket_prefix_policy, check_prefix
 from iam_eval import allowed, as_list
@@ -184,60 +184,49 @@ def test_checkpoint_bucket_off():
         assert "RAY_EFA_EKS_STORAGE_PATH" not in {e["name"] for e in t["spec"]["containers"][0]["env"]}
 
 
-# -- 4. node hardening: the transform on pulumi-eks's own launch template -------------------------
+# -- 4. node hardening: the launch templates the components declare ------------------------------
 
-def pulumi_eks_launch_template(disk_size: int | None, efa: bool) -> dict:
-    """The props pulumi-eks's createMNGCustomLaunchTemplate registers (nodejs/eks/nodes/nodegroup.ts)
-    for enableIMDSv2=true: hop limit hard-coded to 2, root mapping from diskSize without encryption."""
-    props = {"metadataOptions": {"httpTokens": "required", "httpPutResponseHopLimit": 2, "httpEndpoint": "enabled"}}
-    if disk_size:
-        props["blockDeviceMappings"] = [{"deviceName": "/dev/xvda", "ebs": {"volumeSize": disk_size}}]
-    if efa:
-        props["networkInterfaces"] = [{"deviceIndex": 0, "networkCardIndex": 0, "interfaceType": "efa",
-                                       "securityGroups": ["sg-cluster"], "deleteOnTermination": "true"}]
-        props["placement"] = {"groupName": "gpu-mng-pg"}
-    return props
+LT = "aws:ec2/launchTemplate:LaunchTemplate"
 
 
-def run_transforms(record, typ: str, props: dict) -> dict | None:
-    import pulumi
-
-    out = None
-    for t in record.transforms:
-        res = t(pulumi.ResourceTransformArgs(custom=True, type_=typ, name=f"{record.name}-launchTemplate",
-                                             props=props, opts=pulumi.ResourceOptions()))
-        if res is not None:
-            props, out = res.props, res.props
-    return out
+def launch_template_of(run, ng):
+    """The launch template a managed node group names (by the mock id the template got)."""
+    ref = ng["launchTemplate"]["id"]
+    (lt,) = [r for r in run.of_type(LT) if run.ids.get(r.urn) == ref]
+    return lt
 
 
 @pytest.mark.parametrize("group", ["system", "gpu"])
 def test_every_launch_template_gets_imdsv2_hop1_and_encrypted_root(run, group):
     ng = run.one(MNG, group)
-    assert ng["enableIMDSv2"] is True and ng["diskSize"] >= 50  # what makes pulumi-eks write both blocks
-    lt = run_transforms(ng, LAUNCH_TEMPLATE_TYPE, pulumi_eks_launch_template(ng["diskSize"], group == "gpu"))
-    assert lt is not None, f"{group}: no transform patched the launch template"
+    lt = launch_template_of(run, ng)
+    assert lt.parent == ng.parent, "the template is the component's own, not pulumi-eks's"
     assert lt["metadataOptions"] == {"httpTokens": "required", "httpPutResponseHopLimit": 1, "httpEndpoint": "enabled"}
-    assert lt["blockDeviceMappings"] == [{"deviceName": "/dev/xvda", "ebs": {"volumeSize": ng["diskSize"], "encrypted": "true"}}]
-    if group == "gpu":  # pulumi-eks's EFA interfaces and placement group are left exactly as built
-        assert lt["networkInterfaces"] == pulumi_eks_launch_template(1, True)["networkInterfaces"]
-        assert lt["placement"] == {"groupName": "gpu-mng-pg"}
-    assert run_transforms(ng, "aws:ec2/placementGroup:PlacementGroup", {"strategy": "cluster"}) is None
+    size = 200 if group == "gpu" else 50
+    assert lt["blockDeviceMappings"] == [{"deviceName": "/dev/xvda", "ebs": {
+        "volumeSize": size, "volumeType": "gp3", "encrypted": "true", "deleteOnTermination": "true"}}]
+    # EKS bootstraps the AMI of amiType itself only when the template has no AMI id; no user data to merge either.
+    assert "imageId" not in lt.inputs and "userData" not in lt.inputs
+    assert ng["launchTemplate"]["version"] == "1"
+    # pulumi-eks builds its own template (and refuses ours) when any of these is set.
+    for key in ("enableEfaSupport", "enableIMDSv2", "diskSize", "userData", "amiId", "kubeletExtraArgs"):
+        assert key not in ng.inputs, key
+    assert not [t for r in run.resources for t in r.transforms], "no transform patches anything behind pulumi-eks's back"
 
 
 def test_hardening_escape_hatches():
     run = run_program({"imdsHopLimit": "2", "encryptRootVolumes": "false", "efaCheck": "false"})
-    ng = run.one(MNG, "gpu")
-    lt = run_transforms(ng, LAUNCH_TEMPLATE_TYPE, pulumi_eks_launch_template(200, True))
+    lt = launch_template_of(run, run.one(MNG, "gpu"))
     assert lt["metadataOptions"]["httpPutResponseHopLimit"] == 2 and lt["metadataOptions"]["httpTokens"] == "required"
-    assert "encrypted" not in lt["blockDeviceMappings"][0]["ebs"]
+    assert lt["blockDeviceMappings"][0]["ebs"]["encrypted"] == "false"
 
 
-def test_hardening_refuses_a_template_without_root_mapping():
-    with pytest.raises(ValueError, match="blockDeviceMappings"):
-        NodeHardening().apply(pulumi_eks_launch_template(None, False))
+def test_hardening_refuses_bad_values():
     with pytest.raises(ValueError, match="1..64"):
         NodeHardening(imds_hop_limit=0)
+    with pytest.raises(ValueError, match="encrypt_root_volume"):
+        NodeHardening(encrypt_root_volume=False, kms_key_id="alias/x")
+    assert NodeHardening(kms_key_id="alias/x").root_volume(100)["ebs"]["kms_key_id"] == "alias/x"
 
 
 # -- 4. cluster hardening -------------------------------------------------------------------------

@@ -26,13 +26,13 @@ def test_components_own_their_children(default_run):
 def test_gpu_node_group_efa_inputs(request, run_name, itype, efa_ifaces):
     run = request.getfixturevalue(run_name)
     ng = run.one(MNG, "gpu")
-    az = run.outputs["gpuAvailabilityZone"]
-    assert ng["enableEfaSupport"] is True
-    assert ng["placementGroupAvailabilityZone"] == az
+    # Our own launch template (issue 19): pulumi-eks's EFA support stays off, the component does its work.
+    assert "enableEfaSupport" not in ng.inputs and ng["launchTemplate"]["id"] == "gpu-lt-id"
+    assert len(run.one("aws:ec2/launchTemplate:LaunchTemplate", "gpu-lt")["networkInterfaces"]) == efa_ifaces
+    assert run.one("aws:ec2/placementGroup:PlacementGroup", "gpu-pg")["strategy"] == "cluster"
+    assert ng["capacityType"] == "ON_DEMAND"
     assert ng["instanceTypes"] == [itype]
     assert ng["amiType"] == "AL2023_x86_64_NVIDIA"
-    assert ng["enableIMDSv2"] is True
-    assert ng["diskSize"] >= 100
     assert ng["scalingConfig"] == {"desiredSize": 2, "minSize": 2, "maxSize": 2}
     assert ng["taints"] == [{"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}]
     assert run.outputs["efaInterfacesPerNode"] == efa_ifaces
@@ -60,6 +60,8 @@ def test_efa_off_has_no_efa_inputs():
     run = run_program({"efa": "false", "efaCheck": "false"})
     ng = run.one(MNG, "gpu")
     assert "enableEfaSupport" not in ng.inputs and "placementGroupAvailabilityZone" not in ng.inputs
+    assert "networkInterfaces" not in run.one("aws:ec2/launchTemplate:LaunchTemplate", "gpu-lt").inputs
+    assert not run.of_type("aws:ec2/placementGroup:PlacementGroup")
     assert not run.of_type("aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule")
     # registration order follows input resolution (threads), so compare as a set
     assert sorted(r.name for r in run.of_type("kubernetes:helm.sh/v3:Release")) == ["device-plugins-nvidia", "kuberay-release"]

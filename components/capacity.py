@@ -1,0 +1,175 @@
+"""How the GPU nodes get capacity: On-Demand, an On-Demand Capacity Reservation (ODCR), or a Capacity Block for ML.
+
+Large EFA types are rarely available on demand; teams hold them as reservations. Each mode needs
+different launch-template fields and node-group settings (EKS user guide, "Capacity Blocks for ML"
+with managed node groups; EC2 launch template ``CapacityReservationSpecification``):
+
+=================  ==============================  =====================================  ================  ===============
+mode               launch template target          ``instanceMarketOptions.marketType``   MNG capacityType  placement group
+=================  ==============================  =====================================  ================  ===============
+on-demand          (none)                          (none)                                 ON_DEMAND         cluster (EFA)
+reservation        reservation id or group ARN     (none)                                 ON_DEMAND         none
+capacity-block     reservation id                  capacity-block                         CAPACITY_BLOCK    none
+=================  ==============================  =====================================  ================  ===============
+
+A cluster placement group next to a reservation makes launches fail with InsufficientInstanceCapacity
+unless the reservation was made in that very group, and a Capacity Block is already placed by EC2, so
+only on-demand EFA nodes get one. A reservation lives in one AZ: the GPU AZ must be that AZ. For a
+Capacity Block the program asks EC2 (``aws.ec2.get_capacity_block_reservation``) and refuses a mismatch
+before any child resource is registered; pulumi-aws has no data source for an ODCR, so there preflight
+(``components/preflight.py``) reads the AZ and the stack must name it in ``availabilityZone``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+ON_DEMAND = "on-demand"
+RESERVATION = "reservation"
+CAPACITY_BLOCK = "capacity-block"
+CAPACITY_MODES = (ON_DEMAND, RESERVATION, CAPACITY_BLOCK)
+
+RESERVATION_ID = re.compile(r"cr-(?:[0-9a-f]{8}|[0-9a-f]{17})")
+"""EC2 Capacity Reservation ids (ODCRs and Capacity Blocks alike): ``cr-`` + 8 or 17 hex digits."""
+RESOURCE_GROUP_ARN = re.compile(r"arn:aws(?:-[a-z]+)*:resource-groups:([a-z0-9-]+):(\d{12}):group/[A-Za-z0-9._-]{1,300}")
+"""A Capacity Reservation resource group (``AWS::EC2::CapacityReservationPool``): launches use any ODCR in it."""
+
+BLOCK_TERMINATION_LEAD_MINUTES = 30
+"""EC2 starts terminating a Capacity Block's instances 30 minutes before its end (a warning event comes 40 before)."""
+DEAD_BLOCK_STATES = ("expired", "cancelled", "failed", "unsupported")
+
+
+@dataclass(frozen=True)
+class GpuCapacity:
+    """Which capacity the GPU launch template targets; built from ``gpuCapacity`` / ``gpuCapacityReservationId``."""
+
+    mode: str = ON_DEMAND
+    """on-demand | reservation | capacity-block."""
+    reservation: str | None = None
+    """A Capacity Reservation id (``cr-...``) or, in reservation mode, a reservation resource group ARN."""
+
+    def __post_init__(self) -> None:
+        problem = target_problem(self.mode, self.reservation)
+        if problem:
+            raise ValueError(f"GpuCapacity: {problem[0]} = {problem[1]!r}: {problem[2]}")
+
+    @property
+    def is_group(self) -> bool:
+        return bool(self.reservation and self.reservation.startswith("arn:"))
+
+    @property
+    def node_group_capacity_type(self) -> str:
+        """The managed node group's ``capacityType``."""
+        return "CAPACITY_BLOCK" if self.mode == CAPACITY_BLOCK else "ON_DEMAND"
+
+    @property
+    def cluster_placement_group(self) -> bool:
+        """Whether EFA nodes get a cluster placement group: only on demand (it conflicts with reservations)."""
+        return self.mode == ON_DEMAND
+
+    def capacity_reservation_specification(self) -> dict[str, Any] | None:
+        """``capacity_reservation_specification`` of the launch template (None on demand: EC2's default, open)."""
+        if self.mode == ON_DEMAND:
+            return None
+        key = "capacity_reservation_resource_group_arn" if self.is_group else "capacity_reservation_id"
+        # With a target set, EC2 wants the preference omitted or capacity-reservations-only: omitted.
+        return {"capacity_reservation_target": {key: self.reservation}}
+
+    def instance_market_options(self) -> dict[str, Any] | None:
+        """``instance_market_options`` of the launch template: a Capacity Block is its own market."""
+        return {"market_type": CAPACITY_BLOCK} if self.mode == CAPACITY_BLOCK else None
+
+
+def target_problem(mode: str, reservation: str | None) -> tuple[str, Any, str] | None:
+    """(key, value, fix) for a mode/target combination that cannot launch, else None. No instance-type rules here."""
+    if mode not in CAPACITY_MODES:
+        return "gpuCapacity", mode, f"must be one of {', '.join(CAPACITY_MODES)}"
+    if mode == ON_DEMAND:
+        if reservation:
+            return ("gpuCapacityReservationId", reservation, "is set but gpuCapacity is on-demand; set gpuCapacity: "
+                    "reservation (ODCR) or capacity-block, or remove the id")
+        return None
+    if not reservation:
+        what = "the Capacity Block's reservation id (cr-...)" if mode == CAPACITY_BLOCK else \
+            "the ODCR id (cr-...) or its resource group ARN (arn:aws:resource-groups:REGION:ACCOUNT:group/NAME)"
+        return "gpuCapacityReservationId", reservation, f"gpuCapacity {mode} needs {what}"
+    if RESERVATION_ID.fullmatch(reservation):
+        return None
+    if RESOURCE_GROUP_ARN.fullmatch(reservation):
+        if mode == CAPACITY_BLOCK:
+            return ("gpuCapacityReservationId", reservation, "a Capacity Block is targeted by its own id (cr-...), "
+                    "not a resource group; aws ec2 describe-capacity-reservations --filters "
+                    "Name=reservation-type,Values=capacity-block lists them")
+        return None
+    return ("gpuCapacityReservationId", reservation, "must be a reservation id (cr- + 8 or 17 hex digits) or a "
+            "resource group ARN (arn:aws:resource-groups:REGION:ACCOUNT:group/NAME)")
+
+
+def config_problem(mode: str, reservation: str | None, instance_type: Any, availability_zone: str | None,
+                   region: str) -> tuple[str, Any, str] | None:
+    """(key, value, fix) for the first capacity setting that cannot work with this type/AZ/region, else None."""
+    problem = target_problem(mode, reservation)
+    if problem:
+        return problem
+    if mode == ON_DEMAND:
+        return None
+    if mode == CAPACITY_BLOCK and not instance_type.capacity_blocks:
+        from .instances import CATALOGUE
+
+        have = sorted(n for n, t in CATALOGUE.items() if t.capacity_blocks)
+        return ("gpuCapacity", mode, f"EC2 sells no Capacity Blocks of {instance_type.name}; use one of "
+                                     f"{', '.join(have)}, or gpuCapacity reservation/on-demand")
+    if availability_zone is None:
+        return ("availabilityZone", None, f"gpuCapacity {mode} needs the reservation's AZ here (a reservation lives "
+                                          "in one AZ); `python -m ray_efa_eks.components.preflight "
+                                          "--capacity-reservation-id ID` prints it")
+    m = RESOURCE_GROUP_ARN.fullmatch(reservation or "")
+    if m and m.group(1) != region:
+        return ("gpuCapacityReservationId", reservation, f"the resource group is in {m.group(1)}, the stack in "
+                                                         f"{region}; use a group of {region}")
+    return None
+
+
+@dataclass(frozen=True)
+class CapacityBlock:
+    """What EC2 says about a Capacity Block (``DescribeCapacityReservations``)."""
+
+    id: str
+    availability_zone: str | None
+    instance_type: str | None
+    instance_count: int | None
+    start_date: str | None
+    end_date: str | None
+    state: str | None
+
+
+def block_problem(block: CapacityBlock, instance_type: str, availability_zone: str,
+                  node_count: int) -> tuple[str, Any, str] | None:
+    """(key, value, fix) when the stack cannot run in this block, else None. Unknown fields are not judged."""
+    if block.state in DEAD_BLOCK_STATES:
+        return ("gpuCapacityReservationId", block.id, f"the Capacity Block is {block.state} (ended {block.end_date}); "
+                                                      "buy a new block or set gpuCapacity: on-demand")
+    if block.availability_zone and block.availability_zone != availability_zone:
+        return ("availabilityZone", availability_zone, f"the Capacity Block {block.id} is in "
+                                                       f"{block.availability_zone}; set availabilityZone: "
+                                                       f"{block.availability_zone}")
+    if block.instance_type and block.instance_type != instance_type:
+        return ("gpuInstanceType", instance_type, f"the Capacity Block {block.id} holds {block.instance_type}; set "
+                                                  f"gpuInstanceType: {block.instance_type}")
+    if block.instance_count is not None and node_count > block.instance_count:
+        return ("gpuNodeCount", node_count, f"the Capacity Block {block.id} holds {block.instance_count} instances; "
+                                            f"use at most {block.instance_count}")
+    return None
+
+
+def read_capacity_block(reservation_id: str) -> CapacityBlock:
+    """The block as EC2 reports it, through the AWS provider (an invoke: runs at preview, before any resource)."""
+    import pulumi_aws as aws
+
+    r = aws.ec2.get_capacity_block_reservation(id=reservation_id)
+    count = r.instance_count
+    return CapacityBlock(reservation_id, r.availability_zone or None, r.instance_type or None,
+                         int(count) if count is not None else None, r.start_date or None, r.end_date or None,
+                         r.state or None)
