@@ -18,7 +18,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from .node_groups import ROLE_LABEL, SYSTEM_ROLE
-from .raycluster import check_guaranteed, pod_resources
+from .raycluster import check_guaranteed, pod_resources, token_client_env
 
 TRAINING_PACKAGE = f"{__package__.rpartition('.')[0]}.training".lstrip(".")
 """The sibling ``training`` package: ``ray_efa_eks.training`` when installed, ``training`` from a checkout."""
@@ -38,6 +38,9 @@ class EfaCheckJobArgs:
     blocking: bool = True
     min_busbw_gbps: float = 0.0
     ttl_seconds_after_finished: int = 86400
+    auth_secret_name: str | None = None
+    """The RayCluster's token Secret (Ray token auth): the container gets RAY_AUTH_MODE=token and
+    RAY_AUTH_TOKEN from its ``auth_token`` key, so ``ray job submit/logs/status`` authenticate."""
     active_deadline_seconds: int = 1800
 
 
@@ -99,6 +102,7 @@ class EfaCheckJob(pulumi.ComponentResource):
                             "image": args.image,
                             "command": ["/bin/bash", "-c", check_script(args.dashboard_address, args.min_busbw_gbps)],
                             "resources": resources,
+                            **({"env": token_client_env(args.auth_secret_name)} if args.auth_secret_name else {}),
                             "volumeMounts": [{"name": "code", "mountPath": f"{MOUNT}/training"}],
                         }],
                         "volumes": [{"name": "code", "configMap": {"name": f"{name}-code"}}],

@@ -3,6 +3,13 @@
 The role of a pod comes from KubeRay ``rayStartParams`` (head vs worker
 group), never from a second image. GPU/EFA requests, the NCCL/libfabric
 environment and pip packages are set here, so the image stays untouched.
+
+Ray token authentication (KubeRay ``spec.authOptions``, Ray >= 2.52) is on by
+default, behind the head NetworkPolicy: the token is a ``RandomPassword``
+(generated once, kept in the stack state, so every ``pulumi up`` keeps it) in a
+Secret this component manages; the operator injects ``RAY_AUTH_MODE=token`` and
+``RAY_AUTH_TOKEN`` (from the Secret's ``auth_token`` key) into every Ray
+container, and Ray then refuses any Jobs API, dashboard or GCS request without it.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
+import pulumi_random as random
 
 from .instances import InstanceType
 from .node_groups import GPU_ROLE, GPU_TOLERATION, ROLE_LABEL, SYSTEM_ROLE
@@ -23,6 +31,42 @@ STORAGE_PATH_ENV = "RAY_EFA_EKS_STORAGE_PATH"
 """Where ``python -m ray_efa_eks.training`` puts checkpoints by default (RunConfig.storage_path)."""
 NCCL_SOCKET_IFNAME = "^lo,docker"
 """Exclude loopback and docker bridges: NCCL's bootstrap must use the pod's VPC interface."""
+AUTH_TOKEN_KEY = "auth_token"
+"""The Secret key KubeRay reads the Ray token from (its ``RAY_AUTH_TOKEN_SECRET_KEY``)."""
+AUTH_SECRET_NAME = "ray-auth-token"
+"""Default name of the token Secret (KubeRay's own default would be the cluster's name, owned by the CR)."""
+MIN_TOKEN_AUTH_RAY = (2, 52)
+"""KubeRay refuses ``authOptions.mode: token`` below Ray 2.52."""
+TOKEN_LENGTH = 64
+"""Alphanumeric characters of the token (sent as an HTTP bearer token and a gRPC header)."""
+
+
+def ray_version_tuple(version: str) -> tuple[int, ...]:
+    """``2.58.0`` -> (2, 58, 0); a version Ray token auth cannot judge raises ValueError."""
+    try:
+        return tuple(int(p) for p in version.split(".")[:3])
+    except ValueError:
+        raise ValueError(f"rayVersion {version!r}: expected MAJOR.MINOR[.PATCH], e.g. 2.58.0") from None
+
+
+def token_client_env(secret_name: str) -> list[dict[str, Any]]:
+    """Env for a container that talks to the cluster as a client (``ray job submit``, the Jobs SDK).
+
+    Ray's clients send the token only when ``RAY_AUTH_MODE=token`` (``get_auth_headers_if_auth_enabled``);
+    the token itself comes from the Secret, as KubeRay wires it into the Ray pods.
+    """
+    return [{"name": "RAY_AUTH_MODE", "value": "token"},
+            {"name": "RAY_AUTH_TOKEN", "valueFrom": {"secretKeyRef": {"name": secret_name, "key": AUTH_TOKEN_KEY}}}]
+
+
+def auth_options(token_auth: bool, ray_version: str, secret_name: str) -> dict[str, str] | None:
+    """KubeRay ``spec.authOptions`` for token mode with our Secret, or None (no auth) when off."""
+    if not token_auth:
+        return None
+    if ray_version_tuple(ray_version)[:2] < MIN_TOKEN_AUTH_RAY:
+        raise ValueError(f"RayCluster: Ray token auth needs Ray >= 2.52, rayVersion is {ray_version}; "
+                         "use a newer image or turn token auth off (rayTokenAuth: false)")
+    return {"mode": "token", "secretName": secret_name}
 
 
 def ray_start_params(params: dict[str, Any]) -> dict[str, str]:
@@ -121,6 +165,10 @@ class RayClusterArgs:
     """Admit traffic to the head (dashboard, Jobs API, GCS, client) only from pods of its own namespace."""
     network_policy_from_namespaces: list[str] = field(default_factory=list)
     """Extra namespaces allowed to the head's dashboard/Jobs port (8265) only, e.g. a monitoring namespace."""
+    token_auth: bool = True
+    """Ray token authentication: Jobs API, dashboard and GCS refuse requests without the token (``auth_token``)."""
+    auth_secret_name: str = AUTH_SECRET_NAME
+    """The token Secret this component creates in ``namespace`` (key ``auth_token``)."""
     depends_on: list[pulumi.Resource] = field(default_factory=list)
 
 
@@ -178,7 +226,7 @@ def build_spec(args: RayClusterArgs) -> dict[str, Any]:
             "rayStartParams": ray_start_params(g.ray_start_params),
             "template": {"metadata": {"labels": {"ray-efa-eks/worker-group": g.name}}, "spec": pod},
         })
-    return {
+    spec: dict[str, Any] = {
         "rayVersion": args.ray_version,
         "enableInTreeAutoscaling": False,
         "headGroupSpec": {
@@ -188,6 +236,10 @@ def build_spec(args: RayClusterArgs) -> dict[str, Any]:
         },
         "workerGroupSpecs": groups,
     }
+    auth = auth_options(args.token_auth, args.ray_version, args.auth_secret_name)
+    if auth:
+        spec["authOptions"] = auth
+    return spec
 
 
 def head_network_policy_spec(from_namespaces: list[str] | None = None) -> dict[str, Any]:
@@ -217,6 +269,10 @@ class RayCluster(pulumi.ComponentResource):
     head_service_name: str
     dashboard_address: str
     spec: dict[str, Any]
+    auth_secret_name: str | None
+    """The token Secret (key ``auth_token``); None when token auth is off."""
+    auth_token: pulumi.Output[str] | None
+    """The Ray token (a secret output); None when token auth is off."""
 
     def __init__(self, name: str, args: RayClusterArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("ray-efa-eks:index:RayCluster", name, None, opts)
@@ -235,6 +291,16 @@ class RayCluster(pulumi.ComponentResource):
             deps.append(k8s.networking.v1.NetworkPolicy(
                 f"{name}-head-ingress", metadata={"name": f"{name}-head-ingress", "namespace": args.namespace},
                 spec=head_network_policy_spec(args.network_policy_from_namespaces), opts=in_ns))
+        self.auth_secret_name = self.auth_token = None
+        if args.token_auth:
+            # No keepers: generated on the first `pulumi up`, then read from state, so the token is stable.
+            token = random.RandomPassword(f"{name}-auth-token", length=TOKEN_LENGTH, special=False,
+                                          opts=pulumi.ResourceOptions(parent=self))
+            deps.append(k8s.core.v1.Secret(
+                f"{name}-auth-token", metadata={"name": args.auth_secret_name, "namespace": args.namespace},
+                type="Opaque", string_data={AUTH_TOKEN_KEY: token.result}, opts=in_ns))
+            self.auth_secret_name = args.auth_secret_name
+            self.auth_token = pulumi.Output.secret(token.result)
         self.custom_resource = k8s.apiextensions.CustomResource(
             f"{name}-raycluster",
             api_version="ray.io/v1",
