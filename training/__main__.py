@@ -3,22 +3,67 @@
 Examples:
     python -m ray_efa_eks.training --json                      # local 2-node CPU cluster, tiny model
     python -m ray_efa_eks.training --address auto --use-gpu --workers 8 --preset 1b
-    kubectl port-forward svc/<head-svc> 8265 &
+    kubectl -n ray port-forward svc/ray-head-svc 8265:8265 &
+    export RAY_AUTH_TOKEN=$(pulumi stack output rayAuthToken --show-secrets)   # the cluster's Ray token
     python -m ray_efa_eks.training submit --address http://127.0.0.1:8265 -- --use-gpu --workers 8
+
+``submit`` uploads the ``training`` package alone (found through the import system) as the job's
+working_dir and runs ``python -m training --address auto <args after -->`` there, follows the job's log
+and exits with the job's own exit code. A cluster in Ray token mode needs ``RAY_AUTH_TOKEN`` (or
+``RAY_AUTH_TOKEN_PATH``) in the environment; ``submit`` then sets ``RAY_AUTH_MODE=token`` itself, which
+Ray's Jobs SDK needs before it sends the token.
+
+Exit codes (never a traceback):
+    0   the run (or the submitted job) finished
+    1   the run failed: it exhausted --max-failures (resume with the same --name and --storage-path), or the
+        submitted job failed (``submit`` returns the job's own non-zero exit code when it has one)
+    2   no answer from the cluster: --address unreachable, or the cluster refused the Ray auth token
+    4   Ray could not start (the local cluster of a run without --address)
+    64  usage error (bad arguments)
 """
 from __future__ import annotations
 
 import argparse
+import asyncio
+import importlib.resources
 import json
 import os
 import shlex
+import socket
 import sys
+import tempfile
 import time
-from typing import Optional, Sequence
+from pathlib import Path
+from typing import Any, Optional, Sequence
+from urllib.parse import urlsplit
+
+from .cli import EXIT_USAGE, ArgumentParser
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+"""The run failed (--max-failures exhausted) or the submitted job failed."""
+EXIT_UNREACHABLE = 2
+"""The cluster did not answer: --address unreachable, or the Ray auth token was refused (project-wide 'no answer')."""
+EXIT_RAY_START = 4
+"""Ray could not start the local cluster."""
+PROBE_TIMEOUT_S = 10.0
+"""TCP connect timeout for --address: ray.init on an unreachable GCS retries for minutes, a probe answers at once."""
+TOKEN_HINT = ("the cluster runs Ray token auth: export RAY_AUTH_TOKEN=$(pulumi stack output rayAuthToken "
+              "--show-secrets) (or RAY_AUTH_TOKEN_PATH=<file>) and retry")
+
+
+class CliError(Exception):
+    """A failure the CLI reports as one clear line and an exit code."""
+
+    def __init__(self, code: int, message: str):
+        super().__init__(message)
+        self.code = code
 
 
 def _train_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--address", default=None, help="existing Ray cluster (e.g. 'auto'); omit for local")
+    p.add_argument("--address", default=None,
+                   help="existing Ray cluster: 'auto' (in a Ray job or on a node), host:port of the GCS or "
+                        "ray://host:10001; omit to start a local cluster")
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--preset", default="tiny")
@@ -36,8 +81,64 @@ def _train_args(p: argparse.ArgumentParser) -> None:
                    help="fault injection: rank 1 is killed at this step unless the attempt resumed "
                         "(must come after the first checkpoint)")
     p.add_argument("--use-gpu", action="store_true")
-    p.add_argument("--json", action="store_true", help="last stdout line is a JSON summary")
+    p.add_argument("--json", action="store_true", help="last stdout line is a JSON summary (or {'error': ...})")
 
+
+def train_parser(prog: str = "python -m ray_efa_eks.training") -> ArgumentParser:
+    p = ArgumentParser(prog=prog, description="Train the FSDP model (exit codes: see the module docstring).",
+                       epilog="exit codes: 0 finished, 1 failed (--max-failures exhausted), 2 --address "
+                              "unreachable, 4 Ray could not start, 64 usage error",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    _train_args(p)
+    return p
+
+
+def check_train_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.Namespace:
+    """Usage errors that argparse cannot see, raised before any cluster is touched."""
+    if args.fail_at_step is not None and not 0 < args.checkpoint_every < args.fail_at_step:
+        p.error("--fail-at-step must come after the first checkpoint (--checkpoint-every)")
+    for flag in ("steps", "workers", "batch_size", "checkpoint_every", "report_every"):
+        if getattr(args, flag) < 1:
+            p.error(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
+    if args.max_failures < -1:
+        p.error(f"--max-failures must be >= 0 (or -1 for unlimited), got {args.max_failures}")
+    return args
+
+
+# -- reaching a cluster ---------------------------------------------------------------------------------------
+
+def probe(host: str, port: int, what: str, timeout: float = PROBE_TIMEOUT_S) -> None:
+    """Raise CliError(EXIT_UNREACHABLE) unless ``host:port`` accepts a TCP connection within ``timeout``."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return
+    except OSError as e:
+        raise CliError(EXIT_UNREACHABLE, f"cannot reach {what} at {host}:{port}: {e.strerror or e}; is the "
+                                         "cluster up (and `kubectl port-forward` running)?") from None
+
+
+def probe_ray_address(address: str) -> None:
+    """Resolve ``address`` the way ray.init does ('auto' via $RAY_ADDRESS or the local node) and probe it."""
+    if address.startswith("ray://"):
+        parts = urlsplit(address)
+        probe(parts.hostname or "", parts.port or 10001, f"the Ray client server ({address})")
+        return
+    from ray._private.services import canonicalize_bootstrap_address_or_die
+
+    try:
+        resolved = canonicalize_bootstrap_address_or_die(address)
+    except (ConnectionError, ValueError) as e:
+        raise CliError(EXIT_UNREACHABLE, f"--address {address}: no Ray cluster found ({_first_line(e)})") from None
+    host, _, port = resolved.rpartition(":")
+    probe(host, int(port), f"the Ray cluster (--address {address})")
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return (text.splitlines() or [type(e).__name__])[0]
+
+
+# -- train ----------------------------------------------------------------------------------------------------
 
 def run_training(args: argparse.Namespace) -> dict:
     from .trainer import build_trainer, resolve_storage_path
@@ -55,7 +156,16 @@ def run_training(args: argparse.Namespace) -> dict:
     trainer = build_trainer(num_workers=args.workers, use_gpu=args.use_gpu, train_config=train_cfg,
                             storage_path=storage, name=name, max_failures=args.max_failures)
     t0 = time.perf_counter()
-    result = trainer.fit()  # raises TrainingFailedError once max_failures is spent
+    try:
+        result = trainer.fit()
+    except Exception as e:
+        from ray.train import TrainingFailedError
+
+        if isinstance(e, TrainingFailedError):
+            raise CliError(EXIT_FAILED, f"training run {name!r} failed after --max-failures {args.max_failures} "
+                                        f"restart(s): {_first_line(e)}; rerun with --name {name} and the same "
+                                        f"--storage-path ({storage}) to resume from its latest checkpoint") from None
+        raise
     wall = time.perf_counter() - t0
     m = result.return_value  # rank 0's last metrics (Result.metrics only holds checkpointed ones)
     return {
@@ -76,27 +186,38 @@ def run_training(args: argparse.Namespace) -> dict:
 
 
 def main_train(args: argparse.Namespace) -> int:
+    import contextlib
+
     import ray
 
-    if args.fail_at_step is not None and not 0 < args.checkpoint_every < args.fail_at_step:
-        raise SystemExit("--fail-at-step must come after the first checkpoint (--checkpoint-every)")
     t0 = time.perf_counter()
-    if args.address:
-        ray.init(address=args.address)
-        summary = run_training(args)
-    else:
-        from .local_cluster import local_cluster
+    with contextlib.ExitStack() as stack:
+        if args.address:
+            probe_ray_address(args.address)
+            try:
+                ray.init(address=args.address)
+            except Exception as e:  # ConnectionError, auth errors, version mismatch...
+                raise CliError(EXIT_UNREACHABLE, f"ray.init(address={args.address!r}) failed: {_first_line(e)}") from None
+            stack.callback(ray.shutdown)
+        else:
+            from .local_cluster import local_cluster
 
-        with local_cluster(worker_nodes=args.workers):
-            summary = run_training(args)
+            try:
+                stack.enter_context(local_cluster(worker_nodes=args.workers))
+            except Exception as e:
+                raise CliError(EXIT_RAY_START, f"Ray could not start the local cluster: {type(e).__name__}: "
+                                               f"{_first_line(e)}") from None
+        summary = run_training(args)
     summary["wall_s"] = round(time.perf_counter() - t0, 2)
     print(f"[summary] steps={summary['steps']} loss {summary['loss_first']:.4f} -> {summary['loss_last']:.4f} "
           f"world={summary['world_size']} nodes={summary['nodes']} tok/s={summary['tokens_per_s']:.0f} "
           f"resumed_from={summary['resumed_from_step']} wall={summary['wall_s']}s", flush=True)
     if args.json:
         print(json.dumps(summary), flush=True)
-    return 0
+    return EXIT_OK
 
+
+# -- submit ---------------------------------------------------------------------------------------------------
 
 def submit_entrypoint(train_args: Sequence[str]) -> str:
     """The job's command: the training args pass through unchanged; with no --storage-path the
@@ -104,46 +225,145 @@ def submit_entrypoint(train_args: Sequence[str]) -> str:
     return shlex.join(["python", "-m", "training", "--address", "auto", *train_args])
 
 
-def main_submit(args: argparse.Namespace, rest: Sequence[str]) -> int:
+def stage_package(dest: Path) -> Path:
+    """Copy this package's sources (no __pycache__) to ``dest/training``: the job's working_dir is ``dest``.
+
+    The package is found through the import system, so an installed ``ray_efa_eks.training`` ships only its
+    own files, never the site-packages around it; in the job it is imported as top-level ``training``.
+    """
+    def copy(src: Any, out: Path) -> None:
+        out.mkdir(parents=True, exist_ok=True)
+        for entry in src.iterdir():
+            if entry.is_dir():
+                if entry.name != "__pycache__":
+                    copy(entry, out / entry.name)
+            elif entry.name.endswith(".py"):
+                (out / entry.name).write_bytes(entry.read_bytes())
+
+    root = importlib.resources.files(__package__)
+    copy(root, dest / "training")
+    if not (dest / "training" / "__main__.py").is_file():
+        raise CliError(EXIT_FAILED, f"package {__package__} at {root} has no __main__.py to run")
+    return dest
+
+
+def _token_env() -> None:
+    """Ray's Jobs SDK sends the token only when RAY_AUTH_MODE=token; a token in the env is enough here."""
+    if os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH"):
+        os.environ.setdefault("RAY_AUTH_MODE", "token")
+
+
+def job_exit_code(status: str, driver_exit_code: Optional[int]) -> int:
+    """SUCCEEDED -> 0; otherwise the driver's own non-zero exit code, else 1."""
+    if status == "SUCCEEDED":
+        return EXIT_OK
+    return driver_exit_code if driver_exit_code else EXIT_FAILED
+
+
+def submit_parser() -> ArgumentParser:
+    p = ArgumentParser(prog="python -m ray_efa_eks.training submit",
+                       usage="%(prog)s [--address URL] [--pip PKG] [--env K=V] [--no-wait] [-- TRAIN_ARGS...]",
+                       description="Submit training to a Ray cluster's Jobs API; TRAIN_ARGS go to the job unchanged.",
+                       epilog="exit codes: the job's own (0 finished, 1 or its non-zero code failed), 2 Jobs API "
+                              "unreachable or the auth token refused, 64 usage error. Token mode: set "
+                              "RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH.")
+    p.add_argument("--address", default="http://127.0.0.1:8265", help="the Jobs API (dashboard) URL")
+    p.add_argument("--pip", action="append", default=[], help="pip package for the job's runtime env")
+    p.add_argument("--env", action="append", default=[], help="KEY=VALUE for the job's env")
+    p.add_argument("--no-wait", action="store_true", help="return after submitting (exit 0)")
+    return p
+
+
+def main_submit(args: argparse.Namespace, train: Sequence[str]) -> int:
+    _token_env()
+    parts = urlsplit(args.address)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise CliError(EXIT_USAGE, f"submit --address {args.address!r}: expected the Jobs API URL, "
+                                   "e.g. http://127.0.0.1:8265")
+    probe(parts.hostname, parts.port or (443 if parts.scheme == "https" else 80),
+          f"the Ray Jobs API ({args.address})")
+    from ray.exceptions import AuthenticationError
     from ray.job_submission import JobSubmissionClient
 
-    pkg_dir = os.path.dirname(os.path.abspath(__file__))
-    env = {"working_dir": os.path.dirname(pkg_dir), "excludes": [".venv", ".git", "tests", "benchmarks"]}
+    env: dict[str, Any] = {}
     if args.pip:
         env["pip"] = list(args.pip)
     if args.env:
         env["env_vars"] = dict(kv.split("=", 1) for kv in args.env)
-    entry = submit_entrypoint(rest)
-    client = JobSubmissionClient(args.address)
-    job_id = client.submit_job(entrypoint=entry, runtime_env=env)
+    entry = submit_entrypoint(train)
+    try:
+        client = JobSubmissionClient(args.address)
+        with tempfile.TemporaryDirectory(prefix="ray-efa-eks-submit-") as tmp:
+            env["working_dir"] = str(stage_package(Path(tmp)))
+            job_id = client.submit_job(entrypoint=entry, runtime_env=env)
+    except AuthenticationError as e:
+        raise CliError(EXIT_UNREACHABLE, f"the Ray Jobs API at {args.address} refused the request "
+                                         f"({_first_line(e)}); {TOKEN_HINT}") from None
+    except ConnectionError as e:
+        raise CliError(EXIT_UNREACHABLE, f"cannot reach the Ray Jobs API at {args.address}: {_first_line(e)}") from None
     print(f"submitted {job_id}: {entry}", flush=True)
     if args.no_wait:
-        return 0
-    for line in client.tail_job_logs(job_id) if hasattr(client, "tail_job_logs") else []:
-        print(line, end="")
-    status = client.get_job_status(job_id)
-    print(f"job {job_id}: {status}")
-    return 0 if str(status).endswith("SUCCEEDED") else 1
+        return EXIT_OK
+
+    async def follow() -> None:
+        async for chunk in client.tail_job_logs(job_id):
+            print(chunk, end="", flush=True)
+
+    try:
+        asyncio.run(follow())
+    except Exception as e:  # the log stream broke; the job's status still decides
+        print(f"[submit] log stream ended: {_first_line(e)}", file=sys.stderr, flush=True)
+    info = client.get_job_info(job_id)
+    while not info.status.is_terminal():
+        time.sleep(1)
+        info = client.get_job_info(job_id)
+    status = str(info.status.value if hasattr(info.status, "value") else info.status)
+    code = job_exit_code(status, info.driver_exit_code)
+    detail = f" ({_first_line(Exception(info.message))})" if info.message and code else ""
+    print(f"job {job_id}: {status}, exit {info.driver_exit_code if info.driver_exit_code is not None else '-'}"
+          f"{detail}", flush=True)
+    return code
+
+
+def _split_submit(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    rest = list(argv)
+    if "--" in rest:
+        i = rest.index("--")
+        return rest[:i], rest[i + 1:]
+    return rest, []
+
+
+def _main(argv: list[str]) -> int:
+    if argv and argv[0] == "submit":
+        p = submit_parser()
+        own, train = _split_submit(argv[1:])
+        args = p.parse_args(own)
+        if any(not kv or "=" not in kv or kv.startswith("=") for kv in args.env):
+            p.error(f"--env takes KEY=VALUE, got {[kv for kv in args.env if '=' not in kv or kv.startswith('=')]}")
+        tp = train_parser(prog="python -m ray_efa_eks.training submit ... --")
+        train_ns = check_train_args(tp, tp.parse_args(train))  # a typo fails here, not minutes later in the job
+        if train_ns.address is not None:
+            tp.error("--address after -- is set by submit (the job connects with --address auto)")
+        return main_submit(args, train)
+    p = train_parser()
+    return main_train(check_train_args(p, p.parse_args(argv)))
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] == "submit":
-        p = argparse.ArgumentParser(prog="python -m ray_efa_eks.training submit")
-        p.add_argument("--address", default="http://127.0.0.1:8265")
-        p.add_argument("--pip", action="append", default=[])
-        p.add_argument("--env", action="append", default=[], help="KEY=VALUE for the job's env")
-        p.add_argument("--no-wait", action="store_true")
-        rest = argv[1:]
-        if "--" in rest:
-            i = rest.index("--")
-            own, train = rest[:i], rest[i + 1:]
-        else:
-            own, train = rest, []
-        return main_submit(p.parse_args(own), train)
-    p = argparse.ArgumentParser(prog="python -m ray_efa_eks.training")
-    _train_args(p)
-    return main_train(p.parse_args(argv))
+    as_json = "--json" in argv and not (argv and argv[0] == "submit")
+    try:
+        return _main(argv)
+    except CliError as e:
+        code, message = e.code, str(e)
+    except KeyboardInterrupt:
+        code, message = 130, "interrupted"
+    except Exception as e:  # a failure we did not anticipate: one line, not a traceback
+        code, message = EXIT_FAILED, f"unexpected {type(e).__name__}: {_first_line(e)}"
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    if as_json:
+        print(json.dumps({"error": message, "exit_code": code}), flush=True)
+    return code
 
 
 if __name__ == "__main__":

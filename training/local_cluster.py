@@ -29,18 +29,29 @@ _LIGHT_ENV = {
 
 @contextmanager
 def local_cluster(worker_nodes: int = 2, cpus_per_node: int = 1,
-                  object_store_memory: int = 80 * 1024**2) -> Iterator[Cluster]:
-    """Start head (num_cpus=0) + ``worker_nodes`` nodes, connect ray, tear down on exit."""
+                  object_store_memory: int = 80 * 1024**2, dashboard: bool = False,
+                  dashboard_port: int = 0, num_gpus: int = 0) -> Iterator[Cluster]:
+    """Start head (num_cpus=0) + ``worker_nodes`` nodes, connect ray, tear down on exit.
+
+    Args:
+        dashboard: run the dashboard and Jobs API on the head, as the deployed head does (needs
+            ``ray[default]``); its address is ``"http://" + cluster.webui_url``.
+        dashboard_port: 0 picks a free port (tests run side by side).
+        num_gpus: logical GPUs each worker node declares (no CUDA behind them).
+
+    Ray token auth: set ``RAY_AUTH_MODE=token`` and ``RAY_AUTH_TOKEN`` in the environment first; every
+    process of the cluster inherits them, as KubeRay injects them into each Ray pod.
+    """
     for k, v in _LIGHT_ENV.items():
         os.environ.setdefault(k, v)
     common = {"object_store_memory": object_store_memory}
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args={"num_cpus": 0, "include_dashboard": False, **common},
-    )
+    head = {"num_cpus": 0, "include_dashboard": dashboard, **common}
+    if dashboard:
+        head["dashboard_port"] = dashboard_port
+    cluster = Cluster(initialize_head=True, head_node_args=head)
     try:
         for _ in range(worker_nodes):
-            cluster.add_node(num_cpus=cpus_per_node, **common)
+            cluster.add_node(num_cpus=cpus_per_node, num_gpus=num_gpus, **common)
         cluster.wait_for_nodes()
         ray.init(address=cluster.address, log_to_driver=True)
         yield cluster
