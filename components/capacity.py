@@ -12,9 +12,10 @@ reservation        reservation id or group ARN     (none)                       
 capacity-block     reservation id                  capacity-block                         CAPACITY_BLOCK    none
 =================  ==============================  =====================================  ================  ===============
 
-A cluster placement group next to a reservation makes launches fail with InsufficientInstanceCapacity
-unless the reservation was made in that very group, and a Capacity Block is already placed by EC2, so
-only on-demand EFA nodes get one. A reservation lives in one AZ: the GPU AZ must be that AZ. For a
+A new cluster placement group next to a reservation makes launches fail with InsufficientInstanceCapacity
+(the reserved capacity need not sit where the group lands) and a Capacity Block is already placed by EC2,
+so only on-demand EFA nodes get one of their own; an ODCR that was created *in* a cluster placement group
+(AWS's advice for EFA) names that group in ``gpuPlacementGroupName`` and the template uses it. A reservation lives in one AZ: the GPU AZ must be that AZ. For a
 Capacity Block the program asks EC2 (``aws.ec2.get_capacity_block_reservation``) and refuses a mismatch
 before any child resource is registered; pulumi-aws has no data source for an ODCR, so there preflight
 (``components/preflight.py``) reads the AZ and the stack must name it in ``availabilityZone``.
@@ -49,9 +50,11 @@ class GpuCapacity:
     """on-demand | reservation | capacity-block."""
     reservation: str | None = None
     """A Capacity Reservation id (``cr-...``) or, in reservation mode, a reservation resource group ARN."""
+    placement_group: str | None = None
+    """Reservation mode: the existing cluster placement group the ODCR was created in (the launch template names it)."""
 
     def __post_init__(self) -> None:
-        problem = target_problem(self.mode, self.reservation)
+        problem = target_problem(self.mode, self.reservation) or placement_problem(self.mode, self.placement_group)
         if problem:
             raise ValueError(f"GpuCapacity: {problem[0]} = {problem[1]!r}: {problem[2]}")
 
@@ -107,10 +110,27 @@ def target_problem(mode: str, reservation: str | None) -> tuple[str, Any, str] |
             "resource group ARN (arn:aws:resource-groups:REGION:ACCOUNT:group/NAME)")
 
 
+PLACEMENT_GROUP_NAME = re.compile(r"[A-Za-z0-9._+=@-]{1,255}")
+
+
+def placement_problem(mode: str, placement_group: str | None) -> tuple[str, Any, str] | None:
+    """(key, value, fix) when ``gpuPlacementGroupName`` does not fit the mode, else None."""
+    if placement_group is None:
+        return None
+    if mode != RESERVATION:
+        why = ("the stack creates its own cluster placement group on demand" if mode == ON_DEMAND
+               else "EC2 places a Capacity Block itself; a placement group conflicts with it")
+        return "gpuPlacementGroupName", placement_group, f"only for gpuCapacity reservation ({why}); remove it"
+    if not PLACEMENT_GROUP_NAME.fullmatch(placement_group):
+        return ("gpuPlacementGroupName", placement_group, "must be a placement group name (the last part of the "
+                                                          "ODCR's PlacementGroupArn), not an ARN or id")
+    return None
+
+
 def config_problem(mode: str, reservation: str | None, instance_type: Any, availability_zone: str | None,
-                   region: str) -> tuple[str, Any, str] | None:
+                   region: str, placement_group: str | None = None) -> tuple[str, Any, str] | None:
     """(key, value, fix) for the first capacity setting that cannot work with this type/AZ/region, else None."""
-    problem = target_problem(mode, reservation)
+    problem = target_problem(mode, reservation) or placement_problem(mode, placement_group)
     if problem:
         return problem
     if mode == ON_DEMAND:

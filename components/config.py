@@ -88,6 +88,8 @@ class StackConfig:
     """on-demand | reservation (an ODCR) | capacity-block (Capacity Block for ML); the last two need availabilityZone."""
     gpuCapacityReservationId: str | None = None
     """reservation: the ODCR id (cr-...) or its resource group ARN; capacity-block: the block's id (cr-...)."""
+    gpuPlacementGroupName: str | None = None
+    """reservation only: the cluster placement group the ODCR was created in; unset: no placement group."""
 
     # -- checkpoint storage and identity --------------------------------------------
     checkpointBucket: bool = True
@@ -180,7 +182,7 @@ class StackConfig:
             if not re.fullmatch(rf"{re.escape(self.region)}[a-z]", self.availabilityZone):
                 raise ConfigError("availabilityZone", self.availabilityZone, f"is not an AZ of region {self.region} (expected {self.region}a, {self.region}b, ...)")
         capacity = config_problem(self.gpuCapacity, self.gpuCapacityReservationId, gpu, self.availabilityZone,
-                                  self.region)
+                                  self.region, self.gpuPlacementGroupName)
         if capacity:
             raise ConfigError(*capacity)
         tag = image_tag(self.dlcImage)

@@ -112,9 +112,10 @@ def node_launch_template(name: str, args: NodeLaunchTemplateArgs, opts: pulumi.R
     if args.network_interfaces:
         props["network_interfaces"] = args.network_interfaces
     if args.placement_group_name is not None:
-        if not capacity.cluster_placement_group:
-            raise ValueError(f"{name}: a cluster placement group conflicts with gpuCapacity {capacity.mode} "
-                             "(launches fail with InsufficientInstanceCapacity); leave it out")
+        if not capacity.cluster_placement_group and args.placement_group_name != capacity.placement_group:
+            raise ValueError(f"{name}: a new cluster placement group conflicts with gpuCapacity {capacity.mode} "
+                             "(launches fail with InsufficientInstanceCapacity); leave it out, or name the group "
+                             "the ODCR was created in (GpuCapacity.placement_group)")
         props["placement"] = {"group_name": args.placement_group_name}
     if capacity.capacity_reservation_specification():
         props["capacity_reservation_specification"] = capacity.capacity_reservation_specification()

@@ -5,14 +5,16 @@ Two sources feed it, and they see different things:
 * the offline plan (``components.plan``) runs the real program under Pulumi mocks
   (``components.mockrun``). Every resource is recorded with the *inputs* the program
   passed. pulumi-eks's ``ManagedNodeGroup`` is a remote component there, so its
-  children (launch template with the EFA interfaces, placement group, the
-  ``aws:eks/nodeGroup``) do not exist; only our inputs (``enableEfaSupport``,
-  ``placementGroupAvailabilityZone``, ``subnetIds``...) do.
+  children (the ``aws:eks/nodeGroup``; with ``enableEfaSupport`` also its launch
+  template and placement group) do not exist; only our inputs (``launchTemplate.id``
+  naming our own launch template, ``subnetIds``...; in the older shape
+  ``enableEfaSupport``, ``placementGroupAvailabilityZone``) do.
 * a CrossGuard policy pack (``policy/``) gets ``StackValidationArgs.resources`` during a
   real ``pulumi preview``: each resource's *outputs* (a component's registered outputs,
   a custom resource's inputs plus unknowns), the parent, and per-property dependencies.
   There the children of ``ManagedNodeGroup`` do exist, its own inputs do not, and any
-  value computed from a resource not yet created is unknown.
+  value computed from a resource not yet created is unknown; the ``aws:eks/nodeGroup``
+  finds our launch template through its ``launchTemplate`` id or dependency.
 
 Every fact below therefore prefers the children when they are present, falls back to
 the inputs, and answers :data:`UNKNOWN` (never a guess) when neither can tell, so a

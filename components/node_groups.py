@@ -145,7 +145,7 @@ class EfaGpuNodeGroup(pulumi.ComponentResource):
         self.launch_template = node_launch_template(f"{name}-lt", NodeLaunchTemplateArgs(
             hardening=args.hardening, root_volume_gib=args.root_volume_gib,
             network_interfaces=efa_network_interfaces(it, [args.cluster_security_group_id]) if args.efa else None,
-            placement_group_name=self.placement_group.name if self.placement_group else None,
+            placement_group_name=self.placement_group.name if self.placement_group else args.capacity.placement_group,
             capacity=args.capacity), child)
         self.node_group = eks.ManagedNodeGroup(
             f"{name}-mng",

@@ -85,6 +85,8 @@ class EfaRayClusterArgs(TypedDict, total=False):
     """on-demand | reservation (an ODCR) | capacity-block (Capacity Block for ML); the last two need availabilityZone."""
     gpuCapacityReservationId: str
     """reservation: the ODCR id (cr-...) or its resource group ARN; capacity-block: the block's id (cr-...)."""
+    gpuPlacementGroupName: str
+    """reservation only: the cluster placement group the ODCR was created in; unset: no placement group."""
     checkpointBucket: bool
     """Create the S3 checkpoint bucket + pod identity role; false = pods get no storage (pass --storage-path)."""
     checkpointPrefix: str
@@ -158,7 +160,7 @@ class EfaRayCluster(pulumi.ComponentResource):
     def __init__(self, name: str, args: EfaRayClusterArgs, opts: Optional[pulumi.ResourceOptions] = None):
         cfg = stack_config(args)  # raises on bad config before anything is registered
         gpu_az = resolve_gpu_az(cfg)
-        capacity = GpuCapacity(cfg.gpuCapacity, cfg.gpuCapacityReservationId)
+        capacity = GpuCapacity(cfg.gpuCapacity, cfg.gpuCapacityReservationId, cfg.gpuPlacementGroupName)
         block = read_capacity_block(cfg.gpuCapacityReservationId) if capacity.mode == CAPACITY_BLOCK else None
         problem = block and block_problem(block, cfg.gpuInstanceType, gpu_az, cfg.gpuNodeCount)
         if problem:  # the block is elsewhere, of another type, too small or over: refuse before any resource
