@@ -40,6 +40,8 @@ RESOURCE_GROUP_ARN = re.compile(r"arn:aws(?:-[a-z]+)*:resource-groups:([a-z0-9-]
 BLOCK_TERMINATION_LEAD_MINUTES = 30
 """EC2 starts terminating a Capacity Block's instances 30 minutes before its end (a warning event comes 40 before)."""
 DEAD_BLOCK_STATES = ("expired", "cancelled", "failed", "unsupported")
+PENDING_BLOCK_STATES = ("scheduled", "payment-pending", "pending")
+"""A block bought but not started: instances cannot launch into it yet."""
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,8 @@ from typing import Any, Optional, TypedDict
 
 import pulumi
 
-from .capacity import CAPACITY_BLOCK, BLOCK_TERMINATION_LEAD_MINUTES, GpuCapacity, block_problem, read_capacity_block
+from .capacity import (BLOCK_TERMINATION_LEAD_MINUTES, CAPACITY_BLOCK, PENDING_BLOCK_STATES, GpuCapacity, block_problem,
+                       read_capacity_block)
 from .checkpoint_bucket import CheckpointBucket, CheckpointBucketArgs
 from .cluster import Cluster, ClusterArgs
 from .config import ConfigError, StackConfig
@@ -165,6 +166,10 @@ class EfaRayCluster(pulumi.ComponentResource):
         problem = block and block_problem(block, cfg.gpuInstanceType, gpu_az, cfg.gpuNodeCount)
         if problem:  # the block is elsewhere, of another type, too small or over: refuse before any resource
             raise ConfigError(*problem)
+        if block and block.state in PENDING_BLOCK_STATES and cfg.gpuNodeCount > 0:
+            pulumi.log.warn(f"Capacity Block {block.id} is {block.state} until {block.start_date}: its nodes cannot "
+                            f"launch before, so the node group waits and may time out; deploy with gpuNodeCount 0 "
+                            "and raise it once the block is active")
         super().__init__(TOKEN, name, None, opts)
         self.config = cfg
         tags = {"project": "ray-efa-eks", "stack": pulumi.get_stack()}

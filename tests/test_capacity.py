@@ -215,3 +215,16 @@ def test_node_group_keeps_only_the_gpu_az_subnets(tmp_path):
                              f"run_program({{'gpuAz': 'us-east-1c'}}, program={str(program)!r})"],
                             capture_output=True, text=True, timeout=300)
     assert failed.returncode != 0 and "none of the subnets is in the GPU AZ us-east-1c" in failed.stderr
+
+
+def test_a_block_not_started_yet_warns_to_deploy_parked(monkeypatch):
+    import pulumi
+
+    warnings: list[str] = []
+    monkeypatch.setattr(pulumi.log, "warn", lambda msg, *a, **k: warnings.append(msg))
+    monkeypatch.setitem(CAPACITY_BLOCKS, BLOCK, {**CAPACITY_BLOCKS[BLOCK], "state": "scheduled"})
+    run_program(BLOCK_CFG)
+    assert [w for w in warnings if "is scheduled until 2026-12-01T11:30:00Z" in w and "gpuNodeCount 0" in w]
+    warnings.clear()
+    run_program({**BLOCK_CFG, "gpuNodeCount": "0"})
+    assert not [w for w in warnings if "Capacity Block" in w]
