@@ -44,6 +44,12 @@ class InstanceType:
         return self.name in CAPACITY_BLOCK_TYPES
 
     @property
+    def efa_gbps(self) -> float:
+        """Network bandwidth per node, Gbit/s, that EFA traffic can use (0 without EFA): the line rate the EFA
+        check's large-message busbw is measured against (busbw GB/s * 8 / efa_gbps)."""
+        return EFA_GBPS.get(self.name, 0.0) if self.efa_supported else 0.0
+
+    @property
     def family(self) -> str:
         """``g6`` for ``g6.12xlarge``: quota and AMI choices go by family."""
         return self.name.split(".", 1)[0]
@@ -83,6 +89,15 @@ CATALOGUE: dict[str, InstanceType] = {
 EFA_ONLY_TYPES = frozenset({"g6.12xlarge", "g6.48xlarge", "g6e.12xlarge", "g6e.48xlarge", "g5.48xlarge",
                             "p4d.24xlarge", "p5.48xlarge", "p5en.48xlarge"})
 CAPACITY_BLOCK_TYPES = frozenset({"p4d.24xlarge", "p5.48xlarge", "p5en.48xlarge"})
+
+# DescribeInstanceTypes NetworkInfo.NetworkPerformance (the node's aggregate; "4x 100 Gigabit" = 400) for the EFA
+# types: the line rate of the EFA check (issue 16). Not the sum of NetworkCards[].PeakBandwidthInGbps: g6e.48xlarge
+# lists 400 on each of its 4 cards but 400 for the node. g6.12xlarge (40) is not g6.48xlarge (100).
+# tests/test_catalogue.py checks these against moto's copy of AWS's data.
+EFA_GBPS: dict[str, float] = {
+    "g6.12xlarge": 40.0, "g6.48xlarge": 100.0, "g6e.12xlarge": 100.0, "g6e.48xlarge": 400.0, "g5.48xlarge": 100.0,
+    "p4d.24xlarge": 400.0, "p5.48xlarge": 3200.0, "p5en.48xlarge": 3200.0,
+}
 
 
 def lookup(name: str, *, key: str = "instance type") -> InstanceType:

@@ -2,6 +2,7 @@
 
 import gzip
 import json
+import re
 from pathlib import Path
 
 import moto
@@ -46,3 +47,25 @@ def test_rdma_only_on_p_family():
 def test_lookup_unknown_names_supported():
     with pytest.raises(ValueError, match="supported: .*g6.12xlarge"):
         lookup("g7.huge")
+
+
+def _aggregate_gbps(perf: str) -> float:
+    """DescribeInstanceTypes' NetworkPerformance as Gbit/s: '3200 Gigabit' -> 3200, '4x 100 Gigabit' -> 400."""
+    m = re.fullmatch(r"(?:(\d+)x )?(?:Up to )?([\d.]+) Gigabit", perf)
+    assert m, perf
+    return float(m.group(1) or 1) * float(m.group(2))
+
+
+@pytest.mark.parametrize("name", sorted(CATALOGUE))
+def test_efa_gbps_matches_aws_network_performance(name):
+    ours, net = CATALOGUE[name], AWS_DATA[name]["NetworkInfo"]
+    if not net["EfaSupported"]:
+        assert ours.efa_gbps == 0.0
+        return
+    assert ours.efa_gbps == _aggregate_gbps(net["NetworkPerformance"])
+    # never more than the cards can carry together
+    assert ours.efa_gbps <= sum(c["PeakBandwidthInGbps"] for c in net["NetworkCards"])
+
+
+def test_efa_gbps_differs_within_a_family():
+    assert CATALOGUE["g6.12xlarge"].efa_gbps == 40.0 and CATALOGUE["g6.48xlarge"].efa_gbps == 100.0
