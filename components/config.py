@@ -115,6 +115,14 @@ class StackConfig:
     networkPolicy: bool = True
     """Only pods of the Ray namespace may reach the Ray head (VPC CNI NetworkPolicy enforcement on)."""
 
+    # -- access and egress (components/cluster.py, components/network.py) ----------------
+    clusterAdminArns: list[str] = field(default_factory=list)
+    """IAM role/user ARNs given EKS access entries with AmazonEKSClusterAdminPolicy (kubectl, port-forward to Ray)."""
+    clusterViewerArns: list[str] = field(default_factory=list)
+    """IAM role/user ARNs given EKS access entries with AmazonEKSAdminViewPolicy (read-only kubectl, no port-forward)."""
+    s3GatewayEndpoint: bool = True
+    """S3 gateway VPC endpoint on the private route tables: checkpoints and image layers skip the NAT's per-GB fee."""
+
     # -- construction ---------------------------------------------------------------
 
     @classmethod
@@ -215,9 +223,38 @@ class StackConfig:
             raise ConfigError("checkpointNoncurrentVersionDays", self.checkpointNoncurrentVersionDays, "must be >= 1")
         if not 1 <= self.imdsHopLimit <= 64:
             raise ConfigError("imdsHopLimit", self.imdsHopLimit, "must be 1..64; 1 blocks pods from IMDS, 2 allows them")
+        for key in ("clusterAdminArns", "clusterViewerArns"):
+            for arn in getattr(self, key):
+                fix = principal_arn_problem(arn)
+                if fix:
+                    raise ConfigError(key, arn, fix)
+        both = sorted(set(self.clusterAdminArns) & set(self.clusterViewerArns))
+        if both:
+            raise ConfigError("clusterViewerArns", both[0], "is also in clusterAdminArns (one access entry per "
+                              "principal; admin already includes view): list it in one of the two")
         if self.endpointPublicAccess and not self.endpointPublicAccessCidrs:
             raise ConfigError("endpointPublicAccessCidrs", self.endpointPublicAccessCidrs,
                               "is empty while endpointPublicAccess is true; list CIDRs or set endpointPublicAccess: false")
+
+
+_PRINCIPAL_ARN = re.compile(r"arn:(aws|aws-cn|aws-us-gov):iam::(\d{12}):(role|user)/([\w+=,.@/-]+)")
+
+
+def principal_arn_problem(arn: str) -> str | None:
+    """Why ``arn`` cannot be an EKS access entry's principal (None when it can): an IAM role or user ARN."""
+    if not isinstance(arn, str) or not arn:
+        return "must be an IAM role or user ARN such as arn:aws:iam::123456789012:role/platform-admins"
+    sts = re.fullmatch(r"arn:(aws|aws-cn|aws-us-gov):sts::(\d{12}):assumed-role/([\w+=,.@-]+)/.*", arn)
+    if sts:
+        return (f"is an STS session, which access entries do not accept; use the role: "
+                f"arn:{sts.group(1)}:iam::{sts.group(2)}:role/{sts.group(3)} (add its path if it has one)")
+    m = _PRINCIPAL_ARN.fullmatch(arn)
+    if not m:
+        return ("is not an IAM role or user ARN; expected arn:aws:iam::<12-digit account>:role/<name> "
+                "or arn:aws:iam::<account>:user/<name> (groups and wildcards cannot have access entries)")
+    if "*" in arn or m.group(4).endswith("/") or "//" in m.group(4):
+        return "has an empty or wildcard name; name one role or user"
+    return None
 
 
 def _coerce(key: str, raw: Any, default: Any) -> Any:

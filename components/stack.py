@@ -108,6 +108,12 @@ class EfaRayClusterArgs(TypedDict, total=False):
     """Envelope-encrypt Kubernetes secrets with a KMS key."""
     networkPolicy: bool
     """Only pods of the Ray namespace may reach the Ray head (VPC CNI NetworkPolicy enforcement on)."""
+    clusterAdminArns: list[str]
+    """IAM role/user ARNs given EKS access entries with AmazonEKSClusterAdminPolicy (kubectl, port-forward to Ray)."""
+    clusterViewerArns: list[str]
+    """IAM role/user ARNs given EKS access entries with AmazonEKSAdminViewPolicy (read-only kubectl, no port-forward)."""
+    s3GatewayEndpoint: bool
+    """S3 gateway VPC endpoint on the private route tables: checkpoints and image layers skip the NAT's per-GB fee."""
     # -- end of generated keys --
 
 
@@ -197,7 +203,8 @@ class EfaRayCluster(pulumi.ComponentResource):
             availability_zone=gpu_az, node_count=cfg.gpuNodeCount, efa=cfg.efa,
             allow_single_node=cfg.allowSingleEfaNode, root_volume_gib=cfg.gpuRootVolumeGiB, hardening=hardening,
             capacity=capacity), opts=child)
-        plugins = DevicePlugins("device-plugins", DevicePluginsArgs(provider=cluster.provider, efa=cfg.efa),
+        plugins = DevicePlugins("device-plugins", DevicePluginsArgs(provider=cluster.provider, efa=cfg.efa,
+                                                                   instance_types=[cfg.gpuInstanceType]),
                                 opts=opts_with(depends_on=[gpu]))
         operator = KubeRayOperator("kuberay", KubeRayOperatorArgs(provider=cluster.provider,
                                                                   chart_version=cfg.kuberayChartVersion),
