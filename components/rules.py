@@ -160,6 +160,39 @@ def _efa_sg_self_rule(stack: Stack) -> list[Violation]:
     return out
 
 
+# -- gpu-capacity --------------------------------------------------------------------------------------------------
+
+GPU_CAPACITY_FIX = ("give the GPU node group its own launch template with the capacity target and no new placement "
+                    "group: EfaGpuNodeGroupArgs(capacity=GpuCapacity(mode, reservation_id)), i.e. ray-efa-eks:gpuCapacity "
+                    "reservation|capacity-block + gpuCapacityReservationId (README: Getting GPUs)")
+
+
+def _gpu_capacity(stack: Stack) -> list[Violation]:
+    """A Capacity Block needs its market type, its reservation and capacityType CAPACITY_BLOCK together; a placement
+    group the stack creates next to a reservation or block makes launches fail with InsufficientInstanceCapacity."""
+    out = []
+    for g in layout.gpu_node_groups(stack):
+        block_market = g.market_type == "capacity-block"
+        block_type = g.capacity_type == "CAPACITY_BLOCK"
+        if UNKNOWN not in (g.market_type, g.capacity_type) and block_market != block_type:
+            have = (f"launch template marketType capacity-block but node group capacityType {g.capacity_type}"
+                    if block_market else "node group capacityType CAPACITY_BLOCK but its launch template has no "
+                                         "instanceMarketOptions.marketType capacity-block")
+            out.append(_v("gpu-capacity", g.resource, f"{have}: EKS launches no Capacity Block node that way",
+                          GPU_CAPACITY_FIX))
+        if (block_market or block_type) and g.reservation is None:
+            out.append(_v("gpu-capacity", g.resource, "a Capacity Block node group whose launch template targets no "
+                                                      "capacity reservation", GPU_CAPACITY_FIX))
+        reserved = block_market or block_type or g.reservation not in (None, UNKNOWN)
+        if reserved and g.placement_strategy == "cluster":
+            src = "pulumi-eks enableEfaSupport" if g.efa_source == "pulumi-eks enableEfaSupport" else "the stack"
+            out.append(_v("gpu-capacity", g.resource, f"a cluster placement group created by {src} next to a capacity "
+                                                      f"reservation{' ' + g.reservation if isinstance(g.reservation, str) else ''}"
+                                                      ": launches fail with InsufficientInstanceCapacity",
+                          GPU_CAPACITY_FIX))
+    return out
+
+
 # -- guaranteed-qos ------------------------------------------------------------------------------------------------
 
 QOS_FIX = ("set requests equal to limits for cpu, memory, nvidia.com/gpu and vpc.amazonaws.com/efa (Guaranteed QoS) "
@@ -231,6 +264,8 @@ RULES: tuple[Rule, ...] = (
          EFA_INTERFACES_FIX, _efa_interfaces),
     Rule("efa-sg-self-rule", "with EFA on, the EFA security group allows all traffic to and from itself",
          EFA_SG_FIX, _efa_sg_self_rule),
+    Rule("gpu-capacity", "GPU nodes can launch into their capacity: a Capacity Block's market type, reservation and "
+         "capacityType together, and no new placement group next to a reservation", GPU_CAPACITY_FIX, _gpu_capacity),
     Rule("guaranteed-qos", "every container's requests equal its limits (Guaranteed QoS)", QOS_FIX, _guaranteed_qos),
     Rule("one-image", "Ray head and workers run the same image", ONE_IMAGE_FIX, _one_image),
     Rule("pinned-image", "every image is pinned by a tag other than latest, or by digest", PINNED_FIX, _pinned_image),

@@ -63,7 +63,7 @@ def test_default_plan_text(capsys):
         "KubeRay chart: 1.7.0",
         "image tags: train-ml-cuda-v1.1",
         "estimated cost: $9.55/hour",
-        "Layout rules: all 7 pass",
+        "Layout rules: all 8 pass",
         "├─ ray-efa-eks:index:EfaGpuNodeGroup  gpu",
         "│  └─ eks:index:ManagedNodeGroup  gpu-mng",
     ]:
@@ -88,7 +88,7 @@ def test_default_plan_json(plans, default_run):
     assert s["estimatedHourlyUsd"] == pytest.approx(default_run.outputs["estimatedHourlyUsd"])
     assert {"type": MNG, "name": "gpu-mng", "parent": "ray-efa-eks:index:EfaGpuNodeGroup gpu"} in p["resources"]
     assert len(p["resources"]) == len(default_run.resources)
-    assert p["rules"] == {"checked": ["gpu-one-az", "efa-interfaces", "efa-sg-self-rule", "guaranteed-qos", "one-image",
+    assert p["rules"] == {"checked": ["gpu-one-az", "efa-interfaces", "efa-sg-self-rule", "gpu-capacity", "guaranteed-qos", "one-image",
                                       "pinned-image", "private-dashboard"], "violations": []}
     assert Plan.from_json(p).to_json() == p
 
@@ -103,7 +103,7 @@ def test_diff_default_vs_p5_shows_interfaces_gpus_and_cost(capsys, plans):
                 "| pod `ray-raycluster worker gpu` GPU | 4 | 8 |",
                 "| estimated $/hour | 9.55 | 110.43 |",
                 "Resources: none added or removed",
-                "Layout rules: ✅ all 7 pass."]:
+                "Layout rules: ✅ all 8 pass."]:
         assert row in out, row
     assert "system-mng" not in out  # unchanged settings are not listed
 
@@ -128,7 +128,7 @@ def test_check_prints_one_line_per_broken_rule_and_exits_1(capsys, tmp_path):
     code, out = run_cli(capsys, "--program", str(_broken_program(tmp_path)), "--check")
     assert code == 1
     lines = out.strip().splitlines()
-    assert lines[0] == "Layout rules: 1 of 7 broken (private-dashboard):"
+    assert lines[0] == "Layout rules: 1 of 8 broken (private-dashboard):"
     assert len(lines) == 2 and lines[1].startswith("[private-dashboard] kubernetes:core/v1:Service dashboard-lb: ")
     assert "Fix: keep the head Service ClusterIP" in lines[1]
 

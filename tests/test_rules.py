@@ -12,7 +12,7 @@ from ray_efa_eks.components.config import ConfigError, StackConfig
 from ray_efa_eks.components.layout import (INGRESS, MNG, RAY_CLUSTER, SERVICE, SG_EGRESS, SUBNET, Resource, from_mockrun,
                                from_policy)
 from ray_efa_eks.components.mockrun import run_program
-from tests.preview_shapes import CLUSTER_SG, LAUNCH_TEMPLATE, edit, policy_resources, preview_specs
+from tests.preview_shapes import CLUSTER_SG, LAUNCH_TEMPLATE, UNKNOWN_STR, edit, policy_resources, preview_specs
 
 
 def check(resources: list[Resource], rule: str) -> list[rules.Violation]:
@@ -264,6 +264,58 @@ def test_efa_sg_self_rule_inline_security_group_needs_ingress_too():
 
 def test_efa_sg_self_rule_not_required_when_efa_is_off(efa_off):
     assert not [r for r in efa_off if r.type == SG_EGRESS] and check(efa_off, "efa-sg-self-rule") == []
+
+
+# -- gpu-capacity --------------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def block() -> list[Resource]:
+    return from_mockrun(run_program({"gpuInstanceType": "p5.48xlarge", "gpuCapacity": "capacity-block", "efaCheck": "false",
+                                     "gpuCapacityReservationId": "cr-0123456789abcdef0", "availabilityZone": "us-east-1a"}))
+
+
+def test_gpu_capacity_passes_the_programs_capacity_block_and_reservation_stacks(block):
+    assert rules.check(block) == []
+    odcr = from_mockrun(run_program({"gpuCapacity": "reservation", "gpuCapacityReservationId": "cr-0a1b2c3d4e5f60718",
+                                     "availabilityZone": "us-east-1a", "efaCheck": "false"}))
+    assert rules.check(odcr) == []
+
+
+def test_gpu_capacity_fails_for_pulumi_eks_efa_support_on_a_capacity_block(default):
+    """The issue's own failure: enableEfaSupport always adds a placement group and its own target-less template."""
+    def block_via_pulumi_eks(props):
+        _pulumi_eks_efa(props)
+        props["capacityType"] = "CAPACITY_BLOCK"
+
+    found = check(mutate(default, MNG, "gpu-mng", block_via_pulumi_eks), "gpu-capacity")
+    problems = " | ".join(v.problem for v in found)
+    assert len(found) == 3 and all(v.resource == f"{MNG} gpu-mng" for v in found)
+    assert "no instanceMarketOptions.marketType capacity-block" in problems
+    assert "targets no capacity reservation" in problems
+    assert "cluster placement group created by pulumi-eks enableEfaSupport" in problems and "GpuCapacity" in found[0].fix
+
+
+def test_gpu_capacity_fails_for_a_market_type_without_capacity_type(block):
+    [v] = check(mutate(block, MNG, "gpu-mng", lambda p: p.update(capacityType="ON_DEMAND")), "gpu-capacity")
+    assert "marketType capacity-block but node group capacityType ON_DEMAND" in v.problem
+
+
+def test_gpu_capacity_fails_for_a_new_placement_group_next_to_a_reservation(default):
+    def reserve(props):
+        props["capacityReservationSpecification"] = {"capacityReservationTarget": {"capacityReservationId": "cr-0a1b2c3d"}}
+
+    [v] = check(mutate(default, LAUNCH_TEMPLATE, "gpu-lt", reserve), "gpu-capacity")
+    assert "cluster placement group created by the stack next to a capacity reservation cr-0a1b2c3d" in v.problem
+    # preview shape: the template names the group through its dependency only
+    specs = preview_specs(capacity="reservation")
+    lt = next(s for s in specs if s["type"] == LAUNCH_TEMPLATE)
+    pg_urn = lt["urn"].replace(LAUNCH_TEMPLATE, "aws:ec2/placementGroup:PlacementGroup").replace("gpu-lt", "gpu-pg")
+    specs.append({"type": "aws:ec2/placementGroup:PlacementGroup", "name": "gpu-pg", "urn": pg_urn,
+                  "parent": lt["parent"], "props": {"strategy": "cluster", "name": UNKNOWN_STR}})
+    lt["props"]["placement"] = {"groupName": UNKNOWN_STR}
+    lt["deps"]["placement"] = [pg_urn]
+    [v] = check(from_policy(policy_resources(specs)), "gpu-capacity")
+    assert "next to a capacity reservation cr-0123456789abcdef0" in v.problem
 
 
 # -- guaranteed-qos ------------------------------------------------------------------------------------------------
