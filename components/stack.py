@@ -203,7 +203,8 @@ class EfaRayCluster(pulumi.ComponentResource):
             availability_zone=gpu_az, node_count=cfg.gpuNodeCount, efa=cfg.efa,
             allow_single_node=cfg.allowSingleEfaNode, root_volume_gib=cfg.gpuRootVolumeGiB, hardening=hardening,
             capacity=capacity), opts=child)
-        plugins = DevicePlugins("device-plugins", DevicePluginsArgs(provider=cluster.provider, efa=cfg.efa),
+        plugins = DevicePlugins("device-plugins", DevicePluginsArgs(provider=cluster.provider, efa=cfg.efa,
+                                                                   instance_types=[cfg.gpuInstanceType]),
                                 opts=opts_with(depends_on=[gpu]))
         operator = KubeRayOperator("kuberay", KubeRayOperatorArgs(provider=cluster.provider,
                                                                   chart_version=cfg.kuberayChartVersion),
