@@ -6,7 +6,14 @@ pod-local path loses the checkpoints with the pod. The bucket is versioned
 the public, TLS-only, and by default *retained* on ``pulumi destroy`` so the
 GPU teardown in the runbook can never take a day of training with it. When it
 is encrypted with its own KMS key, the key is retained too: a retained bucket
-whose key was deleted is unreadable.
+whose key was deleted is unreadable. Every setting that protects the bucket (public
+access block, ownership controls, TLS-only policy, default encryption, versioning,
+lifecycle) is its own resource and is retained with it: deleting them on destroy
+would leave a bucket less protected than the one that was deployed.
+
+``retain_on_delete`` is a resource option stored in the state by ``pulumi up``:
+changing the config right before ``pulumi destroy`` changes nothing; run ``pulumi up``
+after the change, then destroy.
 """
 
 from __future__ import annotations
@@ -70,7 +77,6 @@ class CheckpointBucket(pulumi.ComponentResource):
         super().__init__("ray-efa-eks:index:CheckpointBucket", name, None, opts)
         args.validate(name)
         keep = pulumi.ResourceOptions(parent=self, retain_on_delete=args.retain_on_delete)
-        child = pulumi.ResourceOptions(parent=self)
         self.kms_key_arn = None
         if args.encryption == "kms":
             key = aws.kms.Key(f"{name}-key", description=f"{name}: Ray Train checkpoints (SSE-KMS)",
@@ -82,17 +88,17 @@ class CheckpointBucket(pulumi.ComponentResource):
         self.bucket = aws.s3.Bucket(name, force_destroy=not args.retain_on_delete, tags=args.tags, opts=keep)
         bucket_id = self.bucket.id
         aws.s3.BucketOwnershipControls(f"{name}-ownership", bucket=bucket_id,
-                                       rule={"object_ownership": "BucketOwnerEnforced"}, opts=child)
+                                       rule={"object_ownership": "BucketOwnerEnforced"}, opts=keep)
         public_block = aws.s3.BucketPublicAccessBlock(
             f"{name}-public-access-block", bucket=bucket_id, block_public_acls=True, block_public_policy=True,
-            ignore_public_acls=True, restrict_public_buckets=True, opts=child)
+            ignore_public_acls=True, restrict_public_buckets=True, opts=keep)
         aws.s3.BucketVersioning(f"{name}-versioning", bucket=bucket_id,
-                                versioning_configuration={"status": "Enabled"}, opts=child)
+                                versioning_configuration={"status": "Enabled"}, opts=keep)
         aws.s3.BucketServerSideEncryptionConfiguration(
             f"{name}-encryption", bucket=bucket_id,
             rules=[{"apply_server_side_encryption_by_default": default,
                     "bucket_key_enabled": args.encryption == "kms"}],
-            opts=child)
+            opts=keep)
         aws.s3.BucketLifecycleConfiguration(
             f"{name}-lifecycle", bucket=bucket_id,
             rules=[{
@@ -102,9 +108,9 @@ class CheckpointBucket(pulumi.ComponentResource):
                 "noncurrent_version_expiration": {"noncurrent_days": args.noncurrent_version_days},
                 "abort_incomplete_multipart_upload": {"days_after_initiation": args.abort_multipart_days},
             }],
-            opts=child)
+            opts=keep)
         aws.s3.BucketPolicy(f"{name}-tls-only", bucket=bucket_id, policy=self.bucket.arn.apply(tls_only_policy),
-                            opts=pulumi.ResourceOptions(parent=self, depends_on=[public_block]))
+                            opts=pulumi.ResourceOptions.merge(keep, pulumi.ResourceOptions(depends_on=[public_block])))
         self.name = self.bucket.bucket
         self.arn = self.bucket.arn
         self.register_outputs({"name": self.name, "arn": self.arn})

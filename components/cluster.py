@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,6 +16,17 @@ NODE_POLICIES = (
     "arn:aws:iam::aws:policy/AmazonEKS_CNI_Policy",
     "arn:aws:iam::aws:policy/AmazonEC2ContainerRegistryReadOnly",
 )
+
+ADMIN_ACCESS_POLICY = "AmazonEKSClusterAdminPolicy"
+"""EKS access policy like Kubernetes' cluster-admin: everything, port-forward to the Ray head included."""
+VIEW_ACCESS_POLICY = "AmazonEKSAdminViewPolicy"
+"""EKS access policy that can get/list/watch every resource cluster-wide (secrets too), and change nothing."""
+
+
+def access_policy_arn(policy: str, principal_arn: str) -> str:
+    """``arn:<partition>:eks::aws:cluster-access-policy/<policy>``, in the principal's partition."""
+    partition = principal_arn.split(":", 2)[1] if principal_arn.startswith("arn:") else "aws"
+    return f"arn:{partition}:eks::aws:cluster-access-policy/{policy}"
 
 
 @dataclass
@@ -35,6 +47,10 @@ class ClusterArgs:
     """Install the ``eks-pod-identity-agent`` add-on so pods get IAM roles without the node role."""
     enable_network_policy: bool = True
     """Turn on the VPC CNI's NetworkPolicy enforcement; without it NetworkPolicy objects are silently ignored."""
+    admin_arns: list[str] = field(default_factory=list)
+    """IAM role/user ARNs that get an access entry with :data:`ADMIN_ACCESS_POLICY` (cluster scope)."""
+    viewer_arns: list[str] = field(default_factory=list)
+    """IAM role/user ARNs that get an access entry with :data:`VIEW_ACCESS_POLICY` (cluster scope)."""
     tags: dict[str, str] = field(default_factory=dict)
 
 
@@ -52,6 +68,9 @@ class Cluster(pulumi.ComponentResource):
     """Cluster ARN (pod identity trust policies are scoped to it)."""
     addons: list[aws.eks.Addon]
     """EKS add-ons this component installs; workloads that need them depend on these."""
+    access_entries: list[aws.eks.AccessEntry]
+    """One per clusterAdminArns/clusterViewerArns principal: without them only the identity that ran
+    ``pulumi up`` can use kubectl (API authentication mode creates no other entry)."""
 
     def __init__(self, name: str, args: ClusterArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("ray-efa-eks:index:Cluster", name, None, opts)
@@ -101,6 +120,20 @@ class Cluster(pulumi.ComponentResource):
             self.addons.append(aws.eks.Addon(
                 f"{name}-pod-identity-agent", cluster_name=name, addon_name="eks-pod-identity-agent",
                 tags=args.tags, opts=pulumi.ResourceOptions(parent=self, depends_on=[self.eks])))
+        self.access_entries = []
+        for policy, arns in ((ADMIN_ACCESS_POLICY, args.admin_arns), (VIEW_ACCESS_POLICY, args.viewer_arns)):
+            role = "admin" if policy == ADMIN_ACCESS_POLICY else "viewer"
+            for arn in arns:
+                # Named by the ARN, not its position: reordering the list replaces nothing.
+                suffix = hashlib.sha256(arn.encode()).hexdigest()[:8]
+                after_eks = pulumi.ResourceOptions(parent=self, depends_on=[self.eks])
+                entry = aws.eks.AccessEntry(f"{name}-{role}-{suffix}", cluster_name=name, principal_arn=arn,
+                                            type="STANDARD", tags=args.tags, opts=after_eks)
+                aws.eks.AccessPolicyAssociation(
+                    f"{name}-{role}-{suffix}", cluster_name=name, principal_arn=entry.principal_arn,
+                    policy_arn=access_policy_arn(policy, arn), access_scope={"type": "cluster"},
+                    opts=pulumi.ResourceOptions(parent=self, depends_on=[entry]))
+                self.access_entries.append(entry)
         self.provider = k8s.Provider(f"{name}-k8s", kubeconfig=self.eks.kubeconfig_json,
                                      enable_server_side_apply=True, opts=child)
         self.register_outputs({"name": self.name, "securityGroupId": self.security_group_id})

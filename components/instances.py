@@ -2,19 +2,48 @@
 
 Figures mirror EC2 ``DescribeInstanceTypes`` (checked in tests against the
 instance data that ``moto`` ships, which is AWS's own output). Prices are
-on-demand Linux USD/hour and only feed the cost estimate; check the AWS
-pricing page before budgeting.
+on-demand Linux shared-tenancy USD/hour, held only for the regions in
+:data:`PRICED_REGIONS`; another region has no figure (``hourly_usd`` raises
+:class:`NoPrice`) rather than a copy of us-east-1's. They only feed the cost
+estimate; check the AWS pricing page before budgeting.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-EKS_CONTROL_PLANE_USD_HOUR = 0.10
-"""EKS standard-support control plane, per cluster."""
+PRICED_REGIONS = ("us-east-1",)
+"""Regions with price figures. Source: the AWS Price List API (AmazonEC2, on-demand, Linux, shared tenancy) as
+of 2026-07-20, as generated into aws/karpenter-provider-aws pkg/providers/pricing/zz_generated.pricing_aws.go
+(which holds us-east-1 only); NAT gateway and EKS from their AWS pricing pages. Add a region only with its own
+figures for every type below."""
 
-NAT_GATEWAY_USD_HOUR = 0.045
+EKS_CONTROL_PLANE_USD_HOUR = 0.10
+"""EKS standard-support control plane, per cluster (extended support, past a version's 14 months: $0.60)."""
+
+NAT_GATEWAY_USD_HOUR: dict[str, float] = {"us-east-1": 0.045}
 """One NAT gateway, per hour, before data processing charges."""
+
+NAT_GATEWAY_USD_PER_GB: dict[str, float] = {"us-east-1": 0.045}
+"""NAT gateway data processing, per GB in either direction (on top of any data transfer charge)."""
+
+
+class NoPrice(LookupError):
+    """No price figure for ``what`` in ``region``: the estimate says so instead of guessing."""
+
+    def __init__(self, region: str, what: str):
+        self.region = region
+        self.what = what
+        super().__init__(f"no price for {region} ({what}; prices are held for {', '.join(PRICED_REGIONS)} only, "
+                         "see components/instances.py)")
+
+
+def regional(table: dict[str, float], region: str, what: str) -> float:
+    """``table[region]`` or :class:`NoPrice`."""
+    try:
+        return table[region]
+    except KeyError:
+        raise NoPrice(region, what) from None
 
 
 @dataclass(frozen=True)
@@ -55,12 +84,12 @@ class InstanceType:
         return self.name.split(".", 1)[0]
 
     def hourly_usd(self, region: str) -> float:
-        """On-demand price in ``region``; us-east-1's where the region is not listed."""
-        return self.price_usd_hour.get(region, self.price_usd_hour["us-east-1"])
+        """On-demand price in ``region``; :class:`NoPrice` where the catalogue has no figure for it."""
+        return regional(self.price_usd_hour, region, self.name)
 
 
-def _prices(us_east_1: float, us_west_2: float | None = None) -> dict[str, float]:
-    return {"us-east-1": us_east_1, "us-west-2": us_east_1 if us_west_2 is None else us_west_2}
+def _prices(us_east_1: float) -> dict[str, float]:
+    return {"us-east-1": us_east_1}
 
 
 CATALOGUE: dict[str, InstanceType] = {
@@ -70,10 +99,10 @@ CATALOGUE: dict[str, InstanceType] = {
         InstanceType("m7i.2xlarge", 8, 32768, price_usd_hour=_prices(0.4032)),
         InstanceType("g6.12xlarge", 48, 196608, 4, "L4", 22888, True, 1, 1, False, _prices(4.6016)),
         InstanceType("g6.48xlarge", 192, 786432, 8, "L4", 22888, True, 1, 1, False, _prices(13.3504)),
-        InstanceType("g6e.12xlarge", 48, 393216, 4, "L40S", 45776, True, 1, 1, False, _prices(10.4926)),
-        InstanceType("g6e.48xlarge", 192, 1572864, 8, "L40S", 45776, True, 4, 4, False, _prices(30.1310)),
+        InstanceType("g6e.12xlarge", 48, 393216, 4, "L40S", 45776, True, 1, 1, False, _prices(10.49264)),
+        InstanceType("g6e.48xlarge", 192, 1572864, 8, "L40S", 45776, True, 4, 4, False, _prices(30.13118)),
         InstanceType("g5.48xlarge", 192, 786432, 8, "A10G", 22888, True, 1, 1, False, _prices(16.2880)),
-        InstanceType("p4d.24xlarge", 96, 1179648, 8, "A100", 40960, True, 4, 4, True, _prices(21.9576)),
+        InstanceType("p4d.24xlarge", 96, 1179648, 8, "A100", 40960, True, 4, 4, True, _prices(21.957642)),
         InstanceType("p5.48xlarge", 192, 2097152, 8, "H100", 81920, True, 32, 32, True, _prices(55.0400)),
         InstanceType("p5en.48xlarge", 192, 2097152, 8, "H200", 144384, True, 16, 16, True, _prices(63.2960)),
     )

@@ -29,7 +29,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from .cost import hourly_usd
-from .instances import CATALOGUE
+from .instances import CATALOGUE, NoPrice
 
 MNG = "eks:index:ManagedNodeGroup"
 EKS_COMPONENT = "eks:index:Cluster"
@@ -828,7 +828,10 @@ def hourly_cost(stack: Stack, region: str) -> tuple[float | None, list[str]]:
         nodes.append((types[0], g.nodes))
     if missing:
         return None, missing
-    return hourly_usd(region, nodes, _eks_clusters(stack), len(stack.of_type(NAT_GATEWAY))), []
+    try:
+        return hourly_usd(region, nodes, _eks_clusters(stack), len(stack.of_type(NAT_GATEWAY))), []
+    except NoPrice as e:  # a region without figures: say so, never borrow another region's
+        return None, [str(e)]
 
 
 def _eks_clusters(stack: Stack) -> int:

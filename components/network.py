@@ -1,7 +1,11 @@
-"""Network: a VPC with public and private subnets in two or more AZs, and one NAT gateway.
+"""Network: a VPC with public and private subnets in two or more AZs, one NAT gateway, an S3 gateway endpoint.
 
 EKS needs subnets in at least two AZs; the GPU nodes live in one of them (EFA
 does not cross AZs), so that AZ's private subnet is exposed on its own.
+
+S3 traffic from the private subnets (checkpoints of several GB, image layers
+ECR serves from S3) would otherwise pass the NAT gateway, billed per GB; a
+gateway VPC endpoint on the private route tables carries it for free.
 """
 
 from __future__ import annotations
@@ -26,6 +30,10 @@ class NetworkArgs:
     """Used in the ``kubernetes.io/cluster/<name>`` subnet tags."""
     nat_gateways: int = 1
     """One NAT gateway by default (cost); one per AZ for AZ-independent egress."""
+    s3_gateway_endpoint: bool = True
+    """Route S3 from the private subnets through a (free) gateway VPC endpoint instead of the NAT gateway."""
+    region: str | None = None
+    """Region of the VPC, for the endpoint's service name; unset: the ``aws:region`` config."""
 
 
 class Network(pulumi.ComponentResource):
@@ -35,6 +43,8 @@ class Network(pulumi.ComponentResource):
     public_subnet_ids: pulumi.Output[list[str]]
     private_subnet_ids: pulumi.Output[list[str]]
     gpu_subnet_id: pulumi.Output[str]
+    s3_endpoint: aws.ec2.VpcEndpoint | None
+    """The S3 gateway endpoint (None when turned off)."""
 
     def __init__(self, name: str, args: NetworkArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("ray-efa-eks:index:Network", name, None, opts)
@@ -55,7 +65,7 @@ class Network(pulumi.ComponentResource):
         igw = aws.ec2.InternetGateway(f"{name}-igw", vpc_id=vpc.id, opts=child)
         public_rt = aws.ec2.RouteTable(f"{name}-public", vpc_id=vpc.id,
                                        routes=[{"cidr_block": "0.0.0.0/0", "gateway_id": igw.id}], opts=child)
-        public, private, nats = [], [], []
+        public, private, nats, private_rts = [], [], [], []
         for i, az in enumerate(azs):
             pub = aws.ec2.Subnet(f"{name}-public-{az}", vpc_id=vpc.id, cidr_block=str(blocks[i]),
                                  availability_zone=az, map_public_ip_on_launch=True,
@@ -77,6 +87,16 @@ class Network(pulumi.ComponentResource):
                                   opts=child)
             aws.ec2.RouteTableAssociation(f"{name}-private-{az}", subnet_id=priv.id, route_table_id=rt.id, opts=child)
             private.append(priv)
+            private_rts.append(rt)
+        self.s3_endpoint = None
+        if args.s3_gateway_endpoint:
+            region = args.region or pulumi.Config("aws").get("region")
+            if not region:
+                raise ValueError(f"Network {name}: the S3 gateway endpoint needs the region (NetworkArgs.region "
+                                 "or aws:region)")
+            self.s3_endpoint = aws.ec2.VpcEndpoint(
+                f"{name}-s3", vpc_id=vpc.id, service_name=f"com.amazonaws.{region}.s3", vpc_endpoint_type="Gateway",
+                route_table_ids=[rt.id for rt in private_rts], tags={"Name": f"{name}-s3"}, opts=child)
 
         self.vpc_id = vpc.id
         self.public_subnet_ids = pulumi.Output.all(*[s.id for s in public])

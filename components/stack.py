@@ -23,7 +23,7 @@ from .capacity import (BLOCK_TERMINATION_LEAD_MINUTES, CAPACITY_BLOCK, PENDING_B
 from .checkpoint_bucket import CheckpointBucket, CheckpointBucketArgs
 from .cluster import Cluster, ClusterArgs
 from .config import ConfigError, StackConfig
-from .cost import estimate_hourly_usd
+from .cost import estimate
 from .device_plugins import DevicePlugins, DevicePluginsArgs
 from .efa_check import EfaCheckJob, EfaCheckJobArgs
 from .kuberay import KubeRayOperator, KubeRayOperatorArgs
@@ -147,8 +147,10 @@ class EfaRayCluster(pulumi.ComponentResource):
     """GPU instance type."""
     efa_interfaces_per_node: pulumi.Output[int]
     """EFA interfaces on each GPU node (0 without EFA)."""
-    estimated_hourly_usd: pulumi.Output[float]
-    """On-demand USD/hour of nodes, control plane and NAT gateway, before storage and data transfer."""
+    estimated_hourly_usd: pulumi.Output[Optional[float]]
+    """On-demand USD/hour of nodes, control plane and NAT gateway, before storage and data transfer; left out where the region has no price figures (costNotes says so)."""
+    cost_notes: pulumi.Output[list[str]]
+    """What estimatedHourlyUsd leaves out or could not price: "no price for REGION", NAT per-GB processing, S3 via the gateway endpoint."""
     teardown_order: pulumi.Output[list[str]]
     """Commands to stop the cost: GPU nodes first."""
     head_service_name: pulumi.Output[str]
@@ -187,13 +189,16 @@ class EfaRayCluster(pulumi.ComponentResource):
             return pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(**kw))
 
         network = Network("net", NetworkArgs(cidr=cfg.vpcCidr, availability_zones=cluster_azs(gpu_az),
-                                             gpu_availability_zone=gpu_az, cluster_name=name), opts=child)
+                                             gpu_availability_zone=gpu_az, cluster_name=name,
+                                             s3_gateway_endpoint=cfg.s3GatewayEndpoint, region=cfg.region),
+                          opts=child)
         cluster = Cluster(name, ClusterArgs(
             vpc_id=network.vpc_id, public_subnet_ids=network.public_subnet_ids,
             private_subnet_ids=network.private_subnet_ids, kubernetes_version=cfg.kubernetesVersion,
             endpoint_public_access=cfg.endpointPublicAccess, endpoint_public_access_cidrs=cfg.endpointPublicAccessCidrs,
             encrypt_secrets=cfg.encryptSecrets, pod_identity_agent=cfg.checkpointBucket,
-            enable_network_policy=cfg.networkPolicy, tags=tags), opts=child)
+            enable_network_policy=cfg.networkPolicy, admin_arns=cfg.clusterAdminArns,
+            viewer_arns=cfg.clusterViewerArns, tags=tags), opts=child)
         system = SystemNodeGroup("system", SystemNodeGroupArgs(
             cluster=cluster.eks, node_role=cluster.node_role, subnet_ids=network.private_subnet_ids,
             instance_type=cfg.system_type, hardening=hardening), opts=child)
@@ -258,8 +263,12 @@ class EfaRayCluster(pulumi.ComponentResource):
         self.gpu_node_count = out(cfg.gpuNodeCount)
         self.gpu_instance_type = out(cfg.gpuInstanceType)
         self.efa_interfaces_per_node = out(gpu.efa_interfaces_per_node)
-        self.estimated_hourly_usd = out(estimate_hourly_usd(cfg.region, cfg.gpu_type, cfg.gpuNodeCount,
-                                                            cfg.system_type))
+        cost = estimate(cfg.region, cfg.gpu_type, cfg.gpuNodeCount, cfg.system_type,
+                        s3_gateway_endpoint=cfg.s3GatewayEndpoint)
+        if cost.missing:
+            pulumi.log.warn(f"estimatedHourlyUsd left out: {cost.missing}", resource=self)
+        self.estimated_hourly_usd = out(cost.hourly_usd) if cost.hourly_usd is not None else None
+        self.cost_notes = out(cost.notes)
         self.teardown_order = pulumi.Output.all(*teardown)
         self.head_service_name = out(ray.head_service_name)
         self.ray_dashboard = out(f"kubectl -n {ray.namespace} port-forward svc/{ray.head_service_name} 8265:8265")
@@ -275,7 +284,8 @@ class EfaRayCluster(pulumi.ComponentResource):
             "clusterName": self.cluster_name, "kubeconfig": self.kubeconfig,
             "gpuAvailabilityZone": self.gpu_availability_zone, "gpuNodeCount": self.gpu_node_count,
             "gpuInstanceType": self.gpu_instance_type, "efaInterfacesPerNode": self.efa_interfaces_per_node,
-            "estimatedHourlyUsd": self.estimated_hourly_usd, "teardownOrder": self.teardown_order,
+            "estimatedHourlyUsd": self.estimated_hourly_usd, "costNotes": self.cost_notes,
+            "teardownOrder": self.teardown_order,
             "headServiceName": self.head_service_name, "rayDashboard": self.ray_dashboard,
             "checkpointBucket": self.checkpoint_bucket, "checkpointStorageUri": self.checkpoint_storage_uri,
             "efaCheckLogsCommand": self.efa_check_logs_command, "gpuCapacityBlockEnd": self.gpu_capacity_block_end,

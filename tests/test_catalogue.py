@@ -35,9 +35,12 @@ def test_matches_describe_instance_types(name):
     assert ours.network_cards == net["MaximumNetworkCards"]
 
 
-def test_prices_for_both_regions():
+def test_prices_only_for_the_priced_regions():
+    """Every type has a figure for each priced region and none for another (no copied prices: issue 18)."""
+    from ray_efa_eks.components.instances import PRICED_REGIONS
+
     for it in CATALOGUE.values():
-        assert it.price_usd_hour["us-east-1"] > 0 and it.price_usd_hour["us-west-2"] > 0
+        assert set(it.price_usd_hour) == set(PRICED_REGIONS) and all(p > 0 for p in it.price_usd_hour.values())
 
 
 def test_rdma_only_on_p_family():
