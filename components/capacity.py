@@ -15,10 +15,13 @@ capacity-block     reservation id                  capacity-block               
 A new cluster placement group next to a reservation makes launches fail with InsufficientInstanceCapacity
 (the reserved capacity need not sit where the group lands) and a Capacity Block is already placed by EC2,
 so only on-demand EFA nodes get one of their own; an ODCR that was created *in* a cluster placement group
-(AWS's advice for EFA) names that group in ``gpuPlacementGroupName`` and the template uses it. A reservation lives in one AZ: the GPU AZ must be that AZ. For a
-Capacity Block the program asks EC2 (``aws.ec2.get_capacity_block_reservation``) and refuses a mismatch
-before any child resource is registered; pulumi-aws has no data source for an ODCR, so there preflight
-(``components/preflight.py``) reads the AZ and the stack must name it in ``availabilityZone``.
+(AWS's advice for EFA) names that group in ``gpuPlacementGroupName`` and the template uses it.
+
+A reservation lives in one AZ: the GPU AZ must be that AZ, so the stack names it in ``availabilityZone``
+(preflight prints it). For a Capacity Block the program asks EC2 (``aws.ec2.get_capacity_block_reservation``)
+and refuses a mismatch before any resource is registered; pulumi-aws has no data source for an ODCR, so
+EfaGpuNodeGroup reads it as a resource (``aws.ec2.CapacityReservation.get``, a read) and its launch
+template's target waits for the same check.
 """
 
 from __future__ import annotations
@@ -183,6 +186,36 @@ def block_problem(block: CapacityBlock, instance_type: str, availability_zone: s
     if block.instance_count is not None and node_count > block.instance_count:
         return ("gpuNodeCount", node_count, f"the Capacity Block {block.id} holds {block.instance_count} instances; "
                                             f"use at most {block.instance_count}")
+    return None
+
+
+def reservation_problem(reservation_id: str, described: dict[str, Any], instance_type: str, availability_zone: str,
+                        node_count: int, placement_group: str | None) -> tuple[str, Any, str] | None:
+    """(key, value, fix) when the stack cannot launch into this ODCR as EC2 describes it, else None.
+
+    ``described``: availability_zone, instance_type, instance_count, placement_group_arn (None = not known, not judged).
+    An ODCR made in a cluster placement group serves only instances launched into that group, and one made outside
+    any group serves none launched into one, so the group must match too.
+    """
+    az = described.get("availability_zone")
+    if az and az != availability_zone:
+        return ("availabilityZone", availability_zone, f"the reservation {reservation_id} is in {az}; set "
+                                                       f"availabilityZone: {az}")
+    itype = described.get("instance_type")
+    if itype and itype != instance_type:
+        return ("gpuInstanceType", instance_type, f"the reservation {reservation_id} holds {itype}; set "
+                                                  f"gpuInstanceType: {itype}")
+    count = described.get("instance_count")
+    if count is not None and node_count > int(count):
+        return ("gpuNodeCount", node_count, f"the reservation {reservation_id} holds {int(count)} instances; use at "
+                                            f"most {int(count)}")
+    pg_arn = described.get("placement_group_arn")
+    if pg_arn is not None:
+        group = pg_arn.rsplit("/", 1)[-1] if pg_arn else None
+        if group != placement_group:
+            fix = (f"set gpuPlacementGroupName: {group} (the reservation was made in that cluster placement group)"
+                   if group else "remove gpuPlacementGroupName: the reservation is in no placement group")
+            return "gpuPlacementGroupName", placement_group, fix
     return None
 
 

@@ -98,6 +98,8 @@ class NodeLaunchTemplateArgs:
     placement_group_name: pulumi.Input[str] | None = None
     capacity: GpuCapacity | None = None
     """The Capacity Reservation / Capacity Block target (None: on demand)."""
+    reservation_id: pulumi.Input[str] | None = None
+    """The target id as an output that resolves only once checked against EC2 (else ``capacity.reservation``)."""
     tags: dict[str, str] | None = None
 
 
@@ -117,8 +119,11 @@ def node_launch_template(name: str, args: NodeLaunchTemplateArgs, opts: pulumi.R
                              "(launches fail with InsufficientInstanceCapacity); leave it out, or name the group "
                              "the ODCR was created in (GpuCapacity.placement_group)")
         props["placement"] = {"group_name": args.placement_group_name}
-    if capacity.capacity_reservation_specification():
-        props["capacity_reservation_specification"] = capacity.capacity_reservation_specification()
+    spec = capacity.capacity_reservation_specification()
+    if spec and args.reservation_id is not None and not capacity.is_group:
+        spec = {"capacity_reservation_target": {"capacity_reservation_id": args.reservation_id}}
+    if spec:
+        props["capacity_reservation_specification"] = spec
     if capacity.instance_market_options():
         props["instance_market_options"] = capacity.instance_market_options()
     if args.tags:

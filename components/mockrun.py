@@ -36,6 +36,14 @@ CAPACITY_BLOCKS: dict[str, dict[str, Any]] = {
                              "state": "active", "reservationType": "capacity-block"},
 }
 """Capacity Blocks EC2 answers for (getCapacityBlockReservation); other ids answer empty fields (not judged)."""
+CAPACITY_RESERVATIONS: dict[str, dict[str, Any]] = {
+    "cr-0a1b2c3d4e5f60718": {"availabilityZone": "us-east-1c", "instanceType": "g6e.48xlarge", "instanceCount": 4,
+                             "instancePlatform": "Linux/UNIX", "tenancy": "default", "endDateType": "unlimited"},
+    "cr-0fedcba9876543210": {"availabilityZone": "us-east-1a", "instanceType": "p5.48xlarge", "instanceCount": 2,
+                             "instancePlatform": "Linux/UNIX", "tenancy": "default", "endDateType": "unlimited",
+                             "placementGroupArn": "arn:aws:ec2:us-east-1:123456789012:placement-group/p5-odcr-pg"},
+}
+"""ODCRs as EC2 describes them, for ``aws.ec2.CapacityReservation.get`` (a read); other ids read empty (not judged)."""
 
 
 @dataclass
@@ -136,6 +144,11 @@ class _ParentAwareMonitor(MockMonitor):
         finally:
             _IN_REGISTRATION.active = False
 
+    def ReadResource(self, request):  # noqa: N802 - gRPC method name; ``Resource.get`` of an existing resource
+        self._local.current = (request.parent or None, self.make_urn(request.parent, request.type, request.name),
+                               {"read": True, "dependencies": list(request.dependencies)})
+        return super().ReadResource(request)
+
 
 class RecordingMocks(pulumi.runtime.Mocks):
     """Mocks that record each resource and answer invokes deterministically."""
@@ -175,6 +188,9 @@ class RecordingMocks(pulumi.runtime.Mocks):
             state["name"] = rid  # the provider's id of a placement group is its (auto-)name
         elif args.typ == "aws:ec2/launchTemplate:LaunchTemplate":
             state["latestVersion"] = 1
+        elif args.typ == "aws:ec2/capacityReservation:CapacityReservation" and args.resource_id:
+            rid = args.resource_id  # a read: EC2's description of the reservation
+            state.update(CAPACITY_RESERVATIONS.get(rid, {}))
         elif args.typ == "aws:kms/key:Key":
             state["arn"] = f"arn:aws:kms:{self.region}:123456789012:key/{args.name}"
         self.run.ids[urn] = rid

@@ -21,7 +21,7 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_eks as eks
 
-from .capacity import GpuCapacity
+from .capacity import RESERVATION, GpuCapacity, reservation_problem
 from .instances import InstanceType
 from .launch_template import (NodeHardening, NodeLaunchTemplateArgs, efa_network_interfaces, launch_template_ref,
                               node_launch_template)
@@ -146,7 +146,7 @@ class EfaGpuNodeGroup(pulumi.ComponentResource):
             hardening=args.hardening, root_volume_gib=args.root_volume_gib,
             network_interfaces=efa_network_interfaces(it, [args.cluster_security_group_id]) if args.efa else None,
             placement_group_name=self.placement_group.name if self.placement_group else args.capacity.placement_group,
-            capacity=args.capacity), child)
+            capacity=args.capacity, reservation_id=checked_reservation(name, it.name, args, child)), child)
         self.node_group = eks.ManagedNodeGroup(
             f"{name}-mng",
             cluster=args.cluster,
@@ -164,6 +164,38 @@ class EfaGpuNodeGroup(pulumi.ComponentResource):
             opts=child,
         )
         self.register_outputs({"labels": self.labels, "efaInterfacesPerNode": self.efa_interfaces_per_node})
+
+
+def checked_reservation(name: str, instance_type: str, args: EfaGpuNodeGroupArgs,
+                        opts: pulumi.ResourceOptions) -> pulumi.Output[str] | None:
+    """An ODCR id that resolves only when EC2's description of it fits the group (AZ, type, count, placement group).
+
+    The reservation is read (``CapacityReservation.get``: a read, nothing is created) during preview, and the
+    launch template's target waits for the check, so a mismatch fails the preview and no GPU node launches
+    elsewhere. A resource group ARN is not checked (its reservations may differ); Capacity Blocks are checked by
+    EfaRayCluster through ``aws.ec2.get_capacity_block_reservation`` before anything is registered.
+    """
+    cap = args.capacity
+    if cap.mode != RESERVATION or cap.is_group or not cap.reservation:
+        return None
+    odcr = aws.ec2.CapacityReservation.get(f"{name}-odcr", cap.reservation, opts=opts)
+    rid = cap.reservation
+
+    def check(values: list[Any]) -> str:
+        az, itype, count, pg_arn = values
+        if az is None and itype is None:
+            return rid  # EC2 described nothing we can judge (offline plans of unknown ids)
+        problem = reservation_problem(rid, {"availability_zone": az, "instance_type": itype, "instance_count": count,
+                                            "placement_group_arn": pg_arn or ""},  # no group reads as empty
+                                      instance_type, args.availability_zone, args.node_count, cap.placement_group)
+        if problem:
+            from .config import ConfigError
+
+            raise ConfigError(*problem)
+        return rid
+
+    return pulumi.Output.all(odcr.availability_zone, odcr.instance_type, odcr.instance_count,
+                             odcr.placement_group_arn).apply(check)
 
 
 def subnets_in_az(name: str, subnet_ids: pulumi.Input[list[str]], availability_zone: str,

@@ -23,7 +23,8 @@ MNG = "eks:index:ManagedNodeGroup"
 LT = "aws:ec2/launchTemplate:LaunchTemplate"
 PG = "aws:ec2/placementGroup:PlacementGroup"
 BLOCK = "cr-0123456789abcdef0"  # mockrun's Capacity Block: 4 x p5.48xlarge in us-east-1a
-ODCR = "cr-0a1b2c3d4e5f60718"
+ODCR = "cr-0a1b2c3d4e5f60718"  # mockrun's ODCR: 4 x g6e.48xlarge in us-east-1c, no placement group
+ODCR_IN_PG = "cr-0fedcba9876543210"  # 2 x p5.48xlarge in us-east-1a, made in cluster placement group p5-odcr-pg
 GROUP = "arn:aws:resource-groups:us-east-1:123456789012:group/p5-odcrs"
 BLOCK_CFG = {"gpuInstanceType": "p5.48xlarge", "gpuCapacity": "capacity-block", "gpuCapacityReservationId": BLOCK,
              "availabilityZone": "us-east-1a", "efaCheck": "false"}
@@ -106,14 +107,53 @@ def test_reservation_stack(target, key):
     assert not run.of_type(PG) and "placement" not in lt.inputs
     assert ng["subnetIds"] == ["subnet-net-private-us-east-1c"] and len(lt["networkInterfaces"]) == 4
     assert "gpuCapacityBlockEnd" not in run.outputs
+    reads = run.of_type("aws:ec2/capacityReservation:CapacityReservation")
+    if target == ODCR:  # the ODCR is read (nothing created) and checked before the template targets it
+        assert [(r.name, r.options.get("read"), run.ids[r.urn]) for r in reads] == [("gpu-odcr", True, ODCR)]
+    else:
+        assert reads == []  # a group's reservations may differ: not read
 
 
 def test_reservation_made_in_a_cluster_placement_group_uses_that_group():
-    run = run_program({"gpuInstanceType": "p5.48xlarge", "gpuCapacity": "reservation", "gpuCapacityReservationId": ODCR,
-                       "availabilityZone": "us-east-1a", "gpuPlacementGroupName": "p5-odcr-pg", "efaCheck": "false"})
+    run = run_program({"gpuInstanceType": "p5.48xlarge", "gpuCapacity": "reservation", "efaCheck": "false",
+                       "gpuCapacityReservationId": ODCR_IN_PG, "availabilityZone": "us-east-1a",
+                       "gpuPlacementGroupName": "p5-odcr-pg"})
     lt = run.one(LT, "gpu-lt")
     assert lt["placement"] == {"groupName": "p5-odcr-pg"} and not run.of_type(PG)
-    assert lt["capacityReservationSpecification"] == {"capacityReservationTarget": {"capacityReservationId": ODCR}}
+    assert lt["capacityReservationSpecification"] == {"capacityReservationTarget": {"capacityReservationId": ODCR_IN_PG}}
+
+
+ODCR_MISMATCHES = [
+    ({"availabilityZone": "us-east-1a"}, f"availabilityZone = 'us-east-1a' is invalid: the reservation {ODCR} is in us-east-1c"),
+    ({"gpuInstanceType": "p5.48xlarge"}, f"gpuInstanceType = 'p5.48xlarge' is invalid: the reservation {ODCR} holds g6e.48xlarge"),
+    ({"gpuNodeCount": 6}, f"gpuNodeCount = 6 is invalid: the reservation {ODCR} holds 4 instances"),
+    ({"gpuPlacementGroupName": "other-pg"}, "gpuPlacementGroupName = 'other-pg' is invalid: remove gpuPlacementGroupName"),
+    ({"gpuCapacityReservationId": ODCR_IN_PG, "gpuInstanceType": "p5.48xlarge", "availabilityZone": "us-east-1a"},
+     "gpuPlacementGroupName = None is invalid: set gpuPlacementGroupName: p5-odcr-pg"),
+]
+CHECK_ODCRS = """
+import json, sys
+from ray_efa_eks.components.mockrun import run_program
+for cfg in json.loads(sys.argv[1]):
+    try:
+        run_program(cfg)
+        print("NO ERROR", flush=True)
+    except Exception as e:
+        print(str(e).replace(chr(10), " "), flush=True)
+"""
+
+
+def test_the_program_refuses_an_odcr_that_does_not_fit():
+    """EC2's description of the ODCR (a read at preview) must fit: the template's target waits for the check, so
+    a mismatch fails the preview and no GPU node launches. Run apart: the failure is raised inside an apply."""
+    base = {"gpuInstanceType": "g6e.48xlarge", "gpuCapacity": "reservation", "gpuCapacityReservationId": ODCR,
+            "availabilityZone": "us-east-1c", "efaCheck": "false"}
+    cfgs = [{k: str(v) for k, v in {**base, **change}.items()} for change, _ in ODCR_MISMATCHES]
+    out = subprocess.run([sys.executable, "-c", CHECK_ODCRS, json.dumps(cfgs)], capture_output=True, text=True,
+                         timeout=600).stdout.splitlines()
+    assert len(out) == len(ODCR_MISMATCHES), out
+    for line, (_, expected) in zip(out, ODCR_MISMATCHES):
+        assert expected in line, (line, expected)
 
 
 def test_on_demand_without_efa_has_no_placement_group_and_no_interfaces():

@@ -277,7 +277,8 @@ def block() -> list[Resource]:
 def test_gpu_capacity_passes_the_programs_capacity_block_and_reservation_stacks(block):
     assert rules.check(block) == []
     odcr = from_mockrun(run_program({"gpuCapacity": "reservation", "gpuCapacityReservationId": "cr-0a1b2c3d4e5f60718",
-                                     "availabilityZone": "us-east-1a", "efaCheck": "false"}))
+                                     "gpuInstanceType": "g6e.48xlarge", "availabilityZone": "us-east-1c",
+                                     "efaCheck": "false"}))
     assert rules.check(odcr) == []
 
 
