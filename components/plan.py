@@ -225,6 +225,19 @@ def _show(value: Any) -> Any:
     return value
 
 
+def _capacity(g: layout.NodeGroup) -> str:
+    """``on-demand``, ``reservation cr-...`` or ``capacity-block cr-...``: what the nodes launch into."""
+    if g.market_type == "capacity-block" or g.capacity_type == "CAPACITY_BLOCK":
+        mode = "capacity-block"
+    elif g.reservation is not None:
+        mode = "reservation"
+    elif g.capacity_type in (None, "ON_DEMAND"):
+        return "on-demand"
+    else:
+        return str(_show(g.capacity_type)).lower().replace("_", "-")
+    return f"{mode} {_show(g.reservation)}" if g.reservation is not None else mode
+
+
 def settings_of(st: Stack, region: str) -> dict[str, Any]:
     """The settings that matter for this stack, as plain data (the ``settings`` of ``--json``)."""
     node_groups = {}
@@ -238,6 +251,7 @@ def settings_of(st: Stack, region: str) -> dict[str, Any]:
             "subnetAzs": ", ".join(azs) if azs is not UNKNOWN else _show(UNKNOWN),
             "efaInterfacesPerNode": _show(g.efa_interfaces),
             "placement": _show(g.placement_strategy) or "none",
+            "capacity": _capacity(g),
         }
         if g.gpu:
             subnets = g.subnets if g.subnets is not UNKNOWN else []
@@ -284,7 +298,7 @@ def render_text(plan: Plan) -> str:
     for name, g in s["nodeGroups"].items():
         lines.append(f"  node group {name}: {g['nodes']} x {g['instanceTypes']} ({g['gpusPerNode']} GPU each), "
                      f"subnets in {g['subnetAzs']}, EFA interfaces/node {g['efaInterfacesPerNode']}, "
-                     f"placement {g['placement']}")
+                     f"placement {g['placement']}, capacity {g.get('capacity', 'on-demand')}")
     gpu_subnets = ", ".join(f"{n} ({az})" for n, az in s["gpuSubnets"].items()) or "(none)"
     lines.append(f"  GPU subnets: {gpu_subnets}")
     lines.append(f"  KubeRay chart: {s['kuberayChartVersion']}   Helm charts: "
@@ -343,7 +357,7 @@ def _rules_summary(plan: Plan) -> str:
 
 _SECTION = {"nodeGroups": "node group", "pods": "pod", "gpuSubnets": "GPU subnet", "helmCharts": "Helm chart"}
 _FIELD = {"instanceTypes": "instance type", "nodes": "nodes", "gpusPerNode": "GPUs/node", "subnetAzs": "subnet AZs",
-          "efaInterfacesPerNode": "EFA interfaces/node", "placement": "placement strategy", "replicas": "replicas",
+          "efaInterfacesPerNode": "EFA interfaces/node", "placement": "placement strategy", "capacity": "capacity", "replicas": "replicas",
           "image": "image", "cpu": "CPU", "memory": "memory", "gpu": "GPU", "efa": "EFA interfaces",
           "guaranteedQoS": "Guaranteed QoS", "kuberayChartVersion": "KubeRay chart version",
           "imageTags": "image tags", "estimatedHourlyUsd": "estimated $/hour"}

@@ -268,3 +268,21 @@ def test_a_block_not_started_yet_warns_to_deploy_parked(monkeypatch):
     warnings.clear()
     run_program({**BLOCK_CFG, "gpuNodeCount": "0"})
     assert not [w for w in warnings if "Capacity Block" in w]
+
+
+def test_plan_shows_what_the_gpu_nodes_launch_into(block_run):
+    """A reviewer sees a capacity change in the offline plan and its diff (README: Pull requests)."""
+    from ray_efa_eks.components.layout import from_mockrun
+    from ray_efa_eks.components.plan import diff_plans, make_plan, render_diff
+
+    def plan(run):
+        return make_plan(from_mockrun(run), source="test", stack="dev", region="us-east-1")
+
+    before = plan(run_program({"gpuInstanceType": "p5.48xlarge", "availabilityZone": "us-east-1a", "efaCheck": "false"}))
+    after = plan(block_run)
+    assert before.settings["nodeGroups"]["gpu-mng"]["capacity"] == "on-demand"
+    assert after.settings["nodeGroups"]["gpu-mng"]["capacity"] == f"capacity-block {BLOCK}"
+    assert after.settings["nodeGroups"]["gpu-mng"]["placement"] == "none"
+    text = render_diff(diff_plans(before, after))
+    assert f"| node group `gpu-mng` capacity | on-demand | capacity-block {BLOCK} |" in text
+    assert "| node group `gpu-mng` placement strategy | cluster | none |" in text

@@ -78,7 +78,8 @@ def test_default_plan_json(plans, default_run):
     p = json.loads(plans["default"].read_text())
     s = p["settings"]
     assert s["nodeGroups"]["gpu-mng"] == {"instanceTypes": "g6.12xlarge", "nodes": 2, "gpusPerNode": 4,
-                                          "subnetAzs": "us-east-1a", "efaInterfacesPerNode": 1, "placement": "cluster"}
+                                          "subnetAzs": "us-east-1a", "efaInterfacesPerNode": 1, "placement": "cluster",
+                                          "capacity": "on-demand"}
     assert s["nodeGroups"]["system-mng"]["instanceTypes"] == "m7i.xlarge" and s["nodeGroups"]["system-mng"]["nodes"] == 1
     assert s["gpuSubnets"] == {"net-private-us-east-1a": "us-east-1a"}
     assert s["kuberayChartVersion"] == "1.7.0" and s["imageTags"] == "train-ml-cuda-v1.1"
