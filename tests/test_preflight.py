@@ -5,6 +5,9 @@ moto 5.2.5 limitations handled here:
   NoSuchResourceException.  Quota values are therefore injected with a
   botocore ``before-call`` handler on the client (the request never leaves the
   client; everything else goes to the emulator).
+* moto implements neither CreatePlacementGroup, DescribeCapacityReservations nor
+  DescribeCapacityBlockOfferings (it answers HTTP 500): their answers are stubbed the
+  same way, in AWS's response shapes; unstubbed, preflight reports them unknown.
 * An IAM denial is simulated the same way (handler raises AccessDenied).
 """
 
@@ -92,6 +95,32 @@ def _deny_quota(sq_client):
     )
 
 
+def _stub_ec2(ec2_client, operation, parsed=None, error=None):
+    """Answer ``operation`` (e.g. DescribeCapacityReservations) at the client: ``parsed`` or a ClientError code."""
+    def handler(**kwargs):
+        if error:
+            raise ClientError({"Error": {"Code": error, "Message": error}}, operation)
+        return AWSResponse("http://stub", 200, {}, None), parsed
+
+    ec2_client.meta.events.register(f"before-call.ec2.{operation}", handler)
+
+
+def _answer_all(c, quota=1000.0, reservations=(), offerings=(), offerings_error=None):
+    """Every check answered: quota, placement dry run, reservations and Capacity Block offerings."""
+    if quota is not None:
+        _stub_quota(c["service-quotas"], quota)
+    _stub_ec2(c["ec2"], "CreatePlacementGroup", error="DryRunOperation")
+    _stub_ec2(c["ec2"], "DescribeCapacityReservations", {"CapacityReservations": list(reservations)})
+    _stub_ec2(c["ec2"], "DescribeCapacityBlockOfferings", {"CapacityBlockOfferings": list(offerings)},
+              error=offerings_error)
+    return c
+
+
+def _reservation(rid="cr-0123456789abcdef0", az="us-east-1b", itype="g6.12xlarge", available=2, state="active"):
+    return {"CapacityReservationId": rid, "InstanceType": itype, "AvailabilityZone": az, "State": state,
+            "AvailableInstanceCount": available, "TotalInstanceCount": available, "InstancePlatform": "Linux/UNIX"}
+
+
 def _offered(ec2, itype):
     pages = ec2.get_paginator("describe_instance_type_offerings").paginate(
         LocationType="availability-zone",
@@ -101,8 +130,7 @@ def _offered(ec2, itype):
 
 
 def test_recommended_az_offers_type(endpoint):
-    c = _clients(endpoint)
-    _stub_quota(c["service-quotas"], 1000.0)
+    c = _answer_all(_clients(endpoint))
     t0 = time.monotonic()
     res = run_preflight(c, "g6.12xlarge", 2)
     elapsed = time.monotonic() - t0
@@ -115,7 +143,9 @@ def test_recommended_az_offers_type(endpoint):
     assert res.instance["gpus"] == 4 and res.instance["vcpus"] == 48
     assert res.instance["efa_supported"] is True
     assert res.quota["status"] == "ok" and res.quota["code"] == "L-DB2E81BA"
-    assert res.ok, res.problems
+    assert res.ok and res.status == "ok" and res.exit_code == 0, res.checks
+    assert {c["name"] for c in res.checks} == {"offerings", "instance-type", "vcpu-quota", "placement-group",
+                                                "capacity-reservations", "capacity-blocks"}
     d = res.to_dict()
     json.dumps(d)
     assert d["ok"] is True and d["recommended_az"] == res.recommended_az
@@ -159,25 +189,77 @@ def test_non_efa_type_with_efa_fails(endpoint):
     c = _clients(endpoint)
     _stub_quota(c["service-quotas"], 1000.0)
     res = run_preflight(c, "g4dn.xlarge", 2, efa=True)
-    assert not res.ok
+    assert not res.ok and res.exit_code == 1  # a failure outranks the unknowns
     assert any("does not support EFA" in p for p in res.problems)
-    res2 = run_preflight(c, "g4dn.xlarge", 2, efa=False)
-    assert res2.ok, res2.problems
+    res2 = run_preflight(_answer_all(_clients(endpoint)), "g4dn.xlarge", 2, efa=False)
+    assert res2.ok, res2.checks
 
 
-def test_denied_quota_is_unknown_not_ok(endpoint):
-    c = _clients(endpoint)
+def test_denied_quota_is_undetermined_not_ok(endpoint):
+    c = _answer_all(_clients(endpoint), quota=None)
     _deny_quota(c["service-quotas"])
     res = run_preflight(c, "g6.12xlarge", 2)
     assert res.quota["status"] == "unknown"
-    assert any("servicequotas:GetServiceQuota" in w for w in res.warnings)
-    assert res.ok  # documented choice: unknown quota is a warning
+    assert not res.ok and res.status == "undetermined" and res.exit_code == 2
+    (row,) = [r for r in res.checks if r["status"] == "unknown"]
+    assert row["name"] == "vcpu-quota" and row["needs"] == "servicequotas:GetServiceQuota"
+    assert "RESULT: UNDETERMINED" in preflight.format_table(res) and "RESULT: OK" not in preflight.format_table(res)
 
 
-def test_moto_missing_ec2_quota_is_unknown(endpoint):
+def test_unknown_quota_and_unknown_placement_never_print_ok(endpoint):
+    """The issue's case: moto answers neither the ec2 quota nor the placement dry run."""
     res = run_preflight(_clients(endpoint), "g6.12xlarge", 2)
-    assert res.quota["status"] == "unknown"
-    assert res.quota["value"] is None
+    assert res.quota["status"] == "unknown" and res.quota["value"] is None
+    unknown = {r["name"]: r["needs"] for r in res.checks if r["status"] == "unknown"}
+    assert unknown == {"vcpu-quota": "servicequotas:GetServiceQuota (ServiceCode ec2) on AWS",
+                       "placement-group": "ec2:CreatePlacementGroup",
+                       "capacity-reservations": "ec2:DescribeCapacityReservations"}
+    assert not res.ok and res.exit_code == 2
+
+
+def test_capacity_reservation_checked_and_its_az_recommended(endpoint):
+    c = _answer_all(_clients(endpoint), reservations=[_reservation(az="us-east-1b")])
+    assert preflight.reservation_az(c["ec2"], "cr-0123456789abcdef0") == "us-east-1b"
+    res = run_preflight(c, "g6.12xlarge", 2, capacity_reservation_id="cr-0123456789abcdef0")
+    assert res.ok, res.checks
+    assert res.recommended_az == "us-east-1b" and res.capacity_reservations["availability_zone"] == "us-east-1b"
+
+
+@pytest.mark.parametrize("reservation,az,message", [
+    (_reservation(az="us-east-1b"), "us-east-1a", "is in us-east-1b, not us-east-1a (set availabilityZone us-east-1b)"),
+    (_reservation(available=1), None, "has 1 instance(s) available, 2 needed"),
+    (_reservation(itype="p5.48xlarge"), None, "is for p5.48xlarge, not g6.12xlarge"),
+    (_reservation(state="expired"), None, "is expired, not active"),
+])
+def test_capacity_reservation_that_cannot_serve_fails(endpoint, reservation, az, message):
+    c = _answer_all(_clients(endpoint), reservations=[reservation])
+    res = run_preflight(c, "g6.12xlarge", 2, az=az, capacity_reservation_id="cr-0123456789abcdef0")
+    assert res.exit_code == 1 and any(message in p for p in res.problems), res.problems
+
+
+def test_capacity_reservation_not_found_or_unanswered(endpoint):
+    c = _answer_all(_clients(endpoint))
+    _stub_ec2(c["ec2"], "DescribeCapacityReservations", error="InvalidCapacityReservationId.NotFound")
+    res = run_preflight(c, "g6.12xlarge", 2, capacity_reservation_id="cr-0123456789abcdef0")
+    assert res.exit_code == 1 and any("not found in us-east-1" in p for p in res.problems)
+    c = _clients(endpoint)  # moto: not implemented
+    with pytest.raises(preflight.Unanswered, match="ec2:DescribeCapacityReservations"):
+        preflight.reservation_az(c["ec2"], "cr-0123456789abcdef0")
+
+
+def test_capacity_block_offerings_for_types_sold_as_blocks(endpoint):
+    offer = {"CapacityBlockOfferingId": "cb-0123456789abcdef0", "InstanceType": "p5.48xlarge",
+             "AvailabilityZone": "us-east-1a", "InstanceCount": 2, "StartDate": "2026-12-10T11:30:00Z",
+             "CapacityBlockDurationHours": 24, "UpfrontFee": "2641.92", "CurrencyCode": "USD"}
+    c = _answer_all(_clients(endpoint), offerings=[offer])
+    res = run_preflight(c, "p5.48xlarge", 2)
+    row = next(r for r in res.checks if r["name"] == "capacity-blocks")
+    assert row["status"] == "ok" and "1 offering(s) of 2 x p5.48xlarge" in row["detail"], row
+    c = _answer_all(_clients(endpoint), offerings_error="UnauthorizedOperation")
+    res = run_preflight(c, "p5.48xlarge", 2)
+    row = next(r for r in res.checks if r["name"] == "capacity-blocks")
+    assert row["status"] == "unknown" and row["needs"] == "ec2:DescribeCapacityBlockOfferings"
+    assert res.exit_code == 2
 
 
 def test_bad_endpoint_raises_preflight_error():
@@ -214,12 +296,13 @@ def _cli(*args):
 
 
 def test_cli_json_exit_codes(endpoint):
-    # moto has no ec2 quota -> warning only -> exit 0
+    # moto answers no ec2 quota, placement dry run or reservations -> undetermined -> exit 2, never OK
     p = _cli("--region", "us-east-1", "--json", "--endpoint-url", endpoint)
-    assert p.returncode == 0, p.stderr
+    assert p.returncode == 2, p.stderr
     out = json.loads(p.stdout)
-    assert out["ok"] is True and out["recommended_az"]
-    assert {"ok", "recommended_az", "azs", "quota", "problems"} <= set(out)
+    assert out["ok"] is False and out["status"] == "undetermined" and out["recommended_az"]
+    assert {"ok", "recommended_az", "azs", "quota", "problems", "unknowns", "checks"} <= set(out)
+    assert any("servicequotas:GetServiceQuota" in u for u in out["unknowns"])
     p = _cli("--region", "us-east-1", "--instance-type", "g4dn.xlarge", "--json",
              "--endpoint-url", endpoint)
     assert p.returncode == 1, p.stderr
@@ -227,8 +310,34 @@ def test_cli_json_exit_codes(endpoint):
     assert out["ok"] is False and out["problems"]
     p = _cli("--region", "us-east-1", "--instance-type", "g4dn.xlarge", "--no-efa",
              "--endpoint-url", endpoint)
-    assert p.returncode == 0, p.stderr
-    assert "RESULT: OK" in p.stdout
+    assert p.returncode == 2, p.stderr
+    assert "RESULT: UNDETERMINED" in p.stdout and "RESULT: OK" not in p.stdout
+    assert "[would be answered by ec2:CreatePlacementGroup]" in p.stdout
+
+
+def test_cli_exit_0_only_when_every_check_answered(endpoint, monkeypatch, capsys):
+    real_client = boto3.session.Session.client
+
+    def client(self, name, *a, **kw):
+        c = real_client(self, name, *a, **kw)
+        if name == "ec2":
+            _answer_all({"ec2": c, "service-quotas": real_client(self, "service-quotas", *a, **kw)})
+        else:
+            _stub_quota(c, 1000.0)
+        return c
+
+    monkeypatch.setattr(boto3.session.Session, "client", client)
+    assert preflight.main(["--region", "us-east-1", "--endpoint-url", endpoint]) == 0
+    assert "RESULT: OK (every check passed)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args", [["--count", "0"], ["--count", "-1"], ["--count", "two"], ["--bogus"]])
+def test_cli_usage_errors_exit_64(args):
+    p = _cli("--region", "us-east-1", *args)
+    assert p.returncode == 64, (p.returncode, p.stderr)
+    assert "usage:" in p.stderr and "Traceback" not in p.stderr
+    with pytest.raises(ValueError, match="count must be >= 1"):
+        run_preflight({"ec2": None, "service-quotas": None}, "g6.12xlarge", 0)
 
 
 def test_cli_bad_endpoint_exit_2():
@@ -258,4 +367,4 @@ def test_placement_group_dry_run_ok_and_denied(endpoint):
     _pg_error(c["ec2"], "UnauthorizedOperation")
     res = run_preflight(c, "g6.12xlarge", 2)
     assert res.placement_group["status"] == "unknown"
-    assert any("ec2:CreatePlacementGroup" in w for w in res.warnings)
+    assert any("ec2:CreatePlacementGroup" in u for u in res.unknowns) and res.exit_code == 2
