@@ -1,5 +1,8 @@
 """Throughput of training.nccl_log on a synthetic 512-rank (64 nodes x 8 GPUs) log vs a naive per-line regex.
 
+The log is in the image's format (NCCL 2.29, aws-ofi-nccl 1.18: Bootstrap:, Initialized/Assigned NET plugin,
+nNodes) with four prefix styles (none, mpirun, CloudWatch-like timestamp, Ray worker).
+
 Why: a real 512-rank NCCL_DEBUG=INFO log is hundreds of MB; the check must not
 take minutes. Target >= 100 MB/s.
 """
@@ -24,14 +27,20 @@ def write_log(path: str) -> None:
                 rank = n * GPUS + g
                 pid = 1000 + rank
                 pre = f"ip-10-0-{n}-{g}:{pid}:{pid + 7} [{g}] NCCL INFO "
-                if rank % 3 == 1:
+                if rank % 4 == 1:
                     pre = f"[1,{rank}]<stdout>:" + pre
-                elif rank % 3 == 2:
+                elif rank % 4 == 2:
                     pre = f"2026-01-01 00:00:00,123 | " + pre
-                f.write(f"{pre}cudaDriverVersion 12080\n{pre}Bootstrap : Using eth0:10.0.{n}.{g}<0>\n")
-                f.write(f"{pre}NET/Plugin: Loaded net plugin Libfabric (v9)\n")
+                elif rank % 4 == 3:
+                    pre = f"(RayTrainWorker pid={pid}, ip=10.0.{n}.{g}) " + pre
+                f.write(f"{pre}cudaDriverVersion 12080\n{pre}Bootstrap: Using eth0:10.0.{n}.{g}<0>\n")
+                f.write(f"{pre}NET/Plugin: Loaded net plugin Libfabric (v11)\n")
+                f.write(f"{pre}NET/OFI Initializing aws-ofi-nccl 1.18.0\n")
                 f.write(f"{pre}NET/OFI Selected provider is efa, fabric is efa-direct (found 4 nics)\n")
+                f.write(f"{pre}Initialized NET plugin Libfabric\n{pre}Assigned NET plugin Libfabric to comm\n")
                 f.write(f"{pre}Using network Libfabric\n")
+                f.write(f"{pre}comm 0x5a08c708f110 rank {rank} nRanks {NODES * GPUS} nNodes {NODES} localRanks {GPUS} "
+                        f"localRank {g} MNNVL 0\n")
                 for rep in range(16):  # several communicators
                     for c in range(CHANNELS):
                         peer = (rank + GPUS) % (NODES * GPUS)
@@ -79,7 +88,8 @@ def main() -> None:
             naive(p)
             base.append(time.perf_counter() - t)
         o, b = statistics.median(ours), statistics.median(base)
-        print(f"log: {mb:.1f} MB, ranks={rep.ranks}, verdict={rep.verdict}")
+        print(f"log: {mb:.1f} MB, ranks={rep.ranks}, nodes={rep.nodes}, verdict={rep.verdict}")
+        assert rep.verdict == "efa" and rep.ranks == NODES * GPUS and rep.nodes == NODES, rep.reasons
         print(f"nccl_log: {mb / o:.0f} MB/s ({o:.2f} s, median of {args.repeats})")
         print(f"naive per-line regex: {mb / b:.0f} MB/s ({b:.2f} s, median of {args.repeats})")
         if args.json:

@@ -346,3 +346,13 @@ def test_mixed_efa_and_socket_ranks_is_fallback() -> None:
 def test_socket_single_host_no_channels_is_undetermined() -> None:
     rep = analyze_text("h:1:1 [0] NCCL INFO Using network Socket\n")
     assert rep.verdict == "undetermined" and "Socket" in rep.reasons[0]
+
+
+def test_readme_table_covers_every_cause() -> None:
+    from ray_efa_eks.training.nccl_log import HINTS
+
+    text = (ROOT / "README.md").read_text()
+    sec = text[text.index("## The EFA gate and troubleshooting"):]
+    sec = sec[: sec.index("\n## ", 5)]
+    for cause, hint in HINTS.items():
+        assert f"| `{cause}` |" in sec and hint in sec, cause

@@ -32,8 +32,9 @@ collectives had to move per node. Why half: the expected figure is the ring all-
 NCCL may pick tree (or PAT) instead, which moves ~1 x size across nodes per node, i.e. ~0.57x the ring figure for
 2 nodes; everything else the counters see (packet headers, retransmits, bootstrap, warm-up iterations, other
 processes on the NIC) only adds bytes. So a real EFA run lands at >= ~0.57x, and a share below one half means
-part of the traffic went another way. The larger of sent/received is used because older EFA drivers do not count
-RDMA writes received in rx_bytes (and lack rdma_write_recv_bytes); traffic that did not use EFA moves neither."""
+part of the traffic went another way. Per direction, the larger of tx/rx_bytes and the sum of the message and RDMA
+parts is used (which of them count RDMA traffic depends on the device generation and driver, and the RDMA ones
+exist only on newer ones), and per node the larger direction: traffic that did not use EFA moves neither."""
 
 FLAT = 0.01
 """Below 1% of the expected bytes the counters count as "did not move" (only bootstrap/keep-alive traffic)."""

@@ -226,7 +226,7 @@ class _Collector:
         self.causes: list[str] = []
         self._bufs: dict[str, bytes] = {}
         self.net_chan: Counter = Counter()  # NET transport text ("Libfabric/0/GDRDMA") -> connection lines
-        self.intra = 0  # P2P/SHM connection lines
+        self._intra_bufs: list[bytes] = []  # inputs with P2P/SHM connection lines
         self.nnodes: Counter = Counter()  # nNodes value -> comm lines
         self.net_forced: str | None = None
         self.net_init_failed = False
@@ -283,12 +283,12 @@ class _Collector:
             self.net_chan[tr] += n
             m = _NETDEV_RE.match(tr)
             self._note(f"chan:{m.group(1) if m else tr}", source, buf.find(b" via NET/" + tr_b))
-        first = [buf.find(lit) for lit in _INTRA if lit in buf]
+        first = [i for i in (buf.find(lit) for lit in _INTRA) if i >= 0]  # stops at the first hit
         if first:
-            self.intra += sum(buf.count(lit) for lit in _INTRA)
+            self._intra_bufs.append(buf)  # counted only if a reason needs the number (single-host logs)
             self._note("intra", source, min(first))
         # Ranks that printed only connection lines (no init lines): attribute per line, slow but rare.
-        if (self.net_chan or self.intra) and not any(r.host for r in self.ranks.values()):
+        if (self.net_chan or first) and not any(r.host for r in self.ranks.values()):
             for ln in buf.split(b"\n"):
                 if b" via " in ln:
                     pre, _s, rest = ln.partition(b"NCCL INFO ")
@@ -412,7 +412,8 @@ class _Collector:
         plugin_failed = any(r.plugin in ("failed", "init_failed") for r in ranks)
         ofi_init_failed = any(r.plugin == "init_failed" for r in ranks)
         # Positive proof that only one node took part (NCCL's own count, loopback, or one host with only P2P/SHM).
-        single = (max_nodes == 1) or loopback or (len(hosts) <= 1 and self.intra > 0 and not chan_nets and max_nodes is None)
+        intra = bool(self._intra_bufs)
+        single = (max_nodes == 1) or loopback or (len(hosts) <= 1 and intra and not chan_nets and max_nodes is None)
         multi = (max_nodes or 0) > 1 or len(hosts) > 1 or bool(chan_nets)
 
         def done(verdict: str) -> Report:
@@ -525,8 +526,9 @@ class _Collector:
             elif loopback:
                 reasons.append(f"NCCL is bound to loopback, so only one node took part: {cite('loopback')}")
             else:
+                n_intra = sum(b.count(lit) for b in self._intra_bufs for lit in _INTRA)
                 reasons.append(f"one host ({hosts[0] if hosts else 'unnamed'}), only intra-node connections "
-                               f"({self.intra} P2P/SHM lines), nothing crossed nodes: {cite('intra')}")
+                               f"({n_intra} P2P/SHM lines), nothing crossed nodes: {cite('intra')}")
             self._cause("single_node")
         elif ofi_nets and not providers and (crossed_by_conn or crossed_by_count):
             reasons.append(f"Libfabric network but no 'Selected provider' line to show efa: "
