@@ -356,3 +356,12 @@ def test_readme_table_covers_every_cause() -> None:
     sec = sec[: sec.index("\n## ", 5)]
     for cause, hint in HINTS.items():
         assert f"| `{cause}` |" in sec and hint in sec, cause
+
+
+def test_failed_candidate_name_or_protocol_then_working_plugin_is_still_efa() -> None:
+    pre = "".join(
+        f"{h}:1:2 [0] NCCL INFO NET/Plugin: Could not find: libnccl-net-ofi.so.\n"
+        f"[2026-01-02 10:24:27] {h}:1:2 [0] int nccl_net_ofi_create_plugin(nccl_net_ofi_plugin_t**):208 NCCL WARN "
+        f"NET/OFI Failed to initialize rdma protocol\n" for h in ("a", "b"))
+    rep = analyze_text(pre + _efa_rank("a", 1) + _efa_rank("b", 1))
+    assert rep.verdict == "efa", rep.reasons

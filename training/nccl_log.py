@@ -302,11 +302,14 @@ class _Collector:
             net = m.group(1).strip()
             r.networks.add(net)
             if _is_ofi(net):
-                r.plugin = "loaded" if r.plugin != "init_failed" else r.plugin
+                r.plugin = "loaded"  # only a working plugin provides that network (an earlier failed try is over)
             self._note(f"network:{net}", source, pos)
             return
         if body.startswith("Initialized NET plugin"):
-            self._note(f"init:{body.rsplit(' ', 1)[-1]}", source, pos)
+            name = body[len("Initialized NET plugin"):].strip()
+            if _is_ofi(name):
+                r.plugin = "loaded"
+            self._note(f"init:{name}", source, pos)
             return
         if "failed to initialize any net plugin" in low:
             self.net_init_failed = True
@@ -337,8 +340,8 @@ class _Collector:
             return
         if body.startswith("NET/Plugin") and "collnet" not in low:  # CollNet symbols are optional
             if "loaded" in low and "no plugin" not in low and "failed" not in low:
-                if r.plugin is None:
-                    r.plugin = "loaded"
+                if r.plugin != "init_failed":
+                    r.plugin = "loaded"  # also after "Could not find: <another candidate name>"
             elif r.plugin in ("loaded", "init_failed"):
                 pass
             elif any(s in low for s in ("no plugin", "could not find", "returned", "failed", "cannot open", "internal")):
