@@ -18,8 +18,14 @@ real AZ offerings: ``components.preflight`` checks those) and the children pulum
 creates inside ``ManagedNodeGroup`` (the CrossGuard pack in ``policy/`` checks those during
 a real preview).
 
+The stack's ``Pulumi.<stack>.yaml`` must exist beside the program: a mistyped ``--stack`` is refused
+(exit 3) instead of planning the defaults; ``--defaults`` plans a stack that has no file on purpose.
+Every config key the plan used is printed (``Config``), secret values as ``[secret]``: they cannot be
+decrypted offline, so the program runs with that key's default (``--config KEY=VALUE`` plans a value).
+
 Exit codes: 0 every rule passes; 1 a layout rule is broken; 2 the program itself failed
-(e.g. a config error); 3 bad arguments or a git error.
+(e.g. a config error); 3 unreadable input (no ``Pulumi.<stack>.yaml``, bad YAML, a git ref that
+cannot be archived, a saved plan that cannot be read); 64 usage error.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from . import layout, rules
+from .cli import EXIT_USAGE, ArgumentParser
 from .layout import UNKNOWN, Resource, Stack
 
 PROJECT = "ray-efa-eks"
@@ -63,8 +70,32 @@ print("\n''' + RECORDS_MARKER + r'''" + json.dumps(recs, default=lambda o: "<%s>
 '''
 
 
+EXIT_UNREADABLE = 3
+"""An input the plan needs could not be read (stack file, git ref, saved plan)."""
+SECRET = "[secret]"
+"""How an encrypted config value is shown: never skipped, never decrypted."""
+
+
 class PlanError(Exception):
-    """A plan could not be made for reasons outside the program (git, files, arguments)."""
+    """A plan could not be made for reasons outside the program (git, files): exit 3."""
+
+
+class UsageError(PlanError):
+    """Bad command-line arguments: exit 64."""
+
+
+class MissingStack(PlanError):
+    """No ``Pulumi.<stack>.yaml`` beside the program: a mistyped stack name must not plan the defaults."""
+
+
+@dataclass
+class StackFile:
+    """What ``Pulumi.<stack>.yaml`` says: values the program gets, and every key as shown (secrets ``[secret]``)."""
+
+    values: dict[str, Any]
+    region: str
+    shown: dict[str, Any]
+    secrets: list[str]
 
 
 @dataclass
@@ -81,17 +112,19 @@ class Plan:
     checked: list[str] = field(default_factory=list)
     error: str | None = None
     """The program's own error (a ConfigError...), when it failed."""
+    config: dict[str, Any] = field(default_factory=dict)
+    """Every config key the plan used (stack file, then --config), secret values as ``[secret]``."""
 
     def to_json(self) -> dict[str, Any]:
         return {"source": self.source, "stack": self.stack, "region": self.region, "error": self.error,
-                "resources": self.resources, "settings": self.settings,
+                "config": self.config, "resources": self.resources, "settings": self.settings,
                 "rules": {"checked": self.checked, "violations": self.violations}}
 
     @classmethod
     def from_json(cls, d: dict[str, Any], source: str | None = None) -> "Plan":
         try:
             return cls(source or d["source"], d["stack"], d["region"], d["resources"], d["settings"],
-                       d["rules"]["violations"], d["rules"]["checked"], d.get("error"))
+                       d["rules"]["violations"], d["rules"]["checked"], d.get("error"), d.get("config", {}))
         except (KeyError, TypeError) as e:
             raise PlanError(f"not a plan made by `python -m ray_efa_eks.components.plan --json` (missing {e})") from None
 
@@ -102,28 +135,50 @@ class Plan:
 
 # -- making a plan -------------------------------------------------------------------------------------------------
 
-def stack_config(root: Path, stack: str) -> tuple[dict[str, Any], str]:
-    """(config, region) from ``Pulumi.<stack>.yaml`` in ``root``; secrets are skipped (unreadable offline)."""
+def read_stack(root: Path, stack: str, *, defaults: bool = False) -> StackFile:
+    """``Pulumi.<stack>.yaml`` in ``root``: :class:`MissingStack` when absent (unless ``defaults``).
+
+    A secret (``secure:``) cannot be decrypted offline: it is shown as ``[secret]`` and left out of the
+    program's config, so the program uses that key's default.
+    """
     import yaml
 
     path = root / f"Pulumi.{stack}.yaml"
     if not path.exists():
-        return {}, DEFAULT_REGION
+        if defaults:
+            return StackFile({}, DEFAULT_REGION, {}, [])
+        have = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in root.glob("Pulumi.*.yaml"))
+        raise MissingStack(f"stack {stack!r} has no {path.name} in {root} (stacks here: {', '.join(have) or 'none'}); "
+                           f"check --stack, or pass --defaults to plan a stack without config")
     try:
         data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as e:
+    except (OSError, yaml.YAMLError) as e:
         raise PlanError(f"{path}: not valid YAML ({e})") from None
-    values, region = {}, DEFAULT_REGION
+    values, shown, secrets, region = {}, {}, [], DEFAULT_REGION
     for key, value in (data.get("config") or {}).items():
         if isinstance(value, dict) and "secure" in value:
+            shown[key] = SECRET
+            secrets.append(key)
             continue
         if isinstance(value, dict) and "value" in value:
             value = value["value"]
+        shown[key] = value
         if key == "aws:region":
             region = str(value)
         elif ":" not in key or key.startswith(f"{PROJECT}:"):
             values[key] = value if isinstance(value, str) else json.dumps(value)
-    return values, region
+    return StackFile(values, region, shown, secrets)
+
+
+def stack_config(root: Path, stack: str, *, defaults: bool = False) -> tuple[dict[str, Any], str]:
+    """(config, region) for the program from ``Pulumi.<stack>.yaml`` in ``root`` (see :func:`read_stack`)."""
+    sf = read_stack(root, stack, defaults=defaults)
+    return sf.values, sf.region
+
+
+def _shown_config(sf: StackFile, overrides: dict[str, str] | None, region: str) -> dict[str, Any]:
+    shown = {**sf.shown, **(overrides or {}), "aws:region": region}
+    return dict(sorted(shown.items()))
 
 
 def parse_overrides(pairs: list[str]) -> tuple[dict[str, str], str | None]:
@@ -132,7 +187,7 @@ def parse_overrides(pairs: list[str]) -> tuple[dict[str, str], str | None]:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise PlanError(f"--config {pair!r}: expected KEY=VALUE, e.g. gpuInstanceType=p5.48xlarge")
+            raise UsageError(f"--config {pair!r}: expected KEY=VALUE, e.g. gpuInstanceType=p5.48xlarge")
         if key == "aws:region":
             region = value
         else:
@@ -152,27 +207,35 @@ def make_plan(resources: list[Resource], *, source: str, stack: str, region: str
 
 
 def plan_tree(root: Path | None = None, *, stack: str = "dev", overrides: dict[str, str] | None = None,
-              region: str | None = None, program: Path | None = None, source: str = "working tree") -> Plan:
+              region: str | None = None, program: Path | None = None, source: str = "working tree",
+              defaults: bool = False) -> Plan:
     """Plan ``program`` (default ``root/__main__.py``) in this process, with the code imported here.
 
-    Config comes from ``Pulumi.<stack>.yaml`` beside the program, then ``overrides``.
+    Config comes from ``Pulumi.<stack>.yaml`` beside the program (:class:`MissingStack` without one,
+    unless ``defaults``), then ``overrides``.
     """
     from . import mockrun
 
     program = program or (root or Path.cwd()) / "__main__.py"
-    config, cfg_region = stack_config(program.parent, stack)  # a program's stack files sit next to it
-    config.update(overrides or {})
-    region = region or cfg_region
+    sf = read_stack(program.parent, stack, defaults=defaults)  # a program's stack files sit next to it
+    config = {**sf.values, **(overrides or {})}
+    region = region or sf.region
+    shown = _shown_config(sf, overrides, region)
     try:
         run = mockrun.run_program(config, region=region, program=program, stack=stack)
     except Exception as e:  # noqa: BLE001 - any program failure is the plan's answer, not a crash
-        return Plan(source, stack, region, error=f"{type(e).__name__}: {e}")
-    return make_plan(layout.from_mockrun(run), source=source, stack=stack, region=region)
+        return Plan(source, stack, region, error=f"{type(e).__name__}: {e}", config=shown)
+    plan = make_plan(layout.from_mockrun(run), source=source, stack=stack, region=region)
+    plan.config = shown
+    return plan
 
 
 def plan_git_ref(ref: str, root: Path | None = None, *, stack: str = "dev", overrides: dict[str, str] | None = None,
-                 region: str | None = None, program: str = "__main__.py") -> Plan:
-    """Plan the program as it is at git ``ref``: its own code, its own ``Pulumi.<stack>.yaml``, in a subprocess."""
+                 region: str | None = None, program: str = "__main__.py", defaults: bool = False) -> Plan:
+    """Plan the program as it is at git ``ref``: its own code, its own ``Pulumi.<stack>.yaml``, in a subprocess.
+
+    A stack file missing at ``ref`` (a stack the change adds) makes the base plan an error, not the defaults.
+    """
     archive = subprocess.run(["git", "-C", str(root or Path.cwd()), "archive", "--format=tar", ref], capture_output=True)
     if archive.returncode != 0:
         raise PlanError(f"git archive {ref!r} failed: {archive.stderr.decode().strip()} "
@@ -181,10 +244,14 @@ def plan_git_ref(ref: str, root: Path | None = None, *, stack: str = "dev", over
         with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
             tar.extractall(tmp, filter="data")
         base = Path(tmp)
-        config, cfg_region = stack_config((base / program).parent, stack)
-        config.update(overrides or {})
-        region = region or cfg_region
         source = f"git {ref}"
+        try:
+            sf = read_stack((base / program).parent, stack, defaults=defaults)
+        except MissingStack:
+            return Plan(source, stack, region or DEFAULT_REGION,
+                        error=f"Pulumi.{stack}.yaml does not exist at {ref} (a stack this change adds?)")
+        config = {**sf.values, **(overrides or {})}
+        region = region or sf.region
         if not (base / program).exists():
             return Plan(source, stack, region, error=f"{program} does not exist at {ref}")
         _namespace_shim(base)
@@ -197,7 +264,9 @@ def plan_git_ref(ref: str, root: Path | None = None, *, stack: str = "dev", over
             last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
             return Plan(source, stack, region, error=last)
         records = json.loads(marker[-1][len(RECORDS_MARKER):])
-    return make_plan([Resource.from_json(r) for r in records], source=source, stack=stack, region=region)
+    plan = make_plan([Resource.from_json(r) for r in records], source=source, stack=stack, region=region)
+    plan.config = _shown_config(sf, overrides, region)
+    return plan
 
 
 def _namespace_shim(base: Path) -> None:
@@ -290,6 +359,7 @@ def render_text(plan: Plan) -> str:
     """The human plan: resource tree, layout settings, rule results."""
     lines = [f"Offline plan of {plan.source}: stack {plan.stack}, region {plan.region} "
              "(Pulumi mocks: what the program declares, nothing read from AWS)"]
+    lines += _config_lines(plan)
     if plan.error:
         return "\n".join(lines + ["", f"The program failed before the plan was complete: {plan.error}"])
     lines += ["", f"Resources ({len(plan.resources)})"] + _tree_lines(plan.resources)
@@ -316,6 +386,18 @@ def render_text(plan: Plan) -> str:
     lines += ["", _rules_summary(plan)]
     lines += [_violation_line(v) for v in plan.violations]
     return "\n".join(lines)
+
+
+def _config_lines(plan: Plan) -> list[str]:
+    if not plan.config:
+        return []
+    out = ["", f"Config (Pulumi.{plan.stack}.yaml, then --config)"]
+    for key, value in plan.config.items():
+        text = value if isinstance(value, str) else json.dumps(value)
+        if value == SECRET:
+            text += "  (encrypted: not readable offline, planned with the key's default; --config KEY=VALUE plans a value)"
+        out.append(f"  {key}: {text}")
+    return out
 
 
 def _tree_lines(resources: list[dict[str, Any]]) -> list[str]:
@@ -452,13 +534,18 @@ def _side(spec: str, args: argparse.Namespace, overrides: dict[str, str], region
     if spec.endswith(".json") or Path(spec).is_file():
         return load_plan(spec)
     program = os.path.relpath(Path(args.program_rel).resolve(), Path.cwd())  # the same file inside the ref's tree
-    return plan_git_ref(spec, stack=args.stack, overrides=overrides, region=region, program=program)
+    return plan_git_ref(spec, stack=args.stack, overrides=overrides, region=region, program=program,
+                        defaults=args.defaults)
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m ray_efa_eks.components.plan", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--stack", default="dev", help="stack whose Pulumi.<stack>.yaml is read (default dev)")
+    p = ArgumentParser(prog="python -m ray_efa_eks.components.plan", description=__doc__.split("\n\n")[0],
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       epilog="exit codes: 0 rules pass, 1 a rule is broken, 2 the program failed, 3 unreadable input "
+                              "(no Pulumi.<stack>.yaml, git ref, saved plan), 64 usage error")
+    p.add_argument("--stack", default="dev", help="stack whose Pulumi.<stack>.yaml is read (default dev; must exist)")
+    p.add_argument("--defaults", action="store_true",
+                   help="plan a stack that has no Pulumi.<stack>.yaml: every key at its default")
     p.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
                    help="override a ray-efa-eks: key (or aws:region); repeatable")
     p.add_argument("--program", default="__main__.py", dest="program_rel",
@@ -472,13 +559,13 @@ def main(argv: list[str] | None = None) -> int:
         overrides, region = parse_overrides(args.config)
         if args.diff:
             if len(args.diff) > 2:
-                raise PlanError("--diff takes BASE_REF or OLD.json NEW.json")
+                raise UsageError("--diff takes BASE_REF or OLD.json NEW.json")
             before = _side(args.diff[0], args, overrides, region)
             if len(args.diff) == 2:
                 after = _side(args.diff[1], args, overrides, region)
             else:
                 after = plan_tree(stack=args.stack, overrides=overrides, region=region,
-                                  program=Path(args.program_rel).resolve())
+                                  program=Path(args.program_rel).resolve(), defaults=args.defaults)
             d = diff_plans(before, after)
             if args.json:
                 print(json.dumps({"before": before.to_json(), "after": after.to_json(),
@@ -487,10 +574,15 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 print(render_diff(d), end="")
             return d.exit_code
-        plan = plan_tree(stack=args.stack, overrides=overrides, region=region, program=Path(args.program_rel).resolve())
+        plan = plan_tree(stack=args.stack, overrides=overrides, region=region, program=Path(args.program_rel).resolve(),
+                         defaults=args.defaults)
+    except UsageError as e:
+        p.print_usage(sys.stderr)
+        print(f"plan: {e}", file=sys.stderr)
+        return EXIT_USAGE
     except PlanError as e:
         print(f"plan: {e}", file=sys.stderr)
-        return 3
+        return EXIT_UNREADABLE
     if args.json:
         print(json.dumps(plan.to_json(), indent=2))
     elif args.check:

@@ -122,6 +122,7 @@ def _broken_program(tmp_path: Path) -> Path:
     prog = tmp_path / "broken" / "__main__.py"
     prog.parent.mkdir()
     prog.write_text(f"import runpy\nrunpy.run_path({str(ROOT / '__main__.py')!r}, run_name='__main__')\n{PUBLIC_DASHBOARD}")
+    shutil.copy2(ROOT / "Pulumi.dev.yaml", prog.parent / "Pulumi.dev.yaml")  # the plan refuses a stack without its file
     return prog
 
 
@@ -140,24 +141,62 @@ def test_program_error_exits_2_and_names_the_key(capsys):
     assert "The program failed" in out and "dlcImage" in out and "pin a versioned tag" in out
 
 
-@pytest.mark.parametrize("argv,message", [
-    (["--config", "gpuInstanceType"], "expected KEY=VALUE"),
-    (["--diff", "no-such-ref-for-the-plan-test"], "git archive 'no-such-ref-for-the-plan-test' failed"),
-    (["--diff", "a.json", "b.json", "c.json"], "--diff takes BASE_REF or OLD.json NEW.json"),
+@pytest.mark.parametrize("argv,code,message", [
+    (["--config", "gpuInstanceType"], 64, "expected KEY=VALUE"),
+    (["--diff", "a.json", "b.json", "c.json"], 64, "--diff takes BASE_REF or OLD.json NEW.json"),
+    (["--stack"], 64, "expected one argument"),
+    (["--diff", "no-such-ref-for-the-plan-test"], 3, "git archive 'no-such-ref-for-the-plan-test' failed"),
+    (["--stack", "prod"], 3, "stack 'prod' has no Pulumi.prod.yaml"),
 ])
-def test_usage_errors_exit_3(capsys, argv, message):
-    assert main(argv) == 3
+def test_usage_errors_exit_64_unreadable_input_3(capsys, argv, code, message):
+    if argv == ["--stack"]:
+        with pytest.raises(SystemExit) as exit_:
+            main(argv)
+        assert exit_.value.code == code
+    else:
+        assert main(argv) == code
     assert message in capsys.readouterr().err
 
 
-def test_stack_config_reads_the_stack_file(tmp_path):
+def test_a_mistyped_stack_is_refused_not_planned_with_defaults(capsys):
+    """Issue 18 item 7: `--stack prod` without Pulumi.prod.yaml used to plan the defaults and exit 0."""
+    proc = subprocess.run([sys.executable, "-m", "ray_efa_eks.components.plan", "--stack", "prod", "--check"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 3 and proc.stdout == ""
+    assert "stack 'prod' has no Pulumi.prod.yaml" in proc.stderr and "stacks here: dev" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    code, out = run_cli(capsys, "--stack", "prod", "--defaults", "--check")  # on purpose: the defaults
+    assert code == 0 and out.startswith("Layout rules: all")
+
+
+def test_stack_config_reads_the_stack_file_and_shows_secrets(tmp_path):
     (tmp_path / "Pulumi.prod.yaml").write_text(
         "config:\n  aws:region: us-west-2\n  ray-efa-eks:gpuNodeCount: 4\n  ray-efa-eks:efa: true\n"
         "  ray-efa-eks:dlcImage: {secure: AAAA}\n  other:key: x\n")
     config, region = planmod.stack_config(tmp_path, "prod")
     assert region == "us-west-2"
-    assert config == {"ray-efa-eks:gpuNodeCount": "4", "ray-efa-eks:efa": "true"}
-    assert planmod.stack_config(tmp_path, "missing") == ({}, "us-east-1")
+    assert config == {"ray-efa-eks:gpuNodeCount": "4", "ray-efa-eks:efa": "true"}  # a secret cannot reach the program
+    sf = planmod.read_stack(tmp_path, "prod")
+    assert sf.shown["ray-efa-eks:dlcImage"] == "[secret]" and sf.secrets == ["ray-efa-eks:dlcImage"]
+    with pytest.raises(planmod.MissingStack, match="stacks here: prod"):
+        planmod.stack_config(tmp_path, "missing")
+    assert planmod.stack_config(tmp_path, "missing", defaults=True) == ({}, "us-east-1")
+
+
+def test_secret_config_values_are_shown_as_secret_never_skipped(tmp_path, capsys):
+    prog = tmp_path / "proj" / "__main__.py"
+    prog.parent.mkdir()
+    prog.write_text(f"import runpy\nrunpy.run_path({str(ROOT / '__main__.py')!r}, run_name='__main__')\n")
+    (prog.parent / "Pulumi.prod.yaml").write_text(
+        "config:\n  aws:region: us-east-1\n  ray-efa-eks:gpuNodeCount: 2\n"
+        "  ray-efa-eks:clusterAdminArns:\n    secure: v1:AAAABBBBCCCC\n")
+    code, out = run_cli(capsys, "--program", str(prog), "--stack", "prod")
+    assert code == 0
+    line = next(ln for ln in out.splitlines() if "clusterAdminArns" in ln)
+    assert line.startswith("  ray-efa-eks:clusterAdminArns: [secret]") and "not readable offline" in line
+    assert "v1:AAAABBBBCCCC" not in out
+    code, out = run_cli(capsys, "--program", str(prog), "--stack", "prod", "--json")
+    assert json.loads(out)["config"]["ray-efa-eks:clusterAdminArns"] == "[secret]"
 
 
 def _copy_project(dest: Path) -> None:
