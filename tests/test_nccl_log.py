@@ -33,6 +33,7 @@ REAL = {
         (23, "Selected provider is efa"), (46, "nRanks 4 nNodes 4"), (115, "via NET/Libfabric/0/GDRDMA")]),
     "real_socket_g6e_k8s_ofi_no_eligible_providers_nccl2273.log": ("fallback", "socket_network", [
         (22, "NET/OFI No eligible providers were found"), (35, "Assigned NET plugin Socket to comm"),
+        (24, "[2025-12-28 16:04:25] llama-3-8b-node-0-0:152:386 [0] int nccl_net_ofi_create_plugin(nccl_net_ofi_plugin_t**):259 NCCL WARN NET/OFI"),
         (41, "nNodes 4"), (87, "via NET/Socket/0")]),
     "real_undet_p4d_single_node_ofi_init_failed_socket_nccl2277.log": ("undetermined", "single_node", [
         (152, "nRanks 4 nNodes 1"), (69, "NCCL WARN NET/OFI Failed to initialize sendrecv protocol")]),

@@ -426,7 +426,7 @@ class _Collector:
         def plugin_reason() -> str:
             if ofi_init_failed:
                 self._cause("ofi_init_failed")
-                return f"aws-ofi-nccl loaded but failed to initialize: {cite('ofi_failed')}"
+                return f"aws-ofi-nccl loaded but failed to initialize: {cite('ofi_failed', 'ofi_warn')}"
             self._cause("plugin_not_found")
             return f"net plugin failed to load: {cite('plugin_failed')}"
 
