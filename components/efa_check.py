@@ -1,28 +1,73 @@
 """EfaCheckJob: a post-deploy Kubernetes Job that fails ``pulumi up`` when NCCL is not on EFA.
 
-The Job runs in the same DLC image, carries the project's ``training``
-package in a ConfigMap, waits for the Ray head, submits
-``python -m training.efa_check --json`` through the Ray Jobs API and exits
-with the check's verdict. ``backoffLimit: 0`` means one verdict, no retries;
-pulumi-kubernetes awaits a Job until it completes and fails the update when
-it fails, unless ``blocking`` is off (``pulumi.com/skipAwait``).
+The Job runs in the same DLC image, carries the project's ``training`` package in a ConfigMap, waits for the Ray
+head's Jobs API, submits ``python -m training.efa_check --json`` with the topology the stack declares (nodes, GPUs
+and EFA interfaces per node, GPUDirect RDMA, from the catalogue), follows its log and exits with the check's own
+exit code. ``backoffLimit: 0``: one verdict, no retries.
+
+One deadline story (:class:`Deadlines`): the script waits for the head, then gives the check its topology wait,
+start-up and sweep budgets; ``activeDeadlineSeconds`` is their sum plus slack, and the pulumi-kubernetes await
+(``customTimeouts``, default 10 min for a Job) is longer still, so Kubernetes ends a stuck Job and Pulumi reads its
+``Failed`` condition instead of timing out blind.
+
+Re-runs: the Job's name carries a hash of what it vouches for (image, GPU type, node count, EFA setting, NCCL env,
+the check's arguments), so a change to any of them replaces the Job and the check runs again. A Job that failed
+is replaced on the next ``pulumi up`` (``pulumi.com/replaceUnready``; without it pulumi-kubernetes keeps awaiting
+the failed Job and every later up fails the same way), delete-before-replace since the name is fixed.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.resources
+import json
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
 
+from .instances import InstanceType
 from .node_groups import ROLE_LABEL, SYSTEM_ROLE
-from .raycluster import check_guaranteed, pod_resources, token_client_env
+from .raycluster import check_guaranteed, efa_env, pod_resources, token_client_env
 
 TRAINING_PACKAGE = f"{__package__.rpartition('.')[0]}.training".lstrip(".")
 """The sibling ``training`` package: ``ray_efa_eks.training`` when installed, ``training`` from a checkout."""
 MOUNT = "/opt/ray-efa-eks"
+
+
+@dataclass(frozen=True)
+class Deadlines:
+    """Every wait of the gate, in seconds; the Job's and Pulumi's limits are derived, so they always agree."""
+
+    head_wait_s: int = 600
+    """Ray head's Jobs API answering (system node boot + multi-GB image pull)."""
+    topology_wait_s: int = 1200
+    """The check waits this long for every declared GPU node to join Ray (GPU nodes boot + pull the image)."""
+    sweep_timeout_s: int = 600
+    """One collective sweep, NCCL init included; a hung collective fails after this."""
+    sweeps: int = 1
+    """2 with the EFA-vs-Socket comparison."""
+    startup_s: int = 180
+    """Rank placement and actor start-up (the check's STARTUP_S) plus job submission and CLI start-ups."""
+    slack_s: int = 120
+    """Pod scheduling on the system node, image already cached there by the head."""
+
+    @property
+    def check_s(self) -> int:
+        """Upper bound of the check itself (the script's `timeout` on following its log)."""
+        return self.topology_wait_s + self.startup_s + self.sweeps * self.sweep_timeout_s
+
+    @property
+    def active_deadline_s(self) -> int:
+        """The Job's ``activeDeadlineSeconds``."""
+        return self.head_wait_s + self.check_s + self.slack_s
+
+    @property
+    def pulumi_timeout_s(self) -> int:
+        """``customTimeouts`` create/update: after Kubernetes has ended the Job, so Pulumi sees why."""
+        return self.active_deadline_s + 120
 
 
 @dataclass
@@ -35,13 +80,23 @@ class EfaCheckJobArgs:
     namespace: str
     dashboard_address: str
     ray_cluster: pulumi.Resource
+    instance_type: InstanceType | None = None
+    """GPU node type (catalogue): GPUs, EFA interfaces per node and GPUDirect RDMA the check expects."""
+    node_count: int = 2
+    """GPU nodes the stack declares; fewer within the deadline fails the check."""
+    efa: bool = True
+    nccl_debug: str = "WARN"
+    nccl_net_plugin: str = "ofi"
+    """As the RayCluster's workers get them (their NCCL env is part of what the check vouches for)."""
     blocking: bool = True
     min_busbw_gbps: float = 0.0
     ttl_seconds_after_finished: int = 86400
     auth_secret_name: str | None = None
     """The RayCluster's token Secret (Ray token auth): the container gets RAY_AUTH_MODE=token and
     RAY_AUTH_TOKEN from its ``auth_token`` key, so ``ray job submit/logs/status`` authenticate."""
-    active_deadline_seconds: int = 1800
+    deadlines: Deadlines = field(default_factory=Deadlines)
+    extra_check_args: list[str] = field(default_factory=list)
+    """More ``training.efa_check`` arguments (e.g. ``--compare-socket``; set ``deadlines.sweeps`` to match)."""
 
 
 def training_files() -> dict[str, str]:
@@ -53,20 +108,73 @@ def training_files() -> dict[str, str]:
     return files
 
 
-def check_script(dashboard_address: str, min_busbw_gbps: float) -> str:
-    """Shell run by the Job: wait for the head, submit, follow logs, exit with the job's outcome."""
+def check_args(instance_type: InstanceType | None, node_count: int, deadlines: Deadlines,
+               min_busbw_gbps: float = 0.0, extra: list[str] | None = None) -> list[str]:
+    """``training.efa_check`` arguments: the declared topology and the deadlines, from the catalogue and config."""
+    args = ["--json", "--address", "auto", "--expect-nodes", str(node_count),
+            "--wait-s", str(deadlines.topology_wait_s), "--timeout-s", str(deadlines.sweep_timeout_s)]
+    if instance_type is not None:
+        args += ["--expect-gpus-per-node", str(instance_type.gpus)]
+        if instance_type.max_efa_interfaces:
+            args += ["--expect-nics", str(instance_type.max_efa_interfaces)]
+        if instance_type.gpudirect_rdma:
+            args.append("--expect-gdrdma")
+    if min_busbw_gbps > 0:
+        args += ["--min-busbw-gbps", str(min_busbw_gbps)]
+    return args + list(extra or [])
+
+
+def _fail_json(stage: str, reason: str) -> str:
+    return shlex.quote(json.dumps({"verdict": "undetermined", "code": 2, "failure": {"stage": stage, "reason": reason}}))
+
+
+def check_script(dashboard_address: str, args: list[str] | float | None = None, deadlines: Deadlines = Deadlines(),
+                 working_dir: str = MOUNT) -> str:
+    """Shell run by the Job: wait for the head, submit, follow the log, exit with the check's own exit code.
+
+    ``args``: the check's arguments (:func:`check_args`); a number is taken as ``min_busbw_gbps`` with the
+    default topology. Exit codes are the check's (0 efa, 1 fallback/failed, 2 undetermined, 3 unreadable); the
+    script adds 2 for "the head never answered", "submission failed" and "the check overran its budget" (it
+    then stops the job).
+    """
+    if not isinstance(args, list):
+        args = check_args(None, 2, deadlines, float(args or 0))
     addr = shlex.quote(dashboard_address)
-    floor = f" --min-busbw-gbps {min_busbw_gbps}" if min_busbw_gbps > 0 else ""
+    cmd = " ".join(shlex.quote(a) for a in ["python", "-m", "training.efa_check", *args])
+    head = _fail_json("unreachable", f"Ray Jobs API at {dashboard_address} did not answer within "
+                                     f"{deadlines.head_wait_s} s")
+    submit = _fail_json("submit", "ray job submit failed (see above)")
+    overrun = _fail_json("timeout", f"the check did not finish within {deadlines.check_s} s; job stopped")
     return f"""set -u
 addr={addr}
-for i in $(seq 90); do ray job list --address "$addr" >/dev/null 2>&1 && break; echo "waiting for Ray head ($i)"; sleep 10; done
-id="efa-check-$(date +%s)"
-ray job submit --address "$addr" --submission-id "$id" --no-wait --working-dir {MOUNT} -- python -m training.efa_check --json --address auto{floor} || exit 2
-ray job logs --address "$addr" --follow "$id"
-status=$(ray job status --address "$addr" "$id")
+end=$(( $(date +%s) + {deadlines.head_wait_s} )); i=0
+until ray job list --address "$addr" >/dev/null 2>&1; do
+  if [ "$(date +%s)" -ge "$end" ]; then echo {head}; exit 2; fi
+  i=$((i + 1)); echo "waiting for Ray head ($i)"; sleep 5
+done
+for n in 1 2 3; do  # the Jobs API can answer before the head's agent takes jobs: retry, fresh id each time
+  id="efa-check-$(date +%s)-$$-$n"
+  ray job submit --address "$addr" --submission-id "$id" --no-wait --working-dir {shlex.quote(working_dir)} -- {cmd} && break
+  if [ "$n" -eq 3 ]; then echo {submit}; exit 2; fi
+  sleep 10
+done
+timeout {deadlines.check_s} ray job logs --address "$addr" --follow "$id"
+if [ $? -eq 124 ]; then ray job stop --address "$addr" "$id" >/dev/null 2>&1; echo {overrun}; exit 2; fi
+status=$(ray job status --address "$addr" "$id" 2>&1)
 echo "$status"
-case "$status" in *SUCCEEDED*) exit 0;; *) echo "EFA check failed: NCCL is not using EFA (see the JSON above)"; exit 1;; esac
+code=$(printf '%s\\n' "$status" | sed -n 's/.*failed with exit code \\([0-9][0-9]*\\).*/\\1/p' | head -n 1)
+if [ -n "$code" ]; then echo "EFA check failed (exit $code): see the JSON above"; exit "$code"; fi
+case "$status" in *succeeded*|*SUCCEEDED*) exit 0;; esac
+echo "EFA check did not succeed: $status"; exit 2
 """
+
+
+def vouched(image: str, instance_type: InstanceType | None, node_count: int, efa: bool,
+            nccl_env: list[dict[str, str]], args: list[str]) -> str:
+    """Short hash of what the check vouches for; part of the Job's name, so a change re-runs the check."""
+    blob = json.dumps({"image": image, "type": instance_type.name if instance_type else None, "nodes": node_count,
+                       "efa": efa, "nccl_env": nccl_env, "args": args}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:8]
 
 
 class EfaCheckJob(pulumi.ComponentResource):
@@ -83,15 +191,22 @@ class EfaCheckJob(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self, provider=args.provider)
         code = k8s.core.v1.ConfigMap(f"{name}-code", metadata={"name": f"{name}-code", "namespace": args.namespace},
                                      data=training_files(), opts=child)
-        annotations = {} if args.blocking else {"pulumi.com/skipAwait": "true"}
-        self.job_name = f"{name}-job"
+        d = args.deadlines
+        cargs = check_args(args.instance_type, args.node_count, d, args.min_busbw_gbps, args.extra_check_args)
+        nccl_env = efa_env(args.instance_type, args.efa, args.nccl_debug, args.nccl_net_plugin) \
+            if args.instance_type is not None else []
+        annotations = {"pulumi.com/replaceUnready": "true"}
+        if not args.blocking:
+            annotations["pulumi.com/skipAwait"] = "true"
+        self.job_name = f"{name}-{vouched(args.image, args.instance_type, args.node_count, args.efa, nccl_env, cargs)}"
+        self.deadlines = d
         self.job = k8s.batch.v1.Job(
             f"{name}-job",
             metadata={"name": self.job_name, "namespace": args.namespace, "annotations": annotations},
             spec={
                 "backoffLimit": 0,
                 "ttlSecondsAfterFinished": args.ttl_seconds_after_finished,
-                "activeDeadlineSeconds": args.active_deadline_seconds,
+                "activeDeadlineSeconds": d.active_deadline_s,
                 "template": {
                     "metadata": {"labels": {"ray-efa-eks/role": "efa-check"}},
                     "spec": {
@@ -100,7 +215,7 @@ class EfaCheckJob(pulumi.ComponentResource):
                         "containers": [{
                             "name": "efa-check",
                             "image": args.image,
-                            "command": ["/bin/bash", "-c", check_script(args.dashboard_address, args.min_busbw_gbps)],
+                            "command": ["/bin/bash", "-c", check_script(args.dashboard_address, cargs, d)],
                             "resources": resources,
                             **({"env": token_client_env(args.auth_secret_name)} if args.auth_secret_name else {}),
                             "volumeMounts": [{"name": "code", "mountPath": f"{MOUNT}/training"}],
@@ -109,7 +224,11 @@ class EfaCheckJob(pulumi.ComponentResource):
                     },
                 },
             },
-            opts=pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[args.ray_cluster, code]),
+            opts=pulumi.ResourceOptions(
+                parent=self, provider=args.provider, depends_on=[args.ray_cluster, code],
+                delete_before_replace=True,
+                custom_timeouts=pulumi.CustomTimeouts(create=f"{d.pulumi_timeout_s}s",
+                                                      update=f"{d.pulumi_timeout_s}s")),
         )
         self.logs_command = f"kubectl -n {args.namespace} logs job/{self.job_name}"
         self.register_outputs({"jobName": self.job_name, "logsCommand": self.logs_command})

@@ -237,7 +237,9 @@ class EfaRayCluster(pulumi.ComponentResource):
             check = EfaCheckJob("efa-check", EfaCheckJobArgs(
                 provider=cluster.provider, image=cfg.dlcImage, namespace=ray.namespace,
                 dashboard_address=ray.dashboard_address, ray_cluster=ray.custom_resource,
-                blocking=cfg.efaCheckBlocking, min_busbw_gbps=cfg.efaCheckMinBusbwGbps), opts=child)
+                blocking=cfg.efaCheckBlocking, min_busbw_gbps=cfg.efaCheckMinBusbwGbps,
+                instance_type=cfg.gpu_type, node_count=cfg.gpuNodeCount, efa=cfg.efa, nccl_debug=cfg.ncclDebug),
+                opts=child)
 
         teardown: list[Any] = [
             "pulumi config set --type int gpuNodeCount 0 && pulumi up   # GPU nodes first: the expensive part",
