@@ -166,15 +166,21 @@ def test_summarize_means_over_ranks() -> None:
     assert row["algbw_gbps"] == pytest.approx(0.5) and row["busbw_gbps"] == pytest.approx(0.5)
 
 
-def test_compare_headline_is_geomean_at_largest_common_size() -> None:
-    big = 1 << 30
-    efa = _rows({("all_reduce", big): 1.0, ("all_gather_into_tensor", big): 1.0, ("reduce_scatter_tensor", big): 1.0,
-                 ("all_reduce", 2 * big): 1.0})
-    sock = _rows({("all_reduce", big): 2.0, ("all_gather_into_tensor", big): 4.0, ("reduce_scatter_tensor", big): 1.0})
+def test_compare_headline_is_geomean_of_large_message_medians() -> None:
+    big, small = 1 << 30, 1 << 20
+    # all_reduce: ratios 2, 3, 100 at 64 MiB, 256 MiB, 1 GiB -> median 3; the 1 MiB ratio (10) is not "large";
+    # 2 GiB ran only on EFA -> ignored
+    efa = _rows({("all_reduce", small): 1.0, ("all_reduce", 64 << 20): 1.0, ("all_reduce", 256 << 20): 1.0,
+                 ("all_reduce", big): 1.0, ("all_reduce", 2 * big): 1.0,
+                 ("all_gather_into_tensor", big): 1.0, ("reduce_scatter_tensor", big): 1.0})
+    sock = _rows({("all_reduce", small): 10.0, ("all_reduce", 64 << 20): 2.0, ("all_reduce", 256 << 20): 3.0,
+                  ("all_reduce", big): 100.0, ("all_gather_into_tensor", big): 4.0, ("reduce_scatter_tensor", big): 1.0})
     cmp = sweep.compare(efa, sock)
-    assert cmp["large"]["all_reduce"] == {"bytes": big, "ratio": pytest.approx(2.0)}
-    assert cmp["headline_ratio"] == pytest.approx((2 * 4 * 1) ** (1 / 3))
-    assert cmp["headline_bytes"] == big
+    assert cmp["large"]["all_reduce"] == {"bytes": 64 << 20, "ratio": pytest.approx(3.0), "sizes": 3}
+    assert cmp["large"]["all_gather_into_tensor"] == {"bytes": big, "ratio": pytest.approx(4.0), "sizes": 1}
+    assert cmp["headline_ratio"] == pytest.approx((3 * 4 * 1) ** (1 / 3))
+    assert cmp["headline_bytes"] == 64 << 20
+    assert len(cmp["rows"]) == 6
 
 
 def test_line_rate_fraction_and_floor() -> None:

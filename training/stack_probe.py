@@ -203,10 +203,10 @@ def compare_versions(probes: list[dict[str, Any]], manifest: dict[str, str] | No
             reasons_fail.append(f"ranks disagree on {key}: " + "; ".join(
                 f"{val} on ranks {values[val]} ({', '.join(hosts[val])})" for val in by_val))
         want = manifest.get(key)
-        if want and status == "ok":
-            if not known:
-                status = "unknown"
-            elif not version_matches(want, known[0]):
+        if not known:
+            status = "unknown"  # no rank could tell (e.g. NCCL on a CPU run): reported, not judged
+        elif want and status == "ok":
+            if not version_matches(want, known[0]):
                 status = "failure" if strict else "warning"
                 (reasons_fail if strict else reasons_warn).append(
                     f"{key} {known[0]} differs from the image manifest's {want}"

@@ -224,8 +224,9 @@ def _large(rows: list[dict[str, Any]], collective: str, sizes: set[int] | None =
 
 
 def compare(efa_rows: list[dict[str, Any]], socket_rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """EFA/Socket busbw ratio per (collective, bytes, source) both sweeps ran, and the headline: the geometric mean
-    over collectives of the ratio at the largest power-of-two size both ran (the bandwidth-bound end)."""
+    """EFA/Socket busbw ratio per (collective, bytes, source) both sweeps ran; per collective the median ratio over
+    the large power-of-two sizes both ran (>= LARGE_BYTES, or the largest one when the sweep stops below it: the
+    bandwidth-bound end); and the headline: the geometric mean of those over the collectives."""
     sock = {(r["collective"], r["bytes"], r.get("source", "pow2")): r for r in socket_rows}
     rows = []
     for r in efa_rows:
@@ -237,10 +238,13 @@ def compare(efa_rows: list[dict[str, Any]], socket_rows: list[dict[str, Any]]) -
                      "efa_busbw_gbps": r["busbw_gbps"], "socket_busbw_gbps": s["busbw_gbps"], "ratio": ratio})
     per: dict[str, dict[str, Any]] = {}
     for c in COLLECTIVES:
-        common = {x["bytes"] for x in rows if x["collective"] == c and x["source"] == "pow2" and x["ratio"]}
-        big = _large(rows, c, common)
-        if big:
-            per[c] = {"bytes": big["bytes"], "ratio": big["ratio"]}
+        common = [x for x in rows if x["collective"] == c and x["source"] == "pow2" and x["ratio"]]
+        if not common:
+            continue
+        floor = min(LARGE_BYTES, max(x["bytes"] for x in common))
+        large = [x for x in common if x["bytes"] >= floor]  # median over the large sizes: one noisy size can't swing it
+        per[c] = {"bytes": min(x["bytes"] for x in large), "ratio": statistics.median(x["ratio"] for x in large),
+                  "sizes": len(large)}
     headline = math.exp(statistics.fmean(math.log(v["ratio"]) for v in per.values())) if per else None
     return {"rows": rows, "large": per, "headline_ratio": headline,
             "headline_bytes": min((v["bytes"] for v in per.values()), default=None)}

@@ -1,0 +1,128 @@
+"""training.report: report.md and busbw.png from a real local run (2 gloo ranks, EFA-env and Socket-env sweeps in
+fresh processes, each rank's stack probe), and the text-only fallback without matplotlib."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from ray_efa_eks.training import report, stack_probe, sweep
+
+
+def _port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def _rank(rank: int, world: int, port: int, env: dict, entries: list, out: str) -> None:
+    os.environ.update(env)
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    try:
+        rows = sweep.run_sweep(entries, torch.device("cpu"), iters=2)
+    finally:
+        dist.destroy_process_group()
+    Path(out, f"rank{rank}.json").write_text(json.dumps({"rows": rows, "probe": stack_probe.probe("")}))
+
+
+def _run(tmp: Path, env: dict, entries: list, world: int = 2) -> list[dict]:
+    tmp.mkdir()
+    mp.start_processes(_rank, args=(world, _port(), env, entries, str(tmp)), nprocs=world, start_method="spawn")
+    return [json.loads((tmp / f"rank{r}.json").read_text()) for r in range(world)]
+
+
+@pytest.fixture(scope="module")
+def result(tmp_path_factory) -> dict:
+    base = tmp_path_factory.mktemp("local-run")
+    entries = sweep.plan(16 << 10, 256 << 10, 2, preset="tiny")
+    efa, sock = _run(base / "efa", {}, entries), _run(base / "socket", sweep.SOCKET_ENV, entries)
+    rows = sweep.summarize([r["rows"] for r in efa], 2)
+    socket_rows = sweep.summarize([r["rows"] for r in sock], 2)
+    probes = [r["probe"] for r in efa]
+    return {"verdict": "undetermined", "code": 2, "backend": "gloo", "world": 2, "nodes": 1,
+            "reasons": ["backend gloo: NCCL was not used, so no NCCL logs and no EFA"],
+            "rows": rows, "socket_rows": socket_rows, "comparison": sweep.compare(rows, socket_rows),
+            "line_rate": sweep.line_rate(rows, 40.0), "probes": probes,
+            "versions": stack_probe.compare_versions(probes, stack_probe.MANIFESTS["train-ml-cuda-v1.1"])}
+
+
+def _pixels(png: Path) -> dict[tuple[int, int, int], int]:
+    """Pixel count per colour."""
+    from PIL import Image
+
+    return {c[:3]: n for n, c in Image.open(png).convert("RGB").getcolors(1 << 20)}
+
+
+def test_report_md_and_png(result: dict, tmp_path: Path) -> None:
+    out = report.write_report(str(tmp_path / "r"), result)
+    md = Path(out["report_md"]).read_text()
+    assert out["plot_error"] is None and out["png"] == str(tmp_path / "r" / "busbw.png")
+    assert md.startswith("# EFA check report\n\n**Verdict: undetermined** (exit 2) — backend gloo, 2 ranks")
+    assert "![busbw against message size](busbw.png)" in md
+    assert "EFA/Socket busbw ratio at large messages: **" in md
+    assert "(40 Gbit/s = 5 GB/s per node)" in md
+    for key in stack_probe.KEYS:
+        assert f"\n| {key} | " in md
+    assert f"| torch | 2.13.0 | {torch.__version__} (ranks 0-1) | ok |" in md
+    for c in sweep.COLLECTIVES:
+        assert f"## {c} sweep" in md and f"## {c} Socket sweep" in md
+    assert "| fsdp:tiny |" in md and "**NO**" not in md
+    png = Path(out["png"])
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    from PIL import Image
+
+    w, h = Image.open(png).size
+    assert w > 1.8 * h  # two panels side by side
+    pixels = _pixels(png)
+    for hexc in report._COLOURS.values():  # a line per collective in each panel (markers and legend alone: < 200 px)
+        assert pixels.get(tuple(int(hexc[i:i + 2], 16) for i in (1, 3, 5)), 0) > 600
+
+
+def test_efa_only_report_without_line_rate(result: dict, tmp_path: Path) -> None:
+    r = {k: v for k, v in result.items() if k not in ("socket_rows", "comparison", "line_rate")}
+    out = report.write_report(str(tmp_path), r)
+    md = Path(out["report_md"]).read_text()
+    assert "EFA/Socket ratio: not measured (run with --compare-socket)" in md
+    assert "unknown (no --efa-gbps for this instance type)" in md
+    from PIL import Image
+
+    w, h = Image.open(out["png"]).size
+    assert w < 1.8 * h  # one panel
+
+
+def test_text_only_without_matplotlib(result: dict, tmp_path: Path, monkeypatch) -> None:
+    for name in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    out = report.write_report(str(tmp_path), result)
+    assert out["png"] is None and "matplotlib is not installed" in out["plot_error"]
+    assert not (tmp_path / "busbw.png").exists()
+    md = Path(out["report_md"]).read_text()
+    assert "_No plot: matplotlib is not installed" in md and "## all_reduce sweep" in md
+    assert out["text"] == md
+
+
+def test_versions_failure_is_in_the_report(result: dict, tmp_path: Path) -> None:
+    probes = [dict(result["probes"][0], nccl="2.29.7"), dict(result["probes"][1], nccl="2.27.3", host="node-b")]
+    r = dict(result, probes=probes, versions=stack_probe.compare_versions(probes))
+    md = report.render_markdown(r)
+    assert "## Versions (failure)" in md
+    assert "| nccl | — | 2.29.7 (ranks 0); 2.27.3 (ranks 1) | failure |" in md
+    assert "- ranks disagree on nccl: 2.29.7 on ranks 0" in md
+
+
+def test_human_bytes() -> None:
+    assert [report.human_bytes(n) for n in (512, 1 << 10, 788480, 1 << 20, 1082368, 3 << 30)] == \
+        ["512 B", "1 KiB", "770 KiB", "1 MiB", "1.03 MiB", "3 GiB"]
