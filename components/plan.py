@@ -477,7 +477,7 @@ class PlanDiff:
 
 
 def diff_plans(before: Plan, after: Plan) -> PlanDiff:
-    a, b = flatten(before.settings), flatten(after.settings)
+    a, b = ({**flatten(p.settings), **{f"config `{k}`": v for k, v in p.config.items()}} for p in (before, after))
     changed = [(k, a.get(k, "—"), b.get(k, "—")) for k in list(a) + [k for k in b if k not in a] if a.get(k) != b.get(k)]
     ra = {f"{r['type']} {r['name']}" for r in before.resources}
     rb = {f"{r['type']} {r['name']}" for r in after.resources}

@@ -197,6 +197,11 @@ def test_secret_config_values_are_shown_as_secret_never_skipped(tmp_path, capsys
     assert "v1:AAAABBBBCCCC" not in out
     code, out = run_cli(capsys, "--program", str(prog), "--stack", "prod", "--json")
     assert json.loads(out)["config"]["ray-efa-eks:clusterAdminArns"] == "[secret]"
+    saved = tmp_path / "before.json"
+    saved.write_text(out)
+    code, out = run_cli(capsys, "--program", str(prog), "--stack", "prod", "--diff", str(saved),
+                        "--config", "clusterAdminArns=arn:aws:iam::123456789012:role/admins")
+    assert "| config `ray-efa-eks:clusterAdminArns` | [secret] | arn:aws:iam::123456789012:role/admins |" in out
 
 
 def _copy_project(dest: Path) -> None:
