@@ -33,7 +33,7 @@ class NetworkArgs:
     s3_gateway_endpoint: bool = True
     """Route S3 from the private subnets through a (free) gateway VPC endpoint instead of the NAT gateway."""
     region: str | None = None
-    """Region of the VPC, for the endpoint's service name; unset: the ``aws:region`` config."""
+    """Region of the VPC, for the endpoint's service name; unset: ``aws:region``, else the provider's region."""
 
 
 class Network(pulumi.ComponentResource):
@@ -90,12 +90,11 @@ class Network(pulumi.ComponentResource):
             private_rts.append(rt)
         self.s3_endpoint = None
         if args.s3_gateway_endpoint:
-            region = args.region or pulumi.Config("aws").get("region")
-            if not region:
-                raise ValueError(f"Network {name}: the S3 gateway endpoint needs the region (NetworkArgs.region "
-                                 "or aws:region)")
+            # The provider's region (AWS_REGION works too) when neither the args nor aws:region name one.
+            region = args.region or pulumi.Config("aws").get("region") or aws.get_region_output().region
             self.s3_endpoint = aws.ec2.VpcEndpoint(
-                f"{name}-s3", vpc_id=vpc.id, service_name=f"com.amazonaws.{region}.s3", vpc_endpoint_type="Gateway",
+                f"{name}-s3", vpc_id=vpc.id, service_name=pulumi.Output.concat("com.amazonaws.", region, ".s3"),
+                vpc_endpoint_type="Gateway",
                 route_table_ids=[rt.id for rt in private_rts], tags={"Name": f"{name}-s3"}, opts=child)
 
         self.vpc_id = vpc.id
