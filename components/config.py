@@ -99,7 +99,7 @@ class StackConfig:
     checkpointEncryption: str = "kms"
     """kms: SSE-KMS with a dedicated key; s3: SSE-S3 (AES256)."""
     checkpointRetainOnDelete: bool = True
-    """Keep the bucket (and key) on `pulumi destroy`; false deletes them with every checkpoint in them."""
+    """Keep the bucket, its key and its protection on `pulumi destroy`; false deletes them with every checkpoint (pulumi up after changing it, then destroy)."""
     checkpointNoncurrentVersionDays: int = 30
     """Expire overwritten/deleted checkpoint object versions after this many days."""
 

@@ -95,7 +95,7 @@ class EfaRayClusterArgs(TypedDict, total=False):
     checkpointEncryption: str
     """kms: SSE-KMS with a dedicated key; s3: SSE-S3 (AES256)."""
     checkpointRetainOnDelete: bool
-    """Keep the bucket (and key) on `pulumi destroy`; false deletes them with every checkpoint in them."""
+    """Keep the bucket, its key and its protection on `pulumi destroy`; false deletes them with every checkpoint (pulumi up after changing it, then destroy)."""
     checkpointNoncurrentVersionDays: int
     """Expire overwritten/deleted checkpoint object versions after this many days."""
     endpointPublicAccess: bool

@@ -9,6 +9,7 @@ import pytest
 
 from ray_efa_eks.training.efa_counters import (
     TOLERANCE,
+    allreduce_bytes_per_node,
     combine,
     counter_delta,
     judge_counters,
@@ -128,3 +129,8 @@ def test_combine_with_the_log_verdict(tmp_path: Path) -> None:
     assert combine(efa, none).verdict == "efa" and combine(efa, none, require=True).verdict == "undetermined"
     undet = analyze_paths([str(FIX / "real_undet_p3dn_single_pod_np8_efa_selected_p2p_only_nccl264.log")])
     assert combine(undet, moved).verdict == "undetermined"  # counters alone never make efa
+
+
+def test_allreduce_bytes_per_node() -> None:
+    assert allreduce_bytes_per_node(GB, world=8, nodes=2) == pytest.approx(1.75 * GB)  # 2 x g6.12xlarge, 4 GPUs each
+    assert allreduce_bytes_per_node(GB, world=4, nodes=1) == 0.0

@@ -40,6 +40,18 @@ FLAT = 0.01
 """Below 1% of the expected bytes the counters count as "did not move" (only bootstrap/keep-alive traffic)."""
 
 
+def allreduce_bytes_per_node(bytes_reduced: float, world: int, nodes: int) -> float:
+    """Inter-node bytes each node must send for all-reduces of ``bytes_reduced`` in total (sum of sizes x iterations).
+
+    Ring all-reduce over ``world`` ranks: every ring crosses each node boundary once per direction and carries
+    2(world-1)/world x size on each link, so each node sends 2(world-1)/world x size across nodes, however many GPUs
+    it has. One node (or one rank) sends nothing across nodes.
+    """
+    if nodes < 2 or world < 2:
+        return 0.0
+    return 2 * (world - 1) / world * bytes_reduced
+
+
 def _read_int(path: str) -> int:
     with open(path, encoding="ascii") as f:
         return int(f.read().strip())
