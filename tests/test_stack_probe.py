@@ -107,3 +107,13 @@ def test_manifest_mismatch_warns_or_fails_when_strict() -> None:
     assert r["status"] == "warning" and "ray 2.57.0 differs from the image manifest's 2.58.0" in r["reasons"][0]
     assert sp.compare_versions(probes, V11, strict=True)["status"] == "failure"
     assert sp.compare_versions(probes, None)["status"] == "ok"  # no manifest: only cross-rank agreement
+
+
+def test_parse_manifest() -> None:
+    assert sp.parse_manifest('{"ray": "2.58.0", "nccl": "2.29.7"}') == {"ray": "2.58.0", "nccl": "2.29.7"}
+    with pytest.raises(ValueError, match="not JSON"):
+        sp.parse_manifest("ray=2.58.0")
+    with pytest.raises(ValueError, match="'pytorch' is not a known layer"):
+        sp.parse_manifest('{"pytorch": "2.13.0"}')
+    with pytest.raises(ValueError, match="'ray' is not a known layer with a string version"):
+        sp.parse_manifest('{"ray": 2.58}')

@@ -155,6 +155,20 @@ def manifest_for(image: str | None) -> dict[str, str] | None:
     return MANIFESTS.get(tag)
 
 
+def parse_manifest(text: str) -> dict[str, str]:
+    """``--manifest '{"ray": "2.58.0", ...}'`` (the stack's image manifest) -> dict; ValueError naming the bad part."""
+    try:
+        m = json.loads(text)
+    except ValueError as e:
+        raise ValueError(f"--manifest {text!r}: not JSON ({e}); e.g. '{json.dumps(MANIFESTS['train-ml-cuda-v1.1'])}'") from None
+    if not isinstance(m, dict):
+        raise ValueError(f"--manifest {text!r}: must be a JSON object of layer -> version")
+    bad = sorted(k for k in m if k not in KEYS or not isinstance(m[k], str))
+    if bad:
+        raise ValueError(f"--manifest: {bad[0]!r} is not a known layer with a string version; layers: {', '.join(KEYS)}")
+    return m
+
+
 def _parts(v: str) -> list[str]:
     """Release parts of a version: '2.13.0+cu130' -> ['2', '13', '0']; '2.1.0amzn3.0' -> ['2', '1', '0']."""
     return re.findall(r"\d+", re.split(r"[+a-zA-Z-]", v.strip(), maxsplit=1)[0])
