@@ -385,6 +385,8 @@ def _check_quota(res: PreflightResult, ec2: Any, sq: Any, instance_type: str, co
     if value is None or running is None:
         if value is not None:
             res.quota["value"] = int(value)
+        if not any(c["name"] == "vcpu-quota" for c in res.checks):  # an answer without a value is no answer
+            res.check("vcpu-quota", UNKNOWN, f"quota {qcode} returned no value", "servicequotas:GetServiceQuota")
         return
     value = int(value)
     res.quota["value"] = value
