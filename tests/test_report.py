@@ -54,7 +54,7 @@ def result(tmp_path_factory) -> dict:
     return {"verdict": "undetermined", "code": 2, "backend": "gloo", "world": 2, "nodes": 1,
             "reasons": ["backend gloo: NCCL was not used, so no NCCL logs and no EFA"],
             "rows": rows, "socket_rows": socket_rows, "comparison": sweep.compare(rows, socket_rows),
-            "line_rate": sweep.line_rate(rows, 40.0), "probes": probes,
+            "line_rate": sweep.line_rate(rows, 40.0), "stack_probes": probes,
             "versions": stack_probe.compare_versions(probes, stack_probe.MANIFESTS["train-ml-cuda-v1.1"])}
 
 
@@ -76,6 +76,7 @@ def test_report_md_and_png(result: dict, tmp_path: Path) -> None:
     for key in stack_probe.KEYS:
         assert f"\n| {key} | " in md
     assert f"| torch | 2.13.0 | {torch.__version__} (ranks 0-1) | ok |" in md
+    assert "Where each version came from (rank 0): torch: torch.__version__" in md
     for c in sweep.COLLECTIVES:
         assert f"## {c} sweep" in md and f"## {c} Socket sweep" in md
     assert "| fsdp:tiny |" in md and "**NO**" not in md
@@ -115,8 +116,8 @@ def test_text_only_without_matplotlib(result: dict, tmp_path: Path, monkeypatch)
 
 
 def test_versions_failure_is_in_the_report(result: dict, tmp_path: Path) -> None:
-    probes = [dict(result["probes"][0], nccl="2.29.7"), dict(result["probes"][1], nccl="2.27.3", host="node-b")]
-    r = dict(result, probes=probes, versions=stack_probe.compare_versions(probes))
+    probes = [dict(result["stack_probes"][0], nccl="2.29.7"), dict(result["stack_probes"][1], nccl="2.27.3", host="node-b")]
+    r = dict(result, stack_probes=probes, versions=stack_probe.compare_versions(probes))
     md = report.render_markdown(r)
     assert "## Versions (failure)" in md
     assert "| nccl | — | 2.29.7 (ranks 0); 2.27.3 (ranks 1) | failure |" in md

@@ -52,7 +52,7 @@ def render_markdown(result: dict[str, Any], png: str | None = None, plot_note: s
     Keys used (all optional but ``verdict``): ``verdict``, ``code``, ``reasons``, ``hints``, ``backend``,
     ``world``, ``nodes``, ``network``, ``provider``, ``instance_type``, ``title``, ``rows`` (sweep.summarize),
     ``socket_rows``, ``comparison`` (sweep.compare), ``line_rate`` (sweep.line_rate), ``versions``
-    (stack_probe.compare_versions), ``probes`` (stack_probe.probe per rank)."""
+    (stack_probe.compare_versions), ``stack_probes`` (stack_probe.probe per rank; ``probes`` is efa_check's env probe)."""
     r = result
     out = [f"# {r.get('title', 'EFA check report')}", ""]
     out.append(f"**Verdict: {r['verdict']}** (exit {r.get('code', '?')}) — backend {r.get('backend', '?')}, "
@@ -96,7 +96,7 @@ def render_markdown(result: dict[str, Any], png: str | None = None, plot_note: s
             out.append(f"| {t['key']} | {t['expected'] or '—'} | {vals} | {t['status']} |")
         for x in ver.get("reasons", []):
             out.append(f"- {x}")
-        probes = r.get("probes") or []
+        probes = r.get("stack_probes") or []
         if probes:
             out += ["", "Where each version came from (rank 0): "
                     + "; ".join(f"{k}: {v}" for k, v in probes[0].get("sources", {}).items())]
