@@ -147,6 +147,7 @@ _IFACE_RE = re.compile(r"Using (?:\[\d+\])?([A-Za-z0-9_.\-]+):([0-9a-fA-F.:%]+)"
 _NNODES_RE = re.compile(r"nRanks (\d+) nNodes (\d+)")
 _NET_ASSIGNED_RE = re.compile(r"^(?:Using network|Assigned NET plugin) (.+?)(?: to comm.*)?$")
 _LOG_LINE = re.compile(rb"NCCL (?:INFO|WARN|version)")
+_CONTROL = bytes(c for c in range(32) if c < 9 or c > 13)  # control bytes that text logs do not contain
 
 
 def _is_ofi(net: str) -> bool:
@@ -558,7 +559,7 @@ def _check_text(buf: bytes, source: str) -> str | None:
     if re.search(rb"\S", buf) is None:
         return f"{source}: empty input"
     head = buf[:65536]
-    if b"\x00" in head or sum(c < 9 or 13 < c < 32 for c in head) > len(head) // 20:
+    if b"\x00" in head or len(head) - len(head.translate(None, _CONTROL)) > len(head) // 20:
         return f"{source}: binary data, not a text NCCL log"
     if not _LOG_LINE.search(buf):
         return f"{source}: no complete NCCL log line (truncated, or not NCCL_DEBUG=INFO output)"
