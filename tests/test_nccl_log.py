@@ -366,3 +366,14 @@ def test_failed_candidate_name_or_protocol_then_working_plugin_is_still_efa() ->
         f"NET/OFI Failed to initialize rdma protocol\n" for h in ("a", "b"))
     rep = analyze_text(pre + _efa_rank("a", 1) + _efa_rank("b", 1))
     assert rep.verdict == "efa", rep.reasons
+
+
+def test_silent_rank_is_not_read_as_a_missing_node(tmp_path: Path) -> None:
+    # no nNodes line: the hosts that logged are the node count, unless a rank's log is missing
+    d = _rank_dir(tmp_path, {})
+    (d / "rank1.log").write_bytes(b"")
+    rep = analyze_paths([str(d)], expect_nodes=2)
+    assert rep.verdict == "undetermined" and "rank_silent" in rep.causes and "fewer_nodes" not in rep.causes
+    (d / "rank1.log").unlink()
+    rep = analyze_paths([str(d)], expect_nodes=2)
+    assert rep.verdict == "fallback" and rep.causes == ["fewer_nodes"]

@@ -477,7 +477,8 @@ class _Collector:
             return done("fallback")
         # 5. Expected topology: positive evidence of fewer nodes / NICs, or no GPUDirect RDMA -> failure.
         topo: list[str] = []
-        if expect_nodes and nodes is not None and nodes < expect_nodes:
+        # hosts that logged stand in for NCCL's own count only when every input spoke (a silent one may be a node)
+        if expect_nodes and nodes is not None and nodes < expect_nodes and (max_nodes is not None or not silent):
             src = cite(f"nnodes:{max_nodes}") if max_nodes is not None else f"hosts {', '.join(hosts)}"
             topo.append(f"{nodes} node(s) took part, expected {expect_nodes}: {src}")
             self._cause("fewer_nodes")
