@@ -80,3 +80,70 @@ def test_local_two_node_cluster_gloo_is_not_efa() -> None:
     assert out["verdict"] != "efa" and out["reasons"]
     assert out["backend"] == "gloo" and out["nodes"] == 2 and out["world"] == 2
     assert len(out["sweep"]) >= 1
+
+
+# -- backend and topology from the cluster (issue 14) --------------------------------------------------------------
+
+from ray_efa_eks.training import efa_check  # noqa: E402
+
+
+def _node(gpus: int = 0, cpus: int = 1, alive: bool = True, ip: str = "10.0.0.1") -> dict:
+    res = {"CPU": float(cpus), **({"GPU": float(gpus)} if gpus else {})}
+    return {"Alive": alive, "Resources": res, "NodeID": ip.replace(".", "") * 3, "NodeManagerAddress": ip}
+
+
+HEAD = _node(cpus=0, ip="10.0.0.9")  # the GPU-less, CPU-less head the driver runs on
+
+
+def test_backend_comes_from_the_cluster_not_the_driver() -> None:
+    """The driver has no CUDA here (as on the head); GPU nodes in the cluster still mean nccl."""
+    assert efa_check.choose_backend([HEAD, _node(4), _node(4)], 0) == "nccl"
+    assert efa_check.choose_backend([HEAD, _node(), _node()], 4) == "nccl"  # GPUs declared: never gloo
+    assert efa_check.choose_backend([HEAD, _node(), _node()], 0) == "gloo"  # all-CPU and expected so
+    assert efa_check.choose_backend([HEAD, _node(4, alive=False)], 0) == "gloo"
+
+
+def test_assess_names_what_is_missing() -> None:
+    use, why = efa_check.assess([HEAD, _node(4, ip="10.0.0.1")], "nccl", 2, 4)
+    assert len(use) == 1 and "1 of 2 expected GPU nodes with 4 GPU(s) each" in why
+    _, why = efa_check.assess([HEAD, _node(4, ip="10.0.0.1"), _node(2, ip="10.0.0.2")], "nccl", 2, 4)
+    assert "10.0.0.2 has 2" in why
+    _, why = efa_check.assess([HEAD, _node(), _node()], "nccl", 2, 4)
+    assert why.startswith("no GPU nodes")
+    use, why = efa_check.assess([HEAD, _node(4), _node(4, ip="10.0.0.2")], "nccl", 2, 4)
+    assert why is None and len(use) == 2
+
+
+def test_wait_topology_waits_for_late_nodes_and_gives_up_at_the_deadline(monkeypatch) -> None:
+    import ray
+
+    seq = iter([[HEAD, _node(1)], [HEAD, _node(1)], [HEAD, _node(1), _node(1, ip="10.0.0.2")]])
+    monkeypatch.setattr(ray, "nodes", lambda: next(seq))
+    backend, nodes = efa_check.wait_topology(2, 1, wait_s=30, poll_s=0.01, log=lambda m: None)
+    assert backend == "nccl" and len(nodes) == 2
+    monkeypatch.setattr(ray, "nodes", lambda: [HEAD, _node(1)])
+    with pytest.raises(efa_check.CheckFailed) as e:
+        efa_check.wait_topology(2, 1, wait_s=0.05, poll_s=0.01, log=lambda m: None)
+    assert e.value.stage == "topology" and "1 of 2" in e.value.reason
+
+
+def test_a_rank_error_is_a_failure_even_with_efa_logs() -> None:
+    logs = {"a": (FIX / "efa_old_ring_via_aws_libfabric.log").read_bytes()}
+    data = _data(logs)
+    data["outs"][1]["error"] = "DistBackendError: NCCL error in: ProcessGroupNCCL.cpp, unhandled system error"
+    data["outs"][0]["rank"], data["outs"][1]["rank"] = 0, 1
+    r = efa_check.judge(data, "nccl", None)
+    assert r["code"] == 1 and r["verdict"] == "failed" and r["failure"]["stage"] == "rank_error"
+    assert "rank 1: DistBackendError" in r["failure"]["reason"]
+
+
+def test_cli_usage_error_and_unreachable_address() -> None:
+    bad = subprocess.run([sys.executable, "-m", "ray_efa_eks.training.efa_check", "--expect-nodes", "two"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 64 and "Traceback" not in bad.stderr
+    r = subprocess.run([sys.executable, "-m", "ray_efa_eks.training.efa_check", "--json", "--address", "127.0.0.1:9",
+                        "--wait-s", "5"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stdout + r.stderr
+    out = json.loads(r.stdout)
+    assert out["failure"]["stage"] == "unreachable" and "127.0.0.1:9" in out["failure"]["reason"]
+    assert "Traceback" not in r.stdout + r.stderr

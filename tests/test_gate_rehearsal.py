@@ -192,3 +192,59 @@ def test_second_node_joins_in_time_then_logical_gpus_without_cuda_fail_cleanly(c
     assert v["backend"] == "nccl" and v["verdict"] not in ("efa", "fallback")
     assert "CUDA is not available in 2 of 2 ranks" in v["failure"]["reason"]
     assert "gloo" not in json.dumps(v) and "Traceback" not in out
+
+
+# -- the Job as Pulumi sees it: deadlines agree, re-runs on change, a failed Job does not wedge later ups ----------
+
+def _job_with_options(config: dict | None = None) -> tuple[dict, dict]:
+    """The Job's inputs and the options the engine would get (custom timeouts, delete-before-replace)."""
+    from ray_efa_eks.components import mockrun
+
+    seen: dict[str, object] = {}
+    orig = mockrun._ParentAwareMonitor.RegisterResource
+
+    def spy(self, request):  # noqa: ANN001
+        if request.type == "kubernetes:batch/v1:Job":
+            seen["timeouts"] = (request.customTimeouts.create, request.customTimeouts.update)
+            seen["delete_before_replace"] = request.deleteBeforeReplace
+        return orig(self, request)
+
+    mockrun._ParentAwareMonitor.RegisterResource = spy
+    try:
+        job = run_program(config).one("kubernetes:batch/v1:Job")
+    finally:
+        mockrun._ParentAwareMonitor.RegisterResource = orig
+    return job.inputs, seen
+
+
+def _secs(go_duration: str) -> int:
+    assert go_duration.endswith("s"), go_duration
+    return int(go_duration[:-1])
+
+
+def test_one_deadline_story() -> None:
+    job, opts = _job_with_options()
+    d = Deadlines()
+    script_ = job["spec"]["template"]["spec"]["containers"][0]["command"][2]
+    # the script's own waits: the head, then the check's topology wait + start-up + sweep, bounded by `timeout`
+    assert f"+ {d.head_wait_s} ))" in script_ and f"timeout {d.check_s} ray job logs" in script_
+    assert f"--wait-s {d.topology_wait_s} --timeout-s {d.sweep_timeout_s}" in script_
+    assert d.check_s == d.topology_wait_s + d.startup_s + d.sweep_timeout_s
+    assert job["spec"]["activeDeadlineSeconds"] == d.head_wait_s + d.check_s + d.slack_s
+    create, update = (_secs(t) for t in opts["timeouts"])
+    assert create == update == d.pulumi_timeout_s > job["spec"]["activeDeadlineSeconds"]
+    assert create > 600, "pulumi-kubernetes' default Job await (10 min) would give up before the check does"
+
+
+def test_job_reruns_when_what_it_vouches_for_changes_and_a_failed_job_is_replaced() -> None:
+    base, opts = _job_with_options()
+    assert base["metadata"]["annotations"]["pulumi.com/replaceUnready"] == "true"
+    assert opts["delete_before_replace"] is True  # fixed name: the old Job must go before its replacement
+    names = {"base": base["metadata"]["name"]}
+    for key, value in [("dlcImage", "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.2"),
+                       ("gpuInstanceType", "g6.48xlarge"), ("gpuNodeCount", 3), ("efa", False),
+                       ("ncclDebug", "INFO")]:
+        cfg = {key: value, **({"allowSingleEfaNode": True} if key == "efa" else {})}
+        names[key] = _job_with_options(cfg)[0]["metadata"]["name"]
+    assert len(set(names.values())) == len(names), names
+    assert names["base"] == _job_with_options()[0]["metadata"]["name"]  # stable when nothing changed
