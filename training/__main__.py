@@ -46,8 +46,12 @@ EXIT_UNREACHABLE = 2
 """The cluster did not answer: --address unreachable, or the Ray auth token was refused (project-wide 'no answer')."""
 EXIT_RAY_START = 4
 """Ray could not start the local cluster."""
+DEBUG_ENV = "RAY_EFA_EKS_DEBUG"
+"""Set to 1 to get the traceback of an unexpected error (the CLI prints one line otherwise)."""
 PROBE_TIMEOUT_S = 10.0
 """TCP connect timeout for --address: ray.init on an unreachable GCS retries for minutes, a probe answers at once."""
+AGENT_WAIT_S = 60.0
+"""How long submit retries while a freshly started head has no job agent yet ("No available agent")."""
 TOKEN_HINT = ("the cluster runs Ray token auth: export RAY_AUTH_TOKEN=$(pulumi stack output rayAuthToken "
               "--show-secrets) (or RAY_AUTH_TOKEN_PATH=<file>) and retry")
 
@@ -295,12 +299,23 @@ def main_submit(args: argparse.Namespace, train: Sequence[str]) -> int:
         client = JobSubmissionClient(args.address)
         with tempfile.TemporaryDirectory(prefix="ray-efa-eks-submit-") as tmp:
             env["working_dir"] = str(stage_package(Path(tmp)))
-            job_id = client.submit_job(entrypoint=entry, runtime_env=env)
+            deadline = time.monotonic() + AGENT_WAIT_S
+            while True:
+                try:
+                    job_id = client.submit_job(entrypoint=entry, runtime_env=env)
+                    break
+                except RuntimeError as e:  # a head that just started has no job agent yet (HTTP 500)
+                    if "No available agent" not in str(e) or time.monotonic() > deadline:
+                        raise
+                    time.sleep(2)
     except AuthenticationError as e:
         raise CliError(EXIT_UNREACHABLE, f"the Ray Jobs API at {args.address} refused the request "
                                          f"({_first_line(e)}); {TOKEN_HINT}") from None
     except ConnectionError as e:
         raise CliError(EXIT_UNREACHABLE, f"cannot reach the Ray Jobs API at {args.address}: {_first_line(e)}") from None
+    except RuntimeError as e:  # the SDK's "Request failed with status code ..."
+        raise CliError(EXIT_UNREACHABLE, f"the Ray Jobs API at {args.address} did not take the job: "
+                                         f"{_first_line(e)}") from None
     print(f"submitted {job_id}: {entry}", flush=True)
     if args.no_wait:
         return EXIT_OK
@@ -360,6 +375,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         code, message = 130, "interrupted"
     except Exception as e:  # a failure we did not anticipate: one line, not a traceback
         code, message = EXIT_FAILED, f"unexpected {type(e).__name__}: {_first_line(e)}"
+        if os.environ.get(DEBUG_ENV):
+            import traceback
+
+            traceback.print_exc()
+        else:
+            message += f" (set {DEBUG_ENV}=1 for the traceback)"
     print(f"error: {message}", file=sys.stderr, flush=True)
     if as_json:
         print(json.dumps({"error": message, "exit_code": code}), flush=True)

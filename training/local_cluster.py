@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -25,6 +27,20 @@ _LIGHT_ENV = {
     # Ray Train's print patch tees worker prints to stdout and the log, so each line shows twice.
     "RAY_TRAIN_ENABLE_PRINT_PATCH": "0",
 }
+
+
+def add_worker_node(cluster: Cluster, num_cpus: int = 1, num_gpus: int = 0,
+                    object_store_memory: int = 80 * 1024**2):
+    """Add a worker node with its own Ray temp dir, as a pod has its own disk; removed by ``local_cluster``.
+
+    Nodes sharing the head's temp dir share one ``runtime_resources`` dir, and each node's runtime-env agent
+    deletes and re-extracts a job's working_dir there when it installs it: a job driver's working directory
+    (``python -m training`` from the submitted package) vanishes under it while it imports.
+    """
+    temp_dir = tempfile.mkdtemp(prefix="rn-")  # short: Ray's unix socket paths live under it
+    cluster.__dict__.setdefault("_node_temp_dirs", []).append(temp_dir)
+    return cluster.add_node(num_cpus=num_cpus, num_gpus=num_gpus, object_store_memory=object_store_memory,
+                            temp_dir=temp_dir)
 
 
 @contextmanager
@@ -51,10 +67,12 @@ def local_cluster(worker_nodes: int = 2, cpus_per_node: int = 1,
     cluster = Cluster(initialize_head=True, head_node_args=head)
     try:
         for _ in range(worker_nodes):
-            cluster.add_node(num_cpus=cpus_per_node, num_gpus=num_gpus, **common)
+            add_worker_node(cluster, cpus_per_node, num_gpus, object_store_memory)
         cluster.wait_for_nodes()
         ray.init(address=cluster.address, log_to_driver=True)
         yield cluster
     finally:
         ray.shutdown()
         cluster.shutdown()
+        for d in cluster.__dict__.get("_node_temp_dirs", []):
+            shutil.rmtree(d, ignore_errors=True)
