@@ -114,6 +114,8 @@ class StackConfig:
     """Envelope-encrypt Kubernetes secrets with a KMS key."""
     networkPolicy: bool = True
     """Only pods of the Ray namespace may reach the Ray head (VPC CNI NetworkPolicy enforcement on)."""
+    rayTokenAuth: bool = True
+    """Ray token auth (KubeRay authOptions, Ray >= 2.52): Jobs API, dashboard and GCS need the stack's token (output rayAuthToken)."""
 
     # -- access and egress (components/cluster.py, components/network.py) ----------------
     clusterAdminArns: list[str] = field(default_factory=list)
@@ -221,6 +223,14 @@ class StackConfig:
                               "use S3-safe path segments without leading/trailing slashes, e.g. ray-train") from None
         if self.checkpointNoncurrentVersionDays < 1:
             raise ConfigError("checkpointNoncurrentVersionDays", self.checkpointNoncurrentVersionDays, "must be >= 1")
+        if self.rayTokenAuth:
+            try:
+                ray_minor = tuple(int(p) for p in self.rayVersion.split(".")[:2])
+            except ValueError:
+                raise ConfigError("rayVersion", self.rayVersion, "must be MAJOR.MINOR.PATCH, e.g. 2.58.0") from None
+            if ray_minor < (2, 52):
+                raise ConfigError("rayTokenAuth", True, f"needs Ray >= 2.52 (rayVersion is {self.rayVersion}); use a "
+                                  "newer dlcImage/rayVersion or set rayTokenAuth: false")
         if not 1 <= self.imdsHopLimit <= 64:
             raise ConfigError("imdsHopLimit", self.imdsHopLimit, "must be 1..64; 1 blocks pods from IMDS, 2 allows them")
         for key in ("clusterAdminArns", "clusterViewerArns"):

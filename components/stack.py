@@ -108,6 +108,8 @@ class EfaRayClusterArgs(TypedDict, total=False):
     """Envelope-encrypt Kubernetes secrets with a KMS key."""
     networkPolicy: bool
     """Only pods of the Ray namespace may reach the Ray head (VPC CNI NetworkPolicy enforcement on)."""
+    rayTokenAuth: bool
+    """Ray token auth (KubeRay authOptions, Ray >= 2.52): Jobs API, dashboard and GCS need the stack's token (output rayAuthToken)."""
     clusterAdminArns: list[str]
     """IAM role/user ARNs given EKS access entries with AmazonEKSClusterAdminPolicy (kubectl, port-forward to Ray)."""
     clusterViewerArns: list[str]
@@ -163,6 +165,8 @@ class EfaRayCluster(pulumi.ComponentResource):
     """s3:// URI Ray Train stores checkpoints under (when checkpointBucket is on)."""
     efa_check_logs_command: pulumi.Output[Optional[str]]
     """kubectl command for the EFA check Job's log (when the check runs)."""
+    ray_auth_token: pulumi.Output[Optional[str]]
+    """Ray token for the Jobs API and dashboard (secret; when rayTokenAuth is on): export RAY_AUTH_TOKEN=$(pulumi stack output rayAuthToken --show-secrets)."""
     gpu_capacity_block_end: pulumi.Output[Optional[str]]
     """When the GPU nodes' Capacity Block ends (UTC, from EC2; gpuCapacity capacity-block only): EC2 starts terminating its instances 30 minutes before, so park them (gpuNodeCount 0) earlier."""
 
@@ -228,6 +232,7 @@ class EfaRayCluster(pulumi.ComponentResource):
             provider=cluster.provider, image=cfg.dlcImage, ray_version=cfg.rayVersion, nccl_debug=cfg.ncclDebug,
             namespace=RAY_NAMESPACE, service_account_name=RAY_SERVICE_ACCOUNT,
             storage_path=storage.storage_uri if storage else None, network_policy=cfg.networkPolicy,
+            token_auth=cfg.rayTokenAuth,
             worker_groups=[WorkerGroupArgs(name="gpu", instance_type=cfg.gpu_type, replicas=cfg.gpuNodeCount,
                                            efa=cfg.efa)],
             # Pod identity is injected at pod start: the association and the agent must exist before the pods.
@@ -238,8 +243,8 @@ class EfaRayCluster(pulumi.ComponentResource):
                 provider=cluster.provider, image=cfg.dlcImage, namespace=ray.namespace,
                 dashboard_address=ray.dashboard_address, ray_cluster=ray.custom_resource,
                 blocking=cfg.efaCheckBlocking, min_busbw_gbps=cfg.efaCheckMinBusbwGbps,
-                instance_type=cfg.gpu_type, node_count=cfg.gpuNodeCount, efa=cfg.efa, nccl_debug=cfg.ncclDebug),
-                opts=child)
+                instance_type=cfg.gpu_type, node_count=cfg.gpuNodeCount, efa=cfg.efa, nccl_debug=cfg.ncclDebug,
+                auth_secret_name=ray.auth_secret_name), opts=child)
 
         teardown: list[Any] = [
             "pulumi config set --type int gpuNodeCount 0 && pulumi up   # GPU nodes first: the expensive part",
@@ -277,6 +282,7 @@ class EfaRayCluster(pulumi.ComponentResource):
         self.checkpoint_bucket = bucket.name if bucket is not None else None
         self.checkpoint_storage_uri = storage.storage_uri if storage is not None else None
         self.efa_check_logs_command = out(check.logs_command) if check is not None else None
+        self.ray_auth_token = ray.auth_token
         self.gpu_capacity_block_end = out(block.end_date) if block is not None and block.end_date else None
         self.register_outputs({k: v for k, v in self.outputs().items()})
 
@@ -291,5 +297,6 @@ class EfaRayCluster(pulumi.ComponentResource):
             "headServiceName": self.head_service_name, "rayDashboard": self.ray_dashboard,
             "checkpointBucket": self.checkpoint_bucket, "checkpointStorageUri": self.checkpoint_storage_uri,
             "efaCheckLogsCommand": self.efa_check_logs_command, "gpuCapacityBlockEnd": self.gpu_capacity_block_end,
+            "rayAuthToken": self.ray_auth_token,
         }
         return {k: v for k, v in names.items() if v is not None}
