@@ -182,3 +182,67 @@ def test_extra_worker_group_from_another_repo():
                                                            node_selector={"pool": "p5"})]))
     jsonschema.validate({"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "x"}, "spec": spec}, SCHEMA)
     assert [g["groupName"] for g in spec["workerGroupSpecs"]] == ["gpu", "big"]
+
+
+# --- Ray token auth (issue 18.1) ---------------------------------------------------------------
+
+
+SHARED_CRD = Path(__file__).resolve().parents[2] / "shared/schemas/kuberay-v1.7.0/ray.io_rayclusters.yaml"
+
+
+def _secret_wrapped(value) -> bool:
+    from pulumi.runtime import rpc
+
+    return isinstance(value, dict) and value.get(rpc._special_sig_key) == rpc._special_secret_sig
+
+
+def test_token_auth_on_by_default(default_run):
+    rc = raycluster(default_run)
+    assert rc["spec"]["authOptions"] == {"mode": "token", "secretName": "ray-auth-token"}
+    schemas = [SCHEMA] + ([next(v for v in yaml.safe_load(SHARED_CRD.read_text())["spec"]["versions"]
+                                if v["name"] == "v1")["schema"]["openAPIV3Schema"]] if SHARED_CRD.exists() else [])
+    for schema in schemas:  # KubeRay 1.7's CRD: authOptions.mode is an enum, secretName a string
+        jsonschema.validate({"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": rc["metadata"],
+                             "spec": rc["spec"]}, schema)
+        bad = {**rc["spec"], "authOptions": {"mode": "tokens", "secretName": "ray-auth-token"}}
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate({"apiVersion": "ray.io/v1", "kind": "RayCluster", "spec": bad}, schema)
+    secret = default_run.one("kubernetes:core/v1:Secret", "auth-token")
+    assert secret["metadata"] == {"name": "ray-auth-token", "namespace": "ray"}
+    assert _secret_wrapped(secret["stringData"])  # the token never appears in plain text in state or diffs
+    password = default_run.one("random:index/randomPassword:RandomPassword")
+    assert password.inputs == {"length": 64, "special": False}  # no keepers: generated once, stable across ups
+    assert "rayAuthToken" in default_run.outputs
+    env = default_run.one("kubernetes:batch/v1:Job")["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert {"name": "RAY_AUTH_MODE", "value": "token"} in env
+    assert {"name": "RAY_AUTH_TOKEN",
+            "valueFrom": {"secretKeyRef": {"name": "ray-auth-token", "key": "auth_token"}}} in env
+
+
+def test_token_is_not_regenerated_by_the_program():
+    # Same program, same config -> same inputs: a token made in Python would differ on every run (a new Secret
+    # value, every Ray pod restarted); RandomPassword keeps it in state.
+    a, b = run_program(), run_program()
+    for typ in ("random:index/randomPassword:RandomPassword", "kubernetes:core/v1:Secret"):
+        assert a.of_type(typ), typ
+        assert [r.inputs for r in a.of_type(typ)] == [r.inputs for r in b.of_type(typ)]
+
+
+def test_token_auth_off():
+    run = run_program({"rayTokenAuth": "false"})
+    assert "authOptions" not in raycluster(run)["spec"]
+    assert not run.of_type("kubernetes:core/v1:Secret") and not run.of_type("random:index/randomPassword:RandomPassword")
+    container = run.one("kubernetes:batch/v1:Job")["spec"]["template"]["spec"]["containers"][0]
+    assert not any(e["name"].startswith("RAY_AUTH") for e in container.get("env", []))
+    assert "rayAuthToken" not in run.outputs
+
+
+def test_token_auth_needs_ray_2_52():
+    from ray_efa_eks.components.config import ConfigError, StackConfig
+
+    with pytest.raises(ConfigError, match=r"rayTokenAuth = True is invalid: needs Ray >= 2.52 \(rayVersion is 2.51.0\)"):
+        StackConfig.from_mapping({"rayVersion": "2.51.0"})
+    StackConfig.from_mapping({"rayVersion": "2.51.0", "rayTokenAuth": "false"})
+    with pytest.raises(ValueError, match="Ray token auth needs Ray >= 2.52"):
+        build_spec(_args(ray_version="2.49.1"))
+    assert "authOptions" not in build_spec(_args(ray_version="2.49.1", token_auth=False))

@@ -126,3 +126,54 @@ def test_cli_json_last_line(tmp_path):
     assert summary["storage_path"] == str(tmp_path)
     assert (tmp_path / "cli" / "step_000010" / ".metadata").exists()
     assert "wall_s" in summary
+
+
+# -- the CLI: submit's working dir, and no tracebacks (exit codes in training/__main__.py's docstring) -------------
+
+def test_submit_ships_the_training_package_alone(tmp_path):
+    import importlib.resources
+
+    from ray_efa_eks.training.__main__ import stage_package
+
+    wd = stage_package(tmp_path)
+    assert [p.name for p in wd.iterdir()] == ["training"]  # not the repo, not site-packages
+    pkg = importlib.resources.files("ray_efa_eks.training")
+    want = sorted(p.name for p in pkg.iterdir() if p.name.endswith(".py"))
+    assert sorted(p.name for p in (wd / "training").iterdir()) == want
+    assert (wd / "training" / "trainer.py").read_bytes() == (pkg / "trainer.py").read_bytes()
+
+
+def _cli(*args: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ray_efa_eks.training", *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def _one_clear_line(proc: subprocess.CompletedProcess, code: int, *words: str) -> dict:
+    assert proc.returncode == code, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error: ")]
+    assert len(errors) == 1 and all(w in errors[0] for w in words), proc.stderr[-2000:]
+    last = json.loads(proc.stdout.strip().splitlines()[-1]) if "--json" in proc.args else {}
+    assert not last or last["exit_code"] == code
+    return last
+
+
+def test_cli_unreachable_address_exits_2():
+    _one_clear_line(_cli("--address", "127.0.0.1:1", "--json"), 2, "cannot reach the Ray cluster", "127.0.0.1:1")
+    _one_clear_line(_cli("submit", "--address", "http://127.0.0.1:1", "--", "--steps", "2"), 2,
+                    "cannot reach the Ray Jobs API")
+
+
+def test_cli_ray_that_cannot_start_exits_4(tmp_path):
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("")
+    out = _one_clear_line(_cli("--json", env={"RAY_TMPDIR": str(not_a_dir)}), 4, "Ray could not start")
+    assert "Not a directory" in out["error"]
+
+
+@pytest.mark.parametrize("args", [["--steps", "0"], ["--fail-at-step", "3"], ["--bogus"],
+                                  ["submit", "--env", "NOEQUALS"], ["submit", "--", "--stepz", "3"],
+                                  ["submit", "--", "--address", "auto"], ["submit", "--address", "127.0.0.1:8265"]])
+def test_cli_usage_errors_exit_64(args):
+    proc = _cli(*args)
+    assert proc.returncode == 64 and "Traceback" not in proc.stderr, proc.stderr[-2000:]

@@ -17,7 +17,8 @@ Exit codes (never a traceback):
     0   the run (or the submitted job) finished
     1   the run failed: it exhausted --max-failures (resume with the same --name and --storage-path), or the
         submitted job failed (``submit`` returns the job's own non-zero exit code when it has one)
-    2   no answer from the cluster: --address unreachable, or the cluster refused the Ray auth token
+    2   no answer from the cluster: --address unreachable, the Jobs API did not take the job, or the cluster
+        refused the Ray auth token
     4   Ray could not start (the local cluster of a run without --address)
     64  usage error (bad arguments)
 """
@@ -142,6 +143,24 @@ def _first_line(e: BaseException) -> str:
     return (text.splitlines() or [type(e).__name__])[0]
 
 
+def _last_line(e: BaseException, limit: int = 140) -> str:
+    """The last line of an error's text: for a remote error (its traceback in the text), the error itself."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    return (lines[-1] if lines else type(e).__name__)[:limit]
+
+
+def failure_summary(e: BaseException) -> str:
+    """One line for a Ray Train failure: each failed rank (or the controller) and its error's last line."""
+    per_rank = getattr(e, "worker_failures", None)
+    if per_rank:
+        return "; ".join(f"rank {rank}: {type(err).__name__}: {_last_line(err)}"
+                         for rank, err in sorted(per_rank.items()))
+    cause = getattr(e, "controller_failure", None)
+    if cause is not None:
+        return f"controller: {type(cause).__name__}: {_last_line(cause)}"
+    return _last_line(e)
+
+
 # -- train ----------------------------------------------------------------------------------------------------
 
 def run_training(args: argparse.Namespace) -> dict:
@@ -163,12 +182,16 @@ def run_training(args: argparse.Namespace) -> dict:
     try:
         result = trainer.fit()
     except Exception as e:
+        from ray.exceptions import RayActorError
         from ray.train import TrainingFailedError
 
+        resume = f"rerun with --name {name} and the same --storage-path ({storage}) to resume from its latest checkpoint"
         if isinstance(e, TrainingFailedError):
             raise CliError(EXIT_FAILED, f"training run {name!r} failed after --max-failures {args.max_failures} "
-                                        f"restart(s): {_first_line(e)}; rerun with --name {name} and the same "
-                                        f"--storage-path ({storage}) to resume from its latest checkpoint") from None
+                                        f"restart(s): {failure_summary(e)}; {resume}") from None
+        if isinstance(e, RayActorError):  # the Ray Train controller itself died (its node or process went away)
+            raise CliError(EXIT_FAILED, f"training run {name!r} failed: the Ray Train controller died "
+                                        f"({type(e).__name__}: {_last_line(e)}); {resume}") from None
         raise
     wall = time.perf_counter() - t0
     m = result.return_value  # rank 0's last metrics (Result.metrics only holds checkpointed ones)
