@@ -61,10 +61,10 @@ def test_schema_token_inputs_and_outputs(schema):
         "gpuNodeCount": "integer", "gpuInstanceType": "string", "efaInterfacesPerNode": "integer",
         "estimatedHourlyUsd": "number", "costNotes": "array", "teardownOrder": "array", "headServiceName": "string",
         "rayDashboard": "string", "checkpointBucket": "string", "checkpointStorageUri": "string",
-        "efaCheckLogsCommand": "string", "gpuCapacityBlockEnd": "string"}
+        "efaCheckLogsCommand": "string", "gpuCapacityBlockEnd": "string", "rayAuthToken": "string"}
     assert all(outputs[k].get("description") for k in outputs)
     optional = {"checkpointBucket", "checkpointStorageUri", "efaCheckLogsCommand", "gpuCapacityBlockEnd",
-                "estimatedHourlyUsd"}
+                "estimatedHourlyUsd", "rayAuthToken"}
     assert set(res["required"]) == set(outputs) - optional
 
 
