@@ -90,7 +90,11 @@ def cluster(home):
         try:
             proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
-            proc.kill()
+            proc.terminate()  # the driver's SIGTERM handler still runs local_cluster's cleanup
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
 
 
 def run(cmd: list[str] | str, env: dict[str, str], timeout: float, **kw) -> subprocess.CompletedProcess:
