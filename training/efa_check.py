@@ -55,6 +55,14 @@ try:  # issue 15's EFA hardware-counter witness
     from . import efa_counters as _counters
 except ImportError:
     _counters = None
+try:  # issue 16's stack drift probe and report
+    from . import stack_probe as _probe
+except ImportError:
+    _probe = None
+try:
+    from . import report as _report
+except ImportError:
+    _report = None
 
 ENV_VARS = ("FI_PROVIDER", "NCCL_NET_PLUGIN", "NCCL_SOCKET_IFNAME", "FI_EFA_USE_DEVICE_RDMA", "NCCL_NET", "LD_LIBRARY_PATH")
 
@@ -281,7 +289,13 @@ class _Rank:
         for f in glob.glob(os.path.join(logdir, "*")):
             with open(f, "rb") as fh:
                 logs[f"{socket.gethostname()}:{os.path.basename(f)}"] = fh.read()
-        return {"rank": rank, "results": results, "logs": logs, "probe": probe_env(), "error": error}
+        stack = None
+        if _probe is not None:
+            try:
+                stack = _probe.probe(nccl_log=b"".join(logs.values()).decode("utf-8", "replace"))
+            except Exception as e:  # noqa: BLE001 - a probe failure must not hide the verdict
+                stack = {"error": f"{type(e).__name__}: {e}"}
+        return {"rank": rank, "results": results, "logs": logs, "probe": probe_env(), "error": error, "stack": stack}
 
 
 def _get(refs, timeout: float, stage_what: str, actors=()):
@@ -361,7 +375,7 @@ def run_check(backend: str, min_bytes: int, max_bytes: int, iters: int = 5, *, n
             ray.kill(a)
         remove_placement_group(pg)
     return {"world": len(actors), "nodes": len(nodes), "outs": outs, "preflight": pre,
-            "counters": {"before": before, "after": after}, "sweep_module": entries is not None}
+            "counters": {"before": before, "after": after}, "sweep_module": entries is not None, "iters": iters}
 
 
 # ---------------------------------------------------------------- verdict
@@ -383,6 +397,20 @@ def _summarize(outs: list[dict], world: int) -> list[dict]:
         sweep.append({"collective": "all_reduce", "bytes": r0["bytes"], "time_us": t * 1e6, "algbw_gbps": alg,
                       "busbw_gbps": busbw(alg, world)})
     return sweep
+
+
+def _counter_witness(data: dict, sweep: list[dict], log_verdict: str):
+    """issue 15's second witness: EFA counter deltas per node against the bytes the all-reduces had to move."""
+    snaps = (data.get("counters") or {})
+    if _counters is None or not snaps.get("before"):
+        return None
+    before = {s["host"]: s.get("snapshot") for s in snaps["before"] if s}
+    after = {s["host"]: s.get("snapshot") for s in snaps.get("after") or [] if s}
+    deltas = {h: _counters.counter_delta(before[h] or {}, after.get(h) or {}) for h in before if h in after}
+    iters = data.get("iters", 5) + 1  # run_sweep: one checked call + iters timed
+    reduced = sum(r["bytes"] * iters for r in sweep if r.get("collective") == "all_reduce")
+    expected = _counters.allreduce_bytes_per_node(reduced, data["world"], data["nodes"])
+    return _counters.judge_counters(deltas, expected, log_verdict)
 
 
 def judge(data: dict, backend: str, min_busbw_gbps: float | None, expect: dict[str, Any] | None = None) -> dict:
@@ -407,6 +435,9 @@ def judge(data: dict, backend: str, min_busbw_gbps: float | None, expect: dict[s
     else:
         try:
             rep = _analyze(logs, expect or {})
+            witness = _counter_witness(data, sweep, rep.verdict) if backend == "nccl" else None
+            if witness is not None:
+                rep = _counters.combine(rep, witness)
             verdict, network, provider = rep.verdict, rep.network, rep.provider
             reasons += rep.reasons
             hints += rep.hints
@@ -489,7 +520,16 @@ def parser() -> ArgumentParser:
     ap.add_argument("--min-bytes", type=int)
     ap.add_argument("--max-bytes", type=int)
     ap.add_argument("--iters", type=int, default=5)
-    ap.add_argument("--min-busbw-gbps", type=float)
+    ap.add_argument("--min-busbw-gbps", type=float, help="fail below this peak all-reduce busbw (GB/s)")
+    ap.add_argument("--efa-gbps", type=float, help="EFA line rate per node, Gbit/s (catalogue), for the fraction")
+    ap.add_argument("--min-busbw-fraction", type=float,
+                    help="fail when large-message busbw of any collective is below this fraction of --efa-gbps")
+    ap.add_argument("--compare-socket", action="store_true",
+                    help="run the sweep again in fresh ranks with NCCL_NET=Socket and report EFA/Socket busbw ratios")
+    ap.add_argument("--manifest", help="the image's version manifest as JSON (stack config)")
+    ap.add_argument("--image", help="image reference, to pick a known manifest (default $RAY_EFA_EKS_IMAGE)")
+    ap.add_argument("--strict-versions", action="store_true", help="a version that differs from the manifest fails")
+    ap.add_argument("--report", metavar="DIR", help="write report.md and busbw.png there (text also to stderr)")
     ap.add_argument("--json", action="store_true", help="print one JSON object (last stdout line block)")
     return ap
 
@@ -508,6 +548,34 @@ def check(a) -> dict:
     r = judge(data, backend, a.min_busbw_gbps, {"expect_nodes": a.expect_nodes, "expect_nics": a.expect_nics,
                                                 "expect_gdrdma": a.expect_gdrdma or None})
     r["expected"] = expected
+    r["rows"] = r["sweep"]
+    fail: list[str] = []
+    if a.compare_socket and _sweep is not None and not r.get("failure"):
+        # fresh actors: NCCL reads NCCL_NET at communicator init, so the Socket sweep needs new processes
+        sock = run_check(backend, lo, hi, a.iters, nodes=nodes, gpus_per_node=a.expect_gpus_per_node if gpu else 0,
+                         timeout_s=a.timeout_s, wait_s=a.wait_s, preset=a.preset, env_vars=dict(_sweep.SOCKET_ENV))
+        r["socket_rows"] = _summarize(sock["outs"], sock["world"])
+        r["comparison"] = _sweep.compare(r["rows"], r["socket_rows"])
+    if _sweep is not None:
+        r["line_rate"] = _sweep.line_rate(r["rows"], a.efa_gbps)
+        why = _sweep.below_floor(r["line_rate"], a.min_busbw_fraction)
+        if why:
+            fail.append(why)
+    if _probe is not None:
+        r["stack_probes"] = [o.get("stack") or {} for o in data["outs"]]
+        try:
+            manifest = _probe.parse_manifest(a.manifest) if a.manifest else _probe.manifest_for(
+                a.image or os.environ.get("RAY_EFA_EKS_IMAGE"))
+        except ValueError as e:
+            manifest = None
+            r["reasons"].append(f"--manifest: {e}")
+        r["versions"] = _probe.compare_versions(r["stack_probes"], manifest, a.strict_versions)
+        if r["versions"]["status"] == "failure":
+            fail += r["versions"]["reasons"]
+    if fail:
+        r["reasons"] += fail
+        if r["code"] == 0:  # efa, but below the line-rate floor or with ranks on different stacks
+            r["verdict"], r["code"] = "failed", 1
     return r
 
 
@@ -532,6 +600,13 @@ def main(argv: list[str] | None = None) -> int:
         tb = traceback.extract_tb(e.__traceback__)[-1]
         r = failure_result(CheckFailed("internal", f"{type(e).__name__}: {e} ({os.path.basename(tb.filename)}:"
                                                    f"{tb.lineno})"), expected)
+    if a.report and _report is not None:
+        try:
+            out = _report.write_report(a.report, r, a.efa_gbps)
+            r["report"] = {k: out[k] for k in ("report_md", "png", "plot_error")}
+            print(out["text"], file=sys.stderr, flush=True)  # readable in the Job log, files or not
+        except Exception as e:  # noqa: BLE001 - the verdict stands without its report
+            r["report"] = {"error": f"{type(e).__name__}: {e}"}
     try:
         print(json.dumps(r, indent=2, default=str) if a.json else _table(r), flush=True)
     except BrokenPipeError:
