@@ -82,6 +82,14 @@ class StackConfig:
     """Make ``pulumi up`` wait for (and fail on) the EFA check Job."""
     efaCheckMinBusbwGbps: float = 0.0
     """Fail the EFA check below this all-reduce bus bandwidth (GB/s); 0 = verdict only."""
+    efaCheckMinBusbwFraction: float = 0.0
+    """Fail the EFA check when large-message busbw is below this fraction of the type's EFA line rate; 0 = off."""
+    efaCheckCompareSocket: bool = False
+    """Also sweep with NCCL forced onto TCP sockets and report the EFA/Socket ratio (doubles the sweep time)."""
+    efaCheckStrictVersions: bool = False
+    """Fail the EFA check when a rank's torch/CUDA/NCCL/OFI/Ray version differs from the image manifest."""
+    efaCheckWaitSeconds: int = 1200
+    """How long the EFA check waits for every GPU node to join Ray (boot + image pull) before it fails."""
 
     # -- GPU capacity (components/capacity.py) ------------------------------------------
     gpuCapacity: str = "on-demand"
@@ -172,6 +180,12 @@ class StackConfig:
 
     def validate(self) -> None:
         """Raise ConfigError for the first setting that cannot work."""
+        if not 0.0 <= self.efaCheckMinBusbwFraction <= 1.0:
+            raise ConfigError("efaCheckMinBusbwFraction", self.efaCheckMinBusbwFraction,
+                              "a fraction of the EFA line rate: set 0 (off) to 1, e.g. 0.5")
+        if self.efaCheckWaitSeconds < 60:
+            raise ConfigError("efaCheckWaitSeconds", self.efaCheckWaitSeconds,
+                              "GPU nodes need minutes to boot and pull the image: set at least 60 (default 1200)")
         gpu = CATALOGUE.get(self.gpuInstanceType)
         if gpu is None:
             raise ConfigError("gpuInstanceType", self.gpuInstanceType, f"unknown instance type; supported: {', '.join(sorted(CATALOGUE))}")

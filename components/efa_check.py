@@ -18,6 +18,7 @@ the failed Job and every later up fails the same way), delete-before-replace sin
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib.resources
 import json
@@ -94,7 +95,13 @@ class EfaCheckJobArgs:
     auth_secret_name: str | None = None
     """The RayCluster's token Secret (Ray token auth): the container gets RAY_AUTH_MODE=token and
     RAY_AUTH_TOKEN from its ``auth_token`` key, so ``ray job submit/logs/status`` authenticate."""
+    min_busbw_fraction: float = 0.0
+    """Fail below this fraction of the type's EFA line rate (catalogue ``efa_gbps``); 0 = off."""
+    compare_socket: bool = False
+    """Second sweep with NCCL on TCP sockets (EFA/Socket ratio); the sweep budget doubles."""
+    strict_versions: bool = False
     deadlines: Deadlines = field(default_factory=Deadlines)
+    """``sweeps`` follows ``compare_socket``."""
     extra_check_args: list[str] = field(default_factory=list)
     """More ``training.efa_check`` arguments (e.g. ``--compare-socket``; set ``deadlines.sweeps`` to match)."""
 
@@ -109,7 +116,9 @@ def training_files() -> dict[str, str]:
 
 
 def check_args(instance_type: InstanceType | None, node_count: int, deadlines: Deadlines,
-               min_busbw_gbps: float = 0.0, extra: list[str] | None = None) -> list[str]:
+               min_busbw_gbps: float = 0.0, extra: list[str] | None = None, *, image: str | None = None,
+               min_busbw_fraction: float = 0.0, compare_socket: bool = False,
+               strict_versions: bool = False) -> list[str]:
     """``training.efa_check`` arguments: the declared topology and the deadlines, from the catalogue and config."""
     args = ["--json", "--address", "auto", "--expect-nodes", str(node_count),
             "--wait-s", str(deadlines.topology_wait_s), "--timeout-s", str(deadlines.sweep_timeout_s)]
@@ -119,8 +128,19 @@ def check_args(instance_type: InstanceType | None, node_count: int, deadlines: D
             args += ["--expect-nics", str(instance_type.max_efa_interfaces)]
         if instance_type.gpudirect_rdma:
             args.append("--expect-gdrdma")
+        gbps = getattr(instance_type, "efa_gbps", None)
+        if gbps:
+            args += ["--efa-gbps", f"{gbps:g}"]
+    if image:
+        args += ["--image", image]
     if min_busbw_gbps > 0:
         args += ["--min-busbw-gbps", str(min_busbw_gbps)]
+    if min_busbw_fraction > 0:
+        args += ["--min-busbw-fraction", str(min_busbw_fraction)]
+    if compare_socket:
+        args.append("--compare-socket")
+    if strict_versions:
+        args.append("--strict-versions")
     return args + list(extra or [])
 
 
@@ -191,8 +211,10 @@ class EfaCheckJob(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self, provider=args.provider)
         code = k8s.core.v1.ConfigMap(f"{name}-code", metadata={"name": f"{name}-code", "namespace": args.namespace},
                                      data=training_files(), opts=child)
-        d = args.deadlines
-        cargs = check_args(args.instance_type, args.node_count, d, args.min_busbw_gbps, args.extra_check_args)
+        d = dataclasses.replace(args.deadlines, sweeps=2 if args.compare_socket else 1)
+        cargs = check_args(args.instance_type, args.node_count, d, args.min_busbw_gbps, args.extra_check_args,
+                           image=args.image, min_busbw_fraction=args.min_busbw_fraction,
+                           compare_socket=args.compare_socket, strict_versions=args.strict_versions)
         nccl_env = efa_env(args.instance_type, args.efa, args.nccl_debug, args.nccl_net_plugin) \
             if args.instance_type is not None else []
         annotations = {"pulumi.com/replaceUnready": "true"}

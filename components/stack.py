@@ -25,7 +25,7 @@ from .cluster import Cluster, ClusterArgs
 from .config import ConfigError, StackConfig
 from .cost import estimate
 from .device_plugins import DevicePlugins, DevicePluginsArgs
-from .efa_check import EfaCheckJob, EfaCheckJobArgs
+from .efa_check import Deadlines, EfaCheckJob, EfaCheckJobArgs
 from .kuberay import KubeRayOperator, KubeRayOperatorArgs
 from .launch_template import NodeHardening
 from .network import Network, NetworkArgs
@@ -82,6 +82,14 @@ class EfaRayClusterArgs(TypedDict, total=False):
     """Make ``pulumi up`` wait for (and fail on) the EFA check Job."""
     efaCheckMinBusbwGbps: float
     """Fail the EFA check below this all-reduce bus bandwidth (GB/s); 0 = verdict only."""
+    efaCheckMinBusbwFraction: float
+    """Fail the EFA check when large-message busbw is below this fraction of the type's EFA line rate; 0 = off."""
+    efaCheckCompareSocket: bool
+    """Also sweep with NCCL forced onto TCP sockets and report the EFA/Socket ratio (doubles the sweep time)."""
+    efaCheckStrictVersions: bool
+    """Fail the EFA check when a rank's torch/CUDA/NCCL/OFI/Ray version differs from the image manifest."""
+    efaCheckWaitSeconds: int
+    """How long the EFA check waits for every GPU node to join Ray (boot + image pull) before it fails."""
     gpuCapacity: str
     """on-demand | reservation (an ODCR) | capacity-block (Capacity Block for ML); the last two need availabilityZone."""
     gpuCapacityReservationId: str
@@ -244,6 +252,8 @@ class EfaRayCluster(pulumi.ComponentResource):
                 dashboard_address=ray.dashboard_address, ray_cluster=ray.custom_resource,
                 blocking=cfg.efaCheckBlocking, min_busbw_gbps=cfg.efaCheckMinBusbwGbps,
                 instance_type=cfg.gpu_type, node_count=cfg.gpuNodeCount, efa=cfg.efa, nccl_debug=cfg.ncclDebug,
+                min_busbw_fraction=cfg.efaCheckMinBusbwFraction, compare_socket=cfg.efaCheckCompareSocket,
+                strict_versions=cfg.efaCheckStrictVersions, deadlines=Deadlines(topology_wait_s=cfg.efaCheckWaitSeconds),
                 auth_secret_name=ray.auth_secret_name), opts=child)
 
         teardown: list[Any] = [

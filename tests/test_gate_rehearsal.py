@@ -132,7 +132,9 @@ def test_the_stack_renders_the_rehearsed_script(tmp_path):
     cmd = job["spec"]["template"]["spec"]["containers"][0]["command"]
     from ray_efa_eks.components.instances import CATALOGUE
 
-    args = check_args(CATALOGUE["g6.12xlarge"], 2, Deadlines())
+    image = job["spec"]["template"]["spec"]["containers"][0]["image"]
+    args = check_args(CATALOGUE["g6.12xlarge"], 2, Deadlines(), image=image)
+    assert "--efa-gbps" in args and "--compare-socket" not in args
     assert cmd[2] == check_script("http://ray-head-svc.ray.svc.cluster.local:8265", args, Deadlines(), MOUNT)
     assert args[args.index("--expect-gpus-per-node") + 1] == "4" and args[args.index("--expect-nics") + 1] == "1"
     assert job["spec"]["activeDeadlineSeconds"] == Deadlines().active_deadline_s
@@ -248,3 +250,13 @@ def test_job_reruns_when_what_it_vouches_for_changes_and_a_failed_job_is_replace
         names[key] = _job_with_options(cfg)[0]["metadata"]["name"]
     assert len(set(names.values())) == len(names), names
     assert names["base"] == _job_with_options()[0]["metadata"]["name"]  # stable when nothing changed
+
+
+def test_compare_socket_doubles_the_sweep_budget_and_the_await() -> None:
+    base, opts = _job_with_options()
+    cmp_, cmp_opts = _job_with_options({"efaCheckCompareSocket": True, "efaCheckWaitSeconds": 600})
+    d = Deadlines(topology_wait_s=600, sweeps=2)
+    assert "--compare-socket" in cmp_["spec"]["template"]["spec"]["containers"][0]["command"][2]
+    assert cmp_["spec"]["activeDeadlineSeconds"] == d.active_deadline_s
+    assert _secs(cmp_opts["timeouts"][0]) == d.pulumi_timeout_s
+    assert cmp_["metadata"]["name"] != base["metadata"]["name"]
