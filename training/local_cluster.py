@@ -40,7 +40,7 @@ def add_worker_node(cluster: Cluster, num_cpus: int = 1, num_gpus: int = 0,
     temp_dir = tempfile.mkdtemp(prefix="rn-")  # short: Ray's unix socket paths live under it
     cluster.__dict__.setdefault("_node_temp_dirs", []).append(temp_dir)
     return cluster.add_node(num_cpus=num_cpus, num_gpus=num_gpus, object_store_memory=object_store_memory,
-                            temp_dir=temp_dir)
+                            temp_dir=temp_dir, dashboard_agent_listen_port=0)
 
 
 @contextmanager
@@ -61,7 +61,9 @@ def local_cluster(worker_nodes: int = 2, cpus_per_node: int = 1,
     for k, v in _LIGHT_ENV.items():
         os.environ.setdefault(k, v)
     common = {"object_store_memory": object_store_memory}
-    head = {"num_cpus": 0, "include_dashboard": dashboard, **common}
+    # Every node's dashboard agent listens on 52365 by default: with a second local cluster on the machine (tests
+    # side by side) the head's agent cannot bind it and the Jobs API answers "No available agent" forever.
+    head = {"num_cpus": 0, "include_dashboard": dashboard, "dashboard_agent_listen_port": 0, **common}
     if dashboard:
         head["dashboard_port"] = dashboard_port
     cluster = Cluster(initialize_head=True, head_node_args=head)
