@@ -231,7 +231,8 @@ def test_token_is_not_regenerated_by_the_program():
 def test_token_auth_off():
     run = run_program({"rayTokenAuth": "false"})
     assert "authOptions" not in raycluster(run)["spec"]
-    assert not run.of_type("kubernetes:core/v1:Secret") and not run.of_type("random:index/randomPassword:RandomPassword")
+    assert not run.of_type("kubernetes:core/v1:Secret")
+    assert not run.of_type("random:index/randomPassword:RandomPassword")
     container = run.one("kubernetes:batch/v1:Job")["spec"]["template"]["spec"]["containers"][0]
     assert not any(e["name"].startswith("RAY_AUTH") for e in container.get("env", []))
     assert "rayAuthToken" not in run.outputs
@@ -240,7 +241,7 @@ def test_token_auth_off():
 def test_token_auth_needs_ray_2_52():
     from ray_efa_eks.components.config import ConfigError, StackConfig
 
-    with pytest.raises(ConfigError, match=r"rayTokenAuth = True is invalid: needs Ray >= 2.52 \(rayVersion is 2.51.0\)"):
+    with pytest.raises(ConfigError, match=r"rayTokenAuth = True is invalid: needs Ray >= 2\.52 \(rayVersion is 2\.51"):
         StackConfig.from_mapping({"rayVersion": "2.51.0"})
     StackConfig.from_mapping({"rayVersion": "2.51.0", "rayTokenAuth": "false"})
     with pytest.raises(ValueError, match="Ray token auth needs Ray >= 2.52"):

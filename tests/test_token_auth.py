@@ -33,7 +33,7 @@ from ray_efa_eks.components.raycluster import AUTH_TOKEN_KEY, TOKEN_LENGTH  # no
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = str(Path(sys.executable).parent)
-TOKEN = "".join(secrets.choice(string.ascii_letters + string.digits) for _ in range(TOKEN_LENGTH))  # RandomPassword's alphabet
+TOKEN = "".join(secrets.choice(string.ascii_letters + string.digits) for _ in range(TOKEN_LENGTH))  # as RandomPassword
 AUTH_VARS = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_ADDRESS")
 
 SERVER = """

@@ -185,7 +185,8 @@ def run_training(args: argparse.Namespace) -> dict:
         from ray.exceptions import RayActorError
         from ray.train import TrainingFailedError
 
-        resume = f"rerun with --name {name} and the same --storage-path ({storage}) to resume from its latest checkpoint"
+        resume = (f"rerun with --name {name} and the same --storage-path ({storage}) to resume from its latest "
+                  "checkpoint")
         if isinstance(e, TrainingFailedError):
             raise CliError(EXIT_FAILED, f"training run {name!r} failed after --max-failures {args.max_failures} "
                                         f"restart(s): {failure_summary(e)}; {resume}") from None
@@ -224,7 +225,8 @@ def main_train(args: argparse.Namespace) -> int:
             try:
                 ray.init(address=args.address)
             except Exception as e:  # ConnectionError, auth errors, version mismatch...
-                raise CliError(EXIT_UNREACHABLE, f"ray.init(address={args.address!r}) failed: {_first_line(e)}") from None
+                raise CliError(EXIT_UNREACHABLE,
+                               f"ray.init(address={args.address!r}) failed: {_first_line(e)}") from None
             stack.callback(ray.shutdown)
         else:
             from .local_cluster import local_cluster
