@@ -36,6 +36,8 @@ from .raycluster import check_guaranteed, efa_env, pod_resources, token_client_e
 TRAINING_PACKAGE = f"{__package__.rpartition('.')[0]}.training".lstrip(".")
 """The sibling ``training`` package: ``ray_efa_eks.training`` when installed, ``training`` from a checkout."""
 MOUNT = "/opt/ray-efa-eks"
+SUBMIT_RETRY_S = 120
+"""How long the script retries ``ray job submit`` (part of Deadlines.startup_s)."""
 
 
 @dataclass(frozen=True)
@@ -50,15 +52,16 @@ class Deadlines:
     """One collective sweep, NCCL init included; a hung collective fails after this."""
     sweeps: int = 1
     """2 with the EFA-vs-Socket comparison."""
-    startup_s: int = 180
-    """Rank placement and actor start-up (the check's STARTUP_S) plus job submission and CLI start-ups."""
-    slack_s: int = 120
-    """Pod scheduling on the system node, image already cached there by the head."""
+    startup_s: int = 330
+    """Per sweep: rank placement, start-up and counter reads before it and after it (2 x the check's STARTUP_S,
+    150 s) plus job submission and CLI start-ups."""
+    slack_s: int = 240
+    """Pod scheduling on the system node (image already cached there by the head) + SUBMIT_RETRY_S."""
 
     @property
     def check_s(self) -> int:
         """Upper bound of the check itself (the script's `timeout` on following its log)."""
-        return self.topology_wait_s + self.startup_s + self.sweeps * self.sweep_timeout_s
+        return self.topology_wait_s + self.sweeps * (self.startup_s + self.sweep_timeout_s)
 
     @property
     def active_deadline_s(self) -> int:
@@ -163,7 +166,7 @@ def check_script(dashboard_address: str, args: list[str] | float | None = None, 
     cmd = " ".join(shlex.quote(a) for a in ["python", "-m", "training.efa_check", *args])
     head = _fail_json("unreachable", f"Ray Jobs API at {dashboard_address} did not answer within "
                                      f"{deadlines.head_wait_s} s")
-    submit = _fail_json("submit", "ray job submit failed (see above)")
+    submit = _fail_json("submit", f"ray job submit failed for {SUBMIT_RETRY_S} s (see above)")
     overrun = _fail_json("timeout", f"the check did not finish within {deadlines.check_s} s; job stopped")
     return f"""set -u
 addr={addr}
@@ -172,10 +175,12 @@ until ray job list --address "$addr" >/dev/null 2>&1; do
   if [ "$(date +%s)" -ge "$end" ]; then echo {head}; exit 2; fi
   i=$((i + 1)); echo "waiting for Ray head ($i)"; sleep 5
 done
-for n in 1 2 3; do  # the Jobs API can answer before the head's agent takes jobs: retry, fresh id each time
-  id="efa-check-$(date +%s)-$$-$n"
-  ray job submit --address "$addr" --submission-id "$id" --no-wait --working-dir {shlex.quote(working_dir)} -- {cmd} && break
-  if [ "$n" -eq 3 ]; then echo {submit}; exit 2; fi
+end=$(( $(date +%s) + {SUBMIT_RETRY_S} )); n=0
+until  # the Jobs API can answer before the head's agent takes jobs ("No available agent"): retry, fresh id each time
+  n=$((n + 1)); id="efa-check-$(date +%s)-$$-$n"
+  ray job submit --address "$addr" --submission-id "$id" --no-wait --working-dir {shlex.quote(working_dir)} -- {cmd}
+do
+  if [ "$(date +%s)" -ge "$end" ]; then echo {submit}; exit 2; fi
   sleep 10
 done
 timeout {deadlines.check_s} ray job logs --address "$addr" --follow "$id"

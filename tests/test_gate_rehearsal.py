@@ -114,7 +114,7 @@ def mount(tmp_path_factory) -> Path:
 
 
 def script(cluster: Cluster, mount: Path, topology_wait_s: int) -> str:
-    d = Deadlines(head_wait_s=300, topology_wait_s=topology_wait_s, sweep_timeout_s=120, startup_s=120)
+    d = Deadlines(head_wait_s=300, topology_wait_s=topology_wait_s, sweep_timeout_s=120)
     args = check_args(ONE_GPU, 2, d)
     return check_script(cluster.url, args, d, working_dir=str(mount))
 
@@ -146,7 +146,7 @@ def test_cpu_only_workers_exit_2_naming_the_missing_gpus(cluster, mount, env):
                        text=True, timeout=300)
     assert r.returncode == 2, r.stdout[-3000:] + r.stderr[-2000:]
     v = verdict(r.stdout)
-    assert v["code"] == 2 and v["verdict"] == "undetermined" and v["failure"]["stage"] == "no_gpu"
+    assert v["code"] == 2 and v["verdict"] == "undetermined" and v["failure"]["stage"] == "no_gpu", v
     assert "no GPU nodes" in v["failure"]["reason"] and "declare no GPU" in v["failure"]["reason"]
     assert "Traceback" not in r.stdout + r.stderr
 
@@ -157,7 +157,7 @@ def test_one_gpu_node_of_two_fails_on_topology(cluster, mount, env):
                        text=True, timeout=300)
     assert r.returncode == 2, r.stdout[-3000:] + r.stderr[-2000:]
     v = verdict(r.stdout)
-    assert v["failure"]["stage"] == "topology" and "1 of 2 expected GPU nodes" in v["failure"]["reason"]
+    assert v["failure"]["stage"] == "topology" and "1 of 2 expected GPU nodes" in v["failure"]["reason"], v
     assert v["backend"] == "nccl"
     assert "Traceback" not in r.stdout + r.stderr
 
@@ -232,6 +232,9 @@ def test_one_deadline_story() -> None:
     assert f"+ {d.head_wait_s} ))" in script_ and f"timeout {d.check_s} ray job logs" in script_
     assert f"--wait-s {d.topology_wait_s} --timeout-s {d.sweep_timeout_s}" in script_
     assert d.check_s == d.topology_wait_s + d.startup_s + d.sweep_timeout_s
+    from ray_efa_eks.training.efa_check import STARTUP_S
+
+    assert 2 * STARTUP_S < d.startup_s  # the check's own start-up budgets (before and after the sweep) fit
     assert job["spec"]["activeDeadlineSeconds"] == d.head_wait_s + d.check_s + d.slack_s
     create, update = (_secs(t) for t in opts["timeouts"])
     assert create == update == d.pulumi_timeout_s > job["spec"]["activeDeadlineSeconds"]

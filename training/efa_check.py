@@ -64,6 +64,10 @@ try:
 except ImportError:
     _report = None
 
+STARTUP_S = 150.0
+"""Budget for rank placement, actor start-up, the CUDA check and counter reads, after the topology is there
+(components/efa_check.Deadlines.startup_s adds job submission on top)."""
+
 ENV_VARS = ("FI_PROVIDER", "NCCL_NET_PLUGIN", "NCCL_SOCKET_IFNAME", "FI_EFA_USE_DEVICE_RDMA", "NCCL_NET", "LD_LIBRARY_PATH")
 
 FAILURES: dict[str, tuple[str, int]] = {
@@ -323,7 +327,7 @@ def _sweep_plan(backend: str, lo: int, hi: int, world: int, preset: str | None) 
 
 
 def run_check(backend: str, min_bytes: int, max_bytes: int, iters: int = 5, *, nodes: list[dict] | None = None,
-              gpus_per_node: int = 0, timeout_s: float = 600.0, wait_s: float = 120.0, preset: str | None = None,
+              gpus_per_node: int = 0, timeout_s: float = 600.0, wait_s: float = STARTUP_S, preset: str | None = None,
               env_vars: dict[str, str] | None = None) -> dict:
     """Place one rank per GPU (per node for gloo) across ``nodes``, check CUDA, sweep; raise CheckFailed on failure."""
     import ray
@@ -336,11 +340,16 @@ def run_check(backend: str, min_bytes: int, max_bytes: int, iters: int = 5, *, n
     if len(nodes) < 2:
         raise CheckFailed("topology", f"need >= 2 nodes with {res}, found {len(nodes)}")
     per_node = [(gpus_per_node or int(n["Resources"][res])) if res == "GPU" else 1 for n in nodes]
+    end = time.monotonic() + wait_s  # one start-up budget shared by the stages before the sweep
+
+    def left() -> float:
+        return max(1.0, end - time.monotonic())
+
     pg = placement_group([{res: k} for k in per_node], strategy="STRICT_SPREAD")
     actors: list = []
     try:
         try:
-            ray.get(pg.ready(), timeout=wait_s)
+            ray.get(pg.ready(), timeout=left())
         except ray.exceptions.GetTimeoutError:
             raise CheckFailed("placement", f"could not reserve {per_node} {res} on {len(per_node)} distinct nodes "
                                            f"within {wait_s:g} s") from None
@@ -351,7 +360,7 @@ def run_check(backend: str, min_bytes: int, max_bytes: int, iters: int = 5, *, n
                 if env_vars:
                     opts["runtime_env"] = {"env_vars": env_vars}
                 actors.append(Actor.options(**opts, scheduling_strategy=PlacementGroupSchedulingStrategy(pg, b)).remote())
-        pre = _get([a.preflight.remote(backend) for a in actors], wait_s, "rank start-up", actors)
+        pre = _get([a.preflight.remote(backend) for a in actors], left(), "rank start-up", actors)
         if backend == "nccl":
             bad = [p for p in pre if not p["cuda"]]
             if bad:
@@ -363,13 +372,13 @@ def run_check(backend: str, min_bytes: int, max_bytes: int, iters: int = 5, *, n
         first = {}
         for i, p in enumerate(pre):
             first.setdefault(p["ip"], i)
-        before = _get([actors[i].counters.remote() for i in first.values()], wait_s, "EFA counter read", actors)
-        master = _get(actors[0].addr.remote(), wait_s, "rank address", actors)
+        before = _get([actors[i].counters.remote() for i in first.values()], left(), "EFA counter read", actors)
+        master = _get(actors[0].addr.remote(), left(), "rank address", actors)
         entries = _sweep_plan(backend, min_bytes, max_bytes, len(actors), preset)
         sz = sizes(min_bytes, max_bytes)
         outs = _get([a.run.remote(i, len(actors), master, backend, sz, iters, timeout_s, entries)
                      for i, a in enumerate(actors)], timeout_s, "the collective sweep", actors)
-        after = _get([actors[i].counters.remote() for i in first.values()], wait_s, "EFA counter read", actors)
+        after = _get([actors[i].counters.remote() for i in first.values()], STARTUP_S, "EFA counter read", actors)
     finally:
         for a in actors:
             ray.kill(a)
@@ -513,7 +522,7 @@ def parser() -> ArgumentParser:
     ap.add_argument("--expect-nics", type=int, help="EFA interfaces per node (catalogue), for the NCCL log verdict")
     ap.add_argument("--expect-gdrdma", action="store_true", help="the type supports GPUDirect RDMA (catalogue)")
     ap.add_argument("--wait-s", type=float, default=900.0,
-                    help="deadline for the declared topology and the ranks' start-up (s, default 900)")
+                    help="deadline for the declared topology (s, default 900); rank start-up then gets 150 s")
     ap.add_argument("--timeout-s", type=float, default=600.0,
                     help="deadline for the collective sweep, NCCL init included (s, default 600)")
     ap.add_argument("--preset", help="also time the FSDP shard sizes of this model preset")
@@ -544,7 +553,7 @@ def check(a) -> dict:
     lo = a.min_bytes or (1 << 20 if gpu else 64 << 10)
     hi = a.max_bytes or (1 << 30 if gpu else 4 << 20)
     data = run_check(backend, lo, hi, a.iters, nodes=nodes, gpus_per_node=a.expect_gpus_per_node if gpu else 0,
-                     timeout_s=a.timeout_s, wait_s=a.wait_s, preset=a.preset)
+                     timeout_s=a.timeout_s, preset=a.preset)
     r = judge(data, backend, a.min_busbw_gbps, {"expect_nodes": a.expect_nodes, "expect_nics": a.expect_nics,
                                                 "expect_gdrdma": a.expect_gdrdma or None})
     r["expected"] = expected
@@ -553,7 +562,7 @@ def check(a) -> dict:
     if a.compare_socket and _sweep is not None and not r.get("failure"):
         # fresh actors: NCCL reads NCCL_NET at communicator init, so the Socket sweep needs new processes
         sock = run_check(backend, lo, hi, a.iters, nodes=nodes, gpus_per_node=a.expect_gpus_per_node if gpu else 0,
-                         timeout_s=a.timeout_s, wait_s=a.wait_s, preset=a.preset, env_vars=dict(_sweep.SOCKET_ENV))
+                         timeout_s=a.timeout_s, preset=a.preset, env_vars=dict(_sweep.SOCKET_ENV))
         r["socket_rows"] = _summarize(sock["outs"], sock["world"])
         r["comparison"] = _sweep.compare(r["rows"], r["socket_rows"])
     if _sweep is not None:
