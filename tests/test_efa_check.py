@@ -147,3 +147,25 @@ def test_cli_usage_error_and_unreachable_address() -> None:
     out = json.loads(r.stdout)
     assert out["failure"]["stage"] == "unreachable" and "127.0.0.1:9" in out["failure"]["reason"]
     assert "Traceback" not in r.stdout + r.stderr
+
+
+def test_counter_witness_flat_counters_turn_an_efa_log_into_fallback() -> None:
+    """The second witness (issue 15) as efa_check wires it: one snapshot per node before and after the sweep."""
+    logs = {"a": (FIX / "efa_old_ring_via_aws_libfabric.log").read_bytes()}
+    big = 64 << 20
+
+    def data(moved: int) -> dict:
+        d = _data(logs)
+        for o in d["outs"]:
+            o["results"] = [{"collective": "all_reduce", "bytes": big, "time_s": 1e-2}]
+        snap = lambda n: {"rdmap0s6": {"tx_bytes": n, "rx_bytes": n, "errors": {}}}  # noqa: E731
+        d["counters"] = {"before": [{"host": h, "snapshot": snap(0)} for h in ("n1", "n2")],
+                         "after": [{"host": h, "snapshot": snap(moved)} for h in ("n1", "n2")]}
+        d["iters"] = 1
+        return d
+
+    flat = efa_check.judge(data(0), "nccl", None)
+    assert flat["verdict"] == "fallback" and flat["code"] == 1
+    assert any("EFA loaded, traffic went elsewhere" in x for x in flat["reasons"])
+    moved = efa_check.judge(data(4 * big), "nccl", None)
+    assert moved["verdict"] == "efa" and moved["code"] == 0

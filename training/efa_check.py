@@ -26,6 +26,14 @@ placement, rank_error, timeout, actor_died, internal.
 
 python -m ray_efa_eks.training.efa_check [--address auto | --local] [--json] [--expect-nodes N]
     [--expect-gpus-per-node G] [--expect-nics K] [--expect-gdrdma] [--wait-s S] [--timeout-s T] [--min-busbw-gbps X]
+    [--efa-gbps G --min-busbw-fraction F] [--compare-socket] [--preset P] [--manifest JSON | --image REF]
+    [--strict-versions] [--report DIR]
+
+Second witness and extras where their modules are present (issues 15/16): EFA hardware counters per node before
+and after the sweep (counters flat while the log says efa -> fallback), the three FSDP collectives with the
+preset's shard sizes, an NCCL_NET=Socket sweep in fresh ranks (--compare-socket), line-rate fraction, per-rank
+versions against the image manifest (ranks that disagree, or --strict-versions mismatches, fail an efa verdict
+with exit 1), report.md + busbw.png.
 """
 
 from __future__ import annotations
