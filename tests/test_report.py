@@ -86,9 +86,23 @@ def test_report_md_and_png(result: dict, tmp_path: Path) -> None:
 
     w, h = Image.open(png).size
     assert w > 1.8 * h  # two panels side by side
+
+
+def test_png_draws_a_line_per_collective_and_the_line_rate(tmp_path: Path) -> None:
+    """Fixed, well separated figures (the real run's lines overlap at random): each collective's colour covers a
+    line's worth of pixels in each panel (its FSDP markers and legend entry alone: < 200 px), the line rate is drawn."""
+    def rows(scale: float) -> list[dict]:
+        return [{"collective": c, "bytes": b, "source": "pow2", "busbw_gbps": scale * (k + 1) * (i + 1)}
+                for k, c in enumerate(sweep.COLLECTIVES) for i, b in enumerate(sweep.pow2_sizes(1 << 16, 1 << 22))]
+
+    png = tmp_path / "p.png"
+    report.plot(str(png), rows(0.1), rows(0.05), efa_gbps=40.0)
     pixels = _pixels(png)
-    for hexc in report._COLOURS.values():  # a line per collective in each panel (markers and legend alone: < 200 px)
+    for hexc in report._COLOURS.values():
         assert pixels.get(tuple(int(hexc[i:i + 2], 16) for i in (1, 3, 5)), 0) > 600
+    report.plot(str(png), rows(0.1), rows(0.05), efa_gbps=None)
+    # the dashed line across both panels (not only its legend entry) goes with the line rate
+    assert pixels.get((0, 0, 0), 0) - _pixels(png).get((0, 0, 0), 0) > 600
 
 
 def test_efa_only_report_without_line_rate(result: dict, tmp_path: Path) -> None:
