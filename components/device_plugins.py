@@ -40,7 +40,8 @@ class DevicePluginsArgs:
     efa_chart_version: str = "v0.5.7"
     namespace: str = "kube-system"
     instance_types: list[str] | None = None
-    """GPU instance types of the stack's GPU nodes (the EFA chart's allow-list). None: every EFA type in the catalogue."""
+    """GPU instance types of the stack's GPU nodes (the EFA chart's allow-list).
+    None: every EFA GPU type in the catalogue."""
     extra_values: dict[str, Any] = field(default_factory=dict)
     """``{"nvidia": {...}, "efa": {...}}`` merged over ours the way Helm merges (maps recursively, lists replace)."""
 

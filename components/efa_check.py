@@ -148,7 +148,8 @@ def check_args(instance_type: InstanceType | None, node_count: int, deadlines: D
 
 
 def _fail_json(stage: str, reason: str) -> str:
-    return shlex.quote(json.dumps({"verdict": "undetermined", "code": 2, "failure": {"stage": stage, "reason": reason}}))
+    failure = {"stage": stage, "reason": reason}
+    return shlex.quote(json.dumps({"verdict": "undetermined", "code": 2, "failure": failure}))
 
 
 def check_script(dashboard_address: str, args: list[str] | float | None = None, deadlines: Deadlines = Deadlines(),

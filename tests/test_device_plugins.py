@@ -44,7 +44,8 @@ def nvidia_pod(values: dict) -> dict:
     """The device-plugin DaemonSet template passes nodeSelector, affinity and tolerations through unchanged."""
     terms = (((values.get("affinity") or {}).get("nodeAffinity") or {})
              .get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms")
-    return {"nodeSelector": values.get("nodeSelector") or {}, "terms": terms, "tolerations": values.get("tolerations") or []}
+    return {"nodeSelector": values.get("nodeSelector") or {}, "terms": terms,
+            "tolerations": values.get("tolerations") or []}
 
 
 def efa_pod(values: dict) -> dict:
@@ -100,7 +101,8 @@ def gpu_node(run: MockRun, instance_type: str) -> dict:
     """A GPU node as EKS registers it: the node group's labels and taints plus the kubelet's well-known labels."""
     mng = run.one("eks:index:ManagedNodeGroup", "gpu")
     effects = {"NO_SCHEDULE": "NoSchedule", "NO_EXECUTE": "NoExecute", "PREFER_NO_SCHEDULE": "PreferNoSchedule"}
-    labels = {"kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64", "node.kubernetes.io/instance-type": instance_type,
+    labels = {"kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
+              "node.kubernetes.io/instance-type": instance_type,
               "eks.amazonaws.com/nodegroup": "gpu-mng", "eks.amazonaws.com/capacityType": "ON_DEMAND",
               **(mng.inputs.get("labels") or {})}
     taints = [{**t, "effect": effects[t["effect"]]} for t in mng.inputs.get("taints") or []]

@@ -54,7 +54,8 @@ def test_probe_env_empty_pod(tmp_path: Path) -> None:
 
 def _data(logs: dict[str, bytes]) -> dict:
     res = [{"bytes": 1 << 20, "time_s": 1e-3}]
-    return {"world": 2, "nodes": 2, "outs": [{"results": res, "logs": logs, "probe": {}}, {"results": res, "logs": {}, "probe": {}}]}
+    return {"world": 2, "nodes": 2, "outs": [{"results": res, "logs": logs, "probe": {}},
+                                             {"results": res, "logs": {}, "probe": {}}]}
 
 
 def test_judge_uses_nccl_logs_and_floor() -> None:
@@ -72,7 +73,8 @@ def test_judge_gloo_never_efa() -> None:
 
 def test_local_two_node_cluster_gloo_is_not_efa() -> None:
     r = subprocess.run(
-        [sys.executable, "-m", "ray_efa_eks.training.efa_check", "--local", "--json", "--max-bytes", str(256 << 10), "--iters", "2"],
+        [sys.executable, "-m", "ray_efa_eks.training.efa_check", "--local", "--json", "--max-bytes", str(256 << 10),
+         "--iters", "2"],
         cwd=ROOT, capture_output=True, text=True, timeout=180, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
     )
     assert r.returncode in (1, 2), r.stderr[-2000:]

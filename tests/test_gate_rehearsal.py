@@ -36,7 +36,8 @@ ONE_GPU = InstanceType("rehearsal.1gpu", 4, 16384, gpus=1, gpu_model="L4", efa_s
                        max_efa_interfaces=1, network_cards=1)
 
 SERVER = """
-import sys
+import sys, time
+import ray
 from ray_efa_eks.training.local_cluster import local_cluster
 with local_cluster(worker_nodes=0, dashboard=True) as c:
     print("http://" + c.webui_url, flush=True)
@@ -45,6 +46,9 @@ with local_cluster(worker_nodes=0, dashboard=True) as c:
         if cmd[0] == "clear":
             for n in list(c.worker_nodes):
                 c.remove_node(n)
+            end = time.monotonic() + 60  # until the GCS no longer lists them alive (the check reads ray.nodes())
+            while sum(n["Alive"] for n in ray.nodes()) > 1 and time.monotonic() < end:
+                time.sleep(0.5)
         elif cmd[0] == "add":
             c.add_node(num_cpus=1, num_gpus=int(cmd[1]), object_store_memory=80 * 1024**2)
             c.wait_for_nodes()

@@ -76,7 +76,8 @@ STARTUP_S = 150.0
 """Budget for rank placement, actor start-up, the CUDA check and counter reads, after the topology is there
 (components/efa_check.Deadlines.startup_s adds job submission on top)."""
 
-ENV_VARS = ("FI_PROVIDER", "NCCL_NET_PLUGIN", "NCCL_SOCKET_IFNAME", "FI_EFA_USE_DEVICE_RDMA", "NCCL_NET", "LD_LIBRARY_PATH")
+ENV_VARS = ("FI_PROVIDER", "NCCL_NET_PLUGIN", "NCCL_SOCKET_IFNAME", "FI_EFA_USE_DEVICE_RDMA", "NCCL_NET",
+            "LD_LIBRARY_PATH")
 
 FAILURES: dict[str, tuple[str, int]] = {
     "unreachable": ("undetermined", 2),
@@ -173,7 +174,8 @@ def choose_backend(nodes: list[dict], expect_gpus_per_node: int, requested: str 
     return "gloo"
 
 
-def assess(nodes: list[dict], backend: str, expect_nodes: int, expect_gpus_per_node: int) -> tuple[list[dict], str | None]:
+def assess(nodes: list[dict], backend: str, expect_nodes: int,
+           expect_gpus_per_node: int) -> tuple[list[dict], str | None]:
     """The nodes the ranks will use and, while the topology is short of what was declared, why (None = ready)."""
     alive = [n for n in nodes if n.get("Alive")]
     if backend == "nccl":
@@ -214,7 +216,8 @@ def wait_topology(expect_nodes: int, expect_gpus_per_node: int, wait_s: float, r
             raise CheckFailed(stage, f"after waiting {wait_s:g} s: {short}", backend=backend,
                               nodes=[_node_view(n) for n in nodes if n.get("Alive")])
         if short != last:
-            log(f"[efa_check] waiting for the declared topology ({max(0, deadline - time.monotonic()):.0f} s left): {short}")
+            left = max(0, deadline - time.monotonic())
+            log(f"[efa_check] waiting for the declared topology ({left:.0f} s left): {short}")
             last = short
         time.sleep(poll_s)
 
@@ -367,7 +370,8 @@ def run_check(backend: str, min_bytes: int, max_bytes: int, iters: int = 5, *, n
                 opts: dict[str, Any] = {"num_gpus": 1, "num_cpus": 0} if res == "GPU" else {"num_cpus": 1}
                 if env_vars:
                     opts["runtime_env"] = {"env_vars": env_vars}
-                actors.append(Actor.options(**opts, scheduling_strategy=PlacementGroupSchedulingStrategy(pg, b)).remote())
+                strategy = PlacementGroupSchedulingStrategy(pg, b)
+                actors.append(Actor.options(**opts, scheduling_strategy=strategy).remote())
         pre = _get([a.preflight.remote(backend) for a in actors], left(), "rank start-up", actors)
         if backend == "nccl":
             bad = [p for p in pre if not p["cuda"]]
@@ -495,7 +499,8 @@ def _table(r: dict) -> str:
     out += [f"  reason: {x}" for x in r["reasons"]] + [f"  hint: {h}" for h in r["hints"]]
     for p in r.get("probes") or []:
         out.append(f"  probe {p['host']}: efa_devices={p['efa_devices']} fi_info={p['fi_info_efa']} "
-                   f"plugins={p['ofi_plugin_libs']} env={ {k: v for k, v in p['env'].items() if k != 'LD_LIBRARY_PATH'} }")
+                   f"plugins={p['ofi_plugin_libs']} "
+                   f"env={ {k: v for k, v in p['env'].items() if k != 'LD_LIBRARY_PATH'} }")
     return "\n".join(out)
 
 
