@@ -48,3 +48,8 @@ def test_example_plan_is_rule_clean(example_run):
 def test_example_instance_type_is_config(tmp_path):
     run = run_program({"gpuInstanceType": "g6e.48xlarge"}, program=EXAMPLE)
     assert run.outputs["efaInterfacesPerNode"] == 4
+
+
+def test_example_exports_the_ray_token(example_run):
+    """Token auth is on by default in RayCluster: a repo built from the blocks must hand its users the token."""
+    assert "rayAuthToken" in example_run.outputs

@@ -18,7 +18,6 @@ import json
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import boto3
@@ -131,10 +130,7 @@ def _offered(ec2, itype):
 
 def test_recommended_az_offers_type(endpoint):
     c = _answer_all(_clients(endpoint))
-    t0 = time.monotonic()
     res = run_preflight(c, "g6.12xlarge", 2)
-    elapsed = time.monotonic() - t0
-    assert elapsed < 5, elapsed
     offered = _offered(c["ec2"], "g6.12xlarge")
     assert offered
     assert res.recommended_az == sorted(offered)[0]

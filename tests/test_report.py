@@ -3,51 +3,21 @@ fresh processes, each rank's stack probe), and the text-only fallback without ma
 
 from __future__ import annotations
 
-import json
-import os
-import socket
 import sys
 from pathlib import Path
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 
 from ray_efa_eks.training import report, stack_probe, sweep
-
-
-def _port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def _rank(rank: int, world: int, port: int, env: dict, entries: list, out: str) -> None:
-    os.environ.update(env)
-    import torch.distributed as dist
-
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
-    try:
-        rows = sweep.run_sweep(entries, torch.device("cpu"), iters=2)
-    finally:
-        dist.destroy_process_group()
-    Path(out, f"rank{rank}.json").write_text(json.dumps({"rows": rows, "probe": stack_probe.probe("")}))
-
-
-def _run(tmp: Path, env: dict, entries: list, world: int = 2) -> list[dict]:
-    tmp.mkdir()
-    mp.start_processes(_rank, args=(world, _port(), env, entries, str(tmp)), nprocs=world, start_method="spawn")
-    return [json.loads((tmp / f"rank{r}.json").read_text()) for r in range(world)]
+from gloo_sweep import spawn_sweep
 
 
 @pytest.fixture(scope="module")
 def result(tmp_path_factory) -> dict:
     base = tmp_path_factory.mktemp("local-run")
     entries = sweep.plan(16 << 10, 256 << 10, 2, preset="tiny")
-    efa, sock = _run(base / "efa", {}, entries), _run(base / "socket", sweep.SOCKET_ENV, entries)
+    efa, sock = spawn_sweep(base / "efa", {}, entries), spawn_sweep(base / "socket", sweep.SOCKET_ENV, entries)
     rows = sweep.summarize([r["rows"] for r in efa], 2)
     socket_rows = sweep.summarize([r["rows"] for r in sock], 2)
     probes = [r["probe"] for r in efa]

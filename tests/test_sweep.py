@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 from pathlib import Path
 
 import pytest
@@ -14,35 +13,7 @@ import torch.multiprocessing as mp
 
 from ray_efa_eks.training import sweep
 from ray_efa_eks.training.model import PRESETS, DecoderLM, approx_params, count_params
-
-
-def _port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def _sweep_rank(rank: int, world: int, port: int, env: dict, entries: list, out: str) -> None:
-    os.environ.update(env)  # as Ray's runtime_env does, before the process group exists
-    import torch.distributed as dist
-
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
-    try:
-        rows = sweep.run_sweep(entries, torch.device("cpu"), iters=2)
-    finally:
-        dist.destroy_process_group()
-    Path(out, f"rank{rank}.json").write_text(json.dumps(rows))
-
-
-def _spawn_sweep(tmp: Path, env: dict, entries: list, world: int = 2) -> list[list[dict]]:
-    """One sweep in ``world`` FRESH processes (spawn) with ``env`` set; every rank's rows."""
-    tmp.mkdir()
-    mp.start_processes(_sweep_rank, args=(world, _port(), env, entries, str(tmp)), nprocs=world,
-                       start_method="spawn")
-    return [json.loads((tmp / f"rank{r}.json").read_text()) for r in range(world)]
+from gloo_sweep import free_port, spawn_sweep
 
 
 @pytest.fixture(scope="module")
@@ -50,8 +21,8 @@ def sweeps(tmp_path_factory):
     assert "NCCL_NET" not in os.environ
     entries = sweep.plan(16 << 10, 64 << 10, 2, preset="tiny")
     base = tmp_path_factory.mktemp("sweeps")
-    efa = _spawn_sweep(base / "efa", {}, entries)
-    sock = _spawn_sweep(base / "socket", sweep.SOCKET_ENV, entries)
+    efa = [r["rows"] for r in spawn_sweep(base / "efa", {}, entries)]
+    sock = [r["rows"] for r in spawn_sweep(base / "socket", sweep.SOCKET_ENV, entries)]
     return entries, efa, sock
 
 
@@ -121,7 +92,7 @@ def _fsdp_rank(rank: int, world: int, port: int, out: str) -> None:
 def test_fsdp_sizes_are_what_fsdp2_sends(tmp_path: Path, world: int) -> None:
     """A real FSDP2 step (tiny preset, bf16/fp32 mixed precision, gloo) records every all-gather and reduce-scatter;
     3 ranks so dim-0 padding (d_model 128 is not a multiple of 3) is exercised."""
-    mp.start_processes(_fsdp_rank, args=(world, _port(), str(tmp_path)), nprocs=world, start_method="spawn")
+    mp.start_processes(_fsdp_rank, args=(world, free_port(), str(tmp_path)), nprocs=world, start_method="spawn")
     seen = json.loads((tmp_path / "rank0.json").read_text())
     want = sweep.fsdp_message_sizes("tiny", world)
     for c in ("all_gather_into_tensor", "reduce_scatter_tensor"):

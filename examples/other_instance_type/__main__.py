@@ -39,3 +39,5 @@ ray = RayCluster("h100-ray", RayClusterArgs(
 
 pulumi.export("efaInterfacesPerNode", gpu.efa_interfaces_per_node)
 pulumi.export("rayDashboard", f"kubectl -n {ray.namespace} port-forward svc/{ray.head_service_name} 8265:8265")
+if ray.auth_token is not None:  # token auth is on by default: the Jobs API needs this token
+    pulumi.export("rayAuthToken", ray.auth_token)
