@@ -17,9 +17,10 @@ ROOT = Path(__file__).parent.parent
 # file -> (verdict, a cause it must name or None, the deciding lines as "file:line: text fragment")
 REAL = {
     "efa_old_ring_via_aws_libfabric.log": ("efa", None, [(13, "Ring 00 : 7 -> 8 [receive] via NET/AWS Libfabric/0")]),
-    # README says EFA, but nothing in it shows traffic crossed nodes (no host, no connection line, no node
-    # count): issue 15 rule 1 makes that undetermined (see the fixture README's note).
-    "efa_p4d_nccl29_network_lines.log": ("undetermined", "no_connections", [(1, "Using network AWS Libfabric")]),
+    # an unattributed excerpt (no host, no connection line, no node count): every one of its ranks selected
+    # AWS Libfabric with provider efa, as the shared README concludes
+    "efa_p4d_nccl29_network_lines.log": ("efa", None, [
+        (1, "Using network AWS Libfabric"), (2, "NET/OFI Selected Provider is efa")]),
     "socket_plugin_missing_nccl218.log": (
         "fallback", "plugin_not_found", [(2, "Plugin load (libnccl-net.so) returned 2")]),
     "single_node_socket_loopback_nccl24.log": ("undetermined", "single_node", [(1, "Bootstrap : Using [0]lo:127.0.0.1")]),
@@ -115,6 +116,26 @@ def test_efa_selected_no_connection_lines_is_undetermined() -> None:
     rep = analyze_text(text)
     assert rep.verdict == "undetermined" and "no_connections" in rep.causes
     assert any(e.startswith("<text>:3: ") for e in rep.evidence)
+
+
+def test_unattributed_excerpt_is_efa_only_while_nothing_says_one_host() -> None:
+    # efa_p4d_nccl29_network_lines.log decides on every rank's own selection; the same lines with one host name,
+    # with one rank only, with a P2P line or with nNodes 1 are no longer an excerpt that could span nodes
+    text = (FIX / "efa_p4d_nccl29_network_lines.log").read_text()
+    assert analyze_text(text).verdict == "efa"
+    one_host, pid = "", 0
+    for ln in text.splitlines():  # the same ranks (a new one at each "Using network"), all on host h1
+        pid += ln.startswith("NCCL INFO Using network")
+        one_host += f"h1:{pid}:{pid} [0] {ln}\n" if ln.startswith("NCCL INFO") else ln + "\n"
+    assert analyze_text(one_host).verdict == "undetermined"
+    assert analyze_text("NCCL INFO Using network AWS Libfabric\nNCCL INFO NET/OFI Selected Provider is efa\n"
+                        ).verdict == "undetermined"
+    p2p = text + "NCCL INFO Ring 00 : 0[0] -> 1[1] via P2P/IPC\n"
+    assert analyze_text(p2p).verdict == "undetermined"
+    one_node = text + "NCCL INFO comm 0x1 rank 0 nRanks 4 nNodes 1 localRanks 4 localRank 0 MNNVL 0\n"
+    assert analyze_text(one_node).verdict == "undetermined"
+    tcp = text.replace("Selected Provider is efa", "Selected Provider is tcp", 1)
+    assert analyze_text(tcp).verdict == "fallback"
 
 
 def test_node_count_with_every_comm_on_libfabric_is_efa() -> None:

@@ -509,6 +509,18 @@ class _Collector:
         crossed_by_count = (max_nodes or 0) > 1 and bool(nets) and all(_is_ofi(n) for n in nets)
         old_plugin = bool(ofi_nets) and all(n.lower() == "aws libfabric" for n in ofi_nets)
         provider_ok = providers == {"efa"} or (not providers and old_plugin and crossed_by_conn)
+        # An excerpt stripped of every host name, node count and connection line (as people publish them, e.g.
+        # the shared efa_p4d_nccl29_network_lines.log) can still show each of several ranks putting its
+        # communicator on Libfabric with provider efa. Nothing in it says one host, so the ranks' own choice
+        # decides. One host name, P2P/SHM lines or nNodes 1 keep such a log undetermined; the in-cluster check
+        # never relies on this (its logs carry host prefixes and the EFA counters must move).
+        by_selection = (not hosts and max_nodes is None and not chan_nets and not intra and len(ranks) > 1
+                        and all(r.networks and all(_is_ofi(n) for n in r.networks) for r in ranks))
+        if by_selection and providers == {"efa"} and not plugin_failed and not silent:
+            reasons.append(f"no host name, node count or connection line in the log: every one of {len(ranks)} "
+                           f"rank(s) selected {network}: {cite(*(f'network:{n}' for n in sorted(ofi_nets)))}")
+            reasons.append(f"provider efa: {cite('provider:efa')}")
+            return done("efa")
         if ofi_nets and (crossed_by_conn or crossed_by_count) and provider_ok and not plugin_failed and not silent:
             for n in sorted(nets):
                 reasons.append(f"network {n} on {sum(n in r.networks for r in ranks)} rank(s): {cite(f'network:{n}')}")
