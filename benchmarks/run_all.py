@@ -11,6 +11,7 @@ prints one table: target, measured, met or not. Exit 1 if a target is missed.
 | Ray Train tokens/s >= 0.97 x bare FSDP loop  | train_overhead.py      |
 | local main job (python -m ray_efa_eks.training) < 90 s   | (timed here)           |
 | NCCL log reading >= 100 MB/s, 512 ranks      | nccl_log_speed.py      |
+| EFA verdict right on every shared NCCL log   | nccl_log_verdicts.py   |
 | offline plan of a 64-GPU-node stack < 5 s    | plan_speed.py          |
 """
 
@@ -60,6 +61,10 @@ def main() -> int:
     rows.append(("NCCL log reading, 512 ranks", ">= 100 MB/s",
                  f"{nl['nccl_log_mb_s']:.0f} MB/s on {nl['mb']} MB (naive regex {nl['naive_mb_s']:.0f} MB/s)",
                  nl["nccl_log_mb_s"] >= 100))
+
+    nv, _ = _run(["benchmarks/nccl_log_verdicts.py", "--json"], timeout=600)
+    rows.append(("EFA verdict on the published NCCL logs", "all right", f"{nv['right']} of {nv['total']} "
+                 "as their README concludes, deciding line cited", nv["right"] == nv["total"] > 0))
 
     pl, _ = _run(["benchmarks/plan_speed.py", "--json"], timeout=600)
     rows.append(("offline plan, gpuNodeCount=64", "< 5 s",
