@@ -1,4 +1,4 @@
-"""Throughput of training.nccl_log on a synthetic 512-rank (64 nodes x 8 GPUs) log vs a naive per-line regex.
+"""Throughput of efacheck.nccl_log on a synthetic 512-rank (64 nodes x 8 GPUs) log vs a naive per-line regex.
 
 The log is in the image's format (NCCL 2.29, aws-ofi-nccl 1.18: Bootstrap:, Initialized/Assigned NET plugin,
 nNodes) with four prefix styles (none, mpirun, CloudWatch-like timestamp, Ray worker).
@@ -15,7 +15,7 @@ import sys
 import tempfile
 import time
 
-from ray_efa_eks.training.nccl_log import analyze_paths  # noqa: E402
+from ray_efa_eks.efacheck.nccl_log import analyze_paths  # noqa: E402
 
 NODES, GPUS, CHANNELS = 64, 8, 32
 

@@ -16,7 +16,7 @@ import json
 import os
 import sys
 
-from ray_efa_eks.training.nccl_log import analyze_paths
+from ray_efa_eks.efacheck.nccl_log import analyze_paths
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED = os.path.join(os.path.dirname(ROOT), "shared", "nccl-logs")

@@ -31,12 +31,12 @@ def main() -> int:
     cli = []
     for _ in range(args.runs):
         t0 = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "ray_efa_eks.components.plan", *CONFIG], cwd=ROOT, capture_output=True, text=True)
+        proc = subprocess.run([sys.executable, "-m", "ray_efa_eks.tools.plan", *CONFIG], cwd=ROOT, capture_output=True, text=True)
         cli.append(time.perf_counter() - t0)
         if proc.returncode != 0 or "64 x g6.12xlarge" not in proc.stdout:
             print(proc.stdout, proc.stderr, file=sys.stderr)
             return 2
-    from ray_efa_eks.components.plan import plan_tree
+    from ray_efa_eks.tools.plan import plan_tree
 
     os.chdir(ROOT)  # the plan works on ./__main__.py, like pulumi
     plan_tree(overrides={"ray-efa-eks:gpuNodeCount": "64"})  # warm the imports
@@ -48,7 +48,7 @@ def main() -> int:
     assert plan.settings["nodeGroups"]["gpu-mng"]["nodes"] == 64
     best = min(cli)
     print(f"offline plan, gpuNodeCount=64 ({plan.settings['estimatedHourlyUsd']:.2f} USD/hour), {os.cpu_count()} CPUs:")
-    print(f"  command (python -m ray_efa_eks.components.plan): best {best:.2f} s, median {statistics.median(cli):.2f} s")
+    print(f"  command (ray-efa-eks plan): best {best:.2f} s, median {statistics.median(cli):.2f} s")
     print(f"  in-process plan, imports warm:       best {min(warm):.2f} s, median {statistics.median(warm):.2f} s")
     print(f"  target < {TARGET_S:.0f} s: {'met' if best < TARGET_S else 'MISSED'}")
     if args.json:

@@ -9,7 +9,7 @@ prints one table: target, measured, met or not. Exit 1 if a target is missed.
 | target                                       | script                 |
 |----------------------------------------------|------------------------|
 | Ray Train tokens/s >= 0.97 x bare FSDP loop  | train_overhead.py      |
-| local main job (python -m ray_efa_eks.training) < 90 s   | (timed here)           |
+| local main job (ray-efa-eks train) < 90 s   | (timed here)           |
 | NCCL log reading >= 100 MB/s, 512 ranks      | nccl_log_speed.py      |
 | EFA verdict right on every shared NCCL log   | nccl_log_verdicts.py   |
 | offline plan of a 64-GPU-node stack < 5 s    | plan_speed.py          |

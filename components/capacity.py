@@ -148,7 +148,7 @@ def config_problem(mode: str, reservation: str | None, instance_type: Any, avail
                                      f"{', '.join(have)}, or gpuCapacity reservation/on-demand")
     if availability_zone is None:
         return ("availabilityZone", None, f"gpuCapacity {mode} needs the reservation's AZ here (a reservation lives "
-                                          "in one AZ); `python -m ray_efa_eks.components.preflight "
+                                          "in one AZ); `ray-efa-eks preflight "
                                           "--capacity-reservation-id ID` prints it")
     m = RESOURCE_GROUP_ARN.fullmatch(reservation or "")
     if m and m.group(1) != region:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_aws as aws
 
-ENCRYPTIONS = ("kms", "s3")
+from .storage_rules import ENCRYPTIONS
 
 
 @dataclass

@@ -15,9 +15,8 @@ from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
 from .capacity import config_problem
-from .checkpoint_bucket import ENCRYPTIONS
 from .instances import CATALOGUE, InstanceType
-from .pod_identity import check_prefix
+from .storage_rules import ENCRYPTIONS, check_prefix
 
 NAMESPACE = "ray-efa-eks"
 DEFAULT_DLC_IMAGE = "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1"

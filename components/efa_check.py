@@ -1,7 +1,8 @@
 """EfaCheckJob: a post-deploy Kubernetes Job that fails ``pulumi up`` when NCCL is not on EFA.
 
-The Job runs in the same DLC image, carries the project's ``training`` package in a ConfigMap, waits for the Ray
-head's Jobs API, submits ``python -m training.efa_check --json`` with the topology the stack declares (nodes, GPUs
+The Job runs in the same DLC image, carries the EFA proof (the ``efacheck`` package, plus the training model whose
+FSDP message sizes it times) in a ConfigMap, waits for the Ray head's Jobs API, submits
+``python -m efacheck.efa_check --json`` with the topology the stack declares (nodes, GPUs
 and EFA interfaces per node, GPUDirect RDMA, from the catalogue), follows its log and exits with the check's own
 exit code. ``backoffLimit: 0``: one verdict, no retries.
 
@@ -20,10 +21,11 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import importlib.resources
+import importlib.util
 import json
 import shlex
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pulumi
@@ -33,8 +35,13 @@ from .instances import InstanceType
 from .node_groups import ROLE_LABEL, SYSTEM_ROLE
 from .raycluster import check_guaranteed, efa_env, pod_resources, token_client_env
 
-TRAINING_PACKAGE = f"{__package__.rpartition('.')[0]}.training".lstrip(".")
-"""The sibling ``training`` package: ``ray_efa_eks.training`` when installed, ``training`` from a checkout."""
+_ROOT_PACKAGE = __package__.rpartition(".")[0]
+EFA_PROOF_PACKAGE = f"{_ROOT_PACKAGE}.efacheck".lstrip(".")
+"""The sibling EFA-proof package: ``ray_efa_eks.efacheck`` when installed, ``efacheck`` from a checkout."""
+TRAINING_PACKAGE = f"{_ROOT_PACKAGE}.training".lstrip(".")
+SHIPPED = {EFA_PROOF_PACKAGE: None, TRAINING_PACKAGE: ("__init__.py", "model.py")}
+"""What the Job ships, per package: every module of the EFA proof, and the training model it sizes FSDP messages
+from (None = every ``.py``). Read as files (the library never imports either package)."""
 MOUNT = "/opt/ray-efa-eks"
 SUBMIT_RETRY_S = 120
 """How long the script retries ``ray job submit`` (part of Deadlines.startup_s)."""
@@ -106,23 +113,41 @@ class EfaCheckJobArgs:
     deadlines: Deadlines = field(default_factory=Deadlines)
     """``sweeps`` follows ``compare_socket``."""
     extra_check_args: list[str] = field(default_factory=list)
-    """More ``training.efa_check`` arguments (e.g. ``--compare-socket``; set ``deadlines.sweeps`` to match)."""
+    """More ``efacheck.efa_check`` arguments (e.g. ``--compare-socket``; set ``deadlines.sweeps`` to match)."""
 
 
-def training_files() -> dict[str, str]:
-    """The ``training`` package sources, shipped to the Ray job as its working_dir."""
-    root = importlib.resources.files(TRAINING_PACKAGE)  # found through the import system, installed or not
-    files = {p.name: p.read_text() for p in sorted(root.iterdir(), key=lambda p: p.name) if p.name.endswith(".py")}
-    if "efa_check.py" not in files or "nccl_log.py" not in files:
-        raise FileNotFoundError(f"EfaCheckJob: package {TRAINING_PACKAGE} ({root}) lacks efa_check.py/nccl_log.py")
+def _package_dir(package: str) -> Path:
+    """Where ``package``'s sources are, found by the import system (installed or a checkout) without importing it."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(f"EfaCheckJob: package {package} is not importable here; install ray-efa-eks")
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def check_files() -> dict[str, str]:
+    """The files the Job ships to the Ray job's working_dir: ``efacheck/<module>.py`` and ``training/model.py``."""
+    files: dict[str, str] = {}
+    for package, names in SHIPPED.items():
+        root = _package_dir(package)
+        folder = package.rpartition(".")[2]
+        wanted = names or sorted(p.name for p in root.iterdir() if p.name.endswith(".py"))
+        for n in wanted:
+            files[f"{folder}/{n}"] = (root / n).read_text()
+    if "efacheck/efa_check.py" not in files or "efacheck/nccl_log.py" not in files:
+        raise FileNotFoundError(f"EfaCheckJob: package {EFA_PROOF_PACKAGE} lacks efa_check.py/nccl_log.py")
     return files
+
+
+def _config_key(path: str) -> str:
+    """ConfigMap keys allow no '/': ``efacheck/nccl_log.py`` is stored as ``efacheck.nccl_log.py``."""
+    return path.replace("/", ".")
 
 
 def check_args(instance_type: InstanceType | None, node_count: int, deadlines: Deadlines,
                min_busbw_gbps: float = 0.0, extra: list[str] | None = None, *, image: str | None = None,
                min_busbw_fraction: float = 0.0, compare_socket: bool = False,
                strict_versions: bool = False) -> list[str]:
-    """``training.efa_check`` arguments: the declared topology and the deadlines, from the catalogue and config."""
+    """``efacheck.efa_check`` arguments: the declared topology and the deadlines, from the catalogue and config."""
     args = ["--json", "--address", "auto", "--expect-nodes", str(node_count),
             "--wait-s", str(deadlines.topology_wait_s), "--timeout-s", str(deadlines.sweep_timeout_s)]
     if instance_type is not None:
@@ -164,7 +189,7 @@ def check_script(dashboard_address: str, args: list[str] | float | None = None, 
     if not isinstance(args, list):
         args = check_args(None, 2, deadlines, float(args or 0))
     addr = shlex.quote(dashboard_address)
-    cmd = " ".join(shlex.quote(a) for a in ["python", "-m", "training.efa_check", *args])
+    cmd = " ".join(shlex.quote(a) for a in ["python", "-m", "efacheck.efa_check", *args])
     head = _fail_json("unreachable", f"Ray Jobs API at {dashboard_address} did not answer within "
                                      f"{deadlines.head_wait_s} s")
     submit = _fail_json("submit", f"ray job submit failed for {SUBMIT_RETRY_S} s (see above)")
@@ -215,8 +240,10 @@ class EfaCheckJob(pulumi.ComponentResource):
         resources = pod_resources("500m", "1Gi")
         check_guaranteed(resources, "EFA check container")
         child = pulumi.ResourceOptions(parent=self, provider=args.provider)
+        files = check_files()
         code = k8s.core.v1.ConfigMap(f"{name}-code", metadata={"name": f"{name}-code", "namespace": args.namespace},
-                                     data=training_files(), opts=child)
+                                     data={_config_key(p): t for p, t in files.items()}, opts=child)
+        folders = sorted({p.split("/", 1)[0] for p in files})
         d = dataclasses.replace(args.deadlines, sweeps=2 if args.compare_socket else 1)
         cargs = check_args(args.instance_type, args.node_count, d, args.min_busbw_gbps, args.extra_check_args,
                            image=args.image, min_busbw_fraction=args.min_busbw_fraction,
@@ -246,9 +273,12 @@ class EfaCheckJob(pulumi.ComponentResource):
                             "command": ["/bin/bash", "-c", check_script(args.dashboard_address, cargs, d)],
                             "resources": resources,
                             **({"env": token_client_env(args.auth_secret_name)} if args.auth_secret_name else {}),
-                            "volumeMounts": [{"name": "code", "mountPath": f"{MOUNT}/training"}],
+                            "volumeMounts": [{"name": f"code-{d}", "mountPath": f"{MOUNT}/{d}"} for d in folders],
                         }],
-                        "volumes": [{"name": "code", "configMap": {"name": f"{name}-code"}}],
+                        "volumes": [{"name": f"code-{d}", "configMap": {
+                            "name": f"{name}-code",
+                            "items": [{"key": _config_key(p), "path": p.split("/", 1)[1]}
+                                      for p in files if p.startswith(f"{d}/")]}} for d in folders],
                     },
                 },
             },

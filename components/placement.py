@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pulumi_aws as aws
 
-from .config import ConfigError, StackConfig
+from .config import ConfigError
 
 
 def offering_azs(instance_type: str) -> list[str]:
@@ -16,16 +16,18 @@ def offering_azs(instance_type: str) -> list[str]:
     return sorted(res.locations)
 
 
-def resolve_gpu_az(cfg: StackConfig) -> str:
-    """The configured AZ if it offers the type, else the first AZ that does."""
-    azs = offering_azs(cfg.gpuInstanceType)
+def resolve_gpu_az(instance_type: str, availability_zone: str | None, region: str) -> str:
+    """The configured AZ if it offers the type, else the first AZ that does (errors name the config keys)."""
+    azs = offering_azs(instance_type)
     if not azs:
-        raise ConfigError("gpuInstanceType", cfg.gpuInstanceType, f"is not offered in any AZ of {cfg.region}; pick another type or region")
-    if cfg.availabilityZone is None:
+        raise ConfigError("gpuInstanceType", instance_type,
+                          f"is not offered in any AZ of {region}; pick another type or region")
+    if availability_zone is None:
         return azs[0]
-    if cfg.availabilityZone not in azs:
-        raise ConfigError("availabilityZone", cfg.availabilityZone, f"does not offer {cfg.gpuInstanceType}; use one of {', '.join(azs)}")
-    return cfg.availabilityZone
+    if availability_zone not in azs:
+        raise ConfigError("availabilityZone", availability_zone,
+                          f"does not offer {instance_type}; use one of {', '.join(azs)}")
+    return availability_zone
 
 
 def cluster_azs(gpu_az: str) -> list[str]:

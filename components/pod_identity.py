@@ -10,24 +10,16 @@ and use the bucket's KMS key only through S3.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_aws as aws
 
+from .storage_rules import check_prefix
+
 OBJECT_ACTIONS = ("s3:GetObject", "s3:PutObject", "s3:DeleteObject",
                   "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts")
 KMS_ACTIONS = ("kms:Decrypt", "kms:GenerateDataKey")
-_PREFIX = re.compile(r"[A-Za-z0-9!_.*'()-]+(/[A-Za-z0-9!_.*'()-]+)*")
-
-
-def check_prefix(prefix: str) -> str:
-    """A key prefix without leading/trailing slashes (``ray-train``, ``team/a``)."""
-    if not _PREFIX.fullmatch(prefix or ""):
-        raise ValueError(f"prefix {prefix!r} must be non-empty S3-safe path segments without leading, trailing "
-                         "or double slashes, e.g. 'ray-train'")
-    return prefix
 
 
 def pod_identity_trust_policy(account_id: str, cluster_arn: str) -> str:

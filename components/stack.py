@@ -42,10 +42,10 @@ TOKEN = "ray-efa-eks:index:EfaRayCluster"
 class EfaRayClusterArgs(TypedDict, total=False):
     """Every key is optional; an absent key takes the reference layout's default (see ``StackConfig``).
 
-    Keys, types and docstrings are generated from ``StackConfig`` (components/config_schema.py; a test keeps them equal).
+    Keys, types and docstrings are generated from ``StackConfig`` (tools/config_schema.py; a test keeps them equal).
     """
 
-    # -- generated from StackConfig by `python -m ray_efa_eks.components.config_schema --write`; do not edit --
+    # -- generated from StackConfig by `python -m ray_efa_eks.tools.config_schema --write`; do not edit --
     region: str
     """AWS region of the stack (the `aws:region` config; default us-east-1)."""
     gpuInstanceType: str
@@ -180,7 +180,7 @@ class EfaRayCluster(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: EfaRayClusterArgs, opts: Optional[pulumi.ResourceOptions] = None):
         cfg = stack_config(args)  # raises on bad config before anything is registered
-        gpu_az = resolve_gpu_az(cfg)
+        gpu_az = resolve_gpu_az(cfg.gpuInstanceType, cfg.availabilityZone, cfg.region)
         capacity = GpuCapacity(cfg.gpuCapacity, cfg.gpuCapacityReservationId, cfg.gpuPlacementGroupName)
         block = read_capacity_block(cfg.gpuCapacityReservationId) if capacity.mode == CAPACITY_BLOCK else None
         problem = block and block_problem(block, cfg.gpuInstanceType, gpu_az, cfg.gpuNodeCount)

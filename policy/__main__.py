@@ -1,4 +1,4 @@
-"""CrossGuard policy pack: the layout rules of ``components/rules.py`` enforced on a real ``pulumi preview``.
+"""CrossGuard policy pack: the layout rules of ``tools/rules.py`` enforced on a real ``pulumi preview``.
 
 ``pulumi preview --policy-pack policy`` runs this file as ``__main__``. Each rule becomes one mandatory
 ``StackValidationPolicy`` that hands ``StackValidationArgs.resources`` (a real preview's resources: outputs,
@@ -9,17 +9,22 @@ the pack cannot disagree about what a broken layout is. Values only ``pulumi up`
 from __future__ import annotations
 
 import sys
+import types
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+if "ray_efa_eks" not in sys.modules:
+    # The pack's own venv need not have ray-efa-eks installed: the checkout's folders (tools, components) are the
+    # ``ray_efa_eks`` package's subpackages, as the installed wheel lays them out.
+    _ns = types.ModuleType("ray_efa_eks")
+    _ns.__path__ = [str(ROOT)]
+    sys.modules["ray_efa_eks"] = _ns
 
 from pulumi_policy import (EnforcementLevel, PolicyPack, ReportViolation, StackValidationArgs,  # noqa: E402
                            StackValidationPolicy)
 
-from components import rules  # noqa: E402  (the same source as ray_efa_eks.components, imported from the checkout)
-from components.layout import Stack, from_policy  # noqa: E402
+from ray_efa_eks.tools import rules  # noqa: E402  (the same source the offline plan runs)
+from ray_efa_eks.tools.layout import Stack, from_policy  # noqa: E402
 
 PACK_NAME = "ray-efa-eks-layout"
 

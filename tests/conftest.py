@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ray_efa_eks.components.mockrun import MockRun, run_program
+from ray_efa_eks.tools.mockrun import MockRun, run_program
 
 
 @pytest.fixture(scope="session")

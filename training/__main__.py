@@ -289,8 +289,8 @@ def job_exit_code(status: str, driver_exit_code: Optional[int]) -> int:
     return driver_exit_code if driver_exit_code else EXIT_FAILED
 
 
-def submit_parser() -> ArgumentParser:
-    p = ArgumentParser(prog="python -m ray_efa_eks.training submit",
+def submit_parser(prog: str = "python -m ray_efa_eks.training submit") -> ArgumentParser:
+    p = ArgumentParser(prog=prog,
                        usage="%(prog)s [--address URL] [--pip PKG] [--env K=V] [--no-wait] [-- TRAIN_ARGS...]",
                        description="Submit training to a Ray cluster's Jobs API; TRAIN_ARGS go to the job unchanged.",
                        epilog="exit codes: the job's own (0 finished, 1 or its non-zero code failed), 2 Jobs API "
@@ -373,27 +373,27 @@ def _split_submit(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     return rest, []
 
 
-def _main(argv: list[str]) -> int:
+def _main(argv: list[str], prog: str) -> int:
     if argv and argv[0] == "submit":
-        p = submit_parser()
+        p = submit_parser(f"{prog} submit")
         own, train = _split_submit(argv[1:])
         args = p.parse_args(own)
         if any(not kv or "=" not in kv or kv.startswith("=") for kv in args.env):
             p.error(f"--env takes KEY=VALUE, got {[kv for kv in args.env if '=' not in kv or kv.startswith('=')]}")
-        tp = train_parser(prog="python -m ray_efa_eks.training submit ... --")
+        tp = train_parser(prog=f"{prog} submit ... --")
         train_ns = check_train_args(tp, tp.parse_args(train))  # a typo fails here, not minutes later in the job
         if train_ns.address is not None:
             tp.error("--address after -- is set by submit (the job connects with --address auto)")
         return main_submit(args, train)
-    p = train_parser()
+    p = train_parser(prog)
     return main_train(check_train_args(p, p.parse_args(argv)))
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Optional[Sequence[str]] = None, prog: str = "python -m ray_efa_eks.training") -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     as_json = "--json" in argv and not (argv and argv[0] == "submit")
     try:
-        return _main(argv)
+        return _main(argv, prog)
     except CliError as e:
         code, message = e.code, str(e)
     except KeyboardInterrupt:

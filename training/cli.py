@@ -2,7 +2,7 @@
 
 argparse exits 2 on a bad argument, which the verdict CLIs use for "undetermined"; a typo must not read
 as a verdict. ``training`` is shipped alone as a Ray job's working_dir, so it keeps its own copy of this
-convention (``components/cli.py`` is the other one).
+convention (``efacheck/cli.py`` is the other one; the tools import ``training/cli.py``).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from ray_efa_eks.components.raycluster import RayCluster, RayClusterArgs, Worker
 
 config = pulumi.Config()
 gpu_type = lookup(config.get("gpuInstanceType") or "p5.48xlarge")
-gpu_az = config.get("gpuAz") or "us-east-1a"  # must offer the type: python -m ray_efa_eks.components.preflight checks
+gpu_az = config.get("gpuAz") or "us-east-1a"  # must offer the type: ray-efa-eks preflight checks
 nodes = config.get_int("gpuNodes") or 2
 image = "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1"
 name = "h100-train"

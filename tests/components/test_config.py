@@ -1,0 +1,78 @@
+"""Every config error raises before any resource is registered, naming the key."""
+
+import pytest
+
+from ray_efa_eks.components.config import ConfigError, StackConfig, image_tag
+from ray_efa_eks.tools.mockrun import MockRun, run_program
+
+BAD = [
+    ({"gpuInstanceType": "g9.mega"}, "gpuInstanceType", "unknown instance type"),
+    ({"gpuInstanceType": "m7i.2xlarge", "efa": "false"}, "gpuInstanceType", "has no GPU"),
+    ({"gpuInstanceType": "m7i.2xlarge"}, "gpuInstanceType", "has no GPU"),
+    ({"systemInstanceType": "t9.tiny"}, "systemInstanceType", "unknown instance type"),
+    ({"gpuNodeCount": "-1"}, "gpuNodeCount", ">= 0"),
+    ({"gpuNodeCount": "two"}, "gpuNodeCount", "must be a int"),
+    ({"gpuNodeCount": "1"}, "gpuNodeCount", "no peer"),
+    ({"availabilityZone": "us-west-2a"}, "availabilityZone", "not an AZ of region us-east-1"),
+    ({"dlcImage": "public.ecr.aws/deep-learning-containers/ray"}, "dlcImage", "explicit tag"),
+    ({"dlcImage": "public.ecr.aws/deep-learning-containers/ray:latest"}, "dlcImage", "latest"),
+    ({"vpcCidr": "10.0.0.0/40"}, "vpcCidr", "CIDR"),
+    ({"endpointPublicAccessCidrs": '["not-a-cidr"]'}, "endpointPublicAccessCidrs", "CIDR"),
+    ({"efa": "maybe"}, "efa", "must be a bool"),
+    ({"gpuRootVolumeGiB": "20"}, "gpuRootVolumeGiB", ">= 100"),
+    ({"noSuchKey": "1"}, "noSuchKey", "unknown key"),
+    ({"checkpointEncryption": "aes"}, "checkpointEncryption", "one of kms, s3"),
+    ({"checkpointPrefix": "/ray-train/"}, "checkpointPrefix", "without leading/trailing slashes"),
+    ({"checkpointNoncurrentVersionDays": "0"}, "checkpointNoncurrentVersionDays", ">= 1"),
+    ({"imdsHopLimit": "0"}, "imdsHopLimit", "1..64"),
+    ({"endpointPublicAccessCidrs": "[]"}, "endpointPublicAccessCidrs", "endpointPublicAccess: false"),
+]
+
+
+@pytest.mark.parametrize("values,key,fragment", BAD)
+def test_bad_config_raises_with_key(values, key, fragment):
+    with pytest.raises(ConfigError) as err:
+        StackConfig.from_mapping(values)
+    assert err.value.key == key
+    assert f"ray-efa-eks:{key}" in str(err.value) and fragment in str(err.value)
+
+
+def test_efa_on_type_without_efa():
+    from ray_efa_eks.components import instances
+
+    instances.CATALOGUE["g4dn.xlarge"] = instances.InstanceType("g4dn.xlarge", 4, 16384, 1, "T4", 15360, False, 0, 1)
+    try:
+        with pytest.raises(ConfigError, match="does not support EFA"):
+            StackConfig.from_mapping({"gpuInstanceType": "g4dn.xlarge"})
+        assert StackConfig.from_mapping({"gpuInstanceType": "g4dn.xlarge", "efa": "false"}).efa is False
+    finally:
+        del instances.CATALOGUE["g4dn.xlarge"]
+
+
+@pytest.mark.parametrize("values,key,fragment", BAD[:4])
+def test_program_registers_nothing_on_bad_config(values, key, fragment):
+    record = MockRun()
+    with pytest.raises(Exception, match=key):
+        run_program(values, record=record)
+    assert record.resources == []
+
+
+def test_single_node_allowed_explicitly():
+    assert StackConfig.from_mapping({"gpuNodeCount": "1", "allowSingleEfaNode": "true"}).gpuNodeCount == 1
+
+
+def test_defaults_are_reference_layout():
+    cfg = StackConfig.from_mapping({})
+    assert (cfg.gpuInstanceType, cfg.gpuNodeCount, cfg.systemInstanceType, cfg.efa) == ("g6.12xlarge", 2, "m7i.xlarge", True)
+    assert cfg.dlcImage == "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1"
+
+
+def test_digest_pinned_image_is_accepted():
+    digest = "public.ecr.aws/deep-learning-containers/ray@sha256:" + "ab" * 32
+    assert StackConfig.from_mapping({"dlcImage": digest}).dlcImage == digest
+
+
+def test_image_tag():
+    assert image_tag("localhost:5000/ray:v1") == "v1"
+    assert image_tag("localhost:5000/ray") is None
+    assert image_tag("ray@sha256:abc") is None

@@ -1,0 +1,258 @@
+"""The RayCluster the program registers, validated against the real KubeRay CRD and Kubernetes schemas."""
+
+from pathlib import Path
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from ray_efa_eks.components.instances import CATALOGUE
+from ray_efa_eks.tools.mockrun import run_program
+from ray_efa_eks.components.raycluster import (RayClusterArgs, WorkerGroupArgs, build_spec, check_guaranteed, pod_resources,
+                                   ray_start_params)
+
+CRD = yaml.safe_load((Path(__file__).parents[1] / "schemas/ray.io_rayclusters.yaml").read_text())
+SCHEMA = next(v for v in CRD["spec"]["versions"] if v["name"] == "v1")["schema"]["openAPIV3Schema"]
+K8S_VERSION = "1.33.0"
+IMAGE = "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1"
+
+
+def raycluster(run):
+    return run.one("kubernetes:ray.io/v1:RayCluster")
+
+
+def pod_templates(spec):
+    yield spec["headGroupSpec"]["template"]
+    for g in spec["workerGroupSpecs"]:
+        yield g["template"]
+
+
+def containers(spec):
+    for t in pod_templates(spec):
+        yield from t["spec"]["containers"]
+
+
+@pytest.mark.parametrize("run_name", ["default_run", "p5_run"])
+def test_matches_kuberay_crd_schema(request, run_name):
+    rc = raycluster(request.getfixturevalue(run_name))
+    obj = {"apiVersion": rc["apiVersion"], "kind": rc["kind"], "metadata": rc["metadata"], "spec": rc["spec"]}
+    jsonschema.validate(obj, SCHEMA)
+
+
+def test_crd_schema_rejects_numbers_in_ray_start_params(default_run):
+    spec = dict(raycluster(default_run)["spec"])
+    bad = {**spec, "headGroupSpec": {**spec["headGroupSpec"], "rayStartParams": {"num-cpus": 0}}}
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"apiVersion": "ray.io/v1", "kind": "RayCluster", "spec": bad}, SCHEMA)
+
+
+@pytest.mark.parametrize("run_name", ["default_run", "p5_run"])
+def test_pod_templates_match_kubernetes_schema(request, run_name):
+    for t in pod_templates(raycluster(request.getfixturevalue(run_name))["spec"]):
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probe", **t.get("metadata", {})}, "spec": t["spec"]}
+        kubernetes_validate.validate(pod, K8S_VERSION, strict=True)
+
+
+def test_job_matches_kubernetes_schema(default_run):
+    job = default_run.one("kubernetes:batch/v1:Job")
+    kubernetes_validate.validate({"apiVersion": "batch/v1", "kind": "Job", "metadata": job["metadata"],
+                                  "spec": job["spec"]}, K8S_VERSION, strict=True)
+
+
+def test_one_image_everywhere(default_run):
+    spec = raycluster(default_run)["spec"]
+    assert {c["image"] for c in containers(spec)} == {IMAGE}
+    assert default_run.one("kubernetes:batch/v1:Job")["spec"]["template"]["spec"]["containers"][0]["image"] == IMAGE
+
+
+def test_head(default_run):
+    head = raycluster(default_run)["spec"]["headGroupSpec"]
+    assert head["rayStartParams"]["num-cpus"] == "0"
+    assert head["serviceType"] == "ClusterIP"
+    assert head["template"]["spec"]["nodeSelector"] == {"ray-efa-eks/role": "system"}
+    res = head["template"]["spec"]["containers"][0]["resources"]
+    assert "nvidia.com/gpu" not in res["limits"]
+
+
+def test_ray_version_and_string_params(default_run):
+    spec = raycluster(default_run)["spec"]
+    assert spec["rayVersion"] == "2.58.0"
+    for params in [spec["headGroupSpec"]["rayStartParams"], *[g["rayStartParams"] for g in spec["workerGroupSpecs"]]]:
+        assert all(isinstance(v, str) for v in params.values())
+
+
+@pytest.mark.parametrize("run_name", ["default_run", "p5_run"])
+def test_guaranteed_everywhere(request, run_name):
+    for c in containers(raycluster(request.getfixturevalue(run_name))["spec"]):
+        assert c["resources"]["requests"] == c["resources"]["limits"]
+
+
+@pytest.mark.parametrize("run_name,itype", [("default_run", "g6.12xlarge"), ("p5_run", "p5.48xlarge")])
+def test_worker_gpu_and_efa_from_catalogue(request, run_name, itype):
+    (group,) = raycluster(request.getfixturevalue(run_name))["spec"]["workerGroupSpecs"]
+    it = CATALOGUE[itype]
+    lim = group["template"]["spec"]["containers"][0]["resources"]["limits"]
+    assert lim["nvidia.com/gpu"] == str(it.gpus) and lim["vpc.amazonaws.com/efa"] == str(it.max_efa_interfaces)
+    assert int(lim["cpu"]) < it.vcpus
+    assert group["replicas"] == group["minReplicas"] == group["maxReplicas"] == 2
+    env = {e["name"]: e["value"] for e in group["template"]["spec"]["containers"][0]["env"]}
+    assert env["FI_PROVIDER"] == "efa" and env["NCCL_SOCKET_IFNAME"].startswith("^lo")
+    assert ("FI_EFA_USE_DEVICE_RDMA" in env) == it.gpudirect_rdma
+    assert group["template"]["spec"]["volumes"][0]["emptyDir"]["medium"] == "Memory"
+
+
+def test_replicas_follow_gpu_node_count():
+    run = run_program({"gpuNodeCount": "3"})
+    assert raycluster(run)["spec"]["workerGroupSpecs"][0]["replicas"] == 3
+
+
+def test_no_efa_env_or_request_when_efa_off():
+    run = run_program({"efa": "false", "efaCheck": "false"})
+    c = raycluster(run)["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]
+    names = {e["name"] for e in c["env"]}
+    assert not names & {"FI_PROVIDER", "NCCL_NET_PLUGIN", "FI_EFA_USE_DEVICE_RDMA"}
+    assert "vpc.amazonaws.com/efa" not in c["resources"]["limits"]
+
+
+def test_operator_chart_pinned(default_run):
+    rel = default_run.one("kubernetes:helm.sh/v3:Release", "kuberay")
+    assert rel["chart"] == "kuberay-operator" and rel["version"] == "1.7.0"
+    assert rel["repositoryOpts"]["repo"] == "https://ray-project.github.io/kuberay-helm/"
+    assert rel["values"]["nodeSelector"] == {"ray-efa-eks/role": "system"}
+
+
+def test_efa_check_job(default_run):
+    job = default_run.one("kubernetes:batch/v1:Job")
+    assert job["spec"]["backoffLimit"] == 0 and job["spec"]["ttlSecondsAfterFinished"] > 0
+    assert "pulumi.com/skipAwait" not in job["metadata"].get("annotations", {})
+    script = job["spec"]["template"]["spec"]["containers"][0]["command"][2]
+    assert "python -m efacheck.efa_check --json" in script and "ray-head-svc.ray.svc.cluster.local:8265" in script
+    cm = default_run.one("kubernetes:core/v1:ConfigMap", "efa-check")
+    assert {"efacheck.nccl_log.py", "efacheck.efa_check.py", "efacheck.__init__.py", "training.model.py"} \
+        <= set(cm["data"])
+    assert "training.train_func.py" not in cm["data"]  # the gate ships the EFA proof and the model, not the job
+    pod = job["spec"]["template"]["spec"]
+    mounts = {m["name"]: m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
+    assert mounts == {"code-efacheck": "/opt/ray-efa-eks/efacheck", "code-training": "/opt/ray-efa-eks/training"}
+    items = {v["name"]: {i["key"]: i["path"] for i in v["configMap"]["items"]} for v in pod["volumes"]}
+    assert items["code-training"] == {"training.__init__.py": "__init__.py", "training.model.py": "model.py"}
+    assert items["code-efacheck"]["efacheck.nccl_log.py"] == "nccl_log.py"
+    assert set(cm["data"]) == {k for v in items.values() for k in v}  # every shipped file is mounted
+    # Job is created after the RayCluster: its parent chain is the EfaCheckJob, created after RayCluster registration
+    types = [r.type for r in default_run.resources]
+    assert types.index("kubernetes:ray.io/v1:RayCluster") < types.index("kubernetes:batch/v1:Job")
+
+
+def test_efa_check_nonblocking():
+    job = run_program({"efaCheckBlocking": "false"}).one("kubernetes:batch/v1:Job")
+    assert job["metadata"]["annotations"]["pulumi.com/skipAwait"] == "true"
+
+
+# --- guards ----------------------------------------------------------------------------------
+
+
+def test_guard_requests_differ_from_limits():
+    res = {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "1Gi"}}
+    with pytest.raises(ValueError, match="Guaranteed QoS"):
+        check_guaranteed(res, "c")
+    check_guaranteed(pod_resources("1", "1Gi"), "c")
+
+
+def test_guard_ray_start_params():
+    assert ray_start_params({"num-cpus": 0, "block": True}) == {"num-cpus": "0", "block": "true"}
+    with pytest.raises(ValueError, match="scalar"):
+        ray_start_params({"resources": {"a": 1}})
+    with pytest.raises(ValueError, match="without dashes"):
+        ray_start_params({"--num-cpus": 1})
+
+
+def _args(**kw):
+    base = dict(provider=None, image=IMAGE, worker_groups=[WorkerGroupArgs("gpu", CATALOGUE["g6.12xlarge"], 2)])
+    base.update(kw)
+    return RayClusterArgs(**base)
+
+
+def test_guard_worker_groups():
+    with pytest.raises(ValueError, match="at least one"):
+        build_spec(_args(worker_groups=[]))
+    g = WorkerGroupArgs("gpu", CATALOGUE["g6.12xlarge"], 2)
+    with pytest.raises(ValueError, match="unique"):
+        build_spec(_args(worker_groups=[g, g]))
+    with pytest.raises(ValueError, match="replicas"):
+        build_spec(_args(worker_groups=[WorkerGroupArgs("gpu", CATALOGUE["g6.12xlarge"], -1)]))
+    with pytest.raises(ValueError, match="reserve"):
+        build_spec(_args(worker_groups=[WorkerGroupArgs("gpu", CATALOGUE["g6.12xlarge"], 2, cpu_reserve=48)]))
+
+
+def test_extra_worker_group_from_another_repo():
+    spec = build_spec(_args(worker_groups=[WorkerGroupArgs("gpu", CATALOGUE["g6.12xlarge"], 2),
+                                           WorkerGroupArgs("big", CATALOGUE["p5.48xlarge"], 1,
+                                                           node_selector={"pool": "p5"})]))
+    jsonschema.validate({"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "x"}, "spec": spec}, SCHEMA)
+    assert [g["groupName"] for g in spec["workerGroupSpecs"]] == ["gpu", "big"]
+
+
+# --- Ray token auth (issue 18.1) ---------------------------------------------------------------
+
+
+SHARED_CRD = Path(__file__).resolve().parents[3] / "shared/schemas/kuberay-v1.7.0/ray.io_rayclusters.yaml"
+
+
+def _secret_wrapped(value) -> bool:
+    from pulumi.runtime import rpc
+
+    return isinstance(value, dict) and value.get(rpc._special_sig_key) == rpc._special_secret_sig
+
+
+def test_token_auth_on_by_default(default_run):
+    rc = raycluster(default_run)
+    assert rc["spec"]["authOptions"] == {"mode": "token", "secretName": "ray-auth-token"}
+    schemas = [SCHEMA] + ([next(v for v in yaml.safe_load(SHARED_CRD.read_text())["spec"]["versions"]
+                                if v["name"] == "v1")["schema"]["openAPIV3Schema"]] if SHARED_CRD.exists() else [])
+    for schema in schemas:  # KubeRay 1.7's CRD: authOptions.mode is an enum, secretName a string
+        jsonschema.validate({"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": rc["metadata"],
+                             "spec": rc["spec"]}, schema)
+        bad = {**rc["spec"], "authOptions": {"mode": "tokens", "secretName": "ray-auth-token"}}
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate({"apiVersion": "ray.io/v1", "kind": "RayCluster", "spec": bad}, schema)
+    secret = default_run.one("kubernetes:core/v1:Secret", "auth-token")
+    assert secret["metadata"] == {"name": "ray-auth-token", "namespace": "ray"}
+    assert _secret_wrapped(secret["stringData"])  # the token never appears in plain text in state or diffs
+    password = default_run.one("random:index/randomPassword:RandomPassword")
+    assert password.inputs == {"length": 64, "special": False}  # no keepers: generated once, stable across ups
+    assert "rayAuthToken" in default_run.outputs
+    env = default_run.one("kubernetes:batch/v1:Job")["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert {"name": "RAY_AUTH_MODE", "value": "token"} in env
+    assert {"name": "RAY_AUTH_TOKEN",
+            "valueFrom": {"secretKeyRef": {"name": "ray-auth-token", "key": "auth_token"}}} in env
+
+
+def test_token_is_not_regenerated_by_the_program():
+    # Same program, same config -> same inputs: a token made in Python would differ on every run (a new Secret
+    # value, every Ray pod restarted); RandomPassword keeps it in state.
+    a, b = run_program(), run_program()
+    for typ in ("random:index/randomPassword:RandomPassword", "kubernetes:core/v1:Secret"):
+        assert a.of_type(typ), typ
+        assert [r.inputs for r in a.of_type(typ)] == [r.inputs for r in b.of_type(typ)]
+
+
+def test_token_auth_off():
+    run = run_program({"rayTokenAuth": "false"})
+    assert "authOptions" not in raycluster(run)["spec"]
+    assert not run.of_type("kubernetes:core/v1:Secret")
+    assert not run.of_type("random:index/randomPassword:RandomPassword")
+    container = run.one("kubernetes:batch/v1:Job")["spec"]["template"]["spec"]["containers"][0]
+    assert not any(e["name"].startswith("RAY_AUTH") for e in container.get("env", []))
+    assert "rayAuthToken" not in run.outputs
+
+
+def test_token_auth_needs_ray_2_52():
+    from ray_efa_eks.components.config import ConfigError, StackConfig
+
+    with pytest.raises(ConfigError, match=r"rayTokenAuth = True is invalid: needs Ray >= 2\.52 \(rayVersion is 2\.51"):
+        StackConfig.from_mapping({"rayVersion": "2.51.0"})
+    StackConfig.from_mapping({"rayVersion": "2.51.0", "rayTokenAuth": "false"})
+    with pytest.raises(ValueError, match="Ray token auth needs Ray >= 2.52"):
+        build_spec(_args(ray_version="2.49.1"))
+    assert "authOptions" not in build_spec(_args(ray_version="2.49.1", token_auth=False))

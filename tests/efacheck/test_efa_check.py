@@ -1,0 +1,173 @@
+"""efa_check: formulas, environment probe, verdict logic, and a real run on a local 2-node Ray cluster with gloo."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ray_efa_eks.efacheck.efa_check import busbw, judge, probe_env, sizes
+
+ROOT = Path(__file__).parents[2]
+FIX = Path(__file__).parents[1] / "fixtures" / "nccl-logs"
+
+
+def test_busbw_formula() -> None:
+    assert busbw(10.0, 2) == pytest.approx(10.0)
+    assert busbw(10.0, 16) == pytest.approx(10.0 * 2 * 15 / 16)
+    assert busbw(10.0, 1) == 0.0
+
+
+def test_sizes_doubling() -> None:
+    assert sizes(1 << 20, 1 << 23) == [1 << 20, 1 << 21, 1 << 22, 1 << 23]
+
+
+def test_probe_env_finds_devices_plugin_and_fi_info(tmp_path: Path) -> None:
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    (dev / "uverbs0").touch()
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "libnccl-net-ofi.so").touch()
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    fi = bin_ / "fi_info"
+    fi.write_text("#!/bin/sh\necho 'provider: efa'\n")
+    fi.chmod(fi.stat().st_mode | stat.S_IEXEC)
+    env = {"PATH": str(bin_), "LD_LIBRARY_PATH": str(lib), "FI_PROVIDER": "efa", "NCCL_NET_PLUGIN": "ofi"}
+    p = probe_env(env, dev_dir=str(dev))
+    assert p["efa_devices"] == ["uverbs0"]
+    assert p["fi_info_efa"] == "efa"
+    assert str(lib / "libnccl-net-ofi.so") in p["ofi_plugin_libs"]
+    assert p["env"]["FI_PROVIDER"] == "efa" and p["env"]["NCCL_SOCKET_IFNAME"] is None
+
+
+def test_probe_env_empty_pod(tmp_path: Path) -> None:
+    p = probe_env({"PATH": str(tmp_path)}, dev_dir=str(tmp_path / "none"))
+    assert p["efa_devices"] == [] and p["fi_info_efa"] is None
+
+
+def _data(logs: dict[str, bytes]) -> dict:
+    res = [{"bytes": 1 << 20, "time_s": 1e-3}]
+    return {"world": 2, "nodes": 2, "outs": [{"results": res, "logs": logs, "probe": {}},
+                                             {"results": res, "logs": {}, "probe": {}}]}
+
+
+def test_judge_uses_nccl_logs_and_floor() -> None:
+    logs = {"a": (FIX / "efa_old_ring_via_aws_libfabric.log").read_bytes()}
+    r = judge(_data(logs), "nccl", None)
+    assert r["code"] == 0 and r["sweep"][0]["busbw_gbps"] == pytest.approx((1 << 20) / 1e-3 / 1e9)
+    low = judge(_data(logs), "nccl", 1000.0)
+    assert low["code"] == 1 and any("below the floor" in x for x in low["reasons"])
+
+
+def test_judge_gloo_never_efa() -> None:
+    r = judge(_data({}), "gloo", None)
+    assert r["code"] == 2 and any("gloo" in x for x in r["reasons"])
+
+
+def test_local_two_node_cluster_gloo_is_not_efa() -> None:
+    r = subprocess.run(
+        [sys.executable, "-m", "ray_efa_eks.efacheck.efa_check", "--local", "--json", "--max-bytes", str(256 << 10),
+         "--iters", "2"],
+        cwd=ROOT, capture_output=True, text=True, timeout=180, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
+    )
+    assert r.returncode in (1, 2), r.stderr[-2000:]
+    out = json.loads(r.stdout[r.stdout.index("{"):])
+    assert out["verdict"] != "efa" and out["reasons"]
+    assert out["backend"] == "gloo" and out["nodes"] == 2 and out["world"] == 2
+    assert len(out["sweep"]) >= 1
+
+
+# -- backend and topology from the cluster (issue 14) --------------------------------------------------------------
+
+from ray_efa_eks.efacheck import efa_check  # noqa: E402
+
+
+def _node(gpus: int = 0, cpus: int = 1, alive: bool = True, ip: str = "10.0.0.1") -> dict:
+    res = {"CPU": float(cpus), **({"GPU": float(gpus)} if gpus else {})}
+    return {"Alive": alive, "Resources": res, "NodeID": ip.replace(".", "") * 3, "NodeManagerAddress": ip}
+
+
+HEAD = _node(cpus=0, ip="10.0.0.9")  # the GPU-less, CPU-less head the driver runs on
+
+
+def test_backend_comes_from_the_cluster_not_the_driver() -> None:
+    """The driver has no CUDA here (as on the head); GPU nodes in the cluster still mean nccl."""
+    assert efa_check.choose_backend([HEAD, _node(4), _node(4)], 0) == "nccl"
+    assert efa_check.choose_backend([HEAD, _node(), _node()], 4) == "nccl"  # GPUs declared: never gloo
+    assert efa_check.choose_backend([HEAD, _node(), _node()], 0) == "gloo"  # all-CPU and expected so
+    assert efa_check.choose_backend([HEAD, _node(4, alive=False)], 0) == "gloo"
+
+
+def test_assess_names_what_is_missing() -> None:
+    use, why = efa_check.assess([HEAD, _node(4, ip="10.0.0.1")], "nccl", 2, 4)
+    assert len(use) == 1 and "1 of 2 expected GPU nodes with 4 GPU(s) each" in why
+    _, why = efa_check.assess([HEAD, _node(4, ip="10.0.0.1"), _node(2, ip="10.0.0.2")], "nccl", 2, 4)
+    assert "10.0.0.2 has 2" in why
+    _, why = efa_check.assess([HEAD, _node(), _node()], "nccl", 2, 4)
+    assert why.startswith("no GPU nodes")
+    use, why = efa_check.assess([HEAD, _node(4), _node(4, ip="10.0.0.2")], "nccl", 2, 4)
+    assert why is None and len(use) == 2
+
+
+def test_wait_topology_waits_for_late_nodes_and_gives_up_at_the_deadline(monkeypatch) -> None:
+    import ray
+
+    seq = iter([[HEAD, _node(1)], [HEAD, _node(1)], [HEAD, _node(1), _node(1, ip="10.0.0.2")]])
+    monkeypatch.setattr(ray, "nodes", lambda: next(seq))
+    backend, nodes = efa_check.wait_topology(2, 1, wait_s=30, poll_s=0.01, log=lambda m: None)
+    assert backend == "nccl" and len(nodes) == 2
+    monkeypatch.setattr(ray, "nodes", lambda: [HEAD, _node(1)])
+    with pytest.raises(efa_check.CheckFailed) as e:
+        efa_check.wait_topology(2, 1, wait_s=0.05, poll_s=0.01, log=lambda m: None)
+    assert e.value.stage == "topology" and "1 of 2" in e.value.reason
+
+
+def test_a_rank_error_is_a_failure_even_with_efa_logs() -> None:
+    logs = {"a": (FIX / "efa_old_ring_via_aws_libfabric.log").read_bytes()}
+    data = _data(logs)
+    data["outs"][1]["error"] = "DistBackendError: NCCL error in: ProcessGroupNCCL.cpp, unhandled system error"
+    data["outs"][0]["rank"], data["outs"][1]["rank"] = 0, 1
+    r = efa_check.judge(data, "nccl", None)
+    assert r["code"] == 1 and r["verdict"] == "failed" and r["failure"]["stage"] == "rank_error"
+    assert "rank 1: DistBackendError" in r["failure"]["reason"]
+
+
+def test_cli_usage_error_and_unreachable_address() -> None:
+    bad = subprocess.run([sys.executable, "-m", "ray_efa_eks.efacheck.efa_check", "--expect-nodes", "two"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 64 and "Traceback" not in bad.stderr
+    r = subprocess.run([sys.executable, "-m", "ray_efa_eks.efacheck.efa_check", "--json", "--address", "127.0.0.1:9",
+                        "--wait-s", "5"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stdout + r.stderr
+    out = json.loads(r.stdout)
+    assert out["failure"]["stage"] == "unreachable" and "127.0.0.1:9" in out["failure"]["reason"]
+    assert "Traceback" not in r.stdout + r.stderr
+
+
+def test_counter_witness_flat_counters_turn_an_efa_log_into_fallback() -> None:
+    """The second witness (issue 15) as efa_check wires it: one snapshot per node before and after the sweep."""
+    logs = {"a": (FIX / "efa_old_ring_via_aws_libfabric.log").read_bytes()}
+    big = 64 << 20
+
+    def data(moved: int) -> dict:
+        d = _data(logs)
+        for o in d["outs"]:
+            o["results"] = [{"collective": "all_reduce", "bytes": big, "time_s": 1e-2}]
+        snap = lambda n: {"rdmap0s6": {"tx_bytes": n, "rx_bytes": n, "errors": {}}}  # noqa: E731
+        d["counters"] = {"before": [{"host": h, "snapshot": snap(0)} for h in ("n1", "n2")],
+                         "after": [{"host": h, "snapshot": snap(moved)} for h in ("n1", "n2")]}
+        d["iters"] = 1
+        return d
+
+    flat = efa_check.judge(data(0), "nccl", None)
+    assert flat["verdict"] == "fallback" and flat["code"] == 1
+    assert any("EFA loaded, traffic went elsewhere" in x for x in flat["reasons"])
+    moved = efa_check.judge(data(4 * big), "nccl", None)
+    assert moved["verdict"] == "efa" and moved["code"] == 0

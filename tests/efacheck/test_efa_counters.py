@@ -1,0 +1,136 @@
+"""The EFA hardware-counter witness on sysfs trees laid out like /sys/class/infiniband (one integer per file)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from ray_efa_eks.efacheck.efa_counters import (
+    TOLERANCE,
+    allreduce_bytes_per_node,
+    combine,
+    counter_delta,
+    judge_counters,
+    node_bytes,
+    read_counters,
+)
+from ray_efa_eks.efacheck.nccl_log import analyze_paths
+
+FIX = Path(__file__).parents[1] / "fixtures" / "nccl-logs"
+GB = 10**9
+
+
+def lay_out(root: Path, devices: dict[str, dict[str, object]]) -> str:
+    """Write <root>/<dev>/ports/1/hw_counters/<name> files; a bytes value is written raw."""
+    for dev, counters in devices.items():
+        hw = root / dev / "ports" / "1" / "hw_counters"
+        hw.mkdir(parents=True, exist_ok=True)
+        for name, value in counters.items():
+            (hw / name).write_bytes(value if isinstance(value, bytes) else f"{value}\n".encode())
+    return str(root)
+
+
+def _node(tmp: Path, name: str, tx: int, rx: int, extra: dict | None = None) -> str:
+    return lay_out(tmp / name, {"rdmap16s27": {"tx_bytes": tx, "rx_bytes": rx, **(extra or {})},
+                                "rdmap32s27": {"tx_bytes": tx, "rx_bytes": rx}})
+
+
+def test_read_counters_and_delta(tmp_path: Path) -> None:
+    before = read_counters(_node(tmp_path, "b", 100, 200, {"rdma_write_bytes": 5, "send_bytes": 7}))
+    assert before["rdmap16s27"] == {"tx_bytes": 100, "rx_bytes": 200, "rdma_write_bytes": 5, "send_bytes": 7, "errors": {}}
+    after = read_counters(_node(tmp_path, "a", 100 + 3 * GB, 200 + 3 * GB, {"rdma_write_bytes": 5 + GB, "send_bytes": 7}))
+    d = counter_delta(before, after)
+    assert d["rdmap16s27"]["tx_bytes"] == 3 * GB and d["rdmap16s27"]["rdma_write_bytes"] == GB
+    assert node_bytes(d)["rdmap32s27"] == {"sent": 3 * GB, "received": 3 * GB}
+
+
+def _deltas(tmp: Path, node: str, moved: int) -> dict:
+    before = read_counters(_node(tmp, f"{node}-0", 1000, 1000))
+    after = read_counters(_node(tmp, f"{node}-1", 1000 + moved, 1000 + moved))
+    return counter_delta(before, after)
+
+
+def test_counters_move(tmp_path: Path) -> None:
+    # two devices per node, 3 GB each way on each: 6 GB per node against 10 GB expected = 60% >= 50%
+    deltas = {n: _deltas(tmp_path, n, 3 * GB) for n in ("node-a", "node-b")}
+    ok, reasons = judge_counters(deltas, 10 * GB, "efa")
+    assert ok is True and len(reasons) == 2
+    assert "node node-a: EFA moved 6.000 GB = 60%" in reasons[0]
+    assert "rdmap16s27 sent 3.000 GB received 3.000 GB" in reasons[0]  # bytes per device and node
+
+
+def test_counters_flat_while_log_says_efa(tmp_path: Path) -> None:
+    deltas = {"node-a": _deltas(tmp_path, "node-a", 3 * GB), "node-b": _deltas(tmp_path, "node-b", 0)}
+    ok, reasons = judge_counters(deltas, 10 * GB, "efa")
+    assert ok is False
+    assert any(r.startswith("EFA loaded, traffic went elsewhere: node node-b") for r in reasons)
+
+
+def test_counters_partly_moved(tmp_path: Path) -> None:
+    ok, reasons = judge_counters({"n": _deltas(tmp_path, "n", GB)}, 10 * GB, "efa")  # 2 GB = 20%
+    assert ok is False and "only part of the traffic used EFA" in reasons[0]
+
+
+def test_tolerance_boundary(tmp_path: Path) -> None:
+    exp = 10 * GB
+    at = int(exp * TOLERANCE / 2)  # two devices
+    assert judge_counters({"n": _deltas(tmp_path, "a", at)}, exp, "efa")[0] is True
+    assert judge_counters({"n": _deltas(tmp_path, "b", at - 1)}, exp, "efa")[0] is False
+
+
+def test_no_devices(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    assert read_counters(str(tmp_path / "empty")) == {}
+    assert read_counters(str(tmp_path / "absent")) == {}
+    ok, reasons = judge_counters({"node-a": counter_delta({}, {})}, 10 * GB, "efa")
+    assert ok is None and "no EFA device" in reasons[0]
+
+
+def test_unreadable_files(tmp_path: Path) -> None:
+    root = lay_out(tmp_path / "bad", {"rdmap0": {"tx_bytes": b"not a number\n", "rx_bytes": b"\xff\xfe"},
+                                      "rdmap1": {"rx_bytes": 5}})
+    os.makedirs(os.path.join(root, "rdmap2"))  # a device without hw_counters
+    os.makedirs(os.path.join(root, "rdmap3/ports/1/hw_counters/tx_bytes"))  # open() fails (root reads any mode)
+    (Path(root) / "rdmap3/ports/1/hw_counters/rx_bytes").write_text("7\n")
+    c = read_counters(root)
+    assert "tx_bytes" not in c["rdmap0"] and set(c["rdmap0"]["errors"]) == {"tx_bytes", "rx_bytes"}
+    assert c["rdmap1"]["rx_bytes"] == 5 and "missing" in c["rdmap1"]["errors"]["tx_bytes"]
+    assert "no such directory" in c["rdmap2"]["errors"]["hw_counters"]
+    assert "Is a directory" in c["rdmap3"]["errors"]["tx_bytes"] and c["rdmap3"]["rx_bytes"] == 7
+    ok, reasons = judge_counters({"n": counter_delta({"rdmap0": c["rdmap0"]}, {"rdmap0": c["rdmap0"]})}, GB, "efa")
+    assert ok is None and "no readable EFA counter" in reasons[0] and "tx_bytes" in reasons[0]
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their mode")
+def test_permission_denied(tmp_path: Path) -> None:
+    root = lay_out(tmp_path / "perm", {"rdmap0": {"tx_bytes": 1, "rx_bytes": 1}})
+    os.chmod(os.path.join(root, "rdmap0/ports/1/hw_counters/tx_bytes"), 0)
+    assert "Permission denied" in read_counters(root)["rdmap0"]["errors"]["tx_bytes"]
+
+
+def test_counter_reset_and_vanished_device() -> None:
+    d = counter_delta({"a": {"tx_bytes": 10, "rx_bytes": 10}, "b": {"tx_bytes": 1, "rx_bytes": 1}},
+                      {"a": {"tx_bytes": 5, "rx_bytes": 20}})
+    assert "went backwards" in d["a"]["errors"]["tx_bytes"] and d["a"]["rx_bytes"] == 10
+    assert d["b"]["errors"]["device"] == "disappeared during the sweep"
+
+
+def test_combine_with_the_log_verdict(tmp_path: Path) -> None:
+    efa = analyze_paths([str(FIX / "real_efa_g7e_slurm_nccl2292_ofi1180_2node.log")])
+    flat = judge_counters({"n": _deltas(tmp_path, "f", 0)}, 10 * GB, "efa")
+    moved = judge_counters({"n": _deltas(tmp_path, "m", 5 * GB)}, 10 * GB, "efa")
+    none = judge_counters({"n": {}}, 10 * GB, "efa")
+    bad = combine(efa, flat)
+    assert bad.verdict == "fallback" and "counters_flat" in bad.causes and bad.exit_code == 1
+    assert "EFA loaded, traffic went elsewhere" in bad.reasons[-1]
+    assert combine(efa, moved).verdict == "efa" and efa.verdict == "efa"  # the log report is not mutated
+    assert combine(efa, none).verdict == "efa" and combine(efa, none, require=True).verdict == "undetermined"
+    undet = analyze_paths([str(FIX / "real_undet_p3dn_single_pod_np8_efa_selected_p2p_only_nccl264.log")])
+    assert combine(undet, moved).verdict == "undetermined"  # counters alone never make efa
+
+
+def test_allreduce_bytes_per_node() -> None:
+    assert allreduce_bytes_per_node(GB, world=8, nodes=2) == pytest.approx(1.75 * GB)  # 2 x g6.12xlarge, 4 GPUs each
+    assert allreduce_bytes_per_node(GB, world=4, nodes=1) == 0.0

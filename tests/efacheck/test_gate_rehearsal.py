@@ -1,0 +1,269 @@
+"""Deploy-path rehearsal of the EFA gate (issue 14): the Job's own shell script, as components/efa_check.py
+renders it, run against a local Ray cluster's Jobs API with the ConfigMap's files (``check_files()``) laid out
+as the working dir.
+
+The cluster is shaped like the deployed one: a 0-CPU head with the dashboard and Jobs API (the check's driver
+lands there, as on the GPU-less system node) and worker nodes the test adds and removes: CPU-only, or declaring a
+logical GPU (``num_gpus``) with no CUDA behind it. It runs in a child process (commands on stdin) so the test
+process never joins it. The GPU "type" is catalogue-shaped (1 GPU, 1 EFA interface per node) to keep the rank
+count at two on a 2-core machine; the deadlines are shortened, everything else is what the stack renders.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("ray.job_submission")
+pytest.importorskip("aiohttp")  # ray[default]: dashboard + Jobs API
+
+from ray_efa_eks.components.efa_check import (  # noqa: E402
+    MOUNT, Deadlines, check_args, check_script, check_files)
+from ray_efa_eks.components.instances import InstanceType  # noqa: E402
+from ray_efa_eks.tools.mockrun import run_program  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = str(Path(sys.executable).parent)
+ONE_GPU = InstanceType("rehearsal.1gpu", 4, 16384, gpus=1, gpu_model="L4", efa_supported=True,
+                       max_efa_interfaces=1, network_cards=1)
+
+SERVER = """
+import sys, time
+import ray
+from ray_efa_eks.training.local_cluster import local_cluster
+with local_cluster(worker_nodes=0, dashboard=True) as c:
+    print("http://" + c.webui_url, flush=True)
+    for line in sys.stdin:
+        cmd = line.split()
+        if cmd[0] == "clear":
+            for n in list(c.worker_nodes):
+                c.remove_node(n)
+            end = time.monotonic() + 60  # until the GCS no longer lists them alive (the check reads ray.nodes())
+            while sum(n["Alive"] for n in ray.nodes()) > 1 and time.monotonic() < end:
+                time.sleep(0.5)
+        elif cmd[0] == "add":
+            c.add_node(num_cpus=1, num_gpus=int(cmd[1]), object_store_memory=80 * 1024**2)
+            c.wait_for_nodes()
+        print("ok", flush=True)
+"""
+
+
+class Cluster:
+    def __init__(self, env: dict[str, str]):
+        self.proc = subprocess.Popen([sys.executable, "-c", SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     text=True, env=env, cwd=REPO)
+        self.url = self.proc.stdout.readline().strip()
+        assert self.url.startswith("http://"), f"local cluster did not start (exit {self.proc.poll()})"
+        end = time.monotonic() + 120  # the Jobs API answers a little after the dashboard URL is known
+        while True:
+            try:
+                with urllib.request.urlopen(f"{self.url}/api/jobs/", timeout=5) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            assert time.monotonic() < end, f"Jobs API at {self.url} not ready after 120 s"
+            time.sleep(1)
+
+    def do(self, cmd: str) -> None:
+        self.proc.stdin.write(cmd + "\n")
+        self.proc.stdin.flush()
+        assert self.proc.stdout.readline().strip() == "ok"
+
+    def workers(self, *gpus: int) -> None:
+        self.do("clear")
+        for g in gpus:
+            self.do(f"add {g}")
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory) -> dict[str, str]:
+    home = tmp_path_factory.mktemp("home")
+    e = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_AUTH", "RAY_ADDRESS"))}
+    # the venv's `ray` and `python` first: the Job image has them on PATH; CUDA_VISIBLE_DEVICES unset as in a pod
+    e.update(HOME=str(home), PATH=f"{BIN}{os.pathsep}{e.get('PATH', '')}", RAY_USAGE_STATS_ENABLED="0")
+    e.pop("CUDA_VISIBLE_DEVICES", None)
+    return e
+
+
+@pytest.fixture(scope="module")
+def cluster(env):
+    c = Cluster(env)
+    try:
+        yield c
+    finally:
+        c.proc.stdin.close()
+        try:
+            c.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            c.proc.kill()
+
+
+@pytest.fixture(scope="module")
+def mount(tmp_path_factory) -> Path:
+    """The Job's volumes: the ConfigMap's files under <mount>/efacheck and <mount>/training, as the pod sees them."""
+    root = tmp_path_factory.mktemp("mount")
+    for path, text in check_files().items():
+        (root / path).parent.mkdir(exist_ok=True)
+        (root / path).write_text(text)
+    return root
+
+
+def script(cluster: Cluster, mount: Path, topology_wait_s: int) -> str:
+    d = Deadlines(head_wait_s=300, topology_wait_s=topology_wait_s, sweep_timeout_s=120)
+    args = check_args(ONE_GPU, 2, d)
+    return check_script(cluster.url, args, d, working_dir=str(mount))
+
+
+def verdict(out: str) -> dict:
+    """The check's JSON object, as it comes back through `ray job logs` in the Job's log."""
+    start = out.index('{\n  "verdict"')
+    return json.JSONDecoder().raw_decode(out[start:])[0]
+
+
+def test_the_stack_renders_the_rehearsed_script(tmp_path):
+    """What the rehearsal runs is the stack's Job command (same function, same arguments from the catalogue)."""
+    run = run_program()
+    job = run.one("kubernetes:batch/v1:Job")
+    cmd = job["spec"]["template"]["spec"]["containers"][0]["command"]
+    from ray_efa_eks.components.instances import CATALOGUE
+
+    image = job["spec"]["template"]["spec"]["containers"][0]["image"]
+    args = check_args(CATALOGUE["g6.12xlarge"], 2, Deadlines(), image=image)
+    assert "--efa-gbps" in args and "--compare-socket" not in args
+    assert cmd[2] == check_script("http://ray-head-svc.ray.svc.cluster.local:8265", args, Deadlines(), MOUNT)
+    assert args[args.index("--expect-gpus-per-node") + 1] == "4" and args[args.index("--expect-nics") + 1] == "1"
+    assert job["spec"]["activeDeadlineSeconds"] == Deadlines().active_deadline_s
+
+
+def test_cpu_only_workers_exit_2_naming_the_missing_gpus(cluster, mount, env):
+    cluster.workers(0, 0)
+    r = subprocess.run(["bash", "-c", script(cluster, mount, topology_wait_s=5)], env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 2, r.stdout[-3000:] + r.stderr[-2000:]
+    v = verdict(r.stdout)
+    assert v["code"] == 2 and v["verdict"] == "undetermined" and v["failure"]["stage"] == "no_gpu", v
+    assert "no GPU nodes" in v["failure"]["reason"] and "declare no GPU" in v["failure"]["reason"]
+    assert "Traceback" not in r.stdout + r.stderr
+
+
+def test_one_gpu_node_of_two_fails_on_topology(cluster, mount, env):
+    cluster.workers(1)
+    r = subprocess.run(["bash", "-c", script(cluster, mount, topology_wait_s=5)], env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 2, r.stdout[-3000:] + r.stderr[-2000:]
+    v = verdict(r.stdout)
+    assert v["failure"]["stage"] == "topology" and "1 of 2 expected GPU nodes" in v["failure"]["reason"], v
+    assert v["backend"] == "nccl"
+    assert "Traceback" not in r.stdout + r.stderr
+
+
+def test_second_node_joins_in_time_then_logical_gpus_without_cuda_fail_cleanly(cluster, mount, env):
+    """The check waits for the second GPU node, proceeds, picks nccl from the cluster (never gloo) on the GPU-less
+    head, and fails cleanly because the declared GPUs have no CUDA behind them."""
+    cluster.workers(1)
+    p = subprocess.Popen(["bash", "-c", script(cluster, mount, topology_wait_s=120)], env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    waiting = threading.Event()
+
+    def pump() -> None:
+        for ln in p.stdout:
+            lines.append(ln)
+            if "waiting for the declared topology" in ln:
+                waiting.set()
+
+    t = threading.Thread(target=pump, daemon=True)
+    t.start()
+    try:
+        assert waiting.wait(180), "".join(lines)[-3000:]
+        cluster.do("add 1")  # the second GPU node boots late, within the deadline
+        rc = p.wait(timeout=300)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    t.join(10)
+    out = "".join(lines)
+    assert rc == 2, out[-4000:]
+    v = verdict(out)
+    assert v["failure"]["stage"] == "no_cuda", v
+    assert v["backend"] == "nccl" and v["verdict"] not in ("efa", "fallback")
+    assert "CUDA is not available in 2 of 2 ranks" in v["failure"]["reason"]
+    assert "gloo" not in json.dumps(v) and "Traceback" not in out
+
+
+# -- the Job as Pulumi sees it: deadlines agree, re-runs on change, a failed Job does not wedge later ups ----------
+
+def _job_with_options(config: dict | None = None) -> tuple[dict, dict]:
+    """The Job's inputs and the options the engine would get (custom timeouts, delete-before-replace)."""
+    from ray_efa_eks.tools import mockrun
+
+    seen: dict[str, object] = {}
+    orig = mockrun._ParentAwareMonitor.RegisterResource
+
+    def spy(self, request):  # noqa: ANN001
+        if request.type == "kubernetes:batch/v1:Job":
+            seen["timeouts"] = (request.customTimeouts.create, request.customTimeouts.update)
+            seen["delete_before_replace"] = request.deleteBeforeReplace
+        return orig(self, request)
+
+    mockrun._ParentAwareMonitor.RegisterResource = spy
+    try:
+        job = run_program(config).one("kubernetes:batch/v1:Job")
+    finally:
+        mockrun._ParentAwareMonitor.RegisterResource = orig
+    return job.inputs, seen
+
+
+def _secs(go_duration: str) -> int:
+    assert go_duration.endswith("s"), go_duration
+    return int(go_duration[:-1])
+
+
+def test_one_deadline_story() -> None:
+    job, opts = _job_with_options()
+    d = Deadlines()
+    script_ = job["spec"]["template"]["spec"]["containers"][0]["command"][2]
+    # the script's own waits: the head, then the check's topology wait + start-up + sweep, bounded by `timeout`
+    assert f"+ {d.head_wait_s} ))" in script_ and f"timeout {d.check_s} ray job logs" in script_
+    assert f"--wait-s {d.topology_wait_s} --timeout-s {d.sweep_timeout_s}" in script_
+    assert d.check_s == d.topology_wait_s + d.startup_s + d.sweep_timeout_s
+    from ray_efa_eks.efacheck.efa_check import STARTUP_S
+
+    assert 2 * STARTUP_S < d.startup_s  # the check's own start-up budgets (before and after the sweep) fit
+    assert job["spec"]["activeDeadlineSeconds"] == d.head_wait_s + d.check_s + d.slack_s
+    create, update = (_secs(t) for t in opts["timeouts"])
+    assert create == update == d.pulumi_timeout_s > job["spec"]["activeDeadlineSeconds"]
+    assert create > 600, "pulumi-kubernetes' default Job await (10 min) would give up before the check does"
+
+
+def test_job_reruns_when_what_it_vouches_for_changes_and_a_failed_job_is_replaced() -> None:
+    base, opts = _job_with_options()
+    assert base["metadata"]["annotations"]["pulumi.com/replaceUnready"] == "true"
+    assert opts["delete_before_replace"] is True  # fixed name: the old Job must go before its replacement
+    names = {"base": base["metadata"]["name"]}
+    for key, value in [("dlcImage", "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.2"),
+                       ("gpuInstanceType", "g6.48xlarge"), ("gpuNodeCount", 3), ("efa", False),
+                       ("ncclDebug", "INFO")]:
+        cfg = {key: value, **({"allowSingleEfaNode": True} if key == "efa" else {})}
+        names[key] = _job_with_options(cfg)[0]["metadata"]["name"]
+    assert len(set(names.values())) == len(names), names
+    assert names["base"] == _job_with_options()[0]["metadata"]["name"]  # stable when nothing changed
+
+
+def test_compare_socket_doubles_the_sweep_budget_and_the_await() -> None:
+    base, opts = _job_with_options()
+    cmp_, cmp_opts = _job_with_options({"efaCheckCompareSocket": True, "efaCheckWaitSeconds": 600})
+    d = Deadlines(topology_wait_s=600, sweeps=2)
+    assert "--compare-socket" in cmp_["spec"]["template"]["spec"]["containers"][0]["command"][2]
+    assert cmp_["spec"]["activeDeadlineSeconds"] == d.active_deadline_s
+    assert _secs(cmp_opts["timeouts"][0]) == d.pulumi_timeout_s
+    assert cmp_["metadata"]["name"] != base["metadata"]["name"]

@@ -1,0 +1,90 @@
+"""``ray-efa-eks``: one command for every tool of the project, each subcommand the module it names.
+
+Each subcommand hands its arguments to that module's ``main`` unchanged, so its options and exit codes are the
+module's own (``python -m ray_efa_eks.<package>.<module>`` stays as an alias). ``ray-efa-eks SUBCOMMAND --help``
+shows them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import NamedTuple
+
+from .cli import EXIT_USAGE
+
+ROOT = __package__.rpartition(".")[0] or "ray_efa_eks"
+
+
+class Subcommand(NamedTuple):
+    module: str
+    """Module under the ``ray_efa_eks`` package whose ``main(argv, prog)`` runs it."""
+    prefix: tuple[str, ...]
+    """Arguments put in front of the user's (``submit`` is ``training submit``)."""
+    summary: str
+    positionals_after: str | None = None
+    """The user's positional arguments go after this flag (``diff REF`` is ``plan ... --diff REF``)."""
+
+
+SUBCOMMANDS: dict[str, Subcommand] = {
+    "plan": Subcommand("tools.plan", (), "offline plan of a stack: resources, settings, layout rules, cost"),
+    "diff": Subcommand("tools.plan", (), "plan of this tree against a git ref, or two saved --json plans",
+                       positionals_after="--diff"),
+    "check-rules": Subcommand("tools.plan", ("--check",), "only the layout rules: one line per broken rule"),
+    "preflight": Subcommand("tools.preflight", (), "read-only AWS checks before `pulumi up` (quota, AZ, capacity)"),
+    "config-schema": Subcommand("tools.config_schema", (), "check or rewrite what is generated from StackConfig"),
+    "train": Subcommand("training.__main__", (), "train the FSDP model (local Ray cluster, or --address)"),
+    "submit": Subcommand("training.__main__", ("submit",), "submit the training job to a RayCluster's Jobs API"),
+    "efa-check": Subcommand("efacheck.efa_check", (), "the EFA proof: collective sweep + NCCL log verdict on Ray"),
+    "nccl-verdict": Subcommand("efacheck.nccl_log", (), "judge NCCL_DEBUG=INFO logs: efa, fallback or undetermined"),
+}
+PROG = "ray-efa-eks"
+_PLAN_VALUE_OPTIONS = ("--stack", "--config", "--program")
+"""``plan`` options that take a value: their values are not the diff's positional arguments."""
+
+
+def _positionals_last(args: list[str], flag: str) -> list[str]:
+    """``[--stack prod] REF`` -> ``[--stack prod] --diff REF``: options keep their values, positionals follow flag."""
+    options, positionals, i = [], [], 0
+    while i < len(args):
+        a = args[i]
+        if a == "--":
+            positionals += args[i + 1:]
+            break
+        if a in _PLAN_VALUE_OPTIONS and i + 1 < len(args):
+            options += args[i:i + 2]
+            i += 2
+            continue
+        (options if a.startswith("-") else positionals).append(a)
+        i += 1
+    return [*options, flag, *positionals] if positionals else [*options, flag]
+
+
+def usage() -> str:
+    width = max(map(len, SUBCOMMANDS))
+    rows = "\n".join(f"  {name:<{width}}  {sub.summary}" for name, sub in SUBCOMMANDS.items())
+    return (f"usage: {PROG} SUBCOMMAND [ARGS ...]\n\nsubcommands:\n{rows}\n\n"
+            f"`{PROG} SUBCOMMAND --help` lists a subcommand's options and exit codes; 64 is always a usage error.\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(usage(), end="", file=sys.stdout if argv else sys.stderr)
+        return 0 if argv else EXIT_USAGE
+    name, rest = argv[0], argv[1:]
+    sub = SUBCOMMANDS.get(name)
+    if sub is None:
+        print(f"{PROG}: error: unknown subcommand {name!r}\n\n{usage()}", end="", file=sys.stderr)
+        return EXIT_USAGE
+    module = importlib.import_module(f"{ROOT}.{sub.module}")
+    args = _positionals_last(rest, sub.positionals_after) if sub.positionals_after else rest
+    try:
+        return int(module.main([*sub.prefix, *args], prog=f"{PROG} {name}") or 0)
+    except KeyboardInterrupt:
+        print(f"{PROG} {name}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,210 @@
+"""One source of truth for the stack's settings: ``StackConfig`` -> Pulumi.yaml, EfaRayClusterArgs and the README table.
+
+``StackConfig`` (components/config.py) declares every key with its type, default and docstring. Two
+copies must exist as text because their readers parse files, not Python objects: the ``config:``
+block of ``Pulumi.yaml`` (``pulumi config`` shows its types, defaults and descriptions) and the
+``EfaRayClusterArgs`` TypedDict in components/stack.py (the Pulumi SDK infers the multi-language
+schema from its annotations and docstrings in the source); the README's table is the third. This tool writes them from StackConfig
+and checks that they are up to date (a test runs the check).
+
+    python -m ray_efa_eks.tools.config_schema --check   # exit 1 and the differences when out of date
+    python -m ray_efa_eks.tools.config_schema --write   # rewrite both copies
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import re
+import sys
+import typing
+from dataclasses import MISSING, fields
+from pathlib import Path
+from typing import Any
+
+from .cli import ArgumentParser
+from ..components.config import NAMESPACE, StackConfig
+
+ROOT = Path(__file__).resolve().parent.parent
+BEGIN = "    # -- generated from StackConfig by `python -m ray_efa_eks.tools.config_schema --write`; do not edit --"
+END = "    # -- end of generated keys --"
+NOT_IN_PROJECT_CONFIG = ("region",)
+"""Keys read from another namespace (``aws:region``), so not declared under ``ray-efa-eks:``."""
+PULUMI_TYPES = {bool: "boolean", int: "integer", str: "string", float: "string", list: "array"}
+"""Pulumi project config knows string, integer, boolean and array: a float is declared as a string."""
+
+
+def docstrings() -> dict[str, str]:
+    """Field docstrings of StackConfig, read from its source (the string right after each annotated field)."""
+    tree = ast.parse(inspect.getsource(StackConfig))
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    out: dict[str, str] = {}
+    for node, nxt in zip(body, body[1:]):
+        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and isinstance(nxt, ast.Expr)
+                and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str)):
+            out[node.target.id] = " ".join(nxt.value.value.split())
+    return out
+
+
+def keys() -> list[dict[str, Any]]:
+    """Each key: name, Python type (without None), default, description."""
+    hints = typing.get_type_hints(StackConfig)
+    docs = docstrings()
+    out = []
+    for f in fields(StackConfig):
+        typ = hints[f.name]
+        args = [a for a in typing.get_args(typ) if a is not type(None)]
+        if typing.get_origin(typ) in (typing.Union, getattr(__import__("types"), "UnionType")) and len(args) == 1:
+            typ = args[0]
+        default = f.default_factory() if f.default_factory is not MISSING else f.default
+        if f.name not in docs:
+            raise ValueError(f"StackConfig.{f.name} has no docstring; write one under the field (it becomes the "
+                             "description in Pulumi.yaml and in the package schema)")
+        out.append({"name": f.name, "type": typ, "default": default, "description": docs[f.name]})
+    return out
+
+
+def _base(typ: Any) -> type:
+    return typing.get_origin(typ) or typ
+
+
+def pulumi_yaml_config() -> dict[str, dict[str, Any]]:
+    """The ``config:`` declarations for Pulumi.yaml (project namespace, so keys are written without it)."""
+    out: dict[str, dict[str, Any]] = {}
+    for k in keys():
+        if k["name"] in NOT_IN_PROJECT_CONFIG:
+            continue
+        base = _base(k["type"])
+        decl: dict[str, Any] = {"type": PULUMI_TYPES[base], "description": k["description"]}
+        if base is list:
+            decl["items"] = {"type": "string"}
+        if k["default"] is not None:
+            decl["default"] = str(k["default"]) if base is float else k["default"]
+        out[k["name"]] = decl
+    return out
+
+
+def _yaml_scalar(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, list):
+        return "[" + ", ".join(_yaml_scalar(x) for x in v) + "]"
+    s = str(v)
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def render_pulumi_yaml_block() -> str:
+    """The declarations as YAML lines under ``config:`` (two-space indent), stable and diff-friendly."""
+    lines = []
+    for name, d in pulumi_yaml_config().items():
+        lines.append(f"  {name}:")
+        lines.append(f"    type: {d['type']}")
+        if "items" in d:
+            lines.append("    items:")
+            lines.append("      type: string")
+        if "default" in d:
+            lines.append(f"    default: {_yaml_scalar(d['default'])}")
+        lines.append(f"    description: {_yaml_scalar(d['description'])}")
+    return "\n".join(lines) + "\n"
+
+
+def render_args_block() -> str:
+    """The EfaRayClusterArgs body: one annotated key and its docstring per StackConfig field."""
+    lines = [BEGIN]
+    for k in keys():
+        typ = k["type"]
+        ann = "list[str]" if _base(typ) is list else _base(typ).__name__
+        desc = k["description"].replace('"""', "'''")
+        lines.append(f"    {k['name']}: {ann}")
+        lines.append(f'    """{desc}"""')
+    lines.append(END)
+    return "\n".join(lines) + "\n"
+
+
+PULUMI_YAML_MARK = "  # Declared keys: generated from StackConfig (python -m ray_efa_eks.tools.config_schema --write)\n"
+
+
+def _replace_pulumi_yaml(text: str) -> str:
+    """Swap the generated part of Pulumi.yaml's config block (everything after the marker line)."""
+    head, sep, _ = text.partition(PULUMI_YAML_MARK)
+    if not sep:
+        raise ValueError(f"Pulumi.yaml lacks the marker line {PULUMI_YAML_MARK.strip()!r} at the end of its config block")
+    return head + PULUMI_YAML_MARK + render_pulumi_yaml_block()
+
+
+def _replace_args(text: str) -> str:
+    pattern = re.compile(re.escape(BEGIN) + r"\n.*?" + re.escape(END) + r"\n", re.S)
+    if not pattern.search(text):
+        raise ValueError("components/stack.py lacks the generated EfaRayClusterArgs block markers")
+    return pattern.sub(lambda _: render_args_block(), text, count=1)
+
+
+README_BEGIN = "<!-- config table: generated from StackConfig by config_schema --write -->\n"
+README_END = "<!-- end of config table -->\n"
+
+
+def render_readme_table() -> str:
+    """The README's configuration table: key, type, default, description."""
+    rows = ["| key | type | default | description |", "|---|---|---|---|"]
+    for k in keys():
+        if k["name"] in NOT_IN_PROJECT_CONFIG:
+            continue
+        d = pulumi_yaml_config()[k["name"]]
+        default = "" if k["default"] is None else (", ".join(k["default"]) if isinstance(k["default"], list)
+                                                   else _yaml_scalar(k["default"]).strip('"'))
+        typ = "number (string in Pulumi.yaml)" if _base(k["type"]) is float else d["type"]
+        rows.append(f"| `{k['name']}` | {typ} | {default} | {k['description'].replace('|', '/')} |")
+    return "\n".join(rows) + "\n"
+
+
+def _replace_readme(text: str) -> str:
+    pattern = re.compile(re.escape(README_BEGIN) + r".*?" + re.escape(README_END), re.S)
+    if not pattern.search(text):
+        raise ValueError("README.md lacks the config table markers")
+    return pattern.sub(lambda _: README_BEGIN + render_readme_table() + README_END, text, count=1)
+
+
+TARGETS = {"Pulumi.yaml": _replace_pulumi_yaml, "components/stack.py": _replace_args, "README.md": _replace_readme}
+
+
+def stale(root: Path = ROOT) -> list[str]:
+    """Files whose generated part differs from what StackConfig says now."""
+    return [rel for rel, fn in TARGETS.items() if fn((root / rel).read_text()) != (root / rel).read_text()]
+
+
+def write(root: Path = ROOT) -> list[str]:
+    changed = stale(root)
+    for rel in changed:
+        path = root / rel
+        path.write_text(TARGETS[rel](path.read_text()))
+    return changed
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    p = ArgumentParser(prog=prog or "python -m ray_efa_eks.tools.config_schema",
+                       description="Keep Pulumi.yaml's config block and EfaRayClusterArgs equal to StackConfig.")
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--check", action="store_true", help="exit 1 when a copy is out of date")
+    g.add_argument("--write", action="store_true", help="rewrite the copies")
+    a = p.parse_args(argv)
+    try:
+        if a.write:
+            changed = write()
+            print("rewrote: " + ", ".join(changed) if changed else "up to date")
+            return 0
+        bad = stale()
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if bad:
+        print(f"out of date with StackConfig ({NAMESPACE}:): {', '.join(bad)}; "
+              "run python -m ray_efa_eks.tools.config_schema --write", file=sys.stderr)
+        return 1
+    print("up to date")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

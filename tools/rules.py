@@ -1,0 +1,285 @@
+"""Layout rules: the mistakes that make a multi-node EFA training stack slow, broken or exposed.
+
+One implementation, two callers: the offline plan (``python -m ray_efa_eks.tools.plan``) feeds
+it the records of the real program under Pulumi mocks, and the CrossGuard policy pack
+(``policy/``, ``pulumi preview --policy-pack policy``) feeds it the resources of a real
+preview. Both go through :mod:`tools.layout`, which reads each fact from whichever
+shape the resources have and answers UNKNOWN when only ``pulumi up`` could know; a rule
+never fails on an unknown value.
+
+Each broken rule yields :class:`Violation` objects that print as one line each:
+rule id, resource, what is wrong, and the fix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from . import layout
+from .layout import EFA_RESOURCE, UNKNOWN, Resource, Stack
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One broken rule on one resource."""
+
+    rule: str
+    resource: str
+    """``type name`` of the offending resource (``stack`` for a stack-wide problem)."""
+    problem: str
+    fix: str
+    urn: str | None = None
+
+    def line(self) -> str:
+        return f"[{self.rule}] {self.resource}: {self.problem}. Fix: {self.fix}"
+
+    def to_json(self) -> dict[str, str | None]:
+        return {"rule": self.rule, "resource": self.resource, "problem": self.problem, "fix": self.fix}
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A named check over a whole stack."""
+
+    id: str
+    title: str
+    """What the rule guarantees when it passes."""
+    fix: str
+    """The general fix (each violation also says its own)."""
+    check: Callable[[Stack], list[Violation]]
+
+
+def _v(rule: str, r: Resource | None, problem: str, fix: str) -> Violation:
+    return Violation(rule, r.label if r is not None else "stack", problem, fix, r.urn if r is not None else None)
+
+
+# -- gpu-one-az ----------------------------------------------------------------------------------------------------
+
+GPU_ONE_AZ_FIX = ("put every GPU subnet in the one GPU AZ (EFA and NCCL traffic do not cross AZs): pass only that AZ's "
+                  "private subnet (Network.gpu_subnet_id); EfaGpuNodeGroup keeps only the subnets of its "
+                  "availability_zone (pulumi-eks: placement_group_availability_zone with enable_efa_support)")
+
+
+def _gpu_one_az(stack: Stack) -> list[Violation]:
+    out, where = [], {}
+    for g in layout.gpu_node_groups(stack):
+        if g.subnets is not UNKNOWN and not g.subnets and g.placement_az:
+            out.append(_v("gpu-one-az", g.resource, f"none of its subnets is in placementGroupAvailabilityZone "
+                                                    f"{g.placement_az}, so pulumi-eks has no subnet to put nodes in",
+                          GPU_ONE_AZ_FIX))
+            continue
+        azs = g.azs
+        if azs is UNKNOWN:
+            continue
+        if len(azs) > 1:
+            names = ", ".join(f"{s.name} ({layout.dig(s.props, 'availabilityZone')})" for s in g.subnets)
+            out.append(_v("gpu-one-az", g.resource, f"GPU subnets span {len(azs)} AZs: {names}", GPU_ONE_AZ_FIX))
+        for az in azs:
+            where.setdefault(az, []).append(g.resource.name)
+    if len(where) > 1 and not out:
+        spread = "; ".join(f"{az}: {', '.join(names)}" for az, names in sorted(where.items()))
+        out.append(_v("gpu-one-az", None, f"GPU node groups are in {len(where)} AZs ({spread})", GPU_ONE_AZ_FIX))
+    return out
+
+
+# -- efa-interfaces ------------------------------------------------------------------------------------------------
+
+EFA_INTERFACES_FIX = ("give the GPU node group EFA interfaces: EfaGpuNodeGroupArgs(efa=True), whose launch template has "
+                      "one EFA interface per network card (launch_template.efa_network_interfaces), or pulumi-eks "
+                      "ManagedNodeGroup(enable_efa_support=True, placement_group_availability_zone=the GPU AZ); "
+                      "or turn EFA off everywhere (ray-efa-eks:efa false)")
+
+
+def _efa_interfaces(stack: Stack) -> list[Violation]:
+    reasons = layout.efa_intent(stack)
+    if not reasons:
+        return []
+    out = []
+    groups = layout.gpu_node_groups(stack)
+    for g in groups:
+        if g.efa_interfaces == 0 and not isinstance(g.efa_interfaces, bool):
+            out.append(_v("efa-interfaces", g.resource, f"EFA is enabled ({reasons[0]}) but these GPU nodes get no "
+                                                        f"EFA interface ({g.efa_source})", EFA_INTERFACES_FIX))
+    for p in layout.pods(stack):
+        need = layout.efa_requested(p)
+        if not need:
+            continue
+        for g in layout.node_groups_for(p, groups):
+            have = g.efa_interfaces
+            if isinstance(have, int) and 0 < have < need:
+                types = ", ".join(g.instance_types)
+                out.append(_v("efa-interfaces", p.resource,
+                              f"{p.label} requests {need} {EFA_RESOURCE} but node group {g.resource.name} ({types}) "
+                              f"has {have} per node, so the pod never schedules",
+                              f"request at most {have} {EFA_RESOURCE} (WorkerGroupArgs.instance_type must be the node "
+                              f"group's type) or use an instance type with {need} EFA interfaces"))
+    return out
+
+
+# -- efa-sg-self-rule ----------------------------------------------------------------------------------------------
+
+EFA_SG_FIX = ("allow all traffic from the EFA security group to itself: aws.vpc.SecurityGroupEgressRule("
+              "security_group_id=SG, referenced_security_group_id=SG, ip_protocol='-1') on the group the EFA "
+              "interfaces join (the EKS cluster security group, which EKS already gives the matching self ingress); "
+              "EfaGpuNodeGroup adds it when efa=True")
+
+
+def _efa_sg_self_rule(stack: Stack) -> list[Violation]:
+    reasons = layout.efa_intent(stack)
+    if not reasons:
+        return []
+    groups = [g for g in layout.gpu_node_groups(stack) if g.efa_enabled or g.efa_interfaces is UNKNOWN]
+    anchor = groups[0].resource if groups else None
+    rules = layout.self_rules(stack)
+    egress = [r for r in rules if r.direction in ("egress", UNKNOWN)]
+    ingress = [r for r in rules if r.direction in ("ingress", UNKNOWN)]
+    if not egress:
+        partial = [r.name for r in stack.of_type(layout.SG_EGRESS, layout.SG_RULE)
+                   if r.props.get("ipProtocol", r.props.get("protocol")) not in (None, "-1", "all", UNKNOWN)]
+        extra = f"; {', '.join(partial)} allow only some protocols" if partial else ""
+        return [_v("efa-sg-self-rule", anchor, f"EFA is enabled ({reasons[0]}) but no security group has an "
+                                               f"all-traffic egress rule to itself{extra}", EFA_SG_FIX)]
+    out = []
+    efa_sgs: list[str] = []
+    for g in groups:
+        if g.security_group_ids is UNKNOWN:
+            return []  # which group the interfaces join is only known after `up`
+        efa_sgs += [s for s in g.security_group_ids if s not in efa_sgs]
+    for sg in efa_sgs:
+        if not any(r.security_group_id in (sg, UNKNOWN) for r in egress):
+            out.append(_v("efa-sg-self-rule", anchor, f"the EFA interfaces join {sg}, which has no all-traffic "
+                                                      f"egress rule to itself", EFA_SG_FIX))
+        declared = stack.resolve(sg)
+        if declared is not None and declared.type == layout.SECURITY_GROUP and not any(
+                r.security_group_id in (sg, UNKNOWN) for r in ingress):
+            out.append(_v("efa-sg-self-rule", declared, f"the EFA interfaces join this security group, which has no "
+                                                        f"all-traffic ingress rule from itself",
+                          "add ingress {protocol: '-1', self: true} (or a SecurityGroupIngressRule referencing the "
+                          "group itself); only the EKS cluster security group has that rule built in"))
+    return out
+
+
+# -- gpu-capacity --------------------------------------------------------------------------------------------------
+
+GPU_CAPACITY_FIX = ("give the GPU node group its own launch template with the capacity target and no new placement "
+                    "group: EfaGpuNodeGroupArgs(capacity=GpuCapacity(mode, reservation_id)), i.e. ray-efa-eks:gpuCapacity "
+                    "reservation|capacity-block + gpuCapacityReservationId (README: Getting GPUs)")
+
+
+def _gpu_capacity(stack: Stack) -> list[Violation]:
+    """A Capacity Block needs its market type, its reservation and capacityType CAPACITY_BLOCK together; a placement
+    group the stack creates next to a reservation or block makes launches fail with InsufficientInstanceCapacity."""
+    out = []
+    for g in layout.gpu_node_groups(stack):
+        block_market = g.market_type == "capacity-block"
+        block_type = g.capacity_type == "CAPACITY_BLOCK"
+        if UNKNOWN not in (g.market_type, g.capacity_type) and block_market != block_type:
+            have = (f"launch template marketType capacity-block but node group capacityType {g.capacity_type}"
+                    if block_market else "node group capacityType CAPACITY_BLOCK but its launch template has no "
+                                         "instanceMarketOptions.marketType capacity-block")
+            out.append(_v("gpu-capacity", g.resource, f"{have}: EKS launches no Capacity Block node that way",
+                          GPU_CAPACITY_FIX))
+        if (block_market or block_type) and g.reservation is None:
+            out.append(_v("gpu-capacity", g.resource, "a Capacity Block node group whose launch template targets no "
+                                                      "capacity reservation", GPU_CAPACITY_FIX))
+        reserved = block_market or block_type or g.reservation not in (None, UNKNOWN)
+        if reserved and g.placement_strategy == "cluster":
+            src = "pulumi-eks enableEfaSupport" if g.efa_source == "pulumi-eks enableEfaSupport" else "the stack"
+            out.append(_v("gpu-capacity", g.resource, f"a cluster placement group created by {src} next to a capacity "
+                                                      f"reservation{' ' + g.reservation if isinstance(g.reservation, str) else ''}"
+                                                      ": launches fail with InsufficientInstanceCapacity",
+                          GPU_CAPACITY_FIX))
+    return out
+
+
+# -- guaranteed-qos ------------------------------------------------------------------------------------------------
+
+QOS_FIX = ("set requests equal to limits for cpu, memory, nvidia.com/gpu and vpc.amazonaws.com/efa (Guaranteed QoS) "
+           "so one throttled or evicted rank cannot stall every other rank's collective")
+
+
+def _guaranteed_qos(stack: Stack) -> list[Violation]:
+    out = []
+    for p in layout.pods(stack):
+        for c in p.containers:
+            problem = layout.qos_problem(c)
+            if problem:
+                out.append(_v("guaranteed-qos", p.resource, f"container {c.get('name', '?')} ({p.role}): {problem}",
+                              QOS_FIX))
+    return out
+
+
+# -- one-image -----------------------------------------------------------------------------------------------------
+
+ONE_IMAGE_FIX = ("run head and every worker group on the one pinned image (ray-efa-eks:dlcImage); the role comes from "
+                 "rayStartParams, and Ray, Python and NCCL versions must match across the cluster")
+
+
+def _one_image(stack: Stack) -> list[Violation]:
+    out = []
+    for r, spec in layout.ray_specs(stack):
+        head = layout.dig(spec, "headGroupSpec", "template", "spec", "containers", 0, "image")
+        if head is UNKNOWN or head is None:
+            continue
+        for g in layout.dig(spec, "workerGroupSpecs", default=[]) or []:
+            image = layout.dig(g, "template", "spec", "containers", 0, "image")
+            if image is not UNKNOWN and image != head:
+                out.append(_v("one-image", r, f"head runs {head} but worker group {layout.dig(g, 'groupName')} runs "
+                                              f"{image}", ONE_IMAGE_FIX))
+    return out
+
+
+# -- pinned-image --------------------------------------------------------------------------------------------------
+
+PINNED_FIX = "pin a versioned tag (e.g. ray:train-ml-cuda-v1.1) or a digest (@sha256:...) so every node pulls the same bits"
+
+
+def _pinned_image(stack: Stack) -> list[Violation]:
+    out: list[Violation] = []
+    for p in layout.pods(stack):
+        for c in p.containers:
+            problem = layout.image_problem(c.get("image"))
+            v = problem and _v("pinned-image", p.resource, f"container {c.get('name', '?')} ({p.role}): {problem}", PINNED_FIX)
+            if v and v not in out:
+                out.append(v)
+    return out
+
+
+# -- private-dashboard ---------------------------------------------------------------------------------------------
+
+DASHBOARD_FIX = ("keep the head Service ClusterIP and reach the dashboard with kubectl port-forward "
+                 "svc/CLUSTER-head-svc 8265:8265; if it must sit behind a load balancer, make that internal "
+                 "(service.beta.kubernetes.io/aws-load-balancer-scheme: internal, alb.ingress.kubernetes.io/scheme: "
+                 "internal) and narrow loadBalancerSourceRanges")
+
+
+def _private_dashboard(stack: Stack) -> list[Violation]:
+    return [_v("private-dashboard", r, how, DASHBOARD_FIX) for r, how in layout.dashboard_exposures(stack)]
+
+
+RULES: tuple[Rule, ...] = (
+    Rule("gpu-one-az", "GPU subnets are all in one AZ", GPU_ONE_AZ_FIX, _gpu_one_az),
+    Rule("efa-interfaces", "with EFA on, every GPU node has as many EFA interfaces as its pods request",
+         EFA_INTERFACES_FIX, _efa_interfaces),
+    Rule("efa-sg-self-rule", "with EFA on, the EFA security group allows all traffic to and from itself",
+         EFA_SG_FIX, _efa_sg_self_rule),
+    Rule("gpu-capacity", "GPU nodes can launch into their capacity: a Capacity Block's market type, reservation and "
+         "capacityType together, and no new placement group next to a reservation", GPU_CAPACITY_FIX, _gpu_capacity),
+    Rule("guaranteed-qos", "every container's requests equal its limits (Guaranteed QoS)", QOS_FIX, _guaranteed_qos),
+    Rule("one-image", "Ray head and workers run the same image", ONE_IMAGE_FIX, _one_image),
+    Rule("pinned-image", "every image is pinned by a tag other than latest, or by digest", PINNED_FIX, _pinned_image),
+    Rule("private-dashboard", "the Ray dashboard is not on a public load balancer or ingress", DASHBOARD_FIX,
+         _private_dashboard),
+)
+RULE_IDS = tuple(r.id for r in RULES)
+
+
+def check(resources: Iterable[Resource] | Stack, only: Iterable[str] | None = None) -> list[Violation]:
+    """Run the rules (all, or those named in ``only``) and return every violation, rule by rule."""
+    stack = resources if isinstance(resources, Stack) else Stack(resources)
+    wanted = set(only) if only is not None else set(RULE_IDS)
+    unknown = wanted - set(RULE_IDS)
+    if unknown:
+        raise ValueError(f"unknown rule(s) {sorted(unknown)}; known: {', '.join(RULE_IDS)}")
+    return [v for rule in RULES if rule.id in wanted for v in rule.check(stack)]
