@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import ipaddress
 import json
+import math
 import re
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
@@ -281,18 +282,29 @@ def principal_arn_problem(arn: str) -> str | None:
 
 
 def _coerce(key: str, raw: Any, default: Any) -> Any:
-    """Turn Pulumi's string config into the field's type, naming the key on failure."""
-    try:
-        if isinstance(default, bool):
+    """Turn Pulumi's string config (or an engine's JSON value) into the field's type, naming the key on failure.
+
+    Integer keys take integral doubles: a protobuf ``Struct`` has only doubles, so ``gpuNodeCount: 2`` from YAML,
+    TypeScript, Go or .NET reaches ``Construct`` as ``2.0`` (google/protobuf/struct.proto, ``number_value``), and the
+    Python SDK hands the raw double on (pulumi/provider/experimental/component.py, ``map_input_properties``).
+    """
+    if isinstance(default, bool):
+        try:
             return _to_bool(raw)
-        if isinstance(default, int):
-            if isinstance(raw, float) or (isinstance(raw, str) and not re.fullmatch(r"-?\d+", raw.strip())):
+        except ValueError:
+            raise ConfigError(key, raw, "must be true or false") from None
+    if isinstance(default, int):
+        whole = _to_whole(raw)
+        if whole is None:
+            raise ConfigError(key, raw, f"must be a whole number, e.g. {default}")
+        return whole
+    if isinstance(default, float):
+        try:
+            if isinstance(raw, bool):
                 raise ValueError(raw)
-            return int(raw)
-        if isinstance(default, float):
             return float(raw)
-    except (TypeError, ValueError):
-        raise ConfigError(key, raw, f"must be a {type(default).__name__}") from None
+        except (TypeError, ValueError):
+            raise ConfigError(key, raw, f"must be a number, e.g. {default}") from None
     if isinstance(default, list):
         if isinstance(raw, str) and raw.strip().startswith("["):
             try:
@@ -301,6 +313,24 @@ def _coerce(key: str, raw: Any, default: Any) -> Any:
                 raise ConfigError(key, raw, "must be a JSON list or comma-separated values") from None
         return [s.strip() for s in raw.split(",") if s.strip()] if isinstance(raw, str) else list(raw)
     return raw
+
+
+def _to_whole(raw: Any) -> int | None:
+    """``2``, ``2.0``, ``"2"`` and ``"2.0"`` -> 2; booleans, fractions, inf/nan and other text -> None."""
+    if isinstance(raw, bool):
+        return None
+    if isinstance(raw, int):
+        return raw
+    if isinstance(raw, str):
+        text = raw.strip()
+        if re.fullmatch(r"[-+]?\d+", text):
+            return int(text)
+        if not re.fullmatch(r"[-+]?\d+\.\d*", text):
+            return None
+        raw = float(text)
+    if isinstance(raw, float) and math.isfinite(raw) and raw.is_integer():
+        return int(raw)
+    return None
 
 
 def _to_bool(raw: Any) -> bool:

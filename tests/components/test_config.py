@@ -11,14 +11,19 @@ BAD = [
     ({"gpuInstanceType": "m7i.2xlarge"}, "gpuInstanceType", "has no GPU"),
     ({"systemInstanceType": "t9.tiny"}, "systemInstanceType", "unknown instance type"),
     ({"gpuNodeCount": "-1"}, "gpuNodeCount", ">= 0"),
-    ({"gpuNodeCount": "two"}, "gpuNodeCount", "must be a int"),
+    ({"gpuNodeCount": "two"}, "gpuNodeCount", "must be a whole number, e.g. 2"),
+    ({"gpuNodeCount": 2.5}, "gpuNodeCount", "must be a whole number"),
+    ({"gpuNodeCount": "2.5"}, "gpuNodeCount", "must be a whole number"),
+    ({"gpuNodeCount": True}, "gpuNodeCount", "must be a whole number"),
+    ({"efaCheckWaitSeconds": float("inf")}, "efaCheckWaitSeconds", "must be a whole number"),
+    ({"efaCheckMinBusbwGbps": "fast"}, "efaCheckMinBusbwGbps", "must be a number"),
     ({"gpuNodeCount": "1"}, "gpuNodeCount", "no peer"),
     ({"availabilityZone": "us-west-2a"}, "availabilityZone", "not an AZ of region us-east-1"),
     ({"dlcImage": "public.ecr.aws/deep-learning-containers/ray"}, "dlcImage", "explicit tag"),
     ({"dlcImage": "public.ecr.aws/deep-learning-containers/ray:latest"}, "dlcImage", "latest"),
     ({"vpcCidr": "10.0.0.0/40"}, "vpcCidr", "CIDR"),
     ({"endpointPublicAccessCidrs": '["not-a-cidr"]'}, "endpointPublicAccessCidrs", "CIDR"),
-    ({"efa": "maybe"}, "efa", "must be a bool"),
+    ({"efa": "maybe"}, "efa", "must be true or false"),
     ({"gpuRootVolumeGiB": "20"}, "gpuRootVolumeGiB", ">= 100"),
     ({"noSuchKey": "1"}, "noSuchKey", "unknown key"),
     ({"checkpointEncryption": "aes"}, "checkpointEncryption", "one of kms, s3"),
@@ -35,6 +40,20 @@ def test_bad_config_raises_with_key(values, key, fragment):
         StackConfig.from_mapping(values)
     assert err.value.key == key
     assert f"ray-efa-eks:{key}" in str(err.value) and fragment in str(err.value)
+
+
+def test_integral_doubles_for_integer_keys():
+    """A protobuf Struct carries every number as a double: gpuNodeCount 2 from YAML/TypeScript arrives as 2.0."""
+    cfg = StackConfig.from_mapping({"gpuNodeCount": 2.0, "gpuRootVolumeGiB": 300.0, "efaCheckWaitSeconds": "900.0",
+                                    "imdsHopLimit": 2.0, "checkpointNoncurrentVersionDays": "7",
+                                    "efa": True, "efaCheckMinBusbwGbps": 10})
+    assert (cfg.gpuNodeCount, cfg.gpuRootVolumeGiB, cfg.efaCheckWaitSeconds, cfg.imdsHopLimit,
+            cfg.checkpointNoncurrentVersionDays) == (2, 300, 900, 2, 7)
+    assert all(type(v) is int for v in (cfg.gpuNodeCount, cfg.gpuRootVolumeGiB, cfg.imdsHopLimit))
+    assert cfg.efa is True and cfg.efaCheckMinBusbwGbps == 10.0
+    with pytest.raises(ConfigError) as err:
+        StackConfig.from_mapping({"gpuNodeCount": 2.5})
+    assert str(err.value) == "ray-efa-eks:gpuNodeCount = 2.5 is invalid: must be a whole number, e.g. 2"
 
 
 def test_efa_on_type_without_efa():
