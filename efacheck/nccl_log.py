@@ -6,8 +6,12 @@ NCCL and aws-ofi-nccl print at init ("Using network ...", "Selected provider
 is ...", "comm ... nNodes N", "Channel NN/M : a[x] -> b[y] via NET/<name>/<dev>")
 do. The verdict is ``efa`` only with proof that traffic crossed nodes on the
 OFI/Libfabric network with provider efa: NET connection lines over Libfabric,
-or NCCL's own node count > 1 with every communicator on Libfabric/efa, and
-nothing contradicting. One host, P2P/SHM only, or no connection lines at all is
+NCCL's own node count > 1 with every communicator on Libfabric/efa, or two or
+more distinct hosts each selecting Libfabric with provider efa, and nothing
+contradicting. A Libfabric network without a ``Selected provider`` line is never
+efa (the plugin, the early "AWS Libfabric" one too, also runs on tcp/sockets),
+and an excerpt with no host name, node count or connection line is undetermined
+whatever its line order. One host, P2P/SHM only, or no connection lines at all is
 ``undetermined`` (with that reason): a green gate on a run where nothing crossed
 nodes is the silent failure this module exists to stop. Each verdict cites its
 deciding line(s) as ``file:line: text`` (``Report.evidence``).
@@ -305,6 +309,8 @@ class _Collector:
             if _is_ofi(net):
                 r.plugin = "loaded"  # only a working plugin provides that network (an earlier failed try is over)
             self._note(f"network:{net}", source, pos)
+            if r.host:
+                self._note(f"network:{net}@{r.host}", source, pos)
             return
         if body.startswith("Initialized NET plugin"):
             name = body[len("Initialized NET plugin"):].strip()
@@ -333,6 +339,8 @@ class _Collector:
                 r.provider, r.fabric = m.group(1), m.group(2)
                 r.nics = int(m.group(3)) if m.group(3) else r.nics
                 self._note(f"provider:{r.provider}", source, pos)
+                if r.host:
+                    self._note(f"provider:{r.provider}@{r.host}", source, pos)
             return
         if "no eligible providers" in low:
             r.plugin = "init_failed"
@@ -507,27 +515,32 @@ class _Collector:
         ofi_nets = {n for n in nets if _is_ofi(n)} | {n for n in chan_nets if _is_ofi(n)}
         crossed_by_conn = bool(ofi_lines) and max_nodes != 1
         crossed_by_count = (max_nodes or 0) > 1 and bool(nets) and all(_is_ofi(n) for n in nets)
-        old_plugin = bool(ofi_nets) and all(n.lower() == "aws libfabric" for n in ofi_nets)
-        provider_ok = providers == {"efa"} or (not providers and old_plugin and crossed_by_conn)
-        # An excerpt stripped of every host name, node count and connection line (as people publish them, e.g.
-        # the shared efa_p4d_nccl29_network_lines.log) can still show each of several ranks putting its
-        # communicator on Libfabric with provider efa. Nothing in it says one host, so the ranks' own choice
-        # decides. One host name, P2P/SHM lines or nNodes 1 keep such a log undetermined; the in-cluster check
-        # never relies on this (its logs carry host prefixes and the EFA counters must move).
-        by_selection = (not hosts and max_nodes is None and not chan_nets and not intra and len(ranks) > 1
-                        and all(r.networks and all(_is_ofi(n) for n in r.networks) for r in ranks))
-        if by_selection and providers == {"efa"} and not plugin_failed and not silent:
-            reasons.append(f"no host name, node count or connection line in the log: every one of {len(ranks)} "
-                           f"rank(s) selected {network}: {cite(*(f'network:{n}' for n in sorted(ofi_nets)))}")
-            reasons.append(f"provider efa: {cite('provider:efa')}")
+        # Two or more distinct hosts in one job, each with its ranks on Libfabric and provider efa: NCCL treats
+        # ranks with different host hashes as different nodes and sends between them over the network it selected,
+        # so the job's inter-node transport was Libfabric over EFA. Every host must say so (a host whose ranks
+        # chose another network or named no provider is no proof). An excerpt with no host name, node count or
+        # connection line gets no such rule: the same lines from one node read the same, in any order (NCCL prints
+        # "Using network Libfabric" on single-node runs too).
+        efa_hosts = {r.host for r in ranks if r.host and r.provider == "efa" and r.networks
+                     and all(_is_ofi(n) for n in r.networks)}
+        crossed_by_hosts = (len(hosts) >= 2 and efa_hosts == set(hosts) and max_nodes != 1
+                            and all(_is_ofi(n) for n in nets))
+        # The provider must be named: "AWS Libfabric" (the early plugin) also ran on the tcp and sockets providers
+        # (aws-ofi-nccl v1.0 README: any provider with FI_EP_RDM; v1.1 documents OFI_NCCL_USE_IPV6_TCP).
+        provider_ok = providers == {"efa"}
+        if crossed_by_hosts and provider_ok and not (crossed_by_conn or crossed_by_count) and not plugin_failed \
+                and not silent:
+            for h in hosts:
+                r = next(r for r in ranks if r.host == h and r.provider == "efa")
+                reasons.append(f"host {h}: network {r.network} with provider efa: "
+                               f"{cite(*(f'network:{n}@{h}' for n in sorted(r.networks)), f'provider:efa@{h}')}")
+            reasons.append(f"{len(hosts)} distinct hosts each selected Libfabric with provider efa and nothing "
+                           "contradicts it: the inter-node transport was Libfabric over EFA")
             return done("efa")
         if ofi_nets and (crossed_by_conn or crossed_by_count) and provider_ok and not plugin_failed and not silent:
             for n in sorted(nets):
                 reasons.append(f"network {n} on {sum(n in r.networks for r in ranks)} rank(s): {cite(f'network:{n}')}")
-            if "provider:efa" in ev:
-                reasons.append(f"provider efa: {cite('provider:efa')}")
-            else:
-                reasons.append("no 'Selected provider' line: the old 'AWS Libfabric' plugin (before tcp support) ran on efa only")
+            reasons.append(f"provider efa: {cite('provider:efa')}")
             for n in sorted(x for x in chan_nets if _is_ofi(x)):
                 reasons.append(f"{chan_nets[n]} inter-node connection line(s) via NET/{n}, first at {cite(f'chan:{n}')}")
             if max_nodes and max_nodes > 1:
@@ -548,12 +561,20 @@ class _Collector:
                                f"({n_intra} P2P/SHM lines), nothing crossed nodes: {cite('intra')}")
             self._cause("single_node")
         elif ofi_nets and not providers and (crossed_by_conn or crossed_by_count):
-            reasons.append(f"Libfabric network but no 'Selected provider' line to show efa: "
-                           f"{cite(*(f'network:{n}' for n in sorted(ofi_nets)))}")
+            reasons.append(f"Libfabric network but no 'Selected provider' line to show efa (aws-ofi-nccl, the early "
+                           f"'AWS Libfabric' plugin too, also runs on the tcp and sockets providers): "
+                           f"{cite(*(k for n in sorted(ofi_nets) for k in (f'network:{n}', f'chan:{n}')))}")
             self._cause("no_provider_line")
         elif ofi_lines and max_nodes == 1:
             reasons.append(f"NET connections although NCCL counted one node: {cite('nnodes:1')}")
             self._cause("single_node")
+        elif not silent and not hosts and max_nodes is None and not chan_nets:
+            what = ", ".join(f"{n}" for n in sorted(nets)) or "no network"
+            reasons.append(f"an unattributed excerpt: no host name, node count or connection line ({what} selected "
+                           f"by {len(ranks)} rank(s)), and the same lines from one node read the same in any order, "
+                           "so nothing shows traffic crossed nodes"
+                           + (f": {cite(*(f'network:{n}' for n in sorted(nets)))}" if nets else ""))
+            self._cause("no_connections" if nets else "no_net_info")
         elif not silent:
             what = ", ".join(f"{n}" for n in sorted(nets)) or "no network"
             reasons.append(f"no inter-node connection line and no node count > 1 ({what} selected, "

@@ -59,7 +59,7 @@ def _data(logs: dict[str, bytes]) -> dict:
 
 
 def test_judge_uses_nccl_logs_and_floor() -> None:
-    logs = {"a": (FIX / "efa_old_ring_via_aws_libfabric.log").read_bytes()}
+    logs = {"a": (FIX / "real_efa_g7e_slurm_nccl2292_ofi1180_2node.log").read_bytes()}
     r = judge(_data(logs), "nccl", None)
     assert r["code"] == 0 and r["sweep"][0]["busbw_gbps"] == pytest.approx((1 << 20) / 1e-3 / 1e9)
     low = judge(_data(logs), "nccl", 1000.0)
@@ -130,7 +130,7 @@ def test_wait_topology_waits_for_late_nodes_and_gives_up_at_the_deadline(monkeyp
 
 
 def test_a_rank_error_is_a_failure_even_with_efa_logs() -> None:
-    logs = {"a": (FIX / "efa_old_ring_via_aws_libfabric.log").read_bytes()}
+    logs = {"a": (FIX / "real_efa_g7e_slurm_nccl2292_ofi1180_2node.log").read_bytes()}
     data = _data(logs)
     data["outs"][1]["error"] = "DistBackendError: NCCL error in: ProcessGroupNCCL.cpp, unhandled system error"
     data["outs"][0]["rank"], data["outs"][1]["rank"] = 0, 1
@@ -153,7 +153,7 @@ def test_cli_usage_error_and_unreachable_address() -> None:
 
 def test_counter_witness_flat_counters_turn_an_efa_log_into_fallback() -> None:
     """The second witness (issue 15) as efa_check wires it: one snapshot per node before and after the sweep."""
-    logs = {"a": (FIX / "efa_old_ring_via_aws_libfabric.log").read_bytes()}
+    logs = {"a": (FIX / "real_efa_g7e_slurm_nccl2292_ofi1180_2node.log").read_bytes()}
     big = 64 << 20
 
     def data(moved: int) -> dict:

@@ -16,11 +16,12 @@ ROOT = Path(__file__).parents[2]
 
 # file -> (verdict, a cause it must name or None, the deciding lines as "file:line: text fragment")
 REAL = {
-    "efa_old_ring_via_aws_libfabric.log": ("efa", None, [(13, "Ring 00 : 7 -> 8 [receive] via NET/AWS Libfabric/0")]),
-    # an unattributed excerpt (no host, no connection line, no node count): every one of its ranks selected
-    # AWS Libfabric with provider efa, as the shared README concludes
-    "efa_p4d_nccl29_network_lines.log": ("efa", None, [
-        (1, "Using network AWS Libfabric"), (2, "NET/OFI Selected Provider is efa")]),
+    # the shared README: Libfabric on the inter-host ring links, but no provider line (the early plugin also ran on
+    # tcp and sockets), so not efa
+    "efa_old_ring_via_aws_libfabric.log": ("undetermined", "no_provider_line", [
+        (13, "Ring 00 : 7 -> 8 [receive] via NET/AWS Libfabric/0")]),
+    # an unattributed excerpt (no host, no connection line, no node count): one node would print the same lines
+    "efa_p4d_nccl29_network_lines.log": ("undetermined", "no_connections", [(1, "Using network AWS Libfabric")]),
     "socket_plugin_missing_nccl218.log": (
         "fallback", "plugin_not_found", [(2, "Plugin load (libnccl-net.so) returned 2")]),
     "single_node_socket_loopback_nccl24.log": ("undetermined", "single_node", [(1, "Bootstrap : Using [0]lo:127.0.0.1")]),
@@ -110,32 +111,78 @@ def test_single_host_efa_selected_p2p_only_is_undetermined() -> None:
     assert any("<text>:4: " in e and "via SHM/direct/direct" in e for e in rep.evidence), rep.evidence
 
 
-def test_efa_selected_no_connection_lines_is_undetermined() -> None:
-    # the issue's other miss: efa selected, no connection lines at all, no node count
+def test_two_hosts_each_selecting_efa_is_efa_without_connection_lines() -> None:
+    # two distinct hosts, each with its ranks on Libfabric and provider efa, nothing contradicting: NCCL sends
+    # between different host hashes over the network it selected, so the job's inter-node transport was EFA
     text = "".join("\n".join(_efa_rank(h, 1).splitlines()[:3]) + "\n" for h in ("h1", "h2"))
     rep = analyze_text(text)
-    assert rep.verdict == "undetermined" and "no_connections" in rep.causes
-    assert any(e.startswith("<text>:3: ") for e in rep.evidence)
+    assert rep.verdict == "efa", rep.reasons
+    assert any(e.startswith("<text>:5: ") and "h2" in e for e in rep.evidence), rep.evidence  # h2's own line
+    # one host, a host without a provider line, a tcp host or nNodes 1 are no such proof
+    assert analyze_text("\n".join(_efa_rank("h1", 1).splitlines()[:3]) + "\n").verdict == "undetermined"
+    no_prov = text.replace("h2:1:2 [0] NCCL INFO NET/OFI Selected provider is efa, fabric is efa-direct (found 4 nics)\n", "")
+    assert no_prov != text and analyze_text(no_prov).verdict == "undetermined"
+    assert analyze_text(text + "h3:1:2 [0] NCCL INFO Using network Libfabric\n").verdict == "undetermined"
+    assert analyze_text(text.replace("h2:1:2 [0] NCCL INFO NET/OFI Selected provider is efa",
+                                     "h2:1:2 [0] NCCL INFO NET/OFI Selected provider is tcp")).verdict == "fallback"
+    one = text + "h1:1:2 [0] NCCL INFO comm 0x1 rank 0 nRanks 2 nNodes 1 localRanks 2 localRank 0 MNNVL 0\n"
+    assert analyze_text(one).verdict == "undetermined"
 
 
-def test_unattributed_excerpt_is_efa_only_while_nothing_says_one_host() -> None:
-    # efa_p4d_nccl29_network_lines.log decides on every rank's own selection; the same lines with one host name,
-    # with one rank only, with a P2P line or with nNodes 1 are no longer an excerpt that could span nodes
-    text = (FIX / "efa_p4d_nccl29_network_lines.log").read_text()
-    assert analyze_text(text).verdict == "efa"
-    one_host, pid = "", 0
-    for ln in text.splitlines():  # the same ranks (a new one at each "Using network"), all on host h1
-        pid += ln.startswith("NCCL INFO Using network")
-        one_host += f"h1:{pid}:{pid} [0] {ln}\n" if ln.startswith("NCCL INFO") else ln + "\n"
-    assert analyze_text(one_host).verdict == "undetermined"
-    assert analyze_text("NCCL INFO Using network AWS Libfabric\nNCCL INFO NET/OFI Selected Provider is efa\n"
-                        ).verdict == "undetermined"
-    p2p = text + "NCCL INFO Ring 00 : 0[0] -> 1[1] via P2P/IPC\n"
-    assert analyze_text(p2p).verdict == "undetermined"
-    one_node = text + "NCCL INFO comm 0x1 rank 0 nRanks 4 nNodes 1 localRanks 4 localRank 0 MNNVL 0\n"
-    assert analyze_text(one_node).verdict == "undetermined"
-    tcp = text.replace("Selected Provider is efa", "Selected Provider is tcp", 1)
-    assert analyze_text(tcp).verdict == "fallback"
+def _orders(lines: list[str]) -> list[list[str]]:
+    """The line orders every excerpt must give the same verdict in: as published, reversed, and shuffled ones."""
+    import random
+
+    out = [list(lines), list(reversed(lines))]
+    rng = random.Random(25)
+    for _ in range(30):
+        out.append(rng.sample(lines, len(lines)))
+    return out
+
+
+@pytest.mark.parametrize("name", ["efa_p4d_nccl29_network_lines.log", "efa_old_ring_via_aws_libfabric.log"])
+def test_shared_excerpts_are_undetermined_in_any_line_order(name: str) -> None:
+    lines = (FIX / name).read_text().splitlines()
+    for order in _orders(lines):
+        rep = analyze_text("\n".join(order) + "\n")
+        assert rep.verdict == "undetermined", (order[:4], rep.reasons)
+
+
+def test_every_shared_log_keeps_its_verdict_in_any_line_order() -> None:
+    for name, (verdict, _cause, _lines) in REAL.items():
+        lines = (FIX / name).read_text().splitlines()
+        for order in _orders(lines)[:6]:
+            assert analyze_text("\n".join(order) + "\n").verdict == verdict, name
+
+
+_ONE_POD = "real_undet_p3dn_single_pod_np8_efa_selected_p2p_only_nccl264.log"
+
+
+def _strip_host(line: str) -> str:
+    pre, sep, rest = line.partition(" NCCL ")
+    return f"NCCL {rest}" if sep else line
+
+
+@pytest.mark.parametrize("keep", ["all", "net_lines"])
+def test_stripped_one_pod_8_rank_log_is_never_efa(keep: str) -> None:
+    # the one-pod, 8-rank log (all ranks in one pod, provider efa, P2P only), host prefixes stripped; "net_lines"
+    # keeps only the lines people quote (network, provider, bootstrap), as in efa_p4d_nccl29_network_lines.log
+    lines = [_strip_host(ln) for ln in (FIX / _ONE_POD).read_text().splitlines()]
+    if keep == "net_lines":
+        lines = [ln for ln in lines if any(k in ln for k in ("Using network", "Selected Provider", "Bootstrap"))]
+        assert sum("Using network" in ln for ln in lines) >= 8 and any("Selected Provider is efa" in ln for ln in lines)
+    for order in _orders(lines):
+        rep = analyze_text("\n".join(order) + "\n")
+        assert rep.verdict != "efa", rep.reasons
+
+
+def test_aws_libfabric_without_provider_line_is_not_efa() -> None:
+    # two hosts, inter-host connections on the old "AWS Libfabric" network, no "Selected Provider" line
+    text = "".join(f"{h}:1:1 [0] NCCL INFO Using network AWS Libfabric\n"
+                   f"{h}:1:1 [0] NCCL INFO Ring 00 : 0[0] -> 8[0] [send] via NET/AWS Libfabric/0\n" for h in ("a", "b"))
+    rep = analyze_text(text)
+    assert rep.verdict == "undetermined" and "no_provider_line" in rep.causes, rep.reasons
+    assert rep.reasons[0].startswith("Libfabric network but no 'Selected provider' line")
 
 
 def test_node_count_with_every_comm_on_libfabric_is_efa() -> None:
