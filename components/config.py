@@ -90,6 +90,8 @@ class StackConfig:
     """Fail the EFA check when a rank's torch/CUDA/NCCL/OFI/Ray version differs from the image manifest."""
     efaCheckWaitSeconds: int = 1200
     """How long the EFA check waits for every GPU node to join Ray (boot + image pull) before it fails."""
+    efaCheckRequireCounters: bool = True
+    """With EFA: EFA hardware counters the check cannot read (host /sys view) make its verdict undetermined, not a quiet pass."""
 
     # -- GPU capacity (components/capacity.py) ------------------------------------------
     gpuCapacity: str = "on-demand"

@@ -31,6 +31,19 @@ STORAGE_PATH_ENV = "RAY_EFA_EKS_STORAGE_PATH"
 """Where ``python -m ray_efa_eks.training`` puts checkpoints by default (RunConfig.storage_path)."""
 NCCL_SOCKET_IFNAME = "^lo,docker"
 """Exclude loopback and docker bridges: NCCL's bootstrap must use the pod's VPC interface."""
+HOST_SYSFS = "/host/sys"
+"""Where EFA worker pods see the host's sysfs, read-only: the EFA check's counter witness reads
+``/host/sys/class/infiniband/<dev>/ports/1/hw_counters`` there (efacheck/efa_counters.py ``HOST_SYSFS``)."""
+HOST_SYSFS_PATHS = ("/sys/devices", "/sys/class/infiniband")
+"""The host paths mounted under HOST_SYSFS. The kernel creates an RDMA port's ``hw_counters`` only in the init
+network namespace's view (drivers/infiniband/core/sysfs.c ``setup_port``: ``if (port_num && is_full_dev)``; Linux
+a1ecb30f9085); a pod has its own network namespace, so its own /sys has none. A hostPath bind of the host's sysfs
+is the init namespace's view (as nebius/soperator#403 and k8snetworkplumbingwg/sriov-network-device-plugin#345
+found). Only these two trees, not all of /sys: ``/sys/class/infiniband/<dev>`` are symlinks into ``../../devices``,
+so both are needed and nothing else is; neither has sub-mounts (cgroupfs, bpffs, debugfs, securityfs live under
+/sys/fs and /sys/kernel), so a plain ``readOnly`` mount is read-only all the way down. Type ``Directory``: on an
+EFA node the class exists before the pod can be scheduled (the EFA device plugin advertises
+vpc.amazonaws.com/efa only for devices it found)."""
 AUTH_TOKEN_KEY = "auth_token"
 """The Secret key KubeRay reads the Ray token from (its ``RAY_AUTH_TOKEN_SECRET_KEY``)."""
 AUTH_SECRET_NAME = "ray-auth-token"
@@ -186,6 +199,16 @@ def _shm(size: str) -> list[dict]:
     return [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": size}}]
 
 
+def host_sysfs_volumes() -> tuple[list[dict], list[dict]]:
+    """(volumes, volumeMounts) giving an EFA worker read-only access to the host's sysfs view (HOST_SYSFS_PATHS)."""
+    vols, mounts = [], []
+    for path in HOST_SYSFS_PATHS:
+        name = "host-sys-" + path.rsplit("/", 1)[-1]
+        vols.append({"name": name, "hostPath": {"path": path, "type": "Directory"}})
+        mounts.append({"name": name, "mountPath": HOST_SYSFS + path[len("/sys"):], "readOnly": True})
+    return vols, mounts
+
+
 def build_spec(args: RayClusterArgs) -> dict[str, Any]:
     """The RayCluster ``spec`` as plain data (validated against the KubeRay CRD in tests)."""
     if not args.worker_groups:
@@ -218,6 +241,10 @@ def build_spec(args: RayClusterArgs) -> dict[str, Any]:
             "containers": [_container("ray-worker", args.image, res, env)],
             "volumes": _shm(f"{max(1, g.instance_type.memory_mib // 1024 // 4)}Gi"),
         }
+        if g.efa:  # the EFA counter witness reads the host's view of the port counters
+            vols, mounts = host_sysfs_volumes()
+            pod["volumes"] += vols
+            pod["containers"][0]["volumeMounts"] += mounts
         if args.service_account_name:
             pod["serviceAccountName"] = args.service_account_name
         groups.append({

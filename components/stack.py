@@ -90,6 +90,8 @@ class EfaRayClusterArgs(TypedDict, total=False):
     """Fail the EFA check when a rank's torch/CUDA/NCCL/OFI/Ray version differs from the image manifest."""
     efaCheckWaitSeconds: int
     """How long the EFA check waits for every GPU node to join Ray (boot + image pull) before it fails."""
+    efaCheckRequireCounters: bool
+    """With EFA: EFA hardware counters the check cannot read (host /sys view) make its verdict undetermined, not a quiet pass."""
     gpuCapacity: str
     """on-demand | reservation (an ODCR) | capacity-block (Capacity Block for ML); the last two need availabilityZone."""
     gpuCapacityReservationId: str
@@ -253,7 +255,8 @@ class EfaRayCluster(pulumi.ComponentResource):
                 blocking=cfg.efaCheckBlocking, min_busbw_gbps=cfg.efaCheckMinBusbwGbps,
                 instance_type=cfg.gpu_type, node_count=cfg.gpuNodeCount, efa=cfg.efa, nccl_debug=cfg.ncclDebug,
                 min_busbw_fraction=cfg.efaCheckMinBusbwFraction, compare_socket=cfg.efaCheckCompareSocket,
-                strict_versions=cfg.efaCheckStrictVersions, deadlines=Deadlines(topology_wait_s=cfg.efaCheckWaitSeconds),
+                strict_versions=cfg.efaCheckStrictVersions, require_counters=cfg.efaCheckRequireCounters and cfg.efa,
+                deadlines=Deadlines(topology_wait_s=cfg.efaCheckWaitSeconds),
                 auth_secret_name=ray.auth_secret_name), opts=child)
 
         teardown: list[Any] = [

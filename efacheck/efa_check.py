@@ -255,6 +255,8 @@ class _Rank:
         if _counters is None:
             return None
         try:
+            if hasattr(_counters, "read_view"):  # the host's sysfs first (/host/sys), then the pod's own
+                return {"host": socket.gethostname(), **_counters.read_view()}
             return {"host": socket.gethostname(), "snapshot": _counters.read_counters()}
         except Exception as e:  # noqa: BLE001
             return {"host": socket.gethostname(), "error": f"{type(e).__name__}: {e}"}
@@ -428,14 +430,23 @@ def _counter_witness(data: dict, sweep: list[dict], log_verdict: str):
     before = {s["host"]: s.get("snapshot") for s in snaps["before"] if s}
     after = {s["host"]: s.get("snapshot") for s in snaps.get("after") or [] if s}
     deltas = {h: _counters.counter_delta(before[h] or {}, after.get(h) or {}) for h in before if h in after}
+    unreadable = {s["host"]: s.get("unreadable") or s.get("error") for s in [*snaps["before"], *(snaps.get("after") or [])]
+                  if s and (s.get("unreadable") or s.get("error"))}
     iters = data.get("iters", 5) + 1  # run_sweep: one checked call + iters timed
     reduced = sum(r["bytes"] * iters for r in sweep if r.get("collective") == "all_reduce")
     expected = _counters.allreduce_bytes_per_node(reduced, data["world"], data["nodes"])
+    if "unreadable" in inspect.signature(_counters.judge_counters).parameters:
+        return _counters.judge_counters(deltas, expected, log_verdict, unreadable=unreadable)
     return _counters.judge_counters(deltas, expected, log_verdict)
 
 
-def judge(data: dict, backend: str, min_busbw_gbps: float | None, expect: dict[str, Any] | None = None) -> dict:
-    """Turn gathered rank outputs into one verdict dict (never 'efa' without NCCL logs saying so)."""
+def judge(data: dict, backend: str, min_busbw_gbps: float | None, expect: dict[str, Any] | None = None,
+          require_counters: bool = False) -> dict:
+    """Turn gathered rank outputs into one verdict dict (never 'efa' without NCCL logs saying so).
+
+    require_counters: EFA hardware counters that cannot be read make an efa log ``undetermined`` (the stack's
+    ``efaCheckRequireCounters``); either way the first reason and ``witness`` say they were unreadable.
+    """
     world = data["world"]
     outs = data["outs"]
     errors = [(o["rank"], o["error"]) for o in outs if o.get("error")]
@@ -444,6 +455,7 @@ def judge(data: dict, backend: str, min_busbw_gbps: float | None, expect: dict[s
     reasons, hints = [], []
     verdict, network, provider = "undetermined", None, None
     failure = None
+    witness_state = None
     if backend != "nccl":
         reasons.append(f"backend {backend}: NCCL was not used, so no NCCL logs and no EFA")
     if errors:
@@ -457,8 +469,11 @@ def judge(data: dict, backend: str, min_busbw_gbps: float | None, expect: dict[s
         try:
             rep = _analyze(logs, expect or {})
             witness = _counter_witness(data, sweep, rep.verdict) if backend == "nccl" else None
+            if witness is None and require_counters and backend == "nccl" and _counters is not None:
+                witness = (None, ["no node reported EFA counters"])
             if witness is not None:
-                rep = _counters.combine(rep, witness)
+                rep = _counters.combine(rep, witness, require=require_counters)
+            witness_state = getattr(rep, "witness", None)
             verdict, network, provider = rep.verdict, rep.network, rep.provider
             reasons += rep.reasons
             hints += rep.hints
@@ -478,6 +493,7 @@ def judge(data: dict, backend: str, min_busbw_gbps: float | None, expect: dict[s
         "verdict": verdict, "code": code, "failure": failure, "backend": backend, "world": world,
         "nodes": data["nodes"], "network": network, "provider": provider, "sweep": sweep, "reasons": reasons,
         "hints": hints, "probes": [o["probe"] for o in outs], "counters": data.get("counters"),
+        "witness": witness_state,
     }
 
 
@@ -546,6 +562,8 @@ def parser(prog: str | None = None) -> ArgumentParser:
     ap.add_argument("--efa-gbps", type=float, help="EFA line rate per node, Gbit/s (catalogue), for the fraction")
     ap.add_argument("--min-busbw-fraction", type=float,
                     help="fail when large-message busbw of any collective is below this fraction of --efa-gbps")
+    ap.add_argument("--require-counters", action="store_true",
+                    help="EFA hardware counters that cannot be read make an efa verdict undetermined (exit 2)")
     ap.add_argument("--compare-socket", action="store_true",
                     help="run the sweep again in fresh ranks with NCCL_NET=Socket and report EFA/Socket busbw ratios")
     ap.add_argument("--manifest", help="the image's version manifest as JSON (stack config)")
@@ -568,7 +586,8 @@ def check(a) -> dict:
     data = run_check(backend, lo, hi, a.iters, nodes=nodes, gpus_per_node=a.expect_gpus_per_node if gpu else 0,
                      timeout_s=a.timeout_s, preset=a.preset)
     r = judge(data, backend, a.min_busbw_gbps, {"expect_nodes": a.expect_nodes, "expect_nics": a.expect_nics,
-                                                "expect_gdrdma": a.expect_gdrdma or None})
+                                                "expect_gdrdma": a.expect_gdrdma or None},
+              require_counters=a.require_counters)
     r["expected"] = expected
     r["rows"] = r["sweep"]
     fail: list[str] = []

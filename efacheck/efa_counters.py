@@ -1,12 +1,26 @@
 """The second witness: EFA hardware counters, read from sysfs before and after the sweep.
 
 The NCCL log says which network NCCL *chose*; the EFA device's own counters
-(``/sys/class/infiniband/<dev>/ports/1/hw_counters/``, one integer per file)
+(``<sysfs>/class/infiniband/<dev>/ports/1/hw_counters/``, one integer per file)
 say how many bytes the hardware *moved*. A log that says efa while the counters
 stayed flat means EFA loaded but the traffic went elsewhere (a TCP path, a
 forced NCCL_NET, a rank that never used the plugin). ``efa_check`` reads the
 counters on every node from one actor per node before and after the sweep and
 feeds :func:`judge_counters` into :func:`combine`.
+
+Where the counters are visible: the kernel creates the port ``hw_counters`` only
+for the init network namespace's view of an RDMA device
+(drivers/infiniband/core/sysfs.c ``setup_port``: ``if (port_num && is_full_dev)``;
+Linux commit a1ecb30f9085 "RDMA/core: Dont expose hw_counters outside of init net
+namespace"). A worker pod has its own network namespace, so its own
+``/sys/class/infiniband/<dev>`` has ports but no port counters. The GPU worker pods
+therefore mount the host's ``/sys/devices`` and ``/sys/class/infiniband`` read-only
+under ``/host/sys`` (components/raycluster.py ``HOST_SYSFS``), which is sysfs as
+mounted in the init network namespace; :func:`read_view` reads that host view
+first and the pod's own view second (right where the pod shares the host's
+network namespace). The device-level ``<dev>/hw_counters`` is never read: on
+kernels from 5.14 until that fix, reading it from inside a namespace oopses the
+node.
 
 Pure functions over plain dicts (JSON-safe, so they cross Ray actor calls).
 """
@@ -17,6 +31,13 @@ import os
 from typing import Any
 
 SYSFS_ROOT = "/sys/class/infiniband"
+"""The pod's own view: port counters exist here only in the init network namespace (hostNetwork, bare metal)."""
+HOST_SYSFS = "/host/sys"
+"""Where the GPU worker pods mount the host's sysfs read-only (``/sys/devices`` and ``/sys/class/infiniband``, so
+the class symlinks ``../../devices/...`` resolve); components/raycluster.py mounts it."""
+HOST_SYSFS_ROOT = f"{HOST_SYSFS}/class/infiniband"
+VIEWS: tuple[tuple[str, str], ...] = (("host", HOST_SYSFS_ROOT), ("pod", SYSFS_ROOT))
+"""(name, root) in the order :func:`read_view` tries them: the host's view first."""
 
 TX = ("tx_bytes",)
 RX = ("rx_bytes",)
@@ -28,9 +49,10 @@ REQUIRED = TX + RX
 
 TOLERANCE = 0.5
 """A node passes when the larger of its sent/received EFA bytes is >= TOLERANCE x the inter-node bytes the
-collectives had to move per node. Why half: the expected figure is the ring all-reduce's 2(n-1)/n x size per node;
-NCCL may pick tree (or PAT) instead, which moves ~1 x size across nodes per node, i.e. ~0.57x the ring figure for
-2 nodes; everything else the counters see (packet headers, retransmits, bootstrap, warm-up iterations, other
+collectives had to move per node. Why half: the expected figure is the ring all-reduce's 2(n-1)/n x size per node
+(n = ranks); NCCL may pick tree (or PAT) instead, which moves 1 x size across nodes per node and direction (each of
+the two trees carries half), i.e. n/(2(n-1)) of the ring figure: 8/15 = 0.533 on 2 nodes x 8 GPUs, 4/7 = 0.571 on
+2 x 4, falling towards 0.5 as n grows (:func:`tree_share`); everything else the counters see (packet headers, retransmits, bootstrap, warm-up iterations, other
 processes on the NIC) only adds bytes. So a real EFA run lands at >= ~0.57x, and a share below one half means
 part of the traffic went another way. Per direction, the larger of tx/rx_bytes and the sum of the message and RDMA
 parts is used (which of them count RDMA traffic depends on the device generation and driver, and the RDMA ones
@@ -52,6 +74,11 @@ def allreduce_bytes_per_node(bytes_reduced: float, world: int, nodes: int) -> fl
     return 2 * (world - 1) / world * bytes_reduced
 
 
+def tree_share(world: int) -> float:
+    """Tree all-reduce's inter-node bytes per node as a share of the ring's: size / (2(world-1)/world x size)."""
+    return world / (2 * (world - 1)) if world > 1 else 0.0
+
+
 def _read_int(path: str) -> int:
     with open(path, encoding="ascii") as f:
         return int(f.read().strip())
@@ -61,7 +88,8 @@ def read_counters(root: str = SYSFS_ROOT) -> dict[str, dict[str, Any]]:
     """Per EFA device: the byte counters of port 1 that exist, plus ``errors`` {file: why} for unreadable ones.
 
     No devices (or no ``root``) gives ``{}``. tx_bytes and rx_bytes are expected on every EFA device; their
-    absence is an error too.
+    absence is an error too. Only the port's ``ports/1/hw_counters`` is read, never the device-level
+    ``<dev>/hw_counters`` (see the module docstring: reading that inside a namespace oopses kernels 5.14..fix).
     """
     try:
         devices = sorted(os.listdir(root))
@@ -87,6 +115,35 @@ def read_counters(root: str = SYSFS_ROOT) -> dict[str, dict[str, Any]]:
                 entry["errors"][name] = f"{path}: {getattr(e, 'strerror', None) or e}"
         out[dev] = entry
     return out
+
+
+def _readable(snapshot: dict[str, dict[str, Any]]) -> bool:
+    return any(isinstance(e.get(k), int) for e in snapshot.values() for k in REQUIRED)
+
+
+def read_view(views: tuple[tuple[str, str], ...] = VIEWS) -> dict[str, Any]:
+    """The counters from the first view that has readable port counters: the host's sysfs, then the pod's.
+
+    Returns ``view`` ("host" | "pod" | None), ``root``, ``snapshot`` (:func:`read_counters` of that root, or of the
+    first root with devices when none is readable) and ``unreadable`` (None, or why no view had counters, naming
+    each root tried).
+    """
+    tried: list[str] = []
+    fallback: tuple[str | None, dict[str, dict[str, Any]]] = (None, {})
+    for name, root in views:
+        snap = read_counters(root)
+        if _readable(snap):
+            return {"view": name, "root": root, "snapshot": snap, "unreadable": None}
+        if not snap:
+            tried.append(f"{name} view {root}: no EFA device")
+            continue
+        if fallback[0] is None:
+            fallback = (root, snap)
+        why = "; ".join(sorted({w for e in snap.values() for w in e.get("errors", {}).values()}))
+        extra = (" (a pod's network namespace gets no port counters: the GPU worker pods must mount the host's "
+                 f"/sys read-only at {HOST_SYSFS})") if name == "pod" else ""
+        tried.append(f"{name} view {root}: {len(snap)} device(s), no readable port counter ({why}){extra}")
+    return {"view": None, "root": fallback[0], "snapshot": fallback[1], "unreadable": "; ".join(tried)}
 
 
 def counter_delta(before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -134,7 +191,8 @@ def node_bytes(deltas: dict[str, dict[str, Any]]) -> dict[str, dict[str, int | N
 
 
 def judge_counters(
-    deltas_by_node: dict[str, dict[str, dict[str, Any]]], expected_bytes_per_node: float, log_verdict: str
+    deltas_by_node: dict[str, dict[str, dict[str, Any]]], expected_bytes_per_node: float, log_verdict: str,
+    unreadable: dict[str, str] | None = None,
 ) -> tuple[bool | None, list[str]]:
     """Did the EFA hardware move the inter-node bytes the collectives had to send, on every node?
 
@@ -142,8 +200,10 @@ def judge_counters(
     the sweep (e.g. ring all-reduce: sum over sizes x iterations of 2(n-1)/n x size); log_verdict: the NCCL log's
     verdict, to say which witness disagrees. Returns (True: every node moved >= TOLERANCE x expected; False: some
     node moved less, "EFA loaded, traffic went elsewhere" when the log says efa; None: cannot tell, e.g. no EFA
-    device or no readable counter on a node) and the reasons, with bytes per device and node.
+    device or no readable counter on a node) and the reasons, with bytes per device and node. ``unreadable``:
+    {node: why} from :func:`read_view`, quoted for a node without a readable counter.
     """
+    unreadable = unreadable or {}
     reasons: list[str] = []
     if not deltas_by_node:
         return None, ["no node reported EFA counters"]
@@ -153,7 +213,7 @@ def judge_counters(
     for node in sorted(deltas_by_node):
         deltas = deltas_by_node[node]
         if not deltas:
-            reasons.append(f"node {node}: no EFA device under {SYSFS_ROOT}")
+            reasons.append(f"node {node}: no EFA device ({unreadable.get(node) or f'under {SYSFS_ROOT}'})")
             verdicts.append(None)
             continue
         per_dev = node_bytes(deltas)
@@ -164,7 +224,7 @@ def judge_counters(
             f"{dev} sent {_gb(v['sent']) if v['sent'] is not None else '?'} received "
             f"{_gb(v['received']) if v['received'] is not None else '?'}" for dev, v in sorted(per_dev.items()))
         if not sent and not recv:
-            reasons.append(f"node {node}: no readable EFA counter ({'; '.join(errs) or 'none'})")
+            reasons.append(f"node {node}: no readable EFA counter ({unreadable.get(node) or '; '.join(errs) or 'none'})")
             verdicts.append(None)
             continue
         moved = max(sum(sent), sum(recv))
@@ -198,15 +258,31 @@ def combine(log_report: Any, counter_judgement: tuple[bool | None, list[str]], r
     """The final verdict from both witnesses: efa only when the log says efa and the counters do not contradict it.
 
     log_report: a ``nccl_log.Report``; counter_judgement: :func:`judge_counters`'s result. Counters that did not
-    move while the log says efa turn it into ``fallback`` (cause ``counters_flat``). Unreadable counters keep the
-    log's verdict with a reason, or make it ``undetermined`` when ``require`` is set.
+    move while the log says efa turn it into ``fallback`` (cause ``counters_flat``). Unreadable counters are said
+    in the first reason and in ``witness`` (``counters: "unreadable"``); they keep the log's efa verdict, or make
+    it ``undetermined`` when ``require`` is set (the stack's ``efaCheckRequireCounters``). The returned report's
+    ``witness`` is {"counters": "moved" | "flat" | "unreadable", "required": require, "reasons": [...]}.
     """
+    from dataclasses import replace
+
     from .nccl_log import with_verdict
 
     ok, reasons = counter_judgement
     text = "EFA counters: " + " | ".join(reasons)
+    state = "moved" if ok is True else "flat" if ok is False else "unreadable"
+    witness = {"counters": state, "required": require, "reasons": list(reasons)}
     if log_report.verdict == "efa" and ok is False:
-        return with_verdict(log_report, "fallback", text, "counters_flat")
-    if log_report.verdict == "efa" and ok is None:
-        return with_verdict(log_report, "undetermined" if require else "efa", text, "counters_unavailable")
-    return with_verdict(log_report, log_report.verdict, text)
+        rep = with_verdict(log_report, "fallback", text, "counters_flat")
+    elif ok is None:
+        verdict = "undetermined" if require and log_report.verdict == "efa" else log_report.verdict
+        rep = with_verdict(log_report, verdict, "", "counters_unavailable" if log_report.verdict == "efa" else None)
+        first = ("the EFA hardware counters could not be read, so the second witness is missing"
+                 + (" and efaCheckRequireCounters makes the verdict undetermined" if verdict != log_report.verdict
+                    else "") + f": {' | '.join(reasons)}")
+        rep = replace(rep, reasons=[first] + [r for r in rep.reasons if r])
+    else:
+        rep = with_verdict(log_report, log_report.verdict, text)
+    try:
+        return replace(rep, witness=witness)
+    except TypeError:  # an nccl_log without the witness field
+        return rep

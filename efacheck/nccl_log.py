@@ -123,8 +123,9 @@ HINTS: dict[str, str] = {
         "to send; check NCCL_NET/NCCL_NET_PLUGIN, that every rank uses the plugin, and that no proxy/TCP path is forced"
     ),
     "counters_unavailable": (
-        "the EFA hardware counters could not be read in the pod (/sys/class/infiniband/*/ports/1/hw_counters): "
-        "the second witness is missing"
+        "the EFA hardware counters could not be read (ports/1/hw_counters under the host's /sys, mounted read-only "
+        "at /host/sys in the GPU worker pods; a pod's own /sys has none): the second witness is missing; check the "
+        "worker pods have the host-sysfs volumes (kubectl -n ray get pod -o yaml) and the nodes run an EFA driver"
     ),
 }
 
@@ -194,6 +195,9 @@ class Report:
     """EFA interfaces per host (aws-ofi-nccl's "found N nics"), where the log says."""
     silent: list[str] = field(default_factory=list)
     """Inputs that gave no NCCL line (missing, empty, binary, no NCCL output), with why."""
+    witness: dict | None = None
+    """The second witness's state when ``efa_counters.combine`` added it (``counters``: moved | flat | unreadable,
+    ``required``, ``reasons``); None for the log alone."""
 
     @property
     def hints(self) -> list[str]:
@@ -217,6 +221,7 @@ class Report:
             "causes": self.causes,
             "hints": self.hints,
             "silent": self.silent,
+            "witness": self.witness,
         }
 
 

@@ -256,3 +256,35 @@ def test_token_auth_needs_ray_2_52():
     with pytest.raises(ValueError, match="Ray token auth needs Ray >= 2.52"):
         build_spec(_args(ray_version="2.49.1"))
     assert "authOptions" not in build_spec(_args(ray_version="2.49.1", token_auth=False))
+
+
+def test_efa_workers_read_the_host_sysfs_view_read_only(default_run):
+    """The counter witness's host view (issue 25): /host/sys/class/infiniband and /host/sys/devices, read-only."""
+    from ray_efa_eks.efacheck import efa_counters
+
+    (group,) = raycluster(default_run)["spec"]["workerGroupSpecs"]
+    pod = group["template"]["spec"]
+    host = {v["name"]: v["hostPath"] for v in pod["volumes"] if "hostPath" in v}
+    assert host == {"host-sys-devices": {"path": "/sys/devices", "type": "Directory"},
+                    "host-sys-infiniband": {"path": "/sys/class/infiniband", "type": "Directory"}}
+    mounts = {m["name"]: m for m in pod["containers"][0]["volumeMounts"] if m["name"] in host}
+    assert all(m.get("readOnly") is True for m in mounts.values()) and len(mounts) == 2
+    # the class symlinks (../../devices/...) resolve inside the mount, where efa_counters reads first
+    assert mounts["host-sys-infiniband"]["mountPath"] == efa_counters.HOST_SYSFS_ROOT
+    assert mounts["host-sys-devices"]["mountPath"] == efa_counters.HOST_SYSFS + "/devices"
+    assert not pod.get("hostNetwork") and not pod["containers"][0].get("securityContext", {}).get("privileged")
+    head = raycluster(default_run)["spec"]["headGroupSpec"]["template"]["spec"]
+    assert not [v for v in head["volumes"] if "hostPath" in v]  # the head gets none
+
+
+def test_no_host_sysfs_without_efa():
+    run = run_program({"efa": "false", "efaCheck": "false"})
+    pod = raycluster(run)["spec"]["workerGroupSpecs"][0]["template"]["spec"]
+    assert not [v for v in pod["volumes"] if "hostPath" in v]
+
+
+def test_efa_check_requires_counters_with_efa_only(default_run):
+    script = default_run.one("kubernetes:batch/v1:Job")["spec"]["template"]["spec"]["containers"][0]["command"][2]
+    assert "--require-counters" in script
+    off = run_program({"efaCheckRequireCounters": "false"}).one("kubernetes:batch/v1:Job")
+    assert "--require-counters" not in off["spec"]["template"]["spec"]["containers"][0]["command"][2]

@@ -171,3 +171,27 @@ def test_counter_witness_flat_counters_turn_an_efa_log_into_fallback() -> None:
     assert any("EFA loaded, traffic went elsewhere" in x for x in flat["reasons"])
     moved = efa_check.judge(data(4 * big), "nccl", None)
     assert moved["verdict"] == "efa" and moved["code"] == 0
+
+
+def test_unreadable_counters_say_so_first_and_require_counters_makes_it_undetermined() -> None:
+    """Counters as a pod without the host-sysfs mount reads them (issue 25): devices, no port counters."""
+    logs = {"a": (FIX / "real_efa_g7e_slurm_nccl2292_ofi1180_2node.log").read_bytes()}
+    why = "host view /host/sys/class/infiniband: no EFA device; pod view /sys/class/infiniband: 1 device(s), no readable port counter"
+
+    def data() -> dict:
+        d = _data(logs)
+        for o in d["outs"]:
+            o["results"] = [{"collective": "all_reduce", "bytes": 1 << 26, "time_s": 1e-2}]
+        snap = {"rdmap0s6": {"errors": {"hw_counters": "/sys/class/infiniband/rdmap0s6/ports/1/hw_counters: no such directory"}}}
+        d["counters"] = {k: [{"host": h, "view": None, "snapshot": snap, "unreadable": why} for h in ("n1", "n2")]
+                         for k in ("before", "after")}
+        d["iters"] = 1
+        return d
+
+    kept = efa_check.judge(data(), "nccl", None)
+    assert kept["verdict"] == "efa" and kept["reasons"][0].startswith("the EFA hardware counters could not be read")
+    assert why in kept["reasons"][0] and kept["witness"]["counters"] == "unreadable"
+    req = efa_check.judge(data(), "nccl", None, require_counters=True)
+    assert req["verdict"] == "undetermined" and req["code"] == 2 and req["witness"]["required"] is True
+    assert "efaCheckRequireCounters" in req["reasons"][0]
+    assert efa_check.parser().parse_args(["--require-counters"]).require_counters is True

@@ -134,3 +134,85 @@ def test_combine_with_the_log_verdict(tmp_path: Path) -> None:
 def test_allreduce_bytes_per_node() -> None:
     assert allreduce_bytes_per_node(GB, world=8, nodes=2) == pytest.approx(1.75 * GB)  # 2 x g6.12xlarge, 4 GPUs each
     assert allreduce_bytes_per_node(GB, world=4, nodes=1) == 0.0
+
+
+# -- where the counters are visible (issue 25): the host's sysfs, not the pod's ------------------------------------
+
+def _pod_view(root: Path, devices: tuple[str, ...] = ("rdmap16s27", "rdmap32s27")) -> str:
+    """/sys/class/infiniband as a pod (own network namespace) sees it on kernels with commit a1ecb30f9085: the
+    devices and their ports, no port hw_counters; the device-level hw_counters directory is there (and must never
+    be read: on 5.14..fix kernels reading it inside a namespace oopses the node)."""
+    for dev in devices:
+        (root / dev / "ports" / "1").mkdir(parents=True, exist_ok=True)
+        (root / dev / "ports" / "1" / "state").write_text("4: ACTIVE\n")
+        (root / dev / "hw_counters").mkdir(exist_ok=True)
+        (root / dev / "hw_counters" / "tx_bytes").write_text("999999999999\n")
+        (root / dev / "hw_counters" / "rx_bytes").write_text("999999999999\n")
+    return str(root)
+
+
+def test_pod_view_has_devices_but_no_port_counters_and_the_host_view_has_them(tmp_path: Path, monkeypatch) -> None:
+    from ray_efa_eks.efacheck import efa_counters
+
+    pod = _pod_view(tmp_path / "pod" / "sys" / "class" / "infiniband")
+    host = _node(tmp_path / "host", "sys", 10 * GB, 11 * GB)
+    opened: list[str] = []
+    real_open = open
+
+    def spy(path, *a, **kw):
+        opened.append(str(path))
+        return real_open(path, *a, **kw)
+
+    monkeypatch.setattr("builtins.open", spy)
+    views = (("host", host), ("pod", pod))
+    v = efa_counters.read_view(views)
+    assert v["view"] == "host" and v["unreadable"] is None
+    assert v["snapshot"]["rdmap16s27"]["tx_bytes"] == 10 * GB
+    # the pod alone: devices, no port counters -> unreadable, saying why and what to mount
+    only_pod = efa_counters.read_view((("host", str(tmp_path / "no-host-mount")), ("pod", pod)))
+    assert only_pod["view"] is None and set(only_pod["snapshot"]) == {"rdmap16s27", "rdmap32s27"}
+    assert "host view" in only_pod["unreadable"] and "no EFA device" in only_pod["unreadable"]
+    assert "2 device(s), no readable port counter" in only_pod["unreadable"] and "/host/sys" in only_pod["unreadable"]
+    # never the device-level <dev>/hw_counters, in either view
+    assert opened and not [p for p in opened if p.rstrip("/").split("/")[-2] == "hw_counters"
+                           and p.split("/")[-3] != "1"], opened
+
+
+def test_default_views_try_the_host_mount_first() -> None:
+    from ray_efa_eks.efacheck import efa_counters
+
+    assert efa_counters.VIEWS[0] == ("host", "/host/sys/class/infiniband")
+    assert efa_counters.VIEWS[1] == ("pod", "/sys/class/infiniband")
+
+
+def test_unreadable_counters_are_the_first_reason_and_the_witness(tmp_path: Path) -> None:
+    from ray_efa_eks.efacheck import efa_counters
+
+    efa = analyze_paths([str(FIX / "real_efa_g7e_slurm_nccl2292_ofi1180_2node.log")])
+    pod = _pod_view(tmp_path / "pod")
+    v = efa_counters.read_view((("pod", pod),))
+    d = counter_delta(v["snapshot"], v["snapshot"])
+    judged = judge_counters({"n1": d, "n2": d}, 10 * GB, "efa", unreadable={"n1": v["unreadable"], "n2": v["unreadable"]})
+    assert judged[0] is None
+    kept = combine(efa, judged)
+    assert kept.verdict == "efa" and kept.reasons[0].startswith("the EFA hardware counters could not be read")
+    assert "no readable port counter" in kept.reasons[0]
+    assert kept.witness == {"counters": "unreadable", "required": False, "reasons": judged[1]}
+    assert kept.to_dict()["witness"]["counters"] == "unreadable"
+    req = combine(efa, judged, require=True)
+    assert req.verdict == "undetermined" and req.exit_code == 2 and "efaCheckRequireCounters" in req.reasons[0]
+    assert "counters_unavailable" in req.causes
+    moved = combine(efa, judge_counters({"n": _deltas(tmp_path, "m", 5 * GB)}, 10 * GB, "efa"), require=True)
+    assert moved.verdict == "efa" and moved.witness["counters"] == "moved"
+
+
+def test_tree_share_margin_on_2_nodes_x_8_gpus() -> None:
+    from ray_efa_eks.efacheck.efa_counters import tree_share
+
+    # ring: each node sends 2(n-1)/n x S across nodes; tree: S per node and direction (two trees, half each)
+    world = 16
+    ring = allreduce_bytes_per_node(1.0, world=world, nodes=2)
+    assert ring == pytest.approx(2 * 15 / 16)
+    assert tree_share(world) == pytest.approx(1.0 / ring) == pytest.approx(8 / 15)
+    assert round(tree_share(16), 3) == 0.533 and round(tree_share(8), 3) == 0.571
+    assert TOLERANCE < tree_share(16)  # a real tree run still passes
