@@ -31,6 +31,7 @@ class ConfigError(ValueError):
     def __init__(self, key: str, value: Any, fix: str):
         self.key = key
         self.value = value
+        self.fix = fix
         super().__init__(f"{NAMESPACE}:{key} = {value!r} is invalid: {fix}")
 
 

@@ -187,9 +187,36 @@ def test_installed_wheel_is_namespaced_and_not_shadowed(tmp_path):
     assert "training/train_func.py" not in files  # the gate ships the EFA proof and the model, not the job
 
 
-def test_plugin_manifest_points_at_the_provider_entry_point():
+def test_plugin_manifest_and_entry_point_are_what_the_engine_runs():
+    """The engine runs the plugin directory, ``python <root> <engine address>``: no ``main`` can redirect it
+    (PluginProject has none: pulumi/pulumi sdk/go/common/workspace/project.go), so the root __main__.py serves."""
     manifest = yaml.safe_load((ROOT / "PulumiPlugin.yaml").read_text())
-    assert manifest["runtime"]["name"] == "python"
-    entry = ROOT / manifest["main"] / "__main__.py"
-    text = entry.read_text()
-    assert "component_provider_host([EfaRayCluster]" in text and 'PACKAGE = "ray-efa-eks"' in text
+    assert manifest["runtime"]["name"] == "python" and manifest["runtime"]["options"]["virtualenv"] == ".venv"
+    assert set(manifest) <= {"runtime", "packages", "requiredPulumiVersion", "template"}, "keys the CLI ignores"
+    text = (ROOT / "__main__.py").read_text()
+    assert "if started_as_plugin():\n    serve()" in text
+    assert not (ROOT / "provider").exists()
+
+
+def test_typescript_example_sets_only_schema_properties_with_the_right_types(schema, provider):
+    """examples/typescript, checked as the YAML example is: inputs exist with their types, exports are outputs."""
+    from tests.helpers.examples import typescript_example_inputs, typescript_example_outputs
+
+    inputs = schema["resources"][TOKEN]["inputProperties"]
+    py_types = {"string": str, "integer": int, "boolean": bool, "array": list, "number": (int, float)}
+    values = typescript_example_inputs()
+    assert values, "no EfaRayCluster arguments found in examples/typescript/index.ts"
+    for key, value in values.items():
+        assert key in inputs, f"examples/typescript sets {key}, which the schema does not have"
+        kind = inputs[key]["type"]
+        assert isinstance(value, py_types[kind]) and isinstance(value, bool) == (kind == "boolean"), key
+    exported = typescript_example_outputs()
+    assert {"clusterName", "kubeconfig", "rayAuthToken"} <= set(exported)
+    assert set(exported) <= set(schema["resources"][TOKEN]["properties"])
+    package = json.loads((ROOT / "examples/typescript/package.json").read_text())
+    assert package["main"] == "index.ts" and "@pulumi/pulumi" in package["dependencies"]
+    project = yaml.safe_load((ROOT / "examples/typescript/Pulumi.yaml").read_text())
+    assert project["runtime"]["name"] == "nodejs" and project["packages"] == {"ray-efa-eks": "../.."}
+    mapped = provider.map_inputs(values, provider._component_defs["EfaRayCluster"])
+    cfg = stack_config(mapped)
+    assert (cfg.gpuInstanceType, cfg.gpuNodeCount, cfg.efaCheckWaitSeconds) == ("g6.12xlarge", 2, 1800)
