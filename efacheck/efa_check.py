@@ -22,7 +22,8 @@ Every failure ends in one JSON object (``--json``) and an exit code, never a tra
 
 JSON: ``verdict``, ``code``, ``failure`` ({``stage``, ``reason``} or null), ``reasons``, ``hints``, ``backend``,
 ``expected``, ``nodes``, ``world``, ``sweep`` rows, ``probes``; stages: unreachable, topology, no_gpu, no_cuda,
-placement, rank_error, timeout, actor_died, internal.
+placement, rank_error, timeout, actor_died, wrong_result (a collective gave wrong values: exit 1), internal;
+``comparison`` carries the Socket sweep's own failure (``error``) without touching the EFA verdict.
 
 python -m ray_efa_eks.efacheck.efa_check [--address auto | --local] [--json] [--expect-nodes N]
     [--expect-gpus-per-node G] [--expect-nics K] [--expect-gdrdma] [--wait-s S] [--timeout-s T] [--min-busbw-gbps X]
@@ -88,6 +89,7 @@ FAILURES: dict[str, tuple[str, int]] = {
     "rank_error": ("failed", 1),
     "timeout": ("failed", 1),
     "actor_died": ("failed", 1),
+    "wrong_result": ("failed", 1),
     "internal": ("undetermined", 2),
 }
 """Failure stage -> (verdict, exit code); see the module docstring."""
@@ -105,6 +107,9 @@ FAILURE_HINTS = {
     "timeout": "a collective hung: typical for a blocked EFA security-group rule (egress/ingress to itself) or a "
                "NCCL_SOCKET_IFNAME that names no usable interface",
     "actor_died": "a rank's process died (OOM, node lost): `ray logs` on the node, `kubectl describe pod`",
+    "wrong_result": "a collective returned wrong values: the transport corrupts data (check the EFA driver and "
+                    "aws-ofi-nccl versions in the probe rows against the image manifest, FI_EFA_USE_DEVICE_RDMA for the "
+                    "instance type, and GPU/NIC health with `nvidia-smi -q` and the EFA error counters)",
     "internal": "a bug in the check: report it with this JSON",
 }
 
@@ -440,6 +445,26 @@ def _counter_witness(data: dict, sweep: list[dict], log_verdict: str):
     return _counters.judge_counters(deltas, expected, log_verdict)
 
 
+def _fmt_bytes(n: int) -> str:
+    for unit, k in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= k:
+            return f"{n / k:g} {unit}"
+    return f"{n} B"
+
+
+def wrong_results(outs: list[dict]) -> list[dict]:
+    """Sweep rows whose values were wrong (``run_sweep``'s ``ok`` False): collective, bytes, dtype, source, ranks."""
+    bad: dict[tuple, dict] = {}
+    for o in outs:
+        for r in o.get("results") or []:
+            if r.get("ok") is False:
+                key = (r.get("collective", "all_reduce"), r["bytes"], r.get("source", "pow2"))
+                row = bad.setdefault(key, {"collective": key[0], "bytes": key[1], "source": key[2],
+                                           "dtype": r.get("dtype", "float32"), "ranks": []})
+                row["ranks"].append(r.get("rank", o.get("rank")))
+    return [bad[k] for k in sorted(bad)]
+
+
 def judge(data: dict, backend: str, min_busbw_gbps: float | None, expect: dict[str, Any] | None = None,
           require_counters: bool = False) -> dict:
     """Turn gathered rank outputs into one verdict dict (never 'efa' without NCCL logs saying so).
@@ -462,6 +487,14 @@ def judge(data: dict, backend: str, min_busbw_gbps: float | None, expect: dict[s
         failure = {"stage": "rank_error", "reason": "; ".join(f"rank {r}: {e}" for r, e in errors[:4])}
         reasons.append(failure["reason"])
         hints.append(FAILURE_HINTS["rank_error"])
+    wrong = wrong_results(outs) if not errors else []
+    if wrong:  # a transport that corrupts data never passes, whatever the logs say
+        failure = {"stage": "wrong_result", "reason": "wrong collective results: " + "; ".join(
+            f"{w['collective']} of {w['bytes']} bytes ({_fmt_bytes(w['bytes'])}, {w['dtype']}, {w['source']}) on "
+            f"rank(s) {', '.join(str(x) for x in sorted(w['ranks'], key=str))}" for w in wrong[:6])
+            + (f" (and {len(wrong) - 6} more)" if len(wrong) > 6 else ""), "rows": wrong}
+        reasons.append(failure["reason"])
+        hints.append(FAILURE_HINTS["wrong_result"])
     if not logs:
         reasons.append("no NCCL log files were written by any rank")
         hints.append(HINTS["no_net_info"])
@@ -574,6 +607,33 @@ def parser(prog: str | None = None) -> ArgumentParser:
     return ap
 
 
+def socket_comparison(backend: str, lo: int, hi: int, a, nodes: list[dict], gpu: bool,
+                      efa_rows: list[dict]) -> dict:
+    """The NCCL_NET=Socket sweep in fresh ranks and its EFA/Socket ratios: {"socket_rows", "comparison"}.
+
+    Its own failure (a hung or failing Socket sweep, wrong values over Socket) is reported as
+    ``comparison.error`` {stage, reason} and never replaces the EFA verdict: the comparison is a measurement,
+    not a witness."""
+    try:
+        # fresh actors: NCCL reads NCCL_NET at communicator init, so the Socket sweep needs new processes
+        sock = run_check(backend, lo, hi, a.iters, nodes=nodes, gpus_per_node=a.expect_gpus_per_node if gpu else 0,
+                         timeout_s=a.timeout_s, preset=a.preset, env_vars=dict(_sweep.SOCKET_ENV))
+        errors = [(o.get("rank"), o["error"]) for o in sock["outs"] if o.get("error")]
+        if errors:
+            raise CheckFailed("rank_error", "; ".join(f"rank {r}: {e}" for r, e in errors[:4]))
+        rows = _summarize(sock["outs"], sock["world"])
+        wrong = wrong_results(sock["outs"])
+        comparison = _sweep.compare(efa_rows, rows)
+        if wrong:
+            comparison["error"] = {"stage": "wrong_result", "reason": "wrong values over Socket: " + "; ".join(
+                f"{w['collective']} of {w['bytes']} bytes" for w in wrong[:6])}
+        return {"socket_rows": rows, "comparison": comparison}
+    except CheckFailed as e:
+        return {"socket_rows": [], "comparison": {"error": {"stage": e.stage, "reason": e.reason}}}
+    except Exception as e:  # noqa: BLE001 - a comparison failure must not hide the verdict
+        return {"socket_rows": [], "comparison": {"error": {"stage": "internal", "reason": f"{type(e).__name__}: {e}"}}}
+
+
 def check(a) -> dict:
     """Wait for the topology, run, judge; CheckFailed is turned into a result by the caller."""
     expected = {"nodes": a.expect_nodes, "gpus_per_node": a.expect_gpus_per_node, "nics": a.expect_nics,
@@ -592,11 +652,11 @@ def check(a) -> dict:
     r["rows"] = r["sweep"]
     fail: list[str] = []
     if a.compare_socket and _sweep is not None and not r.get("failure"):
-        # fresh actors: NCCL reads NCCL_NET at communicator init, so the Socket sweep needs new processes
-        sock = run_check(backend, lo, hi, a.iters, nodes=nodes, gpus_per_node=a.expect_gpus_per_node if gpu else 0,
-                         timeout_s=a.timeout_s, preset=a.preset, env_vars=dict(_sweep.SOCKET_ENV))
-        r["socket_rows"] = _summarize(sock["outs"], sock["world"])
-        r["comparison"] = _sweep.compare(r["rows"], r["socket_rows"])
+        r.update(socket_comparison(backend, lo, hi, a, nodes, gpu, r["rows"]))
+        if r["comparison"].get("error"):
+            err = r["comparison"]["error"]
+            r["reasons"].append(f"the Socket comparison failed ({err['stage']}): {err['reason']}; the EFA verdict "
+                                "above stands, only the EFA/Socket ratio is missing")
     if _sweep is not None:
         r["line_rate"] = _sweep.line_rate(r["rows"], a.efa_gbps)
         why = _sweep.below_floor(r["line_rate"], a.min_busbw_fraction)

@@ -73,6 +73,9 @@ def render_markdown(result: dict[str, Any], png: str | None = None, plot_note: s
                    f"{human_bytes(cmp['headline_bytes'])} up: "
                    + ", ".join(f"{c} {v['ratio']:.2f}x" for c, v in cmp["large"].items())
                    + ")")
+    elif cmp and cmp.get("error"):
+        out.append(f"- EFA/Socket ratio: the Socket comparison failed ({cmp['error']['stage']}): "
+                   f"{cmp['error']['reason']}; the verdict above stands")
     else:
         out.append("- EFA/Socket ratio: not measured (run with --compare-socket)")
     rate = r.get("line_rate")

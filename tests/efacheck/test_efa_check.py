@@ -195,3 +195,59 @@ def test_unreadable_counters_say_so_first_and_require_counters_makes_it_undeterm
     assert req["verdict"] == "undetermined" and req["code"] == 2 and req["witness"]["required"] is True
     assert "efaCheckRequireCounters" in req["reasons"][0]
     assert efa_check.parser().parse_args(["--require-counters"]).require_counters is True
+
+
+# -- right answers and the Socket comparison (issue 25) -------------------------------------------------------------
+
+def _sweep_data(ok_by_rank: dict[int, bool]) -> dict:
+    logs = {"a": (FIX / "real_efa_g7e_slurm_nccl2292_ofi1180_2node.log").read_bytes()}
+    d = _data(logs)
+    for rank, o in enumerate(d["outs"]):
+        o["rank"] = rank
+        o["results"] = [
+            {"collective": "all_reduce", "bytes": 1 << 20, "dtype": "float32", "source": "pow2", "time_s": 1e-3,
+             "ok": True, "rank": rank},
+            {"collective": "reduce_scatter_tensor", "bytes": 64 << 20, "dtype": "float32", "source": "pow2",
+             "time_s": 1e-2, "ok": ok_by_rank.get(rank, True), "rank": rank}]
+    return d
+
+
+def test_wrong_collective_results_fail_the_check_naming_collective_and_size() -> None:
+    good = efa_check.judge(_sweep_data({}), "nccl", None)
+    assert good["code"] == 0 and good["failure"] is None
+    r = efa_check.judge(_sweep_data({1: False}), "nccl", None)
+    assert r["code"] == 1 and r["verdict"] == "failed" and r["failure"]["stage"] == "wrong_result"
+    assert "reduce_scatter_tensor of 67108864 bytes (64 MiB" in r["failure"]["reason"]
+    assert "rank(s) 1" in r["failure"]["reason"] and "all_reduce" not in r["failure"]["reason"]
+    assert r["reasons"][0] == r["failure"]["reason"]
+
+
+def _args(**kw):
+    a = efa_check.parser().parse_args(["--compare-socket", "--expect-nodes", "2", "--iters", "1"])
+    for k, v in kw.items():
+        setattr(a, k, v)
+    return a
+
+
+def test_failed_socket_comparison_is_reported_and_the_efa_verdict_stands(monkeypatch) -> None:
+    calls = []
+
+    def run_check(*args, env_vars=None, **kw):
+        calls.append(env_vars)
+        if env_vars:  # the NCCL_NET=Socket sweep hangs
+            raise efa_check.CheckFailed("timeout", "the collective sweep did not finish within 600 s")
+        d = _sweep_data({})
+        d["iters"] = 1
+        return d
+
+    monkeypatch.setattr(efa_check, "wait_topology", lambda *a, **k: ("nccl", [{}, {}]))
+    monkeypatch.setattr(efa_check, "run_check", run_check)
+    r = efa_check.check(_args())
+    assert calls == [None, {"NCCL_NET": "Socket"}]
+    assert r["verdict"] == "efa" and r["code"] == 0 and r["failure"] is None
+    assert r["comparison"]["error"] == {"stage": "timeout", "reason": "the collective sweep did not finish within 600 s"}
+    assert any(x.startswith("the Socket comparison failed (timeout)") and "EFA verdict above stands" in x
+               for x in r["reasons"])
+    from ray_efa_eks.efacheck.report import render_markdown as render
+
+    assert "the Socket comparison failed (timeout)" in render(r)
