@@ -14,7 +14,7 @@ The SDK's ``ComponentProvider`` infers the schema from ``EfaRayClusterArgs``; th
 SDK gets wrong or leaves rough for this component (pulumi 3.272, pulumi/provider/experimental/component.py and
 pulumi/provider/server.py):
 
-- an input sent as an output value (an SDK's ``Output``, a secret, or a value with dependencies) is refused as
+- an input sent as an output value (an SDK's ``Output``, a secret, a value with dependencies, an unknown) is refused as
   an input property error naming the key, before the SDK's ``map_input_properties`` calls ``int()`` on it
   (a ``TypeError`` and a traceback for every integer input);
 - a bad stack setting (``ConfigError``) is an input property error (``gpuNodeCount`` with value ``2.5``: "must be
@@ -52,7 +52,8 @@ def package_version() -> str:
 
 
 def _is_output(value: Any) -> bool:
-    if known_types.is_output(value):
+    """An Output (output value, secret, value with dependencies), an unknown (preview) or a resource, at any depth."""
+    if known_types.is_output(value) or known_types.is_unknown(value) or known_types.is_resource(value):
         return True
     if isinstance(value, (list, tuple)):
         return any(_is_output(v) for v in value)

@@ -321,11 +321,13 @@ def output_value(value: Any, deps: list[str], secret: bool = False) -> dict[str,
     ("gpuInstanceType", output_value("g6.12xlarge", [], secret=True)),
     ("endpointPublicAccessCidrs", ["10.0.0.0/8", output_value("203.0.113.0/24", ["urn:pulumi:dev::p::x:y:Z::cidr"])]),
     ("clusterAdminArns", {**SECRET, "value": ["arn:aws:iam::123456789012:role/admin"]}),
+    ("gpuRootVolumeGiB", rpc.UNKNOWN),  # a preview's unknown, as a plain sentinel
+    ("gpuInstanceType", {rpc._special_sig_key: rpc._special_output_value_sig, "dependencies": ["urn:a"]}),  # unknown output
 ])
 def test_inputs_sent_as_output_values_are_refused_by_name(plugin, configured, key, value):
     """An SDK Output, a secret or a value with dependencies cannot decide which resources exist: refused, named."""
     with pytest.raises(grpc.RpcError) as err:
-        plugin.construct({"gpuNodeCount": 2, key: value}, input_dependencies={key: ["urn:pulumi:dev::p::x:y:Z::a"]})
+        plugin.construct({"gpuNodeCount": 2, key: value}, dry_run=True)
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, err.value.details()
     errors = input_errors(err.value)
     assert list(errors) == [key] and "plain value known at preview" in errors[key], errors
@@ -352,3 +354,12 @@ def test_sdk_limits_the_provider_works_around():
     assert type(sdk.map_inputs({"gpuNodeCount": 2.0}, definition)["gpuNodeCount"]) is float
     with pytest.raises(TypeError, match="not 'Output'"):
         sdk.map_inputs({"gpuNodeCount": pulumi.Output.from_input(2.0)}, definition)
+
+
+def test_a_known_value_with_dependencies_is_refused(plugin, configured):
+    """Engines that send a resolved output as a plain value plus inputDependencies: still another resource's output."""
+    with pytest.raises(grpc.RpcError) as err:
+        plugin.construct({"gpuNodeCount": 2, "gpuInstanceType": "g6.12xlarge"},
+                         input_dependencies={"gpuInstanceType": ["urn:pulumi:dev::p::aws:ssm/parameter:Parameter::t"]})
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, err.value.details()
+    assert list(input_errors(err.value)) == ["gpuInstanceType"]
