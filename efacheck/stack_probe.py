@@ -11,6 +11,11 @@ aws-ofi-nccl and libfabric from the plugin's ``NET/OFI Initializing aws-ofi-nccl
 version X`` lines, else ``fi_info --version``; CUDA runtime from ``$CUDA_VERSION`` (set by NVIDIA's base images,
 full x.y.z), else ``/usr/local/cuda/version.json``, else torch's build (x.y); driver from
 ``/proc/driver/nvidia/version`` and the NCCL ``cudaDriverVersion`` line; the image from ``$IMAGE_ENV``.
+What drifts most on a node, below the image: the EFA kernel driver (``/sys/module/efa/version``, read from the host's
+sysfs the GPU worker pods mount at ``/host/sys`` first; ``/sys/module`` is not namespaced, so the pod's own is the
+same file), the net plugin file NCCL really loaded (its ``Successfully loaded external network plugin <path>`` line,
+``src/plugin/net.cc``; NCCL 2.27 prints ``Successfully loaded external plugin <name>``), and pyarrow, Ray Train's
+S3 layer (``pyarrow.__version__``; apache/arrow#45603: older AWS SDKs in pyarrow cannot use EKS Pod Identity).
 """
 
 from __future__ import annotations
@@ -31,13 +36,17 @@ MANIFESTS: dict[str, dict[str, str]] = {
 }
 """Versions each DLC tag was released with (AWS DLC release notes), keyed by image tag."""
 
-KEYS = ("torch", "cuda", "driver", "nccl", "aws_ofi_nccl", "libfabric", "ray", "image")
+KEYS = ("torch", "cuda", "driver", "efa_driver", "nccl", "net_plugin", "aws_ofi_nccl", "libfabric", "ray", "pyarrow",
+        "image")
 """Versions table rows, in order."""
 
 _NCCL_RE = re.compile(r"NCCL version (\d+\.\d+\.\d+)")
 _OFI_RE = re.compile(r"NET/OFI (?:Initializing|Using) aws-ofi-nccl (\d+\.\d+\.\d+[\w.-]*)")
 _FABRIC_RE = re.compile(r"NET/OFI Using Libfabric version (\d+\.\d+(?:\.\d+)?)")
 _DRIVER_API_RE = re.compile(r"cudaDriverVersion (\d+)")
+_PLUGIN_RE = re.compile(r"Successfully loaded external (?:network )?plugin (\S+)")
+EFA_DRIVER_FILES = ("host/sys/module/efa/version", "sys/module/efa/version")
+"""The EFA kernel driver's version, relative to the probe's root: the host's sysfs view first."""
 _NVRM_RE = re.compile(r"Kernel Module(?: for \w+)?\s+(\d+\.\d+(?:\.\d+)?)")
 
 
@@ -48,8 +57,12 @@ def _api(v: int) -> str:
 
 def parse_nccl_log(text: str) -> dict[str, str]:
     """Versions an NCCL_DEBUG=INFO log states: ``nccl``, ``aws_ofi_nccl``, ``libfabric``, ``driver_api`` (the CUDA
-    level the driver supports). Keys are absent when the log does not say (Socket runs have no OFI lines)."""
+    level the driver supports), ``net_plugin`` (the net plugin file NCCL loaded). Keys are absent when the log does
+    not say (Socket runs have no OFI lines)."""
     out = {}
+    m = _PLUGIN_RE.search(text)
+    if m:
+        out["net_plugin"] = m.group(1)
     for key, rx in (("nccl", _NCCL_RE), ("aws_ofi_nccl", _OFI_RE), ("libfabric", _FABRIC_RE)):
         m = rx.search(text)
         if m:
@@ -132,6 +145,19 @@ def probe(nccl_log: str = "", env: dict[str, str] | None = None, root: str = "/"
     for key in ("aws_ofi_nccl", "libfabric"):
         if log.get(key):
             v[key], src[key] = log[key], "NCCL log (NET/OFI)"
+    if log.get("net_plugin"):
+        v["net_plugin"], src["net_plugin"] = log["net_plugin"], "NCCL log (Successfully loaded external ... plugin)"
+    for rel in EFA_DRIVER_FILES:
+        text = _read(os.path.join(root, rel))
+        if text and text.strip():
+            v["efa_driver"], src["efa_driver"] = text.strip(), "/" + rel
+            break
+    try:
+        import pyarrow
+
+        v["pyarrow"], src["pyarrow"] = pyarrow.__version__, "pyarrow.__version__"
+    except ImportError:
+        pass
     if not v["libfabric"]:
         fi = parse_fi_info_version(run(["fi_info", "--version"]) or "")
         if fi:

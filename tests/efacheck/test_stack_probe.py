@@ -31,7 +31,7 @@ def test_manifest_of_the_default_image() -> None:
 def test_parse_real_nccl_logs(name: str, want: dict) -> None:
     got = sp.parse_nccl_log((FIX / name).read_text(errors="replace"))
     assert {k: got.get(k) for k in want} == want
-    assert set(got) <= {"nccl", "aws_ofi_nccl", "libfabric", "driver_api"}
+    assert set(got) <= {"nccl", "aws_ofi_nccl", "libfabric", "driver_api", "net_plugin"}
     if "aws_ofi_nccl" not in want:
         assert "aws_ofi_nccl" not in got and "libfabric" not in got
 
@@ -117,3 +117,38 @@ def test_parse_manifest() -> None:
         sp.parse_manifest('{"pytorch": "2.13.0"}')
     with pytest.raises(ValueError, match="'ray' is not a known layer with a string version"):
         sp.parse_manifest('{"ray": 2.58}')
+
+
+# -- what drifts most below the image (issue 25): EFA driver, the loaded plugin file, pyarrow -----------------------
+
+def test_probe_rows_for_the_efa_driver_the_loaded_plugin_and_pyarrow(tmp_path: Path) -> None:
+    import pyarrow
+
+    assert {"efa_driver", "net_plugin", "pyarrow"} <= set(sp.KEYS)
+    (tmp_path / "host/sys/module/efa").mkdir(parents=True)
+    (tmp_path / "host/sys/module/efa/version").write_text("2.17.0g\n")
+    (tmp_path / "sys/module/efa").mkdir(parents=True)
+    (tmp_path / "sys/module/efa/version").write_text("2.10.0g\n")
+    log = (FIX / "real_efa_g7e_slurm_nccl2292_ofi1180_2node.log").read_text()
+    p = sp.probe(log, env={}, root=str(tmp_path), run=lambda argv: None)
+    assert p["efa_driver"] == "2.17.0g" and p["sources"]["efa_driver"] == "/host/sys/module/efa/version"
+    assert p["net_plugin"] == "/opt/aws-ofi-nccl/lib/libnccl-net.so"  # not the tuner plugin line
+    assert p["pyarrow"] == pyarrow.__version__ and p["sources"]["pyarrow"] == "pyarrow.__version__"
+    # the pod's own /sys/module when the host view is not mounted; NCCL 2.27's shorter line
+    (tmp_path / "host/sys/module/efa/version").unlink()
+    old = (FIX / "real_undet_p4d_single_node_ofi_init_failed_socket_nccl2277.log").read_text()
+    p = sp.probe(old, env={}, root=str(tmp_path), run=lambda argv: None)
+    assert p["efa_driver"] == "2.10.0g" and p["net_plugin"] == "libnccl-net.so"
+    bare = sp.probe("", env={}, root=str(tmp_path / "none"), run=lambda argv: None)
+    assert bare["efa_driver"] is None and bare["net_plugin"] is None
+
+
+def test_ranks_on_different_efa_drivers_or_plugin_files_fail() -> None:
+    probes = [_rank(efa_driver="2.17.0g", net_plugin="/opt/amazon/ofi-nccl/lib/libnccl-net.so", pyarrow="21.0.0"),
+              _rank(host="node-b", efa_driver="2.10.0g", net_plugin="/usr/lib/libnccl-net.so", pyarrow="21.0.0")]
+    r = sp.compare_versions(probes, V11)
+    assert r["status"] == "failure"
+    assert any(x.startswith("ranks disagree on efa_driver: 2.17.0g on ranks 0 (node-a); 2.10.0g") for x in r["reasons"])
+    assert any(x.startswith("ranks disagree on net_plugin") for x in r["reasons"])
+    rows = {t["key"]: t for t in r["table"]}
+    assert rows["pyarrow"]["status"] == "ok" and rows["pyarrow"]["values"] == {"21.0.0": "0-1"}
