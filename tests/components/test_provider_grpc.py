@@ -268,14 +268,15 @@ def test_construct_registers_what_the_python_program_registers(plugin, schema, c
 def test_every_integer_input_as_a_double_booleans_lists_and_omitted_inputs(plugin, configured):
     """Integer keys arrive as doubles from every non-Python SDK; omitted inputs take the reference defaults."""
     inputs = {"gpuNodeCount": 3.0, "gpuRootVolumeGiB": 250.0, "efaCheckWaitSeconds": 900.0, "imdsHopLimit": 2.0,
-              "checkpointNoncurrentVersionDays": 7.0, "efa": True, "rayTokenAuth": False, "efaCheckBlocking": False,
+              "checkpointNoncurrentVersionDays": 7.0, "efa": True, "s3GatewayEndpoint": False, "efaCheckBlocking": False,
               "endpointPublicAccessCidrs": ["203.0.113.0/24", "198.51.100.0/24"], "efaCheckMinBusbwGbps": 12.5}
     assert set(INTEGER_INPUTS) <= set(inputs)
     response, run = _construct_ok(plugin, inputs, name="ray-efa-dev")
     expected = python_program(inputs)
     assert sorted((r.type, r.name) for r in run.resources) == sorted((r.type, r.name) for r in expected.resources)
     state = {k: _plain(v) for k, v in response.state.fields.items()}
-    assert state["gpuNodeCount"] == 3 and "rayAuthToken" not in state  # token auth off: no token output
+    assert len(run.resources) >= 50 and {"clusterName", "estimatedHourlyUsd", "kubeconfig", "rayAuthToken"} <= set(state)
+    assert state["gpuNodeCount"] == 3 and not run.of_type("aws:ec2/vpcEndpoint:VpcEndpoint")  # false stays false
     assert run.one("eks:index:ManagedNodeGroup", "gpu-mng")["scalingConfig"]["desiredSize"] == 3
     assert inputs_by_resource(run) == inputs_by_resource(expected)  # every input of every resource, not only its type
 
