@@ -16,7 +16,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
 from .capacity import config_problem
-from .instances import CATALOGUE, InstanceType
+from .instances import CATALOGUE, REFUSED, InstanceType
 from .storage_rules import ENCRYPTIONS, check_prefix
 
 NAMESPACE = "ray-efa-eks"
@@ -191,6 +191,10 @@ class StackConfig:
                               "GPU nodes need minutes to boot and pull the image: set at least 60 (default 1200)")
         gpu = CATALOGUE.get(self.gpuInstanceType)
         if gpu is None:
+            if self.gpuInstanceType in REFUSED:
+                raise ConfigError("gpuInstanceType", self.gpuInstanceType,
+                                  f"not supported: {REFUSED[self.gpuInstanceType]}; pick a supported type (README, "
+                                  "Supported instance types)")
             raise ConfigError("gpuInstanceType", self.gpuInstanceType, f"unknown instance type; supported: {', '.join(sorted(CATALOGUE))}")
         if gpu.gpus == 0:
             gpu_types = sorted(n for n, t in CATALOGUE.items() if t.gpus)

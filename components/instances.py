@@ -1,22 +1,32 @@
 """Instance catalogue: the EC2 facts every other module sizes from.
 
-Figures mirror EC2 ``DescribeInstanceTypes`` (checked in tests against the
-instance data that ``moto`` ships, which is AWS's own output). Prices are
-on-demand Linux shared-tenancy USD/hour, held only for the regions in
-:data:`PRICED_REGIONS`; another region has no figure (``hourly_usd`` raises
-:class:`NoPrice`) rather than a copy of us-east-1's. They only feed the cost
-estimate; check the AWS pricing page before budgeting.
+The figures are generated, not typed: ``tools/gen_catalogue.py`` (``ray-efa-eks catalogue --write``) writes
+``catalogue.json`` beside this module from EC2 ``DescribeInstanceTypes`` as moto ships it (AWS's own output), for
+every EFA-capable GPU type the pinned image can drive plus the system-node types; the few facts EC2 does not publish
+(GPU compute capability, GPUDirect RDMA, an EFA line rate above the cards' bandwidth) come from one hand table there,
+each with its source. Types the image cannot drive are listed in :data:`REFUSED` with the reason. A test fails when
+the committed file and the generator disagree.
+
+Prices are on-demand Linux shared-tenancy USD/hour, held only for the regions in :data:`PRICED_REGIONS` and only
+for the types the price source covers; elsewhere ``hourly_usd`` raises :class:`NoPrice` rather than copying a
+figure. They only feed the cost estimate; check the AWS pricing page before budgeting.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
-PRICED_REGIONS = ("us-east-1",)
-"""Regions with price figures. Source: the AWS Price List API (AmazonEC2, on-demand, Linux, shared tenancy) as
-of 2026-07-20, as generated into aws/karpenter-provider-aws pkg/providers/pricing/zz_generated.pricing_aws.go
-(which holds us-east-1 only); NAT gateway and EKS from their AWS pricing pages. Add a region only with its own
-figures for every type below."""
+CATALOGUE_PATH = Path(__file__).with_name("catalogue.json")
+_DATA: dict[str, Any] = json.loads(CATALOGUE_PATH.read_text())
+
+PRICED_REGIONS: tuple[str, ...] = tuple(_DATA["priced_regions"])
+"""Regions with price figures. Source (``catalogue.json`` ``price_source``): the AWS Price List API (AmazonEC2,
+on-demand, Linux, shared tenancy) as of 2026-07-20, as generated into aws/karpenter-provider-aws
+pkg/providers/pricing/zz_generated.pricing_aws.go (which holds us-east-1 only); NAT gateway and EKS from their AWS
+pricing pages. A region is added only with its own figures."""
 
 EKS_CONTROL_PLANE_USD_HOUR = 0.10
 """EKS standard-support control plane, per cluster (extended support, past a version's 14 months: $0.60)."""
@@ -48,7 +58,7 @@ def regional(table: dict[str, float], region: str, what: str) -> float:
 
 @dataclass(frozen=True)
 class InstanceType:
-    """One EC2 instance type as far as this library cares."""
+    """One EC2 instance type as far as this library cares (fields as in ``catalogue.json``)."""
 
     name: str
     vcpus: int
@@ -61,22 +71,25 @@ class InstanceType:
     network_cards: int = 1
     gpudirect_rdma: bool = False
     price_usd_hour: dict[str, float] = field(default_factory=dict)
+    efa_cards: tuple[int, ...] = ()
+    """Network cards whose ``InterfaceTypes`` list ``efa``, one EFA interface each (p6-b300.48xlarge: 1-16; its
+    card 0 is ENA only). Empty: the first ``max_efa_interfaces`` cards."""
+    efa_only_supported: bool = False
+    """Every EFA card also lists ``efa-only`` (an EFA without an IP address; secondary interfaces only)."""
+    efa_gbps: float = 0.0
+    """Network bandwidth per node, Gbit/s, that EFA traffic can use (0 without EFA): the line rate the EFA
+    check's large-message busbw is measured against (busbw GB/s * 8 / efa_gbps). ``NetworkPerformance`` (the
+    node's aggregate: g6e.48xlarge lists 400 on each of 4 cards but 400 for the node), or the hand table's figure."""
+    capacity_blocks: bool = False
+    """EC2 sells Capacity Blocks for ML of this type (``SupportedUsageClasses`` has ``capacity-block``)."""
+    gpu_compute_capability: float | None = None
 
     @property
-    def efa_only_supported(self) -> bool:
-        """Every network card after the first can carry an ``efa-only`` interface (EFA without an IP address)."""
-        return self.name in EFA_ONLY_TYPES
-
-    @property
-    def capacity_blocks(self) -> bool:
-        """EC2 sells Capacity Blocks for ML of this type (``SupportedUsageClasses`` has ``capacity-block``)."""
-        return self.name in CAPACITY_BLOCK_TYPES
-
-    @property
-    def efa_gbps(self) -> float:
-        """Network bandwidth per node, Gbit/s, that EFA traffic can use (0 without EFA): the line rate the EFA
-        check's large-message busbw is measured against (busbw GB/s * 8 / efa_gbps)."""
-        return EFA_GBPS.get(self.name, 0.0) if self.efa_supported else 0.0
+    def efa_card_indexes(self) -> tuple[int, ...]:
+        """The cards that get an EFA interface."""
+        if not self.efa_supported:
+            return ()
+        return self.efa_cards or tuple(range(self.max_efa_interfaces))
 
     @property
     def family(self) -> str:
@@ -88,45 +101,20 @@ class InstanceType:
         return regional(self.price_usd_hour, region, self.name)
 
 
-def _prices(us_east_1: float) -> dict[str, float]:
-    return {"us-east-1": us_east_1}
+def _from_json(name: str, d: dict[str, Any]) -> InstanceType:
+    return InstanceType(
+        name, d["vcpus"], d["memory_mib"], d.get("gpus", 0), d.get("gpu_model"), d.get("gpu_memory_mib", 0),
+        d.get("efa_supported", False), d.get("max_efa_interfaces", 0), d["network_cards"],
+        d.get("gpudirect_rdma", False), dict(d.get("price_usd_hour", {})), tuple(d.get("efa_cards", ())),
+        d.get("efa_only_supported", False), float(d.get("efa_gbps", 0.0)), d.get("capacity_blocks", False),
+        d.get("gpu_compute_capability"))
 
 
-CATALOGUE: dict[str, InstanceType] = {
-    it.name: it
-    for it in (
-        InstanceType("m7i.xlarge", 4, 16384, price_usd_hour=_prices(0.2016)),
-        InstanceType("m7i.2xlarge", 8, 32768, price_usd_hour=_prices(0.4032)),
-        InstanceType("g6.12xlarge", 48, 196608, 4, "L4", 22888, True, 1, 1, False, _prices(4.6016)),
-        InstanceType("g6.48xlarge", 192, 786432, 8, "L4", 22888, True, 1, 1, False, _prices(13.3504)),
-        InstanceType("g6e.12xlarge", 48, 393216, 4, "L40S", 45776, True, 1, 1, False, _prices(10.49264)),
-        InstanceType("g6e.48xlarge", 192, 1572864, 8, "L40S", 45776, True, 4, 4, False, _prices(30.13118)),
-        InstanceType("g5.48xlarge", 192, 786432, 8, "A10G", 22888, True, 1, 1, False, _prices(16.2880)),
-        InstanceType("p4d.24xlarge", 96, 1179648, 8, "A100", 40960, True, 4, 4, True, _prices(21.957642)),
-        InstanceType("p5.48xlarge", 192, 2097152, 8, "H100", 81920, True, 32, 32, True, _prices(55.0400)),
-        InstanceType("p5en.48xlarge", 192, 2097152, 8, "H200", 144384, True, 16, 16, True, _prices(63.2960)),
-    )
-}
+CATALOGUE: dict[str, InstanceType] = {name: _from_json(name, d) for name, d in _DATA["types"].items()}
+"""Every supported type by name (generated; see the module docstring)."""
 
-
-# DescribeInstanceTypes figures for issue 19 (kept beside the table so that other fields can change there freely):
-# NetworkCards[].InterfaceTypes lists "efa-only" on every card of these types (AWS: EFA-only interfaces, Oct 2024,
-# "available on all EFA supported instances"; secondary interfaces only: card 0 / device 0 stays "efa"), and
-# SupportedUsageClasses lists "capacity-block" for these. One EFA interface per network card: max_efa_interfaces
-# equals network_cards for every EFA type here (p5.48xlarge: 32 cards, 32 EFA interfaces). tests/test_capacity.py
-# checks all three against moto's copy of AWS's data.
-EFA_ONLY_TYPES = frozenset({"g6.12xlarge", "g6.48xlarge", "g6e.12xlarge", "g6e.48xlarge", "g5.48xlarge",
-                            "p4d.24xlarge", "p5.48xlarge", "p5en.48xlarge"})
-CAPACITY_BLOCK_TYPES = frozenset({"p4d.24xlarge", "p5.48xlarge", "p5en.48xlarge"})
-
-# DescribeInstanceTypes NetworkInfo.NetworkPerformance (the node's aggregate; "4x 100 Gigabit" = 400) for the EFA
-# types: the line rate of the EFA check (issue 16). Not the sum of NetworkCards[].PeakBandwidthInGbps: g6e.48xlarge
-# lists 400 on each of its 4 cards but 400 for the node. g6.12xlarge (40) is not g6.48xlarge (100).
-# tests/test_catalogue.py checks these against moto's copy of AWS's data.
-EFA_GBPS: dict[str, float] = {
-    "g6.12xlarge": 40.0, "g6.48xlarge": 100.0, "g6e.12xlarge": 100.0, "g6e.48xlarge": 400.0, "g5.48xlarge": 100.0,
-    "p4d.24xlarge": 400.0, "p5.48xlarge": 3200.0, "p5en.48xlarge": 3200.0,
-}
+REFUSED: dict[str, str] = dict(_DATA["refused"])
+"""EFA GPU types in EC2's data that the pinned image cannot drive -> why (e.g. p3dn.24xlarge: V100 vs CUDA 13)."""
 
 
 def lookup(name: str, *, key: str = "instance type") -> InstanceType:
@@ -134,7 +122,10 @@ def lookup(name: str, *, key: str = "instance type") -> InstanceType:
     try:
         return CATALOGUE[name]
     except KeyError:
+        if name in REFUSED:
+            raise ValueError(f"{key}: {name} is not supported: {REFUSED[name]}") from None
         raise ValueError(
             f"{key}: unknown instance type {name!r}; supported: {', '.join(sorted(CATALOGUE))}. "
-            "Add it to components/instances.py with its DescribeInstanceTypes figures."
+            "The catalogue is generated from EC2's instance data: `ray-efa-eks catalogue --write` "
+            "(tools/gen_catalogue.py)."
         ) from None

@@ -7,9 +7,10 @@ cluster placement group, which breaks On-Demand Capacity Reservations and Capaci
 managed node groups get this template instead, with ``enableEfaSupport`` off. It keeps what pulumi-eks
 wrote and adds what the issue asks:
 
-* one EFA interface per network card (the catalogue's ``max_efa_interfaces``; p5.48xlarge: 32): card 0
-  is ``efa`` at device index 0 (it also carries the node's IP), every other card ``efa-only`` at device
-  index 1 where the type supports efa-only (no IP address used, no routing conflicts), else ``efa``;
+* one EFA interface per EFA-capable network card (the catalogue's ``efa_card_indexes``; p5.48xlarge: 32):
+  card 0 is ``efa`` at device index 0 (it also carries the node's IP; a plain ENA interface where card 0 has no
+  EFA, as on p6-b300.48xlarge), every other card ``efa-only`` at device index 1 where the type supports
+  efa-only (no IP address used, no routing conflicts), else ``efa``;
   every interface in the security groups EFA needs (the EKS cluster security group, which has the
   all-traffic self rules) and deleted with the instance;
 * ``metadataOptions``: IMDSv2 required, hop limit 1 (pods one hop further cannot reach the node role);
@@ -70,21 +71,28 @@ class NodeHardening:
 
 def efa_network_interfaces(instance_type: InstanceType, security_group_ids: pulumi.Input[Sequence[str]]
                            ) -> list[dict[str, Any]]:
-    """One EFA interface per network card, as pulumi-eks's getEfaNetworkInterfaces wrote them, efa-only where supported.
+    """One EFA interface per EFA-capable network card (catalogue ``efa_card_indexes``), efa-only where supported.
 
-    EC2's rules: the primary interface (card 0, device 0) must carry an IP, so it is ``efa`` (EFA with ENA);
-    ``efa-only`` is allowed on secondary interfaces only; one EFA per network card.
+    EC2's rules: the primary interface (card 0, device 0) must carry an IP, so it is ``efa`` (EFA with ENA) when card
+    0 carries EFA, and a plain ENA interface when it does not (p6-b300.48xlarge: card 0 lists only ``interface``,
+    cards 1-16 EFA); ``efa-only`` is allowed on secondary interfaces only; one EFA per network card. AWS, "Maximize
+    network bandwidth on Amazon EC2 instances with multiple network cards"
+    (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa-acc-inst-types.html).
     """
-    if not instance_type.efa_supported or instance_type.max_efa_interfaces < 1:
+    cards = instance_type.efa_card_indexes
+    if not instance_type.efa_supported or not cards:
         raise ValueError(f"{instance_type.name} does not support EFA; pick an EFA type or turn EFA off")
-    if instance_type.max_efa_interfaces > instance_type.network_cards:
+    if len(cards) != instance_type.max_efa_interfaces or max(cards) >= instance_type.network_cards:
         raise ValueError(f"{instance_type.name}: catalogue says {instance_type.max_efa_interfaces} EFA interfaces on "
-                         f"{instance_type.network_cards} network cards; EC2 allows one EFA per card")
+                         f"cards {list(cards)} of {instance_type.network_cards}; EC2 allows one EFA per card")
     secondary = "efa-only" if instance_type.efa_only_supported else "efa"
-    return [{"network_card_index": i, "device_index": 0 if i == 0 else 1,
-             "interface_type": "efa" if i == 0 else secondary,
-             "security_groups": security_group_ids, "delete_on_termination": "true"}
-            for i in range(instance_type.max_efa_interfaces)]
+    common = {"security_groups": security_group_ids, "delete_on_termination": "true"}
+    out: list[dict[str, Any]] = []
+    if 0 not in cards:  # the primary interface still has to exist: ENA only (no interface_type = "interface")
+        out.append({"network_card_index": 0, "device_index": 0, **common})
+    out += [{"network_card_index": i, "device_index": 0 if i == 0 else 1,
+             "interface_type": "efa" if i == 0 else secondary, **common} for i in cards]
+    return out
 
 
 @dataclass

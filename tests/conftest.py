@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ray_efa_eks.tools.mockrun import MockRun, run_program
+from tests.helpers.catalogue import catalogue_gpu_region
 
 
 @pytest.fixture(scope="session")
@@ -16,3 +17,16 @@ def default_run() -> MockRun:
 @pytest.fixture(scope="session")
 def p5_run() -> MockRun:
     return run_program({"gpuInstanceType": "p5.48xlarge"})
+
+
+@pytest.fixture(scope="session")
+def catalogue_runs() -> dict[str, tuple[str, MockRun]]:
+    """Every catalogue GPU type's default stack under mocks, in a region that offers it: type -> (region, run).
+    One run each (~0.5 s), shared by the catalogue and device plugin tests."""
+    from ray_efa_eks.components.instances import CATALOGUE
+
+    out = {}
+    for name in sorted(n for n, t in CATALOGUE.items() if t.gpus):
+        region = catalogue_gpu_region(name)
+        out[name] = (region, run_program({"gpuInstanceType": name}, region=region))
+    return out

@@ -33,6 +33,7 @@ SUBCOMMANDS: dict[str, Subcommand] = {
     "check-rules": Subcommand("tools.plan", ("--check",), "only the layout rules: one line per broken rule"),
     "preflight": Subcommand("tools.preflight", (), "read-only AWS checks before `pulumi up` (quota, AZ, capacity)"),
     "config-schema": Subcommand("tools.config_schema", (), "check or rewrite what is generated from StackConfig"),
+    "catalogue": Subcommand("tools.gen_catalogue", (), "check or regenerate the instance catalogue from EC2's data"),
     "train": Subcommand("training.__main__", (), "train the FSDP model (local Ray cluster, or --address)"),
     "submit": Subcommand("training.__main__", ("submit",), "submit the training job to a RayCluster's Jobs API"),
     "efa-check": Subcommand("efacheck.efa_check", (), "the EFA proof: collective sweep + NCCL log verdict on Ray"),

@@ -1,8 +1,8 @@
 """Run the real Pulumi program offline, under the SDK's own mocks.
 
 Used by the tests and by the offline plan: no cloud, no CLI, no engine. The
-mocks answer the few invokes the program makes (AZ offerings) from a small
-table and give every resource a fake id; remote components (pulumi-eks) are
+mocks answer the few invokes the program makes (AZ offerings, from EC2's own per-region data in
+``tools/offerings.json``) and give every resource a fake id; remote components (pulumi-eks) are
 recorded with the inputs *we* pass, which is exactly what we can vouch for.
 """
 
@@ -24,11 +24,21 @@ from pulumi.runtime.mocks import MockMonitor
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 PROGRAM = PROJECT_ROOT / "__main__.py"
 
-# AZs that offer each type in the mocked regions (a subset of real EC2 offerings).
-DEFAULT_OFFERINGS: dict[str, list[str]] = {
-    "us-east-1": ["us-east-1a", "us-east-1b", "us-east-1c", "us-east-1d", "us-east-1f"],
-    "us-west-2": ["us-west-2a", "us-west-2b", "us-west-2c", "us-west-2d"],
-}
+OFFERINGS_PATH = Path(__file__).with_name("offerings.json")
+OFFERINGS: dict[str, dict[str, Any]] = json.loads(OFFERINGS_PATH.read_text())["regions"]
+"""Region -> {"azs": every AZ, "types": {type: [AZs offering it]}}: EC2 DescribeInstanceTypeOfferings for the
+catalogue's types as moto ships it, generated with the catalogue (``ray-efa-eks catalogue --write``)."""
+
+
+def offered_azs(region: str, instance_type: str) -> list[str]:
+    """AZs of ``region`` where EC2 offers ``instance_type`` (by the generated offerings; [] when none)."""
+    return list(OFFERINGS.get(region, {}).get("types", {}).get(instance_type, []))
+
+
+def region_azs(region: str) -> list[str]:
+    """Every AZ of ``region`` in the generated data (two made-up ones for a region it does not know)."""
+    return list(OFFERINGS.get(region, {}).get("azs") or [f"{region}a", f"{region}b"])
+
 
 CAPACITY_BLOCKS: dict[str, dict[str, Any]] = {
     "cr-0123456789abcdef0": {"availabilityZone": "us-east-1a", "instanceType": "p5.48xlarge", "instanceCount": 4,
@@ -156,7 +166,8 @@ class RecordingMocks(pulumi.runtime.Mocks):
     def __init__(self, run: MockRun, region: str, offerings: dict[str, list[str]] | None = None):
         self.run = run
         self.region = region
-        self.offerings = offerings if offerings is not None else DEFAULT_OFFERINGS
+        self.offerings = offerings
+        """Override: region -> AZs that offer every type; None: EC2's offerings per type (``tools/offerings.json``)."""
         self.monitor: _ParentAwareMonitor | None = None
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs):
@@ -199,7 +210,12 @@ class RecordingMocks(pulumi.runtime.Mocks):
     def call(self, args: pulumi.runtime.MockCallArgs):
         self.run.calls.append((args.token, dict(args.args)))
         if args.token == "aws:ec2/getInstanceTypeOfferings:getInstanceTypeOfferings":
-            azs = self.offerings.get(self.region, [])
+            if self.offerings is not None:
+                azs = self.offerings.get(self.region, [])
+            else:
+                wanted = [v for f in args.args.get("filters") or [] if f.get("name") == "instance-type"
+                          for v in f.get("values") or []]
+                azs = sorted({az for t in wanted for az in offered_azs(self.region, t)})
             return {"id": self.region, "locations": azs, "locationTypes": ["availability-zone"] * len(azs),
                     "instanceTypes": [""] * len(azs)}, []
         if args.token == "aws:ec2/getSubnets:getSubnets":  # DescribeSubnets over the subnets registered so far
@@ -212,7 +228,7 @@ class RecordingMocks(pulumi.runtime.Mocks):
             rid = args.args.get("id", "")
             return {"id": rid, "capacityBlockId": rid, **CAPACITY_BLOCKS.get(rid, {})}, []
         if args.token == "aws:index/getAvailabilityZones:getAvailabilityZones":
-            azs = DEFAULT_OFFERINGS.get(self.region, [f"{self.region}a", f"{self.region}b"])
+            azs = region_azs(self.region)
             return {"id": self.region, "names": azs, "zoneIds": azs}, []
         if args.token == "aws:eks/getCluster:getCluster":
             name = args.args["name"]

@@ -68,7 +68,7 @@ def quota_code_for(instance_type: str) -> str | None:
     """On-Demand vCPU quota code of the family of ``instance_type``, or None."""
     m = re.match(r"[a-z]+", instance_type.split(".")[0].lower())
     prefix = m.group(0) if m else ""
-    if prefix in ("g", "vt"):
+    if prefix in ("g", "gr", "vt"):  # "Running On-Demand G and VT instances": Gr6 is a G6 variant (its L4 GPUs)
         return QUOTA_G_VT
     if prefix == "p":
         return QUOTA_P

@@ -36,25 +36,36 @@ BLOCK_CFG = {"gpuInstanceType": "p5.48xlarge", "gpuCapacity": "capacity-block", 
 def test_catalogue_efa_only_capacity_blocks_and_one_efa_per_card(name):
     ours, net = CATALOGUE[name], AWS_DATA[name]["NetworkInfo"]
     cards = net["NetworkCards"]
-    assert ours.efa_only_supported == (net["EfaSupported"] and all("efa-only" in c["InterfaceTypes"] for c in cards))
+    efa_cards = [c for c in cards if "efa" in c["InterfaceTypes"]]
+    assert ours.efa_only_supported == bool(efa_cards and all("efa-only" in c["InterfaceTypes"] for c in efa_cards))
     assert ours.capacity_blocks == ("capacity-block" in AWS_DATA[name]["SupportedUsageClasses"])
-    if ours.efa_supported:  # one EFA per network card, every card takes one
-        assert ours.max_efa_interfaces == ours.network_cards == len(cards)
-        assert all("efa" in c["InterfaceTypes"] for c in cards)
+    if ours.efa_supported:  # one EFA per EFA-capable network card
+        assert ours.efa_card_indexes == tuple(c["NetworkCardIndex"] for c in efa_cards)
+        assert ours.max_efa_interfaces == len(efa_cards)
+        assert ours.network_cards == len(cards)
     assert CATALOGUE["p5.48xlarge"].max_efa_interfaces == 32
+    assert CATALOGUE["p6-b300.48xlarge"].efa_card_indexes == tuple(range(1, 17))  # card 0: ENA only
 
 
 # -- the GPU launch template for each EFA type --------------------------------------------------------------------
 
-@pytest.mark.parametrize("itype", ["g6.12xlarge", "g6e.48xlarge", "p4d.24xlarge", "p5.48xlarge", "p5en.48xlarge"])
+@pytest.mark.parametrize("itype", ["g6.12xlarge", "g6e.48xlarge", "p4d.24xlarge", "p5.48xlarge", "p5en.48xlarge",
+                                   "p6-b200.48xlarge", "p6-b300.48xlarge"])
 def test_gpu_launch_template_per_type(itype):
     run = run_program({"gpuInstanceType": itype, "efaCheck": "false"})
     it, lt, ng = CATALOGUE[itype], run.one(LT, "gpu-lt"), run.one(MNG, "gpu")
     nis = lt["networkInterfaces"]
-    assert len(nis) == it.max_efa_interfaces == it.network_cards
-    assert [n["networkCardIndex"] for n in nis] == list(range(it.network_cards))
-    assert [n["deviceIndex"] for n in nis] == [0] + [1] * (it.network_cards - 1)
-    assert [n["interfaceType"] for n in nis] == ["efa"] + ["efa-only"] * (it.network_cards - 1)
+    efa = [n for n in nis if n.get("interfaceType") in ("efa", "efa-only")]
+    assert len(efa) == it.max_efa_interfaces
+    assert [n["networkCardIndex"] for n in efa] == list(it.efa_card_indexes)
+    if 0 in it.efa_card_indexes:  # card 0 / device 0 is the primary and carries EFA with ENA
+        assert len(nis) == it.network_cards
+        assert [n["deviceIndex"] for n in nis] == [0] + [1] * (it.network_cards - 1)
+        assert [n["interfaceType"] for n in nis] == ["efa"] + ["efa-only"] * (it.network_cards - 1)
+    else:  # p6-b300: card 0 lists no EFA, so the primary is a plain ENA interface and cards 1.. carry efa-only
+        assert len(nis) == it.network_cards == it.max_efa_interfaces + 1
+        assert (nis[0]["networkCardIndex"], nis[0]["deviceIndex"], nis[0].get("interfaceType")) == (0, 0, None)
+        assert [n["interfaceType"] for n in nis[1:]] == ["efa-only"] * it.max_efa_interfaces
     assert all(n["securityGroups"] == ["sg-ray-efa-dev-cluster"] and n["deleteOnTermination"] == "true" for n in nis)
     assert lt["metadataOptions"]["httpPutResponseHopLimit"] == 1 and lt["metadataOptions"]["httpTokens"] == "required"
     assert lt["blockDeviceMappings"][0]["ebs"]["encrypted"] == "true"
@@ -68,7 +79,7 @@ def test_gpu_launch_template_per_type(itype):
 
 
 def test_secondary_interfaces_fall_back_to_efa_without_efa_only_support():
-    it = replace(CATALOGUE["p4d.24xlarge"], name="x9.24xlarge")  # same figures, not in EFA_ONLY_TYPES
+    it = replace(CATALOGUE["p4d.24xlarge"], name="x9.24xlarge", efa_only_supported=False)
     assert [n["interface_type"] for n in efa_network_interfaces(it, ["sg-1"])] == ["efa"] * 4
     with pytest.raises(ValueError, match="does not support EFA"):
         efa_network_interfaces(CATALOGUE["m7i.xlarge"], ["sg-1"])

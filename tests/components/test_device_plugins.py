@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from ray_efa_eks.components.instances import CATALOGUE
-from ray_efa_eks.tools.mockrun import MockRun, run_program
+from ray_efa_eks.tools.mockrun import MockRun
 
 CHARTS = Path(__file__).parents[1] / "fixtures" / "charts"
 NVIDIA = ["nvidia-device-plugin-0.17.1", "nvidia-device-plugin-0.20.0"]
@@ -110,8 +110,9 @@ def gpu_node(run: MockRun, instance_type: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def runs() -> dict[str, MockRun]:
-    return {t: run_program({"gpuInstanceType": t, "allowSingleEfaNode": True}) for t in GPU_TYPES}
+def runs(catalogue_runs) -> dict[str, MockRun]:
+    """Every catalogue GPU type's stack (tests/conftest.py, shared with tests/components/test_catalogue.py)."""
+    return {t: run for t, (_, run) in catalogue_runs.items()}
 
 
 def _release(run: MockRun, chart: str):
