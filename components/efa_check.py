@@ -112,6 +112,9 @@ class EfaCheckJobArgs:
     strict_versions: bool = False
     require_counters: bool = False
     """Unreadable EFA hardware counters make an efa verdict undetermined (``--require-counters``); with EFA only."""
+    storage_proof: bool = False
+    """A GPU worker pod writes, lists, reads back and deletes an object under its $RAY_EFA_EKS_STORAGE_PATH
+    (``--storage-proof``; efacheck/storage_proof.py); on when the stack creates the checkpoint bucket."""
     deadlines: Deadlines = field(default_factory=Deadlines)
     """``sweeps`` follows ``compare_socket``."""
     extra_check_args: list[str] = field(default_factory=list)
@@ -148,7 +151,8 @@ def _config_key(path: str) -> str:
 def check_args(instance_type: InstanceType | None, node_count: int, deadlines: Deadlines,
                min_busbw_gbps: float = 0.0, extra: list[str] | None = None, *, image: str | None = None,
                min_busbw_fraction: float = 0.0, compare_socket: bool = False,
-               strict_versions: bool = False, require_counters: bool = False) -> list[str]:
+               strict_versions: bool = False, require_counters: bool = False,
+               storage_proof: bool = False) -> list[str]:
     """``efacheck.efa_check`` arguments: the declared topology and the deadlines, from the catalogue and config."""
     args = ["--json", "--address", "auto", "--expect-nodes", str(node_count),
             "--wait-s", str(deadlines.topology_wait_s), "--timeout-s", str(deadlines.sweep_timeout_s)]
@@ -173,6 +177,8 @@ def check_args(instance_type: InstanceType | None, node_count: int, deadlines: D
         args.append("--strict-versions")
     if require_counters:
         args.append("--require-counters")
+    if storage_proof:
+        args.append("--storage-proof")
     return args + list(extra or [])
 
 
@@ -252,7 +258,8 @@ class EfaCheckJob(pulumi.ComponentResource):
         cargs = check_args(args.instance_type, args.node_count, d, args.min_busbw_gbps, args.extra_check_args,
                            image=args.image, min_busbw_fraction=args.min_busbw_fraction,
                            compare_socket=args.compare_socket, strict_versions=args.strict_versions,
-                           require_counters=args.require_counters and args.efa)
+                           require_counters=args.require_counters and args.efa,
+                           storage_proof=args.storage_proof)
         nccl_env = efa_env(args.instance_type, args.efa, args.nccl_debug, args.nccl_net_plugin) \
             if args.instance_type is not None else []
         annotations = {"pulumi.com/replaceUnready": "true"}

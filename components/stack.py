@@ -256,6 +256,7 @@ class EfaRayCluster(pulumi.ComponentResource):
                 instance_type=cfg.gpu_type, node_count=cfg.gpuNodeCount, efa=cfg.efa, nccl_debug=cfg.ncclDebug,
                 min_busbw_fraction=cfg.efaCheckMinBusbwFraction, compare_socket=cfg.efaCheckCompareSocket,
                 strict_versions=cfg.efaCheckStrictVersions, require_counters=cfg.efaCheckRequireCounters and cfg.efa,
+                storage_proof=cfg.checkpointBucket,
                 deadlines=Deadlines(topology_wait_s=cfg.efaCheckWaitSeconds),
                 auth_secret_name=ray.auth_secret_name), opts=child)
 

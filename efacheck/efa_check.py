@@ -22,7 +22,8 @@ Every failure ends in one JSON object (``--json``) and an exit code, never a tra
 
 JSON: ``verdict``, ``code``, ``failure`` ({``stage``, ``reason``} or null), ``reasons``, ``hints``, ``backend``,
 ``expected``, ``nodes``, ``world``, ``sweep`` rows, ``probes``; stages: unreachable, topology, no_gpu, no_cuda,
-placement, rank_error, timeout, actor_died, wrong_result (a collective gave wrong values: exit 1), internal;
+placement, rank_error, timeout, actor_died, wrong_result (a collective gave wrong values: exit 1), storage
+(``--storage-proof``: a GPU worker pod could not write/list/read/delete a checkpoint object, exit 1), internal;
 ``comparison`` carries the Socket sweep's own failure (``error``) without touching the EFA verdict.
 
 python -m ray_efa_eks.efacheck.efa_check [--address auto | --local] [--json] [--expect-nodes N]
@@ -90,6 +91,7 @@ FAILURES: dict[str, tuple[str, int]] = {
     "timeout": ("failed", 1),
     "actor_died": ("failed", 1),
     "wrong_result": ("failed", 1),
+    "storage": ("failed", 1),
     "internal": ("undetermined", 2),
 }
 """Failure stage -> (verdict, exit code); see the module docstring."""
@@ -110,6 +112,8 @@ FAILURE_HINTS = {
     "wrong_result": "a collective returned wrong values: the transport corrupts data (check the EFA driver and "
                     "aws-ofi-nccl versions in the probe rows against the image manifest, FI_EFA_USE_DEVICE_RDMA for the "
                     "instance type, and GPU/NIC health with `nvidia-smi -q` and the EFA error counters)",
+    "storage": "a GPU worker pod could not write, list, read back or delete a checkpoint object: read the AWS error "
+               "and the likely cause in the reason (trust policy, bucket policy, KMS, credential chain)",
     "internal": "a bug in the check: report it with this JSON",
 }
 
@@ -266,6 +270,16 @@ class _Rank:
         except Exception as e:  # noqa: BLE001
             return {"host": socket.gethostname(), "error": f"{type(e).__name__}: {e}"}
 
+    def storage(self, storage_path: str | None) -> dict:
+        """efacheck.storage_proof in this rank's pod (a GPU worker): errors come back as data."""
+        try:
+            from . import storage_proof
+
+            return storage_proof.prove(storage_path)
+        except Exception as e:  # noqa: BLE001
+            return {"ok": False, "host": socket.gethostname(), "step": "internal", "storage_path": storage_path,
+                    "error": f"{type(e).__name__}: {e}", "causes": ["unknown"]}
+
     def run(self, rank: int, world: int, master: tuple[str, int], backend: str, sz: list[int], iters: int,
             timeout_s: float, entries: list[dict] | None = None) -> dict:
         """Init the group, sweep, return timings + this rank's NCCL logs; errors come back as data (with the logs)."""
@@ -346,8 +360,12 @@ def _sweep_plan(backend: str, lo: int, hi: int, world: int, preset: str | None) 
 
 def run_check(backend: str, min_bytes: int, max_bytes: int, iters: int = 5, *, nodes: list[dict] | None = None,
               gpus_per_node: int = 0, timeout_s: float = 600.0, wait_s: float = STARTUP_S, preset: str | None = None,
-              env_vars: dict[str, str] | None = None) -> dict:
-    """Place one rank per GPU (per node for gloo) across ``nodes``, check CUDA, sweep; raise CheckFailed on failure."""
+              env_vars: dict[str, str] | None = None, storage_proof: bool = False,
+              storage_path: str | None = None) -> dict:
+    """Place one rank per GPU (per node for gloo) across ``nodes``, check CUDA, sweep; raise CheckFailed on failure.
+
+    storage_proof: rank 0 (in a GPU worker pod) first proves checkpoint storage (``storage_path``, default its
+    pod's $RAY_EFA_EKS_STORAGE_PATH); the result is ``data["storage"]``."""
     import ray
     from ray.util.placement_group import placement_group, remove_placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -388,6 +406,8 @@ def run_check(backend: str, min_bytes: int, max_bytes: int, iters: int = 5, *, n
                                       f"{p['host']} ({p['ip']}) CUDA_VISIBLE_DEVICES={p['cuda_visible_devices']}"
                                       f" torch.cuda.is_available()=False{' ' + p['error'] if p.get('error') else ''}"
                                       for p in bad[:4]), backend=backend)
+        storage = _get(actors[0].storage.remote(storage_path), left(), "storage proof", actors) \
+            if storage_proof else None
         first = {}
         for i, p in enumerate(pre):
             first.setdefault(p["ip"], i)
@@ -403,7 +423,8 @@ def run_check(backend: str, min_bytes: int, max_bytes: int, iters: int = 5, *, n
             ray.kill(a)
         remove_placement_group(pg)
     return {"world": len(actors), "nodes": len(nodes), "outs": outs, "preflight": pre,
-            "counters": {"before": before, "after": after}, "sweep_module": entries is not None, "iters": iters}
+            "counters": {"before": before, "after": after}, "sweep_module": entries is not None, "iters": iters,
+            "storage": storage}
 
 
 # ---------------------------------------------------------------- verdict
@@ -465,6 +486,15 @@ def wrong_results(outs: list[dict]) -> list[dict]:
     return [bad[k] for k in sorted(bad)]
 
 
+def _storage_summary(r: dict) -> str:
+    try:
+        from . import storage_proof
+
+        return storage_proof.summary(r)
+    except ImportError:  # pragma: no cover - the module ships with this one
+        return f"storage proof {'passed' if r.get('ok') else 'failed'}: {r.get('error')}"
+
+
 def judge(data: dict, backend: str, min_busbw_gbps: float | None, expect: dict[str, Any] | None = None,
           require_counters: bool = False) -> dict:
     """Turn gathered rank outputs into one verdict dict (never 'efa' without NCCL logs saying so).
@@ -513,7 +543,20 @@ def judge(data: dict, backend: str, min_busbw_gbps: float | None, expect: dict[s
         except UnreadableInput as e:
             reasons.append(f"NCCL logs unreadable: {e}")
             verdict = "unreadable"
+    storage = data.get("storage")
+    if storage:
+        line = _storage_summary(storage)
+        if storage.get("ok"):
+            reasons.append(line)
+        else:
+            reasons.insert(0, line)
+            hints.append(FAILURE_HINTS["storage"])
+            if failure is None:
+                failure = {"stage": "storage", "reason": line, "step": storage.get("step"),
+                           "error": storage.get("error"), "causes": storage.get("causes")}
     code = EXIT.get(verdict, 2)
+    if storage and not storage.get("ok") and code in (0, 2):  # checkpoints would fail: never a pass
+        verdict, code = "failed", 1
     if failure and code in (0, 2):  # a rank failed: never efa, and a failed run is a failure, not a shrug
         verdict, code = "failed", 1
     ar = [s["busbw_gbps"] for s in sweep if s.get("collective", "all_reduce") == "all_reduce"]
@@ -526,7 +569,7 @@ def judge(data: dict, backend: str, min_busbw_gbps: float | None, expect: dict[s
         "verdict": verdict, "code": code, "failure": failure, "backend": backend, "world": world,
         "nodes": data["nodes"], "network": network, "provider": provider, "sweep": sweep, "reasons": reasons,
         "hints": hints, "probes": [o["probe"] for o in outs], "counters": data.get("counters"),
-        "witness": witness_state,
+        "witness": witness_state, "storage": storage,
     }
 
 
@@ -597,6 +640,11 @@ def parser(prog: str | None = None) -> ArgumentParser:
                     help="fail when large-message busbw of any collective is below this fraction of --efa-gbps")
     ap.add_argument("--require-counters", action="store_true",
                     help="EFA hardware counters that cannot be read make an efa verdict undetermined (exit 2)")
+    ap.add_argument("--storage-proof", action="store_true",
+                    help="from a GPU worker pod, write, list, read back and delete an object under the checkpoint "
+                         "prefix through pyarrow.fs as Ray Train does (failure: exit 1, stage storage)")
+    ap.add_argument("--storage-path", help="checkpoint prefix for --storage-proof (default: the worker pod's "
+                                           "$RAY_EFA_EKS_STORAGE_PATH)")
     ap.add_argument("--compare-socket", action="store_true",
                     help="run the sweep again in fresh ranks with NCCL_NET=Socket and report EFA/Socket busbw ratios")
     ap.add_argument("--manifest", help="the image's version manifest as JSON (stack config)")
@@ -643,8 +691,9 @@ def check(a) -> dict:
     gpu = backend == "nccl"
     lo = a.min_bytes or (1 << 20 if gpu else 64 << 10)
     hi = a.max_bytes or (1 << 30 if gpu else 4 << 20)
+    extra = {"storage_proof": True, "storage_path": a.storage_path} if a.storage_proof else {}
     data = run_check(backend, lo, hi, a.iters, nodes=nodes, gpus_per_node=a.expect_gpus_per_node if gpu else 0,
-                     timeout_s=a.timeout_s, preset=a.preset)
+                     timeout_s=a.timeout_s, preset=a.preset, **extra)
     r = judge(data, backend, a.min_busbw_gbps, {"expect_nodes": a.expect_nodes, "expect_nics": a.expect_nics,
                                                 "expect_gdrdma": a.expect_gdrdma or None},
               require_counters=a.require_counters)

@@ -288,3 +288,12 @@ def test_efa_check_requires_counters_with_efa_only(default_run):
     assert "--require-counters" in script
     off = run_program({"efaCheckRequireCounters": "false"}).one("kubernetes:batch/v1:Job")
     assert "--require-counters" not in off["spec"]["template"]["spec"]["containers"][0]["command"][2]
+
+
+def test_efa_check_proves_checkpoint_storage_when_the_stack_has_a_bucket(default_run):
+    script = default_run.one("kubernetes:batch/v1:Job")["spec"]["template"]["spec"]["containers"][0]["command"][2]
+    assert "--storage-proof" in script
+    cm = default_run.one("kubernetes:core/v1:ConfigMap", "efa-check")
+    assert "efacheck.storage_proof.py" in cm["data"]  # shipped with the check
+    off = run_program({"checkpointBucket": "false"}).one("kubernetes:batch/v1:Job")
+    assert "--storage-proof" not in off["spec"]["template"]["spec"]["containers"][0]["command"][2]
