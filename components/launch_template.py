@@ -109,6 +109,11 @@ class NodeLaunchTemplateArgs:
     reservation_id: pulumi.Input[str] | None = None
     """The target id as an output that resolves only once checked against EC2 (else ``capacity.reservation``)."""
     tags: dict[str, str] | None = None
+    instance_type: str | None = None
+    """Set only for a Capacity Block: EKS wants its type in the launch template and none in the node group
+    (EKS user guide, "Create a managed node group with Capacity Blocks for ML",
+    https://docs.aws.amazon.com/eks/latest/userguide/capacity-blocks-mng.html; terraform-aws-eks
+    modules/eks-managed-node-group does the same when capacity_type is CAPACITY_BLOCK)."""
 
 
 def node_launch_template(name: str, args: NodeLaunchTemplateArgs, opts: pulumi.ResourceOptions) -> aws.ec2.LaunchTemplate:
@@ -119,6 +124,8 @@ def node_launch_template(name: str, args: NodeLaunchTemplateArgs, opts: pulumi.R
         "block_device_mappings": [args.hardening.root_volume(args.root_volume_gib)],
         "update_default_version": True,
     }
+    if args.instance_type:
+        props["instance_type"] = args.instance_type
     if args.network_interfaces:
         props["network_interfaces"] = args.network_interfaces
     if args.placement_group_name is not None:

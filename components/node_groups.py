@@ -21,7 +21,7 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_eks as eks
 
-from .capacity import RESERVATION, GpuCapacity, reservation_problem
+from .capacity import CAPACITY_BLOCK, RESERVATION, GpuCapacity, reservation_problem
 from .instances import InstanceType
 from .launch_template import (NodeHardening, NodeLaunchTemplateArgs, efa_network_interfaces, launch_template_ref,
                               node_launch_template)
@@ -140,19 +140,23 @@ class EfaGpuNodeGroup(pulumi.ComponentResource):
         n = args.node_count
         self.subnet_ids = subnets_in_az(name, args.subnet_ids, args.availability_zone, child)
         self.placement_group = None
+        # A Capacity Block's type goes in the launch template and nowhere else (EKS refuses it on the node group);
+        # every other mode keeps it on the node group, and the launch template has none (launch-templates.html).
+        in_template = args.capacity.mode == CAPACITY_BLOCK
         if args.efa and args.capacity.cluster_placement_group:
             self.placement_group = aws.ec2.PlacementGroup(f"{name}-pg", strategy="cluster", opts=child)
         self.launch_template = node_launch_template(f"{name}-lt", NodeLaunchTemplateArgs(
             hardening=args.hardening, root_volume_gib=args.root_volume_gib,
             network_interfaces=efa_network_interfaces(it, [args.cluster_security_group_id]) if args.efa else None,
             placement_group_name=self.placement_group.name if self.placement_group else args.capacity.placement_group,
-            capacity=args.capacity, reservation_id=checked_reservation(name, it.name, args, child)), child)
+            capacity=args.capacity, reservation_id=checked_reservation(name, it.name, args, child),
+            instance_type=it.name if in_template else None), child)
         self.node_group = eks.ManagedNodeGroup(
             f"{name}-mng",
             cluster=args.cluster,
             node_role=args.node_role,
             subnet_ids=self.subnet_ids,
-            instance_types=[it.name],
+            instance_types=None if in_template else [it.name],
             ami_type="AL2023_x86_64_NVIDIA",
             gpu=None,
             launch_template=launch_template_ref(self.launch_template),

@@ -31,8 +31,15 @@ def resolve_gpu_az(instance_type: str, availability_zone: str | None, region: st
 
 
 def cluster_azs(gpu_az: str) -> list[str]:
-    """The GPU AZ first, then another available AZ (EKS needs two)."""
-    names = sorted(aws.get_availability_zones(state="available").names)
+    """The GPU AZ first, then another available AZ (EKS needs two).
+
+    Only ``zone-type availability-zone``: DescribeAvailabilityZones also returns the Local and Wavelength Zones the
+    account opted in to (``us-east-1-atl-2a`` sorts before ``us-east-1a``), and EKS refuses cluster subnets there
+    (EKS user guide, "View Amazon EKS networking requirements for VPC and subnets",
+    https://docs.aws.amazon.com/eks/latest/userguide/network-reqs.html).
+    """
+    names = sorted(aws.get_availability_zones(
+        state="available", filters=[{"name": "zone-type", "values": ["availability-zone"]}]).names)
     others = [az for az in names if az != gpu_az]
     if not others:
         raise ConfigError("availabilityZone", gpu_az, "the region has no second AZ; EKS needs two")

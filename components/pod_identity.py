@@ -22,16 +22,25 @@ OBJECT_ACTIONS = ("s3:GetObject", "s3:PutObject", "s3:DeleteObject",
 KMS_ACTIONS = ("kms:Decrypt", "kms:GenerateDataKey")
 
 
-def pod_identity_trust_policy(account_id: str, cluster_arn: str) -> str:
-    """Trust EKS Pod Identity, only on behalf of this account's cluster (confused-deputy guard)."""
+def pod_identity_trust_policy(account_id: str, cluster_arn: str, namespace: str, service_account: str) -> str:
+    """Trust EKS Pod Identity for one service account of one cluster of this account.
+
+    Scoped by the session tags Pod Identity adds to its AssumeRole request (EKS user guide, "Create IAM role with
+    trust policy required by EKS Pod Identity", https://docs.aws.amazon.com/eks/latest/userguide/pod-id-role.html,
+    and "pod-id-abac": eks-cluster-arn, kubernetes-namespace, kubernetes-service-account) plus ``aws:SourceAccount``.
+    No ``aws:SourceArn``: no document says Pod Identity sends it, and a condition on a key that is absent denies
+    every AssumeRole.
+    """
     return json.dumps({
         "Version": "2012-10-17",
         "Statement": [{
             "Effect": "Allow",
             "Principal": {"Service": "pods.eks.amazonaws.com"},
             "Action": ["sts:AssumeRole", "sts:TagSession"],
-            "Condition": {"StringEquals": {"aws:SourceAccount": account_id},
-                          "ArnEquals": {"aws:SourceArn": cluster_arn}},
+            "Condition": {"StringEquals": {"aws:SourceAccount": account_id,
+                                           "aws:RequestTag/eks-cluster-arn": cluster_arn,
+                                           "aws:RequestTag/kubernetes-namespace": namespace,
+                                           "aws:RequestTag/kubernetes-service-account": service_account}},
         }],
     })
 
@@ -101,7 +110,8 @@ class PodStorageAccess(pulumi.ComponentResource):
         check_prefix(args.prefix)
         child = pulumi.ResourceOptions(parent=self)
         account_id = aws.get_caller_identity_output(opts=pulumi.InvokeOutputOptions(parent=self)).account_id
-        trust = pulumi.Output.all(account_id, args.cluster_arn).apply(lambda a: pod_identity_trust_policy(*a))
+        trust = pulumi.Output.all(account_id, args.cluster_arn).apply(
+            lambda a: pod_identity_trust_policy(a[0], a[1], args.namespace, args.service_account))
         self.role = aws.iam.Role(f"{name}-role", assume_role_policy=trust,
                                  description=f"Ray pods ({args.namespace}/{args.service_account}): checkpoint storage",
                                  tags=args.tags, opts=child)

@@ -371,6 +371,8 @@ def node_groups(stack: Stack) -> list[NodeGroup]:
         # Our own launch template (components/launch_template.py) is the MNG's sibling: the mocks name it in the
         # MNG's launchTemplate input, a preview in the aws:eks/nodeGroup child's (by id, or by its dependency).
         template = template or _template_of(stack, child_ng if child_ng is not None else mng)
+        if not itypes and template is not None and isinstance(dig(template.props, "instanceType"), str):
+            itypes = [dig(template.props, "instanceType")]  # a Capacity Block's type lives in the launch template
         if pg is None and template is not None:
             pg = _placement_group_of(stack, template)
         if template is not None:
@@ -416,6 +418,8 @@ def node_groups(stack: Stack) -> list[NodeGroup]:
         props = ng.props
         itypes = _str_list(props.get("instanceTypes"))
         template = _template_of(stack, ng)
+        if not itypes and template is not None and isinstance(dig(template.props, "instanceType"), str):
+            itypes = [dig(template.props, "instanceType")]
         if template is not None:
             efa, sgs = _efa_interfaces_of(template)
             pg = _placement_group_of(stack, template)

@@ -21,6 +21,8 @@ from pulumi.runtime import rpc as _rpc
 from pulumi.runtime import settings as _settings
 from pulumi.runtime.mocks import MockMonitor
 
+from . import aws_rules
+
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 PROGRAM = PROJECT_ROOT / "__main__.py"
 
@@ -40,6 +42,23 @@ def region_azs(region: str) -> list[str]:
     return list(OFFERINGS.get(region, {}).get("azs") or [f"{region}a", f"{region}b"])
 
 
+OPTED_IN_ZONES: dict[str, dict[str, str]] = {
+    "us-east-1": {"us-east-1-atl-2a": "local-zone", "us-east-1-wl1-bos-wlz-1": "wavelength-zone"},
+    "us-west-2": {"us-west-2-lax-1a": "local-zone"},
+}
+"""Local and Wavelength Zones the mocked account opted in to (name -> ZoneType): DescribeAvailabilityZones returns
+them beside the AZs, and sorted by name ``us-east-1-atl-2a`` comes before ``us-east-1a``; only a ``zone-type``
+filter keeps EKS subnets out of them."""
+
+
+def region_zones(region: str) -> dict[str, str]:
+    """Zone name -> ZoneType of every zone DescribeAvailabilityZones returns for ``region`` in the mocked account."""
+    return {**{az: "availability-zone" for az in region_azs(region)}, **OPTED_IN_ZONES.get(region, {})}
+
+
+DEPLOYER_ARN = "arn:aws:iam::123456789012:user/mock"
+"""Who runs the program (GetCallerIdentity); EKS gives this principal the cluster creator's access entry."""
+
 CAPACITY_BLOCKS: dict[str, dict[str, Any]] = {
     "cr-0123456789abcdef0": {"availabilityZone": "us-east-1a", "instanceType": "p5.48xlarge", "instanceCount": 4,
                              "startDate": "2026-12-01T11:30:00Z", "endDate": "2026-12-15T11:30:00Z",
@@ -54,6 +73,15 @@ CAPACITY_RESERVATIONS: dict[str, dict[str, Any]] = {
                              "placementGroupArn": "arn:aws:ec2:us-east-1:123456789012:placement-group/p5-odcr-pg"},
 }
 """ODCRs as EC2 describes them, for ``aws.ec2.CapacityReservation.get`` (a read); other ids read empty (not judged)."""
+
+
+def issuer_arn(arn: str) -> str:
+    """The IAM role behind an STS assumed-role ARN (``aws iam get-session-context``); other ARNs unchanged."""
+    parts = arn.split(":", 5)
+    if len(parts) == 6 and parts[2] == "sts" and parts[5].startswith("assumed-role/"):
+        role = parts[5].split("/")[1]
+        return f"arn:{parts[1]}:iam::{parts[4]}:role/{role}"
+    return arn
 
 
 @dataclass
@@ -163,12 +191,18 @@ class _ParentAwareMonitor(MockMonitor):
 class RecordingMocks(pulumi.runtime.Mocks):
     """Mocks that record each resource and answer invokes deterministically."""
 
-    def __init__(self, run: MockRun, region: str, offerings: dict[str, list[str]] | None = None):
+    def __init__(self, run: MockRun, region: str, offerings: dict[str, list[str]] | None = None,
+                 caller_arn: str = DEPLOYER_ARN, strict: bool = True):
         self.run = run
         self.region = region
         self.offerings = offerings
         """Override: region -> AZs that offer every type; None: EC2's offerings per type (``tools/offerings.json``)."""
         self.monitor: _ParentAwareMonitor | None = None
+        self.caller_arn = caller_arn
+        self.strict = strict
+        """Refuse, at the resource, what the real AWS APIs refuse (tools/aws_rules.py)."""
+        self.by_id: dict[str, Recorded] = {}
+        self.account = aws_rules.Account(self.by_id.get, region_zones(region), issuer_arn(caller_arn))
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs):
         parent, urn, options = self.monitor.current if self.monitor else (None, "", {})
@@ -205,6 +239,10 @@ class RecordingMocks(pulumi.runtime.Mocks):
         elif args.typ == "aws:kms/key:Key":
             state["arn"] = f"arn:aws:kms:{self.region}:123456789012:key/{args.name}"
         self.run.ids[urn] = rid
+        if rid not in self.by_id or args.typ in (aws_rules.LAUNCH_TEMPLATE, aws_rules.SUBNET):
+            self.by_id[rid] = rec  # ids are ``<name>-id``: an Eip and its NAT gateway share one; keep the kinds rules read
+        if self.strict:
+            aws_rules.check(args.typ, args.name, rec.inputs, self.account)
         return rid, state
 
     def call(self, args: pulumi.runtime.MockCallArgs):
@@ -228,15 +266,37 @@ class RecordingMocks(pulumi.runtime.Mocks):
             rid = args.args.get("id", "")
             return {"id": rid, "capacityBlockId": rid, **CAPACITY_BLOCKS.get(rid, {})}, []
         if args.token == "aws:index/getAvailabilityZones:getAvailabilityZones":
-            azs = region_azs(self.region)
-            return {"id": self.region, "names": azs, "zoneIds": azs}, []
+            # DescribeAvailabilityZones: every zone the account is opted in to, Local/Wavelength Zones included,
+            # unless a zone-type filter says otherwise.
+            zones = self.account.zone_types
+            for f in args.args.get("filters") or []:
+                if f.get("name") == "zone-type":
+                    zones = {n: t for n, t in zones.items() if t in (f.get("values") or [])}
+            names = sorted(zones)
+            return {"id": self.region, "names": names, "zoneIds": names}, []
         if args.token == "aws:eks/getCluster:getCluster":
             name = args.args["name"]
             return {"id": name, "name": name, "arn": f"arn:aws:eks:{self.region}:123456789012:cluster/{name}",
                     "vpcConfig": {"clusterSecurityGroupId": f"sg-{name}-cluster"}}, []
         if args.token == "aws:index/getCallerIdentity:getCallerIdentity":
-            return {"accountId": "123456789012", "arn": "arn:aws:iam::123456789012:user/mock", "id": "mock", "userId": "mock"}, []
+            return {"accountId": "123456789012", "arn": self.caller_arn, "id": "mock", "userId": "mock"}, []
+        if args.token == "aws:iam/getSessionContext:getSessionContext":
+            arn = args.args.get("arn", "")
+            return {"id": arn, "arn": arn, "issuerArn": issuer_arn(arn), "issuerId": "mock",
+                    "issuerName": issuer_arn(arn).rsplit("/", 1)[-1]}, []
         return {}, []
+
+
+def _quiet_refusals(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """Drop "exception was never retrieved" for a refusal the run already raised to its caller.
+
+    When the program fails halfway, the SDK leaves futures holding the same exception; asyncio would log each one
+    with a formatted traceback when it is garbage-collected, at any later moment (and Python 3.11 formats carets with
+    ``ast.parse``, which a collection inside another ``ast.parse`` breaks: "AST constructor recursion depth mismatch").
+    """
+    if isinstance(context.get("exception"), Exception) and "never retrieved" in str(context.get("message", "")):
+        return
+    loop.default_exception_handler(context)
 
 
 def run_program(
@@ -247,11 +307,14 @@ def run_program(
     stack: str = "dev",
     offerings: dict[str, list[str]] | None = None,
     record: MockRun | None = None,
+    caller_arn: str = DEPLOYER_ARN,
+    strict: bool = True,
 ) -> MockRun:
     """Run ``program`` under mocks with ``ray-efa-eks:`` config ``config``; return what it registered.
 
     Exceptions raised by the program (config errors) propagate unchanged; pass
-    ``record`` to inspect what was registered before one was raised.
+    ``record`` to inspect what was registered before one was raised. ``strict`` (default) refuses what AWS would
+    refuse (:class:`~.aws_rules.AwsRejected` at that resource); ``caller_arn`` is the deploying identity.
     """
     run = record if record is not None else MockRun()
     all_config = {"aws:region": region}
@@ -262,11 +325,13 @@ def run_program(
         asyncio.get_event_loop().close()
     except RuntimeError:
         pass
-    asyncio.set_event_loop(asyncio.new_event_loop())  # no future may outlive its run
+    loop = asyncio.new_event_loop()
+    loop.set_exception_handler(_quiet_refusals)
+    asyncio.set_event_loop(loop)  # no future may outlive its run
     _settings.ROOT.set(None)
     _rpc.deserialize_resource = _resource_ref  # idempotent; a no-op outside mock registrations
     pulumi.runtime.set_all_config(all_config)
-    mocks = RecordingMocks(run, region, offerings)
+    mocks = RecordingMocks(run, region, offerings, caller_arn=caller_arn, strict=strict)
     mocks.monitor = _ParentAwareMonitor(mocks)
     pulumi.runtime.set_mocks(mocks, project="ray-efa-eks", stack=stack, preview=False, monitor=mocks.monitor)
 

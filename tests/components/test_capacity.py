@@ -99,6 +99,8 @@ def test_capacity_block_stack(block_run):
     assert lt["instanceMarketOptions"] == {"marketType": "capacity-block"}
     assert lt["capacityReservationSpecification"] == {"capacityReservationTarget": {"capacityReservationId": BLOCK}}
     assert ng["capacityType"] == "CAPACITY_BLOCK"
+    # EKS wants a Capacity Block's type in the launch template and none on the node group (capacity-blocks-mng).
+    assert lt["instanceType"] == "p5.48xlarge" and not ng.inputs.get("instanceTypes")
     assert not block_run.of_type(PG) and "placement" not in lt.inputs  # EC2 places a block; a PG would conflict
     assert len(lt["networkInterfaces"]) == 32 and ng["subnetIds"] == ["subnet-net-private-us-east-1a"]
     end = CAPACITY_BLOCKS[BLOCK]["endDate"]
@@ -294,6 +296,7 @@ def test_plan_shows_what_the_gpu_nodes_launch_into(block_run):
     assert before.settings["nodeGroups"]["gpu-mng"]["capacity"] == "on-demand"
     assert after.settings["nodeGroups"]["gpu-mng"]["capacity"] == f"capacity-block {BLOCK}"
     assert after.settings["nodeGroups"]["gpu-mng"]["placement"] == "none"
+    assert after.settings["nodeGroups"]["gpu-mng"]["instanceTypes"] == "p5.48xlarge"  # read from the launch template
     text = render_diff(diff_plans(before, after))
     assert f"| node group `gpu-mng` capacity | on-demand | capacity-block {BLOCK} |" in text
     assert "| node group `gpu-mng` placement strategy | cluster | none |" in text

@@ -14,7 +14,7 @@ import pytest
 from ray_efa_eks.components.launch_template import NodeHardening
 from ray_efa_eks.tools.mockrun import run_program
 from ray_efa_eks.components.pod_identity import bucket_prefix_policy, check_prefix
-from tests.helpers.iam_eval import allowed, as_list
+from tests.helpers.iam_eval import allowed, as_list, trust_allows
 
 MNG = "eks:index:ManagedNodeGroup"
 BUCKET = "aws:s3/bucket:Bucket"
@@ -130,8 +130,20 @@ def test_trust_policy_is_pod_identity_for_this_cluster_only(run):
     (st,) = json.loads(role["assumeRolePolicy"])["Statement"]
     assert st["Principal"] == {"Service": "pods.eks.amazonaws.com"}
     assert sorted(st["Action"]) == ["sts:AssumeRole", "sts:TagSession"]
-    assert st["Condition"]["ArnEquals"]["aws:SourceArn"] == "arn:aws:eks:us-east-1:123456789012:cluster/ray-efa-dev"
+    assert "aws:SourceArn" not in json.dumps(st), "EKS Pod Identity sends no aws:SourceArn (pod-id-role, pod-id-abac)"
     assert st["Condition"]["StringEquals"]["aws:SourceAccount"] == "123456789012"
+    # What Pod Identity sends on AssumeRole: the account and its session tags (EKS user guide, pod-id-abac).
+    cluster = "arn:aws:eks:us-east-1:123456789012:cluster/ray-efa-dev"
+    sent = {"aws:SourceAccount": "123456789012", "aws:RequestTag/eks-cluster-arn": cluster,
+            "aws:RequestTag/eks-cluster-name": "ray-efa-dev", "aws:RequestTag/kubernetes-namespace": "ray",
+            "aws:RequestTag/kubernetes-service-account": "ray-train", "aws:RequestTag/kubernetes-pod-name": "p",
+            "aws:RequestTag/kubernetes-pod-uid": "u"}
+    policy = role["assumeRolePolicy"]
+    assert trust_allows(policy, "pods.eks.amazonaws.com", "sts:AssumeRole", sent)
+    for key, other in (("aws:RequestTag/eks-cluster-arn", cluster.replace("ray-efa-dev", "other")),
+                       ("aws:RequestTag/kubernetes-namespace", "default"),
+                       ("aws:RequestTag/kubernetes-service-account", "default"), ("aws:SourceAccount", "999999999999")):
+        assert not trust_allows(policy, "pods.eks.amazonaws.com", "sts:AssumeRole", {**sent, key: other}), key
 
 
 def test_pod_identity_binds_the_rayclusters_service_account(run):

@@ -104,3 +104,12 @@ def test_az_choice_respects_offerings():
     assert run.outputs["gpuAvailabilityZone"] == "us-east-1c"
     with pytest.raises(Exception, match="availabilityZone"):
         run_program({"availabilityZone": "us-east-1a"}, offerings={"us-east-1": ["us-east-1c"]})
+
+
+def test_cluster_azs_are_availability_zones_only(default_run):
+    """DescribeAvailabilityZones also returns opted-in Local and Wavelength Zones (the mocked account has both, and
+    ``us-east-1-atl-2a`` sorts first); EKS refuses cluster subnets there, so the lookup filters the zone type."""
+    lookups = [a for t, a in default_run.calls if t == "aws:index/getAvailabilityZones:getAvailabilityZones"]
+    assert lookups and all({"name": "zone-type", "values": ["availability-zone"]} in (a.get("filters") or [])
+                           for a in lookups)
+    assert {s["availabilityZone"] for s in default_run.of_type("aws:ec2/subnet:Subnet")} == {"us-east-1a", "us-east-1b"}

@@ -53,3 +53,17 @@ def allowed(policy_json: str, action: str, resource: str, ctx: dict | None = Non
         if _conditions_hold(st.get("Condition", {}), ctx or {}):
             return True
     return False
+
+
+def trust_allows(policy_json: str, service: str, action: str, ctx: dict) -> bool:
+    """Whether a role trust policy lets AWS service principal ``service`` call ``action`` with request context ``ctx``
+    (the keys the service sends: a condition on a key it does not send fails, as IAM evaluates it)."""
+    policy = json.loads(policy_json)
+    for st in policy["Statement"]:
+        assert st["Effect"] == "Allow", "trust policies here only allow"
+        services = as_list((st.get("Principal") or {}).get("Service", []))
+        if service not in services or not any(_match(a, action) for a in as_list(st["Action"])):
+            continue
+        if _conditions_hold(st.get("Condition", {}), ctx):
+            return True
+    return False

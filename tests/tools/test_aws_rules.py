@@ -1,0 +1,126 @@
+"""The offline runner refuses, at the resource, what EKS, EC2 and IAM refuse (tools/aws_rules.py).
+
+Each rule: a small program declaring the refused shape fails under the runner with the rule's id and source named,
+and the same program with the accepted shape passes; the stack's own shapes pass in every capacity mode.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+from ray_efa_eks.tools import aws_rules
+from ray_efa_eks.tools.aws_rules import AwsRejected
+from ray_efa_eks.tools.mockrun import run_program
+
+PROGRAM = textwrap.dedent('''
+    import json
+    import pulumi
+    import pulumi_aws as aws
+    import pulumi_eks as eks
+
+    c = pulumi.Config("t")
+    shape = json.loads(c.require("shape"))
+    if "lt" in shape:
+        lt = aws.ec2.LaunchTemplate("lt", **shape["lt"])
+        ref = {"id": lt.id, "version": "1"}
+    else:
+        ref = None
+    if "mng" in shape:
+        eks.ManagedNodeGroup("mng", cluster="ray", node_role="arn:aws:iam::123456789012:role/n",
+                             subnet_ids=["subnet-a"], launch_template=ref, **shape["mng"])
+    if "zone" in shape:
+        sub = aws.ec2.Subnet("sub", vpc_id="vpc-1", cidr_block="10.0.0.0/20", availability_zone=shape["zone"])
+        ok = aws.ec2.Subnet("ok", vpc_id="vpc-1", cidr_block="10.0.16.0/20", availability_zone="us-east-1b")
+        eks.Cluster("eks", vpc_id="vpc-1", private_subnet_ids=[sub.id, ok.id], skip_default_node_group=True)
+    if "principal" in shape:
+        aws.eks.AccessEntry("entry", cluster_name="ray", principal_arn=shape["principal"], type="STANDARD")
+    if "trust" in shape:
+        aws.iam.Role("role", assume_role_policy=json.dumps(shape["trust"]))
+''')
+
+CLUSTER = "arn:aws:eks:us-east-1:123456789012:cluster/ray"
+NI = {"network_card_index": 0, "device_index": 0, "interface_type": "efa", "security_groups": ["sg-1"]}
+
+
+def _trust(condition: dict | None, actions=("sts:AssumeRole", "sts:TagSession")) -> dict:
+    st = {"Effect": "Allow", "Principal": {"Service": "pods.eks.amazonaws.com"}, "Action": list(actions)}
+    if condition is not None:
+        st["Condition"] = condition
+    return {"Version": "2012-10-17", "Statement": [st]}
+
+
+SCOPED = {"StringEquals": {"aws:SourceAccount": "123456789012", "aws:RequestTag/eks-cluster-arn": CLUSTER,
+                           "aws:RequestTag/kubernetes-namespace": "ray",
+                           "aws:RequestTag/kubernetes-service-account": "ray-train"}}
+
+# rule id -> (refused shape, accepted shape)
+CASES = {
+    "capacity-block-type-in-template": (
+        {"lt": {}, "mng": {"capacity_type": "CAPACITY_BLOCK", "instance_types": ["p5.48xlarge"]}},
+        {"lt": {"instance_type": "p5.48xlarge"}, "mng": {"capacity_type": "CAPACITY_BLOCK"}}),
+    "instance-type-in-one-place": (
+        {"lt": {"instance_type": "g6.12xlarge"}, "mng": {"instance_types": ["g6.12xlarge"]}},
+        {"lt": {}, "mng": {"instance_types": ["g6.12xlarge"]}}),
+    "no-subnet-in-launch-template": (
+        {"lt": {"network_interfaces": [{**NI, "subnet_id": "subnet-a"}]}, "mng": {"instance_types": ["p5.48xlarge"]}},
+        {"lt": {"network_interfaces": [NI]}, "mng": {"instance_types": ["p5.48xlarge"]}}),
+    "interface-security-groups": (
+        {"lt": {"network_interfaces": [NI], "vpc_security_group_ids": ["sg-1"]},
+         "mng": {"instance_types": ["p5.48xlarge"]}},
+        {"lt": {"vpc_security_group_ids": ["sg-1"]}, "mng": {"instance_types": ["p5.48xlarge"]}}),
+    "cluster-subnets-in-azs": ({"zone": "us-east-1-atl-2a"}, {"zone": "us-east-1a"}),
+    "no-second-creator-entry": ({"principal": "arn:aws:iam::123456789012:user/mock"},
+                                {"principal": "arn:aws:iam::123456789012:role/Admin"}),
+    "pod-identity-trust": ({"trust": _trust({"StringEquals": {"aws:SourceAccount": "123456789012"},
+                                             "ArnEquals": {"aws:SourceArn": CLUSTER}})},
+                           {"trust": _trust(SCOPED)}),
+}
+
+
+@pytest.fixture(scope="module")
+def program(tmp_path_factory):
+    path = tmp_path_factory.mktemp("aws-rules") / "__main__.py"
+    path.write_text(PROGRAM)
+    return path
+
+
+def _run(program, shape: dict, **kw):
+    return run_program({"t:shape": json.dumps(shape)}, program=program, **kw)
+
+
+def test_every_rule_has_a_case_and_a_source():
+    assert set(CASES) == set(aws_rules.RULE_IDS)
+    for rule in aws_rules.RULES:
+        assert rule.source_url.startswith("https://docs.aws.amazon.com/") and rule.source_title
+
+
+@pytest.mark.parametrize("rule_id", sorted(CASES))
+def test_runner_refuses_the_shape_aws_refuses(program, rule_id):
+    bad, good = CASES[rule_id]
+    rule = next(r for r in aws_rules.RULES if r.id == rule_id)
+    with pytest.raises(AwsRejected) as e:
+        _run(program, bad)
+    assert e.value.rule.id == rule_id
+    assert rule.source_url in str(e.value) and rule.source_title in str(e.value)
+    assert rule.resource_type in e.value.resource, "refused at the resource AWS refuses"
+    _run(program, good)  # the accepted shape registers
+    _run(program, bad, strict=False)  # the plain SDK mocks would have accepted it
+
+
+@pytest.mark.parametrize("trust", [
+    _trust(SCOPED, actions=("sts:AssumeRole",)),  # no sts:TagSession: Pod Identity's request is denied
+    _trust(None),  # any association of the account
+    _trust({"StringEquals": {"aws:RequestTag/kubernetes-namespace": "ray"}}),  # no cluster, no service account
+])
+def test_pod_identity_trust_variants_refused(program, trust):
+    with pytest.raises(AwsRejected, match="pod-identity-trust"):
+        _run(program, {"trust": trust})
+
+
+def test_assumed_role_deployer_is_the_creator(program):
+    role = "arn:aws:iam::123456789012:role/Deployer"
+    with pytest.raises(AwsRejected, match="no-second-creator-entry"):
+        _run(program, {"principal": role}, caller_arn="arn:aws:sts::123456789012:assumed-role/Deployer/ci-session")

@@ -1,0 +1,241 @@
+"""What the real AWS APIs refuse, enforced by the offline runner (``tools.mockrun``) at the resource AWS would refuse.
+
+The SDK's mocks accept any request; EKS, EC2 and IAM do not. Each :class:`AwsRule` here is one request shape this
+stack could produce that the AWS documentation says is refused (or, for a trust policy, can never be assumed), with
+the document it comes from (title and URL) so a reader can check it. ``tools.mockrun.RecordingMocks`` calls
+:func:`check` on every registration; a broken rule raises :class:`AwsRejected` naming the resource, the rule and its
+source, so a regression fails the tests and the offline plan (exit 2) the way ``pulumi up`` would fail.
+``ray-efa-eks check-rules`` lists these rules after the layout rules (``tools.rules``).
+
+Shapes are the Pulumi inputs as the mock engine records them (camelCase): pulumi-eks ``ManagedNodeGroup`` and
+``Cluster`` components, ``aws:ec2/launchTemplate``, ``aws:eks/accessEntry``, ``aws:iam/role``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+MNG = "eks:index:ManagedNodeGroup"
+EKS_CLUSTER = "eks:index:Cluster"
+LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
+ACCESS_ENTRY = "aws:eks/accessEntry:AccessEntry"
+IAM_ROLE = "aws:iam/role:Role"
+SUBNET = "aws:ec2/subnet:Subnet"
+
+POD_IDENTITY_PRINCIPAL = "pods.eks.amazonaws.com"
+POD_IDENTITY_SESSION_TAGS = ("eks-cluster-arn", "eks-cluster-name", "kubernetes-namespace",
+                             "kubernetes-service-account", "kubernetes-pod-name", "kubernetes-pod-uid")
+"""Session tags EKS Pod Identity adds to its AssumeRole request ("pod-id-abac": Enable or disable session tags)."""
+POD_IDENTITY_KEYS = frozenset({*(f"aws:RequestTag/{t}" for t in POD_IDENTITY_SESSION_TAGS), "aws:SourceAccount"})
+"""Condition keys a Pod Identity trust policy may test: the session tags, plus the account (confused-deputy guard)."""
+
+
+class AwsRejected(Exception):
+    """A request the real AWS API would refuse: raised by the offline runner at that resource."""
+
+    def __init__(self, rule: "AwsRule", resource: str, problem: str):
+        self.rule, self.resource, self.problem = rule, resource, problem
+        super().__init__(f"{rule.service} would refuse {resource}: {problem} [aws-rule {rule.id}; source: "
+                         f"{rule.source_title} <{rule.source_url}>]")
+
+
+@dataclass
+class Account:
+    """What the mocked account knows beyond one request: earlier resources by id, zone types, the deployer."""
+
+    resources_by_id: Callable[[Any], Any] = lambda _id: None
+    """Fake id -> the recorded resource (``.type``, ``.name``, ``.inputs``), or None."""
+    zone_types: dict[str, str] = field(default_factory=dict)
+    """Zone name -> ``availability-zone`` | ``local-zone`` | ``wavelength-zone`` (DescribeAvailabilityZones ZoneType)."""
+    creator_arn: str | None = None
+    """The IAM principal (role/user ARN) that runs ``pulumi up``: EKS gives it the bootstrap access entry."""
+
+
+@dataclass(frozen=True)
+class AwsRule:
+    """One documented refusal: which resource type it applies to, why, and where AWS says so."""
+
+    id: str
+    service: str
+    resource_type: str
+    refuses: str
+    """The refused shape, in one line."""
+    source_title: str
+    source_url: str
+    check: Callable[[str, dict[str, Any], Account], str | None]
+    """(resource name, inputs, account) -> the problem, or None when AWS accepts it."""
+
+    def line(self) -> str:
+        return f"[{self.id}] {self.service} refuses {self.refuses} ({self.source_title}: {self.source_url})"
+
+
+def _types(v: Any) -> list[str]:
+    return [t for t in (v or []) if isinstance(t, str) and t] if isinstance(v, list) else []
+
+
+def _template(inputs: dict[str, Any], acct: Account) -> Any:
+    ref = (inputs.get("launchTemplate") or {}).get("id") if isinstance(inputs.get("launchTemplate"), dict) else None
+    rec = acct.resources_by_id(ref) if ref else None
+    return rec if rec is not None and rec.type == LAUNCH_TEMPLATE else None
+
+
+# -- EKS managed node groups ---------------------------------------------------------------------------------------
+
+def _capacity_block_type(name: str, inputs: dict[str, Any], acct: Account) -> str | None:
+    if inputs.get("capacityType") != "CAPACITY_BLOCK":
+        return None
+    lt = _template(inputs, acct)
+    if _types(inputs.get("instanceTypes")):
+        return (f"capacityType CAPACITY_BLOCK with instanceTypes {_types(inputs.get('instanceTypes'))} on the node "
+                "group: the instance type belongs in the launch template only")
+    if lt is None:
+        return "capacityType CAPACITY_BLOCK needs a custom launch template"
+    if not lt.inputs.get("instanceType"):
+        return f"capacityType CAPACITY_BLOCK and launch template {lt.name} has no instanceType"
+    return None
+
+
+def _type_in_one_place(name: str, inputs: dict[str, Any], acct: Account) -> str | None:
+    lt = _template(inputs, acct)
+    if lt is not None and lt.inputs.get("instanceType") and _types(inputs.get("instanceTypes")):
+        return (f"instance type both in launch template {lt.name} ({lt.inputs['instanceType']}) and in the node "
+                f"group's instanceTypes {_types(inputs.get('instanceTypes'))}")
+    return None
+
+
+def _no_subnet_in_template(name: str, inputs: dict[str, Any], acct: Account) -> str | None:
+    lt = _template(inputs, acct)
+    if lt is None:
+        return None
+    nis = lt.inputs.get("networkInterfaces") or []
+    bad = [n.get("networkCardIndex", i) for i, n in enumerate(nis) if isinstance(n, dict) and n.get("subnetId")]
+    if bad:
+        return f"launch template {lt.name} sets SubnetId on network interface(s) of card {bad}"
+    return None
+
+
+def _no_top_level_sgs_with_interfaces(name: str, inputs: dict[str, Any], acct: Account) -> str | None:
+    lt = _template(inputs, acct)
+    if lt is None or not lt.inputs.get("networkInterfaces"):
+        return None
+    top = [k for k in ("vpcSecurityGroupIds", "securityGroupNames") if lt.inputs.get(k)]
+    if top:
+        return (f"launch template {lt.name} has network interfaces and top-level {', '.join(top)}: put the security "
+                "groups on the interfaces")
+    return None
+
+
+# -- EKS clusters and access entries -------------------------------------------------------------------------------
+
+def _cluster_subnets_in_azs(name: str, inputs: dict[str, Any], acct: Account) -> str | None:
+    ids = [*_types(inputs.get("publicSubnetIds")), *_types(inputs.get("privateSubnetIds")),
+           *_types(inputs.get("subnetIds"))]
+    bad = []
+    for sid in ids:
+        rec = acct.resources_by_id(sid)
+        az = rec.inputs.get("availabilityZone") if rec is not None and rec.type == SUBNET else None
+        zone_type = acct.zone_types.get(az) if az else None
+        if zone_type and zone_type != "availability-zone":
+            bad.append(f"{rec.name} in {az} ({zone_type})")
+    if bad:
+        return f"cluster subnets outside availability zones: {', '.join(bad)}"
+    return None
+
+
+def _no_second_creator_entry(name: str, inputs: dict[str, Any], acct: Account) -> str | None:
+    arn = inputs.get("principalArn")
+    if acct.creator_arn and arn == acct.creator_arn:
+        return (f"an access entry for {arn}, the identity that created the cluster: EKS already made its entry "
+                "(bootstrapClusterCreatorAdminPermissions, on by default), so CreateAccessEntry answers 409 "
+                "ResourceInUseException")
+    return None
+
+
+# -- IAM: Pod Identity trust policy --------------------------------------------------------------------------------
+
+def _pod_identity_trust(name: str, inputs: dict[str, Any], acct: Account) -> str | None:
+    raw = inputs.get("assumeRolePolicy")
+    if not isinstance(raw, str):
+        return None
+    try:
+        doc = json.loads(raw)
+    except ValueError:
+        return None
+    for st in doc.get("Statement", []):
+        services = (st.get("Principal") or {}).get("Service")
+        services = services if isinstance(services, list) else [services]
+        if POD_IDENTITY_PRINCIPAL not in services:
+            continue
+        actions = st.get("Action")
+        actions = set(actions if isinstance(actions, list) else [actions])
+        if not {"sts:AssumeRole", "sts:TagSession"} <= actions:
+            return f"a Pod Identity trust statement without {sorted({'sts:AssumeRole', 'sts:TagSession'} - actions)}"
+        keys = {k for kv in (st.get("Condition") or {}).values() for k in kv}
+        unknown = sorted(keys - POD_IDENTITY_KEYS)
+        if unknown:
+            return (f"the trust policy conditions on {unknown}, which EKS Pod Identity does not send: every "
+                    "AssumeRole is denied. Use aws:RequestTag/eks-cluster-arn (or eks-cluster-name), "
+                    "kubernetes-namespace, kubernetes-service-account (and aws:SourceAccount)")
+        scoped = {"aws:RequestTag/kubernetes-namespace", "aws:RequestTag/kubernetes-service-account"} <= keys and (
+            keys & {"aws:RequestTag/eks-cluster-arn", "aws:RequestTag/eks-cluster-name"})
+        if not scoped:
+            return ("the trust policy lets any Pod Identity association of the account assume the role: condition "
+                    "on aws:RequestTag/eks-cluster-arn (or eks-cluster-name), kubernetes-namespace and "
+                    "kubernetes-service-account")
+    return None
+
+
+LAUNCH_TEMPLATES_DOC = ("EKS user guide: Customize managed nodes with launch templates",
+                        "https://docs.aws.amazon.com/eks/latest/userguide/launch-templates.html")
+
+RULES: tuple[AwsRule, ...] = (
+    AwsRule("capacity-block-type-in-template", "EKS", MNG,
+            "a CAPACITY_BLOCK node group whose instance type is not in its launch template (or is in the node group)",
+            "EKS user guide: Create a managed node group with Capacity Blocks for ML",
+            "https://docs.aws.amazon.com/eks/latest/userguide/capacity-blocks-mng.html", _capacity_block_type),
+    AwsRule("instance-type-in-one-place", "EKS", MNG,
+            "an instance type in both the launch template and the node group", *LAUNCH_TEMPLATES_DOC,
+            _type_in_one_place),
+    AwsRule("no-subnet-in-launch-template", "EKS", MNG,
+            "a SubnetId on a launch template's network interfaces (subnets belong to the node group)",
+            *LAUNCH_TEMPLATES_DOC, _no_subnet_in_template),
+    AwsRule("interface-security-groups", "EC2", MNG,
+            "top-level security groups next to network interfaces in a launch template",
+            "EC2 API reference: RequestLaunchTemplateData (SecurityGroupIds)",
+            "https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_RequestLaunchTemplateData.html",
+            _no_top_level_sgs_with_interfaces),
+    AwsRule("cluster-subnets-in-azs", "EKS", EKS_CLUSTER,
+            "cluster subnets in a Local Zone or Wavelength Zone (zone-type other than availability-zone)",
+            "EKS user guide: View Amazon EKS networking requirements for VPC and subnets",
+            "https://docs.aws.amazon.com/eks/latest/userguide/network-reqs.html", _cluster_subnets_in_azs),
+    AwsRule("no-second-creator-entry", "EKS", ACCESS_ENTRY,
+            "a second access entry for the principal that created the cluster (409 ResourceInUseException)",
+            "EKS API reference: CreateAccessConfigRequest (bootstrapClusterCreatorAdminPermissions) and "
+            "CreateAccessEntry", "https://docs.aws.amazon.com/eks/latest/APIReference/API_CreateAccessConfigRequest.html",
+            _no_second_creator_entry),
+    AwsRule("pod-identity-trust", "IAM", IAM_ROLE,
+            "(denies every AssumeRole of) a Pod Identity trust policy without sts:TagSession, conditioned on keys "
+            "Pod Identity does not send (aws:SourceArn), or not scoped by its session tags",
+            "EKS user guide: Create IAM role with trust policy required by EKS Pod Identity; Grant Pods access to "
+            "AWS resources based on tags", "https://docs.aws.amazon.com/eks/latest/userguide/pod-id-role.html",
+            _pod_identity_trust),
+)
+RULE_IDS = tuple(r.id for r in RULES)
+
+
+def check(resource_type: str, name: str, inputs: dict[str, Any], account: Account) -> None:
+    """Raise :class:`AwsRejected` for the first rule this request breaks; nothing when AWS would accept it."""
+    for rule in RULES:
+        if rule.resource_type != resource_type:
+            continue
+        problem = rule.check(name, inputs, account)
+        if problem:
+            raise AwsRejected(rule, f"{resource_type} {name}", problem)
+
+
+def problems(resource_type: str, name: str, inputs: dict[str, Any], account: Account) -> list[tuple[AwsRule, str]]:
+    """Every rule this request breaks (for tests and reports)."""
+    return [(r, p) for r in RULES if r.resource_type == resource_type and (p := r.check(name, inputs, account))]
