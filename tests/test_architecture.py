@@ -4,6 +4,7 @@ the gate ships a self-contained EFA proof, and one command reaches every tool.""
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -49,6 +50,46 @@ def test_no_module_imports_a_package_beside_its_own(package):
             assert level <= 1, f"{package}/{name}.py: relative import beyond its package ({'.' * level}{mod})"
             assert not (level == 0 and (top in (*SIBLINGS, "components") or mod.startswith("ray_efa_eks"))), \
                 f"{package}/{name}.py imports {mod}"
+
+
+def sibling_names(tree: ast.Module) -> set[str]:
+    """Module names built from the package's parent, e.g. ``f"{__package__.rpartition('.')[0]}.efacheck.nccl_log"``:
+    each as '<package>.<module>' (the lazy, by-name sibling imports the AST import rules cannot see)."""
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.JoinedStr):
+            text = ast.unparse(node)
+            if "__package__" in text or "_PARENT" in text:
+                out.update(re.findall(rf"\.((?:{'|'.join(SIBLINGS)})\.[a-z_]+)", text))
+    return out
+
+
+def test_the_declared_sibling_edges_only():
+    """training -> efacheck.{nccl_log, efa_counters} (training/fabric.py: a run's fabric is judged by the gate's own
+    code, imported lazily by name) and efacheck -> training.model (efacheck/sweep.py; plus efa_check --local's
+    local cluster), nothing else, in either direction. Both are shipped alongside: the gate's ConfigMap carries training/model.py, ``submit`` carries
+    ``EFACHECK_FILES``, closed under their own imports."""
+    edges = {(f"{pkg}.{name}", target) for pkg in ("training", "efacheck", "components", "tools")
+             for name, tree in modules(pkg).items() for target in sibling_names(tree)}
+    assert edges == {("training.fabric", "efacheck.nccl_log"), ("training.fabric", "efacheck.efa_counters"),
+                     ("efacheck.sweep", "training.model"),
+                     # `efa_check --local` only: a CPU rehearsal from the repo, never run from the gate's ConfigMap
+                     ("efacheck.efa_check", "training.local_cluster")}, edges
+    import_module_users = {f"{pkg}.{name}" for pkg in ("training", "efacheck") for name, tree in modules(pkg).items()
+                           if "import_module(" in ast.unparse(tree)}
+    assert import_module_users == {"training.fabric", "efacheck.sweep", "efacheck.efa_check"}, import_module_users
+
+    from ray_efa_eks.training import fabric
+    from ray_efa_eks.training.__main__ import EFACHECK_FILES
+
+    assert fabric.NCCL_LOG_MODULE == "ray_efa_eks.efacheck.nccl_log"
+    shipped = {f.removesuffix(".py") for f in EFACHECK_FILES}
+    assert {"nccl_log", "efa_counters", "__init__"} <= shipped
+    efacheck = modules("efacheck")
+    for name in shipped:  # the shipped modules import only each other (and the standard library)
+        for level, mod in imports(efacheck[name]):
+            if level == 1:
+                assert mod.split(".")[0] in shipped, f"efacheck/{name}.py imports .{mod}, which submit does not ship"
 
 
 def test_config_flows_one_way():

@@ -7,9 +7,9 @@ Examples:
     export RAY_AUTH_TOKEN=$(pulumi stack output rayAuthToken --show-secrets)   # the cluster's Ray token
     python -m ray_efa_eks.training submit --address http://127.0.0.1:8265 -- --use-gpu --workers 8
 
-``submit`` uploads the ``training`` package alone (found through the import system) as the job's
-working_dir and runs ``python -m training --address auto <args after -->`` there, follows the job's log
-and exits with the job's own exit code. A cluster in Ray token mode needs ``RAY_AUTH_TOKEN`` (or
+``submit`` uploads the ``training`` package (found through the import system), plus the few ``efacheck``
+modules its fabric verdict uses (:data:`EFACHECK_FILES`), as the job's working_dir and runs
+``python -m training --address auto <args after -->`` there, follows the job's log and exits with the job's own exit code. A cluster in Ray token mode needs ``RAY_AUTH_TOKEN`` (or
 ``RAY_AUTH_TOKEN_PATH``) in the environment; ``submit`` then sets ``RAY_AUTH_MODE=token`` itself, which
 Ray's Jobs SDK needs before it sends the token.
 
@@ -20,7 +20,13 @@ Exit codes (never a traceback):
     2   no answer from the cluster: --address unreachable, the Jobs API did not take the job, or the cluster
         refused the Ray auth token
     4   Ray could not start (the local cluster of a run without --address)
+    5   --require-efa: the run's fabric verdict after NCCL initialisation was not efa (fallback, undetermined, or
+        not-nccl for a CPU/gloo run); the run stopped there and checkpointed nothing
     64  usage error (bad arguments)
+
+Fabric: every run judges which network its collectives used with the EFA gate's own code (``training/fabric.py``
+over ``efacheck.nccl_log``): a ``[fabric]`` line once NCCL has initialised, and ``fabric`` in the ``[summary]``
+line and the ``--json`` object.
 """
 from __future__ import annotations
 
@@ -47,6 +53,11 @@ EXIT_UNREACHABLE = 2
 """The cluster did not answer: --address unreachable, or the Ray auth token was refused (project-wide 'no answer')."""
 EXIT_RAY_START = 4
 """Ray could not start the local cluster."""
+EXIT_WRONG_FABRIC = 5
+"""--require-efa and the fabric verdict after NCCL initialisation was not efa; nothing was checkpointed."""
+EFACHECK_FILES = ("__init__.py", "cli.py", "nccl_log.py", "efa_counters.py")
+"""The sibling efacheck modules ``training/fabric.py`` imports (the gate's verdict code); ``submit`` ships them
+next to ``training`` (the one declared training -> efacheck edge, checked in tests/test_architecture.py)."""
 DEBUG_ENV = "RAY_EFA_EKS_DEBUG"
 """Set to 1 to get the traceback of an unexpected error (the CLI prints one line otherwise)."""
 PROBE_TIMEOUT_S = 10.0
@@ -60,9 +71,10 @@ TOKEN_HINT = ("the cluster runs Ray token auth: export RAY_AUTH_TOKEN=$(pulumi s
 class CliError(Exception):
     """A failure the CLI reports as one clear line and an exit code."""
 
-    def __init__(self, code: int, message: str):
+    def __init__(self, code: int, message: str, extra: Optional[dict] = None):
         super().__init__(message)
         self.code = code
+        self.extra = extra or {}
 
 
 def _train_args(p: argparse.ArgumentParser) -> None:
@@ -86,13 +98,17 @@ def _train_args(p: argparse.ArgumentParser) -> None:
                    help="fault injection: rank 1 is killed at this step unless the attempt resumed "
                         "(must come after the first checkpoint)")
     p.add_argument("--use-gpu", action="store_true")
+    p.add_argument("--require-efa", action="store_true",
+                   help=f"stop right after NCCL initialisation (exit {EXIT_WRONG_FABRIC}, nothing checkpointed) "
+                        "unless the fabric verdict is efa; for production runs")
     p.add_argument("--json", action="store_true", help="last stdout line is a JSON summary (or {'error': ...})")
 
 
 def train_parser(prog: str = "python -m ray_efa_eks.training") -> ArgumentParser:
     p = ArgumentParser(prog=prog, description="Train the FSDP model (exit codes: see the module docstring).",
                        epilog="exit codes: 0 finished, 1 failed (--max-failures exhausted), 2 --address "
-                              "unreachable, 4 Ray could not start, 64 usage error",
+                              f"unreachable, 4 Ray could not start, {EXIT_WRONG_FABRIC} --require-efa and the "
+                              "fabric is not efa, 64 usage error",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     _train_args(p)
     return p
@@ -164,11 +180,14 @@ def failure_summary(e: BaseException) -> str:
 # -- train ----------------------------------------------------------------------------------------------------
 
 def run_training(args: argparse.Namespace) -> dict:
+    from .fabric import log_dir_for
     from .trainer import build_trainer, resolve_storage_path
 
     storage = resolve_storage_path(args.storage_path, os.environ)
     name = args.name or f"fsdp-lm-{int(time.time())}"
     train_cfg = {
+        "fabric_dir": log_dir_for(storage, name, tempfile.gettempdir()),
+        "require_efa": bool(getattr(args, "require_efa", False)),
         "preset": args.preset,
         "steps": args.steps,
         "batch_size": args.batch_size,
@@ -196,6 +215,8 @@ def run_training(args: argparse.Namespace) -> dict:
         raise
     wall = time.perf_counter() - t0
     m = result.return_value  # rank 0's last metrics (Result.metrics only holds checkpointed ones)
+    if m.get("refused") == "require_efa":
+        raise CliError(EXIT_WRONG_FABRIC, refusal_message(m["fabric"], name), extra={"fabric": m["fabric"]})
     return {
         "steps": m["step"],
         "loss_first": m["loss_first"],
@@ -210,7 +231,18 @@ def run_training(args: argparse.Namespace) -> dict:
         "storage_path": storage,
         "checkpoint": result.checkpoint.path if result.checkpoint else None,
         "fit_s": round(wall, 2),
+        "fabric": m.get("fabric"),
     }
+
+
+def refusal_message(fab: dict, name: str) -> str:
+    """One line for --require-efa: the verdict, why, and that nothing was checkpointed."""
+    from .fabric import changed
+
+    why = "; ".join((fab.get("reasons") or [])[:2]) or fab.get("deciding") or "no reason given"
+    was = changed(fab)
+    return (f"--require-efa: run {name!r} stopped after its first collective (NCCL initialisation): the fabric is {fab['verdict']}, not "
+            f"efa{f' ({was})' if was else ''}: {why}; nothing was checkpointed")
 
 
 def main_train(args: argparse.Namespace) -> int:
@@ -240,7 +272,8 @@ def main_train(args: argparse.Namespace) -> int:
     summary["wall_s"] = round(time.perf_counter() - t0, 2)
     print(f"[summary] steps={summary['steps']} loss {summary['loss_first']:.4f} -> {summary['loss_last']:.4f} "
           f"world={summary['world_size']} nodes={summary['nodes']} tok/s={summary['tokens_per_s']:.0f} "
-          f"resumed_from={summary['resumed_from_step']} wall={summary['wall_s']}s", flush=True)
+          f"resumed_from={summary['resumed_from_step']} wall={summary['wall_s']}s "
+          f"fabric={(summary.get('fabric') or {}).get('verdict', 'off')}", flush=True)
     if args.json:
         print(json.dumps(summary), flush=True)
     return EXIT_OK
@@ -255,7 +288,8 @@ def submit_entrypoint(train_args: Sequence[str]) -> str:
 
 
 def stage_package(dest: Path) -> Path:
-    """Copy this package's sources (no __pycache__) to ``dest/training``: the job's working_dir is ``dest``.
+    """Copy this package's sources (no __pycache__) to ``dest/training`` and the efacheck modules it imports
+    (:data:`EFACHECK_FILES`) to ``dest/efacheck``: the job's working_dir is ``dest``.
 
     The package is found through the import system, so an installed ``ray_efa_eks.training`` ships only its
     own files, never the site-packages around it; in the job it is imported as top-level ``training``.
@@ -273,6 +307,11 @@ def stage_package(dest: Path) -> Path:
     copy(root, dest / "training")
     if not (dest / "training" / "__main__.py").is_file():
         raise CliError(EXIT_FAILED, f"package {__package__} at {root} has no __main__.py to run")
+    # The gate's verdict code, for training/fabric.py (imported there as the sibling package ``efacheck``).
+    sibling = importlib.resources.files(f"{__package__.rpartition('.')[0]}.efacheck".lstrip("."))
+    (dest / "efacheck").mkdir(exist_ok=True)
+    for f in EFACHECK_FILES:
+        (dest / "efacheck" / f).write_bytes((sibling / f).read_bytes())
     return dest
 
 
@@ -395,11 +434,11 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = "python -m ray_efa_ek
     try:
         return _main(argv, prog)
     except CliError as e:
-        code, message = e.code, str(e)
+        code, message, extra = e.code, str(e), e.extra
     except KeyboardInterrupt:
-        code, message = 130, "interrupted"
+        code, message, extra = 130, "interrupted", {}
     except Exception as e:  # a failure we did not anticipate: one line, not a traceback
-        code, message = EXIT_FAILED, f"unexpected {type(e).__name__}: {_first_line(e)}"
+        code, message, extra = EXIT_FAILED, f"unexpected {type(e).__name__}: {_first_line(e)}", {}
         if os.environ.get(DEBUG_ENV):
             import traceback
 
@@ -408,7 +447,7 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = "python -m ray_efa_ek
             message += f" (set {DEBUG_ENV}=1 for the traceback)"
     print(f"error: {message}", file=sys.stderr, flush=True)
     if as_json:
-        print(json.dumps({"error": message, "exit_code": code}), flush=True)
+        print(json.dumps({"error": message, "exit_code": code, **extra}), flush=True)
     return code
 
 

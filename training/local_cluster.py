@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import tempfile
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Iterator, Optional
 
 import ray
 from ray.cluster_utils import Cluster
@@ -39,8 +40,10 @@ def add_worker_node(cluster: Cluster, num_cpus: int = 1, num_gpus: int = 0,
     """
     temp_dir = tempfile.mkdtemp(prefix="rn-")  # short: Ray's unix socket paths live under it
     cluster.__dict__.setdefault("_node_temp_dirs", []).append(temp_dir)
+    # ray.cluster_utils starts added nodes without a log monitor, so nothing their workers print (the ranks'
+    # [train] and [fabric] lines) would reach the driver; a pod's raylet runs one.
     return cluster.add_node(num_cpus=num_cpus, num_gpus=num_gpus, object_store_memory=object_store_memory,
-                            temp_dir=temp_dir, dashboard_agent_listen_port=0)
+                            temp_dir=temp_dir, dashboard_agent_listen_port=0, include_log_monitor=True)
 
 
 @contextmanager
@@ -60,13 +63,24 @@ def local_cluster(worker_nodes: int = 2, cpus_per_node: int = 1,
     """
     for k, v in _LIGHT_ENV.items():
         os.environ.setdefault(k, v)
+    # Every process of the cluster gets its address, as a pod's do: Ray Train's placement-group cleaner looks the
+    # cluster up "auto"matically, which fails (a traceback in the job's log) when another Ray instance runs on
+    # the same machine; with the GCS port chosen here, RAY_ADDRESS can name this cluster before it starts.
+    saved_address = os.environ.get("RAY_ADDRESS")
+    gcs_port = _free_port()
+    os.environ["RAY_ADDRESS"] = f"{ray.util.get_node_ip_address()}:{gcs_port}"
     common = {"object_store_memory": object_store_memory}
     # Every node's dashboard agent listens on 52365 by default: with a second local cluster on the machine (tests
     # side by side) the head's agent cannot bind it and the Jobs API answers "No available agent" forever.
-    head = {"num_cpus": 0, "include_dashboard": dashboard, "dashboard_agent_listen_port": 0, **common}
+    head = {"num_cpus": 0, "include_dashboard": dashboard, "dashboard_agent_listen_port": 0,
+            "gcs_server_port": gcs_port, **common}
     if dashboard:
         head["dashboard_port"] = dashboard_port
-    cluster = Cluster(initialize_head=True, head_node_args=head)
+    try:
+        cluster = Cluster(initialize_head=True, head_node_args=head)
+    except BaseException:
+        _restore("RAY_ADDRESS", saved_address)
+        raise
     try:
         for _ in range(worker_nodes):
             add_worker_node(cluster, cpus_per_node, num_gpus, object_store_memory)
@@ -78,3 +92,17 @@ def local_cluster(worker_nodes: int = 2, cpus_per_node: int = 1,
         cluster.shutdown()
         for d in cluster.__dict__.get("_node_temp_dirs", []):
             shutil.rmtree(d, ignore_errors=True)
+        _restore("RAY_ADDRESS", saved_address)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+def _restore(key: str, value: Optional[str]) -> None:
+    if value is None:
+        os.environ.pop(key, None)
+    else:
+        os.environ[key] = value

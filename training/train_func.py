@@ -26,6 +26,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
+from . import fabric as _fabric
 from .data import RandomTokens
 from .model import DecoderLM, get_config, lm_loss
 
@@ -42,6 +43,11 @@ DEFAULTS: dict[str, Any] = {
     "fail_at_step": None,
     "fail_ranks": (1,),
     "threads": 1,
+    # Fabric (training/fabric.py): capture NCCL's INIT/NET lines per rank under fabric_dir and judge them;
+    # require_efa stops the attempt right after NCCL initialisation unless the verdict is efa.
+    "fabric": True,
+    "fabric_dir": None,
+    "require_efa": False,
 }
 
 
@@ -90,7 +96,7 @@ def _load(ckpt: ray.train.Checkpoint, model: torch.nn.Module, opt: torch.optim.O
 
 
 def _report(metrics: dict, model: torch.nn.Module, opt: torch.optim.Optimizer, rank: int,
-            checkpoint: bool) -> None:
+            checkpoint: bool, fabric: Optional[dict] = None) -> None:
     """Report on every rank; with ``checkpoint`` each rank also saves its DCP shard (rank 0 adds meta.pt)
     under a shared ``step_NNNNNN`` name so Ray merges all ranks' files into one checkpoint directory."""
     if not checkpoint:
@@ -102,6 +108,9 @@ def _report(metrics: dict, model: torch.nn.Module, opt: torch.optim.Optimizer, r
         if rank == 0:
             meta = {k: metrics[k] for k in ("step", "loss", "loss_first")}
             torch.save(meta, os.path.join(tmp, "meta.pt"))
+            if fabric is not None:  # the verdict travels with the checkpoint: a resumed run can compare
+                with open(os.path.join(tmp, _fabric.FABRIC_FILE), "wb") as f:
+                    f.write(_fabric.checkpoint_record(fabric, metrics["step"]))
         ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(tmp),
                          checkpoint_dir_name=f"step_{metrics['step']:06d}")
 
@@ -117,6 +126,19 @@ def train_func(config: Optional[dict]) -> dict:
     mcfg = get_config(cfg["preset"])
     steps, every = int(cfg["steps"]), int(cfg["checkpoint_every"] or 0)
 
+    # Set NCCL's capture env before its first line (the first collective, just below), then judge the fabric.
+    probe = _fabric.Probe(dist.get_backend(), rank, ctx.get_local_rank(), cfg["fabric_dir"],
+                          enabled=bool(cfg["fabric"] or cfg["require_efa"]))
+    dist.all_reduce(torch.zeros(1, device=device))  # NCCL creates its communicator and logs INIT/NET here
+    ckpt = ray.train.get_checkpoint()
+    fabric = probe.judge(dist, final=False, previous=_fabric.previous_verdict(ckpt) if rank == 0 else None,
+                         broadcast=bool(cfg["require_efa"]))
+    if rank == 0 and fabric is not None:
+        print(_fabric.line(fabric), flush=True)
+    if cfg["require_efa"] and fabric is not None and fabric["verdict"] != "efa":
+        # Every rank got the verdict: all stop here, before the model exists and before any report/checkpoint.
+        return {"refused": "require_efa", "fabric": fabric, "rank": rank, "world_size": world}
+
     torch.manual_seed(cfg["seed"])
     with torch.device(device):
         model = DecoderLM(mcfg)
@@ -125,7 +147,6 @@ def train_func(config: Optional[dict]) -> dict:
     data = RandomTokens(mcfg.vocab_size, mcfg.seq_len, cfg["batch_size"], cfg["seed"], rank)
 
     resumed_from, loss_first, loss_val = 0, None, float("nan")
-    ckpt = ray.train.get_checkpoint()
     if ckpt is not None:
         meta = _load(ckpt, model, opt)
         resumed_from, loss_first = int(meta["step"]), meta["loss_first"]
@@ -139,6 +160,7 @@ def train_func(config: Optional[dict]) -> dict:
         "tokens_per_s": 0.0, "global_tokens_per_s": 0.0, "steady_global_tokens_per_s": 0.0,
         "backend": dist.get_backend(), "world_size": world, "rank": rank, "node_id": node_id,
         "nodes": nodes, "shard_fraction": shard_fraction(model), "resumed_from_step": resumed_from,
+        "fabric": fabric,
     }
     tokens_per_step = cfg["batch_size"] * mcfg.seq_len
 
@@ -172,6 +194,16 @@ def train_func(config: Optional[dict]) -> dict:
         if rank == 0:
             print(f"[train] step {step}/{steps} loss {loss_val:.4f} global_tok/s {tps * world:.0f} "
                   f"world {world}", flush=True)
-        _report(dict(metrics), model, opt, rank, checkpoint=ckpt_due)  # a copy: Ray queues it as is
+        _report({k: v for k, v in metrics.items() if k != "fabric"}, model, opt, rank, checkpoint=ckpt_due,
+                fabric=fabric)  # a copy: Ray queues it as is
         window_t, window_start = now, step
+    # The whole run's verdict: every rank's log now, and what each node's EFA counters moved since the start.
+    # Lower bound of the inter-node bytes per node: FSDP all-gathers every parameter at least once per step, and a
+    # node must receive the (nodes-1)/nodes of them that other nodes hold.
+    n_nodes = len({n["node_id"] for n in nodes})
+    param_bytes = sum(p.numel() for p in model.parameters()) * (2 if use_gpu else 4)
+    expected = param_bytes * max(steps - resumed_from, 0) * (n_nodes - 1) / n_nodes if n_nodes > 1 else None
+    final = probe.judge(dist, final=True, previous=(fabric or {}).get("previous"), expected_bytes_per_node=expected)
+    if final is not None:
+        metrics["fabric"] = final
     return metrics

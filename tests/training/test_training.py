@@ -61,7 +61,9 @@ def test_train_spreads_shards_and_learns(baseline):
     ckpt = Path(baseline.checkpoint.path)
     assert ckpt.name == "step_000020"
     names = {p.name for p in ckpt.iterdir()}
-    assert {".metadata", "meta.pt"} <= names
+    assert {".metadata", "meta.pt", "fabric.json"} <= names
+    assert json.loads((ckpt / "fabric.json").read_text())["verdict"] == "not-nccl"  # kept for a resumed run
+    assert m["fabric"]["verdict"] == "not-nccl" and m["fabric"]["at"] == "end"
     assert len([n for n in names if n.endswith(".distcp")]) == 2  # one shard file per rank
 
 
@@ -91,6 +93,8 @@ def test_new_run_resumes_after_all_workers_killed(baseline, tmp_path):
     assert m["resumed_from_step"] == 10
     assert m["step"] == 20
     assert m["loss"] == pytest.approx(baseline.return_value["loss"], rel=1e-5)
+    assert m["fabric"]["previous"] == {"verdict": "not-nccl", "network": None, "provider": None, "nodes": None,
+                                       "step": 10}  # read back from the checkpoint it resumed from
 
 
 def test_storage_path_resolution(tmp_path, monkeypatch):
@@ -126,6 +130,24 @@ def test_cli_json_last_line(tmp_path):
     assert summary["storage_path"] == str(tmp_path)
     assert (tmp_path / "cli" / "step_000010" / ".metadata").exists()
     assert "wall_s" in summary
+    fab = summary["fabric"]  # a CPU run: gloo, so no NCCL network to judge, and it says so
+    assert fab["verdict"] == "not-nccl" and fab["backend"] == "gloo" and "NCCL" in fab["reasons"][0]
+    assert "[fabric] not-nccl (backend gloo" in proc.stdout  # from rank 0, through the log monitor
+    assert "fabric=not-nccl" in [ln for ln in proc.stdout.splitlines() if ln.startswith("[summary]")][0]
+
+
+def test_cli_require_efa_on_cpu_stops_at_the_first_collective(cluster, tmp_path):
+    """Against the module's cluster (no new one): exit 5 right after start-up, one clear line, no checkpoint."""
+    import time
+
+    t0 = time.monotonic()
+    proc = _cli("--address", cluster.address, "--require-efa", "--json", "--storage-path", str(tmp_path),
+                "--name", "strict", "--steps", "10", "--checkpoint-every", "5", timeout=170)
+    took = time.monotonic() - t0
+    out = _one_clear_line(proc, 5, "--require-efa", "not-nccl", "nothing was checkpointed")
+    assert out["fabric"]["verdict"] == "not-nccl" and "gloo" in out["fabric"]["reasons"][0]
+    assert "[train] step" not in proc.stdout and not list(tmp_path.rglob("step_*"))
+    print(f"--require-efa on CPU exited {proc.returncode} after {took:.1f} s (start-up included)")
 
 
 # -- the CLI: submit's working dir, and no tracebacks (exit codes in training/__main__.py's docstring) -------------
@@ -135,12 +157,24 @@ def test_submit_ships_the_training_package_alone(tmp_path):
 
     from ray_efa_eks.training.__main__ import stage_package
 
+    from ray_efa_eks.training.__main__ import EFACHECK_FILES
+
     wd = stage_package(tmp_path)
-    assert [p.name for p in wd.iterdir()] == ["training"]  # not the repo, not site-packages
+    # not the repo, not site-packages: training, and the efacheck modules its fabric verdict imports
+    assert sorted(p.name for p in wd.iterdir()) == ["efacheck", "training"]
     pkg = importlib.resources.files("ray_efa_eks.training")
     want = sorted(p.name for p in pkg.iterdir() if p.name.endswith(".py"))
     assert sorted(p.name for p in (wd / "training").iterdir()) == want
     assert (wd / "training" / "trainer.py").read_bytes() == (pkg / "trainer.py").read_bytes()
+    assert sorted(p.name for p in (wd / "efacheck").iterdir()) == sorted(EFACHECK_FILES)
+    # In the job, training.fabric judges with the shipped copy of the gate's code (nothing else on the path).
+    log = REPO / "tests/fixtures/nccl-logs/real_efa_g7e_slurm_nccl2292_ofi1180_2node.log"
+    code = ("import sys, training.fabric as f; assert 'ray_efa_eks' not in sys.modules; "
+            f"print(f.NCCL_LOG_MODULE, f.summarize('nccl', {{'r0': open({str(log)!r}, 'rb').read()}})['verdict'])")
+    out = subprocess.run([sys.executable, "-S", "-c", code], cwd=wd, capture_output=True, text=True, timeout=60,
+                         env={"PATH": os.environ.get("PATH", "")})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["efacheck.nccl_log", "efa"]
 
 
 def _cli(*args: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
