@@ -257,7 +257,10 @@ class Probe:
         if self.local_rank != 0:  # one reader per node
             return None
         try:
-            return _sibling(EFA_COUNTERS_MODULE).read_counters()
+            counters = _sibling(EFA_COUNTERS_MODULE)
+            if hasattr(counters, "read_view"):  # the host's sysfs view first (GPU pods mount it at /host/sys)
+                return counters.read_view()["snapshot"]
+            return counters.read_counters()
         except Exception:  # noqa: BLE001 - no efacheck, no sysfs: simply no counters
             return None
 
