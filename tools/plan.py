@@ -312,6 +312,30 @@ def _capacity(g: layout.NodeGroup) -> str:
     return f"{mode} {_show(g.reservation)}" if g.reservation is not None else mode
 
 
+_GATE_FLAGS = {"--expect-nodes": "nodes", "--expect-gpus-per-node": "gpusPerNode", "--expect-nics": "efaInterfaces",
+               "--efa-gbps": "lineRateGbps"}
+
+
+def efa_gate(st: Stack) -> dict[str, Any] | str:
+    """What the EFA check Job will demand (its ``efacheck.efa_check`` arguments, from the catalogue), or "(none)"."""
+    import shlex
+
+    for job in st.of_type("kubernetes:batch/v1:Job"):
+        containers = layout.dig(job.props, "spec", "template", "spec", "containers", default=[])
+        for c in containers if isinstance(containers, list) else []:
+            command = c.get("command") if isinstance(c, dict) else None
+            script = next((a for a in (command if isinstance(command, list) else [])
+                           if isinstance(a, str) and "efacheck.efa_check" in a), "")
+            line = next((ln for ln in script.splitlines() if "efacheck.efa_check" in ln and " -- " in ln), "")
+            if not line:
+                continue
+            argv = shlex.split(line.split(" -- ", 1)[1])
+            out: dict[str, Any] = {k: argv[argv.index(f) + 1] for f, k in _GATE_FLAGS.items() if f in argv[:-1]}
+            out["gpudirectRdma"] = "required" if "--expect-gdrdma" in argv else "not required"
+            return out
+    return "(none)"
+
+
 def settings_of(st: Stack, region: str) -> dict[str, Any]:
     """The settings that matter for this stack, as plain data (the ``settings`` of ``--json``)."""
     node_groups = {}
@@ -354,6 +378,7 @@ def settings_of(st: Stack, region: str) -> dict[str, Any]:
         "helmCharts": charts,
         "imageTags": ", ".join(sorted({image_tag(i) or i.rsplit("@", 1)[-1] for i in images})) or "(none)",
         "pods": pods,
+        "efaGate": efa_gate(st),
         "estimatedHourlyUsd": cost if cost is not None else "unknown: " + "; ".join(missing),
     }
 
@@ -385,6 +410,11 @@ def render_text(plan: Plan) -> str:
     for name, p in s["pods"].items():
         lines.append(f"    {name:<{width}}  {str(p['replicas']):<8}  {str(p['cpu']):<5}  {str(p['memory']):<6}  "
                      f"{str(p['gpu']):<3}  {str(p['efa']):<3}  {p['guaranteedQoS']:<10}  {p['image']}")
+    gate = s.get("efaGate")
+    if isinstance(gate, dict):
+        lines.append(f"  EFA gate expects: {gate.get('nodes', '?')} nodes x {gate.get('gpusPerNode', '?')} GPUs, "
+                     f"{gate.get('efaInterfaces', 0)} EFA interfaces/node, line rate "
+                     f"{gate.get('lineRateGbps', '?')} Gbit/s, GPUDirect RDMA {gate['gpudirectRdma']}")
     cost = s["estimatedHourlyUsd"]
     lines.append("  estimated cost: " + (f"${cost:,.2f}/hour (on-demand nodes + EKS control plane + NAT gateways, "
                                           "before storage and data transfer)" if isinstance(cost, (int, float)) else cost))

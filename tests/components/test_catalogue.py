@@ -211,6 +211,9 @@ def test_the_large_types_get_their_interfaces_and_line_rate(planned):
         assert run.outputs["efaInterfacesPerNode"] == nics
         assert f"--expect-nics {nics} --expect-gdrdma --efa-gbps {gbps} " in \
             run.one("kubernetes:batch/v1:Job")["spec"]["template"]["spec"]["containers"][0]["command"][2]
+        assert plan.settings["efaGate"] == {"nodes": "2", "gpusPerNode": "8", "efaInterfaces": str(nics),
+                                            "lineRateGbps": gbps, "gpudirectRdma": "required"}
+        assert plan.settings["nodeGroups"]["gpu-mng"]["efaInterfacesPerNode"] == nics
 
 
 # -- every region ------------------------------------------------------------------------------------------------
