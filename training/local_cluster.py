@@ -27,6 +27,9 @@ _LIGHT_ENV = {
     "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",
     # Ray Train's print patch tees worker prints to stdout and the log, so each line shows twice.
     "RAY_TRAIN_ENABLE_PRINT_PATCH": "0",
+    # The dashboard starts each module in a subprocess and gives up after 30 s (ray/dashboard/consts.py
+    # SUBPROCESS_MODULE_WAIT_READY_TIMEOUT): "Module MetricsHead failed to start" on a loaded 2-core box.
+    "RAY_DASHBOARD_SUBPROCESS_MODULE_WAIT_READY_TIMEOUT": "180",
 }
 
 
@@ -69,6 +72,16 @@ def local_cluster(worker_nodes: int = 2, cpus_per_node: int = 1,
     saved_address = os.environ.get("RAY_ADDRESS")
     gcs_port = _free_port()
     os.environ["RAY_ADDRESS"] = f"{ray.util.get_node_ip_address()}:{gcs_port}"
+    # That does not reach job drivers: the Jobs API resets RAY_ADDRESS to "auto" and resolves each driver's address
+    # from "ray_current_cluster" in the head's temp dir (job_supervisor.py _get_driver_env_vars), falling back to any
+    # raylet's --gcs-address that `ps` shows (services.py get_ray_address_from_environment). Under the default temp
+    # root /tmp/ray that file is machine-wide: every Cluster() writes its address there and deletes the file on
+    # shutdown, whoever wrote it last. With another local cluster on the machine (a test before, a session beside)
+    # the driver joined THAT cluster, and failed with "Failed to connect to GCS within 60 seconds" once it stopped
+    # (issue 31). A private temp root per cluster, inherited by every process it starts, keeps the file its own.
+    saved_tmpdir = os.environ.get("RAY_TMPDIR")
+    ray_tmp = tempfile.mkdtemp(prefix="rt-")  # short: Ray's unix socket paths live under it
+    os.environ["RAY_TMPDIR"] = ray_tmp
     common = {"object_store_memory": object_store_memory}
     # Every node's dashboard agent listens on 52365 by default: with a second local cluster on the machine (tests
     # side by side) the head's agent cannot bind it and the Jobs API answers "No available agent" forever.
@@ -80,6 +93,8 @@ def local_cluster(worker_nodes: int = 2, cpus_per_node: int = 1,
         cluster = Cluster(initialize_head=True, head_node_args=head)
     except BaseException:
         _restore("RAY_ADDRESS", saved_address)
+        _restore("RAY_TMPDIR", saved_tmpdir)
+        shutil.rmtree(ray_tmp, ignore_errors=True)
         raise
     try:
         for _ in range(worker_nodes):
@@ -89,10 +104,12 @@ def local_cluster(worker_nodes: int = 2, cpus_per_node: int = 1,
         yield cluster
     finally:
         ray.shutdown()
-        cluster.shutdown()
+        cluster.shutdown()  # deletes ray_current_cluster under RAY_TMPDIR: ours, no other cluster's
         for d in cluster.__dict__.get("_node_temp_dirs", []):
             shutil.rmtree(d, ignore_errors=True)
         _restore("RAY_ADDRESS", saved_address)
+        _restore("RAY_TMPDIR", saved_tmpdir)
+        shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
 def _free_port() -> int:

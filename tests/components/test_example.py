@@ -53,3 +53,12 @@ def test_example_instance_type_is_config(tmp_path):
 def test_example_exports_the_ray_token(example_run):
     """Token auth is on by default in RayCluster: a repo built from the blocks must hand its users the token."""
     assert "rayAuthToken" in example_run.outputs
+
+
+def test_example_launch_templates_keep_pods_off_imds(example_run):
+    """The example builds its node groups without ``hardening``: both templates still carry IMDSv2 with hop limit 1
+    (pods cannot reach the node role through IMDS), in full, as EC2 gets them."""
+    lts = {r.name: r["metadataOptions"] for r in example_run.of_type("aws:ec2/launchTemplate:LaunchTemplate")}
+    assert len(lts) == 2, sorted(lts)  # the system group's and the GPU group's own templates
+    for name, opts in lts.items():
+        assert opts == {"httpEndpoint": "enabled", "httpTokens": "required", "httpPutResponseHopLimit": 1}, name

@@ -233,6 +233,19 @@ def test_hardening_escape_hatches():
     assert lt["blockDeviceMappings"][0]["ebs"]["encrypted"] == "false"
 
 
+def test_hardening_defaults_keep_pods_off_imds():
+    """What a repo building the node groups without ``hardening`` gets (examples/other_instance_type does): IMDSv2
+    required and hop limit 1, so a pod (one hop further than the node) cannot read the node role's credentials
+    (EC2 User Guide, "Configure the instance metadata options": hop limit 1 keeps IMDS from containers)."""
+    from ray_efa_eks.components.node_groups import EfaGpuNodeGroupArgs, SystemNodeGroupArgs
+
+    want = {"http_endpoint": "enabled", "http_tokens": "required", "http_put_response_hop_limit": 1}
+    assert NodeHardening().metadata_options() == want
+    for cls in (EfaGpuNodeGroupArgs, SystemNodeGroupArgs):
+        default = cls.__dataclass_fields__["hardening"].default_factory()
+        assert default.metadata_options() == want and default.root_volume(50)["ebs"]["encrypted"] == "true", cls
+
+
 def test_hardening_refuses_bad_values():
     with pytest.raises(ValueError, match="1..64"):
         NodeHardening(imds_hop_limit=0)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -27,7 +28,7 @@ pytest.importorskip("aiohttp")  # ray[default]: dashboard + Jobs API
 
 from ray_efa_eks.components.efa_check import (  # noqa: E402
     MOUNT, Deadlines, check_args, check_script, check_files)
-from ray_efa_eks.components.instances import InstanceType  # noqa: E402
+from ray_efa_eks.components.instances import CATALOGUE, InstanceType  # noqa: E402
 from ray_efa_eks.tools.mockrun import run_program  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -40,7 +41,7 @@ import sys, time
 import ray
 from ray_efa_eks.training.local_cluster import local_cluster
 with local_cluster(worker_nodes=0, dashboard=True) as c:
-    print("http://" + c.webui_url, flush=True)
+    print("http://" + c.webui_url, c.address, flush=True)
     for line in sys.stdin:
         cmd = line.split()
         if cmd[0] == "clear":
@@ -60,7 +61,7 @@ class Cluster:
     def __init__(self, env: dict[str, str]):
         self.proc = subprocess.Popen([sys.executable, "-c", SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      text=True, env=env, cwd=REPO)
-        self.url = self.proc.stdout.readline().strip()
+        self.url, _, self.gcs = self.proc.stdout.readline().strip().partition(" ")
         assert self.url.startswith("http://"), f"local cluster did not start (exit {self.proc.poll()})"
         end = time.monotonic() + 120  # the Jobs API answers a little after the dashboard URL is known
         while True:
@@ -127,6 +128,38 @@ def verdict(out: str) -> dict:
     """The check's JSON object, as it comes back through `ray job logs` in the Job's log."""
     start = out.index('{\n  "verdict"')
     return json.JSONDecoder().raw_decode(out[start:])[0]
+
+
+def verdict_of(out: str, kind: str) -> dict:
+    """The one-line JSON the script itself prints (head unreachable, submit failed, timeout)."""
+    line = next(ln for ln in out.splitlines() if ln.startswith(f'{{"verdict": "{kind}"'))
+    return json.loads(line)
+
+
+GPU_TYPES = sorted(n for n, t in CATALOGUE.items() if t.gpus)
+
+
+def test_the_catalogue_has_gpudirect_rdma_types():
+    """Not vacuous: the per-type test below sees both kinds (EC2: p4d/p5 GPUs reach EFA by GPUDirect RDMA)."""
+    assert {"p4d.24xlarge", "p5.48xlarge"} <= {n for n in GPU_TYPES if CATALOGUE[n].gpudirect_rdma}
+    assert any(not CATALOGUE[n].gpudirect_rdma for n in GPU_TYPES)
+
+
+@pytest.mark.parametrize("name", GPU_TYPES)
+def test_gate_arguments_for_every_catalogue_gpu_type(name):
+    """What the gate's check reads from its arguments, per type: GPUs, EFA interfaces and GPUDirect RDMA; a GDRDMA
+    type's gate refuses NET connections without /GDRDMA (a g7e log that lacks them comes out 'fallback')."""
+    from ray_efa_eks.efacheck.efa_check import parser
+    from ray_efa_eks.efacheck.nccl_log import analyze_paths
+
+    it = CATALOGUE[name]
+    a = parser().parse_args(check_args(it, 2, Deadlines(), image="img:1"))
+    assert (a.expect_nodes, a.expect_gpus_per_node) == (2, it.gpus)
+    assert a.expect_nics == (it.max_efa_interfaces or None) and a.expect_gdrdma is it.gpudirect_rdma
+    assert a.efa_gbps == (it.efa_gbps or None)
+    no_gdr = REPO / "tests" / "fixtures" / "nccl-logs" / "real_efa_g7e_slurm_nccl2292_ofi1180_2node.log"
+    assert analyze_paths([no_gdr], expect_gdrdma=a.expect_gdrdma).verdict == ("fallback" if it.gpudirect_rdma
+                                                                              else "efa")
 
 
 def test_the_stack_renders_the_rehearsed_script(tmp_path):
@@ -198,6 +231,61 @@ def test_second_node_joins_in_time_then_logical_gpus_without_cuda_fail_cleanly(c
     assert v["backend"] == "nccl" and v["verdict"] not in ("efa", "fallback")
     assert "CUDA is not available in 2 of 2 ranks" in v["failure"]["reason"]
     assert "gloo" not in json.dumps(v) and "Traceback" not in out
+
+
+@pytest.fixture(scope="module")
+def sleeper(tmp_path_factory) -> tuple[Path, Path]:
+    """A Job code mount whose stand-in check records where it runs, then sleeps past any budget; and that record."""
+    root = tmp_path_factory.mktemp("sleeper")
+    record = root / "driver.json"
+    (root / "efacheck").mkdir()
+    (root / "efacheck" / "__init__.py").write_text("")
+    (root / "efacheck" / "efa_check.py").write_text(
+        "import json, os, time\n"
+        f"with open({str(record)!r}, 'w') as f:\n"
+        "    json.dump({'pid': os.getpid(), 'ray_address': os.environ.get('RAY_ADDRESS')}, f)\n"
+        "print('stand-in check started', flush=True)\n"
+        "time.sleep(900)\n")
+    return root, record
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_a_check_that_overruns_its_budget_is_stopped_and_exits_2(cluster, sleeper, env):
+    """The script's timeout branch: `timeout <check_s> ray job logs` gives up, the Ray job is stopped (its driver
+    killed), and the Job exits 2 with stage `timeout`. The stand-in's driver also shows that the Jobs API handed it
+    this cluster's GCS (not another local cluster's on the same machine, issue 31)."""
+    from ray.job_submission import JobStatus, JobSubmissionClient
+
+    mount, record = sleeper
+    d = Deadlines(head_wait_s=120, topology_wait_s=5, sweep_timeout_s=5, startup_s=35)  # check_s = 45
+    text = check_script(cluster.url, check_args(ONE_GPU, 2, d), d, working_dir=str(mount))
+    r = subprocess.run(["bash", "-c", text], env=env, capture_output=True, text=True, timeout=300)
+    out = r.stdout + r.stderr
+    assert r.returncode == 2, out[-4000:]
+    v = verdict_of(r.stdout, "undetermined")
+    assert v["code"] == 2 and v["failure"]["stage"] == "timeout", v
+    assert f"within {d.check_s} s; job stopped" in v["failure"]["reason"]
+    job_id = re.search(r"efa-check-\d+-\d+-\d+", out).group(0)
+    client = JobSubmissionClient(cluster.url)
+    end = time.monotonic() + 60
+    while client.get_job_status(job_id) != JobStatus.STOPPED and time.monotonic() < end:
+        time.sleep(1)
+    assert client.get_job_status(job_id) == JobStatus.STOPPED, client.get_job_info(job_id)
+    if record.exists():  # the driver started within the budget (it does, unless the machine is swamped)
+        seen = json.loads(record.read_text())
+        assert seen["ray_address"] == cluster.gcs, (seen, cluster.gcs)
+        end = time.monotonic() + 60
+        while _alive(seen["pid"]) and time.monotonic() < end:
+            time.sleep(1)
+        assert not _alive(seen["pid"]), "the stopped job's driver is still running"
+    assert "Traceback" not in out
 
 
 # -- the Job as Pulumi sees it: deadlines agree, re-runs on change, a failed Job does not wedge later ups ----------
