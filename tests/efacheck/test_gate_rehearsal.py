@@ -170,7 +170,7 @@ def test_the_stack_renders_the_rehearsed_script(tmp_path):
     from ray_efa_eks.components.instances import CATALOGUE
 
     image = job["spec"]["template"]["spec"]["containers"][0]["image"]
-    args = check_args(CATALOGUE["g6.12xlarge"], 2, Deadlines(), image=image)
+    args = check_args(CATALOGUE["g6.12xlarge"], 2, Deadlines(), image=image, require_counters=True, storage_proof=True)
     assert "--efa-gbps" in args and "--compare-socket" not in args
     assert cmd[2] == check_script("http://ray-head-svc.ray.svc.cluster.local:8265", args, Deadlines(), MOUNT)
     assert args[args.index("--expect-gpus-per-node") + 1] == "4" and args[args.index("--expect-nics") + 1] == "1"
