@@ -44,8 +44,9 @@ class NoPrice(LookupError):
     def __init__(self, region: str, what: str):
         self.region = region
         self.what = what
-        super().__init__(f"no price for {region} ({what}; prices are held for {', '.join(PRICED_REGIONS)} only, "
-                         "see components/instances.py)")
+        why = ("the price source has no figure for it" if region in PRICED_REGIONS
+               else f"prices are held for {', '.join(PRICED_REGIONS)} only")
+        super().__init__(f"no price for {region} ({what}; {why}, see components/instances.py)")
 
 
 def regional(table: dict[str, float], region: str, what: str) -> float:

@@ -12,7 +12,7 @@ import pytest
 
 from ray_efa_eks.components.capacity import CAPACITY_BLOCK, config_problem
 from ray_efa_eks.components.config import ConfigError, StackConfig
-from ray_efa_eks.components.instances import CATALOGUE, PRICED_REGIONS, REFUSED, lookup
+from ray_efa_eks.components.instances import CATALOGUE, PRICED_REGIONS, REFUSED, NoPrice, lookup
 from ray_efa_eks.tools import gen_catalogue as gen
 from ray_efa_eks.tools import layout, mockrun
 from ray_efa_eks.tools.plan import make_plan
@@ -108,6 +108,8 @@ def test_prices_only_where_the_source_has_them():
         assert it.price_usd_hour == ({"us-east-1": gen.PRICES["us-east-1"][name]}
                                      if name in gen.PRICES["us-east-1"] else {})
     assert CATALOGUE["p5e.48xlarge"].price_usd_hour == {}  # not in the source: "no price", not a guess
+    with pytest.raises(NoPrice, match=r"no price for us-east-1 \(p5e.48xlarge; the price source has no figure"):
+        CATALOGUE["p5e.48xlarge"].hourly_usd("us-east-1")
     assert CATALOGUE["g6.12xlarge"].hourly_usd("us-east-1") == 4.6016
     assert CATALOGUE["p6-b200.48xlarge"].hourly_usd("us-east-1") == 113.9328
 

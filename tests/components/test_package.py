@@ -161,6 +161,9 @@ def test_installed_wheel_is_namespaced_and_not_shadowed(tmp_path):
                     str(src)], check=True, capture_output=True, timeout=300)
     wheel = next(wheels.glob("ray_efa_eks-*.whl"))
     tops = {n.split("/", 1)[0] for n in zipfile.ZipFile(wheel).namelist()}
+    # the generated data the library and the mock runner read at run time (pyproject package-data)
+    assert {"ray_efa_eks/components/catalogue.json", "ray_efa_eks/tools/offerings.json"} <= set(
+        zipfile.ZipFile(wheel).namelist())
     assert {t for t in tops if not t.endswith(".dist-info")} == {"ray_efa_eks"}
     site = tmp_path / "site"
     with zipfile.ZipFile(wheel) as z:
