@@ -148,22 +148,39 @@ def _config_key(path: str) -> str:
     return path.replace("/", ".")
 
 
+def gate_transport(efa: bool, node_count: int) -> str:
+    """What the gate can prove for a shape the config accepts: ``efa`` across >= 2 EFA nodes; ``socket`` across
+    >= 2 nodes without EFA (NCCL's Socket transport); ``intra-node`` on one GPU node (no peer: EFA is not
+    exercised, with or without ``allowSingleEfaNode``)."""
+    if node_count == 1:
+        return "intra-node"
+    return "efa" if efa else "socket"
+
+
 def check_args(instance_type: InstanceType | None, node_count: int, deadlines: Deadlines,
                min_busbw_gbps: float = 0.0, extra: list[str] | None = None, *, image: str | None = None,
                min_busbw_fraction: float = 0.0, compare_socket: bool = False,
                strict_versions: bool = False, require_counters: bool = False,
-               storage_proof: bool = False) -> list[str]:
-    """``efacheck.efa_check`` arguments: the declared topology and the deadlines, from the catalogue and config."""
+               storage_proof: bool = False, transport: str = "efa") -> list[str]:
+    """``efacheck.efa_check`` arguments: the declared topology and the deadlines, from the catalogue and config.
+
+    transport (:func:`gate_transport`): for ``socket`` and ``intra-node`` nothing EFA-specific is demanded (no EFA
+    interfaces, GPUDirect RDMA, line-rate fraction, counters or Socket comparison): the gate demands only what the
+    shape can have."""
+    efa = transport == "efa"
     args = ["--json", "--address", "auto", "--expect-nodes", str(node_count),
             "--wait-s", str(deadlines.topology_wait_s), "--timeout-s", str(deadlines.sweep_timeout_s)]
+    if not efa:
+        args += ["--expect-transport", transport]
+        min_busbw_fraction, compare_socket, require_counters = 0.0, False, False
     if instance_type is not None:
         args += ["--expect-gpus-per-node", str(instance_type.gpus)]
-        if instance_type.max_efa_interfaces:
+        if efa and instance_type.max_efa_interfaces:
             args += ["--expect-nics", str(instance_type.max_efa_interfaces)]
-        if instance_type.gpudirect_rdma:
+        if efa and instance_type.gpudirect_rdma:
             args.append("--expect-gdrdma")
         gbps = getattr(instance_type, "efa_gbps", None)
-        if gbps:
+        if gbps and efa:
             args += ["--efa-gbps", f"{gbps:g}"]
     if image:
         args += ["--image", image]
@@ -254,12 +271,14 @@ class EfaCheckJob(pulumi.ComponentResource):
         code = k8s.core.v1.ConfigMap(f"{name}-code", metadata={"name": f"{name}-code", "namespace": args.namespace},
                                      data={_config_key(p): t for p, t in files.items()}, opts=child)
         folders = sorted({p.split("/", 1)[0] for p in files})
-        d = dataclasses.replace(args.deadlines, sweeps=2 if args.compare_socket else 1)
+        transport = gate_transport(args.efa, args.node_count)
+        d = dataclasses.replace(args.deadlines, sweeps=2 if args.compare_socket and transport == "efa" else 1)
         cargs = check_args(args.instance_type, args.node_count, d, args.min_busbw_gbps, args.extra_check_args,
                            image=args.image, min_busbw_fraction=args.min_busbw_fraction,
                            compare_socket=args.compare_socket, strict_versions=args.strict_versions,
                            require_counters=args.require_counters and args.efa,
-                           storage_proof=args.storage_proof)
+                           storage_proof=args.storage_proof, transport=transport)
+        self.transport = transport
         nccl_env = efa_env(args.instance_type, args.efa, args.nccl_debug, args.nccl_net_plugin) \
             if args.instance_type is not None else []
         annotations = {"pulumi.com/replaceUnready": "true"}

@@ -25,7 +25,7 @@ from .cluster import Cluster, ClusterArgs
 from .config import ConfigError, StackConfig
 from .cost import estimate
 from .device_plugins import DevicePlugins, DevicePluginsArgs
-from .efa_check import Deadlines, EfaCheckJob, EfaCheckJobArgs
+from .efa_check import Deadlines, EfaCheckJob, EfaCheckJobArgs, gate_transport
 from .kuberay import KubeRayOperator, KubeRayOperatorArgs
 from .launch_template import NodeHardening
 from .network import Network, NetworkArgs
@@ -249,6 +249,14 @@ class EfaRayCluster(pulumi.ComponentResource):
             depends_on=[operator, plugins, *([storage] if storage else []), *cluster.addons]), opts=child)
         check = None
         if cfg.efaCheck and cfg.gpuNodeCount > 0:
+            shape = gate_transport(cfg.efa, cfg.gpuNodeCount)
+            if shape == "socket":
+                pulumi.log.warn("efaCheck with efa: false: the gate checks that NCCL works across the GPU nodes over "
+                                "its Socket transport (TCP); it does not prove EFA", resource=self)
+            elif shape == "intra-node":
+                pulumi.log.warn("efaCheck with one GPU node: the gate checks NCCL inside the node only; EFA (and any "
+                                "inter-node path) is not exercised. Use gpuNodeCount >= 2 for the EFA proof",
+                                resource=self)
             check = EfaCheckJob("efa-check", EfaCheckJobArgs(
                 provider=cluster.provider, image=cfg.dlcImage, namespace=ray.namespace,
                 dashboard_address=ray.dashboard_address, ray_cluster=ray.custom_resource,

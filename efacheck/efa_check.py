@@ -31,6 +31,12 @@ python -m ray_efa_eks.efacheck.efa_check [--address auto | --local] [--json] [--
     [--efa-gbps G --min-busbw-fraction F] [--compare-socket] [--preset P] [--manifest JSON | --image REF]
     [--strict-versions] [--report DIR]
 
+Every shape the stack accepts has a gate it can pass (``--expect-transport``): ``efa`` (the default) is the proof
+above; ``socket`` (a stack with ``efa: false``) passes when NCCL crossed the nodes over its Socket transport, the
+collectives gave the right values, and says EFA was not exercised (exit 0, verdict ``socket``); ``intra-node`` (one
+GPU node) runs NCCL across the node's GPUs only and says EFA was not exercised (exit 0, verdict ``intra_node``).
+Neither demands EFA interfaces, GPUDirect RDMA, counters or a second node.
+
 Second witness and extras where their modules are present (issues 15/16): EFA hardware counters per node before
 and after the sweep (counters flat while the log says efa -> fallback), the three FSDP collectives with the
 preset's shard sizes, an NCCL_NET=Socket sweep in fresh ranks (--compare-socket), line-rate fraction, per-rank
@@ -73,6 +79,10 @@ try:
     from . import report as _report
 except ImportError:
     _report = None
+
+TRANSPORTS = ("efa", "socket", "intra-node")
+"""What the gate expects (``--expect-transport``): EFA across nodes, NCCL's Socket across nodes (``efa: false``), or
+NCCL inside one node (one GPU node)."""
 
 STARTUP_S = 150.0
 """Budget for rank placement, actor start-up, the CUDA check and counter reads, after the topology is there
@@ -361,7 +371,7 @@ def _sweep_plan(backend: str, lo: int, hi: int, world: int, preset: str | None) 
 def run_check(backend: str, min_bytes: int, max_bytes: int, iters: int = 5, *, nodes: list[dict] | None = None,
               gpus_per_node: int = 0, timeout_s: float = 600.0, wait_s: float = STARTUP_S, preset: str | None = None,
               env_vars: dict[str, str] | None = None, storage_proof: bool = False,
-              storage_path: str | None = None) -> dict:
+              storage_path: str | None = None, min_nodes: int = 2) -> dict:
     """Place one rank per GPU (per node for gloo) across ``nodes``, check CUDA, sweep; raise CheckFailed on failure.
 
     storage_proof: rank 0 (in a GPU worker pod) first proves checkpoint storage (``storage_path``, default its
@@ -373,8 +383,8 @@ def run_check(backend: str, min_bytes: int, max_bytes: int, iters: int = 5, *, n
     res = "GPU" if backend == "nccl" else "CPU"
     if nodes is None:
         nodes = [n for n in ray.nodes() if n.get("Alive") and (n.get("Resources") or {}).get(res, 0) >= 1]
-    if len(nodes) < 2:
-        raise CheckFailed("topology", f"need >= 2 nodes with {res}, found {len(nodes)}")
+    if len(nodes) < min_nodes:
+        raise CheckFailed("topology", f"need >= {min_nodes} node(s) with {res}, found {len(nodes)}")
     per_node = [(gpus_per_node or int(n["Resources"][res])) if res == "GPU" else 1 for n in nodes]
     end = time.monotonic() + wait_s  # one start-up budget shared by the stages before the sweep
 
@@ -495,12 +505,37 @@ def _storage_summary(r: dict) -> str:
         return f"storage proof {'passed' if r.get('ok') else 'failed'}: {r.get('error')}"
 
 
+def shape_verdict(transport: str, rep: Any, world: int) -> tuple[str, int, str]:
+    """(verdict, exit code, first reason) for the non-EFA shapes, from the NCCL log report ``rep``.
+
+    socket: NCCL's own node count (or the hosts that logged) > 1 and its network Socket -> ``socket`` (0);
+    intra-node: at most one node in the log -> ``intra_node`` (0); anything else -> undetermined (2), saying why.
+    """
+    nodes = rep.nodes or 0
+    network = rep.network or ""
+    if transport == "socket":
+        if nodes > 1 and "Socket" in network and "libfabric" not in network.lower():
+            return "socket", 0, (f"NCCL crossed {nodes} nodes over its Socket transport, as configured (efa: false), "
+                                 f"and every collective gave the right values; EFA was not exercised")
+        if nodes > 1:
+            return "undetermined", 2, (f"efa: false expects NCCL's Socket transport across nodes, but NCCL used "
+                                       f"{network or 'an unnamed network'}")
+        return "undetermined", 2, ("efa: false: nothing in the NCCL logs shows traffic crossed nodes over Socket "
+                                   f"({nodes or 'no'} node(s) counted)")
+    if nodes <= 1:
+        what = f"{world} ranks" + (f", network {network}" if network else "") if world > 1 else "one rank, no peer"
+        return "intra_node", 0, (f"NCCL ran inside one node ({what}) and every collective gave the right values; "
+                                 "EFA was not exercised: one GPU node has no peer to reach over it")
+    return "undetermined", 2, f"one GPU node expected, but the NCCL logs count {nodes} nodes"
+
+
 def judge(data: dict, backend: str, min_busbw_gbps: float | None, expect: dict[str, Any] | None = None,
-          require_counters: bool = False) -> dict:
+          require_counters: bool = False, transport: str = "efa") -> dict:
     """Turn gathered rank outputs into one verdict dict (never 'efa' without NCCL logs saying so).
 
     require_counters: EFA hardware counters that cannot be read make an efa log ``undetermined`` (the stack's
     ``efaCheckRequireCounters``); either way the first reason and ``witness`` say they were unreadable.
+    transport: ``TRANSPORTS``; ``socket`` and ``intra-node`` judge by :func:`shape_verdict` and read no counters.
     """
     world = data["world"]
     outs = data["outs"]
@@ -531,15 +566,20 @@ def judge(data: dict, backend: str, min_busbw_gbps: float | None, expect: dict[s
     else:
         try:
             rep = _analyze(logs, expect or {})
-            witness = _counter_witness(data, sweep, rep.verdict) if backend == "nccl" else None
-            if witness is None and require_counters and backend == "nccl" and _counters is not None:
+            efa_gate = transport == "efa"
+            witness = _counter_witness(data, sweep, rep.verdict) if backend == "nccl" and efa_gate else None
+            if witness is None and require_counters and backend == "nccl" and _counters is not None and efa_gate:
                 witness = (None, ["no node reported EFA counters"])
             if witness is not None:
                 rep = _counters.combine(rep, witness, require=require_counters)
             witness_state = getattr(rep, "witness", None)
             verdict, network, provider = rep.verdict, rep.network, rep.provider
-            reasons += rep.reasons
-            hints += rep.hints
+            if efa_gate:
+                reasons += rep.reasons
+                hints += rep.hints
+            else:
+                verdict, _code, first = shape_verdict(transport, rep, world)
+                reasons += [first] + [f"NCCL log: {x}" for x in rep.reasons]
         except UnreadableInput as e:
             reasons.append(f"NCCL logs unreadable: {e}")
             verdict = "unreadable"
@@ -554,7 +594,9 @@ def judge(data: dict, backend: str, min_busbw_gbps: float | None, expect: dict[s
             if failure is None:
                 failure = {"stage": "storage", "reason": line, "step": storage.get("step"),
                            "error": storage.get("error"), "causes": storage.get("causes")}
-    code = EXIT.get(verdict, 2)
+    code = {"socket": 0, "intra_node": 0}.get(verdict, EXIT.get(verdict, 2))
+    if backend != "nccl" and transport != "efa":
+        verdict, code = "undetermined", 2
     if storage and not storage.get("ok") and code in (0, 2):  # checkpoints would fail: never a pass
         verdict, code = "failed", 1
     if failure and code in (0, 2):  # a rank failed: never efa, and a failed run is a failure, not a shrug
@@ -569,7 +611,8 @@ def judge(data: dict, backend: str, min_busbw_gbps: float | None, expect: dict[s
         "verdict": verdict, "code": code, "failure": failure, "backend": backend, "world": world,
         "nodes": data["nodes"], "network": network, "provider": provider, "sweep": sweep, "reasons": reasons,
         "hints": hints, "probes": [o["probe"] for o in outs], "counters": data.get("counters"),
-        "witness": witness_state, "storage": storage,
+        "witness": witness_state, "storage": storage, "transport": transport,
+        "efa_exercised": transport == "efa",
     }
 
 
@@ -638,6 +681,9 @@ def parser(prog: str | None = None) -> ArgumentParser:
     ap.add_argument("--efa-gbps", type=float, help="EFA line rate per node, Gbit/s (catalogue), for the fraction")
     ap.add_argument("--min-busbw-fraction", type=float,
                     help="fail when large-message busbw of any collective is below this fraction of --efa-gbps")
+    ap.add_argument("--expect-transport", choices=TRANSPORTS, default="efa",
+                    help="efa (default): prove EFA across nodes; socket (efa: false): NCCL across nodes over Socket; "
+                         "intra-node (one GPU node): NCCL inside the node; the last two say EFA was not exercised")
     ap.add_argument("--require-counters", action="store_true",
                     help="EFA hardware counters that cannot be read make an efa verdict undetermined (exit 2)")
     ap.add_argument("--storage-proof", action="store_true",
@@ -691,16 +737,21 @@ def check(a) -> dict:
     gpu = backend == "nccl"
     lo = a.min_bytes or (1 << 20 if gpu else 64 << 10)
     hi = a.max_bytes or (1 << 30 if gpu else 4 << 20)
-    extra = {"storage_proof": True, "storage_path": a.storage_path} if a.storage_proof else {}
+    transport = getattr(a, "expect_transport", "efa")
+    extra: dict[str, Any] = {"storage_proof": True, "storage_path": a.storage_path} if a.storage_proof else {}
+    if transport == "intra-node":
+        extra["min_nodes"] = 1
     data = run_check(backend, lo, hi, a.iters, nodes=nodes, gpus_per_node=a.expect_gpus_per_node if gpu else 0,
                      timeout_s=a.timeout_s, preset=a.preset, **extra)
-    r = judge(data, backend, a.min_busbw_gbps, {"expect_nodes": a.expect_nodes, "expect_nics": a.expect_nics,
-                                                "expect_gdrdma": a.expect_gdrdma or None},
-              require_counters=a.require_counters)
+    expect = {"expect_nodes": a.expect_nodes, "expect_nics": a.expect_nics, "expect_gdrdma": a.expect_gdrdma or None} \
+        if transport == "efa" else {}
+    r = judge(data, backend, a.min_busbw_gbps, expect, require_counters=a.require_counters, transport=transport)
     r["expected"] = expected
     r["rows"] = r["sweep"]
     fail: list[str] = []
-    if a.compare_socket and _sweep is not None and not r.get("failure"):
+    if a.compare_socket and transport != "efa":
+        r["reasons"].append(f"--compare-socket skipped: the {transport} gate has no EFA sweep to compare")
+    elif a.compare_socket and _sweep is not None and not r.get("failure"):
         r.update(socket_comparison(backend, lo, hi, a, nodes, gpu, r["rows"]))
         if r["comparison"].get("error"):
             err = r["comparison"]["error"]
@@ -733,6 +784,11 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     a = parser(prog).parse_args(argv)
     if a.expect_nodes < 1 or a.expect_gpus_per_node < 0 or a.wait_s <= 0 or a.timeout_s <= 0:
         parser(prog).error("--expect-nodes >= 1, --expect-gpus-per-node >= 0, --wait-s and --timeout-s > 0")
+    if a.expect_transport == "intra-node" and a.expect_nodes != 1:
+        parser(prog).error(f"--expect-transport intra-node checks one node: --expect-nodes must be 1, not {a.expect_nodes}")
+    if a.expect_transport != "intra-node" and a.expect_nodes < 2:
+        parser(prog).error(f"--expect-transport {a.expect_transport} needs >= 2 nodes (--expect-nodes "
+                           f"{a.expect_nodes}); one GPU node: --expect-transport intra-node")
     expected = {"nodes": a.expect_nodes, "gpus_per_node": a.expect_gpus_per_node, "nics": a.expect_nics,
                 "gdrdma": a.expect_gdrdma}
     try:

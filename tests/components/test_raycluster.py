@@ -297,3 +297,43 @@ def test_efa_check_proves_checkpoint_storage_when_the_stack_has_a_bucket(default
     assert "efacheck.storage_proof.py" in cm["data"]  # shipped with the check
     off = run_program({"checkpointBucket": "false"}).one("kubernetes:batch/v1:Job")
     assert "--storage-proof" not in off["spec"]["template"]["spec"]["containers"][0]["command"][2]
+
+
+# --- every accepted shape has a gate it can pass (issue 25) ---------------------------------------------------------
+
+def _job_args(run) -> list[str]:
+    import shlex
+
+    script = run.one("kubernetes:batch/v1:Job")["spec"]["template"]["spec"]["containers"][0]["command"][2]
+    line = next(ln for ln in script.splitlines() if "efacheck.efa_check" in ln)
+    return shlex.split(line.split(" -- ", 1)[1])
+
+
+EFA_ONLY = {"--expect-nics", "--expect-gdrdma", "--efa-gbps", "--require-counters", "--compare-socket",
+            "--min-busbw-fraction"}
+
+
+@pytest.mark.parametrize("config, transport, nodes, warning", [
+    ({"efa": "false", "efaCheckCompareSocket": "true", "efaCheckMinBusbwFraction": "0.5"}, "socket", "2",
+     "over its Socket transport (TCP); it does not prove EFA"),
+    ({"gpuNodeCount": "1", "allowSingleEfaNode": "true"}, "intra-node", "1", "EFA (and any inter-node path) is not exercised"),
+    ({"gpuNodeCount": "1", "efa": "false"}, "intra-node", "1", "checks NCCL inside the node only"),
+])
+def test_non_efa_shapes_get_a_gate_that_demands_only_what_they_have(monkeypatch, config, transport, nodes, warning):
+    import pulumi
+
+    from ray_efa_eks.efacheck import efa_check
+
+    warnings: list[str] = []
+    monkeypatch.setattr(pulumi.log, "warn", lambda msg, *a, **k: warnings.append(msg))
+    args = _job_args(run_program(config))
+    assert args[args.index("--expect-transport") + 1] == transport and args[args.index("--expect-nodes") + 1] == nodes
+    assert not EFA_ONLY & set(args), args
+    assert [w for w in warnings if warning in w], warnings
+    a = efa_check.parser().parse_args(args[3:])  # the check's own parser accepts exactly these
+    assert a.expect_transport == transport and a.expect_nics is None and not a.require_counters
+
+
+def test_the_efa_shape_keeps_its_full_proof(default_run):
+    args = _job_args(default_run)
+    assert "--expect-transport" not in args and {"--expect-nics", "--require-counters", "--efa-gbps"} <= set(args)

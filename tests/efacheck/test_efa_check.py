@@ -251,3 +251,65 @@ def test_failed_socket_comparison_is_reported_and_the_efa_verdict_stands(monkeyp
     from ray_efa_eks.efacheck.report import render_markdown as render
 
     assert "the Socket comparison failed (timeout)" in render(r)
+
+
+# -- every accepted shape has a gate it can pass (issue 25) ---------------------------------------------------------
+
+def _socket_rank(host: str, pid: int) -> str:
+    p = f"{host}:{pid}:{pid + 1} [0] NCCL INFO "
+    return (f"{p}NET/Plugin: Could not find: libnccl-net.so. Using internal net plugin.\n"
+            f"{p}NET/Socket : Using [0]eth0:10.0.0.{pid}<0>\n"
+            f"{p}Using network Socket\n"
+            f"{p}comm 0x1 rank {pid} nRanks 2 nNodes 2 localRanks 1 localRank 0 MNNVL 0\n"
+            f"{p}Channel 00/0 : 0[0] -> 1[0] [send] via NET/Socket/0\n")
+
+
+def _shape_run(monkeypatch, logs: dict[str, bytes], argv: list[str], ok: bool = True) -> dict:
+    calls = []
+
+    def run_check(*args, **kw):
+        calls.append(kw)
+        d = _sweep_data({} if ok else {0: False})
+        d["outs"][0]["logs"] = logs
+        d["iters"] = 1
+        return d
+
+    monkeypatch.setattr(efa_check, "wait_topology", lambda *a, **k: ("nccl", [{}]))
+    monkeypatch.setattr(efa_check, "run_check", run_check)
+    r = efa_check.check(efa_check.parser().parse_args(argv))
+    r["_calls"] = calls
+    return r
+
+
+def test_efa_false_gate_passes_on_nccl_across_nodes_over_socket_and_says_so(monkeypatch) -> None:
+    logs = {"a": (_socket_rank("node-a", 1) + _socket_rank("node-b", 2)).encode()}
+    argv = ["--expect-transport", "socket", "--expect-nodes", "2", "--expect-gpus-per-node", "1"]
+    r = _shape_run(monkeypatch, logs, argv)
+    assert r["code"] == 0 and r["verdict"] == "socket" and r["efa_exercised"] is False
+    assert r["reasons"][0].startswith("NCCL crossed 2 nodes over its Socket transport, as configured (efa: false)")
+    assert "EFA was not exercised" in r["reasons"][0] and r["witness"] is None
+    # the same logs under the EFA gate are a fallback: the shape decides what passes
+    assert _shape_run(monkeypatch, logs, ["--expect-nodes", "2"])["code"] == 1
+    # one host only, or wrong values, never pass the Socket gate
+    one = {"a": _socket_rank("node-a", 1).replace("nNodes 2", "nNodes 1").encode()}
+    assert _shape_run(monkeypatch, one, argv)["code"] == 2
+    bad = _shape_run(monkeypatch, logs, argv, ok=False)
+    assert bad["code"] == 1 and bad["failure"]["stage"] == "wrong_result"
+
+
+def test_one_gpu_node_gate_checks_nccl_inside_the_node_and_says_efa_was_not_exercised(monkeypatch) -> None:
+    logs = {"a": (FIX / "real_undet_p3dn_single_pod_np8_efa_selected_p2p_only_nccl264.log").read_bytes()}
+    argv = ["--expect-transport", "intra-node", "--expect-nodes", "1", "--expect-gpus-per-node", "8"]
+    r = _shape_run(monkeypatch, logs, argv)
+    assert r["code"] == 0 and r["verdict"] == "intra_node" and r["_calls"][0]["min_nodes"] == 1
+    assert r["reasons"][0].startswith("NCCL ran inside one node") and "EFA was not exercised" in r["reasons"][0]
+    # a log that counts two nodes is no one-node run
+    two = {"a": (FIX / "real_efa_g7e_slurm_nccl2292_ofi1180_2node.log").read_bytes()}
+    assert _shape_run(monkeypatch, two, argv)["code"] == 2
+
+
+def test_transport_and_node_count_must_agree() -> None:
+    for argv in (["--expect-transport", "intra-node", "--expect-nodes", "2"], ["--expect-nodes", "1"]):
+        r = subprocess.run([sys.executable, "-m", "ray_efa_eks.efacheck.efa_check", *argv], cwd=ROOT,
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 64 and "Traceback" not in r.stderr and "--expect-nodes" in r.stderr
