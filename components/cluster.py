@@ -23,6 +23,37 @@ VIEW_ACCESS_POLICY = "AmazonEKSAdminViewPolicy"
 """EKS access policy that can get/list/watch every resource cluster-wide (secrets too), and change nothing."""
 
 
+def deployer_principal() -> str:
+    """The IAM role or user ARN running ``pulumi up`` (an assumed-role session resolved to its role, path included).
+
+    EKS gives this principal the cluster creator's access entry (CreateCluster ``accessConfig``
+    ``bootstrapClusterCreatorAdminPermissions``, true by default; pulumi-eks does not turn it off), so a second
+    CreateAccessEntry for it answers 409 ResourceInUseException (pulumi/pulumi-eks#2373, terraform-aws-eks#3293;
+    EKS API reference, https://docs.aws.amazon.com/eks/latest/APIReference/API_CreateAccessConfigRequest.html).
+    """
+    import pulumi_aws as aws
+
+    arn = aws.get_caller_identity().arn
+    return aws.iam.get_session_context(arn=arn).issuer_arn or arn
+
+
+def without_creator(admin_arns: list[str], viewer_arns: list[str], creator: str) -> tuple[list[str], str | None]:
+    """``admin_arns`` without the cluster creator (it is admin already) and the warning saying so.
+
+    Raises ValueError when the creator is listed as a viewer: EKS already made it cluster admin, a second entry
+    would be refused, and this stack cannot make it read-only.
+    """
+    if creator in viewer_arns:
+        raise ValueError(f"{creator} runs pulumi up, so EKS makes it cluster admin when it creates the cluster "
+                         "(bootstrapClusterCreatorAdminPermissions); a viewer entry for it would be refused with 409 "
+                         "ResourceInUseException: remove it from clusterViewerArns, or deploy as another identity")
+    if creator not in admin_arns:
+        return list(admin_arns), None
+    return ([a for a in admin_arns if a != creator],
+            f"clusterAdminArns: {creator} runs pulumi up and already gets the cluster creator's admin access entry "
+            "from EKS; no second entry is made for it (EKS would refuse it with 409 ResourceInUseException)")
+
+
 def access_policy_arn(policy: str, principal_arn: str) -> str:
     """``arn:<partition>:eks::aws:cluster-access-policy/<policy>``, in the principal's partition."""
     partition = principal_arn.split(":", 2)[1] if principal_arn.startswith("arn:") else "aws"

@@ -16,13 +16,15 @@ from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
 from .capacity import config_problem
+from .eks_versions import DEFAULT_VERSION, version_problem
 from .instances import CATALOGUE, REFUSED, InstanceType
 from .storage_rules import ENCRYPTIONS, check_prefix
 
 NAMESPACE = "ray-efa-eks"
 DEFAULT_DLC_IMAGE = "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1"
 DEFAULT_RAY_VERSION = "2.58.0"
-DEFAULT_KUBERNETES_VERSION = "1.33"
+DEFAULT_KUBERNETES_VERSION = DEFAULT_VERSION
+"""The newest EKS version in components/eks_versions.py (standard support; the AL2023 NVIDIA AMI is built for it)."""
 
 
 class ConfigError(ValueError):
@@ -58,7 +60,7 @@ class StackConfig:
     availabilityZone: str | None = None
     """GPU AZ. Unset: the first AZ of the region that offers gpuInstanceType."""
     kubernetesVersion: str = DEFAULT_KUBERNETES_VERSION
-    """EKS Kubernetes version (MAJOR.MINOR)."""
+    """EKS Kubernetes version (MAJOR.MINOR); one in extended support costs $0.60/h instead of $0.10/h (a warning), one past it is refused."""
     vpcCidr: str = "10.0.0.0/16"
     """VPC CIDR (a /20 or larger: four subnets are carved from it)."""
     efa: bool = True
@@ -73,6 +75,8 @@ class StackConfig:
     """Who may reach the EKS API endpoint; narrow this to your office/VPN ranges."""
     gpuRootVolumeGiB: int = 200
     """Root volume of the GPU nodes: the DLC image alone is tens of GB."""
+    systemRootVolumeGiB: int = 100
+    """Root volume of the system node (>= 100): the Ray head and the EFA check Job pull the DLC image there (tens of GB, compressed layers plus the unpacked copy)."""
     ncclDebug: str = "WARN"
     """NCCL_DEBUG for training pods (the EFA check always uses INFO)."""
     kuberayChartVersion: str = "1.7.0"
@@ -209,6 +213,9 @@ class StackConfig:
             raise ConfigError("gpuNodeCount", 1, "EFA with one node has no peer; use >= 2, 0 to park, or set allowSingleEfaNode: true")
         if self.gpuRootVolumeGiB < 100:
             raise ConfigError("gpuRootVolumeGiB", self.gpuRootVolumeGiB, "must be >= 100: the DLC image is tens of GB")
+        if self.systemRootVolumeGiB < 100:
+            raise ConfigError("systemRootVolumeGiB", self.systemRootVolumeGiB, "must be >= 100: the Ray head and the "
+                              "EFA check pull the DLC image (tens of GB; containerd keeps the layers and the unpacked copy)")
         if self.availabilityZone is not None:
             if not re.fullmatch(rf"{re.escape(self.region)}[a-z]", self.availabilityZone):
                 raise ConfigError("availabilityZone", self.availabilityZone, f"is not an AZ of region {self.region} (expected {self.region}a, {self.region}b, ...)")
@@ -234,7 +241,10 @@ class StackConfig:
             except ValueError:
                 raise ConfigError("endpointPublicAccessCidrs", cidr, "each entry must be a CIDR such as 203.0.113.0/24") from None
         if not re.fullmatch(r"\d+\.\d+", self.kubernetesVersion):
-            raise ConfigError("kubernetesVersion", self.kubernetesVersion, "must be MAJOR.MINOR, e.g. 1.33")
+            raise ConfigError("kubernetesVersion", self.kubernetesVersion, f"must be MAJOR.MINOR, e.g. {DEFAULT_VERSION}")
+        ended = version_problem(self.kubernetesVersion)
+        if ended:
+            raise ConfigError("kubernetesVersion", self.kubernetesVersion, ended)
         if self.checkpointEncryption not in ENCRYPTIONS:
             raise ConfigError("checkpointEncryption", self.checkpointEncryption, f"must be one of {', '.join(ENCRYPTIONS)}")
         try:

@@ -11,19 +11,78 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import date
 
+from . import eks_versions
 from .instances import (EKS_CONTROL_PLANE_USD_HOUR, NAT_GATEWAY_USD_HOUR, NAT_GATEWAY_USD_PER_GB, InstanceType,
                         NoPrice, regional)
 
+# How each GPU capacity mode is billed (components/capacity.py):
+# - on demand: per second while an instance runs; gpuNodeCount 0 stops it.
+# - ODCR: billed at the On-Demand rate from creation until cancelled, whether instances run in it or not (EC2 user
+#   guide, "Capacity Reservation pricing and billing",
+#   https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/capacity-reservations-pricing-billing.html); instances
+#   running in it are not billed a second time; only cancelling the reservation stops it.
+# - Capacity Block: its whole price is paid up front when it is bought (EC2 user guide, "Capacity Blocks pricing and
+#   billing", https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/capacity-blocks-pricing-billing.html): nothing
+#   per hour in the stack's figure, and nothing the stack does refunds it.
+ON_DEMAND, RESERVATION, CAPACITY_BLOCK = "on-demand", "reservation", "capacity-block"
+
 
 def hourly_usd(region: str, nodes: Iterable[tuple[InstanceType, int]], eks_clusters: int = 1,
-               nat_gateways: int = 1) -> float:
-    """Nodes (type, count) + EKS control planes + NAT gateways (one per AZ that has one), on-demand, before storage
-    and data transfer; :class:`NoPrice` when ``region`` has no figure for one of them."""
+               nat_gateways: int = 1, control_plane_usd_hour: float = EKS_CONTROL_PLANE_USD_HOUR) -> float:
+    """Nodes (type, count) + EKS control planes + NAT gateways (one per AZ that has one), before storage and data
+    transfer; :class:`NoPrice` when ``region`` has no figure for one of them. ``control_plane_usd_hour``: the
+    version's rate (:func:`.eks_versions.control_plane_usd_hour`: $0.10 standard, $0.60 extended support)."""
     total = sum(it.hourly_usd(region) * count for it, count in nodes if count)
     if nat_gateways:
         total += regional(NAT_GATEWAY_USD_HOUR, region, "NAT gateway") * nat_gateways
-    return round(total + EKS_CONTROL_PLANE_USD_HOUR * eks_clusters, 4)
+    return round(total + control_plane_usd_hour * eks_clusters, 4)
+
+
+def billed_gpu_nodes(mode: str, gpu_nodes: int, reserved: int | None = None) -> int:
+    """GPU instances billed per hour: running ones on demand, the whole ODCR (used or not), none for a paid block."""
+    if mode == CAPACITY_BLOCK:
+        return 0
+    if mode == RESERVATION:
+        return max(reserved or 0, gpu_nodes)
+    return gpu_nodes
+
+
+def capacity_notes(mode: str, gpu: InstanceType, region: str, gpu_nodes: int, reserved: int | None = None,
+                   reservation: str | None = None, block_end: str | None = None) -> list[str]:
+    """What the GPU capacity of ``mode`` costs and what stops that cost (for costNotes and the plan)."""
+    try:
+        rate = f"${gpu.hourly_usd(region):,.2f}/h"
+    except NoPrice:
+        rate = f"the on-demand rate (no price for {region})"
+    if mode == RESERVATION:
+        count = f"all {reserved}" if reserved is not None else f"every instance (at least {gpu_nodes})"
+        return [f"ODCR {reservation or ''}: {count} reserved {gpu.name} are billed at {rate} each whether GPU nodes "
+                "run in it or not; gpuNodeCount 0 does not stop it, cancelling the reservation does "
+                f"(aws ec2 cancel-capacity-reservation --capacity-reservation-id {reservation or 'ID'})"]
+    if mode == CAPACITY_BLOCK:
+        end = f" until {block_end}" if block_end else ""
+        return [f"Capacity Block {reservation or ''}: paid up front when bought, for its whole duration{end}; its "
+                f"{gpu.name} nodes add nothing per hour here, and neither parking them nor pulumi destroy refunds "
+                "the block"]
+    return [f"GPU nodes on demand: {gpu_nodes} x {gpu.name} at {rate} while they run; gpuNodeCount 0 stops it"]
+
+
+def control_plane_note(version: str | None, on: date | None = None) -> str:
+    """The control plane's rate and why: the version's EKS support state on ``on`` (default today)."""
+    if version is None:
+        return f"EKS control plane: ${EKS_CONTROL_PLANE_USD_HOUR:.2f}/h (standard support)"
+    state = eks_versions.support(version, on)
+    usd = eks_versions.control_plane_usd_hour(version, on)
+    row = eks_versions.BY_VERSION.get(version)
+    if state == eks_versions.EXTENDED and row:
+        why = f"{version} in extended support since {row.end_of_standard.isoformat()}"
+    elif state == eks_versions.STANDARD and row:
+        why = f"{version} in standard support until {row.end_of_standard.isoformat()}"
+    else:
+        why = f"{version}: {state}"
+    return f"EKS control plane: ${usd:.2f}/h ({why}; priced on {(on or eks_versions.today()).isoformat()})"
 
 
 def cost_notes(region: str, nat_gateways: int = 1, s3_gateway_endpoint: bool = True) -> list[str]:
@@ -53,11 +112,21 @@ class CostEstimate:
 
 
 def estimate(region: str, gpu: InstanceType, gpu_nodes: int, system: InstanceType, system_nodes: int = 1,
-             nat_gateways: int = 1, s3_gateway_endpoint: bool = True) -> CostEstimate:
-    """The reference layout (one GPU node group, one system node group, one cluster), never a guess."""
-    notes = cost_notes(region, nat_gateways, s3_gateway_endpoint)
+             nat_gateways: int = 1, s3_gateway_endpoint: bool = True, *, capacity_mode: str = ON_DEMAND,
+             reserved: int | None = None, reservation: str | None = None, block_end: str | None = None,
+             kubernetes_version: str | None = None, on: date | None = None) -> CostEstimate:
+    """The reference layout (one GPU node group, one system node group, one cluster), never a guess.
+
+    GPU instances are counted as their capacity mode bills them (:func:`billed_gpu_nodes`), the control plane at
+    ``kubernetes_version``'s rate on ``on`` (default today).
+    """
+    notes = [*capacity_notes(capacity_mode, gpu, region, gpu_nodes, reserved, reservation, block_end),
+             control_plane_note(kubernetes_version, on), *cost_notes(region, nat_gateways, s3_gateway_endpoint)]
+    plane = (eks_versions.control_plane_usd_hour(kubernetes_version, on) if kubernetes_version
+             else EKS_CONTROL_PLANE_USD_HOUR)
     try:
-        usd = hourly_usd(region, [(gpu, gpu_nodes), (system, system_nodes)], nat_gateways=nat_gateways)
+        usd = hourly_usd(region, [(gpu, billed_gpu_nodes(capacity_mode, gpu_nodes, reserved)),
+                                  (system, system_nodes)], nat_gateways=nat_gateways, control_plane_usd_hour=plane)
     except NoPrice as e:
         return CostEstimate(None, str(e), [str(e), *notes])
     return CostEstimate(usd, None, notes)

@@ -43,7 +43,8 @@ class SystemNodeGroupArgs:
     subnet_ids: pulumi.Input[list[str]]
     instance_type: InstanceType
     node_count: int = 1
-    root_volume_gib: int = 50
+    root_volume_gib: int = 100
+    """The Ray head and the EFA check Job pull the DLC image here (tens of GB, compressed layers plus unpacked)."""
     hardening: NodeHardening = field(default_factory=NodeHardening)
     """IMDS hop limit and root-volume encryption, written into the group's own launch template."""
 
@@ -112,6 +113,9 @@ class EfaGpuNodeGroup(pulumi.ComponentResource):
     """The subnets the nodes use: those of ``subnet_ids`` in the GPU AZ."""
     labels: dict[str, str]
     efa_interfaces_per_node: int
+    reserved_instances: pulumi.Output[Any] | None
+    """The ODCR's instance count as EC2 describes it (reservation mode with a reservation id; else None): all of
+    them are billed whether GPU nodes run or not."""
 
     def __init__(self, name: str, args: EfaGpuNodeGroupArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("ray-efa-eks:index:EfaGpuNodeGroup", name, None, opts)
@@ -149,7 +153,7 @@ class EfaGpuNodeGroup(pulumi.ComponentResource):
             hardening=args.hardening, root_volume_gib=args.root_volume_gib,
             network_interfaces=efa_network_interfaces(it, [args.cluster_security_group_id]) if args.efa else None,
             placement_group_name=self.placement_group.name if self.placement_group else args.capacity.placement_group,
-            capacity=args.capacity, reservation_id=checked_reservation(name, it.name, args, child),
+            capacity=args.capacity, reservation_id=checked_reservation(name, it.name, args, child, self),
             instance_type=it.name if in_template else None), child)
         self.node_group = eks.ManagedNodeGroup(
             f"{name}-mng",
@@ -171,7 +175,7 @@ class EfaGpuNodeGroup(pulumi.ComponentResource):
 
 
 def checked_reservation(name: str, instance_type: str, args: EfaGpuNodeGroupArgs,
-                        opts: pulumi.ResourceOptions) -> pulumi.Output[str] | None:
+                        opts: pulumi.ResourceOptions, group: Any = None) -> pulumi.Output[str] | None:
     """An ODCR id that resolves only when EC2's description of it fits the group (AZ, type, count, placement group).
 
     The reservation is read (``CapacityReservation.get``: a read, nothing is created) during preview, and the
@@ -180,9 +184,13 @@ def checked_reservation(name: str, instance_type: str, args: EfaGpuNodeGroupArgs
     EfaRayCluster through ``aws.ec2.get_capacity_block_reservation`` before anything is registered.
     """
     cap = args.capacity
+    if group is not None:
+        group.reserved_instances = None
     if cap.mode != RESERVATION or cap.is_group or not cap.reservation:
         return None
     odcr = aws.ec2.CapacityReservation.get(f"{name}-odcr", cap.reservation, opts=opts)
+    if group is not None:
+        group.reserved_instances = odcr.instance_count
     rid = cap.reservation
 
     def check(values: list[Any]) -> str:

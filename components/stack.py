@@ -18,14 +18,15 @@ from typing import Any, Optional, TypedDict
 
 import pulumi
 
-from .capacity import (BLOCK_TERMINATION_LEAD_MINUTES, CAPACITY_BLOCK, PENDING_BLOCK_STATES, GpuCapacity, block_problem,
-                       read_capacity_block)
+from .capacity import (BLOCK_TERMINATION_LEAD_MINUTES, CAPACITY_BLOCK, PENDING_BLOCK_STATES, RESERVATION, GpuCapacity,
+                       block_problem, read_capacity_block)
 from .checkpoint_bucket import CheckpointBucket, CheckpointBucketArgs
-from .cluster import Cluster, ClusterArgs
+from .cluster import Cluster, ClusterArgs, deployer_principal, without_creator
 from .config import ConfigError, StackConfig
 from .cost import estimate
 from .device_plugins import DevicePlugins, DevicePluginsArgs
 from .efa_check import Deadlines, EfaCheckJob, EfaCheckJobArgs, gate_transport
+from .eks_versions import version_warning
 from .kuberay import KubeRayOperator, KubeRayOperatorArgs
 from .launch_template import NodeHardening
 from .network import Network, NetworkArgs
@@ -57,7 +58,7 @@ class EfaRayClusterArgs(TypedDict, total=False):
     availabilityZone: str
     """GPU AZ. Unset: the first AZ of the region that offers gpuInstanceType."""
     kubernetesVersion: str
-    """EKS Kubernetes version (MAJOR.MINOR)."""
+    """EKS Kubernetes version (MAJOR.MINOR); one in extended support costs $0.60/h instead of $0.10/h (a warning), one past it is refused."""
     vpcCidr: str
     """VPC CIDR (a /20 or larger: four subnets are carved from it)."""
     efa: bool
@@ -72,6 +73,8 @@ class EfaRayClusterArgs(TypedDict, total=False):
     """Who may reach the EKS API endpoint; narrow this to your office/VPN ranges."""
     gpuRootVolumeGiB: int
     """Root volume of the GPU nodes: the DLC image alone is tens of GB."""
+    systemRootVolumeGiB: int
+    """Root volume of the system node (>= 100): the Ray head and the EFA check Job pull the DLC image there (tens of GB, compressed layers plus the unpacked copy)."""
     ncclDebug: str
     """NCCL_DEBUG for training pods (the EFA check always uses INFO)."""
     kuberayChartVersion: str
@@ -192,6 +195,18 @@ class EfaRayCluster(pulumi.ComponentResource):
             pulumi.log.warn(f"Capacity Block {block.id} is {block.state} until {block.start_date}: its nodes cannot "
                             f"launch before, so the node group waits and may time out; deploy with gpuNodeCount 0 "
                             "and raise it once the block is active")
+        admin_arns = cfg.clusterAdminArns
+        if cfg.clusterAdminArns or cfg.clusterViewerArns:  # EKS already gives the deployer an admin entry
+            creator = deployer_principal()
+            try:
+                admin_arns, note = without_creator(cfg.clusterAdminArns, cfg.clusterViewerArns, creator)
+            except ValueError as e:
+                raise ConfigError("clusterViewerArns", creator, str(e)) from None
+            if note:
+                pulumi.log.warn(note)
+        version_note = version_warning(cfg.kubernetesVersion)
+        if version_note:  # extended support: $0.60/h instead of $0.10/h
+            pulumi.log.warn(version_note)
         super().__init__(TOKEN, name, None, opts)
         self.config = cfg
         tags = {"project": "ray-efa-eks", "stack": pulumi.get_stack()}
@@ -211,11 +226,11 @@ class EfaRayCluster(pulumi.ComponentResource):
             private_subnet_ids=network.private_subnet_ids, kubernetes_version=cfg.kubernetesVersion,
             endpoint_public_access=cfg.endpointPublicAccess, endpoint_public_access_cidrs=cfg.endpointPublicAccessCidrs,
             encrypt_secrets=cfg.encryptSecrets, pod_identity_agent=cfg.checkpointBucket,
-            enable_network_policy=cfg.networkPolicy, admin_arns=cfg.clusterAdminArns,
+            enable_network_policy=cfg.networkPolicy, admin_arns=admin_arns,
             viewer_arns=cfg.clusterViewerArns, tags=tags), opts=child)
         system = SystemNodeGroup("system", SystemNodeGroupArgs(
             cluster=cluster.eks, node_role=cluster.node_role, subnet_ids=network.private_subnet_ids,
-            instance_type=cfg.system_type, hardening=hardening), opts=child)
+            instance_type=cfg.system_type, root_volume_gib=cfg.systemRootVolumeGiB, hardening=hardening), opts=child)
         gpu = EfaGpuNodeGroup("gpu", EfaGpuNodeGroupArgs(
             cluster=cluster.eks, node_role=cluster.node_role, cluster_security_group_id=cluster.security_group_id,
             subnet_ids=network.gpu_subnet_id.apply(lambda s: [s]), instance_type=cfg.gpu_type,
@@ -275,6 +290,13 @@ class EfaRayCluster(pulumi.ComponentResource):
         if block is not None:
             teardown.insert(0, f"# Capacity Block {block.id} ends {block.end_date or '(unknown)'}: EC2 terminates its "
                                f"instances from {BLOCK_TERMINATION_LEAD_MINUTES} min before; park the GPU nodes first")
+            teardown.append(f"# Capacity Block {block.id} was paid up front: parking and destroy stop the other costs, "
+                            "not the block's")
+        if capacity.mode == RESERVATION:
+            how = (f"cancel each reservation in {capacity.reservation}" if capacity.is_group
+                   else f"aws ec2 cancel-capacity-reservation --capacity-reservation-id {capacity.reservation}")
+            teardown.append(f"# the ODCR bills at the on-demand rate until cancelled, GPU nodes or not; when no one "
+                            f"needs it: {how}")
         if bucket is not None and cfg.checkpointRetainOnDelete:
             teardown.append(pulumi.Output.concat(
                 "# kept on purpose: checkpoint bucket ", bucket.name,
@@ -292,12 +314,25 @@ class EfaRayCluster(pulumi.ComponentResource):
         self.gpu_node_count = out(cfg.gpuNodeCount)
         self.gpu_instance_type = out(cfg.gpuInstanceType)
         self.efa_interfaces_per_node = out(gpu.efa_interfaces_per_node)
-        cost = estimate(cfg.region, cfg.gpu_type, cfg.gpuNodeCount, cfg.system_type,
-                        s3_gateway_endpoint=cfg.s3GatewayEndpoint)
+
+        def priced(reserved: Any = None) -> Any:
+            """The estimate for this capacity mode, the control plane at the version's rate today."""
+            return estimate(cfg.region, cfg.gpu_type, cfg.gpuNodeCount, cfg.system_type,
+                            s3_gateway_endpoint=cfg.s3GatewayEndpoint, capacity_mode=capacity.mode,
+                            reserved=int(reserved) if reserved is not None else None,
+                            reservation=capacity.reservation, block_end=block.end_date if block else None,
+                            kubernetes_version=cfg.kubernetesVersion)
+
+        cost = priced()
         if cost.missing:
             pulumi.log.warn(f"estimatedHourlyUsd left out: {cost.missing}", resource=self)
-        self.estimated_hourly_usd = out(cost.hourly_usd) if cost.hourly_usd is not None else None
-        self.cost_notes = out(cost.notes)
+        if gpu.reserved_instances is not None:  # an ODCR bills every reserved instance: priced once EC2 says how many
+            by_count = gpu.reserved_instances.apply(priced)
+            self.estimated_hourly_usd = by_count.apply(lambda c: c.hourly_usd)
+            self.cost_notes = by_count.apply(lambda c: c.notes)
+        else:
+            self.estimated_hourly_usd = out(cost.hourly_usd) if cost.hourly_usd is not None else None
+            self.cost_notes = out(cost.notes)
         self.teardown_order = pulumi.Output.all(*teardown)
         self.head_service_name = out(ray.head_service_name)
         self.ray_dashboard = out(f"kubectl -n {ray.namespace} port-forward svc/{ray.head_service_name} 8265:8265")

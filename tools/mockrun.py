@@ -236,6 +236,7 @@ class RecordingMocks(pulumi.runtime.Mocks):
         elif args.typ == "aws:ec2/capacityReservation:CapacityReservation" and args.resource_id:
             rid = args.resource_id  # a read: EC2's description of the reservation
             state.update(CAPACITY_RESERVATIONS.get(rid, {}))
+            rec.inputs.update(CAPACITY_RESERVATIONS.get(rid, {}))  # a read's record is what EC2 describes
         elif args.typ == "aws:kms/key:Key":
             state["arn"] = f"arn:aws:kms:{self.region}:123456789012:key/{args.name}"
         self.run.ids[urn] = rid

@@ -380,6 +380,8 @@ def settings_of(st: Stack, region: str) -> dict[str, Any]:
         "pods": pods,
         "efaGate": efa_gate(st),
         "estimatedHourlyUsd": cost if cost is not None else "unknown: " + "; ".join(missing),
+        "kubernetesVersion": ", ".join(v or "(default)" for v in layout.cluster_versions(st)) or "(no cluster)",
+        "costNotes": layout.cost_notes(st, region),
     }
 
 
@@ -416,8 +418,11 @@ def render_text(plan: Plan) -> str:
                      f"{gate.get('efaInterfaces', 0)} EFA interfaces/node, line rate "
                      f"{gate.get('lineRateGbps', '?')} Gbit/s, GPUDirect RDMA {gate['gpudirectRdma']}")
     cost = s["estimatedHourlyUsd"]
-    lines.append("  estimated cost: " + (f"${cost:,.2f}/hour (on-demand nodes + EKS control plane + NAT gateways, "
-                                          "before storage and data transfer)" if isinstance(cost, (int, float)) else cost))
+    lines.append("  estimated cost: " + (f"${cost:,.2f}/hour (nodes as their capacity bills them + EKS control plane "
+                                          "at its version's rate today + NAT gateways, before storage and data "
+                                          "transfer)" if isinstance(cost, (int, float)) else cost))
+    lines.append(f"  Kubernetes version: {s.get('kubernetesVersion', '(unknown)')}")
+    lines += [f"    {note}" for note in s.get("costNotes", [])]
     lines += ["", _rules_summary(plan)]
     lines += [_violation_line(v) for v in plan.violations]
     return "\n".join(lines)
@@ -462,6 +467,17 @@ def _violation_line(v: dict[str, Any]) -> str:
     return rules.Violation(v["rule"], v["resource"], v["problem"], v["fix"]).line()
 
 
+def aws_rules_summary(plan: Plan) -> str:
+    """The AWS API rules the offline runner enforces (tools/aws_rules.py), each with its source document."""
+    from .aws_rules import RULES
+
+    broken = next((r.id for r in RULES if plan.error and f"[aws-rule {r.id};" in plan.error), None)
+    head = "AWS API rules (the runner refuses the request at its resource, as AWS would: exit 2): "
+    head += (f"{broken} broken" if broken else "not all reached (the program failed first)" if plan.error
+             else f"all {len(RULES)} pass")
+    return "\n".join([head, *(f"  {r.line()}" for r in RULES)])
+
+
 def _rules_summary(plan: Plan) -> str:
     n = len(plan.checked)
     if not plan.violations:
@@ -477,7 +493,8 @@ _FIELD = {"instanceTypes": "instance type", "nodes": "nodes", "gpusPerNode": "GP
           "efaInterfacesPerNode": "EFA interfaces/node", "placement": "placement strategy", "capacity": "capacity", "replicas": "replicas",
           "image": "image", "cpu": "CPU", "memory": "memory", "gpu": "GPU", "efa": "EFA interfaces",
           "guaranteedQoS": "Guaranteed QoS", "kuberayChartVersion": "KubeRay chart version",
-          "imageTags": "image tags", "estimatedHourlyUsd": "estimated $/hour"}
+          "imageTags": "image tags", "estimatedHourlyUsd": "estimated $/hour", "kubernetesVersion": "Kubernetes version",
+          "costNotes": "cost notes"}
 
 
 def flatten(settings: dict[str, Any]) -> dict[str, Any]:
@@ -627,6 +644,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
             print(_rules_summary(plan))
             for v in plan.violations:
                 print(_violation_line(v))
+        print(aws_rules_summary(plan))
     else:
         print(render_text(plan))
     return plan.exit_code

@@ -20,7 +20,7 @@ name = "h100-train"
 net = Network("h100-net", NetworkArgs(cidr="10.20.0.0/16", availability_zones=[gpu_az, config.get("otherAz") or "us-east-1b"],
                                       gpu_availability_zone=gpu_az, cluster_name=name))
 cluster = Cluster(name, ClusterArgs(vpc_id=net.vpc_id, public_subnet_ids=net.public_subnet_ids,
-                                    private_subnet_ids=net.private_subnet_ids, kubernetes_version="1.33"))
+                                    private_subnet_ids=net.private_subnet_ids, kubernetes_version="1.35"))
 system = SystemNodeGroup("h100-system", SystemNodeGroupArgs(cluster=cluster.eks, node_role=cluster.node_role,
                                                             subnet_ids=net.private_subnet_ids,
                                                             instance_type=lookup("m7i.xlarge")))

@@ -214,7 +214,7 @@ def test_every_launch_template_gets_imdsv2_hop1_and_encrypted_root(run, group):
     lt = launch_template_of(run, ng)
     assert lt.parent == ng.parent, "the template is the component's own, not pulumi-eks's"
     assert lt["metadataOptions"] == {"httpTokens": "required", "httpPutResponseHopLimit": 1, "httpEndpoint": "enabled"}
-    size = 200 if group == "gpu" else 50
+    size = 200 if group == "gpu" else 100  # the system node pulls the DLC image too (Ray head, EFA check Job)
     assert lt["blockDeviceMappings"] == [{"deviceName": "/dev/xvda", "ebs": {
         "volumeSize": size, "volumeType": "gp3", "encrypted": "true", "deleteOnTermination": "true"}}]
     # EKS bootstraps the AMI of amiType itself only when the template has no AMI id; no user data to merge either.

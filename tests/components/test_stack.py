@@ -2,6 +2,7 @@
 
 import pytest
 
+from ray_efa_eks.components.config import DEFAULT_KUBERNETES_VERSION
 from ray_efa_eks.tools.mockrun import run_program
 
 MNG = "eks:index:ManagedNodeGroup"
@@ -82,7 +83,7 @@ def test_system_node_group(default_run):
 def test_cluster_settings(default_run):
     c = default_run.one("eks:index:Cluster")
     assert c["skipDefaultNodeGroup"] is True and c["authenticationMode"] == "API"
-    assert c["createOidcProvider"] is True and c["version"] == "1.33"
+    assert c["createOidcProvider"] is True and c["version"] == DEFAULT_KUBERNETES_VERSION
     assert c["nodeAssociatePublicIpAddress"] is False
     assert c["endpointPrivateAccess"] is True and c["publicAccessCidrs"] == ["0.0.0.0/0"]
 

@@ -130,9 +130,32 @@ def test_check_prints_one_line_per_broken_rule_and_exits_1(capsys, tmp_path):
     code, out = run_cli(capsys, "--program", str(_broken_program(tmp_path)), "--check")
     assert code == 1
     lines = out.strip().splitlines()
-    assert lines[0] == "Layout rules: 1 of 8 broken (private-dashboard):"
-    assert len(lines) == 2 and lines[1].startswith("[private-dashboard] kubernetes:core/v1:Service dashboard-lb: ")
-    assert "Fix: keep the head Service ClusterIP" in lines[1]
+    aws = next(i for i, ln in enumerate(lines) if ln.startswith("AWS API rules"))
+    layout_lines, aws_lines = lines[:aws], lines[aws:]
+    assert layout_lines[0] == "Layout rules: 1 of 8 broken (private-dashboard):"
+    assert len(layout_lines) == 2
+    assert layout_lines[1].startswith("[private-dashboard] kubernetes:core/v1:Service dashboard-lb: ")
+    assert "Fix: keep the head Service ClusterIP" in layout_lines[1]
+    # the AWS API rules the runner enforced, each with its source document
+    from ray_efa_eks.tools.aws_rules import RULES
+
+    assert aws_lines[0].endswith(f"all {len(RULES)} pass") and len(aws_lines) == 1 + len(RULES)
+    for rule, line in zip(RULES, aws_lines[1:]):
+        assert line.strip().startswith(f"[{rule.id}]") and rule.source_url in line
+
+
+def test_check_names_the_aws_rule_a_program_breaks(capsys, monkeypatch):
+    from ray_efa_eks.components import pod_identity
+
+    monkeypatch.setattr(pod_identity, "pod_identity_trust_policy", lambda *a: json.dumps({
+        "Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Principal": {"Service": "pods.eks.amazonaws.com"},
+                                                "Action": ["sts:AssumeRole", "sts:TagSession"],
+                                                "Condition": {"ArnEquals": {"aws:SourceArn": "arn"}}}]}))
+    code, out = run_cli(capsys, "--check")
+    assert code == 2
+    assert "IAM would refuse aws:iam/role:Role ray-storage-role" in out and "[aws-rule pod-identity-trust;" in out
+    assert "AWS API rules (the runner refuses the request at its resource, as AWS would: exit 2): " \
+           "pod-identity-trust broken" in out
 
 
 def test_program_error_exits_2_and_names_the_key(capsys):
