@@ -309,7 +309,7 @@ def readme_table(doc: dict[str, Any]) -> str:
         rows.append(f"| {name} | {t['gpus']} x {t['gpu_model']} | {t['gpu_memory_mib'] // 1024} GiB | {t['vcpus']} | "
                     f"{t['memory_mib'] // 1024} GiB | {t['max_efa_interfaces']} ({where}) | {t['efa_gbps']:g} | "
                     f"{'yes' if t['gpudirect_rdma'] else 'no'} | {'yes' if t['capacity_blocks'] else 'no'} | "
-                    f"{f'{price:g}' if price is not None else 'no price'} |")
+                    f"{price if price is not None else 'no price'} |")
     refused = "; ".join(f"**{n}**: {why}" for n, why in doc["refused"].items())
     system = ", ".join(n for n, t in doc["types"].items() if not t.get("gpus"))
     return "\n".join(rows) + f"\n\nSystem node types: {system}. Refused: {refused or 'none'}.\n"

@@ -228,10 +228,23 @@ def plan_tree(root: Path | None = None, *, stack: str = "dev", overrides: dict[s
     try:
         run = mockrun.run_program(config, region=region, program=program, stack=stack)
     except Exception as e:  # noqa: BLE001 - any program failure is the plan's answer, not a crash
-        return Plan(source, stack, region, error=f"{type(e).__name__}: {e}", config=shown)
+        return Plan(source, stack, region, error=f"{type(e).__name__}: {e}{_where_offered(e)}", config=shown)
     plan = make_plan(layout.from_mockrun(run), source=source, stack=stack, region=region)
     plan.config = shown
     return plan
+
+
+def _where_offered(error: Exception) -> str:
+    """For "gpuInstanceType ... is not offered in any AZ of REGION": the regions EC2's offerings data lists for it."""
+    from . import mockrun
+
+    itype = getattr(error, "value", None)
+    if getattr(error, "key", None) != "gpuInstanceType" or "is not offered in any AZ" not in str(error) \
+            or not isinstance(itype, str):
+        return ""
+    regions = [r for r in mockrun.OFFERINGS if mockrun.offered_azs(r, itype)]
+    return (f" (EC2's offerings data, tools/offerings.json, lists it in: {', '.join(regions)})" if regions
+            else " (EC2's offerings data, tools/offerings.json, lists it in no region)")
 
 
 def plan_git_ref(ref: str, root: Path | None = None, *, stack: str = "dev", overrides: dict[str, str] | None = None,

@@ -49,10 +49,9 @@ def test_catalogue_efa_only_capacity_blocks_and_one_efa_per_card(name):
 
 # -- the GPU launch template for each EFA type --------------------------------------------------------------------
 
-@pytest.mark.parametrize("itype", ["g6.12xlarge", "g6e.48xlarge", "p4d.24xlarge", "p5.48xlarge", "p5en.48xlarge",
-                                   "p6-b200.48xlarge", "p6-b300.48xlarge"])
-def test_gpu_launch_template_per_type(itype):
-    run = run_program({"gpuInstanceType": itype, "efaCheck": "false"})
+@pytest.mark.parametrize("itype", sorted(n for n, t in CATALOGUE.items() if t.gpus))
+def test_gpu_launch_template_per_type(itype, catalogue_runs):
+    run = catalogue_runs[itype][1]  # every catalogue GPU type's stack, shared (tests/conftest.py)
     it, lt, ng = CATALOGUE[itype], run.one(LT, "gpu-lt"), run.one(MNG, "gpu")
     nis = lt["networkInterfaces"]
     efa = [n for n in nis if n.get("interfaceType") in ("efa", "efa-only")]

@@ -15,7 +15,7 @@ from ray_efa_eks.components.config import ConfigError, StackConfig
 from ray_efa_eks.components.instances import CATALOGUE, PRICED_REGIONS, REFUSED, NoPrice, lookup
 from ray_efa_eks.tools import gen_catalogue as gen
 from ray_efa_eks.tools import layout, mockrun
-from ray_efa_eks.tools.plan import make_plan
+from ray_efa_eks.tools.plan import make_plan, plan_tree
 from ray_efa_eks.tools.preflight import QUOTA_G_VT, QUOTA_P, quota_code_for
 from tests.helpers.catalogue import catalogue_gpu_region
 
@@ -240,3 +240,8 @@ def test_the_default_stack_plans_in_us_east_2_without_a_price():
 def test_a_type_not_offered_in_the_region_is_said_plainly():
     with pytest.raises(ConfigError, match="p5e.48xlarge' is invalid: is not offered in any AZ of us-east-1"):
         mockrun.run_program({"gpuInstanceType": "p5e.48xlarge"})
+    plan = plan_tree(gen.ROOT, overrides={"gpuInstanceType": "p5e.48xlarge"}, defaults=True)
+    assert plan.exit_code == 2 and plan.error.endswith(
+        "is not offered in any AZ of us-east-1; pick another type or region (EC2's offerings data, "
+        "tools/offerings.json, lists it in: ap-southeast-2, ap-southeast-3, eu-north-1, eu-west-2, sa-east-1, "
+        "us-east-2, us-west-2)"), plan.error
