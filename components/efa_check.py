@@ -12,7 +12,14 @@ start-up and sweep budgets; ``activeDeadlineSeconds`` is their sum plus slack, a
 ``Failed`` condition instead of timing out blind.
 
 Re-runs: the Job's name carries a hash of what it vouches for (image, GPU type, node count, EFA setting, NCCL env,
-the check's arguments), so a change to any of them replaces the Job and the check runs again. A Job that failed
+the check's arguments, among them the RayCluster's spec hash), so a change to any of them, or to anything else in the
+RayCluster spec (auth mode, resources), replaces the Job and the check runs again; the check then fails ``stale``
+on any Ray pod whose ``RAY_EFA_EKS_IMAGE``/``RAY_EFA_EKS_SPEC_HASH`` is not what the Job was rendered for.
+
+Stopping: the script traps SIGTERM (Job deleted on replacement or by ``pulumi destroy``, ``activeDeadlineSeconds``)
+and stops its Ray job (``ray job stop``) before it exits, as the ``timeout`` path does; a new check first stops
+every earlier ``efa-check-*`` Ray job still running (one orphaned by a SIGKILL), so it never waits on its own
+predecessor's GPUs. ``terminationGracePeriodSeconds`` leaves the trap time to reach the head. A Job that failed
 is replaced on the next ``pulumi up`` (``pulumi.com/replaceUnready``; without it pulumi-kubernetes keeps awaiting
 the failed Job and every later up fails the same way), delete-before-replace since the name is fixed.
 """
@@ -43,6 +50,17 @@ SHIPPED = {EFA_PROOF_PACKAGE: None, TRAINING_PACKAGE: ("__init__.py", "model.py"
 """What the Job ships, per package: every module of the EFA proof, and the training model it sizes FSDP messages
 from (None = every ``.py``). Read as files (the library never imports either package)."""
 MOUNT = "/opt/ray-efa-eks"
+TERMINATION_GRACE_S = 60
+"""Time between SIGTERM and SIGKILL for the Job's pod: the trap's ``ray job stop`` (a few seconds) fits."""
+STOP_EARLIER = """import sys
+from ray.job_submission import JobStatus, JobSubmissionClient
+c = JobSubmissionClient(sys.argv[1])
+for j in c.list_jobs():
+    if (j.submission_id or "").startswith("efa-check-") and j.status in (JobStatus.PENDING, JobStatus.RUNNING):
+        print("stopping earlier EFA check job " + j.submission_id, flush=True)
+        c.stop_job(j.submission_id)
+"""
+"""Run by the script before it submits: a check orphaned by an earlier Job pod (SIGKILL) must not hold the GPUs."""
 SUBMIT_RETRY_S = 120
 """How long the script retries ``ray job submit`` (part of Deadlines.startup_s)."""
 
@@ -117,6 +135,8 @@ class EfaCheckJobArgs:
     (``--storage-proof``; efacheck/storage_proof.py); on when the stack creates the checkpoint bucket."""
     deadlines: Deadlines = field(default_factory=Deadlines)
     """``sweeps`` follows ``compare_socket``."""
+    spec_hash: str | None = None
+    """The RayCluster's spec hash (``RayCluster.spec_hash``): every Ray pod must carry it (else stage ``stale``)."""
     extra_check_args: list[str] = field(default_factory=list)
     """More ``efacheck.efa_check`` arguments (e.g. ``--compare-socket``; set ``deadlines.sweeps`` to match)."""
 
@@ -161,7 +181,7 @@ def check_args(instance_type: InstanceType | None, node_count: int, deadlines: D
                min_busbw_gbps: float = 0.0, extra: list[str] | None = None, *, image: str | None = None,
                min_busbw_fraction: float = 0.0, compare_socket: bool = False,
                strict_versions: bool = False, require_counters: bool = False,
-               storage_proof: bool = False, transport: str = "efa") -> list[str]:
+               storage_proof: bool = False, transport: str = "efa", spec_hash: str | None = None) -> list[str]:
     """``efacheck.efa_check`` arguments: the declared topology and the deadlines, from the catalogue and config.
 
     transport (:func:`gate_transport`): for ``socket`` and ``intra-node`` nothing EFA-specific is demanded (no EFA
@@ -184,6 +204,8 @@ def check_args(instance_type: InstanceType | None, node_count: int, deadlines: D
             args += ["--efa-gbps", f"{gbps:g}"]
     if image:
         args += ["--image", image]
+    if spec_hash:
+        args += ["--spec-hash", spec_hash]
     if min_busbw_gbps > 0:
         args += ["--min-busbw-gbps", str(min_busbw_gbps)]
     if min_busbw_fraction > 0:
@@ -211,7 +233,8 @@ def check_script(dashboard_address: str, args: list[str] | float | None = None, 
     ``args``: the check's arguments (:func:`check_args`); a number is taken as ``min_busbw_gbps`` with the
     default topology. Exit codes are the check's (0 efa, 1 fallback/failed, 2 undetermined, 3 unreadable); the
     script adds 2 for "the head never answered", "submission failed" and "the check overran its budget" (it
-    then stops the job).
+    then stops the job), and 143 when it is itself stopped (SIGTERM/SIGINT: it stops the Ray job first). Before
+    submitting it stops earlier ``efa-check-*`` jobs still running (:data:`STOP_EARLIER`).
     """
     if not isinstance(args, list):
         args = check_args(None, 2, deadlines, float(args or 0))
@@ -221,23 +244,36 @@ def check_script(dashboard_address: str, args: list[str] | float | None = None, 
                                      f"{deadlines.head_wait_s} s")
     submit = _fail_json("submit", f"ray job submit failed for {SUBMIT_RETRY_S} s (see above)")
     overrun = _fail_json("timeout", f"the check did not finish within {deadlines.check_s} s; job stopped")
+    stopped = _fail_json("stopped", "the gate Job was stopped (SIGTERM) before the check finished; its Ray job "
+                                    "was stopped")
     return f"""set -u
 addr={addr}
+id=""; follow=""
+on_term() {{  # Job deleted or past its deadline: stop the Ray job we started, then exit 143
+  trap - TERM INT
+  if [ -n "$follow" ]; then kill "$follow" 2>/dev/null; fi
+  if [ -n "$id" ]; then echo "stopping EFA check job $id"; ray job stop --address "$addr" "$id" >/dev/null 2>&1; fi
+  echo {stopped}; exit 143
+}}
+trap on_term TERM INT
 end=$(( $(date +%s) + {deadlines.head_wait_s} )); i=0
 until ray job list --address "$addr" >/dev/null 2>&1; do
   if [ "$(date +%s)" -ge "$end" ]; then echo {head}; exit 2; fi
-  i=$((i + 1)); echo "waiting for Ray head ($i)"; sleep 5
+  i=$((i + 1)); echo "waiting for Ray head ($i)"; sleep 5 & wait $!
 done
+python -c {shlex.quote(STOP_EARLIER)} "$addr" || echo "could not list earlier EFA check jobs (continuing)"
 end=$(( $(date +%s) + {SUBMIT_RETRY_S} )); n=0
 until  # the Jobs API can answer before the head's agent takes jobs ("No available agent"): retry, fresh id each time
   n=$((n + 1)); id="efa-check-$(date +%s)-$$-$n"
   ray job submit --address "$addr" --submission-id "$id" --no-wait --working-dir {shlex.quote(working_dir)} -- {cmd}
 do
   if [ "$(date +%s)" -ge "$end" ]; then echo {submit}; exit 2; fi
-  sleep 10
+  sleep 10 & wait $!
 done
-timeout {deadlines.check_s} ray job logs --address "$addr" --follow "$id"
-if [ $? -eq 124 ]; then ray job stop --address "$addr" "$id" >/dev/null 2>&1; echo {overrun}; exit 2; fi
+# in the background + wait: bash runs a trap only between commands, and `wait` returns at once on a signal
+timeout {deadlines.check_s} ray job logs --address "$addr" --follow "$id" & follow=$!
+wait "$follow"; rc=$?; follow=""
+if [ $rc -eq 124 ]; then ray job stop --address "$addr" "$id" >/dev/null 2>&1; echo {overrun}; exit 2; fi
 status=$(ray job status --address "$addr" "$id" 2>&1)
 echo "$status"
 code=$(printf '%s\\n' "$status" | sed -n 's/.*failed with exit code \\([0-9][0-9]*\\).*/\\1/p' | head -n 1)
@@ -277,7 +313,7 @@ class EfaCheckJob(pulumi.ComponentResource):
                            image=args.image, min_busbw_fraction=args.min_busbw_fraction,
                            compare_socket=args.compare_socket, strict_versions=args.strict_versions,
                            require_counters=args.require_counters and args.efa,
-                           storage_proof=args.storage_proof, transport=transport)
+                           storage_proof=args.storage_proof, transport=transport, spec_hash=args.spec_hash)
         self.transport = transport
         nccl_env = efa_env(args.instance_type, args.efa, args.nccl_debug, args.nccl_net_plugin) \
             if args.instance_type is not None else []
@@ -297,6 +333,7 @@ class EfaCheckJob(pulumi.ComponentResource):
                     "metadata": {"labels": {"ray-efa-eks/role": "efa-check"}},
                     "spec": {
                         "restartPolicy": "Never",
+                        "terminationGracePeriodSeconds": TERMINATION_GRACE_S,
                         "nodeSelector": {ROLE_LABEL: SYSTEM_ROLE},
                         "containers": [{
                             "name": "efa-check",

@@ -10,10 +10,31 @@ default, behind the head NetworkPolicy: the token is a ``RandomPassword``
 Secret this component manages; the operator injects ``RAY_AUTH_MODE=token`` and
 ``RAY_AUTH_TOKEN`` (from the Secret's ``auth_token`` key) into every Ray
 container, and Ray then refuses any Jobs API, dashboard or GCS request without it.
+
+Changes reach the pods (issue 24): ``spec.upgradeStrategy.type: Recreate``. KubeRay 1.7.0
+(ray-operator/controllers/ray/raycluster_controller.go ``shouldRecreatePodsForUpgrade``) restarts nothing when
+``upgradeStrategy`` is nil; with Recreate it hashes the spec (utils/util.go
+``GenerateHashWithoutReplicasAndWorkersToDelete``: replicas, min/maxReplicas, workersToDelete, tolerations,
+schedulingGates and upgradeStrategy muted) and compares it with the head pod's ``ray.io/upgrade-strategy-recreate-hash``
+annotation; when they differ it deletes *all* pods and creates them from the new spec. A head without the annotation
+(created before Recreate was set) or a changed KubeRay version recreates nothing. So a new image, NCCL env,
+resources or auth mode restarts the whole cluster (a running training job is stopped; it resumes from its last
+checkpoint with the same ``--name``), while ``gpuNodeCount`` only adds or removes workers.
+
+Every Ray container carries ``RAY_EFA_EKS_IMAGE`` (its image) and ``RAY_EFA_EKS_SPEC_HASH`` (:func:`spec_hash`,
+the same fields muted as KubeRay's hash, so a worker added by a scale-up carries the hash of the pods beside it);
+the gate compares both with what its Job was rendered for.
+
+The token Secret exists whatever ``token_auth`` says: switching auth off must not delete a Secret that running pods
+still reference (Pulumi deletes removed resources at the end of the update, while KubeRay may still be replacing the
+pods, and a container restarting in between would fail with CreateContainerConfigError); switching it back on
+finds the same token.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,6 +71,12 @@ AUTH_SECRET_NAME = "ray-auth-token"
 """Default name of the token Secret (KubeRay's own default would be the cluster's name, owned by the CR)."""
 MIN_TOKEN_AUTH_RAY = (2, 52)
 """KubeRay refuses ``authOptions.mode: token`` below Ray 2.52."""
+IMAGE_ENV = "RAY_EFA_EKS_IMAGE"
+"""Every Ray container's image, as env (read by the gate: efacheck/efa_check.py and stack_probe.IMAGE_ENV)."""
+SPEC_HASH_ENV = "RAY_EFA_EKS_SPEC_HASH"
+"""Every Ray container's :func:`spec_hash` of the RayCluster spec it was created from."""
+UPGRADE_STRATEGIES = ("Recreate", "None")
+"""KubeRay 1.7 CRD ``spec.upgradeStrategy.type`` enum."""
 TOKEN_LENGTH = 64
 """Alphanumeric characters of the token (sent as an HTTP bearer token and a gRPC header)."""
 
@@ -178,6 +205,9 @@ class RayClusterArgs:
     """Admit traffic to the head (dashboard, Jobs API, GCS, client) only from pods of its own namespace."""
     network_policy_from_namespaces: list[str] = field(default_factory=list)
     """Extra namespaces allowed to the head's dashboard/Jobs port (8265) only, e.g. a monitoring namespace."""
+    upgrade_strategy: str = "Recreate"
+    """``spec.upgradeStrategy.type``: Recreate restarts every pod on a spec change (what the gate then checks);
+    None leaves running pods on the old spec (the gate then fails ``stale`` until they are replaced by hand)."""
     token_auth: bool = True
     """Ray token authentication: Jobs API, dashboard and GCS refuse requests without the token (``auth_token``)."""
     auth_secret_name: str = AUTH_SECRET_NAME
@@ -209,8 +239,40 @@ def host_sysfs_volumes() -> tuple[list[dict], list[dict]]:
     return vols, mounts
 
 
+def _muted(spec: dict[str, Any]) -> dict[str, Any]:
+    """``spec`` without what KubeRay's Recreate hash mutes (GenerateHashWithoutReplicasAndWorkersToDelete) and
+    without our own hash variable."""
+    s = json.loads(json.dumps(spec, default=lambda o: f"<{type(o).__name__}>"))  # an Output is hashed as a marker
+    s.pop("upgradeStrategy", None)
+    groups = [("head", s["headGroupSpec"])] + [("worker", g) for g in s.get("workerGroupSpecs", [])]
+    for role, g in groups:
+        if role == "worker":
+            for k in ("replicas", "minReplicas", "maxReplicas"):
+                g.pop(k, None)
+            g.get("scaleStrategy", {}).pop("workersToDelete", None)
+        pod = g["template"]["spec"]
+        pod.pop("tolerations", None)
+        pod.pop("schedulingGates", None)
+        for c in pod.get("containers", []):
+            c["env"] = [e for e in c.get("env", []) if e.get("name") != SPEC_HASH_ENV]
+    return s
+
+
+def spec_hash(spec: dict[str, Any]) -> str:
+    """Short hash of a RayCluster spec, blind to scaling (replicas) as KubeRay's Recreate hash is.
+
+    A value that is a Pulumi Output (the checkpoint storage path) is hashed as a marker: it names a bucket that
+    does not change once created.
+    """
+    blob = json.dumps(_muted(spec), sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
 def build_spec(args: RayClusterArgs) -> dict[str, Any]:
     """The RayCluster ``spec`` as plain data (validated against the KubeRay CRD in tests)."""
+    if args.upgrade_strategy not in UPGRADE_STRATEGIES:
+        raise ValueError(f"RayCluster: upgrade_strategy {args.upgrade_strategy!r} is not one of {UPGRADE_STRATEGIES}; "
+                         "use Recreate (a spec change restarts every pod)")
     if not args.worker_groups:
         raise ValueError("RayCluster: at least one worker group is required")
     names = [g.name for g in args.worker_groups]
@@ -262,10 +324,17 @@ def build_spec(args: RayClusterArgs) -> dict[str, Any]:
             "template": {"metadata": {"labels": dict(HEAD_LABELS)}, "spec": head_pod},
         },
         "workerGroupSpecs": groups,
+        "upgradeStrategy": {"type": args.upgrade_strategy},
     }
     auth = auth_options(args.token_auth, args.ray_version, args.auth_secret_name)
     if auth:
         spec["authOptions"] = auth
+    containers = [c for g in [spec["headGroupSpec"], *groups] for c in g["template"]["spec"]["containers"]]
+    for c in containers:
+        c["env"] = [*c["env"], {"name": IMAGE_ENV, "value": c["image"]}]
+    digest = spec_hash(spec)
+    for c in containers:
+        c["env"].append({"name": SPEC_HASH_ENV, "value": digest})
     return spec
 
 
@@ -300,6 +369,8 @@ class RayCluster(pulumi.ComponentResource):
     """The token Secret (key ``auth_token``); None when token auth is off."""
     auth_token: pulumi.Output[str] | None
     """The Ray token (a secret output); None when token auth is off."""
+    spec_hash: str
+    """:func:`spec_hash` of ``spec``, as every Ray container's ``RAY_EFA_EKS_SPEC_HASH``."""
 
     def __init__(self, name: str, args: RayClusterArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("ray-efa-eks:index:RayCluster", name, None, opts)
@@ -319,15 +390,17 @@ class RayCluster(pulumi.ComponentResource):
                 f"{name}-head-ingress", metadata={"name": f"{name}-head-ingress", "namespace": args.namespace},
                 spec=head_network_policy_spec(args.network_policy_from_namespaces), opts=in_ns))
         self.auth_secret_name = self.auth_token = None
+        # No keepers: generated on the first `pulumi up`, then read from state, so the token is stable. Kept with
+        # auth off too (module docstring): turning auth off never deletes a Secret that running pods reference.
+        token = random.RandomPassword(f"{name}-auth-token", length=TOKEN_LENGTH, special=False,
+                                      opts=pulumi.ResourceOptions(parent=self))
+        deps.append(k8s.core.v1.Secret(
+            f"{name}-auth-token", metadata={"name": args.auth_secret_name, "namespace": args.namespace},
+            type="Opaque", string_data={AUTH_TOKEN_KEY: token.result}, opts=in_ns))
         if args.token_auth:
-            # No keepers: generated on the first `pulumi up`, then read from state, so the token is stable.
-            token = random.RandomPassword(f"{name}-auth-token", length=TOKEN_LENGTH, special=False,
-                                          opts=pulumi.ResourceOptions(parent=self))
-            deps.append(k8s.core.v1.Secret(
-                f"{name}-auth-token", metadata={"name": args.auth_secret_name, "namespace": args.namespace},
-                type="Opaque", string_data={AUTH_TOKEN_KEY: token.result}, opts=in_ns))
             self.auth_secret_name = args.auth_secret_name
             self.auth_token = pulumi.Output.secret(token.result)
+        self.spec_hash = self.spec["headGroupSpec"]["template"]["spec"]["containers"][0]["env"][-1]["value"]
         self.custom_resource = k8s.apiextensions.CustomResource(
             f"{name}-raycluster",
             api_version="ray.io/v1",

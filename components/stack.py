@@ -281,7 +281,7 @@ class EfaRayCluster(pulumi.ComponentResource):
                 strict_versions=cfg.efaCheckStrictVersions, require_counters=cfg.efaCheckRequireCounters and cfg.efa,
                 storage_proof=cfg.checkpointBucket,
                 deadlines=Deadlines(topology_wait_s=cfg.efaCheckWaitSeconds),
-                auth_secret_name=ray.auth_secret_name), opts=child)
+                auth_secret_name=ray.auth_secret_name, spec_hash=ray.spec_hash), opts=child)
 
         teardown: list[Any] = [
             "pulumi config set --type int gpuNodeCount 0 && pulumi up   # GPU nodes first: the expensive part",

@@ -23,13 +23,20 @@ Every failure ends in one JSON object (``--json``) and an exit code, never a tra
 JSON: ``verdict``, ``code``, ``failure`` ({``stage``, ``reason``} or null), ``reasons``, ``hints``, ``backend``,
 ``expected``, ``nodes``, ``world``, ``sweep`` rows, ``probes``; stages: unreachable, topology, no_gpu, no_cuda,
 placement, rank_error, timeout, actor_died, wrong_result (a collective gave wrong values: exit 1), storage
-(``--storage-proof``: a GPU worker pod could not write/list/read/delete a checkpoint object, exit 1), internal;
+(``--storage-proof``: a GPU worker pod could not write/list/read/delete a checkpoint object, exit 1), internal,
+stale, busy;
 ``comparison`` carries the Socket sweep's own failure (``error``) without touching the EFA verdict.
+
+What really runs (issue 24): ``--image`` and ``--spec-hash`` are what the gate Job was rendered for; every rank
+(and the driver, on the head) reads ``RAY_EFA_EKS_IMAGE`` / ``RAY_EFA_EKS_SPEC_HASH`` from its pod's env and a
+pod that differs ends the check with stage ``stale`` (exit 2, naming the pods and nodes) instead of vouching for
+old pods under a new name. A busy cluster: when fewer GPUs are free than the check needs, it names the Ray jobs
+holding them (state API) and waits within ``--wait-s``; then stage ``busy`` (exit 2) names them and what to do.
 
 python -m ray_efa_eks.efacheck.efa_check [--address auto | --local] [--json] [--expect-nodes N]
     [--expect-gpus-per-node G] [--expect-nics K] [--expect-gdrdma] [--wait-s S] [--timeout-s T] [--min-busbw-gbps X]
     [--efa-gbps G --min-busbw-fraction F] [--compare-socket] [--preset P] [--manifest JSON | --image REF]
-    [--strict-versions] [--report DIR]
+    [--spec-hash H] [--strict-versions] [--report DIR]
 
 Every shape the stack accepts has a gate it can pass (``--expect-transport``): ``efa`` (the default) is the proof
 above; ``socket`` (a stack with ``efa: false``) passes when NCCL crossed the nodes over its Socket transport, the
@@ -88,6 +95,12 @@ STARTUP_S = 150.0
 """Budget for rank placement, actor start-up, the CUDA check and counter reads, after the topology is there
 (components/efa_check.Deadlines.startup_s adds job submission on top)."""
 
+IMAGE_ENV = "RAY_EFA_EKS_IMAGE"
+SPEC_HASH_ENV = "RAY_EFA_EKS_SPEC_HASH"
+"""Set by the stack on every Ray container (components/raycluster.py): its image and the RayCluster spec hash."""
+CHECK_JOB_PREFIX = "efa-check-"
+"""Submission ids of the gate's Ray jobs (components/efa_check.py check_script); never reported as holders."""
+
 ENV_VARS = ("FI_PROVIDER", "NCCL_NET_PLUGIN", "NCCL_SOCKET_IFNAME", "FI_EFA_USE_DEVICE_RDMA", "NCCL_NET",
             "LD_LIBRARY_PATH")
 
@@ -103,6 +116,8 @@ FAILURES: dict[str, tuple[str, int]] = {
     "wrong_result": ("failed", 1),
     "storage": ("failed", 1),
     "internal": ("undetermined", 2),
+    "stale": ("undetermined", 2),
+    "busy": ("undetermined", 2),
 }
 """Failure stage -> (verdict, exit code); see the module docstring."""
 
@@ -125,6 +140,13 @@ FAILURE_HINTS = {
     "storage": "a GPU worker pod could not write, list, read back or delete a checkpoint object: read the AWS error "
                "and the likely cause in the reason (trust policy, bucket policy, KMS, credential chain)",
     "internal": "a bug in the check: report it with this JSON",
+    "stale": "these pods were created from another RayCluster spec than this gate was rendered for: KubeRay "
+             "recreates them (upgradeStrategy Recreate) after a spec change; wait for `kubectl -n ray get pods` to "
+             "show fresh pods, or delete the named pods once (a head created before upgradeStrategy was set carries "
+             "no hash, so KubeRay cannot tell), then re-run the gate",
+    "busy": "another Ray job holds the GPUs the check needs: wait for it to end or stop it (`ray job stop ID`, the "
+            "training resumes from its last checkpoint with the same --name), then re-run the gate "
+            "(`pulumi up` replaces the failed gate Job)",
 }
 
 
@@ -216,9 +238,75 @@ def assess(nodes: list[dict], backend: str, expect_nodes: int,
     return cpu, None
 
 
+def _holder_line(h: dict) -> str:
+    name = h.get("submission_id") or f"job {h['job_id']}"
+    what = f" ({h['entrypoint'][:80]})" if h.get("entrypoint") else ""
+    return f"{name}{what} holds {h['gpus']:g} GPU(s), status {h.get('status') or 'unknown'}"
+
+
+def gpu_holders(own_job_id: str | None = None) -> list[dict]:
+    """The Ray jobs that hold GPUs now, from Ray's state API (the dashboard's): placement groups with GPU bundles,
+    and GPU actors and running GPU tasks outside a placement group, summed per job; our own job and earlier gate
+    checks (``efa-check-*``, which the gate's script stops itself) are left out.
+
+    Each: ``job_id``, ``submission_id`` (None for a driver started by hand), ``entrypoint``, ``status``, ``gpus``.
+    """
+    from ray.util.state import list_actors, list_jobs, list_placement_groups, list_tasks
+
+    held: dict[str, float] = {}
+
+    def add(job: str | None, n: float) -> None:
+        if job and n:
+            held[job] = held.get(job, 0.0) + n
+
+    kw: dict[str, Any] = {"detail": True, "limit": 10000, "raise_on_missing_output": False}
+    for pg in list_placement_groups(filters=[("state", "=", "CREATED")], **kw):
+        add(pg.creator_job_id, sum((b.get("unit_resources") or {}).get("GPU", 0) for b in pg.bundles or []))
+    for a in list_actors(filters=[("state", "=", "ALIVE")], **kw):
+        if not getattr(a, "placement_group_id", None):
+            add(a.job_id, (a.required_resources or {}).get("GPU", 0))
+    for t in list_tasks(filters=[("state", "=", "RUNNING")], **kw):
+        if not getattr(t, "placement_group_id", None) and getattr(t, "type", "") == "NORMAL_TASK":
+            add(t.job_id, (t.required_resources or {}).get("GPU", 0))
+    jobs = {j.job_id: j for j in list_jobs(raise_on_missing_output=False) if getattr(j, "job_id", None)}
+    out = []
+    for job_id, n in sorted(held.items()):
+        j = jobs.get(job_id)
+        sid = getattr(j, "submission_id", None)
+        if job_id == own_job_id or (sid or "").startswith(CHECK_JOB_PREFIX):
+            continue
+        status = getattr(j, "status", None)
+        out.append({"job_id": job_id, "submission_id": sid, "entrypoint": getattr(j, "entrypoint", None),
+                    "status": getattr(status, "value", status), "gpus": n})
+    return out
+
+
+def busy_probe(need: int) -> str | None:
+    """None when ``need`` GPUs are free in the cluster; else who holds them (one line, for the log and the verdict)."""
+    import ray
+
+    free = ray.available_resources().get("GPU", 0)
+    if free >= need:
+        return None
+    try:
+        own = ray.get_runtime_context().get_job_id()
+    except Exception:  # noqa: BLE001
+        own = None
+    try:
+        holders = gpu_holders(own)
+        who = "; ".join(map(_holder_line, holders)) or "no Ray job holds them (they are being released)"
+    except Exception as e:  # noqa: BLE001 - the state API needs the dashboard; say so instead of failing
+        who = f"the Ray state API could not say which job holds them ({type(e).__name__}: {e})"
+    return f"{free:g} of the {need} GPUs the check needs are free: {who}"
+
+
 def wait_topology(expect_nodes: int, expect_gpus_per_node: int, wait_s: float, requested: str = "auto",
-                  poll_s: float = 1.0, log=print) -> tuple[str, list[dict]]:
-    """Poll ray.nodes() until the declared topology is there or ``wait_s`` passes; (backend, nodes)."""
+                  poll_s: float = 1.0, log=print, busy=None) -> tuple[str, list[dict]]:
+    """Poll ray.nodes() until the declared topology is there or ``wait_s`` passes; (backend, nodes).
+
+    ``busy(need)`` (e.g. :func:`busy_probe`): with the topology there, the check also waits, within the same
+    ``wait_s``, until ``need`` GPUs are free; at the deadline stage ``busy`` names the jobs holding them.
+    """
     import ray
 
     deadline = time.monotonic() + wait_s
@@ -227,6 +315,18 @@ def wait_topology(expect_nodes: int, expect_gpus_per_node: int, wait_s: float, r
         nodes = ray.nodes()
         backend = choose_backend(nodes, expect_gpus_per_node, requested)
         use, short = assess(nodes, backend, expect_nodes, expect_gpus_per_node)
+        if short is None and busy is not None and backend == "nccl":
+            held = busy(expect_nodes * max(expect_gpus_per_node, 1))
+            if held is not None:
+                if time.monotonic() >= deadline:
+                    raise CheckFailed("busy", f"after waiting {wait_s:g} s: {held}", backend=backend,
+                                      nodes=[_node_view(n) for n in nodes if n.get("Alive")])
+                if held != last:
+                    log(f"[efa_check] the cluster is busy, waiting ({max(0, deadline - time.monotonic()):.0f} s "
+                        f"left): {held}")
+                    last = held
+                time.sleep(max(poll_s, 2.0))
+                continue
         if short is None:
             return backend, use
         if time.monotonic() >= deadline:
@@ -241,6 +341,35 @@ def wait_topology(expect_nodes: int, expect_gpus_per_node: int, wait_s: float, r
         time.sleep(poll_s)
 
 
+# ---------------------------------------------------------------- what really runs
+
+def pod_stack(env: dict[str, str] | None = None) -> dict[str, str | None]:
+    """The image and RayCluster spec hash this process's pod was created with (its env; None when unset)."""
+    env = os.environ if env is None else env
+    return {"image": env.get(IMAGE_ENV), "spec_hash": env.get(SPEC_HASH_ENV)}
+
+
+def stale_pods(seen: list[dict], expect: dict[str, str | None]) -> list[str]:
+    """One line per pod (``host``/``ip``/``role``) whose ``image``/``spec_hash`` differ from ``expect`` (None = not
+    checked); a pod without the variables was created before the stack set them, so it is stale too."""
+    out: list[str] = []
+    for p in seen:
+        diffs = [f"{key} {p.get(key) or '(unset)'} (expected {want})" for key, want in expect.items()
+                 if want is not None and p.get(key) != want]
+        line = f"{p.get('role', 'worker')} pod {p.get('host')} on node {p.get('ip')}: " + ", ".join(diffs)
+        if diffs and line not in out:
+            out.append(line)
+    return out
+
+
+def check_stale(seen: list[dict], expect: dict[str, str | None], backend: str | None = None) -> None:
+    """Raise CheckFailed('stale') naming every pod that runs another image or spec than the gate was rendered for."""
+    bad = stale_pods(seen, expect)
+    if bad:
+        raise CheckFailed("stale", f"{len(bad)} Ray pod(s) run another spec than this gate checks: " + "; ".join(bad),
+                          backend=backend)
+
+
 # ---------------------------------------------------------------- ranks
 
 class _Rank:
@@ -250,7 +379,8 @@ class _Rank:
         import ray
 
         out = {"host": socket.gethostname(), "ip": ray.util.get_node_ip_address(),
-               "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "cuda": None, "devices": 0}
+               "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "cuda": None, "devices": 0,
+               **pod_stack()}
         if backend == "nccl":
             import torch
 
@@ -371,7 +501,8 @@ def _sweep_plan(backend: str, lo: int, hi: int, world: int, preset: str | None) 
 def run_check(backend: str, min_bytes: int, max_bytes: int, iters: int = 5, *, nodes: list[dict] | None = None,
               gpus_per_node: int = 0, timeout_s: float = 600.0, wait_s: float = STARTUP_S, preset: str | None = None,
               env_vars: dict[str, str] | None = None, storage_proof: bool = False,
-              storage_path: str | None = None, min_nodes: int = 2) -> dict:
+              storage_path: str | None = None, min_nodes: int = 2,
+              expect_stack: dict[str, str | None] | None = None) -> dict:
     """Place one rank per GPU (per node for gloo) across ``nodes``, check CUDA, sweep; raise CheckFailed on failure.
 
     storage_proof: rank 0 (in a GPU worker pod) first proves checkpoint storage (``storage_path``, default its
@@ -408,6 +539,8 @@ def run_check(backend: str, min_bytes: int, max_bytes: int, iters: int = 5, *, n
                 strategy = PlacementGroupSchedulingStrategy(pg, b)
                 actors.append(Actor.options(**opts, scheduling_strategy=strategy).remote())
         pre = _get([a.preflight.remote(backend) for a in actors], left(), "rank start-up", actors)
+        if expect_stack:  # before anything else: a verdict on old pods would vouch for the wrong spec
+            check_stale(pre, expect_stack, backend)
         if backend == "nccl":
             bad = [p for p in pre if not p["cuda"]]
             if bad:
@@ -695,6 +828,8 @@ def parser(prog: str | None = None) -> ArgumentParser:
                     help="run the sweep again in fresh ranks with NCCL_NET=Socket and report EFA/Socket busbw ratios")
     ap.add_argument("--manifest", help="the image's version manifest as JSON (stack config)")
     ap.add_argument("--image", help="image reference, to pick a known manifest (default $RAY_EFA_EKS_IMAGE)")
+    ap.add_argument("--spec-hash", help="RayCluster spec hash the gate was rendered for: every Ray pod's "
+                    "$RAY_EFA_EKS_SPEC_HASH must equal it (else stage stale); --image likewise $RAY_EFA_EKS_IMAGE")
     ap.add_argument("--strict-versions", action="store_true", help="a version that differs from the manifest fails")
     ap.add_argument("--report", metavar="DIR", help="write report.md and busbw.png there (text also to stderr)")
     ap.add_argument("--json", action="store_true", help="print one JSON object (last stdout line block)")
@@ -733,7 +868,14 @@ def check(a) -> dict:
     expected = {"nodes": a.expect_nodes, "gpus_per_node": a.expect_gpus_per_node, "nics": a.expect_nics,
                 "gdrdma": a.expect_gdrdma}
     log = (lambda m: print(m, file=sys.stderr, flush=True))
-    backend, nodes = wait_topology(a.expect_nodes, a.expect_gpus_per_node, a.wait_s, a.backend, log=log)
+    expect_stack = {"image": a.image, "spec_hash": a.spec_hash} if (a.image or a.spec_hash) and not a.local else None
+    if expect_stack:  # the driver runs on the head: its pod's env says which spec the head was created from
+        import ray
+
+        check_stale([{"role": "head", "host": socket.gethostname(), "ip": ray.util.get_node_ip_address(),
+                      **pod_stack()}], expect_stack)
+    backend, nodes = wait_topology(a.expect_nodes, a.expect_gpus_per_node, a.wait_s, a.backend, log=log,
+                                   busy=None if a.local else busy_probe)
     gpu = backend == "nccl"
     lo = a.min_bytes or (1 << 20 if gpu else 64 << 10)
     hi = a.max_bytes or (1 << 30 if gpu else 4 << 20)
@@ -742,7 +884,7 @@ def check(a) -> dict:
     if transport == "intra-node":
         extra["min_nodes"] = 1
     data = run_check(backend, lo, hi, a.iters, nodes=nodes, gpus_per_node=a.expect_gpus_per_node if gpu else 0,
-                     timeout_s=a.timeout_s, preset=a.preset, **extra)
+                     timeout_s=a.timeout_s, preset=a.preset, expect_stack=expect_stack, **extra)
     expect = {"expect_nodes": a.expect_nodes, "expect_nics": a.expect_nics, "expect_gdrdma": a.expect_gdrdma or None} \
         if transport == "efa" else {}
     r = judge(data, backend, a.min_busbw_gbps, expect, require_counters=a.require_counters, transport=transport)

@@ -23,7 +23,8 @@ The stack's ``Pulumi.<stack>.yaml`` must exist beside the program: a mistyped ``
 Every config key the plan used is printed (``Config``), secret values as ``[secret]``: they cannot be
 decrypted offline, so the program runs with that key's default (``--config KEY=VALUE`` plans a value).
 
-Exit codes: 0 every rule passes; 1 a layout rule is broken; 2 the program itself failed
+Exit codes: 0 every rule passes; 1 a layout rule is broken (with ``--diff``: or the change rolls a GPU node group
+that runs in a reservation or Capacity Block, :func:`rollout_risks`); 2 the program itself failed
 (e.g. a config error); 3 unreadable input (no ``Pulumi.<stack>.yaml``, bad YAML, a git ref that
 cannot be archived, a saved plan that cannot be read); 64 usage error.
 """
@@ -349,6 +350,48 @@ def efa_gate(st: Stack) -> dict[str, Any] | str:
     return "(none)"
 
 
+def _template_fingerprint(st: Stack, g: layout.NodeGroup) -> str:
+    """Short hash of the node group's launch template inputs: a change is a new template version, which the node
+    group follows (``latestVersion``), and EKS rolls every node onto it."""
+    import hashlib
+
+    template = layout._template_of(st, g.resource)
+    if template is None:
+        return "(none)"
+    blob = json.dumps(layout.plain(template.props), sort_keys=True, default=lambda o: f"<{type(o).__name__}>")
+    return hashlib.sha256(blob.encode()).hexdigest()[:8]
+
+
+RESERVED = ("reservation", "capacity-block")
+ROLLOUT_FIX = ("set gpuNodeCount 0 and `pulumi up` first (the group parks, nothing to roll), then apply this change "
+               "with gpuNodeCount 0, then raise gpuNodeCount again (README: Getting GPUs)")
+
+
+def rollout_risks(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    """GPU node groups that a change would roll while they run in a reservation or Capacity Block.
+
+    A new launch template version (or another node group setting) makes EKS replace every node: it first raises
+    the Auto Scaling group by the larger of twice its AZ count and maxUnavailable and launches the new nodes there
+    (EKS user guide, "managed node update behavior", scale up phase); a fully used ODCR or a Capacity Block has no
+    room for them, so the update fails. For Capacity Blocks the EKS guide says to set the desired size to 0 first.
+    Scaling alone (``nodes``) rolls nothing and is not flagged.
+    """
+    out = []
+    for name, a in (before.get("nodeGroups") or {}).items():
+        b = (after.get("nodeGroups") or {}).get(name)
+        if not b or not (a.get("gpusPerNode") or b.get("gpusPerNode")):
+            continue
+        reserved = [c for c in (a.get("capacity"), b.get("capacity")) if str(c).split(" ")[0] in RESERVED]
+        running = a.get("nodes") not in (0, "0")
+        changed = [k for k in sorted(set(a) & set(b)) if k != "nodes" and a[k] != b[k]]  # keys both plans know
+        if reserved and running and changed:
+            what = ", ".join(_FIELD.get(k, k) for k in changed)
+            out.append(f"GPU node group `{name}` ({reserved[0]}) changes its {what} while {a.get('nodes')} node(s) "
+                       "run: EKS rolls the group by launching new nodes first, which the reservation cannot hold, "
+                       f"so the update fails. Fix: {ROLLOUT_FIX}")
+    return out
+
+
 def settings_of(st: Stack, region: str) -> dict[str, Any]:
     """The settings that matter for this stack, as plain data (the ``settings`` of ``--json``)."""
     node_groups = {}
@@ -363,6 +406,7 @@ def settings_of(st: Stack, region: str) -> dict[str, Any]:
             "efaInterfacesPerNode": _show(g.efa_interfaces),
             "placement": _show(g.placement_strategy) or "none",
             "capacity": _capacity(g),
+            "launchTemplate": _template_fingerprint(st, g),
         }
         if g.gpu:
             subnets = g.subnets if g.subnets is not UNKNOWN else []
@@ -503,7 +547,8 @@ def _rules_summary(plan: Plan) -> str:
 
 _SECTION = {"nodeGroups": "node group", "pods": "pod", "gpuSubnets": "GPU subnet", "helmCharts": "Helm chart"}
 _FIELD = {"instanceTypes": "instance type", "nodes": "nodes", "gpusPerNode": "GPUs/node", "subnetAzs": "subnet AZs",
-          "efaInterfacesPerNode": "EFA interfaces/node", "placement": "placement strategy", "capacity": "capacity", "replicas": "replicas",
+          "efaInterfacesPerNode": "EFA interfaces/node", "placement": "placement strategy", "capacity": "capacity",
+          "launchTemplate": "launch template", "replicas": "replicas",
           "image": "image", "cpu": "CPU", "memory": "memory", "gpu": "GPU", "efa": "EFA interfaces",
           "guaranteedQoS": "Guaranteed QoS", "kuberayChartVersion": "KubeRay chart version",
           "imageTags": "image tags", "estimatedHourlyUsd": "estimated $/hour", "kubernetesVersion": "Kubernetes version",
@@ -535,10 +580,12 @@ class PlanDiff:
     removed: list[str]
     new_violations: list[dict[str, Any]]
     fixed_violations: list[dict[str, Any]]
+    rollouts: list[str] = field(default_factory=list)
+    """:func:`rollout_risks`: GPU node groups the change would roll inside a reservation or Capacity Block."""
 
     @property
     def exit_code(self) -> int:
-        return self.after.exit_code
+        return self.after.exit_code or (1 if self.rollouts else 0)
 
 
 def diff_plans(before: Plan, after: Plan) -> PlanDiff:
@@ -549,7 +596,8 @@ def diff_plans(before: Plan, after: Plan) -> PlanDiff:
     lines_a = {_violation_line(v): v for v in before.violations}
     lines_b = {_violation_line(v): v for v in after.violations}
     return PlanDiff(before, after, changed, sorted(rb - ra), sorted(ra - rb),
-                    [v for k, v in lines_b.items() if k not in lines_a], [v for k, v in lines_a.items() if k not in lines_b])
+                    [v for k, v in lines_b.items() if k not in lines_a], [v for k, v in lines_a.items() if k not in lines_b],
+                    rollout_risks(before.settings, after.settings))
 
 
 def _cell(value: Any) -> str:
@@ -589,6 +637,9 @@ def render_diff(d: PlanDiff) -> str:
     elif not after.error:
         out.append(f"Layout rules: ✅ all {len(after.checked)} pass.")
     out += [f"- ✅ fixed: {_md(_violation_line(v))}" for v in d.fixed_violations]
+    if d.rollouts:
+        out += ["", f"**GPU node group rollouts in a reservation ({len(d.rollouts)}):**"]
+        out += [f"- ⚠️ {_md(r)}" for r in d.rollouts]
     return "\n".join(out) + "\n"
 
 

@@ -1,5 +1,6 @@
 """The RayCluster the program registers, validated against the real KubeRay CRD and Kubernetes schemas."""
 
+import json
 from pathlib import Path
 
 import jsonschema
@@ -240,8 +241,9 @@ def test_token_is_not_regenerated_by_the_program():
 def test_token_auth_off():
     run = run_program({"rayTokenAuth": "false"})
     assert "authOptions" not in raycluster(run)["spec"]
-    assert not run.of_type("kubernetes:core/v1:Secret")
-    assert not run.of_type("random:index/randomPassword:RandomPassword")
+    # the Secret stays (issue 24: switching auth off must not delete it under pods that still reference it), unused
+    assert run.one("kubernetes:core/v1:Secret")["metadata"]["name"] == "ray-auth-token"
+    assert "ray-auth-token" not in json.dumps(raycluster(run)["spec"])
     container = run.one("kubernetes:batch/v1:Job")["spec"]["template"]["spec"]["containers"][0]
     assert not any(e["name"].startswith("RAY_AUTH") for e in container.get("env", []))
     assert "rayAuthToken" not in run.outputs

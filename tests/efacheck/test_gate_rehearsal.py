@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
+import signal
 import subprocess
 import sys
 import threading
@@ -33,6 +35,8 @@ from ray_efa_eks.tools.mockrun import run_program  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = str(Path(sys.executable).parent)
+IMAGE, SPEC_HASH = "rehearsal/ray:v2", "0123456789ab"
+"""What the rehearsal's Ray nodes say they run (their env), and what the gate is rendered for."""
 ONE_GPU = InstanceType("rehearsal.1gpu", 4, 16384, gpus=1, gpu_model="L4", efa_supported=True,
                        max_efa_interfaces=1, network_cards=1)
 
@@ -50,8 +54,10 @@ with local_cluster(worker_nodes=0, dashboard=True) as c:
             end = time.monotonic() + 60  # until the GCS no longer lists them alive (the check reads ray.nodes())
             while sum(n["Alive"] for n in ray.nodes()) > 1 and time.monotonic() < end:
                 time.sleep(0.5)
-        elif cmd[0] == "add":
-            c.add_node(num_cpus=1, num_gpus=int(cmd[1]), object_store_memory=80 * 1024**2)
+        elif cmd[0] == "add":  # add GPUS [ENV=VALUE ...]: the node's raylet (and so its workers) get that env
+            env_vars = dict(kv.split("=", 1) for kv in cmd[2:])
+            c.add_node(num_cpus=1, num_gpus=int(cmd[1]), object_store_memory=80 * 1024**2,
+                       **({"env_vars": env_vars} if env_vars else {}))
             c.wait_for_nodes()
         print("ok", flush=True)
 """
@@ -91,6 +97,8 @@ def env(tmp_path_factory) -> dict[str, str]:
     e = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_AUTH", "RAY_ADDRESS"))}
     # the venv's `ray` and `python` first: the Job image has them on PATH; CUDA_VISIBLE_DEVICES unset as in a pod
     e.update(HOME=str(home), PATH=f"{BIN}{os.pathsep}{e.get('PATH', '')}", RAY_USAGE_STATS_ENABLED="0")
+    # every Ray "pod" of the rehearsal carries what the stack sets on each Ray container (issue 24)
+    e.update(RAY_EFA_EKS_IMAGE=IMAGE, RAY_EFA_EKS_SPEC_HASH=SPEC_HASH)
     e.pop("CUDA_VISIBLE_DEVICES", None)
     return e
 
@@ -118,9 +126,10 @@ def mount(tmp_path_factory) -> Path:
     return root
 
 
-def script(cluster: Cluster, mount: Path, topology_wait_s: int) -> str:
+def script(cluster: Cluster, mount: Path, topology_wait_s: int, **stack: str) -> str:
+    """The Job's script; ``stack`` (``image``, ``spec_hash``) is what the gate checks every Ray pod against."""
     d = Deadlines(head_wait_s=300, topology_wait_s=topology_wait_s, sweep_timeout_s=120)
-    args = check_args(ONE_GPU, 2, d)
+    args = check_args(ONE_GPU, 2, d, **stack)
     return check_script(cluster.url, args, d, working_dir=str(mount))
 
 
@@ -170,7 +179,10 @@ def test_the_stack_renders_the_rehearsed_script(tmp_path):
     from ray_efa_eks.components.instances import CATALOGUE
 
     image = job["spec"]["template"]["spec"]["containers"][0]["image"]
-    args = check_args(CATALOGUE["g6.12xlarge"], 2, Deadlines(), image=image, require_counters=True, storage_proof=True)
+    env = {e["name"]: e["value"] for e in run.one("kubernetes:ray.io/v1:RayCluster")["spec"]["headGroupSpec"][
+        "template"]["spec"]["containers"][0]["env"]}
+    args = check_args(CATALOGUE["g6.12xlarge"], 2, Deadlines(), image=image, require_counters=True,
+                      storage_proof=True, spec_hash=env["RAY_EFA_EKS_SPEC_HASH"])
     assert "--efa-gbps" in args and "--compare-socket" not in args
     assert cmd[2] == check_script("http://ray-head-svc.ray.svc.cluster.local:8265", args, Deadlines(), MOUNT)
     assert args[args.index("--expect-gpus-per-node") + 1] == "4" and args[args.index("--expect-nics") + 1] == "1"
@@ -227,7 +239,7 @@ def test_second_node_joins_in_time_then_logical_gpus_without_cuda_fail_cleanly(c
     out = "".join(lines)
     assert rc == 2, out[-4000:]
     v = verdict(out)
-    assert v["failure"]["stage"] == "no_cuda", v
+    assert v["failure"]["stage"] == "no_cuda", out[-6000:]
     assert v["backend"] == "nccl" and v["verdict"] not in ("efa", "fallback")
     assert "CUDA is not available in 2 of 2 ranks" in v["failure"]["reason"]
     assert "gloo" not in json.dumps(v) and "Traceback" not in out
@@ -355,3 +367,144 @@ def test_compare_socket_doubles_the_sweep_budget_and_the_await() -> None:
     assert cmp_["spec"]["activeDeadlineSeconds"] == d.active_deadline_s
     assert _secs(cmp_opts["timeouts"][0]) == d.pulumi_timeout_s
     assert cmp_["metadata"]["name"] != base["metadata"]["name"]
+
+
+# -- issue 24: the second `pulumi up` -- stale pods, a busy cluster, a gate stopped mid-check -----------------------
+
+JOB_ID = re.compile(r"efa-check-\d+-\d+-\d+")
+
+
+def client(cluster: Cluster):
+    from ray.job_submission import JobSubmissionClient
+
+    return JobSubmissionClient(cluster.url)
+
+
+def wait_status(cluster: Cluster, job: str, want: set[str], timeout: float = 60) -> str:
+    end = time.monotonic() + timeout
+    while True:
+        status = str(client(cluster).get_job_status(job).value)
+        if status in want or time.monotonic() > end:
+            return status
+        time.sleep(0.5)
+
+
+class Running:
+    """The Job's script in the background, its output pumped; ``until(text)`` waits for a line."""
+
+    def __init__(self, cmd: str, env: dict[str, str]):
+        self.p = subprocess.Popen(["bash", "-c", cmd], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  text=True, start_new_session=True)
+        self.lines: list[str] = []
+        self.cond = threading.Condition()
+        self.t = threading.Thread(target=self._pump, daemon=True)
+        self.t.start()
+
+    def _pump(self) -> None:
+        for ln in self.p.stdout:
+            with self.cond:
+                self.lines.append(ln)
+                self.cond.notify_all()
+
+    @property
+    def out(self) -> str:
+        return "".join(self.lines)
+
+    def until(self, text: str, timeout: float = 180) -> str:
+        with self.cond:
+            assert self.cond.wait_for(lambda: text in self.out or self.p.poll() is not None, timeout), self.out[-3000:]
+        assert text in self.out, self.out[-3000:]
+        return self.out
+
+    def wait(self, timeout: float = 300) -> int:
+        try:
+            return self.p.wait(timeout=timeout)
+        finally:
+            self.t.join(10)
+
+    def kill(self) -> None:
+        if self.p.poll() is None:
+            os.killpg(self.p.pid, signal.SIGKILL)
+            self.p.wait(10)
+
+
+def test_a_worker_on_another_image_is_stale_not_vouched_for(cluster, mount, env):
+    cluster.do("clear")
+    cluster.do("add 1")
+    cluster.do("add 1 RAY_EFA_EKS_IMAGE=rehearsal/ray:v1 RAY_EFA_EKS_SPEC_HASH=ba9876543210")  # an old pod
+    r = subprocess.run(["bash", "-c", script(cluster, mount, 60, image=IMAGE, spec_hash=SPEC_HASH)], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2, r.stdout[-3000:] + r.stderr[-2000:]
+    v = verdict(r.stdout)
+    assert v["failure"]["stage"] == "stale" and v["verdict"] == "undetermined", v
+    reason = v["failure"]["reason"]
+    assert "1 Ray pod(s)" in reason and "image rehearsal/ray:v1 (expected rehearsal/ray:v2)" in reason, reason
+    assert "spec_hash ba9876543210 (expected 0123456789ab)" in reason and " on node " in reason
+    assert "Traceback" not in r.stdout + r.stderr
+
+
+HOLDER = """
+import time, ray
+from ray.util.placement_group import placement_group
+ray.init()
+pg = placement_group([{"GPU": 1}, {"GPU": 1}], strategy="STRICT_SPREAD")
+ray.get(pg.ready())
+print("holding the GPUs", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_busy_cluster_names_the_job_holding_the_gpus_then_proceeds_once_it_ends(cluster, mount, env):
+    cluster.workers(1, 1)
+    c = client(cluster)
+    holder = c.submit_job(entrypoint=f"python -c {shlex.quote(HOLDER)}", submission_id=f"train-run-{os.getpid()}")
+    try:
+        end = time.monotonic() + 120
+        while "holding the GPUs" not in c.get_job_logs(holder):
+            assert time.monotonic() < end and c.get_job_status(holder).value in ("PENDING", "RUNNING"), \
+                c.get_job_logs(holder)[-2000:]
+            time.sleep(1)
+        r = subprocess.run(["bash", "-c", script(cluster, mount, 6)], env=env, capture_output=True, text=True,
+                           timeout=300)
+        assert r.returncode == 2, r.stdout[-3000:] + r.stderr[-2000:]
+        v = verdict(r.stdout)
+        assert v["failure"]["stage"] == "busy", v
+        assert holder in v["failure"]["reason"] and "holds 2 GPU(s)" in v["failure"]["reason"], v
+        assert "ray job stop" in " ".join(v["hints"])
+        # with time left, the check waits for the holder; once it ends the check goes on (here to the GPUs' CUDA)
+        run = Running(script(cluster, mount, 120), env)
+        try:
+            run.until("the cluster is busy, waiting")
+            c.stop_job(holder)
+            rc = run.wait()
+        finally:
+            run.kill()
+        assert rc == 2 and verdict(run.out)["failure"]["stage"] == "no_cuda", run.out[-3000:]
+    finally:
+        c.stop_job(holder)
+
+
+def test_a_stopped_gate_stops_its_ray_job_and_a_new_gate_stops_an_orphan(cluster, mount, env):
+    cluster.workers(1)  # one GPU node of two: the check waits for the second one
+    first = Running(script(cluster, mount, 120), env)
+    try:
+        first.until("waiting for the declared topology")
+        job = JOB_ID.search(first.out).group(0)
+        first.p.send_signal(signal.SIGTERM)  # what the kubelet sends when the Job's pod is deleted
+        assert first.wait(60) == 143, first.out[-3000:]
+    finally:
+        first.kill()
+    assert f"stopping EFA check job {job}" in first.out
+    assert wait_status(cluster, job, {"STOPPED"}) == "STOPPED"
+    # SIGKILL leaves no time for the trap: the next gate stops the orphan before it submits its own check
+    orphaned = Running(script(cluster, mount, 120), env)
+    try:
+        orphaned.until("waiting for the declared topology")
+        orphan = JOB_ID.search(orphaned.out).group(0)
+    finally:
+        orphaned.kill()
+    assert wait_status(cluster, orphan, {"STOPPED"}, timeout=3) == "RUNNING"
+    r = subprocess.run(["bash", "-c", script(cluster, mount, 5)], env=env, capture_output=True, text=True, timeout=300)
+    assert f"stopping earlier EFA check job {orphan}" in r.stdout, r.stdout[-3000:]
+    assert wait_status(cluster, orphan, {"STOPPED"}) == "STOPPED"
+    assert r.returncode == 2 and verdict(r.stdout)["failure"]["stage"] == "topology"

@@ -79,7 +79,9 @@ def test_default_plan_json(plans, default_run):
     s = p["settings"]
     assert s["nodeGroups"]["gpu-mng"] == {"instanceTypes": "g6.12xlarge", "nodes": 2, "gpusPerNode": 4,
                                           "subnetAzs": "us-east-1a", "efaInterfacesPerNode": 1, "placement": "cluster",
-                                          "capacity": "on-demand"}
+                                          "capacity": "on-demand",
+                                          "launchTemplate": s["nodeGroups"]["gpu-mng"]["launchTemplate"]}
+    assert len(s["nodeGroups"]["gpu-mng"]["launchTemplate"]) == 8  # fingerprint of the template's inputs
     assert s["nodeGroups"]["system-mng"]["instanceTypes"] == "m7i.xlarge" and s["nodeGroups"]["system-mng"]["nodes"] == 1
     assert s["gpuSubnets"] == {"net-private-us-east-1a": "us-east-1a"}
     assert s["kuberayChartVersion"] == "1.7.0" and s["imageTags"] == "train-ml-cuda-v1.1"
