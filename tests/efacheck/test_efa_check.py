@@ -313,3 +313,45 @@ def test_transport_and_node_count_must_agree() -> None:
         r = subprocess.run([sys.executable, "-m", "ray_efa_eks.efacheck.efa_check", *argv], cwd=ROOT,
                            capture_output=True, text=True, timeout=120)
         assert r.returncode == 64 and "Traceback" not in r.stderr and "--expect-nodes" in r.stderr
+
+
+# -- issue 24: what really runs, and a busy cluster ------------------------------------------------------------------
+
+def test_stale_pods_are_named_with_what_differs() -> None:
+    want = {"image": "img:v2", "spec_hash": "h2"}
+    seen = [{"host": "ray-gpu-a", "ip": "10.0.0.1", "image": "img:v2", "spec_hash": "h2"},
+            {"host": "ray-gpu-b", "ip": "10.0.0.2", "image": "img:v1", "spec_hash": "h1"},
+            {"host": "ray-gpu-b", "ip": "10.0.0.2", "image": "img:v1", "spec_hash": "h1"},  # second rank, same pod
+            {"role": "head", "host": "ray-head-x", "ip": "10.0.0.3", "image": None, "spec_hash": None}]
+    bad = efa_check.stale_pods(seen, want)
+    assert bad == ["worker pod ray-gpu-b on node 10.0.0.2: image img:v1 (expected img:v2), spec_hash h1 (expected h2)",
+                   "head pod ray-head-x on node 10.0.0.3: image (unset) (expected img:v2), spec_hash (unset) "
+                   "(expected h2)"]
+    assert efa_check.stale_pods(seen[:1], want) == [] and efa_check.stale_pods(seen, {"image": None}) == []
+    with pytest.raises(efa_check.CheckFailed) as e:
+        efa_check.check_stale(seen, want)
+    assert e.value.stage == "stale" and efa_check.FAILURES["stale"] == ("undetermined", 2)
+
+
+def test_pod_stack_reads_the_env_the_stack_sets() -> None:
+    from ray_efa_eks.components import raycluster
+
+    assert (efa_check.IMAGE_ENV, efa_check.SPEC_HASH_ENV) == (raycluster.IMAGE_ENV, raycluster.SPEC_HASH_ENV)
+    assert efa_check.pod_stack({efa_check.IMAGE_ENV: "i", efa_check.SPEC_HASH_ENV: "h"}) == {"image": "i",
+                                                                                          "spec_hash": "h"}
+
+
+def test_a_busy_cluster_is_waited_for_then_named(monkeypatch) -> None:
+    import ray
+
+    monkeypatch.setattr(ray, "nodes", lambda: [HEAD, _node(1), _node(1, ip="10.0.0.2")])
+    answers = iter(["0 of the 2 GPUs the check needs are free: train-7 holds 2 GPU(s)", None])
+    logged: list[str] = []
+    backend, nodes = efa_check.wait_topology(2, 1, wait_s=30, poll_s=0.01, log=logged.append,
+                                             busy=lambda need: next(answers))
+    assert len(nodes) == 2 and any("the cluster is busy" in m and "train-7" in m for m in logged)
+    with pytest.raises(efa_check.CheckFailed) as e:
+        efa_check.wait_topology(2, 1, wait_s=0.05, poll_s=0.01, log=lambda m: None,
+                                busy=lambda need: f"0 of the {need} GPUs the check needs are free: train-7 holds 2")
+    assert e.value.stage == "busy" and "train-7" in e.value.reason and "0 of the 2 GPUs" in e.value.reason
+    assert "ray job stop" in efa_check.FAILURE_HINTS["busy"]
