@@ -339,3 +339,27 @@ def test_non_efa_shapes_get_a_gate_that_demands_only_what_they_have(monkeypatch,
 def test_the_efa_shape_keeps_its_full_proof(default_run):
     args = _job_args(default_run)
     assert "--expect-transport" not in args and {"--expect-nics", "--require-counters", "--efa-gbps"} <= set(args)
+
+
+def test_upgrade_strategy_is_recreate_and_validated():
+    spec = build_spec(_args())
+    assert spec["upgradeStrategy"] == {"type": "Recreate"}
+    assert build_spec(_args(upgrade_strategy="None"))["upgradeStrategy"] == {"type": "None"}
+    with pytest.raises(ValueError, match=r"upgrade_strategy 'Rolling' is not one of \('Recreate', 'None'\)"):
+        build_spec(_args(upgrade_strategy="Rolling"))
+
+
+def test_spec_hash_ignores_scaling_like_kuberay_and_follows_everything_else():
+    from ray_efa_eks.components.raycluster import spec_hash
+
+    def h(**kw):
+        spec = build_spec(_args(**kw))
+        envs = [{e["name"]: e["value"] for e in g["template"]["spec"]["containers"][0]["env"]}
+                for g in [spec["headGroupSpec"], *spec["workerGroupSpecs"]]]
+        assert len({e["RAY_EFA_EKS_SPEC_HASH"] for e in envs}) == 1 and spec_hash(spec) == envs[0]["RAY_EFA_EKS_SPEC_HASH"]
+        return envs[0]["RAY_EFA_EKS_SPEC_HASH"]
+
+    base = h()
+    assert h(upgrade_strategy="None") == base  # KubeRay mutes upgradeStrategy too
+    assert h(worker_groups=[WorkerGroupArgs("gpu", CATALOGUE["g6.12xlarge"], 5)]) == base  # and replicas
+    assert len({base, h(image="repo/ray:other"), h(nccl_debug="INFO"), h(token_auth=False)}) == 4
