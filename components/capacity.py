@@ -42,7 +42,8 @@ RESOURCE_GROUP_ARN = re.compile(r"arn:aws(?:-[a-z]+)*:resource-groups:([a-z0-9-]
 
 BLOCK_TERMINATION_LEAD_MINUTES = 30
 """EC2 starts terminating a Capacity Block's instances 30 minutes before its end (a warning event comes 40 before)."""
-DEAD_BLOCK_STATES = ("expired", "cancelled", "failed", "unsupported")
+DEAD_BLOCK_STATES = ("expired", "cancelled", "failed", "unsupported", "payment-failed")
+"""States in which a block never (again) runs instances; ``payment-failed``: the purchase was not paid, it never starts."""
 PENDING_BLOCK_STATES = ("scheduled", "payment-pending", "pending")
 """A block bought but not started: instances cannot launch into it yet."""
 
@@ -173,6 +174,10 @@ class CapacityBlock:
 def block_problem(block: CapacityBlock, instance_type: str, availability_zone: str,
                   node_count: int) -> tuple[str, Any, str] | None:
     """(key, value, fix) when the stack cannot run in this block, else None. Unknown fields are not judged."""
+    if block.state == "payment-failed":
+        return ("gpuCapacityReservationId", block.id, "the Capacity Block is payment-failed: EC2 never starts it, so "
+                                                      "its nodes would never launch; buy a new block or set "
+                                                      "gpuCapacity: on-demand")
     if block.state in DEAD_BLOCK_STATES:
         return ("gpuCapacityReservationId", block.id, f"the Capacity Block is {block.state} (ended {block.end_date}); "
                                                       "buy a new block or set gpuCapacity: on-demand")

@@ -437,6 +437,13 @@ def _check_reservations(res: PreflightResult, ec2: Any, instance_type: str, coun
             return
         r_az, r_type = r.get("AvailabilityZone"), r.get("InstanceType")
         available, state = int(r.get("AvailableInstanceCount", 0)), r.get("State")
+        # A Capacity Block bought for later is "scheduled" (or "payment-pending") until its start: EKS accepts a node
+        # group on it before then (EKS user guide, "Create a managed node group with Capacity Blocks for ML"), and
+        # its instances become available at the start, so it is not a failure; "payment-failed" never starts.
+        block = r.get("ReservationType") == "capacity-block"
+        upcoming = block and state in ("scheduled", "payment-pending")
+        if upcoming:
+            available = max(available, int(r.get("TotalInstanceCount") or 0))
         res.capacity_reservations = {"id": reservation_id, "availability_zone": r_az, "instance_type": r_type,
                                      "state": state, "available": available,
                                      "total": r.get("TotalInstanceCount"), "end_date": str(r.get("EndDate") or "")}
@@ -445,12 +452,22 @@ def _check_reservations(res: PreflightResult, ec2: Any, instance_type: str, coun
             bad.append(f"is for {r_type}, not {instance_type}")
         if az is not None and r_az != az:
             bad.append(f"is in {r_az}, not {az} (set availabilityZone {r_az})")
-        if state != "active":
+        if state == "payment-failed":
+            bad.append("is payment-failed: EC2 never starts it (buy a new block)")
+        elif state != "active" and not upcoming:
             bad.append(f"is {state}, not active")
         if available < count:
             bad.append(f"has {available} instance(s) available, {count} needed")
         if bad:
             res.check("capacity-reservation", FAILED, f"capacity reservation {reservation_id} " + "; ".join(bad))
+        elif upcoming:
+            start = str(r.get("StartDate") or "(start unknown)")
+            res.recommended_az = r_az
+            res.capacity_reservations["start_date"] = start
+            res.check("capacity-reservation", OK, f"Capacity Block {reservation_id} is {state}: {available} x {r_type} "
+                                                  f"in {r_az} from {start} (availabilityZone must be {r_az})")
+            res.warnings.append(f"Capacity Block {reservation_id} starts {start}: deploy with gpuNodeCount 0 (EKS "
+                                "accepts the node group now) and raise it once the block is active")
         else:
             res.recommended_az = r_az
             res.check("capacity-reservation", OK, f"{reservation_id}: {available} x {r_type} available in {r_az} "
@@ -486,6 +503,19 @@ def _check_reservations(res: PreflightResult, ec2: Any, instance_type: str, coun
                             "free capacity (InsufficientInstanceCapacity is possible)")
 
 
+def capacity_block_offerings(ec2: Any, instance_type: str, count: int, hours: int = 24) -> list[dict[str, Any]]:
+    """Every page of DescribeCapacityBlockOfferings (it follows NextToken: EC2 may split the offerings)."""
+    found, token = [], None
+    while True:
+        kw = {"NextToken": token} if token else {}
+        page = ec2.describe_capacity_block_offerings(InstanceType=instance_type, InstanceCount=count,
+                                                     CapacityDurationHours=hours, **kw)
+        found += page.get("CapacityBlockOfferings", [])
+        token = page.get("NextToken")
+        if not token:
+            return found
+
+
 def _check_capacity_blocks(res: PreflightResult, ec2: Any, instance_type: str, count: int, az: str | None) -> None:
     classes = res.instance.get("usage_classes")
     if classes is not None and "capacity-block" not in classes:
@@ -493,12 +523,8 @@ def _check_capacity_blocks(res: PreflightResult, ec2: Any, instance_type: str, c
         res.check("capacity-blocks", OK, f"EC2 sells no Capacity Blocks of {instance_type} (not needed)")
         return
 
-    def offerings() -> list[dict[str, Any]]:
-        return ec2.describe_capacity_block_offerings(InstanceType=instance_type, InstanceCount=count,
-                                                     CapacityDurationHours=24).get("CapacityBlockOfferings", [])
-
     try:
-        found = _ask("ec2:DescribeCapacityBlockOfferings", offerings)
+        found = _ask("ec2:DescribeCapacityBlockOfferings", capacity_block_offerings, ec2, instance_type, count)
     except Unanswered as u:
         res.capacity_blocks = {"status": UNKNOWN}
         res.check("capacity-blocks", UNKNOWN, f"Capacity Block offerings for {count} x {instance_type} unknown ({u})",

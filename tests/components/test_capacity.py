@@ -220,10 +220,16 @@ def test_the_program_refuses_a_block_that_does_not_fit(change, key, fix):
     assert record.resources == [], "refused before the component or any child resource was registered"
 
 
-def test_an_expired_block_is_refused(monkeypatch):
-    monkeypatch.setitem(CAPACITY_BLOCKS, BLOCK, {**CAPACITY_BLOCKS[BLOCK], "state": "expired"})
-    with pytest.raises(ConfigError, match="the Capacity Block is expired"):
-        run_program(BLOCK_CFG)
+@pytest.mark.parametrize("state,message", [
+    ("expired", "the Capacity Block is expired"),
+    ("payment-failed", "the Capacity Block is payment-failed: EC2 never starts it"),  # nodes would never launch
+])
+def test_a_dead_block_is_refused_before_any_resource(monkeypatch, state, message):
+    monkeypatch.setitem(CAPACITY_BLOCKS, BLOCK, {**CAPACITY_BLOCKS[BLOCK], "state": state})
+    record = MockRun()
+    with pytest.raises(ConfigError, match=message):
+        run_program(BLOCK_CFG, record=record)
+    assert record.resources == []
 
 
 def test_capacity_object_refuses_what_config_refuses():

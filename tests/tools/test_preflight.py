@@ -233,6 +233,49 @@ def test_capacity_reservation_that_cannot_serve_fails(endpoint, reservation, az,
     assert res.exit_code == 1 and any(message in p for p in res.problems), res.problems
 
 
+def _block(state, start="2026-12-20T11:30:00Z"):
+    return {**_reservation(itype="p5.48xlarge", az="us-east-1a", available=0, state=state),
+            "ReservationType": "capacity-block", "TotalInstanceCount": 2, "StartDate": start}
+
+
+def test_a_scheduled_capacity_block_is_not_a_failure_and_says_when_it_starts(endpoint):
+    """EKS accepts a node group on a block before it starts (capacity-blocks-mng); its instances come at the start."""
+    c = _answer_all(_clients(endpoint), reservations=[_block("scheduled")])
+    res = run_preflight(c, "p5.48xlarge", 2, capacity_reservation_id="cr-0123456789abcdef0")
+    row = next(r for r in res.checks if r["name"] == "capacity-reservation")
+    assert row["status"] == "ok" and "is scheduled: 2 x p5.48xlarge in us-east-1a from 2026-12-20T11:30:00Z" in \
+        row["detail"], row
+    assert any("starts 2026-12-20T11:30:00Z: deploy with gpuNodeCount 0" in w for w in res.warnings)
+    assert res.recommended_az == "us-east-1a" and res.exit_code != 1
+
+
+def test_a_payment_failed_capacity_block_fails(endpoint):
+    c = _answer_all(_clients(endpoint), reservations=[_block("payment-failed")])
+    res = run_preflight(c, "p5.48xlarge", 2, capacity_reservation_id="cr-0123456789abcdef0")
+    assert res.exit_code == 1 and any("is payment-failed: EC2 never starts it" in p for p in res.problems)
+
+
+def test_capacity_block_offerings_follow_next_token():
+    """Every page of DescribeCapacityBlockOfferings is read (botocore Stubber: EC2's own request/response shapes)."""
+    from botocore.stub import Stubber
+
+    ec2 = boto3.client("ec2", region_name="us-east-1")
+    offer = {"CapacityBlockOfferingId": "cb-0123456789abcdef0", "InstanceType": "p5.48xlarge",
+             "AvailabilityZone": "us-east-1a", "InstanceCount": 2, "CapacityBlockDurationHours": 24,
+             "UpfrontFee": "2641.92", "CurrencyCode": "USD"}
+    want = {"InstanceType": "p5.48xlarge", "InstanceCount": 2, "CapacityDurationHours": 24}
+    with Stubber(ec2) as stub:
+        stub.add_response("describe_capacity_block_offerings",
+                          {"CapacityBlockOfferings": [offer], "NextToken": "page-2"}, want)
+        stub.add_response("describe_capacity_block_offerings",
+                          {"CapacityBlockOfferings": [{**offer, "CapacityBlockOfferingId": "cb-0fedcba9876543210",
+                                                       "AvailabilityZone": "us-east-1b"}]},
+                          {**want, "NextToken": "page-2"})
+        found = preflight.capacity_block_offerings(ec2, "p5.48xlarge", 2)
+        stub.assert_no_pending_responses()
+    assert [o["AvailabilityZone"] for o in found] == ["us-east-1a", "us-east-1b"]
+
+
 def test_capacity_reservation_not_found_or_unanswered(endpoint):
     c = _answer_all(_clients(endpoint))
     _stub_ec2(c["ec2"], "DescribeCapacityReservations", error="InvalidCapacityReservationId.NotFound")
