@@ -23,10 +23,12 @@ every output line is timestamped as it arrives:
   head    script start -> the first ``ray job list`` that answers (the head wait; the head is already up here,
           so this is the CLI's start-up)
   submit  ``ray job submit`` (CLI start-up, working_dir upload, submission)
-  check   ``ray job logs --follow`` start -> the verdict's JSON in the log (driver start, topology, rank
-          start-up, the sweep, the NCCL-log verdict), split at the first line the check's driver writes
-          ("driver up") where there is one
-  total   script start -> the verdict's JSON line; ``exit`` adds ``ray job status`` and the script's exit
+  driver  submitted -> the check's driver connected to Ray (runtime env set-up, interpreter and imports), at the
+          time Ray's own "Connected to Ray cluster" log line carries
+  check   -> the verdict's JSON in the Job's log (topology, placing and starting the ranks, the sweep, the
+          NCCL-log verdict, the log stream to the script)
+  total   script start -> the verdict's JSON line; ``tail`` is what the script does after it (the log stream's
+          end, ``ray job status``) before it exits
 
 CPU time: the whole run's CPU seconds, summed over the local cluster's processes and the script's (their own
 and their reaped children's), since on a shared machine the wall clock also measures the neighbours.
@@ -218,17 +220,11 @@ def main() -> int:
         args = check_args(None, 2, d)  # two CPU nodes declared, no GPU: the check runs on gloo
 
         runs = []
-        # the dashboard gives each of its modules 30 s to start; a loaded shared machine can take longer. The
-        # cluster starts before any timing, so a longer grace changes no figure.
-        os.environ.setdefault("RAY_DASHBOARD_SUBPROCESS_MODULE_WAIT_READY_TIMEOUT", "180")
         # the check's driver runs `python -m efacheck.efa_check` with the cluster's PATH: the venv's python first, as
         # the image's python has Ray (the rehearsal starts its cluster with the same PATH)
         os.environ["PATH"] = f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"
-        # The Jobs API starts the check's driver with RAY_ADDRESS from <head temp dir>/ray_current_cluster, which
-        # cluster_utils writes to the default /tmp/ray (ray/dashboard/modules/job/job_supervisor.py
-        # _get_driver_env_vars -> services.canonicalize_bootstrap_address_or_die("auto", temp_dir)): on a machine
-        # with other local clusters the driver joins whichever started last. A private temp dir keeps it on ours.
-        os.environ["RAY_TMPDIR"] = str(tmpd)
+        # (local_cluster gives the cluster a private Ray temp root, so the Jobs API starts the check's driver on
+        # this cluster, not on another engineer's; see its comments)
         with local_cluster(worker_nodes=2, dashboard=True) as c:
             url = "http://" + c.webui_url
             _wait_jobs_api(url)
