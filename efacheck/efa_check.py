@@ -21,7 +21,8 @@ Every failure ends in one JSON object (``--json``) and an exit code, never a tra
   exit 64 usage error (bad arguments)
 
 JSON: ``verdict``, ``code``, ``failure`` ({``stage``, ``reason``} or null), ``reasons``, ``hints``, ``backend``,
-``expected``, ``nodes``, ``world``, ``sweep`` rows, ``probes``; stages: unreachable, topology, no_gpu, no_cuda,
+``expected``, ``nodes``, ``world``, ``sweep`` rows, ``probes``, ``witness`` (the EFA counters: moved | flat |
+unreadable), ``storage`` (the storage proof), ``transport`` and ``efa_exercised``; stages: unreachable, topology, no_gpu, no_cuda,
 placement, rank_error, timeout, actor_died, wrong_result (a collective gave wrong values: exit 1), storage
 (``--storage-proof``: a GPU worker pod could not write/list/read/delete a checkpoint object, exit 1), internal,
 stale, busy;
