@@ -5,8 +5,10 @@
 DIR defaults to ``../shared/nccl-logs`` where it exists, else the copy in ``tests/fixtures/nccl-logs``. The
 README there has one table row per log whose last cell starts with the conclusion: ``EFA`` (verdict efa),
 ``not EFA`` (fallback) or ``undetermined``. A "not EFA ... one host only" row (the older table's wording, before
-the undetermined class) must be undetermined: issue 15's first rule, nothing crossed nodes. Exit 1 if any log is
-judged otherwise.
+the undetermined class) must be undetermined: issue 15's first rule, nothing crossed nodes. A file's name is
+history, not a verdict (two ``efa_`` excerpts conclude undetermined). Each log is also judged with its lines reversed
+and in a fixed shuffle: an excerpt's verdict must not depend on line order (issue 25). Exit 1 if any log is judged
+otherwise.
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ import json
 import os
 import sys
 
-from ray_efa_eks.efacheck.nccl_log import analyze_paths
+import random
+
+from ray_efa_eks.efacheck.nccl_log import analyze_paths, analyze_text
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED = os.path.join(os.path.dirname(ROOT), "shared", "nccl-logs")
@@ -50,10 +54,17 @@ def main() -> int:
     right = 0
     for name in logs:
         rep = analyze_paths([os.path.join(a.dir, name)])
-        ok = rep.verdict == want.get(name)
+        with open(os.path.join(a.dir, name), errors="replace") as f:
+            lines = f.read().splitlines()
+        shuffled = random.Random(25).sample(lines, len(lines))
+        orders = {o: analyze_text("\n".join(x) + "\n").verdict for o, x in
+                  (("reversed", lines[::-1]), ("shuffled", shuffled))}
+        moved = {o: v for o, v in orders.items() if v != rep.verdict}
+        ok = rep.verdict == want.get(name) and not moved
         right += ok
         line = rep.evidence[0].removeprefix(os.path.join(a.dir, "")) if rep.evidence else "(no line)"
-        print(f"{'ok ' if ok else 'BAD'} {name}: {rep.verdict} (README: {want.get(name, 'no row')})\n      {line[:150]}")
+        print(f"{'ok ' if ok else 'BAD'} {name}: {rep.verdict} (README: {want.get(name, 'no row')})"
+              + (f" but {', '.join(f'{v} {o}' for o, v in moved.items())}" if moved else "") + f"\n      {line[:150]}")
     print(f"{right} of {len(logs)} logs judged as their README concludes")
     if a.json:
         print(json.dumps({"right": right, "total": len(logs), "dir": a.dir}))
