@@ -68,12 +68,13 @@ def naive(path: str) -> int:
 
 
 def main() -> None:
-    import argparse
     import json
     import statistics
 
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--repeats", type=int, default=3, help="timed passes of each reader (median reported)")
+    from ray_efa_eks.tools.cli import ArgumentParser, positive_int
+
+    ap = ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--repeats", type=positive_int, default=3, help="timed passes of each reader (median reported)")
     ap.add_argument("--json", action="store_true", help="last stdout line is a JSON summary")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:

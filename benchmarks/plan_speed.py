@@ -12,7 +12,6 @@ on a shared machine the wall clock also measures the neighbours.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import resource
@@ -27,8 +26,10 @@ CONFIG = ["--config", "gpuNodeCount=64"]
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--runs", type=int, default=3)
+    from ray_efa_eks.tools.cli import ArgumentParser, positive_int
+
+    p = ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--runs", type=positive_int, default=3)
     p.add_argument("--json", action="store_true", help="last stdout line is a JSON summary")
     args = p.parse_args()
     if args.runs < 1:

@@ -18,7 +18,6 @@ Run: python benchmarks/train_overhead.py [--steps 120 --warmup 20 --repeats 5]
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import socket
@@ -121,15 +120,18 @@ def main() -> None:
 
     from ray_efa_eks.training.local_cluster import local_cluster
 
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--steps", type=int, default=120)
-    p.add_argument("--warmup", type=int, default=20, help="also the Ray report interval (steps)")
-    p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--repeats", type=int, default=5)
+    from ray_efa_eks.tools.cli import ArgumentParser, positive_int
+
+    p = ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--steps", type=positive_int, default=120)
+    p.add_argument("--warmup", type=positive_int, default=20, help="also the Ray report interval (steps)")
+    p.add_argument("--batch-size", type=positive_int, default=8)
+    p.add_argument("--repeats", type=positive_int, default=5)
     p.add_argument("--json", action="store_true", help="last stdout line is a JSON summary")
     a = p.parse_args()
     if a.steps % a.warmup or a.steps < 2 * a.warmup:
-        raise SystemExit("--steps must be a multiple of --warmup and at least twice it")
+        p.error(f"--steps {a.steps} must be a multiple of --warmup {a.warmup} and at least twice it, e.g. --steps "
+                f"{4 * a.warmup}")
     bares, rays = [], []
     with local_cluster(worker_nodes=2), tempfile.TemporaryDirectory() as tmp:
         for i in range(a.repeats):

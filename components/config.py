@@ -34,7 +34,45 @@ class ConfigError(ValueError):
         self.key = key
         self.value = value
         self.fix = fix
-        super().__init__(f"{NAMESPACE}:{key} = {value!r} is invalid: {fix}")
+        name = key if ":" in key else f"{NAMESPACE}:{key}"
+        if value is None:
+            super().__init__(f"{name} is not set: {fix}")
+        else:
+            super().__init__(f"{name} = {value!r} is invalid: {fix}")
+
+
+# The OCI distribution reference grammar (distribution/reference, reference.go and regexp.go; the same grammar the
+# kubelet/containerd parse an image with): [domain[:port]/]path[:tag][@digest], path components lowercase
+# alphanumerics joined by '.', '_', '__' or '-'s, tags [\w][\w.-]{0,127}, the name at most 255 characters.
+_ALNUM = r"[a-z0-9]+"
+_SEP = r"(?:[._]|__|[-]+)"
+_PATH_COMPONENT = rf"{_ALNUM}(?:{_SEP}{_ALNUM})*"
+_DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+_DOMAIN = rf"(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*|\[[a-fA-F0-9:]+\])(?::[0-9]+)?"
+_NAME = rf"(?:{_DOMAIN}/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*"
+_TAG = r"[\w][\w.-]{0,127}"
+_DIGEST = r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}"
+IMAGE_REFERENCE = re.compile(rf"(?P<name>{_NAME})(?::(?P<tag>{_TAG}))?(?:@(?P<digest>{_DIGEST}))?")
+NAME_MAX = 255
+"""distribution/reference: ``NameTotalLengthMax``."""
+
+
+def image_reference_problem(image: str) -> str | None:
+    """Why ``image`` is no OCI image reference (None when it is one), by the distribution grammar above."""
+    if not isinstance(image, str) or not image:
+        return "must be an image reference such as public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1"
+    m = IMAGE_REFERENCE.fullmatch(image)
+    if m is None:
+        name, _, tag = image.rpartition("@")[0].rpartition(":") if "@" in image else image.rpartition(":")
+        if tag and "/" not in tag and re.fullmatch(_NAME, name) and not re.fullmatch(_TAG, tag):
+            return (f"the tag {tag[:40]!r}{'...' if len(tag) > 40 else ''} is not a valid tag (letters, digits, "
+                    "'_', '.', '-', at most 128 characters, not starting with '.' or '-')")
+        return ("is not an image reference (OCI distribution grammar: [registry[:port]/]lowercase/path[:tag]"
+                "[@sha256:digest], no spaces or uppercase in the path), e.g. "
+                "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1")
+    if len(m.group("name")) > NAME_MAX:
+        return f"the repository name is {len(m.group('name'))} characters; references allow at most {NAME_MAX}"
+    return None
 
 
 def image_tag(image: str) -> str | None:
@@ -187,6 +225,18 @@ class StackConfig:
 
     def validate(self) -> None:
         """Raise ConfigError for the first setting that cannot work."""
+        # AWS region names: <area>-<direction>-<n> (us-east-1, us-gov-west-1, ap-southeast-2, cn-north-1); see
+        # https://docs.aws.amazon.com/global-infrastructure/latest/regions/aws-regions.html
+        if not (isinstance(self.region, str) and REGION_RE.fullmatch(self.region)):
+            raise ConfigError("aws:region", self.region, "is not an AWS region name; set aws:region to one such as "
+                              "us-east-1 or eu-west-1 (aws ec2 describe-regions lists yours)")
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ConfigError(f.name, value, f"must be a finite number (nan and inf are not limits), e.g. {f.default}")
+        if self.efaCheckMinBusbwGbps < 0:
+            raise ConfigError("efaCheckMinBusbwGbps", self.efaCheckMinBusbwGbps,
+                              "a bandwidth floor: must be >= 0 (0 = verdict only), e.g. 40")
         if not 0.0 <= self.efaCheckMinBusbwFraction <= 1.0:
             raise ConfigError("efaCheckMinBusbwFraction", self.efaCheckMinBusbwFraction,
                               "a fraction of the EFA line rate: set 0 (off) to 1, e.g. 0.5")
@@ -209,6 +259,10 @@ class StackConfig:
             raise ConfigError("systemInstanceType", self.systemInstanceType, f"unknown instance type; supported: {', '.join(sorted(CATALOGUE))}")
         if self.gpuNodeCount < 0:
             raise ConfigError("gpuNodeCount", self.gpuNodeCount, "must be >= 0 (0 parks the GPU nodes)")
+        if self.gpuNodeCount > MAX_NODES_PER_NODE_GROUP:
+            raise ConfigError("gpuNodeCount", self.gpuNodeCount,
+                              f"an EKS managed node group holds at most {MAX_NODES_PER_NODE_GROUP} nodes (EKS service "
+                              "quotas: 'Nodes per managed node group'); use fewer nodes")
         if self.efa and self.gpuNodeCount == 1 and not self.allowSingleEfaNode:
             raise ConfigError("gpuNodeCount", 1, "EFA with one node has no peer; use >= 2, 0 to park, or set allowSingleEfaNode: true")
         if self.gpuRootVolumeGiB < 100:
@@ -216,6 +270,11 @@ class StackConfig:
         if self.systemRootVolumeGiB < 100:
             raise ConfigError("systemRootVolumeGiB", self.systemRootVolumeGiB, "must be >= 100: the Ray head and the "
                               "EFA check pull the DLC image (tens of GB; containerd keeps the layers and the unpacked copy)")
+        for key in ("gpuRootVolumeGiB", "systemRootVolumeGiB"):
+            if getattr(self, key) > GP3_MAX_GIB:
+                raise ConfigError(key, getattr(self, key),
+                                  f"gp3 volumes are 1..{GP3_MAX_GIB} GiB (EC2 LaunchTemplateEbsBlockDeviceRequest "
+                                  "VolumeSize); use 100..16384, e.g. 200")
         if self.availabilityZone is not None:
             if not re.fullmatch(rf"{re.escape(self.region)}[a-z]", self.availabilityZone):
                 raise ConfigError("availabilityZone", self.availabilityZone, f"is not an AZ of region {self.region} (expected {self.region}a, {self.region}b, ...)")
@@ -223,6 +282,9 @@ class StackConfig:
                                   self.region, self.gpuPlacementGroupName)
         if capacity:
             raise ConfigError(*capacity)
+        problem = image_reference_problem(self.dlcImage)
+        if problem:
+            raise ConfigError("dlcImage", self.dlcImage, problem)
         tag = image_tag(self.dlcImage)
         pinned_by_digest = "@sha256:" in self.dlcImage.rsplit("/", 1)[-1]
         if tag is None and not pinned_by_digest:
@@ -233,15 +295,29 @@ class StackConfig:
             net = ipaddress.ip_network(self.vpcCidr)
         except ValueError:
             raise ConfigError("vpcCidr", self.vpcCidr, "must be a CIDR such as 10.0.0.0/16") from None
+        # A VPC's IPv4 block is /16 (largest) to /28 (smallest):
+        # https://docs.aws.amazon.com/vpc/latest/userguide/vpc-cidr-blocks.html ("IPv4 VPC CIDR blocks").
+        if net.version != 4 or not 16 <= net.prefixlen <= 28:
+            raise ConfigError("vpcCidr", self.vpcCidr, "AWS VPCs take an IPv4 block from /16 (largest) to /28 "
+                              "(smallest), and this stack carves four subnets from it: use /16 to /20, e.g. 10.0.0.0/16")
         if net.prefixlen > 20:
-            raise ConfigError("vpcCidr", self.vpcCidr, "is too small; use a /20 or larger for four /22+ subnets")
+            raise ConfigError("vpcCidr", self.vpcCidr, "is too small; use a /20 or larger (up to /16, the AWS maximum) "
+                              "for four /22+ subnets")
         for cidr in self.endpointPublicAccessCidrs:
             try:
                 ipaddress.ip_network(cidr)
             except ValueError:
                 raise ConfigError("endpointPublicAccessCidrs", cidr, "each entry must be a CIDR such as 203.0.113.0/24") from None
-        if not re.fullmatch(r"\d+\.\d+", self.kubernetesVersion):
+        version = re.fullmatch(r"(\d+)\.(\d+)", str(self.kubernetesVersion))
+        if not version:
             raise ConfigError("kubernetesVersion", self.kubernetesVersion, f"must be MAJOR.MINOR, e.g. {DEFAULT_VERSION}")
+        if version.group(1) == "1" and len(version.group(2)) == 1:
+            # EKS never offered 1.0-1.9 (its first version was 1.10: docs.aws.amazon.com/eks/latest/userguide/
+            # kubernetes-versions.html); "1.3" is what YAML makes of an unquoted 1.30 (a float, trailing 0 lost).
+            raise ConfigError("kubernetesVersion", self.kubernetesVersion,
+                              f"EKS has no Kubernetes {self.kubernetesVersion}; YAML reads an unquoted "
+                              f"{self.kubernetesVersion}0 as the number {self.kubernetesVersion}: quote it, "
+                              f'kubernetesVersion: "{self.kubernetesVersion}0"')
         ended = version_problem(self.kubernetesVersion)
         if ended:
             raise ConfigError("kubernetesVersion", self.kubernetesVersion, ended)
@@ -276,6 +352,15 @@ class StackConfig:
         if self.endpointPublicAccess and not self.endpointPublicAccessCidrs:
             raise ConfigError("endpointPublicAccessCidrs", self.endpointPublicAccessCidrs,
                               "is empty while endpointPublicAccess is true; list CIDRs or set endpointPublicAccess: false")
+
+
+REGION_RE = re.compile(r"[a-z]{2}(-[a-z]+)+-\d+")
+GP3_MAX_GIB = 16384
+"""gp3 volume size limit, GiB (EC2 API: LaunchTemplateEbsBlockDeviceRequest.VolumeSize, 'gp2 and gp3: 1 - 16,384')."""
+MAX_NODES_PER_NODE_GROUP = 450
+"""EKS service quota 'Nodes per managed node group' (docs.aws.amazon.com/eks/latest/userguide/service-quotas.html)."""
+LARGE_NODE_COUNT = 16
+"""Above this many GPU nodes the stack warns with the hourly cost (a typo like 200 for 20 is expensive)."""
 
 
 _PRINCIPAL_ARN = re.compile(r"arn:(aws|aws-cn|aws-us-gov):iam::(\d{12}):(role|user)/([\w+=,.@/-]+)")

@@ -22,7 +22,7 @@ from .capacity import (BLOCK_TERMINATION_LEAD_MINUTES, CAPACITY_BLOCK, PENDING_B
                        block_problem, read_capacity_block)
 from .checkpoint_bucket import CheckpointBucket, CheckpointBucketArgs
 from .cluster import Cluster, ClusterArgs, deployer_principal, without_creator
-from .config import ConfigError, StackConfig
+from .config import LARGE_NODE_COUNT, ConfigError, StackConfig
 from .cost import estimate
 from .device_plugins import DevicePlugins, DevicePluginsArgs
 from .efa_check import Deadlines, EfaCheckJob, EfaCheckJobArgs, gate_transport
@@ -326,6 +326,11 @@ class EfaRayCluster(pulumi.ComponentResource):
         cost = priced()
         if cost.missing:
             pulumi.log.warn(f"estimatedHourlyUsd left out: {cost.missing}", resource=self)
+        if cfg.gpuNodeCount > LARGE_NODE_COUNT:
+            price = f" (about ${cost.hourly_usd:,.0f}/h for the stack)" if cost.hourly_usd is not None else ""
+            pulumi.log.warn(f"gpuNodeCount {cfg.gpuNodeCount} x {cfg.gpuInstanceType}{price}: more than "
+                            f"{LARGE_NODE_COUNT} GPU nodes; check your vCPU quota and capacity first (ray-efa-eks "
+                            "preflight) and that this is not a typo", resource=self)
         if gpu.reserved_instances is not None:  # an ODCR bills every reserved instance: priced once EC2 says how many
             by_count = gpu.reserved_instances.apply(priced)
             self.estimated_hourly_usd = by_count.apply(lambda c: c.hourly_usd)

@@ -18,7 +18,8 @@ Every failure ends in one JSON object (``--json``) and an exit code, never a tra
           within --wait-s (too few nodes, GPUs or ranks), Ray declares GPUs the ranks cannot use (no CUDA), no
           GPU nodes where GPUs are expected, NCCL not used
   exit 3  NCCL logs unreadable
-  exit 64 usage error (bad arguments)
+  exit 64 usage error (bad arguments: checked before Ray starts)
+  exit 130 interrupted (Ctrl-C; with --json one JSON object whose verdict is "interrupted")
 
 JSON: ``verdict``, ``code``, ``failure`` ({``stage``, ``reason``} or null), ``reasons``, ``hints``, ``backend``,
 ``expected``, ``nodes``, ``world``, ``sweep`` rows, ``probes``, ``witness`` (the EFA counters: moved | flat |
@@ -793,7 +794,7 @@ def _connect(address: str, wait_s: float) -> None:
 def parser(prog: str | None = None) -> ArgumentParser:
     ap = ArgumentParser(prog=prog or "python -m ray_efa_eks.efacheck.efa_check", description=__doc__.split("\n")[0],
                         epilog="exit codes: 0 efa, 1 fallback / failed / below floor, 2 undetermined or could not "
-                               "be answered, 3 NCCL logs unreadable, 64 usage error")
+                               "be answered, 3 NCCL logs unreadable, 64 usage error, 130 interrupted")
     ap.add_argument("--address", default="auto", help="Ray address (auto inside a Ray job)")
     ap.add_argument("--local", action="store_true", help="start a local 2-worker-node Ray cluster")
     ap.add_argument("--backend", choices=("auto", "nccl", "gloo"), default="auto",
@@ -827,7 +828,7 @@ def parser(prog: str | None = None) -> ArgumentParser:
                                            "$RAY_EFA_EKS_STORAGE_PATH)")
     ap.add_argument("--compare-socket", action="store_true",
                     help="run the sweep again in fresh ranks with NCCL_NET=Socket and report EFA/Socket busbw ratios")
-    ap.add_argument("--manifest", help="the image's version manifest as JSON (stack config)")
+    ap.add_argument("--manifest", help="the image's version manifest as JSON (stack config), or a file holding it")
     ap.add_argument("--image", help="image reference, to pick a known manifest (default $RAY_EFA_EKS_IMAGE)")
     ap.add_argument("--spec-hash", help="RayCluster spec hash the gate was rendered for: every Ray pod's "
                     "$RAY_EFA_EKS_SPEC_HASH must equal it (else stage stale); --image likewise $RAY_EFA_EKS_IMAGE")
@@ -908,7 +909,7 @@ def check(a) -> dict:
     if _probe is not None:
         r["stack_probes"] = [o.get("stack") or {} for o in data["outs"]]
         try:
-            manifest = _probe.parse_manifest(a.manifest) if a.manifest else _probe.manifest_for(
+            manifest = _probe.parse_manifest(_manifest_text(a.manifest)) if a.manifest else _probe.manifest_for(
                 a.image or os.environ.get("RAY_EFA_EKS_IMAGE"))
         except ValueError as e:
             manifest = None
@@ -923,15 +924,102 @@ def check(a) -> dict:
     return r
 
 
+MIN_SWEEP_BYTES = 4
+"""One float32 element: the smallest message a collective of the sweep can move."""
+MAX_SWEEP_BYTES = 16 << 30
+"""16 GiB, the largest message the sweep allocates (twice, per rank); nccl-tests' own sweeps stop at 8-16 GiB."""
+EXIT_INTERRUPTED = 130
+"""Ctrl-C (128 + SIGINT)."""
+
+
+def usage_problem(a) -> str | None:
+    """The first argument that cannot make a check, as ``--flag VALUE: why; fix`` (None when all can).
+
+    Checked before Ray starts: a bad argument must not cost a cluster start-up (or a ZeroDivisionError after one).
+    """
+    import math
+
+    if a.expect_nodes < 1:
+        return f"--expect-nodes {a.expect_nodes}: must be >= 1 (the GPU nodes the stack declares, e.g. 2)"
+    if a.expect_gpus_per_node < 0:
+        return f"--expect-gpus-per-node {a.expect_gpus_per_node}: must be >= 0 (0: no GPUs expected)"
+    if a.expect_nics is not None and a.expect_nics < 1:
+        return f"--expect-nics {a.expect_nics}: must be >= 1 (EFA interfaces per node, e.g. 32 on p5.48xlarge)"
+    for flag, value in (("--wait-s", a.wait_s), ("--timeout-s", a.timeout_s)):
+        if not (math.isfinite(value) and value > 0):
+            return f"{flag} {value}: must be a number of seconds > 0, e.g. 600"
+    if a.iters < 1:
+        return f"--iters {a.iters}: must be >= 1 (timed calls per message size, default 5)"
+    for flag, value in (("--min-bytes", a.min_bytes), ("--max-bytes", a.max_bytes)):
+        if value is not None and not MIN_SWEEP_BYTES <= value <= MAX_SWEEP_BYTES:
+            return (f"{flag} {value}: must be {MIN_SWEEP_BYTES}..{MAX_SWEEP_BYTES} bytes (one float32 up to 16 GiB), "
+                    "e.g. 1048576")
+    if a.min_bytes is not None and a.max_bytes is not None and a.min_bytes > a.max_bytes:
+        return f"--min-bytes {a.min_bytes} is above --max-bytes {a.max_bytes}: swap them"
+    for flag, value in (("--min-busbw-gbps", a.min_busbw_gbps), ("--efa-gbps", a.efa_gbps)):
+        if value is not None and not (math.isfinite(value) and value >= 0):
+            return f"{flag} {value}: must be a finite number >= 0, e.g. 40"
+    if a.min_busbw_fraction is not None and not (math.isfinite(a.min_busbw_fraction)
+                                                 and 0 <= a.min_busbw_fraction <= 1):
+        return f"--min-busbw-fraction {a.min_busbw_fraction}: a fraction of the line rate, 0 to 1, e.g. 0.5"
+    if a.preset is not None:
+        presets = _model_presets()
+        if presets is not None and a.preset not in presets:
+            return f"--preset {a.preset!r}: unknown model preset; choose from {', '.join(sorted(presets))}"
+    if a.report is not None and os.path.exists(a.report) and not os.path.isdir(a.report):
+        return f"--report {a.report}: exists and is not a directory; name a directory (it is created if missing)"
+    if a.manifest is not None and not a.manifest.lstrip().startswith("{"):
+        if not os.path.isfile(a.manifest):
+            return (f"--manifest {a.manifest!r}: neither JSON text nor a file; pass the image manifest as JSON, "
+                    "e.g. '{\"ray\": \"2.58.0\"}', or the path of a file holding it")
+    if a.manifest is not None and _probe is not None:
+        try:
+            _probe.parse_manifest(_manifest_text(a.manifest))
+        except (ValueError, OSError) as e:
+            return str(e)
+    return None
+
+
+def _manifest_text(value: str) -> str:
+    """``--manifest`` is JSON text, or a file holding it."""
+    if value.lstrip().startswith("{") or not os.path.isfile(value):
+        return value
+    with open(value, "rb") as f:
+        return f.read().decode("utf-8", errors="replace")
+
+
+def _model_presets() -> dict | None:
+    """The sibling ``training`` package's model presets (None where the package is not shipped)."""
+    import importlib
+
+    try:
+        return importlib.import_module(f"{__package__.rpartition('.')[0]}.training.model".lstrip(".")).PRESETS
+    except ImportError:
+        return None
+
+
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    a = parser(prog).parse_args(argv)
-    if a.expect_nodes < 1 or a.expect_gpus_per_node < 0 or a.wait_s <= 0 or a.timeout_s <= 0:
-        parser(prog).error("--expect-nodes >= 1, --expect-gpus-per-node >= 0, --wait-s and --timeout-s > 0")
+    ap = parser(prog)
+    a = ap.parse_args(argv)
+    problem = usage_problem(a)
+    if problem:
+        ap.error(problem)
     if a.expect_transport == "intra-node" and a.expect_nodes != 1:
-        parser(prog).error(f"--expect-transport intra-node checks one node: --expect-nodes must be 1, not {a.expect_nodes}")
+        ap.error(f"--expect-transport intra-node checks one node: --expect-nodes must be 1, not {a.expect_nodes}")
     if a.expect_transport != "intra-node" and a.expect_nodes < 2:
-        parser(prog).error(f"--expect-transport {a.expect_transport} needs >= 2 nodes (--expect-nodes "
-                           f"{a.expect_nodes}); one GPU node: --expect-transport intra-node")
+        ap.error(f"--expect-transport {a.expect_transport} needs >= 2 nodes (--expect-nodes "
+                 f"{a.expect_nodes}); one GPU node: --expect-transport intra-node")
+    try:
+        return _main(a)
+    except KeyboardInterrupt:
+        print("efa_check: interrupted", file=sys.stderr, flush=True)
+        if a.json:
+            print(json.dumps({"verdict": "interrupted", "code": EXIT_INTERRUPTED,
+                              "failure": {"stage": "interrupted", "reason": "interrupted (Ctrl-C)"}}), flush=True)
+        return EXIT_INTERRUPTED
+
+
+def _main(a) -> int:
     expected = {"nodes": a.expect_nodes, "gpus_per_node": a.expect_gpus_per_node, "nics": a.expect_nics,
                 "gdrdma": a.expect_gdrdma}
     try:

@@ -29,18 +29,21 @@ loops over all lines in Python: it finds the few kinds of init lines with
 ``re.findall`` and ``bytes.count``.
 
 CLI: python -m ray_efa_eks.efacheck.nccl_log [--json] [--expect-nodes N] [--expect-nics K] [--expect-gdrdma]
-FILE_OR_DIR...  (one file per rank, a directory of them, or one combined log)
+FILE_OR_DIR...  (one file per rank, a directory of them (its *.md, *.json... skipped), one combined log, or - for
+stdin; a pipe or device given by name is refused, not read forever)
 exit 0 = efa, 1 = fallback / failed / expected topology not met, 2 = undetermined,
-3 = unreadable input, 64 = usage error (bad arguments).
+3 = unreadable input, 64 = usage error (bad arguments), 130 = interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
 
 import argparse
 import bisect
+import errno
 import json
 import os
 import re
+import stat
 import sys
 from collections import Counter
 from dataclasses import dataclass, field, replace
@@ -49,6 +52,8 @@ from typing import Iterable
 from .cli import EXIT_USAGE, ArgumentParser
 
 EXIT = {"efa": 0, "fallback": 1, "undetermined": 2, "unreadable": 3, "usage": EXIT_USAGE}
+EXIT_INTERRUPTED = 130
+"""Ctrl-C (128 + SIGINT)."""
 
 # cause -> remediation hint; README ("The EFA gate and troubleshooting") mirrors this table.
 HINTS: dict[str, str] = {
@@ -612,15 +617,32 @@ def _check_text(buf: bytes, source: str) -> str | None:
     return None
 
 
+NOT_LOGS = (".md", ".json", ".png", ".yaml", ".yml", ".html", ".py")
+"""Files a directory of logs holds beside them (its README, a saved verdict, a report): never read as a rank's log."""
+
+
 def _iter_files(paths: Iterable[str]) -> list[str]:
     out: list[str] = []
     for p in paths:
-        if os.path.isdir(p):
-            for root, _dirs, files in os.walk(p):
-                out.extend(os.path.join(root, f) for f in sorted(files))
+        if p != "-" and os.path.isdir(p):
+            for root, dirs, files in os.walk(p):
+                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+                out.extend(os.path.join(root, f) for f in sorted(files)
+                           if not f.startswith(".") and not f.lower().endswith(NOT_LOGS))
         else:
             out.append(p)  # a missing file is reported by analyze_paths, not fatal among many
     return out
+
+
+def _read_input(path: str) -> bytes:
+    """A log's bytes: ``-`` is stdin; only regular files (a FIFO or a device would block or never end)."""
+    if path == "-":
+        return sys.stdin.buffer.read()
+    st = os.stat(path)
+    if not stat.S_ISREG(st.st_mode):
+        raise OSError(errno.EINVAL, "not a regular file (a pipe, socket or device); pass a log file, or - for stdin")
+    with open(path, "rb") as fh:
+        return fh.read()
 
 
 def analyze_bytes(
@@ -657,13 +679,13 @@ def analyze_paths(paths: Iterable[str], **expect) -> Report:
     """Judge files and directories of files (every file one rank's or one host's log) as one job."""
     files = _iter_files(paths)
     if not files:
-        raise UnreadableInput("no input files")
+        raise UnreadableInput(f"no log files in {', '.join(paths)} (a directory's {', '.join(NOT_LOGS)} files "
+                              "are not logs)")
     items: list[tuple[str, bytes | None]] = []
     errors: dict[str, str] = {}
     for f in files:
         try:
-            with open(f, "rb") as fh:
-                items.append((f, fh.read()))
+            items.append((f, _read_input(f)))
         except OSError as e:
             errors[f] = f"{f}: {'no such file or directory' if isinstance(e, FileNotFoundError) else e.strerror}"
             items.append((f, None))
@@ -698,7 +720,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         description=__doc__.split("\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="exit codes: 0 efa, 1 fallback/failed/expected topology not met, 2 undetermined, 3 unreadable input, "
-               f"{EXIT_USAGE} usage error",
+               f"{EXIT_USAGE} usage error, 130 interrupted; - reads stdin",
     )
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     ap.add_argument("--expect-nodes", type=_positive, metavar="N", help="nodes that must take part (fewer: exit 1)")
@@ -708,6 +730,14 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
                     help="every NET connection must be /GDRDMA (instance types with GPUDirect RDMA)")
     ap.add_argument("paths", nargs="+", metavar="FILE_OR_DIR")
     a = ap.parse_args(argv)
+    try:
+        return _main(a)
+    except KeyboardInterrupt:
+        print("nccl_log: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def _main(a: argparse.Namespace) -> int:
     try:
         rep = analyze_paths(a.paths, expect_nodes=a.expect_nodes, expect_nics=a.expect_nics,
                             expect_gdrdma=a.expect_gdrdma)

@@ -8,6 +8,19 @@ two packages shipped alone as a Ray job's working_dir (``training``, ``efacheck`
 
 from __future__ import annotations
 
+import argparse
+
 from ..training.cli import EXIT_USAGE, ArgumentParser
 
-__all__ = ["EXIT_USAGE", "ArgumentParser"]
+__all__ = ["EXIT_USAGE", "ArgumentParser", "positive_int"]
+
+
+def positive_int(text: str) -> int:
+    """argparse type: a whole number >= 1 (a count of runs, repeats, steps); the message names the bad value."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number, e.g. 3") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{n}: must be >= 1, e.g. 3")
+    return n

@@ -80,6 +80,13 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     module = importlib.import_module(f"{ROOT}.{sub.module}")
     args = _positionals_last(rest, sub.positionals_after) if sub.positionals_after else rest
+    if sub.positionals_after:
+        flag = args.index(sub.positionals_after)
+        odd = [a for a in args[flag + 1:] if a.startswith("-")]
+        if odd:  # came after `--`: a ref is never an option (tools.plan.resolve_ref)
+            print(f"{PROG} {name}: error: {odd[0]!r} is not a git ref or a saved plan (a ref never starts with "
+                  f"'-'); e.g. {PROG} {name} origin/main", file=sys.stderr)
+            return EXIT_USAGE
     try:
         return int(module.main([*sub.prefix, *args], prog=f"{PROG} {name}") or 0)
     except KeyboardInterrupt:

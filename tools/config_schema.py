@@ -169,6 +169,17 @@ def _replace_readme(text: str) -> str:
 TARGETS = {"Pulumi.yaml": _replace_pulumi_yaml, "components/stack.py": _replace_args, "README.md": _replace_readme}
 
 
+def project_root(start: Path) -> Path | None:
+    """The checkout ``start`` is in: the nearest directory (itself or above) with every file of :data:`TARGETS`.
+
+    Never the installed package's parent: ``--write`` run from a project must rewrite that project's copies.
+    """
+    for d in (start, *start.parents):
+        if all((d / rel).is_file() for rel in TARGETS):
+            return d
+    return None
+
+
 def stale(root: Path = ROOT) -> list[str]:
     """Files whose generated part differs from what StackConfig says now."""
     return [rel for rel, fn in TARGETS.items() if fn((root / rel).read_text()) != (root / rel).read_text()]
@@ -188,14 +199,23 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--check", action="store_true", help="exit 1 when a copy is out of date")
     g.add_argument("--write", action="store_true", help="rewrite the copies")
+    p.add_argument("--root", type=Path, default=None,
+                   help="the project checkout (default: the directory above the current one holding Pulumi.yaml "
+                        "and components/stack.py)")
     a = p.parse_args(argv)
+    root = a.root or project_root(Path.cwd())
+    if root is None or not all((root / rel).is_file() for rel in TARGETS):
+        where = a.root or Path.cwd()
+        print(f"error: {where} is not a ray-efa-eks checkout (no {', '.join(TARGETS)}); run from the project "
+              "root or pass --root DIR (an installed package has no copies to check)", file=sys.stderr)
+        return 2
     try:
         if a.write:
-            changed = write()
+            changed = write(root)
             print("rewrote: " + ", ".join(changed) if changed else "up to date")
             return 0
-        bad = stale()
-    except ValueError as e:
+        bad = stale(root)
+    except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if bad:

@@ -26,7 +26,8 @@ decrypted offline, so the program runs with that key's default (``--config KEY=V
 Exit codes: 0 every rule passes; 1 a layout rule is broken (with ``--diff``: or the change rolls a GPU node group
 that runs in a reservation or Capacity Block, :func:`rollout_risks`); 2 the program itself failed
 (e.g. a config error); 3 unreadable input (no ``Pulumi.<stack>.yaml``, bad YAML, a git ref that
-cannot be archived, a saved plan that cannot be read); 64 usage error.
+cannot be archived, a saved plan that cannot be read); 64 usage error (a ``--diff`` ref that starts with ``-`` is one:
+a ref is never read as an option); 130 interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
@@ -77,6 +78,8 @@ print("\n''' + RECORDS_MARKER + r'''" + json.dumps(recs, default=lambda o: "<%s>
 
 EXIT_UNREADABLE = 3
 """An input the plan needs could not be read (stack file, git ref, saved plan)."""
+EXIT_INTERRUPTED = 130
+"""Ctrl-C (128 + SIGINT, as a shell reports it)."""
 SECRET = "[secret]"
 """How an encrypted config value is shown: never skipped, never decrypted."""
 
@@ -146,8 +149,6 @@ def read_stack(root: Path, stack: str, *, defaults: bool = False) -> StackFile:
     A secret (``secure:``) cannot be decrypted offline: it is shown as ``[secret]`` and left out of the
     program's config, so the program uses that key's default.
     """
-    import yaml
-
     path = root / f"Pulumi.{stack}.yaml"
     if not path.exists():
         if defaults:
@@ -155,12 +156,9 @@ def read_stack(root: Path, stack: str, *, defaults: bool = False) -> StackFile:
         have = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in root.glob("Pulumi.*.yaml"))
         raise MissingStack(f"stack {stack!r} has no {path.name} in {root} (stacks here: {', '.join(have) or 'none'}); "
                            f"check --stack, or pass --defaults to plan a stack without config")
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError) as e:
-        raise PlanError(f"{path}: not valid YAML ({e})") from None
+    data = _load_stack_yaml(path)
     values, shown, secrets, region = {}, {}, [], DEFAULT_REGION
-    for key, value in (data.get("config") or {}).items():
+    for key, value in data.items():
         if isinstance(value, dict) and "secure" in value:
             shown[key] = SECRET
             secrets.append(key)
@@ -173,6 +171,43 @@ def read_stack(root: Path, stack: str, *, defaults: bool = False) -> StackFile:
         elif ":" not in key or key.startswith(f"{PROJECT}:"):
             values[key] = value if isinstance(value, str) else json.dumps(value)
     return StackFile(values, region, shown, secrets)
+
+
+def _load_stack_yaml(path: Path) -> dict[str, Any]:
+    """The ``config:`` mapping of a stack file; :class:`PlanError` (exit 3) naming the file and the problem.
+
+    Pulumi's own reader needs the same shape: a mapping whose ``config`` is a mapping of ``namespace:key`` to a
+    value (pulumi/sdk/go/common/workspace/project.go, ``ProjectStack.Config``).
+    """
+    import yaml
+
+    fix = "it should look like: config:\n  ray-efa-eks:gpuNodeCount: 2"
+    if path.is_dir():
+        raise PlanError(f"{path}: is a directory, not a stack file; {fix}")
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise PlanError(f"{path}: not UTF-8 text (byte {e.start}: {e.object[e.start:e.start + 1]!r}); save it as "
+                        "UTF-8") from None
+    except OSError as e:
+        raise PlanError(f"{path}: cannot be read ({e.strerror or e})") from None
+    if "\x00" in text:
+        raise PlanError(f"{path}: binary data (NUL bytes), not YAML; {fix}")
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise PlanError(f"{path}: not valid YAML ({' '.join(str(e).split())})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise PlanError(f"{path}: the top level is a {type(data).__name__}, not a mapping; {fix}")
+    config = data.get("config")
+    if config is None:
+        return {}
+    if not isinstance(config, dict):
+        raise PlanError(f"{path}: config is {config!r} (a {type(config).__name__}), not a mapping of keys to "
+                        f"values; {fix}")
+    return config
 
 
 def stack_config(root: Path, stack: str, *, defaults: bool = False) -> tuple[dict[str, Any], str]:
@@ -248,15 +283,36 @@ def _where_offered(error: Exception) -> str:
             else " (EC2's offerings data, tools/offerings.json, lists it in no region)")
 
 
+def resolve_ref(ref: str, root: Path | None = None) -> str:
+    """The commit id of git ``ref``; a ref is never read as an option.
+
+    A ref that starts with ``-`` is refused (git's own rule: check-ref-format refuses a component that starts with
+    ``-``; git-check-ref-format(1)), and the lookup passes ``--end-of-options`` (git >= 2.24, gitcli(7)) so nothing
+    after it is an option. :class:`UsageError` for an option-looking ref, :class:`PlanError` for an unknown one.
+    """
+    if not ref or ref.startswith("-") or "\x00" in ref or any(c.isspace() for c in ref):
+        raise UsageError(f"--diff {ref!r}: not a git ref (a ref never starts with '-' or holds spaces, so it "
+                         "cannot be read as an option); name a branch, tag or commit, e.g. --diff origin/main, or a "
+                         "saved plan: --diff old.json new.json")
+    found = subprocess.run(["git", "-C", str(root or Path.cwd()), "rev-parse", "--verify", "--quiet",
+                            "--end-of-options", f"{ref}^{{commit}}"], capture_output=True, text=True)
+    if found.returncode != 0 or not found.stdout.strip():
+        raise PlanError(f"--diff {ref!r}: no such commit in this repository (fetch the ref first: git fetch origin "
+                        f"{ref}; in CI use actions/checkout with fetch-depth: 0)")
+    return found.stdout.strip()
+
+
 def plan_git_ref(ref: str, root: Path | None = None, *, stack: str = "dev", overrides: dict[str, str] | None = None,
                  region: str | None = None, program: str = "__main__.py", defaults: bool = False) -> Plan:
     """Plan the program as it is at git ``ref``: its own code, its own ``Pulumi.<stack>.yaml``, in a subprocess.
 
     A stack file missing at ``ref`` (a stack the change adds) makes the base plan an error, not the defaults.
     """
-    archive = subprocess.run(["git", "-C", str(root or Path.cwd()), "archive", "--format=tar", ref], capture_output=True)
+    commit = resolve_ref(ref, root)
+    archive = subprocess.run(["git", "-C", str(root or Path.cwd()), "archive", "--format=tar", "--end-of-options",
+                              commit], capture_output=True)
     if archive.returncode != 0:
-        raise PlanError(f"git archive {ref!r} failed: {archive.stderr.decode().strip()} "
+        raise PlanError(f"git archive {ref!r} failed: {archive.stderr.decode(errors='replace').strip()} "
                         "(fetch the ref first; in CI use actions/checkout with fetch-depth: 0)")
     with tempfile.TemporaryDirectory(prefix="plan-base-") as tmp:
         with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
@@ -299,10 +355,22 @@ def _namespace_shim(base: Path) -> None:
 
 
 def load_plan(path: str) -> Plan:
+    """A saved ``--json`` plan; :class:`PlanError` naming the file and the problem."""
+    made_by = "save one with: ray-efa-eks plan --json > plan.json"
     try:
-        return Plan.from_json(json.loads(Path(path).read_text()), source=path)
-    except (OSError, json.JSONDecodeError) as e:
-        raise PlanError(f"{path}: cannot read a plan ({e})") from None
+        data = json.loads(Path(path).read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise PlanError(f"{path}: not UTF-8 text (byte {e.start}), so not a saved plan; {made_by}") from None
+    except OSError as e:
+        raise PlanError(f"{path}: cannot read a plan ({e.strerror or e}); {made_by}") from None
+    except json.JSONDecodeError as e:
+        raise PlanError(f"{path}: not JSON ({e}), so not a saved plan; {made_by}") from None
+    if not isinstance(data, dict):
+        raise PlanError(f"{path}: holds a JSON {type(data).__name__}, not a plan object; {made_by}")
+    try:
+        return Plan.from_json(data, source=path)
+    except PlanError as e:
+        raise PlanError(f"{path}: {e}") from None
 
 
 # -- settings ------------------------------------------------------------------------------------------------------
@@ -658,7 +726,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     p = ArgumentParser(prog=prog or "python -m ray_efa_eks.tools.plan", description=__doc__.split("\n\n")[0],
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        epilog="exit codes: 0 rules pass, 1 a rule is broken, 2 the program failed, 3 unreadable input "
-                              "(no Pulumi.<stack>.yaml, git ref, saved plan), 64 usage error")
+                              "(no Pulumi.<stack>.yaml, git ref, saved plan), 64 usage error, 130 interrupted")
     p.add_argument("--stack", default="dev", help="stack whose Pulumi.<stack>.yaml is read (default dev; must exist)")
     p.add_argument("--defaults", action="store_true",
                    help="plan a stack that has no Pulumi.<stack>.yaml: every key at its default")
@@ -672,10 +740,31 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
                    help="BASE_REF (this tree vs a git ref) or OLD.json NEW.json (two saved --json plans)")
     args = p.parse_args(argv)
     try:
+        return _run(p, args)
+    except KeyboardInterrupt:
+        print("plan: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def _check_program(path: str) -> None:
+    program = Path(path)
+    if program.is_dir():
+        raise PlanError(f"--program {path}: is a directory; name the program file, e.g. --program {program / '__main__.py'}")
+    if not program.is_file():
+        raise PlanError(f"--program {path}: no such file; run from the project root (where __main__.py and "
+                        "Pulumi.<stack>.yaml are) or name the program with --program")
+
+
+def _run(p: ArgumentParser, args: argparse.Namespace) -> int:
+    try:
         overrides, region = parse_overrides(args.config)
         if args.diff:
             if len(args.diff) > 2:
                 raise UsageError("--diff takes BASE_REF or OLD.json NEW.json")
+            for spec in args.diff:
+                if spec.startswith("-"):
+                    resolve_ref(spec)  # raises: an option-looking ref is a usage error
+            _check_program(args.program_rel)
             before = _side(args.diff[0], args, overrides, region)
             if len(args.diff) == 2:
                 after = _side(args.diff[1], args, overrides, region)
@@ -690,6 +779,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
             else:
                 print(render_diff(d), end="")
             return d.exit_code
+        _check_program(args.program_rel)
         plan = plan_tree(stack=args.stack, overrides=overrides, region=region, program=Path(args.program_rel).resolve(),
                          defaults=args.defaults)
     except UsageError as e:

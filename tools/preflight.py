@@ -25,7 +25,8 @@ Checks, with boto3 only (this module imports nothing from Pulumi), each one a ro
 Verdict and exit codes: **0** every check passed; **1** a check failed (type not offered / not in the AZ,
 quota too small, EFA unsupported, reservation missing/elsewhere/too small...); **2** no check failed but
 one could not be answered (denied, or the endpoint does not implement the API: the row names the action)
-or AWS could not be reached at all (credentials, endpoint); **64** usage error (e.g. ``--count 0``).
+or AWS could not be reached at all (credentials, endpoint); **64** usage error (e.g. ``--count 0``, ``--region ""``,
+an ``--az`` outside the region: checked before any AWS call); **130** interrupted (Ctrl-C).
 Preflight never prints OK for something it did not check.
 
 ``run_preflight`` is pure (no printing) and ``recommend_az`` / ``reservation_az`` can be reused by the
@@ -561,6 +562,16 @@ def format_table(res: PreflightResult) -> str:
     return "\n".join(lines)
 
 
+REGION = re.compile(r"[a-z]{2}(-[a-z]+)+-\d+")
+"""AWS region names (us-east-1, us-gov-west-1, ap-southeast-2): docs.aws.amazon.com/global-infrastructure/latest/regions/aws-regions.html."""
+INSTANCE_TYPE = re.compile(r"[a-z][a-z0-9-]*\.[a-z0-9-]+")
+"""EC2 instance type names: FAMILY.SIZE (g6.12xlarge, p5e.48xlarge, u-6tb1.metal)."""
+MAX_NODES_PER_NODE_GROUP = 450
+"""EKS service quota 'Nodes per managed node group' (docs.aws.amazon.com/eks/latest/userguide/service-quotas.html)."""
+EXIT_INTERRUPTED = 130
+"""Ctrl-C (128 + SIGINT)."""
+
+
 def _positive(text: str) -> int:
     try:
         n = int(text)
@@ -574,7 +585,7 @@ def _positive(text: str) -> int:
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     p = ArgumentParser(prog=prog or "python -m ray_efa_eks.tools.preflight", description=__doc__.split("\n\n")[0],
                        epilog="exit codes: 0 every check passed, 1 a check failed, 2 a check could not be answered "
-                              "(or AWS unreachable), 64 usage error")
+                              "(or AWS unreachable), 64 usage error, 130 interrupted")
     p.add_argument("--region")
     p.add_argument("--instance-type", default="g6.12xlarge")
     p.add_argument("--count", type=_positive, default=2, help="GPU nodes to launch (>= 1)")
@@ -585,6 +596,47 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     p.add_argument("--json", action="store_true")
     p.add_argument("--endpoint-url")
     a = p.parse_args(argv)
+    problem = usage_problem(a)
+    if problem:
+        p.error(problem)
+    try:
+        return _main(a)
+    except KeyboardInterrupt:
+        print("preflight: interrupted (nothing was changed)", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def usage_problem(a: argparse.Namespace) -> str | None:
+    """The first argument no AWS call could answer (None when all are well-formed); checked before any call."""
+    from urllib.parse import urlsplit
+
+    from ..components.capacity import RESERVATION_ID, RESOURCE_GROUP_ARN
+
+    if a.region is not None and not REGION.fullmatch(a.region):
+        return (f"--region {a.region!r}: not an AWS region name; e.g. --region us-east-1 (or leave it out to use "
+                "AWS_REGION / your profile's region)")
+    if a.az is not None:
+        region = a.region or boto3.session.Session().region_name
+        if not re.fullmatch(r"[a-z]{2}(-[a-z]+)+-\d+[a-z]", a.az) or (region and not a.az.startswith(region)):
+            return (f"--az {a.az!r}: not an availability zone of {region or 'the region'}; e.g. --az "
+                    f"{region or 'us-east-1'}a")
+    if not INSTANCE_TYPE.fullmatch(a.instance_type):
+        return f"--instance-type {a.instance_type!r}: not an EC2 instance type name; e.g. --instance-type g6.12xlarge"
+    if a.count > MAX_NODES_PER_NODE_GROUP:
+        return (f"--count {a.count}: an EKS managed node group holds at most {MAX_NODES_PER_NODE_GROUP} nodes (EKS "
+                "service quotas: 'Nodes per managed node group'); e.g. --count 2")
+    if a.endpoint_url is not None:
+        parts = urlsplit(a.endpoint_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            return f"--endpoint-url {a.endpoint_url!r}: expected an http(s) URL, e.g. http://127.0.0.1:5000"
+    cr = a.capacity_reservation_id
+    if cr is not None and not (RESERVATION_ID.fullmatch(cr) or RESOURCE_GROUP_ARN.fullmatch(cr)):
+        return (f"--capacity-reservation-id {cr!r}: expected cr- and 8 or 17 hex digits (an ODCR or Capacity Block), "
+                "or a reservation resource group ARN")
+    return None
+
+
+def _main(a: argparse.Namespace) -> int:
     cfg = Config(connect_timeout=5, read_timeout=20,
                  retries={"max_attempts": 2, "mode": "standard"})
     try:

@@ -22,7 +22,10 @@ Exit codes (never a traceback):
     4   Ray could not start (the local cluster of a run without --address)
     5   --require-efa: the run's fabric verdict after NCCL initialisation was not efa (fallback, undetermined, or
         not-nccl for a CPU/gloo run); the run stopped there and checkpointed nothing
-    64  usage error (bad arguments)
+    6   the cluster (--address) is too small: fewer CPUs (GPUs with --use-gpu) than --workers needs
+    64  usage error (bad arguments, unknown --preset, a --name that would leave --storage-path, --use-gpu without
+        --address, more local --workers than this machine holds: all checked before Ray starts)
+    130 interrupted (Ctrl-C); with --json the last stdout line is {"error": "interrupted", "exit_code": 130}
 
 Fabric: every run judges which network its collectives used with the EFA gate's own code (``training/fabric.py``
 over ``efacheck.nccl_log``): a ``[fabric]`` line once NCCL has initialised, and ``fabric`` in the ``[summary]``
@@ -35,7 +38,9 @@ import asyncio
 import importlib.resources
 import json
 import os
+import re
 import shlex
+import signal
 import socket
 import sys
 import tempfile
@@ -55,6 +60,10 @@ EXIT_RAY_START = 4
 """Ray could not start the local cluster."""
 EXIT_WRONG_FABRIC = 5
 """--require-efa and the fabric verdict after NCCL initialisation was not efa; nothing was checkpointed."""
+EXIT_TOO_SMALL = 6
+"""The cluster (--address) has fewer CPUs, or GPUs with --use-gpu, than --workers needs: nothing was started."""
+EXIT_INTERRUPTED = 130
+"""Ctrl-C (128 + SIGINT); with --json the last stdout line says so."""
 EFACHECK_FILES = ("__init__.py", "cli.py", "nccl_log.py", "efa_counters.py")
 """The sibling efacheck modules ``training/fabric.py`` imports (the gate's verdict code); ``submit`` ships them
 next to ``training`` (the one declared training -> efacheck edge, checked in tests/test_architecture.py)."""
@@ -108,22 +117,117 @@ def train_parser(prog: str = "python -m ray_efa_eks.training") -> ArgumentParser
     p = ArgumentParser(prog=prog, description="Train the FSDP model (exit codes: see the module docstring).",
                        epilog="exit codes: 0 finished, 1 failed (--max-failures exhausted), 2 --address "
                               f"unreachable, 4 Ray could not start, {EXIT_WRONG_FABRIC} --require-efa and the "
-                              "fabric is not efa, 64 usage error",
+                              "fabric is not efa, 6 the cluster is too small for --workers, 64 usage error, "
+                              "130 interrupted",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     _train_args(p)
     return p
 
 
-def check_train_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.Namespace:
-    """Usage errors that argparse cannot see, raised before any cluster is touched."""
+MAX_STEPS = 10_000_000
+"""A bound on --steps: far past any real run here, short of a number that only means "forever"."""
+MAX_BATCH_SIZE = 4096
+"""A bound on --batch-size (sequences per rank per step); a larger one only fails later with out-of-memory."""
+LOCAL_WORKER_GIB = 1.0
+"""Memory one local worker node takes (raylet, agent, a worker importing torch), GiB; measured ~0.8 on the tiny model."""
+RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+"""A run name is one directory under --storage-path: never ``..``, a path separator or an option."""
+
+
+def run_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a run (None when it can): it must stay one directory inside the storage path."""
+    if not RUN_NAME.fullmatch(name or "") or name in (".", ".."):
+        return (f"--name {name!r}: a run name is one directory inside --storage-path: 1-128 letters, digits, '.', "
+                "'_' or '-', starting with a letter or digit (no '/', '..' or leading '-'), e.g. --name fsdp-lm-1")
+    return None
+
+
+def local_worker_limit() -> tuple[int, str]:
+    """How many local workers this machine holds (each is a 1-CPU Ray node), and why, in words."""
+    cpus = os.cpu_count() or 1
+    try:
+        gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    except (ValueError, OSError, AttributeError):
+        gib = float("inf")
+    limit = max(2, min(cpus, int(gib // LOCAL_WORKER_GIB)))
+    return limit, (f"a local run starts one 1-CPU Ray node per worker (about {LOCAL_WORKER_GIB:g} GiB each); this "
+                   f"machine has {cpus} CPUs and {gib:.0f} GiB, so at most {limit}")
+
+
+def check_train_args(p: argparse.ArgumentParser, args: argparse.Namespace,
+                     local: Optional[bool] = None) -> argparse.Namespace:
+    """Usage errors that argparse cannot see, raised before any cluster is touched.
+
+    ``local``: the run starts its own cluster on this machine (default: no ``--address``); ``submit`` checks the
+    job's arguments with ``local=False`` (they run on the cluster).
+    """
+    local = args.address is None if local is None else local
     if args.fail_at_step is not None and not 0 < args.checkpoint_every < args.fail_at_step:
-        p.error("--fail-at-step must come after the first checkpoint (--checkpoint-every)")
+        p.error(f"--fail-at-step {args.fail_at_step} must come after the first checkpoint (--checkpoint-every "
+                f"{args.checkpoint_every}): set it above {args.checkpoint_every}")
     for flag in ("steps", "workers", "batch_size", "checkpoint_every", "report_every"):
         if getattr(args, flag) < 1:
             p.error(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
+    if args.steps > MAX_STEPS:
+        p.error(f"--steps {args.steps}: at most {MAX_STEPS:,}; e.g. --steps 1000")
+    if args.batch_size > MAX_BATCH_SIZE:
+        p.error(f"--batch-size {args.batch_size}: at most {MAX_BATCH_SIZE} sequences per rank; e.g. --batch-size 8")
     if args.max_failures < -1:
         p.error(f"--max-failures must be >= 0 (or -1 for unlimited), got {args.max_failures}")
+    from .model import PRESETS
+
+    if args.preset not in PRESETS:
+        p.error(f"--preset {args.preset!r}: unknown model preset; choose from {', '.join(sorted(PRESETS))}")
+    if args.name is not None and run_name_problem(args.name):
+        p.error(f"{run_name_problem(args.name)} (the run's checkpoints go to <storage>/<name>)")
+    if args.storage_path and "://" not in args.storage_path:
+        path = Path(args.storage_path).expanduser()
+        if path.exists() and not path.is_dir():
+            p.error(f"--storage-path {args.storage_path}: exists and is not a directory; name a directory (created "
+                    "if missing) or s3://bucket/prefix")
+    if args.address is not None:
+        problem = address_problem(args.address)
+        if problem:
+            p.error(problem)
+    if local:
+        if args.use_gpu:
+            p.error("--use-gpu: a local run (no --address) starts CPU-only Ray nodes, so Ray Train would wait for "
+                    "GPUs forever; run on a cluster with GPU nodes: --address auto (on a node), or `submit -- "
+                    "--use-gpu ...`")
+        limit, why = local_worker_limit()
+        if args.workers > limit:
+            p.error(f"--workers {args.workers}: {why}; lower --workers, or train on a cluster with --address")
     return args
+
+
+def address_problem(address: str) -> str | None:
+    """Why ``--address`` cannot name a Ray cluster (None when it can): auto, host:port, or ray://host:port."""
+    if address in ("auto", "local"):
+        return None
+    parts = urlsplit(address if "://" in address else f"//{address}")
+    try:
+        port = parts.port
+    except ValueError:
+        port = -1
+    if (parts.scheme not in ("", "ray")) or not parts.hostname or port == -1 or (parts.scheme == "" and port is None):
+        return (f"--address {address!r}: expected auto, HOST:PORT of the Ray GCS (e.g. 127.0.0.1:6379) or "
+                "ray://HOST:10001")
+    return None
+
+
+def check_cluster_fits(resources: dict, workers: int, use_gpu: bool) -> None:
+    """Fail fast (exit :data:`EXIT_TOO_SMALL`) when the cluster cannot place ``workers`` ranks.
+
+    Ray Train otherwise waits for the resources without end, printing a worker-group timeout every minute.
+    Each rank takes 1 CPU, plus 1 GPU with ``--use-gpu`` (trainer.build_trainer).
+    """
+    need = "GPU" if use_gpu else "CPU"
+    have = float(resources.get(need, 0))
+    if have < workers:
+        raise CliError(EXIT_TOO_SMALL, f"the cluster has {have:g} {need}s and --workers {workers}"
+                                       f"{' --use-gpu' if use_gpu else ''} needs {workers} (one per worker): wait "
+                                       f"until its {'GPU ' if use_gpu else ''}nodes have joined (`ray status`) or "
+                                       "lower --workers")
 
 
 # -- reaching a cluster ---------------------------------------------------------------------------------------
@@ -179,6 +283,33 @@ def failure_summary(e: BaseException) -> str:
 
 # -- train ----------------------------------------------------------------------------------------------------
 
+def note_sigint(trainer: Any) -> list[int]:
+    """A list that gets an entry when Ctrl-C reaches ``trainer.fit()``; Ray's own handler still runs.
+
+    Ray Train V2's handler (DataParallelTrainer._register_sigint_handler, ray/train/v2/api/data_parallel_trainer.py)
+    aborts the controller and may end fit() with ``sys.exit(0)``, which would read as success (or exit 1): the run
+    must end with the interrupted code instead.
+    """
+    seen: list[int] = []
+    register = getattr(trainer, "_register_sigint_handler", None)
+    if register is None:
+        return seen
+
+    def register_and_note(controller: Any) -> None:
+        register(controller)
+        ray_handler = signal.getsignal(signal.SIGINT)
+
+        def handler(signum: int, frame: Any) -> None:
+            seen.append(signum)
+            if callable(ray_handler):
+                ray_handler(signum, frame)
+
+        signal.signal(signal.SIGINT, handler)
+
+    trainer._register_sigint_handler = register_and_note
+    return seen
+
+
 def run_training(args: argparse.Namespace) -> dict:
     from .fabric import log_dir_for
     from .trainer import build_trainer, resolve_storage_path
@@ -198,14 +329,20 @@ def run_training(args: argparse.Namespace) -> dict:
     trainer = build_trainer(num_workers=args.workers, use_gpu=args.use_gpu, train_config=train_cfg,
                             storage_path=storage, name=name, max_failures=args.max_failures)
     t0 = time.perf_counter()
+    resume = (f"rerun with --name {name} and the same --storage-path ({storage}) to resume from its latest "
+              "checkpoint")
+    interrupted = note_sigint(trainer)
     try:
         result = trainer.fit()
-    except Exception as e:
+    except BaseException as e:  # noqa: BLE001 - Ray's Ctrl-C handler ends fit() with SystemExit
+        if interrupted:
+            raise CliError(EXIT_INTERRUPTED, f"interrupted (Ctrl-C): training run {name!r} was stopped; "
+                                             f"{resume}") from None
+        if not isinstance(e, Exception):
+            raise
         from ray.exceptions import RayActorError
         from ray.train import TrainingFailedError
 
-        resume = (f"rerun with --name {name} and the same --storage-path ({storage}) to resume from its latest "
-                  "checkpoint")
         if isinstance(e, TrainingFailedError):
             raise CliError(EXIT_FAILED, f"training run {name!r} failed after --max-failures {args.max_failures} "
                                         f"restart(s): {failure_summary(e)}; {resume}") from None
@@ -213,6 +350,8 @@ def run_training(args: argparse.Namespace) -> dict:
             raise CliError(EXIT_FAILED, f"training run {name!r} failed: the Ray Train controller died "
                                         f"({type(e).__name__}: {_last_line(e)}); {resume}") from None
         raise
+    if interrupted:
+        raise CliError(EXIT_INTERRUPTED, f"interrupted (Ctrl-C): training run {name!r} was stopped; {resume}")
     wall = time.perf_counter() - t0
     m = result.return_value  # rank 0's last metrics (Result.metrics only holds checkpointed ones)
     if m.get("refused") == "require_efa":
@@ -260,6 +399,7 @@ def main_train(args: argparse.Namespace) -> int:
                 raise CliError(EXIT_UNREACHABLE,
                                f"ray.init(address={args.address!r}) failed: {_first_line(e)}") from None
             stack.callback(ray.shutdown)
+            check_cluster_fits(ray.cluster_resources(), args.workers, args.use_gpu)
         else:
             from .local_cluster import local_cluster
 
@@ -420,7 +560,7 @@ def _main(argv: list[str], prog: str) -> int:
         if any(not kv or "=" not in kv or kv.startswith("=") for kv in args.env):
             p.error(f"--env takes KEY=VALUE, got {[kv for kv in args.env if '=' not in kv or kv.startswith('=')]}")
         tp = train_parser(prog=f"{prog} submit ... --")
-        train_ns = check_train_args(tp, tp.parse_args(train))  # a typo fails here, not minutes later in the job
+        train_ns = check_train_args(tp, tp.parse_args(train), local=False)  # fails here, not minutes later in the job
         if train_ns.address is not None:
             tp.error("--address after -- is set by submit (the job connects with --address auto)")
         return main_submit(args, train)
@@ -433,10 +573,16 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = "python -m ray_efa_ek
     as_json = "--json" in argv and not (argv and argv[0] == "submit")
     try:
         return _main(argv, prog)
+    except SystemExit as e:  # argparse: --help (0) or a usage error (64), its message already on stderr
+        code = e.code if isinstance(e.code, int) else EXIT_USAGE
+        if as_json and code:
+            what = "usage error (see stderr)" if code == EXIT_USAGE else f"exited with {code}"
+            print(json.dumps({"error": what, "exit_code": code}), flush=True)
+        return code
     except CliError as e:
         code, message, extra = e.code, str(e), e.extra
     except KeyboardInterrupt:
-        code, message, extra = 130, "interrupted", {}
+        code, message, extra = EXIT_INTERRUPTED, "interrupted", {}
     except Exception as e:  # a failure we did not anticipate: one line, not a traceback
         code, message, extra = EXIT_FAILED, f"unexpected {type(e).__name__}: {_first_line(e)}", {}
         if os.environ.get(DEBUG_ENV):

@@ -158,7 +158,7 @@ def train_func(config: Optional[dict]) -> dict:
     metrics: dict[str, Any] = {
         "step": resumed_from, "loss": loss_val, "loss_first": loss_first,
         "tokens_per_s": 0.0, "global_tokens_per_s": 0.0, "steady_global_tokens_per_s": 0.0,
-        "backend": dist.get_backend(), "world_size": world, "rank": rank, "node_id": node_id,
+        "backend": dist.get_backend(), "world_size": world, "rank": rank, "node_id": node_id, "steps": steps,
         "nodes": nodes, "shard_fraction": shard_fraction(model), "resumed_from_step": resumed_from,
         "fabric": fabric,
     }
@@ -191,9 +191,7 @@ def train_func(config: Optional[dict]) -> dict:
         steady = tokens_per_step * (step - steady_step) / (now - steady_t) if step > steady_step else tps
         metrics.update(step=step, loss=loss_val, loss_first=loss_first, tokens_per_s=tps,
                        global_tokens_per_s=tps * world, steady_global_tokens_per_s=steady * world)
-        if rank == 0:
-            print(f"[train] step {step}/{steps} loss {loss_val:.4f} global_tok/s {tps * world:.0f} "
-                  f"world {world}", flush=True)
+        # the [train] progress line is printed by the controller (trainer.Progress), where the driver sees it
         _report({k: v for k, v in metrics.items() if k != "fabric"}, model, opt, rank, checkpoint=ckpt_due,
                 fabric=fabric)  # a copy: Ray queues it as is
         window_t, window_start = now, step

@@ -5,7 +5,7 @@ import os
 import tempfile
 from typing import Any, Mapping, Optional
 
-from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig, UserCallback
 from ray.train.torch import TorchConfig, TorchTrainer
 
 from .train_func import train_func
@@ -33,6 +33,22 @@ def resolve_storage_path(cli_value: Optional[str], env: Mapping[str, str]) -> st
     """
     value = cli_value or env.get(STORAGE_PATH_ENV) or default_storage_path()
     return value if "://" in value else os.path.abspath(os.path.expanduser(value))
+
+
+class Progress(UserCallback):
+    """Prints ``[train] step N/M loss ...`` on the Ray Train controller after every report.
+
+    Rank 0's own prints stay in its worker's log: a local cluster's worker nodes (own temp dirs) do not stream
+    their logs to the driver, while the controller's output always reaches the driver (and a job's log).
+    ``after_report`` runs on the controller once every rank has reported (ray/train/v2/api/callback.py).
+    """
+
+    def after_report(self, run_context: Any, metrics: list, checkpoint: Any) -> None:
+        m = metrics[0] if metrics else {}
+        if "step" in m:
+            print(f"[train] step {m['step']}/{m.get('steps', '?')} loss {m['loss']:.4f} global_tok/s "
+                  f"{m.get('global_tokens_per_s', 0):.0f} world {m.get('world_size', '?')}"
+                  f"{' checkpoint' if checkpoint is not None else ''}", flush=True)
 
 
 def build_trainer(
@@ -74,5 +90,6 @@ def build_trainer(
             storage_path=resolve_storage_path(storage_path, os.environ),
             failure_config=FailureConfig(max_failures=max_failures),
             checkpoint_config=CheckpointConfig(num_to_keep=2),
+            callbacks=[Progress()],
         ),
     )

@@ -170,7 +170,7 @@ def test_program_error_exits_2_and_names_the_key(capsys):
     (["--config", "gpuInstanceType"], 64, "expected KEY=VALUE"),
     (["--diff", "a.json", "b.json", "c.json"], 64, "--diff takes BASE_REF or OLD.json NEW.json"),
     (["--stack"], 64, "expected one argument"),
-    (["--diff", "no-such-ref-for-the-plan-test"], 3, "git archive 'no-such-ref-for-the-plan-test' failed"),
+    (["--diff", "no-such-ref-for-the-plan-test"], 3, "--diff 'no-such-ref-for-the-plan-test': no such commit"),
     (["--stack", "prod"], 3, "stack 'prod' has no Pulumi.prod.yaml"),
 ])
 def test_usage_errors_exit_64_unreadable_input_3(capsys, argv, code, message):
