@@ -73,6 +73,8 @@ def test_the_declared_sibling_edges_only():
              for name, tree in modules(pkg).items() for target in sibling_names(tree)}
     assert edges == {("training.fabric", "efacheck.nccl_log"), ("training.fabric", "efacheck.efa_counters"),
                      ("efacheck.sweep", "training.model"),
+                     # --preset checked against the model presets before Ray starts (skipped when not shipped)
+                     ("efacheck.efa_check", "training.model"),
                      # `efa_check --local` only: a CPU rehearsal from the repo, never run from the gate's ConfigMap
                      ("efacheck.efa_check", "training.local_cluster")}, edges
     import_module_users = {f"{pkg}.{name}" for pkg in ("training", "efacheck") for name, tree in modules(pkg).items()
