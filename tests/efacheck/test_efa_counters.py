@@ -216,3 +216,41 @@ def test_tree_share_margin_on_2_nodes_x_8_gpus() -> None:
     assert tree_share(world) == pytest.approx(1.0 / ring) == pytest.approx(8 / 15)
     assert round(tree_share(16), 3) == 0.533 and round(tree_share(8), 3) == 0.571
     assert TOLERANCE < tree_share(16)  # a real tree run still passes
+
+
+def _real_sysfs(host: Path, dev: str = "rdmap16s27", tx: int = 7 * GB) -> None:
+    """The host's sysfs as the kernel lays it out: the class entry is a relative symlink into /sys/devices."""
+    hw = host / "sys/devices/pci0000:00/0000:00:1e.0/infiniband" / dev / "ports/1/hw_counters"
+    hw.mkdir(parents=True)
+    (hw / "tx_bytes").write_text(f"{tx}\n")
+    (hw / "rx_bytes").write_text(f"{tx + 1}\n")
+    (host / "sys/class/infiniband").mkdir(parents=True)
+    (host / "sys/class/infiniband" / dev).symlink_to(f"../../devices/pci0000:00/0000:00:1e.0/infiniband/{dev}")
+
+
+def _as_the_pod_sees_it(host: Path, pod: Path, volumes: tuple[list[dict], list[dict]]) -> None:
+    """Each hostPath volume's tree appears at its mountPath (copied, symlinks kept as symlinks, as a bind shows them)."""
+    import shutil
+
+    vols, mounts = volumes
+    by_name = {v["name"]: v["hostPath"]["path"] for v in vols}
+    for m in mounts:
+        shutil.copytree(host / by_name[m["name"]].lstrip("/"), pod / m["mountPath"].lstrip("/"), symlinks=True)
+
+
+def test_the_worker_pods_host_sysfs_volumes_make_the_counters_readable(tmp_path: Path) -> None:
+    """The volumes components/raycluster.py gives the GPU worker pods, applied to a kernel-shaped host sysfs."""
+    from ray_efa_eks.components.raycluster import host_sysfs_volumes
+    from ray_efa_eks.efacheck import efa_counters
+
+    _real_sysfs(tmp_path / "host")
+    pod = tmp_path / "pod"
+    _as_the_pod_sees_it(tmp_path / "host", pod, host_sysfs_volumes())
+    view = efa_counters.read_view((("host", str(pod) + efa_counters.HOST_SYSFS_ROOT),))
+    assert view["view"] == "host" and view["snapshot"]["rdmap16s27"]["tx_bytes"] == 7 * GB
+    # the class tree alone is not enough: its entries point into ../../devices, which must be mounted too
+    vols, mounts = host_sysfs_volumes()
+    only_class = [m for m in mounts if m["mountPath"].endswith("/class/infiniband")]
+    _as_the_pod_sees_it(tmp_path / "host", tmp_path / "pod2", (vols, only_class))
+    view = efa_counters.read_view((("host", str(tmp_path / "pod2") + efa_counters.HOST_SYSFS_ROOT),))
+    assert view["view"] is None and "no readable port counter" in view["unreadable"]
