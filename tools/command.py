@@ -38,6 +38,7 @@ SUBCOMMANDS: dict[str, Subcommand] = {
     "submit": Subcommand("training.__main__", ("submit",), "submit the training job to a RayCluster's Jobs API"),
     "efa-check": Subcommand("efacheck.efa_check", (), "the EFA proof: collective sweep + NCCL log verdict on Ray"),
     "nccl-verdict": Subcommand("efacheck.nccl_log", (), "judge NCCL_DEBUG=INFO logs: efa, fallback or undetermined"),
+    "mutate": Subcommand("tools.mutate", (), "plant each bug of tools/mutations.toml in a copy; its tests must fail"),
 }
 PROG = "ray-efa-eks"
 _PLAN_VALUE_OPTIONS = ("--stack", "--config", "--program")

@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from typing import Iterator, Optional
 
 import ray
+from ray._private import ray_constants
 from ray.cluster_utils import Cluster
 
 _LIGHT_ENV = {
@@ -82,6 +83,11 @@ def local_cluster(worker_nodes: int = 2, cpus_per_node: int = 1,
     saved_tmpdir = os.environ.get("RAY_TMPDIR")
     ray_tmp = tempfile.mkdtemp(prefix="rt-")  # short: Ray's unix socket paths live under it
     os.environ["RAY_TMPDIR"] = ray_tmp
+    if dashboard and "RAY_DASHBOARD_STARTUP_TIMEOUT_S" not in os.environ:
+        # The head waits this long for the dashboard to publish its URL, then fails ("Failed to start the dashboard",
+        # ray/_private/services.py start_api_server); Ray reads the variable once, at `import ray`, so set the
+        # constant. 60 s is too short for the dashboard and its 9 module subprocesses on a loaded 2-core box.
+        ray_constants.RAY_DASHBOARD_STARTUP_TIMEOUT_S = max(ray_constants.RAY_DASHBOARD_STARTUP_TIMEOUT_S, 180)
     common = {"object_store_memory": object_store_memory}
     # Every node's dashboard agent listens on 52365 by default: with a second local cluster on the machine (tests
     # side by side) the head's agent cannot bind it and the Jobs API answers "No available agent" forever.
