@@ -101,7 +101,7 @@ IMAGE_ENV = "RAY_EFA_EKS_IMAGE"
 SPEC_HASH_ENV = "RAY_EFA_EKS_SPEC_HASH"
 """Set by the stack on every Ray container (components/raycluster.py): its image and the RayCluster spec hash."""
 CHECK_JOB_PREFIX = "efa-check-"
-"""Submission ids of the gate's Ray jobs (components/efa_check.py check_script); never reported as holders."""
+"""Submission ids of the gate's Ray jobs (components/efa_check.py check_script and STOP_EARLIER)."""
 
 ENV_VARS = ("FI_PROVIDER", "NCCL_NET_PLUGIN", "NCCL_SOCKET_IFNAME", "FI_EFA_USE_DEVICE_RDMA", "NCCL_NET",
             "LD_LIBRARY_PATH")
@@ -248,8 +248,9 @@ def _holder_line(h: dict) -> str:
 
 def gpu_holders(own_job_id: str | None = None) -> list[dict]:
     """The Ray jobs that hold GPUs now, from Ray's state API (the dashboard's): placement groups with GPU bundles,
-    and GPU actors and running GPU tasks outside a placement group, summed per job; our own job and earlier gate
-    checks (``efa-check-*``, which the gate's script stops itself) are left out.
+    and GPU actors and running GPU tasks outside a placement group, summed per job; our own job is left out (an
+    earlier gate check, ``efa-check-*``, is named too: the gate's script stops those before it submits, so one that
+    still holds GPUs is being stopped or outlived the stop).
 
     Each: ``job_id``, ``submission_id`` (None for a driver started by hand), ``entrypoint``, ``status``, ``gpus``.
     """
@@ -275,7 +276,7 @@ def gpu_holders(own_job_id: str | None = None) -> list[dict]:
     for job_id, n in sorted(held.items()):
         j = jobs.get(job_id)
         sid = getattr(j, "submission_id", None)
-        if job_id == own_job_id or (sid or "").startswith(CHECK_JOB_PREFIX):
+        if job_id == own_job_id:
             continue
         status = getattr(j, "status", None)
         out.append({"job_id": job_id, "submission_id": sid, "entrypoint": getattr(j, "entrypoint", None),
