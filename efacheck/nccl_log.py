@@ -621,6 +621,12 @@ NOT_LOGS = (".md", ".json", ".png", ".yaml", ".yml", ".html", ".py")
 """Files a directory of logs holds beside them (its README, a saved verdict, a report): never read as a rank's log."""
 
 
+MAX_FILES = 10_000
+"""Files a directory walk may hold: a job's logs are one per rank (a 512-rank job: 512); more means a wrong path."""
+MAX_LOG_BYTES = 4 << 30
+"""Largest single input read (4 GiB; a 512-rank NCCL_DEBUG=INFO log is ~60 MB)."""
+
+
 def _iter_files(paths: Iterable[str]) -> list[str]:
     out: list[str] = []
     for p in paths:
@@ -629,6 +635,9 @@ def _iter_files(paths: Iterable[str]) -> list[str]:
                 dirs[:] = sorted(d for d in dirs if not d.startswith("."))
                 out.extend(os.path.join(root, f) for f in sorted(files)
                            if not f.startswith(".") and not f.lower().endswith(NOT_LOGS))
+                if len(out) > MAX_FILES:
+                    raise UnreadableInput(f"{p}: more than {MAX_FILES} files under it; name the directory that holds "
+                                          "the job's logs (one file per rank)")
         else:
             out.append(p)  # a missing file is reported by analyze_paths, not fatal among many
     return out
@@ -641,6 +650,8 @@ def _read_input(path: str) -> bytes:
     st = os.stat(path)
     if not stat.S_ISREG(st.st_mode):
         raise OSError(errno.EINVAL, "not a regular file (a pipe, socket or device); pass a log file, or - for stdin")
+    if st.st_size > MAX_LOG_BYTES:
+        raise OSError(errno.EFBIG, f"{st.st_size} bytes, more than {MAX_LOG_BYTES >> 30} GiB: not one rank's log")
     with open(path, "rb") as fh:
         return fh.read()
 

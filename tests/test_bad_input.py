@@ -102,6 +102,8 @@ CASES: list[Case] = [
          "wrong type", stack("config:\n  - ray-efa-eks:gpuNodeCount\n")),
     Case("plan-program-missing", ["plan", "--defaults", "--program", "{tmp}/nope.py"], 3, ("nope.py",),
          "missing file"),
+    Case("plan-program-device", ["plan", "--defaults", "--program", "/dev/null"], 3, ("--program", "regular file"),
+         "a device"),
     Case("plan-program-dir", ["plan", "--defaults", "--program", "{tmp}"], 3, ("--program", "directory"),
          "a directory"),
     Case("diff-ref-option", ["plan", "--diff=--output={tmp}/x.tar"], 64, ("--output", "ref"), "option-looking ref"),
@@ -202,6 +204,8 @@ CASES: list[Case] = [
          "wrong value"),
     Case("submit-env-bad", ["submit", "--env", "NOEQUALS"], 64, ("--env", "NOEQUALS", "KEY=VALUE"), "wrong type"),
     Case("submit-train-address", ["submit", "--", "--address", "auto"], 64, ("--address",), "conflicting flags"),
+    Case("submit-prog-once", ["submit", "--", "--steps", "x"], 64, ("ray-efa-eks submit ... --: error", "--steps"),
+         "wrong type"),
     Case("submit-unknown-flag", ["submit", "--adress", "http://x"], 64, ("--adress",), "unknown flag"),
     # -- efa-check (0 efa, 1 fallback/failed, 2 undetermined, 3 logs unreadable, 64 usage) ------------------------
     Case("efa-check-iters-0", ["efa-check", "--local", "--iters", "0"], 64, ("--iters", "0", ">= 1"), "zero"),
@@ -245,6 +249,8 @@ CASES: list[Case] = [
     Case("nccl-nics-word", ["nccl-verdict", "--expect-nics", "many", "x.log"], 64, ("--expect-nics", "many"),
          "wrong type"),
     Case("nccl-unknown-flag", ["nccl-verdict", "--jsn", "x.log"], 64, ("--jsn",), "unknown flag"),
+    Case("nccl-root-dir", ["nccl-verdict", "/"], 3, ("/", "more than 10000 files"), "huge directory"),
+    Case("nccl-device", ["nccl-verdict", "/dev/null"], 3, ("/dev/null", "not a regular file"), "a device"),
     Case("nccl-huge", ["nccl-verdict", "{tmp}/big.log"], 3, ("big.log",), "huge file",
          {"big.log": b"x" * (8 << 20)}),
 ]

@@ -750,6 +750,8 @@ def _check_program(path: str) -> None:
     program = Path(path)
     if program.is_dir():
         raise PlanError(f"--program {path}: is a directory; name the program file, e.g. --program {program / '__main__.py'}")
+    if program.exists() and not program.is_file():
+        raise PlanError(f"--program {path}: not a regular file; name the program file, e.g. --program __main__.py")
     if not program.is_file():
         raise PlanError(f"--program {path}: no such file; run from the project root (where __main__.py and "
                         "Pulumi.<stack>.yaml are) or name the program with --program")

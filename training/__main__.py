@@ -554,12 +554,13 @@ def _split_submit(argv: Sequence[str]) -> tuple[list[str], list[str]]:
 
 def _main(argv: list[str], prog: str) -> int:
     if argv and argv[0] == "submit":
-        p = submit_parser(f"{prog} submit")
+        prog = prog if prog.endswith(" submit") else f"{prog} submit"  # `ray-efa-eks submit` names it already
+        p = submit_parser(prog)
         own, train = _split_submit(argv[1:])
         args = p.parse_args(own)
         if any(not kv or "=" not in kv or kv.startswith("=") for kv in args.env):
             p.error(f"--env takes KEY=VALUE, got {[kv for kv in args.env if '=' not in kv or kv.startswith('=')]}")
-        tp = train_parser(prog=f"{prog} submit ... --")
+        tp = train_parser(prog=f"{prog} ... --")
         train_ns = check_train_args(tp, tp.parse_args(train), local=False)  # fails here, not minutes later in the job
         if train_ns.address is not None:
             tp.error("--address after -- is set by submit (the job connects with --address auto)")
