@@ -127,12 +127,14 @@ def train_func(config: Optional[dict]) -> dict:
     steps, every = int(cfg["steps"]), int(cfg["checkpoint_every"] or 0)
 
     # Set NCCL's capture env before its first line (the first collective, just below), then judge the fabric.
+    t_probe = time.perf_counter()
     probe = _fabric.Probe(dist.get_backend(), rank, ctx.get_local_rank(), cfg["fabric_dir"],
                           enabled=bool(cfg["fabric"] or cfg["require_efa"]))
     dist.all_reduce(torch.zeros(1, device=device))  # NCCL creates its communicator and logs INIT/NET here
     ckpt = ray.train.get_checkpoint()
     fabric = probe.judge(dist, final=False, previous=_fabric.previous_verdict(ckpt) if rank == 0 else None,
                          broadcast=bool(cfg["require_efa"]))
+    capture_s = time.perf_counter() - t_probe  # rank 0's time in the capture (the all-reduce would run anyway)
     if rank == 0 and fabric is not None:
         print(_fabric.line(fabric), flush=True)
     if cfg["require_efa"] and fabric is not None and fabric["verdict"] != "efa":
@@ -201,7 +203,9 @@ def train_func(config: Optional[dict]) -> dict:
     n_nodes = len({n["node_id"] for n in nodes})
     param_bytes = sum(p.numel() for p in model.parameters()) * (2 if use_gpu else 4)
     expected = param_bytes * max(steps - resumed_from, 0) * (n_nodes - 1) / n_nodes if n_nodes > 1 else None
+    t_final = time.perf_counter()
     final = probe.judge(dist, final=True, previous=(fabric or {}).get("previous"), expected_bytes_per_node=expected)
     if final is not None:
+        final["capture_s"] = round(capture_s + time.perf_counter() - t_final, 4)
         metrics["fabric"] = final
     return metrics

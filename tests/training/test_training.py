@@ -64,6 +64,7 @@ def test_train_spreads_shards_and_learns(baseline):
     assert {".metadata", "meta.pt", "fabric.json"} <= names
     assert json.loads((ckpt / "fabric.json").read_text())["verdict"] == "not-nccl"  # kept for a resumed run
     assert m["fabric"]["verdict"] == "not-nccl" and m["fabric"]["at"] == "end"
+    assert 0 < m["fabric"]["capture_s"] < 10  # rank 0's time in the capture (benchmarks/fabric_overhead.py)
     assert len([n for n in names if n.endswith(".distcp")]) == 2  # one shard file per rank
 
 
