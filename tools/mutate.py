@@ -8,6 +8,8 @@ editable install (which points at the original tree) by a ``ray_efa_eks`` direct
 and every run checks that ``ray_efa_eks.components`` really comes from the copy. Bytecode is never written in the
 copy, so a same-size edit within the same second cannot run stale ``.pyc`` files.
 
+First the named tests run once without any mutation: a test that already fails would "kill" every mutation, so it
+is deselected from the mutation runs (and listed); a file that does not collect makes its mutations errors.
 A mutation is *killed* when its tests fail (pytest exit 1, or 2: collection errors), *survived* when they pass,
 an *error* when it cannot be judged: its ``old`` text is missing or not unique (the code moved: update the entry),
 its file or tests are missing, pytest found no tests, or the run timed out. Adding a survivor to the list is how a
@@ -154,36 +156,69 @@ def imports_from(copy: Path, python: str = sys.executable) -> str:
     return lines[-1]
 
 
-def run_one(m: Mutation, copy: Path, timeout_s: float, python: str = sys.executable) -> Outcome:
-    """Apply ``m`` in ``copy``, run its tests there, put the file back."""
-    why = problem(m, copy)
-    if why:
-        return Outcome(m, ERROR, why)
-    target = copy / m.file
-    original = target.read_text()
-    target.write_text(original.replace(m.old, m.new, 1))
-    start = time.monotonic()
+def _pytest(args: list[str], copy: Path, timeout_s: float, python: str) -> tuple[int | None, str]:
+    """pytest in ``copy``: (exit code or None after a timeout, output)."""
     # its own session: on a timeout the whole group goes (pytest and any Ray cluster a test started)
-    proc = subprocess.Popen([python, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *m.tests], cwd=copy,
+    proc = subprocess.Popen([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args], cwd=copy,
                             env=copy_env(copy), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
     try:
         out, _ = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        return Outcome(m, ERROR, f"tests ran past {timeout_s:g} s", time.monotonic() - start, out)
+        return None, proc.communicate()[0]
+    return proc.returncode, out
+
+
+def failed_ids(out: str) -> list[str]:
+    """Node ids (or files, for collection errors) of pytest's FAILED/ERROR summary lines."""
+    ids = []
+    for ln in out.splitlines():
+        for kind in ("FAILED ", "ERROR "):
+            if ln.startswith(kind):
+                ids.append(ln[len(kind):].split(" - ", 1)[0].strip())
+    return ids
+
+
+def baseline(mutations: list[Mutation], copy: Path, timeout_s: float, python: str = sys.executable) -> list[str]:
+    """The named tests that already fail in the unmutated copy: they cannot tell a mutation apart, so every
+    mutation run deselects them (and a file that does not even collect makes its mutations errors)."""
+    files = {t for m in mutations for t in m.tests if "::" not in t}
+    args = sorted(files | {t for m in mutations for t in m.tests if "::" in t and t.split("::", 1)[0] not in files})
+    rc, out = _pytest(args, copy, timeout_s, python)
+    if rc is None:
+        raise TimeoutError(f"the unmutated tests ran past {timeout_s:g} s")
+    return failed_ids(out) if rc != 0 else []
+
+
+def run_one(m: Mutation, copy: Path, timeout_s: float, python: str = sys.executable,
+            already_failing: list[str] = ()) -> Outcome:
+    """Apply ``m`` in ``copy``, run its tests there (less ``already_failing``), put the file back."""
+    why = problem(m, copy)
+    if why:
+        return Outcome(m, ERROR, why)
+    broken = [f for f in already_failing if "::" not in f and any(t.split("::", 1)[0] == f for t in m.tests)]
+    if broken:
+        return Outcome(m, ERROR, f"{broken[0]} fails to collect without the mutation; fix it first")
+    target = copy / m.file
+    original = target.read_text()
+    target.write_text(original.replace(m.old, m.new, 1))
+    start = time.monotonic()
+    deselect = [a for f in already_failing if "::" in f for a in ("--deselect", f)]
+    try:
+        rc, out = _pytest(["-x", *deselect, *m.tests], copy, timeout_s, python)
     finally:
         target.write_text(original)
     secs = time.monotonic() - start
+    if rc is None:
+        return Outcome(m, ERROR, f"tests ran past {timeout_s:g} s", secs, out)
     last = (out.strip().splitlines() or [""])[-1]
-    if proc.returncode == 0:
+    if rc == 0:
         return Outcome(m, SURVIVED, last, secs, out)
-    if proc.returncode in (1, 2):
-        failed = [ln.split(" ", 1)[1].split(" - ")[0] for ln in out.splitlines()
-                  if ln.startswith(("FAILED ", "ERROR "))]
+    if rc in (1, 2):
+        failed = failed_ids(out)
         return Outcome(m, KILLED, f"by {failed[0]}" if failed else last, secs, out)
-    return Outcome(m, ERROR, f"pytest exit {proc.returncode}: {last}", secs, out)
+    return Outcome(m, ERROR, f"pytest exit {rc}: {last}", secs, out)
 
 
 def score_line(outcomes: list[Outcome]) -> str:
@@ -213,6 +248,8 @@ def parser(prog: str | None = None) -> ArgumentParser:
     ap.add_argument("--list", action="store_true", help="print the mutations, run nothing")
     ap.add_argument("--check", action="store_true", help="check every old text is found exactly once, run nothing")
     ap.add_argument("--timeout-s", type=float, default=900.0, help="per mutation (default 900)")
+    ap.add_argument("--no-baseline", dest="baseline", action="store_false",
+                    help="skip the unmutated run that finds tests failing already (they would 'kill' every mutation)")
     ap.add_argument("--keep", action="store_true", help="keep the copy (its path is printed)")
     ap.add_argument("--verbose", "-v", action="store_true", help="print the test output of each survivor and error")
     return ap
@@ -252,9 +289,18 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
             print(f"error: ray_efa_eks.components is imported from {where}, not from the copy {copy}; mutations "
                   "would not be seen", file=sys.stderr)
             return EXIT_ERROR
+        already: list[str] = []
+        if a.baseline:
+            try:
+                already = baseline(mutations, copy, a.timeout_s * 2)
+            except TimeoutError as e:
+                print(f"error: baseline: {e}", file=sys.stderr)
+                return EXIT_ERROR
+            print(f"baseline: {len(already)} named test(s) already fail without a mutation"
+                  + (f", deselected: {', '.join(already)}" if already else ""), flush=True)
         outcomes = []
         for m in mutations:
-            o = run_one(m, copy, a.timeout_s)
+            o = run_one(m, copy, a.timeout_s, already_failing=already)
             outcomes.append(o)
             print(f"{o.status.upper():<8}  {m.name:<{width}}  {o.seconds:5.0f} s  {o.detail}", flush=True)
             if a.verbose and o.status != KILLED and o.output:

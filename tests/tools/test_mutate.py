@@ -53,6 +53,23 @@ def test_what_cannot_be_applied_is_an_error_not_a_crash(tiny, m, why):
     assert mutate.exit_code([o]) == mutate.EXIT_ERROR
 
 
+def test_a_test_that_already_fails_is_deselected_not_counted_as_a_kill(tiny):
+    (tiny / "test_broken.py").write_text("def test_broken():\n    assert False\n")
+    (tiny / "test_nocollect.py").write_text("import no_such_module\n")
+    noop = _m("# the answer", "# an answer", tests=("test_broken.py", "test_tiny.py"))
+    already = mutate.baseline([noop], tiny, timeout_s=120)
+    assert already == ["test_broken.py::test_broken"]
+    assert mutate.run_one(noop, tiny, 120).status == KILLED  # what a run without the baseline would have said
+    assert mutate.run_one(noop, tiny, 120, already_failing=already).status == SURVIVED
+    real = _m("ANSWER = 42", "ANSWER = 43", tests=("test_broken.py", "test_tiny.py"))
+    o = mutate.run_one(real, tiny, 120, already_failing=already)
+    assert o.status == KILLED and "test_tiny.py::test_answer" in o.detail
+    nocollect = _m("ANSWER = 42", "ANSWER = 43", tests=("test_nocollect.py",))
+    already = mutate.baseline([nocollect], tiny, timeout_s=120)
+    o = mutate.run_one(nocollect, tiny, 120, already_failing=already)
+    assert o.status == ERROR and "test_nocollect.py fails to collect" in o.detail, (already, o.detail)
+
+
 def test_tests_that_hang_are_an_error_and_are_ended(tiny):
     (tiny / "test_slow.py").write_text("import time\n\n\ndef test_slow():\n    time.sleep(120)\n")
     start = time.monotonic()
