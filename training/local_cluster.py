@@ -81,7 +81,13 @@ def local_cluster(worker_nodes: int = 2, cpus_per_node: int = 1,
     # the driver joined THAT cluster, and failed with "Failed to connect to GCS within 60 seconds" once it stopped
     # (issue 31). A private temp root per cluster, inherited by every process it starts, keeps the file its own.
     saved_tmpdir = os.environ.get("RAY_TMPDIR")
-    ray_tmp = tempfile.mkdtemp(prefix="rt-")  # short: Ray's unix socket paths live under it
+    # Inside the user's RAY_TMPDIR when set (Ray's files stay where they asked; one that is not a directory fails
+    # here, "Ray could not start", exit 4); short: Ray's unix socket paths live under it.
+    try:
+        ray_tmp = tempfile.mkdtemp(prefix="rt-", dir=saved_tmpdir or None)
+    except OSError:
+        _restore("RAY_ADDRESS", saved_address)
+        raise
     os.environ["RAY_TMPDIR"] = ray_tmp
     if dashboard and "RAY_DASHBOARD_STARTUP_TIMEOUT_S" not in os.environ:
         # The head waits this long for the dashboard to publish its URL, then fails ("Failed to start the dashboard",
