@@ -165,7 +165,6 @@ def one_run(script: str, env: dict[str, str], calls_log: Path, timeout_s: float)
         calls.append({"start": float(s), "end": float(e), "rc": int(rc), "args": args})
     lists = [c for c in calls if c["args"].startswith("job list")]
     submit = next((c for c in calls if c["args"].startswith("job submit") and c["rc"] == 0), None)
-    logs = next((c for c in calls if c["args"].startswith("job logs")), None)
     stages: dict[str, float | None] = dict.fromkeys(STAGES)
     if lists and lists[-1]["rc"] == 0:
         stages["head"] = lists[-1]["end"] - t0
