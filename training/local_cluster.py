@@ -35,7 +35,7 @@ _LIGHT_ENV = {
 
 
 def add_worker_node(cluster: Cluster, num_cpus: int = 1, num_gpus: int = 0,
-                    object_store_memory: int = 80 * 1024**2):
+                    object_store_memory: int = 80 * 1024**2, log_monitor: bool = True):
     """Add a worker node with its own Ray temp dir, as a pod has its own disk; removed by ``local_cluster``.
 
     Nodes sharing the head's temp dir share one ``runtime_resources`` dir, and each node's runtime-env agent
@@ -47,13 +47,13 @@ def add_worker_node(cluster: Cluster, num_cpus: int = 1, num_gpus: int = 0,
     # ray.cluster_utils starts added nodes without a log monitor, so nothing their workers print (the ranks'
     # [train] and [fabric] lines) would reach the driver; a pod's raylet runs one.
     return cluster.add_node(num_cpus=num_cpus, num_gpus=num_gpus, object_store_memory=object_store_memory,
-                            temp_dir=temp_dir, dashboard_agent_listen_port=0, include_log_monitor=True)
+                            temp_dir=temp_dir, dashboard_agent_listen_port=0, include_log_monitor=log_monitor)
 
 
 @contextmanager
 def local_cluster(worker_nodes: int = 2, cpus_per_node: int = 1,
                   object_store_memory: int = 80 * 1024**2, dashboard: bool = False,
-                  dashboard_port: int = 0, num_gpus: int = 0) -> Iterator[Cluster]:
+                  dashboard_port: int = 0, num_gpus: int = 0, log_monitor: bool = True) -> Iterator[Cluster]:
     """Start head (num_cpus=0) + ``worker_nodes`` nodes, connect ray, tear down on exit.
 
     Args:
@@ -61,6 +61,8 @@ def local_cluster(worker_nodes: int = 2, cpus_per_node: int = 1,
             ``ray[default]``); its address is ``"http://" + cluster.webui_url``.
         dashboard_port: 0 picks a free port (tests run side by side).
         num_gpus: logical GPUs each worker node declares (no CUDA behind them).
+        log_monitor: stream what the ranks print to the driver, as a pod's raylet does (off only for the
+            overhead benchmark, where the monitor's CPU on 2 cores would be charged to Ray Train).
 
     Ray token auth: set ``RAY_AUTH_MODE=token`` and ``RAY_AUTH_TOKEN`` in the environment first; every
     process of the cluster inherits them, as KubeRay injects them into each Ray pod.
@@ -110,7 +112,7 @@ def local_cluster(worker_nodes: int = 2, cpus_per_node: int = 1,
         raise
     try:
         for _ in range(worker_nodes):
-            add_worker_node(cluster, cpus_per_node, num_gpus, object_store_memory)
+            add_worker_node(cluster, cpus_per_node, num_gpus, object_store_memory, log_monitor)
         cluster.wait_for_nodes()
         ray.init(address=cluster.address, log_to_driver=True)
         yield cluster
