@@ -47,7 +47,7 @@ import botocore.exceptions
 from botocore.config import Config
 from botocore.parsers import ResponseParserError
 
-from .cli import ArgumentParser
+from .cli import ArgumentParser, positive_int
 
 DENIED_CODES = {
     "AccessDenied",
@@ -572,23 +572,13 @@ EXIT_INTERRUPTED = 130
 """Ctrl-C (128 + SIGINT)."""
 
 
-def _positive(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"{n}: must be >= 1 (nodes to launch; a parked group needs no check)")
-    return n
-
-
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     p = ArgumentParser(prog=prog or "python -m ray_efa_eks.tools.preflight", description=__doc__.split("\n\n")[0],
                        epilog="exit codes: 0 every check passed, 1 a check failed, 2 a check could not be answered "
                               "(or AWS unreachable), 64 usage error, 130 interrupted")
     p.add_argument("--region")
     p.add_argument("--instance-type", default="g6.12xlarge")
-    p.add_argument("--count", type=_positive, default=2, help="GPU nodes to launch (>= 1)")
+    p.add_argument("--count", type=positive_int, default=2, help="GPU nodes to launch (>= 1)")
     p.add_argument("--az")
     p.add_argument("--efa", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--capacity-reservation-id", metavar="cr-...",
