@@ -247,8 +247,8 @@ class StackConfig:
         if gpu is None:
             if self.gpuInstanceType in REFUSED:
                 raise ConfigError("gpuInstanceType", self.gpuInstanceType,
-                                  f"not supported: {REFUSED[self.gpuInstanceType]}; pick a supported type (README, "
-                                  "Supported instance types)")
+                                  f"not supported: {REFUSED[self.gpuInstanceType]}; pick a supported type "
+                                  "(docs/instance-types.md)")
             raise ConfigError("gpuInstanceType", self.gpuInstanceType, f"unknown instance type; supported: {', '.join(sorted(CATALOGUE))}")
         if gpu.gpus == 0:
             gpu_types = sorted(n for n, t in CATALOGUE.items() if t.gpus)

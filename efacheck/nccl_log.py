@@ -55,7 +55,7 @@ EXIT = {"efa": 0, "fallback": 1, "undetermined": 2, "unreadable": 3, "usage": EX
 EXIT_INTERRUPTED = 130
 """Ctrl-C (128 + SIGINT)."""
 
-# cause -> remediation hint; README ("The EFA gate and troubleshooting") mirrors this table.
+# cause -> remediation hint; docs/efa-gate.md mirrors this table.
 HINTS: dict[str, str] = {
     "plugin_not_found": (
         "aws-ofi-nccl was not loaded: make sure libnccl-net-ofi.so (or libnccl-net.so) is in the image, "

@@ -72,7 +72,7 @@ CAUSES: dict[str, str] = {
     "wrong_data": "the object read back differs from what was written: check the bucket's object lock / replication settings",
     "unknown": "see the AWS error: it names the refused operation",
 }
-"""Likely cause -> what to check; README ("The EFA gate: storage proof") mirrors it."""
+"""Likely cause -> what to check; docs/efa-gate.md ("Storage proof") mirrors it."""
 
 
 def _ms(t0: float) -> float:

@@ -8,8 +8,8 @@ before the arguments are checked: those entry points are replaced by guards that
 Only what needs a process runs in one: Ctrl-C (SIGINT), a FIFO that would block, the ``python -m`` aliases, the
 benchmarks and the policy/provider entry points.
 
-``CASES`` is counted per entry point in the README ("Bad input" under Testing approach):
-``test_readme_states_the_count`` keeps the two equal.
+``CASES`` is counted per entry point in docs/testing.md ("Bad input"):
+``test_docs_state_the_count`` keeps the two equal.
 """
 
 from __future__ import annotations
@@ -429,8 +429,8 @@ def test_benchmark_and_policy_entry_points():
     assert r.returncode == 0 and "pulumi preview --policy-pack" in r.stdout, r.stdout + r.stderr
 
 
-def test_readme_states_the_count():
-    readme = (ROOT / "README.md").read_text()
+def test_docs_state_the_count():
+    readme = (ROOT / "docs/testing.md").read_text()
     per_entry = Counter(c.entry for c in CASES)
     m = re.search(r"tries \*\*(\d+) bad inputs\*\*", readme)
     assert m and int(m.group(1)) == len(CASES), (m and m.group(0), len(CASES))
@@ -438,24 +438,27 @@ def test_readme_states_the_count():
         assert f"`{entry}` {n}" in readme, (entry, n)
 
 
-# -- the README as written --------------------------------------------------------------------------------------
+# -- the docs as written ----------------------------------------------------------------------------------------
+
+DOC_PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+"""The README and every docs page (the pages that show commands and quote figures)."""
 
 WORDS = {"three": 3, "four": 4, "five": 5, "six": 6, "seven": 7}
 
 
-def test_readme_figures_are_what_the_commands_print(monkeypatch):
-    """What the README quotes about the plan and the benchmarks is what the code has now: a resource count it quotes
-    for a plan is the plan's, and its Benchmarks table has one row per target of benchmarks/run_all.py."""
+def test_docs_figures_are_what_the_commands_print(monkeypatch):
+    """What the docs quote about the plan and the benchmarks is what the code has now: a resource count it quotes
+    for a plan is the plan's, and docs/benchmarks.md's table has one row per target of benchmarks/run_all.py."""
     from ray_efa_eks.tools.plan import plan_tree
 
-    readme = (ROOT / "README.md").read_text()
+    readme = "".join(p.read_text() for p in DOC_PAGES)
     monkeypatch.chdir(ROOT)
     plan = plan_tree(overrides={"ray-efa-eks:gpuNodeCount": "64"})
     for quoted in re.findall(r"64-GPU-node stack[^\n]*?(\d+) resources", readme):
         assert int(quoted) == len(plan.resources), (quoted, len(plan.resources))
     doc = (ROOT / "benchmarks/run_all.py").read_text().split('"""')[1]
     targets = [ln for ln in doc.splitlines() if ln.startswith("| ") and not ln.startswith("| target")]
-    section = readme.split("## Benchmarks", 1)[1].split("\n## ", 1)[0]
+    section = (ROOT / "docs/benchmarks.md").read_text()
     rows = [ln for ln in section.split("| target | measured |", 1)[1].split("\n\n", 1)[0].splitlines()
             if ln.startswith("| ") and not ln.startswith("|---")]
     assert len(rows) == len(targets), (len(rows), len(targets))
@@ -463,9 +466,9 @@ def test_readme_figures_are_what_the_commands_print(monkeypatch):
     assert not said or WORDS.get(said.group(1)) == len(targets), said.group(0)
 
 
-def test_readme_examples_write_to_a_temporary_directory():
-    """A command the README shows never writes over committed files (docs/) unless the reader asks for it."""
-    readme = (ROOT / "README.md").read_text()
+def test_docs_examples_write_to_a_temporary_directory():
+    """A command the README or a docs page shows never writes over committed files (docs/) unless the reader asks."""
+    readme = "".join(p.read_text() for p in DOC_PAGES)
     blocks = re.findall(r"```[a-z]*\n(.*?)```", readme, re.S)
     writers = [ln for b in blocks for ln in b.splitlines() if re.search(r"--report\s+(?!\"?\$\(mktemp)", ln)]
     assert not writers, writers

@@ -1,10 +1,10 @@
-"""One source of truth for the stack's settings: ``StackConfig`` -> Pulumi.yaml, EfaRayClusterArgs and the README table.
+"""One source of truth for the stack's settings: ``StackConfig`` -> Pulumi.yaml, EfaRayClusterArgs and docs/configuration.md.
 
 ``StackConfig`` (components/config.py) declares every key with its type, default and docstring. Two
 copies must exist as text because their readers parse files, not Python objects: the ``config:``
 block of ``Pulumi.yaml`` (``pulumi config`` shows its types, defaults and descriptions) and the
 ``EfaRayClusterArgs`` TypedDict in components/stack.py (the Pulumi SDK infers the multi-language
-schema from its annotations and docstrings in the source); the README's table is the third. This tool writes them from StackConfig
+schema from its annotations and docstrings in the source); the table in docs/configuration.md is the third. This tool writes them from StackConfig
 and checks that they are up to date (a test runs the check).
 
     python -m ray_efa_eks.tools.config_schema --check   # exit 1 and the differences when out of date
@@ -141,12 +141,14 @@ def _replace_args(text: str) -> str:
     return pattern.sub(lambda _: render_args_block(), text, count=1)
 
 
+DOCS_FILE = "docs/configuration.md"
+"""The configuration reference page; its table is generated between the markers below."""
 README_BEGIN = "<!-- config table: generated from StackConfig by config_schema --write -->\n"
 README_END = "<!-- end of config table -->\n"
 
 
 def render_readme_table() -> str:
-    """The README's configuration table: key, type, default, description."""
+    """The configuration table of docs/configuration.md: key, type, default, description."""
     rows = ["| key | type | default | description |", "|---|---|---|---|"]
     for k in keys():
         if k["name"] in NOT_IN_PROJECT_CONFIG:
@@ -162,11 +164,11 @@ def render_readme_table() -> str:
 def _replace_readme(text: str) -> str:
     pattern = re.compile(re.escape(README_BEGIN) + r".*?" + re.escape(README_END), re.S)
     if not pattern.search(text):
-        raise ValueError("README.md lacks the config table markers")
+        raise ValueError(f"{DOCS_FILE} lacks the config table markers")
     return pattern.sub(lambda _: README_BEGIN + render_readme_table() + README_END, text, count=1)
 
 
-TARGETS = {"Pulumi.yaml": _replace_pulumi_yaml, "components/stack.py": _replace_args, "README.md": _replace_readme}
+TARGETS = {"Pulumi.yaml": _replace_pulumi_yaml, "components/stack.py": _replace_args, DOCS_FILE: _replace_readme}
 
 
 def project_root(start: Path) -> Path | None:

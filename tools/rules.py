@@ -164,7 +164,7 @@ def _efa_sg_self_rule(stack: Stack) -> list[Violation]:
 
 GPU_CAPACITY_FIX = ("give the GPU node group its own launch template with the capacity target and no new placement "
                     "group: EfaGpuNodeGroupArgs(capacity=GpuCapacity(mode, reservation_id)), i.e. ray-efa-eks:gpuCapacity "
-                    "reservation|capacity-block + gpuCapacityReservationId (README: Getting GPUs)")
+                    "reservation|capacity-block + gpuCapacityReservationId (docs/gpus.md)")
 
 
 def _gpu_capacity(stack: Stack) -> list[Violation]:

@@ -289,7 +289,7 @@ def test_a_block_not_started_yet_warns_to_deploy_parked(monkeypatch):
 
 
 def test_plan_shows_what_the_gpu_nodes_launch_into(block_run):
-    """A reviewer sees a capacity change in the offline plan and its diff (README: Pull requests)."""
+    """A reviewer sees a capacity change in the offline plan and its diff (docs/offline-plan.md: Pull requests)."""
     from ray_efa_eks.tools.layout import from_mockrun
     from ray_efa_eks.tools.plan import diff_plans, make_plan, render_diff
 

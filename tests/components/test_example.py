@@ -1,4 +1,4 @@
-"""The README's "import into another repo" example: the same file, run under the mocks, layout-rule clean."""
+"""The "import into another repo" example (docs/components.md): the same file, run under the mocks, layout-rule clean."""
 
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ def example_run():
     return run_program(program=EXAMPLE)
 
 
-def test_readme_shows_the_example_file_verbatim():
-    readme = (ROOT / "README.md").read_text()
-    assert f"```python\n{EXAMPLE.read_text()}```" in readme
+def test_docs_show_the_example_file_verbatim():
+    page = (ROOT / "docs/components.md").read_text()
+    assert f"```python\n{EXAMPLE.read_text()}```" in page
 
 
 def test_example_runs_under_mocks_with_p5_and_32_efa_interfaces(example_run):

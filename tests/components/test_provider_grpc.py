@@ -343,7 +343,7 @@ def test_the_plugin_survives_its_errors(plugin, configured):
 
 def test_sdk_limits_the_provider_works_around():
     """pulumi 3.272 ``map_input_properties``: int(2.0) is computed then overwritten by 2.0, and int(Output) raises
-    TypeError (README "Known limits"). When this fails, upstream fixed it: drop the workaround in provider.py."""
+    TypeError (docs/components.md "Known limits"). When this fails, upstream fixed it: drop the workaround in provider.py."""
     import pulumi
     from pulumi.provider.experimental.component import ComponentProvider
 

@@ -16,7 +16,7 @@ TRACEBACK = re.compile(r"Traceback \(most recent call last\)")
 
 
 def test_ctrl_c_mid_training_prints_progress_then_exits_130(tmp_path):
-    """README: `train` prints `[train]` progress while it runs; Ctrl-C ends it with 130 and, with --json, a last
+    """docs/training.md: `train` prints `[train]` progress while it runs; Ctrl-C ends it with 130 and, with --json, a last
     stdout line {"error": "interrupted ...", "exit_code": 130} (tools/command.py documents 130 for every command)."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "RAY_USAGE_STATS_ENABLED": "0"}
     proc = subprocess.Popen([str(BIN), "train", "--json", "--steps", "2000", "--report-every", "2",
