@@ -16,8 +16,10 @@ Changes reach the pods (issue 24): ``spec.upgradeStrategy.type: Recreate``. Kube
 ``upgradeStrategy`` is nil; with Recreate it hashes the spec (utils/util.go
 ``GenerateHashWithoutReplicasAndWorkersToDelete``: replicas, min/maxReplicas, workersToDelete, tolerations,
 schedulingGates and upgradeStrategy muted) and compares it with the head pod's ``ray.io/upgrade-strategy-recreate-hash``
-annotation; when they differ it deletes *all* pods and creates them from the new spec. A head without the annotation
-(created before Recreate was set) or a changed KubeRay version recreates nothing. So a new image, NCCL env,
+annotation; when they differ it deletes *all* pods and creates them from the new spec. ``createHeadPod`` writes that
+annotation on every head it creates, Recreate or not (v1.6.0 and v1.7.0), so a head created before Recreate was set is
+recreated on the first spec change too; only a head created by KubeRay before v1.6.0 (no annotation) or a changed
+KubeRay version (the annotation is rewritten, nothing recreated) recreates nothing. So a new image, NCCL env,
 resources or auth mode restarts the whole cluster (a running training job is stopped; it resumes from its last
 checkpoint with the same ``--name``), while ``gpuNodeCount`` only adds or removes workers.
 

@@ -7,7 +7,10 @@ one, and the two registrations say what a real update would do.
 - Whether KubeRay recreates the Ray pods (:func:`kuberay_recreates`): modelled on KubeRay v1.7.0,
   ray-operator/controllers/ray/raycluster_controller.go ``shouldRecreatePodsForUpgrade`` (nothing unless
   ``spec.upgradeStrategy.type`` is Recreate; then the head pod's ``ray.io/upgrade-strategy-recreate-hash`` annotation,
-  set when the pod was created from the old spec, is compared with the hash of the new spec) and utils/util.go
+  set when the pod was created from the old spec, is compared with the hash of the new spec). ``createHeadPod`` sets
+  that annotation (and ``ray.io/kuberay-version``) on every head it creates, ``upgradeStrategy`` or not:
+  ``reconcilePods`` always computes the hash (v1.6.0 and v1.7.0 alike; v1.5.x and older set no annotation), and
+  utils/util.go
   ``GenerateHashWithoutReplicasAndWorkersToDelete`` (replicas, min/maxReplicas, workersToDelete, tolerations,
   schedulingGates and upgradeStrategy muted). Written here from the Go source, not from our ``spec_hash``.
 - Which pods then run (:func:`pods_after`): all from the new spec when recreated; otherwise the old pods keep the
@@ -101,10 +104,27 @@ def _recreate(spec: dict) -> bool:
     return ((spec.get("upgradeStrategy") or {}).get("type")) == "Recreate"
 
 
-def kuberay_recreates(a: MockRun | dict, b: MockRun | dict) -> bool:
-    """shouldRecreatePodsForUpgrade after the CR is patched from ``a``'s spec to ``b``'s (runs or specs)."""
+HEAD_ANNOTATED_SINCE = (1, 6, 0)
+"""First KubeRay whose createHeadPod writes ray.io/upgrade-strategy-recreate-hash (absent from v1.5.x's controller)."""
+
+
+def head_annotation(spec: dict, operator: str = "1.7.0") -> str:
+    """The recreate-hash annotation of a head KubeRay ``operator`` created from ``spec``.
+
+    v1.6.0/v1.7.0 raycluster_controller.go: ``reconcilePods`` computes ``clusterHash`` from every spec and
+    ``createHeadPod`` sets the annotation whenever that hash is not empty, whatever ``upgradeStrategy`` says; an
+    operator before v1.6.0 sets none.
+    """
+    if tuple(int(p) for p in operator.split(".")) < HEAD_ANNOTATED_SINCE:
+        return ""
+    return _kuberay_hash(spec)
+
+
+def kuberay_recreates(a: MockRun | dict, b: MockRun | dict, operator: str = "1.7.0") -> bool:
+    """shouldRecreatePodsForUpgrade after the CR is patched from ``a``'s spec to ``b``'s (runs or specs), the head
+    having been created from ``a``'s spec by KubeRay ``operator`` (still the running operator)."""
     old, new = _spec(a), _spec(b)
-    annotation = _kuberay_hash(old) if _recreate(old) else ""  # createHeadPod sets it only with Recreate
+    annotation = head_annotation(old, operator)
     return _recreate(new) and annotation != "" and annotation != _kuberay_hash(new)
 
 
@@ -197,6 +217,23 @@ def test_a_stale_pod_would_be_caught_by_the_gate():
     assert not kuberay_recreates(old, new)
     stale = gate_sees_stale(old, new, gate_args(b))
     assert {p["role"] for p in stale} == {"head", "worker gpu"} and len(stale) == 3
+
+
+def test_a_head_created_before_upgrade_strategy_is_recreated_on_the_first_spec_change():
+    """A stack deployed before ``upgradeStrategy`` existed: its head was created by KubeRay 1.6.0/1.7.0 with the
+    recreate-hash annotation all the same (createHeadPod sets it for every head), so the first ``pulumi up`` that sets
+    Recreate together with a spec change recreates every pod and the gate finds none stale (no manual pod deletion)."""
+    a, b = run(), run({"dlcImage": NEW_IMAGE})
+    old = copy.deepcopy(_plain(a.one(RC)["spec"]))
+    old.pop("upgradeStrategy")  # created before the stack set it
+    for operator in ("1.6.0", "1.7.0"):
+        assert head_annotation(old, operator), f"KubeRay {operator} annotates every head it creates"
+        assert kuberay_recreates(old, b, operator)
+        assert not gate_sees_stale(old, b, gate_args(b))
+    # setting only upgradeStrategy changes nothing KubeRay hashes (it mutes the field): nothing is recreated
+    assert not kuberay_recreates(old, a)
+    # a head created by an operator older than v1.6.0 carries no annotation: nothing is recreated
+    assert not kuberay_recreates(old, b, "1.5.1")
 
 
 @pytest.mark.parametrize("before,after", [(2, 3), (3, 2)], ids=["up", "down"])
