@@ -117,6 +117,62 @@ def read_counters(root: str = SYSFS_ROOT) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _why(e: BaseException) -> str:
+    return getattr(e, "strerror", None) or str(e)
+
+
+def is_efa(root: str, dev: str) -> bool:
+    """False only when the device's driver link names another driver (``<dev>/device/driver`` -> ``.../efa``).
+
+    The link is read, not followed (its target ``../../../bus/pci/drivers/efa`` is outside the mounted trees); a
+    device whose link cannot be read is kept (an EFA node has no other RDMA devices)."""
+    try:
+        return os.path.basename(os.readlink(os.path.join(root, dev, "device", "driver"))) == "efa"
+    except OSError:
+        return True
+
+
+def read_ports(root: str = SYSFS_ROOT) -> dict[str, dict[str, Any]]:
+    """Every file of every port's ``hw_counters`` of every EFA device under ``root`` (the node agent's exporter).
+
+    {dev: {"ports": {port: {file: int}}, "errors": {path: why}}}; no devices (or no ``root``) gives ``{}``. Like
+    :func:`read_counters` it never reads the device-level ``<dev>/hw_counters`` (module docstring), and it follows
+    the class entries' symlinks, so ``root`` must show the ``/sys/devices`` tree they point into.
+    """
+    try:
+        devices = sorted(os.listdir(root))
+    except OSError:
+        return {}
+    out: dict[str, dict[str, Any]] = {}
+    for dev in devices:
+        if not is_efa(root, dev):
+            continue
+        entry: dict[str, Any] = {"ports": {}, "errors": {}}
+        out[dev] = entry
+        ports_dir = os.path.join(root, dev, "ports")
+        try:
+            ports = sorted(os.listdir(ports_dir), key=lambda p: (len(p), p))
+        except OSError as e:
+            entry["errors"][ports_dir] = _why(e)
+            continue
+        for port in ports:
+            hw = os.path.join(ports_dir, port, "hw_counters")
+            try:
+                names = sorted(os.listdir(hw))
+            except OSError as e:
+                entry["errors"][hw] = _why(e)
+                continue
+            values: dict[str, int] = {}
+            for name in names:
+                path = os.path.join(hw, name)
+                try:
+                    values[name] = _read_int(path)
+                except (OSError, ValueError, UnicodeDecodeError) as e:
+                    entry["errors"][path] = _why(e)
+            entry["ports"][port] = values
+    return out
+
+
 def _readable(snapshot: dict[str, dict[str, Any]]) -> bool:
     return any(isinstance(e.get(k), int) for e in snapshot.values() for k in REQUIRED)
 
