@@ -81,6 +81,15 @@ UPGRADE_STRATEGIES = ("Recreate", "None")
 """KubeRay 1.7 CRD ``spec.upgradeStrategy.type`` enum."""
 TOKEN_LENGTH = 64
 """Alphanumeric characters of the token (sent as an HTTP bearer token and a gRPC header)."""
+STACK_NCCL_ENV = "RAY_EFA_EKS_STACK_NCCL_ENV"
+"""JSON ``{name: value}`` of the ``NCCL_*`` variables this stack rendered on the container. A run's fabric capture
+(training/fabric.py ``STACK_NCCL_ENV``) reads it to tell the stack's defaults (``ncclDebug``: WARN) from a user's
+own ``NCCL_DEBUG*`` settings: the stack's are replaced for the run's capture, a user's are kept."""
+GPU_MODEL_ENV = "RAY_EFA_EKS_GPU_MODEL"
+"""The GPU model of the worker nodes (catalogue ``gpu_model``, e.g. ``L4``), on every Ray container."""
+GPU_MEMORY_ENV = "RAY_EFA_EKS_GPU_MEMORY_MIB"
+"""Memory of one worker GPU, MiB (catalogue ``gpu_memory_mib``; the smallest when groups differ), on every Ray
+container: ``python -m training`` refuses a preset/batch/rank combination that cannot fit before any rank starts."""
 
 
 def ray_version_tuple(version: str) -> tuple[int, ...]:
@@ -140,6 +149,22 @@ def pod_resources(cpu: str, memory: str, extra: dict[str, int] | None = None) ->
     """Equal requests and limits."""
     amounts = {"cpu": cpu, "memory": memory, **{k: str(v) for k, v in (extra or {}).items()}}
     return {"requests": dict(amounts), "limits": dict(amounts)}
+
+
+def stack_nccl_env(env: list[dict[str, Any]]) -> dict[str, str]:
+    """:data:`STACK_NCCL_ENV` for a container whose env is ``env``: the NCCL_* values it renders, as JSON."""
+    rendered = {e["name"]: e["value"] for e in env if e["name"].startswith("NCCL_") and "value" in e}
+    return {"name": STACK_NCCL_ENV, "value": json.dumps(rendered, sort_keys=True, separators=(",", ":"))}
+
+
+def gpu_env(instance_types: list[InstanceType]) -> list[dict[str, str]]:
+    """:data:`GPU_MODEL_ENV` and :data:`GPU_MEMORY_ENV` from the catalogue entries of the worker groups' types."""
+    gpus = [it for it in instance_types if it.gpus and it.gpu_memory_mib]
+    if not gpus:
+        return []
+    models = ",".join(dict.fromkeys(str(it.gpu_model) for it in gpus))
+    return [{"name": GPU_MODEL_ENV, "value": models},
+            {"name": GPU_MEMORY_ENV, "value": str(min(it.gpu_memory_mib for it in gpus))}]
 
 
 def efa_env(instance_type: InstanceType, efa: bool, nccl_debug: str, nccl_net_plugin: str) -> list[dict[str, str]]:
@@ -282,7 +307,7 @@ def build_spec(args: RayClusterArgs) -> dict[str, Any]:
         raise ValueError(f"RayCluster: worker group names must be unique, got {names}")
     storage_env = [{"name": STORAGE_PATH_ENV, "value": args.storage_path}] if args.storage_path else []
     head_env = [{"name": "RAY_RUNTIME_ENV_PIP", "value": ",".join(args.runtime_env_pip)}] if args.runtime_env_pip else []
-    head_env += storage_env
+    head_env += storage_env + gpu_env([g.instance_type for g in args.worker_groups])
     head_pod: dict[str, Any] = {
         "nodeSelector": {ROLE_LABEL: SYSTEM_ROLE},
         "containers": [_container("ray-head", args.image, pod_resources(args.head_cpu, args.head_memory), head_env,
@@ -298,7 +323,8 @@ def build_spec(args: RayClusterArgs) -> dict[str, Any]:
         if g.efa and not g.instance_type.efa_supported:
             raise ValueError(f"worker group {g.name}: {g.instance_type.name} has no EFA; set efa=False")
         res = g.resources()
-        env = efa_env(g.instance_type, g.efa, args.nccl_debug, args.nccl_net_plugin) + storage_env
+        nccl = efa_env(g.instance_type, g.efa, args.nccl_debug, args.nccl_net_plugin)
+        env = nccl + [stack_nccl_env(nccl)] + storage_env + gpu_env([g.instance_type])
         pod: dict[str, Any] = {
             "nodeSelector": dict(g.node_selector),
             "tolerations": [dict(GPU_TOLERATION)],

@@ -374,6 +374,15 @@ def run_training(args: argparse.Namespace) -> dict:
     }
 
 
+def fabric_words(fab: Optional[dict]) -> str:
+    """The summary's fabric: the verdict, and for an NCCL run whose capture (training/fabric.py) applied."""
+    fab = fab or {}
+    words = str(fab.get("verdict", "off"))
+    if fab.get("capture_text") and fab.get("verdict") != "not-nccl":
+        words += f" capture={fab['capture_text']}"
+    return words
+
+
 def refusal_message(fab: dict, name: str) -> str:
     """One line for --require-efa: the verdict, why, and that nothing was checkpointed."""
     from .fabric import changed
@@ -413,7 +422,7 @@ def main_train(args: argparse.Namespace) -> int:
     print(f"[summary] steps={summary['steps']} loss {summary['loss_first']:.4f} -> {summary['loss_last']:.4f} "
           f"world={summary['world_size']} nodes={summary['nodes']} tok/s={summary['tokens_per_s']:.0f} "
           f"resumed_from={summary['resumed_from_step']} wall={summary['wall_s']}s "
-          f"fabric={(summary.get('fabric') or {}).get('verdict', 'off')}", flush=True)
+          f"fabric={fabric_words(summary.get('fabric'))}", flush=True)
     if args.json:
         print(json.dumps(summary), flush=True)
     return EXIT_OK

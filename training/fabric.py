@@ -6,13 +6,28 @@ judges them with ``efacheck.nccl_log`` (the gate's verdict code), as soon as NCC
 collective) and again at the end, and reads the EFA hardware counters of each node (``efacheck.efa_counters``) where
 the host exposes them.
 
-Capture without changing the job's output: NCCL prints nothing by default (``NCCL_DEBUG`` unset is level NONE) and,
-with ``NCCL_DEBUG_FILE``, writes its lines to that file instead of stdout; NCCL reads these variables when it logs
-its first line, which is at communicator creation (torch creates NCCL communicators lazily, at the first collective,
-unless ``init_process_group`` gets a ``device_id``; Ray Train's does not). Source: NVIDIA/nccl ``src/debug.cc``
-(``ncclDebugInit``: ``%h`` is the host name cut at the first '.', ``%p`` the pid, the file is line-buffered).
-A user who set any ``NCCL_DEBUG*`` variable keeps exactly that: nothing is set, and their ``NCCL_DEBUG_FILE`` is read
-when their level logs INFO; otherwise the verdict is ``undetermined`` and says why.
+Capture without changing the job's output. What NCCL logs by default depends on where it runs: NCCL itself logs
+nothing when ``NCCL_DEBUG`` is unset, but it also reads ``NCCL_CONF_FILE`` (else ``~/.nccl.conf``) and then
+``/etc/nccl.conf``, each with ``setenv(name, value, 0)``, so the environment wins over either file and the user's
+file over the system's (NVIDIA/nccl ``src/misc/param.cc`` ``initEnvFunc``/``setEnvFile``, ``ncclOsSetEnv``). The
+pinned DLC writes ``NCCL_DEBUG=INFO`` into ``/etc/nccl.conf`` (its EFA installer, checked by its sanity test:
+aws/deep-learning-containers ``test/sanity/scripts/test_sanity_training.py`` ``test_nccl_config`` and
+``check_nccl_efa_gdrcopy.sh``) and sets ``ENV NCCL_DEBUG=INFO`` (``docker/ray-train/Dockerfile.cuda``): in that image
+NCCL prints INFO lines to stdout. The stack puts ``NCCL_DEBUG`` (its ``ncclDebug``, WARN) on every GPU worker pod,
+which overrides both, and says so in ``RAY_EFA_EKS_STACK_NCCL_ENV`` (:data:`STACK_NCCL_ENV`: the NCCL_* values it
+rendered). With ``NCCL_DEBUG_FILE`` NCCL writes its lines to that file instead of stdout; NCCL reads these variables
+when it logs its first line, which is at communicator creation (torch creates NCCL communicators lazily, at the first
+collective, unless ``init_process_group`` gets a ``device_id``; Ray Train's does not). Source: NVIDIA/nccl
+``src/debug.cc`` (``ncclDebugInit``: ``%h`` is the host name cut at the first '.', ``%p`` the pid, the file is
+line-buffered).
+
+Whose settings win (:func:`plan_capture`, and the summary's ``capture`` says which applied): a value the stack
+rendered (the same name and value as in :data:`STACK_NCCL_ENV`) is the stack's default, and the run replaces it with
+its capture (``NCCL_DEBUG=INFO``, or TRACE when the stack asked for TRACE; ``NCCL_DEBUG_SUBSYS=INIT,NET``; a per-rank
+``NCCL_DEBUG_FILE``). A user who set any ``NCCL_DEBUG*`` variable themselves (``submit --env``, a runtime env, a
+shell on a node, another value than the stack's) keeps exactly that: nothing is set, and their ``NCCL_DEBUG_FILE``
+is read when their level logs INFO; otherwise the verdict is ``undetermined`` and says why. A ``NCCL_DEBUG*`` the
+user put in ``~/.nccl.conf`` is overridden by the run's environment (the environment wins).
 
 ``training`` is shipped alone as a Ray job's working_dir; ``efacheck`` is its sibling package, imported lazily by
 name (:data:`NCCL_LOG_MODULE`), and ``submit`` ships the efacheck modules this needs next to it
@@ -39,6 +54,8 @@ DEBUG_KEYS = ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE")
 """NCCL's logging variables: if the user set any of them, the run sets none."""
 CAPTURE_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET"}
 """What the run sets (with a per-rank NCCL_DEBUG_FILE): INIT and NET are the lines the verdict reads."""
+STACK_NCCL_ENV = "RAY_EFA_EKS_STACK_NCCL_ENV"
+"""JSON of the NCCL_* values the stack rendered on the pod (components/raycluster.py ``STACK_NCCL_ENV``)."""
 VERDICTS = ("efa", "fallback", "undetermined", "not-nccl")
 FABRIC_FILE = "fabric.json"
 """Written by rank 0 into every checkpoint: the fabric verdict of the attempt that wrote it."""
@@ -79,29 +96,72 @@ def expand_debug_file(pattern: str, host: str, pid: int) -> str:
     return "".join(out)
 
 
-def plan_capture(backend: str, environ: Mapping[str, str], log_dir: str, rank: int, host: str, pid: int) -> dict:
-    """How this rank captures NCCL's lines: ``env`` to set, ``log`` to read afterwards, or ``note`` why not.
+def stack_nccl_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The NCCL_* values the stack says it rendered on this pod (:data:`STACK_NCCL_ENV`); {} when absent or bad."""
+    try:
+        rendered = json.loads(environ.get(STACK_NCCL_ENV) or "{}")
+    except ValueError:
+        return {}
+    return {str(k): str(v) for k, v in rendered.items()} if isinstance(rendered, dict) else {}
 
-    gloo (CPU) runs use no NCCL: nothing is set. A user's own ``NCCL_DEBUG*`` settings win: nothing is set, and
-    their file is read when ``NCCL_DEBUG`` is INFO or TRACE and ``NCCL_DEBUG_FILE`` is set.
+
+def plan_capture(backend: str, environ: Mapping[str, str], log_dir: str, rank: int, host: str, pid: int) -> dict:
+    """How this rank captures NCCL's lines: ``env`` to set, ``log`` to read afterwards, or ``note`` why not, and
+    ``capture``: whose logging settings applied (``by``: ``run`` or ``user``; ``replaced``: the stack's defaults the
+    run replaced; ``kept``: the user's own settings).
+
+    gloo (CPU) runs use no NCCL: nothing is set. The stack's own defaults (:data:`STACK_NCCL_ENV`) are replaced by
+    the capture. A user's own ``NCCL_DEBUG*`` settings win: nothing is set, and their file is read when
+    ``NCCL_DEBUG`` is INFO or TRACE and ``NCCL_DEBUG_FILE`` is set.
     """
     if backend != "nccl":
-        return {"env": {}, "log": None, "note": f"backend {backend}: the collectives do not use NCCL"}
-    user = {k: environ[k] for k in DEBUG_KEYS if k in environ}
+        return {"env": {}, "log": None, "note": f"backend {backend}: the collectives do not use NCCL",
+                "capture": {"by": "none"}}
+    stack = stack_nccl_env(environ)
+    present = {k: environ[k] for k in DEBUG_KEYS if k in environ}
+    replaced = {k: v for k, v in present.items() if stack.get(k) == v}
+    user = {k: v for k, v in present.items() if k not in replaced}
     if not user:
         path = os.path.join(log_dir, f"nccl-rank{rank}-{host}-{pid}.log")
-        return {"env": {**CAPTURE_ENV, "NCCL_DEBUG_FILE": path}, "log": path, "note": None, "user": {}}
+        level = "TRACE" if replaced.get("NCCL_DEBUG", "").strip().upper() == "TRACE" else CAPTURE_ENV["NCCL_DEBUG"]
+        return {"env": {**CAPTURE_ENV, "NCCL_DEBUG": level, "NCCL_DEBUG_FILE": path}, "log": path, "note": None,
+                "user": {}, "capture": {"by": "run", "replaced": replaced}}
+    capture = {"by": "user", "kept": user}
     shown = " ".join(f"{k}={v}" for k, v in user.items())
-    level = user.get("NCCL_DEBUG", "").strip().upper()
+    level = user.get("NCCL_DEBUG", replaced.get("NCCL_DEBUG", "")).strip().upper()
     if level in ("INFO", "TRACE") and user.get("NCCL_DEBUG_FILE"):
-        return {"env": {}, "log": expand_debug_file(user["NCCL_DEBUG_FILE"], host, pid), "note": None, "user": user}
+        return {"env": {}, "log": expand_debug_file(user["NCCL_DEBUG_FILE"], host, pid), "note": None, "user": user,
+                "capture": capture}
     if level in ("INFO", "TRACE"):
         why = "NCCL writes its lines to the job's stdout, which the run does not read"
     else:
-        why = f"NCCL_DEBUG is {user.get('NCCL_DEBUG', 'unset')!s}, so NCCL logs no INFO lines"
-    return {"env": {}, "log": None, "user": user,
+        why = f"NCCL_DEBUG is {user.get('NCCL_DEBUG', replaced.get('NCCL_DEBUG', 'unset'))!s}, so NCCL logs no INFO lines"
+    return {"env": {}, "log": None, "user": user, "capture": capture,
             "note": (f"your own NCCL logging settings are kept ({shown}): {why}; unset the NCCL_DEBUG* variables "
                      "(or add NCCL_DEBUG=INFO NCCL_DEBUG_FILE=/path/nccl.%h.%p.log) for a verdict")}
+
+
+def capture_text(capture: Optional[Mapping[str, Any]]) -> str:
+    """One phrase for the summary: whose NCCL logging settings the run's capture used."""
+    capture = capture or {}
+    if capture.get("by") == "run":
+        rep = capture.get("replaced") or {}
+        return ("run (replaced the stack's " + " ".join(f"{k}={v}" for k, v in rep.items()) + ")") if rep else "run"
+    if capture.get("by") == "user":
+        return "yours (" + " ".join(f"{k}={v}" for k, v in (capture.get("kept") or {}).items()) + ")"
+    if capture.get("by") == "mixed":
+        return "mixed (" + "; ".join(capture.get("ranks") or []) + ")"
+    return str(capture.get("by") or "off")
+
+
+def merge_captures(captures: list[Mapping[str, Any]]) -> dict:
+    """Every rank's ``capture`` as one: the common one, or ``mixed`` listing each distinct one."""
+    distinct = list({json.dumps(c, sort_keys=True): dict(c) for c in captures if c}.values())
+    if not distinct:
+        return {"by": "none"}
+    if len(distinct) == 1:
+        return distinct[0]
+    return {"by": "mixed", "ranks": [capture_text(c) for c in distinct]}
 
 
 def read_log(path: Optional[str], limit: int = 64 << 20) -> Optional[bytes]:
@@ -141,7 +201,7 @@ def _efa_bytes(counter_deltas: Optional[Mapping[str, Any]]) -> tuple[Optional[di
 def summarize(backend: str, logs: Mapping[str, Optional[bytes]], *, notes: Optional[list[str]] = None,
               counter_deltas: Optional[Mapping[str, Any]] = None, expected_bytes_per_node: Optional[float] = None,
               previous: Optional[Mapping[str, Any]] = None, log_dir: Optional[str] = None,
-              at: str = "end") -> dict:
+              at: str = "end", capture: Optional[Mapping[str, Any]] = None) -> dict:
     """The run's ``fabric``: verdict, network, provider, nodes, the deciding line and the reasons.
 
     backend: the process group's backend (anything but nccl is ``not-nccl``). logs: {source: bytes or None} with
@@ -149,11 +209,14 @@ def summarize(backend: str, logs: Mapping[str, Optional[bytes]], *, notes: Optio
     log (the user's own settings). counter_deltas: {node: efa_counters.counter_delta(...)} over the run; with
     expected_bytes_per_node (a lower bound of what the collectives had to move per node) an efa log whose counters
     stayed flat becomes fallback, through the gate's ``judge_counters``/``combine``. previous: the verdict kept in
-    the checkpoint this attempt resumed from.
+    the checkpoint this attempt resumed from. capture: whose NCCL logging settings applied (:func:`merge_captures`
+    of the ranks' :func:`plan_capture`), kept as ``capture`` with its words in ``capture_text``.
     """
     fab: dict[str, Any] = {"verdict": "undetermined", "backend": backend, "network": None, "provider": None,
                            "nodes": None, "ranks": len(logs), "deciding": None, "reasons": [], "hints": [],
                            "at": at, "log_dir": log_dir}
+    if capture is not None:
+        fab["capture"], fab["capture_text"] = dict(capture), capture_text(capture)
     notes = [n for n in (notes or []) if n]
     if backend != "nccl":
         fab.update(verdict="not-nccl", ranks=None, log_dir=None,
@@ -207,6 +270,8 @@ def line(fab: Mapping[str, Any]) -> str:
     if fab["verdict"] != "not-nccl":
         parts.append(f"network={fab.get('network')} provider={fab.get('provider')} nodes={fab.get('nodes')} "
                      f"ranks={fab.get('ranks')}")
+    if fab.get("capture_text") and fab["verdict"] != "not-nccl":
+        parts.append(f"capture={fab['capture_text']}")
     moved = changed(fab)
     if moved:
         parts.append(moved)
@@ -246,7 +311,7 @@ class Probe:
         self.host = nccl_hostname()
         env = os.environ if environ is None else environ
         self.plan = (plan_capture(backend, env, log_dir or "", rank, self.host, os.getpid()) if enabled
-                     else {"env": {}, "log": None, "note": "fabric capture off"})
+                     else {"env": {}, "log": None, "note": "fabric capture off", "capture": {"by": "off"}})
         self.log_dir = os.path.dirname(self.plan["log"]) if self.plan.get("log") else None
         if self.plan["env"]:
             os.makedirs(log_dir or ".", exist_ok=True)
@@ -268,7 +333,8 @@ class Probe:
         out: dict[str, Any] = {"source": f"{socket.gethostname()}:{self.plan.get('log')}" if self.plan.get("log")
                                else f"{socket.gethostname()}:rank{self.rank}",
                                "log": read_log(self.plan.get("log")) if self.plan.get("log") else None,
-                               "note": self.plan.get("note"), "host": socket.gethostname()}
+                               "note": self.plan.get("note"), "host": socket.gethostname(),
+                               "capture": self.plan.get("capture")}
         if final and self.counters_before is not None:
             after = self._counters()
             if after is not None:
@@ -292,7 +358,8 @@ class Probe:
             deltas = {p["host"]: p["counters"] for p in gathered if p.get("counters") is not None}
             fab = summarize(self.backend, logs, notes=notes, counter_deltas=deltas or None,
                             expected_bytes_per_node=expected_bytes_per_node, previous=previous,
-                            log_dir=self.log_dir, at="end" if final else "init")
+                            log_dir=self.log_dir, at="end" if final else "init",
+                            capture=merge_captures([p.get("capture") or {} for p in gathered]))
         if broadcast:
             box = [fab]
             dist.broadcast_object_list(box, src=0)

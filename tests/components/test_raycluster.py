@@ -101,6 +101,12 @@ def test_worker_gpu_and_efa_from_catalogue(request, run_name, itype):
     assert env["FI_PROVIDER"] == "efa" and env["NCCL_SOCKET_IFNAME"].startswith("^lo")
     assert ("FI_EFA_USE_DEVICE_RDMA" in env) == it.gpudirect_rdma
     assert group["template"]["spec"]["volumes"][0]["emptyDir"]["medium"] == "Memory"
+    # the NCCL_* values the stack rendered, said on the pod (training/fabric.py tells them from a user's own)
+    assert json.loads(env["RAY_EFA_EKS_STACK_NCCL_ENV"]) == {k: v for k, v in env.items() if k.startswith("NCCL_")}
+    head = raycluster(request.getfixturevalue(run_name))["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
+    head_env = {e["name"]: e.get("value") for e in head["env"]}
+    for e in (env, head_env):  # the training CLI's memory check reads them where the job's driver runs (the head)
+        assert (e["RAY_EFA_EKS_GPU_MODEL"], e["RAY_EFA_EKS_GPU_MEMORY_MIB"]) == (it.gpu_model, str(it.gpu_memory_mib))
 
 
 def test_replicas_follow_gpu_node_count():

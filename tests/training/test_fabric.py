@@ -190,3 +190,64 @@ def test_a_resumed_run_says_was_efa_now_fallback(tmp_path):
     assert fabric.changed(_summary(LOG_DIRS[0] / EFA, previous=prev)) is None
     assert fabric.previous_verdict(_Ckpt(tmp_path / "old-checkpoint")) is None
     assert json.loads(fabric.checkpoint_record(efa, 1))["verdict"] == "efa"
+
+
+# -- the capture with the environment the stack really renders on the GPU worker pods (issue 41) ---------------------
+
+def _worker_env(run) -> dict:
+    """The GPU worker container's env as the stack renders it (values only; secret refs are not NCCL's)."""
+    cr = run.one("kubernetes:ray.io/v1:RayCluster")
+    container = cr["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]
+    return {e["name"]: e["value"] for e in container["env"] if "value" in e}
+
+
+@pytest.mark.parametrize("gpu_type", ["g6.12xlarge", "p5.48xlarge"])
+def test_the_deployed_worker_env_captures_and_a_recorded_efa_log_there_is_efa(gpu_type, default_run, p5_run, tmp_path):
+    run = default_run if gpu_type == "g6.12xlarge" else p5_run
+    env = _worker_env(run)
+    assert env["NCCL_DEBUG"] == "WARN"  # the stack's ncclDebug default, on every GPU worker
+    rendered = dict(env)
+    probe = fabric.Probe("nccl", 0, 1, str(tmp_path / "nccl-logs"), environ=env)
+    assert probe.plan["log"] and probe.plan["note"] is None, probe.plan
+    assert env["NCCL_DEBUG"] == "INFO" and env["NCCL_DEBUG_FILE"] == probe.plan["log"]
+    assert {k: v for k, v in env.items() if not k.startswith("NCCL_DEBUG")} == \
+        {k: v for k, v in rendered.items() if not k.startswith("NCCL_DEBUG")}  # nothing else touched
+    Path(probe.plan["log"]).write_bytes((LOG_DIRS[0] / EFA).read_bytes())  # what NCCL writes there
+    fab = probe.judge(OneRank, final=True)
+    assert fab["verdict"] == "efa", fab["reasons"]
+    assert fab["capture"] == {"by": "run", "replaced": {"NCCL_DEBUG": "WARN"}}
+    assert "capture=run (replaced the stack's NCCL_DEBUG=WARN)" in fabric.line(fab)
+
+
+def test_a_users_own_nccl_debug_beside_the_stacks_is_kept(tmp_path):
+    stack = {"NCCL_DEBUG": "WARN", fabric.STACK_NCCL_ENV: '{"NCCL_DEBUG":"WARN","NCCL_SOCKET_IFNAME":"^lo,docker"}'}
+    # another value than the stack rendered: the user's (submit --env NCCL_DEBUG=VERSION)
+    plan = fabric.plan_capture("nccl", {**stack, "NCCL_DEBUG": "VERSION"}, str(tmp_path), 0, "h", 1)
+    assert plan["env"] == {} and plan["capture"] == {"by": "user", "kept": {"NCCL_DEBUG": "VERSION"}}
+    assert "NCCL_DEBUG=VERSION" in plan["note"]
+    # a file of their own beside the stack's level: kept, and the stack's WARN logs no INFO line
+    plan = fabric.plan_capture("nccl", {**stack, "NCCL_DEBUG_FILE": "/x/%h"}, str(tmp_path), 0, "h", 1)
+    assert plan["env"] == {} and plan["log"] is None and "NCCL_DEBUG is WARN" in plan["note"]
+    # their INFO with their file: read from there
+    plan = fabric.plan_capture("nccl", {**stack, "NCCL_DEBUG": "INFO", "NCCL_DEBUG_FILE": "/x/n.%h"},
+                               str(tmp_path), 0, "h", 1)
+    assert plan["log"] == "/x/n.h" and plan["capture"]["by"] == "user"
+    # the stack asked for TRACE: the capture keeps TRACE; a marker that is not JSON marks nothing as the stack's
+    trace = {"NCCL_DEBUG": "TRACE", fabric.STACK_NCCL_ENV: '{"NCCL_DEBUG":"TRACE"}'}
+    assert fabric.plan_capture("nccl", trace, str(tmp_path), 0, "h", 1)["env"]["NCCL_DEBUG"] == "TRACE"
+    assert fabric.plan_capture("nccl", {**stack, fabric.STACK_NCCL_ENV: "{oops"}, str(tmp_path), 0, "h",
+                               1)["capture"]["by"] == "user"
+
+
+def test_the_summary_says_whose_settings_applied():
+    from ray_efa_eks.training.__main__ import fabric_words
+
+    run = {"by": "run", "replaced": {"NCCL_DEBUG": "WARN"}}
+    mine = {"by": "user", "kept": {"NCCL_DEBUG": "WARN"}}
+    assert fabric.merge_captures([run, run]) == run
+    mixed = fabric.merge_captures([run, mine])
+    assert mixed["by"] == "mixed" and len(mixed["ranks"]) == 2
+    fab = fabric.summarize("nccl", {}, notes=["n"], capture=mine)
+    assert fab["capture_text"] == "yours (NCCL_DEBUG=WARN)"
+    assert fabric_words(fab) == "undetermined capture=yours (NCCL_DEBUG=WARN)"
+    assert fabric_words(fabric.summarize("gloo", {}, capture={"by": "none"})) == "not-nccl"
