@@ -41,7 +41,10 @@ def validator(rule: rules.Rule):
 
 POLICIES = [
     StackValidationPolicy(name=rule.id, description=rule.title, validate=validator(rule),
-                          enforcement_level=EnforcementLevel.MANDATORY, remediation_steps=rule.fix)
+                          # a warning rule is a preference AWS does not enforce: advisory, the preview goes on
+                          enforcement_level=(EnforcementLevel.ADVISORY if rule.severity == rules.WARNING
+                                             else EnforcementLevel.MANDATORY),
+                          remediation_steps=rule.fix)
     for rule in rules.RULES
 ]
 

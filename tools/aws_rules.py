@@ -29,8 +29,12 @@ POD_IDENTITY_PRINCIPAL = "pods.eks.amazonaws.com"
 POD_IDENTITY_SESSION_TAGS = ("eks-cluster-arn", "eks-cluster-name", "kubernetes-namespace",
                              "kubernetes-service-account", "kubernetes-pod-name", "kubernetes-pod-uid")
 """Session tags EKS Pod Identity adds to its AssumeRole request ("pod-id-abac": Enable or disable session tags)."""
-POD_IDENTITY_KEYS = frozenset({*(f"aws:RequestTag/{t}" for t in POD_IDENTITY_SESSION_TAGS), "aws:SourceAccount"})
-"""Condition keys a Pod Identity trust policy may test: the session tags, plus the account (confused-deputy guard)."""
+POD_IDENTITY_TAG_KEYS = frozenset(f"aws:requesttag/{t}" for t in POD_IDENTITY_SESSION_TAGS)
+"""The session-tag condition keys (lower case: IAM compares condition key names case-insensitively)."""
+POD_IDENTITY_SOURCE_KEYS = frozenset({"aws:sourceaccount", "aws:sourceorgid"})
+"""Global keys a service principal's request carries on behalf of the account: aws:SourceAccount (pod-id-role's
+confused-deputy guard) and aws:SourceOrgID (EKS best practices guide). Any other key is not known to be sent: the
+layout rule ``pod-identity-trust-keys`` warns about it (tools/rules.py), since no document says it is absent either."""
 
 
 class AwsRejected(Exception):
@@ -156,35 +160,54 @@ def _no_second_creator_entry(name: str, inputs: dict[str, Any], acct: Account) -
 
 # -- IAM: Pod Identity trust policy --------------------------------------------------------------------------------
 
-def _pod_identity_trust(name: str, inputs: dict[str, Any], acct: Account) -> str | None:
-    raw = inputs.get("assumeRolePolicy")
+def pod_identity_statements(raw: Any) -> list[dict[str, Any]]:
+    """The statements of trust policy ``raw`` (JSON text) that let ``pods.eks.amazonaws.com`` in; [] if none or unread."""
     if not isinstance(raw, str):
-        return None
+        return []
     try:
         doc = json.loads(raw)
     except ValueError:
-        return None
-    for st in doc.get("Statement", []):
-        services = (st.get("Principal") or {}).get("Service")
-        services = services if isinstance(services, list) else [services]
-        if POD_IDENTITY_PRINCIPAL not in services:
+        return []
+    sts = doc.get("Statement", []) if isinstance(doc, dict) else []
+    out = []
+    for st in sts if isinstance(sts, list) else [sts]:
+        if not isinstance(st, dict) or st.get("Effect") != "Allow":
             continue
+        principal = st.get("Principal") or {}
+        services = principal.get("Service") if isinstance(principal, dict) else None
+        services = services if isinstance(services, list) else [services]
+        if POD_IDENTITY_PRINCIPAL in services:
+            out.append(st)
+    return out
+
+
+def condition_keys(st: dict[str, Any], *, required_only: bool = False) -> set[str]:
+    """Condition keys of a statement, lower case; ``required_only``: those whose absence fails the condition
+    (not ``...IfExists``, not ``Null``: IAM user guide, "Condition operators")."""
+    out = set()
+    for op, kv in (st.get("Condition") or {}).items():
+        if required_only and (op.endswith("IfExists") or op == "Null"):
+            continue
+        out |= {k.lower() for k in (kv or {})}
+    return out
+
+
+def _pod_identity_trust(name: str, inputs: dict[str, Any], acct: Account) -> str | None:
+    """Only what makes every Pod Identity AssumeRole fail: no sts:AssumeRole/sts:TagSession in the statement
+    (pod-id-role: Pod Identity uses both), or a required condition on a session tag Pod Identity never adds
+    (pod-id-abac lists the six it adds). An unscoped policy is the pod-id-role page's own minimal one, and a
+    condition on another global key (aws:SourceOrgID, aws:SourceArn) is not known to fail: the layout rules
+    ``pod-identity-trust-scoped`` and ``pod-identity-trust-keys`` warn about those (tools/rules.py)."""
+    for st in pod_identity_statements(inputs.get("assumeRolePolicy")):
         actions = st.get("Action")
         actions = set(actions if isinstance(actions, list) else [actions])
-        if not {"sts:AssumeRole", "sts:TagSession"} <= actions:
+        if not ({"sts:AssumeRole", "sts:TagSession"} <= actions or "sts:*" in actions or "*" in actions):
             return f"a Pod Identity trust statement without {sorted({'sts:AssumeRole', 'sts:TagSession'} - actions)}"
-        keys = {k for kv in (st.get("Condition") or {}).values() for k in kv}
-        unknown = sorted(keys - POD_IDENTITY_KEYS)
-        if unknown:
-            return (f"the trust policy conditions on {unknown}, which EKS Pod Identity does not send: every "
-                    "AssumeRole is denied. Use aws:RequestTag/eks-cluster-arn (or eks-cluster-name), "
-                    "kubernetes-namespace, kubernetes-service-account (and aws:SourceAccount)")
-        scoped = {"aws:RequestTag/kubernetes-namespace", "aws:RequestTag/kubernetes-service-account"} <= keys and (
-            keys & {"aws:RequestTag/eks-cluster-arn", "aws:RequestTag/eks-cluster-name"})
-        if not scoped:
-            return ("the trust policy lets any Pod Identity association of the account assume the role: condition "
-                    "on aws:RequestTag/eks-cluster-arn (or eks-cluster-name), kubernetes-namespace and "
-                    "kubernetes-service-account")
+        absent = sorted(k for k in condition_keys(st, required_only=True)
+                        if k.startswith("aws:requesttag/") and k not in POD_IDENTITY_TAG_KEYS)
+        if absent:
+            return (f"the trust policy requires session tag(s) {absent}, which EKS Pod Identity never adds: every "
+                    f"AssumeRole is denied. The tags it adds: {', '.join(POD_IDENTITY_SESSION_TAGS)}")
     return None
 
 
@@ -217,8 +240,8 @@ RULES: tuple[AwsRule, ...] = (
             "CreateAccessEntry", "https://docs.aws.amazon.com/eks/latest/APIReference/API_CreateAccessConfigRequest.html",
             _no_second_creator_entry),
     AwsRule("pod-identity-trust", "IAM", IAM_ROLE,
-            "(denies every AssumeRole of) a Pod Identity trust policy without sts:TagSession, conditioned on keys "
-            "Pod Identity does not send (aws:SourceArn), or not scoped by its session tags",
+            "(denies every AssumeRole of) a Pod Identity trust policy without sts:AssumeRole and sts:TagSession, or "
+            "requiring a session tag Pod Identity never adds",
             "EKS user guide: Create IAM role with trust policy required by EKS Pod Identity; Grant Pods access to "
             "AWS resources based on tags", "https://docs.aws.amazon.com/eks/latest/userguide/pod-id-role.html",
             _pod_identity_trust),

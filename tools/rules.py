@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from . import layout
+from . import aws_rules, layout
 from .layout import EFA_RESOURCE, UNKNOWN, Resource, Stack
 
 
@@ -30,12 +30,16 @@ class Violation:
     problem: str
     fix: str
     urn: str | None = None
+    severity: str = "error"
+    """``error`` fails the plan and the policy pack; ``warning`` (a preference AWS does not enforce) is shown only."""
 
     def line(self) -> str:
-        return f"[{self.rule}] {self.resource}: {self.problem}. Fix: {self.fix}"
+        tag = f"{self.rule} (warning)" if self.severity == WARNING else self.rule
+        return f"[{tag}] {self.resource}: {self.problem}. Fix: {self.fix}"
 
     def to_json(self) -> dict[str, str | None]:
-        return {"rule": self.rule, "resource": self.resource, "problem": self.problem, "fix": self.fix}
+        return {"rule": self.rule, "resource": self.resource, "problem": self.problem, "fix": self.fix,
+                "severity": self.severity}
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,17 @@ class Rule:
     fix: str
     """The general fix (each violation also says its own)."""
     check: Callable[[Stack], list[Violation]]
+    severity: str = "error"
+    """``warning``: a style preference (AWS accepts the shape); the plan shows it and does not fail on it."""
+
+
+ERROR, WARNING = "error", "warning"
+
+
+def errors(violations: Iterable[Violation | dict]) -> list:
+    """The violations that fail a plan (warnings left out); plain dicts (a plan's JSON) without severity count."""
+    return [v for v in violations
+            if (v.get("severity", ERROR) if isinstance(v, dict) else v.severity) != WARNING]
 
 
 def _v(rule: str, r: Resource | None, problem: str, fix: str) -> Violation:
@@ -258,6 +273,52 @@ def _private_dashboard(stack: Stack) -> list[Violation]:
     return [_v("private-dashboard", r, how, DASHBOARD_FIX) for r, how in layout.dashboard_exposures(stack)]
 
 
+# -- Pod Identity trust policies (warnings: AWS accepts these shapes) ------------------------------------------------
+
+POD_TRUST_SCOPE_FIX = ("condition the pods.eks.amazonaws.com statement on aws:RequestTag/eks-cluster-arn (or "
+                       "eks-cluster-name), aws:RequestTag/kubernetes-namespace and "
+                       "aws:RequestTag/kubernetes-service-account (components/pod_identity.py does)")
+POD_TRUST_KEYS_FIX = ("condition only on the session tags Pod Identity adds (EKS user guide, pod-id-abac) and "
+                      "aws:SourceAccount / aws:SourceOrgID; a required condition on a key the request lacks denies "
+                      "every AssumeRole")
+SCOPING_TAGS = ("aws:requesttag/kubernetes-namespace", "aws:requesttag/kubernetes-service-account")
+CLUSTER_TAGS = ("aws:requesttag/eks-cluster-arn", "aws:requesttag/eks-cluster-name")
+
+
+def _pod_trust_statements(stack: Stack):
+    for r in stack.of_type(aws_rules.IAM_ROLE):
+        for st in aws_rules.pod_identity_statements(r.props.get("assumeRolePolicy")):
+            yield r, st
+
+
+def _pod_identity_trust_scoped(stack: Stack) -> list[Violation]:
+    out = []
+    for r, st in _pod_trust_statements(stack):
+        keys = aws_rules.condition_keys(st, required_only=True)
+        missing = [k for k in SCOPING_TAGS if k not in keys] + ([] if keys & set(CLUSTER_TAGS) else
+                                                                 ["aws:RequestTag/eks-cluster-arn"])
+        if missing:
+            out.append(Violation("pod-identity-trust-scoped", r.label,
+                                 f"any Pod Identity association of the account can assume the role (its trust policy "
+                                 f"does not require {', '.join(missing)}); AWS accepts this (the pod-id-role page's "
+                                 "minimal trust policy)", POD_TRUST_SCOPE_FIX, r.urn, WARNING))
+    return out
+
+
+def _pod_identity_trust_keys(stack: Stack) -> list[Violation]:
+    out = []
+    for r, st in _pod_trust_statements(stack):
+        unknown = sorted(k for k in aws_rules.condition_keys(st, required_only=True)
+                         if k not in aws_rules.POD_IDENTITY_TAG_KEYS | aws_rules.POD_IDENTITY_SOURCE_KEYS
+                         and not k.startswith("aws:requesttag/"))  # an absent session tag is refused (aws_rules)
+        if unknown:
+            out.append(Violation("pod-identity-trust-keys", r.label,
+                                 f"the trust policy requires {unknown}, which no AWS document says Pod Identity "
+                                 "sends (nor that it does not): if the request lacks it, every AssumeRole is denied",
+                                 POD_TRUST_KEYS_FIX, r.urn, WARNING))
+    return out
+
+
 RULES: tuple[Rule, ...] = (
     Rule("gpu-one-az", "GPU subnets are all in one AZ", GPU_ONE_AZ_FIX, _gpu_one_az),
     Rule("efa-interfaces", "with EFA on, every GPU node has as many EFA interfaces as its pods request",
@@ -271,6 +332,10 @@ RULES: tuple[Rule, ...] = (
     Rule("pinned-image", "every image is pinned by a tag other than latest, or by digest", PINNED_FIX, _pinned_image),
     Rule("private-dashboard", "the Ray dashboard is not on a public load balancer or ingress", DASHBOARD_FIX,
          _private_dashboard),
+    Rule("pod-identity-trust-scoped", "a Pod Identity role's trust policy names its cluster, namespace and service "
+         "account (warning)", POD_TRUST_SCOPE_FIX, _pod_identity_trust_scoped, WARNING),
+    Rule("pod-identity-trust-keys", "a Pod Identity trust policy conditions only on keys Pod Identity is documented to "
+         "send (warning)", POD_TRUST_KEYS_FIX, _pod_identity_trust_keys, WARNING),
 )
 RULE_IDS = tuple(r.id for r in RULES)
 

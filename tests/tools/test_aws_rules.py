@@ -74,8 +74,8 @@ CASES = {
     "cluster-subnets-in-azs": ({"zone": "us-east-1-atl-2a"}, {"zone": "us-east-1a"}),
     "no-second-creator-entry": ({"principal": "arn:aws:iam::123456789012:user/mock"},
                                 {"principal": "arn:aws:iam::123456789012:role/Admin"}),
-    "pod-identity-trust": ({"trust": _trust({"StringEquals": {"aws:SourceAccount": "123456789012"},
-                                             "ArnEquals": {"aws:SourceArn": CLUSTER}})},
+    "pod-identity-trust": ({"trust": _trust({"StringEquals": {**SCOPED["StringEquals"],
+                                                              "aws:RequestTag/kubernetes-cluster": "ray"}})},
                            {"trust": _trust(SCOPED)}),
 }
 
@@ -112,12 +112,34 @@ def test_runner_refuses_the_shape_aws_refuses(program, rule_id):
 
 @pytest.mark.parametrize("trust", [
     _trust(SCOPED, actions=("sts:AssumeRole",)),  # no sts:TagSession: Pod Identity's request is denied
-    _trust(None),  # any association of the account
-    _trust({"StringEquals": {"aws:RequestTag/kubernetes-namespace": "ray"}}),  # no cluster, no service account
+    _trust({"StringEquals": {"aws:RequestTag/eks-cluster-id": "x"}}),  # a session tag Pod Identity never adds
+    _trust({"StringLike": {"AWS:REQUESTTAG/kubernetes-pod-namespace": "ray"}}),  # key names are case-insensitive
 ])
 def test_pod_identity_trust_variants_refused(program, trust):
     with pytest.raises(AwsRejected, match="pod-identity-trust"):
         _run(program, {"trust": trust})
+
+
+ORG = {"StringEquals": {**SCOPED["StringEquals"], "aws:SourceOrgID": "o-a1b2c3d4e5"}}
+
+
+@pytest.mark.parametrize("trust,warned", [
+    (_trust(ORG), set()),  # aws:SourceOrgID: EKS passes it (EKS best practices guide)
+    (_trust(None), {"pod-identity-trust-scoped"}),  # the pod-id-role page's minimal trust policy
+    (_trust({"StringEquals": {"aws:RequestTag/kubernetes-namespace": "ray"}}), {"pod-identity-trust-scoped"}),
+    (_trust({**SCOPED, "ArnEquals": {"aws:SourceArn": CLUSTER}}), {"pod-identity-trust-keys"}),  # undocumented
+    (_trust({**SCOPED, "StringEqualsIfExists": {"aws:RequestTag/other": "x"}}), set()),  # IfExists: absent passes
+], ids=["source-org-id", "minimal", "namespace-only", "source-arn", "if-exists"])
+def test_pod_identity_trust_aws_accepts_and_the_layout_rules_warn(program, trust, warned):
+    """AWS accepts these policies (IAM creates the role; Pod Identity's AssumeRole is not known to fail), so the
+    runner does not refuse them; a preference (scoping, undocumented keys) is a layout-rule warning, not an error."""
+    from ray_efa_eks.tools import layout, rules
+
+    run = _run(program, {"trust": trust})
+    found = rules.check(layout.from_mockrun(run))
+    assert {v.rule for v in found} == warned
+    assert all(v.severity == rules.WARNING for v in found) and not rules.errors(found)
+    assert all("(warning)" in v.line() for v in found)
 
 
 def test_assumed_role_deployer_is_the_creator(program):

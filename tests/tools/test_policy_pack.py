@@ -47,8 +47,11 @@ def test_pack_file_and_policies(pack):
     meta = yaml.safe_load((PACK / "PulumiPolicy.yaml").read_text())
     assert meta["runtime"]["name"] == "python"
     assert [p.name for p in pack["POLICIES"]] == list(rules.RULE_IDS)
-    assert all(isinstance(p, StackValidationPolicy) and p.enforcement_level == EnforcementLevel.MANDATORY
-               for p in pack["POLICIES"])
+    severity = {r.id: r.severity for r in rules.RULES}
+    assert all(isinstance(p, StackValidationPolicy) and p.enforcement_level == (
+        EnforcementLevel.ADVISORY if severity[p.name] == rules.WARNING else EnforcementLevel.MANDATORY)
+        for p in pack["POLICIES"])
+    assert any(s == rules.WARNING for s in severity.values()), "a preference AWS accepts is advisory"
     reqs = (PACK / "requirements.txt").read_text()
     assert "pulumi-policy==" in reqs and "pulumi==" in reqs
 
@@ -101,7 +104,9 @@ def test_pack_served_over_grpc_like_pulumi_runs_it():
             info = stub.GetAnalyzerInfo(empty_pb2.Empty(), timeout=30)
             assert info.name == "ray-efa-eks-layout"
             assert sorted(p.name for p in info.policies) == sorted(rules.RULE_IDS)
-            assert {p.enforcementLevel for p in info.policies} == {analyzer_pb2.MANDATORY}
+            severity = {r.id: r.severity for r in rules.RULES}
+            assert {p.name: p.enforcementLevel for p in info.policies} == {
+                k: analyzer_pb2.ADVISORY if v == rules.WARNING else analyzer_pb2.MANDATORY for k, v in severity.items()}
 
             def request(specs: list[dict[str, Any]]) -> analyzer_pb2.AnalyzeStackRequest:
                 return analyzer_pb2.AnalyzeStackRequest(resources=[analyzer_pb2.AnalyzerResource(
