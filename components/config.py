@@ -166,7 +166,7 @@ class StackConfig:
     encryptSecrets: bool = True
     """Envelope-encrypt Kubernetes secrets with a KMS key."""
     networkPolicy: bool = True
-    """Only pods of the Ray namespace may reach the Ray head (VPC CNI NetworkPolicy enforcement on)."""
+    """NetworkPolicies on every pod of the Ray namespace: Ray pods reach each other, the gate the head's Jobs API, namespace monitoring the metrics ports; the rest is refused (VPC CNI enforcement on)."""
     rayTokenAuth: bool = True
     """Ray token auth (KubeRay authOptions, Ray >= 2.52): Jobs API, dashboard and GCS need the stack's token (output rayAuthToken)."""
 

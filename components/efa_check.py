@@ -40,7 +40,8 @@ import pulumi_kubernetes as k8s
 
 from .instances import InstanceType
 from .node_groups import ROLE_LABEL, SYSTEM_ROLE
-from .raycluster import check_guaranteed, efa_env, pod_resources, token_client_env
+from .raycluster import (GATE_LABELS, POD_SECURITY_CONTEXT, check_guaranteed, efa_env, pod_resources,
+                         restricted_container, token_client_env)
 
 _ROOT_PACKAGE = __package__.rpartition(".")[0]
 EFA_PROOF_PACKAGE = f"{_ROOT_PACKAGE}.efacheck".lstrip(".")
@@ -330,19 +331,22 @@ class EfaCheckJob(pulumi.ComponentResource):
                 "ttlSecondsAfterFinished": args.ttl_seconds_after_finished,
                 "activeDeadlineSeconds": d.active_deadline_s,
                 "template": {
-                    "metadata": {"labels": {"ray-efa-eks/role": "efa-check"}},
+                    "metadata": {"labels": dict(GATE_LABELS)},
                     "spec": {
+                        # The gate talks to Ray only (Jobs API): no Kubernetes API token in the pod.
+                        "automountServiceAccountToken": False,
+                        "securityContext": json.loads(json.dumps(POD_SECURITY_CONTEXT)),
                         "restartPolicy": "Never",
                         "terminationGracePeriodSeconds": TERMINATION_GRACE_S,
                         "nodeSelector": {ROLE_LABEL: SYSTEM_ROLE},
-                        "containers": [{
+                        "containers": [restricted_container({
                             "name": "efa-check",
                             "image": args.image,
                             "command": ["/bin/bash", "-c", check_script(args.dashboard_address, cargs, d)],
                             "resources": resources,
                             **({"env": token_client_env(args.auth_secret_name)} if args.auth_secret_name else {}),
                             "volumeMounts": [{"name": f"code-{d}", "mountPath": f"{MOUNT}/{d}"} for d in folders],
-                        }],
+                        })],
                         "volumes": [{"name": f"code-{d}", "configMap": {
                             "name": f"{name}-code",
                             "items": [{"key": _config_key(p), "path": p.split("/", 1)[1]}

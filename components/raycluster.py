@@ -50,6 +50,17 @@ from .node_groups import GPU_ROLE, GPU_TOLERATION, ROLE_LABEL, SYSTEM_ROLE
 HEAD_PORTS = {"gcs-server": 6379, "dashboard": 8265, "client": 10001}
 HEAD_LABELS = {ROLE_LABEL: "head"}
 """Our label on the head pod template; the head NetworkPolicy selects it."""
+GATE_LABELS = {ROLE_LABEL: "efa-check"}
+"""Our label on the gate Job's pod template; the head NetworkPolicy admits it to the Jobs API."""
+RAY_CLUSTER_LABEL = "ray.io/cluster"
+"""KubeRay's label on every pod of a RayCluster, set to the RayCluster's name (common/pod.go ``labelPod``)."""
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+"""Label the API server sets on every namespace to its name (NamespaceDefaultLabelName)."""
+METRICS_PORTS = {"metrics": 8080, "as-metrics": 44217, "dash-metrics": 44227}
+"""What Prometheus scrapes on a Ray pod: ``metrics-export-port`` (KubeRay sets 8080, utils.DefaultMetricsPort),
+the autoscaler's and the dashboard's metrics (KubeRay config/prometheus/podMonitor.yaml)."""
+METRICS_NAMESPACE = "monitoring"
+"""Default namespace of the metrics scraper (kube-prometheus-stack) admitted to :data:`METRICS_PORTS`."""
 STORAGE_PATH_ENV = "RAY_EFA_EKS_STORAGE_PATH"
 """Where ``python -m ray_efa_eks.training`` puts checkpoints by default (RunConfig.storage_path)."""
 NCCL_SOCKET_IFNAME = "^lo,docker"
@@ -90,6 +101,20 @@ GPU_MODEL_ENV = "RAY_EFA_EKS_GPU_MODEL"
 GPU_MEMORY_ENV = "RAY_EFA_EKS_GPU_MEMORY_MIB"
 """Memory of one worker GPU, MiB (catalogue ``gpu_memory_mib``; the smallest when groups differ), on every Ray
 container: ``python -m training`` refuses a preset/batch/rank combination that cannot fit before any rank starts."""
+POD_SECURITY_CONTEXT = {"seccompProfile": {"type": "RuntimeDefault"}}
+"""Pod-level asks of Pod Security ``restricted`` that the DLC image allows (docs/security.md): the container
+runtime's default seccomp profile. Not ``runAsNonRoot``: the DLC image runs as root (no USER in its build), and a
+numeric non-root ``runAsUser`` would leave Ray, pip (runtime_env) and the EFA/NCCL libraries without a home or
+writable site-packages."""
+CONTAINER_SECURITY_CONTEXT = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+"""Container-level asks of ``restricted``: no setuid escalation and no capabilities. Ray, the Jobs API and
+``ray job submit`` need none (Ray runs as an unprivileged user in its own images); root without capabilities can
+still write the root-owned files of the image and /tmp/ray."""
+
+
+def restricted_container(container: dict[str, Any]) -> dict[str, Any]:
+    """``container`` with :data:`CONTAINER_SECURITY_CONTEXT` (the head's and the gate's containers)."""
+    return {**container, "securityContext": json.loads(json.dumps(CONTAINER_SECURITY_CONTEXT))}
 
 
 def ray_version_tuple(version: str) -> tuple[int, ...]:
@@ -118,6 +143,23 @@ def auth_options(token_auth: bool, ray_version: str, secret_name: str) -> dict[s
         raise ValueError(f"RayCluster: Ray token auth needs Ray >= 2.52, rayVersion is {ray_version}; "
                          "use a newer image or turn token auth off (rayTokenAuth: false)")
     return {"mode": "token", "secretName": secret_name}
+
+
+def aws_env(region: str | None) -> list[dict[str, str]]:
+    """AWS SDK environment for the Ray pods: the region, and no EC2 instance metadata (IMDS) probing.
+
+    The nodes' IMDSv2 hop limit of 1 keeps pods away from IMDS, so an SDK that probes it for a region or
+    credentials waits for timeouts instead (Arrow's S3 filesystem measured 12 s before apache/arrow#46723).
+    ``AWS_REGION`` / ``AWS_DEFAULT_REGION`` answer the region question (botocore reads ``AWS_DEFAULT_REGION``,
+    the newer SDKs and the AWS SDK for C++ under pyarrow ``AWS_REGION`` first); ``AWS_EC2_METADATA_DISABLED``
+    turns IMDS off in botocore (utils.IMDSFetcher) and the AWS SDK for C++ (its EC2 metadata client). Pod
+    Identity credentials are untouched: they come from ``AWS_CONTAINER_CREDENTIALS_FULL_URI`` (botocore's
+    ContainerProvider, ahead of the instance-metadata provider in credentials.create_credential_resolver).
+    """
+    env = [{"name": "AWS_EC2_METADATA_DISABLED", "value": "true"}]
+    if region:
+        env = [{"name": "AWS_REGION", "value": region}, {"name": "AWS_DEFAULT_REGION", "value": region}, *env]
+    return env
 
 
 def ray_start_params(params: dict[str, Any]) -> dict[str, str]:
@@ -229,9 +271,12 @@ class RayClusterArgs:
     runtime_env_pip: list[str] = field(default_factory=list)
     """Pip packages for jobs, exposed as RAY_RUNTIME_ENV_PIP for ``training submit``."""
     network_policy: bool = True
-    """Admit traffic to the head (dashboard, Jobs API, GCS, client) only from pods of its own namespace."""
+    """NetworkPolicies on every Ray pod: all ports between the cluster's own pods, the gate Job to the head's
+    Jobs API, the metrics ports from ``metrics_from_namespaces``; everything else refused."""
     network_policy_from_namespaces: list[str] = field(default_factory=list)
-    """Extra namespaces allowed to the head's dashboard/Jobs port (8265) only, e.g. a monitoring namespace."""
+    """Extra namespaces allowed to the head's dashboard/Jobs port (8265) only."""
+    metrics_from_namespaces: list[str] = field(default_factory=lambda: [METRICS_NAMESPACE])
+    """Namespaces whose pods may scrape the Ray pods' metrics ports (:data:`METRICS_PORTS`) only."""
     upgrade_strategy: str = "Recreate"
     """``spec.upgradeStrategy.type``: Recreate restarts every pod on a spec change (what the gate then checks);
     None leaves running pods on the old spec (the gate then fails ``stale`` until they are replaced by hand)."""
@@ -239,6 +284,8 @@ class RayClusterArgs:
     """Ray token authentication: Jobs API, dashboard and GCS refuse requests without the token (``auth_token``)."""
     auth_secret_name: str = AUTH_SECRET_NAME
     """The token Secret this component creates in ``namespace`` (key ``auth_token``)."""
+    region: str | None = None
+    """AWS region of the stack: every Ray container gets :func:`aws_env` (region set, IMDS probing off)."""
     depends_on: list[pulumi.Resource] = field(default_factory=list)
 
 
@@ -307,11 +354,13 @@ def build_spec(args: RayClusterArgs) -> dict[str, Any]:
         raise ValueError(f"RayCluster: worker group names must be unique, got {names}")
     storage_env = [{"name": STORAGE_PATH_ENV, "value": args.storage_path}] if args.storage_path else []
     head_env = [{"name": "RAY_RUNTIME_ENV_PIP", "value": ",".join(args.runtime_env_pip)}] if args.runtime_env_pip else []
-    head_env += storage_env + gpu_env([g.instance_type for g in args.worker_groups])
+    head_env += storage_env + gpu_env([g.instance_type for g in args.worker_groups]) + aws_env(args.region)
     head_pod: dict[str, Any] = {
         "nodeSelector": {ROLE_LABEL: SYSTEM_ROLE},
-        "containers": [_container("ray-head", args.image, pod_resources(args.head_cpu, args.head_memory), head_env,
-                                  [{"name": n, "containerPort": p} for n, p in HEAD_PORTS.items()])],
+        "securityContext": json.loads(json.dumps(POD_SECURITY_CONTEXT)),
+        "containers": [restricted_container(_container(
+            "ray-head", args.image, pod_resources(args.head_cpu, args.head_memory), head_env,
+            [{"name": n, "containerPort": p} for n, p in HEAD_PORTS.items()]))],
         "volumes": _shm("2Gi"),
     }
     if args.service_account_name:
@@ -324,7 +373,7 @@ def build_spec(args: RayClusterArgs) -> dict[str, Any]:
             raise ValueError(f"worker group {g.name}: {g.instance_type.name} has no EFA; set efa=False")
         res = g.resources()
         nccl = efa_env(g.instance_type, g.efa, args.nccl_debug, args.nccl_net_plugin)
-        env = nccl + [stack_nccl_env(nccl)] + storage_env + gpu_env([g.instance_type])
+        env = nccl + [stack_nccl_env(nccl)] + storage_env + gpu_env([g.instance_type]) + aws_env(args.region)
         pod: dict[str, Any] = {
             "nodeSelector": dict(g.node_selector),
             "tolerations": [dict(GPU_TOLERATION)],
@@ -366,20 +415,50 @@ def build_spec(args: RayClusterArgs) -> dict[str, Any]:
     return spec
 
 
-def head_network_policy_spec(from_namespaces: list[str] | None = None) -> dict[str, Any]:
-    """NetworkPolicy spec: the head admits its own namespace's pods, plus 8265 from ``from_namespaces``.
+def ray_pods_network_policy_spec(cluster: str, metrics_from_namespaces: list[str] | None = None) -> dict[str, Any]:
+    """NetworkPolicy spec selecting every Ray pod of ``cluster`` (head and workers).
 
-    All ports stay open to the namespace because Ray workers and drivers use
-    more than the well-known ones (object manager, raylet, worker ports).
-    ``kubectl port-forward`` enters through the pod's own network namespace
-    and is not subject to the policy, so the dashboard stays reachable that way.
+    KubeRay labels each pod it creates ``ray.io/cluster: <cluster>`` (ray-operator/controllers/ray/common/pod.go
+    ``labelPod``, not overridable by the template), so the selector follows the pods KubeRay really runs.
+    Admitted: every port from the cluster's own Ray pods (GCS 6379, dashboard 8265, client 10001, raylet and
+    object manager ports, dashboard agent 52365, worker ports 10002-19999, and the ephemeral ports NCCL's bootstrap
+    and torch's TCPStore pick between workers: Ray's own port list leaves most of them random, and KubeRay's
+    RayClusterNetworkPolicy feature, networkpolicy_controller.go ``buildBaseIngressRules``, allows all ports
+    within the cluster for the same reason); the metrics ports (:data:`METRICS_PORTS`) from
+    ``metrics_from_namespaces`` (Prometheus). EFA's RDMA traffic bypasses the kernel's IP stack and is not
+    subject to NetworkPolicy at all.
     """
-    ingress: list[dict[str, Any]] = [{"from": [{"podSelector": {}}]}]
+    pods = {"podSelector": {"matchLabels": {RAY_CLUSTER_LABEL: cluster}}}
+    ingress: list[dict[str, Any]] = [{"from": [pods]}]
+    if metrics_from_namespaces:
+        ingress.append({
+            "from": [{"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: ns}}}
+                     for ns in metrics_from_namespaces],
+            "ports": [{"protocol": "TCP", "port": p} for p in METRICS_PORTS.values()],
+        })
+    return {"podSelector": {"matchLabels": {RAY_CLUSTER_LABEL: cluster}}, "policyTypes": ["Ingress"],
+            "ingress": ingress}
+
+
+DEFAULT_DENY_SPEC = {"podSelector": {}, "policyTypes": ["Ingress"]}
+"""Selects every pod of the namespace and admits nothing: what the other policies do not allow is refused (the
+gate Job's pod, and any pod added to the namespace later, take no ingress)."""
+
+
+def head_network_policy_spec(from_namespaces: list[str] | None = None) -> dict[str, Any]:
+    """NetworkPolicy spec for the head's client port: the gate Job's pods, plus ``from_namespaces``, reach the
+    dashboard / Jobs API (8265) and nothing else; the Ray pods reach it through :func:`ray_pods_network_policy_spec`
+    (policies add up). Every other pod, in this namespace or any other, is refused. ``kubectl port-forward``
+    enters through the pod's own network namespace and is not subject to the policy, so the dashboard stays
+    reachable that way.
+    """
+    dashboard = [{"protocol": "TCP", "port": HEAD_PORTS["dashboard"]}]
+    ingress: list[dict[str, Any]] = [{"from": [{"podSelector": {"matchLabels": dict(GATE_LABELS)}}],
+                                      "ports": dashboard}]
     if from_namespaces:
         ingress.append({
-            "from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}}
-                     for ns in from_namespaces],
-            "ports": [{"protocol": "TCP", "port": HEAD_PORTS["dashboard"]}],
+            "from": [{"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: ns}}} for ns in from_namespaces],
+            "ports": list(dashboard),
         })
     return {"podSelector": {"matchLabels": dict(HEAD_LABELS)}, "policyTypes": ["Ingress"], "ingress": ingress}
 
@@ -417,6 +496,12 @@ class RayCluster(pulumi.ComponentResource):
             deps.append(k8s.networking.v1.NetworkPolicy(
                 f"{name}-head-ingress", metadata={"name": f"{name}-head-ingress", "namespace": args.namespace},
                 spec=head_network_policy_spec(args.network_policy_from_namespaces), opts=in_ns))
+            deps.append(k8s.networking.v1.NetworkPolicy(
+                f"{name}-default-deny", metadata={"name": f"{name}-default-deny", "namespace": args.namespace},
+                spec=DEFAULT_DENY_SPEC, opts=in_ns))
+            deps.append(k8s.networking.v1.NetworkPolicy(
+                f"{name}-pods-ingress", metadata={"name": f"{name}-pods-ingress", "namespace": args.namespace},
+                spec=ray_pods_network_policy_spec(name, args.metrics_from_namespaces), opts=in_ns))
         self.auth_secret_name = self.auth_token = None
         # No keepers: generated on the first `pulumi up`, then read from state, so the token is stable. Kept with
         # auth off too (module docstring): turning auth off never deletes a Secret that running pods reference.

@@ -120,7 +120,7 @@ class EfaRayClusterArgs(TypedDict, total=False):
     encryptSecrets: bool
     """Envelope-encrypt Kubernetes secrets with a KMS key."""
     networkPolicy: bool
-    """Only pods of the Ray namespace may reach the Ray head (VPC CNI NetworkPolicy enforcement on)."""
+    """NetworkPolicies on every pod of the Ray namespace: Ray pods reach each other, the gate the head's Jobs API, namespace monitoring the metrics ports; the rest is refused (VPC CNI enforcement on)."""
     rayTokenAuth: bool
     """Ray token auth (KubeRay authOptions, Ray >= 2.52): Jobs API, dashboard and GCS need the stack's token (output rayAuthToken)."""
     clusterAdminArns: list[str]
@@ -257,7 +257,7 @@ class EfaRayCluster(pulumi.ComponentResource):
             provider=cluster.provider, image=cfg.dlcImage, ray_version=cfg.rayVersion, nccl_debug=cfg.ncclDebug,
             namespace=RAY_NAMESPACE, service_account_name=RAY_SERVICE_ACCOUNT,
             storage_path=storage.storage_uri if storage else None, network_policy=cfg.networkPolicy,
-            token_auth=cfg.rayTokenAuth,
+            token_auth=cfg.rayTokenAuth, region=cfg.region,
             worker_groups=[WorkerGroupArgs(name="gpu", instance_type=cfg.gpu_type, replicas=cfg.gpuNodeCount,
                                            efa=cfg.efa)],
             # Pod identity is injected at pod start: the association and the agent must exist before the pods.
