@@ -38,7 +38,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -287,6 +287,10 @@ class RayClusterArgs:
     region: str | None = None
     """AWS region of the stack: every Ray container gets :func:`aws_env` (region set, IMDS probing off)."""
     depends_on: list[pulumi.Resource] = field(default_factory=list)
+    after_namespace: Callable[[k8s.core.v1.Namespace], list[pulumi.Resource]] | None = None
+    """Called with the Ray namespace once it is registered; the RayCluster also waits for what it returns. The
+    stack installs the KubeRay operator here: watching only this namespace, its chart creates a Role in it, so the
+    namespace must come first, and the RayCluster CRD comes with the operator."""
 
 
 def _container(name: str, image: str, resources: dict, env: list[dict], ports: list[dict] | None = None) -> dict:
@@ -488,6 +492,8 @@ class RayCluster(pulumi.ComponentResource):
                                    opts=pulumi.ResourceOptions(parent=self, provider=args.provider))
         in_ns = pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[ns])
         deps: list[pulumi.Resource] = [ns]
+        if args.after_namespace is not None:
+            deps += args.after_namespace(ns)
         if args.service_account_name and args.create_service_account:
             deps.append(k8s.core.v1.ServiceAccount(
                 f"{name}-sa", metadata={"name": args.service_account_name, "namespace": args.namespace},

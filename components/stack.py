@@ -240,9 +240,6 @@ class EfaRayCluster(pulumi.ComponentResource):
         plugins = DevicePlugins("device-plugins", DevicePluginsArgs(provider=cluster.provider, efa=cfg.efa,
                                                                    instance_types=[cfg.gpuInstanceType]),
                                 opts=opts_with(depends_on=[gpu]))
-        operator = KubeRayOperator("kuberay", KubeRayOperatorArgs(provider=cluster.provider,
-                                                                  chart_version=cfg.kuberayChartVersion),
-                                   opts=opts_with(depends_on=[system]))
         bucket = storage = None
         if cfg.checkpointBucket:
             bucket = CheckpointBucket(f"{name}-checkpoints", CheckpointBucketArgs(
@@ -253,6 +250,15 @@ class EfaRayCluster(pulumi.ComponentResource):
                 service_account=RAY_SERVICE_ACCOUNT, bucket_name=bucket.name, bucket_arn=bucket.arn,
                 prefix=cfg.checkpointPrefix, kms_key_arn=bucket.kms_key_arn, region=cfg.region, tags=tags),
                 opts=child)
+        operators: list[KubeRayOperator] = []
+
+        def install_operator(ray_ns: pulumi.Resource) -> list[pulumi.Resource]:
+            """The KubeRay operator, watching only the Ray namespace (its chart puts a Role there)."""
+            operators.append(KubeRayOperator("kuberay", KubeRayOperatorArgs(
+                provider=cluster.provider, chart_version=cfg.kuberayChartVersion,
+                watch_namespaces=[RAY_NAMESPACE], depends_on=[ray_ns]), opts=opts_with(depends_on=[system])))
+            return [operators[-1]]
+
         ray = RayCluster("ray", RayClusterArgs(
             provider=cluster.provider, image=cfg.dlcImage, ray_version=cfg.rayVersion, nccl_debug=cfg.ncclDebug,
             namespace=RAY_NAMESPACE, service_account_name=RAY_SERVICE_ACCOUNT,
@@ -261,7 +267,9 @@ class EfaRayCluster(pulumi.ComponentResource):
             worker_groups=[WorkerGroupArgs(name="gpu", instance_type=cfg.gpu_type, replicas=cfg.gpuNodeCount,
                                            efa=cfg.efa)],
             # Pod identity is injected at pod start: the association and the agent must exist before the pods.
-            depends_on=[operator, plugins, *([storage] if storage else []), *cluster.addons]), opts=child)
+            depends_on=[plugins, *([storage] if storage else []), *cluster.addons], after_namespace=install_operator),
+            opts=child)
+        (operator,) = operators
         check = None
         if cfg.efaCheck and cfg.gpuNodeCount > 0:
             shape = gate_transport(cfg.efa, cfg.gpuNodeCount)

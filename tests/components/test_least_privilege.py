@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 
 import kubernetes_validate
 import pytest
+import yaml
 
 from ray_efa_eks.components.raycluster import METRICS_PORTS
 from ray_efa_eks.tools.mockrun import run_program
@@ -235,3 +237,58 @@ def test_pod_security_check_sees_a_regression(run):
     tmpl["spec"]["containers"][0]["securityContext"]["capabilities"] = {"add": ["NET_ADMIN"]}
     assert violations(tmpl, "baseline")
     assert "restricted Capabilities" in json.dumps(violations(tmpl, "restricted"))
+
+
+# -- 3. the KubeRay operator watches the Ray namespace only ---------------------------------------------------------
+
+KUBERAY_DEFAULTS = Path(__file__).parents[1] / "fixtures" / "charts" / "kuberay-operator-1.7.0" / "values.yaml"
+DOCUMENTED_ONLY = {"watchNamespace", "useKubernetesProxy"}
+"""Keys the 1.7.0 values.yaml documents in comments only (``# watchNamespace:``) and its templates read."""
+
+
+def kuberay_rbac(values: dict, release_ns: str) -> dict:
+    """What kuberay-operator 1.7.0 renders for RBAC and the watch flag, as its templates decide it (read at tag
+    v1.7.0: role.yaml/rolebinding.yaml ``if and .Values.rbacEnable (not .Values.singleNamespaceInstall)``;
+    multiple_namespaces_role(binding).yaml ``if and .Values.rbacEnable .Values.singleNamespaceInstall
+    .Values.crNamespacedRbacEnable`` over ``default (list .Release.Namespace) .Values.watchNamespace``;
+    deployment.yaml ``--watch-namespace``: the release namespace with singleNamespaceInstall and no list, else the
+    joined list; leader_election_role.yaml a Role in the release namespace whenever rbacEnable)."""
+    rbac, single = values.get("rbacEnable"), values.get("singleNamespaceInstall")
+    watched = values.get("watchNamespace") or None
+    out = {"ClusterRole": bool(rbac and not single), "Roles": [], "watch": None}
+    if rbac and single and values.get("crNamespacedRbacEnable"):
+        out["Roles"] = list(watched or [release_ns])
+    if single and not watched:
+        out["watch"] = release_ns
+    elif watched:
+        out["watch"] = ",".join(watched)
+    return out
+
+
+def test_kuberay_operator_watches_only_the_ray_namespace(run):
+    release = run.one("kubernetes:helm.sh/v3:Release", "kuberay")
+    defaults = yaml.safe_load(KUBERAY_DEFAULTS.read_text())
+    ours = release["values"]
+    for key in ours:  # every key we set is one the chart has
+        assert key in defaults or (key in DOCUMENTED_ONLY and f"# {key}:" in KUBERAY_DEFAULTS.read_text()), key
+    merged = {**defaults, **ours}
+    ray_ns = run.one(RC)["metadata"]["namespace"]
+    assert kuberay_rbac(merged, release["namespace"]) == {"ClusterRole": False, "Roles": [ray_ns], "watch": ray_ns}
+    # the chart's defaults alone: cluster-wide
+    assert kuberay_rbac(defaults, "kuberay-system") == {"ClusterRole": True, "Roles": [], "watch": None}
+
+
+def test_kuberay_release_waits_for_the_namespace_it_puts_a_role_in(run):
+    release = run.one("kubernetes:helm.sh/v3:Release", "kuberay")
+    ns = next(r for r in run.of_type("kubernetes:core/v1:Namespace") if r["metadata"]["name"] == "ray")
+    assert ns.urn in release.options["dependencies"]
+    rc = run.one(RC)
+    assert release.urn in rc.options["dependencies"]  # the CRD comes with the operator
+
+
+def test_watch_values_refuse_an_empty_list():
+    from ray_efa_eks.components.kuberay import watch_values
+
+    assert watch_values(None) == {}
+    with pytest.raises(ValueError, match="watch_namespaces"):
+        watch_values([])
