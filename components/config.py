@@ -12,15 +12,18 @@ import ipaddress
 import json
 import math
 import re
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import MISSING, dataclass, fields
 from typing import Any
 
-from .capacity import config_problem
+from .capacity import CAPACITY_MODES, config_problem
+from .config_fields import key, live
 from .eks_versions import DEFAULT_VERSION, version_problem
 from .instances import CATALOGUE, REFUSED, InstanceType
 from .storage_rules import ENCRYPTIONS, check_prefix
 
 NAMESPACE = "ray-efa-eks"
+SYSTEM_TYPES = tuple(n for n, t in CATALOGUE.items() if not t.gpus)
+"""The catalogue's GPU-less types: what systemInstanceType takes."""
 DEFAULT_DLC_IMAGE = "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1"
 DEFAULT_RAY_VERSION = "2.58.0"
 DEFAULT_KUBERNETES_VERSION = DEFAULT_VERSION
@@ -89,93 +92,223 @@ class StackConfig:
 
     region: str = "us-east-1"
     """AWS region of the stack (the `aws:region` config; default us-east-1)."""
-    gpuInstanceType: str = "g6.12xlarge"
+    gpuInstanceType: str = key(
+        "g6.12xlarge", allowed="a GPU type in [Supported instance types](instance-types.md)",
+        live=live("gpu-nodes", "ray-pods", "gate", "in-place",
+                  note="a node group's instance types cannot change in place: EKS replaces the group; the EFA "
+                       "device plugin's allow-list follows. In a reservation or Capacity Block, park first "
+                       "([Getting GPUs](gpus.md))"))
     """GPU worker instance type; must be in the catalogue (components/instances.py)."""
-    gpuNodeCount: int = 2
+    gpuNodeCount: int = key(
+        2, allowed="0 to 450 (an EKS managed node group's maximum); 1 with efa needs allowSingleEfaNode",
+        live=live("scale", "gate",
+                  note="0 parks the GPU nodes and stops their cost; scaling rolls no node"))
     """GPU nodes (one Ray worker pod each). 0 parks the GPU node group and stops its cost."""
-    systemInstanceType: str = "m7i.xlarge"
+    systemInstanceType: str = key(
+        "m7i.xlarge", allowed=SYSTEM_TYPES,
+        live=live("system-node",
+                  note="a node group's instance types cannot change in place: EKS replaces the group"))
     """Node for the KubeRay operator and the GPU-less Ray head."""
-    availabilityZone: str | None = None
+    availabilityZone: str | None = key(
+        None, allowed="an AZ of the region (REGIONa, REGIONb, ...); the reservation's or block's own AZ",
+        live=live("network", "gpu-nodes", "system-node", "in-place",
+                  note="moves the GPU subnet: AWS replaces a subnet whose AZ or CIDR changes, and EKS the node groups"
+                       " on it (every node), with the NAT gateway"))
     """GPU AZ. Unset: the first AZ of the region that offers gpuInstanceType."""
-    kubernetesVersion: str = DEFAULT_KUBERNETES_VERSION
+    kubernetesVersion: str = key(
+        DEFAULT_KUBERNETES_VERSION, allowed="MAJOR.MINOR of a version EKS still supports (components/eks_versions.py)",
+        live=live("in-place",
+                  note="EKS upgrades the control plane in place, one minor version at a time and never down; the node"
+                       " groups' inputs do not change"))
     """EKS Kubernetes version (MAJOR.MINOR); one in extended support costs $0.60/h instead of $0.10/h (a warning), one past it is refused."""
-    vpcCidr: str = "10.0.0.0/16"
+    vpcCidr: str = key(
+        "10.0.0.0/16", allowed="an IPv4 CIDR from /16 to /20",
+        live=live("network",
+                  note="a VPC's primary CIDR cannot change: AWS replaces the VPC and with it the subnets, the EKS "
+                       "cluster and every node; deploy a new stack instead"))
     """VPC CIDR (a /20 or larger: four subnets are carved from it)."""
-    efa: bool = True
+    efa: bool = key(
+        True,
+        live=live("gpu-nodes", "ray-pods", "gate", "in-place",
+                  note="the GPU launch template gains or loses its EFA interfaces; the placement group, the EFA "
+                       "security-group rule and the EFA device plugin follow; with false the gate checks NCCL over "
+                       "Socket ([The EFA gate](efa-gate.md))"))
     """Attach EFA interfaces and wire NCCL to the OFI plugin; false = plain TCP (for types without EFA)."""
-    allowSingleEfaNode: bool = False
+    allowSingleEfaNode: bool = key(
+        False,
+        live=live("none",
+                  note="only lets gpuNodeCount 1 with efa pass validation"))
     """EFA on a single node has no peer to talk to; set true to allow it anyway."""
-    dlcImage: str = DEFAULT_DLC_IMAGE
+    dlcImage: str = key(
+        DEFAULT_DLC_IMAGE, allowed="an image reference with a tag other than latest, or a digest",
+        live=live("ray-pods", "gate",
+                  note="the re-run gate checks that every Ray pod runs the new image ([Upgrades](upgrades.md))"))
     """The one image for head and workers; must carry an explicit tag other than latest."""
-    rayVersion: str = DEFAULT_RAY_VERSION
+    rayVersion: str = key(
+        DEFAULT_RAY_VERSION, allowed="MAJOR.MINOR.PATCH of the Ray in dlcImage (>= 2.52 with rayTokenAuth)",
+        live=live("ray-pods", "gate"))
     """Ray version in the image (the RayCluster's rayVersion)."""
-    endpointPublicAccessCidrs: list[str] = field(default_factory=lambda: ["0.0.0.0/0"])
+    endpointPublicAccessCidrs: list[str] = key(
+        factory=lambda: ["0.0.0.0/0"], allowed="CIDRs, e.g. 203.0.113.0/24",
+        live=live("in-place",
+                  note="EKS updates the cluster's endpoint access in place"))
     """Who may reach the EKS API endpoint; narrow this to your office/VPN ranges."""
-    gpuRootVolumeGiB: int = 200
+    gpuRootVolumeGiB: int = key(
+        200, allowed="100 to 16384",
+        live=live("gpu-nodes",
+                  note="a new launch template version; in a reservation or Capacity Block, park first ([Getting "
+                       "GPUs](gpus.md))"))
     """Root volume of the GPU nodes: the DLC image alone is tens of GB."""
-    systemRootVolumeGiB: int = 100
+    systemRootVolumeGiB: int = key(
+        100, allowed="100 to 16384",
+        live=live("system-node",
+                  note="a new launch template version: the Ray head restarts with its node"))
     """Root volume of the system node (>= 100): the Ray head and the EFA check Job pull the DLC image there (tens of GB, compressed layers plus the unpacked copy)."""
-    ncclDebug: str = "WARN"
+    ncclDebug: str = key(
+        "WARN", allowed="an NCCL_DEBUG level: VERSION, WARN, INFO or TRACE (not checked)",
+        live=live("ray-pods", "gate"))
     """NCCL_DEBUG for training pods (the EFA check always uses INFO)."""
-    kuberayChartVersion: str = "1.7.0"
+    kuberayChartVersion: str = key(
+        "1.7.0", allowed="a kuberay-operator chart version (1.7.0 is the one tested)",
+        live=live("in-place",
+                  note="Helm upgrades the operator; KubeRay does not recreate Ray pods for an operator version change"
+                       " (raycluster_controller.go shouldRecreatePodsForUpgrade), and Helm does not upgrade the CRDs"))
     """KubeRay operator Helm chart version."""
-    efaCheck: bool = True
+    efaCheck: bool = key(
+        True,
+        live=live("gate",
+                  note="false deletes the gate Job: nothing proves EFA after `pulumi up`"))
     """Create the post-deploy EFA check Job."""
-    efaCheckBlocking: bool = True
+    efaCheckBlocking: bool = key(
+        True,
+        live=live("in-place",
+                  note="the gate Job's await annotation only; the gate does not run again"))
     """Make ``pulumi up`` wait for (and fail on) the EFA check Job."""
-    efaCheckMinBusbwGbps: float = 0.0
+    efaCheckMinBusbwGbps: float = key(
+        0.0, allowed=">= 0",
+        live=live("gate"))
     """Fail the EFA check below this all-reduce bus bandwidth (GB/s); 0 = verdict only."""
-    efaCheckMinBusbwFraction: float = 0.0
+    efaCheckMinBusbwFraction: float = key(
+        0.0, allowed="0 to 1",
+        live=live("gate"))
     """Fail the EFA check when large-message busbw is below this fraction of the type's EFA line rate; 0 = off."""
-    efaCheckCompareSocket: bool = False
+    efaCheckCompareSocket: bool = key(
+        False,
+        live=live("gate",
+                  note="the gate's deadlines grow with the second sweep ([The EFA gate](efa-gate.md))"))
     """Also sweep with NCCL forced onto TCP sockets and report the EFA/Socket ratio (doubles the sweep time)."""
-    efaCheckStrictVersions: bool = False
+    efaCheckStrictVersions: bool = key(
+        False,
+        live=live("gate"))
     """Fail the EFA check when a rank's torch/CUDA/NCCL/OFI/Ray version differs from the image manifest."""
-    efaCheckWaitSeconds: int = 1200
+    efaCheckWaitSeconds: int = key(
+        1200, allowed=">= 60",
+        live=live("gate"))
     """How long the EFA check waits for every GPU node to join Ray (boot + image pull) before it fails."""
-    efaCheckRequireCounters: bool = True
+    efaCheckRequireCounters: bool = key(
+        True,
+        live=live("gate"))
     """With EFA: EFA hardware counters the check cannot read (host /sys view) make its verdict undetermined, not a quiet pass."""
 
     # -- GPU capacity (components/capacity.py) ------------------------------------------
-    gpuCapacity: str = "on-demand"
+    gpuCapacity: str = key(
+        "on-demand", allowed=CAPACITY_MODES,
+        live=live("gpu-nodes", "in-place",
+                  note="a new launch template version and placement: park the GPU nodes first ([Getting "
+                       "GPUs](gpus.md))"))
     """on-demand | reservation (an ODCR) | capacity-block (Capacity Block for ML); the last two need availabilityZone."""
-    gpuCapacityReservationId: str | None = None
+    gpuCapacityReservationId: str | None = key(
+        None, allowed="cr- and 8 or 17 hex digits, or (reservation) a resource group ARN",
+        live=live("gpu-nodes",
+                  note="a new launch template version: park the GPU nodes first ([Getting GPUs](gpus.md))"))
     """reservation: the ODCR id (cr-...) or its resource group ARN; capacity-block: the block's id (cr-...)."""
-    gpuPlacementGroupName: str | None = None
+    gpuPlacementGroupName: str | None = key(
+        None, allowed="a placement group name (reservation only)",
+        live=live("gpu-nodes",
+                  note="a new launch template version: park the GPU nodes first ([Getting GPUs](gpus.md))"))
     """reservation only: the cluster placement group the ODCR was created in; unset: no placement group."""
 
     # -- checkpoint storage and identity --------------------------------------------
-    checkpointBucket: bool = True
+    checkpointBucket: bool = key(
+        True,
+        live=live("ray-pods", "gate", "in-place",
+                  note="false removes the bucket, its key and the pods' role from the stack; the bucket and key stay "
+                       "in AWS while checkpointRetainOnDelete is true"))
     """Create the S3 checkpoint bucket + pod identity role; false = pods get no storage (pass --storage-path)."""
-    checkpointPrefix: str = "ray-train"
+    checkpointPrefix: str = key(
+        "ray-train", allowed="S3 key segments without a leading or trailing /",
+        live=live("ray-pods", "in-place",
+                  note="the pods' role and storage path move to the new prefix; the gate is not re-run, so its "
+                       "storage proof has not tried the new prefix"))
     """Key prefix in the bucket; the pods' role may use this prefix only."""
-    checkpointEncryption: str = "kms"
+    checkpointEncryption: str = key(
+        "kms", allowed=ENCRYPTIONS,
+        live=live("in-place",
+                  note="new objects only: S3 does not re-encrypt existing checkpoints; kms to s3 removes the key from"
+                       " the stack (kept in AWS while checkpointRetainOnDelete is true)"))
     """kms: SSE-KMS with a dedicated key; s3: SSE-S3 (AES256)."""
-    checkpointRetainOnDelete: bool = True
+    checkpointRetainOnDelete: bool = key(
+        True,
+        live=live("in-place",
+                  note="takes effect only once a `pulumi up` recorded it, before `pulumi destroy` ([Deploy and "
+                       "teardown](deploy.md#teardown))"))
     """Keep the bucket, its key and its protection on `pulumi destroy`; false deletes them with every checkpoint (pulumi up after changing it, then destroy)."""
-    checkpointNoncurrentVersionDays: int = 30
+    checkpointNoncurrentVersionDays: int = key(
+        30, allowed=">= 1",
+        live=live("in-place"))
     """Expire overwritten/deleted checkpoint object versions after this many days."""
 
     # -- hardening (each a default with an escape hatch) ------------------------------
-    endpointPublicAccess: bool = True
+    endpointPublicAccess: bool = key(
+        True,
+        live=live("in-place",
+                  note="after false, Pulumi too must run from inside the VPC"))
     """false: private API endpoint only (run Pulumi from inside the VPC)."""
-    imdsHopLimit: int = 1
+    imdsHopLimit: int = key(
+        1, allowed="1 to 64",
+        live=live("gpu-nodes", "system-node",
+                  note="both launch templates change: every node is replaced"))
     """IMDSv2 hop limit on every node; 1 keeps pods away from the node role (they use Pod Identity)."""
-    encryptRootVolumes: bool = True
+    encryptRootVolumes: bool = key(
+        True,
+        live=live("gpu-nodes", "system-node",
+                  note="both launch templates change: every node is replaced; volumes already created keep their "
+                       "encryption"))
     """Encrypt node root volumes (EBS, aws/ebs key)."""
-    encryptSecrets: bool = True
+    encryptSecrets: bool = key(
+        True,
+        live=live("cluster",
+                  note="EKS cannot turn secrets encryption off once on (EKS user guide, \"Encrypt Kubernetes secrets "
+                       "with KMS on existing clusters\"): true to false needs a new cluster; false to true is done on "
+                       "the live cluster"))
     """Envelope-encrypt Kubernetes secrets with a KMS key."""
-    networkPolicy: bool = True
+    networkPolicy: bool = key(
+        True,
+        live=live("in-place"))
     """NetworkPolicies on every pod of the Ray namespace: Ray pods reach each other, the gate the head's Jobs API, namespace monitoring the metrics ports; the rest is refused (VPC CNI enforcement on)."""
-    rayTokenAuth: bool = True
+    rayTokenAuth: bool = key(
+        True,
+        live=live("ray-pods", "gate",
+                  note="the token Secret stays; the pods and the gate's client switch mode together "
+                       "([Upgrades](upgrades.md))"))
     """Ray token auth (KubeRay authOptions, Ray >= 2.52): Jobs API, dashboard and GCS need the stack's token (output rayAuthToken)."""
 
     # -- access and egress (components/cluster.py, components/network.py) ----------------
-    clusterAdminArns: list[str] = field(default_factory=list)
+    clusterAdminArns: list[str] = key(
+        factory=list, allowed="IAM role or user ARNs",
+        live=live("in-place",
+                  note="adds or removes EKS access entries"))
     """IAM role/user ARNs given EKS access entries with AmazonEKSClusterAdminPolicy (kubectl, port-forward to Ray)."""
-    clusterViewerArns: list[str] = field(default_factory=list)
+    clusterViewerArns: list[str] = key(
+        factory=list, allowed="IAM role or user ARNs, none also in clusterAdminArns",
+        live=live("in-place",
+                  note="adds or removes EKS access entries"))
     """IAM role/user ARNs given EKS access entries with AmazonEKSAdminViewPolicy (read-only kubectl, no port-forward)."""
-    s3GatewayEndpoint: bool = True
+    s3GatewayEndpoint: bool = key(
+        True,
+        live=live("in-place",
+                  note="false sends checkpoint and image traffic through the NAT gateway, billed per GB "
+                       "([Cost](cost.md))"))
     """S3 gateway VPC endpoint on the private route tables: checkpoints and image layers skip the NAT's per-GB fee."""
 
     # -- construction ---------------------------------------------------------------

@@ -100,7 +100,7 @@ def test_config_flows_one_way():
                if any(isinstance(n, ast.Name) and n.id == "StackConfig" for n in ast.walk(tree))}
     assert readers <= {"stack", "config"} and "stack" in readers  # config.py defines it (a ClassDef, not a Name)
     config_imports = {mod for level, mod in imports(modules("components")["config"]) if level == 1}
-    assert config_imports <= {"capacity", "instances", "storage_rules", "eks_versions"}, config_imports
+    assert config_imports <= {"capacity", "instances", "storage_rules", "eks_versions", "config_fields"}, config_imports
 
 
 def test_the_gate_ships_a_self_contained_efa_proof(tmp_path):

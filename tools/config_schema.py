@@ -24,10 +24,13 @@ from typing import Any
 
 from .cli import ArgumentParser
 from ..components.config import NAMESPACE, StackConfig
+from ..components.config_fields import EFFECTS, Live
 
 ROOT = Path(__file__).resolve().parent.parent
 BEGIN = "    # -- generated from StackConfig by `python -m ray_efa_eks.tools.config_schema --write`; do not edit --"
 END = "    # -- end of generated keys --"
+DOCS_FILE = "docs/configuration.md"
+"""The configuration reference page; its table is generated between the markers below."""
 NOT_IN_PROJECT_CONFIG = ("region",)
 """Keys read from another namespace (``aws:region``), so not declared under ``ray-efa-eks:``."""
 PULUMI_TYPES = {bool: "boolean", int: "integer", str: "string", float: "string", list: "array"}
@@ -47,7 +50,11 @@ def docstrings() -> dict[str, str]:
 
 
 def keys() -> list[dict[str, Any]]:
-    """Each key: name, Python type (without None), default, description."""
+    """Each key: name, Python type (without None), default, description, allowed values, live-change note.
+
+    A key of the project config declared without a live-change note is refused here, naming it, so the reference
+    never shows a key whose effect on a deployed stack nobody wrote down.
+    """
     hints = typing.get_type_hints(StackConfig)
     docs = docstrings()
     out = []
@@ -60,7 +67,14 @@ def keys() -> list[dict[str, Any]]:
         if f.name not in docs:
             raise ValueError(f"StackConfig.{f.name} has no docstring; write one under the field (it becomes the "
                              "description in Pulumi.yaml and in the package schema)")
-        out.append({"name": f.name, "type": typ, "default": default, "description": docs[f.name]})
+        live = f.metadata.get("live")
+        if f.name not in NOT_IN_PROJECT_CONFIG and not isinstance(live, Live):
+            raise ValueError(f"StackConfig.{f.name} has no live-change note: declare it with components/config_fields.py's "
+                             f"key(DEFAULT, live=live(EFFECT, ..., note=...)), EFFECT one of {', '.join(EFFECTS)} "
+                             "(what the next `pulumi up` does to a deployed stack when the key changes; it becomes "
+                             f"the last column of {DOCS_FILE})")
+        out.append({"name": f.name, "type": typ, "default": default, "description": docs[f.name],
+                    "allowed": f.metadata.get("allowed"), "live": live})
     return out
 
 
@@ -141,15 +155,37 @@ def _replace_args(text: str) -> str:
     return pattern.sub(lambda _: render_args_block(), text, count=1)
 
 
-DOCS_FILE = "docs/configuration.md"
-"""The configuration reference page; its table is generated between the markers below."""
 README_BEGIN = "<!-- config table: generated from StackConfig by config_schema --write -->\n"
 README_END = "<!-- end of config table -->\n"
 
 
+def _allowed(k: dict[str, Any]) -> str:
+    allowed = k["allowed"]
+    if allowed is None:
+        return "true, false" if _base(k["type"]) is bool else ""
+    return ", ".join(f"`{v}`" for v in allowed) if isinstance(allowed, tuple) else allowed
+
+
+DISRUPTIVE = ("gpu-nodes", "system-node", "ray-pods", "network", "cluster")
+"""Effects that stop or replace something running: shown in bold."""
+
+
+def _live(live: Live) -> str:
+    said = ", ".join(f"**{EFFECTS[e][0]}**" if e in DISRUPTIVE else EFFECTS[e][0] for e in live.effects)
+    return f"{said}: {live.note}" if live.note else said
+
+
+def render_effects_legend() -> str:
+    """What each word of the last column means."""
+    return "\n".join(f"- **{label}**: {meaning}." if e in DISRUPTIVE else f"- {label}: {meaning}."
+                     for e, (label, meaning) in EFFECTS.items()) + "\n"
+
+
 def render_readme_table() -> str:
-    """The configuration table of docs/configuration.md: key, type, default, description."""
-    rows = ["| key | type | default | description |", "|---|---|---|---|"]
+    """The configuration table of docs/configuration.md: key, type, default, allowed values, description and what a
+    change does to a deployed stack."""
+    rows = ["| key | type | default | allowed values | description | on a live stack (next `pulumi up`) |",
+            "|---|---|---|---|---|---|"]
     for k in keys():
         if k["name"] in NOT_IN_PROJECT_CONFIG:
             continue
@@ -157,7 +193,8 @@ def render_readme_table() -> str:
         default = "" if k["default"] is None else (", ".join(k["default"]) if isinstance(k["default"], list)
                                                    else _yaml_scalar(k["default"]).strip('"'))
         typ = "number (string in Pulumi.yaml)" if _base(k["type"]) is float else d["type"]
-        rows.append(f"| `{k['name']}` | {typ} | {default} | {k['description'].replace('|', '/')} |")
+        cells = [f"`{k['name']}`", typ, default, _allowed(k), k["description"], _live(k["live"])]
+        rows.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
     return "\n".join(rows) + "\n"
 
 
@@ -165,7 +202,9 @@ def _replace_readme(text: str) -> str:
     pattern = re.compile(re.escape(README_BEGIN) + r".*?" + re.escape(README_END), re.S)
     if not pattern.search(text):
         raise ValueError(f"{DOCS_FILE} lacks the config table markers")
-    return pattern.sub(lambda _: README_BEGIN + render_readme_table() + README_END, text, count=1)
+    block = ("What the last column's words mean (`pulumi up` after changing the key on a deployed stack):\n\n"
+             + render_effects_legend() + "\n" + render_readme_table())
+    return pattern.sub(lambda _: README_BEGIN + block + README_END, text, count=1)
 
 
 TARGETS = {"Pulumi.yaml": _replace_pulumi_yaml, "components/stack.py": _replace_args, DOCS_FILE: _replace_readme}
