@@ -11,6 +11,19 @@ Both charts ship default scheduling constraints that EKS GPU nodes do not meet o
 - aws-efa-k8s-device-plugin turns ``supportedInstanceLabels`` into a required ``In`` affinity on the instance type
   (a type missing from the chart's list schedules nothing) and tolerates no taint, while our GPU nodes carry the
   ``nvidia.com/gpu`` NoSchedule taint. We set the list to the stack's own GPU types and add the toleration.
+
+Versions current for the catalogue (issue 37; ``/work/shared/charts/README.md`` has the chart -> image table and
+the upstream commits):
+
+- EFA chart v0.5.30 (image v0.5.20). Images before v0.5.6 count p6-b200's two ``ibp*`` NVLink RDMA controllers as
+  EFA devices (10 advertised instead of 8) and NCCL fails; the fix first shipped in chart v0.5.10 (eks-charts
+  2a91e368, 2025-06-02; aws/sagemaker-hyperpod-cli#282). :func:`check_versions` refuses an older chart when the
+  stack's types include one it breaks (:data:`EFA_MIN_CHART`).
+- NVIDIA chart 0.17.1 with ``mofedEnabled: false``. Plugin 0.19.0-0.19.2 default ``mofed-enabled`` to true and
+  inject every ``/dev/infiniband/uverbs*`` (EFA's included) into every GPU container (NVIDIA/k8s-device-plugin#1692,
+  fixed in 0.19.3 by #1841); the chart passes ``MOFED_ENABLED`` only when the value is a bool, so ``false`` turns
+  it off on any version, and :func:`check_versions` refuses 0.19.0-0.19.2 with ``mofedEnabled`` overridden to
+  anything but false.
 """
 
 from __future__ import annotations
@@ -37,13 +50,53 @@ class DevicePluginsArgs:
     provider: k8s.Provider
     efa: bool = True
     nvidia_chart_version: str = "0.17.1"
-    efa_chart_version: str = "v0.5.7"
+    efa_chart_version: str = "v0.5.30"
     namespace: str = "kube-system"
     instance_types: list[str] | None = None
     """GPU instance types of the stack's GPU nodes (the EFA chart's allow-list).
     None: every EFA GPU type in the catalogue."""
     extra_values: dict[str, Any] = field(default_factory=dict)
     """``{"nvidia": {...}, "efa": {...}}`` merged over ours the way Helm merges (maps recursively, lists replace)."""
+
+
+EFA_MIN_CHART = {"p6-b200.48xlarge": ((0, 5, 10), "EFA device plugin images before v0.5.6 (charts before v0.5.10) "
+                                   "count its two ibp* NVLink RDMA controllers as EFA devices (10 instead of 8) and "
+                                   "NCCL fails (aws/sagemaker-hyperpod-cli#282)")}
+"""Instance type -> (first EFA chart version that works on it, why older ones do not)."""
+NVIDIA_MOFED_DEFAULT_ON = ((0, 19, 0), (0, 19, 2))
+"""NVIDIA device plugin versions whose ``mofed-enabled`` defaults to true (NVIDIA/k8s-device-plugin#1692)."""
+
+
+def chart_version(text: str) -> tuple[int, int, int]:
+    """``v0.5.30`` / ``0.19.1`` -> (0, 5, 30); anything else raises ValueError."""
+    parts = str(text).removeprefix("v").split(".")
+    if len(parts) != 3 or not all(p.isdigit() for p in parts):
+        raise ValueError(f"chart version {text!r}: expected MAJOR.MINOR.PATCH (e.g. v0.5.30 or 0.17.1)")
+    return int(parts[0]), int(parts[1]), int(parts[2])
+
+
+def check_versions(args: "DevicePluginsArgs") -> None:
+    """Refuse device plugin versions known to break on the stack's GPU types, naming the reason and the fix."""
+    if args.efa:
+        efa = chart_version(args.efa_chart_version)
+        for t in _efa_types(args.instance_types):
+            floor = EFA_MIN_CHART.get(t)
+            if floor and efa < floor[0]:
+                raise ValueError(f"DevicePlugins: efa_chart_version {args.efa_chart_version} on {t}: {floor[1]}; use "
+                                 f"chart v{'.'.join(map(str, floor[0]))} or later (the default is v0.5.30)")
+    nvidia = chart_version(args.nvidia_chart_version)
+    lo, hi = NVIDIA_MOFED_DEFAULT_ON
+    mofed = merge(nvidia_values(), args.extra_values.get("nvidia", {})).get("mofedEnabled")
+    if lo <= nvidia <= hi and mofed is not False:
+        raise ValueError(f"DevicePlugins: nvidia_chart_version {args.nvidia_chart_version} with mofedEnabled "
+                         f"{mofed!r}: plugin 0.19.0-0.19.2 inject every /dev/infiniband/uverbs* device, EFA's included, "
+                         "into every GPU container (NVIDIA/k8s-device-plugin#1692); keep mofedEnabled false or use "
+                         "0.19.3 or later")
+
+
+def _efa_types(instance_types: list[str] | None) -> list[str]:
+    return instance_types if instance_types is not None else [t.name for t in CATALOGUE.values()
+                                                              if t.gpus and t.efa_supported]
 
 
 def merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
@@ -68,13 +121,13 @@ def nvidia_values() -> dict[str, Any]:
     term = {"matchExpressions": [{"key": ROLE_LABEL, "operator": "In", "values": [GPU_ROLE]}]}
     return {**_on_gpu_nodes(),
             "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-                "nodeSelectorTerms": [term]}}}}
+                "nodeSelectorTerms": [term]}}},
+            "mofedEnabled": False}
 
 
 def efa_values(instance_types: list[str] | None = None) -> dict[str, Any]:
     """Overrides for aws-efa-k8s-device-plugin: the allow-list is exactly our GPU types; tolerate the GPU taint."""
-    types = instance_types if instance_types is not None else [t.name for t in CATALOGUE.values()
-                                                               if t.gpus and t.efa_supported]
+    types = _efa_types(instance_types)
     return {**_on_gpu_nodes(),
             "supportedInstanceLabels": {"keys": [INSTANCE_TYPE_LABEL], "values": sorted(set(types))}}
 
@@ -85,6 +138,7 @@ class DevicePlugins(pulumi.ComponentResource):
     releases: list[k8s.helm.v3.Release]
 
     def __init__(self, name: str, args: DevicePluginsArgs, opts: pulumi.ResourceOptions | None = None):
+        check_versions(args)  # before anything is registered
         super().__init__("ray-efa-eks:index:DevicePlugins", name, None, opts)
         child = pulumi.ResourceOptions(parent=self, provider=args.provider)
         self.releases = [k8s.helm.v3.Release(

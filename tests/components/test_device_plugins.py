@@ -19,7 +19,7 @@ from ray_efa_eks.tools.mockrun import MockRun
 
 CHARTS = Path(__file__).parents[1] / "fixtures" / "charts"
 NVIDIA = ["nvidia-device-plugin-0.17.1", "nvidia-device-plugin-0.20.0"]
-EFA = ["aws-efa-k8s-device-plugin-v0.5.7", "aws-efa-k8s-device-plugin-v0.5.30"]
+EFA = ["aws-efa-k8s-device-plugin-v0.5.30", "aws-efa-k8s-device-plugin-v0.5.7"]
 GPU_TYPES = sorted(n for n, t in CATALOGUE.items() if t.gpus)
 
 
