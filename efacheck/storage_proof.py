@@ -52,8 +52,11 @@ CAUSES: dict[str, str] = {
     ),
     "trust_policy": (
         "the EKS Pod Identity agent refused credentials: the role's trust policy must allow pods.eks.amazonaws.com "
-        "sts:AssumeRole and sts:TagSession with aws:SourceAccount/aws:SourceArn of this cluster, and the association "
-        "must name this namespace, service account and role (aws eks list-pod-identity-associations)"
+        "sts:AssumeRole and sts:TagSession, conditioned only on what Pod Identity sends, as the stack builds it: "
+        "aws:SourceAccount of this account and the session tags aws:RequestTag/eks-cluster-arn, "
+        "aws:RequestTag/kubernetes-namespace and aws:RequestTag/kubernetes-service-account of this cluster, "
+        "namespace and service account (a required key the request lacks denies every AssumeRole); and the "
+        "association must name this namespace, service account and role (aws eks list-pod-identity-associations)"
     ),
     "bucket_policy": (
         "S3 refused the request with valid credentials: the role's policy covers only s3://<bucket>/<prefix>/* (is "
