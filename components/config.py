@@ -9,17 +9,17 @@ from __future__ import annotations
 
 import difflib
 import ipaddress
-import json
-import math
 import re
 from dataclasses import MISSING, dataclass, fields
 from typing import Any
 
+from . import values as v
 from .capacity import CAPACITY_MODES, config_problem
 from .config_fields import key, live
 from .eks_versions import DEFAULT_VERSION, version_problem
 from .instances import CATALOGUE, REFUSED, InstanceType
-from .storage_rules import ENCRYPTIONS, check_prefix
+from .storage_rules import ENCRYPTIONS
+from .values import REGION as REGION_RE, image_reference_problem, image_tag  # noqa: F401 (their old home)
 
 NAMESPACE = "ray-efa-eks"
 SYSTEM_TYPES = tuple(n for n, t in CATALOGUE.items() if not t.gpus)
@@ -42,48 +42,6 @@ class ConfigError(ValueError):
             super().__init__(f"{name} is not set: {fix}")
         else:
             super().__init__(f"{name} = {value!r} is invalid: {fix}")
-
-
-# The OCI distribution reference grammar (distribution/reference, reference.go and regexp.go; the same grammar the
-# kubelet/containerd parse an image with): [domain[:port]/]path[:tag][@digest], path components lowercase
-# alphanumerics joined by '.', '_', '__' or '-'s, tags [\w][\w.-]{0,127}, the name at most 255 characters.
-_ALNUM = r"[a-z0-9]+"
-_SEP = r"(?:[._]|__|[-]+)"
-_PATH_COMPONENT = rf"{_ALNUM}(?:{_SEP}{_ALNUM})*"
-_DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
-_DOMAIN = rf"(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*|\[[a-fA-F0-9:]+\])(?::[0-9]+)?"
-_NAME = rf"(?:{_DOMAIN}/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*"
-_TAG = r"[\w][\w.-]{0,127}"
-_DIGEST = r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}"
-IMAGE_REFERENCE = re.compile(rf"(?P<name>{_NAME})(?::(?P<tag>{_TAG}))?(?:@(?P<digest>{_DIGEST}))?")
-NAME_MAX = 255
-"""distribution/reference: ``NameTotalLengthMax``."""
-
-
-def image_reference_problem(image: str) -> str | None:
-    """Why ``image`` is no OCI image reference (None when it is one), by the distribution grammar above."""
-    if not isinstance(image, str) or not image:
-        return "must be an image reference such as public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1"
-    m = IMAGE_REFERENCE.fullmatch(image)
-    if m is None:
-        name, _, tag = image.rpartition("@")[0].rpartition(":") if "@" in image else image.rpartition(":")
-        if tag and "/" not in tag and re.fullmatch(_NAME, name) and not re.fullmatch(_TAG, tag):
-            return (f"the tag {tag[:40]!r}{'...' if len(tag) > 40 else ''} is not a valid tag (letters, digits, "
-                    "'_', '.', '-', at most 128 characters, not starting with '.' or '-')")
-        return ("is not an image reference (OCI distribution grammar: [registry[:port]/]lowercase/path[:tag]"
-                "[@sha256:digest], no spaces or uppercase in the path), e.g. "
-                "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1")
-    if len(m.group("name")) > NAME_MAX:
-        return f"the repository name is {len(m.group('name'))} characters; references allow at most {NAME_MAX}"
-    return None
-
-
-def image_tag(image: str) -> str | None:
-    """Tag of ``repo[:port]/name:tag`` (None when untagged or pinned only by digest)."""
-    last = image.rsplit("/", 1)[-1]
-    if "@" in last:
-        return None
-    return last.split(":", 1)[1] if ":" in last else None
 
 
 @dataclass
@@ -149,7 +107,7 @@ class StackConfig:
         live=live("ray-pods", "gate"))
     """Ray version in the image (the RayCluster's rayVersion)."""
     endpointPublicAccessCidrs: list[str] = key(
-        factory=lambda: ["0.0.0.0/0"], allowed="CIDRs, e.g. 203.0.113.0/24",
+        factory=lambda: ["0.0.0.0/0"], allowed="1 to 40 IPv4 CIDRs (the EKS quota; an IPv4 cluster takes no IPv6), e.g. 203.0.113.0/24",
         live=live("in-place",
                   note="EKS updates the cluster's endpoint access in place"))
     """Who may reach the EKS API endpoint; narrow this to your office/VPN ranges."""
@@ -165,11 +123,11 @@ class StackConfig:
                   note="a new launch template version: the Ray head restarts with its node"))
     """Root volume of the system node (>= 100): the Ray head and the EFA check Job pull the DLC image there (tens of GB, compressed layers plus the unpacked copy)."""
     ncclDebug: str = key(
-        "WARN", allowed="an NCCL_DEBUG level: VERSION, WARN, INFO or TRACE (not checked)",
+        "WARN", allowed=("VERSION", "WARN", "INFO", "ABORT", "TRACE"),
         live=live("ray-pods", "gate"))
     """NCCL_DEBUG for training pods (the EFA check always uses INFO)."""
     kuberayChartVersion: str = key(
-        "1.7.0", allowed="a kuberay-operator chart version (1.7.0 is the one tested)",
+        "1.7.0", allowed="a kuberay-operator chart version, SemVer 2 (1.7.0 is the one tested)",
         live=live("in-place",
                   note="Helm upgrades the operator; KubeRay does not recreate Ray pods for an operator version change"
                        " (raycluster_controller.go shouldRecreatePodsForUpgrade), and Helm does not upgrade the CRDs"))
@@ -202,7 +160,7 @@ class StackConfig:
         live=live("gate"))
     """Fail the EFA check when a rank's torch/CUDA/NCCL/OFI/Ray version differs from the image manifest."""
     efaCheckWaitSeconds: int = key(
-        1200, allowed=">= 60",
+        1200, allowed="60 to 86400 (a day)",
         live=live("gate"))
     """How long the EFA check waits for every GPU node to join Ray (boot + image pull) before it fails."""
     efaCheckRequireCounters: bool = key(
@@ -236,7 +194,7 @@ class StackConfig:
                        "in AWS while checkpointRetainOnDelete is true"))
     """Create the S3 checkpoint bucket + pod identity role; false = pods get no storage (pass --storage-path)."""
     checkpointPrefix: str = key(
-        "ray-train", allowed="S3 key segments without a leading or trailing /",
+        "ray-train", allowed="S3 key segments of letters, digits and ! - _ . ' ( ) without a leading or trailing /, no . or .. segment, at most 512 bytes",
         live=live("ray-pods", "in-place",
                   note="the pods' role and storage path move to the new prefix; the gate is not re-run, so its "
                        "storage proof has not tried the new prefix"))
@@ -324,9 +282,10 @@ class StackConfig:
                 near = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
                 fix = f"unknown key; did you mean {near[0]}?" if near else "unknown key"
                 raise ConfigError(key, raw, f"{fix} (known keys: {', '.join(valid)})")
-            f = known[key]
-            default = f.default_factory() if f.default_factory is not MISSING else f.default
-            kwargs[key] = _coerce(key, raw, default)
+            try:
+                kwargs[key] = grammar(key).coerce(raw)
+            except v.ValueProblem as p:
+                raise ConfigError(key, raw if p.value is None else p.value, p.fix) from None
         cfg = cls(**kwargs)
         cfg.validate()
         return cfg
@@ -358,24 +317,19 @@ class StackConfig:
 
     def validate(self) -> None:
         """Raise ConfigError for the first setting that cannot work."""
-        # AWS region names: <area>-<direction>-<n> (us-east-1, us-gov-west-1, ap-southeast-2, cn-north-1); see
-        # https://docs.aws.amazon.com/global-infrastructure/latest/regions/aws-regions.html
-        if not (isinstance(self.region, str) and REGION_RE.fullmatch(self.region)):
+        try:
+            v.Region().check(self.region)
+        except v.ValueProblem:
             raise ConfigError("aws:region", self.region, "is not an AWS region name; set aws:region to one such as "
-                              "us-east-1 or eu-west-1 (aws ec2 describe-regions lists yours)")
+                              "us-east-1 or eu-west-1 (aws ec2 describe-regions lists yours)") from None
+        # Each value against its own grammar (components/values.py, GRAMMARS below), then the rules between keys.
         for f in fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, float) and not math.isfinite(value):
-                raise ConfigError(f.name, value, f"must be a finite number (nan and inf are not limits), e.g. {f.default}")
-        if self.efaCheckMinBusbwGbps < 0:
-            raise ConfigError("efaCheckMinBusbwGbps", self.efaCheckMinBusbwGbps,
-                              "a bandwidth floor: must be >= 0 (0 = verdict only), e.g. 40")
-        if not 0.0 <= self.efaCheckMinBusbwFraction <= 1.0:
-            raise ConfigError("efaCheckMinBusbwFraction", self.efaCheckMinBusbwFraction,
-                              "a fraction of the EFA line rate: set 0 (off) to 1, e.g. 0.5")
-        if self.efaCheckWaitSeconds < 60:
-            raise ConfigError("efaCheckWaitSeconds", self.efaCheckWaitSeconds,
-                              "GPU nodes need minutes to boot and pull the image: set at least 60 (default 1200)")
+            if f.name == "region":
+                continue
+            try:
+                grammar(f.name).check(getattr(self, f.name))
+            except v.ValueProblem as p:
+                raise ConfigError(f.name, getattr(self, f.name) if p.value is None else p.value, p.fix) from None
         gpu = CATALOGUE.get(self.gpuInstanceType)
         if gpu is None:
             if self.gpuInstanceType in REFUSED:
@@ -390,24 +344,8 @@ class StackConfig:
             raise ConfigError("gpuInstanceType", self.gpuInstanceType, "does not support EFA; pick an EFA type or set efa: false")
         if self.systemInstanceType not in CATALOGUE:
             raise ConfigError("systemInstanceType", self.systemInstanceType, f"unknown instance type; supported: {', '.join(sorted(CATALOGUE))}")
-        if self.gpuNodeCount < 0:
-            raise ConfigError("gpuNodeCount", self.gpuNodeCount, "must be >= 0 (0 parks the GPU nodes)")
-        if self.gpuNodeCount > MAX_NODES_PER_NODE_GROUP:
-            raise ConfigError("gpuNodeCount", self.gpuNodeCount,
-                              f"an EKS managed node group holds at most {MAX_NODES_PER_NODE_GROUP} nodes (EKS service "
-                              "quotas: 'Nodes per managed node group'); use fewer nodes")
         if self.efa and self.gpuNodeCount == 1 and not self.allowSingleEfaNode:
             raise ConfigError("gpuNodeCount", 1, "EFA with one node has no peer; use >= 2, 0 to park, or set allowSingleEfaNode: true")
-        if self.gpuRootVolumeGiB < 100:
-            raise ConfigError("gpuRootVolumeGiB", self.gpuRootVolumeGiB, "must be >= 100: the DLC image is tens of GB")
-        if self.systemRootVolumeGiB < 100:
-            raise ConfigError("systemRootVolumeGiB", self.systemRootVolumeGiB, "must be >= 100: the Ray head and the "
-                              "EFA check pull the DLC image (tens of GB; containerd keeps the layers and the unpacked copy)")
-        for key in ("gpuRootVolumeGiB", "systemRootVolumeGiB"):
-            if getattr(self, key) > GP3_MAX_GIB:
-                raise ConfigError(key, getattr(self, key),
-                                  f"gp3 volumes are 1..{GP3_MAX_GIB} GiB (EC2 LaunchTemplateEbsBlockDeviceRequest "
-                                  "VolumeSize); use 100..16384, e.g. 200")
         if self.availabilityZone is not None:
             if not re.fullmatch(rf"{re.escape(self.region)}[a-z]", self.availabilityZone):
                 raise ConfigError("availabilityZone", self.availabilityZone, f"is not an AZ of region {self.region} (expected {self.region}a, {self.region}b, ...)")
@@ -415,32 +353,6 @@ class StackConfig:
                                   self.region, self.gpuPlacementGroupName)
         if capacity:
             raise ConfigError(*capacity)
-        problem = image_reference_problem(self.dlcImage)
-        if problem:
-            raise ConfigError("dlcImage", self.dlcImage, problem)
-        tag = image_tag(self.dlcImage)
-        pinned_by_digest = "@sha256:" in self.dlcImage.rsplit("/", 1)[-1]
-        if tag is None and not pinned_by_digest:
-            raise ConfigError("dlcImage", self.dlcImage, "needs an explicit tag (e.g. ...ray:train-ml-cuda-v1.1) or a digest (@sha256:...)")
-        if tag == "latest" and not pinned_by_digest:
-            raise ConfigError("dlcImage", self.dlcImage, "':latest' is not reproducible; pin a versioned tag")
-        try:
-            net = ipaddress.ip_network(self.vpcCidr)
-        except ValueError:
-            raise ConfigError("vpcCidr", self.vpcCidr, "must be a CIDR such as 10.0.0.0/16") from None
-        # A VPC's IPv4 block is /16 (largest) to /28 (smallest):
-        # https://docs.aws.amazon.com/vpc/latest/userguide/vpc-cidr-blocks.html ("IPv4 VPC CIDR blocks").
-        if net.version != 4 or not 16 <= net.prefixlen <= 28:
-            raise ConfigError("vpcCidr", self.vpcCidr, "AWS VPCs take an IPv4 block from /16 (largest) to /28 "
-                              "(smallest), and this stack carves four subnets from it: use /16 to /20, e.g. 10.0.0.0/16")
-        if net.prefixlen > 20:
-            raise ConfigError("vpcCidr", self.vpcCidr, "is too small; use a /20 or larger (up to /16, the AWS maximum) "
-                              "for four /22+ subnets")
-        for cidr in self.endpointPublicAccessCidrs:
-            try:
-                ipaddress.ip_network(cidr)
-            except ValueError:
-                raise ConfigError("endpointPublicAccessCidrs", cidr, "each entry must be a CIDR such as 203.0.113.0/24") from None
         version = re.fullmatch(r"(\d+)\.(\d+)", str(self.kubernetesVersion))
         if not version:
             raise ConfigError("kubernetesVersion", self.kubernetesVersion, f"must be MAJOR.MINOR, e.g. {DEFAULT_VERSION}")
@@ -454,30 +366,11 @@ class StackConfig:
         ended = version_problem(self.kubernetesVersion)
         if ended:
             raise ConfigError("kubernetesVersion", self.kubernetesVersion, ended)
-        if self.checkpointEncryption not in ENCRYPTIONS:
-            raise ConfigError("checkpointEncryption", self.checkpointEncryption, f"must be one of {', '.join(ENCRYPTIONS)}")
-        try:
-            check_prefix(self.checkpointPrefix)
-        except ValueError:
-            raise ConfigError("checkpointPrefix", self.checkpointPrefix,
-                              "use S3-safe path segments without leading/trailing slashes, e.g. ray-train") from None
-        if self.checkpointNoncurrentVersionDays < 1:
-            raise ConfigError("checkpointNoncurrentVersionDays", self.checkpointNoncurrentVersionDays, "must be >= 1")
         if self.rayTokenAuth:
-            try:
-                ray_minor = tuple(int(p) for p in self.rayVersion.split(".")[:2])
-            except ValueError:
-                raise ConfigError("rayVersion", self.rayVersion, "must be MAJOR.MINOR.PATCH, e.g. 2.58.0") from None
+            ray_minor = tuple(int(p) for p in self.rayVersion.split(".")[:2])
             if ray_minor < (2, 52):
                 raise ConfigError("rayTokenAuth", True, f"needs Ray >= 2.52 (rayVersion is {self.rayVersion}); use a "
                                   "newer dlcImage/rayVersion or set rayTokenAuth: false")
-        if not 1 <= self.imdsHopLimit <= 64:
-            raise ConfigError("imdsHopLimit", self.imdsHopLimit, "must be 1..64; 1 blocks pods from IMDS, 2 allows them")
-        for key in ("clusterAdminArns", "clusterViewerArns"):
-            for arn in getattr(self, key):
-                fix = principal_arn_problem(arn)
-                if fix:
-                    raise ConfigError(key, arn, fix)
         both = sorted(set(self.clusterAdminArns) & set(self.clusterViewerArns))
         if both:
             raise ConfigError("clusterViewerArns", both[0], "is also in clusterAdminArns (one access entry per "
@@ -487,7 +380,6 @@ class StackConfig:
                               "is empty while endpointPublicAccess is true; list CIDRs or set endpointPublicAccess: false")
 
 
-REGION_RE = re.compile(r"[a-z]{2}(-[a-z]+)+-\d+")
 GP3_MAX_GIB = 16384
 """gp3 volume size limit, GiB (EC2 API: LaunchTemplateEbsBlockDeviceRequest.VolumeSize, 'gp2 and gp3: 1 - 16,384')."""
 MAX_NODES_PER_NODE_GROUP = 450
@@ -496,84 +388,112 @@ LARGE_NODE_COUNT = 16
 """Above this many GPU nodes the stack warns with the hourly cost (a typo like 200 for 20 is expensive)."""
 
 
-_PRINCIPAL_ARN = re.compile(r"arn:(aws|aws-cn|aws-us-gov):iam::(\d{12}):(role|user)/([\w+=,.@/-]+)")
+KEYS = frozenset(f.name for f in fields(StackConfig))
+"""Every stack key (the component's inputs)."""
+EKS_QUOTAS = "docs.aws.amazon.com/eks/latest/userguide/service-quotas.html"
+PUBLIC_ACCESS_CIDRS_MAX = 40
+"""EKS service quota 'Public endpoint access CIDR ranges per cluster' (EKS_QUOTAS; config-cluster-endpoint.html)."""
+WAIT_MAX_S = 86400
+"""efaCheckWaitSeconds ceiling: a day. The gate holds every GPU node and `pulumi up` waits the whole time; the wait
+also lands in the Job's activeDeadlineSeconds and Pulumi's customTimeouts (a Go duration, 2^63 ns: ~292 years)."""
+_INSTANCE_TYPE = v.Text(pattern=r"[a-z0-9-]+\.[a-z0-9-]+", max_len=64,
+                        fix="must be an EC2 instance type such as g6.12xlarge (family.size, lowercase)")
+
+GRAMMARS: dict[str, v.Grammar] = {
+    "region": v.Region(),
+    "gpuInstanceType": _INSTANCE_TYPE,
+    "gpuNodeCount": v.Int(0, MAX_NODES_PER_NODE_GROUP, example=2, below="must be >= 0 (0 parks the GPU nodes)",
+                          above=f"an EKS managed node group holds at most {MAX_NODES_PER_NODE_GROUP} nodes (EKS "
+                                "service quotas: 'Nodes per managed node group'); use fewer nodes"),
+    "systemInstanceType": _INSTANCE_TYPE,
+    "availabilityZone": v.OrUnset(inner=v.Text(pattern=r"[a-z]{2}(-[a-z]+)+-\d+[a-z]", max_len=32,
+                                               fix="must be an AZ name such as us-east-1a")),
+    "kubernetesVersion": v.Text(max_len=16, fix=f"must be MAJOR.MINOR, e.g. {DEFAULT_VERSION}"),
+    "vpcCidr": v.Cidr(family=4, min_prefix=16, max_prefix=20, example="10.0.0.0/16",
+                      wrong_family="AWS VPCs take an IPv4 block from /16 (largest) to /28 (smallest), and this stack "
+                                   "carves four subnets from it: use /16 to /20, e.g. 10.0.0.0/16",
+                      out_of_range="AWS VPCs take an IPv4 block from /16 (largest) to /28 (smallest) (VPC User Guide, "
+                                   "'IPv4 VPC CIDR blocks'), and this stack carves four /22+ subnets from it: use /16 "
+                                   "to /20, e.g. 10.0.0.0/16",
+                      source="docs.aws.amazon.com/vpc/latest/userguide/vpc-cidr-blocks.html"),
+    "efa": v.Bool(),
+    "allowSingleEfaNode": v.Bool(),
+    "dlcImage": v.ImageReference(),
+    "rayVersion": v.Text(pattern=r"\d+\.\d+\.\d+(?:(?:a|b|rc)\d+|\.dev\d+|\.post\d+)?", max_len=32,
+                         fix="must be a Ray release version MAJOR.MINOR.PATCH (PEP 440, as ray.__version__), e.g. 2.58.0"),
+    "endpointPublicAccessCidrs": v.ListOf(
+        item=v.Cidr(family=4, wrong_family="is IPv6: EKS takes no IPv6 CIDR blocks for the public endpoint of an IPv4 "
+                                           "cluster (EKS API VpcConfigRequest.publicAccessCidrs), and this cluster is "
+                                           "IPv4; list IPv4 CIDRs such as 203.0.113.0/24"),
+        max_items=PUBLIC_ACCESS_CIDRS_MAX, unique=True,
+        max_reason=f"EKS quota 'Public endpoint access CIDR ranges per cluster', {EKS_QUOTAS}; merge ranges"),
+    "gpuRootVolumeGiB": v.Int(100, GP3_MAX_GIB, example=200, below="must be >= 100: the DLC image is tens of GB",
+                              above=f"gp3 volumes are 1..{GP3_MAX_GIB} GiB (EC2 LaunchTemplateEbsBlockDeviceRequest "
+                                    "VolumeSize); use 100..16384, e.g. 200"),
+    "systemRootVolumeGiB": v.Int(100, GP3_MAX_GIB, example=100,
+                                 below="must be >= 100: the Ray head and the EFA check pull the DLC image (tens of GB; "
+                                       "containerd keeps the layers and the unpacked copy)",
+                                 above=f"gp3 volumes are 1..{GP3_MAX_GIB} GiB (EC2 LaunchTemplateEbsBlockDeviceRequest "
+                                       "VolumeSize); use 100..16384, e.g. 200"),
+    "ncclDebug": v.OneOf(choices=("VERSION", "WARN", "INFO", "ABORT", "TRACE"), case_insensitive=True,
+                         source="NCCL_DEBUG, docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html; NCCL reads "
+                                "any other value as no logging"),
+    "kuberayChartVersion": v.ChartVersion(),
+    "efaCheck": v.Bool(),
+    "efaCheckBlocking": v.Bool(),
+    "efaCheckMinBusbwGbps": v.Float(0.0, 100000.0, example=40.0,
+                                    below="a bandwidth floor: must be >= 0 (0 = verdict only), e.g. 40"),
+    "efaCheckMinBusbwFraction": v.Float(0.0, 1.0, example=0.5,
+                                        below="a fraction of the EFA line rate: set 0 (off) to 1, e.g. 0.5",
+                                        above="a fraction of the EFA line rate: set 0 (off) to 1, e.g. 0.5"),
+    "efaCheckCompareSocket": v.Bool(),
+    "efaCheckStrictVersions": v.Bool(),
+    "efaCheckWaitSeconds": v.Seconds(60, WAIT_MAX_S, example=1200,
+                                     below="GPU nodes need minutes to boot and pull the image: set at least 60 "
+                                           "(default 1200)",
+                                     above=f"at most {WAIT_MAX_S} (a day): the gate holds every GPU node while it "
+                                           "waits and `pulumi up` waits with it; default 1200"),
+    "efaCheckRequireCounters": v.Bool(),
+    "gpuCapacity": v.Text(max_len=32, fix="must be on-demand, reservation or capacity-block"),
+    "gpuCapacityReservationId": v.OrUnset(inner=v.Text(max_len=v.ARN_MAX, fix="an ODCR id (cr-...) or its resource "
+                                                                             "group ARN")),
+    "gpuPlacementGroupName": v.OrUnset(inner=v.Text(max_len=255, fix="a placement group name: up to 255 ASCII "
+                                                                     "characters (EC2 CreatePlacementGroup GroupName)")),
+    "checkpointBucket": v.Bool(),
+    "checkpointPrefix": v.S3KeyPrefix(),
+    "checkpointEncryption": v.OneOf(choices=ENCRYPTIONS),
+    "checkpointRetainOnDelete": v.Bool(),
+    "checkpointNoncurrentVersionDays": v.Int(1, 2**31 - 1, example=30, below="must be >= 1",
+                                             source="S3 NoncurrentVersionExpiration NoncurrentDays: a positive integer"),
+    "endpointPublicAccess": v.Bool(),
+    "imdsHopLimit": v.Int(1, 64, example=1, below="must be 1..64; 1 blocks pods from IMDS, 2 allows them",
+                          above="must be 1..64 (EC2 HttpPutResponseHopLimit); 1 blocks pods from IMDS, 2 allows them"),
+    "encryptRootVolumes": v.Bool(),
+    "encryptSecrets": v.Bool(),
+    "networkPolicy": v.Bool(),
+    "rayTokenAuth": v.Bool(),
+    "clusterAdminArns": v.ListOf(item=v.PrincipalArn(), max_items=1000),
+    "clusterViewerArns": v.ListOf(item=v.PrincipalArn(), max_items=1000),
+    "s3GatewayEndpoint": v.Bool(),
+}
+"""Each StackConfig key's grammar (components/values.py). A new key gets one here; until it does it takes the
+plain grammar of its default's type (:func:`grammar`), which bounds nothing service-specific."""
 
 
-def principal_arn_problem(arn: str) -> str | None:
-    """Why ``arn`` cannot be an EKS access entry's principal (None when it can): an IAM role or user ARN."""
-    if not isinstance(arn, str) or not arn:
-        return "must be an IAM role or user ARN such as arn:aws:iam::123456789012:role/platform-admins"
-    sts = re.fullmatch(r"arn:(aws|aws-cn|aws-us-gov):sts::(\d{12}):assumed-role/([\w+=,.@-]+)/.*", arn)
-    if sts:
-        return (f"is an STS session, which access entries do not accept; use the role: "
-                f"arn:{sts.group(1)}:iam::{sts.group(2)}:role/{sts.group(3)} (add its path if it has one)")
-    m = _PRINCIPAL_ARN.fullmatch(arn)
-    if not m:
-        return ("is not an IAM role or user ARN; expected arn:aws:iam::<12-digit account>:role/<name> "
-                "or arn:aws:iam::<account>:user/<name> (groups and wildcards cannot have access entries)")
-    if "*" in arn or m.group(4).endswith("/") or "//" in m.group(4):
-        return "has an empty or wildcard name; name one role or user"
-    return None
-
-
-def _coerce(key: str, raw: Any, default: Any) -> Any:
-    """Turn Pulumi's string config (or an engine's JSON value) into the field's type, naming the key on failure.
-
-    Integer keys take integral doubles: a protobuf ``Struct`` has only doubles, so ``gpuNodeCount: 2`` from YAML,
-    TypeScript, Go or .NET reaches ``Construct`` as ``2.0`` (google/protobuf/struct.proto, ``number_value``), and the
-    Python SDK hands the raw double on (pulumi/provider/experimental/component.py, ``map_input_properties``).
-    """
+def grammar(key: str) -> v.Grammar:
+    """The grammar of StackConfig key ``key``: its GRAMMARS entry, else the plain one of its default's type."""
+    if key in GRAMMARS:
+        return GRAMMARS[key]
+    f = next((f for f in fields(StackConfig) if f.name == key), None)
+    default = None if f is None else (f.default_factory() if f.default_factory is not MISSING else f.default)
     if isinstance(default, bool):
-        try:
-            return _to_bool(raw)
-        except ValueError:
-            raise ConfigError(key, raw, "must be true or false") from None
+        return v.Bool()
     if isinstance(default, int):
-        whole = _to_whole(raw)
-        if whole is None:
-            raise ConfigError(key, raw, f"must be a whole number, e.g. {default}")
-        return whole
+        return v.Int(-(2**31), 2**31 - 1, example=default)
     if isinstance(default, float):
-        try:
-            if isinstance(raw, bool):
-                raise ValueError(raw)
-            return float(raw)
-        except (TypeError, ValueError):
-            raise ConfigError(key, raw, f"must be a number, e.g. {default}") from None
+        return v.Float(-1e300, 1e300, example=default)
     if isinstance(default, list):
-        if isinstance(raw, str) and raw.strip().startswith("["):
-            try:
-                raw = json.loads(raw)  # the form `pulumi config set --path` / YAML lists arrive in
-            except ValueError:
-                raise ConfigError(key, raw, "must be a JSON list or comma-separated values") from None
-        return [s.strip() for s in raw.split(",") if s.strip()] if isinstance(raw, str) else list(raw)
-    return raw
-
-
-def _to_whole(raw: Any) -> int | None:
-    """``2``, ``2.0``, ``"2"`` and ``"2.0"`` -> 2; booleans, fractions, inf/nan and other text -> None."""
-    if isinstance(raw, bool):
-        return None
-    if isinstance(raw, int):
-        return raw
-    if isinstance(raw, str):
-        text = raw.strip()
-        if re.fullmatch(r"[-+]?\d+", text):
-            return int(text)
-        if not re.fullmatch(r"[-+]?\d+\.\d*", text):
-            return None
-        raw = float(text)
-    if isinstance(raw, float) and math.isfinite(raw) and raw.is_integer():
-        return int(raw)
-    return None
-
-
-def _to_bool(raw: Any) -> bool:
-    if isinstance(raw, bool):
-        return raw
-    text = str(raw).strip().lower()
-    if text in ("true", "1", "yes"):
-        return True
-    if text in ("false", "0", "no"):
-        return False
-    raise ValueError(raw)
+        return v.ListOf()
+    if default is None:
+        return v.OrUnset(inner=v.Text())
+    return v.Text()

@@ -17,6 +17,8 @@ pulumi/provider/server.py):
 - an input sent as an output value (an SDK's ``Output``, a secret, a value with dependencies, an unknown) is refused as
   an input property error naming the key, before the SDK's ``map_input_properties`` calls ``int()`` on it
   (a ``TypeError`` and a traceback for every integer input);
+- every input is parsed by its key's grammar (``config.GRAMMARS``, components/values.py) first, so a value the
+  stack config refuses is refused here with the same words;
 - a bad stack setting (``ConfigError``) is an input property error (``gpuNodeCount`` with value ``2.5``: "must be
   a whole number"), which the engine shows as "property X with value V has a problem: ...", not a Python traceback:
   the SDK turns every exception raised inside the component's ``__init__`` into a generic error with its stack.
@@ -35,7 +37,8 @@ from pulumi.provider.provider import ConstructResult
 from pulumi.provider.server import ComponentInitError
 from pulumi.runtime import known_types
 
-from .config import ConfigError
+from . import values
+from .config import KEYS, ConfigError, grammar
 from .stack import EfaRayCluster
 
 PACKAGE = "ray-efa-eks"
@@ -73,6 +76,12 @@ class EfaRayClusterProvider(ComponentProvider):
         for key, value in inputs.items():
             if _is_output(value):
                 raise InputPropertyError(key, PLAIN_FIX)
+            if key not in KEYS:
+                continue  # the SDK refuses it as unknown
+            try:  # the stack's grammar, before the SDK's own coercion (int("x") would be a traceback)
+                grammar(key).parse(value)
+            except values.ValueProblem as p:
+                raise InputPropertyError(key, str(ConfigError(key, value if p.value is None else p.value, p.fix)))
         try:
             return super().construct(name, resource_type, inputs, options)
         except ComponentInitError as err:

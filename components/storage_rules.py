@@ -6,17 +6,17 @@ them again for callers that build their args directly. Neither side imports the 
 
 from __future__ import annotations
 
-import re
+from .values import S3KeyPrefix, ValueProblem
 
 ENCRYPTIONS = ("kms", "s3")
 """Checkpoint bucket encryption: SSE-KMS with its own key, or SSE-S3."""
 
-_PREFIX = re.compile(r"[A-Za-z0-9!_.*'()-]+(/[A-Za-z0-9!_.*'()-]+)*")
 
 
 def check_prefix(prefix: str) -> str:
-    """A key prefix without leading/trailing slashes (``ray-train``, ``team/a``)."""
-    if not _PREFIX.fullmatch(prefix or ""):
-        raise ValueError(f"prefix {prefix!r} must be non-empty S3-safe path segments without leading, trailing "
-                         "or double slashes, e.g. 'ray-train'")
-    return prefix
+    """A key prefix without leading/trailing slashes (``ray-train``, ``team/a``), by :class:`values.S3KeyPrefix`:
+    no IAM wildcard (``*``, ``?``, ``${``) and no ``.``/``..`` segment, since it lands in the pods' IAM policy."""
+    try:
+        return S3KeyPrefix().parse(prefix)
+    except ValueProblem as p:
+        raise ValueError(f"prefix {prefix!r}: {p.fix}") from None

@@ -28,8 +28,10 @@ def imports(tree: ast.Module) -> list[tuple[int, str]]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             out += [(0, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module is None:  # `from . import values`
+            out += [(node.level, a.name) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
-            out.append((node.level, node.module or ""))
+            out.append((node.level, node.module))
     return out
 
 
@@ -100,7 +102,10 @@ def test_config_flows_one_way():
                if any(isinstance(n, ast.Name) and n.id == "StackConfig" for n in ast.walk(tree))}
     assert readers <= {"stack", "config"} and "stack" in readers  # config.py defines it (a ClassDef, not a Name)
     config_imports = {mod for level, mod in imports(modules("components")["config"]) if level == 1}
-    assert config_imports <= {"capacity", "instances", "storage_rules", "eks_versions", "config_fields"}, config_imports
+    assert config_imports <= {"capacity", "instances", "storage_rules", "eks_versions", "config_fields", "values"}, \
+        config_imports
+    # values.py (the value grammars every key, component and CLI option uses) is a leaf: it imports no component
+    assert not [mod for level, mod in imports(modules("components")["values"]) if level], "values.py is a leaf"
 
 
 def test_the_gate_ships_a_self_contained_efa_proof(tmp_path):
