@@ -12,6 +12,9 @@ next comment-only line):
 - ``server: WHAT``: starts a long-running process: started in the background, the block's next lines run against it,
   then it gets SIGTERM and must exit 0.
 - ``run by: FILE``: FILE (e.g. .ci/run) runs exactly this line; checked here by reading FILE.
+
+Output a page shows as a command's (a ``text`` block right after ``<!-- output of: COMMAND -->``) is checked against
+what COMMAND prints now: every shown line, in order, a ``...`` line standing for lines left out.
 """
 
 from __future__ import annotations
@@ -203,3 +206,41 @@ def test_the_parser_sees_markers_and_continuations(tmp_path):
     blocks = [[(c.text, c.needs, c.exit, c.server) for c in b] for b in commands([page]) if b]
     assert blocks == [[("pulumi up", "aws", 0, False), ("ray-efa-eks plan --json   # exit 1", None, 1, False)],
                       [("serve --port 1   # server: a test server", None, 0, True)]]
+
+
+OUTPUT = re.compile(r"^<!-- output of: (?P<cmd>.+?) -->\n(?P<fence>`{3,})text\n(?P<body>.*?)^(?P=fence)\s*$", re.S | re.M)
+
+
+def shown_outputs(pages: list[Path] = PAGES) -> list[tuple[str, str, list[str]]]:
+    return [(_name(p), m.group("cmd"), m.group("body").splitlines()) for p in pages
+            for m in OUTPUT.finditer(p.read_text())]
+
+
+def _follows(shown: list[str], real: list[str]) -> str | None:
+    """The first shown line that is not in ``real`` in order (``...`` skips any lines), or None."""
+    at, skip = 0, False
+    for line in shown:
+        if line.strip() == "...":
+            skip = True
+            continue
+        if skip:
+            while at < len(real) and real[at] != line:
+                at += 1
+        if at >= len(real) or real[at] != line:
+            return line
+        at, skip = at + 1, False
+    return None if skip or at == len(real) else f"(the output goes on: {real[at]!r})"
+
+
+@pytest.mark.parametrize("page,cmd,shown", shown_outputs(), ids=lambda v: v if isinstance(v, str) else "")
+def test_shown_output_is_what_the_command_prints(page, cmd, shown):
+    r = _run(Command(page, 0, cmd))
+    bad = _follows(shown, r.stdout.splitlines())
+    assert bad is None, f"{page}: the output shown for `{cmd}` is stale at: {bad}\n--- real output:\n{r.stdout[-4000:]}"
+
+
+def test_output_check_can_fail():
+    assert _follows(["a", "...", "d"], ["a", "b", "c", "d"]) is None
+    assert _follows(["a", "c"], ["a", "b", "c"]) == "c"
+    assert _follows(["a", "...", "x"], ["a", "b"]) == "x"
+    assert _follows(["a"], ["a", "b"]) is not None
