@@ -101,7 +101,7 @@ class StackConfig:
         DEFAULT_DLC_IMAGE, allowed="an image reference with a tag other than latest, or a digest",
         live=live("ray-pods", "gate",
                   note="the re-run gate checks that every Ray pod runs the new image ([Upgrades](upgrades.md))"))
-    """The one image for head and workers; must carry an explicit tag other than latest."""
+    """The one image for head and workers: an explicit tag other than latest, or (recommended) a digest, repo@sha256:<64 hex>, so every node runs the bits the gate checked."""
     rayVersion: str = key(
         DEFAULT_RAY_VERSION, allowed="MAJOR.MINOR.PATCH of the Ray in dlcImage (>= 2.52 with rayTokenAuth)",
         live=live("ray-pods", "gate"))

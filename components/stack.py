@@ -66,7 +66,7 @@ class EfaRayClusterArgs(TypedDict, total=False):
     allowSingleEfaNode: bool
     """EFA on a single node has no peer to talk to; set true to allow it anyway."""
     dlcImage: str
-    """The one image for head and workers; must carry an explicit tag other than latest."""
+    """The one image for head and workers: an explicit tag other than latest, or (recommended) a digest, repo@sha256:<64 hex>, so every node runs the bits the gate checked."""
     rayVersion: str
     """Ray version in the image (the RayCluster's rayVersion)."""
     endpointPublicAccessCidrs: list[str]
