@@ -26,10 +26,8 @@ VIEW_ACCESS_POLICY = "AmazonEKSAdminViewPolicy"
 def deployer_principal() -> str:
     """The IAM role or user ARN running ``pulumi up`` (an assumed-role session resolved to its role, path included).
 
-    EKS gives this principal the cluster creator's access entry (CreateCluster ``accessConfig``
-    ``bootstrapClusterCreatorAdminPermissions``, true by default; pulumi-eks does not turn it off), so a second
-    CreateAccessEntry for it answers 409 ResourceInUseException (pulumi/pulumi-eks#2373, terraform-aws-eks#3293;
-    EKS API reference, https://docs.aws.amazon.com/eks/latest/APIReference/API_CreateAccessConfigRequest.html).
+    Used only to warn when the deployer has no access entry this stack makes (it could not reach the Kubernetes API):
+    what the stack creates never depends on who runs it.
     """
     import pulumi_aws as aws
 
@@ -37,21 +35,81 @@ def deployer_principal() -> str:
     return aws.iam.get_session_context(arn=arn).issuer_arn or arn
 
 
-def without_creator(admin_arns: list[str], viewer_arns: list[str], creator: str) -> tuple[list[str], str | None]:
-    """``admin_arns`` without the cluster creator (it is admin already) and the warning saying so.
+EKS_CLUSTER_TYPE = "aws:eks/cluster:Cluster"
+ACCESS_CONFIG_DOC = "https://docs.aws.amazon.com/eks/latest/APIReference/API_CreateAccessConfigRequest.html"
 
-    Raises ValueError when the creator is listed as a viewer: EKS already made it cluster admin, a second entry
-    would be refused, and this stack cannot make it read-only.
+
+def no_creator_admin(args: pulumi.ResourceTransformArgs) -> pulumi.ResourceTransformResult | None:
+    """Transform: create the EKS cluster with ``accessConfig.bootstrapClusterCreatorAdminPermissions: false``.
+
+    pulumi-eks 4.4.0 hardcodes ``true`` on its ``aws:eks/cluster`` child (nodejs/eks/cluster/cluster.ts, "required
+    for this component because it deploys charts") and does not expose it, so the field is set on that child. With
+    ``true`` EKS gives whoever calls CreateCluster an admin entry this stack cannot see, and a stack that lists that
+    principal gets 409 ResourceInUseException; with ``false`` every admin is one of the stack's own entries. The field
+    is create-only (CreateAccessConfigRequest) and pulumi-eks ignores changes to it, so this applies only to clusters
+    created with it; :class:`Cluster` adds it only then.
     """
-    if creator in viewer_arns:
-        raise ValueError(f"{creator} runs pulumi up, so EKS makes it cluster admin when it creates the cluster "
-                         "(bootstrapClusterCreatorAdminPermissions); a viewer entry for it would be refused with 409 "
-                         "ResourceInUseException: remove it from clusterViewerArns, or deploy as another identity")
-    if creator not in admin_arns:
-        return list(admin_arns), None
-    return ([a for a in admin_arns if a != creator],
-            f"clusterAdminArns: {creator} runs pulumi up and already gets the cluster creator's admin access entry "
-            "from EKS; no second entry is made for it (EKS would refuse it with 409 ResourceInUseException)")
+    if args.type_ != EKS_CLUSTER_TYPE:
+        return None
+    access = dict(args.props.get("accessConfig") or {})
+    access["bootstrapClusterCreatorAdminPermissions"] = False
+    return pulumi.ResourceTransformResult(props={**args.props, "accessConfig": access}, opts=args.opts)
+
+
+@dataclass(frozen=True)
+class AccessPlan:
+    """How the cluster's admins get in: EKS's creator entry or not, and who holds it."""
+
+    creator_admin: bool
+    creator_arn: str | None
+    warnings: list[str] = field(default_factory=list)
+
+
+def access_plan(cluster: str, admin_arns: list[str], viewer_arns: list[str], creator_arn: str | None,
+                live: Any) -> AccessPlan:
+    """Decide the creator entry from EKS's state (``live``: components.live_cluster.LiveCluster or None), never from
+    the caller, so every ``pulumi up`` declares the same access entries whoever runs it.
+
+    - A cluster being created with principals listed: created without the creator entry (:func:`no_creator_admin`),
+      every listed principal gets the stack's own entry, the deployer included.
+    - Being created with none listed: EKS's default (the creator is the one admin; the stack makes no entry).
+    - An existing cluster keeps what it was created with (the field is create-only). Created with the creator entry
+      and principals listed: ``clusterCreatorArn`` must name the creator (EKS refuses a second entry for it, and the
+      stack cannot read who it is); refused before any resource when it does not.
+
+    Raises ConfigError for a creator listed as a viewer (it is admin already) or a missing ``clusterCreatorArn``.
+    """
+    from .config import ConfigError
+
+    listed = [*admin_arns, *viewer_arns]
+    if live is None:
+        plan = AccessPlan(not listed, None)
+    elif not live.bootstrap_creator_admin:
+        plan = AccessPlan(False, None)
+    else:
+        if listed and creator_arn is None:
+            raise ConfigError("clusterCreatorArn", None, (
+                f"cluster {cluster} was created with bootstrapClusterCreatorAdminPermissions: EKS holds an admin "
+                "access entry for the principal that created it and refuses a second one for it (409 "
+                "ResourceInUseException), and which principal that is cannot be read from the stack. Set "
+                f"clusterCreatorArn to it (`aws eks list-access-entries --cluster-name {cluster}` lists it beside "
+                f"the stack's entries; {ACCESS_CONFIG_DOC})"))
+        plan = AccessPlan(True, creator_arn)
+    if plan.creator_admin and plan.creator_arn and plan.creator_arn in viewer_arns:
+        raise ConfigError("clusterViewerArns", plan.creator_arn, (
+            "created the cluster, so EKS made it cluster admin (bootstrapClusterCreatorAdminPermissions); a viewer "
+            "entry for it would be refused with 409 ResourceInUseException and this stack cannot make it read-only: "
+            "remove it from clusterViewerArns, or delete its entry with `aws eks delete-access-entry` first"))
+    if listed:
+        caller = deployer_principal()
+        may = set(admin_arns) | ({plan.creator_arn} if plan.creator_admin and plan.creator_arn else set())
+        if caller not in may:
+            plan.warnings.append(
+                f"{caller} runs pulumi up but is not in clusterAdminArns"
+                + (" (nor the cluster's creator)" if plan.creator_admin else "")
+                + ": it gets no admin access entry, so the Kubernetes resources of this update fail with Unauthorized;"
+                " add it to clusterAdminArns (docs/upgrades.md: who may run pulumi up)")
+    return plan
 
 
 def access_policy_arn(policy: str, principal_arn: str) -> str:
@@ -82,6 +140,13 @@ class ClusterArgs:
     """IAM role/user ARNs that get an access entry with :data:`ADMIN_ACCESS_POLICY` (cluster scope)."""
     viewer_arns: list[str] = field(default_factory=list)
     """IAM role/user ARNs that get an access entry with :data:`VIEW_ACCESS_POLICY` (cluster scope)."""
+    creator_admin: bool = True
+    """The cluster has (or, being created, gets) EKS's admin entry for the principal that creates it
+    (``bootstrapClusterCreatorAdminPermissions``). False: created without it (:func:`no_creator_admin`); only for a
+    cluster being created, as EKS never changes the field afterwards."""
+    creator_arn: str | None = None
+    """With ``creator_admin``: the principal EKS holds that entry for. It gets no entry here (EKS would refuse a
+    second one with 409 ResourceInUseException); never the caller of a later ``pulumi up``."""
     tags: dict[str, str] = field(default_factory=dict)
 
 
@@ -100,8 +165,8 @@ class Cluster(pulumi.ComponentResource):
     addons: list[aws.eks.Addon]
     """EKS add-ons this component installs; workloads that need them depend on these."""
     access_entries: list[aws.eks.AccessEntry]
-    """One per clusterAdminArns/clusterViewerArns principal: without them only the identity that ran
-    ``pulumi up`` can use kubectl (API authentication mode creates no other entry)."""
+    """One per clusterAdminArns/clusterViewerArns principal (but the creator EKS already made one for): the same
+    whoever runs ``pulumi up``."""
 
     def __init__(self, name: str, args: ClusterArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("ray-efa-eks:index:Cluster", name, None, opts)
@@ -138,7 +203,7 @@ class Cluster(pulumi.ComponentResource):
             encryption_config_key_arn=key_arn,
             name=name,
             tags=args.tags,
-            opts=child,
+            opts=child if args.creator_admin else pulumi.ResourceOptions(parent=self, transforms=[no_creator_admin]),
         )
         self.name = pulumi.Output.from_input(name)
         self.kubeconfig = self.eks.kubeconfig
@@ -152,19 +217,24 @@ class Cluster(pulumi.ComponentResource):
                 f"{name}-pod-identity-agent", cluster_name=name, addon_name="eks-pod-identity-agent",
                 tags=args.tags, opts=pulumi.ResourceOptions(parent=self, depends_on=[self.eks])))
         self.access_entries = []
+        grants: list[pulumi.Resource] = []
         for policy, arns in ((ADMIN_ACCESS_POLICY, args.admin_arns), (VIEW_ACCESS_POLICY, args.viewer_arns)):
             role = "admin" if policy == ADMIN_ACCESS_POLICY else "viewer"
             for arn in arns:
+                if args.creator_admin and arn == args.creator_arn:
+                    continue  # EKS made its entry when it created the cluster
                 # Named by the ARN, not its position: reordering the list replaces nothing.
                 suffix = hashlib.sha256(arn.encode()).hexdigest()[:8]
                 after_eks = pulumi.ResourceOptions(parent=self, depends_on=[self.eks])
                 entry = aws.eks.AccessEntry(f"{name}-{role}-{suffix}", cluster_name=name, principal_arn=arn,
                                             type="STANDARD", tags=args.tags, opts=after_eks)
-                aws.eks.AccessPolicyAssociation(
+                grants.append(aws.eks.AccessPolicyAssociation(
                     f"{name}-{role}-{suffix}", cluster_name=name, principal_arn=entry.principal_arn,
                     policy_arn=access_policy_arn(policy, arn), access_scope={"type": "cluster"},
-                    opts=pulumi.ResourceOptions(parent=self, depends_on=[entry]))
+                    opts=pulumi.ResourceOptions(parent=self, depends_on=[entry])))
                 self.access_entries.append(entry)
+        # The deployer reaches the Kubernetes API through its entry: no Kubernetes call before the entries exist.
         self.provider = k8s.Provider(f"{name}-k8s", kubeconfig=self.eks.kubeconfig_json,
-                                     enable_server_side_apply=True, opts=child)
+                                     enable_server_side_apply=True,
+                                     opts=pulumi.ResourceOptions(parent=self, depends_on=grants))
         self.register_outputs({"name": self.name, "securityGroupId": self.security_group_id})

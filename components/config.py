@@ -262,6 +262,13 @@ class StackConfig:
         live=live("in-place",
                   note="adds or removes EKS access entries"))
     """IAM role/user ARNs given EKS access entries with AmazonEKSAdminViewPolicy (read-only kubectl, no port-forward)."""
+    clusterCreatorArn: str | None = key(
+        None, allowed="an IAM role or user ARN",
+        live=live("in-place",
+                  note="only for a cluster created with EKS's creator entry (every stack created before issue 34, or "
+                       "with no admins listed): the stack stops making an entry for that principal "
+                       "([Upgrades](upgrades.md))"))
+    """Only for a cluster created with EKS's creator admin entry (bootstrapClusterCreatorAdminPermissions): the IAM principal that created it; the stack makes no entry for it (docs/upgrades.md)."""
     s3GatewayEndpoint: bool = key(
         True,
         live=live("in-place",
@@ -474,6 +481,7 @@ GRAMMARS: dict[str, v.Grammar] = {
     "rayTokenAuth": v.Bool(),
     "clusterAdminArns": v.ListOf(item=v.PrincipalArn(), max_items=1000),
     "clusterViewerArns": v.ListOf(item=v.PrincipalArn(), max_items=1000),
+    "clusterCreatorArn": v.OrUnset(inner=v.PrincipalArn()),
     "s3GatewayEndpoint": v.Bool(),
 }
 """Each StackConfig key's grammar (components/values.py). A new key gets one here; until it does it takes the

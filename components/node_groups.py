@@ -47,6 +47,19 @@ class SystemNodeGroupArgs:
     """The Ray head and the EFA check Job pull the DLC image here (tens of GB, compressed layers plus unpacked)."""
     hardening: NodeHardening = field(default_factory=NodeHardening)
     """IMDS hop limit and root-volume encryption, written into the group's own launch template."""
+    kubernetes_version: str | None = None
+    """The control plane's MAJOR.MINOR: the nodes follow it (see :data:`VERSION_NOTE`). None: EKS's default at
+    creation only (the cluster's version then), never updated afterwards."""
+
+
+VERSION_NOTE = """Managed node groups carry the control plane's version explicitly: pulumi-eks 4.4.0 fills
+``version`` from the cluster only when no launch template is given (nodejs/eks/nodes/nodegroup.ts,
+createManagedNodeGroup), and both groups use this stack's own template, so without it a node group stays on the
+version it was created with while the control plane moves on, and EKS wants the managed nodes on the control
+plane's minor before the next control-plane update ("Update existing cluster to new Kubernetes version"). A node
+group depends on its cluster, so one ``pulumi up`` updates the control plane first, then the nodes (EKS recycles
+them: "Managed node update behavior"); EKS refuses a node group version above the control plane's ("Update a
+managed node group for your cluster")."""
 
 
 class SystemNodeGroup(pulumi.ComponentResource):
@@ -72,6 +85,7 @@ class SystemNodeGroup(pulumi.ComponentResource):
             subnet_ids=args.subnet_ids,
             instance_types=[args.instance_type.name],
             ami_type="AL2023_x86_64_STANDARD",
+            version=args.kubernetes_version,  # VERSION_NOTE
             launch_template=launch_template_ref(self.launch_template),
             scaling_config={"desired_size": n, "min_size": n, "max_size": max(n, 1)},
             labels=self.labels,
@@ -101,6 +115,8 @@ class EfaGpuNodeGroupArgs:
     """IMDS hop limit and root-volume encryption, written into the group's own launch template."""
     capacity: GpuCapacity = field(default_factory=GpuCapacity)
     """On demand (default), an ODCR or a Capacity Block: the launch template's target and the group's capacityType."""
+    kubernetes_version: str | None = None
+    """The control plane's MAJOR.MINOR (see :data:`VERSION_NOTE`)."""
 
 
 class EfaGpuNodeGroup(pulumi.ComponentResource):
@@ -162,6 +178,7 @@ class EfaGpuNodeGroup(pulumi.ComponentResource):
             subnet_ids=self.subnet_ids,
             instance_types=None if in_template else [it.name],
             ami_type="AL2023_x86_64_NVIDIA",
+            version=args.kubernetes_version,  # VERSION_NOTE
             gpu=None,
             launch_template=launch_template_ref(self.launch_template),
             capacity_type=args.capacity.node_group_capacity_type,

@@ -21,13 +21,14 @@ import pulumi
 from .capacity import (BLOCK_TERMINATION_LEAD_MINUTES, CAPACITY_BLOCK, PENDING_BLOCK_STATES, RESERVATION, GpuCapacity,
                        block_problem, read_capacity_block)
 from .checkpoint_bucket import CheckpointBucket, CheckpointBucketArgs
-from .cluster import Cluster, ClusterArgs, deployer_principal, without_creator
+from .cluster import Cluster, ClusterArgs, access_plan
 from .config import LARGE_NODE_COUNT, ConfigError, StackConfig
 from .cost import estimate
 from .device_plugins import DevicePlugins, DevicePluginsArgs
 from .efa_check import Deadlines, EfaCheckJob, EfaCheckJobArgs, gate_transport
 from .eks_versions import version_warning
 from .kuberay import KubeRayOperator, KubeRayOperatorArgs
+from .live_cluster import lagging_warning, read_live_cluster, upgrade_problem
 from .launch_template import NodeHardening
 from .network import Network, NetworkArgs
 from .node_groups import EfaGpuNodeGroup, EfaGpuNodeGroupArgs, SystemNodeGroup, SystemNodeGroupArgs
@@ -127,6 +128,8 @@ class EfaRayClusterArgs(TypedDict, total=False):
     """IAM role/user ARNs given EKS access entries with AmazonEKSClusterAdminPolicy (kubectl, port-forward to Ray)."""
     clusterViewerArns: list[str]
     """IAM role/user ARNs given EKS access entries with AmazonEKSAdminViewPolicy (read-only kubectl, no port-forward)."""
+    clusterCreatorArn: str
+    """Only for a cluster created with EKS's creator admin entry (bootstrapClusterCreatorAdminPermissions): the IAM principal that created it; the stack makes no entry for it (docs/upgrades.md)."""
     s3GatewayEndpoint: bool
     """S3 gateway VPC endpoint on the private route tables: checkpoints and image layers skip the NAT's per-GB fee."""
     # -- end of generated keys --
@@ -195,15 +198,17 @@ class EfaRayCluster(pulumi.ComponentResource):
             pulumi.log.warn(f"Capacity Block {block.id} is {block.state} until {block.start_date}: its nodes cannot "
                             f"launch before, so the node group waits and may time out; deploy with gpuNodeCount 0 "
                             "and raise it once the block is active")
-        admin_arns = cfg.clusterAdminArns
-        if cfg.clusterAdminArns or cfg.clusterViewerArns:  # EKS already gives the deployer an admin entry
-            creator = deployer_principal()
-            try:
-                admin_arns, note = without_creator(cfg.clusterAdminArns, cfg.clusterViewerArns, creator)
-            except ValueError as e:
-                raise ConfigError("clusterViewerArns", creator, str(e)) from None
-            if note:
-                pulumi.log.warn(note)
+        live = read_live_cluster(name)  # what this update changes from: EKS's view, whoever runs it
+        if live is not None:
+            problem = upgrade_problem(live.version, cfg.kubernetesVersion)
+            if problem:  # EKS refuses it; before any resource, preview included
+                raise ConfigError("kubernetesVersion", cfg.kubernetesVersion, problem)
+            lagging = lagging_warning(live, cfg.kubernetesVersion)
+            if lagging:
+                pulumi.log.warn(lagging)
+        access = access_plan(name, cfg.clusterAdminArns, cfg.clusterViewerArns, cfg.clusterCreatorArn, live)
+        for note in access.warnings:
+            pulumi.log.warn(note)
         version_note = version_warning(cfg.kubernetesVersion)
         if version_note:  # extended support: $0.60/h instead of $0.10/h
             pulumi.log.warn(version_note)
@@ -226,17 +231,19 @@ class EfaRayCluster(pulumi.ComponentResource):
             private_subnet_ids=network.private_subnet_ids, kubernetes_version=cfg.kubernetesVersion,
             endpoint_public_access=cfg.endpointPublicAccess, endpoint_public_access_cidrs=cfg.endpointPublicAccessCidrs,
             encrypt_secrets=cfg.encryptSecrets, pod_identity_agent=cfg.checkpointBucket,
-            enable_network_policy=cfg.networkPolicy, admin_arns=admin_arns,
-            viewer_arns=cfg.clusterViewerArns, tags=tags), opts=child)
+            enable_network_policy=cfg.networkPolicy, admin_arns=cfg.clusterAdminArns,
+            viewer_arns=cfg.clusterViewerArns, creator_admin=access.creator_admin, creator_arn=access.creator_arn,
+            tags=tags), opts=child)
         system = SystemNodeGroup("system", SystemNodeGroupArgs(
             cluster=cluster.eks, node_role=cluster.node_role, subnet_ids=network.private_subnet_ids,
-            instance_type=cfg.system_type, root_volume_gib=cfg.systemRootVolumeGiB, hardening=hardening), opts=child)
+            instance_type=cfg.system_type, root_volume_gib=cfg.systemRootVolumeGiB, hardening=hardening,
+            kubernetes_version=cfg.kubernetesVersion), opts=child)
         gpu = EfaGpuNodeGroup("gpu", EfaGpuNodeGroupArgs(
             cluster=cluster.eks, node_role=cluster.node_role, cluster_security_group_id=cluster.security_group_id,
             subnet_ids=network.gpu_subnet_id.apply(lambda s: [s]), instance_type=cfg.gpu_type,
             availability_zone=gpu_az, node_count=cfg.gpuNodeCount, efa=cfg.efa,
             allow_single_node=cfg.allowSingleEfaNode, root_volume_gib=cfg.gpuRootVolumeGiB, hardening=hardening,
-            capacity=capacity), opts=child)
+            capacity=capacity, kubernetes_version=cfg.kubernetesVersion), opts=child)
         plugins = DevicePlugins("device-plugins", DevicePluginsArgs(provider=cluster.provider, efa=cfg.efa,
                                                                    instance_types=[cfg.gpuInstanceType]),
                                 opts=opts_with(depends_on=[gpu]))

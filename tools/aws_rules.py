@@ -54,8 +54,23 @@ class Account:
     """Fake id -> the recorded resource (``.type``, ``.name``, ``.inputs``), or None."""
     zone_types: dict[str, str] = field(default_factory=dict)
     """Zone name -> ``availability-zone`` | ``local-zone`` | ``wavelength-zone`` (DescribeAvailabilityZones ZoneType)."""
-    creator_arn: str | None = None
-    """The IAM principal (role/user ARN) that runs ``pulumi up``: EKS gives it the bootstrap access entry."""
+    caller_arn: str | None = None
+    """The IAM principal (role/user ARN) running this ``pulumi up``: EKS's creator only of a cluster created now."""
+    world: Any = None
+    """The account's EKS state across runs (``tools.mock_account.MockAccount``): live clusters, their entries and
+    node group versions, the stack's state (None: a run with nothing deployed before)."""
+    pending_clusters: dict[str, Any] = field(default_factory=dict)
+    """Cluster name -> the cluster as this run's registration asks for it (live, or being created by this caller)."""
+    by_urn: Callable[[Any], Any] = lambda _urn: None
+    """URN -> the resource recorded earlier in this run."""
+    urn: str = ""
+    """URN of the registration being judged (tells a create from an update)."""
+
+    def cluster(self, name: Any) -> Any:
+        """The EKS cluster ``name`` during this run: as requested here, else as it lives in the account."""
+        if name in self.pending_clusters:
+            return self.pending_clusters[name]
+        return self.world.clusters.get(name) if self.world is not None else None
 
 
 @dataclass(frozen=True)
@@ -149,12 +164,44 @@ def _cluster_subnets_in_azs(name: str, inputs: dict[str, Any], acct: Account) ->
     return None
 
 
-def _no_second_creator_entry(name: str, inputs: dict[str, Any], acct: Account) -> str | None:
-    arn = inputs.get("principalArn")
-    if acct.creator_arn and arn == acct.creator_arn:
-        return (f"an access entry for {arn}, the identity that created the cluster: EKS already made its entry "
-                "(bootstrapClusterCreatorAdminPermissions, on by default), so CreateAccessEntry answers 409 "
-                "ResourceInUseException")
+def _one_entry_per_principal(name: str, inputs: dict[str, Any], acct: Account) -> str | None:
+    principal, cname = inputs.get("principalArn"), inputs.get("clusterName")
+    c = acct.cluster(cname)
+    if c is None or principal not in c.entries or c.entries[principal] == acct.urn:
+        return None  # no such cluster known, no entry yet, or this resource's own (an update, not a create)
+    holder = c.entries[principal]
+    who = ("EKS's own entry for the principal that created the cluster (bootstrapClusterCreatorAdminPermissions, "
+           f"created by {c.creator_arn})") if holder is None else f"the entry {holder.rsplit('::', 1)[-1]} made"
+    return (f"an access entry for {principal} on cluster {cname}, which already has one ({who}): CreateAccessEntry "
+            "answers 409 ResourceInUseException")
+
+
+def _cluster_version_step(name: str, inputs: dict[str, Any], acct: Account) -> str | None:
+    from ..components.live_cluster import upgrade_problem
+
+    live = acct.world.clusters.get(inputs.get("name") or name) if acct.world is not None else None
+    wanted = inputs.get("version")
+    if live is None or not isinstance(wanted, str) or not wanted:
+        return None
+    return upgrade_problem(live.version, wanted)
+
+
+def _version_key(v: Any) -> tuple[int, ...]:
+    try:
+        return tuple(int(p) for p in str(v).split(".")[:2])
+    except ValueError:
+        return ()
+
+
+def _node_group_not_above_control_plane(name: str, inputs: dict[str, Any], acct: Account) -> str | None:
+    wanted = inputs.get("version")
+    ref = inputs.get("cluster")
+    owner = acct.by_urn(getattr(ref, "urn", ref))
+    plane = owner.inputs.get("version") if owner is not None else None
+    if not isinstance(wanted, str) or not isinstance(plane, str) or not _version_key(wanted) or not _version_key(plane):
+        return None
+    if _version_key(wanted) > _version_key(plane):
+        return f"node group version {wanted} is newer than the control plane's {plane}"
     return None
 
 
@@ -234,11 +281,22 @@ RULES: tuple[AwsRule, ...] = (
             "cluster subnets in a Local Zone or Wavelength Zone (zone-type other than availability-zone)",
             "EKS user guide: View Amazon EKS networking requirements for VPC and subnets",
             "https://docs.aws.amazon.com/eks/latest/userguide/network-reqs.html", _cluster_subnets_in_azs),
-    AwsRule("no-second-creator-entry", "EKS", ACCESS_ENTRY,
-            "a second access entry for the principal that created the cluster (409 ResourceInUseException)",
+    AwsRule("one-entry-per-principal", "EKS", ACCESS_ENTRY,
+            "an access entry for a principal that already has one on the cluster, EKS's creator entry "
+            "(bootstrapClusterCreatorAdminPermissions; the creator is who created the cluster, not who runs this "
+            "update) included (409 ResourceInUseException)",
             "EKS API reference: CreateAccessConfigRequest (bootstrapClusterCreatorAdminPermissions) and "
             "CreateAccessEntry", "https://docs.aws.amazon.com/eks/latest/APIReference/API_CreateAccessConfigRequest.html",
-            _no_second_creator_entry),
+            _one_entry_per_principal),
+    AwsRule("one-minor-at-a-time", "EKS", EKS_CLUSTER,
+            "a control-plane version update that skips a minor version or goes down",
+            "EKS user guide: Update existing cluster to new Kubernetes version",
+            "https://docs.aws.amazon.com/eks/latest/userguide/update-cluster.html", _cluster_version_step),
+    AwsRule("node-group-not-above-control-plane", "EKS", MNG,
+            "a managed node group version newer than its control plane's",
+            "EKS user guide: Update a managed node group for your cluster",
+            "https://docs.aws.amazon.com/eks/latest/userguide/update-managed-node-group.html",
+            _node_group_not_above_control_plane),
     AwsRule("pod-identity-trust", "IAM", IAM_ROLE,
             "(denies every AssumeRole of) a Pod Identity trust policy without sts:AssumeRole and sts:TagSession, or "
             "requiring a session tag Pod Identity never adds",

@@ -22,6 +22,7 @@ from pulumi.runtime import settings as _settings
 from pulumi.runtime.mocks import MockMonitor
 
 from . import aws_rules
+from .mock_account import MockAccount
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 PROGRAM = PROJECT_ROOT / "__main__.py"
@@ -192,7 +193,7 @@ class RecordingMocks(pulumi.runtime.Mocks):
     """Mocks that record each resource and answer invokes deterministically."""
 
     def __init__(self, run: MockRun, region: str, offerings: dict[str, list[str]] | None = None,
-                 caller_arn: str = DEPLOYER_ARN, strict: bool = True):
+                 caller_arn: str = DEPLOYER_ARN, strict: bool = True, account: MockAccount | None = None):
         self.run = run
         self.region = region
         self.offerings = offerings
@@ -202,7 +203,12 @@ class RecordingMocks(pulumi.runtime.Mocks):
         self.strict = strict
         """Refuse, at the resource, what the real AWS APIs refuse (tools/aws_rules.py)."""
         self.by_id: dict[str, Recorded] = {}
-        self.account = aws_rules.Account(self.by_id.get, region_zones(region), issuer_arn(caller_arn))
+        self.world = account if account is not None else MockAccount()
+        """EKS state across runs: the live clusters this run reads and changes (tools/mock_account.py)."""
+        by_urn = {}
+        self.by_urn = by_urn
+        self.account = aws_rules.Account(self.by_id.get, region_zones(region), issuer_arn(caller_arn), self.world,
+                                         by_urn=by_urn.get)
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs):
         parent, urn, options = self.monitor.current if self.monitor else (None, "", {})
@@ -242,7 +248,12 @@ class RecordingMocks(pulumi.runtime.Mocks):
         self.run.ids[urn] = rid
         if rid not in self.by_id or args.typ in (aws_rules.LAUNCH_TEMPLATE, aws_rules.SUBNET):
             self.by_id[rid] = rec  # ids are ``<name>-id``: an Eip and its NAT gateway share one; keep the kinds rules read
+        self.by_urn[urn] = rec
+        if args.typ == aws_rules.EKS_CLUSTER:  # the cluster as this request leaves it (created now: by this caller)
+            c = self.world.cluster_as_requested(rec, self.account.caller_arn)
+            self.account.pending_clusters[c.name] = c
         if self.strict:
+            self.account.urn = urn
             aws_rules.check(args.typ, args.name, rec.inputs, self.account)
         return rid, state
 
@@ -275,10 +286,27 @@ class RecordingMocks(pulumi.runtime.Mocks):
                     zones = {n: t for n, t in zones.items() if t in (f.get("values") or [])}
             names = sorted(zones)
             return {"id": self.region, "names": names, "zoneIds": names}, []
+        if args.token == "aws:eks/getClusters:getClusters":  # ListClusters: the account's live clusters
+            return {"id": self.region, "names": sorted(self.world.clusters)}, []
         if args.token == "aws:eks/getCluster:getCluster":
             name = args.args["name"]
-            return {"id": name, "name": name, "arn": f"arn:aws:eks:{self.region}:123456789012:cluster/{name}",
-                    "vpcConfig": {"clusterSecurityGroupId": f"sg-{name}-cluster"}}, []
+            out = {"id": name, "name": name, "arn": f"arn:aws:eks:{self.region}:123456789012:cluster/{name}",
+                   "vpcConfig": {"clusterSecurityGroupId": f"sg-{name}-cluster"}}
+            live = self.world.clusters.get(name)
+            if live is not None:  # DescribeCluster of a cluster that exists
+                out.update(version=live.version, accessConfigs=[{
+                    "authenticationMode": "API",
+                    "bootstrapClusterCreatorAdminPermissions": live.bootstrap_creator_admin}])
+            return out, []
+        if args.token == "aws:eks/getNodeGroups:getNodeGroups":
+            live = self.world.clusters.get(args.args.get("clusterName"))
+            return {"id": str(args.args.get("clusterName")), "clusterName": args.args.get("clusterName"),
+                    "names": sorted(live.node_groups) if live else []}, []
+        if args.token == "aws:eks/getNodeGroup:getNodeGroup":
+            live = self.world.clusters.get(args.args.get("clusterName"))
+            ng = args.args.get("nodeGroupName")
+            return {"id": f"{args.args.get('clusterName')}:{ng}", "clusterName": args.args.get("clusterName"),
+                    "nodeGroupName": ng, "version": live.node_groups.get(ng) if live else None}, []
         if args.token == "aws:index/getCallerIdentity:getCallerIdentity":
             return {"accountId": "123456789012", "arn": self.caller_arn, "id": "mock", "userId": "mock"}, []
         if args.token == "aws:iam/getSessionContext:getSessionContext":
@@ -310,12 +338,15 @@ def run_program(
     record: MockRun | None = None,
     caller_arn: str = DEPLOYER_ARN,
     strict: bool = True,
+    account: MockAccount | None = None,
 ) -> MockRun:
     """Run ``program`` under mocks with ``ray-efa-eks:`` config ``config``; return what it registered.
 
     Exceptions raised by the program (config errors) propagate unchanged; pass
     ``record`` to inspect what was registered before one was raised. ``strict`` (default) refuses what AWS would
     refuse (:class:`~.aws_rules.AwsRejected` at that resource); ``caller_arn`` is the deploying identity.
+    ``account``: the AWS account across runs (:class:`~.mock_account.MockAccount`): the program reads its live
+    cluster from it, and a run that succeeds is committed to it as EKS would apply it (a sequence of ``pulumi up``).
     """
     run = record if record is not None else MockRun()
     all_config = {"aws:region": region}
@@ -332,7 +363,7 @@ def run_program(
     _settings.ROOT.set(None)
     _rpc.deserialize_resource = _resource_ref  # idempotent; a no-op outside mock registrations
     pulumi.runtime.set_all_config(all_config)
-    mocks = RecordingMocks(run, region, offerings, caller_arn=caller_arn, strict=strict)
+    mocks = RecordingMocks(run, region, offerings, caller_arn=caller_arn, strict=strict, account=account)
     mocks.monitor = _ParentAwareMonitor(mocks)
     pulumi.runtime.set_mocks(mocks, project="ray-efa-eks", stack=stack, preview=False, monitor=mocks.monitor)
 
@@ -346,4 +377,6 @@ def run_program(
     outs = dict(getattr(root, "outputs", {}) or {})
     captured = _sync_await(pulumi.Output.all(**outs).future()) if outs else {}
     run.outputs = captured
+    if account is not None:
+        account.commit(run, issuer_arn(caller_arn))
     return run

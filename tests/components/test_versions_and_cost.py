@@ -1,4 +1,4 @@
-"""Kubernetes version support and price, cost by capacity mode, the system node's disk, the deployer's access entry.
+"""Kubernetes version support and price, cost by capacity mode, the system node's disk.
 
 What AWS bills and refuses, from the EKS and EC2 documents cited in components/eks_versions.py, components/cost.py
 and components/cluster.py; "today" is pinned to 2026-12-04 where a figure depends on it.
@@ -147,22 +147,4 @@ def test_system_root_volume_is_stack_config_of_at_least_100_gib():
         StackConfig.from_mapping({"systemRootVolumeGiB": 50})
 
 
-# -- the deployer's access entry -----------------------------------------------------------------------------------
-
-DEPLOYER_ROLE = "arn:aws:iam::123456789012:role/Deployer"
-SESSION = "arn:aws:sts::123456789012:assumed-role/Deployer/ci"
-OTHER = "arn:aws:iam::123456789012:role/Admin"
-
-
-def test_deployer_listed_as_admin_gets_no_second_entry(warnings):
-    run = run_program({"clusterAdminArns": [DEPLOYER_ROLE, OTHER], "efaCheck": "false"}, caller_arn=SESSION)
-    entries = [r["principalArn"] for r in run.of_type("aws:eks/accessEntry:AccessEntry")]
-    assert entries == [OTHER]
-    assert [w for w in warnings if f"{DEPLOYER_ROLE} runs pulumi up and already gets" in w]
-
-
-def test_deployer_listed_as_viewer_is_refused_before_any_resource():
-    record = MockRun()
-    with pytest.raises(ConfigError, match="409 ResourceInUseException") as e:
-        run_program({"clusterViewerArns": [DEPLOYER_ROLE]}, caller_arn=SESSION, record=record)
-    assert e.value.key == "clusterViewerArns" and record.resources == []
+# -- the deployer's access entry: tests/components/test_lifecycle_cluster.py (item 2 of issue 34) -------------------

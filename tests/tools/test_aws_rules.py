@@ -13,6 +13,7 @@ import pytest
 
 from ray_efa_eks.tools import aws_rules
 from ray_efa_eks.tools.aws_rules import AwsRejected
+from ray_efa_eks.tools.mock_account import EksCluster, MockAccount
 from ray_efa_eks.tools.mockrun import run_program
 
 PROGRAM = textwrap.dedent('''
@@ -35,8 +36,15 @@ PROGRAM = textwrap.dedent('''
         sub = aws.ec2.Subnet("sub", vpc_id="vpc-1", cidr_block="10.0.0.0/20", availability_zone=shape["zone"])
         ok = aws.ec2.Subnet("ok", vpc_id="vpc-1", cidr_block="10.0.16.0/20", availability_zone="us-east-1b")
         eks.Cluster("eks", vpc_id="vpc-1", private_subnet_ids=[sub.id, ok.id], skip_default_node_group=True)
-    if "principal" in shape:
-        aws.eks.AccessEntry("entry", cluster_name="ray", principal_arn=shape["principal"], type="STANDARD")
+    if "principal" in shape:  # the cluster is created in this run, by whoever runs it
+        cluster = eks.Cluster("ray-eks", name="ray", authentication_mode="API", skip_default_node_group=True)
+        aws.eks.AccessEntry("entry", cluster_name="ray", principal_arn=shape["principal"], type="STANDARD",
+                            opts=pulumi.ResourceOptions(depends_on=[cluster]))
+    if "version" in shape:  # a control plane EKS runs at shape["live"], updated to shape["version"]
+        cluster = eks.Cluster("ray-eks", name="ray", version=shape["version"], skip_default_node_group=True)
+        if "ng_version" in shape:
+            eks.ManagedNodeGroup("ng", cluster=cluster, node_role="arn:aws:iam::123456789012:role/n",
+                                 subnet_ids=["subnet-a"], version=shape["ng_version"])
     if "trust" in shape:
         aws.iam.Role("role", assume_role_policy=json.dumps(shape["trust"]))
 ''')
@@ -72,8 +80,11 @@ CASES = {
          "mng": {"instance_types": ["p5.48xlarge"]}},
         {"lt": {"vpc_security_group_ids": ["sg-1"]}, "mng": {"instance_types": ["p5.48xlarge"]}}),
     "cluster-subnets-in-azs": ({"zone": "us-east-1-atl-2a"}, {"zone": "us-east-1a"}),
-    "no-second-creator-entry": ({"principal": "arn:aws:iam::123456789012:user/mock"},
+    "one-entry-per-principal": ({"principal": "arn:aws:iam::123456789012:user/mock"},
                                 {"principal": "arn:aws:iam::123456789012:role/Admin"}),
+    "one-minor-at-a-time": ({"live": "1.33", "version": "1.35"}, {"live": "1.33", "version": "1.34"}),
+    "node-group-not-above-control-plane": ({"live": "1.34", "version": "1.34", "ng_version": "1.35"},
+                                           {"live": "1.34", "version": "1.35", "ng_version": "1.35"}),
     "pod-identity-trust": ({"trust": _trust({"StringEquals": {**SCOPED["StringEquals"],
                                                               "aws:RequestTag/kubernetes-cluster": "ray"}})},
                            {"trust": _trust(SCOPED)}),
@@ -88,6 +99,8 @@ def program(tmp_path_factory):
 
 
 def _run(program, shape: dict, **kw):
+    if "live" in shape:  # an account where EKS already runs cluster "ray" at that version
+        kw.setdefault("account", MockAccount(clusters={"ray": EksCluster("ray", shape["live"], False, "x")}))
     return run_program({"t:shape": json.dumps(shape)}, program=program, **kw)
 
 
@@ -144,5 +157,18 @@ def test_pod_identity_trust_aws_accepts_and_the_layout_rules_warn(program, trust
 
 def test_assumed_role_deployer_is_the_creator(program):
     role = "arn:aws:iam::123456789012:role/Deployer"
-    with pytest.raises(AwsRejected, match="no-second-creator-entry"):
+    with pytest.raises(AwsRejected, match="one-entry-per-principal"):
         _run(program, {"principal": role}, caller_arn="arn:aws:sts::123456789012:assumed-role/Deployer/ci-session")
+
+
+def test_the_creator_is_who_created_the_cluster_not_who_runs_the_update(program):
+    """A creates the cluster (EKS holds A's entry); B's later run asking for an entry for A is refused, and B's own
+    entry is accepted: the mock no longer takes the caller for the creator."""
+    a, b = "arn:aws:iam::123456789012:role/A", "arn:aws:iam::123456789012:role/B"
+    acct = MockAccount()
+    _run(program, {"principal": b}, caller_arn=a, account=acct)  # A creates "ray", an entry for B
+    assert acct.clusters["ray"].creator_arn == a and set(acct.clusters["ray"].entries) == {a, b}
+    _run(program, {"principal": b}, caller_arn=b, account=acct)  # B runs the same program: nothing new
+    with pytest.raises(AwsRejected, match="one-entry-per-principal") as e:
+        _run(program, {"principal": a}, caller_arn=b, account=acct)  # B asks for A's entry: EKS already holds it
+    assert "created by arn:aws:iam::123456789012:role/A" in str(e.value)

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from ray_efa_eks.tools import plan as planmod
+from ray_efa_eks.tools import rules
 from ray_efa_eks.tools.layout import MNG
 from ray_efa_eks.tools.plan import Plan, main
 
@@ -63,7 +64,7 @@ def test_default_plan_text(capsys):
         "KubeRay chart: 1.7.0",
         "image tags: train-ml-cuda-v1.1",
         "estimated cost: $9.55/hour",
-        "Layout rules: all 8 pass",
+        f"Layout rules: all {len(rules.RULE_IDS)} pass",
         "├─ ray-efa-eks:index:EfaGpuNodeGroup  gpu",
         "│  └─ eks:index:ManagedNodeGroup  gpu-mng",
     ]:
@@ -92,7 +93,8 @@ def test_default_plan_json(plans, default_run):
     assert {"type": MNG, "name": "gpu-mng", "parent": "ray-efa-eks:index:EfaGpuNodeGroup gpu"} in p["resources"]
     assert len(p["resources"]) == len(default_run.resources)
     assert p["rules"] == {"checked": ["gpu-one-az", "efa-interfaces", "efa-sg-self-rule", "gpu-capacity", "guaranteed-qos", "one-image",
-                                      "pinned-image", "private-dashboard"], "violations": []}
+                                      "pinned-image", "private-dashboard", "pod-identity-trust-scoped",
+                                      "pod-identity-trust-keys"], "violations": []}
     assert Plan.from_json(p).to_json() == p
 
 
@@ -106,7 +108,7 @@ def test_diff_default_vs_p5_shows_interfaces_gpus_and_cost(capsys, plans):
                 "| pod `ray-raycluster worker gpu` GPU | 4 | 8 |",
                 "| estimated $/hour | 9.55 | 110.43 |",
                 "Resources: none added or removed",
-                "Layout rules: ✅ all 8 pass."]:
+                f"Layout rules: ✅ all {len(rules.RULE_IDS)} pass."]:
         assert row in out, row
     assert "system-mng" not in out  # unchanged settings are not listed
 
@@ -134,7 +136,7 @@ def test_check_prints_one_line_per_broken_rule_and_exits_1(capsys, tmp_path):
     lines = out.strip().splitlines()
     aws = next(i for i, ln in enumerate(lines) if ln.startswith("AWS API rules"))
     layout_lines, aws_lines = lines[:aws], lines[aws:]
-    assert layout_lines[0] == "Layout rules: 1 of 8 broken (private-dashboard):"
+    assert layout_lines[0] == f"Layout rules: 1 of {len(rules.RULE_IDS)} broken (private-dashboard):"
     assert len(layout_lines) == 2
     assert layout_lines[1].startswith("[private-dashboard] kubernetes:core/v1:Service dashboard-lb: ")
     assert "Fix: keep the head Service ClusterIP" in layout_lines[1]
@@ -151,8 +153,7 @@ def test_check_names_the_aws_rule_a_program_breaks(capsys, monkeypatch):
 
     monkeypatch.setattr(pod_identity, "pod_identity_trust_policy", lambda *a: json.dumps({
         "Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Principal": {"Service": "pods.eks.amazonaws.com"},
-                                                "Action": ["sts:AssumeRole", "sts:TagSession"],
-                                                "Condition": {"ArnEquals": {"aws:SourceArn": "arn"}}}]}))
+                                                "Action": ["sts:AssumeRole"]}]}))  # no sts:TagSession
     code, out = run_cli(capsys, "--check")
     assert code == 2
     assert "IAM would refuse aws:iam/role:Role ray-storage-role" in out and "[aws-rule pod-identity-trust;" in out
