@@ -75,9 +75,10 @@ class StackConfig:
     """GPU AZ. Unset: the first AZ of the region that offers gpuInstanceType."""
     kubernetesVersion: str = key(
         DEFAULT_KUBERNETES_VERSION, allowed="MAJOR.MINOR of a version EKS still supports (components/eks_versions.py)",
-        live=live("in-place",
-                  note="EKS upgrades the control plane in place, one minor version at a time and never down; the node"
-                       " groups' inputs do not change"))
+        live=live("cluster", "system-node", "gpu-nodes",
+                  note="one minor version at a time and never down (refused before any change otherwise): EKS "
+                       "updates the control plane, then both node groups follow it and EKS replaces every node "
+                       "([Upgrades](upgrades.md))"))
     """EKS Kubernetes version (MAJOR.MINOR); one in extended support costs $0.60/h instead of $0.10/h (a warning), one past it is refused."""
     vpcCidr: str = key(
         "10.0.0.0/16", allowed="an IPv4 CIDR from /16 to /20",
@@ -264,9 +265,9 @@ class StackConfig:
     """IAM role/user ARNs given EKS access entries with AmazonEKSAdminViewPolicy (read-only kubectl, no port-forward)."""
     clusterCreatorArn: str | None = key(
         None, allowed="an IAM role or user ARN",
-        live=live("in-place",
-                  note="only for a cluster created with EKS's creator entry (every stack created before issue 34, or "
-                       "with no admins listed): the stack stops making an entry for that principal "
+        live=live("none",
+                  note="names the principal EKS already holds an admin entry for on a cluster created with it (every "
+                       "stack created before issue 34, or with no admins listed), so the stack makes none for it "
                        "([Upgrades](upgrades.md))"))
     """Only for a cluster created with EKS's creator admin entry (bootstrapClusterCreatorAdminPermissions): the IAM principal that created it; the stack makes no entry for it (docs/upgrades.md)."""
     s3GatewayEndpoint: bool = key(

@@ -37,6 +37,7 @@ SAMPLES: dict[str, tuple[dict, dict]] = {
     "systemInstanceType": ({}, {"systemInstanceType": "m7i.2xlarge"}),
     "availabilityZone": ({}, {"availabilityZone": "us-east-1b"}),
     "kubernetesVersion": ({"kubernetesVersion": "1.34"}, {"kubernetesVersion": "1.35"}),
+    "clusterCreatorArn": ({}, {"clusterCreatorArn": "arn:aws:iam::123456789012:role/Creator"}),
     "vpcCidr": ({}, {"vpcCidr": "10.1.0.0/16"}),
     "dlcImage": ({}, {"dlcImage": "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.2"}),
     "rayVersion": ({}, {"rayVersion": "2.59.0"}),
