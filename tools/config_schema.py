@@ -155,8 +155,8 @@ def _replace_args(text: str) -> str:
     return pattern.sub(lambda _: render_args_block(), text, count=1)
 
 
-README_BEGIN = "<!-- config table: generated from StackConfig by config_schema --write -->\n"
-README_END = "<!-- end of config table -->\n"
+DOCS_BEGIN = "<!-- config table: generated from StackConfig by config_schema --write -->\n"
+DOCS_END = "<!-- end of config table -->\n"
 
 
 def _allowed(k: dict[str, Any]) -> str:
@@ -181,7 +181,7 @@ def render_effects_legend() -> str:
                      for e, (label, meaning) in EFFECTS.items()) + "\n"
 
 
-def render_readme_table() -> str:
+def render_docs_table() -> str:
     """The configuration table of docs/configuration.md: key, type, default, allowed values, description and what a
     change does to a deployed stack."""
     rows = ["| key | type | default | allowed values | description | on a live stack (next `pulumi up`) |",
@@ -198,16 +198,16 @@ def render_readme_table() -> str:
     return "\n".join(rows) + "\n"
 
 
-def _replace_readme(text: str) -> str:
-    pattern = re.compile(re.escape(README_BEGIN) + r".*?" + re.escape(README_END), re.S)
+def _replace_docs(text: str) -> str:
+    pattern = re.compile(re.escape(DOCS_BEGIN) + r".*?" + re.escape(DOCS_END), re.S)
     if not pattern.search(text):
         raise ValueError(f"{DOCS_FILE} lacks the config table markers")
     block = ("What the last column's words mean (`pulumi up` after changing the key on a deployed stack):\n\n"
-             + render_effects_legend() + "\n" + render_readme_table())
-    return pattern.sub(lambda _: README_BEGIN + block + README_END, text, count=1)
+             + render_effects_legend() + "\n" + render_docs_table())
+    return pattern.sub(lambda _: DOCS_BEGIN + block + DOCS_END, text, count=1)
 
 
-TARGETS = {"Pulumi.yaml": _replace_pulumi_yaml, "components/stack.py": _replace_args, DOCS_FILE: _replace_readme}
+TARGETS = {"Pulumi.yaml": _replace_pulumi_yaml, "components/stack.py": _replace_args, DOCS_FILE: _replace_docs}
 
 
 def project_root(start: Path) -> Path | None:
