@@ -49,7 +49,7 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Iterable
 
-from .cli import EXIT_USAGE, ArgumentParser
+from .cli import EXIT_USAGE, ArgumentParser, run_cli
 
 EXIT = {"efa": 0, "fallback": 1, "undetermined": 2, "unreadable": 3, "usage": EXIT_USAGE}
 EXIT_INTERRUPTED = 130
@@ -769,4 +769,4 @@ def with_verdict(rep: Report, verdict: str, reason: str, cause: str | None = Non
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_cli(main, None, "python -m ray_efa_eks.efacheck.nccl_log"))

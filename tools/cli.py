@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import argparse
 
-from ..training.cli import EXIT_USAGE, ArgumentParser
+from ..training.cli import EXIT_USAGE, ArgumentParser, run_cli
 
-__all__ = ["EXIT_USAGE", "ArgumentParser", "positive_int"]
+__all__ = ["EXIT_USAGE", "ArgumentParser", "positive_int", "run_cli"]
 
 
 def positive_int(text: str) -> int:

@@ -2,7 +2,8 @@
 
 Each subcommand hands its arguments to that module's ``main`` unchanged, so its options and exit codes are the
 module's own (``python -m ray_efa_eks.<package>.<module>`` stays as an alias). ``ray-efa-eks SUBCOMMAND --help``
-shows them.
+shows them; tools/exit_status.py tables every code (docs/cli.md). Both run through ``run_cli``
+(training/cli.py): 64 usage, Ctrl-C 130, SIGTERM 143, an unexpected exception one line and a trace file (70).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import importlib
 import sys
 from typing import NamedTuple
 
+from ..training.cli import run_cli
 from .cli import EXIT_USAGE
 
 ROOT = __package__.rpartition(".")[0] or "ray_efa_eks"
@@ -72,7 +74,11 @@ def usage() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    """``ray-efa-eks ARGS``: the subcommand's exit code (tools/exit_status.py), never a traceback."""
+    return run_cli(_dispatch, argv, PROG)
+
+
+def _dispatch(argv: list[str], prog: str) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(usage(), end="", file=sys.stdout if argv else sys.stderr)
         return 0 if argv else EXIT_USAGE
@@ -81,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     if sub is None:
         print(f"{PROG}: error: unknown subcommand {name!r}\n\n{usage()}", end="", file=sys.stderr)
         return EXIT_USAGE
-    module = importlib.import_module(f"{ROOT}.{sub.module}")
+    module = importlib.import_module(f"{ROOT}.{sub.module}")  # inside run_cli: a failing import is one line too
     args = _positionals_last(rest, sub.positionals_after) if sub.positionals_after else rest
     if sub.positionals_after:
         flag = args.index(sub.positionals_after)
@@ -90,11 +96,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{PROG} {name}: error: {odd[0]!r} is not a git ref or a saved plan (a ref never starts with "
                   f"'-'); e.g. {PROG} {name} origin/main", file=sys.stderr)
             return EXIT_USAGE
-    try:
-        return int(module.main([*sub.prefix, *args], prog=f"{PROG} {name}") or 0)
-    except KeyboardInterrupt:
-        print(f"{PROG} {name}: interrupted", file=sys.stderr)
-        return 130
+    prog = f"{PROG} {name}"
+    return run_cli(lambda a, p: module.main(a, prog=p), [*sub.prefix, *args], prog)
 
 
 if __name__ == "__main__":

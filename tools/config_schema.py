@@ -22,7 +22,7 @@ from dataclasses import MISSING, fields
 from pathlib import Path
 from typing import Any
 
-from .cli import ArgumentParser
+from .cli import ArgumentParser, run_cli
 from ..components.config import NAMESPACE, StackConfig
 from ..components.config_fields import EFFECTS, Live
 
@@ -236,7 +236,9 @@ def write(root: Path = ROOT) -> list[str]:
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     p = ArgumentParser(prog=prog or "python -m ray_efa_eks.tools.config_schema",
-                       description="Keep Pulumi.yaml's config block and EfaRayClusterArgs equal to StackConfig.")
+                       description="Keep Pulumi.yaml's config block and EfaRayClusterArgs equal to StackConfig.",
+                       epilog="exit codes: 0 up to date (or rewritten), 1 a copy is stale, 2 not a ray-efa-eks "
+                              "checkout, 64 usage error, 130 interrupted")
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--check", action="store_true", help="exit 1 when a copy is out of date")
     g.add_argument("--write", action="store_true", help="rewrite the copies")
@@ -268,4 +270,4 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_cli(main, None, "python -m ray_efa_eks.tools.config_schema"))

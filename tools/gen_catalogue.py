@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from .cli import ArgumentParser
+from .cli import ArgumentParser, run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 CATALOGUE_FILE = "components/catalogue.json"
@@ -375,4 +375,4 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_cli(main, None, "python -m ray_efa_eks.tools.gen_catalogue"))

@@ -39,7 +39,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .cli import EXIT_USAGE, ArgumentParser
+from .cli import EXIT_USAGE, ArgumentParser, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 MUTATIONS = ROOT / "tools" / "mutations.toml"
@@ -315,4 +315,4 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_cli(main, None, "python -m ray_efa_eks.tools.mutate"))

@@ -47,7 +47,7 @@ import botocore.exceptions
 from botocore.config import Config
 from botocore.parsers import ResponseParserError
 
-from .cli import ArgumentParser, positive_int
+from .cli import ArgumentParser, run_cli, positive_int
 
 DENIED_CODES = {
     "AccessDenied",
@@ -651,4 +651,4 @@ def _main(a: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_cli(main, None, "python -m ray_efa_eks.tools.preflight"))

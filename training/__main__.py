@@ -25,7 +25,10 @@ Exit codes (never a traceback):
     6   the cluster (--address) is too small: fewer CPUs (GPUs with --use-gpu) than --workers needs
     64  usage error (bad arguments, unknown --preset, a --name that would leave --storage-path, --use-gpu without
         --address, more local --workers than this machine holds: all checked before Ray starts)
-    130 interrupted (Ctrl-C); with --json the last stdout line is {"error": "interrupted", "exit_code": 130}
+    70  internal error (a bug): one line naming the file that holds the full trace
+    130 interrupted (Ctrl-C); with --json the last stdout line is {"error": "interrupted ...", "exit_code": 130}
+        and the message says how to resume (the same --name and --storage-path)
+    143 terminated (SIGTERM: a scheduler, ``kill``, ``kubectl delete``): the same as Ctrl-C, with 143
 
 Fabric: every run judges which network its collectives used with the EFA gate's own code (``training/fabric.py``
 over ``efacheck.nccl_log``): a ``[fabric]`` line once NCCL has initialised, and ``fabric`` in the ``[summary]``
@@ -49,7 +52,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 from urllib.parse import urlsplit
 
-from .cli import EXIT_USAGE, ArgumentParser
+from .cli import EXIT_INTERNAL, EXIT_USAGE, ArgumentParser, internal_error, interrupted_code, interruption, run_cli
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -335,9 +338,9 @@ def run_training(args: argparse.Namespace) -> dict:
     try:
         result = trainer.fit()
     except BaseException as e:  # noqa: BLE001 - Ray's Ctrl-C handler ends fit() with SystemExit
-        if interrupted:
-            raise CliError(EXIT_INTERRUPTED, f"interrupted (Ctrl-C): training run {name!r} was stopped; "
-                                             f"{resume}") from None
+        if interrupted or isinstance(e, KeyboardInterrupt):  # Ctrl-C, or SIGTERM (run_cli: the same path)
+            raise CliError(interrupted_code(), f"interrupted ({interruption()}): training run {name!r} was stopped; "
+                                               f"{resume}") from None
         if not isinstance(e, Exception):
             raise
         from ray.exceptions import RayActorError
@@ -351,7 +354,8 @@ def run_training(args: argparse.Namespace) -> dict:
                                         f"({type(e).__name__}: {_last_line(e)}); {resume}") from None
         raise
     if interrupted:
-        raise CliError(EXIT_INTERRUPTED, f"interrupted (Ctrl-C): training run {name!r} was stopped; {resume}")
+        raise CliError(interrupted_code(), f"interrupted ({interruption()}): training run {name!r} was stopped; "
+                                           f"{resume}")
     wall = time.perf_counter() - t0
     m = result.return_value  # rank 0's last metrics (Result.metrics only holds checkpointed ones)
     if m.get("refused") == "require_efa":
@@ -591,16 +595,14 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = "python -m ray_efa_ek
         return code
     except CliError as e:
         code, message, extra = e.code, str(e), e.extra
-    except KeyboardInterrupt:
-        code, message, extra = EXIT_INTERRUPTED, "interrupted", {}
-    except Exception as e:  # a failure we did not anticipate: one line, not a traceback
-        code, message, extra = EXIT_FAILED, f"unexpected {type(e).__name__}: {_first_line(e)}", {}
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM through run_cli, before or after the run itself
+        code, message, extra = interrupted_code(), f"interrupted ({interruption()})", {}
+    except Exception as e:  # a failure we did not anticipate: one line naming the trace file, not a traceback
+        code, message, extra = EXIT_INTERNAL, internal_error(prog, e).split(": ", 1)[1], {}
         if os.environ.get(DEBUG_ENV):
             import traceback
 
             traceback.print_exc()
-        else:
-            message += f" (set {DEBUG_ENV}=1 for the traceback)"
     print(f"error: {message}", file=sys.stderr, flush=True)
     if as_json:
         print(json.dumps({"error": message, "exit_code": code, **extra}), flush=True)
@@ -608,4 +610,4 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = "python -m ray_efa_ek
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_cli(main, None, "python -m ray_efa_eks.training"))

@@ -1,0 +1,159 @@
+"""One entry point, one exit-status table (issue 39): tools/exit_status.py, run_cli, docs/cli.md.
+
+Every subcommand's ``--help`` lists the codes the table gives it; docs/cli.md is the table rendered; SIGTERM takes
+Ctrl-C's path and exits 143 (train with its resume hint and JSON line, diff removing its temporary plan); an
+unexpected exception is one line naming a trace file (exit 70), never a traceback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ray_efa_eks.tools import command, exit_status
+from ray_efa_eks.training import cli as training_cli
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent / "ray-efa-eks"
+TRACEBACK = re.compile(r"Traceback \(most recent call last\)")
+
+
+def test_docs_cli_md_is_the_table():
+    current = exit_status.PAGE.read_text(encoding="utf-8")
+    assert current == exit_status.page_text(current), "docs/cli.md is stale: python -m ray_efa_eks.tools.exit_status --write"
+    for status in exit_status.ExitStatus:
+        assert f"| {int(status)} | {exit_status.MEANING[status]} |" in current
+
+
+def test_the_codes_are_defined_once():
+    assert exit_status.check_consistent() == []
+    assert set(exit_status.COMMANDS) == set(command.SUBCOMMANDS), "every subcommand has its row in the table"
+
+
+@pytest.mark.parametrize("name", sorted(command.SUBCOMMANDS))
+def test_help_lists_the_tables_codes(name):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = command.main([name, "--help"])
+    assert code == 0, err.getvalue()
+    listed = exit_status.help_codes(out.getvalue())
+    table = set(exit_status.COMMANDS[name])
+    assert table <= listed, f"{name} --help does not list {sorted(table - listed)}"
+    assert listed <= table | set(exit_status.COMMON), f"{name} --help lists {sorted(listed - table)}, not in the table"
+
+
+def test_sigterm_takes_ctrl_c_path_and_exits_143(capsys):
+    def main(argv, prog):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+        raise AssertionError("SIGTERM did not arrive")
+
+    before = signal.getsignal(signal.SIGTERM)
+    assert training_cli.run_cli(main, [], "demo") == 143
+    assert "demo: interrupted (SIGTERM)" in capsys.readouterr().err
+    assert signal.getsignal(signal.SIGTERM) is before, "run_cli restores the handler it replaced"
+    assert training_cli.run_cli(lambda a, p: 130, [], "demo") == 130, "a later Ctrl-C is not read as SIGTERM"
+
+
+def test_unexpected_exception_is_one_line_and_a_trace_file(capsys, monkeypatch, tmp_path):
+    monkeypatch.setattr(__import__("tempfile"), "tempdir", str(tmp_path))
+    from ray_efa_eks.efacheck import nccl_log
+
+    def boom(argv=None, prog=None):
+        raise ZeroDivisionError("planted bug\nsecond line")
+
+    monkeypatch.setattr(nccl_log, "main", boom)
+    code = command.main(["nccl-verdict", "x.log"])
+    err = capsys.readouterr().err
+    assert code == 70 and not TRACEBACK.search(err), err
+    assert len(err.strip().splitlines()) == 1 and "ZeroDivisionError: planted bug" in err, err
+    path = Path(re.search(r"the full trace is in (\S+);", err).group(1))
+    assert path.parent == tmp_path and "Traceback (most recent call last)" in path.read_text()
+    assert 'raise ZeroDivisionError("planted bug' in path.read_text()
+
+
+def test_train_sigterm_says_how_to_resume_like_ctrl_c(tmp_path, capsys):
+    """SIGTERM inside fit() (a scheduler stopping the driver) runs Ray Train's abort like Ctrl-C and exits 143 with
+    the resume hint (before: exit 134/1, no JSON line, no hint). Stand-in trainer as in test_bad_input's Ctrl-C case."""
+    from ray_efa_eks.training import __main__ as cli
+
+    class RayLikeTrainer:
+        def _register_sigint_handler(self, controller):
+            signal.signal(signal.SIGINT, lambda signum, frame: sys.exit(0))
+
+        def fit(self):
+            self._register_sigint_handler(None)
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+            raise AssertionError("SIGTERM did not arrive")
+
+    args = cli.train_parser().parse_args(["--storage-path", str(tmp_path), "--name", "sched"])
+
+    def main(argv, prog):
+        try:
+            cli.run_training(args)
+        except cli.CliError as e:
+            print(e, file=sys.stderr)
+            return e.code
+        return 0
+
+    saved = signal.getsignal(signal.SIGINT)
+    try:
+        with pytest.MonkeyPatch.context() as m:
+            m.setattr("ray_efa_eks.training.trainer.build_trainer", lambda **kw: RayLikeTrainer())
+            code = training_cli.run_cli(main, [], "train")
+    finally:
+        signal.signal(signal.SIGINT, saved)
+    err = capsys.readouterr().err
+    assert code == 143, err
+    assert "interrupted (SIGTERM)" in err and "--name sched" in err and "resume" in err, err
+
+
+def _wait_for(pred, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_diff_removes_its_temporary_plan_on_sigterm(tmp_path):
+    """Before: SIGTERM killed the process and left plan-base-* behind in TMPDIR."""
+    proc = subprocess.Popen([str(BIN), "diff", "HEAD"], cwd=ROOT, env={**os.environ, "TMPDIR": str(tmp_path)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        assert _wait_for(lambda: any(p.name.startswith("plan-base-") for p in tmp_path.iterdir())), "no temp plan"
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 143, err
+    assert not TRACEBACK.search(err), err
+    assert not any(p.name.startswith("plan-base-") for p in tmp_path.iterdir()), list(tmp_path.iterdir())
+
+
+def test_nccl_verdict_sigterm_exits_143():
+    proc = subprocess.Popen([sys.executable, "-m", "ray_efa_eks.efacheck.nccl_log", "-"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(1.5)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 143 and "interrupted" in err and not TRACEBACK.search(err), (proc.returncode, err)
