@@ -140,6 +140,9 @@ class EfaCheckJobArgs:
     """The RayCluster's spec hash (``RayCluster.spec_hash``): every Ray pod must carry it (else stage ``stale``)."""
     extra_check_args: list[str] = field(default_factory=list)
     """More ``efacheck.efa_check`` arguments (e.g. ``--compare-socket``; set ``deadlines.sweeps`` to match)."""
+    depends_on: list[pulumi.Resource] = field(default_factory=list)
+    """More resources the Job waits for (the node agent's DaemonSet: every EFA node's exporter ready, so the
+    counter witness can read it)."""
 
 
 def _package_dir(package: str) -> Path:
@@ -355,7 +358,7 @@ class EfaCheckJob(pulumi.ComponentResource):
                 },
             },
             opts=pulumi.ResourceOptions(
-                parent=self, provider=args.provider, depends_on=[args.ray_cluster, code],
+                parent=self, provider=args.provider, depends_on=[args.ray_cluster, code, *args.depends_on],
                 delete_before_replace=True,
                 custom_timeouts=pulumi.CustomTimeouts(create=f"{d.pulumi_timeout_s}s",
                                                       update=f"{d.pulumi_timeout_s}s")),

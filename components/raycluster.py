@@ -65,19 +65,20 @@ STORAGE_PATH_ENV = "RAY_EFA_EKS_STORAGE_PATH"
 """Where ``python -m ray_efa_eks.training`` puts checkpoints by default (RunConfig.storage_path)."""
 NCCL_SOCKET_IFNAME = "^lo,docker"
 """Exclude loopback and docker bridges: NCCL's bootstrap must use the pod's VPC interface."""
-HOST_SYSFS = "/host/sys"
-"""Where EFA worker pods see the host's sysfs, read-only: the EFA check's counter witness reads
-``/host/sys/class/infiniband/<dev>/ports/1/hw_counters`` there (efacheck/efa_counters.py ``HOST_SYSFS``)."""
-HOST_SYSFS_PATHS = ("/sys/devices", "/sys/class/infiniband")
-"""The host paths mounted under HOST_SYSFS. The kernel creates an RDMA port's ``hw_counters`` only in the init
-network namespace's view (drivers/infiniband/core/sysfs.c ``setup_port``: ``if (port_num && is_full_dev)``; Linux
-a1ecb30f9085); a pod has its own network namespace, so its own /sys has none. A hostPath bind of the host's sysfs
-is the init namespace's view (as nebius/soperator#403 and k8snetworkplumbingwg/sriov-network-device-plugin#345
-found). Only these two trees, not all of /sys: ``/sys/class/infiniband/<dev>`` are symlinks into ``../../devices``,
-so both are needed and nothing else is; neither has sub-mounts (cgroupfs, bpffs, debugfs, securityfs live under
-/sys/fs and /sys/kernel), so a plain ``readOnly`` mount is read-only all the way down. Type ``Directory``: on an
-EFA node the class exists before the pod can be scheduled (the EFA device plugin advertises
-vpc.amazonaws.com/efa only for devices it found)."""
+EFA_EXPORTER_ENV = "RAY_EFA_EKS_EFA_EXPORTER"
+"""On EFA worker containers: the node agent exporter's node-local URL (components/node_agent.py). The EFA counter
+witness (efacheck/efa_counters.py ``EXPORTER_ENV``) reads the node's port counters there: Ray pods mount no host path
+(a pod's own /sys has no port counters, and hostPath would need the ``privileged`` Pod Security level)."""
+NODE_NAME_ENV = "RAY_EFA_EKS_NODE_NAME"
+"""On EFA worker containers (downward API ``spec.nodeName``): the exporter must answer for this node."""
+POD_SECURITY_LABELS = {"pod-security.kubernetes.io/enforce": "baseline",
+                       "pod-security.kubernetes.io/enforce-version": "latest",
+                       "pod-security.kubernetes.io/warn": "restricted",
+                       "pod-security.kubernetes.io/warn-version": "latest",
+                       "pod-security.kubernetes.io/audit": "restricted",
+                       "pod-security.kubernetes.io/audit-version": "latest"}
+"""The Ray namespace enforces Pod Security ``baseline`` (no hostPath, host namespaces, privileged); ``restricted``
+is warned and audited. Every pod we create there passes ``baseline`` (tests/components/test_pod_security.py)."""
 AUTH_TOKEN_KEY = "auth_token"
 """The Secret key KubeRay reads the Ray token from (its ``RAY_AUTH_TOKEN_SECRET_KEY``)."""
 AUTH_SECRET_NAME = "ray-auth-token"
@@ -286,6 +287,9 @@ class RayClusterArgs:
     """The token Secret this component creates in ``namespace`` (key ``auth_token``)."""
     region: str | None = None
     """AWS region of the stack: every Ray container gets :func:`aws_env` (region set, IMDS probing off)."""
+    efa_exporter_url: str | None = None
+    """The node agent's node-local exporter URL (``NodeAgent.exporter_url``), given to EFA worker containers as
+    RAY_EFA_EKS_EFA_EXPORTER; None: the counter witness has no exporter (it then reads the pod's own /sys)."""
     depends_on: list[pulumi.Resource] = field(default_factory=list)
     after_namespace: Callable[[k8s.core.v1.Namespace], list[pulumi.Resource]] | None = None
     """Called with the Ray namespace once it is registered; the RayCluster also waits for what it returns. The
@@ -305,16 +309,6 @@ def _container(name: str, image: str, resources: dict, env: list[dict], ports: l
 
 def _shm(size: str) -> list[dict]:
     return [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": size}}]
-
-
-def host_sysfs_volumes() -> tuple[list[dict], list[dict]]:
-    """(volumes, volumeMounts) giving an EFA worker read-only access to the host's sysfs view (HOST_SYSFS_PATHS)."""
-    vols, mounts = [], []
-    for path in HOST_SYSFS_PATHS:
-        name = "host-sys-" + path.rsplit("/", 1)[-1]
-        vols.append({"name": name, "hostPath": {"path": path, "type": "Directory"}})
-        mounts.append({"name": name, "mountPath": HOST_SYSFS + path[len("/sys"):], "readOnly": True})
-    return vols, mounts
 
 
 def _muted(spec: dict[str, Any]) -> dict[str, Any]:
@@ -384,10 +378,10 @@ def build_spec(args: RayClusterArgs) -> dict[str, Any]:
             "containers": [_container("ray-worker", args.image, res, env)],
             "volumes": _shm(f"{max(1, g.instance_type.memory_mib // 1024 // 4)}Gi"),
         }
-        if g.efa:  # the EFA counter witness reads the host's view of the port counters
-            vols, mounts = host_sysfs_volumes()
-            pod["volumes"] += vols
-            pod["containers"][0]["volumeMounts"] += mounts
+        if g.efa and args.efa_exporter_url:  # the EFA counter witness reads its node's exporter
+            pod["containers"][0]["env"] += [
+                {"name": EFA_EXPORTER_ENV, "value": args.efa_exporter_url},
+                {"name": NODE_NAME_ENV, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]
         if args.service_account_name:
             pod["serviceAccountName"] = args.service_account_name
         groups.append({
@@ -488,7 +482,8 @@ class RayCluster(pulumi.ComponentResource):
         self.spec = build_spec(args)  # validates before anything is registered
         self.name = name
         self.namespace = args.namespace
-        ns = k8s.core.v1.Namespace(f"{name}-ns", metadata={"name": args.namespace},
+        ns = k8s.core.v1.Namespace(f"{name}-ns", metadata={"name": args.namespace,
+                                                           "labels": dict(POD_SECURITY_LABELS)},
                                    opts=pulumi.ResourceOptions(parent=self, provider=args.provider))
         in_ns = pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[ns])
         deps: list[pulumi.Resource] = [ns]

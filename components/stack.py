@@ -31,6 +31,7 @@ from .kuberay import KubeRayOperator, KubeRayOperatorArgs
 from .live_cluster import lagging_warning, read_live_cluster, upgrade_problem
 from .launch_template import NodeHardening
 from .network import Network, NetworkArgs
+from .node_agent import NodeAgent, NodeAgentArgs
 from .node_groups import EfaGpuNodeGroup, EfaGpuNodeGroupArgs, SystemNodeGroup, SystemNodeGroupArgs
 from .placement import cluster_azs, resolve_gpu_az
 from .pod_identity import PodStorageAccess, PodStorageAccessArgs
@@ -266,11 +267,16 @@ class EfaRayCluster(pulumi.ComponentResource):
                 watch_namespaces=[RAY_NAMESPACE], depends_on=[ray_ns]), opts=opts_with(depends_on=[system])))
             return [operators[-1]]
 
+        agent = None
+        if cfg.efa:  # the one reader of the hosts' EFA counters (the Ray pods mount no host path)
+            agent = NodeAgent("node-agent", NodeAgentArgs(
+                provider=cluster.provider, image=cfg.dlcImage, instance_types=[cfg.gpuInstanceType],
+                network_policy=cfg.networkPolicy, allowed_namespaces=[RAY_NAMESPACE], depends_on=[gpu]), opts=child)
         ray = RayCluster("ray", RayClusterArgs(
             provider=cluster.provider, image=cfg.dlcImage, ray_version=cfg.rayVersion, nccl_debug=cfg.ncclDebug,
             namespace=RAY_NAMESPACE, service_account_name=RAY_SERVICE_ACCOUNT,
             storage_path=storage.storage_uri if storage else None, network_policy=cfg.networkPolicy,
-            token_auth=cfg.rayTokenAuth, region=cfg.region,
+            token_auth=cfg.rayTokenAuth, region=cfg.region, efa_exporter_url=agent.exporter_url if agent else None,
             worker_groups=[WorkerGroupArgs(name="gpu", instance_type=cfg.gpu_type, replicas=cfg.gpuNodeCount,
                                            efa=cfg.efa)],
             # Pod identity is injected at pod start: the association and the agent must exist before the pods.
@@ -296,7 +302,8 @@ class EfaRayCluster(pulumi.ComponentResource):
                 strict_versions=cfg.efaCheckStrictVersions, require_counters=cfg.efaCheckRequireCounters and cfg.efa,
                 storage_proof=cfg.checkpointBucket,
                 deadlines=Deadlines(topology_wait_s=cfg.efaCheckWaitSeconds),
-                auth_secret_name=ray.auth_secret_name, spec_hash=ray.spec_hash), opts=child)
+                auth_secret_name=ray.auth_secret_name, spec_hash=ray.spec_hash,
+                depends_on=[agent.daemonset] if agent else []), opts=child)  # every node's exporter up first
 
         teardown: list[Any] = [
             "pulumi config set --type int gpuNodeCount 0 && pulumi up   # GPU nodes first: the expensive part",

@@ -13,13 +13,15 @@ for the init network namespace's view of an RDMA device
 (drivers/infiniband/core/sysfs.c ``setup_port``: ``if (port_num && is_full_dev)``;
 Linux commit a1ecb30f9085 "RDMA/core: Dont expose hw_counters outside of init net
 namespace"). A worker pod has its own network namespace, so its own
-``/sys/class/infiniband/<dev>`` has ports but no port counters. The GPU worker pods
-therefore mount the host's ``/sys/devices`` and ``/sys/class/infiniband`` read-only
-under ``/host/sys`` (components/raycluster.py ``HOST_SYSFS``), which is sysfs as
-mounted in the init network namespace; :func:`read_view` reads that host view
-first and the pod's own view second (right where the pod shares the host's
-network namespace). The device-level ``<dev>/hw_counters`` is never read: on
-kernels from 5.14 until that fix, reading it from inside a namespace oopses the
+``/sys/class/infiniband/<dev>`` has ports but no port counters. One pod per EFA node
+reads the host's view instead: the node agent's EFA exporter (components/node_agent.py,
+efa_exporter.py; the only pod that mounts host ``/sys``, read-only), and a pod reads its own
+node's counters over HTTP through the node-local Service (``$RAY_EFA_EKS_EFA_EXPORTER``,
+:func:`read_exporter`), checking that the exporter answered for its own node
+(``$RAY_EFA_EKS_NODE_NAME``). :func:`read_view` tries the exporter first and the pod's own
+sysfs second (right on bare metal and where the pod shares the host's network namespace;
+tests and local runs pass their own sysfs roots). The device-level ``<dev>/hw_counters`` is
+never read: on kernels from 5.14 until that fix, reading it from inside a namespace oopses the
 node.
 
 Pure functions over plain dicts (JSON-safe, so they cross Ray actor calls).
@@ -28,16 +30,30 @@ Pure functions over plain dicts (JSON-safe, so they cross Ray actor calls).
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
+
+_SAMPLE_RE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})?\s+(\S+)(?:\s+\S+)?$")
+_LABEL_RE = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
 SYSFS_ROOT = "/sys/class/infiniband"
 """The pod's own view: port counters exist here only in the init network namespace (hostNetwork, bare metal)."""
-HOST_SYSFS = "/host/sys"
-"""Where the GPU worker pods mount the host's sysfs read-only (``/sys/devices`` and ``/sys/class/infiniband``, so
-the class symlinks ``../../devices/...`` resolve); components/raycluster.py mounts it."""
-HOST_SYSFS_ROOT = f"{HOST_SYSFS}/class/infiniband"
-VIEWS: tuple[tuple[str, str], ...] = (("host", HOST_SYSFS_ROOT), ("pod", SYSFS_ROOT))
-"""(name, root) in the order :func:`read_view` tries them: the host's view first."""
+EXPORTER_ENV = "RAY_EFA_EKS_EFA_EXPORTER"
+"""The node agent exporter's URL (``http://efa-exporter.<ns>.svc.cluster.local:9810/metrics``, node-local), set on
+the EFA worker containers by components/raycluster.py."""
+NODE_ENV = "RAY_EFA_EKS_NODE_NAME"
+"""The pod's node (downward API ``spec.nodeName``): the exporter's ``node`` label must be this."""
+EXPORTER_TIMEOUT_S = 5.0
+VIEWS: tuple[tuple[str, str], ...] = (("pod", SYSFS_ROOT),)
+"""(name, root) tried after the exporter named by ``$RAY_EFA_EKS_EFA_EXPORTER`` (:func:`default_views`)."""
+
+
+def default_views(environ: "dict[str, str] | None" = None) -> tuple[tuple[str, str], ...]:
+    """The node's exporter first (when the pod has one), then the pod's own sysfs."""
+    env = os.environ if environ is None else environ
+    url = env.get(EXPORTER_ENV)
+    return ((("exporter", url),) if url else ()) + VIEWS
+
 
 TX = ("tx_bytes",)
 RX = ("rx_bytes",)
@@ -177,16 +193,88 @@ def _readable(snapshot: dict[str, dict[str, Any]]) -> bool:
     return any(isinstance(e.get(k), int) for e in snapshot.values() for k in REQUIRED)
 
 
-def read_view(views: tuple[tuple[str, str], ...] = VIEWS) -> dict[str, Any]:
-    """The counters from the first view that has readable port counters: the host's sysfs, then the pod's.
+def _exposition(text: str) -> dict[str, list[tuple[dict[str, str], str]]]:
+    """{metric: [(labels, value text)]} of a Prometheus text exposition (comments skipped)."""
+    out: dict[str, list[tuple[dict[str, str], str]]] = {}
+    for line in text.splitlines():
+        m = _SAMPLE_RE.match(line)
+        if m:
+            labels = {k: re.sub(r"\\(.)", lambda x: "\n" if x.group(1) == "n" else x.group(1), v)
+                      for k, v in _LABEL_RE.findall(m.group(2) or "")}
+            out.setdefault(m.group(1), []).append((labels, m.group(3)))
+    return out
 
-    Returns ``view`` ("host" | "pod" | None), ``root``, ``snapshot`` (:func:`read_counters` of that root, or of the
-    first root with devices when none is readable) and ``unreadable`` (None, or why no view had counters, naming
-    each root tried).
+
+def _number(text: str) -> int:
+    """An exposition value as an exact int (the exporter writes integers; a float form is rounded)."""
+    try:
+        return int(text)
+    except ValueError:
+        return int(float(text))
+
+
+def read_exporter(url: str, node: str | None = None,
+                  timeout: float = EXPORTER_TIMEOUT_S) -> tuple[dict[str, dict[str, Any]], str | None]:
+    """The node agent exporter's port-1 counters, in :func:`read_counters`' shape, and why not (None when read).
+
+    ``node``: the node this pod runs on; an exporter that answers for another node is refused (the Service must keep
+    the traffic on the node: ``internalTrafficPolicy: Local``), as is one that serves devices but no counters.
+    """
+    import urllib.error
+    import urllib.request
+
+    where = (f"(the node agent's efa-exporter pod on this node: kubectl -n efa-node-agent get pods -o wide"
+             f"{' --field-selector spec.nodeName=' + node if node else ''})")
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            text = r.read().decode("utf-8", errors="replace")
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        why = getattr(e, "reason", None) or getattr(e, "strerror", None) or e
+        return {}, f"no answer ({why}) {where}"
+    samples = _exposition(text)
+    nodes = sorted({labels.get("node", "") for series in samples.values() for labels, _ in series} - {""})
+    if node and nodes and nodes != [node]:
+        return {}, (f"it answered for node {', '.join(nodes)}, this pod runs on {node}: the Service must keep "
+                    "traffic on the node (internalTrafficPolicy: Local)")
+    out: dict[str, dict[str, Any]] = {}
+    for name in COUNTERS:
+        for labels, value in samples.get(f"efa_{name}_total", []):
+            if labels.get("port") == "1" and labels.get("device"):
+                try:
+                    out.setdefault(labels["device"], {"errors": {}})[name] = _number(value)
+                except ValueError:
+                    out.setdefault(labels["device"], {"errors": {}})["errors"][name] = f"{url}: value {value!r}"
+    for dev, entry in out.items():
+        for name in REQUIRED:
+            if name not in entry:
+                entry["errors"][name] = f"{url}: efa_{name}_total not served for {dev}"
+    devices = sum(_number(v) for _, v in samples.get("efa_devices", []))
+    if not out and devices:
+        errors = sum(_number(v) for _, v in samples.get("efa_exporter_scrape_errors", []))
+        return {}, (f"{devices} EFA device(s), no readable port counter ({errors} read error(s) on the node; "
+                    f"the exporter needs the host's /sys/class/infiniband and /sys/devices) {where}")
+    if not out:
+        return {}, f"no EFA device on node {', '.join(nodes) or '?'}"
+    return out, None
+
+
+def read_view(views: tuple[tuple[str, str], ...] | None = None) -> dict[str, Any]:
+    """The counters from the first view that has readable port counters: the node's exporter, then the pod's sysfs.
+
+    ``views``: (name, root) pairs, a root being a sysfs ``class/infiniband`` directory or an exporter URL
+    (``http://...``); default :func:`default_views`. Returns ``view`` (the name, or None), ``root``, ``snapshot``
+    (:func:`read_counters` of that root, or of the first root with devices when none is readable) and ``unreadable``
+    (None, or why no view had counters, naming each root tried).
     """
     tried: list[str] = []
     fallback: tuple[str | None, dict[str, dict[str, Any]]] = (None, {})
-    for name, root in views:
+    for name, root in (default_views() if views is None else views):
+        if root.startswith(("http://", "https://")):
+            snap, why = read_exporter(root, os.environ.get(NODE_ENV) or None)
+            if why is None and _readable(snap):
+                return {"view": name, "root": root, "snapshot": snap, "unreadable": None}
+            tried.append(f"{name} {root}: {why or 'no readable port counter'}")
+            continue
         snap = read_counters(root)
         if _readable(snap):
             return {"view": name, "root": root, "snapshot": snap, "unreadable": None}
@@ -196,8 +284,8 @@ def read_view(views: tuple[tuple[str, str], ...] = VIEWS) -> dict[str, Any]:
         if fallback[0] is None:
             fallback = (root, snap)
         why = "; ".join(sorted({w for e in snap.values() for w in e.get("errors", {}).values()}))
-        extra = (" (a pod's network namespace gets no port counters: the GPU worker pods must mount the host's "
-                 f"/sys read-only at {HOST_SYSFS})") if name == "pod" else ""
+        extra = (" (a pod's network namespace gets no port counters: the node agent's EFA exporter reads them, "
+                 f"reached through ${EXPORTER_ENV})") if name == "pod" else ""
         tried.append(f"{name} view {root}: {len(snap)} device(s), no readable port counter ({why}){extra}")
     return {"view": None, "root": fallback[0], "snapshot": fallback[1], "unreadable": "; ".join(tried)}
 

@@ -129,9 +129,10 @@ HINTS: dict[str, str] = {
         "to send; check NCCL_NET/NCCL_NET_PLUGIN, that every rank uses the plugin, and that no proxy/TCP path is forced"
     ),
     "counters_unavailable": (
-        "the EFA hardware counters could not be read (ports/1/hw_counters under the host's /sys, mounted read-only "
-        "at /host/sys in the GPU worker pods; a pod's own /sys has none): the second witness is missing; check the "
-        "worker pods have the host-sysfs volumes (kubectl -n ray get pod -o yaml) and the nodes run an EFA driver"
+        "the EFA hardware counters could not be read (ports/1/hw_counters of the host's /sys, served by the node "
+        "agent's EFA exporter on each GPU node; a pod's own /sys has none): the second witness is missing; check the "
+        "exporter runs on every GPU node (kubectl -n efa-node-agent get pods -o wide), the worker pods have "
+        "RAY_EFA_EKS_EFA_EXPORTER, and the nodes run an EFA driver"
     ),
 }
 

@@ -12,8 +12,8 @@ version X`` lines, else ``fi_info --version``; CUDA runtime from ``$CUDA_VERSION
 full x.y.z), else ``/usr/local/cuda/version.json``, else torch's build (x.y); driver from
 ``/proc/driver/nvidia/version`` and the NCCL ``cudaDriverVersion`` line; the image from ``$IMAGE_ENV``.
 What drifts most on a node, below the image: the EFA kernel driver (``/sys/module/efa/version``, read from the host's
-sysfs the GPU worker pods mount at ``/host/sys`` first; ``/sys/module`` is not namespaced, so the pod's own is the
-same file), the net plugin file NCCL really loaded (its ``Successfully loaded external network plugin <path>`` line,
+sysfs at ``/host/sys`` where a pod has it, else the pod's own: ``/sys/module`` is not namespaced, so the pod's own
+is the same file), the net plugin file NCCL really loaded (its ``Successfully loaded external network plugin <path>`` line,
 ``src/plugin/net.cc``; NCCL 2.27 prints ``Successfully loaded external plugin <name>``), and pyarrow, Ray Train's
 S3 layer (``pyarrow.__version__``; apache/arrow#45603: older AWS SDKs in pyarrow cannot use EKS Pod Identity).
 """

@@ -3,8 +3,8 @@
 The gate proves EFA once, at ``pulumi up``; a run weeks later can still land on TCP (a replaced node, an image whose
 plugin does not load, a leftover ``NCCL_NET``). So every NCCL run captures NCCL's own INIT and NET lines per rank and
 judges them with ``efacheck.nccl_log`` (the gate's verdict code), as soon as NCCL has initialised (the first
-collective) and again at the end, and reads the EFA hardware counters of each node (``efacheck.efa_counters``) where
-the host exposes them.
+collective) and again at the end, and reads the EFA hardware counters of each node (``efacheck.efa_counters``, from
+the node agent's EFA exporter) where the node has them.
 
 Capture without changing the job's output. What NCCL logs by default depends on where it runs: NCCL itself logs
 nothing when ``NCCL_DEBUG`` is unset, but it also reads ``NCCL_CONF_FILE`` (else ``~/.nccl.conf``) and then
@@ -323,7 +323,7 @@ class Probe:
             return None
         try:
             counters = _sibling(EFA_COUNTERS_MODULE)
-            if hasattr(counters, "read_view"):  # the host's sysfs view first (GPU pods mount it at /host/sys)
+            if hasattr(counters, "read_view"):  # the node agent's exporter first ($RAY_EFA_EKS_EFA_EXPORTER)
                 return counters.read_view()["snapshot"]
             return counters.read_counters()
         except Exception:  # noqa: BLE001 - no efacheck, no sysfs: simply no counters

@@ -97,7 +97,7 @@ def test_worker_gpu_and_efa_from_catalogue(request, run_name, itype):
     assert lim["nvidia.com/gpu"] == str(it.gpus) and lim["vpc.amazonaws.com/efa"] == str(it.max_efa_interfaces)
     assert int(lim["cpu"]) < it.vcpus
     assert group["replicas"] == group["minReplicas"] == group["maxReplicas"] == 2
-    env = {e["name"]: e["value"] for e in group["template"]["spec"]["containers"][0]["env"]}
+    env = {e["name"]: e.get("value") for e in group["template"]["spec"]["containers"][0]["env"]}
     assert env["FI_PROVIDER"] == "efa" and env["NCCL_SOCKET_IFNAME"].startswith("^lo")
     assert ("FI_EFA_USE_DEVICE_RDMA" in env) == it.gpudirect_rdma
     assert group["template"]["spec"]["volumes"][0]["emptyDir"]["medium"] == "Memory"
@@ -266,29 +266,30 @@ def test_token_auth_needs_ray_2_52():
     assert "authOptions" not in build_spec(_args(ray_version="2.49.1", token_auth=False))
 
 
-def test_efa_workers_read_the_host_sysfs_view_read_only(default_run):
-    """The counter witness's host view (issue 25): /host/sys/class/infiniband and /host/sys/devices, read-only."""
+def test_efa_workers_read_their_nodes_exporter_not_the_host(default_run):
+    """Issue 36: no Ray pod mounts a host path; EFA workers get their node's exporter URL and their node's name."""
+    from ray_efa_eks.components.node_agent import exporter_url
     from ray_efa_eks.efacheck import efa_counters
 
-    (group,) = raycluster(default_run)["spec"]["workerGroupSpecs"]
-    pod = group["template"]["spec"]
-    host = {v["name"]: v["hostPath"] for v in pod["volumes"] if "hostPath" in v}
-    assert host == {"host-sys-devices": {"path": "/sys/devices", "type": "Directory"},
-                    "host-sys-infiniband": {"path": "/sys/class/infiniband", "type": "Directory"}}
-    mounts = {m["name"]: m for m in pod["containers"][0]["volumeMounts"] if m["name"] in host}
-    assert all(m.get("readOnly") is True for m in mounts.values()) and len(mounts) == 2
-    # the class symlinks (../../devices/...) resolve inside the mount, where efa_counters reads first
-    assert mounts["host-sys-infiniband"]["mountPath"] == efa_counters.HOST_SYSFS_ROOT
-    assert mounts["host-sys-devices"]["mountPath"] == efa_counters.HOST_SYSFS + "/devices"
-    assert not pod.get("hostNetwork") and not pod["containers"][0].get("securityContext", {}).get("privileged")
-    head = raycluster(default_run)["spec"]["headGroupSpec"]["template"]["spec"]
-    assert not [v for v in head["volumes"] if "hostPath" in v]  # the head gets none
+    spec = raycluster(default_run)["spec"]
+    for t in pod_templates(spec):
+        assert not [v for v in t["spec"]["volumes"] if "hostPath" in v]
+        assert not t["spec"].get("hostNetwork")
+    (group,) = spec["workerGroupSpecs"]
+    env = {e["name"]: e for e in group["template"]["spec"]["containers"][0]["env"]}
+    assert env[efa_counters.EXPORTER_ENV]["value"] == exporter_url() == \
+        "http://efa-exporter.efa-node-agent.svc.cluster.local:9810/metrics"
+    assert env[efa_counters.NODE_ENV]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    head = {e["name"] for e in spec["headGroupSpec"]["template"]["spec"]["containers"][0]["env"]}
+    assert efa_counters.EXPORTER_ENV not in head  # the head has no EFA
 
 
 def test_no_host_sysfs_without_efa():
     run = run_program({"efa": "false", "efaCheck": "false"})
     pod = raycluster(run)["spec"]["workerGroupSpecs"][0]["template"]["spec"]
     assert not [v for v in pod["volumes"] if "hostPath" in v]
+    assert "RAY_EFA_EKS_EFA_EXPORTER" not in {e["name"] for e in pod["containers"][0]["env"]}
+    assert not run.of_type("kubernetes:apps/v1:DaemonSet")  # no EFA, no node agent
 
 
 def test_efa_check_requires_counters_with_efa_only(default_run):

@@ -154,7 +154,7 @@ def test_pod_identity_binds_the_rayclusters_service_account(run):
     assert assoc["namespace"] == rc["metadata"]["namespace"]
     accounts = {t["spec"].get("serviceAccountName") for t in pod_specs(run)}
     assert accounts == {assoc["serviceAccount"]}, "head and every worker run as the associated service account"
-    sa = run.one("kubernetes:core/v1:ServiceAccount")
+    sa = run.one("kubernetes:core/v1:ServiceAccount", "ray-sa")
     assert sa["metadata"] == {"name": assoc["serviceAccount"], "namespace": assoc["namespace"]}
     kubernetes_validate.validate({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": sa["metadata"],
                                   "automountServiceAccountToken": sa["automountServiceAccountToken"]},
@@ -177,7 +177,7 @@ def test_storage_path_reaches_every_ray_pod(run):
     uri = run.outputs["checkpointStorageUri"]
     assert uri == f"s3://{bucket_of(run).name}/ray-train"
     for t in pod_specs(run):
-        env = {e["name"]: e["value"] for e in t["spec"]["containers"][0]["env"]}
+        env = {e["name"]: e.get("value") for e in t["spec"]["containers"][0]["env"]}
         assert env["RAY_EFA_EKS_STORAGE_PATH"] == uri
 
 

@@ -172,17 +172,20 @@ def test_pod_view_has_devices_but_no_port_counters_and_the_host_view_has_them(tm
     only_pod = efa_counters.read_view((("host", str(tmp_path / "no-host-mount")), ("pod", pod)))
     assert only_pod["view"] is None and set(only_pod["snapshot"]) == {"rdmap16s27", "rdmap32s27"}
     assert "host view" in only_pod["unreadable"] and "no EFA device" in only_pod["unreadable"]
-    assert "2 device(s), no readable port counter" in only_pod["unreadable"] and "/host/sys" in only_pod["unreadable"]
+    assert "2 device(s), no readable port counter" in only_pod["unreadable"]
+    assert "RAY_EFA_EKS_EFA_EXPORTER" in only_pod["unreadable"]
     # never the device-level <dev>/hw_counters, in either view
     assert opened and not [p for p in opened if p.rstrip("/").split("/")[-2] == "hw_counters"
                            and p.split("/")[-3] != "1"], opened
 
 
-def test_default_views_try_the_host_mount_first() -> None:
+def test_default_views_try_the_nodes_exporter_first() -> None:
     from ray_efa_eks.efacheck import efa_counters
 
-    assert efa_counters.VIEWS[0] == ("host", "/host/sys/class/infiniband")
-    assert efa_counters.VIEWS[1] == ("pod", "/sys/class/infiniband")
+    url = "http://efa-exporter.efa-node-agent.svc.cluster.local:9810/metrics"
+    assert efa_counters.default_views({efa_counters.EXPORTER_ENV: url}) == (
+        ("exporter", url), ("pod", "/sys/class/infiniband"))
+    assert efa_counters.default_views({}) == (("pod", "/sys/class/infiniband"),)  # local runs: the pod's own sysfs
 
 
 def test_unreadable_counters_are_the_first_reason_and_the_witness(tmp_path: Path) -> None:
@@ -218,39 +221,19 @@ def test_tree_share_margin_on_2_nodes_x_8_gpus() -> None:
     assert TOLERANCE < tree_share(16)  # a real tree run still passes
 
 
-def _real_sysfs(host: Path, dev: str = "rdmap16s27", tx: int = 7 * GB) -> None:
-    """The host's sysfs as the kernel lays it out: the class entry is a relative symlink into /sys/devices."""
-    hw = host / "sys/devices/pci0000:00/0000:00:1e.0/infiniband" / dev / "ports/1/hw_counters"
-    hw.mkdir(parents=True)
-    (hw / "tx_bytes").write_text(f"{tx}\n")
-    (hw / "rx_bytes").write_text(f"{tx + 1}\n")
-    (host / "sys/class/infiniband").mkdir(parents=True)
-    (host / "sys/class/infiniband" / dev).symlink_to(f"../../devices/pci0000:00/0000:00:1e.0/infiniband/{dev}")
-
-
-def _as_the_pod_sees_it(host: Path, pod: Path, volumes: tuple[list[dict], list[dict]]) -> None:
-    """Each hostPath volume's tree appears at its mountPath (copied, symlinks kept as symlinks, as a bind shows them)."""
-    import shutil
-
-    vols, mounts = volumes
-    by_name = {v["name"]: v["hostPath"]["path"] for v in vols}
-    for m in mounts:
-        shutil.copytree(host / by_name[m["name"]].lstrip("/"), pod / m["mountPath"].lstrip("/"), symlinks=True)
-
-
-def test_the_worker_pods_host_sysfs_volumes_make_the_counters_readable(tmp_path: Path) -> None:
-    """The volumes components/raycluster.py gives the GPU worker pods, applied to a kernel-shaped host sysfs."""
-    from ray_efa_eks.components.raycluster import host_sysfs_volumes
+def test_the_node_agents_volumes_make_the_counters_readable(tmp_path: Path) -> None:
+    """The hostPath volumes components/node_agent.py gives the exporter, applied to a kernel-shaped host sysfs: both
+    trees make the port counters readable, the class tree alone does not (its entries point into ../../devices)."""
+    from ray_efa_eks.components.node_agent import HOST_SYSFS, host_sysfs_volumes
     from ray_efa_eks.efacheck import efa_counters
+    from tests.helpers.sysfs import as_mounted, kernel_sysfs
 
-    _real_sysfs(tmp_path / "host")
-    pod = tmp_path / "pod"
-    _as_the_pod_sees_it(tmp_path / "host", pod, host_sysfs_volumes())
-    view = efa_counters.read_view((("host", str(pod) + efa_counters.HOST_SYSFS_ROOT),))
-    assert view["view"] == "host" and view["snapshot"]["rdmap16s27"]["tx_bytes"] == 7 * GB
-    # the class tree alone is not enough: its entries point into ../../devices, which must be mounted too
+    kernel_sysfs(tmp_path / "host" / "sys", counters={"rdmap0s30": {"tx_bytes": 7 * GB, "rx_bytes": 7 * GB}})
     vols, mounts = host_sysfs_volumes()
+    as_mounted(tmp_path / "host", tmp_path / "pod", vols, mounts)
+    view = efa_counters.read_view((("host", str(tmp_path / "pod") + HOST_SYSFS + "/class/infiniband"),))
+    assert view["view"] == "host" and view["snapshot"]["rdmap0s30"]["tx_bytes"] == 7 * GB
     only_class = [m for m in mounts if m["mountPath"].endswith("/class/infiniband")]
-    _as_the_pod_sees_it(tmp_path / "host", tmp_path / "pod2", (vols, only_class))
-    view = efa_counters.read_view((("host", str(tmp_path / "pod2") + efa_counters.HOST_SYSFS_ROOT),))
+    as_mounted(tmp_path / "host", tmp_path / "pod2", vols, only_class)
+    view = efa_counters.read_view((("host", str(tmp_path / "pod2") + HOST_SYSFS + "/class/infiniband"),))
     assert view["view"] is None and "no readable port counter" in view["unreadable"]
