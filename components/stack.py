@@ -35,7 +35,7 @@ from .node_agent import NodeAgent, NodeAgentArgs
 from .node_groups import EfaGpuNodeGroup, EfaGpuNodeGroupArgs, SystemNodeGroup, SystemNodeGroupArgs
 from .placement import cluster_azs, resolve_gpu_az
 from .pod_identity import PodStorageAccess, PodStorageAccessArgs
-from .raycluster import RayCluster, RayClusterArgs, WorkerGroupArgs
+from .raycluster import METRICS_NAMESPACE, RayCluster, RayClusterArgs, WorkerGroupArgs
 
 RAY_NAMESPACE = "ray"
 RAY_SERVICE_ACCOUNT = "ray-train"
@@ -271,7 +271,8 @@ class EfaRayCluster(pulumi.ComponentResource):
         if cfg.efa:  # the one reader of the hosts' EFA counters (the Ray pods mount no host path)
             agent = NodeAgent("node-agent", NodeAgentArgs(
                 provider=cluster.provider, image=cfg.dlcImage, instance_types=[cfg.gpuInstanceType],
-                network_policy=cfg.networkPolicy, allowed_namespaces=[RAY_NAMESPACE], depends_on=[gpu]), opts=child)
+                network_policy=cfg.networkPolicy, allowed_namespaces=[RAY_NAMESPACE, METRICS_NAMESPACE],
+                depends_on=[gpu]), opts=child)
         ray = RayCluster("ray", RayClusterArgs(
             provider=cluster.provider, image=cfg.dlcImage, ray_version=cfg.rayVersion, nccl_debug=cfg.ncclDebug,
             namespace=RAY_NAMESPACE, service_account_name=RAY_SERVICE_ACCOUNT,

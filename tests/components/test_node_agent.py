@@ -111,9 +111,10 @@ def test_a_node_local_service_and_the_ray_workers_url(default_run) -> None:
     workers = default_run.one("kubernetes:ray.io/v1:RayCluster")["spec"]["workerGroupSpecs"][0]
     env = {e["name"]: e for e in workers["template"]["spec"]["containers"][0]["env"]}
     assert env[efa_counters.EXPORTER_ENV]["value"] == url
-    # only the Ray namespace may read it (a monitoring namespace adds itself to allowed_namespaces)
+    # only the Ray namespace and the metrics scraper's may read it
     pol = default_run.one("kubernetes:networking.k8s.io/v1:NetworkPolicy", "node-agent")["spec"]
-    assert pol["ingress"][0]["from"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ray"}}}]
+    assert pol["ingress"][0]["from"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}}
+                                         for ns in ("monitoring", "ray")]
 
 
 def test_the_gate_waits_for_the_agent_and_the_agent_for_the_gpu_nodes(default_run) -> None:
