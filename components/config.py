@@ -90,7 +90,8 @@ class StackConfig:
         True,
         live=live("gpu-nodes", "ray-pods", "gate", "in-place",
                   note="the GPU launch template gains or loses its EFA interfaces; the placement group, the EFA "
-                       "security-group rule and the EFA device plugin follow; with false the gate checks NCCL over "
+                       "security-group rule, the EFA device plugin and the node agent (EFA exporter) follow; with "
+                       "false the gate checks NCCL over "
                        "Socket ([The EFA gate](efa-gate.md))"))
     """Attach EFA interfaces and wire NCCL to the OFI plugin; false = plain TCP (for types without EFA)."""
     allowSingleEfaNode: bool = key(
@@ -100,8 +101,9 @@ class StackConfig:
     """EFA on a single node has no peer to talk to; set true to allow it anyway."""
     dlcImage: str = key(
         DEFAULT_DLC_IMAGE, allowed="an image reference with a tag other than latest, or a digest",
-        live=live("ray-pods", "gate",
-                  note="the re-run gate checks that every Ray pod runs the new image ([Upgrades](upgrades.md))"))
+        live=live("ray-pods", "gate", "in-place",
+                  note="the re-run gate checks that every Ray pod runs the new image ([Upgrades](upgrades.md)); the "
+                       "node agent's EFA exporter DaemonSet rolls to it, one node at a time"))
     """The one image for head and workers: an explicit tag other than latest, or (recommended) a digest, repo@sha256:<64 hex>, so every node runs the bits the gate checked."""
     rayVersion: str = key(
         DEFAULT_RAY_VERSION, allowed="MAJOR.MINOR.PATCH of the Ray in dlcImage (>= 2.52 with rayTokenAuth)",
