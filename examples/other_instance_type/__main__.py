@@ -7,6 +7,7 @@ from ray_efa_eks.components.device_plugins import DevicePlugins, DevicePluginsAr
 from ray_efa_eks.components.instances import lookup
 from ray_efa_eks.components.kuberay import KubeRayOperator, KubeRayOperatorArgs
 from ray_efa_eks.components.network import Network, NetworkArgs
+from ray_efa_eks.components.node_agent import NodeAgent, NodeAgentArgs
 from ray_efa_eks.components.node_groups import EfaGpuNodeGroup, EfaGpuNodeGroupArgs, SystemNodeGroup, SystemNodeGroupArgs
 from ray_efa_eks.components.raycluster import RayCluster, RayClusterArgs, WorkerGroupArgs
 
@@ -32,8 +33,10 @@ plugins = DevicePlugins("h100-plugins", DevicePluginsArgs(provider=cluster.provi
                         opts=pulumi.ResourceOptions(depends_on=[gpu]))
 operator = KubeRayOperator("h100-kuberay", KubeRayOperatorArgs(provider=cluster.provider),
                            opts=pulumi.ResourceOptions(depends_on=[system]))
+agent = NodeAgent("h100-agent", NodeAgentArgs(  # the EFA exporter: the Ray pods read their node's counters here
+    provider=cluster.provider, image=image, instance_types=[gpu_type.name], depends_on=[gpu]))
 ray = RayCluster("h100-ray", RayClusterArgs(
-    provider=cluster.provider, image=image,
+    provider=cluster.provider, image=image, efa_exporter_url=agent.exporter_url,
     worker_groups=[WorkerGroupArgs(name="h100", instance_type=gpu_type, replicas=nodes)],
     depends_on=[operator, plugins]))
 
