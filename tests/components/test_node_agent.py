@@ -238,3 +238,16 @@ def efa_exporter_free_port() -> int:
 def test_no_instance_types_is_refused_before_anything() -> None:
     with pytest.raises(ValueError, match="instance_types is empty"):
         node_agent.pod_spec(node_agent.NodeAgentArgs(provider=None, image=IMAGE, instance_types=[]), "cm", {})
+
+
+def test_the_ray_workers_and_the_metrics_scraper_reach_the_exporter_and_no_one_else(default_run) -> None:
+    """Judged by issue 37's NetworkPolicy evaluator over every policy the stack renders."""
+    from tests.components.test_least_privilege import admitted, pods_we_create, policies_of
+
+    policies = policies_of(default_run)
+    exporter = {"ns": node_agent.NAMESPACE, "labels": template(default_run)["metadata"]["labels"]}
+    worker = next(p for p in pods_we_create(default_run) if p["name"] == "worker-gpu")
+    assert admitted(policies, worker, exporter, node_agent.EXPORTER_PORT)
+    assert admitted(policies, {"ns": "monitoring", "labels": {"app": "prometheus"}}, exporter, node_agent.EXPORTER_PORT)
+    assert not admitted(policies, {"ns": "default", "labels": {}}, exporter, node_agent.EXPORTER_PORT)
+    assert not admitted(policies, worker, exporter, 22)
