@@ -128,9 +128,16 @@ def _env() -> dict[str, str]:
     return env
 
 
+_RAN: dict[str, subprocess.CompletedProcess] = {}
+"""Command text -> its result, so a command a page both runs and shows the output of runs once."""
+
+
 def _run(cmd: Command, timeout: int = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", "-c", cmd.text], cwd=ROOT, env=_env(), capture_output=True, text=True,
-                          timeout=timeout)
+    key = cmd.text.split(" #")[0].strip()
+    if key not in _RAN:
+        _RAN[key] = subprocess.run(["bash", "-c", cmd.text], cwd=ROOT, env=_env(), capture_output=True, text=True,
+                                   timeout=timeout)
+    return _RAN[key]
 
 
 def _runnable(block: list[Command], slow: bool) -> bool:
