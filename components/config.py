@@ -83,8 +83,8 @@ class StackConfig:
     vpcCidr: str = key(
         "10.0.0.0/16", allowed="an IPv4 CIDR from /16 to /20",
         live=live("network",
-                  note="a VPC's primary CIDR cannot change: AWS replaces the VPC and with it the subnets, the EKS "
-                       "cluster and every node; deploy a new stack instead"))
+                  note="a VPC's primary CIDR cannot change, so the VPC and its subnets are replaced, and an EKS "
+                       "cluster cannot move to another VPC: deploy a new stack instead"))
     """VPC CIDR (a /20 or larger: four subnets are carved from it)."""
     efa: bool = key(
         True,
