@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from . import aws_rules, layout
+from . import aws_rules, layout, security_rules
 from .layout import EFA_RESOURCE, UNKNOWN, Resource, Stack
 
 
@@ -336,6 +336,18 @@ RULES: tuple[Rule, ...] = (
          "account (warning)", POD_TRUST_SCOPE_FIX, _pod_identity_trust_scoped, WARNING),
     Rule("pod-identity-trust-keys", "a Pod Identity trust policy conditions only on keys Pod Identity is documented to "
          "send (warning)", POD_TRUST_KEYS_FIX, _pod_identity_trust_keys, WARNING),
+    Rule("gate-no-api-token", "Job pods (the EFA gate) mount no Kubernetes API token", security_rules.GATE_TOKEN_FIX,
+         security_rules.gate_no_api_token),
+    Rule("ray-pods-network-policy", "a NetworkPolicy selects every Ray pod (head and workers)",
+         security_rules.NETPOL_FIX, security_rules.ray_pods_network_policy),
+    Rule("kuberay-single-namespace", "the KubeRay operator watches only the RayClusters' namespaces (no ClusterRole)",
+         security_rules.KUBERAY_FIX, security_rules.kuberay_single_namespace),
+    Rule("ray-pods-region", "every Ray container knows its AWS region and does not probe IMDS",
+         security_rules.REGION_FIX, security_rules.ray_pods_region),
+    Rule("device-plugin-versions", "device plugin versions are not known to break on the stack's GPU types",
+         security_rules.PLUGINS_FIX, security_rules.device_plugin_versions),
+    Rule("pod-security-baseline", "the Ray head and Job pods pass Pod Security baseline", security_rules.PSS_FIX,
+         security_rules.pod_security_baseline),
 )
 RULE_IDS = tuple(r.id for r in RULES)
 

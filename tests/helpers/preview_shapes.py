@@ -44,7 +44,8 @@ def ray_spec(instance_type: str = "g6.12xlarge", efa: bool = True, replicas: int
     """A RayCluster spec from the real builder (plain data, no Pulumi resources)."""
     from ray_efa_eks.components.raycluster import RayClusterArgs, WorkerGroupArgs, build_spec
 
-    return build_spec(RayClusterArgs(provider=None, image=IMAGE, worker_groups=[  # type: ignore[arg-type]
+    return build_spec(RayClusterArgs(  # type: ignore[arg-type]
+        provider=None, image=IMAGE, region="us-east-1", worker_groups=[
         WorkerGroupArgs(name="gpu", instance_type=CATALOGUE[instance_type], replicas=replicas, efa=efa)]))
 
 
