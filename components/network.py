@@ -24,8 +24,10 @@ class NetworkArgs:
     cidr: str
     """VPC CIDR; split into /(prefix+4) subnets, public first then private."""
     availability_zones: list[str]
-    """At least two AZs; the GPU AZ must be one of them."""
+    """At least two AZs for the cluster's subnets (public and private in each)."""
     gpu_availability_zone: str
+    """The GPU nodes' AZ: one of ``availability_zones``, or (an AZ whose zone ID EKS refuses for cluster subnets)
+    another one, which then gets a private subnet of its own that the cluster's subnet lists leave out."""
     cluster_name: str
     """Used in the ``kubernetes.io/cluster/<name>`` subnet tags."""
     nat_gateways: int = 1
@@ -51,8 +53,6 @@ class Network(pulumi.ComponentResource):
         azs = list(args.availability_zones)
         if len(azs) < 2:
             raise ValueError(f"Network {name}: EKS needs subnets in at least two AZs, got {azs}")
-        if args.gpu_availability_zone not in azs:
-            raise ValueError(f"Network {name}: GPU AZ {args.gpu_availability_zone} is not among {azs}")
         if not 1 <= args.nat_gateways <= len(azs):
             raise ValueError(f"Network {name}: nat_gateways must be 1..{len(azs)}, got {args.nat_gateways}")
         net = ipaddress.ip_network(args.cidr)
@@ -88,6 +88,18 @@ class Network(pulumi.ComponentResource):
             aws.ec2.RouteTableAssociation(f"{name}-private-{az}", subnet_id=priv.id, route_table_id=rt.id, opts=child)
             private.append(priv)
             private_rts.append(rt)
+        gpu_only = None
+        if args.gpu_availability_zone not in azs:  # GPU nodes only: the cluster never gets this subnet
+            az = args.gpu_availability_zone
+            rt = aws.ec2.RouteTable(f"{name}-private-{az}", vpc_id=vpc.id,
+                                    routes=[{"cidr_block": "0.0.0.0/0", "nat_gateway_id": nats[0].id}], opts=child)
+            gpu_only = aws.ec2.Subnet(f"{name}-private-{az}", vpc_id=vpc.id, cidr_block=str(blocks[2 * len(azs)]),
+                                      availability_zone=az,
+                                      tags={"Name": f"{name}-private-{az}", "kubernetes.io/role/internal-elb": "1",
+                                            **cluster_tag}, opts=child)
+            aws.ec2.RouteTableAssociation(f"{name}-private-{az}", subnet_id=gpu_only.id, route_table_id=rt.id,
+                                          opts=child)
+            private_rts.append(rt)
         self.s3_endpoint = None
         if args.s3_gateway_endpoint:
             # The provider's region (AWS_REGION works too) when neither the args nor aws:region name one.
@@ -100,6 +112,6 @@ class Network(pulumi.ComponentResource):
         self.vpc_id = vpc.id
         self.public_subnet_ids = pulumi.Output.all(*[s.id for s in public])
         self.private_subnet_ids = pulumi.Output.all(*[s.id for s in private])
-        self.gpu_subnet_id = private[azs.index(args.gpu_availability_zone)].id
+        self.gpu_subnet_id = (gpu_only or private[azs.index(args.gpu_availability_zone)]).id
         self.register_outputs({"vpcId": self.vpc_id, "publicSubnetIds": self.public_subnet_ids,
                                "privateSubnetIds": self.private_subnet_ids, "gpuSubnetId": self.gpu_subnet_id})

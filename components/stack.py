@@ -33,7 +33,7 @@ from .launch_template import NodeHardening
 from .network import Network, NetworkArgs
 from .node_agent import NodeAgent, NodeAgentArgs
 from .node_groups import EfaGpuNodeGroup, EfaGpuNodeGroupArgs, SystemNodeGroup, SystemNodeGroupArgs
-from .placement import cluster_azs, resolve_gpu_az
+from .placement import cluster_azs, gpu_az_note, resolve_gpu_az
 from .pod_identity import PodStorageAccess, PodStorageAccessArgs
 from .raycluster import METRICS_NAMESPACE, RayCluster, RayClusterArgs, WorkerGroupArgs
 
@@ -223,7 +223,11 @@ class EfaRayCluster(pulumi.ComponentResource):
         def opts_with(**kw: Any) -> pulumi.ResourceOptions:
             return pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(**kw))
 
-        network = Network("net", NetworkArgs(cidr=cfg.vpcCidr, availability_zones=cluster_azs(gpu_az),
+        azs = cluster_azs(gpu_az, cfg.region)  # by zone ID: the GPU AZ may be one EKS refuses for the cluster
+        outside = gpu_az_note(gpu_az, azs, cfg.region)
+        if outside:
+            pulumi.log.warn(outside, resource=self)
+        network = Network("net", NetworkArgs(cidr=cfg.vpcCidr, availability_zones=azs,
                                              gpu_availability_zone=gpu_az, cluster_name=name,
                                              s3_gateway_endpoint=cfg.s3GatewayEndpoint, region=cfg.region),
                           opts=child)

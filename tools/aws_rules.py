@@ -65,6 +65,9 @@ class Account:
     """URN -> the resource recorded earlier in this run."""
     urn: str = ""
     """URN of the registration being judged (tells a create from an update)."""
+    region: str = ""
+    zone_ids: dict[str, str] = field(default_factory=dict)
+    """AZ name -> zone ID in this account (DescribeAvailabilityZones ZoneId; the mapping differs per account)."""
 
     def cluster(self, name: Any) -> Any:
         """The EKS cluster ``name`` during this run: as requested here, else as it lives in the account."""
@@ -149,6 +152,12 @@ def _no_top_level_sgs_with_interfaces(name: str, inputs: dict[str, Any], acct: A
 
 # -- EKS clusters and access entries -------------------------------------------------------------------------------
 
+def eks_unsupported_zone_ids(region: str) -> frozenset[str]:
+    from ..components.placement import EKS_UNSUPPORTED_ZONE_IDS
+
+    return EKS_UNSUPPORTED_ZONE_IDS.get(region, frozenset())
+
+
 def _cluster_subnets_in_azs(name: str, inputs: dict[str, Any], acct: Account) -> str | None:
     ids = [*_types(inputs.get("publicSubnetIds")), *_types(inputs.get("privateSubnetIds")),
            *_types(inputs.get("subnetIds"))]
@@ -159,8 +168,11 @@ def _cluster_subnets_in_azs(name: str, inputs: dict[str, Any], acct: Account) ->
         zone_type = acct.zone_types.get(az) if az else None
         if zone_type and zone_type != "availability-zone":
             bad.append(f"{rec.name} in {az} ({zone_type})")
+        elif az and acct.zone_ids.get(az) in eks_unsupported_zone_ids(acct.region):
+            bad.append(f"{rec.name} in {az}, zone ID {acct.zone_ids[az]}, where EKS creates no control plane "
+                       "(UnsupportedAvailabilityZoneException)")
     if bad:
-        return f"cluster subnets outside availability zones: {', '.join(bad)}"
+        return f"cluster subnets outside availability zones EKS supports: {', '.join(bad)}"
     return None
 
 
@@ -278,7 +290,8 @@ RULES: tuple[AwsRule, ...] = (
             "https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_RequestLaunchTemplateData.html",
             _no_top_level_sgs_with_interfaces),
     AwsRule("cluster-subnets-in-azs", "EKS", EKS_CLUSTER,
-            "cluster subnets in a Local Zone or Wavelength Zone (zone-type other than availability-zone)",
+            "cluster subnets in a Local Zone or Wavelength Zone (zone-type other than availability-zone), or in an AZ "
+            "whose zone ID EKS does not support (use1-az3, usw1-az2, cac1-az3)",
             "EKS user guide: View Amazon EKS networking requirements for VPC and subnets",
             "https://docs.aws.amazon.com/eks/latest/userguide/network-reqs.html", _cluster_subnets_in_azs),
     AwsRule("one-entry-per-principal", "EKS", ACCESS_ENTRY,

@@ -268,9 +268,19 @@ def build(data: dict[str, dict[str, Any]], prices: dict[str, dict[str, float]] =
     }
 
 
-def build_offerings(offerings: dict[str, list[dict[str, str]]], types: list[str], version: str = "") -> dict[str, Any]:
-    """Region -> {"azs": every AZ, "types": {type: [AZ, ...]}} for the catalogue's types only."""
+def load_zone_ids() -> dict[str, dict[str, str]]:
+    """Region -> AZ name -> zone ID, as moto's DescribeAvailabilityZones answers for its account (one account's
+    mapping: AWS maps names to zone IDs per account, so another account's us-east-1a may be another zone ID)."""
+    from moto.ec2.models.availability_zones_and_regions import RegionsAndZonesBackend
+
+    return {region: {z.name: z.zone_id for z in zones} for region, zones in RegionsAndZonesBackend.zones.items()}
+
+
+def build_offerings(offerings: dict[str, list[dict[str, str]]], types: list[str], version: str = "",
+                    zone_ids: dict[str, dict[str, str]] | None = None) -> dict[str, Any]:
+    """Region -> {"azs": every AZ, "zoneIds": {AZ: zone ID}, "types": {type: [AZ, ...]}} for the catalogue's types."""
     regions: dict[str, Any] = {}
+    zone_ids = zone_ids if zone_ids is not None else {}
     wanted = set(types)
     for region, rows in sorted(offerings.items()):
         azs = sorted({r["Location"] for r in rows})
@@ -278,9 +288,12 @@ def build_offerings(offerings: dict[str, list[dict[str, str]]], types: list[str]
         for r in rows:
             if r["InstanceType"] in wanted:
                 by_type.setdefault(r["InstanceType"], []).append(r["Location"])
-        regions[region] = {"azs": azs, "types": {t: sorted(set(a)) for t, a in sorted(by_type.items())}}
+        ids = {az: zone_ids.get(region, {})[az] for az in azs if az in zone_ids.get(region, {})}
+        regions[region] = {"azs": azs, "zoneIds": ids,
+                           "types": {t: sorted(set(a)) for t, a in sorted(by_type.items())}}
     return {"generated": f"by `ray-efa-eks catalogue --write` from EC2 DescribeInstanceTypeOfferings "
-                         f"(availability-zone) as moto {version} ships it; do not edit", "regions": regions}
+                         f"(availability-zone) and DescribeAvailabilityZones (zone IDs) as moto {version} ships "
+                         "them; do not edit", "regions": regions}
 
 
 def dumps(doc: dict[str, Any]) -> str:
@@ -330,7 +343,8 @@ def generate(root: Path = ROOT, resources: Path | None = None) -> dict[str, str]
     """Relative path -> the text it must have."""
     version = moto_version()
     doc = build(load_instance_types(resources), version=version)
-    offerings = build_offerings(load_offerings(resources), list(doc["types"]), version=version)
+    offerings = build_offerings(load_offerings(resources), list(doc["types"]), version=version,
+                                zone_ids=load_zone_ids())
     return {CATALOGUE_FILE: dumps(doc), OFFERINGS_FILE: dumps(offerings),
             DOCS_FILE: _replace_docs((root / DOCS_FILE).read_text(), doc)}
 

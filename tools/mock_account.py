@@ -49,6 +49,9 @@ class MockAccount:
     clusters: dict[str, EksCluster] = field(default_factory=dict)
     state: dict[str, dict[str, Any]] = field(default_factory=dict)
     """The stack's state after the last successful run: URN -> inputs."""
+    zone_ids: dict[str, str] = field(default_factory=dict)
+    """AZ name -> zone ID where this account's mapping differs from the default one (moto's): AWS maps names to
+    zone IDs independently for each account, so us-east-1a is use1-az6 in one and use1-az3 in another."""
     history: list[str] = field(default_factory=list)
     """One line per committed run: who ran it and what EKS did."""
 

@@ -52,6 +52,14 @@ them beside the AZs, and sorted by name ``us-east-1-atl-2a`` comes before ``us-e
 filter keeps EKS subnets out of them."""
 
 
+def region_zone_ids(region: str) -> dict[str, str]:
+    """AZ name -> zone ID in the mocked account (moto's DescribeAvailabilityZones data, ``tools/offerings.json``);
+    an AZ without one, and an opted-in Local/Wavelength Zone, gets a made-up ID that differs from its name."""
+    known = dict(OFFERINGS.get(region, {}).get("zoneIds") or {})
+    short = "".join(p[0] for p in region.split("-")[:-1]) + region.split("-")[-1]  # us-east-1 -> ue1 (made up)
+    return {z: known.get(z) or f"{short}-{z.rsplit('-', 1)[-1]}-mock" for z in region_zones(region)}
+
+
 def region_zones(region: str) -> dict[str, str]:
     """Zone name -> ZoneType of every zone DescribeAvailabilityZones returns for ``region`` in the mocked account."""
     return {**{az: "availability-zone" for az in region_azs(region)}, **OPTED_IN_ZONES.get(region, {})}
@@ -208,7 +216,8 @@ class RecordingMocks(pulumi.runtime.Mocks):
         by_urn = {}
         self.by_urn = by_urn
         self.account = aws_rules.Account(self.by_id.get, region_zones(region), issuer_arn(caller_arn), self.world,
-                                         by_urn=by_urn.get)
+                                         by_urn=by_urn.get, region=region,
+                                         zone_ids={**region_zone_ids(region), **self.world.zone_ids})
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs):
         parent, urn, options = self.monitor.current if self.monitor else (None, "", {})
@@ -284,8 +293,8 @@ class RecordingMocks(pulumi.runtime.Mocks):
             for f in args.args.get("filters") or []:
                 if f.get("name") == "zone-type":
                     zones = {n: t for n, t in zones.items() if t in (f.get("values") or [])}
-            names = sorted(zones)
-            return {"id": self.region, "names": names, "zoneIds": names}, []
+            names = sorted(zones)  # DescribeAvailabilityZones answers names and this account's zone IDs
+            return {"id": self.region, "names": names, "zoneIds": [self.account.zone_ids[n] for n in names]}, []
         if args.token == "aws:eks/getClusters:getClusters":  # ListClusters: the account's live clusters
             return {"id": self.region, "names": sorted(self.world.clusters)}, []
         if args.token == "aws:eks/getCluster:getCluster":

@@ -161,11 +161,25 @@ def offered_azs(ec2_client: Any, instance_type: str) -> list[str]:
     return sorted(azs)
 
 
-def all_azs(ec2_client: Any) -> list[str]:
+def zone_ids(ec2_client: Any) -> dict[str, str | None]:
+    """AZ name -> zone ID (``zone-type availability-zone``), as DescribeAvailabilityZones answers for this account:
+    the same name is another zone ID in another account."""
     resp = ec2_client.describe_availability_zones(
         Filters=[{"Name": "zone-type", "Values": ["availability-zone"]}]
     )
-    return sorted(z["ZoneName"] for z in resp.get("AvailabilityZones", []))
+    return {z["ZoneName"]: z.get("ZoneId") for z in sorted(resp.get("AvailabilityZones", []),
+                                                           key=lambda z: z["ZoneName"])}
+
+
+def all_azs(ec2_client: Any) -> list[str]:
+    return sorted(zone_ids(ec2_client))
+
+
+def eks_refuses_cluster_subnets(region: str, zone_id: str | None) -> bool:
+    """EKS creates no control plane in this zone ID (components/placement.EKS_UNSUPPORTED_ZONE_IDS, network-reqs)."""
+    from ..components.placement import EKS_UNSUPPORTED_ZONE_IDS
+
+    return zone_id in EKS_UNSUPPORTED_ZONE_IDS.get(region, frozenset())
 
 
 def recommend_az(ec2_client: Any, instance_type: str) -> str | None:
@@ -297,12 +311,14 @@ def _run(session_or_clients, instance_type, count, az, efa, reservation_id) -> P
         res.check("offerings", UNKNOWN, f"AZ offerings of {instance_type} unknown ({u})", u.action)
     if offered is not None:
         try:
-            zones = _ask("ec2:DescribeAvailabilityZones", all_azs, ec2)
+            zones = _ask("ec2:DescribeAvailabilityZones", zone_ids, ec2)
         except Unanswered:
-            zones = []
-            res.warnings.append("ec2:DescribeAvailabilityZones not answered; only offering AZs listed")
+            zones = {}
+            res.warnings.append("ec2:DescribeAvailabilityZones not answered; only offering AZs listed, without zone IDs")
         for z in sorted(set(zones) | set(offered)):
-            res.azs[z] = {"offered": z in offered}
+            zid = zones.get(z)
+            res.azs[z] = {"offered": z in offered, "zone_id": zid,
+                          "eks_cluster_subnets": None if zid is None else not eks_refuses_cluster_subnets(res.region, zid)}
         if not offered:
             res.check("offerings", FAILED, f"{instance_type} is not offered in any AZ of {res.region}")
         elif az is not None and az not in offered:
@@ -310,6 +326,13 @@ def _run(session_or_clients, instance_type, count, az, efa, reservation_id) -> P
         else:
             res.recommended_az = az or offered[0]
             res.check("offerings", OK, f"{instance_type} offered in {', '.join(offered)}")
+            chosen = res.azs.get(res.recommended_az, {})
+            if chosen.get("eks_cluster_subnets") is False:
+                res.warnings.append(
+                    f"{res.recommended_az} is zone ID {chosen['zone_id']} in this account, where EKS creates no "
+                    "cluster subnets (UnsupportedAvailabilityZoneException; EKS user guide, network-reqs): the stack "
+                    "puts the cluster in two other AZs and gives the GPU nodes their own subnet here, which no EKS "
+                    "document confirms for managed node groups; another AZ avoids the question")
 
     # --- instance type details
     vcpus: int | None = None
@@ -545,10 +568,11 @@ def _check_capacity_blocks(res: PreflightResult, ec2: Any, instance_type: str, c
 
 def format_table(res: PreflightResult) -> str:
     lines = [f"Preflight {res.instance_type} x{res.count} in {res.region} (EFA {'on' if res.efa else 'off'})",
-             f"{'AZ':<20} OFFERED"]
+             f"{'AZ':<20} {'ZONE ID':<10} OFFERED  EKS CLUSTER SUBNETS"]
     for z, row in res.azs.items():
         mark = " <- recommended" if z == res.recommended_az else ""
-        lines.append(f"{z:<20} {'yes' if row['offered'] else 'no'}{mark}")
+        eks = {True: "yes", False: "no (EKS refuses this zone ID)", None: "?"}[row.get("eks_cluster_subnets")]
+        lines.append(f"{z:<20} {row.get('zone_id') or '?':<10} {'yes' if row['offered'] else 'no':<8} {eks}{mark}")
     width = max((len(c["name"]) for c in res.checks), default=5)
     for c in res.checks:
         needs = f"  [would be answered by {c['needs']}]" if c.get("needs") else ""

@@ -233,3 +233,56 @@ def test_no_creator_admin_touches_only_the_eks_cluster_child():
     assert out.props["version"] == "1.35"
     other = pulumi.ResourceTransformArgs(True, "aws:iam/role:Role", "x", {}, pulumi.ResourceOptions())
     assert no_creator_admin(other) is None
+
+
+# -- item 3: cluster AZs by zone ID ---------------------------------------------------------------------------------
+# NR: EKS user guide, "View Amazon EKS networking requirements for VPC and subnets"
+# (https://docs.aws.amazon.com/eks/latest/userguide/network-reqs.html), Subnet requirements for clusters: no subnet
+# in zone IDs use1-az3 (us-east-1), usw1-az2 (us-west-1), cac1-az3 (ca-central-1); Subnet requirements for nodes:
+# nodes may use subnets the cluster was not created with. DescribeAvailabilityZones returns each AZ's ZoneName and
+# ZoneId, and the mapping differs per account.
+
+SUBNET = "aws:ec2/subnet:Subnet"
+
+
+def _subnet_azs(run: MockRun, ids) -> list[str]:
+    by_id = {run.ids[r.urn]: r.inputs["availabilityZone"] for r in run.of_type(SUBNET)}
+    return sorted(by_id[i] for i in ids)
+
+
+def test_the_mocks_answer_zone_ids_that_differ_from_names():
+    from ray_efa_eks.tools.mockrun import region_zone_ids
+
+    ids = region_zone_ids("us-east-1")
+    assert ids["us-east-1a"] == "use1-az6" and ids["us-east-1e"] == "use1-az3"  # moto's account
+    assert all(ids[n] != n for n in ids)
+
+
+@pytest.mark.parametrize("mapping,cluster,gpu_own", [
+    ({}, ["us-east-1a", "us-east-1b"], False),  # moto's mapping: us-east-1e is use1-az3, not used
+    ({"us-east-1a": "use1-az3", "us-east-1e": "use1-az6"}, ["us-east-1b", "us-east-1c"], True),
+    ({"us-east-1b": "use1-az3", "us-east-1e": "use1-az1"}, ["us-east-1a", "us-east-1c"], False),
+], ids=["moto-account", "gpu-az-is-use1-az3", "second-az-is-use1-az3"])
+def test_cluster_azs_are_chosen_by_zone_id(mapping, cluster, gpu_own, warnings):
+    acct = MockAccount(zone_ids=mapping)
+    run = up(acct)  # strict: EKS would refuse a cluster subnet in use1-az3 (NR)
+    eks = run.one(EKS)
+    subnets = [*eks.inputs["publicSubnetIds"], *eks.inputs["privateSubnetIds"]]
+    assert sorted(set(_subnet_azs(run, subnets))) == cluster
+    gpu_subnets = run.one(MNG, "gpu").inputs["subnetIds"]
+    assert _subnet_azs(run, gpu_subnets) == ["us-east-1a"], "the GPU AZ stays the one configured/offered"
+    assert (gpu_subnets[0] not in subnets) == gpu_own  # its own subnet, which the cluster does not get (NR: nodes)
+    noted = [w for w in warnings if w.startswith("GPU AZ us-east-1a is zone ID use1-az3")]
+    assert bool(noted) == gpu_own  # a warning: no document says a managed node group may or may not use it
+    up(acct)  # the next up changes nothing EKS would refuse either
+
+
+def test_an_account_whose_gpu_az_is_use1_az3_is_refused_by_the_old_choice(monkeypatch):
+    """The model can fail: the choice before issue 34 (the GPU AZ is always a cluster AZ, picked by name) puts a
+    cluster subnet in use1-az3 in such an account, and the strict mocks refuse the cluster (NR)."""
+    from ray_efa_eks.components import stack
+
+    monkeypatch.setattr(stack, "cluster_azs", lambda gpu_az, region=None: [gpu_az, "us-east-1b"])
+    acct = MockAccount(zone_ids={"us-east-1a": "use1-az3", "us-east-1e": "use1-az6"})
+    err, _ = refused_up(acct, AwsRejected)
+    assert err.rule.id == "cluster-subnets-in-azs" and "use1-az3" in str(err)

@@ -172,3 +172,20 @@ def test_the_creator_is_who_created_the_cluster_not_who_runs_the_update(program)
     with pytest.raises(AwsRejected, match="one-entry-per-principal") as e:
         _run(program, {"principal": a}, caller_arn=b, account=acct)  # B asks for A's entry: EKS already holds it
     assert "created by arn:aws:iam::123456789012:role/A" in str(e.value)
+
+
+@pytest.mark.parametrize("zone,mapping,refused", [
+    ("us-east-1e", {}, True),  # moto's account: us-east-1e is use1-az3
+    ("us-east-1a", {}, False),
+    ("us-east-1a", {"us-east-1a": "use1-az3", "us-east-1e": "use1-az6"}, True),  # another account's mapping
+    ("us-east-1e", {"us-east-1a": "use1-az3", "us-east-1e": "use1-az6"}, False),
+])
+def test_cluster_subnets_are_judged_by_zone_id_not_name(program, zone, mapping, refused):
+    """EKS refuses control-plane subnets in zone ID use1-az3 (network-reqs), whatever that AZ is called here."""
+    acct = MockAccount(zone_ids=mapping)
+    if refused:
+        with pytest.raises(AwsRejected, match="cluster-subnets-in-azs") as e:
+            _run(program, {"zone": zone}, account=acct)
+        assert "use1-az3" in str(e.value)
+    else:
+        _run(program, {"zone": zone}, account=acct)

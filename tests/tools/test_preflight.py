@@ -28,7 +28,7 @@ from botocore.exceptions import ClientError
 ROOT = Path(__file__).resolve().parents[2]
 
 from ray_efa_eks.tools import preflight  # noqa: E402
-from ray_efa_eks.tools.preflight import PreflightError, recommend_az, run_preflight  # noqa: E402
+from ray_efa_eks.tools.preflight import PreflightError, format_table, recommend_az, run_preflight  # noqa: E402
 
 FAKE_ENV = {
     "AWS_ACCESS_KEY_ID": "testing",
@@ -407,3 +407,17 @@ def test_placement_group_dry_run_ok_and_denied(endpoint):
     res = run_preflight(c, "g6.12xlarge", 2)
     assert res.placement_group["status"] == "unknown"
     assert any("ec2:CreatePlacementGroup" in u for u in res.unknowns) and res.exit_code == 2
+
+
+def test_preflight_names_each_az_zone_id_and_where_eks_refuses_the_cluster(endpoint):
+    """moto's account maps us-east-1e to use1-az3, a zone ID EKS refuses for cluster subnets (EKS user guide,
+    network-reqs): preflight says so by zone ID, and the names map to IDs that are not the names."""
+    c = _answer_all(_clients(endpoint))
+    res = run_preflight(c, "p5.48xlarge", 2, az="us-east-1e")
+    assert res.azs["us-east-1e"]["zone_id"] == "use1-az3" and res.azs["us-east-1e"]["eks_cluster_subnets"] is False
+    assert res.azs["us-east-1a"]["zone_id"] == "use1-az6" and res.azs["us-east-1a"]["eks_cluster_subnets"] is True
+    assert [w for w in res.warnings if w.startswith("us-east-1e is zone ID use1-az3")]
+    table = format_table(res)
+    assert any(ln.split()[:2] == ["us-east-1e", "use1-az3"] and "EKS refuses" in ln for ln in table.splitlines())
+    ok = run_preflight(c, "p5.48xlarge", 2, az="us-east-1a")
+    assert not [w for w in ok.warnings if "zone ID" in w]
