@@ -45,7 +45,7 @@ def main() -> int:
         if proc.returncode != 0 or "64 x g6.12xlarge" not in proc.stdout:
             print(proc.stdout, proc.stderr, file=sys.stderr)
             return 2
-    from ray_efa_eks.tools.plan import plan_tree
+    from ray_efa_eks.tools.plan_run import plan_tree
 
     os.chdir(ROOT)  # the plan works on ./__main__.py, like pulumi
     plan_tree(overrides={"ray-efa-eks:gpuNodeCount": "64"})  # warm the imports

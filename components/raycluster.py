@@ -86,7 +86,7 @@ AUTH_SECRET_NAME = "ray-auth-token"
 MIN_TOKEN_AUTH_RAY = (2, 52)
 """KubeRay refuses ``authOptions.mode: token`` below Ray 2.52."""
 IMAGE_ENV = "RAY_EFA_EKS_IMAGE"
-"""Every Ray container's image, as env (read by the gate: efacheck/efa_check.py and stack_probe.IMAGE_ENV)."""
+"""Every Ray container's image, as env (read by the gate: efacheck/stale.py and stack_probe.IMAGE_ENV)."""
 SPEC_HASH_ENV = "RAY_EFA_EKS_SPEC_HASH"
 """Every Ray container's :func:`spec_hash` of the RayCluster spec it was created from."""
 UPGRADE_STRATEGIES = ("Recreate", "None")

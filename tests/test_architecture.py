@@ -76,12 +76,13 @@ def test_the_declared_sibling_edges_only():
     assert edges == {("training.fabric", "efacheck.nccl_log"), ("training.fabric", "efacheck.efa_counters"),
                      ("efacheck.sweep", "training.model"),
                      # --preset checked against the model presets before Ray starts (skipped when not shipped)
-                     ("efacheck.efa_check", "training.model"),
+                     ("efacheck.check_args", "training.model"),
                      # `efa_check --local` only: a CPU rehearsal from the repo, never run from the gate's ConfigMap
                      ("efacheck.efa_check", "training.local_cluster")}, edges
     import_module_users = {f"{pkg}.{name}" for pkg in ("training", "efacheck") for name, tree in modules(pkg).items()
                            if "import_module(" in ast.unparse(tree)}
-    assert import_module_users == {"training.fabric", "efacheck.sweep", "efacheck.efa_check"}, import_module_users
+    assert import_module_users == {"training.fabric", "efacheck.sweep", "efacheck.check_args",
+                                   "efacheck.efa_check"}, import_module_users
 
     from ray_efa_eks.training import fabric
     from ray_efa_eks.training.__main__ import EFACHECK_FILES

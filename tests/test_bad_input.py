@@ -449,7 +449,7 @@ WORDS = {"three": 3, "four": 4, "five": 5, "six": 6, "seven": 7}
 def test_docs_figures_are_what_the_commands_print(monkeypatch):
     """What the docs quote about the plan and the benchmarks is what the code has now: a resource count it quotes
     for a plan is the plan's, and docs/benchmarks.md's table has one row per target of benchmarks/run_all.py."""
-    from ray_efa_eks.tools.plan import plan_tree
+    from ray_efa_eks.tools.plan_run import plan_tree
 
     readme = "".join(p.read_text() for p in DOC_PAGES)
     monkeypatch.chdir(ROOT)

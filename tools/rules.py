@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from . import aws_rules, layout, security_rules
+from . import aws_rules, layout, layout_network, layout_node_groups, layout_pods, security_rules
 from .layout import EFA_RESOURCE, UNKNOWN, Resource, Stack
 
 
@@ -78,7 +78,7 @@ GPU_ONE_AZ_FIX = ("put every GPU subnet in the one GPU AZ (EFA and NCCL traffic 
 
 def _gpu_one_az(stack: Stack) -> list[Violation]:
     out, where = [], {}
-    for g in layout.gpu_node_groups(stack):
+    for g in layout_node_groups.gpu_node_groups(stack):
         if g.subnets is not UNKNOWN and not g.subnets and g.placement_az:
             out.append(_v("gpu-one-az", g.resource, f"none of its subnets is in placementGroupAvailabilityZone "
                                                     f"{g.placement_az}, so pulumi-eks has no subnet to put nodes in",
@@ -107,20 +107,20 @@ EFA_INTERFACES_FIX = ("give the GPU node group EFA interfaces: EfaGpuNodeGroupAr
 
 
 def _efa_interfaces(stack: Stack) -> list[Violation]:
-    reasons = layout.efa_intent(stack)
+    reasons = layout_network.efa_intent(stack)
     if not reasons:
         return []
     out = []
-    groups = layout.gpu_node_groups(stack)
+    groups = layout_node_groups.gpu_node_groups(stack)
     for g in groups:
         if g.efa_interfaces == 0 and not isinstance(g.efa_interfaces, bool):
             out.append(_v("efa-interfaces", g.resource, f"EFA is enabled ({reasons[0]}) but these GPU nodes get no "
                                                         f"EFA interface ({g.efa_source})", EFA_INTERFACES_FIX))
-    for p in layout.pods(stack):
-        need = layout.efa_requested(p)
+    for p in layout_pods.pods(stack):
+        need = layout_pods.efa_requested(p)
         if not need:
             continue
-        for g in layout.node_groups_for(p, groups):
+        for g in layout_pods.node_groups_for(p, groups):
             have = g.efa_interfaces
             if isinstance(have, int) and 0 < have < need:
                 types = ", ".join(g.instance_types)
@@ -141,12 +141,12 @@ EFA_SG_FIX = ("allow all traffic from the EFA security group to itself: aws.vpc.
 
 
 def _efa_sg_self_rule(stack: Stack) -> list[Violation]:
-    reasons = layout.efa_intent(stack)
+    reasons = layout_network.efa_intent(stack)
     if not reasons:
         return []
-    groups = [g for g in layout.gpu_node_groups(stack) if g.efa_enabled or g.efa_interfaces is UNKNOWN]
+    groups = [g for g in layout_node_groups.gpu_node_groups(stack) if g.efa_enabled or g.efa_interfaces is UNKNOWN]
     anchor = groups[0].resource if groups else None
-    rules = layout.self_rules(stack)
+    rules = layout_network.self_rules(stack)
     egress = [r for r in rules if r.direction in ("egress", UNKNOWN)]
     ingress = [r for r in rules if r.direction in ("ingress", UNKNOWN)]
     if not egress:
@@ -186,7 +186,7 @@ def _gpu_capacity(stack: Stack) -> list[Violation]:
     """A Capacity Block needs its market type, its reservation and capacityType CAPACITY_BLOCK together; a placement
     group the stack creates next to a reservation or block makes launches fail with InsufficientInstanceCapacity."""
     out = []
-    for g in layout.gpu_node_groups(stack):
+    for g in layout_node_groups.gpu_node_groups(stack):
         block_market = g.market_type == "capacity-block"
         block_type = g.capacity_type == "CAPACITY_BLOCK"
         if UNKNOWN not in (g.market_type, g.capacity_type) and block_market != block_type:
@@ -216,9 +216,9 @@ QOS_FIX = ("set requests equal to limits for cpu, memory, nvidia.com/gpu and vpc
 
 def _guaranteed_qos(stack: Stack) -> list[Violation]:
     out = []
-    for p in layout.pods(stack):
+    for p in layout_pods.pods(stack):
         for c in p.containers:
-            problem = layout.qos_problem(c)
+            problem = layout_pods.qos_problem(c)
             if problem:
                 out.append(_v("guaranteed-qos", p.resource, f"container {c.get('name', '?')} ({p.role}): {problem}",
                               QOS_FIX))
@@ -233,7 +233,7 @@ ONE_IMAGE_FIX = ("run head and every worker group on the one pinned image (ray-e
 
 def _one_image(stack: Stack) -> list[Violation]:
     out = []
-    for r, spec in layout.ray_specs(stack):
+    for r, spec in layout_pods.ray_specs(stack):
         head = layout.dig(spec, "headGroupSpec", "template", "spec", "containers", 0, "image")
         if head is UNKNOWN or head is None:
             continue
@@ -252,9 +252,9 @@ PINNED_FIX = "pin a versioned tag (e.g. ray:train-ml-cuda-v1.1) or a digest (@sh
 
 def _pinned_image(stack: Stack) -> list[Violation]:
     out: list[Violation] = []
-    for p in layout.pods(stack):
+    for p in layout_pods.pods(stack):
         for c in p.containers:
-            problem = layout.image_problem(c.get("image"))
+            problem = layout_pods.image_problem(c.get("image"))
             v = problem and _v("pinned-image", p.resource, f"container {c.get('name', '?')} ({p.role}): {problem}", PINNED_FIX)
             if v and v not in out:
                 out.append(v)
@@ -270,7 +270,7 @@ DASHBOARD_FIX = ("keep the head Service ClusterIP and reach the dashboard with k
 
 
 def _private_dashboard(stack: Stack) -> list[Violation]:
-    return [_v("private-dashboard", r, how, DASHBOARD_FIX) for r, how in layout.dashboard_exposures(stack)]
+    return [_v("private-dashboard", r, how, DASHBOARD_FIX) for r, how in layout_network.dashboard_exposures(stack)]
 
 
 # -- Pod Identity trust policies (warnings: AWS accepts these shapes) ------------------------------------------------

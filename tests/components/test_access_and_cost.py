@@ -119,7 +119,7 @@ def test_a_region_without_prices_says_so_in_the_output_and_the_plan():
     run = run_program(region="us-west-2")
     assert "estimatedHourlyUsd" not in run.outputs  # no us-east-1 figure passed off as us-west-2's
     assert run.outputs["costNotes"][0].startswith("no price for us-west-2")
-    from ray_efa_eks.tools.plan import plan_tree
+    from ray_efa_eks.tools.plan_run import plan_tree
 
     plan = plan_tree(overrides={"aws:region": "us-west-2"}, region="us-west-2")
     assert plan.error is None

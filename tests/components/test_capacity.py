@@ -291,7 +291,8 @@ def test_a_block_not_started_yet_warns_to_deploy_parked(monkeypatch):
 def test_plan_shows_what_the_gpu_nodes_launch_into(block_run):
     """A reviewer sees a capacity change in the offline plan and its diff (docs/offline-plan.md: Pull requests)."""
     from ray_efa_eks.tools.layout import from_mockrun
-    from ray_efa_eks.tools.plan import diff_plans, make_plan, render_diff
+    from ray_efa_eks.tools.plan_diff import diff_plans, render_diff
+    from ray_efa_eks.tools.plan_run import make_plan
 
     def plan(run):
         return make_plan(from_mockrun(run), source="test", stack="dev", region="us-east-1")

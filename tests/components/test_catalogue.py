@@ -15,7 +15,7 @@ from ray_efa_eks.components.config import ConfigError, StackConfig
 from ray_efa_eks.components.instances import CATALOGUE, PRICED_REGIONS, REFUSED, NoPrice, lookup
 from ray_efa_eks.tools import gen_catalogue as gen
 from ray_efa_eks.tools import layout, mockrun
-from ray_efa_eks.tools.plan import make_plan, plan_tree
+from ray_efa_eks.tools.plan_run import make_plan, plan_tree
 from ray_efa_eks.tools.preflight import QUOTA_G_VT, QUOTA_P, quota_code_for
 from tests.helpers.catalogue import catalogue_gpu_region
 

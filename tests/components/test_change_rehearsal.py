@@ -30,7 +30,8 @@ import pytest
 
 from ray_efa_eks.tools import layout
 from ray_efa_eks.tools.mockrun import MockRun, run_program
-from ray_efa_eks.tools.plan import diff_plans, make_plan
+from ray_efa_eks.tools.plan_diff import diff_plans
+from ray_efa_eks.tools.plan_run import make_plan
 
 RC = "kubernetes:ray.io/v1:RayCluster"
 JOB = "kubernetes:batch/v1:Job"

@@ -8,7 +8,7 @@ import pytest
 
 from ray_efa_eks.tools import layout, rules
 from ray_efa_eks.tools.mockrun import run_program
-from ray_efa_eks.tools.plan import make_plan
+from ray_efa_eks.tools.plan_run import make_plan
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "other_instance_type" / "__main__.py"

@@ -15,7 +15,7 @@ from ray_efa_eks.components.config import DEFAULT_KUBERNETES_VERSION, ConfigErro
 from ray_efa_eks.components.instances import CATALOGUE
 from ray_efa_eks.tools.layout import from_mockrun
 from ray_efa_eks.tools.mockrun import CAPACITY_RESERVATIONS, MockRun, run_program
-from ray_efa_eks.tools.plan import make_plan
+from ray_efa_eks.tools.plan_run import make_plan
 from ray_efa_eks.tools.plan import main as plan_main
 
 DAY = date(2026, 12, 4)

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from ray_efa_eks.efacheck.efa_check import busbw, judge, probe_env, sizes
+from ray_efa_eks.efacheck.ranks import probe_env, sizes
+from ray_efa_eks.efacheck.verdict import busbw, judge
 
 ROOT = Path(__file__).parents[2]
 FIX = Path(__file__).parents[1] / "fixtures" / "nccl-logs"
@@ -86,7 +87,7 @@ def test_local_two_node_cluster_gloo_is_not_efa() -> None:
 
 # -- backend and topology from the cluster (issue 14) --------------------------------------------------------------
 
-from ray_efa_eks.efacheck import efa_check  # noqa: E402
+from ray_efa_eks.efacheck import efa_check, failures, stale, topology  # noqa: E402
 
 
 def _node(gpus: int = 0, cpus: int = 1, alive: bool = True, ip: str = "10.0.0.1") -> dict:
@@ -99,20 +100,20 @@ HEAD = _node(cpus=0, ip="10.0.0.9")  # the GPU-less, CPU-less head the driver ru
 
 def test_backend_comes_from_the_cluster_not_the_driver() -> None:
     """The driver has no CUDA here (as on the head); GPU nodes in the cluster still mean nccl."""
-    assert efa_check.choose_backend([HEAD, _node(4), _node(4)], 0) == "nccl"
-    assert efa_check.choose_backend([HEAD, _node(), _node()], 4) == "nccl"  # GPUs declared: never gloo
-    assert efa_check.choose_backend([HEAD, _node(), _node()], 0) == "gloo"  # all-CPU and expected so
-    assert efa_check.choose_backend([HEAD, _node(4, alive=False)], 0) == "gloo"
+    assert topology.choose_backend([HEAD, _node(4), _node(4)], 0) == "nccl"
+    assert topology.choose_backend([HEAD, _node(), _node()], 4) == "nccl"  # GPUs declared: never gloo
+    assert topology.choose_backend([HEAD, _node(), _node()], 0) == "gloo"  # all-CPU and expected so
+    assert topology.choose_backend([HEAD, _node(4, alive=False)], 0) == "gloo"
 
 
 def test_assess_names_what_is_missing() -> None:
-    use, why = efa_check.assess([HEAD, _node(4, ip="10.0.0.1")], "nccl", 2, 4)
+    use, why = topology.assess([HEAD, _node(4, ip="10.0.0.1")], "nccl", 2, 4)
     assert len(use) == 1 and "1 of 2 expected GPU nodes with 4 GPU(s) each" in why
-    _, why = efa_check.assess([HEAD, _node(4, ip="10.0.0.1"), _node(2, ip="10.0.0.2")], "nccl", 2, 4)
+    _, why = topology.assess([HEAD, _node(4, ip="10.0.0.1"), _node(2, ip="10.0.0.2")], "nccl", 2, 4)
     assert "10.0.0.2 has 2" in why
-    _, why = efa_check.assess([HEAD, _node(), _node()], "nccl", 2, 4)
+    _, why = topology.assess([HEAD, _node(), _node()], "nccl", 2, 4)
     assert why.startswith("no GPU nodes")
-    use, why = efa_check.assess([HEAD, _node(4), _node(4, ip="10.0.0.2")], "nccl", 2, 4)
+    use, why = topology.assess([HEAD, _node(4), _node(4, ip="10.0.0.2")], "nccl", 2, 4)
     assert why is None and len(use) == 2
 
 
@@ -121,11 +122,11 @@ def test_wait_topology_waits_for_late_nodes_and_gives_up_at_the_deadline(monkeyp
 
     seq = iter([[HEAD, _node(1)], [HEAD, _node(1)], [HEAD, _node(1), _node(1, ip="10.0.0.2")]])
     monkeypatch.setattr(ray, "nodes", lambda: next(seq))
-    backend, nodes = efa_check.wait_topology(2, 1, wait_s=30, poll_s=0.01, log=lambda m: None)
+    backend, nodes = topology.wait_topology(2, 1, wait_s=30, poll_s=0.01, log=lambda m: None)
     assert backend == "nccl" and len(nodes) == 2
     monkeypatch.setattr(ray, "nodes", lambda: [HEAD, _node(1)])
     with pytest.raises(efa_check.CheckFailed) as e:
-        efa_check.wait_topology(2, 1, wait_s=0.05, poll_s=0.01, log=lambda m: None)
+        topology.wait_topology(2, 1, wait_s=0.05, poll_s=0.01, log=lambda m: None)
     assert e.value.stage == "topology" and "1 of 2" in e.value.reason
 
 
@@ -323,22 +324,21 @@ def test_stale_pods_are_named_with_what_differs() -> None:
             {"host": "ray-gpu-b", "ip": "10.0.0.2", "image": "img:v1", "spec_hash": "h1"},
             {"host": "ray-gpu-b", "ip": "10.0.0.2", "image": "img:v1", "spec_hash": "h1"},  # second rank, same pod
             {"role": "head", "host": "ray-head-x", "ip": "10.0.0.3", "image": None, "spec_hash": None}]
-    bad = efa_check.stale_pods(seen, want)
+    bad = stale.stale_pods(seen, want)
     assert bad == ["worker pod ray-gpu-b on node 10.0.0.2: image img:v1 (expected img:v2), spec_hash h1 (expected h2)",
                    "head pod ray-head-x on node 10.0.0.3: image (unset) (expected img:v2), spec_hash (unset) "
                    "(expected h2)"]
-    assert efa_check.stale_pods(seen[:1], want) == [] and efa_check.stale_pods(seen, {"image": None}) == []
+    assert stale.stale_pods(seen[:1], want) == [] and stale.stale_pods(seen, {"image": None}) == []
     with pytest.raises(efa_check.CheckFailed) as e:
-        efa_check.check_stale(seen, want)
-    assert e.value.stage == "stale" and efa_check.FAILURES["stale"] == ("undetermined", 2)
+        stale.check_stale(seen, want)
+    assert e.value.stage == "stale" and failures.FAILURES["stale"] == ("undetermined", 2)
 
 
 def test_pod_stack_reads_the_env_the_stack_sets() -> None:
     from ray_efa_eks.components import raycluster
 
-    assert (efa_check.IMAGE_ENV, efa_check.SPEC_HASH_ENV) == (raycluster.IMAGE_ENV, raycluster.SPEC_HASH_ENV)
-    assert efa_check.pod_stack({efa_check.IMAGE_ENV: "i", efa_check.SPEC_HASH_ENV: "h"}) == {"image": "i",
-                                                                                          "spec_hash": "h"}
+    assert (stale.IMAGE_ENV, stale.SPEC_HASH_ENV) == (raycluster.IMAGE_ENV, raycluster.SPEC_HASH_ENV)
+    assert stale.pod_stack({stale.IMAGE_ENV: "i", stale.SPEC_HASH_ENV: "h"}) == {"image": "i", "spec_hash": "h"}
 
 
 def test_a_busy_cluster_is_waited_for_then_named(monkeypatch) -> None:
@@ -347,11 +347,11 @@ def test_a_busy_cluster_is_waited_for_then_named(monkeypatch) -> None:
     monkeypatch.setattr(ray, "nodes", lambda: [HEAD, _node(1), _node(1, ip="10.0.0.2")])
     answers = iter(["0 of the 2 GPUs the check needs are free: train-7 holds 2 GPU(s)", None])
     logged: list[str] = []
-    backend, nodes = efa_check.wait_topology(2, 1, wait_s=30, poll_s=0.01, log=logged.append,
+    backend, nodes = topology.wait_topology(2, 1, wait_s=30, poll_s=0.01, log=logged.append,
                                              busy=lambda need: next(answers))
     assert len(nodes) == 2 and any("the cluster is busy" in m and "train-7" in m for m in logged)
     with pytest.raises(efa_check.CheckFailed) as e:
-        efa_check.wait_topology(2, 1, wait_s=0.05, poll_s=0.01, log=lambda m: None,
+        topology.wait_topology(2, 1, wait_s=0.05, poll_s=0.01, log=lambda m: None,
                                 busy=lambda need: f"0 of the {need} GPUs the check needs are free: train-7 holds 2")
     assert e.value.stage == "busy" and "train-7" in e.value.reason and "0 of the 2 GPUs" in e.value.reason
-    assert "ray job stop" in efa_check.FAILURE_HINTS["busy"]
+    assert "ray job stop" in failures.FAILURE_HINTS["busy"]

@@ -336,7 +336,7 @@ def test_one_deadline_story() -> None:
     assert f"+ {d.head_wait_s} ))" in script_ and f"timeout {d.check_s} ray job logs" in script_
     assert f"--wait-s {d.topology_wait_s} --timeout-s {d.sweep_timeout_s}" in script_
     assert d.check_s == d.topology_wait_s + d.startup_s + d.sweep_timeout_s
-    from ray_efa_eks.efacheck.efa_check import STARTUP_S
+    from ray_efa_eks.efacheck.ranks import STARTUP_S
 
     assert 2 * STARTUP_S < d.startup_s  # the check's own start-up budgets (before and after the sweep) fit
     assert job["spec"]["activeDeadlineSeconds"] == d.head_wait_s + d.check_s + d.slack_s

@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from ray_efa_eks.tools import plan as planmod
 from ray_efa_eks.tools import rules
 from ray_efa_eks.tools.layout import MNG
-from ray_efa_eks.tools.plan import Plan, main
+from ray_efa_eks.tools.plan import main
+from ray_efa_eks.tools.plan_model import MissingStack, Plan
+from ray_efa_eks.tools.stack_file import read_stack, stack_config
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -201,14 +202,14 @@ def test_stack_config_reads_the_stack_file_and_shows_secrets(tmp_path):
     (tmp_path / "Pulumi.prod.yaml").write_text(
         "config:\n  aws:region: us-west-2\n  ray-efa-eks:gpuNodeCount: 4\n  ray-efa-eks:efa: true\n"
         "  ray-efa-eks:dlcImage: {secure: AAAA}\n  other:key: x\n")
-    config, region = planmod.stack_config(tmp_path, "prod")
+    config, region = stack_config(tmp_path, "prod")
     assert region == "us-west-2"
     assert config == {"ray-efa-eks:gpuNodeCount": "4", "ray-efa-eks:efa": "true"}  # a secret cannot reach the program
-    sf = planmod.read_stack(tmp_path, "prod")
+    sf = read_stack(tmp_path, "prod")
     assert sf.shown["ray-efa-eks:dlcImage"] == "[secret]" and sf.secrets == ["ray-efa-eks:dlcImage"]
-    with pytest.raises(planmod.MissingStack, match="stacks here: prod"):
-        planmod.stack_config(tmp_path, "missing")
-    assert planmod.stack_config(tmp_path, "missing", defaults=True) == ({}, "us-east-1")
+    with pytest.raises(MissingStack, match="stacks here: prod"):
+        stack_config(tmp_path, "missing")
+    assert stack_config(tmp_path, "missing", defaults=True) == ({}, "us-east-1")
 
 
 def test_secret_config_values_are_shown_as_secret_never_skipped(tmp_path, capsys):

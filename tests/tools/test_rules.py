@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 import pytest
 
-from ray_efa_eks.tools import layout, rules
+from ray_efa_eks.tools import layout, layout_network, layout_node_groups, rules
 from ray_efa_eks.components.config import ConfigError, StackConfig
 from ray_efa_eks.tools.layout import (INGRESS, MNG, RAY_CLUSTER, SERVICE, SG_EGRESS, SUBNET, Resource, from_mockrun,
                                from_policy)
@@ -143,7 +143,7 @@ def test_gpu_one_az_preview_shape():
     assert check(preview(subnet_azs=("us-east-1a", "us-east-1b"), subnet_ids_known=False), "gpu-one-az") == []
     # ...but one candidate AZ is known to be the AZ.
     st = layout.Stack(preview(subnet_ids_known=False))
-    assert [g.azs for g in layout.gpu_node_groups(st)] == [["us-east-1a"]]
+    assert [g.azs for g in layout_node_groups.gpu_node_groups(st)] == [["us-east-1a"]]
 
 
 def test_gpu_one_az_preview_without_placement_group_judges_the_candidates():
@@ -168,7 +168,7 @@ def test_efa_interfaces_preview_shape_reads_the_launch_template():
     [v] = check(preview(efa_count=0), "efa-interfaces")
     assert v.resource == f"{MNG} gpu-mng" and "(launch template)" in v.problem
     st = layout.Stack(preview(instance_type="p5.48xlarge"))
-    assert [g.efa_interfaces for g in layout.gpu_node_groups(st)] == [32]
+    assert [g.efa_interfaces for g in layout_node_groups.gpu_node_groups(st)] == [32]
 
 
 def test_efa_interfaces_fails_when_pods_request_more_than_the_nodes_have():
@@ -180,7 +180,7 @@ def test_efa_interfaces_fails_when_pods_request_more_than_the_nodes_have():
 def test_efa_interfaces_from_the_programs_own_launch_template(default, p5_run):
     """The program's node group names its own launch template; the rule counts that template's EFA interfaces."""
     for resources, count in ((default, 1), (from_mockrun(p5_run), 32)):
-        [g] = layout.gpu_node_groups(layout.Stack(resources))
+        [g] = layout_node_groups.gpu_node_groups(layout.Stack(resources))
         assert (g.efa_interfaces, g.efa_source, g.security_group_ids) == (count, "launch template", ["sg-ray-efa-dev-cluster"])
         assert g.placement_strategy == "cluster" and g.capacity_type == "ON_DEMAND" and g.reservation is None
     # one interface short of what the p5 pods request
@@ -192,7 +192,7 @@ def test_efa_interfaces_from_the_programs_own_launch_template(default, p5_run):
 def test_efa_interfaces_from_pulumi_eks_enable_efa_support(default):
     """The pulumi-eks shape still reads: enableEfaSupport without a launch template means the catalogue's count."""
     st = layout.Stack(mutate(default, MNG, "gpu-mng", _pulumi_eks_efa))
-    [g] = layout.gpu_node_groups(st)
+    [g] = layout_node_groups.gpu_node_groups(st)
     assert (g.efa_interfaces, g.efa_source, g.placement_strategy) == (1, "pulumi-eks enableEfaSupport", "cluster")
     assert check(st, "efa-interfaces") == []
 
@@ -203,7 +203,7 @@ def test_preview_shapes_of_both_launch_templates_pass_and_read_alike(shape, capa
     if shape == "pulumi-eks" and capacity != "on-demand":
         pytest.skip("pulumi-eks's enableEfaSupport has no reservation target (the reason for issue 19)")
     st = layout.Stack(preview(instance_type="p5.48xlarge", shape=shape, capacity=capacity))
-    [g] = layout.gpu_node_groups(st)
+    [g] = layout_node_groups.gpu_node_groups(st)
     assert g.efa_interfaces == 32 and g.security_group_ids == [CLUSTER_SG] and g.azs == ["us-east-1a"]
     assert g.placement_strategy == ("cluster" if capacity == "on-demand" else None)
     assert g.capacity_type == ("CAPACITY_BLOCK" if capacity == "capacity-block" else "ON_DEMAND")
@@ -216,7 +216,7 @@ def test_preview_shapes_of_both_launch_templates_pass_and_read_alike(shape, capa
 
 
 def test_efa_interfaces_not_required_when_efa_is_off(efa_off):
-    assert layout.efa_intent(layout.Stack(efa_off)) == []
+    assert layout_network.efa_intent(layout.Stack(efa_off)) == []
     assert check(efa_off, "efa-interfaces") == []
 
 

@@ -1,0 +1,99 @@
+"""Two plans compared: settings changed, resources added and removed, rules newly broken or fixed, GPU node group
+rollouts; rendered as markdown for a pull request."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .plan_model import Plan
+from .plan_render import violation_line
+from .plan_settings import FIELD_NAMES, SECTION_NAMES, rollout_risks
+
+
+def flatten(settings: dict[str, Any]) -> dict[str, Any]:
+    """Settings as ``(section, item, field)`` labels -> value, in a stable order."""
+    out: dict[str, Any] = {}
+    for key, value in settings.items():
+        if key in SECTION_NAMES and isinstance(value, dict):
+            for item, fields in value.items():
+                if isinstance(fields, dict):
+                    for f, v in fields.items():
+                        out[f"{SECTION_NAMES[key]} `{item}` {FIELD_NAMES.get(f, f)}"] = v
+                else:
+                    out[f"{SECTION_NAMES[key]} `{item}`"] = fields
+        else:
+            out[FIELD_NAMES.get(key, key)] = value
+    return out
+
+
+@dataclass
+class PlanDiff:
+    before: Plan
+    after: Plan
+    changed: list[tuple[str, Any, Any]]
+    added: list[str]
+    removed: list[str]
+    new_violations: list[dict[str, Any]]
+    fixed_violations: list[dict[str, Any]]
+    rollouts: list[str] = field(default_factory=list)
+    """:func:`rollout_risks`: GPU node groups the change would roll inside a reservation or Capacity Block."""
+
+    @property
+    def exit_code(self) -> int:
+        return self.after.exit_code or (1 if self.rollouts else 0)
+
+
+def diff_plans(before: Plan, after: Plan) -> PlanDiff:
+    a, b = ({**flatten(p.settings), **{f"config `{k}`": v for k, v in p.config.items()}} for p in (before, after))
+    changed = [(k, a.get(k, "—"), b.get(k, "—")) for k in list(a) + [k for k in b if k not in a] if a.get(k) != b.get(k)]
+    ra = {f"{r['type']} {r['name']}" for r in before.resources}
+    rb = {f"{r['type']} {r['name']}" for r in after.resources}
+    lines_a = {violation_line(v): v for v in before.violations}
+    lines_b = {violation_line(v): v for v in after.violations}
+    return PlanDiff(before, after, changed, sorted(rb - ra), sorted(ra - rb),
+                    [v for k, v in lines_b.items() if k not in lines_a], [v for k, v in lines_a.items() if k not in lines_b],
+                    rollout_risks(before.settings, after.settings))
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        value = f"{value:,.2f}"
+    return _md(str(value)).replace("|", "\\|").replace("\n", " ")
+
+
+def _md(text: str) -> str:
+    """Text that GitHub markdown shows as written (an unknown <tag> would be dropped)."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def render_diff(d: PlanDiff) -> str:
+    """Markdown for a PR comment: changed settings, added/removed resources, rules broken and fixed."""
+    after = d.after
+    out = [f"### Offline plan: `{d.before.source}` → `{after.source}` (stack `{after.stack}`, {after.region})", "",
+           "_Pulumi mocks, no cloud credentials: what the program declares, not what AWS will do. "
+           "`ray-efa-eks diff` reproduces this locally._", ""]
+    for label, plan in (("before", d.before), ("after", after)):
+        if plan.error:
+            out += [f"**The {label} program failed:** {_md(plan.error)}", ""]
+    if d.changed:
+        out += ["| setting | before | after |", "|---|---|---|"]
+        out += [f"| {_cell(k)} | {_cell(a)} | {_cell(b)} |" for k, a, b in d.changed]
+        out.append("")
+    elif not (d.before.error or after.error):
+        out += ["No setting changed.", ""]
+    if d.added or d.removed:
+        out += ["<details><summary>Resources: " f"{len(d.added)} added, {len(d.removed)} removed</summary>", "", "```diff"]
+        out += [f"+ {r}" for r in d.added] + [f"- {r}" for r in d.removed] + ["```", "</details>", ""]
+    else:
+        out += [f"Resources: none added or removed ({len(after.resources)} in all).", ""]
+    if after.violations:
+        out.append(f"**Layout rules broken ({len(after.violations)}):**")
+        out += [f"- ❌ {_md(violation_line(v))}" + (" _(new)_" if v in d.new_violations else "") for v in after.violations]
+    elif not after.error:
+        out.append(f"Layout rules: ✅ all {len(after.checked)} pass.")
+    out += [f"- ✅ fixed: {_md(violation_line(v))}" for v in d.fixed_violations]
+    if d.rollouts:
+        out += ["", f"**GPU node group rollouts in a reservation ({len(d.rollouts)}):**"]
+        out += [f"- ⚠️ {_md(r)}" for r in d.rollouts]
+    return "\n".join(out) + "\n"

@@ -1,0 +1,163 @@
+"""Making a plan: run a tree's program under the Pulumi mocks (this tree, or a git ref's archive with its own code)
+and read its resources, settings and rule results."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+from . import layout, rules
+from .layout import Resource, Stack
+from .plan_model import MissingStack, Plan, PlanError, UsageError
+from .plan_settings import settings_of
+from .stack_file import DEFAULT_REGION, read_stack, shown_config
+
+RECORDS_MARKER = "@@plan-records@@ "
+
+# Runs in a git archive of the base ref, with *its* code, so the base plan is the base program's.
+# Only mockrun (present since the first commit; in ``components`` before the four-package layout, ``tools`` after) is
+# used there. The archive gets a ``ray_efa_eks`` package whose subpackages are the archive's own folders, so a program
+# importing either spelling (``components.x`` before the namespaced move, ``ray_efa_eks.components.x`` after) runs
+# the base ref's code.
+_DUMP_RECORDS = r'''
+import json, sys
+sys.path.insert(0, ".")
+try:
+    from ray_efa_eks.tools.mockrun import run_program
+except ImportError:
+    from ray_efa_eks.components.mockrun import run_program
+a = json.loads(sys.argv[1])
+run = run_program(a["config"], region=a["region"], program=a["program"], stack=a["stack"])
+def rid(r):
+    # mockrun before issue 6 recorded no ids; these are the fake ids its mocks hand out.
+    return getattr(run, "ids", {}).get(r.urn) or (
+        f"subnet-{r.name}" if r.type == "aws:ec2/subnet:Subnet" else f"{r.name}-id")
+recs = [{"type": r.type, "name": r.name, "urn": r.urn, "parent": r.parent, "id": rid(r), "props": r.inputs}
+        for r in run.resources]
+print("\n''' + RECORDS_MARKER + r'''" + json.dumps(recs, default=lambda o: "<%s>" % type(o).__name__))
+'''
+
+
+def make_plan(resources: list[Resource], *, source: str, stack: str, region: str) -> Plan:
+    """The plan of a list of resources (from the mocks, a base ref, or a preview)."""
+    st = Stack(resources)
+    labels = {r.urn: r.label for r in st.resources}
+    tree = [{"type": r.type, "name": r.name, "parent": labels.get(r.parent) or layout.urn_label(r.parent)}
+            for r in sorted(st.resources, key=lambda r: (r.type, r.name))]
+    violations = rules.check(st)
+    return Plan(source, stack, region, tree, settings_of(st, region), [v.to_json() for v in violations],
+                list(rules.RULE_IDS))
+
+
+def plan_tree(root: Path | None = None, *, stack: str = "dev", overrides: dict[str, str] | None = None,
+              region: str | None = None, program: Path | None = None, source: str = "working tree",
+              defaults: bool = False) -> Plan:
+    """Plan ``program`` (default ``root/__main__.py``) in this process, with the code imported here.
+
+    Config comes from ``Pulumi.<stack>.yaml`` beside the program (:class:`MissingStack` without one,
+    unless ``defaults``), then ``overrides``.
+    """
+    from . import mockrun
+
+    program = program or (root or Path.cwd()) / "__main__.py"
+    sf = read_stack(program.parent, stack, defaults=defaults)  # a program's stack files sit next to it
+    config = {**sf.values, **(overrides or {})}
+    region = region or sf.region
+    shown = shown_config(sf, overrides, region)
+    try:
+        run = mockrun.run_program(config, region=region, program=program, stack=stack)
+    except Exception as e:  # noqa: BLE001 - any program failure is the plan's answer, not a crash
+        return Plan(source, stack, region, error=f"{type(e).__name__}: {e}{_where_offered(e)}", config=shown)
+    plan = make_plan(layout.from_mockrun(run), source=source, stack=stack, region=region)
+    plan.config = shown
+    return plan
+
+
+def _where_offered(error: Exception) -> str:
+    """For "gpuInstanceType ... is not offered in any AZ of REGION": the regions EC2's offerings data lists for it."""
+    from . import mockrun
+
+    itype = getattr(error, "value", None)
+    if getattr(error, "key", None) != "gpuInstanceType" or "is not offered in any AZ" not in str(error) \
+            or not isinstance(itype, str):
+        return ""
+    regions = [r for r in mockrun.OFFERINGS if mockrun.offered_azs(r, itype)]
+    return (f" (EC2's offerings data, tools/offerings.json, lists it in: {', '.join(regions)})" if regions
+            else " (EC2's offerings data, tools/offerings.json, lists it in no region)")
+
+
+def resolve_ref(ref: str, root: Path | None = None) -> str:
+    """The commit id of git ``ref``; a ref is never read as an option.
+
+    A ref that starts with ``-`` is refused (git's own rule: check-ref-format refuses a component that starts with
+    ``-``; git-check-ref-format(1)), and the lookup passes ``--end-of-options`` (git >= 2.24, gitcli(7)) so nothing
+    after it is an option. :class:`UsageError` for an option-looking ref, :class:`PlanError` for an unknown one.
+    """
+    if not ref or ref.startswith("-") or "\x00" in ref or any(c.isspace() for c in ref):
+        raise UsageError(f"--diff {ref!r}: not a git ref (a ref never starts with '-' or holds spaces, so it "
+                         "cannot be read as an option); name a branch, tag or commit, e.g. --diff origin/main, or a "
+                         "saved plan: --diff old.json new.json")
+    found = subprocess.run(["git", "-C", str(root or Path.cwd()), "rev-parse", "--verify", "--quiet",
+                            "--end-of-options", f"{ref}^{{commit}}"], capture_output=True, text=True)
+    if found.returncode != 0 or not found.stdout.strip():
+        raise PlanError(f"--diff {ref!r}: no such commit in this repository (fetch the ref first: git fetch origin "
+                        f"{ref}; in CI use actions/checkout with fetch-depth: 0)")
+    return found.stdout.strip()
+
+
+def plan_git_ref(ref: str, root: Path | None = None, *, stack: str = "dev", overrides: dict[str, str] | None = None,
+                 region: str | None = None, program: str = "__main__.py", defaults: bool = False) -> Plan:
+    """Plan the program as it is at git ``ref``: its own code, its own ``Pulumi.<stack>.yaml``, in a subprocess.
+
+    A stack file missing at ``ref`` (a stack the change adds) makes the base plan an error, not the defaults.
+    """
+    commit = resolve_ref(ref, root)
+    archive = subprocess.run(["git", "-C", str(root or Path.cwd()), "archive", "--format=tar", "--end-of-options",
+                              commit], capture_output=True)
+    if archive.returncode != 0:
+        raise PlanError(f"git archive {ref!r} failed: {archive.stderr.decode(errors='replace').strip()} "
+                        "(fetch the ref first; in CI use actions/checkout with fetch-depth: 0)")
+    with tempfile.TemporaryDirectory(prefix="plan-base-") as tmp:
+        with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+            tar.extractall(tmp, filter="data")
+        base = Path(tmp)
+        source = f"git {ref}"
+        try:
+            sf = read_stack((base / program).parent, stack, defaults=defaults)
+        except MissingStack:
+            return Plan(source, stack, region or DEFAULT_REGION,
+                        error=f"Pulumi.{stack}.yaml does not exist at {ref} (a stack this change adds?)")
+        config = {**sf.values, **(overrides or {})}
+        region = region or sf.region
+        if not (base / program).exists():
+            return Plan(source, stack, region, error=f"{program} does not exist at {ref}")
+        _namespace_shim(base)
+        args = json.dumps({"config": config, "region": region, "program": program, "stack": stack})
+        env = {**os.environ, "PYTHONPATH": tmp}
+        proc = subprocess.run([sys.executable, "-c", _DUMP_RECORDS, args], cwd=tmp, env=env,
+                              capture_output=True, text=True, timeout=600)
+        marker = [ln for ln in proc.stdout.splitlines() if ln.startswith(RECORDS_MARKER)]
+        if proc.returncode != 0 or not marker:
+            last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+            return Plan(source, stack, region, error=last)
+        records = json.loads(marker[-1][len(RECORDS_MARKER):])
+    plan = make_plan([Resource.from_json(r) for r in records], source=source, stack=stack, region=region)
+    plan.config = shown_config(sf, overrides, region)
+    return plan
+
+
+def _namespace_shim(base: Path) -> None:
+    """Make ``base``'s packages (components, training, efacheck, tools) importable as ``ray_efa_eks.*`` ahead of any
+    installed copy."""
+    shim = base / "ray_efa_eks"
+    shim.mkdir(exist_ok=True)
+    (shim / "__init__.py").write_text("")
+    for pkg in ("components", "training", "efacheck", "tools"):
+        if (base / pkg).is_dir() and not (shim / pkg).exists():
+            (shim / pkg).symlink_to(base / pkg, target_is_directory=True)

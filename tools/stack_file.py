@@ -1,0 +1,118 @@
+"""The stack's ``Pulumi.<stack>.yaml`` and ``--config`` overrides: the config a plan runs the program with, every
+key as shown (secrets as ``[secret]``: never decrypted offline)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .plan_model import MissingStack, PlanError, UsageError
+
+PROJECT = "ray-efa-eks"
+DEFAULT_REGION = "us-east-1"
+SECRET = "[secret]"
+"""How an encrypted config value is shown: never skipped, never decrypted."""
+
+
+@dataclass
+class StackFile:
+    """What ``Pulumi.<stack>.yaml`` says: values the program gets, and every key as shown (secrets ``[secret]``)."""
+
+    values: dict[str, Any]
+    region: str
+    shown: dict[str, Any]
+    secrets: list[str]
+
+
+def read_stack(root: Path, stack: str, *, defaults: bool = False) -> StackFile:
+    """``Pulumi.<stack>.yaml`` in ``root``: :class:`MissingStack` when absent (unless ``defaults``).
+
+    A secret (``secure:``) cannot be decrypted offline: it is shown as ``[secret]`` and left out of the
+    program's config, so the program uses that key's default.
+    """
+    path = root / f"Pulumi.{stack}.yaml"
+    if not path.exists():
+        if defaults:
+            return StackFile({}, DEFAULT_REGION, {}, [])
+        have = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in root.glob("Pulumi.*.yaml"))
+        raise MissingStack(f"stack {stack!r} has no {path.name} in {root} (stacks here: {', '.join(have) or 'none'}); "
+                           f"check --stack, or pass --defaults to plan a stack without config")
+    data = _load_stack_yaml(path)
+    values, shown, secrets, region = {}, {}, [], DEFAULT_REGION
+    for key, value in data.items():
+        if isinstance(value, dict) and "secure" in value:
+            shown[key] = SECRET
+            secrets.append(key)
+            continue
+        if isinstance(value, dict) and "value" in value:
+            value = value["value"]
+        shown[key] = value
+        if key == "aws:region":
+            region = str(value)
+        elif ":" not in key or key.startswith(f"{PROJECT}:"):
+            values[key] = value if isinstance(value, str) else json.dumps(value)
+    return StackFile(values, region, shown, secrets)
+
+
+def _load_stack_yaml(path: Path) -> dict[str, Any]:
+    """The ``config:`` mapping of a stack file; :class:`PlanError` (exit 3) naming the file and the problem.
+
+    Pulumi's own reader needs the same shape: a mapping whose ``config`` is a mapping of ``namespace:key`` to a
+    value (pulumi/sdk/go/common/workspace/project.go, ``ProjectStack.Config``).
+    """
+    import yaml
+
+    fix = "it should look like: config:\n  ray-efa-eks:gpuNodeCount: 2"
+    if path.is_dir():
+        raise PlanError(f"{path}: is a directory, not a stack file; {fix}")
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise PlanError(f"{path}: not UTF-8 text (byte {e.start}: {e.object[e.start:e.start + 1]!r}); save it as "
+                        "UTF-8") from None
+    except OSError as e:
+        raise PlanError(f"{path}: cannot be read ({e.strerror or e})") from None
+    if "\x00" in text:
+        raise PlanError(f"{path}: binary data (NUL bytes), not YAML; {fix}")
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise PlanError(f"{path}: not valid YAML ({' '.join(str(e).split())})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise PlanError(f"{path}: the top level is a {type(data).__name__}, not a mapping; {fix}")
+    config = data.get("config")
+    if config is None:
+        return {}
+    if not isinstance(config, dict):
+        raise PlanError(f"{path}: config is {config!r} (a {type(config).__name__}), not a mapping of keys to "
+                        f"values; {fix}")
+    return config
+
+
+def stack_config(root: Path, stack: str, *, defaults: bool = False) -> tuple[dict[str, Any], str]:
+    """(config, region) for the program from ``Pulumi.<stack>.yaml`` in ``root`` (see :func:`read_stack`)."""
+    sf = read_stack(root, stack, defaults=defaults)
+    return sf.values, sf.region
+
+
+def shown_config(sf: StackFile, overrides: dict[str, str] | None, region: str) -> dict[str, Any]:
+    shown = {**sf.shown, **(overrides or {}), "aws:region": region}
+    return dict(sorted(shown.items()))
+
+
+def parse_overrides(pairs: list[str]) -> tuple[dict[str, str], str | None]:
+    """``KEY=VALUE`` pairs -> (config, region override); ``aws:region=...`` sets the region."""
+    config, region = {}, None
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--config {pair!r}: expected KEY=VALUE, e.g. gpuInstanceType=p5.48xlarge")
+        if key == "aws:region":
+            region = value
+        else:
+            config[key if ":" in key else f"{PROJECT}:{key}"] = value
+    return config, region
