@@ -273,6 +273,52 @@ def _private_dashboard(stack: Stack) -> list[Violation]:
     return [_v("private-dashboard", r, how, DASHBOARD_FIX) for r, how in layout_network.dashboard_exposures(stack)]
 
 
+# -- host-access ---------------------------------------------------------------------------------------------------
+
+HOST_ACCESS_FIX = ("read host state through the node agent (components/node_agent.py: the EFA exporter, the only "
+                   "pod that mounts host paths, alone in a namespace labelled pod-security.kubernetes.io/enforce: "
+                   "privileged); Ray pods read its node-local Service (RAY_EFA_EKS_EFA_EXPORTER) and need no host "
+                   "access, so their namespace can enforce Pod Security baseline")
+PSS_ENFORCE = "pod-security.kubernetes.io/enforce"
+PSS_PAGE = "https://kubernetes.io/docs/concepts/security/pod-security-standards/#baseline"
+
+
+def _host_uses(spec: dict) -> list[str]:
+    """What of the host a pod spec uses, by Pod Security baseline's host controls (UNKNOWN values skipped)."""
+    uses = [f"hostPath volume {v.get('name', '?')}" for v in spec.get("volumes") or []
+            if isinstance(v, dict) and isinstance(v.get("hostPath"), dict)]
+    uses += [k for k in ("hostNetwork", "hostPID", "hostIPC") if spec.get(k) is True]
+    for key in ("initContainers", "containers", "ephemeralContainers"):
+        for c in spec.get(key) or []:
+            if not isinstance(c, dict):
+                continue
+            if layout.dig(c, "securityContext", "privileged") is True:
+                uses.append(f"privileged container {c.get('name', '?')}")
+            if any(isinstance(pt, dict) and pt.get("hostPort") not in (None, 0, UNKNOWN) for pt in c.get("ports") or []):
+                uses.append(f"hostPort in container {c.get('name', '?')}")
+    return uses
+
+
+def _host_access(stack: Stack) -> list[Violation]:
+    """Only a non-Ray pod in a namespace that enforces Pod Security ``privileged`` may use the host; a Ray pod never
+    (its namespace enforces baseline: the API server refuses such a pod, and KubeRay would retry it forever)."""
+    privileged = {layout.dig(r.props, "metadata", "name") for r in stack.of_type("kubernetes:core/v1:Namespace")
+                  if layout.dig(r.props, "metadata", "labels", PSS_ENFORCE) == "privileged"}
+    out = []
+    for p in layout.pods(stack):
+        uses = _host_uses(p.spec)
+        ns = layout.dig(p.resource.props, "metadata", "namespace")
+        if not uses or ns is UNKNOWN:
+            continue
+        if p.role == "pod" and ns in privileged:
+            continue
+        where = (f"a Ray {p.role} pod" if p.role != "pod" else
+                 f"a pod in namespace {ns}, which does not enforce Pod Security privileged")
+        out.append(_v("host-access", p.resource, f"{where} uses the host ({', '.join(uses)}; Pod Security baseline "
+                                                 f"forbids it: {PSS_PAGE})", HOST_ACCESS_FIX))
+    return out
+
+
 # -- Pod Identity trust policies (warnings: AWS accepts these shapes) ------------------------------------------------
 
 POD_TRUST_SCOPE_FIX = ("condition the pods.eks.amazonaws.com statement on aws:RequestTag/eks-cluster-arn (or "
@@ -332,6 +378,8 @@ RULES: tuple[Rule, ...] = (
     Rule("pinned-image", "every image is pinned by a tag other than latest, or by digest", PINNED_FIX, _pinned_image),
     Rule("private-dashboard", "the Ray dashboard is not on a public load balancer or ingress", DASHBOARD_FIX,
          _private_dashboard),
+    Rule("host-access", "only the node agent uses the host (hostPath, host namespaces, privileged, hostPort), alone in "
+                        "a namespace enforcing Pod Security privileged; Ray pods never", HOST_ACCESS_FIX, _host_access),
     Rule("pod-identity-trust-scoped", "a Pod Identity role's trust policy names its cluster, namespace and service "
          "account (warning)", POD_TRUST_SCOPE_FIX, _pod_identity_trust_scoped, WARNING),
     Rule("pod-identity-trust-keys", "a Pod Identity trust policy conditions only on keys Pod Identity is documented to "

@@ -450,3 +450,42 @@ def test_unknown_values_are_not_violations():
 def test_subnets_resolve_by_mock_id(default):
     st = layout.Stack(default)
     assert st.resolve("subnet-net-private-us-east-1a").type == SUBNET
+
+
+# -- host-access (issue 36) ----------------------------------------------------------------------------------------
+
+DAEMONSET, JOB, NAMESPACE = "kubernetes:apps/v1:DaemonSet", "kubernetes:batch/v1:Job", "kubernetes:core/v1:Namespace"
+
+
+def test_host_access_passes_for_the_node_agent_alone(default):
+    assert check(default, "host-access") == []
+    agent = next(r for r in default if r.type == DAEMONSET)
+    assert [v for v in agent.props["spec"]["template"]["spec"]["volumes"] if "hostPath" in v]  # it does use the host
+
+
+def test_host_access_fails_for_a_ray_pod_that_mounts_the_host_even_in_a_privileged_namespace(default):
+    def mount(p):
+        pod = p["spec"]["workerGroupSpecs"][0]["template"]["spec"]
+        pod["volumes"].append({"name": "host-sys", "hostPath": {"path": "/sys"}})
+
+    [v] = check(mutate(default, RAY_CLUSTER, "ray-raycluster", mount), "host-access")
+    assert v.rule == "host-access" and v.resource == f"{RAY_CLUSTER} ray-raycluster"
+    assert "a Ray worker gpu pod uses the host (hostPath volume host-sys" in v.problem and "node agent" in v.fix
+    privileged_ray = mutate(mutate(default, RAY_CLUSTER, "ray-raycluster", mount), NAMESPACE, "ray-ns",
+                            lambda p: p["metadata"]["labels"].update({"pod-security.kubernetes.io/enforce": "privileged"}))
+    assert [v.resource for v in check(privileged_ray, "host-access")] == [f"{RAY_CLUSTER} ray-raycluster"]
+
+
+def test_host_access_fails_for_the_agent_outside_a_privileged_namespace_and_for_host_namespaces(default):
+    unlabelled = mutate(default, NAMESPACE, "node-agent-ns", lambda p: p["metadata"].pop("labels"))
+    [v] = check(unlabelled, "host-access")
+    assert "namespace efa-node-agent, which does not enforce Pod Security privileged" in v.problem
+    host_net = mutate(default, JOB, "efa-check-job", lambda p: p["spec"]["template"]["spec"].update(hostNetwork=True))
+    [v] = check(host_net, "host-access")
+    assert v.resource == f"{JOB} efa-check-job" and "hostNetwork" in v.problem
+
+
+def test_host_access_skips_an_unknown_namespace(default):
+    unknown = mutate(default, DAEMONSET, "node-agent-daemonset",
+                     lambda p: p["metadata"].update(namespace=layout.UNKNOWN))
+    assert check(unknown, "host-access") == []
