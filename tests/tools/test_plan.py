@@ -94,7 +94,7 @@ def test_default_plan_json(plans, default_run):
     assert {"type": MNG, "name": "gpu-mng", "parent": "ray-efa-eks:index:EfaGpuNodeGroup gpu"} in p["resources"]
     assert len(p["resources"]) == len(default_run.resources)
     assert p["rules"] == {"checked": ["gpu-one-az", "efa-interfaces", "efa-sg-self-rule", "gpu-capacity", "guaranteed-qos", "one-image",
-                                      "pinned-image", "private-dashboard", "pod-identity-trust-scoped",
+                                      "pinned-image", "private-dashboard", "host-access", "pod-identity-trust-scoped",
                                       "pod-identity-trust-keys", "gate-no-api-token", "ray-pods-network-policy",
                                       "kuberay-single-namespace", "ray-pods-region", "device-plugin-versions",
                                       "pod-security-baseline"], "violations": []}
