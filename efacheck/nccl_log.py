@@ -47,7 +47,7 @@ import stat
 import sys
 from collections import Counter
 from dataclasses import dataclass, field, replace
-from typing import Iterable
+from typing import Any, Iterable
 
 from .cli import EXIT_USAGE, ArgumentParser, run_cli
 
@@ -606,12 +606,16 @@ class _Collector:
         return done("undetermined")
 
 
+def _is_binary(head: bytes) -> bool:
+    """A NUL, or more than 1 in 20 control characters: no log."""
+    return b"\x00" in head or len(head) - len(head.translate(None, _CONTROL)) > len(head) // 20
+
+
 def _check_text(buf: bytes, source: str) -> str | None:
     """Why ``buf`` is no NCCL text (empty / binary / no NCCL line), or None if it is."""
     if re.search(rb"\S", buf) is None:
         return f"{source}: empty input"
-    head = buf[:65536]
-    if b"\x00" in head or len(head) - len(head.translate(None, _CONTROL)) > len(head) // 20:
+    if _is_binary(buf[:65536]):
         return f"{source}: binary data, not a text NCCL log"
     if not _LOG_LINE.search(buf):
         return f"{source}: no complete NCCL log line (truncated, or not NCCL_DEBUG=INFO output)"
@@ -624,8 +628,12 @@ NOT_LOGS = (".md", ".json", ".png", ".yaml", ".yml", ".html", ".py")
 
 MAX_FILES = 10_000
 """Files a directory walk may hold: a job's logs are one per rank (a 512-rank job: 512); more means a wrong path."""
-MAX_LOG_BYTES = 4 << 30
-"""Largest single input read (4 GiB; a 512-rank NCCL_DEBUG=INFO log is ~60 MB)."""
+MAX_LOG_BYTES = 1 << 30
+"""Largest single input read (1 GiB; a 512-rank NCCL_DEBUG=INFO log is ~60 MB)."""
+HEAD_BYTES = 1 << 16
+"""What :func:`_read_input` reads before deciding an input is binary (``_check_text`` judges the same 64 KiB)."""
+CHUNK_BYTES = 1 << 20
+"""The rest is read in chunks of this size, so a limit is enforced as it is crossed (stdin has no size)."""
 
 
 def _iter_files(paths: Iterable[str]) -> list[str]:
@@ -645,16 +653,36 @@ def _iter_files(paths: Iterable[str]) -> list[str]:
 
 
 def _read_input(path: str) -> bytes:
-    """A log's bytes: ``-`` is stdin; only regular files (a FIFO or a device would block or never end)."""
+    """A log's bytes: ``-`` is stdin; only regular files (a FIFO or a device would block or never end).
+
+    Read in bounded chunks: the first 64 KiB decide "binary" before anything more is read (a multi-GB core dump or
+    image is refused after its first chunk, its head returned for ``_check_text`` to name), and reading stops with
+    EFBIG as soon as :data:`MAX_LOG_BYTES` is crossed, for stdin too.
+    """
     if path == "-":
-        return sys.stdin.buffer.read()
+        return _read_bounded(sys.stdin.buffer)
     st = os.stat(path)
     if not stat.S_ISREG(st.st_mode):
         raise OSError(errno.EINVAL, "not a regular file (a pipe, socket or device); pass a log file, or - for stdin")
     if st.st_size > MAX_LOG_BYTES:
         raise OSError(errno.EFBIG, f"{st.st_size} bytes, more than {MAX_LOG_BYTES >> 30} GiB: not one rank's log")
     with open(path, "rb") as fh:
-        return fh.read()
+        return _read_bounded(fh)
+
+
+def _read_bounded(fh: Any) -> bytes:
+    head = fh.read(HEAD_BYTES)
+    if _is_binary(head):
+        return head  # judged binary on its head (_check_text says so); the rest is never read
+    parts, size = [head], len(head)
+    while True:
+        chunk = fh.read(CHUNK_BYTES)
+        if not chunk:
+            return b"".join(parts)
+        size += len(chunk)
+        if size > MAX_LOG_BYTES:
+            raise OSError(errno.EFBIG, f"more than {MAX_LOG_BYTES >> 30} GiB: not one rank's log")
+        parts.append(chunk)
 
 
 def analyze_bytes(

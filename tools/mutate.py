@@ -35,11 +35,11 @@ import subprocess
 import sys
 import tempfile
 import time
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .cli import EXIT_USAGE, ArgumentParser, run_cli
+from .files import FileProblem, confined, load_toml
 
 ROOT = Path(__file__).resolve().parents[1]
 MUTATIONS = ROOT / "tools" / "mutations.toml"
@@ -79,22 +79,38 @@ class Outcome:
 
 
 def load(path: Path = MUTATIONS) -> list[Mutation]:
-    """The ``[[mutation]]`` entries of ``path``; :class:`MutationFileError` for a missing key or a duplicate name."""
+    """The ``[[mutation]]`` entries of ``path``; :class:`MutationFileError` for a missing or mistyped key, a file
+    outside the tree, a duplicate name or no entry at all (tools/files.py reads it with a size limit)."""
     try:
-        data = tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as e:
+        data = load_toml(path, what="mutation list")
+    except FileProblem as e:
         raise MutationFileError(f"{path}: cannot read the mutation list ({e})") from None
+    entries = data.get("mutation", [])
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        raise MutationFileError(f"{path}: 'mutation' must be an array of tables ([[mutation]] entries)")
+    if not entries:
+        raise MutationFileError(f"{path}: no [[mutation]] entries; an empty list would prove nothing")
     out: list[Mutation] = []
-    for i, entry in enumerate(data.get("mutation", []), 1):
-        where = f"{path}: mutation #{i} ({entry.get('name', 'no name')})"
+    for i, entry in enumerate(entries, 1):
+        where = f"{path}: mutation #{i} ({entry.get('name', 'no name')!s:.60})"
         for key in ("name", "file", "old", "new", "tests"):
             if key not in entry:
                 raise MutationFileError(f"{where}: missing key {key!r}; each entry needs name, file, old, new, tests")
+        for key in ("name", "file", "old", "new", "why"):
+            if key in entry and not isinstance(entry[key], str):
+                raise MutationFileError(f"{where}: {key} must be a string, not {type(entry[key]).__name__}")
         tests = entry["tests"]
-        if not isinstance(tests, list) or not tests or not all(isinstance(t, str) for t in tests):
+        if not isinstance(tests, list) or not tests or not all(isinstance(t, str) and t for t in tests):
             raise MutationFileError(f"{where}: tests must be a non-empty list of test files or node ids")
         if entry["old"] == entry["new"]:
             raise MutationFileError(f"{where}: old and new are the same text; a mutation must change something")
+        if not entry["old"]:
+            raise MutationFileError(f"{where}: old is empty; name the exact text to replace")
+        for rel in (entry["file"], *(t.split("::", 1)[0] for t in tests)):
+            try:
+                confined(ROOT, rel, what="file")
+            except FileProblem as e:
+                raise MutationFileError(f"{where}: {e}") from None
         out.append(Mutation(entry["name"], entry["file"], entry["old"], entry["new"], tuple(tests),
                             entry.get("why", "")))
     names = [m.name for m in out]
@@ -106,7 +122,10 @@ def load(path: Path = MUTATIONS) -> list[Mutation]:
 
 def problem(m: Mutation, root: Path) -> str | None:
     """Why ``m`` cannot be applied to the tree at ``root`` (None when it can)."""
-    target = root / m.file
+    try:
+        target = confined(root, m.file, what="file")  # never follows ../ or a symlink out of the tree
+    except FileProblem as e:
+        return str(e)
     if not target.is_file():
         return f"file {m.file} not found"
     count = target.read_text().count(m.old)
@@ -200,7 +219,7 @@ def run_one(m: Mutation, copy: Path, timeout_s: float, python: str = sys.executa
     broken = [f for f in already_failing if "::" not in f and any(t.split("::", 1)[0] == f for t in m.tests)]
     if broken:
         return Outcome(m, ERROR, f"{broken[0]} fails to collect without the mutation; fix it first")
-    target = copy / m.file
+    target = confined(copy, m.file, what="file")  # problem() checked it; the write below stays in the copy
     original = target.read_text()
     target.write_text(original.replace(m.old, m.new, 1))
     start = time.monotonic()

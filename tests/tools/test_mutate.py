@@ -92,6 +92,16 @@ def test_check_names_a_drifted_entry(tiny, tmp_path_factory, capsys):
     ('[[mutation]]\nname = "a"\nfile = "f"\nold = "x"\nnew = "y"\ntests = []\n', "non-empty list"),
     ('[[mutation]]\nname = "a"\nfile = "f"\nold = "x"\nnew = "y"\ntests = ["t"]\n' * 2, "duplicate mutation name"),
     ("[[mutation]\n", "cannot read"),
+    # issue 39: malformed, empty and escaping lists are usage errors too (before: a traceback, exit 0, a write
+    # outside the copy)
+    ("mutation = 5\n", "array of tables"),
+    ("mutation = [1, 2]\n", "array of tables"),
+    ('[[mutation]]\nname = 7\nfile = "f"\nold = "x"\nnew = "y"\ntests = ["t"]\n', "name must be a string"),
+    ("", "an empty list would prove nothing"),
+    ("mutation = []\n", "an empty list would prove nothing"),
+    ('[[mutation]]\nname = "a"\nfile = "../../../etc/x"\nold = "x"\nnew = "y"\ntests = ["t"]\n', "outside"),
+    ('[[mutation]]\nname = "a"\nfile = "/etc/x"\nold = "x"\nnew = "y"\ntests = ["t"]\n', "absolute"),
+    ('[[mutation]]\nname = "a"\nfile = "f"\nold = "x"\nnew = "y"\ntests = ["../../t.py"]\n', "outside"),
 ])
 def test_a_bad_mutation_file_is_a_usage_error_naming_the_problem(tmp_path, capsys, text, msg):
     bad = tmp_path / "m.toml"
@@ -100,6 +110,19 @@ def test_a_bad_mutation_file_is_a_usage_error_naming_the_problem(tmp_path, capsy
         mutate.load(bad)
     assert mutate.main(["--list", "--file", str(bad)]) == 64
     assert msg in capsys.readouterr().err
+
+
+def test_a_file_that_escapes_the_copy_is_never_written(tmp_path):
+    """problem() and run_one resolve the target inside the copy: a symlink out of it is refused, nothing written."""
+    outside = tmp_path / "outside.py"
+    outside.write_text("ANSWER = 41\n")
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "link.py").symlink_to(outside)
+    m = Mutation("escape", "link.py", "ANSWER = 41", "ANSWER = 0", ("t.py",))
+    assert "outside" in mutate.problem(m, tree)
+    assert mutate.run_one(m, tree, 5).status == ERROR
+    assert outside.read_text() == "ANSWER = 41\n"
 
 
 def test_the_list_names_existing_files_and_tests():
