@@ -2,10 +2,10 @@
 
 Examples:
     python -m ray_efa_eks.training --json                      # local 2-node CPU cluster, tiny model
-    python -m ray_efa_eks.training --address auto --use-gpu --workers 8 --preset 1b
+    python -m ray_efa_eks.training --address auto --use-gpu --preset 1b   # one rank per GPU the cluster offers
     kubectl -n ray port-forward svc/ray-head-svc 8265:8265 &
     export RAY_AUTH_TOKEN=$(pulumi stack output rayAuthToken --show-secrets)   # the cluster's Ray token
-    python -m ray_efa_eks.training submit --address http://127.0.0.1:8265 -- --use-gpu --workers 8
+    python -m ray_efa_eks.training submit --address http://127.0.0.1:8265 -- --use-gpu
 
 ``submit`` uploads the ``training`` package (found through the import system), plus the few ``efacheck``
 modules its fabric verdict uses (:data:`EFACHECK_FILES`), as the job's working_dir and runs
@@ -24,7 +24,9 @@ Exit codes (never a traceback):
         not-nccl for a CPU/gloo run); the run stopped there and checkpointed nothing
     6   the cluster (--address) is too small: fewer CPUs (GPUs with --use-gpu) than --workers needs
     64  usage error (bad arguments, unknown --preset, a --name that would leave --storage-path, --use-gpu without
-        --address, more local --workers than this machine holds: all checked before Ray starts)
+        --address, more local --workers than this machine holds, a --preset/--batch-size/--workers that cannot
+        fit the GPU's memory (training/memory.py; the GPU from the stack's RAY_EFA_EKS_GPU_MEMORY_MIB): all
+        checked before Ray starts, the memory once the rank count is known when --workers is left to the cluster)
     70  internal error (a bug): one line naming the file that holds the full trace
     130 interrupted (Ctrl-C); with --json the last stdout line is {"error": "interrupted ...", "exit_code": 130}
         and the message says how to resume (the same --name and --storage-path)
@@ -48,6 +50,7 @@ import socket
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any, Optional, Sequence
 from urllib.parse import urlsplit
@@ -94,7 +97,9 @@ def _train_args(p: argparse.ArgumentParser) -> None:
                    help="existing Ray cluster: 'auto' (in a Ray job or on a node), host:port of the GCS or "
                         "ray://host:10001; omit to start a local cluster")
     p.add_argument("--steps", type=int, default=30)
-    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--workers", type=int, default=None,
+                   help="ranks (default: with --use-gpu one per GPU the cluster offers; else 2); fewer than the "
+                        "cluster's GPUs leaves GPUs idle and warns")
     p.add_argument("--preset", default="tiny")
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--storage-path", default=None,
@@ -127,6 +132,8 @@ def train_parser(prog: str = "python -m ray_efa_eks.training") -> ArgumentParser
     return p
 
 
+DEFAULT_CPU_WORKERS = 2
+"""--workers without --use-gpu: two ranks, one per local worker node (the deployed layout's two nodes)."""
 MAX_STEPS = 10_000_000
 """A bound on --steps: far past any real run here, short of a number that only means "forever"."""
 MAX_BATCH_SIZE = 4096
@@ -168,8 +175,10 @@ def check_train_args(p: argparse.ArgumentParser, args: argparse.Namespace,
     if args.fail_at_step is not None and not 0 < args.checkpoint_every < args.fail_at_step:
         p.error(f"--fail-at-step {args.fail_at_step} must come after the first checkpoint (--checkpoint-every "
                 f"{args.checkpoint_every}): set it above {args.checkpoint_every}")
+    if args.workers is None and not args.use_gpu:
+        args.workers = DEFAULT_CPU_WORKERS
     for flag in ("steps", "workers", "batch_size", "checkpoint_every", "report_every"):
-        if getattr(args, flag) < 1:
+        if getattr(args, flag) is not None and getattr(args, flag) < 1:
             p.error(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
     if args.steps > MAX_STEPS:
         p.error(f"--steps {args.steps}: at most {MAX_STEPS:,}; e.g. --steps 1000")
@@ -192,6 +201,14 @@ def check_train_args(p: argparse.ArgumentParser, args: argparse.Namespace,
         problem = address_problem(args.address)
         if problem:
             p.error(problem)
+    if args.use_gpu and args.workers is not None:
+        gpu_memory_problem(p, args, os.environ)
+    try:
+        from .trainer import resolve_backend
+
+        resolve_backend(args.use_gpu, os.environ)
+    except ValueError as e:
+        p.error(str(e))
     if local:
         if args.use_gpu:
             p.error("--use-gpu: a local run (no --address) starts CPU-only Ray nodes, so Ray Train would wait for "
@@ -201,6 +218,47 @@ def check_train_args(p: argparse.ArgumentParser, args: argparse.Namespace,
         if args.workers > limit:
             p.error(f"--workers {args.workers}: {why}; lower --workers, or train on a cluster with --address")
     return args
+
+
+def gpu_memory_problem(p: Optional[argparse.ArgumentParser], args: argparse.Namespace,
+                       environ: Any) -> None:
+    """Refuse (exit 64) a --preset/--batch-size/--workers that cannot fit one worker GPU's memory.
+
+    The GPU is what the stack put on the pods (``RAY_EFA_EKS_GPU_MEMORY_MIB`` from the catalogue); without it (a
+    cluster the stack did not make, a laptop submitting) nothing is judged here. The estimate is
+    training/memory.py's (the table in docs/training.md).
+    """
+    from .memory import gpu_from_env, problem
+    from .model import get_config
+
+    gpu = gpu_from_env(environ)
+    if gpu is None or args.workers is None:
+        return
+    why = problem(args.preset, get_config(args.preset), args.workers, args.batch_size, gpu)
+    if why:
+        if p is not None:
+            p.error(why)
+        raise CliError(EXIT_USAGE, why)
+
+
+def place_gpu_ranks(args: argparse.Namespace, nodes: list[dict]) -> None:
+    """--use-gpu on a cluster: ``--workers`` defaults to one rank per GPU the cluster offers (trainer.gpu_ranks);
+    fewer leaves GPUs idle and warns on stderr; none at all exits :data:`EXIT_TOO_SMALL`."""
+    from .trainer import gpu_ranks, gpus_per_node
+
+    offered, how = gpu_ranks(gpus_per_node(nodes))
+    if args.workers is None:
+        if not offered:
+            raise CliError(EXIT_TOO_SMALL, "--use-gpu: the cluster offers no GPUs yet (no GPU node has joined: "
+                                           "`ray status`); wait for the GPU nodes, or pass --workers N to wait for "
+                                           "N GPUs")
+        args.workers = offered
+        print(f"[train] --use-gpu: {offered} ranks, one per GPU the cluster offers ({how})", file=sys.stderr,
+              flush=True)
+    elif args.workers < offered:
+        print(f"warning: --workers {args.workers} uses {args.workers} of the {offered} GPUs the cluster offers "
+              f"({how}); {offered - args.workers} sit idle: omit --workers for one rank per GPU", file=sys.stderr,
+              flush=True)
 
 
 def address_problem(address: str) -> str | None:
@@ -315,7 +373,7 @@ def note_sigint(trainer: Any) -> list[int]:
 
 def run_training(args: argparse.Namespace) -> dict:
     from .fabric import log_dir_for
-    from .trainer import build_trainer, resolve_storage_path
+    from .trainer import build_trainer, resolve_backend, resolve_storage_path
 
     storage = resolve_storage_path(args.storage_path, os.environ)
     name = args.name or f"fsdp-lm-{int(time.time())}"
@@ -330,6 +388,7 @@ def run_training(args: argparse.Namespace) -> dict:
         "fail_at_step": args.fail_at_step,
     }
     trainer = build_trainer(num_workers=args.workers, use_gpu=args.use_gpu, train_config=train_cfg,
+                            backend=resolve_backend(args.use_gpu, os.environ),
                             storage_path=storage, name=name, max_failures=args.max_failures)
     t0 = time.perf_counter()
     resume = (f"rerun with --name {name} and the same --storage-path ({storage}) to resume from its latest "
@@ -366,6 +425,7 @@ def run_training(args: argparse.Namespace) -> dict:
         "loss_last": m["loss"],
         "world_size": m["world_size"],
         "nodes": len({n["node_id"] for n in m["nodes"]}),
+        "ranks_per_node": sorted(Counter(n["node_id"] for n in m["nodes"]).values(), reverse=True),
         "tokens_per_s": m["steady_global_tokens_per_s"],
         "resumed_from_step": m["resumed_from_step"],
         "shard_fraction": m["shard_fraction"],
@@ -412,6 +472,9 @@ def main_train(args: argparse.Namespace) -> int:
                 raise CliError(EXIT_UNREACHABLE,
                                f"ray.init(address={args.address!r}) failed: {_first_line(e)}") from None
             stack.callback(ray.shutdown)
+            if args.use_gpu:
+                place_gpu_ranks(args, ray.nodes())
+                gpu_memory_problem(None, args, os.environ)  # now that the rank count is known
             check_cluster_fits(ray.cluster_resources(), args.workers, args.use_gpu)
         else:
             from .local_cluster import local_cluster

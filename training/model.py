@@ -100,11 +100,52 @@ class DecoderLM(nn.Module):
         return self.head(self.norm(x))
 
 
-def lm_loss(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-    """Next-token cross entropy: predict tokens[:, 1:] from logits[:, :-1]."""
-    return F.cross_entropy(
-        logits[:, :-1].reshape(-1, logits.size(-1)).float(), tokens[:, 1:].reshape(-1)
-    )
+LOSS_CHUNK_TOKENS = 1024
+"""Positions per chunk of :func:`lm_loss`: one chunk's fp32 copy is ``1024 x vocab x 4`` bytes (125 MiB at 32000)."""
+
+
+class _ChunkedCrossEntropy(torch.autograd.Function):
+    """Mean next-token cross entropy over (B, T, V) logits without an fp32 copy of all of them.
+
+    Each chunk of positions is cast to fp32, its log-sum-exp and the gradient ``(softmax - onehot) / n`` computed
+    there and the gradient kept in the logits' own dtype (what autograd would hand back to bf16 logits anyway), so
+    the fp32 memory is one chunk's instead of the whole (B, T-1, V) log-softmax that ``F.cross_entropy(...float())``
+    keeps for backward, plus its copies.
+    """
+
+    @staticmethod
+    def forward(ctx, logits: torch.Tensor, tokens: torch.Tensor, chunk: int) -> torch.Tensor:  # noqa: ANN001
+        b, t, _ = logits.shape
+        n = b * (t - 1)
+        grad = torch.zeros_like(logits)
+        total = torch.zeros((), dtype=torch.float32, device=logits.device)
+        for i in range(b):
+            for s in range(0, t - 1, chunk):
+                e = min(s + chunk, t - 1)
+                x = logits[i, s:e].float()
+                target = tokens[i, s + 1:e + 1]
+                lse = torch.logsumexp(x, dim=-1)
+                total += (lse - x.gather(1, target[:, None]).squeeze(1)).sum()
+                g = x.sub_(lse[:, None]).exp_()  # softmax, in place of the chunk's fp32 copy
+                g[torch.arange(e - s, device=g.device), target] -= 1.0
+                grad[i, s:e] = g.div_(n)
+        ctx.save_for_backward(grad)
+        return total / n
+
+    @staticmethod
+    def backward(ctx, grad_out: torch.Tensor):  # noqa: ANN205
+        (grad,) = ctx.saved_tensors
+        return grad * grad_out.to(grad.dtype), None, None
+
+
+def lm_loss(logits: torch.Tensor, tokens: torch.Tensor, chunk: int = LOSS_CHUNK_TOKENS) -> torch.Tensor:
+    """Next-token cross entropy: predict tokens[:, 1:] from logits[:, :-1], accumulated in fp32.
+
+    The same value as ``F.cross_entropy(logits[:, :-1].reshape(-1, V).float(), tokens[:, 1:].reshape(-1))`` (tested
+    within fp32 rounding), computed in chunks of ``chunk`` positions so that no fp32 copy of all the logits exists
+    (1b preset, batch 8: 1 GiB per copy; training/memory.py counts what remains).
+    """
+    return _ChunkedCrossEntropy.apply(logits, tokens, chunk)
 
 
 def count_params(model: nn.Module) -> int:
@@ -121,4 +162,5 @@ def approx_params(cfg: ModelConfig) -> int:
     )
 
 
-__all__ = ["ModelConfig", "PRESETS", "get_config", "DecoderLM", "lm_loss", "count_params", "approx_params"]
+__all__ = ["ModelConfig", "PRESETS", "get_config", "DecoderLM", "lm_loss", "count_params", "approx_params",
+           "LOSS_CHUNK_TOKENS"]

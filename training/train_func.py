@@ -122,6 +122,8 @@ def train_func(config: Optional[dict]) -> dict:
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
     device = ray.train.torch.get_device()
+    if dist.get_backend() == "gloo":  # a CPU run, or --use-gpu rehearsed on logical GPUs (trainer.BACKEND_ENV)
+        device = torch.device("cpu")
     use_gpu = device.type == "cuda"
     mcfg = get_config(cfg["preset"])
     steps, every = int(cfg["steps"]), int(cfg["checkpoint_every"] or 0)

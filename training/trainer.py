@@ -14,11 +14,46 @@ STORAGE_PATH_ENV = "RAY_EFA_EKS_STORAGE_PATH"
 """Set on the RayCluster pods (e.g. ``s3://<bucket>/ray-train``): where runs checkpoint by default."""
 
 
+BACKEND_ENV = "RAY_EFA_EKS_TRAIN_BACKEND"
+"""``gloo`` runs a ``--use-gpu`` run's collectives and model on CPU: for rehearsing the GPU path's placement on a
+local cluster whose nodes declare logical GPUs (no CUDA behind them). Unset: nccl with --use-gpu, else gloo."""
+BACKENDS = ("nccl", "gloo")
+
+
 def num_workers_for(gpu_nodes: int, gpus_per_node: int) -> int:
     """One Ray Train worker per GPU across the node group."""
     if gpu_nodes < 1 or gpus_per_node < 1:
         raise ValueError("gpu_nodes and gpus_per_node must be >= 1")
     return gpu_nodes * gpus_per_node
+
+
+def gpus_per_node(nodes: list[dict]) -> list[int]:
+    """Whole GPUs of each alive Ray node that has any (``ray.nodes()`` entries), largest first."""
+    counts = [int(float(n.get("Resources", {}).get("GPU", 0))) for n in nodes if n.get("Alive", n.get("alive"))]
+    return sorted((c for c in counts if c >= 1), reverse=True)
+
+
+def gpu_ranks(per_node: list[int]) -> tuple[int, str]:
+    """(ranks for one per GPU the cluster offers, how that adds up in words); (0, ...) without GPU nodes.
+
+    A rank takes one GPU (trainer.build_trainer), and the pods take whole nodes, so every GPU is one rank.
+    """
+    if not per_node:
+        return 0, "no GPU nodes"
+    if len(set(per_node)) == 1:
+        return num_workers_for(len(per_node), per_node[0]), f"{len(per_node)} node(s) x {per_node[0]} GPUs"
+    return sum(per_node), " + ".join(str(c) for c in per_node) + " GPUs on " + f"{len(per_node)} nodes"
+
+
+def resolve_backend(use_gpu: bool, env: Mapping[str, str]) -> str:
+    """The process group's backend: $RAY_EFA_EKS_TRAIN_BACKEND when set, else nccl with --use-gpu, else gloo."""
+    value = (env.get(BACKEND_ENV) or ("nccl" if use_gpu else "gloo")).strip().lower()
+    if value not in BACKENDS:
+        raise ValueError(f"{BACKEND_ENV}={env.get(BACKEND_ENV)!r}: expected one of {', '.join(BACKENDS)} (gloo "
+                         "rehearses --use-gpu on logical GPUs, on CPU)")
+    if value == "nccl" and not use_gpu:
+        raise ValueError(f"{BACKEND_ENV}=nccl needs --use-gpu (NCCL runs on GPUs)")
+    return value
 
 
 def default_storage_path() -> str:
@@ -61,8 +96,10 @@ def build_trainer(
     max_failures: int = 0,
     resources_per_worker: Optional[dict[str, float]] = None,
     placement_strategy: str = "SPREAD",
+    backend: Optional[str] = None,
 ) -> TorchTrainer:
-    """TorchTrainer with gloo on CPU / nccl on GPU.
+    """TorchTrainer with gloo on CPU / nccl on GPU (``backend`` overrides; gloo with ``use_gpu`` rehearses the
+    GPU placement on logical GPUs, and train_func then computes on CPU).
 
     runtime_env (pip packages, NCCL/FI_* env vars) is set on ``ray.init`` or on
     the job submission (see ``training.__main__ submit``), not here, so the same
@@ -78,7 +115,7 @@ def build_trainer(
     return TorchTrainer(
         train_func,
         train_loop_config=dict(train_config or {}),
-        torch_config=TorchConfig(backend="nccl" if use_gpu else "gloo"),
+        torch_config=TorchConfig(backend=backend or ("nccl" if use_gpu else "gloo")),
         scaling_config=ScalingConfig(
             num_workers=num_workers,
             use_gpu=use_gpu,

@@ -212,3 +212,40 @@ def test_cli_ray_that_cannot_start_exits_4(tmp_path):
 def test_cli_usage_errors_exit_64(args):
     proc = _cli(*args)
     assert proc.returncode == 64 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+
+
+# -- --use-gpu places one rank per GPU the cluster offers (issue 41) ----------------------------------------------
+
+@pytest.fixture
+def gpu_nodes(cluster):
+    """Two more nodes on the module's cluster declaring 4 logical GPUs (and 4 CPUs) each, removed afterwards."""
+    from ray_efa_eks.training.local_cluster import add_worker_node
+
+    nodes = [add_worker_node(cluster, num_cpus=4, num_gpus=4) for _ in range(2)]
+    cluster.wait_for_nodes()
+    yield nodes
+    for node in nodes:
+        cluster.remove_node(node)
+
+
+def test_use_gpu_runs_one_rank_per_gpu_and_warns_when_fewer(cluster, gpu_nodes, tmp_path, capsys):
+    """`train --use-gpu` without --workers on 2 nodes x 4 (logical) GPUs: 8 ranks, 4 per node (gloo, on CPU).
+    --workers 2 on the same cluster warns that 6 GPUs sit idle (judged from this cluster's own node table by the
+    function the CLI calls after connecting; a second run would only cost another Ray Train start-up)."""
+    import argparse
+
+    from ray_efa_eks.training.__main__ import place_gpu_ranks
+
+    proc = _cli("--address", cluster.address, "--use-gpu", "--json", "--storage-path", str(tmp_path), "--name",
+                "all-gpus", "--steps", "1", "--checkpoint-every", "1", "--report-every", "1",
+                env={"RAY_EFA_EKS_TRAIN_BACKEND": "gloo"}, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert (out["world_size"], out["nodes"], out["ranks_per_node"]) == (8, 2, [4, 4])
+    assert "[train] --use-gpu: 8 ranks, one per GPU the cluster offers (2 node(s) x 4 GPUs)" in proc.stderr
+    assert "warning:" not in proc.stderr
+    args = argparse.Namespace(workers=2)
+    place_gpu_ranks(args, ray.nodes())
+    assert args.workers == 2
+    assert "warning: --workers 2 uses 2 of the 8 GPUs the cluster offers (2 node(s) x 4 GPUs); 6 sit idle: omit " \
+        "--workers for one rank per GPU" in capsys.readouterr().err
