@@ -305,7 +305,7 @@ def _host_access(stack: Stack) -> list[Violation]:
     privileged = {layout.dig(r.props, "metadata", "name") for r in stack.of_type("kubernetes:core/v1:Namespace")
                   if layout.dig(r.props, "metadata", "labels", PSS_ENFORCE) == "privileged"}
     out = []
-    for p in layout.pods(stack):
+    for p in layout_pods.pods(stack):
         uses = _host_uses(p.spec)
         ns = layout.dig(p.resource.props, "metadata", "namespace")
         if not uses or ns is UNKNOWN:
