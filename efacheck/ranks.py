@@ -96,7 +96,7 @@ class _Rank:
         if _counters is None:
             return None
         try:
-            if hasattr(_counters, "read_view"):  # the host's sysfs first (/host/sys), then the pod's own
+            if hasattr(_counters, "read_view"):  # the node agent's exporter first, then the pod's sysfs
                 return {"host": socket.gethostname(), **_counters.read_view()}
             return {"host": socket.gethostname(), "snapshot": _counters.read_counters()}
         except Exception as e:  # noqa: BLE001

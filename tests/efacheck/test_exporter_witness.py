@@ -103,22 +103,23 @@ def test_an_exporter_without_the_devices_mount_is_unreadable_not_zero(tmp_path: 
 
 
 def test_the_gates_witness_reads_the_exporter_and_judges_the_moved_bytes(node) -> None:
-    """efa_check's own rank method and judgement: counters read before and after, through the exporter."""
-    from ray_efa_eks.efacheck import efa_check
+    """The gate's own rank method (efacheck/ranks.py) and judgement (efacheck/verdict.py): counters read before and
+    after the sweep, through the exporter."""
+    from ray_efa_eks.efacheck import ranks, verdict
 
     sysfs, url = node
     data = {"iters": 5, "world": 8, "nodes": 2}
     sweep = [{"collective": "all_reduce", "bytes": 300 * 10**6}]  # x 6 calls x 2*7/8 = 3.15 GB per node
-    before = efa_check._Rank().counters()
+    before = ranks._Rank().counters()
     assert before["view"] == "exporter" and before["root"] == url and before["unreadable"] is None
     write_counter(sysfs, "rdmap0s30", "tx_bytes", 13 * GB)
     write_counter(sysfs, "rdmap0s30", "rx_bytes", 23 * GB)
-    after = efa_check._Rank().counters()
-    ok, reasons = efa_check._counter_witness({**data, "counters": {"before": [before], "after": [after]}}, sweep, "efa")
+    after = ranks._Rank().counters()
+    ok, reasons = verdict._counter_witness({**data, "counters": {"before": [before], "after": [after]}}, sweep, "efa")
     assert ok is True and "EFA moved 3.000 GB = 95%" in reasons[0], reasons
     # the same run with the counters standing still: the log says efa, the hardware says otherwise
-    still = efa_check._Rank().counters()
-    ok, reasons = efa_check._counter_witness({**data, "counters": {"before": [after], "after": [still]}}, sweep, "efa")
+    still = ranks._Rank().counters()
+    ok, reasons = verdict._counter_witness({**data, "counters": {"before": [after], "after": [still]}}, sweep, "efa")
     assert ok is False and reasons[0].startswith("EFA loaded, traffic went elsewhere"), reasons
 
 
