@@ -40,7 +40,7 @@ def test_every_topic_page_is_linked(index):
 def test_each_page_reads_alone(page):
     """A title, then one line that says what the page covers."""
     lines = page.read_text().splitlines()
-    assert lines[0].startswith("# ") and not lines[1] and lines[2] and not lines[2].startswith(("#", "|", "`", "-")), \
+    assert lines[0].startswith("# ") and not lines[1] and lines[2] and not lines[2].startswith(("#", "|", "```", "- ", "<")), \
         f"{page.name}: start with '# Title', a blank line, then one sentence saying what the page covers"
 
 

@@ -77,7 +77,7 @@ def _template_fingerprint(st: Stack, g: layout_node_groups.NodeGroup) -> str:
 
 RESERVED = ("reservation", "capacity-block")
 ROLLOUT_FIX = ("set gpuNodeCount 0 and `pulumi up` first (the group parks, nothing to roll), then apply this change "
-               "with gpuNodeCount 0, then raise gpuNodeCount again (README: Getting GPUs)")
+               "with gpuNodeCount 0, then raise gpuNodeCount again (docs/gpus.md)")
 
 
 def rollout_risks(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
