@@ -62,6 +62,15 @@ for j in c.list_jobs():
         c.stop_job(j.submission_id)
 """
 """Run by the script before it submits: a check orphaned by an earlier Job pod (SIGKILL) must not hold the GPUs."""
+AUDIT_LABELS = {ROLE_LABEL: "image-audit"}
+"""Our label on the image audit Job's pod."""
+AUDIT_RULES = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}]
+"""All the image audit's ServiceAccount may do, in the Ray namespace only: read the pods' status (imageID)."""
+NOBODY = 65534
+"""The audit runs as this uid (``nobody``): it needs Python's standard library and its token file, nothing of root."""
+AUDIT_TOKEN_VOLUME = "image-audit-token"
+SA_TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+"""Where in-cluster clients (and efacheck/image_fleet.py) look for the token and the cluster CA."""
 SUBMIT_RETRY_S = 120
 """How long the script retries ``ray job submit`` (part of Deadlines.startup_s)."""
 
@@ -138,6 +147,11 @@ class EfaCheckJobArgs:
     """``sweeps`` follows ``compare_socket``."""
     spec_hash: str | None = None
     """The RayCluster's spec hash (``RayCluster.spec_hash``): every Ray pod must carry it (else stage ``stale``)."""
+    ray_cluster_name: str | None = None
+    """The RayCluster's name (its pods' ``ray.io/cluster`` label): with it the gate pod's init container checks
+    that every Ray pod runs one image digest before the check starts (``image_audit``)."""
+    image_audit: bool = True
+    """Run the image audit (efacheck/image_fleet.py) when ``ray_cluster_name`` is given."""
     extra_check_args: list[str] = field(default_factory=list)
     """More ``efacheck.efa_check`` arguments (e.g. ``--compare-socket``; set ``deadlines.sweeps`` to match)."""
     depends_on: list[pulumi.Resource] = field(default_factory=list)
@@ -326,6 +340,11 @@ class EfaCheckJob(pulumi.ComponentResource):
             annotations["pulumi.com/skipAwait"] = "true"
         self.job_name = f"{name}-{vouched(args.image, args.instance_type, args.node_count, args.efa, nccl_env, cargs)}"
         self.deadlines = d
+        audit: list[pulumi.Resource] = []
+        pod_extra: dict[str, Any] = {}
+        if args.image_audit and args.ray_cluster_name:
+            init, token_volumes, audit = self._image_audit(name, args, child, files, d)
+            pod_extra = {"serviceAccountName": f"{name}-image-audit", "initContainers": [init]}
         self.job = k8s.batch.v1.Job(
             f"{name}-job",
             metadata={"name": self.job_name, "namespace": args.namespace, "annotations": annotations},
@@ -336,8 +355,10 @@ class EfaCheckJob(pulumi.ComponentResource):
                 "template": {
                     "metadata": {"labels": dict(GATE_LABELS)},
                     "spec": {
-                        # The gate talks to Ray only (Jobs API): no Kubernetes API token in the pod.
+                        # The gate talks to Ray only (Jobs API): no Kubernetes API token in its container; the
+                        # image audit (init container) gets a projected one of its own ServiceAccount.
                         "automountServiceAccountToken": False,
+                        **pod_extra,
                         "securityContext": json.loads(json.dumps(POD_SECURITY_CONTEXT)),
                         "restartPolicy": "Never",
                         "terminationGracePeriodSeconds": TERMINATION_GRACE_S,
@@ -353,15 +374,45 @@ class EfaCheckJob(pulumi.ComponentResource):
                         "volumes": [{"name": f"code-{d}", "configMap": {
                             "name": f"{name}-code",
                             "items": [{"key": _config_key(p), "path": p.split("/", 1)[1]}
-                                      for p in files if p.startswith(f"{d}/")]}} for d in folders],
+                                      for p in files if p.startswith(f"{d}/")]}} for d in folders]
+                                   + (token_volumes if pod_extra else []),
                     },
                 },
             },
             opts=pulumi.ResourceOptions(
-                parent=self, provider=args.provider, depends_on=[args.ray_cluster, code, *args.depends_on],
+                parent=self, provider=args.provider, depends_on=[args.ray_cluster, code, *args.depends_on, *audit],
                 delete_before_replace=True,
                 custom_timeouts=pulumi.CustomTimeouts(create=f"{d.pulumi_timeout_s}s",
                                                       update=f"{d.pulumi_timeout_s}s")),
         )
         self.logs_command = f"kubectl -n {args.namespace} logs job/{self.job_name}"
         self.register_outputs({"jobName": self.job_name, "logsCommand": self.logs_command})
+
+    def _image_audit(self, name: str, args: EfaCheckJobArgs, child: pulumi.ResourceOptions,
+                     files: dict[str, str], d: Deadlines) -> tuple[dict[str, Any], list[dict[str, Any]], list]:
+        """The image audit (efacheck/image_fleet.py) as the gate pod's init container: (init container, volumes,
+        resources to wait for). It waits for every Ray pod to run and fails the gate on a fleet running more than one
+        image digest, before the check starts. Its ServiceAccount may get/list pods in the Ray namespace and nothing
+        else; its token is projected into the init container only (the gate's own container has none), and it runs
+        as ``nobody``."""
+        ns, sa = args.namespace, f"{name}-image-audit"
+        account = k8s.core.v1.ServiceAccount(f"{name}-audit-sa", metadata={"name": sa, "namespace": ns},
+                                             automount_service_account_token=False, opts=child)
+        role = k8s.rbac.v1.Role(f"{name}-audit-role", metadata={"name": sa, "namespace": ns}, rules=AUDIT_RULES,
+                                opts=child)
+        binding = k8s.rbac.v1.RoleBinding(
+            f"{name}-audit-binding", metadata={"name": sa, "namespace": ns},
+            role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": sa},
+            subjects=[{"kind": "ServiceAccount", "name": sa, "namespace": ns}], opts=child)
+        cmd = ["python", "-m", "efacheck.image_fleet", "--namespace", ns, "--cluster", str(args.ray_cluster_name),
+               "--expect-pods", str(1 + args.node_count), "--wait-s", str(d.head_wait_s + d.topology_wait_s)]
+        init = restricted_container({
+            "name": "image-audit", "image": args.image, "command": cmd, "workingDir": MOUNT,
+            "resources": pod_resources("100m", "256Mi"),
+            "volumeMounts": [{"name": "code-efacheck", "mountPath": f"{MOUNT}/efacheck"},
+                             {"name": AUDIT_TOKEN_VOLUME, "mountPath": SA_TOKEN_DIR, "readOnly": True}]})
+        init["securityContext"].update(runAsNonRoot=True, runAsUser=NOBODY, runAsGroup=NOBODY)
+        token = {"name": AUDIT_TOKEN_VOLUME, "projected": {"defaultMode": 0o444, "sources": [
+            {"serviceAccountToken": {"path": "token", "expirationSeconds": 3600}},
+            {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}}]}}
+        return init, [token], [account, role, binding]

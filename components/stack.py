@@ -307,7 +307,7 @@ class EfaRayCluster(pulumi.ComponentResource):
                 strict_versions=cfg.efaCheckStrictVersions, require_counters=cfg.efaCheckRequireCounters and cfg.efa,
                 storage_proof=cfg.checkpointBucket,
                 deadlines=Deadlines(topology_wait_s=cfg.efaCheckWaitSeconds),
-                auth_secret_name=ray.auth_secret_name, spec_hash=ray.spec_hash,
+                auth_secret_name=ray.auth_secret_name, spec_hash=ray.spec_hash, ray_cluster_name=ray.name,
                 depends_on=[agent.daemonset] if agent else []), opts=child)  # every node's exporter up first
 
         teardown: list[Any] = [

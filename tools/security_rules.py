@@ -69,9 +69,15 @@ def _v(rule: str, r: Resource, problem: str, fix: str):
 
 # -- gate-no-api-token ---------------------------------------------------------------------------------------------
 
-GATE_TOKEN_FIX = ("set automountServiceAccountToken: false on the Job's pod template (components/efa_check.py does): "
-                  "the gate talks to Ray's Jobs API only, and a mounted token lets whatever runs in the pod call the "
-                  "Kubernetes API as the namespace's default ServiceAccount")
+GATE_TOKEN_FIX = ("set automountServiceAccountToken: false on the Job's pod template and mount no token into its "
+                  "containers (components/efa_check.py): the gate talks to Ray's Jobs API only; a token an init "
+                  "container needs (the image audit) is projected into that container alone, of a dedicated "
+                  "ServiceAccount")
+
+
+def _token_volumes(spec: dict[str, Any]) -> set[str]:
+    return {v.get("name") for v in spec.get("volumes") or [] if isinstance(v, dict)
+            and any("serviceAccountToken" in (src or {}) for src in dig(v, "projected", "sources", default=[]) or [])}
 
 
 def gate_no_api_token(stack: Stack) -> list:
@@ -90,6 +96,15 @@ def gate_no_api_token(stack: Stack) -> list:
         if mount is not False and not (mount is None and inherited is False):
             out.append(_v("gate-no-api-token", r, f"its pods mount a Kubernetes API token (automountServiceAccountToken "
                                                   f"{mount!r}, service account {sa or 'default'})", GATE_TOKEN_FIX))
+        tokens = _token_volumes(spec)
+        for c in spec.get("containers") or []:
+            mounted = sorted(tokens & {m.get("name") for m in c.get("volumeMounts") or [] if isinstance(m, dict)})
+            if mounted:
+                out.append(_v("gate-no-api-token", r, f"container {c.get('name', '?')} mounts the projected token "
+                                                      f"volume {mounted}", GATE_TOKEN_FIX))
+        if tokens and not sa:
+            out.append(_v("gate-no-api-token", r, "a token of the namespace's default ServiceAccount is projected "
+                                                  "into its pods", GATE_TOKEN_FIX))
     return out
 
 

@@ -125,6 +125,29 @@ def test_gate_job_has_no_api_token(run):
     if sa:  # a dedicated account must not mount one either
         acct = next(r for r in run.of_type("kubernetes:core/v1:ServiceAccount") if r["metadata"]["name"] == sa)
         assert acct["automountServiceAccountToken"] is False
+    # the gate's own container sees no token: only the image audit (init container) mounts its projected one
+    tokens = {v["name"] for v in spec["volumes"] if "projected" in v
+              and any("serviceAccountToken" in s for s in v["projected"]["sources"])}
+    for c in spec["containers"]:
+        assert not tokens & {m["name"] for m in c.get("volumeMounts", [])}, c["name"]
+    assert [c["name"] for c in spec.get("initContainers", []) if tokens & {m["name"] for m in c["volumeMounts"]}] \
+        == ["image-audit"]
+
+
+def test_image_audit_may_read_pods_of_the_ray_namespace_only(run):
+    spec = run.one(JOB)["spec"]["template"]["spec"]
+    ns = run.one(JOB)["metadata"]["namespace"]
+    bindings = [b for b in run.of_type("kubernetes:rbac.authorization.k8s.io/v1:RoleBinding")
+                if any(s["name"] == spec["serviceAccountName"] for s in b["subjects"])]
+    assert len(bindings) == 1 and bindings[0]["metadata"]["namespace"] == ns
+    role = next(r for r in run.of_type("kubernetes:rbac.authorization.k8s.io/v1:Role")
+                if r["metadata"]["name"] == bindings[0]["roleRef"]["name"])
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}]
+    assert not run.of_type("kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding")
+    (init,) = spec["initContainers"]
+    assert init["command"][:3] == ["python", "-m", "efacheck.image_fleet"]
+    alone = {"securityContext": spec["securityContext"], "containers": [init], "volumes": spec["volumes"]}
+    assert violations(alone, "restricted") == []  # non-root, no capabilities, RuntimeDefault
 
 
 # -- 2. NetworkPolicy over every Ray pod ---------------------------------------------------------------------------

@@ -142,7 +142,7 @@ def test_efa_check_job(default_run):
     pod = job["spec"]["template"]["spec"]
     mounts = {m["name"]: m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
     assert mounts == {"code-efacheck": "/opt/ray-efa-eks/efacheck", "code-training": "/opt/ray-efa-eks/training"}
-    items = {v["name"]: {i["key"]: i["path"] for i in v["configMap"]["items"]} for v in pod["volumes"]}
+    items = {v["name"]: {i["key"]: i["path"] for i in v["configMap"]["items"]} for v in pod["volumes"] if "configMap" in v}
     assert items["code-training"] == {"training.__init__.py": "__init__.py", "training.model.py": "model.py"}
     assert items["code-efacheck"]["efacheck.nccl_log.py"] == "nccl_log.py"
     assert set(cm["data"]) == {k for v in items.values() for k in v}  # every shipped file is mounted

@@ -54,8 +54,16 @@ def test_the_stack_passes(default):
 
 
 def test_gate_with_a_token(default):
-    bad = edit(default, "efa-check-job", lambda p: p["spec"]["template"]["spec"].pop("automountServiceAccountToken"))
-    assert "default" in broken(bad)["gate-no-api-token"][0]
+    def old(p):  # before issue 37: the namespace's default account, token mounted
+        spec = p["spec"]["template"]["spec"]
+        for k in ("automountServiceAccountToken", "serviceAccountName", "initContainers"):
+            spec.pop(k)
+    assert "default" in broken(edit(default, "efa-check-job", old))["gate-no-api-token"][0]
+
+    def shared(p):  # the audit's token mounted into the gate's own container too
+        spec = p["spec"]["template"]["spec"]
+        spec["containers"][0]["volumeMounts"].append({"name": "image-audit-token", "mountPath": "/var/run/x"})
+    assert "efa-check" in broken(edit(default, "efa-check-job", shared))["gate-no-api-token"][0]
 
 
 def test_head_only_network_policy(default):

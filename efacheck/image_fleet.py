@@ -1,0 +1,134 @@
+"""Which image digest every Ray pod really runs, and whether the fleet agrees (issue 37).
+
+A tag can move between two pulls: a node that joins later (a scale-up, a replaced node) may run another build of
+``ray:train-ml-cuda-v1.1`` than the one the gate checked. The digest a container really runs is known only to the
+kubelet, which reports it in the pod's ``status.containerStatuses[].imageID`` (Kubernetes API reference, Pod
+v1 ``ContainerStatus.imageID``: "the image ID of the container's image ... may not match the image used in the
+PodSpec, as it may have been resolved by the runtime"). Nothing inside the container can read it: the Downward API
+exposes no container status, Ray's node labels carry no image, and the image cannot contain its own digest.
+
+So the stack reads it where it lives, with the least privilege that can: the image audit Job
+(components/efa_check.py ``ImageAudit``) runs as its own ServiceAccount, allowed only ``get``/``list`` of pods in
+the Ray namespace, as a non-root user; it waits for every Ray pod to run, and :func:`fleet` fails stage
+``image-fleet`` when they do not all run one digest, naming the pods and digests. The gate Job itself still has no
+API token. When ``dlcImage`` is pinned by digest the kubelet pulls exactly that digest and containerd verifies it,
+so the fleet cannot be mixed; the audit then confirms what the reference already says.
+
+Run as ``python -m efacheck.image_fleet --namespace ray --cluster ray --expect-pods 3`` (the audit Job's command):
+prints one JSON line and exits 0 (one digest), 1 (mixed fleet), 2 (undetermined: pods missing or unreadable).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import ssl
+import sys
+import time
+import urllib.parse
+import urllib.request
+from typing import Any, Callable
+
+SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+API = "https://kubernetes.default.svc"
+RAY_CLUSTER_LABEL = "ray.io/cluster"
+"""KubeRay's label on every pod of a RayCluster (ray-operator common/pod.go ``labelPod``)."""
+RAY_CONTAINERS = ("ray-head", "ray-worker")
+"""The Ray container of the head and worker pods (components/raycluster.py)."""
+_DIGEST = re.compile(r"(sha256:[a-f0-9]{64}|sha512:[a-f0-9]{128})$")
+EXIT = {"ok": 0, "mixed": 1, "undetermined": 2}
+
+
+def digest_of(reference: str | None) -> str | None:
+    """The ``sha256:<hex>`` an image reference or a reported imageID names, None when it names none.
+
+    imageID shapes the runtimes report: containerd ``registry/repo@sha256:<hex>`` (the repo digest), docker
+    ``docker-pullable://registry/repo@sha256:<hex>``, or a bare image id ``sha256:<hex>`` for an image with no repo
+    digest (built locally); a reference ``repo:tag@sha256:<hex>`` pins by digest, ``repo:tag`` does not."""
+    if not reference:
+        return None
+    m = _DIGEST.search(reference.rsplit("@", 1)[-1])
+    return m.group(1) if m else None
+
+
+def pod_records(pod_list: dict[str, Any]) -> list[dict[str, Any]]:
+    """``[{pod, node, phase, image, image_id, digest}]`` of the Ray containers of a Kubernetes PodList; pods being
+    deleted (``metadata.deletionTimestamp``: the old pods of a Recreate upgrade, still ``Running`` while they stop)
+    are left out."""
+    out = []
+    for pod in pod_list.get("items") or []:
+        meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
+        if meta.get("deletionTimestamp"):
+            continue
+        for cs in status.get("containerStatuses") or []:
+            if cs.get("name") not in RAY_CONTAINERS:
+                continue
+            out.append({"pod": meta.get("name"), "node": spec.get("nodeName"), "phase": status.get("phase"),
+                        "image": cs.get("image"), "image_id": cs.get("imageID") or None,
+                        "digest": digest_of(cs.get("imageID"))})
+    return sorted(out, key=lambda r: r["pod"] or "")
+
+
+def fleet(records: list[dict[str, Any]], expect_pods: int | None = None) -> dict[str, Any]:
+    """The verdict over ``records`` (:func:`pod_records`): one digest, a mixed fleet, or undetermined."""
+    by_digest: dict[str, list[str]] = {}
+    unknown = [r["pod"] for r in records if not r.get("digest")]
+    for r in records:
+        if r.get("digest"):
+            by_digest.setdefault(r["digest"], []).append(r["pod"])
+    out: dict[str, Any] = {"pods": records, "digests": by_digest}
+    if len(by_digest) > 1:
+        parts = "; ".join(f"{', '.join(pods)} run {d}" for d, pods in sorted(by_digest.items(), key=lambda kv: -len(kv[1])))
+        out.update(verdict="mixed", failure={"stage": "image-fleet", "reason": f"the Ray pods run {len(by_digest)} "
+                   f"different images: {parts}. Pin dlcImage by digest (repo@sha256:...) and let the nodes pull it"})
+    elif unknown or not records or (expect_pods is not None and len(records) < expect_pods):
+        why = (f"no digest reported for {', '.join(unknown)}" if unknown else
+               f"{len(records)} Ray pod(s) running, {expect_pods} expected")
+        out.update(verdict="undetermined", failure={"stage": "image-fleet", "reason": why})
+    else:
+        (digest,) = by_digest
+        out.update(verdict="ok", digest=digest)
+    return out
+
+
+def list_pods(namespace: str, cluster: str, sa_dir: str = SA_DIR, api: str = API,
+              opener: Callable[..., Any] | None = None) -> dict[str, Any]:
+    """GET the RayCluster's pods with the pod's own ServiceAccount token (in-cluster config)."""
+    token = open(os.path.join(sa_dir, "token")).read().strip()
+    selector = urllib.parse.quote(f"{RAY_CLUSTER_LABEL}={cluster}", safe="")
+    req = urllib.request.Request(f"{api}/api/v1/namespaces/{namespace}/pods?labelSelector={selector}",
+                                 headers={"Authorization": f"Bearer {token}", "Accept": "application/json"})
+    ctx = ssl.create_default_context(cafile=os.path.join(sa_dir, "ca.crt"))
+    with (opener or urllib.request.urlopen)(req, timeout=30, context=ctx) as resp:
+        return json.loads(resp.read())
+
+
+def main(argv: list[str] | None = None, list_fn: Callable[[str, str], dict[str, Any]] | None = None,
+         sleep: Callable[[float], None] = time.sleep) -> int:
+    ap = argparse.ArgumentParser(prog="python -m efacheck.image_fleet", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--namespace", required=True)
+    ap.add_argument("--cluster", required=True, help="the RayCluster's name (its pods' ray.io/cluster label)")
+    ap.add_argument("--expect-pods", type=int, required=True, help="head + workers the stack declares")
+    ap.add_argument("--wait-s", type=float, default=1800, help="how long to wait for every Ray pod to run")
+    ap.add_argument("--poll-s", type=float, default=10)
+    args = ap.parse_args(argv)
+    list_fn = list_fn or list_pods
+    end = time.monotonic() + args.wait_s
+    while True:
+        try:
+            records = [r for r in pod_records(list_fn(args.namespace, args.cluster)) if r["phase"] == "Running"]
+            result = fleet(records, args.expect_pods)
+        except (OSError, ValueError) as e:  # API unreachable, refused (401/403), not JSON
+            result = {"verdict": "undetermined", "failure": {"stage": "image-fleet",
+                                                             "reason": f"cannot list the Ray pods: {e}"}}
+        if result["verdict"] != "undetermined" or time.monotonic() >= end:
+            break
+        sleep(args.poll_s)
+    print(json.dumps({"image_fleet": result}, sort_keys=True), flush=True)
+    return EXIT[result["verdict"]]
+
+
+if __name__ == "__main__":
+    sys.exit(main())
