@@ -243,11 +243,49 @@ def _follows(shown: list[str], real: list[str]) -> str | None:
 def test_shown_output_is_what_the_command_prints(page, cmd, shown):
     r = _run(Command(page, 0, cmd))
     bad = _follows(shown, r.stdout.splitlines())
-    assert bad is None, f"{page}: the output shown for `{cmd}` is stale at: {bad}\n--- real output:\n{r.stdout[-4000:]}"
+    assert bad is None, (f"{page}: the output shown for `{cmd}` is stale at: {bad}; refresh it with "
+                         f"`.venv/bin/python tests/test_docs_commands.py --refresh`\n--- real output:\n{r.stdout[-4000:]}")
+
+
+def refreshed(shown: list[str], real: list[str]) -> list[str]:
+    """``real`` shortened as ``shown`` is: its first lines as many as shown before a ``...``, then from the line that
+    opens the part shown after it (one ``...`` at most)."""
+    if "..." not in [s.strip() for s in shown]:
+        return real
+    cut = [s.strip() for s in shown].index("...")
+    head, tail = shown[:cut], shown[cut + 1:]
+    if "..." in [s.strip() for s in tail] or not tail or tail[0] not in real:
+        raise ValueError(f"cannot refresh a shown output shortened this way (tail {tail[:1]}); edit it by hand")
+    return real[:len(head)] + ["..."] + real[real.index(tail[0]):]
+
+
+def refresh(pages: list[Path] = PAGES) -> list[str]:
+    """Rewrite every shown output from what its command prints now; the pages changed."""
+    changed = []
+    for page in pages:
+        text = page.read_text()
+
+        def sub(m: re.Match) -> str:
+            real = _run(Command(_name(page), 0, m.group("cmd"))).stdout.splitlines()
+            body = "\n".join(refreshed(m.group("body").splitlines(), real)) + "\n"
+            return m.group(0).replace(m.group("body"), body, 1)
+
+        new = OUTPUT.sub(sub, text)
+        if new != text:
+            page.write_text(new)
+            changed.append(_name(page))
+    return changed
 
 
 def test_output_check_can_fail():
+    assert refreshed(["a", "x", "...", "d"], ["a", "b", "c", "d", "e"]) == ["a", "b", "...", "d", "e"]
     assert _follows(["a", "...", "d"], ["a", "b", "c", "d"]) is None
     assert _follows(["a", "c"], ["a", "b", "c"]) == "c"
     assert _follows(["a", "...", "x"], ["a", "b"]) == "x"
     assert _follows(["a"], ["a", "b"]) is not None
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--refresh"]:
+        sys.exit("usage: tests/test_docs_commands.py --refresh   (rewrite the outputs the docs show)")
+    print("refreshed: " + (", ".join(refresh()) or "nothing"))
