@@ -38,10 +38,25 @@ class PlanDiff:
     fixed_violations: list[dict[str, Any]]
     rollouts: list[str] = field(default_factory=list)
     """:func:`rollout_risks`: GPU node groups the change would roll inside a reservation or Capacity Block."""
+    refusals: list[str] = field(default_factory=list)
+    """:func:`eks_refusals`: what EKS refuses in going from the before plan to the after one (exit 2)."""
 
     @property
     def exit_code(self) -> int:
-        return self.after.exit_code or (1 if self.rollouts else 0)
+        return 2 if self.refusals else (self.after.exit_code or (1 if self.rollouts else 0))
+
+
+def eks_refusals(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    """The change EKS refuses between two plans' settings, worded as ``pulumi up`` refuses it: a Kubernetes version
+    that skips a minor or goes down (components/live_cluster.upgrade_problem, the same check the program makes
+    against the live cluster). Plans of a program that declared no version, or several, are not judged."""
+    from ..components.live_cluster import upgrade_problem
+
+    a, b = (str(s.get("kubernetesVersion") or "") for s in (before, after))
+    if not (a and b) or "," in a + b or not all(v.replace(".", "").isdigit() and v.count(".") == 1 for v in (a, b)):
+        return []
+    problem = upgrade_problem(a, b)
+    return [f"kubernetesVersion {a} -> {b}: {problem}"] if problem else []
 
 
 def diff_plans(before: Plan, after: Plan) -> PlanDiff:
@@ -53,7 +68,7 @@ def diff_plans(before: Plan, after: Plan) -> PlanDiff:
     lines_b = {violation_line(v): v for v in after.violations}
     return PlanDiff(before, after, changed, sorted(rb - ra), sorted(ra - rb),
                     [v for k, v in lines_b.items() if k not in lines_a], [v for k, v in lines_a.items() if k not in lines_b],
-                    rollout_risks(before.settings, after.settings))
+                    rollout_risks(before.settings, after.settings), eks_refusals(before.settings, after.settings))
 
 
 def _cell(value: Any) -> str:
@@ -87,8 +102,13 @@ def render_diff(d: PlanDiff) -> str:
         out += [f"+ {r}" for r in d.added] + [f"- {r}" for r in d.removed] + ["```", "</details>", ""]
     else:
         out += [f"Resources: none added or removed ({len(after.resources)} in all).", ""]
+    if d.refusals:
+        out += [f"**EKS would refuse this change ({len(d.refusals)}); `pulumi up` stops before it:**"]
+        out += [f"- ⛔ {_md(r)}" for r in d.refusals] + [""]
     if after.violations:
-        out.append(f"**Layout rules broken ({len(after.violations)}):**")
+        warned = len(after.violations) - len(after.errors)
+        out.append(f"**Layout rules broken ({len(after.errors)}):**" if not warned else
+                   f"**Layout rules broken ({len(after.errors)}), warnings ({warned}):**")
         out += [f"- ❌ {_md(violation_line(v))}" + (" _(new)_" if v in d.new_violations else "") for v in after.violations]
     elif not after.error:
         out.append(f"Layout rules: ✅ all {len(after.checked)} pass.")

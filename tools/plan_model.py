@@ -58,7 +58,12 @@ class Plan:
 
     @property
     def exit_code(self) -> int:
-        return 2 if self.error else (1 if self.violations else 0)
+        return 2 if self.error else (1 if self.errors else 0)
+
+    @property
+    def errors(self) -> list[dict[str, Any]]:
+        """The violations that fail the plan: a ``warning`` rule's (a preference AWS accepts) does not."""
+        return [v for v in self.violations if v.get("severity", "error") != "warning"]
 
 
 def load_plan(path: str) -> Plan:

@@ -87,7 +87,7 @@ def _tree_lines(resources: list[dict[str, Any]]) -> list[str]:
 
 
 def violation_line(v: dict[str, Any]) -> str:
-    return rules.Violation(v["rule"], v["resource"], v["problem"], v["fix"]).line()
+    return rules.Violation(v["rule"], v["resource"], v["problem"], v["fix"], severity=v.get("severity", "error")).line()
 
 
 def aws_rules_summary(plan: Plan) -> str:
@@ -103,7 +103,9 @@ def aws_rules_summary(plan: Plan) -> str:
 
 def rules_summary(plan: Plan) -> str:
     n = len(plan.checked)
-    if not plan.violations:
-        return f"Layout rules: all {n} pass ({', '.join(plan.checked)})"
-    broken = sorted({v["rule"] for v in plan.violations})
-    return f"Layout rules: {len(broken)} of {n} broken ({', '.join(broken)}):"
+    broken = sorted({v["rule"] for v in plan.errors})
+    warned = sorted({v["rule"] for v in plan.violations} - set(broken))
+    also = f"; warnings (AWS accepts these): {', '.join(warned)}" if warned else ""
+    if not broken:
+        return f"Layout rules: all {n} pass ({', '.join(plan.checked)}){also}" + (":" if warned else "")
+    return f"Layout rules: {len(broken)} of {n} broken ({', '.join(broken)}){also}:"

@@ -148,6 +148,35 @@ def test_node_groups_left_behind_are_what_the_old_code_did(monkeypatch, warnings
     assert [w for w in warnings if "still run an older minor than the control plane 1.35" in w]
 
 
+def _plan(run: MockRun, source: str):
+    from ray_efa_eks.tools import layout
+    from ray_efa_eks.tools.plan_run import make_plan
+
+    return make_plan(layout.from_mockrun(run), source=source, stack="dev", region="us-east-1")
+
+
+@pytest.mark.parametrize("before,after,refused", [
+    ("1.33", "1.35", True), ("1.33", "1.34", False), ("1.35", "1.34", True), ("1.35", "1.36", False),
+    ("1.34", "1.34", False),
+])
+def test_diff_and_pulumi_up_agree_on_every_version_refusal(before, after, refused):
+    """`ray-efa-eks diff` of the two plans and `pulumi up` (the program on an account running ``before``) refuse
+    the same changes with the same words (UC)."""
+    from ray_efa_eks.tools.plan_diff import diff_plans, render_diff
+
+    acct = MockAccount()
+    a = up(acct, kubernetesVersion=before)
+    d = diff_plans(_plan(a, "before"), _plan(run_program({**BASE, "kubernetesVersion": after}), "after"))
+    if not refused:
+        assert d.refusals == [] and d.exit_code != 2
+        up(acct, kubernetesVersion=after)
+        return
+    err, _ = refused_up(acct, ConfigError, kubernetesVersion=after)
+    assert d.exit_code == 2 and len(d.refusals) == 1
+    assert err.fix in d.refusals[0], (err.fix, d.refusals)
+    assert "EKS would refuse this change" in render_diff(d)
+
+
 # -- item 2: access entries do not depend on who runs pulumi up -----------------------------------------------------
 
 def test_b_runs_up_after_a_and_nothing_moves():

@@ -153,6 +153,15 @@ def test_pod_identity_trust_aws_accepts_and_the_layout_rules_warn(program, trust
     assert {v.rule for v in found} == warned
     assert all(v.severity == rules.WARNING for v in found) and not rules.errors(found)
     assert all("(warning)" in v.line() for v in found)
+    # the plan shows a warning and does not fail on it (exit 0: nothing AWS refuses)
+    from ray_efa_eks.tools.plan_render import render_text
+    from ray_efa_eks.tools.plan_run import make_plan
+
+    plan = make_plan(layout.from_mockrun(run), source="t", stack="dev", region="us-east-1")
+    assert plan.exit_code == 0 and plan.errors == []
+    text = render_text(plan)
+    assert all(f"[{rule} (warning)]" in text for rule in warned)
+    assert ("warnings (AWS accepts these)" in text) == bool(warned)
 
 
 def test_assumed_role_deployer_is_the_creator(program):
