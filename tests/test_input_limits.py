@@ -111,3 +111,50 @@ def test_nccl_verdict_stops_reading_stdin_at_the_limit(monkeypatch):
     monkeypatch.setattr(nccl_log.sys, "stdin", io.TextIOWrapper(io.BufferedReader(Endless())))
     with pytest.raises(OSError, match="GiB"):
         nccl_log._read_input("-")
+
+
+# -- through the real entry point -------------------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+SAVED = {"source": "x", "stack": "dev", "region": "us-east-1", "resources": [], "settings": {},
+         "rules": {"violations": [], "checked": []}}
+
+
+def _plan(argv, capsys, monkeypatch):
+    from ray_efa_eks.tools import command
+
+    monkeypatch.chdir(ROOT)
+    code = command.main(argv)
+    out = capsys.readouterr()
+    return code, out.out + out.err
+
+
+@pytest.mark.parametrize("yaml_text, says", [
+    (BOMB.replace("\n", "\n", 1) + "config:\n  ray-efa-eks:endpointPublicAccessCidrs: *i\n", "alias bomb"),
+    ("config:\n  ray-efa-eks:gpuNodeCount: 2\n  ray-efa-eks:gpuNodeCount: 7\n", "appears twice"),
+])
+def test_plan_refuses_a_stack_file_pulumi_refuses(tmp_path, capsys, monkeypatch, yaml_text, says):
+    """Before: the alias bomb ran out of memory (a hang, then a traceback); the repeated key planned with 7."""
+    (tmp_path / "__main__.py").write_text("raise SystemExit('the program must not run')\n")
+    (tmp_path / "Pulumi.dev.yaml").write_text(yaml_text)
+    code, text = _plan(["plan", "--check", "--program", str(tmp_path / "__main__.py")], capsys, monkeypatch)
+    assert code == 3 and "Pulumi.dev.yaml" in text and says in text, (code, text)
+    assert "Traceback" not in text
+
+
+@pytest.mark.parametrize("change, says", [
+    ({"resources": [1]}, "resources[0]"),
+    ({"resources": 5}, "'resources' is a int"),
+    ({"rules": {"violations": [{}], "checked": []}}, "rules.violations[0]"),
+    ({"rules": {"violations": [], "checked": "x"}}, "rules.checked"),
+    ({"stack": 3}, "'stack' is a int"),
+    ({"settings": []}, "'settings' is a list"),
+])
+def test_diff_of_a_malformed_saved_plan_exits_3(tmp_path, capsys, monkeypatch, change, says):
+    """Before: a TypeError/KeyError traceback and exit 1 (the README says 3)."""
+    import json
+
+    (tmp_path / "a.json").write_text(json.dumps({**SAVED, **change}))
+    (tmp_path / "b.json").write_text(json.dumps(SAVED))
+    code, text = _plan(["diff", str(tmp_path / "a.json"), str(tmp_path / "b.json")], capsys, monkeypatch)
+    assert code == 3 and "a.json" in text and says in text, (code, text)

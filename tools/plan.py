@@ -109,7 +109,15 @@ def _run(p: ArgumentParser, args: argparse.Namespace) -> int:
             else:
                 after = plan_tree(stack=args.stack, overrides=overrides, region=region,
                                   program=Path(args.program_rel).resolve(), defaults=args.defaults)
-            d = diff_plans(before, after)
+            try:
+                d = diff_plans(before, after)
+            except (KeyError, TypeError, AttributeError, ValueError) as e:  # a saved plan's settings in a shape
+                saved = [s for s in args.diff if s.endswith(".json") or Path(s).is_file()]  # no plan --json writes
+                if not saved:
+                    raise
+                raise PlanError(f"{' or '.join(saved)}: a saved plan whose settings are malformed "
+                                f"({type(e).__name__}: {e}); save it again with: ray-efa-eks plan --json > "
+                                "plan.json") from None
             if args.json:
                 print(json.dumps({"before": before.to_json(), "after": after.to_json(),
                                   "changed": [{"setting": k, "before": a, "after": b} for k, a, b in d.changed],

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,6 +49,9 @@ class Plan:
 
     @classmethod
     def from_json(cls, d: dict[str, Any], source: str | None = None) -> "Plan":
+        problem = _shape_problem(d)
+        if problem:
+            raise PlanError(f"not a plan made by `python -m ray_efa_eks.tools.plan --json` ({problem})")
         try:
             return cls(source or d["source"], d["stack"], d["region"], d["resources"], d["settings"],
                        d["rules"]["violations"], d["rules"]["checked"], d.get("error"), d.get("config", {}))
@@ -66,17 +68,54 @@ class Plan:
         return [v for v in self.violations if v.get("severity", "error") != "warning"]
 
 
+_STR_OR_NONE = (str, type(None))
+PLAN_SHAPE: dict[str, Any] = {"source": str, "stack": str, "region": str, "error": _STR_OR_NONE, "config": dict,
+                              "resources": list, "settings": dict, "rules": dict}
+"""Each key of a saved plan and its JSON type (what :meth:`Plan.to_json` writes)."""
+VIOLATION_KEYS = ("rule", "resource", "problem", "fix")
+
+
+def _shape_problem(d: Any) -> str | None:
+    """What makes ``d`` no saved plan (a missing key or a wrong type anywhere the diff reads), or None."""
+    if not isinstance(d, dict):
+        return f"a JSON {type(d).__name__}, not an object"
+    for key, kind in PLAN_SHAPE.items():
+        if key == "error" and key not in d:
+            continue
+        if key == "config" and key not in d:
+            continue
+        if key not in d:
+            return f"missing {key!r}"
+        if not isinstance(d[key], kind) or isinstance(d[key], bool):
+            return f"{key!r} is a {type(d[key]).__name__}"
+    for i, r in enumerate(d["resources"]):
+        if not (isinstance(r, dict) and isinstance(r.get("type"), str) and isinstance(r.get("name"), str)
+                and isinstance(r.get("parent"), _STR_OR_NONE)):
+            return f"resources[{i}] is not {{type, name, parent}} strings"
+    rules_ = d["rules"]
+    if not isinstance(rules_.get("checked"), list) or not all(isinstance(c, str) for c in rules_["checked"]):
+        return "rules.checked is not a list of rule ids"
+    if not isinstance(rules_.get("violations"), list):
+        return "rules.violations is not a list"
+    for i, v in enumerate(rules_["violations"]):
+        if not (isinstance(v, dict) and all(isinstance(v.get(k), str) for k in VIOLATION_KEYS)):
+            return f"rules.violations[{i}] is not {{{', '.join(VIOLATION_KEYS)}}} strings"
+    for k, v in d["settings"].items():
+        if isinstance(v, dict) and not all(isinstance(f, (dict, str, int, float, bool, list, type(None)))
+                                           for f in v.values()):
+            return f"settings.{k} holds a value that is no JSON value"
+    return None
+
+
 def load_plan(path: str) -> Plan:
     """A saved ``--json`` plan; :class:`PlanError` naming the file and the problem."""
+    from .files import FileProblem, load_json
+
     made_by = "save one with: ray-efa-eks plan --json > plan.json"
     try:
-        data = json.loads(Path(path).read_bytes().decode("utf-8"))
-    except UnicodeDecodeError as e:
-        raise PlanError(f"{path}: not UTF-8 text (byte {e.start}), so not a saved plan; {made_by}") from None
-    except OSError as e:
-        raise PlanError(f"{path}: cannot read a plan ({e.strerror or e}); {made_by}") from None
-    except json.JSONDecodeError as e:
-        raise PlanError(f"{path}: not JSON ({e}), so not a saved plan; {made_by}") from None
+        data = load_json(path, what="saved plan")
+    except FileProblem as e:
+        raise PlanError(f"{e}; {made_by}") from None
     if not isinstance(data, dict):
         raise PlanError(f"{path}: holds a JSON {type(data).__name__}, not a plan object; {made_by}")
     try:

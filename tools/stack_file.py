@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .files import MAX_STACK_FILE, FileProblem, load_yaml
 from .plan_model import MissingStack, PlanError, UsageError
 
 PROJECT = "ray-efa-eks"
@@ -62,24 +63,13 @@ def _load_stack_yaml(path: Path) -> dict[str, Any]:
     Pulumi's own reader needs the same shape: a mapping whose ``config`` is a mapping of ``namespace:key`` to a
     value (pulumi/sdk/go/common/workspace/project.go, ``ProjectStack.Config``).
     """
-    import yaml
-
     fix = "it should look like: config:\n  ray-efa-eks:gpuNodeCount: 2"
     if path.is_dir():
         raise PlanError(f"{path}: is a directory, not a stack file; {fix}")
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise PlanError(f"{path}: not UTF-8 text (byte {e.start}: {e.object[e.start:e.start + 1]!r}); save it as "
-                        "UTF-8") from None
-    except OSError as e:
-        raise PlanError(f"{path}: cannot be read ({e.strerror or e})") from None
-    if "\x00" in text:
-        raise PlanError(f"{path}: binary data (NUL bytes), not YAML; {fix}")
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise PlanError(f"{path}: not valid YAML ({' '.join(str(e).split())})") from None
+    try:  # size, encoding, alias expansion, depth and repeated keys bounded as Pulumi's own reader does
+        data = load_yaml(path, what="stack file", max_bytes=MAX_STACK_FILE)
+    except FileProblem as e:
+        raise PlanError(f"{e}; {fix}" if "binary" in str(e) else str(e)) from None
     if data is None:
         return {}
     if not isinstance(data, dict):
