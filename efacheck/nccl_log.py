@@ -59,7 +59,7 @@ EXIT_INTERRUPTED = 130
 HINTS: dict[str, str] = {
     "plugin_not_found": (
         "aws-ofi-nccl was not loaded: make sure libnccl-net-ofi.so (or libnccl-net.so) is in the image, "
-        "set NCCL_NET_PLUGIN=ofi (or its full path) and put its directory (e.g. /opt/amazon/ofi-nccl/lib) on LD_LIBRARY_PATH"
+        "set NCCL_NET_PLUGIN=ofi (or its full path) and put its directory (e.g. /opt/amazon/ofi-nccl/lib64 in the DLC) on LD_LIBRARY_PATH"
     ),
     "ofi_init_failed": (
         "aws-ofi-nccl loaded but failed to initialize and NCCL carried on without it: the pod has no usable EFA "

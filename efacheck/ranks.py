@@ -28,6 +28,13 @@ ENV_VARS = ("FI_PROVIDER", "NCCL_NET_PLUGIN", "NCCL_SOCKET_IFNAME", "FI_EFA_USE_
             "LD_LIBRARY_PATH")
 
 
+OFI_PLUGIN_DIRS = ("/opt/amazon/ofi-nccl/lib64", "/opt/amazon/ofi-nccl/lib")
+"""Where aws-ofi-nccl lives when LD_LIBRARY_PATH does not say: ``lib64`` in the pinned DLC (Amazon Linux 2023; its
+sanity test checks ``/opt/amazon/ofi-nccl/lib64/libnccl-net.so``: aws/deep-learning-containers
+test/sanity/scripts/test_sanity_training.py ``test_ofi_plugin_exists``), ``lib`` where the EFA installer runs on
+Ubuntu images."""
+
+
 def sizes(min_bytes: int, max_bytes: int) -> list[int]:
     out, s = [], max(4, min_bytes)
     while s <= max_bytes:
@@ -36,7 +43,8 @@ def sizes(min_bytes: int, max_bytes: int) -> list[int]:
     return out
 
 
-def probe_env(env: dict[str, str] | None = None, dev_dir: str = "/dev/infiniband") -> dict[str, Any]:
+def probe_env(env: dict[str, str] | None = None, dev_dir: str = "/dev/infiniband",
+              plugin_dirs: tuple[str, ...] = OFI_PLUGIN_DIRS) -> dict[str, Any]:
     """What this pod has for EFA: devices, libfabric efa provider, OFI plugin library, relevant env."""
     env = dict(os.environ if env is None else env)
     devices = sorted(os.path.basename(p) for p in glob.glob(os.path.join(dev_dir, "uverbs*")))
@@ -52,7 +60,7 @@ def probe_env(env: dict[str, str] | None = None, dev_dir: str = "/dev/infiniband
     libs: list[str] = []
     if plugin and os.path.isabs(plugin) and os.path.exists(plugin):
         libs.append(plugin)
-    for d in filter(None, env.get("LD_LIBRARY_PATH", "").split(":") + ["/opt/amazon/ofi-nccl/lib"]):
+    for d in filter(None, env.get("LD_LIBRARY_PATH", "").split(":") + list(plugin_dirs)):
         libs += sorted(glob.glob(os.path.join(d, "libnccl-net*.so*")))
     return {
         "host": socket.gethostname(),

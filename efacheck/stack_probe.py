@@ -11,9 +11,10 @@ aws-ofi-nccl and libfabric from the plugin's ``NET/OFI Initializing aws-ofi-nccl
 version X`` lines, else ``fi_info --version``; CUDA runtime from ``$CUDA_VERSION`` (set by NVIDIA's base images,
 full x.y.z), else ``/usr/local/cuda/version.json``, else torch's build (x.y); driver from
 ``/proc/driver/nvidia/version`` and the NCCL ``cudaDriverVersion`` line; the image from ``$IMAGE_ENV``.
-What drifts most on a node, below the image: the EFA kernel driver (``/sys/module/efa/version``, read from the host's
-sysfs at ``/host/sys`` where a pod has it, else the pod's own: ``/sys/module`` is not namespaced, so the pod's own
-is the same file), the net plugin file NCCL really loaded (its ``Successfully loaded external network plugin <path>`` line,
+What drifts most on a node, below the image: the EFA kernel driver (``/sys/module/efa/version`` in the pod's own
+sysfs: kernel modules are not namespaced, so a pod sees its node's module there; Ray pods mount no host path, and
+when the file is missing the probe says so instead of guessing: the module is not loaded, or the pod has no /sys),
+the net plugin file NCCL really loaded (its ``Successfully loaded external network plugin <path>`` line,
 ``src/plugin/net.cc``; NCCL 2.27 prints ``Successfully loaded external plugin <name>``), and pyarrow, Ray Train's
 S3 layer (``pyarrow.__version__``; apache/arrow#45603: older AWS SDKs in pyarrow cannot use EKS Pod Identity).
 """
@@ -45,8 +46,9 @@ _OFI_RE = re.compile(r"NET/OFI (?:Initializing|Using) aws-ofi-nccl (\d+\.\d+\.\d
 _FABRIC_RE = re.compile(r"NET/OFI Using Libfabric version (\d+\.\d+(?:\.\d+)?)")
 _DRIVER_API_RE = re.compile(r"cudaDriverVersion (\d+)")
 _PLUGIN_RE = re.compile(r"Successfully loaded external (?:network )?plugin (\S+)")
-EFA_DRIVER_FILES = ("host/sys/module/efa/version", "sys/module/efa/version")
-"""The EFA kernel driver's version, relative to the probe's root: the host's sysfs view first."""
+EFA_DRIVER_FILE = "sys/module/efa/version"
+"""The EFA kernel driver's version, relative to the probe's root: the pod's own sysfs, which shows the node's modules
+(``/sys/module`` is not namespaced). Nothing mounts the host's /sys into Ray pods (components/raycluster.py)."""
 _NVRM_RE = re.compile(r"Kernel Module(?: for \w+)?\s+(\d+\.\d+(?:\.\d+)?)")
 
 
@@ -147,11 +149,12 @@ def probe(nccl_log: str = "", env: dict[str, str] | None = None, root: str = "/"
             v[key], src[key] = log[key], "NCCL log (NET/OFI)"
     if log.get("net_plugin"):
         v["net_plugin"], src["net_plugin"] = log["net_plugin"], "NCCL log (Successfully loaded external ... plugin)"
-    for rel in EFA_DRIVER_FILES:
-        text = _read(os.path.join(root, rel))
-        if text and text.strip():
-            v["efa_driver"], src["efa_driver"] = text.strip(), "/" + rel
-            break
+    text = _read(os.path.join(root, EFA_DRIVER_FILE))
+    if text and text.strip():
+        v["efa_driver"], src["efa_driver"] = text.strip(), f"/{EFA_DRIVER_FILE} (the node's module, seen from the pod)"
+    else:
+        src["efa_driver"] = (f"not visible: no /{EFA_DRIVER_FILE} in this pod (the efa module is not loaded on the "
+                             "node, or the pod has no /sys)")
     try:
         import pyarrow
 

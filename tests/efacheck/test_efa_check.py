@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ray_efa_eks.efacheck.ranks import probe_env, sizes
+from ray_efa_eks.efacheck.ranks import OFI_PLUGIN_DIRS, probe_env, sizes
 from ray_efa_eks.efacheck.verdict import busbw, judge
 
 ROOT = Path(__file__).parents[2]
@@ -46,6 +46,13 @@ def test_probe_env_finds_devices_plugin_and_fi_info(tmp_path: Path) -> None:
     assert p["fi_info_efa"] == "efa"
     assert str(lib / "libnccl-net-ofi.so") in p["ofi_plugin_libs"]
     assert p["env"]["FI_PROVIDER"] == "efa" and p["env"]["NCCL_SOCKET_IFNAME"] is None
+    # without LD_LIBRARY_PATH: the DLC's own directory (lib64), not only the Ubuntu installer's lib
+    lib64 = tmp_path / "opt/amazon/ofi-nccl/lib64"
+    lib64.mkdir(parents=True)
+    (lib64 / "libnccl-net.so").touch()
+    dirs = tuple(str(tmp_path / d.lstrip("/")) for d in OFI_PLUGIN_DIRS)
+    assert probe_env({"PATH": str(bin_)}, dev_dir=str(dev), plugin_dirs=dirs)["ofi_plugin_libs"] == \
+        [str(lib64 / "libnccl-net.so")]
 
 
 def test_probe_env_empty_pod(tmp_path: Path) -> None:

@@ -125,22 +125,22 @@ def test_probe_rows_for_the_efa_driver_the_loaded_plugin_and_pyarrow(tmp_path: P
     import pyarrow
 
     assert {"efa_driver", "net_plugin", "pyarrow"} <= set(sp.KEYS)
-    (tmp_path / "host/sys/module/efa").mkdir(parents=True)
+    (tmp_path / "host/sys/module/efa").mkdir(parents=True)  # a host view nothing mounts any more: not read
     (tmp_path / "host/sys/module/efa/version").write_text("2.17.0g\n")
     (tmp_path / "sys/module/efa").mkdir(parents=True)
     (tmp_path / "sys/module/efa/version").write_text("2.10.0g\n")
     log = (FIX / "real_efa_g7e_slurm_nccl2292_ofi1180_2node.log").read_text()
     p = sp.probe(log, env={}, root=str(tmp_path), run=lambda argv: None)
-    assert p["efa_driver"] == "2.17.0g" and p["sources"]["efa_driver"] == "/host/sys/module/efa/version"
+    assert p["efa_driver"] == "2.10.0g" and p["sources"]["efa_driver"].startswith("/sys/module/efa/version (the node")
     assert p["net_plugin"] == "/opt/aws-ofi-nccl/lib/libnccl-net.so"  # not the tuner plugin line
     assert p["pyarrow"] == pyarrow.__version__ and p["sources"]["pyarrow"] == "pyarrow.__version__"
-    # the pod's own /sys/module when the host view is not mounted; NCCL 2.27's shorter line
-    (tmp_path / "host/sys/module/efa/version").unlink()
+    # NCCL 2.27's shorter plugin line
     old = (FIX / "real_undet_p4d_single_node_ofi_init_failed_socket_nccl2277.log").read_text()
     p = sp.probe(old, env={}, root=str(tmp_path), run=lambda argv: None)
     assert p["efa_driver"] == "2.10.0g" and p["net_plugin"] == "libnccl-net.so"
     bare = sp.probe("", env={}, root=str(tmp_path / "none"), run=lambda argv: None)
     assert bare["efa_driver"] is None and bare["net_plugin"] is None
+    assert bare["sources"]["efa_driver"].startswith("not visible: no /sys/module/efa/version in this pod")
 
 
 def test_ranks_on_different_efa_drivers_or_plugin_files_fail() -> None:
