@@ -27,6 +27,7 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from . import fabric as _fabric
+from . import restore as _restore
 from .data import RandomTokens
 from .model import DecoderLM, get_config, lm_loss
 
@@ -86,13 +87,16 @@ def _maybe_fail(cfg: dict, step: int, rank: int, resumed_from: int) -> None:
 
 
 def _load(ckpt: ray.train.Checkpoint, model: torch.nn.Module, opt: torch.optim.Optimizer) -> dict:
-    """Load the sharded model/optimizer state in place; return the checkpoint's meta."""
-    with ckpt.as_directory() as d:
-        msd, osd = get_state_dict(model, opt)
-        state = {"model": msd, "optim": osd}
-        dcp.load(state, checkpoint_id=d)
-        set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
-        return torch.load(os.path.join(d, "meta.pt"))
+    """Load the sharded model/optimizer state in place; return the checkpoint's meta.
+
+    Read straight from the checkpoint's storage, each rank only the byte ranges of its own shards
+    (training/restore.py), instead of ``as_directory()``, which copies every rank's shards to every node.
+    """
+    msd, osd = get_state_dict(model, opt)
+    state = {"model": msd, "optim": osd}
+    dcp.load(state, storage_reader=_restore.ArrowReader.of(ckpt))
+    set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    return _restore.read_torch(ckpt, "meta.pt")
 
 
 def _report(metrics: dict, model: torch.nn.Module, opt: torch.optim.Optimizer, rank: int,
