@@ -80,7 +80,7 @@ COMMANDS: dict[str, dict[int, str]] = {
     "train": {0: "the run finished", 1: "the run failed (--max-failures exhausted; resume with the same --name)",
               2: "no answer from the cluster (--address unreachable, the auth token refused)",
               4: "Ray could not start", 5: "--require-efa and the fabric was not efa",
-              6: "the cluster is too small for --workers"},
+              6: "the cluster is too small for --workers, or has no GPU node yet (--use-gpu without --workers)"},
     "submit": {0: "the job finished", 1: "the job failed (submit returns the job's own code when it has one)",
                2: "no answer: the Jobs API unreachable or it did not take the job"},
     "efa-check": {**_VERDICT, 1: "fallback, or a bandwidth floor or version check failed"},
