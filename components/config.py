@@ -128,7 +128,7 @@ class StackConfig:
     ncclDebug: str = key(
         "WARN", allowed=("VERSION", "WARN", "INFO", "ABORT", "TRACE"),
         live=live("ray-pods", "gate"))
-    """NCCL_DEBUG for training pods (the EFA check always uses INFO)."""
+    """NCCL_DEBUG for training pods (the EFA check always uses INFO; a training run's fabric capture replaces it with INFO, or TRACE, and a per-rank file: docs/training.md)."""
     kuberayChartVersion: str = key(
         "1.7.0", allowed="a kuberay-operator chart version, SemVer 2 (1.7.0 is the one tested)",
         live=live("in-place",

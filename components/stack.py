@@ -78,7 +78,7 @@ class EfaRayClusterArgs(TypedDict, total=False):
     systemRootVolumeGiB: int
     """Root volume of the system node (>= 100): the Ray head and the EFA check Job pull the DLC image there (tens of GB, compressed layers plus the unpacked copy)."""
     ncclDebug: str
-    """NCCL_DEBUG for training pods (the EFA check always uses INFO)."""
+    """NCCL_DEBUG for training pods (the EFA check always uses INFO; a training run's fabric capture replaces it with INFO, or TRACE, and a per-rank file: docs/training.md)."""
     kuberayChartVersion: str
     """KubeRay operator Helm chart version."""
     efaCheck: bool
