@@ -145,7 +145,7 @@ def settings_of(st: Stack, region: str) -> dict[str, Any]:
         "nodeGroups": node_groups,
         "gpuSubnets": gpu_subnets,
         "kuberayChartVersion": charts.get(layout.KUBERAY_CHART, "(not installed)"),
-        "helmCharts": charts,
+        "helmCharts": dict(sorted(charts.items())),  # registration order varies between runs (threads)
         "imageTags": ", ".join(sorted({image_tag(i) or i.rsplit("@", 1)[-1] for i in images})) or "(none)",
         "pods": pods,
         "efaGate": efa_gate(st),
