@@ -310,7 +310,10 @@ class StackConfig:
         region = pulumi.Config("aws").get("region") or "us-east-1"
         # Every key the stack sets in our namespace, so that a typo is refused instead of silently ignored.
         prefix = f"{NAMESPACE}:"
-        values = {k[len(prefix):]: v for k, v in {**get_config_env(), **CONFIG.get()}.items() if k.startswith(prefix)}
+        every = {**get_config_env(), **CONFIG.get()}
+        for key, why in unread_keys(every):  # another namespace: Pulumi accepts it, so a warning, not a refusal
+            pulumi.log.warn(f"config {key} is never read by this program: {why}")
+        values = {k[len(prefix):]: v for k, v in every.items() if k.startswith(prefix)}
         return cls.from_mapping(values, region=region)
 
     # -- derived ----------------------------------------------------------------
@@ -508,3 +511,23 @@ def grammar(key: str) -> v.Grammar:
     if default is None:
         return v.OrUnset(inner=v.Text())
     return v.Text()
+
+
+def unread_keys(keys: Any) -> list[tuple[str, str]]:
+    """(key, why) for config keys that look meant for this stack but sit where it never reads them.
+
+    Pulumi accepts any ``namespace:key`` (a provider's keys live in its namespace), so these are warnings: a stack key
+    under another namespace (``aws:gpuNodeCount``), or a namespace one typo away from ours (``ray-efa-ek:...``).
+    Keys of this namespace that are not stack keys are refused by :meth:`StackConfig.from_mapping`.
+    """
+    out = []
+    for key in keys:
+        ns, sep, name = str(key).partition(":")
+        if not sep or ns == NAMESPACE or key == "aws:region":
+            continue
+        if name in KEYS:
+            out.append((key, f"the {ns} namespace holds no {name}; this stack reads {NAMESPACE}:{name}"))
+        elif difflib.SequenceMatcher(None, ns.lower(), NAMESPACE).ratio() >= 0.75:
+            near = difflib.get_close_matches(name, sorted(KEYS), n=1, cutoff=0.6)
+            out.append((key, f"namespace {ns!r} is not {NAMESPACE!r}; did you mean {NAMESPACE}:{near[0] if near else name}?"))
+    return out

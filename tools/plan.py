@@ -43,7 +43,7 @@ from .plan_diff import diff_plans, render_diff
 from .plan_model import EXIT_UNREADABLE, Plan, PlanError, UsageError, load_plan
 from .plan_render import aws_rules_summary, render_text, rules_summary, violation_line
 from .plan_run import plan_git_ref, plan_tree, resolve_ref
-from .stack_file import parse_overrides
+from .stack_file import StackFile, config_warnings, parse_overrides, read_stack
 
 EXIT_INTERRUPTED = 130
 """Ctrl-C (128 + SIGINT, as a shell reports it)."""
@@ -80,6 +80,16 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     except KeyboardInterrupt:
         print("plan: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+
+
+def _config_warnings(args: argparse.Namespace, overrides: dict[str, str]) -> list[str]:
+    """Config the program never reads (another namespace, a misspelt one) and PULUMI_CONFIG: warnings, as Pulumi
+    accepts them; the stack file's own problems are read_stack's (exit 3)."""
+    try:
+        sf = read_stack(Path(args.program_rel).resolve().parent, args.stack, defaults=args.defaults)
+    except PlanError:
+        sf = None  # plan_tree reports it
+    return config_warnings(sf or StackFile({}, "", {}, []), overrides)
 
 
 def _check_program(path: str) -> None:
@@ -126,6 +136,8 @@ def _run(p: ArgumentParser, args: argparse.Namespace) -> int:
                 print(render_diff(d), end="")
             return d.exit_code
         _check_program(args.program_rel)
+        for warning in _config_warnings(args, overrides):
+            print(f"plan: warning: {warning}", file=sys.stderr)
         plan = plan_tree(stack=args.stack, overrides=overrides, region=region, program=Path(args.program_rel).resolve(),
                          defaults=args.defaults)
     except UsageError as e:

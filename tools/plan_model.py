@@ -41,10 +41,12 @@ class Plan:
     """The program's own error (a ConfigError...), when it failed."""
     config: dict[str, Any] = field(default_factory=dict)
     """Every config key the plan used (stack file, then --config), secret values as ``[secret]``."""
+    effective: dict[str, Any] = field(default_factory=dict)
+    """Every key the program runs with: key -> [value, source] (the stack file, --config or default)."""
 
     def to_json(self) -> dict[str, Any]:
         return {"source": self.source, "stack": self.stack, "region": self.region, "error": self.error,
-                "config": self.config, "resources": self.resources, "settings": self.settings,
+                "config": self.config, "effective": self.effective, "resources": self.resources, "settings": self.settings,
                 "rules": {"checked": self.checked, "violations": self.violations}}
 
     @classmethod
@@ -54,7 +56,8 @@ class Plan:
             raise PlanError(f"not a plan made by `python -m ray_efa_eks.tools.plan --json` ({problem})")
         try:
             return cls(source or d["source"], d["stack"], d["region"], d["resources"], d["settings"],
-                       d["rules"]["violations"], d["rules"]["checked"], d.get("error"), d.get("config", {}))
+                       d["rules"]["violations"], d["rules"]["checked"], d.get("error"), d.get("config", {}),
+                       d.get("effective") if isinstance(d.get("effective"), dict) else {})
         except (KeyError, TypeError) as e:
             raise PlanError(f"not a plan made by `python -m ray_efa_eks.tools.plan --json` (missing {e})") from None
 

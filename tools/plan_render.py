@@ -52,14 +52,16 @@ def render_text(plan: Plan) -> str:
 
 
 def _config_lines(plan: Plan) -> list[str]:
-    if not plan.config:
+    if not plan.config and not plan.effective:
         return []
-    out = ["", f"Config (Pulumi.{plan.stack}.yaml, then --config)"]
-    for key, value in plan.config.items():
+    out = ["", f"Config (every value the program runs with and its source: Pulumi.{plan.stack}.yaml, --config or "
+               "the default)"]
+    rows = plan.effective or {k: [v, ""] for k, v in plan.config.items()}
+    for key, (value, source) in rows.items():
         text = value if isinstance(value, str) else json.dumps(value)
         if value == SECRET:
             text += "  (encrypted: not readable offline, planned with the key's default; --config KEY=VALUE plans a value)"
-        out.append(f"  {key}: {text}")
+        out.append(f"  {key}: {text}" + (f"  [{source}]" if source else ""))
     return out
 
 

@@ -16,7 +16,7 @@ from . import layout, rules
 from .layout import Resource, Stack
 from .plan_model import MissingStack, Plan, PlanError, UsageError
 from .plan_settings import settings_of
-from .stack_file import DEFAULT_REGION, read_stack, shown_config
+from .stack_file import DEFAULT_REGION, effective_config, read_stack, shown_config
 
 RECORDS_MARKER = "@@plan-records@@ "
 
@@ -70,12 +70,19 @@ def plan_tree(root: Path | None = None, *, stack: str = "dev", overrides: dict[s
     config = {**sf.values, **(overrides or {})}
     region = region or sf.region
     shown = shown_config(sf, overrides, region)
+    effective = effective_config(sf, overrides, region, stack)
+    pulumi_config = os.environ.pop("PULUMI_CONFIG", None)  # `pulumi up` replaces it with the stack's config too
     try:
         run = mockrun.run_program(config, region=region, program=program, stack=stack)
     except Exception as e:  # noqa: BLE001 - any program failure is the plan's answer, not a crash
-        return Plan(source, stack, region, error=f"{type(e).__name__}: {e}{_where_offered(e)}", config=shown)
+        return Plan(source, stack, region, error=f"{type(e).__name__}: {e}{_where_offered(e)}", config=shown,
+                    effective=effective)
+    finally:
+        if pulumi_config is not None:
+            os.environ["PULUMI_CONFIG"] = pulumi_config
     plan = make_plan(layout.from_mockrun(run), source=source, stack=stack, region=region)
     plan.config = shown
+    plan.effective = effective
     return plan
 
 
@@ -139,7 +146,7 @@ def plan_git_ref(ref: str, root: Path | None = None, *, stack: str = "dev", over
             return Plan(source, stack, region, error=f"{program} does not exist at {ref}")
         _namespace_shim(base)
         args = json.dumps({"config": config, "region": region, "program": program, "stack": stack})
-        env = {**os.environ, "PYTHONPATH": tmp}
+        env = {**{k: v for k, v in os.environ.items() if k != "PULUMI_CONFIG"}, "PYTHONPATH": tmp}
         proc = subprocess.run([sys.executable, "-c", _DUMP_RECORDS, args], cwd=tmp, env=env,
                               capture_output=True, text=True, timeout=600)
         marker = [ln for ln in proc.stdout.splitlines() if ln.startswith(RECORDS_MARKER)]

@@ -52,7 +52,7 @@ def read_stack(root: Path, stack: str, *, defaults: bool = False) -> StackFile:
         shown[key] = value
         if key == "aws:region":
             region = str(value)
-        elif ":" not in key or key.startswith(f"{PROJECT}:"):
+        else:  # every key reaches the program, as under `pulumi up` (it warns about those it never reads)
             values[key] = value if isinstance(value, str) else json.dumps(value)
     return StackFile(values, region, shown, secrets)
 
@@ -90,8 +90,50 @@ def stack_config(root: Path, stack: str, *, defaults: bool = False) -> tuple[dic
 
 
 def shown_config(sf: StackFile, overrides: dict[str, str] | None, region: str) -> dict[str, Any]:
+    """Every key the stack file or --config sets (what a diff compares; :func:`effective_config` adds defaults)."""
     shown = {**sf.shown, **(overrides or {}), "aws:region": region}
     return dict(sorted(shown.items()))
+
+
+def effective_config(sf: StackFile, overrides: dict[str, str] | None, region: str,
+                     stack: str = "<stack>") -> dict[str, list[Any]]:
+    """key -> [value, source] for everything the plan runs with: ``Pulumi.<stack>.yaml``, ``--config`` or
+    ``default``; keys the program never reads (:func:`~ray_efa_eks.components.config.unread_keys`) say so."""
+    from ..components.config import KEYS, NAMESPACE, StackConfig, unread_keys
+
+    overrides = overrides or {}
+    defaults = StackConfig()
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    file = f"Pulumi.{stack}.yaml"
+    for key in sorted(KEYS - {"region"}):
+        values[f"{NAMESPACE}:{key}"] = getattr(defaults, key)
+        sources[f"{NAMESPACE}:{key}"] = "default"
+    for key, value in sf.shown.items():
+        values[key] = value
+        sources[key] = f"{file} (encrypted)" if value == SECRET else file
+    for key, value in overrides.items():
+        values[key], sources[key] = value, "--config"
+    values["aws:region"] = region
+    if "aws:region" not in sources:
+        sources["aws:region"] = file if "aws:region" in sf.shown else "default"
+    if region != sf.region and region != sf.shown.get("aws:region"):
+        sources["aws:region"] = "--config"
+    for key, _ in unread_keys(values):
+        sources[key] += ", never read"
+    return {k: [values[k], sources[k]] for k in sorted(values)}
+
+
+def config_warnings(sf: StackFile, overrides: dict[str, str] | None) -> list[str]:
+    """PULUMI_CONFIG in the environment, which the plan leaves out as `pulumi up` does (keys the program never reads
+    are its own warnings: StackConfig.from_pulumi)."""
+    import os
+
+    out = []
+    if os.environ.get("PULUMI_CONFIG"):
+        out.append("PULUMI_CONFIG is set in this environment: `pulumi up` replaces it with the stack's config, so the "
+                   "plan ignores it too; put the values in Pulumi.<stack>.yaml or pass --config")
+    return out
 
 
 def parse_overrides(pairs: list[str]) -> tuple[dict[str, str], str | None]:

@@ -204,7 +204,9 @@ def test_stack_config_reads_the_stack_file_and_shows_secrets(tmp_path):
         "  ray-efa-eks:dlcImage: {secure: AAAA}\n  other:key: x\n")
     config, region = stack_config(tmp_path, "prod")
     assert region == "us-west-2"
-    assert config == {"ray-efa-eks:gpuNodeCount": "4", "ray-efa-eks:efa": "true"}  # a secret cannot reach the program
+    # a secret cannot reach the program; every other key does, as under `pulumi up` (issue 39: the program warns
+    # about keys it never reads, such as other:key's namespace, instead of the plan dropping them in silence)
+    assert config == {"ray-efa-eks:gpuNodeCount": "4", "ray-efa-eks:efa": "true", "other:key": "x"}
     sf = read_stack(tmp_path, "prod")
     assert sf.shown["ray-efa-eks:dlcImage"] == "[secret]" and sf.secrets == ["ray-efa-eks:dlcImage"]
     with pytest.raises(MissingStack, match="stacks here: prod"):
