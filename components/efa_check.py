@@ -71,6 +71,13 @@ NOBODY = 65534
 AUDIT_TOKEN_VOLUME = "image-audit-token"
 SA_TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 """Where in-cluster clients (and efacheck/image_fleet.py) look for the token and the cluster CA."""
+IMAGE_FLEET_DIR = "/var/run/ray-efa-eks"
+IMAGE_FLEET_FILE = f"{IMAGE_FLEET_DIR}/image-fleet.json"
+"""Where the image audit leaves its verdict for the gate's container (an emptyDir both mount)."""
+IMAGE_DIGEST_ENV = "RAY_EFA_EKS_IMAGE_DIGEST"
+"""The check's default for ``--image-digest`` (efacheck/check_args.py)."""
+READ_DIGEST = ("import json,sys; d=json.load(open(sys.argv[1]))['image_fleet'].get('digest'); "
+               f"print(json.dumps({{'env_vars': {{'{IMAGE_DIGEST_ENV}': d}}}}) if d else '')")
 SUBMIT_RETRY_S = 120
 """How long the script retries ``ray job submit`` (part of Deadlines.startup_s)."""
 
@@ -245,7 +252,7 @@ def _fail_json(stage: str, reason: str) -> str:
 
 
 def check_script(dashboard_address: str, args: list[str] | float | None = None, deadlines: Deadlines = Deadlines(),
-                 working_dir: str = MOUNT) -> str:
+                 working_dir: str = MOUNT, image_fleet_file: str | None = None) -> str:
     """Shell run by the Job: wait for the head, submit, follow the log, exit with the check's own exit code.
 
     ``args``: the check's arguments (:func:`check_args`); a number is taken as ``min_busbw_gbps`` with the
@@ -258,6 +265,10 @@ def check_script(dashboard_address: str, args: list[str] | float | None = None, 
         args = check_args(None, 2, deadlines, float(args or 0))
     addr = shlex.quote(dashboard_address)
     cmd = " ".join(shlex.quote(a) for a in ["python", "-m", "efacheck.efa_check", *args])
+    # The image audit (init container) wrote the digest every Ray pod runs; the check records it (its
+    # $RAY_EFA_EKS_IMAGE_DIGEST, set through the Ray job's runtime env so the check's own arguments stay as rendered).
+    read_digest = (f"renv=$(python -c {shlex.quote(READ_DIGEST)} {shlex.quote(image_fleet_file)} 2>/dev/null)"
+                   if image_fleet_file else 'renv=""')
     head = _fail_json("unreachable", f"Ray Jobs API at {dashboard_address} did not answer within "
                                      f"{deadlines.head_wait_s} s")
     submit = _fail_json("submit", f"ray job submit failed for {SUBMIT_RETRY_S} s (see above)")
@@ -267,6 +278,7 @@ def check_script(dashboard_address: str, args: list[str] | float | None = None, 
     return f"""set -u
 addr={addr}
 id=""; follow=""
+{read_digest}
 on_term() {{  # Job deleted or past its deadline: stop the Ray job we started, then exit 143
   trap - TERM INT
   if [ -n "$follow" ]; then kill "$follow" 2>/dev/null; fi
@@ -283,7 +295,8 @@ python -c {shlex.quote(STOP_EARLIER)} "$addr" || echo "could not list earlier EF
 end=$(( $(date +%s) + {SUBMIT_RETRY_S} )); n=0
 until  # the Jobs API can answer before the head's agent takes jobs ("No available agent"): retry, fresh id each time
   n=$((n + 1)); id="efa-check-$(date +%s)-$$-$n"
-  ray job submit --address "$addr" --submission-id "$id" --no-wait --working-dir {shlex.quote(working_dir)} -- {cmd}
+  ray job submit --address "$addr" --submission-id "$id" --no-wait --working-dir {shlex.quote(working_dir)} \
+    ${{renv:+--runtime-env-json "$renv"}} -- {cmd}
 do
   if [ "$(date +%s)" -ge "$end" ]; then echo {submit}; exit 2; fi
   sleep 10 & wait $!
@@ -366,10 +379,14 @@ class EfaCheckJob(pulumi.ComponentResource):
                         "containers": [restricted_container({
                             "name": "efa-check",
                             "image": args.image,
-                            "command": ["/bin/bash", "-c", check_script(args.dashboard_address, cargs, d)],
+                            "command": ["/bin/bash", "-c", check_script(
+                                args.dashboard_address, cargs, d,
+                                image_fleet_file=IMAGE_FLEET_FILE if pod_extra else None)],
                             "resources": resources,
                             **({"env": token_client_env(args.auth_secret_name)} if args.auth_secret_name else {}),
-                            "volumeMounts": [{"name": f"code-{d}", "mountPath": f"{MOUNT}/{d}"} for d in folders],
+                            "volumeMounts": [{"name": f"code-{d}", "mountPath": f"{MOUNT}/{d}"} for d in folders]
+                            + ([{"name": "image-fleet", "mountPath": IMAGE_FLEET_DIR, "readOnly": True}]
+                               if pod_extra else []),
                         })],
                         "volumes": [{"name": f"code-{d}", "configMap": {
                             "name": f"{name}-code",
@@ -405,14 +422,17 @@ class EfaCheckJob(pulumi.ComponentResource):
             role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": sa},
             subjects=[{"kind": "ServiceAccount", "name": sa, "namespace": ns}], opts=child)
         cmd = ["python", "-m", "efacheck.image_fleet", "--namespace", ns, "--cluster", str(args.ray_cluster_name),
-               "--expect-pods", str(1 + args.node_count), "--wait-s", str(d.head_wait_s + d.topology_wait_s)]
+               "--expect-pods", str(1 + args.node_count), "--wait-s", str(d.head_wait_s + d.topology_wait_s),
+               "--out", IMAGE_FLEET_FILE]
         init = restricted_container({
             "name": "image-audit", "image": args.image, "command": cmd, "workingDir": MOUNT,
             "resources": pod_resources("100m", "256Mi"),
             "volumeMounts": [{"name": "code-efacheck", "mountPath": f"{MOUNT}/efacheck"},
-                             {"name": AUDIT_TOKEN_VOLUME, "mountPath": SA_TOKEN_DIR, "readOnly": True}]})
+                             {"name": AUDIT_TOKEN_VOLUME, "mountPath": SA_TOKEN_DIR, "readOnly": True},
+                             {"name": "image-fleet", "mountPath": IMAGE_FLEET_DIR}]})
         init["securityContext"].update(runAsNonRoot=True, runAsUser=NOBODY, runAsGroup=NOBODY)
         token = {"name": AUDIT_TOKEN_VOLUME, "projected": {"defaultMode": 0o444, "sources": [
             {"serviceAccountToken": {"path": "token", "expirationSeconds": 3600}},
             {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}}]}}
-        return init, [token], [account, role, binding]
+        result = {"name": "image-fleet", "emptyDir": {"sizeLimit": "1Mi"}}
+        return init, [token, result], [account, role, binding]

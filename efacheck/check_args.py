@@ -59,6 +59,10 @@ def parser(prog: str | None = None) -> ArgumentParser:
     ap.add_argument("--image", help="image reference, to pick a known manifest (default $RAY_EFA_EKS_IMAGE)")
     ap.add_argument("--spec-hash", help="RayCluster spec hash the gate was rendered for: every Ray pod's "
                     "$RAY_EFA_EKS_SPEC_HASH must equal it (else stage stale); --image likewise $RAY_EFA_EKS_IMAGE")
+    ap.add_argument("--image-digest", default=os.environ.get("RAY_EFA_EKS_IMAGE_DIGEST") or None,
+                    help="the digest every Ray pod runs (the gate's image audit read it from the pods' "
+                    "status.containerStatuses[].imageID; default $RAY_EFA_EKS_IMAGE_DIGEST): recorded in the result "
+                    "and the report")
     ap.add_argument("--strict-versions", action="store_true", help="a version that differs from the manifest fails")
     ap.add_argument("--report", metavar="DIR", help="write report.md and busbw.png there (text also to stderr)")
     ap.add_argument("--json", action="store_true", help="print one JSON object (last stdout line block)")

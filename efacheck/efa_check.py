@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import sys
 import traceback
@@ -140,6 +141,14 @@ def socket_comparison(backend: str, lo: int, hi: int, a, nodes: list[dict], gpu:
         return {"socket_rows": [], "comparison": {"error": {"stage": "internal", "reason": f"{type(e).__name__}: {e}"}}}
 
 
+def image_of(a) -> dict:
+    """The image the check vouches for: the reference, and the digest the pods run (``--image-digest``, from the
+    gate's image audit; else the reference's own when it pins one)."""
+    ref = a.image or os.environ.get("RAY_EFA_EKS_IMAGE")
+    m = re.search(r"@(sha256:[a-f0-9]{64}|sha512:[a-f0-9]{128})$", ref or "")
+    return {"reference": ref, "digest": getattr(a, "image_digest", None) or (m.group(1) if m else None)}
+
+
 def check(a) -> dict:
     """Wait for the topology, run, judge; CheckFailed is turned into a result by the caller."""
     expected = {"nodes": a.expect_nodes, "gpus_per_node": a.expect_gpus_per_node, "nics": a.expect_nics,
@@ -167,6 +176,7 @@ def check(a) -> dict:
     r = judge(data, backend, a.min_busbw_gbps, expect, require_counters=a.require_counters, transport=transport)
     r["expected"] = expected
     r["rows"] = r["sweep"]
+    r["image"] = image_of(a)
     fail: list[str] = []
     if a.compare_socket and transport != "efa":
         r["reasons"].append(f"--compare-socket skipped: the {transport} gate has no EFA sweep to compare")

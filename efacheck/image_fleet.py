@@ -113,6 +113,7 @@ def main(argv: list[str] | None = None, list_fn: Callable[[str, str], dict[str, 
     ap.add_argument("--expect-pods", type=int, required=True, help="head + workers the stack declares")
     ap.add_argument("--wait-s", type=float, default=1800, help="how long to wait for every Ray pod to run")
     ap.add_argument("--poll-s", type=float, default=10)
+    ap.add_argument("--out", help="also write the JSON line to this file (the gate's container reads the digest)")
     args = ap.parse_args(argv)
     list_fn = list_fn or list_pods
     end = time.monotonic() + args.wait_s
@@ -126,7 +127,11 @@ def main(argv: list[str] | None = None, list_fn: Callable[[str, str], dict[str, 
         if result["verdict"] != "undetermined" or time.monotonic() >= end:
             break
         sleep(args.poll_s)
-    print(json.dumps({"image_fleet": result}, sort_keys=True), flush=True)
+    text = json.dumps({"image_fleet": result}, sort_keys=True)
+    print(text, flush=True)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text + "\n")
     return EXIT[result["verdict"]]
 
 

@@ -60,6 +60,10 @@ def render_markdown(result: dict[str, Any], png: str | None = None, plot_note: s
                + (f", {r['instance_type']}" if r.get("instance_type") else "")
                + (f", network {r['network']}" if r.get("network") else "")
                + (f", provider {r['provider']}" if r.get("provider") else ""))
+    img = r.get("image") or {}
+    if img.get("reference") or img.get("digest"):
+        out += ["", f"Image: {img.get('reference') or '?'}" + (f" (digest {img['digest']})" if img.get("digest")
+                                                                else " (digest not known: pinned by tag)")]
     out.append("")
     for x in r.get("reasons", []):
         out.append(f"- {x}")

@@ -41,6 +41,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import re
 import socket
 from typing import Any, Mapping, Optional
 
@@ -56,6 +57,9 @@ CAPTURE_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET"}
 """What the run sets (with a per-rank NCCL_DEBUG_FILE): INIT and NET are the lines the verdict reads."""
 STACK_NCCL_ENV = "RAY_EFA_EKS_STACK_NCCL_ENV"
 """JSON of the NCCL_* values the stack rendered on the pod (components/raycluster.py ``STACK_NCCL_ENV``)."""
+IMAGE_ENV = "RAY_EFA_EKS_IMAGE"
+"""Every Ray container's image reference (components/raycluster.py ``IMAGE_ENV``)."""
+_DIGEST = re.compile(r"@(sha256:[a-f0-9]{64}|sha512:[a-f0-9]{128})$")
 VERDICTS = ("efa", "fallback", "undetermined", "not-nccl")
 FABRIC_FILE = "fabric.json"
 """Written by rank 0 into every checkpoint: the fabric verdict of the attempt that wrote it."""
@@ -201,7 +205,8 @@ def _efa_bytes(counter_deltas: Optional[Mapping[str, Any]]) -> tuple[Optional[di
 def summarize(backend: str, logs: Mapping[str, Optional[bytes]], *, notes: Optional[list[str]] = None,
               counter_deltas: Optional[Mapping[str, Any]] = None, expected_bytes_per_node: Optional[float] = None,
               previous: Optional[Mapping[str, Any]] = None, log_dir: Optional[str] = None,
-              at: str = "end", capture: Optional[Mapping[str, Any]] = None) -> dict:
+              at: str = "end", capture: Optional[Mapping[str, Any]] = None,
+              images: Optional[Mapping[str, Optional[str]]] = None) -> dict:
     """The run's ``fabric``: verdict, network, provider, nodes, the deciding line and the reasons.
 
     backend: the process group's backend (anything but nccl is ``not-nccl``). logs: {source: bytes or None} with
@@ -210,13 +215,16 @@ def summarize(backend: str, logs: Mapping[str, Optional[bytes]], *, notes: Optio
     expected_bytes_per_node (a lower bound of what the collectives had to move per node) an efa log whose counters
     stayed flat becomes fallback, through the gate's ``judge_counters``/``combine``. previous: the verdict kept in
     the checkpoint this attempt resumed from. capture: whose NCCL logging settings applied (:func:`merge_captures`
-    of the ranks' :func:`plan_capture`), kept as ``capture`` with its words in ``capture_text``.
+    of the ranks' :func:`plan_capture`), kept as ``capture`` with its words in ``capture_text``. images: {host:
+    image reference} of the ranks, kept as ``image`` (:func:`image_record`: references and, when pinned, the digest).
     """
     fab: dict[str, Any] = {"verdict": "undetermined", "backend": backend, "network": None, "provider": None,
                            "nodes": None, "ranks": len(logs), "deciding": None, "reasons": [], "hints": [],
                            "at": at, "log_dir": log_dir}
     if capture is not None:
         fab["capture"], fab["capture_text"] = dict(capture), capture_text(capture)
+    if images is not None:
+        fab["image"] = image_record(images)
     notes = [n for n in (notes or []) if n]
     if backend != "nccl":
         fab.update(verdict="not-nccl", ranks=None, log_dir=None,
@@ -255,6 +263,22 @@ def summarize(backend: str, logs: Mapping[str, Optional[bytes]], *, notes: Optio
     return fab
 
 
+def image_record(images: Mapping[str, Optional[str]]) -> dict:
+    """What the run knows of the image its ranks ran: ``{host: $RAY_EFA_EKS_IMAGE}`` -> the references, and the
+    digest when every rank's reference pins the same one. A tag pin leaves ``digest`` None: the digest a pod runs is
+    in its Kubernetes status only (the gate's image audit reads it, efacheck/image_fleet.py), not in the pod."""
+    refs = sorted({r for r in images.values() if r})
+    digests = {m.group(1) if m else None for m in (_DIGEST.search(r) for r in refs)}
+    digest = next(iter(digests)) if len(digests) == 1 and refs else None
+    out: dict[str, Any] = {"references": refs, "digest": digest}
+    if len(refs) > 1:
+        out["note"] = "ranks ran different image references: " + "; ".join(
+            f"{h}: {r}" for h, r in sorted(images.items()) if r)
+    elif refs and digest is None:
+        out["note"] = "pinned by tag: the run cannot see the digest (the gate's image audit records it)"
+    return out
+
+
 def changed(fab: Mapping[str, Any]) -> Optional[str]:
     """'was efa, now fallback' when the checkpoint this attempt resumed from holds another verdict."""
     prev = fab.get("previous") or {}
@@ -287,6 +311,8 @@ def line(fab: Mapping[str, Any]) -> str:
 def checkpoint_record(fab: Mapping[str, Any], step: int) -> bytes:
     """What rank 0 writes as ``fabric.json`` into a checkpoint."""
     keep = {k: fab.get(k) for k in ("verdict", "backend", "network", "provider", "nodes", "deciding")}
+    if fab.get("image"):
+        keep["image_digest"] = fab["image"].get("digest")
     return json.dumps({**keep, "step": step}).encode()
 
 
@@ -334,7 +360,7 @@ class Probe:
                                else f"{socket.gethostname()}:rank{self.rank}",
                                "log": read_log(self.plan.get("log")) if self.plan.get("log") else None,
                                "note": self.plan.get("note"), "host": socket.gethostname(),
-                               "capture": self.plan.get("capture")}
+                               "capture": self.plan.get("capture"), "image": os.environ.get(IMAGE_ENV)}
         if final and self.counters_before is not None:
             after = self._counters()
             if after is not None:
@@ -359,7 +385,8 @@ class Probe:
             fab = summarize(self.backend, logs, notes=notes, counter_deltas=deltas or None,
                             expected_bytes_per_node=expected_bytes_per_node, previous=previous,
                             log_dir=self.log_dir, at="end" if final else "init",
-                            capture=merge_captures([p.get("capture") or {} for p in gathered]))
+                            capture=merge_captures([p.get("capture") or {} for p in gathered]),
+                            images={p["host"]: p.get("image") for p in gathered})
         if broadcast:
             box = [fab]
             dist.broadcast_object_list(box, src=0)

@@ -7,6 +7,8 @@ components/values.py (OCI distribution reference + go-digest's encoding rule); t
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from ray_efa_eks.components.config import ConfigError, StackConfig
@@ -48,3 +50,66 @@ def test_every_pod_runs_the_digest():
     for spec in pods:
         for c in spec["containers"]:
             assert c["image"] == image
+
+
+FAKE_RAY = """#!/bin/bash
+echo "ray $*" >> "$CALLS"
+case "$1 $2" in
+  "job list"|"job stop"|"job logs") exit 0;;
+  "job submit") exit 0;;
+  "job status") echo "Job succeeded"; exit 0;;
+esac
+exit 1
+"""
+
+
+@pytest.mark.parametrize("audit", [{"image_fleet": {"verdict": "ok", "digest": DIGEST}}, None],
+                         ids=["audited", "no-audit-file"])
+def test_gate_passes_the_audited_digest_to_the_check(tmp_path, audit):
+    """The rendered gate script, run by bash with a stand-in ``ray``: the digest the image audit wrote reaches the
+    check (its Ray job's runtime env, the default of ``--image-digest``), and a missing file adds nothing."""
+    import json
+    import os
+    import subprocess
+
+    from ray_efa_eks.components.efa_check import Deadlines, check_args, check_script
+
+    fleet = tmp_path / "image-fleet.json"
+    if audit:
+        fleet.write_text(json.dumps(audit))
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    (bin_ / "ray").write_text(FAKE_RAY)
+    (bin_ / "ray").chmod(0o755)
+    script = check_script("http://head:8265", check_args(None, 2, Deadlines()), Deadlines(head_wait_s=5),
+                          image_fleet_file=str(fleet))
+    env = {**os.environ, "PATH": f"{bin_}{os.pathsep}{os.environ['PATH']}", "CALLS": str(tmp_path / "calls")}
+    proc = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (submit,) = [c for c in (tmp_path / "calls").read_text().splitlines() if c.startswith("ray job submit")]
+    renv = '--runtime-env-json {"env_vars": {"RAY_EFA_EKS_IMAGE_DIGEST": "%s"}}' % DIGEST
+    assert (renv in submit) == bool(audit), submit
+
+
+def test_the_check_and_the_run_record_the_digest(monkeypatch):
+    from types import SimpleNamespace
+
+    from ray_efa_eks.efacheck.efa_check import image_of
+    from ray_efa_eks.efacheck.report import render_markdown
+    from ray_efa_eks.training import fabric
+
+    tag = f"{REPO}:train-ml-cuda-v1.1"
+    from ray_efa_eks.efacheck.check_args import parser
+
+    monkeypatch.setenv("RAY_EFA_EKS_IMAGE_DIGEST", DIGEST)
+    assert parser().parse_args(["--json"]).image_digest == DIGEST
+    assert image_of(SimpleNamespace(image=tag, image_digest=DIGEST)) == {"reference": tag, "digest": DIGEST}
+    assert image_of(SimpleNamespace(image=f"{REPO}@{DIGEST}", image_digest=None))["digest"] == DIGEST
+    text = render_markdown({"verdict": "efa", "image": {"reference": tag, "digest": DIGEST}})
+    assert f"Image: {tag} (digest {DIGEST})" in text
+    rec = fabric.image_record({"a": f"{REPO}@{DIGEST}", "b": f"{REPO}@{DIGEST}"})
+    assert rec == {"references": [f"{REPO}@{DIGEST}"], "digest": DIGEST}
+    assert "cannot see the digest" in fabric.image_record({"a": tag})["note"]
+    assert "different image references" in fabric.image_record({"a": tag, "b": f"{REPO}@{DIGEST}"})["note"]
+    fab = fabric.summarize("gloo", {}, images={"a": f"{REPO}@{DIGEST}"})
+    assert json.loads(fabric.checkpoint_record(fab, 3))["image_digest"] == DIGEST

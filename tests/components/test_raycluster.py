@@ -140,7 +140,7 @@ def test_efa_check_job(default_run):
         <= set(cm["data"])
     assert "training.train_func.py" not in cm["data"]  # the gate ships the EFA proof and the model, not the job
     pod = job["spec"]["template"]["spec"]
-    mounts = {m["name"]: m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
+    mounts = {m["name"]: m["mountPath"] for m in pod["containers"][0]["volumeMounts"] if m["name"].startswith("code-")}
     assert mounts == {"code-efacheck": "/opt/ray-efa-eks/efacheck", "code-training": "/opt/ray-efa-eks/training"}
     items = {v["name"]: {i["key"]: i["path"] for i in v["configMap"]["items"]} for v in pod["volumes"] if "configMap" in v}
     assert items["code-training"] == {"training.__init__.py": "__init__.py", "training.model.py": "model.py"}
