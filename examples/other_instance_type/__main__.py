@@ -31,14 +31,22 @@ gpu = EfaGpuNodeGroup("h100", EfaGpuNodeGroupArgs(
     node_count=nodes))
 plugins = DevicePlugins("h100-plugins", DevicePluginsArgs(provider=cluster.provider),
                         opts=pulumi.ResourceOptions(depends_on=[gpu]))
-operator = KubeRayOperator("h100-kuberay", KubeRayOperatorArgs(provider=cluster.provider),
-                           opts=pulumi.ResourceOptions(depends_on=[system]))
+
+
+def operator(ray_ns: pulumi.Resource) -> list[pulumi.Resource]:
+    """KubeRay watching only the Ray namespace (its chart puts a Role there, so the namespace comes first)."""
+    return [KubeRayOperator("h100-kuberay", KubeRayOperatorArgs(
+        provider=cluster.provider, watch_namespaces=["ray"], depends_on=[ray_ns]),
+        opts=pulumi.ResourceOptions(depends_on=[system]))]
+
+
 agent = NodeAgent("h100-agent", NodeAgentArgs(  # the EFA exporter: the Ray pods read their node's counters here
     provider=cluster.provider, image=image, instance_types=[gpu_type.name], depends_on=[gpu]))
 ray = RayCluster("h100-ray", RayClusterArgs(
     provider=cluster.provider, image=image, efa_exporter_url=agent.exporter_url,
+    region=pulumi.Config("aws").get("region") or "us-east-1",  # the pods' AWS SDKs: no IMDS probing
     worker_groups=[WorkerGroupArgs(name="h100", instance_type=gpu_type, replicas=nodes)],
-    depends_on=[operator, plugins]))
+    depends_on=[plugins], after_namespace=operator))
 
 pulumi.export("efaInterfacesPerNode", gpu.efa_interfaces_per_node)
 pulumi.export("rayDashboard", f"kubectl -n {ray.namespace} port-forward svc/{ray.head_service_name} 8265:8265")
