@@ -77,14 +77,25 @@ def access_plan(cluster: str, admin_arns: list[str], viewer_arns: list[str], cre
       and principals listed: ``clusterCreatorArn`` must name the creator (EKS refuses a second entry for it, and the
       stack cannot read who it is); refused before any resource when it does not.
 
-    Raises ConfigError for a creator listed as a viewer (it is admin already) or a missing ``clusterCreatorArn``.
+    Raises ConfigError for a creator listed as a viewer (it is admin already), a missing ``clusterCreatorArn``, viewers
+    without admins on a cluster being created, or no admin left on a cluster created without the creator entry.
     """
     from .config import ConfigError
 
     listed = [*admin_arns, *viewer_arns]
     if live is None:
+        if viewer_arns and not admin_arns:
+            raise ConfigError("clusterAdminArns", [], (
+                "is empty while clusterViewerArns lists principals: a cluster created with access entries has no "
+                "hidden creator admin (bootstrapClusterCreatorAdminPermissions false), so list its admins too, "
+                "every principal that runs pulumi up among them"))
         plan = AccessPlan(not listed, None)
     elif not live.bootstrap_creator_admin:
+        if not admin_arns:
+            raise ConfigError("clusterAdminArns", [], (
+                f"cluster {cluster} was created without EKS's creator entry (bootstrapClusterCreatorAdminPermissions "
+                "false), so its admins are the stack's own entries: with none, nobody (whoever runs pulumi up "
+                "included) could reach its Kubernetes API. Keep at least one admin"))
         plan = AccessPlan(False, None)
     else:
         if listed and creator_arn is None:

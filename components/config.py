@@ -258,7 +258,8 @@ class StackConfig:
     clusterAdminArns: list[str] = key(
         factory=list, allowed="IAM role or user ARNs",
         live=live("in-place",
-                  note="adds or removes EKS access entries"))
+                  note="adds or removes EKS access entries, the same whoever runs pulumi up; on a cluster created "
+                       "with EKS's creator entry, clusterCreatorArn first ([Upgrades](upgrades.md))"))
     """IAM role/user ARNs given EKS access entries with AmazonEKSClusterAdminPolicy (kubectl, port-forward to Ray)."""
     clusterViewerArns: list[str] = key(
         factory=list, allowed="IAM role or user ARNs, none also in clusterAdminArns",

@@ -50,7 +50,9 @@ SAMPLES: dict[str, tuple[dict, dict]] = {
     "checkpointPrefix": ({}, {"checkpointPrefix": "train2"}),
     "checkpointEncryption": ({}, {"checkpointEncryption": "s3"}),
     "clusterAdminArns": ({}, {"clusterAdminArns": ["arn:aws:iam::123456789012:role/admins"]}),
-    "clusterViewerArns": ({}, {"clusterViewerArns": ["arn:aws:iam::123456789012:role/viewers"]}),
+    "clusterViewerArns": ({"clusterAdminArns": ["arn:aws:iam::123456789012:role/admins"]},
+                          {"clusterAdminArns": ["arn:aws:iam::123456789012:role/admins"],
+                           "clusterViewerArns": ["arn:aws:iam::123456789012:role/viewers"]}),
 }
 """Key -> (config before, config after) for keys whose change cannot be derived from the default (see :func:`sample`)."""
 

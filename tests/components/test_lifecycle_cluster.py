@@ -195,6 +195,16 @@ def test_b_runs_up_after_a_and_nothing_moves():
     assert [r.inputs for r in third.of_type(ENTRY)] == [r.inputs for r in first.of_type(ENTRY)]
 
 
+def test_the_last_admin_cannot_be_removed_from_a_cluster_without_the_creator_entry():
+    acct = MockAccount()
+    up(acct, A, clusterAdminArns=[A])
+    err, record = refused_up(acct, ConfigError, A, clusterAdminArns=[], clusterViewerArns=[B])
+    assert err.key == "clusterAdminArns" and record.resources == []
+    fresh = MockAccount()  # viewers only, on a cluster being created: nobody would be admin
+    err, record = refused_up(fresh, ConfigError, A, clusterViewerArns=[B])
+    assert err.key == "clusterAdminArns" and record.resources == [] and not fresh.clusters
+
+
 def test_the_cluster_is_created_without_the_creator_entry_only_when_admins_are_listed():
     run = run_program({**BASE, "clusterAdminArns": [A]})
     (cluster,) = run.of_type(EKS)
