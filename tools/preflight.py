@@ -47,7 +47,8 @@ import botocore.exceptions
 from botocore.config import Config
 from botocore.parsers import ResponseParserError
 
-from .cli import ArgumentParser, run_cli, positive_int
+from .cli import ArgumentParser, positive_int, run_cli
+from ..training.cli import url_problem
 
 DENIED_CODES = {
     "AccessDenied",
@@ -640,9 +641,9 @@ def usage_problem(a: argparse.Namespace) -> str | None:
         return (f"--count {a.count}: an EKS managed node group holds at most {MAX_NODES_PER_NODE_GROUP} nodes (EKS "
                 "service quotas: 'Nodes per managed node group'); e.g. --count 2")
     if a.endpoint_url is not None:
-        parts = urlsplit(a.endpoint_url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            return f"--endpoint-url {a.endpoint_url!r}: expected an http(s) URL, e.g. http://127.0.0.1:5000"
+        why = url_problem(a.endpoint_url, "--endpoint-url", example="http://127.0.0.1:5000")
+        if why:
+            return why
     cr = a.capacity_reservation_id
     if cr is not None and not (RESERVATION_ID.fullmatch(cr) or RESOURCE_GROUP_ARN.fullmatch(cr)):
         return (f"--capacity-reservation-id {cr!r}: expected cr- and 8 or 17 hex digits (an ODCR or Capacity Block), "

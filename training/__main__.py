@@ -55,7 +55,8 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 from urllib.parse import urlsplit
 
-from .cli import EXIT_INTERNAL, EXIT_USAGE, ArgumentParser, internal_error, interrupted_code, interruption, run_cli
+from .cli import (EXIT_INTERNAL, EXIT_USAGE, ArgumentParser, internal_error, interrupted_code, interruption, run_cli,
+                  url_problem)
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -192,11 +193,13 @@ def check_train_args(p: argparse.ArgumentParser, args: argparse.Namespace,
         p.error(f"--preset {args.preset!r}: unknown model preset; choose from {', '.join(sorted(PRESETS))}")
     if args.name is not None and run_name_problem(args.name):
         p.error(f"{run_name_problem(args.name)} (the run's checkpoints go to <storage>/<name>)")
-    if args.storage_path and "://" not in args.storage_path:
-        path = Path(args.storage_path).expanduser()
-        if path.exists() and not path.is_dir():
-            p.error(f"--storage-path {args.storage_path}: exists and is not a directory; name a directory (created "
-                    "if missing) or s3://bucket/prefix")
+    from .trainer import STORAGE_PATH_ENV
+
+    storage = args.storage_path or (os.environ.get(STORAGE_PATH_ENV) if local else None)  # submit: the job's own
+    if storage:
+        why = storage_problem(storage, "--storage-path" if args.storage_path else STORAGE_PATH_ENV, on_this_host=local)
+        if why:
+            p.error(why)
     if args.address is not None:
         problem = address_problem(args.address)
         if problem:
@@ -261,15 +264,56 @@ def place_gpu_ranks(args: argparse.Namespace, nodes: list[dict]) -> None:
               flush=True)
 
 
+S3_BUCKET = re.compile(r"(?=.{3,63}$)[a-z0-9][a-z0-9.-]*[a-z0-9]")
+"""S3 general purpose bucket names: 3-63 lowercase letters, digits, '.' and '-', alphanumeric at both ends
+(docs.aws.amazon.com/AmazonS3/latest/userguide/bucketnamingrules.html)."""
+
+
+def storage_problem(value: str, option: str, on_this_host: bool = True) -> str | None:
+    """Why ``value`` cannot hold this run's checkpoints (None when it can), answered before Ray starts.
+
+    Only ``s3://bucket[/prefix]`` (what the stack's pods reach through Pod Identity) or a local directory: another
+    scheme (``gs://``, ``hdfs://``) makes pyarrow wait for that cloud's credentials, a hang instead of an error, and a
+    path that is a file or sits in a directory this user cannot write fails only after the run, when Ray first
+    writes a checkpoint there. ``on_this_host`` False (``submit``): a path is the cluster's, only its form is checked.
+    """
+    fix = "name a directory (created if missing) or s3://bucket/prefix"
+    if "\x00" in value:
+        return f"{option} {value!r}: contains a NUL byte; {fix}"
+    if "://" in value:
+        scheme, _, rest = value.partition("://")
+        if scheme != "s3":
+            return (f"{option} {value!r}: {scheme}:// storage is not supported here (the stack's pods reach S3 only, "
+                    f"and pyarrow would wait for {scheme} credentials); {fix}")
+        bucket, _, prefix = rest.partition("/")
+        if not S3_BUCKET.fullmatch(bucket) or ".." in bucket:
+            return (f"{option} {value!r}: {bucket!r} is not an S3 bucket name (3-63 lowercase letters, digits, '.' "
+                    "and '-'; bucketnamingrules.html); e.g. s3://my-bucket/ray-train")
+        if any(seg in (".", "..") for seg in prefix.split("/")):
+            return f"{option} {value!r}: '.' and '..' are not S3 key segments; {fix}"
+        return None
+    if not on_this_host:  # submit: the path is the cluster's, not this machine's
+        return None
+    path = Path(value).expanduser()
+    if path.exists() and not path.is_dir():
+        return f"{option} {value}: exists and is not a directory; {fix}"
+    ancestor = path if path.exists() else next((a for a in path.absolute().parents if a.exists()), Path("/"))
+    if not ancestor.is_dir():
+        return f"{option} {value}: {ancestor} is not a directory; {fix}"
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        return f"{option} {value}: {ancestor} is not writable by this user; {fix}"
+    return None
+
+
 def address_problem(address: str) -> str | None:
     """Why ``--address`` cannot name a Ray cluster (None when it can): auto, host:port, or ray://host:port."""
     if address in ("auto", "local"):
         return None
-    parts = urlsplit(address if "://" in address else f"//{address}")
     try:
+        parts = urlsplit(address if "://" in address else f"//{address}")
         port = parts.port
-    except ValueError:
-        port = -1
+    except ValueError:  # "[::1" or a port outside 0..65535
+        parts, port = urlsplit(""), -1
     if (parts.scheme not in ("", "ray")) or not parts.hostname or port == -1 or (parts.scheme == "" and port is None):
         return (f"--address {address!r}: expected auto, HOST:PORT of the Ray GCS (e.g. 127.0.0.1:6379) or "
                 "ray://HOST:10001")
@@ -560,10 +604,10 @@ def submit_parser(prog: str = "python -m ray_efa_eks.training submit") -> Argume
 
 def main_submit(args: argparse.Namespace, train: Sequence[str]) -> int:
     _token_env()
+    why = url_problem(args.address, "submit --address")
+    if why:
+        raise CliError(EXIT_USAGE, f"{why} (the Jobs API URL)")
     parts = urlsplit(args.address)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise CliError(EXIT_USAGE, f"submit --address {args.address!r}: expected the Jobs API URL, "
-                                   "e.g. http://127.0.0.1:8265")
     probe(parts.hostname, parts.port or (443 if parts.scheme == "https" else 80),
           f"the Ray Jobs API ({args.address})")
     from ray.exceptions import AuthenticationError

@@ -19,6 +19,27 @@ EXIT_USAGE = 64
 """Bad command-line arguments (sysexits' EX_USAGE); no verdict or check result uses it."""
 
 
+def url_problem(url: str, option: str, schemes: tuple[str, ...] = ("http", "https"),
+                example: str = "http://127.0.0.1:8265") -> str | None:
+    """Why ``url`` is no usable ``scheme://host[:port]`` URL for ``option`` (None when it is one).
+
+    urllib parses lazily: ``urlsplit("http://[::1")`` raises ValueError and ``.port`` raises for 99999, so both are
+    asked here, once, and answered as a usage error instead of a traceback later.
+    """
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        host, port = parts.hostname, parts.port
+    except ValueError as e:
+        return f"{option} {url!r}: not a URL ({e}); e.g. {option} {example}"
+    if parts.scheme not in schemes or not host:
+        return f"{option} {url!r}: expected a {'/'.join(schemes)} URL with a host, e.g. {option} {example}"
+    if port == 0:
+        return f"{option} {url!r}: port 0 is no port (1..65535); e.g. {option} {example}"
+    return None
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """argparse that exits :data:`EXIT_USAGE` on a usage error."""
 
