@@ -59,12 +59,15 @@ COMMON = {64: "usage error", 70: "internal error (a bug; the trace file is named
           141: "stdout closed by the reader", 143: "terminated (SIGTERM), handled like Ctrl-C"}
 """Codes every command has."""
 
-_PLAN = {0: "the layout rules pass", 1: "a layout rule is broken", 2: "the stack program failed (a bad config "
+_PLAN = {0: "the layout rules pass (a warning rule does not fail)", 1: "a layout rule is broken",
+         2: "the stack program failed (a bad config "
          "value: the message names the key)", 3: "unreadable input (no Pulumi.<stack>.yaml, a stack file that is "
          "malformed, too large or an alias bomb, a git ref or saved plan that cannot be read)"}
 _DIFF = {0: "the new side's rules pass and no GPU node would roll inside a reservation or Capacity Block",
          1: "a rule is broken on the new side, or the change rolls GPU nodes inside a reservation or Capacity Block",
-         2: "a side's program failed", 3: "unreadable input (a git ref, a saved plan: missing, malformed, not a plan)"}
+         2: "a side's program failed, or EKS would refuse the change (a kubernetesVersion that skips a minor or "
+            "goes down, as `pulumi up` refuses it)",
+         3: "unreadable input (a git ref, a saved plan: missing, malformed, not a plan)"}
 _VERDICT = {0: "efa: NCCL carried the traffic over EFA", 1: "fallback: NCCL used sockets (or the check failed)",
             2: "undetermined: the logs do not say", 3: "the logs could not be read (missing, empty, binary, too large)"}
 COMMANDS: dict[str, dict[int, str]] = {
