@@ -51,7 +51,7 @@ EXIT_INTERRUPTED = 130
 
 def _side(spec: str, args: argparse.Namespace, overrides: dict[str, str], region: str | None) -> Plan:
     """A ``--diff`` operand: a saved ``--json`` plan, or a git ref."""
-    if spec.endswith(".json") or Path(spec).is_file():
+    if spec.endswith(".json") or _is_file(spec):
         return load_plan(spec)
     program = os.path.relpath(Path(args.program_rel).resolve(), Path.cwd())  # the same file inside the ref's tree
     return plan_git_ref(spec, stack=args.stack, overrides=overrides, region=region, program=program,
@@ -92,7 +92,21 @@ def _config_warnings(args: argparse.Namespace, overrides: dict[str, str]) -> lis
     return config_warnings(sf or StackFile({}, "", {}, []), overrides)
 
 
+def _is_file(path: str) -> bool:
+    """Path.is_file without its OSError (a name too long for the filesystem) or ValueError (a NUL)."""
+    try:
+        return Path(path).is_file()
+    except (OSError, ValueError):
+        return False
+
+
 def _check_program(path: str) -> None:
+    try:
+        Path(path).stat()
+    except FileNotFoundError:
+        pass
+    except (OSError, ValueError) as e:
+        raise PlanError(f"--program {path[:80]!r}: cannot be read ({getattr(e, 'strerror', None) or e})") from None
     program = Path(path)
     if program.is_dir():
         raise PlanError(f"--program {path}: is a directory; name the program file, e.g. --program {program / '__main__.py'}")
@@ -122,7 +136,7 @@ def _run(p: ArgumentParser, args: argparse.Namespace) -> int:
             try:
                 d = diff_plans(before, after)
             except (KeyError, TypeError, AttributeError, ValueError) as e:  # a saved plan's settings in a shape
-                saved = [s for s in args.diff if s.endswith(".json") or Path(s).is_file()]  # no plan --json writes
+                saved = [s for s in args.diff if s.endswith(".json") or _is_file(s)]  # no plan --json writes
                 if not saved:
                     raise
                 raise PlanError(f"{' or '.join(saved)}: a saved plan whose settings are malformed "

@@ -4,6 +4,7 @@ key as shown (secrets as ``[secret]``: never decrypted offline)."""
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,8 @@ from .plan_model import MissingStack, PlanError, UsageError
 
 PROJECT = "ray-efa-eks"
 DEFAULT_REGION = "us-east-1"
+STACK_NAME = re.compile(r"[A-Za-z0-9_.-]{1,100}")
+"""Pulumi stack names: letters, digits, '-', '_', '.', at most 100 characters (tokens.ValidateStackName)."""
 SECRET = "[secret]"
 """How an encrypted config value is shown: never skipped, never decrypted."""
 
@@ -33,6 +36,9 @@ def read_stack(root: Path, stack: str, *, defaults: bool = False) -> StackFile:
     A secret (``secure:``) cannot be decrypted offline: it is shown as ``[secret]`` and left out of the
     program's config, so the program uses that key's default.
     """
+    if not STACK_NAME.fullmatch(stack):
+        raise UsageError(f"--stack {stack[:80]!r}{'...' if len(stack) > 80 else ''}: not a Pulumi stack name (1-100 "
+                         "letters, digits, '-', '_' or '.'; pulumi/sdk/go/common/tokens ValidateStackName)")
     path = root / f"Pulumi.{stack}.yaml"
     if not path.exists():
         if defaults:
