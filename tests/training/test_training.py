@@ -232,10 +232,6 @@ def test_use_gpu_runs_one_rank_per_gpu_and_warns_when_fewer(cluster, gpu_nodes, 
     """`train --use-gpu` without --workers on 2 nodes x 4 (logical) GPUs: 8 ranks, 4 per node (gloo, on CPU).
     --workers 2 on the same cluster warns that 6 GPUs sit idle (judged from this cluster's own node table by the
     function the CLI calls after connecting; a second run would only cost another Ray Train start-up)."""
-    import argparse
-
-    from ray_efa_eks.training.__main__ import place_gpu_ranks
-
     proc = _cli("--address", cluster.address, "--use-gpu", "--json", "--storage-path", str(tmp_path), "--name",
                 "all-gpus", "--steps", "1", "--checkpoint-every", "1", "--report-every", "1",
                 env={"RAY_EFA_EKS_TRAIN_BACKEND": "gloo"}, timeout=240)
@@ -244,6 +240,10 @@ def test_use_gpu_runs_one_rank_per_gpu_and_warns_when_fewer(cluster, gpu_nodes, 
     assert (out["world_size"], out["nodes"], out["ranks_per_node"]) == (8, 2, [4, 4])
     assert "[train] --use-gpu: 8 ranks, one per GPU the cluster offers (2 node(s) x 4 GPUs)" in proc.stderr
     assert "warning:" not in proc.stderr
+    import argparse
+
+    from ray_efa_eks.training.__main__ import place_gpu_ranks
+
     args = argparse.Namespace(workers=2)
     place_gpu_ranks(args, ray.nodes())
     assert args.workers == 2
