@@ -36,9 +36,9 @@ def parser(prog: str | None = None) -> ArgumentParser:
     ap.add_argument("--timeout-s", type=float, default=600.0,
                     help="deadline for the collective sweep, NCCL init included (s, default 600)")
     ap.add_argument("--preset", help="also time the FSDP shard sizes of this model preset")
-    ap.add_argument("--min-bytes", type=int)
-    ap.add_argument("--max-bytes", type=int)
-    ap.add_argument("--iters", type=int, default=5)
+    ap.add_argument("--min-bytes", type=int, help="smallest message size of the sweep, bytes (default: the sweep's)")
+    ap.add_argument("--max-bytes", type=int, help="largest message size of the sweep, bytes (default: the sweep's)")
+    ap.add_argument("--iters", type=int, default=5, help="timed calls per message size (default 5)")
     ap.add_argument("--min-busbw-gbps", type=float, help="fail below this peak all-reduce busbw (GB/s)")
     ap.add_argument("--efa-gbps", type=float, help="EFA line rate per node, Gbit/s (catalogue), for the fraction")
     ap.add_argument("--min-busbw-fraction", type=float,

@@ -63,6 +63,7 @@ import sys
 import traceback
 from typing import Any
 
+from .cli import run_cli
 from . import report as _report
 from . import stack_probe as _probe
 from . import sweep as _sweep
@@ -267,4 +268,4 @@ def _main(a) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_cli(main, None, "python -m ray_efa_eks.efacheck.efa_check"))

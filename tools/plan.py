@@ -38,7 +38,7 @@ import os
 import sys
 from pathlib import Path
 
-from .cli import EXIT_USAGE, ArgumentParser
+from .cli import EXIT_USAGE, ArgumentParser, run_cli
 from .plan_diff import diff_plans, render_diff
 from .plan_model import EXIT_UNREADABLE, Plan, PlanError, UsageError, load_plan
 from .plan_render import aws_rules_summary, render_text, rules_summary, violation_line
@@ -59,7 +59,8 @@ def _side(spec: str, args: argparse.Namespace, overrides: dict[str, str], region
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    p = ArgumentParser(prog=prog or "python -m ray_efa_eks.tools.plan", description=__doc__.split("\n\n")[0],
+    p = ArgumentParser(prog=prog or "python -m ray_efa_eks.tools.plan", description=_description(prog),
+                       usage=_USAGE.get((prog or "").rpartition(" ")[2]),
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        epilog="exit codes: 0 rules pass, 1 a rule is broken, 2 the program failed, 3 unreadable input "
                               "(no Pulumi.<stack>.yaml, git ref, saved plan), 64 usage error, 130 interrupted")
@@ -98,6 +99,23 @@ def _is_file(path: str) -> bool:
         return Path(path).is_file()
     except (OSError, ValueError):
         return False
+
+
+_USAGE = {"diff": "%(prog)s [--stack S] [--config KEY=VALUE] [--program P] [--json] BASE_REF | OLD.json NEW.json",
+          "check-rules": "%(prog)s [--stack S] [--config KEY=VALUE] [--program P] [--defaults]"}
+"""``ray-efa-eks diff`` and ``check-rules`` are this module with preset arguments: their own usage lines."""
+
+
+def _description(prog: str | None) -> str:
+    name = (prog or "").rpartition(" ")[2]
+    if name == "diff":
+        return ("Plan this tree against BASE_REF (a git ref: its own code and Pulumi.<stack>.yaml), or compare two "
+                "saved `plan --json` files: changed settings, added/removed resources, new and fixed rule breaks. "
+                "REF is any git ref (origin/main, a tag, a commit); it never starts with '-'.")
+    if name == "check-rules":
+        return ("Only the layout rules and the AWS API rules of the offline plan: one line per broken rule, exit 1 "
+                "when one is broken (the same as `plan --check`).")
+    return __doc__.split("\n\n")[0]
 
 
 def _check_program(path: str) -> None:
@@ -177,4 +195,4 @@ def _run(p: ArgumentParser, args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_cli(main, None, "python -m ray_efa_eks.tools.plan"))

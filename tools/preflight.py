@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 from dataclasses import asdict, dataclass, field
@@ -601,16 +602,22 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     p = ArgumentParser(prog=prog or "python -m ray_efa_eks.tools.preflight", description=__doc__.split("\n\n")[0],
                        epilog="exit codes: 0 every check passed, 1 a check failed, 2 a check could not be answered "
                               "(or AWS unreachable), 64 usage error, 130 interrupted")
-    p.add_argument("--region")
-    p.add_argument("--instance-type", default="g6.12xlarge")
+    p.add_argument("--region", help="AWS region (default: $AWS_REGION, then $AWS_DEFAULT_REGION or your profile's "
+                                    "region; boto3 alone reads only the latter two)")
+    p.add_argument("--instance-type", default="g6.12xlarge", help="the GPU instance type (default g6.12xlarge)")
     p.add_argument("--count", type=positive_int, default=2, help="GPU nodes to launch (>= 1)")
-    p.add_argument("--az")
-    p.add_argument("--efa", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--az", help="check this availability zone of the region only (e.g. us-east-1a)")
+    p.add_argument("--efa", action=argparse.BooleanOptionalAction, default=True,
+                   help="check EFA support and the EFA interfaces the type takes (default on)")
     p.add_argument("--capacity-reservation-id", metavar="cr-...",
                    help="check this ODCR / Capacity Block: type, AZ, state, available count")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--endpoint-url")
+    p.add_argument("--json", action="store_true", help="print the checks as one JSON object")
+    p.add_argument("--endpoint-url", help="an EC2/Service Quotas endpoint to call instead of AWS's (e.g. moto)")
     a = p.parse_args(argv)
+    if a.region is None and os.environ.get("AWS_REGION"):  # the AWS CLI and SDKs honour it; boto3 does not
+        a.region = os.environ["AWS_REGION"]
+        if not REGION.fullmatch(a.region):
+            p.error(f"AWS_REGION={a.region!r}: not an AWS region name; e.g. AWS_REGION=us-east-1")
     problem = usage_problem(a)
     if problem:
         p.error(problem)

@@ -93,29 +93,38 @@ class CliError(Exception):
         self.extra = extra or {}
 
 
+def _preset_names() -> list[str]:
+    from .model import PRESETS
+
+    return sorted(PRESETS)
+
+
 def _train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--address", default=None,
                    help="existing Ray cluster: 'auto' (in a Ray job or on a node), host:port of the GCS or "
                         "ray://host:10001; omit to start a local cluster")
-    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--steps", type=int, default=30, help=f"optimizer steps (default 30, at most {MAX_STEPS})")
     p.add_argument("--workers", type=int, default=None,
                    help="ranks (default: with --use-gpu one per GPU the cluster offers; else 2); fewer than the "
                         "cluster's GPUs leaves GPUs idle and warns")
-    p.add_argument("--preset", default="tiny")
-    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--preset", default="tiny", help=f"model size: {', '.join(_preset_names())} (default tiny)")
+    p.add_argument("--batch-size", type=int, default=8,
+                   help=f"sequences per rank per step (default 8, at most {MAX_BATCH_SIZE})")
     p.add_argument("--storage-path", default=None,
                    help="checkpoint storage, a directory or s3://bucket/prefix "
                         "(default: $RAY_EFA_EKS_STORAGE_PATH, else <tmp>/ray-efa-eks-train)")
     p.add_argument("--name", default=None,
                    help="the run name; rerun with the same name and storage path to resume "
                         "(default: a new fsdp-lm-<time> run)")
-    p.add_argument("--max-failures", type=int, default=1)
-    p.add_argument("--checkpoint-every", type=int, default=10)
-    p.add_argument("--report-every", type=int, default=5)
+    p.add_argument("--max-failures", type=int, default=1,
+                   help="worker-group restarts Ray Train may make from the latest checkpoint (default 1; -1 unlimited)")
+    p.add_argument("--checkpoint-every", type=int, default=10, help="checkpoint every N steps (default 10)")
+    p.add_argument("--report-every", type=int, default=5, help="a [train] progress line every N steps (default 5)")
     p.add_argument("--fail-at-step", type=int, default=None,
                    help="fault injection: rank 1 is killed at this step unless the attempt resumed "
                         "(must come after the first checkpoint)")
-    p.add_argument("--use-gpu", action="store_true")
+    p.add_argument("--use-gpu", action="store_true",
+                   help="one GPU per rank, NCCL (needs --address: a local run starts CPU-only Ray nodes)")
     p.add_argument("--require-efa", action="store_true",
                    help=f"stop right after NCCL initialisation (exit {EXIT_WRONG_FABRIC}, nothing checkpointed) "
                         "unless the fabric verdict is efa; for production runs")

@@ -157,3 +157,35 @@ def test_nccl_verdict_sigterm_exits_143():
             proc.kill()
             proc.wait()
     assert proc.returncode == 143 and "interrupted" in err and not TRACEBACK.search(err), (proc.returncode, err)
+
+
+def _options_without_help(sub: str) -> list[str]:
+    """Option lines of ``SUB --help`` with no description (argparse prints the flag alone on its line)."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        command.main([sub, "--help"])
+    lines = out.getvalue().splitlines()
+    bad = []
+    for i, line in enumerate(lines):
+        if not line.startswith("  -") or line.lstrip().startswith("-h"):
+            continue
+        nxt = lines[i + 1] if i + 1 < len(lines) else ""
+        if re.search(r"\S\s{2,}\S", line.strip()) or (nxt.startswith(" " * 6) and not nxt.strip().startswith("-")):
+            continue
+        bad.append(line.strip())
+    return bad
+
+
+@pytest.mark.parametrize("name", sorted(command.SUBCOMMANDS))
+def test_every_option_has_help(name):
+    """Issue 39's newcomer tour: --region, --steps and others had none, and --preset did not list the presets."""
+    assert _options_without_help(name) == []
+
+
+def test_diff_and_check_rules_have_their_own_help():
+    for name, says in (("diff", "REF"), ("check-rules", "rule")):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            assert command.main([name, "--help"]) == 0
+        text = out.getvalue()
+        assert text.startswith(f"usage: ray-efa-eks {name}") and says in text.split("\n\n")[0] + text, text[:400]
