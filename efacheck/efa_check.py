@@ -177,7 +177,6 @@ def check(a) -> dict:
     r = judge(data, backend, a.min_busbw_gbps, expect, require_counters=a.require_counters, transport=transport)
     r["expected"] = expected
     r["rows"] = r["sweep"]
-    r["image"] = image_of(a)
     fail: list[str] = []
     if a.compare_socket and transport != "efa":
         r["reasons"].append(f"--compare-socket skipped: the {transport} gate has no EFA sweep to compare")
@@ -253,6 +252,7 @@ def _main(a) -> int:
         tb = traceback.extract_tb(e.__traceback__)[-1]
         r = failure_result(CheckFailed("internal", f"{type(e).__name__}: {e} ({os.path.basename(tb.filename)}:"
                                                    f"{tb.lineno})"), expected)
+    r.setdefault("image", image_of(a))  # a failed check says which image it failed on, too
     if a.report and _report is not None:
         try:
             out = _report.write_report(a.report, r, a.efa_gbps)

@@ -29,7 +29,7 @@ pytest.importorskip("ray.job_submission")
 pytest.importorskip("aiohttp")  # ray[default]: dashboard + Jobs API
 
 from ray_efa_eks.components.efa_check import (  # noqa: E402
-    MOUNT, Deadlines, check_args, check_script, check_files)
+    IMAGE_FLEET_FILE, MOUNT, Deadlines, check_args, check_script, check_files)
 from ray_efa_eks.components.instances import CATALOGUE, InstanceType  # noqa: E402
 from ray_efa_eks.tools.mockrun import run_program  # noqa: E402
 
@@ -126,11 +126,13 @@ def mount(tmp_path_factory) -> Path:
     return root
 
 
-def script(cluster: Cluster, mount: Path, topology_wait_s: int, **stack: str) -> str:
-    """The Job's script; ``stack`` (``image``, ``spec_hash``) is what the gate checks every Ray pod against."""
+def script(cluster: Cluster, mount: Path, topology_wait_s: int, image_fleet_file: str = IMAGE_FLEET_FILE,
+           **stack: str) -> str:
+    """The Job's script; ``stack`` (``image``, ``spec_hash``) is what the gate checks every Ray pod against;
+    ``image_fleet_file`` where the image audit left its verdict (absent here unless a test writes one)."""
     d = Deadlines(head_wait_s=300, topology_wait_s=topology_wait_s, sweep_timeout_s=120)
     args = check_args(ONE_GPU, 2, d, **stack)
-    return check_script(cluster.url, args, d, working_dir=str(mount))
+    return check_script(cluster.url, args, d, working_dir=str(mount), image_fleet_file=image_fleet_file)
 
 
 def verdict(out: str) -> dict:
@@ -184,18 +186,23 @@ def test_the_stack_renders_the_rehearsed_script(tmp_path):
     args = check_args(CATALOGUE["g6.12xlarge"], 2, Deadlines(), image=image, require_counters=True,
                       storage_proof=True, spec_hash=env["RAY_EFA_EKS_SPEC_HASH"])
     assert "--efa-gbps" in args and "--compare-socket" not in args
-    assert cmd[2] == check_script("http://ray-head-svc.ray.svc.cluster.local:8265", args, Deadlines(), MOUNT)
+    assert cmd[2] == check_script("http://ray-head-svc.ray.svc.cluster.local:8265", args, Deadlines(), MOUNT,
+                                  image_fleet_file=IMAGE_FLEET_FILE)
     assert args[args.index("--expect-gpus-per-node") + 1] == "4" and args[args.index("--expect-nics") + 1] == "1"
     assert job["spec"]["activeDeadlineSeconds"] == Deadlines().active_deadline_s
 
 
-def test_cpu_only_workers_exit_2_naming_the_missing_gpus(cluster, mount, env):
+def test_cpu_only_workers_exit_2_naming_the_missing_gpus(cluster, mount, env, tmp_path):
     cluster.workers(0, 0)
-    r = subprocess.run(["bash", "-c", script(cluster, mount, topology_wait_s=5)], env=env, capture_output=True,
-                       text=True, timeout=300)
+    digest = "sha256:" + "c" * 64  # the image audit's verdict reaches the check through real `ray job submit`
+    fleet = tmp_path / "image-fleet.json"
+    fleet.write_text(json.dumps({"image_fleet": {"verdict": "ok", "digest": digest}}))
+    r = subprocess.run(["bash", "-c", script(cluster, mount, topology_wait_s=5, image_fleet_file=str(fleet))],
+                       env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 2, r.stdout[-3000:] + r.stderr[-2000:]
     v = verdict(r.stdout)
     assert v["code"] == 2 and v["verdict"] == "undetermined" and v["failure"]["stage"] == "no_gpu", v
+    assert v["image"]["digest"] == digest, v.get("image")
     assert "no GPU nodes" in v["failure"]["reason"] and "declare no GPU" in v["failure"]["reason"]
     assert "Traceback" not in r.stdout + r.stderr
 
