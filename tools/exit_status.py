@@ -79,7 +79,8 @@ COMMANDS: dict[str, dict[int, str]] = {
     "config-schema": {0: "the generated files are up to date (or were rewritten)", 1: "a generated file is stale",
                       2: "not a ray-efa-eks checkout (--root)"},
     "catalogue": {0: "the catalogue is up to date (or was rewritten)", 1: "the catalogue is stale",
-                  2: "an instance type cannot be fully described from the EC2 data"},
+                  2: "an instance type cannot be fully described from the EC2 data, or not a ray-efa-eks checkout "
+                     "(--root)"},
     "train": {0: "the run finished", 1: "the run failed (--max-failures exhausted; resume with the same --name)",
               2: "no answer from the cluster (--address unreachable, the auth token refused)",
               4: "Ray could not start", 5: "--require-efa and the fabric was not efa",

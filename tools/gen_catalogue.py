@@ -362,21 +362,38 @@ def write(root: Path = ROOT) -> list[str]:
     return changed
 
 
+def checkout_root(start: Path) -> Path | None:
+    """The checkout ``start`` is in (the nearest directory holding the catalogue and its docs page), so ``--check``
+    judges the tree it runs in, not the installed package's."""
+    for d in (start, *start.parents):
+        if (d / CATALOGUE_FILE).is_file() and (d / DOCS_FILE).is_file():
+            return d
+    return None
+
+
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     p = ArgumentParser(prog=prog or "python -m ray_efa_eks.tools.gen_catalogue",
                        description="Generate the instance catalogue, AZ offerings and docs table from EC2's "
                                    "instance data (moto's copy). Exit codes: 0 up to date / written, 1 stale "
-                                   "(--check), 2 a type cannot be fully described, 64 usage error.")
+                                   "(--check), 2 a type cannot be fully described or not a checkout, 64 usage error.")
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--check", action="store_true", help="exit 1 when a generated file is out of date")
     g.add_argument("--write", action="store_true", help="rewrite the generated files")
+    p.add_argument("--root", type=Path, default=None,
+                   help="the project checkout (default: the checkout the current directory is in, like config-schema;"
+                        " never the installed package's)")
     a = p.parse_args(argv)
+    root = a.root or checkout_root(Path.cwd())
+    if root is None or not all((root / rel).is_file() for rel in (CATALOGUE_FILE, DOCS_FILE)):
+        print(f"error: {a.root or Path.cwd()} is not a ray-efa-eks checkout (no {CATALOGUE_FILE}, {DOCS_FILE}); run "
+              "from the project or pass --root", file=sys.stderr)
+        return 2
     try:
         if a.write:
-            changed = write()
+            changed = write(root)
             print("rewrote: " + ", ".join(changed) if changed else "up to date")
             return 0
-        bad = stale()
+        bad = stale(root)
     except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -189,3 +189,34 @@ def test_diff_and_check_rules_have_their_own_help():
             assert command.main([name, "--help"]) == 0
         text = out.getvalue()
         assert text.startswith(f"usage: ray-efa-eks {name}") and says in text.split("\n\n")[0] + text, text[:400]
+
+
+def test_catalogue_checks_the_checkout_it_runs_in(tmp_path, monkeypatch, capsys):
+    """Before: `catalogue --check` judged the installed package wherever it ran; now the checkout of the cwd."""
+    from ray_efa_eks.tools import gen_catalogue
+
+    seen = []
+    monkeypatch.setattr(gen_catalogue, "stale", lambda root: seen.append(root) or [])
+    monkeypatch.chdir(ROOT / "docs")
+    assert command.main(["catalogue", "--check"]) == 0 and seen == [ROOT]
+    monkeypatch.chdir(tmp_path)
+    assert command.main(["catalogue", "--check"]) == 2 and "not a ray-efa-eks checkout" in capsys.readouterr().err
+
+
+def test_preflight_honours_aws_region(monkeypatch, capsys):
+    """boto3 reads AWS_DEFAULT_REGION only; the AWS CLI and the other SDKs read AWS_REGION first, so preflight does."""
+    from ray_efa_eks.tools import preflight
+
+    seen = {}
+
+    def stop(a):
+        seen["region"] = a.region
+        return 0
+
+    monkeypatch.setattr(preflight, "_main", stop)
+    monkeypatch.setenv("AWS_REGION", "eu-west-1")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    assert command.main(["preflight"]) == 0 and seen["region"] == "eu-west-1"
+    assert command.main(["preflight", "--region", "us-west-2"]) == 0 and seen["region"] == "us-west-2"
+    monkeypatch.setenv("AWS_REGION", "mars")
+    assert command.main(["preflight"]) == 64 and "AWS_REGION='mars'" in capsys.readouterr().err
