@@ -254,6 +254,27 @@ class StackConfig:
                        "([Upgrades](upgrades.md))"))
     """Ray token auth (KubeRay authOptions, Ray >= 2.52): Jobs API, dashboard and GCS need the stack's token (output rayAuthToken)."""
 
+    # -- observability (components/observability.py) ------------------------------------
+    observability: bool = key(
+        True,
+        live=live("in-place",
+                  note="installs or removes the metrics stack (namespaces monitoring and gpu-metrics); false deletes "
+                       "Prometheus' local history ([Observability](observability.md))"))
+    """Prometheus + Grafana (kube-prometheus-stack), DCGM exporter, scrape of the EFA exporter and Ray, fabric alert rules and dashboard."""
+    metricsRetention: str = key(
+        "15d", allowed="a Prometheus duration above zero (15d, 12h, 1w3d)",
+        live=live("in-place",
+                  note="Prometheus restarts; its TSDB is an emptyDir on the system node, capped at 8GB whatever the "
+                       "retention"))
+    """How long Prometheus keeps samples locally."""
+    metricsRemoteWriteUrl: str | None = key(
+        None, allowed="an http(s) URL with a host (Amazon Managed Service for Prometheus: its workspace's remote_write URL)",
+        live=live("in-place",
+                  note="an aps-workspaces URL is signed with SigV4 as the Prometheus service account: give it "
+                       "aps:RemoteWrite through a Pod Identity association ([Observability](observability.md#keeping-"
+                       "metrics-outside-the-cluster))"))
+    """Also send every sample to this Prometheus remote-write endpoint (e.g. Amazon Managed Service for Prometheus)."""
+
     # -- access and egress (components/cluster.py, components/network.py) ----------------
     clusterAdminArns: list[str] = key(
         factory=list, allowed="IAM role or user ARNs",
@@ -490,6 +511,9 @@ GRAMMARS: dict[str, v.Grammar] = {
     "clusterViewerArns": v.ListOf(item=v.PrincipalArn(), max_items=1000),
     "clusterCreatorArn": v.OrUnset(inner=v.PrincipalArn()),
     "s3GatewayEndpoint": v.Bool(),
+    "observability": v.Bool(),
+    "metricsRetention": v.PrometheusDuration(),
+    "metricsRemoteWriteUrl": v.OrUnset(inner=v.HttpUrl()),
 }
 """Each StackConfig key's grammar (components/values.py). A new key gets one here; until it does it takes the
 plain grammar of its default's type (:func:`grammar`), which bounds nothing service-specific."""

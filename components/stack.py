@@ -31,7 +31,9 @@ from .kuberay import KubeRayOperator, KubeRayOperatorArgs
 from .live_cluster import lagging_warning, read_live_cluster, upgrade_problem
 from .launch_template import NodeHardening
 from .network import Network, NetworkArgs
+from .metrics_rules import AlertThresholds
 from .node_agent import NodeAgent, NodeAgentArgs
+from .observability import Observability, ObservabilityArgs
 from .node_groups import EfaGpuNodeGroup, EfaGpuNodeGroupArgs, SystemNodeGroup, SystemNodeGroupArgs
 from .placement import cluster_azs, gpu_az_note, resolve_gpu_az
 from .pod_identity import PodStorageAccess, PodStorageAccessArgs
@@ -125,6 +127,12 @@ class EfaRayClusterArgs(TypedDict, total=False):
     """NetworkPolicies on every pod of the Ray namespace: Ray pods reach each other, the gate the head's Jobs API, namespace monitoring the metrics ports; the rest is refused (VPC CNI enforcement on)."""
     rayTokenAuth: bool
     """Ray token auth (KubeRay authOptions, Ray >= 2.52): Jobs API, dashboard and GCS need the stack's token (output rayAuthToken)."""
+    observability: bool
+    """Prometheus + Grafana (kube-prometheus-stack), DCGM exporter, scrape of the EFA exporter and Ray, fabric alert rules and dashboard."""
+    metricsRetention: str
+    """How long Prometheus keeps samples locally."""
+    metricsRemoteWriteUrl: str
+    """Also send every sample to this Prometheus remote-write endpoint (e.g. Amazon Managed Service for Prometheus)."""
     clusterAdminArns: list[str]
     """IAM role/user ARNs given EKS access entries with AmazonEKSClusterAdminPolicy (kubectl, port-forward to Ray)."""
     clusterViewerArns: list[str]
@@ -288,6 +296,15 @@ class EfaRayCluster(pulumi.ComponentResource):
             depends_on=[plugins, *([storage] if storage else []), *cluster.addons], after_namespace=install_operator),
             opts=child)
         (operator,) = operators
+        metrics = None
+        if cfg.observability:  # Prometheus + Grafana on the system node, DCGM on the GPU nodes, alerts, dashboard
+            metrics = Observability("observability", ObservabilityArgs(
+                provider=cluster.provider, ray_namespace=RAY_NAMESPACE, retention=cfg.metricsRetention,
+                remote_write_url=cfg.metricsRemoteWriteUrl, region=cfg.region, efa=cfg.efa,
+                line_rate_gbps=cfg.gpu_type.efa_gbps or 0.0,
+                thresholds=AlertThresholds(line_rate_bytes_per_s=(cfg.gpu_type.efa_gbps or 0.0) * 1e9 / 8,
+                                           ray_namespace=RAY_NAMESPACE),
+                depends_on=[system]), opts=child)
         check = None
         if cfg.efaCheck and cfg.gpuNodeCount > 0:
             shape = gate_transport(cfg.efa, cfg.gpuNodeCount)
@@ -333,6 +350,7 @@ class EfaRayCluster(pulumi.ComponentResource):
         self.network, self.cluster, self.system, self.gpu = network, cluster, system, gpu
         self.device_plugins, self.operator, self.ray, self.check = plugins, operator, ray, check
         self.bucket, self.storage = bucket, storage
+        self.observability = metrics
 
         out = pulumi.Output.from_input
         self.cluster_name = cluster.name

@@ -690,6 +690,59 @@ class Seconds(Int):
     example: int | None = 60
 
 
+@dataclass(frozen=True)
+class HttpUrl(Text):
+    """An ``http(s)://host[:port][/path]`` URL (a Prometheus ``remote_write`` ``url``: Prometheus parses it with Go's
+    net/url and refuses a scheme other than http/https; a port outside 1..65535 never connects)."""
+
+    max_len: int = 2048
+    schemes: tuple[str, ...] = ("https", "http")
+    fix: str = "must be an https:// URL with a host, e.g. https://aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-.../api/v1/remote_write"
+
+    def check(self, value: Any) -> None:
+        super().check(value)
+        from urllib.parse import urlsplit
+
+        if re.search(r"\s", value):
+            raise ValueProblem(f"contains whitespace; {self.fix}", value)
+        try:
+            parts = urlsplit(value)
+            host, port = parts.hostname, parts.port
+        except ValueError as e:
+            raise ValueProblem(f"is not a URL ({e}); {self.fix}", value) from None
+        if parts.scheme not in self.schemes or not host:
+            raise ValueProblem(f"needs a scheme ({'/'.join(self.schemes)}) and a host; {self.fix}", value)
+        if port == 0:
+            raise ValueProblem(f"port 0 is no port (1..65535); {self.fix}", value)
+        if parts.username or parts.password:
+            raise ValueProblem(f"carries credentials in the URL (they would sit in the Prometheus spec in clear); "
+                               f"{self.fix}", value)
+
+    def boundary(self) -> list[Any]:
+        return [*super().boundary(), "https://h", "http://h:9090/api/v1/write", "ftp://h", "https://", "https://h:0",
+                "https://h:65536", "http://[::1", "https://u:p@h", "https://h/a b"]
+
+
+PROMETHEUS_DURATION = re.compile(r"(?:\d+y)?(?:\d+w)?(?:\d+d)?(?:\d+h)?(?:\d+m)?(?:\d+s)?(?:\d+ms)?")
+"""Prometheus' duration grammar (prometheus/common model.ParseDuration: units y w d h m s ms, largest first)."""
+
+
+@dataclass(frozen=True)
+class PrometheusDuration(Text):
+    """A Prometheus duration above zero (``15d``, ``12h``, ``1w3d``): what ``--storage.tsdb.retention.time`` takes."""
+
+    max_len: int = 32
+    fix: str = "must be a Prometheus duration above zero, e.g. 15d, 12h or 1w3d (units y, w, d, h, m, s, ms)"
+
+    def check(self, value: Any) -> None:
+        super().check(value)
+        if not PROMETHEUS_DURATION.fullmatch(value) or not re.search(r"[1-9]", value):
+            raise ValueProblem(self.fix, value)
+
+    def boundary(self) -> list[Any]:
+        return [*super().boundary(), "15d", "0d", "0", "1h30m", "30m1h", "15 d", "15D", "1.5d", "d"]
+
+
 # -- CLI ----------------------------------------------------------------------------------------------------------
 
 

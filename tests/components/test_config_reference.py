@@ -53,6 +53,9 @@ SAMPLES: dict[str, tuple[dict, dict]] = {
     "clusterViewerArns": ({"clusterAdminArns": ["arn:aws:iam::123456789012:role/admins"]},
                           {"clusterAdminArns": ["arn:aws:iam::123456789012:role/admins"],
                            "clusterViewerArns": ["arn:aws:iam::123456789012:role/viewers"]}),
+    "metricsRetention": ({}, {"metricsRetention": "30d"}),
+    "metricsRemoteWriteUrl": ({}, {"metricsRemoteWriteUrl": "https://aps-workspaces.us-east-1.amazonaws.com/"
+                                                             "workspaces/ws-1/api/v1/remote_write"}),
 }
 """Key -> (config before, config after) for keys whose change cannot be derived from the default (see :func:`sample`)."""
 

@@ -12,7 +12,7 @@ def test_inventory(default_run):
     types = [r.type for r in default_run.resources]
     for typ, count in [("aws:ec2/vpc:Vpc", 1), ("eks:index:Cluster", 1), (MNG, 2), ("aws:ec2/natGateway:NatGateway", 1),
                        ("kubernetes:ray.io/v1:RayCluster", 1), ("kubernetes:batch/v1:Job", 1),
-                       ("kubernetes:helm.sh/v3:Release", 3), ("aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule", 1)]:
+                       ("kubernetes:helm.sh/v3:Release", 5), ("aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule", 1)]:
         assert types.count(typ) == count, typ
     assert types.count("aws:ec2/subnet:Subnet") == 4
 
@@ -65,7 +65,8 @@ def test_efa_off_has_no_efa_inputs():
     assert not run.of_type("aws:ec2/placementGroup:PlacementGroup")
     assert not run.of_type("aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule")
     # registration order follows input resolution (threads), so compare as a set
-    assert sorted(r.name for r in run.of_type("kubernetes:helm.sh/v3:Release")) == ["device-plugins-nvidia", "kuberay-release"]
+    assert sorted(r.name for r in run.of_type("kubernetes:helm.sh/v3:Release")) == ["device-plugins-nvidia", "kuberay-release",
+                                                                                   "observability-dcgm", "observability-kps"]
 
 
 def test_park_gpu_nodes():
