@@ -14,7 +14,7 @@ from dataclasses import MISSING, dataclass, fields
 from typing import Any
 
 from . import values as v
-from .capacity import CAPACITY_MODES, config_problem
+from .capacity import CAPACITY_BLOCK, CAPACITY_MODES, ON_DEMAND, config_problem
 from .config_fields import key, live
 from .eks_versions import DEFAULT_VERSION, version_problem
 from .instances import CATALOGUE, REFUSED, InstanceType
@@ -174,9 +174,10 @@ class StackConfig:
     # -- GPU capacity (components/capacity.py) ------------------------------------------
     gpuCapacity: str = key(
         "on-demand", allowed=CAPACITY_MODES,
-        live=live("gpu-nodes", "in-place",
+        live=live("gpu-nodes", "ray-pods", "gate", "in-place",
                   note="a new launch template version and placement: park the GPU nodes first ([Getting "
-                       "GPUs](gpus.md))"))
+                       "GPUs](gpus.md)); with gpuScaleToZero unset its default follows (on demand: true), so the "
+                       "Ray pods are recreated and the gate re-runs too"))
     """on-demand | reservation (an ODCR) | capacity-block (Capacity Block for ML); the last two need availabilityZone."""
     gpuCapacityReservationId: str | None = key(
         None, allowed="cr- and 8 or 17 hex digits, or (reservation) a resource group ARN",
@@ -188,6 +189,21 @@ class StackConfig:
         live=live("gpu-nodes",
                   note="a new launch template version: park the GPU nodes first ([Getting GPUs](gpus.md))"))
     """reservation only: the cluster placement group the ODCR was created in; unset: no placement group."""
+
+    gpuScaleToZero: bool | None = key(
+        None, allowed="true or false; unset: true with gpuCapacity on-demand, false with reservation; refused with "
+                      "capacity-block",
+        live=live("ray-pods", "gate",
+                  note="true: Ray's autoscaler (v2) adds GPU workers, up to gpuNodeCount, when jobs ask and removes "
+                       "them when idle; false: gpuNodeCount workers run until parked. The RayCluster's worker group "
+                       "changes, so KubeRay recreates the Ray pods ([GPU nodes from zero](gpus.md))"))
+    """GPU nodes follow the jobs: 0 when idle, up to gpuNodeCount when Ray asks (Cluster Autoscaler + Ray autoscaler v2); each node proves its EFA path before Ray may use it. Unset: true on demand, false with a reservation."""
+    gpuIdleTimeoutSeconds: int = key(
+        1200, allowed="60 to 86400 (a day)",
+        live=live("ray-pods", "gate",
+                  note="Ray's autoscaler removes a GPU worker idle this long (KubeRay idleTimeoutSeconds); the "
+                       "Cluster Autoscaler then removes its empty node ([GPU nodes from zero](gpus.md))"))
+    """With gpuScaleToZero: seconds a GPU worker may sit idle before Ray's autoscaler removes it (then its node goes); long enough that back-to-back jobs reuse warm nodes."""
 
     # -- checkpoint storage and identity --------------------------------------------
     checkpointBucket: bool = key(
@@ -341,6 +357,14 @@ class StackConfig:
     # -- derived ----------------------------------------------------------------
 
     @property
+    def scale_to_zero(self) -> bool:
+        """gpuScaleToZero as set, else its default for gpuCapacity (on demand: true; reservation, block: false)."""
+        if self.gpuScaleToZero is not None:
+            return self.gpuScaleToZero
+        return self.gpuCapacity == ON_DEMAND
+
+
+    @property
     def gpu_type(self) -> InstanceType:
         return CATALOGUE[self.gpuInstanceType]
 
@@ -388,6 +412,9 @@ class StackConfig:
                                   self.region, self.gpuPlacementGroupName)
         if capacity:
             raise ConfigError(*capacity)
+        if self.gpuScaleToZero and self.gpuCapacity == CAPACITY_BLOCK:
+            raise ConfigError("gpuScaleToZero", True, "a Capacity Block is paid up front and its nodes stay fixed "
+                              "(EC2 holds the instances for the block); remove gpuScaleToZero or set it false")
         version = re.fullmatch(r"(\d+)\.(\d+)", str(self.kubernetesVersion))
         if not version:
             raise ConfigError("kubernetesVersion", self.kubernetesVersion, f"must be MAJOR.MINOR, e.g. {DEFAULT_VERSION}")
@@ -494,6 +521,12 @@ GRAMMARS: dict[str, v.Grammar] = {
                                                                              "group ARN")),
     "gpuPlacementGroupName": v.OrUnset(inner=v.Text(max_len=255, fix="a placement group name: up to 255 ASCII "
                                                                      "characters (EC2 CreatePlacementGroup GroupName)")),
+    "gpuScaleToZero": v.OrUnset(inner=v.Bool()),
+    "gpuIdleTimeoutSeconds": v.Seconds(60, WAIT_MAX_S, example=1200,
+                                       below="Ray's autoscaler needs a worker idle at least 60 s before removing it; "
+                                             "set 60 or more (default 1200: back-to-back jobs reuse warm nodes)",
+                                       above=f"at most {WAIT_MAX_S} (a day); to keep GPU nodes always up set "
+                                             "gpuScaleToZero: false instead"),
     "checkpointBucket": v.Bool(),
     "checkpointPrefix": v.S3KeyPrefix(),
     "checkpointEncryption": v.OneOf(choices=ENCRYPTIONS),

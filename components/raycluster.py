@@ -46,6 +46,7 @@ import pulumi_random as random
 
 from .instances import InstanceType
 from .node_groups import GPU_ROLE, GPU_TOLERATION, ROLE_LABEL, SYSTEM_ROLE
+from .ray_autoscaler import AutoscalerArgs, autoscaler_options, token_volume
 
 HEAD_PORTS = {"gcs-server": 6379, "dashboard": 8265, "client": 10001}
 HEAD_LABELS = {ROLE_LABEL: "head"}
@@ -236,6 +237,10 @@ class WorkerGroupArgs:
     memory_reserve_mib: int | None = None
     """Memory left for kubelet/daemonsets; default max(8 GiB, 10%)."""
     ray_start_params: dict[str, Any] = field(default_factory=dict)
+    scale_from_zero: bool = False
+    """Ray's autoscaler (``RayClusterArgs.autoscaler``) runs this group from 0 to ``replicas`` workers: the spec
+    carries ``minReplicas: 0``, ``maxReplicas: replicas`` and no ``replicas`` (the autoscaler owns it; a value here
+    would be written back on every ``pulumi up``)."""
 
     def resources(self) -> dict[str, dict[str, str]]:
         it = self.instance_type
@@ -290,6 +295,8 @@ class RayClusterArgs:
     efa_exporter_url: str | None = None
     """The node agent's node-local exporter URL (``NodeAgent.exporter_url``), given to EFA worker containers as
     RAY_EFA_EKS_EFA_EXPORTER; None: the counter witness has no exporter (it then reads the pod's own /sys)."""
+    autoscaler: AutoscalerArgs | None = None
+    """Ray's autoscaler v2 (components/ray_autoscaler.py); required by a worker group with ``scale_from_zero``."""
     depends_on: list[pulumi.Resource] = field(default_factory=list)
     after_namespace: Callable[[k8s.core.v1.Namespace], list[pulumi.Resource]] | None = None
     """Called with the Ray namespace once it is registered; the RayCluster also waits for what it returns. The
@@ -384,15 +391,19 @@ def build_spec(args: RayClusterArgs) -> dict[str, Any]:
                 {"name": NODE_NAME_ENV, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]
         if args.service_account_name:
             pod["serviceAccountName"] = args.service_account_name
+        if g.scale_from_zero and args.autoscaler is None:
+            raise ValueError(f"worker group {g.name}: scale_from_zero needs RayClusterArgs.autoscaler (Ray's "
+                             "autoscaler v2 adds and removes its workers)")
+        scaling = ({"minReplicas": 0, "maxReplicas": g.replicas} if g.scale_from_zero
+                   else {"replicas": g.replicas, "minReplicas": g.replicas, "maxReplicas": g.replicas})
         groups.append({
-            "groupName": g.name,
-            "replicas": g.replicas, "minReplicas": g.replicas, "maxReplicas": g.replicas,
+            "groupName": g.name, **scaling,
             "rayStartParams": ray_start_params(g.ray_start_params),
             "template": {"metadata": {"labels": {"ray-efa-eks/worker-group": g.name}}, "spec": pod},
         })
     spec: dict[str, Any] = {
         "rayVersion": args.ray_version,
-        "enableInTreeAutoscaling": False,
+        "enableInTreeAutoscaling": args.autoscaler is not None,
         "headGroupSpec": {
             "serviceType": "ClusterIP",
             "rayStartParams": ray_start_params({"num-cpus": 0, "dashboard-host": "0.0.0.0"}),
@@ -401,6 +412,9 @@ def build_spec(args: RayClusterArgs) -> dict[str, Any]:
         "workerGroupSpecs": groups,
         "upgradeStrategy": {"type": args.upgrade_strategy},
     }
+    if args.autoscaler is not None:
+        spec["autoscalerOptions"] = autoscaler_options(args.autoscaler)
+        head_pod["volumes"] = [*head_pod["volumes"], token_volume()]
     auth = auth_options(args.token_auth, args.ray_version, args.auth_secret_name)
     if auth:
         spec["authOptions"] = auth

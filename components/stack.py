@@ -37,6 +37,7 @@ from .observability import Observability, ObservabilityArgs
 from .node_groups import EfaGpuNodeGroup, EfaGpuNodeGroupArgs, SystemNodeGroup, SystemNodeGroupArgs
 from .placement import cluster_azs, gpu_az_note, resolve_gpu_az
 from .pod_identity import PodStorageAccess, PodStorageAccessArgs
+from .ray_autoscaler import AutoscalerArgs
 from .raycluster import METRICS_NAMESPACE, RayCluster, RayClusterArgs, WorkerGroupArgs
 
 RAY_NAMESPACE = "ray"
@@ -105,6 +106,10 @@ class EfaRayClusterArgs(TypedDict, total=False):
     """reservation: the ODCR id (cr-...) or its resource group ARN; capacity-block: the block's id (cr-...)."""
     gpuPlacementGroupName: str
     """reservation only: the cluster placement group the ODCR was created in; unset: no placement group."""
+    gpuScaleToZero: bool
+    """GPU nodes follow the jobs: 0 when idle, up to gpuNodeCount when Ray asks (Cluster Autoscaler + Ray autoscaler v2); each node proves its EFA path before Ray may use it. Unset: true on demand, false with a reservation."""
+    gpuIdleTimeoutSeconds: int
+    """With gpuScaleToZero: seconds a GPU worker may sit idle before Ray's autoscaler removes it (then its node goes); long enough that back-to-back jobs reuse warm nodes."""
     checkpointBucket: bool
     """Create the S3 checkpoint bucket + pod identity role; false = pods get no storage (pass --storage-path)."""
     checkpointPrefix: str
@@ -207,6 +212,10 @@ class EfaRayCluster(pulumi.ComponentResource):
             pulumi.log.warn(f"Capacity Block {block.id} is {block.state} until {block.start_date}: its nodes cannot "
                             f"launch before, so the node group waits and may time out; deploy with gpuNodeCount 0 "
                             "and raise it once the block is active")
+        if cfg.scale_to_zero and capacity.mode == RESERVATION:
+            pulumi.log.warn("gpuScaleToZero with gpuCapacity reservation: the ODCR bills every reserved instance at "
+                            "the on-demand rate whether a node runs in it or not, so idle GPU nodes going away saves "
+                            "nothing; only the node-group churn remains (docs/gpus.md)")
         live = read_live_cluster(name)  # what this update changes from: EKS's view, whoever runs it
         if live is not None:
             problem = upgrade_problem(live.version, cfg.kubernetesVersion)
@@ -291,7 +300,8 @@ class EfaRayCluster(pulumi.ComponentResource):
             storage_path=storage.storage_uri if storage else None, network_policy=cfg.networkPolicy,
             token_auth=cfg.rayTokenAuth, region=cfg.region, efa_exporter_url=agent.exporter_url if agent else None,
             worker_groups=[WorkerGroupArgs(name="gpu", instance_type=cfg.gpu_type, replicas=cfg.gpuNodeCount,
-                                           efa=cfg.efa)],
+                                           efa=cfg.efa, scale_from_zero=cfg.scale_to_zero)],
+            autoscaler=AutoscalerArgs(idle_timeout_s=cfg.gpuIdleTimeoutSeconds) if cfg.scale_to_zero else None,
             # Pod identity is injected at pod start: the association and the agent must exist before the pods.
             depends_on=[plugins, *([storage] if storage else []), *cluster.addons], after_namespace=install_operator),
             opts=child)

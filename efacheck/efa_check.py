@@ -71,7 +71,7 @@ from .check_args import manifest_text, parser, usage_problem
 from .failures import CheckFailed, failure_result
 from .ranks import run_check
 from .stale import check_stale, pod_stack
-from .topology import busy_probe, wait_topology
+from .topology import ask_autoscaler, busy_probe, wait_topology
 from .verdict import judge, summarize_sweep, wrong_results
 
 CHECK_JOB_PREFIX = "efa-check-"
@@ -162,7 +162,7 @@ def check(a) -> dict:
         check_stale([{"role": "head", "host": socket.gethostname(), "ip": ray.util.get_node_ip_address(),
                       **pod_stack()}], expect_stack)
     backend, nodes = wait_topology(a.expect_nodes, a.expect_gpus_per_node, a.wait_s, a.backend, log=log,
-                                   busy=None if a.local else busy_probe)
+                                   busy=None if a.local else busy_probe, ask=None if a.local else ask_autoscaler)
     gpu = backend == "nccl"
     lo = a.min_bytes or (1 << 20 if gpu else 64 << 10)
     hi = a.max_bytes or (1 << 30 if gpu else 4 << 20)

@@ -110,13 +110,47 @@ def busy_probe(need: int) -> str | None:
     return f"{free:g} of the {need} GPUs the check needs are free: {who}"
 
 
+def ask_autoscaler(bundles: list[dict[str, float]]) -> None:
+    """Ask Ray's autoscaler for ``bundles`` (``ray.autoscaler.sdk.request_resources``).
+
+    The request is sticky: it holds nodes until replaced, so the caller withdraws it (``[]``) once the nodes are
+    there; idle workers then go after the autoscaler's idle timeout. With a fixed fleet the request is already met.
+    """
+    from ray.autoscaler.sdk import request_resources
+
+    request_resources(bundles=bundles)
+
+
 def wait_topology(expect_nodes: int, expect_gpus_per_node: int, wait_s: float, requested: str = "auto",
-                  poll_s: float = 1.0, log=print, busy=None) -> tuple[str, list[dict]]:
+                  poll_s: float = 1.0, log=print, busy=None, ask=None) -> tuple[str, list[dict]]:
     """Poll ray.nodes() until the declared topology is there or ``wait_s`` passes; (backend, nodes).
 
     ``busy(need)`` (e.g. :func:`busy_probe`): with the topology there, the check also waits, within the same
     ``wait_s``, until ``need`` GPUs are free; at the deadline stage ``busy`` names the jobs holding them.
+    ``ask(bundles)`` (e.g. :func:`ask_autoscaler`): GPU nodes that scale from zero exist only once Ray asks for
+    them, so the wait first asks for ``expect_nodes`` GPU-node bundles and withdraws the request when it returns.
     """
+    if ask is None or expect_gpus_per_node < 1:
+        return _wait_topology(expect_nodes, expect_gpus_per_node, wait_s, requested, poll_s, log, busy)
+    try:
+        ask([{"GPU": float(expect_gpus_per_node)}] * expect_nodes)
+        log(f"[efa_check] asked Ray's autoscaler for {expect_nodes} node(s) of {expect_gpus_per_node} GPU(s)")
+    except Exception as e:  # noqa: BLE001 - no autoscaler is a fixed fleet: the wait below judges it
+        log(f"[efa_check] could not ask Ray's autoscaler for nodes ({type(e).__name__}: {e}); waiting for them")
+        ask = None
+    try:
+        return _wait_topology(expect_nodes, expect_gpus_per_node, wait_s, requested, poll_s, log, busy)
+    finally:
+        if ask is not None:
+            try:
+                ask([])
+            except Exception as e:  # noqa: BLE001
+                log(f"[efa_check] could not withdraw the node request ({type(e).__name__}: {e}): idle GPU nodes "
+                    "stay until `ray.autoscaler.sdk.request_resources(bundles=[])` is called")
+
+
+def _wait_topology(expect_nodes: int, expect_gpus_per_node: int, wait_s: float, requested: str, poll_s: float,
+                   log, busy) -> tuple[str, list[dict]]:
     import ray
 
     deadline = time.monotonic() + wait_s

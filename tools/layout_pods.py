@@ -83,7 +83,10 @@ def pods(stack: Stack) -> list[Pod]:
             out.append(Pod(r, "head", 1, head))
         for g in dig(spec, "workerGroupSpecs", default=[]) or []:
             if isinstance(g, dict) and isinstance(dig(g, "template", "spec"), dict):
-                out.append(Pod(r, f"worker {g.get('groupName', '?')}", g.get("replicas", UNKNOWN), g["template"]["spec"]))
+                count = g.get("replicas", UNKNOWN)
+                if "replicas" not in g and "maxReplicas" in g:  # Ray's autoscaler owns it: show the range
+                    count = f"{g.get('minReplicas', 0)}..{g['maxReplicas']}"
+                out.append(Pod(r, f"worker {g.get('groupName', '?')}", count, g["template"]["spec"]))
     for r in stack.of_type(*_POD_TEMPLATE_PATHS):
         path = _POD_TEMPLATE_PATHS[r.type]
         spec = dig(r.props, "spec", *path, "spec") if path else dig(r.props, "spec")

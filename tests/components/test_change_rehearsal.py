@@ -39,8 +39,9 @@ SECRET = "kubernetes:core/v1:Secret"
 LT = "aws:ec2/launchTemplate:LaunchTemplate"
 MNG = "eks:index:ManagedNodeGroup"
 NEW_IMAGE = "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.2"
-ODCR = {"gpuInstanceType": "g6e.48xlarge", "availabilityZone": "us-east-1c"}
-"""A type and AZ the mocks' ODCR cr-0a1b2c3d4e5f60718 fits (tools/mockrun.CAPACITY_RESERVATIONS)."""
+ODCR = {"gpuInstanceType": "g6e.48xlarge", "availabilityZone": "us-east-1c", "gpuScaleToZero": False}
+"""A type and AZ the mocks' ODCR cr-0a1b2c3d4e5f60718 fits (tools/mockrun.CAPACITY_RESERVATIONS); a fixed fleet in
+both modes (gpuScaleToZero's default follows gpuCapacity), so only the capacity mode changes."""
 
 
 @lru_cache(maxsize=None)
@@ -140,7 +141,7 @@ def _pods(spec: dict) -> list[dict]:
     out.append({"role": "head", "image": head["image"], "env": _env(head)})
     for g in spec["workerGroupSpecs"]:
         c = g["template"]["spec"]["containers"][0]
-        out += [{"role": f"worker {g['groupName']}", "image": c["image"], "env": _env(c)}] * int(g["replicas"])
+        out += [{"role": f"worker {g['groupName']}", "image": c["image"], "env": _env(c)}] * int(g.get("replicas", g["maxReplicas"]))  # scaling from zero: at most max
     return out
 
 

@@ -95,3 +95,27 @@ def test_image_tag():
     assert image_tag("localhost:5000/ray:v1") == "v1"
     assert image_tag("localhost:5000/ray") is None
     assert image_tag("ray@sha256:abc") is None
+
+
+BLOCK = {"gpuInstanceType": "p5.48xlarge", "gpuCapacity": "capacity-block", "availabilityZone": "us-east-1a",
+         "gpuCapacityReservationId": "cr-0123456789abcdef0"}
+
+
+def test_gpu_scale_to_zero_follows_the_capacity_mode():
+    """Issue 35: on demand scales from zero by default; a reservation bills anyway (default off, allowed); a
+    Capacity Block is paid up front and stays fixed (refused, naming key, value and fix)."""
+    assert StackConfig.from_mapping({}).scale_to_zero is True
+    assert StackConfig.from_mapping({"gpuScaleToZero": "false"}).scale_to_zero is False
+    odcr = {"gpuCapacity": "reservation", "availabilityZone": "us-east-1a",
+            "gpuCapacityReservationId": "cr-0123456789abcdef0"}
+    assert StackConfig.from_mapping(odcr).scale_to_zero is False
+    assert StackConfig.from_mapping({**odcr, "gpuScaleToZero": "true"}).scale_to_zero is True
+    assert StackConfig.from_mapping(BLOCK).scale_to_zero is False
+    assert StackConfig.from_mapping({**BLOCK, "gpuScaleToZero": False}).scale_to_zero is False
+    with pytest.raises(ConfigError, match=r"ray-efa-eks:gpuScaleToZero = True is invalid: a Capacity Block .*set it "
+                                          r"false"):
+        StackConfig.from_mapping({**BLOCK, "gpuScaleToZero": "true"})
+    with pytest.raises(ConfigError, match="gpuIdleTimeoutSeconds = 30 is invalid"):
+        StackConfig.from_mapping({"gpuIdleTimeoutSeconds": "30"})
+    with pytest.raises(ConfigError, match="gpuScaleToZero = 'maybe' is invalid: must be true or false"):
+        StackConfig.from_mapping({"gpuScaleToZero": "maybe"})

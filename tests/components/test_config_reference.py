@@ -33,6 +33,7 @@ GROUP = {**ODCR, "gpuCapacity": "reservation",
          "gpuCapacityReservationId": "arn:aws:resource-groups:us-east-1:123456789012:group/my-odcrs"}
 
 SAMPLES: dict[str, tuple[dict, dict]] = {
+    "gpuScaleToZero": ({}, {"gpuScaleToZero": False}),
     "gpuInstanceType": ({}, {"gpuInstanceType": "g6.48xlarge"}),
     "systemInstanceType": ({}, {"systemInstanceType": "m7i.2xlarge"}),
     "availabilityZone": ({}, {"availabilityZone": "us-east-1b"}),

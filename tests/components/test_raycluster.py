@@ -96,7 +96,8 @@ def test_worker_gpu_and_efa_from_catalogue(request, run_name, itype):
     lim = group["template"]["spec"]["containers"][0]["resources"]["limits"]
     assert lim["nvidia.com/gpu"] == str(it.gpus) and lim["vpc.amazonaws.com/efa"] == str(it.max_efa_interfaces)
     assert int(lim["cpu"]) < it.vcpus
-    assert group["replicas"] == group["minReplicas"] == group["maxReplicas"] == 2
+    # on demand the GPU workers scale from zero (issue 35): Ray's autoscaler owns replicas, the spec none
+    assert (group["minReplicas"], group["maxReplicas"]) == (0, 2) and "replicas" not in group
     env = {e["name"]: e.get("value") for e in group["template"]["spec"]["containers"][0]["env"]}
     assert env["FI_PROVIDER"] == "efa" and env["NCCL_SOCKET_IFNAME"].startswith("^lo")
     assert ("FI_EFA_USE_DEVICE_RDMA" in env) == it.gpudirect_rdma
@@ -110,8 +111,38 @@ def test_worker_gpu_and_efa_from_catalogue(request, run_name, itype):
 
 
 def test_replicas_follow_gpu_node_count():
-    run = run_program({"gpuNodeCount": "3"})
+    run = run_program({"gpuNodeCount": "3", "gpuScaleToZero": "false"})
     assert raycluster(run)["spec"]["workerGroupSpecs"][0]["replicas"] == 3
+    assert raycluster(run_program({"gpuNodeCount": "3"}))["spec"]["workerGroupSpecs"][0]["maxReplicas"] == 3
+
+
+def test_gpu_workers_scale_from_zero_with_autoscaler_v2():
+    """KubeRay 1.7: autoscalerOptions.version v2 (KubeRay sets RAY_enable_autoscaler_v2 on the head itself and refuses
+    both), idleTimeoutSeconds only with v2, the allocation timeout on the autoscaler container (issue 4226)."""
+    spec = raycluster(run_program({"gpuIdleTimeoutSeconds": "900"}))["spec"]
+    assert spec["enableInTreeAutoscaling"] is True
+    opts = spec["autoscalerOptions"]
+    assert opts["version"] == "v2" and opts["idleTimeoutSeconds"] == 900
+    assert {"name": "RAY_AUTOSCALER_RECONCILE_ALLOCATE_STATUS_TIMEOUT_S", "value": "1800"} in opts["env"]
+    assert opts["resources"]["requests"] == opts["resources"]["limits"]
+    head = spec["headGroupSpec"]["template"]["spec"]
+    assert all(e["name"] != "RAY_enable_autoscaler_v2" for c in head["containers"] for e in c["env"])
+    # the autoscaler's token is projected for its container alone; no Ray container mounts it
+    (vol,) = [v for v in head["volumes"] if "projected" in v]
+    assert opts["volumeMounts"][0]["name"] == vol["name"]
+    assert all(m["name"] != vol["name"] for c in containers(spec) for m in c.get("volumeMounts", []))
+    obj = {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "ray"}, "spec": spec}
+    jsonschema.validate(obj, SCHEMA)
+
+
+@pytest.mark.parametrize("cfg", [{"gpuScaleToZero": "false"},
+                                 {"gpuCapacity": "reservation", "availabilityZone": "us-east-1a",
+                                  "gpuCapacityReservationId": "cr-0123456789abcdef0"}])
+def test_fixed_fleet_keeps_todays_worker_group(cfg):
+    spec = raycluster(run_program(cfg))["spec"]
+    assert spec["enableInTreeAutoscaling"] is False and "autoscalerOptions" not in spec
+    (group,) = spec["workerGroupSpecs"]
+    assert group["replicas"] == group["minReplicas"] == group["maxReplicas"] == 2
 
 
 def test_no_efa_env_or_request_when_efa_off():

@@ -137,6 +137,23 @@ def test_wait_topology_waits_for_late_nodes_and_gives_up_at_the_deadline(monkeyp
     assert e.value.stage == "topology" and "1 of 2" in e.value.reason
 
 
+def test_wait_topology_asks_the_autoscaler_for_the_nodes_and_withdraws_the_request(monkeypatch) -> None:
+    """GPU nodes from zero (issue 35): nothing brings a node until Ray asks; the request is sticky, so it is
+    withdrawn when the wait ends, met or not (else idle nodes would never go)."""
+    import ray
+
+    asked: list = []
+    seq = iter([[HEAD], [HEAD, _node(4)], [HEAD, _node(4), _node(4, ip="10.0.0.2")]])
+    monkeypatch.setattr(ray, "nodes", lambda: next(seq))
+    backend, nodes = topology.wait_topology(2, 4, wait_s=30, poll_s=0.01, log=lambda m: None, ask=asked.append)
+    assert len(nodes) == 2 and asked == [[{"GPU": 4.0}, {"GPU": 4.0}], []]
+    asked.clear()
+    monkeypatch.setattr(ray, "nodes", lambda: [HEAD])
+    with pytest.raises(efa_check.CheckFailed):
+        topology.wait_topology(2, 4, wait_s=0.05, poll_s=0.01, log=lambda m: None, ask=asked.append)
+    assert asked == [[{"GPU": 4.0}, {"GPU": 4.0}], []]
+
+
 def test_a_rank_error_is_a_failure_even_with_efa_logs() -> None:
     logs = {"a": (FIX / "real_efa_g7e_slurm_nccl2292_ofi1180_2node.log").read_bytes()}
     data = _data(logs)

@@ -71,7 +71,7 @@ def test_default_plan_text(capsys):
     ]:
         assert expected in out, expected
     worker = next(line for line in out.splitlines() if "ray-raycluster worker gpu" in line).split()
-    assert worker[3:9] == ["2", "44", "172Gi", "4", "1", "yes"]  # replicas cpu memory GPU EFA Guaranteed
+    assert worker[3:9] == ["0..2", "44", "172Gi", "4", "1", "yes"]  # replicas (autoscaled) cpu memory GPU EFA Guaranteed
     head = next(line for line in out.splitlines() if "ray-raycluster head" in line).split()
     assert head[2:8] == ["1", "2", "8Gi", "0", "0", "yes"]
 
@@ -88,7 +88,7 @@ def test_default_plan_json(plans, default_run):
     assert s["gpuSubnets"] == {"net-private-us-east-1a": "us-east-1a"}
     assert s["kuberayChartVersion"] == "1.7.0" and s["imageTags"] == "train-ml-cuda-v1.1"
     assert s["pods"]["ray-raycluster worker gpu"] == {
-        "replicas": 2, "image": "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1",
+        "replicas": "0..2", "image": "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1",
         "cpu": "44", "memory": "172Gi", "gpu": 4, "efa": 1, "guaranteedQoS": "yes"}
     assert s["estimatedHourlyUsd"] == pytest.approx(default_run.outputs["estimatedHourlyUsd"])
     assert {"type": MNG, "name": "gpu-mng", "parent": "ray-efa-eks:index:EfaGpuNodeGroup gpu"} in p["resources"]
