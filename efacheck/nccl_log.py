@@ -531,7 +531,10 @@ class _Collector:
             return done("fallback")
         # 6. EFA: proof that traffic crossed nodes on OFI with provider efa.
         ofi_nets = {n for n in nets if _is_ofi(n)} | {n for n in chan_nets if _is_ofi(n)}
-        crossed_by_conn = bool(ofi_lines) and max_nodes != 1
+        # NET lines from one named host with no node count prove nothing crossed nodes: NCCL also connects ranks of
+        # one node over NET when P2P/SHM are off. A rank's own view of a larger job carries NCCL's nNodes.
+        one_host = len(hosts) == 1 and max_nodes is None
+        crossed_by_conn = bool(ofi_lines) and max_nodes != 1 and not one_host
         crossed_by_count = (max_nodes or 0) > 1 and bool(nets) and all(_is_ofi(n) for n in nets)
         # Two or more distinct hosts in one job, each with its ranks on Libfabric and provider efa: NCCL treats
         # ranks with different host hashes as different nodes and sends between them over the network it selected,
@@ -546,6 +549,10 @@ class _Collector:
         # The provider must be named: "AWS Libfabric" (the early plugin) also ran on the tcp and sockets providers
         # (aws-ofi-nccl v1.0 README: any provider with FI_EP_RDM; v1.1 documents OFI_NCCL_USE_IPV6_TCP).
         provider_ok = providers == {"efa"}
+        # Every named host must name its provider: another host's "Selected provider is efa" says nothing of the
+        # provider this host's NET lines ran on (tcp too is FI_EP_RDM).
+        unproven = sorted({r.host for r in ranks if r.host} - {r.host for r in ranks if r.host and r.provider})
+        provider_ok = provider_ok and not unproven
         if crossed_by_hosts and provider_ok and not (crossed_by_conn or crossed_by_count) and not plugin_failed \
                 and not silent:
             for h in hosts:
@@ -558,7 +565,7 @@ class _Collector:
         if ofi_nets and (crossed_by_conn or crossed_by_count) and provider_ok and not plugin_failed and not silent:
             for n in sorted(nets):
                 reasons.append(f"network {n} on {sum(n in r.networks for r in ranks)} rank(s): {cite(f'network:{n}')}")
-            reasons.append(f"provider efa: {cite('provider:efa')}")
+            reasons.append(f"provider efa: {cite('provider:efa', *(f'provider:efa@{h}' for h in hosts))}")
             for n in sorted(x for x in chan_nets if _is_ofi(x)):
                 reasons.append(f"{chan_nets[n]} inter-node connection line(s) via NET/{n}, first at {cite(f'chan:{n}')}")
             if max_nodes and max_nodes > 1:
@@ -577,6 +584,15 @@ class _Collector:
                 n_intra = sum(b.count(lit) for b in self._intra_bufs for lit in _INTRA)
                 reasons.append(f"one host ({hosts[0] if hosts else 'unnamed'}), only intra-node connections "
                                f"({n_intra} P2P/SHM lines), nothing crossed nodes: {cite('intra')}")
+            self._cause("single_node")
+        elif ofi_nets and providers == {"efa"} and unproven and (crossed_by_conn or crossed_by_count):
+            reasons.append(f"no 'Selected provider' line from host(s) {', '.join(unproven)}: another host's efa "
+                           f"provider says nothing of theirs: {cite('provider:efa')}")
+            self._cause("no_provider_line")
+        elif ofi_lines and one_host:
+            reasons.append(f"NET connection lines from one host ({hosts[0]}) and no node count: NCCL also uses NET "
+                           f"within a node (P2P/SHM off), so nothing shows traffic crossed nodes: "
+                           f"{cite(*(f'chan:{n}' for n in sorted(chan_nets) if _is_ofi(n)))}")
             self._cause("single_node")
         elif ofi_nets and not providers and (crossed_by_conn or crossed_by_count):
             reasons.append(f"Libfabric network but no 'Selected provider' line to show efa (aws-ofi-nccl, the early "
