@@ -4,7 +4,7 @@ A shell block is a fenced block tagged ``bash``, ``sh``, ``shell`` or ``console`
 (a trailing ``\\`` joins the next line) run one after the other in bash from the repository root, with the
 project's ``.venv/bin`` first on PATH and no AWS credentials, each exiting 0 unless its comment says ``exit N``.
 Markers, in a line's ``#`` comment or on a comment-only line (which covers the command lines below it, up to the
-next comment-only line):
+next comment-only line that has markers):
 
 - ``needs: WHAT`` (WHAT in :data:`NEEDS`): not run here; said in the block so the reader knows.
 - ``slow: WHY``: runs here, but starts Ray or takes more than a few seconds: run only with ``RAY_EFA_EKS_DOCS_SLOW=1``
@@ -110,7 +110,7 @@ def commands(pages: list[Path] = PAGES) -> list[list[Command]]:
                 if not line.strip():
                     continue
                 if line.lstrip().startswith("#"):
-                    inherited = _markers(line)
+                    inherited = _markers(line) or inherited  # a comment without markers changes nothing
                     continue
                 own = _markers(_comment(line))
                 cmds.append(Command(_name(page), first + start, line.strip(), **{**inherited, **own}))
@@ -187,6 +187,8 @@ def test_every_command_is_run_or_marked():
     assert ALL, "no shell blocks found: the parser broke"
     for c in ALL:
         assert c.needs is None or c.needs in NEEDS, f"{c}: unknown 'needs: {c.needs}' (one of {', '.join(NEEDS)})"
+        if c.text.split(" #")[0].rstrip().endswith("&") and not (c.needs or c.server):
+            pytest.fail(f"{c}: runs in the background, where a failure goes unseen: mark it (needs: ... or server: ...)")
         if c.run_by:
             runner = ROOT / c.run_by
             assert runner.is_file() and c.text.split(" #")[0].strip() in runner.read_text(), \
@@ -208,10 +210,11 @@ def test_testing_page_lists_the_markers():
 def test_the_parser_sees_markers_and_continuations(tmp_path):
     """The convention can fail: an unmarked AWS command would run (and fail), a marked one is left out."""
     page = tmp_path / "p.md"
-    page.write_text("```bash\n# needs: aws\npulumi up\n# local\nray-efa-eks plan \\\n    --json   # exit 1\n```\n"
+    page.write_text("```bash\n# needs: aws\npulumi up\n# still aws\nkubectl get pods\n# local; exit 1\nray-efa-eks plan \\\n    --json   # exit 1\n```\n"
                     "```python\nprint(1)\n```\n```\nserve --port 1   # server: a test server\n```\n")
     blocks = [[(c.text, c.needs, c.exit, c.server) for c in b] for b in commands([page]) if b]
-    assert blocks == [[("pulumi up", "aws", 0, False), ("ray-efa-eks plan --json   # exit 1", None, 1, False)],
+    assert blocks == [[("pulumi up", "aws", 0, False), ("kubectl get pods", "aws", 0, False),
+                       ("ray-efa-eks plan --json   # exit 1", None, 1, False)],
                       [("serve --port 1   # server: a test server", None, 0, True)]]
 
 
