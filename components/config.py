@@ -18,6 +18,7 @@ from .capacity import CAPACITY_BLOCK, CAPACITY_MODES, ON_DEMAND, config_problem
 from .config_fields import key, live
 from .eks_versions import DEFAULT_VERSION, version_problem
 from .instances import CATALOGUE, REFUSED, InstanceType
+from .kuberay_versions import chart_version_problem
 from .storage_rules import ENCRYPTIONS
 from .values import REGION as REGION_RE, image_reference_problem, image_tag  # noqa: F401 (their old home)
 
@@ -62,6 +63,12 @@ class StackConfig:
         live=live("scale", "gate",
                   note="0 parks the GPU nodes and stops their cost; scaling rolls no node"))
     """GPU nodes (one Ray worker pod each). 0 parks the GPU node group and stops its cost."""
+    gpuWorkersToDelete: list[str] = key(
+        factory=list, allowed="Ray worker pod names (kubectl -n ray get pods)",
+        live=live("scale",
+                  note="lowering gpuNodeCount N -> M > 0 needs N - M names here (docs/upgrades.md: scaling the GPU "
+                       "fleet down); KubeRay deletes them and mutes the field in its recreate hash"))
+    """Lowering gpuNodeCount N -> M > 0: the N-M Ray worker pods KubeRay deletes (its workersToDelete), after their nodes were drained and terminated (docs/upgrades.md: scaling the GPU fleet down)."""
     systemInstanceType: str = key(
         "m7i.xlarge", allowed=SYSTEM_TYPES,
         live=live("system-node",
@@ -130,11 +137,12 @@ class StackConfig:
         live=live("ray-pods", "gate"))
     """NCCL_DEBUG for training pods (the EFA check always uses INFO; a training run's fabric capture replaces it with INFO, or TRACE, and a per-rank file: docs/training.md)."""
     kuberayChartVersion: str = key(
-        "1.7.0", allowed="a kuberay-operator chart version, SemVer 2 (1.7.0 is the one tested)",
+        "1.7.0", allowed="a kuberay-operator chart version MAJOR.MINOR.PATCH, 1.6.0 or newer (1.7.0 is the one tested)",
         live=live("in-place",
-                  note="Helm upgrades the operator; KubeRay does not recreate Ray pods for an operator version change"
-                       " (raycluster_controller.go shouldRecreatePodsForUpgrade), and Helm does not upgrade the CRDs"))
-    """KubeRay operator Helm chart version."""
+                  note="Helm upgrades the operator and the stack applies the version's CRDs first; KubeRay recreates "
+                       "no Ray pod for an operator version change (raycluster_controller.go "
+                       "shouldRecreatePodsForUpgrade), so bump it alone, not with a RayCluster change (refused)"))
+    """KubeRay operator Helm chart version (>= 1.6.0: its RayCluster CRD has upgradeStrategy); its CRDs are applied with it (docs/upgrades.md)."""
     efaCheck: bool = key(
         True,
         live=live("gate",
@@ -403,6 +411,9 @@ class StackConfig:
             raise ConfigError("gpuInstanceType", self.gpuInstanceType, "does not support EFA; pick an EFA type or set efa: false")
         if self.systemInstanceType not in CATALOGUE:
             raise ConfigError("systemInstanceType", self.systemInstanceType, f"unknown instance type; supported: {', '.join(sorted(CATALOGUE))}")
+        chart = chart_version_problem(self.kuberayChartVersion)
+        if chart:
+            raise ConfigError("kuberayChartVersion", self.kuberayChartVersion, chart)
         if self.efa and self.gpuNodeCount == 1 and not self.allowSingleEfaNode:
             raise ConfigError("gpuNodeCount", 1, "EFA with one node has no peer; use >= 2, 0 to park, or set allowSingleEfaNode: true")
         if self.availabilityZone is not None:
@@ -501,6 +512,8 @@ GRAMMARS: dict[str, v.Grammar] = {
                          source="NCCL_DEBUG, docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html; NCCL reads "
                                 "any other value as no logging"),
     "kuberayChartVersion": v.ChartVersion(),
+    "gpuWorkersToDelete": v.ListOf(item=v.DnsSubdomain(), unique=True, max_items=MAX_NODES_PER_NODE_GROUP,
+                                   max_reason="a node group holds at most 450 nodes, one worker pod each"),
     "efaCheck": v.Bool(),
     "efaCheckBlocking": v.Bool(),
     "efaCheckMinBusbwGbps": v.Float(0.0, 100000.0, example=40.0,

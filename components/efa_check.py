@@ -12,9 +12,12 @@ start-up and sweep budgets; ``activeDeadlineSeconds`` is their sum plus slack, a
 ``Failed`` condition instead of timing out blind.
 
 Re-runs: the Job's name carries a hash of what it vouches for (image, GPU type, node count, EFA setting, NCCL env,
-the check's arguments, among them the RayCluster's spec hash), so a change to any of them, or to anything else in the
-RayCluster spec (auth mode, resources), replaces the Job and the check runs again; the check then fails ``stale``
-on any Ray pod whose ``RAY_EFA_EKS_IMAGE``/``RAY_EFA_EKS_SPEC_HASH`` is not what the Job was rendered for.
+the check's arguments, among them the RayCluster's spec hash, and the node identity), so a change to any of them
+replaces the Job and the check runs again: anything in the RayCluster spec (auth mode, resources, the checkpoint
+storage path: the hash is taken over the *resolved* spec, as KubeRay hashes what it receives), and anything that
+makes EKS replace the nodes under the pods (a new GPU or system launch template version: root volume, IMDS hop limit,
+encryption, capacity mode or reservation; the Kubernetes version). The check then fails ``stale`` on any Ray pod
+whose ``RAY_EFA_EKS_IMAGE``/``RAY_EFA_EKS_SPEC_HASH`` is not what the Job was rendered for.
 
 Stopping: the script traps SIGTERM (Job deleted on replacement or by ``pulumi destroy``, ``activeDeadlineSeconds``)
 and stops its Ray job (``ray job stop``) before it exits, as the ``timeout`` path does; a new check first stops
@@ -152,8 +155,13 @@ class EfaCheckJobArgs:
     (``--storage-proof``; efacheck/storage_proof.py); on when the stack creates the checkpoint bucket."""
     deadlines: Deadlines = field(default_factory=Deadlines)
     """``sweeps`` follows ``compare_socket``."""
-    spec_hash: str | None = None
-    """The RayCluster's spec hash (``RayCluster.spec_hash``): every Ray pod must carry it (else stage ``stale``)."""
+    spec_hash: pulumi.Input[str] | None = None
+    """The RayCluster's spec hash (``RayCluster.spec_hash``, resolved): every Ray pod must carry it (else stage
+    ``stale``)."""
+    node_identity: pulumi.Input[str] | None = None
+    """What the Ray pods run on (hash of the GPU and system launch templates' resolved data and the Kubernetes
+    version): a change replaces the nodes ("Customize managed nodes with launch templates"), so it names a new Job and
+    the gate proves EFA again on the new nodes."""
     ray_cluster_name: str | None = None
     """The RayCluster's name (its pods' ``ray.io/cluster`` label): with it the gate pod's init container checks
     that every Ray pod runs one image digest before the check starts (``image_audit``)."""
@@ -315,10 +323,15 @@ echo "EFA check did not succeed: $status"; exit 2
 
 
 def vouched(image: str, instance_type: InstanceType | None, node_count: int, efa: bool,
-            nccl_env: list[dict[str, str]], args: list[str]) -> str:
-    """Short hash of what the check vouches for; part of the Job's name, so a change re-runs the check."""
-    blob = json.dumps({"image": image, "type": instance_type.name if instance_type else None, "nodes": node_count,
-                       "efa": efa, "nccl_env": nccl_env, "args": args}, sort_keys=True)
+            nccl_env: list[dict[str, str]], args: list[str], node_identity: str | None = None) -> str:
+    """Short hash of what the check vouches for; part of the Job's name, so a change re-runs the check.
+
+    ``args`` carry the resolved spec hash of the Ray pods; ``node_identity`` what the nodes under them are."""
+    what = {"image": image, "type": instance_type.name if instance_type else None, "nodes": node_count,
+            "efa": efa, "nccl_env": nccl_env, "args": args}
+    if node_identity:
+        what["node_identity"] = node_identity
+    blob = json.dumps(what, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:8]
 
 
@@ -326,8 +339,8 @@ class EfaCheckJob(pulumi.ComponentResource):
     """ConfigMap with the check code + the gating batch/v1 Job."""
 
     job: k8s.batch.v1.Job
-    job_name: str
-    logs_command: str
+    job_name: pulumi.Output[str] | str
+    logs_command: pulumi.Output[str] | str
 
     def __init__(self, name: str, args: EfaCheckJobArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("ray-efa-eks:index:EfaCheckJob", name, None, opts)
@@ -340,18 +353,30 @@ class EfaCheckJob(pulumi.ComponentResource):
         folders = sorted({p.split("/", 1)[0] for p in files})
         transport = gate_transport(args.efa, args.node_count)
         d = dataclasses.replace(args.deadlines, sweeps=2 if args.compare_socket and transport == "efa" else 1)
-        cargs = check_args(args.instance_type, args.node_count, d, args.min_busbw_gbps, args.extra_check_args,
-                           image=args.image, min_busbw_fraction=args.min_busbw_fraction,
-                           compare_socket=args.compare_socket, strict_versions=args.strict_versions,
-                           require_counters=args.require_counters and args.efa,
-                           storage_proof=args.storage_proof, transport=transport, spec_hash=args.spec_hash)
         self.transport = transport
         nccl_env = efa_env(args.instance_type, args.efa, args.nccl_debug, args.nccl_net_plugin) \
             if args.instance_type is not None else []
         annotations = {"pulumi.com/replaceUnready": "true"}
         if not args.blocking:
             annotations["pulumi.com/skipAwait"] = "true"
-        self.job_name = f"{name}-{vouched(args.image, args.instance_type, args.node_count, args.efa, nccl_env, cargs)}"
+
+        def render(spec_hash: str | None, node_identity: str | None) -> tuple[str, str]:
+            """(Job name, script) for the resolved spec hash and node identity."""
+            cargs = check_args(args.instance_type, args.node_count, d, args.min_busbw_gbps, args.extra_check_args,
+                               image=args.image, min_busbw_fraction=args.min_busbw_fraction,
+                               compare_socket=args.compare_socket, strict_versions=args.strict_versions,
+                               require_counters=args.require_counters and args.efa,
+                               storage_proof=args.storage_proof, transport=transport, spec_hash=spec_hash)
+            digest = vouched(args.image, args.instance_type, args.node_count, args.efa, nccl_env, cargs, node_identity)
+            fleet = IMAGE_FLEET_FILE if args.image_audit and args.ray_cluster_name else None  # as pod_extra below
+            return f"{name}-{digest}", check_script(args.dashboard_address, cargs, d, image_fleet_file=fleet)
+
+        if isinstance(args.spec_hash, pulumi.Output) or isinstance(args.node_identity, pulumi.Output):
+            rendered = pulumi.Output.all(args.spec_hash, args.node_identity).apply(lambda v: render(v[0], v[1]))
+            self.job_name = rendered.apply(lambda r: r[0])
+            script: Any = rendered.apply(lambda r: r[1])
+        else:
+            self.job_name, script = render(args.spec_hash, args.node_identity)
         self.deadlines = d
         audit: list[pulumi.Resource] = []
         pod_extra: dict[str, Any] = {}
@@ -379,9 +404,7 @@ class EfaCheckJob(pulumi.ComponentResource):
                         "containers": [restricted_container({
                             "name": "efa-check",
                             "image": args.image,
-                            "command": ["/bin/bash", "-c", check_script(
-                                args.dashboard_address, cargs, d,
-                                image_fleet_file=IMAGE_FLEET_FILE if pod_extra else None)],
+                            "command": ["/bin/bash", "-c", script],
                             "resources": resources,
                             **({"env": token_client_env(args.auth_secret_name)} if args.auth_secret_name else {}),
                             "volumeMounts": [{"name": f"code-{d}", "mountPath": f"{MOUNT}/{d}"} for d in folders]
@@ -402,7 +425,8 @@ class EfaCheckJob(pulumi.ComponentResource):
                 custom_timeouts=pulumi.CustomTimeouts(create=f"{d.pulumi_timeout_s}s",
                                                       update=f"{d.pulumi_timeout_s}s")),
         )
-        self.logs_command = f"kubectl -n {args.namespace} logs job/{self.job_name}"
+        self.logs_command = pulumi.Output.concat(f"kubectl -n {args.namespace} logs job/", self.job_name) \
+            if isinstance(self.job_name, pulumi.Output) else f"kubectl -n {args.namespace} logs job/{self.job_name}"
         self.register_outputs({"jobName": self.job_name, "logsCommand": self.logs_command})
 
     def _image_audit(self, name: str, args: EfaCheckJobArgs, child: pulumi.ResourceOptions,

@@ -27,6 +27,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+import hashlib
+import json
+
 import pulumi
 import pulumi_aws as aws
 
@@ -114,10 +117,37 @@ class NodeLaunchTemplateArgs:
     (EKS user guide, "Create a managed node group with Capacity Blocks for ML",
     https://docs.aws.amazon.com/eks/latest/userguide/capacity-blocks-mng.html; terraform-aws-eks
     modules/eks-managed-node-group does the same when capacity_type is CAPACITY_BLOCK)."""
+    template_tags: dict[str, str] | None = None
+    """Tags of the template itself (components/rollout_guards.py records what the group runs there); not data: a
+    change makes no new template version."""
+    hooks: pulumi.ResourceHookBinding | None = None
+    """Resource hooks of the template (components/rollout_guards.py)."""
 
 
 def node_launch_template(name: str, args: NodeLaunchTemplateArgs, opts: pulumi.ResourceOptions) -> aws.ec2.LaunchTemplate:
     """The launch template a managed node group uses (``launch_template={"id": ..., "version": ...}``)."""
+    props = launch_template_data(name, args)
+    if args.template_tags:
+        props["tags"] = dict(args.template_tags)
+    if args.hooks is not None:
+        opts = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(hooks=args.hooks))
+    return aws.ec2.LaunchTemplate(name, **props, opts=opts)
+
+
+def fingerprint(value: Any) -> str:
+    """Short hash of plain data (an Output inside shows as a marker: resolve it first)."""
+    blob = json.dumps(value, sort_keys=True, default=lambda o: f"<{type(o).__name__}>")
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def data_fingerprint(name: str, args: NodeLaunchTemplateArgs) -> pulumi.Output[str]:
+    """Hash of the template's data with every value resolved (reservation id, security groups, placement group):
+    a change is a new template version, on which EKS replaces every node of the group."""
+    return pulumi.Output.from_input(launch_template_data(name, args)).apply(fingerprint)
+
+
+def launch_template_data(name: str, args: NodeLaunchTemplateArgs) -> dict[str, Any]:
+    """The template's inputs that make its versions (everything but its own tags)."""
     capacity = args.capacity or GpuCapacity()
     props: dict[str, Any] = {
         "metadata_options": args.hardening.metadata_options(),
@@ -143,7 +173,7 @@ def node_launch_template(name: str, args: NodeLaunchTemplateArgs, opts: pulumi.R
         props["instance_market_options"] = capacity.instance_market_options()
     if args.tags:
         props["tag_specifications"] = [{"resource_type": "instance", "tags": args.tags}]
-    return aws.ec2.LaunchTemplate(name, **props, opts=opts)
+    return props
 
 
 def launch_template_ref(template: aws.ec2.LaunchTemplate) -> dict[str, Any]:

@@ -23,8 +23,9 @@ import pulumi_eks as eks
 
 from .capacity import CAPACITY_BLOCK, RESERVATION, GpuCapacity, reservation_problem
 from .instances import InstanceType
-from .launch_template import (NodeHardening, NodeLaunchTemplateArgs, efa_network_interfaces, launch_template_ref,
-                              node_launch_template)
+from .launch_template import (NodeHardening, NodeLaunchTemplateArgs, data_fingerprint, efa_network_interfaces,
+                              launch_template_ref, node_launch_template)
+from .rollout_guards import gpu_template_hooks, system_template_hooks, template_tags
 
 ROLE_LABEL = "ray-efa-eks/role"
 SYSTEM_ROLE = "system"
@@ -68,6 +69,8 @@ class SystemNodeGroup(pulumi.ComponentResource):
     node_group: eks.ManagedNodeGroup
     launch_template: aws.ec2.LaunchTemplate
     labels: dict[str, str]
+    template_fingerprint: pulumi.Output[str]
+    """Hash of the launch template's resolved data: it changes exactly when EKS replaces the node."""
 
     def __init__(self, name: str, args: SystemNodeGroupArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("ray-efa-eks:index:SystemNodeGroup", name, None, opts)
@@ -76,8 +79,12 @@ class SystemNodeGroup(pulumi.ComponentResource):
         self.labels = {ROLE_LABEL: SYSTEM_ROLE}
         n = args.node_count
         child = pulumi.ResourceOptions(parent=self)
-        self.launch_template = node_launch_template(
-            f"{name}-lt", NodeLaunchTemplateArgs(hardening=args.hardening, root_volume_gib=args.root_volume_gib), child)
+        lt_args = NodeLaunchTemplateArgs(
+            hardening=args.hardening, root_volume_gib=args.root_volume_gib,
+            template_tags=template_tags(SYSTEM_ROLE, n, "on-demand", args.kubernetes_version or ""),
+            hooks=system_template_hooks(f"{name}-lt"))
+        self.launch_template = node_launch_template(f"{name}-lt", lt_args, child)
+        self.template_fingerprint = data_fingerprint(f"{name}-lt", lt_args)
         self.node_group = eks.ManagedNodeGroup(
             f"{name}-mng",
             cluster=args.cluster,
@@ -117,6 +124,8 @@ class EfaGpuNodeGroupArgs:
     """On demand (default), an ODCR or a Capacity Block: the launch template's target and the group's capacityType."""
     kubernetes_version: str | None = None
     """The control plane's MAJOR.MINOR (see :data:`VERSION_NOTE`)."""
+    workers_to_delete: int = 0
+    """How many Ray worker pods this update deletes by name (gpuWorkersToDelete), for the scale-down guard."""
 
 
 class EfaGpuNodeGroup(pulumi.ComponentResource):
@@ -132,6 +141,8 @@ class EfaGpuNodeGroup(pulumi.ComponentResource):
     reserved_instances: pulumi.Output[Any] | None
     """The ODCR's instance count as EC2 describes it (reservation mode with a reservation id; else None): all of
     them are billed whether GPU nodes run or not."""
+    template_fingerprint: pulumi.Output[str]
+    """Hash of the launch template's resolved data: it changes exactly when EKS replaces every GPU node."""
 
     def __init__(self, name: str, args: EfaGpuNodeGroupArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("ray-efa-eks:index:EfaGpuNodeGroup", name, None, opts)
@@ -165,12 +176,17 @@ class EfaGpuNodeGroup(pulumi.ComponentResource):
         in_template = args.capacity.mode == CAPACITY_BLOCK
         if args.efa and args.capacity.cluster_placement_group:
             self.placement_group = aws.ec2.PlacementGroup(f"{name}-pg", strategy="cluster", opts=child)
-        self.launch_template = node_launch_template(f"{name}-lt", NodeLaunchTemplateArgs(
+        lt_args = NodeLaunchTemplateArgs(
             hardening=args.hardening, root_volume_gib=args.root_volume_gib,
             network_interfaces=efa_network_interfaces(it, [args.cluster_security_group_id]) if args.efa else None,
             placement_group_name=self.placement_group.name if self.placement_group else args.capacity.placement_group,
             capacity=args.capacity, reservation_id=checked_reservation(name, it.name, args, child, self),
-            instance_type=it.name if in_template else None), child)
+            instance_type=it.name if in_template else None,
+            template_tags=template_tags(GPU_ROLE, n, args.capacity.mode, args.kubernetes_version or "",
+                                        args.workers_to_delete),
+            hooks=gpu_template_hooks(f"{name}-lt"))
+        self.launch_template = node_launch_template(f"{name}-lt", lt_args, child)
+        self.template_fingerprint = data_fingerprint(f"{name}-lt", lt_args)
         self.node_group = eks.ManagedNodeGroup(
             f"{name}-mng",
             cluster=args.cluster,

@@ -94,6 +94,8 @@ UPGRADE_STRATEGIES = ("Recreate", "None")
 """KubeRay 1.7 CRD ``spec.upgradeStrategy.type`` enum."""
 TOKEN_LENGTH = 64
 """Alphanumeric characters of the token (sent as an HTTP bearer token and a gRPC header)."""
+CHART_ANNOTATION = "ray-efa-eks/kuberay-chart-version"
+"""On the RayCluster: the KubeRay chart version the stack ran it with (read by :func:`chart_bump_problem`)."""
 STACK_NCCL_ENV = "RAY_EFA_EKS_STACK_NCCL_ENV"
 """JSON ``{name: value}`` of the ``NCCL_*`` variables this stack rendered on the container. A run's fabric capture
 (training/fabric.py ``STACK_NCCL_ENV``) reads it to tell the stack's defaults (``ncclDebug``: WARN) from a user's
@@ -241,6 +243,9 @@ class WorkerGroupArgs:
     """Ray's autoscaler (``RayClusterArgs.autoscaler``) runs this group from 0 to ``replicas`` workers: the spec
     carries ``minReplicas: 0``, ``maxReplicas: replicas`` and no ``replicas`` (the autoscaler owns it; a value here
     would be written back on every ``pulumi up``)."""
+    workers_to_delete: list[str] = field(default_factory=list)
+    """Worker pods KubeRay deletes first (``scaleStrategy.workersToDelete``; KubeRay v1.7.0 raycluster_controller.go
+    lines 1132-1153 delete them whatever ``replicas`` says; muted in the Recreate hash, so nothing is recreated)."""
 
     def resources(self) -> dict[str, dict[str, str]]:
         it = self.instance_type
@@ -297,6 +302,9 @@ class RayClusterArgs:
     RAY_EFA_EKS_EFA_EXPORTER; None: the counter witness has no exporter (it then reads the pod's own /sys)."""
     autoscaler: AutoscalerArgs | None = None
     """Ray's autoscaler v2 (components/ray_autoscaler.py); required by a worker group with ``scale_from_zero``."""
+    kuberay_chart_version: str | None = None
+    """The operator's chart version, recorded on the RayCluster (:data:`CHART_ANNOTATION`): a chart bump and a spec
+    change in one update are refused (KubeRay recreates nothing on an operator version change)."""
     depends_on: list[pulumi.Resource] = field(default_factory=list)
     after_namespace: Callable[[k8s.core.v1.Namespace], list[pulumi.Resource]] | None = None
     """Called with the Ray namespace once it is registered; the RayCluster also waits for what it returns. The
@@ -338,13 +346,39 @@ def _muted(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def spec_hash(spec: dict[str, Any]) -> str:
-    """Short hash of a RayCluster spec, blind to scaling (replicas) as KubeRay's Recreate hash is.
+    """Short hash of a plain RayCluster spec, blind to scaling (replicas) as KubeRay's Recreate hash is.
 
-    A value that is a Pulumi Output (the checkpoint storage path) is hashed as a marker: it names a bucket that
-    does not change once created.
+    Hash the *resolved* spec (:func:`resolved_spec_hash`): KubeRay hashes the values it receives, so a checkpoint
+    prefix change (the storage path is an Output) recreates every pod, and the gate must know.
     """
     blob = json.dumps(_muted(spec), sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def resolved_spec_hash(spec: dict[str, Any]) -> pulumi.Output[str] | str:
+    """:func:`spec_hash` of ``spec`` with every Output in it resolved (a plain string when there is none)."""
+    if not _has_output(spec):
+        return spec_hash(spec)
+    return pulumi.Output.from_input(_snapshot(spec)).apply(spec_hash)
+
+
+def _snapshot(value: Any) -> Any:
+    """A copy of the dict/list structure (leaves shared): the caller goes on to add the hash to the spec's env."""
+    if isinstance(value, dict):
+        return {k: _snapshot(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_snapshot(v) for v in value]
+    return value
+
+
+def _has_output(value: Any) -> bool:
+    if isinstance(value, pulumi.Output):
+        return True
+    if isinstance(value, dict):
+        return any(_has_output(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_has_output(v) for v in value)
+    return False
 
 
 def build_spec(args: RayClusterArgs) -> dict[str, Any]:
@@ -394,13 +428,19 @@ def build_spec(args: RayClusterArgs) -> dict[str, Any]:
         if g.scale_from_zero and args.autoscaler is None:
             raise ValueError(f"worker group {g.name}: scale_from_zero needs RayClusterArgs.autoscaler (Ray's "
                              "autoscaler v2 adds and removes its workers)")
+        if g.scale_from_zero and g.workers_to_delete:
+            raise ValueError(f"worker group {g.name}: workers_to_delete is for a fixed group; with scale_from_zero "
+                             "Ray's autoscaler owns scaleStrategy.workersToDelete")
         scaling = ({"minReplicas": 0, "maxReplicas": g.replicas} if g.scale_from_zero
                    else {"replicas": g.replicas, "minReplicas": g.replicas, "maxReplicas": g.replicas})
-        groups.append({
+        group: dict[str, Any] = {
             "groupName": g.name, **scaling,
             "rayStartParams": ray_start_params(g.ray_start_params),
             "template": {"metadata": {"labels": {"ray-efa-eks/worker-group": g.name}}, "spec": pod},
-        })
+        }
+        if g.workers_to_delete:
+            group["scaleStrategy"] = {"workersToDelete": list(g.workers_to_delete)}
+        groups.append(group)
     spec: dict[str, Any] = {
         "rayVersion": args.ray_version,
         "enableInTreeAutoscaling": args.autoscaler is not None,
@@ -421,7 +461,7 @@ def build_spec(args: RayClusterArgs) -> dict[str, Any]:
     containers = [c for g in [spec["headGroupSpec"], *groups] for c in g["template"]["spec"]["containers"]]
     for c in containers:
         c["env"] = [*c["env"], {"name": IMAGE_ENV, "value": c["image"]}]
-    digest = spec_hash(spec)
+    digest = resolved_spec_hash(spec)
     for c in containers:
         c["env"].append({"name": SPEC_HASH_ENV, "value": digest})
     return spec
@@ -529,15 +569,64 @@ class RayCluster(pulumi.ComponentResource):
             self.auth_secret_name = args.auth_secret_name
             self.auth_token = pulumi.Output.secret(token.result)
         self.spec_hash = self.spec["headGroupSpec"]["template"]["spec"]["containers"][0]["env"][-1]["value"]
+        metadata: dict[str, Any] = {"name": name, "namespace": args.namespace}
+        hooks = None
+        if args.kuberay_chart_version:
+            metadata["annotations"] = {CHART_ANNOTATION: args.kuberay_chart_version}
+            hooks = pulumi.ResourceHookBinding(before_update=[pulumi.ResourceHook(
+                f"{name}-raycluster-chart-bump", _check_chart_bump, pulumi.ResourceHookOptions(on_dry_run=True))])
         self.custom_resource = k8s.apiextensions.CustomResource(
             f"{name}-raycluster",
             api_version="ray.io/v1",
             kind="RayCluster",
-            metadata={"name": name, "namespace": args.namespace},
+            metadata=metadata,
             spec=self.spec,
-            opts=pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[*deps, *args.depends_on]),
+            opts=pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[*deps, *args.depends_on],
+                                        hooks=hooks),
         )
         # KubeRay names the head service <cluster>-head-svc.
         self.head_service_name = f"{name}-head-svc"
         self.dashboard_address = f"http://{self.head_service_name}.{args.namespace}.svc.cluster.local:8265"
         self.register_outputs({"headServiceName": self.head_service_name, "dashboardAddress": self.dashboard_address})
+
+
+def chart_bump_problem(old: dict[str, Any] | None, new: dict[str, Any] | None) -> str | None:
+    """Why a RayCluster update from ``old`` to ``new`` inputs would leave stale pods, or None.
+
+    KubeRay v1.6.0-v1.7.0 recreate nothing when the head was created by another operator version:
+    ``shouldRecreatePodsForUpgrade`` (raycluster_controller.go v1.7.0 lines 1482-1491) rewrites the head's
+    ``ray.io/kuberay-version`` and ``ray.io/upgrade-strategy-recreate-hash`` (to the hash of the spec it sees now) and
+    returns false. A spec change that reaches the new operator together with the chart bump is thereby recorded as
+    done: the old pods stay and the gate fails ``stale`` on every run.
+    """
+    def chart(inputs: dict[str, Any] | None) -> str | None:
+        return (((inputs or {}).get("metadata") or {}).get("annotations") or {}).get(CHART_ANNOTATION)
+
+    before, after = chart(old), chart(new)
+    if not before or not after or before == after:
+        return None
+    old_spec, new_spec = (old or {}).get("spec"), (new or {}).get("spec")
+    if old_spec is None or new_spec is None:
+        return None
+    try:
+        same = spec_hash(_plain(old_spec)) == spec_hash(_plain(new_spec))
+    except (KeyError, TypeError, AttributeError):  # not a spec this module wrote: compare it whole
+        same = _plain(old_spec) == _plain(new_spec)
+    if same:
+        return None
+    return (f"the KubeRay chart moves {before} -> {after} in the same update as a RayCluster spec change: KubeRay "
+            "recreates no pod when the operator version changes (raycluster_controller.go v1.7.0 "
+            "shouldRecreatePodsForUpgrade, lines 1482-1491: it rewrites the head's ray.io/kuberay-version and recreate "
+            "hash instead), so the pods keep the old spec and the EFA gate fails stale. Fix: bump "
+            "kuberayChartVersion alone first (`pulumi up`), then apply the other change in a second `pulumi up` "
+            "(docs/upgrades.md: KubeRay chart and CRDs)")
+
+
+def _plain(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=lambda o: f"<{type(o).__name__}>"))
+
+
+def _check_chart_bump(args: pulumi.ResourceHookArgs) -> None:
+    problem = chart_bump_problem(dict(args.old_inputs or {}), dict(args.new_inputs or {}))
+    if problem:
+        raise ValueError(problem)

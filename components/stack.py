@@ -17,6 +17,7 @@ by the earlier program keeps every resource. One EfaRayCluster per stack: it own
 from typing import Any, Optional, TypedDict
 
 import pulumi
+import pulumi_kubernetes as k8s
 
 from .capacity import (BLOCK_TERMINATION_LEAD_MINUTES, CAPACITY_BLOCK, PENDING_BLOCK_STATES, RESERVATION, GpuCapacity,
                        block_problem, read_capacity_block)
@@ -29,7 +30,8 @@ from .efa_check import Deadlines, EfaCheckJob, EfaCheckJobArgs, gate_transport
 from .eks_versions import version_warning
 from .kuberay import KubeRayOperator, KubeRayOperatorArgs
 from .live_cluster import lagging_warning, read_live_cluster, upgrade_problem
-from .launch_template import NodeHardening
+from .kuberay_versions import unverified_note
+from .launch_template import NodeHardening, fingerprint
 from .network import Network, NetworkArgs
 from .metrics_rules import AlertThresholds
 from .node_agent import NodeAgent, NodeAgentArgs
@@ -58,6 +60,8 @@ class EfaRayClusterArgs(TypedDict, total=False):
     """GPU worker instance type; must be in the catalogue (components/instances.py)."""
     gpuNodeCount: int
     """GPU nodes (one Ray worker pod each). 0 parks the GPU node group and stops its cost."""
+    gpuWorkersToDelete: list[str]
+    """Lowering gpuNodeCount N -> M > 0: the N-M Ray worker pods KubeRay deletes (its workersToDelete), after their nodes were drained and terminated (docs/upgrades.md: scaling the GPU fleet down)."""
     systemInstanceType: str
     """Node for the KubeRay operator and the GPU-less Ray head."""
     availabilityZone: str
@@ -83,7 +87,7 @@ class EfaRayClusterArgs(TypedDict, total=False):
     ncclDebug: str
     """NCCL_DEBUG for training pods (the EFA check always uses INFO; a training run's fabric capture replaces it with INFO, or TRACE, and a per-rank file: docs/training.md)."""
     kuberayChartVersion: str
-    """KubeRay operator Helm chart version."""
+    """KubeRay operator Helm chart version (>= 1.6.0: its RayCluster CRD has upgradeStrategy); its CRDs are applied with it (docs/upgrades.md)."""
     efaCheck: bool
     """Create the post-deploy EFA check Job."""
     efaCheckBlocking: bool
@@ -227,6 +231,9 @@ class EfaRayCluster(pulumi.ComponentResource):
         access = access_plan(name, cfg.clusterAdminArns, cfg.clusterViewerArns, cfg.clusterCreatorArn, live)
         for note in access.warnings:
             pulumi.log.warn(note)
+        chart_note = unverified_note(cfg.kuberayChartVersion)
+        if chart_note:
+            pulumi.log.warn(chart_note)
         version_note = version_warning(cfg.kubernetesVersion)
         if version_note:  # extended support: $0.60/h instead of $0.10/h
             pulumi.log.warn(version_note)
@@ -265,7 +272,8 @@ class EfaRayCluster(pulumi.ComponentResource):
             subnet_ids=network.gpu_subnet_id.apply(lambda s: [s]), instance_type=cfg.gpu_type,
             availability_zone=gpu_az, node_count=cfg.gpuNodeCount, efa=cfg.efa,
             allow_single_node=cfg.allowSingleEfaNode, root_volume_gib=cfg.gpuRootVolumeGiB, hardening=hardening,
-            capacity=capacity, kubernetes_version=cfg.kubernetesVersion), opts=child)
+            capacity=capacity, kubernetes_version=cfg.kubernetesVersion,
+            workers_to_delete=len(cfg.gpuWorkersToDelete)), opts=child)
         plugins = DevicePlugins("device-plugins", DevicePluginsArgs(provider=cluster.provider, efa=cfg.efa,
                                                                    instance_types=[cfg.gpuInstanceType]),
                                 opts=opts_with(depends_on=[gpu]))
@@ -281,10 +289,15 @@ class EfaRayCluster(pulumi.ComponentResource):
                 opts=child)
         operators: list[KubeRayOperator] = []
 
+        # The CRDs Helm installed on a stack's first up are upserted and taken over (components/kuberay.py).
+        crd_provider = k8s.Provider("kuberay-crds-k8s", kubeconfig=cluster.eks.kubeconfig_json,
+                                    enable_server_side_apply=True, upsert_existing_objects=True,
+                                    enable_patch_force=True, opts=pulumi.ResourceOptions(parent=self))
+
         def install_operator(ray_ns: pulumi.Resource) -> list[pulumi.Resource]:
             """The KubeRay operator, watching only the Ray namespace (its chart puts a Role there)."""
             operators.append(KubeRayOperator("kuberay", KubeRayOperatorArgs(
-                provider=cluster.provider, chart_version=cfg.kuberayChartVersion,
+                provider=cluster.provider, chart_version=cfg.kuberayChartVersion, crd_provider=crd_provider,
                 watch_namespaces=[RAY_NAMESPACE], depends_on=[ray_ns]), opts=opts_with(depends_on=[system])))
             return [operators[-1]]
 
@@ -299,8 +312,10 @@ class EfaRayCluster(pulumi.ComponentResource):
             namespace=RAY_NAMESPACE, service_account_name=RAY_SERVICE_ACCOUNT,
             storage_path=storage.storage_uri if storage else None, network_policy=cfg.networkPolicy,
             token_auth=cfg.rayTokenAuth, region=cfg.region, efa_exporter_url=agent.exporter_url if agent else None,
+            kuberay_chart_version=cfg.kuberayChartVersion,
             worker_groups=[WorkerGroupArgs(name="gpu", instance_type=cfg.gpu_type, replicas=cfg.gpuNodeCount,
-                                           efa=cfg.efa, scale_from_zero=cfg.scale_to_zero)],
+                                           efa=cfg.efa, scale_from_zero=cfg.scale_to_zero,
+                                           workers_to_delete=list(cfg.gpuWorkersToDelete))],
             autoscaler=AutoscalerArgs(idle_timeout_s=cfg.gpuIdleTimeoutSeconds) if cfg.scale_to_zero else None,
             # Pod identity is injected at pod start: the association and the agent must exist before the pods.
             depends_on=[plugins, *([storage] if storage else []), *cluster.addons], after_namespace=install_operator),
@@ -335,6 +350,8 @@ class EfaRayCluster(pulumi.ComponentResource):
                 storage_proof=cfg.checkpointBucket,
                 deadlines=Deadlines(topology_wait_s=cfg.efaCheckWaitSeconds),
                 auth_secret_name=ray.auth_secret_name, spec_hash=ray.spec_hash, ray_cluster_name=ray.name,
+                node_identity=pulumi.Output.all(gpu.template_fingerprint, system.template_fingerprint,
+                                                cfg.kubernetesVersion).apply(fingerprint),
                 depends_on=[agent.daemonset] if agent else []), opts=child)  # every node's exporter up first
 
         teardown: list[Any] = [

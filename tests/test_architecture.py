@@ -103,7 +103,8 @@ def test_config_flows_one_way():
                if any(isinstance(n, ast.Name) and n.id == "StackConfig" for n in ast.walk(tree))}
     assert readers <= {"stack", "config"} and "stack" in readers  # config.py defines it (a ClassDef, not a Name)
     config_imports = {mod for level, mod in imports(modules("components")["config"]) if level == 1}
-    assert config_imports <= {"capacity", "instances", "storage_rules", "eks_versions", "config_fields", "values"}, \
+    assert config_imports <= {"capacity", "instances", "storage_rules", "eks_versions", "config_fields", "values",
+                              "kuberay_versions"}, \
         config_imports
     # values.py (the value grammars every key, component and CLI option uses) is a leaf: it imports no component
     assert not [mod for level, mod in imports(modules("components")["values"]) if level], "values.py is a leaf"

@@ -19,7 +19,10 @@ from typing import Any
 import pulumi
 from pulumi.runtime import rpc as _rpc
 from pulumi.runtime import settings as _settings
+from google.protobuf import struct_pb2
+from pulumi.runtime._callbacks import _CallbackServicer
 from pulumi.runtime.mocks import MockMonitor
+from pulumi.runtime.proto import resource_pb2
 
 from . import aws_rules
 from .mock_account import MockAccount
@@ -170,10 +173,28 @@ def _resource_ref(ref_struct, keep_unknowns=None):  # noqa: ANN001 - the SDK's s
     return cls(urn)
 
 
+class HookRefused(Exception):
+    """A ``before_update`` resource hook failed: the engine fails that resource's update step, in a preview too when
+    the hook runs on dry runs (pulumi/pulumi pkg/resource/deploy/step.go ``UpdateStep.Apply``, deployment.go
+    ``RunHooks``)."""
+
+    def __init__(self, hook: str, resource: str, error: str):
+        self.hook, self.resource, self.error = hook, resource, error
+        super().__init__(f"before_update hook {hook!r} refused the update of {resource}: {error}")
+
+
 class _ParentAwareMonitor(MockMonitor):
-    """MockMonitor that tells the mocks each registration's parent URN and own URN."""
+    """MockMonitor that tells the mocks each registration's parent URN and own URN, and keeps the resource hooks
+    the program registers (name -> callback token, on_dry_run)."""
 
     _local = threading.local()
+    hooks: dict[str, tuple[str, bool]]
+
+    def RegisterResourceHook(self, request):  # noqa: N802 - gRPC method name
+        if not hasattr(self, "hooks"):
+            self.hooks = {}
+        self.hooks[request.name] = (request.callback.token, bool(request.on_dry_run))
+        return super().RegisterResourceHook(request)
 
     @property
     def current(self) -> tuple[str | None, str, dict[str, Any]]:
@@ -183,6 +204,8 @@ class _ParentAwareMonitor(MockMonitor):
         # Registrations run on executor threads: keep "current" per thread.
         options = {"retain_on_delete": bool(request.retainOnDelete), "protect": bool(request.protect),
                    "dependencies": list(request.dependencies)}
+        if request.HasField("hooks") and request.hooks.before_update:
+            options["before_update"] = list(request.hooks.before_update)
         self._local.current = (request.parent or None, self.make_urn(request.parent, request.type, request.name),
                                options)
         _IN_REGISTRATION.active = True  # resource refs in these inputs stay refs (see ResourceRef)
@@ -201,8 +224,12 @@ class RecordingMocks(pulumi.runtime.Mocks):
     """Mocks that record each resource and answer invokes deterministically."""
 
     def __init__(self, run: MockRun, region: str, offerings: dict[str, list[str]] | None = None,
-                 caller_arn: str = DEPLOYER_ARN, strict: bool = True, account: MockAccount | None = None):
+                 caller_arn: str = DEPLOYER_ARN, strict: bool = True, account: MockAccount | None = None,
+                 previous: MockRun | None = None):
         self.run = run
+        self.previous = {r.urn: r for r in previous.resources} if previous is not None else {}
+        """The deployed stack (an earlier run): a resource whose inputs differ is an update, and its
+        ``before_update`` hooks run with the old and new inputs, as the engine runs them."""
         self.region = region
         self.offerings = offerings
         """Override: region -> AZs that offer every type; None: EC2's offerings per type (``tools/offerings.json``)."""
@@ -264,7 +291,23 @@ class RecordingMocks(pulumi.runtime.Mocks):
         if self.strict:
             self.account.urn = urn
             aws_rules.check(args.typ, args.name, rec.inputs, self.account)
+        old = self.previous.get(urn)
+        if old is not None and _plain(old.inputs) != _plain(rec.inputs):
+            for hook in options.get("before_update", []):
+                self._run_hook(hook, urn, rid, args, old.inputs, rec.inputs)
         return rid, state
+
+    def _run_hook(self, hook: str, urn: str, rid: str, args: Any, old: dict[str, Any], new: dict[str, Any]) -> None:
+        """Call a registered hook through the SDK's own callback service, with the request the engine sends."""
+        token, _on_dry_run = getattr(self.monitor, "hooks", {})[hook]
+        servicer = next(s for s in _CallbackServicer._servicers if token in s._callbacks)
+        request = resource_pb2.ResourceHookRequest(urn=urn, id=rid, name=args.name, type=args.typ,
+                                                   new_inputs=_struct(new), old_inputs=_struct(old))
+        future = asyncio.run_coroutine_threadsafe(servicer._callbacks[token](request.SerializeToString()),
+                                                  servicer._loop)
+        response = future.result(timeout=120)
+        if response.error:
+            raise HookRefused(hook, f"{args.typ} {args.name}", response.error)
 
     def call(self, args: pulumi.runtime.MockCallArgs):
         self.run.calls.append((args.token, dict(args.args)))
@@ -325,6 +368,16 @@ class RecordingMocks(pulumi.runtime.Mocks):
         return {}, []
 
 
+def _plain(value: Any) -> Any:
+    return json.loads(json.dumps(value, sort_keys=True, default=lambda o: getattr(o, "urn", f"<{type(o).__name__}>")))
+
+
+def _struct(value: dict[str, Any]) -> struct_pb2.Struct:
+    out = struct_pb2.Struct()
+    out.update(_plain(value))
+    return out
+
+
 def _quiet_refusals(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
     """Drop "exception was never retrieved" for a refusal the run already raised to its caller.
 
@@ -348,12 +401,15 @@ def run_program(
     caller_arn: str = DEPLOYER_ARN,
     strict: bool = True,
     account: MockAccount | None = None,
+    previous: MockRun | None = None,
 ) -> MockRun:
     """Run ``program`` under mocks with ``ray-efa-eks:`` config ``config``; return what it registered.
 
     Exceptions raised by the program (config errors) propagate unchanged; pass
     ``record`` to inspect what was registered before one was raised. ``strict`` (default) refuses what AWS would
     refuse (:class:`~.aws_rules.AwsRejected` at that resource); ``caller_arn`` is the deploying identity.
+    ``previous``: the run that deployed the stack; resources whose inputs changed since run their ``before_update``
+    hooks (:class:`HookRefused` when one fails), as the engine does in a preview and an update.
     ``account``: the AWS account across runs (:class:`~.mock_account.MockAccount`): the program reads its live
     cluster from it, and a run that succeeds is committed to it as EKS would apply it (a sequence of ``pulumi up``).
     """
@@ -372,7 +428,8 @@ def run_program(
     _settings.ROOT.set(None)
     _rpc.deserialize_resource = _resource_ref  # idempotent; a no-op outside mock registrations
     pulumi.runtime.set_all_config(all_config)
-    mocks = RecordingMocks(run, region, offerings, caller_arn=caller_arn, strict=strict, account=account)
+    mocks = RecordingMocks(run, region, offerings, caller_arn=caller_arn, strict=strict, account=account,
+                           previous=previous)
     mocks.monitor = _ParentAwareMonitor(mocks)
     pulumi.runtime.set_mocks(mocks, project="ray-efa-eks", stack=stack, preview=False, monitor=mocks.monitor)
 

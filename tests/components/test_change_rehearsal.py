@@ -28,6 +28,7 @@ from functools import lru_cache
 
 import pytest
 
+from ray_efa_eks.components.rollout_guards import template_changes
 from ray_efa_eks.tools import layout
 from ray_efa_eks.tools.mockrun import MockRun, run_program
 from ray_efa_eks.tools.plan_diff import diff_plans
@@ -243,7 +244,10 @@ def test_node_count_scales_without_restarting_the_cluster(before, after):
     a, b = run({"gpuNodeCount": before}), run({"gpuNodeCount": after})
     s = steps(a, b)
     assert s[f"{RC} ray-raycluster"] == "update" and s[f"{MNG} gpu-mng"] == "update"
-    assert s[f"{LT} gpu-lt"] == "same", "scaling must not roll the GPU nodes"
+    # only the template's tags record the new count: no new template version, nothing rolls
+    # (terraform-provider-aws ec2_launch_template.go resourceLaunchTemplateUpdate: updateKeys leave out tags)
+    assert not template_changes(a.one(LT, "gpu-lt").inputs, b.one(LT, "gpu-lt").inputs), \
+        "scaling must not roll the GPU nodes"
     assert not kuberay_recreates(a, b), "a scale change must not restart the running pods"
     assert s[f"{JOB} efa-check-job"] == "replace" and _arg(gate_args(b), "--expect-nodes") == str(after)
     assert sum(p["role"] == "worker gpu" for p in pods_after(a, b)) == after
@@ -268,7 +272,8 @@ def test_capacity_mode_change_rolls_the_gpu_nodes_and_the_plan_diff_flags_it():
     b = run({**ODCR, "gpuCapacity": "reservation", "gpuCapacityReservationId": "cr-0a1b2c3d4e5f60718"})
     s = steps(a, b)
     assert s[f"{LT} gpu-lt"] == "update", "a new template version: EKS replaces every GPU node"
-    assert not kuberay_recreates(a, b) and s[f"{JOB} efa-check-job"] == "same"
+    # KubeRay recreates nothing, but EKS replaces the nodes under the pods: the gate must prove EFA on the new ones
+    assert not kuberay_recreates(a, b) and s[f"{JOB} efa-check-job"] == "replace"
     plans = [make_plan(layout.from_mockrun(r), source=n, stack="dev", region="us-east-1") for n, r in
              (("before", a), ("after", b))]
     d = diff_plans(*plans)
