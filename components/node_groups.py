@@ -199,7 +199,10 @@ class EfaGpuNodeGroup(pulumi.ComponentResource):
             launch_template=launch_template_ref(self.launch_template),
             capacity_type=args.capacity.node_group_capacity_type,
             # EKS requires max_size >= 1; desired = min = 0 parks the group.
-            scaling_config={"desired_size": n, "min_size": n, "max_size": max(n, 1)},
+            # min 0: nothing scales this group but Pulumi, and a lower minimum lets the documented scale-down
+            # terminate the chosen idle instances (EC2 Auto Scaling TerminateInstanceInAutoScalingGroup with
+            # --should-decrement-desired-capacity refuses to go below the minimum; docs/upgrades.md)
+            scaling_config={"desired_size": n, "min_size": 0, "max_size": max(n, 1)},
             labels=self.labels,
             taints=[GPU_TAINT],
             opts=child,

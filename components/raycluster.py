@@ -337,6 +337,10 @@ def _muted(spec: dict[str, Any]) -> dict[str, Any]:
             for k in ("replicas", "minReplicas", "maxReplicas"):
                 g.pop(k, None)
             g.get("scaleStrategy", {}).pop("workersToDelete", None)
+            # ScaleStrategy is a struct value in KubeRay's types (raycluster_types.go v1.7.0 line 481): an absent one
+            # and an empty one marshal alike, so hash them alike
+            if not g.get("scaleStrategy", True):
+                g.pop("scaleStrategy")
         pod = g["template"]["spec"]
         pod.pop("tolerations", None)
         pod.pop("schedulingGates", None)

@@ -39,7 +39,10 @@ class PlanDiff:
     rollouts: list[str] = field(default_factory=list)
     """:func:`rollout_risks`: GPU node groups the change would roll inside a reservation or Capacity Block."""
     refusals: list[str] = field(default_factory=list)
-    """:func:`eks_refusals`: what EKS refuses in going from the before plan to the after one (exit 2)."""
+    """:func:`eks_refusals` and :func:`hook_verdicts`: what EKS refuses, or ``pulumi up`` refuses before EKS or KubeRay
+    would do it destructively, in going from the before plan to the after one (exit 2)."""
+    notes: list[str] = field(default_factory=list)
+    """:func:`hook_verdicts`' warnings: what the update replaces or stops (``pulumi up`` warns the same)."""
 
     @property
     def exit_code(self) -> int:
@@ -59,6 +62,41 @@ def eks_refusals(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
     return [f"kubernetesVersion {a} -> {b}: {problem}"] if problem else []
 
 
+LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
+RAY_CLUSTER = "kubernetes:ray.io/v1:RayCluster"
+
+
+def hook_verdicts(before: dict[str, Any], after: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """(refusals, warnings) of the program's ``before_update`` resource hooks for every resource both plans hold
+    with other inputs: the same functions on the same recorded inputs as ``pulumi up`` runs them
+    (components/rollout_guards.py on the launch templates, components/raycluster.py ``chart_bump_problem`` on the
+    RayCluster), so the diff and the update refuse alike."""
+    from ..components import rollout_guards
+    from ..components.raycluster import chart_bump_problem
+
+    refusals: list[str] = []
+    warnings: list[str] = []
+    for label, new in after.items():
+        old = before.get(label)
+        if old is None or old == new:
+            continue
+        typ, name = label.split(" ", 1)
+        a, b = dict(old or {}), dict(new or {})
+        if typ == LAUNCH_TEMPLATE:
+            role = dict(b.get("tags") or {}).get(rollout_guards.TAG_ROLE)
+            if role == "gpu":
+                no, warn = rollout_guards.gpu_update(a, b)
+                refusals += [f"{name}: {x}" for x in no]
+                warnings += [f"{name}: {x}" for x in warn]
+            elif role == "system":
+                warnings += [f"{name}: {x}" for x in rollout_guards.system_update(a, b)]
+        elif typ == RAY_CLUSTER:
+            problem = chart_bump_problem(a, b)
+            if problem:
+                refusals.append(f"{name}: {problem}")
+    return refusals, warnings
+
+
 def diff_plans(before: Plan, after: Plan) -> PlanDiff:
     a, b = ({**flatten(p.settings), **{f"config `{k}`": v for k, v in p.config.items()}} for p in (before, after))
     changed = [(k, a.get(k, "—"), b.get(k, "—")) for k in list(a) + [k for k in b if k not in a] if a.get(k) != b.get(k)]
@@ -66,9 +104,11 @@ def diff_plans(before: Plan, after: Plan) -> PlanDiff:
     rb = {f"{r['type']} {r['name']}" for r in after.resources}
     lines_a = {violation_line(v): v for v in before.violations}
     lines_b = {violation_line(v): v for v in after.violations}
+    hooked, notes = hook_verdicts(before.hooked, after.hooked)
     return PlanDiff(before, after, changed, sorted(rb - ra), sorted(ra - rb),
                     [v for k, v in lines_b.items() if k not in lines_a], [v for k, v in lines_a.items() if k not in lines_b],
-                    rollout_risks(before.settings, after.settings), eks_refusals(before.settings, after.settings))
+                    rollout_risks(before.settings, after.settings),
+                    eks_refusals(before.settings, after.settings) + hooked, notes)
 
 
 def _cell(value: Any) -> str:
@@ -103,8 +143,12 @@ def render_diff(d: PlanDiff) -> str:
     else:
         out += [f"Resources: none added or removed ({len(after.resources)} in all).", ""]
     if d.refusals:
-        out += [f"**EKS would refuse this change ({len(d.refusals)}); `pulumi up` stops before it:**"]
+        out += [f"**EKS would refuse this change, or carry it out destructively ({len(d.refusals)}); `pulumi up` "
+                "stops before it:**"]
         out += [f"- ⛔ {_md(r)}" for r in d.refusals] + [""]
+    if d.notes:
+        out += [f"**What this update replaces or stops ({len(d.notes)}); `pulumi up` warns the same:**"]
+        out += [f"- ⚠️ {_md(r)}" for r in d.notes] + [""]
     if after.violations:
         warned = len(after.violations) - len(after.errors)
         out.append(f"**Layout rules broken ({len(after.errors)}):**" if not warned else

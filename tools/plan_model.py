@@ -43,11 +43,14 @@ class Plan:
     """Every config key the plan used (stack file, then --config), secret values as ``[secret]``."""
     effective: dict[str, Any] = field(default_factory=dict)
     """Every key the program runs with: key -> [value, source] (the stack file, --config or default)."""
+    hooked: dict[str, Any] = field(default_factory=dict)
+    """``type name`` -> inputs of each resource the program guards with a ``before_update`` hook (the launch
+    templates, the RayCluster): the diff runs the same checks on them as ``pulumi up`` (plan_diff.hook_verdicts)."""
 
     def to_json(self) -> dict[str, Any]:
         return {"source": self.source, "stack": self.stack, "region": self.region, "error": self.error,
                 "config": self.config, "effective": self.effective, "resources": self.resources, "settings": self.settings,
-                "rules": {"checked": self.checked, "violations": self.violations}}
+                "rules": {"checked": self.checked, "violations": self.violations}, "hooked": self.hooked}
 
     @classmethod
     def from_json(cls, d: dict[str, Any], source: str | None = None) -> "Plan":
@@ -55,9 +58,10 @@ class Plan:
         if problem:
             raise PlanError(f"not a plan made by `python -m ray_efa_eks.tools.plan --json` ({problem})")
         try:
+            hooked = d.get("hooked") if isinstance(d.get("hooked"), dict) else {}  # plans saved before it: none
             return cls(source or d["source"], d["stack"], d["region"], d["resources"], d["settings"],
                        d["rules"]["violations"], d["rules"]["checked"], d.get("error"), d.get("config", {}),
-                       d.get("effective") if isinstance(d.get("effective"), dict) else {})
+                       d.get("effective") if isinstance(d.get("effective"), dict) else {}, hooked)
         except (KeyError, TypeError) as e:
             raise PlanError(f"not a plan made by `python -m ray_efa_eks.tools.plan --json` (missing {e})") from None
 

@@ -51,8 +51,13 @@ def make_plan(resources: list[Resource], *, source: str, stack: str, region: str
     tree = [{"type": r.type, "name": r.name, "parent": labels.get(r.parent) or layout.urn_label(r.parent)}
             for r in sorted(st.resources, key=lambda r: (r.type, r.name))]
     violations = rules.check(st)
+    hooked = {f"{r.type} {r.name}": layout.plain(r.props) for r in st.resources if r.type in HOOKED_TYPES}
     return Plan(source, stack, region, tree, settings_of(st, region), [v.to_json() for v in violations],
-                list(rules.RULE_IDS))
+                list(rules.RULE_IDS), hooked=hooked)
+
+
+HOOKED_TYPES = ("aws:ec2/launchTemplate:LaunchTemplate", "kubernetes:ray.io/v1:RayCluster")
+"""Resources the program guards with ``before_update`` hooks (components/rollout_guards.py, raycluster.py)."""
 
 
 def plan_tree(root: Path | None = None, *, stack: str = "dev", overrides: dict[str, str] | None = None,

@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from . import layout, layout_cost, layout_network, layout_node_groups, layout_pods
+from ..components.rollout_guards import NOT_DATA
 from .layout import UNKNOWN, Stack
 
 
@@ -71,7 +72,9 @@ def _template_fingerprint(st: Stack, g: layout_node_groups.NodeGroup) -> str:
     template = layout_node_groups._template_of(st, g.resource)
     if template is None:
         return "(none)"
-    blob = json.dumps(layout.plain(template.props), sort_keys=True, default=lambda o: f"<{type(o).__name__}>")
+    # the template's own tags record what the group runs (components/rollout_guards.py): not data, no new version
+    data = {k: v for k, v in layout.plain(template.props).items() if k not in NOT_DATA}
+    blob = json.dumps(data, sort_keys=True, default=lambda o: f"<{type(o).__name__}>")
     return hashlib.sha256(blob.encode()).hexdigest()[:8]
 
 

@@ -29,7 +29,7 @@ def test_example_runs_under_mocks_with_p5_and_32_efa_interfaces(example_run):
     assert ng["instanceTypes"] == ["p5.48xlarge"] and ng["launchTemplate"]["id"] == "h100-lt-id"
     assert len(example_run.one("aws:ec2/launchTemplate:LaunchTemplate", "h100-lt")["networkInterfaces"]) == 32
     assert ng["subnetIds"] == ["subnet-h100-net-private-us-east-1a"]
-    assert ng["scalingConfig"] == {"desiredSize": 2, "minSize": 2, "maxSize": 2}
+    assert ng["scalingConfig"] == {"desiredSize": 2, "minSize": 0, "maxSize": 2}  # min 0: docs/upgrades.md
     assert example_run.outputs["efaInterfacesPerNode"] == 32
     worker = example_run.one("kubernetes:ray.io/v1:RayCluster")["spec"]["workerGroupSpecs"][0]
     limits = worker["template"]["spec"]["containers"][0]["resources"]["limits"]

@@ -34,7 +34,8 @@ def test_gpu_node_group_efa_inputs(request, run_name, itype, efa_ifaces):
     assert ng["capacityType"] == "ON_DEMAND"
     assert ng["instanceTypes"] == [itype]
     assert ng["amiType"] == "AL2023_x86_64_NVIDIA"
-    assert ng["scalingConfig"] == {"desiredSize": 2, "minSize": 2, "maxSize": 2}
+    # min 0: the documented scale-down terminates chosen idle instances below the old size (docs/upgrades.md)
+    assert ng["scalingConfig"] == {"desiredSize": 2, "minSize": 0, "maxSize": 2}
     assert ng["taints"] == [{"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}]
     assert run.outputs["efaInterfacesPerNode"] == efa_ifaces
 
