@@ -68,7 +68,7 @@ class StackConfig:
         live=live("scale",
                   note="lowering gpuNodeCount N -> M > 0 needs N - M names here (docs/upgrades.md: scaling the GPU "
                        "fleet down); KubeRay deletes them and mutes the field in its recreate hash"))
-    """Lowering gpuNodeCount N -> M > 0: the N-M Ray worker pods KubeRay deletes (its workersToDelete), after their nodes were drained and terminated (docs/upgrades.md: scaling the GPU fleet down)."""
+    """Fixed GPU fleet (gpuScaleToZero false), lowering gpuNodeCount N -> M > 0: the N-M Ray worker pods KubeRay deletes (its workersToDelete), after their nodes were drained and terminated (docs/upgrades.md: scaling the GPU fleet down)."""
     systemInstanceType: str = key(
         "m7i.xlarge", allowed=SYSTEM_TYPES,
         live=live("system-node",
@@ -411,6 +411,10 @@ class StackConfig:
             raise ConfigError("gpuInstanceType", self.gpuInstanceType, "does not support EFA; pick an EFA type or set efa: false")
         if self.systemInstanceType not in CATALOGUE:
             raise ConfigError("systemInstanceType", self.systemInstanceType, f"unknown instance type; supported: {', '.join(sorted(CATALOGUE))}")
+        if self.gpuWorkersToDelete and self.scale_to_zero:
+            raise ConfigError("gpuWorkersToDelete", self.gpuWorkersToDelete,
+                              "is for the fixed GPU fleet; with gpuScaleToZero Ray's autoscaler removes idle workers "
+                              "itself (it owns workersToDelete): remove it, or set gpuScaleToZero: false")
         chart = chart_version_problem(self.kuberayChartVersion)
         if chart:
             raise ConfigError("kuberayChartVersion", self.kuberayChartVersion, chart)

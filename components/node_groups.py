@@ -126,6 +126,8 @@ class EfaGpuNodeGroupArgs:
     """The control plane's MAJOR.MINOR (see :data:`VERSION_NOTE`)."""
     workers_to_delete: int = 0
     """How many Ray worker pods this update deletes by name (gpuWorkersToDelete), for the scale-down guard."""
+    autoscaled: bool = False
+    """Ray's autoscaler runs the worker group (gpuScaleToZero): no scale-down guard (components/rollout_guards.py)."""
 
 
 class EfaGpuNodeGroup(pulumi.ComponentResource):
@@ -183,7 +185,7 @@ class EfaGpuNodeGroup(pulumi.ComponentResource):
             capacity=args.capacity, reservation_id=checked_reservation(name, it.name, args, child, self),
             instance_type=it.name if in_template else None,
             template_tags=template_tags(GPU_ROLE, n, args.capacity.mode, args.kubernetes_version or "",
-                                        args.workers_to_delete),
+                                        args.workers_to_delete, args.autoscaled),
             hooks=gpu_template_hooks(f"{name}-lt"))
         self.launch_template = node_launch_template(f"{name}-lt", lt_args, child)
         self.template_fingerprint = data_fingerprint(f"{name}-lt", lt_args)

@@ -22,7 +22,7 @@ behavior": a rolling update that launches new nodes first, then drains and termi
   help: the AWS provider sends the version update before the scaling update (terraform-provider-aws
   internal/service/eks/node_group.go ``resourceNodeGroupUpdate``: "Do any version update first"), so the group must
   already be parked (its recorded node count 0) when the template changes.
-* GPU template, fixed fleet, fewer nodes (``gpuNodeCount`` N -> M, 0 < M < N): refused unless
+* GPU template, fixed fleet (not gpuScaleToZero, whose autoscaler removes idle workers only), fewer nodes (``gpuNodeCount`` N -> M, 0 < M < N): refused unless
   ``gpuWorkersToDelete`` names N - M worker pods (the documented procedure, docs/upgrades.md): EKS terminates
   instances of its own choice when the desired size drops, PodDisruptionBudgets not respected ("Managed node update
   behavior", scale down), and KubeRay without the in-tree autoscaler deletes the first pods of its list
@@ -45,6 +45,8 @@ TAG_CAPACITY = "ray-efa-eks/capacity"
 """on-demand | reservation | capacity-block."""
 TAG_KUBERNETES = "ray-efa-eks/kubernetes-version"
 """The Kubernetes version the stack runs: a node group version update rolls nodes as a template change does."""
+TAG_SCALING = "ray-efa-eks/scaling"
+"""fixed | autoscaled (gpuScaleToZero: Ray's autoscaler removes idle workers itself, so no scale-down guard)."""
 TAG_WORKERS_TO_DELETE = "ray-efa-eks/workers-to-delete"
 """How many worker pods this update names in KubeRay's ``workersToDelete`` (gpuWorkersToDelete)."""
 NOT_DATA = {"tags", "tagsAll", "__defaults"}
@@ -57,9 +59,10 @@ class RolloutRefused(Exception):
 
 
 def template_tags(role: str, nodes: int, capacity: str, kubernetes_version: str,
-                  workers_to_delete: int = 0) -> dict[str, str]:
+                  workers_to_delete: int = 0, autoscaled: bool = False) -> dict[str, str]:
     """The tags that record, on a node launch template, what its node group runs."""
-    tags = {TAG_ROLE: role, TAG_NODES: str(nodes), TAG_CAPACITY: capacity, TAG_KUBERNETES: kubernetes_version}
+    tags = {TAG_ROLE: role, TAG_NODES: str(nodes), TAG_CAPACITY: capacity, TAG_KUBERNETES: kubernetes_version,
+            TAG_SCALING: "autoscaled" if autoscaled else "fixed"}
     if workers_to_delete:
         tags[TAG_WORKERS_TO_DELETE] = str(workers_to_delete)
     return tags
@@ -120,7 +123,7 @@ def gpu_update(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> 
             "update: new nodes first, then the old ones are drained and terminated); running Ray jobs lose their "
             "workers and resume from their last checkpoint when resubmitted with the same --name; the EFA gate runs "
             "again on the new nodes (docs/upgrades.md)")
-    if not refusals:
+    if not refusals and tnew.get(TAG_SCALING) != "autoscaled":  # the autoscaled fleet removes idle workers itself
         if running and after and after < running:
             named = _int(tnew.get(TAG_WORKERS_TO_DELETE)) or 0
             if named != running - after:

@@ -61,7 +61,7 @@ class EfaRayClusterArgs(TypedDict, total=False):
     gpuNodeCount: int
     """GPU nodes (one Ray worker pod each). 0 parks the GPU node group and stops its cost."""
     gpuWorkersToDelete: list[str]
-    """Lowering gpuNodeCount N -> M > 0: the N-M Ray worker pods KubeRay deletes (its workersToDelete), after their nodes were drained and terminated (docs/upgrades.md: scaling the GPU fleet down)."""
+    """Fixed GPU fleet (gpuScaleToZero false), lowering gpuNodeCount N -> M > 0: the N-M Ray worker pods KubeRay deletes (its workersToDelete), after their nodes were drained and terminated (docs/upgrades.md: scaling the GPU fleet down)."""
     systemInstanceType: str
     """Node for the KubeRay operator and the GPU-less Ray head."""
     availabilityZone: str
@@ -273,7 +273,7 @@ class EfaRayCluster(pulumi.ComponentResource):
             availability_zone=gpu_az, node_count=cfg.gpuNodeCount, efa=cfg.efa,
             allow_single_node=cfg.allowSingleEfaNode, root_volume_gib=cfg.gpuRootVolumeGiB, hardening=hardening,
             capacity=capacity, kubernetes_version=cfg.kubernetesVersion,
-            workers_to_delete=len(cfg.gpuWorkersToDelete)), opts=child)
+            workers_to_delete=len(cfg.gpuWorkersToDelete), autoscaled=cfg.scale_to_zero), opts=child)
         plugins = DevicePlugins("device-plugins", DevicePluginsArgs(provider=cluster.provider, efa=cfg.efa,
                                                                    instance_types=[cfg.gpuInstanceType]),
                                 opts=opts_with(depends_on=[gpu]))

@@ -226,7 +226,8 @@ def test_the_pinned_crd_has_the_fields_the_stack_sets():
     assert "workersToDelete" in spec["workerGroupSpecs"]["items"]["properties"]["scaleStrategy"]["properties"]
 
 
-SINGLE = {"allowSingleEfaNode": True}
+SINGLE = {"allowSingleEfaNode": True, "gpuScaleToZero": False}
+"""The fixed fleet: gpuNodeCount nodes, always up (gpuScaleToZero's autoscaler removes idle workers by itself)."""
 
 
 def test_scale_down_with_a_job_on_one_worker_is_refused_without_the_procedure():
@@ -258,3 +259,16 @@ def test_scale_down_naming_the_idle_worker_keeps_the_running_job():
     assert diff(two, one).refusals == []
     # parking (0) needs no names: every worker goes, a running job stops and resumes from its checkpoint later
     up({**SINGLE, "gpuNodeCount": 0}, after=two)
+
+
+def test_the_autoscaled_fleet_scales_down_without_names():
+    """gpuScaleToZero: Ray's autoscaler v2 owns workersToDelete and removes idle workers only; KubeRay deletes no pod
+    at random when in-tree autoscaling is on ([KR-DELETE] lines 1219-1258: "the only decision-maker for Pod deletions is
+    Autoscaler"), so lowering gpuNodeCount (the group's maximum) needs no procedure, and names are refused."""
+    three, two = {"gpuNodeCount": 3, "gpuScaleToZero": True}, {"gpuNodeCount": 2, "gpuScaleToZero": True}
+    up(three)
+    up(two, after=three)
+    assert diff(three, two).refusals == []
+    with pytest.raises(ConfigError) as e:
+        StackConfig.from_mapping({**two, "gpuWorkersToDelete": ["ray-gpu-worker-a"]})
+    assert e.value.key == "gpuWorkersToDelete" and "gpuScaleToZero" in str(e.value)
