@@ -599,9 +599,6 @@ class _Collector:
                            f"'AWS Libfabric' plugin too, also runs on the tcp and sockets providers): "
                            f"{cite(*(k for n in sorted(ofi_nets) for k in (f'network:{n}', f'chan:{n}')))}")
             self._cause("no_provider_line")
-        elif ofi_lines and max_nodes == 1:
-            reasons.append(f"NET connections although NCCL counted one node: {cite('nnodes:1')}")
-            self._cause("single_node")
         elif not silent and not hosts and max_nodes is None and not chan_nets:
             what = ", ".join(f"{n}" for n in sorted(nets)) or "no network"
             reasons.append(f"an unattributed excerpt: no host name, node count or connection line ({what} selected "

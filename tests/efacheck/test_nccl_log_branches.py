@@ -1,0 +1,234 @@
+"""Every condition of the NCCL verdict reached and its outcome asserted (issue 40): the branches the fixture-driven
+tests in test_nccl_log.py did not reach, one small log each, in the line shapes of the published logs."""
+
+from __future__ import annotations
+
+from ray_efa_eks.efacheck.nccl_log import analyze_text
+
+
+def _p(host: str, pid: int = 1) -> str:
+    return f"{host}:{pid}:{pid} [0] NCCL INFO "
+
+
+def _w(host: str, pid: int = 1) -> str:
+    return f"{host}:{pid}:{pid} [0] NCCL WARN "
+
+
+def _efa(host: str, pid: int = 1, nics: str = " (found 1 nics)") -> list[str]:
+    return [_p(host, pid) + "NET/Plugin: Loaded net plugin Libfabric (v9)",
+            _p(host, pid) + f"NET/OFI Selected provider is efa, fabric is efa-direct{nics}",
+            _p(host, pid) + "Using network Libfabric"]
+
+
+def _chan(host: str, pid: int = 1, via: str = "NET/Libfabric/0/GDRDMA") -> str:
+    return _p(host, pid) + f"Channel 00/0 : 0[0] -> 1[0] [send] via {via}"
+
+
+def judge(lines: list[str], **kw):
+    return analyze_text("\n".join(lines) + "\n", **kw)
+
+
+def test_a_fact_word_outside_an_nccl_line_is_not_read():
+    rep = judge(_efa("h1") + [_p("h1") + "Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read",
+                              "mpirun: launching nRanks 16 nNodes 4 on NET plugin hosts"])
+    assert rep.nodes == 1 and rep.verdict == "undetermined" and rep.causes == ["single_node"]
+
+
+def test_only_channel_and_ring_lines_name_ranks_when_no_init_line_does():
+    rep = judge([_chan("h1"), _chan("h2"), _p("h3") + "Connected all trees via P2P/IPC"])
+    assert rep.hosts == ["h1", "h2"] and rep.ranks == 2
+
+
+def test_a_provider_line_without_a_provider_name_names_none():
+    rep = judge([_p("h1") + "NET/OFI Selected provider is (null)", _p("h1") + "Using network Libfabric"])
+    assert rep.provider is None
+
+
+def test_an_ofi_warning_about_the_provider_is_no_efa_provider():
+    rep = judge(_efa("h1") + [_chan("h1", via="NET/Socket/0"),
+                              _w("h1") + "NET/OFI Couldn't find any optimal provider"])
+    assert rep.verdict == "fallback" and "no_efa_provider" in rep.causes
+    assert any(r.startswith("aws-ofi-nccl warned") for r in rep.reasons)
+
+
+def test_another_warning_adds_no_cause():
+    lines = _efa("h1", 1) + _efa("h2", 2) + [_chan("h1", 1), _chan("h2", 2)]
+    plain = judge(lines)
+    rep = judge(lines + [_w("h1") + "Cuda failure 'out of memory'"])
+    assert plain.verdict == rep.verdict == "efa" and rep.causes == plain.causes == []
+
+
+def test_a_net_line_without_a_device_counts_as_libfabric_but_names_no_device():
+    lines = _efa("h1", 1, nics="") + _efa("h2", 2, nics="") + [_chan("h1", 1, via="NET/Libfabric"),
+                                                                _chan("h2", 2, via="NET/Libfabric")]
+    rep = judge(lines, expect_nics=2)
+    assert rep.verdict == "efa" and "fewer_nics" not in rep.causes and rep.network == "Libfabric"
+
+
+def test_fewer_devices_on_the_net_lines_than_nics_expected_is_fallback():
+    lines = _efa("h1", 1, nics="") + _efa("h2", 2, nics="") + [_chan("h1", 1), _chan("h2", 2)]
+    assert judge(lines, expect_nics=1).verdict == "efa"
+    rep = judge(lines, expect_nics=2)
+    assert rep.verdict == "fallback" and rep.causes == ["fewer_nics"]
+    assert rep.reasons[0].startswith("NET connections use 1 EFA device(s) ([0]), expected 2")
+
+
+def test_no_network_at_all_without_a_failed_plugin_gives_one_reason():
+    rep = judge([_w("h1") + "Failed to initialize any NET plugin"])
+    assert rep.verdict == "fallback" and rep.causes == ["net_init_failed"] and len(rep.reasons) == 1
+
+
+def test_ncc_net_forced_to_socket_is_named_but_only_a_reason_when_something_is_bad():
+    ok = _efa("h1", 1) + _efa("h2", 2) + [_chan("h1", 1), _chan("h2", 2),
+                                           _p("h1", 1) + "NCCL_NET set by environment to Socket."]
+    rep = judge(ok)
+    assert rep.verdict == "efa" and "net_forced" in rep.causes
+    assert not any("forces network" in r for r in rep.reasons)
+    bad = judge(ok + [_chan("h2", 2, via="NET/Socket/0")])
+    assert bad.verdict == "fallback" and any("NCCL_NET forces network Socket" in r for r in bad.reasons)
+
+
+def test_a_failed_plugin_on_one_host_while_another_used_libfabric_is_fallback_citing_both():
+    rep = judge([_p("h1", 1) + "NET/Plugin: No plugin found (libnccl-net.so), using internal implementation",
+                 _w("h1", 1) + "Network Libfabric not found.",
+                 _p("h2", 2) + "Using network Libfabric"])
+    assert rep.verdict == "fallback" and "plugin_not_found" in rep.causes and "net_forced_absent" in rep.causes
+    assert any("Network Libfabric not found" in r for r in rep.reasons)
+    assert any(r.startswith("network Libfabric: ") for r in rep.reasons)
+
+
+def test_one_host_net_lines_without_a_node_count_are_undetermined_and_say_why():
+    rep = judge(_efa("h1", 1) + _efa("h1", 2) + [_chan("h1", 1), _chan("h1", 2)])
+    assert rep.verdict == "undetermined" and rep.causes == ["single_node"]
+    assert rep.reasons[0].startswith("NET connection lines from one host (h1) and no node count")
+    with_count = judge(_efa("h1", 1) + [_chan("h1", 1), _p("h1", 1) + "comm 0x1 rank 0 nRanks 8 nNodes 2 localRanks 4"])
+    assert with_count.verdict == "efa"  # a rank's own view of a larger job carries NCCL's node count
+
+
+def test_a_host_without_a_provider_line_is_undetermined_naming_it():
+    rep = judge(_efa("h1", 1) + [_p("h2", 2) + "Using network Libfabric", _chan("h1", 1), _chan("h2", 2)])
+    assert rep.verdict == "undetermined" and rep.causes == ["no_provider_line"]
+    assert rep.reasons[0].startswith("no 'Selected provider' line from host(s) h2")
+
+
+def test_any_other_ofi_warning_is_ofi_error():
+    rep = judge(_efa("h1") + [_chan("h1", via="NET/Socket/0"), _w("h1") + "NET/OFI Unable to register memory"])
+    assert rep.verdict == "fallback" and "ofi_error" in rep.causes and rep.exit_code == 1
+    assert rep.hints[rep.causes.index("ofi_error")].startswith("aws-ofi-nccl reported an error")
+
+
+# --- the command, in process (its exit codes and output are the gate's contract) ---
+
+import io  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import runpy  # noqa: E402
+import sys  # noqa: E402
+
+import pytest  # noqa: E402
+
+from ray_efa_eks.efacheck import nccl_log  # noqa: E402
+
+EFA_JOB = "\n".join(_efa("h1", 1) + _efa("h2", 2) + [_chan("h1", 1), _chan("h2", 2)]) + "\n"
+
+
+def test_main_prints_the_verdict_its_evidence_and_hints(tmp_path, capsys):
+    log = tmp_path / "job.log"
+    log.write_text(EFA_JOB)
+    assert nccl_log.main([str(log)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("verdict: efa  network: Libfabric  provider: efa  ranks: 2  hosts: 2  nodes: 2")
+    assert "  evidence: " in out and "hint [" not in out
+    assert nccl_log.main(["--json", str(log)]) == 0
+    assert json.loads(capsys.readouterr().out)["verdict"] == "efa"
+    log.write_text("\n".join(_efa("h1")) + "\n")
+    assert nccl_log.main([str(log), str(tmp_path / "gone.log")]) == 2
+    out = capsys.readouterr().out
+    assert "nodes: 1" in out and "  not read: " in out and "no such file or directory" in out
+    assert "  hint [" in out
+
+
+def test_main_reads_stdin(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(EFA_JOB.encode())))
+    assert nccl_log.main(["-"]) == 0
+    assert capsys.readouterr().out.startswith("verdict: efa")
+
+
+def test_main_unreadable_inputs_exit_3(tmp_path, capsys):
+    (tmp_path / "README.md").write_text("not a log")
+    assert nccl_log.main([str(tmp_path)]) == 3
+    assert "no log files in" in capsys.readouterr().err
+    assert nccl_log.main([str(tmp_path / "a.log"), str(tmp_path / "b.log")]) == 3
+    assert capsys.readouterr().err.count("no such file or directory") == 2
+
+
+def test_too_many_files_under_a_directory_is_unreadable(tmp_path, monkeypatch):
+    monkeypatch.setattr(nccl_log, "MAX_FILES", 1)
+    for n in ("a.log", "b.log"):
+        (tmp_path / n).write_text(EFA_JOB)
+    with pytest.raises(nccl_log.UnreadableInput, match="more than 1 files under it"):
+        nccl_log.analyze_paths([str(tmp_path)])
+
+
+def test_a_fifo_and_an_oversized_file_are_not_read(tmp_path, monkeypatch):
+    good = tmp_path / "good.log"
+    good.write_text(EFA_JOB)
+    fifo = tmp_path / "pipe.log"
+    os.mkfifo(fifo)
+    rep = nccl_log.analyze_paths([str(good), str(fifo)])
+    assert rep.verdict == "undetermined" and "not a regular file" in rep.silent[0]
+    monkeypatch.setattr(nccl_log, "MAX_LOG_BYTES", 10)
+    with pytest.raises(nccl_log.UnreadableInput, match="more than 0 GiB"):
+        nccl_log.analyze_paths([str(good)])
+
+
+def test_usage_errors_and_interrupts(tmp_path, monkeypatch, capsys):
+    log = tmp_path / "job.log"
+    log.write_text(EFA_JOB)
+    with pytest.raises(SystemExit) as e:
+        nccl_log.main(["--expect-nodes", "0", str(log)])
+    assert e.value.code == nccl_log.EXIT["usage"]
+    assert nccl_log._positive("3") == 3
+
+    def interrupted(a):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(nccl_log, "_main", interrupted)
+    assert nccl_log.main([str(log)]) == 130
+    assert "interrupted" in capsys.readouterr().err
+
+
+def test_a_closed_pipe_keeps_the_exit_code(tmp_path, monkeypatch):
+    log = tmp_path / "job.log"
+    log.write_text(EFA_JOB)
+
+    def closed(rep):
+        raise BrokenPipeError
+    monkeypatch.setattr(nccl_log, "format_report", closed)
+    assert nccl_log.main([str(log)]) == 0
+
+
+def test_run_as_a_module(tmp_path, monkeypatch, capsys):
+    log = tmp_path / "job.log"
+    log.write_text(EFA_JOB)
+    monkeypatch.setattr(sys, "argv", ["nccl_log", str(log)])
+    monkeypatch.delitem(sys.modules, "ray_efa_eks.efacheck.nccl_log")
+    with pytest.raises(SystemExit) as e:
+        runpy.run_module("ray_efa_eks.efacheck.nccl_log", run_name="__main__")
+    assert e.value.code == 0 and "verdict: efa" in capsys.readouterr().out
+
+
+def test_input_is_read_in_chunks_and_stops_past_the_limit(monkeypatch):
+    monkeypatch.setattr(nccl_log, "HEAD_BYTES", 16)
+    monkeypatch.setattr(nccl_log, "CHUNK_BYTES", 16)
+    assert nccl_log._read_bounded(io.BytesIO(EFA_JOB.encode())) == EFA_JOB.encode()
+    monkeypatch.setattr(nccl_log, "MAX_LOG_BYTES", 40)
+    with pytest.raises(OSError, match="not one rank's log"):
+        nccl_log._read_bounded(io.BytesIO(EFA_JOB.encode()))
+
+
+def test_with_verdict_adds_the_reason_and_a_cause_once():
+    rep = judge(EFA_JOB.splitlines())
+    flat = nccl_log.with_verdict(rep, "fallback", "counters flat", "counters_flat")
+    assert (flat.verdict, flat.reasons[-1], flat.causes) == ("fallback", "counters flat", ["counters_flat"])
+    again = nccl_log.with_verdict(flat, "fallback", "again", "counters_flat")
+    assert again.causes == ["counters_flat"] and rep.verdict == "efa"
