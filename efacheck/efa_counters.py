@@ -246,7 +246,7 @@ def read_exporter(url: str, node: str | None = None,
                     out.setdefault(labels["device"], {"errors": {}})["errors"][name] = f"{url}: value {value!r}"
     for dev, entry in out.items():
         for name in REQUIRED:
-            if name not in entry:
+            if name not in entry and name not in entry["errors"]:  # a value that was served but bad says so
                 entry["errors"][name] = f"{url}: efa_{name}_total not served for {dev}"
     devices = sum(_number(v) for _, v in samples.get("efa_devices", []))
     if not out and devices:
