@@ -515,6 +515,9 @@ def main_train(args: argparse.Namespace) -> int:
 
     import ray
 
+    from .driver_output import install
+
+    install()  # [train] lines plain when piped; Ray Train's monitor noise dropped (training/driver_output.py)
     t0 = time.perf_counter()
     with contextlib.ExitStack() as stack:
         if args.address:

@@ -39,6 +39,9 @@ def test_ctrl_c_mid_training_prints_progress_then_exits_130(tmp_path):
             proc.kill()
             proc.wait()
     assert len(progress) >= 2, f"no [train] progress during the run:\n{err[-3000:]}"
+    # piped: the [train] lines are plain, without Ray's colours or (TrainController pid=...) prefix (issue 39)
+    assert all(p.startswith("[train] step") and "\x1b[" not in p for p in progress), progress
+    assert "Failed to query Ray Train Controller actor state" not in out + err
     assert proc.returncode == 130, (proc.returncode, out[-2000:], err[-3000:])
     last = json.loads(out.strip().splitlines()[-1])
     assert last["exit_code"] == 130 and "interrupted" in last["error"] and "--name ctrl-c" in last["error"], last
