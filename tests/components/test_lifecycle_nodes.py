@@ -272,3 +272,17 @@ def test_the_autoscaled_fleet_scales_down_without_names():
     with pytest.raises(ConfigError) as e:
         StackConfig.from_mapping({**two, "gpuWorkersToDelete": ["ray-gpu-worker-a"]})
     assert e.value.key == "gpuWorkersToDelete" and "gpuScaleToZero" in str(e.value)
+
+
+def test_the_crds_are_never_deleted_by_pulumi():
+    """The CRD ConfigGroup's transform (the engine runs it on each child; the mocks record it) retains every CRD:
+    deleting a CRD deletes every RayCluster. Other kinds pass unchanged."""
+    from ray_efa_eks.components.kuberay import retain_crds
+
+    cg = up({}).one(CG, "kuberay-crds")
+    assert cg.transforms, "the ConfigGroup carries the transform"
+    crd = retain_crds(pulumi.ResourceTransformArgs(True, "kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition",
+                                                   "rayclusters.ray.io", {}, pulumi.ResourceOptions()))
+    assert crd is not None and crd.opts.retain_on_delete is True
+    assert retain_crds(pulumi.ResourceTransformArgs(True, "kubernetes:core/v1:ConfigMap", "x", {},
+                                                    pulumi.ResourceOptions())) is None
