@@ -379,7 +379,8 @@ class Probe:
         fab = None
         if self.rank == 0:
             assert gathered is not None
-            logs = {p["source"]: p["log"] for p in gathered if p["log"] is not None or not p["note"]}
+            # every rank is judged: one without a log (a note says why) is silent, never counted as agreeing
+            logs = {p["source"]: p["log"] for p in gathered}
             notes = [p["note"] for p in gathered if p["log"] is None and p["note"]]
             deltas = {p["host"]: p["counters"] for p in gathered if p.get("counters") is not None}
             fab = summarize(self.backend, logs, notes=notes, counter_deltas=deltas or None,

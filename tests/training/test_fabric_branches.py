@@ -1,0 +1,150 @@
+"""Every condition of the run's fabric verdict reached and its outcome asserted (issue 40): the branches
+test_fabric.py did not reach, and Probe.judge's gather with a stand-in for torch.distributed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from ray_efa_eks.training import fabric
+
+REPO = Path(__file__).resolve().parents[2]
+RANK0_VIEW = (REPO / "tests/fixtures/nccl-logs/real_efa_p4d_k8s_pods_rank0_view_nccl2273_ofi1162.log").read_bytes()
+
+
+class Dist:
+    """torch.distributed as rank 0 sees it: the other ranks' payloads arrive in gather_object."""
+
+    def __init__(self, others: list[dict]):
+        self.others = others
+
+    def get_world_size(self) -> int:
+        return 1 + len(self.others)
+
+    def gather_object(self, payload, gathered, dst):
+        if gathered is not None:  # only rank 0 (dst) passes a list
+            gathered[:] = [payload] + self.others
+
+    def broadcast_object_list(self, box, src):
+        box[0] = dict(box[0] or {}, broadcast=True)
+
+
+def _probe(tmp_path, **kw) -> fabric.Probe:
+    env: dict = {}
+    probe = fabric.Probe("nccl", 0, 1, str(tmp_path / "logs"), environ=env, **kw)
+    if probe.plan.get("log"):
+        Path(probe.plan["log"]).write_bytes(RANK0_VIEW)
+    return probe
+
+
+def test_a_rank_with_a_note_and_no_log_never_counts_as_agreeing(tmp_path):
+    probe = _probe(tmp_path)
+    alone = probe.judge(Dist([]), final=True)
+    assert alone["verdict"] == "efa"
+    note = "your own NCCL logging settings are kept (NCCL_DEBUG=WARN): NCCL_DEBUG is WARN, so NCCL logs no INFO lines"
+    other = {"source": "h2:rank1", "log": None, "note": note, "host": "h2", "capture": {"by": "user"}, "image": None}
+    fab = probe.judge(Dist([other]), final=True)
+    assert fab["verdict"] == "undetermined", fab["reasons"]
+    assert note in fab["reasons"] and fab["capture"]["by"] == "mixed"
+
+
+def test_judge_broadcasts_and_a_disabled_probe_judges_nothing(tmp_path):
+    probe = _probe(tmp_path)
+    assert probe.judge(Dist([]), final=False, broadcast=True)["broadcast"] is True
+    worker = fabric.Probe("nccl", 1, 1, str(tmp_path / "logs"), environ={})
+    assert worker.judge(Dist([]), final=True) is None  # only rank 0 judges
+    off = fabric.Probe("nccl", 0, 0, None, environ={}, enabled=False)
+    assert off.plan["note"] == "fabric capture off" and off.counters_before is None
+    assert off.judge(Dist([]), final=True) is None
+
+
+def test_counters_are_read_once_per_node_and_their_delta_sent(tmp_path, monkeypatch):
+    snaps = iter([{"efa_0": {"tx_bytes": 1, "rx_bytes": 1, "errors": {}}},
+                  {"efa_0": {"tx_bytes": 5, "rx_bytes": 9, "errors": {}}}])
+    fake = SimpleNamespace(read_view=lambda: {"snapshot": next(snaps)},
+                           counter_delta=lambda b, a: {"efa_0": {"tx_bytes": 4, "rx_bytes": 8, "errors": {}}})
+    monkeypatch.setattr(fabric, "_sibling", lambda m: fake)
+    probe = fabric.Probe("nccl", 0, 0, str(tmp_path / "logs"), environ={})
+    assert fabric.Probe("nccl", 1, 1, str(tmp_path / "logs"), environ={}).counters_before is None
+    assert probe._payload(final=True)["counters"] == {"efa_0": {"tx_bytes": 4, "rx_bytes": 8, "errors": {}}}
+    monkeypatch.setattr(fabric, "_sibling", lambda m: SimpleNamespace(read_counters=lambda: None))
+    assert probe._counters() is None and "counters" not in probe._payload(final=True)
+
+    def broken(m):
+        raise ImportError(m)
+    monkeypatch.setattr(fabric, "_sibling", broken)
+    assert probe._counters() is None
+
+
+def test_capture_texts_and_merges():
+    assert fabric.capture_text({"by": "mixed", "ranks": ["run", "yours (NCCL_DEBUG=WARN)"]}) == \
+        "mixed (run; yours (NCCL_DEBUG=WARN))"
+    assert fabric.capture_text(None) == "off" and fabric.capture_text({"by": "none"}) == "none"
+    assert fabric.merge_captures([{}, {}]) == {"by": "none"}
+
+
+def test_read_log_without_a_path_or_file(tmp_path):
+    assert fabric.read_log(None) is None and fabric.read_log(str(tmp_path / "none.log")) is None
+
+
+def test_efa_bytes_without_the_counter_module_or_devices(monkeypatch):
+    fab = fabric.summarize("gloo", {}, counter_deltas={"n1": {}})
+    assert fab["efa_bytes"] is None and fab["efa_bytes_note"].startswith("no EFA device with readable counters")
+
+    def broken(m):
+        raise ImportError("gone")
+    monkeypatch.setattr(fabric, "_sibling", broken)
+    fab = fabric.summarize("nccl", {"r0": RANK0_VIEW}, counter_deltas={"n1": {"efa_0": {"tx_bytes": 1}}},
+                           expected_bytes_per_node=10.0)
+    assert fab["verdict"] == "undetermined" and "is not importable: gone" in fab["reasons"][0]
+    assert fab["efa_bytes"] is None and "not importable (gone)" in fab["efa_bytes_note"]
+
+
+def test_counters_that_cannot_be_imported_keep_the_log_verdict(monkeypatch):
+    real = fabric._sibling
+
+    def no_counters(m):
+        if m == fabric.EFA_COUNTERS_MODULE:
+            raise ImportError(m)
+        return real(m)
+    monkeypatch.setattr(fabric, "_sibling", no_counters)
+    fab = fabric.summarize("nccl", {"r0": RANK0_VIEW}, counter_deltas={"n1": {"efa_0": {"tx_bytes": 1}}},
+                           expected_bytes_per_node=1e12)
+    assert fab["verdict"] == "efa"
+
+
+def test_image_records_name_mixed_references_and_tag_pins():
+    digest = "sha256:" + "a" * 64
+    mixed = fabric.image_record({"h1": f"img@{digest}", "h2": "img:tag"})
+    assert mixed["digest"] is None and mixed["note"].startswith("ranks ran different image references: h1: ")
+    tag = fabric.image_record({"h1": "img:tag", "h2": "img:tag"})
+    assert tag == {"references": ["img:tag"], "digest": None,
+                   "note": "pinned by tag: the run cannot see the digest (the gate's image audit records it)"}
+    assert fabric.image_record({"h1": f"img@{digest}"}) == {"references": [f"img@{digest}"], "digest": digest}
+
+
+def test_the_line_and_checkpoint_record():
+    fab = {"verdict": "fallback", "network": "Socket", "provider": None, "nodes": 2, "ranks": 2, "reasons": [],
+           "deciding": "x.log:3: Using network Socket", "previous": {"verdict": "efa", "step": None}}
+    assert fabric.line(fab) == ("[fabric] fallback network=Socket provider=None nodes=2 ranks=2 was efa, now "
+                                "fallback (x.log:3: Using network Socket)")
+    assert fabric.line({"verdict": "not-nccl", "reasons": [], "capture_text": "run"}) == "[fabric] not-nccl"
+    rec = json.loads(fabric.checkpoint_record({**fab, "image": {"digest": "sha256:1"}}, 7))
+    assert rec["image_digest"] == "sha256:1" and rec["step"] == 7
+
+
+def test_previous_verdict_of_no_checkpoint_or_an_unreadable_one(tmp_path):
+    assert fabric.previous_verdict(None) is None
+
+    class FS:
+        def open_input_file(self, path):
+            raise FileNotFoundError(path)
+    assert fabric.previous_verdict(SimpleNamespace(filesystem=FS(), path=str(tmp_path))) is None
+
+
+@pytest.mark.parametrize("bad", ["not json", "[1, 2]"])
+def test_a_bad_stack_nccl_env_is_none(bad):
+    assert fabric.stack_nccl_env({fabric.STACK_NCCL_ENV: bad}) == {}
