@@ -13,7 +13,7 @@ also measures the neighbours). Exit 1 if a target is missed or a script fails, 0
 | local main job (`ray-efa-eks train --json`) < 45 s        | (timed here)          |
 | Ray Train steady tokens/s >= 0.97 x bare FSDP loop        | train_overhead.py     |
 | per-run fabric capture costs < 1% of tokens/s             | fabric_overhead.py    |
-| NCCL log reading >= 150 MB/s on a 512-rank log            | nccl_log_speed.py     |
+| NCCL log reading >= 2x a naive regex, same run (512 ranks) | nccl_log_speed.py     |
 | EFA verdict right on every shared NCCL log, line cited    | nccl_log_verdicts.py  |
 | offline plan of a 64-GPU-node stack < 3 s                 | plan_speed.py         |
 | the gate's time from Job start to verdict (rehearsal)     | gate_latency.py       |
@@ -39,7 +39,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 TRAIN_JOB_S = 45.0
 TRAIN_RATIO = 0.97
 FABRIC_RATIO = 0.99
-NCCL_LOG_MB_S = 150.0
+NCCL_LOG_RATIO = 2.0
 PLAN_S = 3.0
 
 Row = tuple[str, str, str, bool | None]
@@ -76,9 +76,12 @@ def _fabric_overhead(j: dict, wall: float) -> list[Row]:
 
 
 def _nccl_log_speed(j: dict, wall: float) -> list[Row]:
-    return [("NCCL log reading, 512 ranks", f">= {NCCL_LOG_MB_S:.0f} MB/s",
-             f"{j['nccl_log_mb_s']:.0f} MB/s on {j['mb']} MB ({j.get('nccl_log_cpu_mb_s', float('nan')):.0f} MB/s of "
-             f"CPU time; naive regex {j['naive_mb_s']:.0f} MB/s)", j["nccl_log_mb_s"] >= NCCL_LOG_MB_S)]
+    med, pairs = j["pair_median"], j["pair_ratios"]
+    cpu = j.get("pair_ratios_cpu") or []
+    return [("NCCL log reading / naive regex, 512 ranks", f">= {NCCL_LOG_RATIO:.0f}x, same run",
+             f"{med:.2f}x median of {len(pairs)} pairs ({_spread(pairs)}; CPU time "
+             f"{j.get('pair_median_cpu', float('nan')):.2f}x, {_spread(cpu)}); {j['nccl_log_mb_s']:.0f} vs "
+             f"{j['naive_mb_s']:.0f} MB/s on {j['mb']} MB", med >= NCCL_LOG_RATIO)]
 
 
 def _nccl_log_verdicts(j: dict, wall: float) -> list[Row]:
@@ -127,7 +130,8 @@ BENCHES: tuple[Bench, ...] = (
           ("--repeats", "1", "--steps", "40", "--warmup", "20"), 2400, _train_overhead),
     Bench("fabric_overhead", "fabric_overhead.py", ("--repeats", "5"),
           ("--repeats", "1", "--steps", "40", "--warmup", "20"), 2400, _fabric_overhead),
-    Bench("nccl_log_speed", "nccl_log_speed.py", ("--repeats", "5"), ("--repeats", "1"), 900, _nccl_log_speed),
+    Bench("nccl_log_speed", "nccl_log_speed.py", ("--repeats", "5"), ("--repeats", "1"), 900, _nccl_log_speed,
+          missed_exit=1),
     Bench("nccl_log_verdicts", "nccl_log_verdicts.py", (), (), 600, _nccl_log_verdicts, missed_exit=1),
     Bench("plan_speed", "plan_speed.py", ("--runs", "5"), ("--runs", "1"), 600, _plan_speed, missed_exit=1),
     Bench("gate_latency", "gate_latency.py", ("--runs", "3"), ("--runs", "1"), 1800, _gate_latency),

@@ -80,8 +80,10 @@ def test_run_all_table_rows_from_summaries() -> None:
     fab = {"pair_ratios_steady": [0.98, 0.995, 1.01], "pair_ratios_e2e": [0.9, 0.95, 0.97]}
     row = rows["fabric_overhead"](fab, 1)[0]
     assert row[3] is True and "0.995" in row[2] and "0.980..1.010" in row[2]
-    nl = {"mb": 60.9, "nccl_log_mb_s": 149.0, "naive_mb_s": 50.0, "nccl_log_cpu_mb_s": 160.0}
-    assert rows["nccl_log_speed"](nl, 1)[0][3] is False
+    nl = {"mb": 60.9, "nccl_log_mb_s": 300.0, "naive_mb_s": 100.0, "pair_ratios": [1.5, 1.9, 3.5],
+          "pair_median": 1.9, "pair_ratios_cpu": [2.1, 2.2, 2.3], "pair_median_cpu": 2.2}
+    assert rows["nccl_log_speed"](nl, 1)[0][3] is False  # the pairs' median in the same run, not MB/s
+    assert rows["nccl_log_speed"]({**nl, "pair_median": 2.0}, 1)[0][3] is True
     assert rows["nccl_log_verdicts"]({"right": 10, "total": 10}, 1)[0][3] is True
     assert rows["nccl_log_verdicts"]({"right": 0, "total": 0}, 1)[0][3] is False
     pl = {"command_best_s": 2.5, "command_median_s": 3.1, "command_max_s": 4.0, "command_cpu_median_s": 2.0,
