@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .metrics_rules import RUN_EFA_BYTES_METRIC, VERDICT_METRIC
+from .metrics_rules import (EFA_IN_BYTES, EFA_OUT_BYTES, REMOTE_EVENTS, RUN_EFA_BYTES_METRIC, VERDICT_METRIC,
+                           rate_sum)
 
 TOKENS_METRIC = "ray_efa_eks_train_tokens_per_second"
 """Gauge, a training run's global tokens/s (steady state): ``{run}``."""
@@ -31,22 +32,19 @@ class Panel:
 
 
 def panels(line_rate_gbps: float) -> list[Panel]:
-    out = '{__name__=~"efa_(tx|rdma_write)_bytes_total"}'
-    inn = '{__name__=~"efa_(rx|rdma_read)_bytes_total"}'
     return [
         Panel("EFA throughput per node vs line rate",
               "Bits/s each node sent and received through EFA (send/recv and RDMA), against the GPU type's EFA line "
               f"rate ({line_rate_gbps:g} Gbit/s). Flat at zero during a run while GPUs are busy: NCCL fell back.",
-              ((f"sum by (node) (rate({out}[1m])) * 8", "{{node}} out"),
-               (f"sum by (node) (rate({inn}[1m])) * 8", "{{node}} in"),
+              ((f"({rate_sum(EFA_OUT_BYTES, '1m')}) * 8", "{{node}} out"),
+               (f"({rate_sum(EFA_IN_BYTES, '1m')}) * 8", "{{node}} in"),
                (f"max(efa_devices) * 0 + {line_rate_gbps * 1e9:g}", "line rate")), "bps"),
         Panel("EFA error counters",
               "Per device: retransmitted packets, receive drops, impaired/unresponsive remote connection events "
               "(per second) and the exporter's own read errors. Any steady non-zero rate is a degraded link.",
               (("sum by (node, device) (rate(efa_retrans_pkts_total[5m]))", "{{node}} {{device}} retrans pkts"),
                ("sum by (node, device) (rate(efa_rx_drops_total[5m]))", "{{node}} {{device}} rx drops"),
-               ('sum by (node, device) (rate({__name__=~"efa_(impaired_remote_conn|unresponsive_remote)_events_total"}'
-                '[5m]))', "{{node}} {{device}} remote impaired/unresponsive"),
+               (rate_sum(REMOTE_EVENTS, "5m", "node, device"), "{{node}} {{device}} remote impaired/unresponsive"),
                ("sum by (node) (rate(efa_exporter_read_errors_total[5m]))", "{{node}} exporter read errors")), "ops"),
         Panel("GPU utilization", "DCGM: average GPU utilization per node (%).",
               (("avg by (Hostname) (DCGM_FI_DEV_GPU_UTIL)", "{{Hostname}}"),), "percent", source="dcgm"),

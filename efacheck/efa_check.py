@@ -231,6 +231,15 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         return EXIT_INTERRUPTED
 
 
+def _publish(r: dict) -> None:
+    """The gate's verdict as a metric on the head (efacheck/verdict_metrics.py), run name ``gate``; never fails it."""
+    from . import verdict_metrics
+
+    why = verdict_metrics.publish("gate", "gate", r.get("verdict"))
+    if why:
+        print(f"efa_check: verdict not exported as a metric: {why}", file=sys.stderr, flush=True)
+
+
 def _main(a) -> int:
     expected = {"nodes": a.expect_nodes, "gpus_per_node": a.expect_gpus_per_node, "nics": a.expect_nics,
                 "gdrdma": a.expect_gdrdma}
@@ -246,6 +255,7 @@ def _main(a) -> int:
         else:
             _connect(a.address, a.wait_s)
             r = check(a)
+            _publish(r)
     except CheckFailed as e:
         r = failure_result(e, expected)
     except Exception as e:  # noqa: BLE001 - the contract is JSON + exit code, never a traceback

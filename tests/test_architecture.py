@@ -74,6 +74,8 @@ def test_the_declared_sibling_edges_only():
     edges = {(f"{pkg}.{name}", target) for pkg in ("training", "efacheck", "components", "tools")
              for name, tree in modules(pkg).items() for target in sibling_names(tree)}
     assert edges == {("training.fabric", "efacheck.nccl_log"), ("training.fabric", "efacheck.efa_counters"),
+                     # a run's verdict as a metric on the head (efacheck/verdict_metrics.py, shipped by submit)
+                     ("training.__main__", "efacheck.verdict_metrics"),
                      ("efacheck.sweep", "training.model"),
                      # --preset checked against the model presets before Ray starts (skipped when not shipped)
                      ("efacheck.check_args", "training.model"),

@@ -71,7 +71,7 @@ EXIT_TOO_SMALL = 6
 """The cluster (--address) has fewer CPUs, or GPUs with --use-gpu, than --workers needs: nothing was started."""
 EXIT_INTERRUPTED = 130
 """Ctrl-C (128 + SIGINT); with --json the last stdout line says so."""
-EFACHECK_FILES = ("__init__.py", "cli.py", "nccl_log.py", "efa_counters.py")
+EFACHECK_FILES = ("__init__.py", "cli.py", "nccl_log.py", "efa_counters.py", "verdict_metrics.py")
 """The sibling efacheck modules ``training/fabric.py`` imports (the gate's verdict code); ``submit`` ships them
 next to ``training`` (the one declared training -> efacheck edge, checked in tests/test_architecture.py)."""
 DEBUG_ENV = "RAY_EFA_EKS_DEBUG"
@@ -470,6 +470,7 @@ def run_training(args: argparse.Namespace) -> dict:
                                            f"{resume}")
     wall = time.perf_counter() - t0
     m = result.return_value  # rank 0's last metrics (Result.metrics only holds checkpointed ones)
+    publish_fabric(name, m.get("fabric"), None if m.get("refused") else m.get("steady_global_tokens_per_s"))
     if m.get("refused") == "require_efa":
         raise CliError(EXIT_WRONG_FABRIC, refusal_message(m["fabric"], name), extra={"fabric": m["fabric"]})
     return {
@@ -489,6 +490,23 @@ def run_training(args: argparse.Namespace) -> dict:
         "fit_s": round(wall, 2),
         "fabric": m.get("fabric"),
     }
+
+
+def publish_fabric(name: str, fab: Optional[dict], tokens_per_s: Optional[float]) -> Optional[str]:
+    """The run's fabric verdict, EFA bytes and tokens/s as metrics on the cluster's head (efacheck.verdict_metrics);
+    a run is never failed by it: why it could not is printed."""
+    from .fabric import _PARENT, _sibling
+
+    efa = (fab or {}).get("efa_bytes") or {}
+    moved = sum((n.get("sent") or 0) + (n.get("received") or 0) for n in efa.values()) if efa else None
+    try:
+        why = _sibling(f"{_PARENT}.efacheck.verdict_metrics".lstrip(".")).publish(name, "train", (fab or {}).get("verdict"), moved,
+                                                            tokens_per_s)
+    except ImportError as e:
+        why = f"efacheck.verdict_metrics not importable ({e})"
+    if why:
+        print(f"[fabric] verdict not exported as a metric: {why}", flush=True)
+    return why
 
 
 def fabric_words(fab: Optional[dict]) -> str:

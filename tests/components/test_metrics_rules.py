@@ -46,6 +46,7 @@ CASES = [
         ('container_network_transmit_bytes_total{namespace="ray",pod="w2",interface="eth0"}', "0+6000000000x40"),
         ('kube_pod_info{namespace="ray",pod="w2",node="n2"}', "1x40"),
         (f"efa_tx_bytes_total{{{_port('n2')}}}", "0+6000000000x40"),
+        (f"efa_rx_bytes_total{{{_port('n2')}}}", "0+6000000000x40"),
         # n3: EFA flat, TCP busy, GPUs idle (data loading) -> not a fallback
         ('DCGM_FI_DEV_GPU_UTIL{Hostname="n3",gpu="0"}', "5x40"),
         ('container_network_transmit_bytes_total{namespace="ray",pod="w3",interface="eth0"}', "0+6000000000x40"),
@@ -71,6 +72,8 @@ CASES = [
     ("EfaBelowLineRate", "15s", [
         (f"efa_tx_bytes_total{{{_port('n1')}}}", "0+1500000000x200"),   # 100 MB/s: 2% of 40 Gbit/s
         (f"efa_tx_bytes_total{{{_port('n2')}}}", "0+60000000000x200"),  # 4 GB/s: 80%
+        (f"efa_rdma_write_bytes_total{{{_port('n2')}}}", "0x200"),  # a second byte counter on the same port
+        (f"efa_rdma_write_bytes_total{{{_port('n1')}}}", "0x200"),
         (f"efa_tx_bytes_total{{{_port('n3')}}}", "0x200"),              # idle: no collective, no verdict
     ], [("10m", []), ("40m", [{"node": "n1", **WARN}])]),
     ("GpuNodeUnproven", "1m", [
