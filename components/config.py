@@ -182,10 +182,10 @@ class StackConfig:
     # -- GPU capacity (components/capacity.py) ------------------------------------------
     gpuCapacity: str = key(
         "on-demand", allowed=CAPACITY_MODES,
-        live=live("gpu-nodes", "ray-pods", "gate", "in-place",
+        live=live("gpu-nodes", "scale", "ray-pods", "gate", "in-place",
                   note="a new launch template version and placement: park the GPU nodes first ([Getting "
                        "GPUs](gpus.md)); with gpuScaleToZero unset its default follows (on demand: true), so the "
-                       "Ray pods are recreated and the gate re-runs too"))
+                       "node group's scaling and the Ray pods change and the gate re-runs too"))
     """on-demand | reservation (an ODCR) | capacity-block (Capacity Block for ML); the last two need availabilityZone."""
     gpuCapacityReservationId: str | None = key(
         None, allowed="cr- and 8 or 17 hex digits, or (reservation) a resource group ARN",
@@ -201,10 +201,12 @@ class StackConfig:
     gpuScaleToZero: bool | None = key(
         None, allowed="true or false; unset: true with gpuCapacity on-demand, false with reservation; refused with "
                       "capacity-block",
-        live=live("ray-pods", "gate",
-                  note="true: Ray's autoscaler (v2) adds GPU workers, up to gpuNodeCount, when jobs ask and removes "
-                       "them when idle; false: gpuNodeCount workers run until parked. The RayCluster's worker group "
-                       "changes, so KubeRay recreates the Ray pods ([GPU nodes from zero](gpus.md))"))
+        live=live("scale", "gpu-nodes", "ray-pods", "gate", "in-place",
+                  note="the GPU node group's own inputs change only by pulumi-eks ignoreScalingChanges (a Pulumi "
+                       "ignoreChanges on desiredSize, no node roll); true: the GPU node group runs 0..gpuNodeCount nodes (the Cluster Autoscaler sets its size) "
+                       "and Ray's autoscaler (v2) adds GPU workers when jobs ask and removes them when idle; false: "
+                       "gpuNodeCount nodes and workers run until parked. The RayCluster's worker group changes, so "
+                       "KubeRay recreates the Ray pods ([GPU nodes from zero](gpus.md))"))
     """GPU nodes follow the jobs: 0 when idle, up to gpuNodeCount when Ray asks (Cluster Autoscaler + Ray autoscaler v2); each node proves its EFA path before Ray may use it. Unset: true on demand, false with a reservation."""
     gpuIdleTimeoutSeconds: int = key(
         1200, allowed="60 to 86400 (a day)",

@@ -50,7 +50,8 @@ def billed_gpu_nodes(mode: str, gpu_nodes: int, reserved: int | None = None) -> 
 
 
 def capacity_notes(mode: str, gpu: InstanceType, region: str, gpu_nodes: int, reserved: int | None = None,
-                   reservation: str | None = None, block_end: str | None = None) -> list[str]:
+                   reservation: str | None = None, block_end: str | None = None,
+                   scale_from_zero: bool = False) -> list[str]:
     """What the GPU capacity of ``mode`` costs and what stops that cost (for costNotes and the plan)."""
     try:
         rate = f"${gpu.hourly_usd(region):,.2f}/h"
@@ -66,6 +67,9 @@ def capacity_notes(mode: str, gpu: InstanceType, region: str, gpu_nodes: int, re
         return [f"Capacity Block {reservation or ''}: paid up front when bought, for its whole duration{end}; its "
                 f"{gpu.name} nodes add nothing per hour here, and neither parking them nor pulumi destroy refunds "
                 "the block"]
+    if scale_from_zero:
+        return [f"GPU nodes on demand: 0 to {gpu_nodes} x {gpu.name} at {rate} each while they run; they run only "
+                "while Ray's jobs need them (gpuScaleToZero: the Cluster Autoscaler adds them and removes them idle)"]
     return [f"GPU nodes on demand: {gpu_nodes} x {gpu.name} at {rate} while they run; gpuNodeCount 0 stops it"]
 
 
@@ -114,13 +118,15 @@ class CostEstimate:
 def estimate(region: str, gpu: InstanceType, gpu_nodes: int, system: InstanceType, system_nodes: int = 1,
              nat_gateways: int = 1, s3_gateway_endpoint: bool = True, *, capacity_mode: str = ON_DEMAND,
              reserved: int | None = None, reservation: str | None = None, block_end: str | None = None,
-             kubernetes_version: str | None = None, on: date | None = None) -> CostEstimate:
+             kubernetes_version: str | None = None, on: date | None = None,
+             scale_from_zero: bool = False) -> CostEstimate:
     """The reference layout (one GPU node group, one system node group, one cluster), never a guess.
 
     GPU instances are counted as their capacity mode bills them (:func:`billed_gpu_nodes`), the control plane at
     ``kubernetes_version``'s rate on ``on`` (default today).
     """
-    notes = [*capacity_notes(capacity_mode, gpu, region, gpu_nodes, reserved, reservation, block_end),
+    notes = [*capacity_notes(capacity_mode, gpu, region, gpu_nodes, reserved, reservation, block_end,
+                             scale_from_zero),
              control_plane_note(kubernetes_version, on), *cost_notes(region, nat_gateways, s3_gateway_endpoint)]
     plane = (eks_versions.control_plane_usd_hour(kubernetes_version, on) if kubernetes_version
              else EKS_CONTROL_PLANE_USD_HOUR)

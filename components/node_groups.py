@@ -14,6 +14,7 @@ component adds the missing egress one.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -128,6 +129,11 @@ class EfaGpuNodeGroupArgs:
     """How many Ray worker pods this update deletes by name (gpuWorkersToDelete), for the scale-down guard."""
     autoscaled: bool = False
     """Ray's autoscaler runs the worker group (gpuScaleToZero): no scale-down guard (components/rollout_guards.py)."""
+    scale_from_zero: bool = False
+    """min 0 / max ``node_count`` and desired left to the Cluster Autoscaler (components/cluster_autoscaler.py), with
+    the node-template tags it needs at size 0 (:func:`scale_from_zero_tags`); False: ``node_count`` nodes, fixed."""
+    startup_taints: list[dict[str, str]] = field(default_factory=list)
+    """Taints a node joins with and loses once it has proven itself (the node agent's fabric proof)."""
 
 
 class EfaGpuNodeGroup(pulumi.ComponentResource):
@@ -201,15 +207,50 @@ class EfaGpuNodeGroup(pulumi.ComponentResource):
             launch_template=launch_template_ref(self.launch_template),
             capacity_type=args.capacity.node_group_capacity_type,
             # EKS requires max_size >= 1; desired = min = 0 parks the group.
-            # min 0: nothing scales this group but Pulumi, and a lower minimum lets the documented scale-down
-            # terminate the chosen idle instances (EC2 Auto Scaling TerminateInstanceInAutoScalingGroup with
-            # --should-decrement-desired-capacity refuses to go below the minimum; docs/upgrades.md)
-            scaling_config={"desired_size": n, "min_size": 0, "max_size": max(n, 1)},
+            # Fixed fleet: min 0: nothing scales this group but Pulumi, and a lower minimum lets the documented
+            # scale-down terminate the chosen idle instances (EC2 Auto Scaling TerminateInstanceInAutoScalingGroup with
+            # --should-decrement-desired-capacity refuses to go below the minimum; docs/upgrades.md).
+            # From zero: the Cluster Autoscaler owns desired, pulumi up must not set it back (ignoreScalingChanges).
+            scaling_config=({"desired_size": 0, "min_size": 0, "max_size": max(n, 1)} if args.scale_from_zero
+                            else {"desired_size": n, "min_size": 0, "max_size": max(n, 1)}),
+            ignore_scaling_changes=True if args.scale_from_zero else None,
             labels=self.labels,
-            taints=[GPU_TAINT],
+            taints=[GPU_TAINT, *args.startup_taints],
             opts=child,
         )
+        if args.scale_from_zero:
+            asg = self.node_group.node_group.apply(_asg_name)
+            for key, value in scale_from_zero_tags(it, args.efa).items():
+                aws.autoscaling.Tag(f"{name}-ca-" + re.sub(r'[^a-z0-9]+', '-', key[len(CA_TEMPLATE):].lower()),
+                                    autoscaling_group_name=asg,
+                                    tag={"key": key, "value": value, "propagate_at_launch": False}, opts=child)
         self.register_outputs({"labels": self.labels, "efaInterfacesPerNode": self.efa_interfaces_per_node})
+
+
+CA_TEMPLATE = "k8s.io/cluster-autoscaler/node-template/"
+
+
+def _asg_name(node_group: Any) -> Any:
+    """The Auto Scaling group EKS made for a managed node group (``resources[0].autoscalingGroups[0].name``)."""
+    if node_group is None:  # not known yet (a preview, or the offline plan's mocks)
+        return None
+    return node_group.resources.apply(lambda r: r[0].autoscaling_groups[0].name if r else None)
+
+
+def scale_from_zero_tags(it: InstanceType, efa: bool) -> dict[str, str]:
+    """The Cluster Autoscaler's node-template tags for a GPU group at size 0 (cloudprovider/aws/README.md).
+
+    CPU, memory and ``nvidia.com/gpu`` come from the instance type, labels and taints from ``eks:DescribeNodegroup``;
+    EFA interfaces are not derived from the type, so a pod asking for ``vpc.amazonaws.com/efa`` would never trigger
+    a scale-up without this tag. The GPU count and the role label are tagged too, so the template does not hang on a
+    DescribeNodegroup permission.
+    """
+    tags = {f"{CA_TEMPLATE}resources/nvidia.com/gpu": str(it.gpus),
+            f"{CA_TEMPLATE}label/{ROLE_LABEL}": GPU_ROLE,
+            f"{CA_TEMPLATE}taint/{GPU_TAINT['key']}": f"{GPU_TAINT['value']}:NoSchedule"}
+    if efa:
+        tags[f"{CA_TEMPLATE}resources/vpc.amazonaws.com/efa"] = str(it.max_efa_interfaces)
+    return tags
 
 
 def checked_reservation(name: str, instance_type: str, args: EfaGpuNodeGroupArgs,

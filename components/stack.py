@@ -23,6 +23,7 @@ from .capacity import (BLOCK_TERMINATION_LEAD_MINUTES, CAPACITY_BLOCK, PENDING_B
                        block_problem, read_capacity_block)
 from .checkpoint_bucket import CheckpointBucket, CheckpointBucketArgs
 from .cluster import Cluster, ClusterArgs, access_plan
+from .cluster_autoscaler import ClusterAutoscaler, ClusterAutoscalerArgs
 from .config import LARGE_NODE_COUNT, ConfigError, StackConfig
 from .cost import estimate
 from .device_plugins import DevicePlugins, DevicePluginsArgs
@@ -185,6 +186,8 @@ class EfaRayCluster(pulumi.ComponentResource):
     """EFA interfaces on each GPU node (0 without EFA)."""
     estimated_hourly_usd: pulumi.Output[Optional[float]]
     """On-demand USD/hour of nodes, control plane and NAT gateway, before storage and data transfer; left out where the region has no price figures (costNotes says so)."""
+    estimated_idle_hourly_usd: pulumi.Output[Optional[float]]
+    """USD/hour with no job running: the system node, control plane and NAT gateway, plus the GPU nodes that stay (all of them with gpuScaleToZero false; an ODCR's every reserved instance); left out where estimatedHourlyUsd is."""
     cost_notes: pulumi.Output[list[str]]
     """What estimatedHourlyUsd leaves out or could not price: "no price for REGION", NAT per-GB processing, S3 via the gateway endpoint."""
     teardown_order: pulumi.Output[list[str]]
@@ -259,7 +262,7 @@ class EfaRayCluster(pulumi.ComponentResource):
             vpc_id=network.vpc_id, public_subnet_ids=network.public_subnet_ids,
             private_subnet_ids=network.private_subnet_ids, kubernetes_version=cfg.kubernetesVersion,
             endpoint_public_access=cfg.endpointPublicAccess, endpoint_public_access_cidrs=cfg.endpointPublicAccessCidrs,
-            encrypt_secrets=cfg.encryptSecrets, pod_identity_agent=cfg.checkpointBucket,
+            encrypt_secrets=cfg.encryptSecrets, pod_identity_agent=cfg.checkpointBucket or cfg.scale_to_zero,
             enable_network_policy=cfg.networkPolicy, admin_arns=cfg.clusterAdminArns,
             viewer_arns=cfg.clusterViewerArns, creator_admin=access.creator_admin, creator_arn=access.creator_arn,
             tags=tags), opts=child)
@@ -273,10 +276,17 @@ class EfaRayCluster(pulumi.ComponentResource):
             availability_zone=gpu_az, node_count=cfg.gpuNodeCount, efa=cfg.efa,
             allow_single_node=cfg.allowSingleEfaNode, root_volume_gib=cfg.gpuRootVolumeGiB, hardening=hardening,
             capacity=capacity, kubernetes_version=cfg.kubernetesVersion,
-            workers_to_delete=len(cfg.gpuWorkersToDelete), autoscaled=cfg.scale_to_zero), opts=child)
+            workers_to_delete=len(cfg.gpuWorkersToDelete), autoscaled=cfg.scale_to_zero,
+            scale_from_zero=cfg.scale_to_zero and cfg.gpuNodeCount > 0),  # 0 parks: max 1 must not be used
+            opts=child)
         plugins = DevicePlugins("device-plugins", DevicePluginsArgs(provider=cluster.provider, efa=cfg.efa,
                                                                    instance_types=[cfg.gpuInstanceType]),
                                 opts=opts_with(depends_on=[gpu]))
+        autoscaler = None
+        if cfg.scale_to_zero:  # GPU nodes follow Ray's pending worker pods
+            autoscaler = ClusterAutoscaler("cluster-autoscaler", ClusterAutoscalerArgs(
+                provider=cluster.provider, cluster_name=cluster.name, cluster_arn=cluster.arn, region=cfg.region,
+                tags=tags, depends_on=[system, *cluster.addons]), opts=child)
         bucket = storage = None
         if cfg.checkpointBucket:
             bucket = CheckpointBucket(f"{name}-checkpoints", CheckpointBucketArgs(
@@ -376,7 +386,7 @@ class EfaRayCluster(pulumi.ComponentResource):
         # The building blocks, for Python callers that want to extend the stack (not part of the schema).
         self.network, self.cluster, self.system, self.gpu = network, cluster, system, gpu
         self.device_plugins, self.operator, self.ray, self.check = plugins, operator, ray, check
-        self.bucket, self.storage = bucket, storage
+        self.bucket, self.storage, self.cluster_autoscaler = bucket, storage, autoscaler
         self.observability = metrics
 
         out = pulumi.Output.from_input
@@ -387,9 +397,12 @@ class EfaRayCluster(pulumi.ComponentResource):
         self.gpu_instance_type = out(cfg.gpuInstanceType)
         self.efa_interfaces_per_node = out(gpu.efa_interfaces_per_node)
 
-        def priced(reserved: Any = None) -> Any:
-            """The estimate for this capacity mode, the control plane at the version's rate today."""
-            return estimate(cfg.region, cfg.gpu_type, cfg.gpuNodeCount, cfg.system_type,
+        def priced(reserved: Any = None, idle: bool = False) -> Any:
+            """The estimate for this capacity mode, the control plane at the version's rate today; ``idle``: with
+            no job (GPU nodes that scale from zero are gone)."""
+            from_zero = cfg.scale_to_zero and cfg.gpuNodeCount > 0
+            return estimate(cfg.region, cfg.gpu_type, 0 if idle and from_zero else cfg.gpuNodeCount,
+                            cfg.system_type, scale_from_zero=from_zero and not idle,
                             s3_gateway_endpoint=cfg.s3GatewayEndpoint, capacity_mode=capacity.mode,
                             reserved=int(reserved) if reserved is not None else None,
                             reservation=capacity.reservation, block_end=block.end_date if block else None,
@@ -406,9 +419,12 @@ class EfaRayCluster(pulumi.ComponentResource):
         if gpu.reserved_instances is not None:  # an ODCR bills every reserved instance: priced once EC2 says how many
             by_count = gpu.reserved_instances.apply(priced)
             self.estimated_hourly_usd = by_count.apply(lambda c: c.hourly_usd)
+            self.estimated_idle_hourly_usd = gpu.reserved_instances.apply(lambda n: priced(n, idle=True).hourly_usd)
             self.cost_notes = by_count.apply(lambda c: c.notes)
         else:
             self.estimated_hourly_usd = out(cost.hourly_usd) if cost.hourly_usd is not None else None
+            idle = priced(idle=True).hourly_usd
+            self.estimated_idle_hourly_usd = out(idle) if idle is not None else None
             self.cost_notes = out(cost.notes)
         self.teardown_order = pulumi.Output.all(*teardown)
         self.head_service_name = out(ray.head_service_name)
@@ -426,7 +442,8 @@ class EfaRayCluster(pulumi.ComponentResource):
             "clusterName": self.cluster_name, "kubeconfig": self.kubeconfig,
             "gpuAvailabilityZone": self.gpu_availability_zone, "gpuNodeCount": self.gpu_node_count,
             "gpuInstanceType": self.gpu_instance_type, "efaInterfacesPerNode": self.efa_interfaces_per_node,
-            "estimatedHourlyUsd": self.estimated_hourly_usd, "costNotes": self.cost_notes,
+            "estimatedHourlyUsd": self.estimated_hourly_usd, "estimatedIdleHourlyUsd": self.estimated_idle_hourly_usd,
+            "costNotes": self.cost_notes,
             "teardownOrder": self.teardown_order,
             "headServiceName": self.head_service_name, "rayDashboard": self.ray_dashboard,
             "checkpointBucket": self.checkpoint_bucket, "checkpointStorageUri": self.checkpoint_storage_uri,

@@ -40,17 +40,19 @@ def cluster_versions(stack: Stack) -> list[str | None]:
     return out
 
 
-def hourly_cost(stack: Stack, region: str) -> tuple[float | None, list[str]]:
+def hourly_cost(stack: Stack, region: str, idle: bool = False) -> tuple[float | None, list[str]]:
     """USD/hour of nodes as their capacity is billed (on demand: running nodes; ODCR: every reserved instance; Capacity
     Block: nothing, paid up front) + EKS control planes at their version's rate today + NAT gateways; (None, why)
-    when a price is missing."""
+    when a price is missing. A group the Cluster Autoscaler sizes counts at its maximum, or with ``idle`` at its
+    size with no job (its minimum)."""
     nodes, missing = [], []
     for g in node_groups(stack):
         if not isinstance(g.nodes, int):
             missing.append(f"{g.resource.name}: node count unknown")
             continue
         mode = capacity_mode(g)
-        count = 0 if mode == CAPACITY_BLOCK else max(g.nodes, reserved_instances(stack, g) or 0)
+        running = g.max_nodes if g.max_nodes is not None and not idle else g.nodes
+        count = 0 if mode == CAPACITY_BLOCK else max(running, reserved_instances(stack, g) or 0)
         if count == 0:
             continue
         types = [CATALOGUE[t] for t in g.instance_types if t in CATALOGUE]
@@ -76,8 +78,10 @@ def cost_notes(stack: Stack, region: str) -> list[str]:
         mode = capacity_mode(g)
         if not g.gpu or not types or (mode == ON_DEMAND and not isinstance(g.nodes, int)):
             continue
-        notes += capacity_notes(mode, types[0], region, g.nodes if isinstance(g.nodes, int) else 0,
-                                reserved_instances(stack, g), g.reservation if isinstance(g.reservation, str) else None)
+        count = g.max_nodes if g.max_nodes is not None else (g.nodes if isinstance(g.nodes, int) else 0)
+        notes += capacity_notes(mode, types[0], region, count, reserved_instances(stack, g),
+                                g.reservation if isinstance(g.reservation, str) else None,
+                                scale_from_zero=g.max_nodes is not None)
     notes += [control_plane_note(v) for v in cluster_versions(stack)]
     warnings = [w for v in cluster_versions(stack) if v and (w := eks_versions.version_warning(v))]
     return notes + [f"warning: {w}" for w in warnings]

@@ -41,6 +41,8 @@ class NodeGroup:
     """The launch template's ``instanceMarketOptions.marketType`` (``capacity-block``, ``spot``) or None."""
     reservation: Any = None
     """The Capacity Reservation id or resource group ARN the launch template targets, None, or UNKNOWN."""
+    max_nodes: Any = None
+    """Scaled by the Cluster Autoscaler (``minSize`` < ``maxSize``): the most nodes it may run; None when fixed."""
 
     @property
     def azs(self) -> Any:
@@ -227,7 +229,18 @@ def _node_group(r: Resource, props: dict, itypes: list[str], efa: Any, source: s
     return NodeGroup(r, props, itypes, desired if desired is not None else UNKNOWN, labels, _looks_gpu(props, itypes),
                      _instance_gpus(itypes), efa, source, placement_az if isinstance(placement_az, str) else None,
                      strategy, sgs, subnets, subnet_ids, props.get("capacityType", "ON_DEMAND"),
-                     dig(lt, "instanceMarketOptions", "marketType"), reservation)
+                     dig(lt, "instanceMarketOptions", "marketType"), reservation, _scaled_max(props))
+
+
+def _scaled_max(props: dict) -> int | None:
+    """maxSize of a node group whose size the Cluster Autoscaler sets (pulumi-eks ``ignoreScalingChanges`` and
+    minSize < maxSize), else None (fixed, or parked: 0/0 with EKS's minimum maxSize 1)."""
+    lo, hi = dig(props, "scalingConfig", "minSize"), dig(props, "scalingConfig", "maxSize")
+    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (lo, hi)) or lo >= hi:
+        return None
+    if props.get("ignoreScalingChanges") is not True:
+        return None
+    return int(hi)
 
 
 def _str_list(value: Any) -> list[str]:

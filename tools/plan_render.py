@@ -40,10 +40,13 @@ def render_text(plan: Plan) -> str:
         lines.append(f"  EFA gate expects: {gate.get('nodes', '?')} nodes x {gate.get('gpusPerNode', '?')} GPUs, "
                      f"{gate.get('efaInterfaces', 0)} EFA interfaces/node, line rate "
                      f"{gate.get('lineRateGbps', '?')} Gbit/s, GPUDirect RDMA {gate['gpudirectRdma']}")
-    cost = s["estimatedHourlyUsd"]
+    cost, idle = s["estimatedHourlyUsd"], s.get("estimatedIdleHourlyUsd")
     lines.append("  estimated cost: " + (f"${cost:,.2f}/hour (nodes as their capacity bills them + EKS control plane "
                                           "at its version's rate today + NAT gateways, before storage and data "
                                           "transfer)" if isinstance(cost, (int, float)) else cost))
+    if isinstance(idle, (int, float)) and idle != cost:
+        lines.append(f"  estimated cost idle: ${idle:,.2f}/hour (no job: GPU nodes the Cluster Autoscaler removed; "
+                     "the first figure is every GPU node up)")
     lines.append(f"  Kubernetes version: {s.get('kubernetesVersion', '(unknown)')}")
     lines += [f"    {note}" for note in s.get("costNotes", [])]
     lines += ["", rules_summary(plan)]

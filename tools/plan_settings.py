@@ -17,7 +17,7 @@ FIELD_NAMES = {"instanceTypes": "instance type", "nodes": "nodes", "gpusPerNode"
                "launchTemplate": "launch template", "replicas": "replicas",
                "image": "image", "cpu": "CPU", "memory": "memory", "gpu": "GPU", "efa": "EFA interfaces",
                "guaranteedQoS": "Guaranteed QoS", "kuberayChartVersion": "KubeRay chart version",
-               "imageTags": "image tags", "estimatedHourlyUsd": "estimated $/hour", "kubernetesVersion": "Kubernetes version",
+               "imageTags": "image tags", "estimatedHourlyUsd": "estimated $/hour", "estimatedIdleHourlyUsd": "estimated $/hour idle", "kubernetesVersion": "Kubernetes version",
                "costNotes": "cost notes"}
 
 
@@ -116,7 +116,7 @@ def settings_of(st: Stack, region: str) -> dict[str, Any]:
         azs = g.azs
         node_groups[g.resource.name] = {
             "instanceTypes": ", ".join(g.instance_types) or "(unset)",
-            "nodes": _show(g.nodes),
+            "nodes": f"{_show(g.nodes)}..{g.max_nodes}" if g.max_nodes is not None else _show(g.nodes),
             "gpusPerNode": g.gpus_per_node if g.gpus_per_node is not None else ("?" if g.gpu else 0),
             "subnetAzs": ", ".join(azs) if azs is not UNKNOWN else _show(UNKNOWN),
             "efaInterfacesPerNode": _show(g.efa_interfaces),
@@ -144,6 +144,7 @@ def settings_of(st: Stack, region: str) -> dict[str, Any]:
 
     images = sorted({v["image"] for v in pods.values() if isinstance(v["image"], str)})
     cost, missing = layout_cost.hourly_cost(st, region)
+    idle, _ = layout_cost.hourly_cost(st, region, idle=True)
     return {
         "nodeGroups": node_groups,
         "gpuSubnets": gpu_subnets,
@@ -153,6 +154,7 @@ def settings_of(st: Stack, region: str) -> dict[str, Any]:
         "pods": pods,
         "efaGate": efa_gate(st),
         "estimatedHourlyUsd": cost if cost is not None else "unknown: " + "; ".join(missing),
+        "estimatedIdleHourlyUsd": idle if idle is not None else "unknown: " + "; ".join(missing),
         "kubernetesVersion": ", ".join(v or "(default)" for v in layout_cost.cluster_versions(st)) or "(no cluster)",
         "costNotes": layout_cost.cost_notes(st, region),
     }

@@ -59,12 +59,12 @@ def test_schema_token_inputs_and_outputs(schema):
     assert {k: outputs[k].get("type", outputs[k].get("$ref")) for k in outputs} == {
         "clusterName": "string", "kubeconfig": "pulumi.json#/Any", "gpuAvailabilityZone": "string",
         "gpuNodeCount": "integer", "gpuInstanceType": "string", "efaInterfacesPerNode": "integer",
-        "estimatedHourlyUsd": "number", "costNotes": "array", "teardownOrder": "array", "headServiceName": "string",
+        "estimatedHourlyUsd": "number", "estimatedIdleHourlyUsd": "number", "costNotes": "array", "teardownOrder": "array", "headServiceName": "string",
         "rayDashboard": "string", "checkpointBucket": "string", "checkpointStorageUri": "string",
         "efaCheckLogsCommand": "string", "gpuCapacityBlockEnd": "string", "rayAuthToken": "string"}
     assert all(outputs[k].get("description") for k in outputs)
     optional = {"checkpointBucket", "checkpointStorageUri", "efaCheckLogsCommand", "gpuCapacityBlockEnd",
-                "estimatedHourlyUsd", "rayAuthToken"}
+                "estimatedHourlyUsd", "estimatedIdleHourlyUsd", "rayAuthToken"}
     assert set(res["required"]) == set(outputs) - optional
 
 

@@ -12,7 +12,7 @@ def test_inventory(default_run):
     types = [r.type for r in default_run.resources]
     for typ, count in [("aws:ec2/vpc:Vpc", 1), ("eks:index:Cluster", 1), (MNG, 2), ("aws:ec2/natGateway:NatGateway", 1),
                        ("kubernetes:ray.io/v1:RayCluster", 1), ("kubernetes:batch/v1:Job", 1),
-                       ("kubernetes:helm.sh/v3:Release", 5), ("aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule", 1)]:
+                       ("kubernetes:helm.sh/v3:Release", 6), ("aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule", 1)]:
         assert types.count(typ) == count, typ
     assert types.count("aws:ec2/subnet:Subnet") == 4
 
@@ -34,8 +34,7 @@ def test_gpu_node_group_efa_inputs(request, run_name, itype, efa_ifaces):
     assert ng["capacityType"] == "ON_DEMAND"
     assert ng["instanceTypes"] == [itype]
     assert ng["amiType"] == "AL2023_x86_64_NVIDIA"
-    # min 0: the documented scale-down terminates chosen idle instances below the old size (docs/upgrades.md)
-    assert ng["scalingConfig"] == {"desiredSize": 2, "minSize": 0, "maxSize": 2}
+    assert ng["scalingConfig"] == {"desiredSize": 0, "minSize": 0, "maxSize": 2}  # from zero (issue 35)
     assert ng["taints"] == [{"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}]
     assert run.outputs["efaInterfacesPerNode"] == efa_ifaces
 
@@ -66,7 +65,8 @@ def test_efa_off_has_no_efa_inputs():
     assert not run.of_type("aws:ec2/placementGroup:PlacementGroup")
     assert not run.of_type("aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule")
     # registration order follows input resolution (threads), so compare as a set
-    assert sorted(r.name for r in run.of_type("kubernetes:helm.sh/v3:Release")) == ["device-plugins-nvidia", "kuberay-release",
+    assert sorted(r.name for r in run.of_type("kubernetes:helm.sh/v3:Release")) == ["cluster-autoscaler-release",
+                                                                                   "device-plugins-nvidia", "kuberay-release",
                                                                                    "observability-dcgm", "observability-kps"]
 
 

@@ -129,6 +129,17 @@ def test_capacity_block_is_paid_up_front_not_per_hour():
     assert any("paid up front" in t for t in run.outputs["teardownOrder"])
 
 
+def test_idle_cost_beside_the_all_up_cost():
+    """Issue 35: estimatedHourlyUsd is every GPU node up; estimatedIdleHourlyUsd what runs with no job (system node,
+    control plane, NAT), the same as the all-up figure for a fixed fleet; the plan shows both."""
+    run = run_program({})
+    assert run.outputs["estimatedIdleHourlyUsd"] == pytest.approx(SYSTEM + 0.10 + NAT)
+    assert run.outputs["estimatedHourlyUsd"] == pytest.approx(plan_usd(run)) and run.outputs["estimatedHourlyUsd"] > 9
+    assert "0 to 2 x g6.12xlarge" in run.outputs["costNotes"][0]
+    fixed = run_program({"gpuScaleToZero": "false"})
+    assert fixed.outputs["estimatedIdleHourlyUsd"] == pytest.approx(fixed.outputs["estimatedHourlyUsd"])
+
+
 def test_on_demand_gpu_nodes_stop_billing_when_parked():
     run = run_program({"gpuNodeCount": "0"})
     assert run.outputs["estimatedHourlyUsd"] == pytest.approx(SYSTEM + 0.10 + NAT) == plan_usd(run)

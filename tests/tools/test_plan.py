@@ -59,7 +59,8 @@ def test_default_plan_text(capsys):
     assert code == 0
     for expected in [
         "Offline plan of working tree: stack dev, region us-east-1",
-        "node group gpu-mng: 2 x g6.12xlarge (4 GPU each), subnets in us-east-1a, EFA interfaces/node 1, placement cluster",
+        "node group gpu-mng: 0..2 x g6.12xlarge (4 GPU each), subnets in us-east-1a, EFA interfaces/node 1, placement cluster",
+        "estimated cost idle: $0.35/hour",
         "node group system-mng: 1 x m7i.xlarge (0 GPU each), subnets in us-east-1a, us-east-1b, EFA interfaces/node 0",
         "GPU subnets: net-private-us-east-1a (us-east-1a)",
         "KubeRay chart: 1.7.0",
@@ -79,7 +80,7 @@ def test_default_plan_text(capsys):
 def test_default_plan_json(plans, default_run):
     p = json.loads(plans["default"].read_text())
     s = p["settings"]
-    assert s["nodeGroups"]["gpu-mng"] == {"instanceTypes": "g6.12xlarge", "nodes": 2, "gpusPerNode": 4,
+    assert s["nodeGroups"]["gpu-mng"] == {"instanceTypes": "g6.12xlarge", "nodes": "0..2", "gpusPerNode": 4,
                                           "subnetAzs": "us-east-1a", "efaInterfacesPerNode": 1, "placement": "cluster",
                                           "capacity": "on-demand",
                                           "launchTemplate": s["nodeGroups"]["gpu-mng"]["launchTemplate"]}
