@@ -66,7 +66,7 @@ def test_gpu_group_scales_from_zero_with_the_template_tags(default_run):
 def test_fixed_fleet_keeps_todays_node_group(cfg):
     run = run_program(cfg)
     (gpu,) = [r for r in run.resources if r.type == "eks:index:ManagedNodeGroup" and r.name == "gpu-mng"]
-    assert gpu.inputs["scalingConfig"] == {"minSize": 2, "maxSize": 2, "desiredSize": 2}
+    assert gpu.inputs["scalingConfig"] == {"minSize": 0, "maxSize": 2, "desiredSize": 2}  # min 0: issue 34
     assert not gpu.inputs.get("ignoreScalingChanges")
     assert not [r for r in run.resources if r.type in ("aws:autoscaling/tag:Tag", "ray-efa-eks:index:ClusterAutoscaler")]
 
