@@ -36,6 +36,26 @@ GPU_TOLERATION = {"key": GPU_TAINT["key"], "operator": "Exists", "effect": "NoSc
 """The pod-side match of GPU_TAINT (Kubernetes spells the effect NoSchedule)."""
 
 
+NODE_GROUP_TYPE = "aws:eks/nodeGroup:NodeGroup"
+"""The child pulumi-eks's ManagedNodeGroup registers (the EKS API's node group)."""
+
+
+def node_repair(args: pulumi.ResourceTransformArgs) -> pulumi.ResourceTransformResult | None:
+    """Transform: EKS node auto repair on (``nodeRepairConfig.enabled``) on the managed node group's EKS child.
+
+    pulumi-aws 7.51.1's ``aws.eks.NodeGroup`` has ``node_repair_config`` (enabled, thresholds, per-condition
+    overrides); pulumi-eks 4.4.0's ``ManagedNodeGroup`` does not pass it through (nothing in the package mentions
+    repair), so it is set on the child, as :func:`.cluster.no_creator_admin` does for the cluster. EKS then replaces
+    (or, for ``AcceleratedHardwareReady``, reboots) a node whose condition the node monitoring agent reports false
+    for its grace time (docs.aws.amazon.com/eks/latest/userguide/node-repair.html); the agent is the stack's
+    ``eks-node-monitoring-agent`` add-on."""
+    if args.type_ != NODE_GROUP_TYPE:
+        return None
+    repair = dict(args.props.get("nodeRepairConfig") or {})
+    repair["enabled"] = True
+    return pulumi.ResourceTransformResult(props={**args.props, "nodeRepairConfig": repair}, opts=args.opts)
+
+
 @dataclass
 class SystemNodeGroupArgs:
     """Inputs of :class:`SystemNodeGroup`."""
@@ -97,7 +117,7 @@ class SystemNodeGroup(pulumi.ComponentResource):
             launch_template=launch_template_ref(self.launch_template),
             scaling_config={"desired_size": n, "min_size": n, "max_size": max(n, 1)},
             labels=self.labels,
-            opts=child,
+            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(transforms=[node_repair])),
         )
         self.register_outputs({"labels": self.labels})
 
@@ -216,7 +236,7 @@ class EfaGpuNodeGroup(pulumi.ComponentResource):
             ignore_scaling_changes=True if args.scale_from_zero else None,
             labels=self.labels,
             taints=[GPU_TAINT, *args.startup_taints],
-            opts=child,
+            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(transforms=[node_repair])),
         )
         if args.scale_from_zero:
             asg = self.node_group.node_group.apply(_asg_name)

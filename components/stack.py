@@ -17,6 +17,7 @@ by the earlier program keeps every resource. One EfaRayCluster per stack: it own
 from typing import Any, Optional, TypedDict
 
 import pulumi
+import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
 from .capacity import (BLOCK_TERMINATION_LEAD_MINUTES, CAPACITY_BLOCK, PENDING_BLOCK_STATES, RESERVATION, GpuCapacity,
@@ -287,6 +288,11 @@ class EfaRayCluster(pulumi.ComponentResource):
             autoscaler = ClusterAutoscaler("cluster-autoscaler", ClusterAutoscalerArgs(
                 provider=cluster.provider, cluster_name=cluster.name, cluster_arn=cluster.arn, region=cfg.region,
                 tags=tags, depends_on=[system, *cluster.addons]), opts=child)
+        # EKS node monitoring agent: sets the Node conditions (AcceleratedHardwareReady, NetworkingReady, ...) that
+        # node auto repair (nodeRepairConfig on both node groups, node_groups.node_repair) acts on. After the nodes:
+        # a DaemonSet add-on with no node to run on does not become ACTIVE.
+        aws.eks.Addon("node-monitoring-agent", cluster_name=cluster.name, addon_name="eks-node-monitoring-agent",
+                      tags=tags, opts=opts_with(depends_on=[system, gpu]))
         bucket = storage = None
         if cfg.checkpointBucket:
             bucket = CheckpointBucket(f"{name}-checkpoints", CheckpointBucketArgs(

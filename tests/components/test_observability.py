@@ -192,3 +192,31 @@ def test_bad_metrics_config_is_refused_naming_the_key(key, value, words):
     with pytest.raises(ConfigError) as e:
         StackConfig.from_mapping({key: value})
     assert key in str(e.value) and words in str(e.value)
+
+
+# --- node health: EKS node auto repair and the node monitoring agent -------------------------------------------
+
+
+def test_both_node_groups_repair_and_the_monitoring_agent_runs(default_run):
+    from ray_efa_eks.components.node_groups import node_repair
+
+    mngs = default_run.of_type("eks:index:ManagedNodeGroup")
+    assert len(mngs) == 2 and all(node_repair in m.transforms for m in mngs)
+    addon = default_run.one("aws:eks/addon:Addon", "node-monitoring-agent")
+    assert addon["addonName"] == "eks-node-monitoring-agent"
+
+
+def test_node_repair_sets_only_the_eks_node_group_child():
+    import pulumi
+
+    from ray_efa_eks.components.node_groups import node_repair
+
+    def args(typ, props):
+        return pulumi.ResourceTransformArgs(custom=True, type_=typ, name="gpu-mng", props=props,
+                                            opts=pulumi.ResourceOptions())
+
+    out = node_repair(args("aws:eks/nodeGroup:NodeGroup", {"nodeGroupName": "g", "nodeRepairConfig": {
+        "maxParallelNodesRepairedCount": 1}}))
+    assert out.props == {"nodeGroupName": "g", "nodeRepairConfig": {"maxParallelNodesRepairedCount": 1,
+                                                                   "enabled": True}}
+    assert node_repair(args("aws:ec2/launchTemplate:LaunchTemplate", {})) is None
