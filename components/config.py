@@ -65,8 +65,9 @@ class StackConfig:
     """GPU nodes (one Ray worker pod each). 0 parks the GPU node group and stops its cost."""
     gpuWorkersToDelete: list[str] = key(
         factory=list, allowed="Ray worker pod names (kubectl -n ray get pods)",
-        live=live("scale",
-                  note="lowering gpuNodeCount N -> M > 0 needs N - M names here (docs/upgrades.md: scaling the GPU "
+        live=live("none",
+                  note="alone it changes nothing (the rehearsal registers no change); lowering gpuNodeCount N -> M > 0 "
+                       "needs N - M names here (docs/upgrades.md: scaling the GPU "
                        "fleet down); KubeRay deletes them and mutes the field in its recreate hash"))
     """Fixed GPU fleet (gpuScaleToZero false), lowering gpuNodeCount N -> M > 0: the N-M Ray worker pods KubeRay deletes (its workersToDelete), after their nodes were drained and terminated (docs/upgrades.md: scaling the GPU fleet down)."""
     systemInstanceType: str = key(
@@ -82,7 +83,7 @@ class StackConfig:
     """GPU AZ. Unset: the first AZ of the region that offers gpuInstanceType."""
     kubernetesVersion: str = key(
         DEFAULT_KUBERNETES_VERSION, allowed="MAJOR.MINOR of a version EKS still supports (components/eks_versions.py)",
-        live=live("cluster", "system-node", "gpu-nodes",
+        live=live("cluster", "system-node", "gpu-nodes", "gate", 
                   note="one minor version at a time and never down (refused before any change otherwise): EKS "
                        "updates the control plane, then both node groups follow it and EKS replaces every node "
                        "([Upgrades](upgrades.md))"))
@@ -123,13 +124,13 @@ class StackConfig:
     """Who may reach the EKS API endpoint; narrow this to your office/VPN ranges."""
     gpuRootVolumeGiB: int = key(
         200, allowed="100 to 16384",
-        live=live("gpu-nodes",
+        live=live("gpu-nodes", "gate", 
                   note="a new launch template version; in a reservation or Capacity Block, park first ([Getting "
                        "GPUs](gpus.md))"))
     """Root volume of the GPU nodes: the DLC image alone is tens of GB."""
     systemRootVolumeGiB: int = key(
         100, allowed="100 to 16384",
-        live=live("system-node",
+        live=live("system-node", "gate", 
                   note="a new launch template version: the Ray head restarts with its node"))
     """Root volume of the system node (>= 100): the Ray head and the EFA check Job pull the DLC image there (tens of GB, compressed layers plus the unpacked copy)."""
     ncclDebug: str = key(
@@ -189,12 +190,12 @@ class StackConfig:
     """on-demand | reservation (an ODCR) | capacity-block (Capacity Block for ML); the last two need availabilityZone."""
     gpuCapacityReservationId: str | None = key(
         None, allowed="cr- and 8 or 17 hex digits, or (reservation) a resource group ARN",
-        live=live("gpu-nodes",
+        live=live("gpu-nodes", "gate", 
                   note="a new launch template version: park the GPU nodes first ([Getting GPUs](gpus.md))"))
     """reservation: the ODCR id (cr-...) or its resource group ARN; capacity-block: the block's id (cr-...)."""
     gpuPlacementGroupName: str | None = key(
         None, allowed="a placement group name (reservation only)",
-        live=live("gpu-nodes",
+        live=live("gpu-nodes", "gate", 
                   note="a new launch template version: park the GPU nodes first ([Getting GPUs](gpus.md))"))
     """reservation only: the cluster placement group the ODCR was created in; unset: no placement group."""
 
@@ -224,9 +225,9 @@ class StackConfig:
     """Create the S3 checkpoint bucket + pod identity role; false = pods get no storage (pass --storage-path)."""
     checkpointPrefix: str = key(
         "ray-train", allowed="S3 key segments of letters, digits and ! - _ . ' ( ) without a leading or trailing /, no . or .. segment, at most 512 bytes",
-        live=live("ray-pods", "in-place",
-                  note="the pods' role and storage path move to the new prefix; the gate is not re-run, so its "
-                       "storage proof has not tried the new prefix"))
+        live=live("ray-pods", "gate", "in-place",
+                  note="the pods' role and storage path move to the new prefix; the re-run gate's storage proof "
+                       "tries it"))
     """Key prefix in the bucket; the pods' role may use this prefix only."""
     checkpointEncryption: str = key(
         "kms", allowed=ENCRYPTIONS,
@@ -253,12 +254,12 @@ class StackConfig:
     """false: private API endpoint only (run Pulumi from inside the VPC)."""
     imdsHopLimit: int = key(
         1, allowed="1 to 64",
-        live=live("gpu-nodes", "system-node",
+        live=live("gpu-nodes", "system-node", "gate", 
                   note="both launch templates change: every node is replaced"))
     """IMDSv2 hop limit on every node; 1 keeps pods away from the node role (they use Pod Identity)."""
     encryptRootVolumes: bool = key(
         True,
-        live=live("gpu-nodes", "system-node",
+        live=live("gpu-nodes", "system-node", "gate", 
                   note="both launch templates change: every node is replaced; volumes already created keep their "
                        "encryption"))
     """Encrypt node root volumes (EBS, aws/ebs key)."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-from dataclasses import fields
+from dataclasses import MISSING, fields
 from pathlib import Path
 
 import pytest
@@ -49,6 +49,7 @@ SAMPLES: dict[str, tuple[dict, dict]] = {
     "gpuCapacityReservationId": (RESERVED, GROUP),
     "gpuPlacementGroupName": (GROUP, {**GROUP, "gpuPlacementGroupName": "my-pg"}),
     "checkpointPrefix": ({}, {"checkpointPrefix": "train2"}),
+    "gpuWorkersToDelete": ({"gpuScaleToZero": False}, {"gpuScaleToZero": False, "gpuWorkersToDelete": ["ray-gpu-worker-abcde"]}),
     "checkpointEncryption": ({}, {"checkpointEncryption": "s3"}),
     "clusterAdminArns": ({}, {"clusterAdminArns": ["arn:aws:iam::123456789012:role/admins"]}),
     "clusterViewerArns": ({"clusterAdminArns": ["arn:aws:iam::123456789012:role/admins"]},
@@ -66,9 +67,9 @@ def sample(name: str) -> tuple[dict, dict]:
     if name in SAMPLES:
         return SAMPLES[name]
     f = next(f for f in fields(StackConfig) if f.name == name)
-    default = f.default
-    candidates = {bool: [not default], int: [default + 1, default - 1, 2 * default],
-                  float: [default + 0.5, default / 2]}.get(type(default), [])
+    default = f.default_factory() if f.default_factory is not MISSING else f.default
+    candidates = ([not default] if isinstance(default, bool) else [default + 1, default - 1, 2 * default]
+                  if isinstance(default, int) else [default + 0.5, default / 2] if isinstance(default, float) else [])
     for value in candidates:
         try:
             StackConfig.from_mapping({name: value})
@@ -106,7 +107,9 @@ def _node_group_effects(a: MockRun, b: MockRun, role: str) -> tuple[bool, bool]:
     scaling config changes -> nodes replaced; the scaling config alone -> scaled."""
     lt = "aws:ec2/launchTemplate:LaunchTemplate"
     mng = "eks:index:ManagedNodeGroup"
-    lt_a, lt_b = _by_name(a, lt, f"{role}-lt"), _by_name(b, lt, f"{role}-lt")
+    # a launch template's own tags are tags on the resource, not template data: changing them makes no new version
+    lt_a, lt_b = ({k: v for k, v in (_by_name(r, lt, f"{role}-lt") or {}).items() if k not in ("tags", "tagsAll")}
+                  for r in (a, b))
     ng_a, ng_b = _by_name(a, mng, f"{role}-mng") or {}, _by_name(b, mng, f"{role}-mng") or {}
     rest_a = {k: v for k, v in ng_a.items() if k != "scalingConfig"}
     rest_b = {k: v for k, v in ng_b.items() if k != "scalingConfig"}
@@ -190,8 +193,8 @@ def test_the_rehearsal_can_tell_the_effects_apart():
     """The model can fail: a spec change is not a scale change, and a launch template change is not in place."""
     assert observed(run({}), run({"gpuNodeCount": 3})) == {"scale", "gate"}
     assert observed(run({}), run({"ncclDebug": "INFO"})) == {"ray-pods", "gate"}
-    assert observed(run({}), run({"gpuRootVolumeGiB": 300})) == {"gpu-nodes"}
-    assert observed(run({}), run({"systemRootVolumeGiB": 150})) == {"system-node"}
+    assert observed(run({}), run({"gpuRootVolumeGiB": 300})) == {"gpu-nodes", "gate"}  # the gate vouches for nodes
+    assert observed(run({}), run({"systemRootVolumeGiB": 150})) == {"system-node", "gate"}
     assert observed(run({}), run({"allowSingleEfaNode": True})) == {"none"}
     assert observed(run({}), run({"efaCheckBlocking": False})) == {"other"}
 
