@@ -53,7 +53,7 @@ def one_run(fabric_on: bool, steps: int, warmup: int, batch: int, storage: str,
 
 
 def main() -> None:
-    from ray_efa_eks.training.local_cluster import local_cluster
+    from ray_efa_eks.efacheck.local_cluster import local_cluster
 
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=120)

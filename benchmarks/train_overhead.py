@@ -118,7 +118,7 @@ def ray_train(steps: int, warmup: int, batch: int, storage: str, name: str, worl
 def main() -> None:
     import tempfile
 
-    from ray_efa_eks.training.local_cluster import local_cluster
+    from ray_efa_eks.efacheck.local_cluster import local_cluster
 
     from ray_efa_eks.tools.cli import ArgumentParser, positive_int
 

@@ -30,6 +30,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from .errors import ArgError
+
 ON_DEMAND = "on-demand"
 RESERVATION = "reservation"
 CAPACITY_BLOCK = "capacity-block"
@@ -61,8 +63,8 @@ class GpuCapacity:
 
     def __post_init__(self) -> None:
         problem = target_problem(self.mode, self.reservation) or placement_problem(self.mode, self.placement_group)
-        if problem:
-            raise ValueError(f"GpuCapacity: {problem[0]} = {problem[1]!r}: {problem[2]}")
+        if problem:  # ArgError is a ValueError naming this class's fields
+            raise problem
 
     @property
     def is_group(self) -> bool:
@@ -91,51 +93,53 @@ class GpuCapacity:
         return {"market_type": CAPACITY_BLOCK} if self.mode == CAPACITY_BLOCK else None
 
 
-def target_problem(mode: str, reservation: str | None) -> tuple[str, Any, str] | None:
-    """(key, value, fix) for a mode/target combination that cannot launch, else None. No instance-type rules here."""
+def target_problem(mode: str, reservation: str | None) -> ArgError | None:
+    """The mode/target combination that cannot launch (naming ``mode`` / ``reservation``), else None. No
+    instance-type rules here."""
     if mode not in CAPACITY_MODES:
-        return "gpuCapacity", mode, f"must be one of {', '.join(CAPACITY_MODES)}"
+        return ArgError("mode", mode, f"must be one of {', '.join(CAPACITY_MODES)}")
     if mode == ON_DEMAND:
         if reservation:
-            return ("gpuCapacityReservationId", reservation, "is set but gpuCapacity is on-demand; set gpuCapacity: "
-                    "reservation (ODCR) or capacity-block, or remove the id")
+            return ArgError("reservation", reservation, lambda n: f"is set but {n('mode')} is on-demand; set "
+                            f"{n('mode')}: reservation (ODCR) or capacity-block, or remove the id")
         return None
     if not reservation:
         what = "the Capacity Block's reservation id (cr-...)" if mode == CAPACITY_BLOCK else \
             "the ODCR id (cr-...) or its resource group ARN (arn:aws:resource-groups:REGION:ACCOUNT:group/NAME)"
-        return "gpuCapacityReservationId", reservation, f"gpuCapacity {mode} needs {what}"
+        return ArgError("reservation", reservation, lambda n: f"{n('mode')} {mode} needs {what}")
     if RESERVATION_ID.fullmatch(reservation):
         return None
     if RESOURCE_GROUP_ARN.fullmatch(reservation):
         if mode == CAPACITY_BLOCK:
-            return ("gpuCapacityReservationId", reservation, "a Capacity Block is targeted by its own id (cr-...), "
-                    "not a resource group; aws ec2 describe-capacity-reservations --filters "
-                    "Name=reservation-type,Values=capacity-block lists them")
+            return ArgError("reservation", reservation, "a Capacity Block is targeted by its own id (cr-...), not a "
+                            "resource group; aws ec2 describe-capacity-reservations --filters "
+                            "Name=reservation-type,Values=capacity-block lists them")
         return None
-    return ("gpuCapacityReservationId", reservation, "must be a reservation id (cr- + 8 or 17 hex digits) or a "
-            "resource group ARN (arn:aws:resource-groups:REGION:ACCOUNT:group/NAME)")
+    return ArgError("reservation", reservation, "must be a reservation id (cr- + 8 or 17 hex digits) or a resource "
+                    "group ARN (arn:aws:resource-groups:REGION:ACCOUNT:group/NAME)")
 
 
 PLACEMENT_GROUP_NAME = re.compile(r"[A-Za-z0-9._+=@-]{1,255}")
 
 
-def placement_problem(mode: str, placement_group: str | None) -> tuple[str, Any, str] | None:
-    """(key, value, fix) when ``gpuPlacementGroupName`` does not fit the mode, else None."""
+def placement_problem(mode: str, placement_group: str | None) -> ArgError | None:
+    """``placement_group`` when it does not fit the mode, else None."""
     if placement_group is None:
         return None
     if mode != RESERVATION:
         why = ("the stack creates its own cluster placement group on demand" if mode == ON_DEMAND
                else "EC2 places a Capacity Block itself; a placement group conflicts with it")
-        return "gpuPlacementGroupName", placement_group, f"only for gpuCapacity reservation ({why}); remove it"
+        return ArgError("placement_group", placement_group, lambda n: f"only for {n('mode')} reservation ({why}); "
+                        "remove it")
     if not PLACEMENT_GROUP_NAME.fullmatch(placement_group):
-        return ("gpuPlacementGroupName", placement_group, "must be a placement group name (the last part of the "
-                                                          "ODCR's PlacementGroupArn), not an ARN or id")
+        return ArgError("placement_group", placement_group, "must be a placement group name (the last part of the "
+                                                            "ODCR's PlacementGroupArn), not an ARN or id")
     return None
 
 
 def config_problem(mode: str, reservation: str | None, instance_type: Any, availability_zone: str | None,
-                   region: str, placement_group: str | None = None) -> tuple[str, Any, str] | None:
-    """(key, value, fix) for the first capacity setting that cannot work with this type/AZ/region, else None."""
+                   region: str, placement_group: str | None = None) -> ArgError | None:
+    """The first capacity argument that cannot work with this type/AZ/region (named as here), else None."""
     problem = target_problem(mode, reservation) or placement_problem(mode, placement_group)
     if problem:
         return problem
@@ -145,16 +149,15 @@ def config_problem(mode: str, reservation: str | None, instance_type: Any, avail
         from .instances import CATALOGUE
 
         have = sorted(n for n, t in CATALOGUE.items() if t.capacity_blocks)
-        return ("gpuCapacity", mode, f"EC2 sells no Capacity Blocks of {instance_type.name}; use one of "
-                                     f"{', '.join(have)}, or gpuCapacity reservation/on-demand")
+        return ArgError("mode", mode, lambda n: f"EC2 sells no Capacity Blocks of {instance_type.name}; use one of "
+                        f"{', '.join(have)}, or {n('mode')} reservation/on-demand")
     if availability_zone is None:
-        return ("availabilityZone", None, f"gpuCapacity {mode} needs the reservation's AZ here (a reservation lives "
-                                          "in one AZ); `ray-efa-eks preflight "
-                                          "--capacity-reservation-id ID` prints it")
+        return ArgError("availability_zone", None, lambda n: f"{n('mode')} {mode} needs the reservation's AZ here (a "
+                        "reservation lives in one AZ); `ray-efa-eks preflight --capacity-reservation-id ID` prints it")
     m = RESOURCE_GROUP_ARN.fullmatch(reservation or "")
     if m and m.group(1) != region:
-        return ("gpuCapacityReservationId", reservation, f"the resource group is in {m.group(1)}, the stack in "
-                                                         f"{region}; use a group of {region}")
+        return ArgError("reservation", reservation, f"the resource group is in {m.group(1)}, the stack in {region}; "
+                        f"use a group of {region}")
     return None
 
 
@@ -172,31 +175,30 @@ class CapacityBlock:
 
 
 def block_problem(block: CapacityBlock, instance_type: str, availability_zone: str,
-                  node_count: int) -> tuple[str, Any, str] | None:
-    """(key, value, fix) when the stack cannot run in this block, else None. Unknown fields are not judged."""
+                  node_count: int) -> ArgError | None:
+    """The argument that cannot run in this block (``reservation``, ``availability_zone``, ``instance_type``,
+    ``node_count``), else None. Unknown fields are not judged."""
     if block.state == "payment-failed":
-        return ("gpuCapacityReservationId", block.id, "the Capacity Block is payment-failed: EC2 never starts it, so "
-                                                      "its nodes would never launch; buy a new block or set "
-                                                      "gpuCapacity: on-demand")
+        return ArgError("reservation", block.id, lambda n: "the Capacity Block is payment-failed: EC2 never starts "
+                        f"it, so its nodes would never launch; buy a new block or set {n('mode')}: on-demand")
     if block.state in DEAD_BLOCK_STATES:
-        return ("gpuCapacityReservationId", block.id, f"the Capacity Block is {block.state} (ended {block.end_date}); "
-                                                      "buy a new block or set gpuCapacity: on-demand")
+        return ArgError("reservation", block.id, lambda n: f"the Capacity Block is {block.state} (ended "
+                        f"{block.end_date}); buy a new block or set {n('mode')}: on-demand")
     if block.availability_zone and block.availability_zone != availability_zone:
-        return ("availabilityZone", availability_zone, f"the Capacity Block {block.id} is in "
-                                                       f"{block.availability_zone}; set availabilityZone: "
-                                                       f"{block.availability_zone}")
+        return ArgError("availability_zone", availability_zone, lambda n: f"the Capacity Block {block.id} is in "
+                        f"{block.availability_zone}; set {n('availability_zone')}: {block.availability_zone}")
     if block.instance_type and block.instance_type != instance_type:
-        return ("gpuInstanceType", instance_type, f"the Capacity Block {block.id} holds {block.instance_type}; set "
-                                                  f"gpuInstanceType: {block.instance_type}")
+        return ArgError("instance_type", instance_type, lambda n: f"the Capacity Block {block.id} holds "
+                        f"{block.instance_type}; set {n('instance_type')}: {block.instance_type}")
     if block.instance_count is not None and node_count > block.instance_count:
-        return ("gpuNodeCount", node_count, f"the Capacity Block {block.id} holds {block.instance_count} instances; "
-                                            f"use at most {block.instance_count}")
+        return ArgError("node_count", node_count, f"the Capacity Block {block.id} holds {block.instance_count} "
+                        f"instances; use at most {block.instance_count}")
     return None
 
 
 def reservation_problem(reservation_id: str, described: dict[str, Any], instance_type: str, availability_zone: str,
-                        node_count: int, placement_group: str | None) -> tuple[str, Any, str] | None:
-    """(key, value, fix) when the stack cannot launch into this ODCR as EC2 describes it, else None.
+                        node_count: int, placement_group: str | None) -> ArgError | None:
+    """The argument that cannot launch into this ODCR as EC2 describes it, else None.
 
     ``described``: availability_zone, instance_type, instance_count, placement_group_arn (None = not known, not judged).
     An ODCR made in a cluster placement group serves only instances launched into that group, and one made outside
@@ -204,23 +206,23 @@ def reservation_problem(reservation_id: str, described: dict[str, Any], instance
     """
     az = described.get("availability_zone")
     if az and az != availability_zone:
-        return ("availabilityZone", availability_zone, f"the reservation {reservation_id} is in {az}; set "
-                                                       f"availabilityZone: {az}")
+        return ArgError("availability_zone", availability_zone, lambda n: f"the reservation {reservation_id} is in "
+                        f"{az}; set {n('availability_zone')}: {az}")
     itype = described.get("instance_type")
     if itype and itype != instance_type:
-        return ("gpuInstanceType", instance_type, f"the reservation {reservation_id} holds {itype}; set "
-                                                  f"gpuInstanceType: {itype}")
+        return ArgError("instance_type", instance_type, lambda n: f"the reservation {reservation_id} holds {itype}; "
+                        f"set {n('instance_type')}: {itype}")
     count = described.get("instance_count")
     if count is not None and node_count > int(count):
-        return ("gpuNodeCount", node_count, f"the reservation {reservation_id} holds {int(count)} instances; use at "
-                                            f"most {int(count)}")
+        return ArgError("node_count", node_count, f"the reservation {reservation_id} holds {int(count)} instances; "
+                        f"use at most {int(count)}")
     pg_arn = described.get("placement_group_arn")
     if pg_arn is not None:
         group = pg_arn.rsplit("/", 1)[-1] if pg_arn else None
         if group != placement_group:
-            fix = (f"set gpuPlacementGroupName: {group} (the reservation was made in that cluster placement group)"
-                   if group else "remove gpuPlacementGroupName: the reservation is in no placement group")
-            return "gpuPlacementGroupName", placement_group, fix
+            return ArgError("placement_group", placement_group, lambda n: (
+                f"set {n('placement_group')}: {group} (the reservation was made in that cluster placement group)"
+                if group else f"remove {n('placement_group')}: the reservation is in no placement group"))
     return None
 
 

@@ -11,6 +11,8 @@ import pulumi_aws as aws
 import pulumi_eks as eks
 import pulumi_kubernetes as k8s
 
+from .errors import ArgError
+
 NODE_POLICIES = (
     "arn:aws:iam::aws:policy/AmazonEKSWorkerNodePolicy",
     "arn:aws:iam::aws:policy/AmazonEKS_CNI_Policy",
@@ -77,40 +79,39 @@ def access_plan(cluster: str, admin_arns: list[str], viewer_arns: list[str], cre
       and principals listed: ``clusterCreatorArn`` must name the creator (EKS refuses a second entry for it, and the
       stack cannot read who it is); refused before any resource when it does not.
 
-    Raises ConfigError for a creator listed as a viewer (it is admin already), a missing ``clusterCreatorArn``, viewers
+    Raises ArgError for a creator listed in ``viewer_arns`` (it is admin already), a missing ``creator_arn``, viewers
     without admins on a cluster being created, or no admin left on a cluster created without the creator entry.
     """
-    from .config import ConfigError
 
     listed = [*admin_arns, *viewer_arns]
     if live is None:
         if viewer_arns and not admin_arns:
-            raise ConfigError("clusterAdminArns", [], (
-                "is empty while clusterViewerArns lists principals: a cluster created with access entries has no "
+            raise ArgError("admin_arns", [], lambda n: (
+                f"is empty while {n('viewer_arns')} lists principals: a cluster created with access entries has no "
                 "hidden creator admin (bootstrapClusterCreatorAdminPermissions false), so list its admins too, "
                 "every principal that runs pulumi up among them"))
         plan = AccessPlan(not listed, None)
     elif not live.bootstrap_creator_admin:
         if not admin_arns:
-            raise ConfigError("clusterAdminArns", [], (
+            raise ArgError("admin_arns", [], lambda n: (
                 f"cluster {cluster} was created without EKS's creator entry (bootstrapClusterCreatorAdminPermissions "
                 "false), so its admins are the stack's own entries: with none, nobody (whoever runs pulumi up "
                 "included) could reach its Kubernetes API. Keep at least one admin"))
         plan = AccessPlan(False, None)
     else:
         if listed and creator_arn is None:
-            raise ConfigError("clusterCreatorArn", None, (
+            raise ArgError("creator_arn", None, lambda n: (
                 f"cluster {cluster} was created with bootstrapClusterCreatorAdminPermissions: EKS holds an admin "
                 "access entry for the principal that created it and refuses a second one for it (409 "
                 "ResourceInUseException), and which principal that is cannot be read from the stack. Set "
-                f"clusterCreatorArn to it (`aws eks list-access-entries --cluster-name {cluster}` lists it beside "
+                f"{n('creator_arn')} to it (`aws eks list-access-entries --cluster-name {cluster}` lists it beside "
                 f"the stack's entries; {ACCESS_CONFIG_DOC})"))
         plan = AccessPlan(True, creator_arn)
     if plan.creator_admin and plan.creator_arn and plan.creator_arn in viewer_arns:
-        raise ConfigError("clusterViewerArns", plan.creator_arn, (
+        raise ArgError("viewer_arns", plan.creator_arn, lambda n: (
             "created the cluster, so EKS made it cluster admin (bootstrapClusterCreatorAdminPermissions); a viewer "
             "entry for it would be refused with 409 ResourceInUseException and this stack cannot make it read-only: "
-            "remove it from clusterViewerArns, or delete its entry with `aws eks delete-access-entry` first"))
+            f"remove it from {n('viewer_arns')}, or delete its entry with `aws eks delete-access-entry` first"))
     if listed:
         caller = deployer_principal()
         may = set(admin_arns) | ({plan.creator_arn} if plan.creator_admin and plan.creator_arn else set())

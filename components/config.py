@@ -17,6 +17,7 @@ from . import values as v
 from .capacity import CAPACITY_BLOCK, CAPACITY_MODES, ON_DEMAND, config_problem
 from .config_fields import key, live
 from .eks_versions import DEFAULT_VERSION, version_problem
+from .errors import ArgError
 from .instances import CATALOGUE, REFUSED, InstanceType
 from .kuberay_versions import chart_version_problem
 from .storage_rules import ENCRYPTIONS
@@ -43,6 +44,20 @@ class ConfigError(ValueError):
             super().__init__(f"{name} is not set: {fix}")
         else:
             super().__init__(f"{name} = {value!r} is invalid: {fix}")
+
+
+STACK_KEYS = {"mode": "gpuCapacity", "reservation": "gpuCapacityReservationId",
+              "placement_group": "gpuPlacementGroupName", "instance_type": "gpuInstanceType",
+              "availability_zone": "availabilityZone", "gpu_az": "availabilityZone", "node_count": "gpuNodeCount",
+              "creator_arn": "clusterCreatorArn", "viewer_arns": "clusterViewerArns", "admin_arns": "clusterAdminArns"}
+"""The stack key behind each component argument an :class:`~.errors.ArgError` names (capacity, placement, cluster
+access, the GPU node group): components speak in their own arguments, the stack in these keys."""
+
+
+def stack_error(e: ArgError) -> ConfigError:
+    """A component's ArgError in stack keys: the key of its argument, and a fix naming keys, not arguments."""
+    named = e.renamed(STACK_KEYS)
+    return ConfigError(named.name(e.arg), e.value, named.fix)
 
 
 @dataclass
@@ -429,7 +444,7 @@ class StackConfig:
         capacity = config_problem(self.gpuCapacity, self.gpuCapacityReservationId, gpu, self.availabilityZone,
                                   self.region, self.gpuPlacementGroupName)
         if capacity:
-            raise ConfigError(*capacity)
+            raise stack_error(capacity)
         if self.gpuScaleToZero and self.gpuCapacity == CAPACITY_BLOCK:
             raise ConfigError("gpuScaleToZero", True, "a Capacity Block is paid up front and its nodes stay fixed "
                               "(EC2 holds the instances for the block); remove gpuScaleToZero or set it false")

@@ -1,7 +1,7 @@
 """EfaCheckJob: a post-deploy Kubernetes Job that fails ``pulumi up`` when NCCL is not on EFA.
 
-The Job runs in the same DLC image, carries the EFA proof (the ``efacheck`` package, plus the training model whose
-FSDP message sizes it times) in a ConfigMap, waits for the Ray head's Jobs API, submits
+The Job runs in the same DLC image, carries the EFA proof (the ``efacheck`` package: it imports nothing outside itself, the
+FSDP message sizes it times included) in a ConfigMap, waits for the Ray head's Jobs API, submits
 ``python -m efacheck.efa_check --json`` with the topology the stack declares (nodes, GPUs
 and EFA interfaces per node, GPUDirect RDMA, from the catalogue), follows its log and exits with the check's own
 exit code. ``backoffLimit: 0``: one verdict, no retries.
@@ -49,10 +49,9 @@ from .raycluster import (GATE_LABELS, POD_SECURITY_CONTEXT, check_guaranteed, ef
 _ROOT_PACKAGE = __package__.rpartition(".")[0]
 EFA_PROOF_PACKAGE = f"{_ROOT_PACKAGE}.efacheck".lstrip(".")
 """The sibling EFA-proof package: ``ray_efa_eks.efacheck`` when installed, ``efacheck`` from a checkout."""
-TRAINING_PACKAGE = f"{_ROOT_PACKAGE}.training".lstrip(".")
-SHIPPED = {EFA_PROOF_PACKAGE: None, TRAINING_PACKAGE: ("__init__.py", "model.py")}
-"""What the Job ships, per package: every module of the EFA proof, and the training model it sizes FSDP messages
-from (None = every ``.py``). Read as files (the library never imports either package)."""
+SHIPPED = {EFA_PROOF_PACKAGE: None}
+"""What the Job ships, per package: every module of the EFA proof (None = every ``.py``). Read as files, found
+with ``importlib.util.find_spec`` (the library never imports the package)."""
 MOUNT = "/opt/ray-efa-eks"
 TERMINATION_GRACE_S = 60
 """Time between SIGTERM and SIGKILL for the Job's pod: the trap's ``ray job stop`` (a few seconds) fits."""
@@ -183,7 +182,7 @@ def _package_dir(package: str) -> Path:
 
 
 def check_files() -> dict[str, str]:
-    """The files the Job ships to the Ray job's working_dir: ``efacheck/<module>.py`` and ``training/model.py``."""
+    """The files the Job ships to the Ray job's working_dir: ``efacheck/<module>.py``."""
     files: dict[str, str] = {}
     for package, names in SHIPPED.items():
         root = _package_dir(package)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 import pulumi
@@ -23,6 +24,7 @@ import pulumi_aws as aws
 import pulumi_eks as eks
 
 from .capacity import CAPACITY_BLOCK, RESERVATION, GpuCapacity, reservation_problem
+from .errors import ArgError
 from .instances import InstanceType
 from .launch_template import (NodeHardening, NodeLaunchTemplateArgs, data_fingerprint, efa_network_interfaces,
                               launch_template_ref, node_launch_template)
@@ -143,6 +145,10 @@ class EfaGpuNodeGroupArgs:
     """IMDS hop limit and root-volume encryption, written into the group's own launch template."""
     capacity: GpuCapacity = field(default_factory=GpuCapacity)
     """On demand (default), an ODCR or a Capacity Block: the launch template's target and the group's capacityType."""
+    error_as: Callable[[ArgError], Exception] | None = None
+    """How an ArgError found while deploying (the ODCR check names ``availability_zone``, ``instance_type``,
+    ``node_count``, ``placement_group``) reaches the caller: as is when None; the umbrella passes
+    ``config.stack_error`` (its ConfigError, in stack keys)."""
     kubernetes_version: str | None = None
     """The control plane's MAJOR.MINOR (see :data:`VERSION_NOTE`)."""
     workers_to_delete: int = 0
@@ -300,9 +306,7 @@ def checked_reservation(name: str, instance_type: str, args: EfaGpuNodeGroupArgs
                                             "placement_group_arn": pg_arn or ""},  # no group reads as empty
                                       instance_type, args.availability_zone, args.node_count, cap.placement_group)
         if problem:
-            from .config import ConfigError
-
-            raise ConfigError(*problem)
+            raise args.error_as(problem) if args.error_as else problem
         return rid
 
     return pulumi.Output.all(odcr.availability_zone, odcr.instance_type, odcr.instance_count,

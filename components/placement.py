@@ -5,7 +5,7 @@ from __future__ import annotations
 import pulumi
 import pulumi_aws as aws
 
-from .config import ConfigError
+from .errors import ArgError
 
 
 def offering_azs(instance_type: str) -> list[str]:
@@ -18,16 +18,17 @@ def offering_azs(instance_type: str) -> list[str]:
 
 
 def resolve_gpu_az(instance_type: str, availability_zone: str | None, region: str) -> str:
-    """The configured AZ if it offers the type, else the first AZ that does (errors name the config keys)."""
+    """The configured AZ if it offers the type, else the first AZ that does (ArgError names ``instance_type`` or
+    ``availability_zone``)."""
     azs = offering_azs(instance_type)
     if not azs:
-        raise ConfigError("gpuInstanceType", instance_type,
-                          f"is not offered in any AZ of {region}; pick another type or region")
+        raise ArgError("instance_type", instance_type,
+                       f"is not offered in any AZ of {region}; pick another type or region")
     if availability_zone is None:
         return azs[0]
     if availability_zone not in azs:
-        raise ConfigError("availabilityZone", availability_zone,
-                          f"does not offer {instance_type}; use one of {', '.join(azs)}")
+        raise ArgError("availability_zone", availability_zone,
+                       f"does not offer {instance_type}; use one of {', '.join(azs)}")
     return availability_zone
 
 
@@ -64,10 +65,10 @@ def cluster_azs(gpu_az: str, region: str | None = None) -> list[str]:
     usable = [az for az in sorted(ids) if ids[az] not in refused]
     ordered = ([gpu_az] if gpu_az in usable else []) + [az for az in usable if az != gpu_az]
     if len(ordered) < 2:
-        raise ConfigError("availabilityZone", gpu_az,
-                          f"the region has fewer than two AZs where EKS creates a control plane (zone IDs "
-                          f"{', '.join(f'{az}={ids[az]}' for az in sorted(ids))}; EKS refuses "
-                          f"{', '.join(sorted(refused)) or 'none'}: {NETWORK_REQS[1]}); EKS needs two")
+        raise ArgError("gpu_az", gpu_az,
+                       f"the region has fewer than two AZs where EKS creates a control plane (zone IDs "
+                       f"{', '.join(f'{az}={ids[az]}' for az in sorted(ids))}; EKS refuses "
+                       f"{', '.join(sorted(refused)) or 'none'}: {NETWORK_REQS[1]}); EKS needs two")
     return ordered[:2]
 
 

@@ -14,6 +14,8 @@ component existed, and each direct child carries an alias to its old root parent
 by the earlier program keeps every resource. One EfaRayCluster per stack: it owns a VPC and a cluster.
 """
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Optional, TypedDict
 
 import pulumi
@@ -25,10 +27,11 @@ from .capacity import (BLOCK_TERMINATION_LEAD_MINUTES, CAPACITY_BLOCK, PENDING_B
 from .checkpoint_bucket import CheckpointBucket, CheckpointBucketArgs
 from .cluster import Cluster, ClusterArgs, access_plan
 from .cluster_autoscaler import ClusterAutoscaler, ClusterAutoscalerArgs
-from .config import LARGE_NODE_COUNT, ConfigError, StackConfig
+from .config import LARGE_NODE_COUNT, ConfigError, StackConfig, stack_error
 from .cost import estimate
 from .device_plugins import DevicePlugins, DevicePluginsArgs
 from .efa_check import Deadlines, EfaCheckJob, EfaCheckJobArgs, gate_transport
+from .errors import ArgError
 from .eks_versions import version_warning
 from .kuberay import KubeRayOperator, KubeRayOperatorArgs
 from .live_cluster import lagging_warning, read_live_cluster, upgrade_problem
@@ -169,6 +172,16 @@ def stack_config(args: "EfaRayClusterArgs | StackConfig") -> StackConfig:
     return StackConfig.from_mapping(values, region=region)
 
 
+
+@contextmanager
+def _in_stack_keys() -> Iterator[None]:
+    """A component's ArgError (its own argument names) as the ConfigError of the stack key behind it."""
+    try:
+        yield
+    except ArgError as e:
+        raise stack_error(e) from None
+
+
 class EfaRayCluster(pulumi.ComponentResource):
     """VPC, EKS, a system node (KubeRay operator + GPU-less Ray head), EFA GPU nodes in one AZ, device plugins,
     a RayCluster from one DLC image, the S3 checkpoint bucket with Pod Identity, and the post-deploy EFA gate."""
@@ -210,12 +223,13 @@ class EfaRayCluster(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: EfaRayClusterArgs, opts: Optional[pulumi.ResourceOptions] = None):
         cfg = stack_config(args)  # raises on bad config before anything is registered
-        gpu_az = resolve_gpu_az(cfg.gpuInstanceType, cfg.availabilityZone, cfg.region)
+        with _in_stack_keys():  # components name their own arguments; the stack names its keys
+            gpu_az = resolve_gpu_az(cfg.gpuInstanceType, cfg.availabilityZone, cfg.region)
         capacity = GpuCapacity(cfg.gpuCapacity, cfg.gpuCapacityReservationId, cfg.gpuPlacementGroupName)
         block = read_capacity_block(cfg.gpuCapacityReservationId) if capacity.mode == CAPACITY_BLOCK else None
         problem = block and block_problem(block, cfg.gpuInstanceType, gpu_az, cfg.gpuNodeCount)
         if problem:  # the block is elsewhere, of another type, too small or over: refuse before any resource
-            raise ConfigError(*problem)
+            raise stack_error(problem)
         if block and block.state in PENDING_BLOCK_STATES and cfg.gpuNodeCount > 0:
             pulumi.log.warn(f"Capacity Block {block.id} is {block.state} until {block.start_date}: its nodes cannot "
                             f"launch before, so the node group waits and may time out; deploy with gpuNodeCount 0 "
@@ -232,7 +246,8 @@ class EfaRayCluster(pulumi.ComponentResource):
             lagging = lagging_warning(live, cfg.kubernetesVersion)
             if lagging:
                 pulumi.log.warn(lagging)
-        access = access_plan(name, cfg.clusterAdminArns, cfg.clusterViewerArns, cfg.clusterCreatorArn, live)
+        with _in_stack_keys():
+            access = access_plan(name, cfg.clusterAdminArns, cfg.clusterViewerArns, cfg.clusterCreatorArn, live)
         for note in access.warnings:
             pulumi.log.warn(note)
         chart_note = unverified_note(cfg.kuberayChartVersion)
@@ -251,7 +266,8 @@ class EfaRayCluster(pulumi.ComponentResource):
         def opts_with(**kw: Any) -> pulumi.ResourceOptions:
             return pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(**kw))
 
-        azs = cluster_azs(gpu_az, cfg.region)  # by zone ID: the GPU AZ may be one EKS refuses for the cluster
+        with _in_stack_keys():
+            azs = cluster_azs(gpu_az, cfg.region)  # by zone ID: the GPU AZ may be one EKS refuses for the cluster
         outside = gpu_az_note(gpu_az, azs, cfg.region)
         if outside:
             pulumi.log.warn(outside, resource=self)
@@ -278,7 +294,8 @@ class EfaRayCluster(pulumi.ComponentResource):
             allow_single_node=cfg.allowSingleEfaNode, root_volume_gib=cfg.gpuRootVolumeGiB, hardening=hardening,
             capacity=capacity, kubernetes_version=cfg.kubernetesVersion,
             workers_to_delete=len(cfg.gpuWorkersToDelete), autoscaled=cfg.scale_to_zero,
-            scale_from_zero=cfg.scale_to_zero and cfg.gpuNodeCount > 0),  # 0 parks: max 1 must not be used
+            scale_from_zero=cfg.scale_to_zero and cfg.gpuNodeCount > 0,  # 0 parks: max 1 must not be used
+            error_as=stack_error),
             opts=child)
         plugins = DevicePlugins("device-plugins", DevicePluginsArgs(provider=cluster.provider, efa=cfg.efa,
                                                                    instance_types=[cfg.gpuInstanceType]),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 
+from . import fsdp_shapes
 from . import stack_probe as _probe
 from .cli import ArgumentParser
 from .verdict import TRANSPORTS
@@ -100,9 +101,8 @@ def usage_problem(a) -> str | None:
                                                  and 0 <= a.min_busbw_fraction <= 1):
         return f"--min-busbw-fraction {a.min_busbw_fraction}: a fraction of the line rate, 0 to 1, e.g. 0.5"
     if a.preset is not None:
-        presets = _model_presets()
-        if presets is not None and a.preset not in presets:
-            return f"--preset {a.preset!r}: unknown model preset; choose from {', '.join(sorted(presets))}"
+        if a.preset not in fsdp_shapes.PRESETS:
+            return f"--preset {a.preset!r}: unknown model preset; choose from {', '.join(sorted(fsdp_shapes.PRESETS))}"
     if a.report is not None and os.path.exists(a.report) and not os.path.isdir(a.report):
         return f"--report {a.report}: exists and is not a directory; name a directory (it is created if missing)"
     if a.manifest is not None and not a.manifest.lstrip().startswith("{"):
@@ -123,13 +123,3 @@ def manifest_text(value: str) -> str:
         return value
     with open(value, "rb") as f:
         return f.read().decode("utf-8", errors="replace")
-
-
-def _model_presets() -> dict | None:
-    """The sibling ``training`` package's model presets (None where the package is not shipped)."""
-    import importlib
-
-    try:
-        return importlib.import_module(f"{__package__.rpartition('.')[0]}.training.model".lstrip(".")).PRESETS
-    except ImportError:
-        return None

@@ -245,10 +245,7 @@ def _main(a) -> int:
                 "gdrdma": a.expect_gdrdma}
     try:
         if a.local:
-            import importlib
-
-            local_cluster = importlib.import_module(  # the sibling training package's local Ray cluster
-                f"{__package__.rpartition('.')[0]}.training.local_cluster".lstrip(".")).local_cluster
+            from .local_cluster import local_cluster  # imports ray: only for --local
 
             with local_cluster(worker_nodes=2, cpus_per_node=1):  # connects ray itself
                 r = check(a)

@@ -23,9 +23,7 @@ import statistics
 import time
 from typing import Any, Callable, Iterable
 
-TRAINING_MODEL = f"{__package__.rpartition('.')[0]}.training.model".lstrip(".")
-"""The training model the FSDP sizes come from: the sibling package's (``ray_efa_eks.training.model`` installed,
-``training.model`` where the gate Job ships both folders side by side)."""
+from . import fsdp_shapes
 
 COLLECTIVES = ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor")
 """Row names: nccl-tests' operations under torch's established names (torch 2.13 also calls the latter two
@@ -75,29 +73,11 @@ def _padded_numel(shape: Iterable[int], world: int) -> int:
 
 
 def fsdp_units(preset: str, world: int) -> list[dict[str, Any]]:
-    """One entry per FSDP unit of ``training.model``'s real model for ``preset``, as ``train_func`` shards it
-    (each block, then the root with the remaining parameters): ``unit``, ``params`` (numel) and ``numel``
-    (padded, what goes on the wire). Built on the meta device: the 1b preset costs no memory."""
-    import importlib
-
-    import torch
-
-    model_module = importlib.import_module(TRAINING_MODEL)
-    DecoderLM, get_config = model_module.DecoderLM, model_module.get_config
-
-    with torch.device("meta"):
-        model = DecoderLM(get_config(preset))
-    units: list[dict[str, Any]] = []
-    in_blocks: set[int] = set()
-    for i, block in enumerate(model.blocks):
-        ps = list(block.parameters())
-        in_blocks.update(id(p) for p in ps)
-        units.append({"unit": f"blocks.{i}", "params": sum(p.numel() for p in ps),
-                      "numel": sum(_padded_numel(p.shape, world) for p in ps)})
-    root = [p for p in model.parameters() if id(p) not in in_blocks]
-    units.append({"unit": "root", "params": sum(p.numel() for p in root),
-                  "numel": sum(_padded_numel(p.shape, world) for p in root)})
-    return units
+    """One entry per FSDP unit of the training model for ``preset``, as ``train_func`` shards it (each block, then
+    the root with the remaining parameters): ``unit``, ``params`` (numel) and ``numel`` (padded, what goes on the
+    wire). From :mod:`.fsdp_shapes` (the model's parameter shapes as data): no model is built, no torch needed."""
+    return [{"unit": unit, "params": sum(math.prod(s) for s in shapes),
+             "numel": sum(_padded_numel(s, world) for s in shapes)} for unit, shapes in fsdp_shapes.units(preset)]
 
 
 def fsdp_message_sizes(preset: str, world: int, param_dtype: str = "bfloat16",

@@ -1,12 +1,14 @@
-"""The four packages and which way they lean: the library imports none of the others, config flows one way,
-the gate ships a self-contained EFA proof, and one command reaches every tool."""
+"""The four packages and which way they lean, edge by edge: the library imports none of the others, the EFA proof
+imports nothing outside itself (the gate ships it alone), training may use the proof's verdict code, tools may use
+all three; inside the library, config flows one way and only the umbrella speaks in stack keys. Every import is one
+the AST can see: none hides in a string."""
 
 from __future__ import annotations
 
 import ast
-import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,7 +17,53 @@ from ray_efa_eks.components.efa_check import check_files
 from ray_efa_eks.tools.command import SUBCOMMANDS, _positionals_last, main
 
 ROOT = Path(__file__).resolve().parents[1]
-SIBLINGS = ("efacheck", "training", "tools")
+PACKAGES = ("components", "efacheck", "training", "tools")
+
+PACKAGE_EDGES = {
+    "components": set(),  # the Pulumi library other repos import: nothing of ours
+    "efacheck": set(),  # the EFA proof: the gate ships efacheck/*.py alone to the Ray head
+    "training": {"efacheck"},  # the run's fabric verdict is the gate's own code; the shared local Ray cluster
+    "tools": {"components", "efacheck", "training"},  # the top layer: plan, rules, preflight, the one command
+}
+"""Which package may import which. Nothing imports tools; no package imports one that imports it back."""
+
+CROSS_EDGES = {
+    ("training.fabric", "efacheck.nccl_log"): "a run's fabric verdict is judged by the gate's NCCL log rules",
+    ("training.fabric", "efacheck.efa_counters"): "the second witness: EFA hardware counters, read as the gate does",
+    ("training.__main__", "efacheck"): "submit ships efacheck's files beside training (importlib.resources)",
+    ("training.__main__", "efacheck.local_cluster"): "a run without --address starts the shared local Ray cluster",
+    ("training.__main__", "efacheck.verdict_metrics"): "a run's fabric verdict as a metric on the head, as the gate's",
+}
+"""Every module edge from training into efacheck, with its reason (tools' edges follow PACKAGE_EDGES alone: tools
+is the top layer, and nothing it imports can import it back)."""
+
+COMPONENT_LAYERS = {
+    "leaf": {"values", "config_fields", "errors", "instances", "eks_versions", "kuberay_versions", "capacity",
+             "storage_rules", "cost", "live_cluster", "metrics_rules", "ray_autoscaler", "rollout_guards"},
+    "config": {"config"},
+    "resource": {"network", "cluster", "placement", "launch_template", "node_groups", "device_plugins", "kuberay",
+                 "raycluster", "efa_check", "checkpoint_bucket", "pod_identity", "node_agent", "dashboard",
+                 "observability", "cluster_autoscaler"},
+    "umbrella": {"stack", "provider", "__init__"},
+}
+"""Each library module's layer. Leaves (value grammars, catalogue, capacity and cost rules) import leaves only.
+config (StackConfig: stack keys, ConfigError) imports leaves. Resource components import leaves and each other,
+never config: they raise their own errors naming their own arguments, and the umbrella (stack.py) maps those to
+stack keys. The umbrella imports anything. A new module must be given a layer here."""
+LAYER_EDGES = {"leaf": {"leaf"}, "config": {"leaf", "config"}, "resource": {"leaf", "resource"},
+               "umbrella": {"leaf", "config", "resource", "umbrella"}}
+
+DYNAMIC_IMPORTS = {
+    ("components.efa_check", "find_spec"): "finds efacheck's source folder to read its files into the gate's "
+                                            "ConfigMap; the library never imports the proof",
+    ("tools.command", "import_module"): "SUBCOMMANDS names each subcommand's module (tools may import every "
+                                        "package); test_one_command_lists_every_subcommand runs them",
+}
+"""The only calls that find or import a module by a name computed at run time, each with its reason."""
+IMPORT_CALLS = {"import_module", "__import__", "find_spec", "run_module", "files", "spec_from_file_location",
+                "find_loader", "load_module"}
+"""What loads or locates a module by name: importlib.import_module, __import__, importlib.util.find_spec,
+runpy.run_module, importlib.resources.files, ..."""
 
 
 def modules(package: str) -> dict[str, ast.Module]:
@@ -28,75 +76,107 @@ def imports(tree: ast.Module) -> list[tuple[int, str]]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             out += [(0, a.name) for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module is None:  # `from . import values`
-            out += [(node.level, a.name) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
-            out.append((node.level, node.module))
+            out.append((node.level, node.module or ""))
     return out
+
+
+def _target(parts: list[str], name: str | None) -> str | None:
+    """``package.module`` (or ``package``) of our own that ``parts`` (+ an imported ``name``) point at, else None."""
+    if parts[:1] == ["ray_efa_eks"]:
+        parts = parts[1:]
+    if not parts and name in PACKAGES:
+        return name
+    if not parts or parts[0] not in PACKAGES:
+        return None
+    if len(parts) >= 2:
+        return f"{parts[0]}.{parts[1]}"
+    return f"{parts[0]}.{name}" if name and (ROOT / parts[0] / f"{name}.py").exists() else parts[0]
+
+
+def edges(package: str, tree: ast.Module) -> Iterator[tuple[int, str]]:
+    """(line, ``package.module`` or ``package``) of every import of ours in a module of ``package``."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                t = _target(a.name.split("."), None)
+                if t:
+                    yield node.lineno, t
+        elif isinstance(node, ast.ImportFrom):
+            mod = (node.module or "").split(".") if node.module else []
+            parts = mod if node.level == 0 else ([package] + mod if node.level == 1 else mod)
+            for a in node.names:
+                t = _target(parts, a.name)
+                if t:
+                    yield node.lineno, t
+
+
+def all_edges() -> set[tuple[str, str]]:
+    return {(f"{pkg}.{name}", t) for pkg in PACKAGES for name, tree in modules(pkg).items()
+            for _, t in edges(pkg, tree) if t != f"{pkg}.{name}"}
 
 
 def test_each_package_holds_only_its_own_concern():
     components, training = set(modules("components")), set(modules("training"))
     assert not components & {"plan", "layout", "rules", "mockrun", "preflight", "config_schema", "cli"}
-    assert not training & {"nccl_log", "efa_check", "sweep", "efa_counters", "stack_probe", "report"}
-    assert {"efa_check", "nccl_log", "sweep", "efa_counters", "stack_probe", "report"} <= set(modules("efacheck"))
+    assert not training & {"nccl_log", "efa_check", "sweep", "efa_counters", "stack_probe", "report", "local_cluster"}
+    assert {"efa_check", "nccl_log", "sweep", "efa_counters", "stack_probe", "report", "fsdp_shapes",
+            "local_cluster"} <= set(modules("efacheck"))
     assert {"plan", "layout", "rules", "mockrun", "preflight", "config_schema", "command"} <= set(modules("tools"))
 
 
-@pytest.mark.parametrize("package", ["components", "efacheck", "training"])
-def test_no_module_imports_a_package_beside_its_own(package):
-    """components: the library others import; efacheck and training: shipped alone as a Ray job's working_dir."""
+def test_every_edge_between_the_packages_is_allowed():
+    bad = sorted(f"{a} -> {b}" for a, b in all_edges()
+                 if a.split(".")[0] != b.split(".")[0] and b.split(".")[0] not in PACKAGE_EDGES[a.split(".")[0]])
+    assert not bad, f"imports against PACKAGE_EDGES: {bad}"
+    training = {(a, b) for a, b in all_edges() if a.startswith("training.") and b.split(".")[0] == "efacheck"}
+    assert training == set(CROSS_EDGES), ("training -> efacheck edges differ from CROSS_EDGES (add a new one there, "
+                                          f"with its reason): new {sorted(training - set(CROSS_EDGES))}, "
+                                          f"gone {sorted(set(CROSS_EDGES) - training)}")
+
+
+@pytest.mark.parametrize("package", ["components", "efacheck"])
+def test_shipped_packages_import_only_themselves_relatively(package):
+    """The gate runs ``efacheck`` as a top-level package and other repos import ``components``: a relative import
+    beyond the package, or an absolute one of ours, would break there."""
     for name, tree in modules(package).items():
         for level, mod in imports(tree):
-            top = mod.split(".")[0]
             assert level <= 1, f"{package}/{name}.py: relative import beyond its package ({'.' * level}{mod})"
-            assert not (level == 0 and (top in (*SIBLINGS, "components") or mod.startswith("ray_efa_eks"))), \
+            assert not (level == 0 and (mod.split(".")[0] in PACKAGES or mod.startswith("ray_efa_eks"))), \
                 f"{package}/{name}.py imports {mod}"
 
 
-def sibling_names(tree: ast.Module) -> set[str]:
-    """Module names built from the package's parent, e.g. ``f"{__package__.rpartition('.')[0]}.efacheck.nccl_log"``:
-    each as '<package>.<module>' (the lazy, by-name sibling imports the AST import rules cannot see)."""
-    out = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.JoinedStr):
-            text = ast.unparse(node)
-            if "__package__" in text or "_PARENT" in text:
-                out.update(re.findall(rf"\.((?:{'|'.join(SIBLINGS)})\.[a-z_]+)", text))
-    return out
-
-
-def test_the_declared_sibling_edges_only():
-    """training -> efacheck.{nccl_log, efa_counters} (training/fabric.py: a run's fabric is judged by the gate's own
-    code, imported lazily by name) and efacheck -> training.model (efacheck/sweep.py; plus efa_check --local's
-    local cluster), nothing else, in either direction. Both are shipped alongside: the gate's ConfigMap carries training/model.py, ``submit`` carries
-    ``EFACHECK_FILES``, closed under their own imports."""
-    edges = {(f"{pkg}.{name}", target) for pkg in ("training", "efacheck", "components", "tools")
-             for name, tree in modules(pkg).items() for target in sibling_names(tree)}
-    assert edges == {("training.fabric", "efacheck.nccl_log"), ("training.fabric", "efacheck.efa_counters"),
-                     # a run's verdict as a metric on the head (efacheck/verdict_metrics.py, shipped by submit)
-                     ("training.__main__", "efacheck.verdict_metrics"),
-                     ("efacheck.sweep", "training.model"),
-                     # --preset checked against the model presets before Ray starts (skipped when not shipped)
-                     ("efacheck.check_args", "training.model"),
-                     # `efa_check --local` only: a CPU rehearsal from the repo, never run from the gate's ConfigMap
-                     ("efacheck.efa_check", "training.local_cluster")}, edges
-    import_module_users = {f"{pkg}.{name}" for pkg in ("training", "efacheck") for name, tree in modules(pkg).items()
-                           if "import_module(" in ast.unparse(tree)}
-    assert import_module_users == {"training.fabric", "efacheck.sweep", "efacheck.check_args",
-                                   "efacheck.efa_check"}, import_module_users
-
-    from ray_efa_eks.training import fabric
+def test_training_reaches_efacheck_only_through_its_namespace_and_ships_what_it_imports():
+    """training imports efacheck as ``..efacheck`` (both live in ray_efa_eks, installed or submitted), and submit
+    ships every efacheck module training imports, closed under efacheck's own imports."""
     from ray_efa_eks.training.__main__ import EFACHECK_FILES
 
-    assert fabric.NCCL_LOG_MODULE == "ray_efa_eks.efacheck.nccl_log"
+    for name, tree in modules("training").items():
+        for level, mod in imports(tree):
+            assert level <= 1 or (level == 2 and mod.split(".")[0] in ("efacheck", "")), \
+                f"training/{name}.py: from {'.' * level}{mod} reaches past efacheck"
+            assert not (level == 0 and (mod.split(".")[0] in PACKAGES or mod.startswith("ray_efa_eks"))), \
+                f"training/{name}.py imports {mod} absolutely: a submitted job has another layout"
     shipped = {f.removesuffix(".py") for f in EFACHECK_FILES}
-    assert {"nccl_log", "efa_counters", "__init__"} <= shipped
+    used = {b.split(".")[1] for a, b in CROSS_EDGES if "." in b} | {"__init__"}
+    assert used <= shipped, f"training imports efacheck modules submit does not ship: {used - shipped}"
     efacheck = modules("efacheck")
-    for name in shipped:  # the shipped modules import only each other (and the standard library)
-        for level, mod in imports(efacheck[name]):
-            if level == 1:
-                assert mod.split(".")[0] in shipped, f"efacheck/{name}.py imports .{mod}, which submit does not ship"
+    for name in shipped:
+        for _, t in edges("efacheck", efacheck[name]):
+            assert t.split(".")[-1] in shipped, f"efacheck/{name}.py imports {t}, which submit does not ship"
+
+
+def test_every_edge_inside_the_library_follows_its_layers():
+    layer = {m: name for name, ms in COMPONENT_LAYERS.items() for m in ms}
+    mods = modules("components")
+    assert set(mods) == set(layer), f"give each library module a layer in COMPONENT_LAYERS: {set(mods) ^ set(layer)}"
+    bad = []
+    for name, tree in mods.items():
+        for line, t in edges("components", tree):
+            target = t.partition(".")[2]
+            if target and target != name and layer[target] not in LAYER_EDGES[layer[name]]:
+                bad.append(f"components/{name}.py:{line} ({layer[name]}) imports {target} ({layer[target]})")
+    assert not bad, bad
 
 
 def test_config_flows_one_way():
@@ -104,28 +184,59 @@ def test_config_flows_one_way():
     readers = {name for name, tree in modules("components").items()
                if any(isinstance(n, ast.Name) and n.id == "StackConfig" for n in ast.walk(tree))}
     assert readers <= {"stack", "config"} and "stack" in readers  # config.py defines it (a ClassDef, not a Name)
-    config_imports = {mod for level, mod in imports(modules("components")["config"]) if level == 1}
+    config_imports = {t.partition(".")[2] for _, t in edges("components", modules("components")["config"])}
     assert config_imports <= {"capacity", "instances", "storage_rules", "eks_versions", "config_fields", "values",
-                              "kuberay_versions"}, \
+                              "kuberay_versions", "errors"}, \
         config_imports
     # values.py (the value grammars every key, component and CLI option uses) is a leaf: it imports no component
     assert not [mod for level, mod in imports(modules("components")["values"]) if level], "values.py is a leaf"
 
 
+def dynamic_imports() -> list[tuple[str, int, str, str]]:
+    """(module, line, call, argument) of every call that loads or locates a module by a name other than a literal
+    outside our packages (``__import__("types")`` passes; ``import_module(f"{parent}.training.model")`` does not)."""
+    out = []
+    for pkg in PACKAGES:
+        for name, tree in modules(pkg).items():
+            for node in ast.walk(tree):
+                if not isinstance(node, ast.Call) or not node.args:
+                    continue
+                f = node.func
+                call = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
+                if call not in IMPORT_CALLS or (call == "files" and "resources" not in ast.unparse(f)):
+                    continue
+                arg = node.args[0]
+                if isinstance(arg, ast.Name) and arg.id == "__package__":
+                    continue  # its own package
+                literal = arg.value if isinstance(arg, ast.Constant) and isinstance(arg.value, str) else None
+                if literal is not None and literal.split(".")[0] not in (*PACKAGES, "ray_efa_eks"):
+                    continue  # a module outside ours, named as it is
+                if isinstance(arg, ast.Name) and call == "files":
+                    continue  # importlib.resources.files(module): a module object, imported plainly above
+                out.append((f"{pkg}.{name}", node.lineno, call, ast.unparse(arg)))
+    return out
+
+
+def test_no_import_hides_in_a_string():
+    hidden = [f"{m}:{line} {call}({arg})" for m, line, call, arg in dynamic_imports()
+              if (m, call) not in DYNAMIC_IMPORTS]
+    assert not hidden, f"imports the AST cannot see (import plainly, or add to DYNAMIC_IMPORTS with a reason): {hidden}"
+    assert {(m, call) for m, _, call, _ in dynamic_imports()} == set(DYNAMIC_IMPORTS), "DYNAMIC_IMPORTS has stale rows"
+
+
 def test_the_gate_ships_a_self_contained_efa_proof(tmp_path):
-    """The ConfigMap's files alone (efacheck + the training model) import and size FSDP messages."""
+    """The ConfigMap's files alone (efacheck, nothing else) import, and size FSDP messages from data."""
     files = check_files()
-    assert {p.split("/")[0] for p in files} == {"efacheck", "training"}
-    assert {p for p in files if p.startswith("training/")} == {"training/__init__.py", "training/model.py"}
+    assert {p.split("/")[0] for p in files} == {"efacheck"}
     for path, text in files.items():
         (tmp_path / path).parent.mkdir(exist_ok=True)
         (tmp_path / path).write_text(text)
-    code = ("import efacheck.efa_check, efacheck.sweep as s; print(s.__file__); print(s.TRAINING_MODEL); "
-            "print(len(s.fsdp_units('tiny', 2)))")
+    code = ("import sys, efacheck.efa_check, efacheck.check_args, efacheck.sweep as s; print(s.__file__); "
+            "print(len(s.fsdp_units('tiny', 2))); print(sorted(m for m in sys.modules if m.startswith('training')))")
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
-    where, model, units = out.stdout.split()
-    assert where.startswith(str(tmp_path)) and model == "training.model" and int(units) == 3
+    where, units, training = out.stdout.splitlines()
+    assert where.startswith(str(tmp_path)) and int(units) == 3 and training == "[]"
 
 
 def test_one_command_lists_every_subcommand():

@@ -263,7 +263,7 @@ def guards(monkeypatch):
     import ray
 
     from ray_efa_eks.training import __main__ as train_cli
-    from ray_efa_eks.training import local_cluster
+    from ray_efa_eks.efacheck import local_cluster
 
     def started(what):
         def boom(*a, **k):

@@ -62,7 +62,7 @@ def guards(monkeypatch, tmp_path):
     from ray_efa_eks.efacheck import report as efa_report
     from ray_efa_eks.tools import config_schema, gen_catalogue, mutate
     from ray_efa_eks.training import __main__ as train_cli
-    from ray_efa_eks.training import local_cluster
+    from ray_efa_eks.efacheck import local_cluster
 
     def started(what):
         def boom(*a, **k):

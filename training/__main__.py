@@ -8,8 +8,9 @@ Examples:
     python -m ray_efa_eks.training submit --address http://127.0.0.1:8265 -- --use-gpu
 
 ``submit`` uploads the ``training`` package (found through the import system), plus the few ``efacheck``
-modules its fabric verdict uses (:data:`EFACHECK_FILES`), as the job's working_dir and runs
-``python -m training --address auto <args after -->`` there, follows the job's log and exits with the job's own exit code. A cluster in Ray token mode needs ``RAY_AUTH_TOKEN`` (or
+modules its fabric verdict uses (:data:`EFACHECK_FILES`), as the job's working_dir (``ray_efa_eks/training``,
+``ray_efa_eks/efacheck``: the layout they are installed in, so their imports read the same) and runs
+``python -m ray_efa_eks.training --address auto <args after -->`` there, follows the job's log and exits with the job's own exit code. A cluster in Ray token mode needs ``RAY_AUTH_TOKEN`` (or
 ``RAY_AUTH_TOKEN_PATH``) in the environment; ``submit`` then sets ``RAY_AUTH_MODE=token`` itself, which
 Ray's Jobs SDK needs before it sends the token.
 
@@ -55,6 +56,8 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 from urllib.parse import urlsplit
 
+from .. import efacheck
+from ..efacheck import verdict_metrics
 from .cli import (EXIT_INTERNAL, EXIT_USAGE, ArgumentParser, internal_error, interrupted_code, interruption, run_cli,
                   url_problem)
 
@@ -71,9 +74,13 @@ EXIT_TOO_SMALL = 6
 """The cluster (--address) has fewer CPUs, or GPUs with --use-gpu, than --workers needs: nothing was started."""
 EXIT_INTERRUPTED = 130
 """Ctrl-C (128 + SIGINT); with --json the last stdout line says so."""
-EFACHECK_FILES = ("__init__.py", "cli.py", "nccl_log.py", "efa_counters.py", "verdict_metrics.py")
-"""The sibling efacheck modules ``training/fabric.py`` imports (the gate's verdict code); ``submit`` ships them
-next to ``training`` (the one declared training -> efacheck edge, checked in tests/test_architecture.py)."""
+EFACHECK_FILES = ("__init__.py", "cli.py", "nccl_log.py", "efa_counters.py", "verdict_metrics.py",
+                  "local_cluster.py")
+"""The efacheck modules training imports (``training/fabric.py``: the gate's verdict code; the run's verdict as a
+metric; the local Ray cluster), closed under their own imports; ``submit`` ships them next to ``training``
+(tests/test_architecture.py checks both)."""
+NAMESPACE = __package__.rpartition(".")[0] or "ray_efa_eks"
+"""The package ``training`` and ``efacheck`` live in (``ray_efa_eks``); a submitted job keeps that layout."""
 DEBUG_ENV = "RAY_EFA_EKS_DEBUG"
 """Set to 1 to get the traceback of an unexpected error (the CLI prints one line otherwise)."""
 PROBE_TIMEOUT_S = 10.0
@@ -495,15 +502,9 @@ def run_training(args: argparse.Namespace) -> dict:
 def publish_fabric(name: str, fab: Optional[dict], tokens_per_s: Optional[float]) -> Optional[str]:
     """The run's fabric verdict, EFA bytes and tokens/s as metrics on the cluster's head (efacheck.verdict_metrics);
     a run is never failed by it: why it could not is printed."""
-    from .fabric import _PARENT, _sibling
-
     efa = (fab or {}).get("efa_bytes") or {}
     moved = sum((n.get("sent") or 0) + (n.get("received") or 0) for n in efa.values()) if efa else None
-    try:
-        why = _sibling(f"{_PARENT}.efacheck.verdict_metrics".lstrip(".")).publish(name, "train", (fab or {}).get("verdict"), moved,
-                                                            tokens_per_s)
-    except ImportError as e:
-        why = f"efacheck.verdict_metrics not importable ({e})"
+    why = verdict_metrics.publish(name, "train", (fab or {}).get("verdict"), moved, tokens_per_s)
     if why:
         print(f"[fabric] verdict not exported as a metric: {why}", flush=True)
     return why
@@ -551,7 +552,7 @@ def main_train(args: argparse.Namespace) -> int:
                 gpu_memory_problem(None, args, os.environ)  # now that the rank count is known
             check_cluster_fits(ray.cluster_resources(), args.workers, args.use_gpu)
         else:
-            from .local_cluster import local_cluster
+            from ..efacheck.local_cluster import local_cluster
 
             try:
                 stack.enter_context(local_cluster(worker_nodes=args.workers))
@@ -574,15 +575,17 @@ def main_train(args: argparse.Namespace) -> int:
 def submit_entrypoint(train_args: Sequence[str]) -> str:
     """The job's command: the training args pass through unchanged; with no --storage-path the
     job uses the cluster's $RAY_EFA_EKS_STORAGE_PATH (set on the pods)."""
-    return shlex.join(["python", "-m", "training", "--address", "auto", *train_args])
+    return shlex.join(["python", "-m", f"{NAMESPACE}.training", "--address", "auto", *train_args])
 
 
 def stage_package(dest: Path) -> Path:
-    """Copy this package's sources (no __pycache__) to ``dest/training`` and the efacheck modules it imports
-    (:data:`EFACHECK_FILES`) to ``dest/efacheck``: the job's working_dir is ``dest``.
+    """Copy this package's sources (no __pycache__) to ``dest/ray_efa_eks/training`` and the efacheck modules it
+    imports (:data:`EFACHECK_FILES`) to ``dest/ray_efa_eks/efacheck``: the job's working_dir is ``dest``.
 
     The package is found through the import system, so an installed ``ray_efa_eks.training`` ships only its
-    own files, never the site-packages around it; in the job it is imported as top-level ``training``.
+    own files, never the site-packages around it; in the job it is imported as ``ray_efa_eks.training`` (a
+    namespace package in the working_dir, ahead of anything installed), so ``from ..efacheck import`` reads the
+    same there as here.
     """
     def copy(src: Any, out: Path) -> None:
         out.mkdir(parents=True, exist_ok=True)
@@ -594,14 +597,13 @@ def stage_package(dest: Path) -> Path:
                 (out / entry.name).write_bytes(entry.read_bytes())
 
     root = importlib.resources.files(__package__)
-    copy(root, dest / "training")
-    if not (dest / "training" / "__main__.py").is_file():
+    copy(root, dest / NAMESPACE / "training")
+    if not (dest / NAMESPACE / "training" / "__main__.py").is_file():
         raise CliError(EXIT_FAILED, f"package {__package__} at {root} has no __main__.py to run")
-    # The gate's verdict code, for training/fabric.py (imported there as the sibling package ``efacheck``).
-    sibling = importlib.resources.files(f"{__package__.rpartition('.')[0]}.efacheck".lstrip("."))
-    (dest / "efacheck").mkdir(exist_ok=True)
+    verdict_code = importlib.resources.files(efacheck)  # the gate's verdict code, for training/fabric.py
+    (dest / NAMESPACE / "efacheck").mkdir(exist_ok=True)
     for f in EFACHECK_FILES:
-        (dest / "efacheck" / f).write_bytes((sibling / f).read_bytes())
+        (dest / NAMESPACE / "efacheck" / f).write_bytes((verdict_code / f).read_bytes())
     return dest
 
 

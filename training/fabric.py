@@ -29,27 +29,21 @@ shell on a node, another value than the stack's) keeps exactly that: nothing is 
 is read when their level logs INFO; otherwise the verdict is ``undetermined`` and says why. A ``NCCL_DEBUG*`` the
 user put in ``~/.nccl.conf`` is overridden by the run's environment (the environment wins).
 
-``training`` is shipped alone as a Ray job's working_dir; ``efacheck`` is its sibling package, imported lazily by
-name (:data:`NCCL_LOG_MODULE`), and ``submit`` ships the efacheck modules this needs next to it
-(``training/__main__.py``'s ``EFACHECK_FILES``). This is the one training -> efacheck edge
-(``tests/test_architecture.py``).
+The verdict is the gate's own code: ``efacheck.nccl_log`` and ``efacheck.efa_counters``, imported plainly (training
+may use the proof; the proof never imports training: tests/test_architecture.py). ``submit`` ships those modules
+next to ``training`` (``training/__main__.py``'s ``EFACHECK_FILES``).
 
 Everything except :class:`Probe` is pure: plain dicts and bytes in and out.
 """
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import re
 import socket
 from typing import Any, Mapping, Optional
 
-_PARENT = __package__.rpartition(".")[0]
-NCCL_LOG_MODULE = f"{_PARENT}.efacheck.nccl_log".lstrip(".")
-"""The gate's verdict code: ``ray_efa_eks.efacheck.nccl_log`` installed, ``efacheck.nccl_log`` in a submitted job."""
-EFA_COUNTERS_MODULE = f"{_PARENT}.efacheck.efa_counters".lstrip(".")
-"""The gate's EFA hardware counter reader (second witness), same sibling rule."""
+from ..efacheck import efa_counters, nccl_log
 
 DEBUG_KEYS = ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE")
 """NCCL's logging variables: if the user set any of them, the run sets none."""
@@ -65,10 +59,6 @@ FABRIC_FILE = "fabric.json"
 """Written by rank 0 into every checkpoint: the fabric verdict of the attempt that wrote it."""
 LOG_DIR_NAME = "nccl-logs"
 """Per-rank NCCL logs live in ``<storage>/<name>/nccl-logs/`` (local storage) on each rank's node."""
-
-
-def _sibling(module: str) -> Any:
-    return importlib.import_module(module)
 
 
 def log_dir_for(storage_path: str, name: str, tmpdir: str) -> str:
@@ -183,22 +173,18 @@ def _efa_bytes(counter_deltas: Optional[Mapping[str, Any]]) -> tuple[Optional[di
     """Per node {"sent": n, "received": n} over all its EFA devices, or (None, why not)."""
     if not counter_deltas:
         return None, "no node reported EFA counters"
-    try:
-        counters = _sibling(EFA_COUNTERS_MODULE)
-    except ImportError as e:
-        return None, f"{EFA_COUNTERS_MODULE} not importable ({e})"
     out: dict[str, dict] = {}
     for node, deltas in sorted(counter_deltas.items()):
         if not deltas:
             continue
-        per_dev = counters.node_bytes(deltas)
+        per_dev = efa_counters.node_bytes(deltas)
         sent = [v["sent"] for v in per_dev.values() if v["sent"] is not None]
         recv = [v["received"] for v in per_dev.values() if v["received"] is not None]
         if sent or recv:
             out[node] = {"sent": sum(sent) if sent else None, "received": sum(recv) if recv else None,
                          "devices": len(per_dev)}
     if not out:
-        return None, f"no EFA device with readable counters under {counters.SYSFS_ROOT} on any node"
+        return None, f"no EFA device with readable counters under {efa_counters.SYSFS_ROOT} on any node"
     return out, None
 
 
@@ -232,28 +218,18 @@ def summarize(backend: str, logs: Mapping[str, Optional[bytes]], *, notes: Optio
                             "carries them that NCCL chose; run with --use-gpu for a fabric verdict"])
     else:
         try:
-            nccl_log = _sibling(NCCL_LOG_MODULE)
-        except ImportError as e:
-            fab["reasons"] = [f"the gate's verdict code ({NCCL_LOG_MODULE}) is not importable: {e}"]
-            nccl_log = None
-        if nccl_log is not None:
-            try:
-                rep = nccl_log.analyze_bytes(list(logs.items()))
-            except nccl_log.UnreadableInput as e:
-                fab["reasons"] = list(dict.fromkeys(notes)) or [
-                    f"no rank's NCCL log has an NCCL line ({e}): NCCL did not log (yet)"]
-            else:
-                if counter_deltas and expected_bytes_per_node:
-                    try:
-                        counters = _sibling(EFA_COUNTERS_MODULE)
-                        rep = counters.combine(rep, counters.judge_counters(
-                            dict(counter_deltas), expected_bytes_per_node, rep.verdict))
-                    except ImportError:
-                        pass
-                fab.update(verdict=rep.verdict, network=rep.network, provider=rep.provider, nodes=rep.nodes,
-                           ranks=rep.ranks, deciding=rep.evidence[0] if rep.evidence else None,
-                           reasons=list(rep.reasons) + [n for n in dict.fromkeys(notes) if n not in rep.reasons],
-                           hints=list(rep.hints), evidence=list(rep.evidence))
+            rep = nccl_log.analyze_bytes(list(logs.items()))
+        except nccl_log.UnreadableInput as e:
+            fab["reasons"] = list(dict.fromkeys(notes)) or [
+                f"no rank's NCCL log has an NCCL line ({e}): NCCL did not log (yet)"]
+        else:
+            if counter_deltas and expected_bytes_per_node:
+                rep = efa_counters.combine(rep, efa_counters.judge_counters(
+                    dict(counter_deltas), expected_bytes_per_node, rep.verdict))
+            fab.update(verdict=rep.verdict, network=rep.network, provider=rep.provider, nodes=rep.nodes,
+                       ranks=rep.ranks, deciding=rep.evidence[0] if rep.evidence else None,
+                       reasons=list(rep.reasons) + [n for n in dict.fromkeys(notes) if n not in rep.reasons],
+                       hints=list(rep.hints), evidence=list(rep.evidence))
     efa_bytes, why = _efa_bytes(counter_deltas)
     fab["efa_bytes"] = efa_bytes
     if efa_bytes is None:
@@ -348,10 +324,9 @@ class Probe:
         if self.local_rank != 0:  # one reader per node
             return None
         try:
-            counters = _sibling(EFA_COUNTERS_MODULE)
-            if hasattr(counters, "read_view"):  # the node agent's exporter first ($RAY_EFA_EKS_EFA_EXPORTER)
-                return counters.read_view()["snapshot"]
-            return counters.read_counters()
+            if hasattr(efa_counters, "read_view"):  # the node agent's exporter first ($RAY_EFA_EKS_EFA_EXPORTER)
+                return efa_counters.read_view()["snapshot"]
+            return efa_counters.read_counters()
         except Exception:  # noqa: BLE001 - no efacheck, no sysfs: simply no counters
             return None
 
@@ -364,7 +339,7 @@ class Probe:
         if final and self.counters_before is not None:
             after = self._counters()
             if after is not None:
-                out["counters"] = _sibling(EFA_COUNTERS_MODULE).counter_delta(self.counters_before, after)
+                out["counters"] = efa_counters.counter_delta(self.counters_before, after)
         return out
 
     def judge(self, dist: Any, final: bool, previous: Optional[dict] = None,

@@ -13,7 +13,8 @@ import moto
 import pytest
 
 from ray_efa_eks.components.capacity import GpuCapacity, config_problem
-from ray_efa_eks.components.config import ConfigError, StackConfig
+from ray_efa_eks.components.errors import ArgError
+from ray_efa_eks.components.config import ConfigError, StackConfig, stack_error
 from ray_efa_eks.components.instances import CATALOGUE
 from ray_efa_eks.components.launch_template import efa_network_interfaces
 from ray_efa_eks.tools.mockrun import CAPACITY_BLOCKS, MockRun, run_program
@@ -234,8 +235,11 @@ def test_a_dead_block_is_refused_before_any_resource(monkeypatch, state, message
 
 def test_capacity_object_refuses_what_config_refuses():
     assert config_problem("on-demand", None, CATALOGUE["g6.12xlarge"], None, "us-east-1") is None
-    with pytest.raises(ValueError, match="gpuCapacityReservationId"):
+    with pytest.raises(ArgError, match="^reservation is not set: mode capacity-block needs") as e:  # its own words
         GpuCapacity("capacity-block")
+    assert isinstance(e.value, ValueError) and stack_error(e.value).key == "gpuCapacityReservationId"
+    assert str(stack_error(e.value)).startswith("ray-efa-eks:gpuCapacityReservationId is not set: gpuCapacity "
+                                                "capacity-block needs")
     assert GpuCapacity("reservation", GROUP).capacity_reservation_specification() == {
         "capacity_reservation_target": {"capacity_reservation_resource_group_arn": GROUP}}
     assert not GpuCapacity("reservation", ODCR).cluster_placement_group and GpuCapacity().cluster_placement_group

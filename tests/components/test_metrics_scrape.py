@@ -149,7 +149,7 @@ def test_verdict_series_from_a_local_ray_cluster(tmp_path):
     pytest.importorskip("ray")
     import ray
 
-    from ray_efa_eks.training.local_cluster import local_cluster
+    from ray_efa_eks.efacheck.local_cluster import local_cluster
 
     assert verdict_metrics.PREFIX + verdict_metrics.VERDICT == metrics_rules.VERDICT_METRIC
     assert verdict_metrics.PREFIX + verdict_metrics.VERDICT_TIME == metrics_rules.VERDICT_TIME_METRIC

@@ -167,14 +167,13 @@ def test_efa_check_job(default_run):
     script = job["spec"]["template"]["spec"]["containers"][0]["command"][2]
     assert "python -m efacheck.efa_check --json" in script and "ray-head-svc.ray.svc.cluster.local:8265" in script
     cm = default_run.one("kubernetes:core/v1:ConfigMap", "efa-check")
-    assert {"efacheck.nccl_log.py", "efacheck.efa_check.py", "efacheck.__init__.py", "training.model.py"} \
+    assert {"efacheck.nccl_log.py", "efacheck.efa_check.py", "efacheck.__init__.py", "efacheck.fsdp_shapes.py"} \
         <= set(cm["data"])
-    assert "training.train_func.py" not in cm["data"]  # the gate ships the EFA proof and the model, not the job
+    assert not [k for k in cm["data"] if k.startswith("training.")]  # the proof alone: not the job, not its model
     pod = job["spec"]["template"]["spec"]
     mounts = {m["name"]: m["mountPath"] for m in pod["containers"][0]["volumeMounts"] if m["name"].startswith("code-")}
-    assert mounts == {"code-efacheck": "/opt/ray-efa-eks/efacheck", "code-training": "/opt/ray-efa-eks/training"}
+    assert mounts == {"code-efacheck": "/opt/ray-efa-eks/efacheck"}
     items = {v["name"]: {i["key"]: i["path"] for i in v["configMap"]["items"]} for v in pod["volumes"] if "configMap" in v}
-    assert items["code-training"] == {"training.__init__.py": "__init__.py", "training.model.py": "model.py"}
     assert items["code-efacheck"]["efacheck.nccl_log.py"] == "nccl_log.py"
     assert set(cm["data"]) == {k for v in items.values() for k in v}  # every shipped file is mounted
     # Job is created after the RayCluster: its parent chain is the EfaCheckJob, created after RayCluster registration

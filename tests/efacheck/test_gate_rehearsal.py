@@ -43,7 +43,7 @@ ONE_GPU = InstanceType("rehearsal.1gpu", 4, 16384, gpus=1, gpu_model="L4", efa_s
 SERVER = """
 import sys, time
 import ray
-from ray_efa_eks.training.local_cluster import local_cluster
+from ray_efa_eks.efacheck.local_cluster import local_cluster
 with local_cluster(worker_nodes=0, dashboard=True) as c:
     print("http://" + c.webui_url, c.address, flush=True)
     for line in sys.stdin:

@@ -42,6 +42,22 @@ def test_pow2_sizes() -> None:
         sweep.pow2_sizes(10, 1)
 
 
+def test_fsdp_shapes_are_the_training_models() -> None:
+    """efacheck/fsdp_shapes.py is data the proof ships instead of importing training: it must be the real model's."""
+    from ray_efa_eks.efacheck import fsdp_shapes
+
+    real = {}
+    for name, cfg in PRESETS.items():
+        with torch.device("meta"):
+            model = DecoderLM(cfg)
+        blocks = [[tuple(p.shape) for p in b.parameters()] for b in model.blocks]
+        assert all(b == blocks[0] for b in blocks), "fsdp_shapes assumes identical blocks"
+        in_blocks = {id(p) for b in model.blocks for p in b.parameters()}
+        real[name] = {"blocks": len(blocks), "block": blocks[0],
+                      "root": [tuple(p.shape) for p in model.parameters() if id(p) not in in_blocks]}
+    assert fsdp_shapes.PRESETS == real, f"training/model.py changed: set efacheck/fsdp_shapes.py PRESETS = {real!r}"
+
+
 @pytest.mark.parametrize("preset", sorted(PRESETS))
 def test_fsdp_units_cover_the_real_parameters(preset: str) -> None:
     cfg = PRESETS[preset]

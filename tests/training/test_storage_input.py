@@ -23,7 +23,7 @@ class Started(BaseException):
 def no_ray(monkeypatch):
     import ray
 
-    from ray_efa_eks.training import local_cluster
+    from ray_efa_eks.efacheck import local_cluster
 
     def boom(*a, **k):
         raise Started("Ray started before the storage path was checked")

@@ -38,7 +38,7 @@ AUTH_VARS = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_ADDR
 
 SERVER = """
 import sys
-from ray_efa_eks.training.local_cluster import local_cluster
+from ray_efa_eks.efacheck.local_cluster import local_cluster
 with local_cluster(worker_nodes=2, dashboard=True) as c:
     print("http://" + c.webui_url, flush=True)
     sys.stdin.read()   # until the test closes the pipe

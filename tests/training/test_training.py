@@ -31,7 +31,7 @@ def test_presets_and_data_are_deterministic():
 
 @pytest.fixture(scope="module")
 def cluster():
-    from ray_efa_eks.training.local_cluster import local_cluster
+    from ray_efa_eks.efacheck.local_cluster import local_cluster
 
     with local_cluster(worker_nodes=2) as c:
         yield c
@@ -112,7 +112,7 @@ def test_storage_path_resolution(tmp_path, monkeypatch):
     assert resolve_storage_path(None, {STORAGE_PATH_ENV: ""}) == default_storage_path()
 
     cmd = submit_entrypoint(["--use-gpu", "--storage-path", "s3://b/my runs", "--name", "r1"])
-    assert cmd == "python -m training --address auto --use-gpu --storage-path 's3://b/my runs' --name r1"
+    assert cmd == "python -m ray_efa_eks.training --address auto --use-gpu --storage-path 's3://b/my runs' --name r1"
     assert "--storage-path" not in submit_entrypoint(["--use-gpu"])  # the pods' env decides
 
 
@@ -161,21 +161,25 @@ def test_submit_ships_the_training_package_alone(tmp_path):
     from ray_efa_eks.training.__main__ import EFACHECK_FILES
 
     wd = stage_package(tmp_path)
-    # not the repo, not site-packages: training, and the efacheck modules its fabric verdict imports
-    assert sorted(p.name for p in wd.iterdir()) == ["efacheck", "training"]
+    # not the repo, not site-packages: training, and the efacheck modules it imports, in their installed layout
+    assert sorted(p.name for p in wd.iterdir()) == ["ray_efa_eks"]
+    assert sorted(p.name for p in (wd / "ray_efa_eks").iterdir()) == ["efacheck", "training"]
     pkg = importlib.resources.files("ray_efa_eks.training")
     want = sorted(p.name for p in pkg.iterdir() if p.name.endswith(".py"))
-    assert sorted(p.name for p in (wd / "training").iterdir()) == want
-    assert (wd / "training" / "trainer.py").read_bytes() == (pkg / "trainer.py").read_bytes()
-    assert sorted(p.name for p in (wd / "efacheck").iterdir()) == sorted(EFACHECK_FILES)
+    assert sorted(p.name for p in (wd / "ray_efa_eks" / "training").iterdir()) == want
+    assert (wd / "ray_efa_eks" / "training" / "trainer.py").read_bytes() == (pkg / "trainer.py").read_bytes()
+    assert sorted(p.name for p in (wd / "ray_efa_eks" / "efacheck").iterdir()) == sorted(EFACHECK_FILES)
     # In the job, training.fabric judges with the shipped copy of the gate's code (nothing else on the path).
     log = REPO / "tests/fixtures/nccl-logs/real_efa_g7e_slurm_nccl2292_ofi1180_2node.log"
-    code = ("import sys, training.fabric as f; assert 'ray_efa_eks' not in sys.modules; "
-            f"print(f.NCCL_LOG_MODULE, f.summarize('nccl', {{'r0': open({str(log)!r}, 'rb').read()}})['verdict'])")
+    code = ("import ray_efa_eks.training.fabric as f; "
+            f"print(f.__file__, f.nccl_log.__file__, f.summarize('nccl', {{'r0': open({str(log)!r}, 'rb').read()}})"
+            "['verdict'])")
     out = subprocess.run([sys.executable, "-S", "-c", code], cwd=wd, capture_output=True, text=True, timeout=60,
                          env={"PATH": os.environ.get("PATH", "")})
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.split() == ["efacheck.nccl_log", "efa"]
+    fabric, nccl_log, verdict = out.stdout.split()
+    assert fabric == str(wd / "ray_efa_eks/training/fabric.py") and verdict == "efa"
+    assert nccl_log == str(wd / "ray_efa_eks/efacheck/nccl_log.py")
 
 
 def _cli(*args: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -219,7 +223,7 @@ def test_cli_usage_errors_exit_64(args):
 @pytest.fixture
 def gpu_nodes(cluster):
     """Two more nodes on the module's cluster declaring 4 logical GPUs (and 4 CPUs) each, removed afterwards."""
-    from ray_efa_eks.training.local_cluster import add_worker_node
+    from ray_efa_eks.efacheck.local_cluster import add_worker_node
 
     nodes = [add_worker_node(cluster, num_cpus=4, num_gpus=4) for _ in range(2)]
     cluster.wait_for_nodes()
