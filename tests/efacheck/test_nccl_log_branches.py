@@ -34,6 +34,14 @@ def test_a_fact_word_outside_an_nccl_line_is_not_read():
     assert rep.nodes == 1 and rep.verdict == "undetermined" and rep.causes == ["single_node"]
 
 
+def test_a_line_with_two_nccl_markers_is_read_once():
+    lines = _efa("h1", 1) + _efa("h2", 2) + [_chan("h1", 1), _chan("h2", 2)]
+    twice = [ln + " (NCCL INFO echoed)" if ln.endswith("Using network Libfabric") else ln for ln in lines]
+    plain, rep = judge(lines), judge(twice)
+    assert rep.verdict == plain.verdict == "efa" and rep.ranks == plain.ranks == 2
+    assert rep.network == "Libfabric (NCCL INFO echoed)"
+
+
 def test_only_channel_and_ring_lines_name_ranks_when_no_init_line_does():
     rep = judge([_chan("h1"), _chan("h2"), _p("h3") + "Connected all trees via P2P/IPC"])
     assert rep.hosts == ["h1", "h2"] and rep.ranks == 2
@@ -221,6 +229,8 @@ def test_input_is_read_in_chunks_and_stops_past_the_limit(monkeypatch):
     monkeypatch.setattr(nccl_log, "HEAD_BYTES", 16)
     monkeypatch.setattr(nccl_log, "CHUNK_BYTES", 16)
     assert nccl_log._read_bounded(io.BytesIO(EFA_JOB.encode())) == EFA_JOB.encode()
+    # a regular file (its size known) is read again from the start in one call past its head
+    assert nccl_log._read_bounded(io.BytesIO(EFA_JOB.encode()), len(EFA_JOB)) == EFA_JOB.encode()
     monkeypatch.setattr(nccl_log, "MAX_LOG_BYTES", 40)
     with pytest.raises(OSError, match="not one rank's log"):
         nccl_log._read_bounded(io.BytesIO(EFA_JOB.encode()))
