@@ -38,7 +38,10 @@ import os
 import sys
 from pathlib import Path
 
-from .cli import EXIT_USAGE, ArgumentParser, run_cli
+from . import sdk_lazy
+
+sdk_lazy.install()  # before the program first touches aws.ec2 & co.: their classes imported one by one, as used
+from .cli import EXIT_USAGE, ArgumentParser, run_cli  # noqa: E402
 from .plan_diff import diff_plans, render_diff
 from .plan_model import EXIT_UNREADABLE, Plan, PlanError, UsageError, load_plan
 from .plan_render import aws_rules_summary, render_text, rules_summary, violation_line
