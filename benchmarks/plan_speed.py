@@ -54,7 +54,8 @@ def main() -> int:
         t0 = time.perf_counter()
         plan = plan_tree(overrides={"ray-efa-eks:gpuNodeCount": "64"})
         warm.append(time.perf_counter() - t0)
-    assert plan.settings["nodeGroups"]["gpu-mng"]["nodes"] == 64
+    # 64, or 0..64 where the GPU group scales from zero (gpuScaleToZero, the on-demand default)
+    assert str(plan.settings["nodeGroups"]["gpu-mng"]["nodes"]).split("..")[-1] == "64", plan.settings["nodeGroups"]
     best, med = min(cli), statistics.median(cli)
     print(f"offline plan, gpuNodeCount=64 ({plan.settings['estimatedHourlyUsd']:.2f} USD/hour), {os.cpu_count()} CPUs:")
     print(f"  command (ray-efa-eks plan): median {med:.2f} s ({best:.2f}..{max(cli):.2f} s over {args.runs}), "
