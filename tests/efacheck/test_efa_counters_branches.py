@@ -98,3 +98,58 @@ def test_an_exporter_on_a_node_without_efa_says_no_device(monkeypatch):
     assert ec.read_exporter("http://x/metrics", NODE) == ({}, f"no EFA device on node {NODE}")
     _served(monkeypatch, "")
     assert ec.read_exporter("http://x/metrics") == ({}, "no EFA device on node ?")
+
+
+# --- survivors of the mutation tool (mutmut 3.8.1), killed here ---
+
+def test_line_rate_math_at_its_boundaries():
+    assert ec.allreduce_bytes_per_node(1000.0, 2, 2) == 1000.0  # 2 ranks on 2 nodes: 2(2-1)/2 = 1 x size
+    assert ec.allreduce_bytes_per_node(1000.0, 1, 2) == 0.0 and ec.allreduce_bytes_per_node(1000.0, 8, 1) == 0.0
+    assert ec.tree_share(2) == 1.0 and ec.tree_share(8) == 8 / 14
+    assert ec.tree_share(1) == 0.0 and ec.tree_share(0) == 0.0
+
+
+def test_counter_delta_names_appeared_and_disappeared_devices_and_keeps_going():
+    one = {"tx_bytes": 10, "rx_bytes": 10, "errors": {}}
+    out = ec.counter_delta({"efa_0": one, "efa_1": one}, {"efa_1": {"tx_bytes": 4, "rx_bytes": 30, "errors": {}},
+                                                          "efa_2": one})
+    assert out["efa_0"] == {"errors": {"device": "disappeared during the sweep"}}
+    assert out["efa_2"] == {"errors": {"device": "appeared during the sweep"}}
+    assert out["efa_1"] == {"errors": {"tx_bytes": "went backwards by 6 (counter reset?)"}, "rx_bytes": 20}
+    half = ec.counter_delta({"efa_0": {"tx_bytes": 1, "errors": {}}}, {"efa_0": {"rx_bytes": 5, "errors": {}}})
+    assert half == {"efa_0": {"errors": {}}}  # a counter read on one side only gives no delta
+
+
+def test_combine_states_reasons_and_causes():
+    efa = analyze_efa()
+    flat = ec.combine(efa, (False, ["n1 flat"]))
+    assert flat.witness == {"counters": "flat", "required": False, "reasons": ["n1 flat"]}
+    assert flat.reasons[-1] == "EFA counters: n1 flat" and flat.causes == ["counters_flat"]
+    moved = ec.combine(efa, (True, ["n1 moved", "n2 moved"]))
+    assert moved.verdict == "efa" and moved.reasons[-1] == "EFA counters: n1 moved | n2 moved"
+    assert moved.witness["counters"] == "moved" and moved.causes == []
+    unread = ec.combine(efa, (None, ["n1 ?", "n2 ?"]))
+    assert unread.verdict == "efa" and unread.causes == ["counters_unavailable"]
+    assert unread.reasons[0] == ("the EFA hardware counters could not be read, so the second witness is missing: "
+                                 "n1 ? | n2 ?") and "" not in unread.reasons
+    required = ec.combine(efa, (None, ["n1 ?"]), require=True)
+    assert required.verdict == "undetermined" and required.reasons[0].startswith(
+        "the EFA hardware counters could not be read, so the second witness is missing and efaCheckRequireCounters "
+        "makes the verdict undetermined: n1 ?")
+    fallback = ec.combine(with_verdict(efa, "fallback", "socket"), (None, ["n1 ?"]), require=True)
+    assert fallback.verdict == "fallback" and "counters_unavailable" not in fallback.causes
+
+
+def analyze_efa():
+    from ray_efa_eks.efacheck.nccl_log import analyze_text
+    lines = []
+    for i, h in enumerate(("h1", "h2")):
+        p = f"{h}:{i}:{i} [0] NCCL INFO "
+        lines += [p + "NET/OFI Selected provider is efa, fabric is efa-direct (found 1 nics)",
+                  p + "Using network Libfabric", p + f"Channel 00/0 : {i}[0] -> {1 - i}[0] [send] via NET/Libfabric/0"]
+    rep = analyze_text("\n".join(lines) + "\n")
+    assert rep.verdict == "efa"
+    return rep
+
+
+from ray_efa_eks.efacheck.nccl_log import with_verdict  # noqa: E402

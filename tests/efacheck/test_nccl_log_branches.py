@@ -242,3 +242,16 @@ def test_with_verdict_adds_the_reason_and_a_cause_once():
     assert (flat.verdict, flat.reasons[-1], flat.causes) == ("fallback", "counters flat", ["counters_flat"])
     again = nccl_log.with_verdict(flat, "fallback", "again", "counters_flat")
     assert again.causes == ["counters_flat"] and rep.verdict == "efa"
+
+
+def test_the_json_verdict_carries_every_field():
+    """The gate and report.md read these keys (mutmut: 22 survivors in to_dict before this test)."""
+    rep = judge(EFA_JOB.splitlines(), expect_nics=1)
+    d = rep.to_dict()
+    assert d == {"verdict": "efa", "network": "Libfabric", "provider": "efa", "ranks": 2, "hosts": ["h1", "h2"],
+                 "nodes": 2, "nics": {"h1": 1, "h2": 1}, "reasons": rep.reasons, "evidence": rep.evidence,
+                 "causes": [], "hints": [], "silent": [], "witness": None}
+    assert len(d["reasons"]) == 3 and len(d["evidence"]) == 4  # network, both hosts' provider lines, a NET line
+    assert sum("Selected provider is efa" in e for e in d["evidence"]) == 2
+    bad = judge(["h1:1:1 [0] NCCL INFO Using network Socket", _chan("h1", via="NET/Socket/0")]).to_dict()
+    assert bad["causes"] == ["socket_network"] and bad["hints"] == [nccl_log.HINTS["socket_network"]]
