@@ -193,7 +193,8 @@ def test_the_generator_draws_efa_and_each_failure():
 # --- the second witness: EFA hardware counters ---
 
 counter_values = st.integers(0, 10**12)
-device_delta = st.dictionaries(st.sampled_from(efa_counters.COUNTERS), counter_values, max_size=len(efa_counters.COUNTERS))
+device_delta = st.dictionaries(st.sampled_from(efa_counters.COUNTERS), counter_values,
+                               max_size=len(efa_counters.COUNTERS))
 
 
 @settings(**SETTINGS)
