@@ -58,6 +58,10 @@ DYNAMIC_IMPORTS = {
                                             "ConfigMap; the library never imports the proof",
     ("tools.command", "import_module"): "SUBCOMMANDS names each subcommand's module (tools may import every "
                                         "package); test_one_command_lists_every_subcommand runs them",
+    ("tools.sdk_lazy", "import_module"): "the offline plan imports the Pulumi SDKs' class modules by the name "
+                                         "the program asks for (tests/tools/test_sdk_lazy.py), not their packages' "
+                                         "whole __init__",
+    ("tools.sdk_lazy", "find_spec"): "locates those SDK packages (PathFinder) without running their LazyLoader stubs",
 }
 """The only calls that find or import a module by a name computed at run time, each with its reason."""
 IMPORT_CALLS = {"import_module", "__import__", "find_spec", "run_module", "files", "spec_from_file_location",
