@@ -706,6 +706,7 @@ def _split_submit(argv: Sequence[str]) -> tuple[list[str], list[str]]:
 
 def _main(argv: list[str], prog: str) -> int:
     if argv and argv[0] == "submit":
+        _token_env()  # before anything imports ray: Ray reads RAY_AUTH_MODE once, when its config loads
         prog = prog if prog.endswith(" submit") else f"{prog} submit"  # `ray-efa-eks submit` names it already
         p = submit_parser(prog)
         own, train = _split_submit(argv[1:])
