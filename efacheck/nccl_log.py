@@ -295,8 +295,6 @@ class _Collector:
         # over the whole buffer cost twice as much. A connection line is never an init line.
         for m in _CANDIDATE_RE.finditer(buf):
             start = buf.rfind(b"\n", 0, m.start()) + 1
-            if start in starts:
-                continue
             end = buf.find(b"\n", m.end())
             line = buf[start : end if end >= 0 else len(buf)]
             if any(lit in line for lit in _FACT_STARTS):
