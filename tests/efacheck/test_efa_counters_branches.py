@@ -153,3 +153,22 @@ def analyze_efa():
 
 
 from ray_efa_eks.efacheck.nccl_log import with_verdict  # noqa: E402
+
+
+def test_judge_counters_boundaries_and_words():
+    at_flat = {"n1": {"efa_0": {"tx_bytes": 10, "errors": {}}}}
+    ok, reasons = ec.judge_counters(at_flat, 1000, "efa")  # exactly FLAT (1%) is "part", not "did not move"
+    assert ok is False and reasons[0].startswith("only part of the traffic used EFA")
+    ok, reasons = ec.judge_counters({"n1": {"efa_0": {"tx_bytes": 1, "errors": {}}}}, 1, "efa")
+    assert ok is True  # one expected byte is still a figure to compare with
+    ok, reasons = ec.judge_counters({"n1": {}, "n2": {}}, 1000, "efa", unreadable={"n1": "exporter down"})
+    assert ok is None and reasons == ["node n1: no EFA device (exporter down)",
+                                      f"node n2: no EFA device (under {ec.SYSFS_ROOT})"]
+    two = {"n1": {"efa_0": {"tx_bytes": 600, "errors": {}}, "efa_1": {"rx_bytes": 700, "errors": {}}}}
+    ok, reasons = ec.judge_counters(two, 1000, "efa")
+    assert ok is True and "(efa_0 sent 0.000 GB received ?, efa_1 sent ? received 0.000 GB)" in reasons[0]
+    none = {"n1": {"efa_0": {"errors": {"tx_bytes": "a", "rx_bytes": "b"}}}}
+    ok, reasons = ec.judge_counters(none, 1000, "efa")
+    assert ok is None and reasons == ["node n1: no readable EFA counter (efa_0 tx_bytes: a; efa_0 rx_bytes: b)"]
+    ok, reasons = ec.judge_counters({"n1": {"efa_0": {"errors": {}}}}, 1000, "efa")
+    assert reasons == ["node n1: no readable EFA counter (none)"]
