@@ -29,22 +29,29 @@ VERIFIED = ("1.6.0", "1.6.1", "1.6.2", "1.7.0")
 CRD_FILES = ("ray.io_rayclusters.yaml", "ray.io_raycronjobs.yaml", "ray.io_rayjobs.yaml", "ray.io_rayservices.yaml")
 CRD_URL = "https://raw.githubusercontent.com/ray-project/kuberay/v{version}/helm-chart/kuberay-operator/crds/{file}"
 """The chart's own ``crds/`` files at the tag the chart is built from (chart 1.7.0 = tag v1.7.0)."""
-_SEMVER = re.compile(r"(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)")
+_SEMVER = re.compile(r"(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(-[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*)?")
+"""An exact SemVer 2 version, pre-release allowed (KubeRay tags and publishes charts such as 1.4.0-rc.1, and the
+CRDs are read from the tag of the same name); no range, no 'v' prefix, no build metadata."""
 
 
 def chart_version(version: str) -> tuple[int, int, int] | None:
-    """``1.7.0`` -> (1, 7, 0); None for anything else (a range, a 'v' prefix, a pre-release)."""
+    """``1.7.0`` or ``1.8.0-rc.1`` -> (1, 7, 0) / (1, 8, 0); None for anything else (a range, a 'v' prefix)."""
     m = _SEMVER.fullmatch(str(version))
     return (int(m[1]), int(m[2]), int(m[3])) if m else None
+
+
+def _is_prerelease(version: str) -> bool:
+    m = _SEMVER.fullmatch(str(version))
+    return bool(m and m[4])
 
 
 def chart_version_problem(version: str) -> str | None:
     """Why ``kuberayChartVersion`` cannot run this stack, or None."""
     parsed = chart_version(version)
     if parsed is None:
-        return ("must be an exact chart version MAJOR.MINOR.PATCH (e.g. 1.7.0): the CRDs are applied from the "
+        return ("must be an exact chart version MAJOR.MINOR.PATCH[-PRERELEASE] (e.g. 1.7.0): the CRDs are applied from the "
                 "matching KubeRay tag, and a range or 'latest' would change them behind the stack's back")
-    if parsed < MIN_CHART:
+    if parsed < MIN_CHART or (parsed == MIN_CHART and _is_prerelease(version)):  # SemVer: 1.6.0-rc.1 < 1.6.0
         return ("is older than 1.6.0, whose RayCluster CRD is the first with spec.upgradeStrategy (the stack sets "
                 "Recreate; an older CRD drops it and no pod would ever be recreated); use 1.6.0 or newer, e.g. 1.7.0")
     return None

@@ -286,3 +286,13 @@ def test_the_crds_are_never_deleted_by_pulumi():
     assert crd is not None and crd.opts.retain_on_delete is True
     assert retain_crds(pulumi.ResourceTransformArgs(True, "kubernetes:core/v1:ConfigMap", "x", {},
                                                     pulumi.ResourceOptions())) is None
+
+
+def test_chart_pre_releases_plan_but_not_below_the_upgrade_strategy_crd():
+    """KubeRay publishes release candidates (tags v1.x.0-rc.N, with crds/ at the tag): an exact pre-release plans (and
+    is warned as unverified); SemVer orders 1.6.0-rc.1 before 1.6.0, the first CRD with spec.upgradeStrategy."""
+    from ray_efa_eks.components.kuberay_versions import chart_version_problem, unverified_note
+
+    assert chart_version_problem("1.8.0-rc.1") is None and "not verified" in unverified_note("1.8.0-rc.1")
+    assert "older than 1.6.0" in chart_version_problem("1.6.0-rc.1")
+    assert "exact chart version" in chart_version_problem("1.7.0+build.1")
