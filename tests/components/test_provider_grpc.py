@@ -113,6 +113,14 @@ class FakeMonitor(resource_pb2_grpc.ResourceMonitorServicer):
     def RegisterPackage(self, request, context):  # noqa: N802
         return self.mon.RegisterPackage(request)
 
+    def RegisterResourceHook(self, request, context):  # noqa: N802
+        """The engine's resmon serves it to component providers too (the plugin's ``Construct`` gets the same
+        monitor address as the program): pkg/resource/deploy/source_eval.go ``resmon.RegisterResourceHook``."""
+        return self.mon.RegisterResourceHook(request)
+
+    def RegisterErrorHook(self, request, context):  # noqa: N802
+        return self.mon.RegisterErrorHook(request)
+
 
 class Plugin:
     """The provider process and a client, as the engine holds them."""
@@ -277,7 +285,9 @@ def test_every_integer_input_as_a_double_booleans_lists_and_omitted_inputs(plugi
     state = {k: _plain(v) for k, v in response.state.fields.items()}
     assert len(run.resources) >= 50 and {"clusterName", "estimatedHourlyUsd", "kubeconfig", "rayAuthToken"} <= set(state)
     assert state["gpuNodeCount"] == 3 and not run.of_type("aws:ec2/vpcEndpoint:VpcEndpoint")  # false stays false
-    assert run.one("eks:index:ManagedNodeGroup", "gpu-mng")["scalingConfig"]["desiredSize"] == 3
+    # on demand, gpuScaleToZero defaults to true (issue 35): 0..gpuNodeCount nodes, the Cluster Autoscaler sets desired
+    assert run.one("eks:index:ManagedNodeGroup", "gpu-mng")["scalingConfig"] == {"desiredSize": 0, "minSize": 0,
+                                                                                 "maxSize": 3}
     assert inputs_by_resource(run) == inputs_by_resource(expected)  # every input of every resource, not only its type
 
 
