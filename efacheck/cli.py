@@ -9,6 +9,7 @@ convention (``training/cli.py`` is the other one; the tools import ``training/cl
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import signal
 import sys
@@ -122,4 +123,8 @@ def run_cli(main: Callable[..., Any], argv: Sequence[str] | None, prog: str) -> 
     code = int(code or 0)
     if _TERMINATED and code == EXIT_INTERRUPTED:
         code = EXIT_TERMINATED
+    if code in (EXIT_INTERRUPTED, EXIT_TERMINATED):
+        # asyncio tasks the interrupt cut off (the Pulumi mocks' RPCs) would print "Task exception was never
+        # retrieved" with a traceback when the interpreter collects them
+        logging.getLogger("asyncio").disabled = True
     return code

@@ -385,8 +385,11 @@ def test_fifo_and_stdin_do_not_hang(tmp_path):
 
 def test_ctrl_c_plan_and_nccl_verdict_exit_130():
     """The ``python -m`` aliases handle Ctrl-C themselves (``ray-efa-eks`` does too)."""
-    for argv in ([PY, "-m", "ray_efa_eks.tools.plan"], [PY, "-m", "ray_efa_eks.efacheck.nccl_log", "-"]):
-        code, text, _ = _interrupt(argv, 1.5)
+    # plan: once its program runs (its first warning; a fixed delay raced the plan's end once it got faster);
+    # nccl-verdict '-' waits on stdin for ever
+    for argv, after in (([PY, "-m", "ray_efa_eks.tools.plan"], "the EKS API endpoint is open"),
+                        ([PY, "-m", "ray_efa_eks.efacheck.nccl_log", "-"], 1.5)):
+        code, text, _ = _interrupt(argv, after)
         assert code == 130, (argv, code, text)
         assert "interrupted" in text and not TRACEBACK.search(text), text
 

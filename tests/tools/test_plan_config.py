@@ -49,5 +49,5 @@ def test_pulumi_config_is_ignored_as_pulumi_up_ignores_it(capsys, monkeypatch):
     monkeypatch.setenv("PULUMI_CONFIG", '{"ray-efa-eks:gpuNodeCount": "9"}')
     code, out, err = plan([], capsys, monkeypatch)
     assert code == 0 and "PULUMI_CONFIG is set in this environment" in err, err
-    assert "node group gpu-mng: 2 x g6.12xlarge" in out and "  ray-efa-eks:gpuNodeCount: 2  [Pulumi.dev.yaml]" in out
+    assert "node group gpu-mng: 0..2 x g6.12xlarge" in out and "  ray-efa-eks:gpuNodeCount: 2  [Pulumi.dev.yaml]" in out
     assert os.environ["PULUMI_CONFIG"] == '{"ray-efa-eks:gpuNodeCount": "9"}', "restored after the run"
