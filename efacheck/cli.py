@@ -2,8 +2,8 @@
 entry point runs through :func:`run_cli` (Ctrl-C 130, SIGTERM 143, an unexpected exception one line and a trace file).
 
 argparse exits 2 on a bad argument, which the verdict CLIs use for "undetermined"; a typo must not read
-as a verdict. ``efacheck`` is shipped alone as a Ray job's working_dir, so it keeps its own copy of this
-convention (``training/cli.py`` is the other one; the tools import ``training/cli.py``).
+as a verdict. ``efacheck`` is shipped alone as a Ray job's working_dir and imports nothing outside itself, so this
+is the one copy: ``training/cli.py`` re-exports it for training and the tools.
 """
 
 from __future__ import annotations

@@ -30,6 +30,7 @@ PACKAGE_EDGES = {
 CROSS_EDGES = {
     ("training.fabric", "efacheck.nccl_log"): "a run's fabric verdict is judged by the gate's NCCL log rules",
     ("training.fabric", "efacheck.efa_counters"): "the second witness: EFA hardware counters, read as the gate does",
+    ("training.cli", "efacheck.cli"): "one exit-code table and entry point (run_cli) for every command",
     ("training.__main__", "efacheck"): "submit ships efacheck's files beside training (importlib.resources)",
     ("training.__main__", "efacheck.local_cluster"): "a run without --address starts the shared local Ray cluster",
     ("training.__main__", "efacheck.verdict_metrics"): "a run's fabric verdict as a metric on the head, as the gate's",
