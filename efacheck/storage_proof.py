@@ -113,8 +113,8 @@ def credential_source(env: dict[str, str], timeout_s: float = 5.0,
 
 def _fetch(uri: str, token: str, timeout_s: float) -> tuple[int, str]:
     """GET the container-credentials endpoint as the AWS SDKs do: (HTTP status or 0, body or error text)."""
-    req = urllib.request.Request(uri, headers={"Authorization": token})
     try:
+        req = urllib.request.Request(uri, headers={"Authorization": token})  # a malformed URI raises ValueError here
         with urllib.request.urlopen(req, timeout=timeout_s) as r:  # noqa: S310 - the pod's own agent
             return r.status, r.read(65536).decode("utf-8", "replace")
     except urllib.error.HTTPError as e:
@@ -129,7 +129,8 @@ def likely_causes(error: str, creds: dict[str, Any] | None = None) -> list[str]:
     creds = creds or {}
     out: list[str] = []
     if creds.get("source") == "pod_identity" and creds.get("ok") is False:
-        out.append("trust_policy")
+        # the agent answered and refused: its trust policy; it was never asked (no token) or did not answer: the chain
+        out.append("trust_policy" if creds.get("status") else "credential_chain")
     if "kms" in low:
         out.append("kms")
     if "nosuchbucket" in low or "no_such_bucket" in low or "bucket does not exist" in low \
@@ -184,8 +185,10 @@ def prove(storage_path: str | None = None, env: dict[str, str] | None = None,
     creds = credential_source(env, fetch=fetch)
     result["credentials"] = creds
     if creds.get("ok") is False:
-        return fail("credentials", f"EKS Pod Identity agent: HTTP {creds.get('status')}: {creds.get('error')}",
-                    likely_causes(str(creds.get("error")), creds))
+        status = creds.get("status")
+        said = ("EKS Pod Identity token file not readable" if status is None else
+                "EKS Pod Identity agent unreachable" if status == 0 else f"EKS Pod Identity agent: HTTP {status}")
+        return fail("credentials", f"{said}: {creds.get('error')}", likely_causes(str(creds.get("error")), creds))
     result["steps"].append({"step": "credentials", "ok": True, "ms": _ms(t0), "source": creds["source"]})
     step = "resolve"
     try:
@@ -201,6 +204,8 @@ def prove(storage_path: str | None = None, env: dict[str, str] | None = None,
         payload = f"ray-efa-eks storage proof from {host}\n".encode() + os.urandom(PAYLOAD_BYTES)
 
         step, t0 = "write", time.perf_counter()
+        if fs.type_name == "local":  # a shared-filesystem path needs its folder (S3 keys don't), as Ray Train makes it
+            fs.create_dir(folder, recursive=True)
         with fs.open_output_stream(obj) as f:
             f.write(payload)
         result["steps"].append({"step": step, "ok": True, "ms": _ms(t0), "bytes": len(payload)})

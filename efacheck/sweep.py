@@ -101,17 +101,16 @@ def plan(min_bytes: int, max_bytes: int, world: int, preset: str | None = None,
     rank gets an equal chunk), ``dtype``, ``source`` ("pow2" or "fsdp:<preset>")."""
     fsdp = fsdp_message_sizes(preset, world) if preset else {}
     dtypes = {"all_reduce": "float32", "all_gather_into_tensor": "bfloat16", "reduce_scatter_tensor": "float32"}
-    out = []
+    out, seen = [], set()
     for c in collectives:
         bus_factor(c, world)  # validates the name
         entries = [(b, "float32", "pow2") for b in pow2_sizes(min_bytes, max_bytes)]
         entries += [(b, dtypes[c], f"fsdp:{preset}") for b in fsdp.get(c, [])]
-        seen = set()
         for b, dt, src in sorted(entries):
             unit = _ELEM[dt] * (world if c != "all_reduce" else 1)
             b = b // unit * unit
-            if b and (b, src) not in seen:
-                seen.add((b, src))
+            if b and (c, b, src) not in seen:  # a collective named twice is still timed once per size
+                seen.add((c, b, src))
                 out.append({"collective": c, "bytes": b, "dtype": dt, "source": src})
     return out
 
