@@ -137,8 +137,3 @@ def estimate(region: str, gpu: InstanceType, gpu_nodes: int, system: InstanceTyp
         return CostEstimate(None, str(e), [str(e), *notes])
     return CostEstimate(usd, None, notes)
 
-
-def estimate_hourly_usd(region: str, gpu: InstanceType, gpu_nodes: int, system: InstanceType,
-                        system_nodes: int = 1, nat_gateways: int = 1) -> float:
-    """The reference layout's hourly figure; :class:`NoPrice` where the region has none."""
-    return hourly_usd(region, [(gpu, gpu_nodes), (system, system_nodes)], nat_gateways=nat_gateways)

@@ -12,7 +12,7 @@ Checks, with boto3 only (this module imports nothing from Pulumi), each one a ro
 * ``instance-type``: GPUs, vCPUs, EFA support, network cards, usage classes (DescribeInstanceTypes);
 * ``vcpu-quota``: the running On-Demand vCPU quota of the family (Service Quotas GetServiceQuota,
   ``L-DB2E81BA`` G/VT, ``L-417A185B`` P, ``L-1216C47A`` standard) against ``count * vCPUs + vCPUs of
-  running/pending instances in the same quota`` (DescribeInstances);
+  running/pending instances in the same quota`` (DescribeInstances; Spot instances have quotas of their own);
 * ``placement-group``: whether a cluster placement group could be created (CreatePlacementGroup, DryRun);
 * ``capacity-reservations``: active On-Demand Capacity Reservations of the type in the region/AZ
   (DescribeCapacityReservations): none is not a failure, but then on-demand launches compete for free
@@ -75,7 +75,7 @@ def quota_code_for(instance_type: str) -> str | None:
         return QUOTA_G_VT
     if prefix == "p":
         return QUOTA_P
-    if prefix in tuple("acdhimrtz"):
+    if prefix in tuple("acdhimrtz") or prefix in ("im", "is"):  # Standard (A, C, D, H, I, M, R, T, Z): Im4gn, Is4gen
         return QUOTA_STANDARD
     return None
 
@@ -173,10 +173,6 @@ def zone_ids(ec2_client: Any) -> dict[str, str | None]:
                                                            key=lambda z: z["ZoneName"])}
 
 
-def all_azs(ec2_client: Any) -> list[str]:
-    return sorted(zone_ids(ec2_client))
-
-
 def eks_refuses_cluster_subnets(region: str, zone_id: str | None) -> bool:
     """EKS creates no control plane in this zone ID (components/placement.EKS_UNSUPPORTED_ZONE_IDS, network-reqs)."""
     from ..components.placement import EKS_UNSUPPORTED_ZONE_IDS
@@ -213,7 +209,9 @@ def _running_vcpus(ec2_client: Any, quota_code: str) -> int:
         for res in page.get("Reservations", []):
             for inst in res.get("Instances", []):
                 itype = inst.get("InstanceType", "")
-                if quota_code_for(itype) != quota_code:
+                # Spot instances count against the Spot quotas, not the On-Demand ones (EC2 user guide, "Spot
+                # Instance quotas", docs.aws.amazon.com/AWSEC2/latest/UserGuide/using-spot-limits.html).
+                if quota_code_for(itype) != quota_code or inst.get("InstanceLifecycle") == "spot":
                     continue
                 counts[itype] = counts.get(itype, 0) + 1
     if not counts:
@@ -630,8 +628,6 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
 
 def usage_problem(a: argparse.Namespace) -> str | None:
     """The first argument no AWS call could answer (None when all are well-formed); checked before any call."""
-    from urllib.parse import urlsplit
-
     from ..components.capacity import RESERVATION_ID, RESOURCE_GROUP_ARN
 
     if a.region is not None and not REGION.fullmatch(a.region):
@@ -682,5 +678,5 @@ def _main(a: argparse.Namespace) -> int:
     return res.exit_code
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # pragma: no cover (run as a subprocess by test_preflight's CLI tests, not measured)
     sys.exit(run_cli(main, None, "python -m ray_efa_eks.tools.preflight"))

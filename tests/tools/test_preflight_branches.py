@@ -1,0 +1,647 @@
+"""Every condition of tools/preflight.py, each with its row, figure or exit code asserted (issue 40), against a
+stand-in EC2 / Service Quotas client that answers each API as the test says (AWS's response shapes; an API it is
+not told about answers NotImplemented, the way moto's missing actions do). No server: test_preflight.py runs the same
+checks against moto over HTTP."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from types import SimpleNamespace
+
+import botocore.exceptions
+import pytest
+from botocore.exceptions import ClientError
+
+from ray_efa_eks.tools import preflight as pf
+
+R, ITYPE = "us-east-1", "g6.12xlarge"
+RID = "cr-0123456789abcdef0"
+NOT_IMPLEMENTED = "NotImplemented"
+
+
+def err(code: str, status: int = 400, op: str = "Op") -> ClientError:
+    return ClientError({"Error": {"Code": code, "Message": f"{code} message"},
+                        "ResponseMetadata": {"HTTPStatusCode": status}}, op)
+
+
+def g6(**kw):
+    return {"InstanceType": ITYPE, "VCpuInfo": {"DefaultVCpus": 48},
+            "GpuInfo": {"Gpus": [{"Name": "L4", "Count": 4}]},
+            "NetworkInfo": {"EfaSupported": True, "MaximumNetworkCards": 1},
+            "SupportedUsageClasses": ["on-demand", "spot"], **kw}
+
+
+class EC2:
+    """Answers each operation (snake_case) from ``answers``: a value, a list of pages, an exception or a function."""
+
+    def __init__(self, region: str = R, **answers):
+        self.meta = SimpleNamespace(region_name=region)
+        self.calls: list[tuple[str, dict]] = []
+        self.answers = {
+            "describe_instance_type_offerings": [{"InstanceTypeOfferings": [
+                {"InstanceType": ITYPE, "Location": "us-east-1b"}, {"InstanceType": ITYPE, "Location": "us-east-1a"},
+                {"InstanceType": "p5.48xlarge", "Location": "us-east-1d"}]}],  # another type's: not ours
+            "describe_availability_zones": {"AvailabilityZones": [
+                {"ZoneName": "us-east-1b", "ZoneId": "use1-az1"}, {"ZoneName": "us-east-1a", "ZoneId": "use1-az6"},
+                {"ZoneName": "us-east-1e", "ZoneId": "use1-az3"}, {"ZoneName": "us-east-1c"}]},
+            "describe_instance_types": lambda **kw: [{"InstanceTypes": [g6()]}],
+            "describe_instances": [{"Reservations": []}],
+            "create_placement_group": err("DryRunOperation", 412),
+            "describe_capacity_reservations": [{"CapacityReservations": []}],
+            "describe_capacity_block_offerings": {"CapacityBlockOfferings": []},
+            **answers}
+
+    def _answer(self, op: str, **kw):
+        self.calls.append((op, kw))
+        a = self.answers.get(op)
+        if a is None:
+            raise err(NOT_IMPLEMENTED, 501, op)
+        if isinstance(a, Exception):
+            raise a
+        return a(**kw) if callable(a) else a
+
+    def get_paginator(self, op):
+        ec2 = self
+
+        class Paginator:
+            def paginate(self, **kw):
+                pages = ec2._answer(op, **kw)
+                return pages if isinstance(pages, list) else [pages]
+        return Paginator()
+
+    def __getattr__(self, op):
+        if op.startswith(("describe_", "create_")):
+            return lambda **kw: self._answer(op, **kw)
+        raise AttributeError(op)
+
+
+class SQ:
+    def __init__(self, value=1000.0, error=None):
+        self.value, self.error, self.calls = value, error, []
+
+    def get_service_quota(self, **kw):
+        self.calls.append(kw)
+        if self.error:
+            raise self.error
+        return {"Quota": {"Value": self.value}}
+
+
+def run(ec2=None, sq=None, itype=ITYPE, count=2, **kw) -> pf.PreflightResult:
+    return pf.run_preflight({"ec2": ec2 or EC2(), "service-quotas": sq or SQ()}, itype, count, **kw)
+
+
+def row(res, name):
+    (r,) = [c for c in res.checks if c["name"] == name]
+    return r
+
+
+# --- clients, _ask
+
+def test_clients_from_a_session_or_a_dict():
+    made = []
+    session = SimpleNamespace(client=lambda name: made.append(name) or f"<{name}>")
+    assert pf._clients(session) == ("<ec2>", "<service-quotas>") and made == ["ec2", "service-quotas"]
+    assert pf._clients({"ec2": "e", "servicequotas": "s"}) == ("e", "s")
+    assert pf._clients({"ec2": "e", "service-quotas": "s", "servicequotas": "t"}) == ("e", "s")
+    assert pf._clients({"ec2": "e"}) == ("e", None)
+
+
+@pytest.mark.parametrize("code", sorted(pf.DENIED_CODES))
+def test_each_denial_is_unanswered_naming_the_action(code):
+    def denied():
+        raise err(code, 403)
+    with pytest.raises(pf.Unanswered) as e:
+        pf._ask("ec2:Describe", denied)
+    assert e.value.action == "ec2:Describe" and str(e.value) == "denied: ec2:Describe"
+
+
+@pytest.mark.parametrize("code, status, why", [
+    ("InternalError", 400, "InternalError"), ("InternalFailure", 400, "InternalFailure"),
+    ("NotImplemented", 400, "NotImplemented"), ("InvalidAction", 400, "InvalidAction"),
+    ("UnsupportedOperation", 400, "UnsupportedOperation"), ("Throttling", 500, "Throttling"),
+    ("", 503, "server error")])
+def test_an_endpoint_that_does_not_answer_is_unanswered(code, status, why):
+    def fails():
+        raise err(code, status)
+    with pytest.raises(pf.Unanswered, match=rf"^not answered by the endpoint \({why}\): ec2:X$"):
+        pf._ask("ec2:X", fails)
+
+
+def test_any_other_error_is_no_answer_to_hide_and_an_answer_is_returned():
+    def throttled():
+        raise err("RequestLimitExceeded", 499)
+    with pytest.raises(ClientError):
+        pf._ask("ec2:X", throttled)
+    assert pf._ask("ec2:X", lambda a, b=0: (a, b), 1, b=2) == (1, 2)
+
+
+# --- offerings and AZs
+
+def test_every_check_answered_and_passed_is_ok_exit_0():
+    ec2, sq = EC2(), SQ()
+    res = run(ec2, sq)
+    assert (res.ok, res.status, res.exit_code) == (True, "ok", 0)
+    assert [c["status"] for c in res.checks] == ["ok"] * 6 and not res.problems and not res.unknowns
+    assert res.recommended_az == "us-east-1a"  # the first offering AZ by name, whatever order EC2 answers in
+    assert row(res, "offerings")["detail"] == f"{ITYPE} offered in us-east-1a, us-east-1b"
+    assert res.azs == {
+        "us-east-1a": {"offered": True, "zone_id": "use1-az6", "eks_cluster_subnets": True},
+        "us-east-1b": {"offered": True, "zone_id": "use1-az1", "eks_cluster_subnets": True},
+        "us-east-1c": {"offered": False, "zone_id": None, "eks_cluster_subnets": None},
+        "us-east-1e": {"offered": False, "zone_id": "use1-az3", "eks_cluster_subnets": False}}
+    assert list(res.azs) == sorted(res.azs)
+    op, kw = ec2.calls[0]
+    assert op == "describe_instance_type_offerings" and kw == {
+        "LocationType": "availability-zone", "Filters": [{"Name": "instance-type", "Values": [ITYPE]}]}
+    assert ("describe_availability_zones", {"Filters": [{"Name": "zone-type", "Values": ["availability-zone"]}]}) \
+        in ec2.calls
+    assert sq.calls == [{"ServiceCode": "ec2", "QuotaCode": pf.QUOTA_G_VT}]
+    assert [w.split(":")[0] for w in res.warnings] == [f"no capacity reservation for {ITYPE} in {R}"]
+    assert pf.recommend_az(ec2, ITYPE) == "us-east-1a" and pf.offered_azs(ec2, ITYPE) == ["us-east-1a", "us-east-1b"]
+    assert pf.recommend_az(ec2, "p4d.24xlarge") is None
+
+
+def test_offerings_unanswered_is_unknown_and_the_other_checks_still_run():
+    res = run(EC2(describe_instance_type_offerings=err("UnauthorizedOperation")))
+    r = row(res, "offerings")
+    assert r == {"name": "offerings", "status": "unknown", "needs": "ec2:DescribeInstanceTypeOfferings",
+                 "detail": f"AZ offerings of {ITYPE} unknown (denied: ec2:DescribeInstanceTypeOfferings)"}
+    assert res.azs == {} and res.recommended_az is None and res.status == "undetermined" and res.exit_code == 2
+    assert len(res.checks) == 6 and res.unknowns == [f"offerings: {r['detail']} (answered by "
+                                                     "ec2:DescribeInstanceTypeOfferings)"]
+
+
+def test_zone_ids_unanswered_lists_the_offering_azs_without_ids_and_says_so():
+    res = run(EC2(describe_availability_zones=err("UnauthorizedOperation")), az="us-east-1b")
+    assert res.azs == {"us-east-1a": {"offered": True, "zone_id": None, "eks_cluster_subnets": None},
+                       "us-east-1b": {"offered": True, "zone_id": None, "eks_cluster_subnets": None}}
+    assert res.warnings[0] == "ec2:DescribeAvailabilityZones not answered; only offering AZs listed, without zone IDs"
+    assert res.recommended_az == "us-east-1b" and res.ok
+
+
+def test_a_type_offered_nowhere_or_not_in_the_az_fails():
+    res = run(EC2(describe_instance_type_offerings=[{"InstanceTypeOfferings": []}]))
+    assert row(res, "offerings")["status"] == "failed" and res.recommended_az is None and res.exit_code == 1
+    assert res.problems == [f"{ITYPE} is not offered in any AZ of {R}"]
+    res = run(az="us-east-1e")
+    assert res.problems == [f"{ITYPE} is not offered in us-east-1e (offered in: us-east-1a, us-east-1b)"]
+    assert res.recommended_az is None and res.status == "failed"
+
+
+def test_an_az_where_eks_refuses_the_cluster_is_warned_by_zone_id():
+    offered = [{"InstanceTypeOfferings": [{"InstanceType": ITYPE, "Location": "us-east-1e"}]}]
+    res = run(EC2(describe_instance_type_offerings=offered))
+    assert res.recommended_az == "us-east-1e" and res.ok  # a warning decides nothing
+    w = res.warnings[0]
+    assert len(res.warnings) == 2 and w.startswith("us-east-1e is zone ID use1-az3 in this account, where EKS creates no cluster subnets")
+    assert pf.eks_refuses_cluster_subnets("us-east-1", "use1-az3") is True
+    assert pf.eks_refuses_cluster_subnets("us-east-1", "use1-az1") is False
+    assert pf.eks_refuses_cluster_subnets("eu-west-1", "use1-az3") is False
+    assert pf.eks_refuses_cluster_subnets("us-east-1", None) is False
+
+
+# --- instance type
+
+def test_instance_type_facts_are_recorded():
+    two_kinds = g6(GpuInfo={"Gpus": [{"Name": "L4", "Count": 4}, {"Name": "A10G", "Count": 1}, {"Count": 1}]},
+                   SupportedUsageClasses=["spot", "on-demand"])
+    res = run(EC2(describe_instance_types=[{"InstanceTypes": [two_kinds]}]))
+    assert res.instance == {"gpus": 6, "gpu_names": ["", "A10G", "L4"], "vcpus": 48, "efa_supported": True,
+                            "max_network_cards": 1, "usage_classes": ["on-demand", "spot"]}
+    assert row(res, "instance-type") == {"name": "instance-type", "status": "ok",
+                                         "detail": "6 GPU(s), 48 vCPUs, EFA yes"}
+
+
+def test_an_unknown_type_fails_whether_ec2_answers_nothing_or_invalid():
+    for ec2 in (EC2(describe_instance_types=[{"InstanceTypes": []}]),
+                EC2(describe_instance_types=err("InvalidInstanceType"))):
+        res = run(ec2)
+        assert row(res, "instance-type")["status"] == "failed" and res.instance == {}
+        assert f"unknown instance type {ITYPE}" in res.problems and res.exit_code == 1
+        assert row(res, "vcpu-quota")["detail"] == "vCPUs per node unknown, so the quota cannot be compared"
+
+
+def test_instance_type_unanswered_is_unknown_and_another_error_is_an_aws_error():
+    res = run(EC2(describe_instance_types=err("UnauthorizedOperation")))
+    assert row(res, "instance-type")["needs"] == "ec2:DescribeInstanceTypes" and res.exit_code == 2
+    assert row(res, "vcpu-quota")["needs"] == "ec2:DescribeInstanceTypes" and res.quota["status"] == "unknown"
+    with pytest.raises(pf.PreflightError, match="^AWS API error in Op: RequestLimitExceeded: RequestLimitExceeded "
+                                                "message$"):
+        run(EC2(describe_instance_types=err("RequestLimitExceeded")))
+
+
+@pytest.mark.parametrize("efa, info, status, detail", [
+    (True, g6(NetworkInfo={}), "failed", f"EFA requested but {ITYPE} does not support EFA"),
+    (False, g6(NetworkInfo={}), "ok", "4 GPU(s), 48 vCPUs, EFA no"),
+    (False, g6(GpuInfo=None), "failed", f"{ITYPE} is a GPU family type but has no GPUs"),
+    (True, g6(InstanceType="p5.48xlarge", GpuInfo={"Gpus": []}), "failed",
+     "p5.48xlarge is a GPU family type but has no GPUs"),
+    (True, g6(InstanceType="m7i.xlarge", GpuInfo=None), "ok", "0 GPU(s), 48 vCPUs, EFA yes"),
+    (True, g6(InstanceType="trn1.32xlarge", GpuInfo=None), "ok", "0 GPU(s), 48 vCPUs, EFA yes")])
+def test_efa_and_gpus_decide_the_instance_type_row(efa, info, status, detail):
+    itype = info["InstanceType"]
+    res = run(EC2(describe_instance_types=[{"InstanceTypes": [info]}],
+                  describe_instance_type_offerings=[{"InstanceTypeOfferings": [
+                      {"InstanceType": itype, "Location": "us-east-1a"}]}]), itype=itype, efa=efa)
+    assert row(res, "instance-type") == {"name": "instance-type", "status": status, "detail": detail}
+
+
+def test_describe_instance_types_asks_100_types_at_a_time():
+    asked = []
+
+    def answer(InstanceTypes):
+        asked.append(InstanceTypes)
+        return [{"InstanceTypes": [{"InstanceType": t} for t in InstanceTypes]}]
+    types = [f"m7i.{n}xlarge" for n in range(201)]
+    got = pf._describe_types(EC2(describe_instance_types=answer), types + types[:5])
+    assert [len(a) for a in asked] == [100, 100, 1] and sorted(got) == sorted(types)
+    assert asked[0] == sorted(types)[:100]
+
+
+# --- quota arithmetic (test_preflight_quota.py has the boundary)
+
+def test_running_vcpus_count_on_demand_instances_of_the_same_quota_only():
+    ec2 = EC2(describe_instances=[
+        {"Reservations": [{"Instances": [{"InstanceType": "g5.xlarge"}, {"InstanceType": "m7i.xlarge"},
+                                         {"InstanceType": "g5.xlarge", "InstanceLifecycle": "spot"}]}]},
+        {"Reservations": [{"Instances": [{"InstanceType": "g6.12xlarge"}, {"InstanceType": "gr6.4xlarge",
+                                                                           "InstanceLifecycle": "capacity-block"}]},
+                          {}]}],
+        describe_instance_types=lambda InstanceTypes: [{"InstanceTypes": [
+            {"InstanceType": t, "VCpuInfo": {"DefaultVCpus": {"g5.xlarge": 4, "g6.12xlarge": 48,
+                                                              "gr6.4xlarge": 16}[t]}} for t in InstanceTypes]}])
+    assert pf._running_vcpus(ec2, pf.QUOTA_G_VT) == 4 + 48 + 16  # the spot g5 has the Spot quota
+    assert ec2.calls[0] == ("describe_instances", {"Filters": [{"Name": "instance-state-name",
+                                                                "Values": ["running", "pending"]}]})
+    assert ec2.calls[1] == ("describe_instance_types", {"InstanceTypes": ["g5.xlarge", "g6.12xlarge", "gr6.4xlarge"]})
+    assert pf._running_vcpus(EC2(describe_instances=ec2.answers["describe_instances"]), pf.QUOTA_P) == 0
+
+
+def test_a_running_type_ec2_does_not_describe_counts_no_vcpus():
+    ec2 = EC2(describe_instances=[{"Reservations": [{"Instances": [{"InstanceType": "g5.xlarge"}, {}]}]}],
+              describe_instance_types=[{"InstanceTypes": []}])
+    assert pf._running_vcpus(ec2, pf.QUOTA_G_VT) == 0
+
+
+def test_spot_instances_do_not_make_the_on_demand_quota_too_small():
+    spot = [{"Reservations": [{"Instances": [{"InstanceType": ITYPE, "InstanceLifecycle": "spot"}] * 2}]}]
+    res = run(EC2(describe_instances=spot), SQ(96.0))
+    assert res.quota == {"code": pf.QUOTA_G_VT, "status": "ok", "value": 96, "running_vcpus": 0,
+                         "required_vcpus": 96}
+    assert row(res, "vcpu-quota")["detail"] == f"quota {pf.QUOTA_G_VT} 96 vCPUs >= 96 needed"
+    on_demand = [{"Reservations": [{"Instances": [{"InstanceType": ITYPE}]}]}]
+    res = run(EC2(describe_instances=on_demand), SQ(96.0))
+    assert res.exit_code == 1 and res.problems == [f"vCPU quota {pf.QUOTA_G_VT} too small: need 2 x 48 + 48 running "
+                                                   "= 144 vCPUs, quota is 96"]
+
+
+@pytest.mark.parametrize("itype", ["im4gn.large", "is4gen.xlarge", "i4i.large", "a1.large", "c7gn.large", "d3en.xlarge",
+                                   "h1.2xlarge", "m7i-flex.large", "r8g.large", "t4g.micro", "z1d.large"])
+def test_the_standard_families_share_one_quota(itype):
+    assert pf.quota_code_for(itype) == pf.QUOTA_STANDARD
+
+
+@pytest.mark.parametrize("itype", ["hpc7g.16xlarge", "dl1.24xlarge", "f2.12xlarge", "mac2.metal", "inf2.xlarge"])
+def test_families_with_quotas_of_their_own_have_no_code_here(itype):
+    assert pf.quota_code_for(itype) is None
+
+
+def test_quota_denied_or_without_a_value_is_unknown_once():
+    res = run(sq=SQ(error=err("AccessDeniedException")))
+    assert res.quota == {"code": pf.QUOTA_G_VT, "status": "unknown", "value": None, "running_vcpus": 0,
+                         "required_vcpus": 96}
+    assert row(res, "vcpu-quota")["needs"] == "servicequotas:GetServiceQuota" and res.exit_code == 2
+    res = run(sq=SQ(value=None))
+    assert row(res, "vcpu-quota") == {"name": "vcpu-quota", "status": "unknown", "needs": "servicequotas:GetServiceQuota",
+                                      "detail": f"quota {pf.QUOTA_G_VT} returned no value"}
+    res = run(EC2(describe_instances=err("UnauthorizedOperation")), SQ(value=None))
+    assert [c["detail"] for c in res.checks if c["name"] == "vcpu-quota"] == [
+        f"running vCPUs in quota {pf.QUOTA_G_VT} unknown (denied: ec2:DescribeInstances)"]
+    assert res.quota["value"] is None and res.quota["required_vcpus"] == 96
+
+
+# --- placement group dry run
+
+def test_placement_group_dry_run_asks_for_a_cluster_group_without_creating_it():
+    ec2 = EC2()
+    res = run(ec2)
+    assert ("create_placement_group", {"GroupName": "preflight-dryrun", "Strategy": "cluster", "DryRun": True}) \
+        in ec2.calls
+    assert res.placement_group == {"status": "ok"} and row(res, "placement-group")["status"] == "ok"
+
+
+def test_placement_group_refused_fails_and_denied_is_unknown():
+    res = run(EC2(create_placement_group=err("PlacementGroupLimitExceeded")))
+    assert res.placement_group == {"status": "failed", "reason": "PlacementGroupLimitExceeded"}
+    assert res.problems == ["a cluster placement group cannot be created: PlacementGroupLimitExceeded"]
+    res = run(EC2(create_placement_group=err("UnauthorizedOperation")))
+    assert res.placement_group == {"status": "unknown", "reason": "denied: ec2:CreatePlacementGroup"}
+    assert row(res, "placement-group")["needs"] == "ec2:CreatePlacementGroup" and res.exit_code == 2
+    created = EC2(create_placement_group={"PlacementGroup": {}})  # an endpoint that ignores DryRun: no error
+    assert run(created).placement_group == {"status": "ok"}
+
+
+# --- a named capacity reservation
+
+def odcr(**kw):
+    return {"CapacityReservationId": RID, "InstanceType": ITYPE, "AvailabilityZone": "us-east-1b",
+            "State": "active", "AvailableInstanceCount": 2, "TotalInstanceCount": 2, **kw}
+
+
+def named(r=None, count=2, az=None, error=None, itype=ITYPE):
+    answer = error or {"CapacityReservations": [r] if r else []}
+    ec2 = EC2(describe_capacity_reservations=answer)
+    res = run(ec2, itype=itype, count=count, az=az, capacity_reservation_id=RID)
+    return res, ec2
+
+
+def test_a_reservation_that_serves_is_ok_and_its_az_recommended():
+    res, ec2 = named(odcr(AvailableInstanceCount=3, TotalInstanceCount=4))
+    assert ("describe_capacity_reservations", {"CapacityReservationIds": [RID]}) in ec2.calls
+    r = row(res, "capacity-reservation")
+    assert r["status"] == "ok" and r["detail"] == (f"{RID}: 3 x {ITYPE} available in us-east-1b "
+                                                   "(availabilityZone must be us-east-1b)")
+    assert res.recommended_az == "us-east-1b" and res.ok
+    assert res.capacity_reservations == {"id": RID, "availability_zone": "us-east-1b", "instance_type": ITYPE,
+                                         "state": "active", "available": 3, "total": 4, "end_date": ""}
+    assert not [c for c in res.checks if c["name"] == "capacity-reservations"]
+
+
+def test_exactly_enough_available_serves_one_fewer_does_not():
+    assert named(odcr(AvailableInstanceCount=2))[0].ok
+    res, _ = named(odcr(AvailableInstanceCount=1))
+    assert res.problems == [f"capacity reservation {RID} has 1 instance(s) available, 2 needed"]
+    res, _ = named({k: v for k, v in odcr().items() if k != "AvailableInstanceCount"})
+    assert res.problems == [f"capacity reservation {RID} has 0 instance(s) available, 2 needed"]
+
+
+def test_every_reason_a_reservation_cannot_serve_is_listed():
+    res, _ = named(odcr(InstanceType="p5.48xlarge", State="cancelled", AvailableInstanceCount=0,
+                        EndDate="2026-12-01"), az="us-east-1a")
+    assert res.problems == [f"capacity reservation {RID} is for p5.48xlarge, not {ITYPE}; is in us-east-1b, not "
+                            "us-east-1a (set availabilityZone us-east-1b); is cancelled, not active; has 0 "
+                            "instance(s) available, 2 needed"]
+    assert res.capacity_reservations["end_date"] == "2026-12-01" and res.recommended_az == "us-east-1a"
+
+
+def block(state, **kw):
+    return odcr(**{"ReservationType": "capacity-block", "State": state, "AvailableInstanceCount": 0,
+                   "TotalInstanceCount": 2, "StartDate": "2026-12-20T11:30:00Z", **kw})
+
+
+@pytest.mark.parametrize("state", ["scheduled", "payment-pending"])
+def test_a_block_not_started_counts_its_total_and_says_when(state):
+    res, _ = named(block(state))
+    r = row(res, "capacity-reservation")
+    assert r["status"] == "ok" and r["detail"] == (f"Capacity Block {RID} is {state}: 2 x {ITYPE} in us-east-1b "
+                                                   "from 2026-12-20T11:30:00Z (availabilityZone must be us-east-1b)")
+    assert res.capacity_reservations["available"] == 2 and res.capacity_reservations["start_date"] == \
+        "2026-12-20T11:30:00Z"
+    assert res.warnings == [f"Capacity Block {RID} starts 2026-12-20T11:30:00Z: deploy with gpuNodeCount 0 (EKS "
+                            "accepts the node group now) and raise it once the block is active"]
+    assert res.recommended_az == "us-east-1b" and res.ok
+    res, _ = named(block(state), count=3)
+    assert res.problems == [f"capacity reservation {RID} has 2 instance(s) available, 3 needed"]
+    res, _ = named({k: v for k, v in block(state).items() if k != "StartDate"})
+    assert "from (start unknown)" in row(res, "capacity-reservation")["detail"]
+
+
+def test_a_block_not_started_or_an_odcr_scheduled_is_not_active():
+    res, _ = named(block("payment-failed"))
+    assert res.problems == [f"capacity reservation {RID} is payment-failed: EC2 never starts it (buy a new block); "
+                            "has 0 instance(s) available, 2 needed"]
+    res, _ = named(odcr(State="scheduled"))  # only a Capacity Block is accepted before its start
+    assert res.problems == [f"capacity reservation {RID} is scheduled, not active"]
+    res, _ = named(block("active", AvailableInstanceCount=2))
+    assert res.ok and not res.warnings and row(res, "capacity-reservation")["detail"].startswith(f"{RID}: 2 x")
+    res, _ = named(block("scheduled", TotalInstanceCount=None), count=1)
+    assert res.problems == [f"capacity reservation {RID} has 0 instance(s) available, 1 needed"]
+
+
+def test_a_reservation_not_found_unanswered_or_a_group_is_said_so():
+    for code in ("InvalidCapacityReservationId.NotFound", "InvalidCapacityReservationId.Malformed"):
+        res, _ = named(error=err(code))
+        assert res.problems == [f"capacity reservation {RID} not found in {R}"] and res.exit_code == 1
+    res, _ = named(None)
+    assert res.problems == [f"capacity reservation {RID} not found in {R}"]
+    res, _ = named(error=err("UnauthorizedOperation"))
+    assert res.capacity_reservations == {"id": RID, "status": "unknown"} and res.exit_code == 2
+    assert row(res, "capacity-reservation")["detail"] == f"{RID} unknown (denied: ec2:DescribeCapacityReservations)"
+    with pytest.raises(pf.PreflightError, match="RequestLimitExceeded"):
+        named(error=err("RequestLimitExceeded"))
+    group = "arn:aws:resource-groups:us-east-1:123456789012:group/pool"
+    ec2 = EC2()
+    res = run(ec2, capacity_reservation_id=group)
+    assert row(res, "capacity-reservation") == {
+        "name": "capacity-reservation", "status": "unknown", "detail": f"{group} is a resource group: its "
+        "reservations are not checked", "needs": "resource-groups:ListGroupResources + ec2:DescribeCapacityReservations"}
+    assert not [c for c in ec2.calls if c[0] == "describe_capacity_reservations"] and res.exit_code == 2
+
+
+def test_reservation_az():
+    assert pf.reservation_az(EC2(describe_capacity_reservations={"CapacityReservations": [odcr()]}), RID) == \
+        "us-east-1b"
+    with pytest.raises(LookupError, match=f"^capacity reservation {RID} not found in us-east-1$"):
+        pf.reservation_az(EC2(describe_capacity_reservations={"CapacityReservations": []}), RID)
+    with pytest.raises(pf.Unanswered, match="ec2:DescribeCapacityReservations"):
+        pf.reservation_az(EC2(describe_capacity_reservations=err("UnauthorizedOperation")), RID)
+
+
+# --- no reservation named: what is there
+
+def test_active_reservations_are_listed_and_the_largest_named():
+    found = [{"CapacityReservations": [odcr(CapacityReservationId="cr-1", AvailableInstanceCount=1)]},
+             {"CapacityReservations": [odcr(CapacityReservationId="cr-2", AvailableInstanceCount=5,
+                                            AvailabilityZone="us-east-1a"), {"CapacityReservationId": "cr-3"}]}]
+    ec2 = EC2(describe_capacity_reservations=found)
+    res = run(ec2, az="us-east-1a")
+    assert ("describe_capacity_reservations", {"Filters": [
+        {"Name": "instance-type", "Values": [ITYPE]}, {"Name": "state", "Values": ["active"]},
+        {"Name": "availability-zone", "Values": ["us-east-1a"]}]}) in ec2.calls
+    assert res.capacity_reservations == {"status": "ok", "active": [
+        {"id": "cr-1", "availability_zone": "us-east-1b", "available": 1},
+        {"id": "cr-2", "availability_zone": "us-east-1a", "available": 5},
+        {"id": "cr-3", "availability_zone": None, "available": 0}]}
+    assert row(res, "capacity-reservations")["detail"] == (
+        f"3 active for {ITYPE} in us-east-1a; the largest, cr-2 in us-east-1a, has 5 available (use it: "
+        "--capacity-reservation-id)")
+    assert not res.warnings and res.ok
+
+
+def test_no_reservation_is_ok_with_a_warning_and_unanswered_is_unknown():
+    ec2 = EC2()
+    res = run(ec2)
+    assert ("describe_capacity_reservations", {"Filters": [{"Name": "instance-type", "Values": [ITYPE]},
+                                                           {"Name": "state", "Values": ["active"]}]}) in ec2.calls
+    assert row(res, "capacity-reservations")["detail"] == f"none active for {ITYPE} in {R}"
+    assert res.warnings == [f"no capacity reservation for {ITYPE} in {R}: on-demand launches compete for free "
+                            "capacity (InsufficientInstanceCapacity is possible)"]
+    res = run(EC2(describe_capacity_reservations=err("UnauthorizedOperation")))
+    assert res.capacity_reservations == {"status": "unknown"} and res.exit_code == 2
+    assert row(res, "capacity-reservations")["needs"] == "ec2:DescribeCapacityReservations"
+
+
+# --- Capacity Block offerings
+
+OFFER = {"CapacityBlockOfferingId": "cb-1", "AvailabilityZone": "us-east-1a", "StartDate": "2026-12-10T11:30:00Z",
+         "UpfrontFee": "2641.92", "CurrencyCode": "USD"}
+
+
+def sold_as_blocks(**answers):
+    return EC2(describe_instance_types=[{"InstanceTypes": [g6(SupportedUsageClasses=["capacity-block",
+                                                                                      "on-demand"])]}], **answers)
+
+
+def test_a_type_not_sold_as_blocks_is_not_asked():
+    ec2 = EC2()
+    res = run(ec2)
+    assert res.capacity_blocks == {"status": "not sold"}
+    assert row(res, "capacity-blocks")["detail"] == f"EC2 sells no Capacity Blocks of {ITYPE} (not needed)"
+    assert not [c for c in ec2.calls if c[0] == "describe_capacity_block_offerings"]
+
+
+def test_block_offerings_are_listed_earliest_first_in_the_az():
+    later = {**OFFER, "CapacityBlockOfferingId": "cb-2", "StartDate": "2026-12-11T11:30:00Z"}
+    elsewhere = {**OFFER, "CapacityBlockOfferingId": "cb-3", "AvailabilityZone": "us-east-1b",
+                 "StartDate": "2026-12-09T11:30:00Z"}
+    ec2 = sold_as_blocks(describe_capacity_block_offerings={"CapacityBlockOfferings": [later, OFFER, elsewhere]})
+    res = run(ec2, az="us-east-1a")
+    assert ("describe_capacity_block_offerings", {"InstanceType": ITYPE, "InstanceCount": 2,
+                                                  "CapacityDurationHours": 24}) in ec2.calls
+    assert [o["id"] for o in res.capacity_blocks["offerings"]] == ["cb-1", "cb-2"]
+    assert res.capacity_blocks["offerings"][0] == {"id": "cb-1", "availability_zone": "us-east-1a",
+                                                   "start": "2026-12-10T11:30:00Z", "upfront_fee": "2641.92",
+                                                   "currency": "USD"}
+    assert row(res, "capacity-blocks")["detail"] == (f"2 offering(s) of 2 x {ITYPE} for 24 h in us-east-1a; earliest "
+                                                     "2026-12-10T11:30:00Z in us-east-1a")
+    res = run(sold_as_blocks(describe_capacity_block_offerings={"CapacityBlockOfferings": [later, OFFER, elsewhere]}))
+    assert [o["id"] for o in res.capacity_blocks["offerings"]] == ["cb-3", "cb-1", "cb-2"]
+
+
+def test_block_offerings_follow_next_token_to_the_last_page():
+    pages = {None: {"CapacityBlockOfferings": [OFFER], "NextToken": "2"}, "2": {"NextToken": "3"},
+             "3": {"CapacityBlockOfferings": [{**OFFER, "CapacityBlockOfferingId": "cb-9"}], "NextToken": ""}}
+    ec2 = EC2(describe_capacity_block_offerings=lambda NextToken=None, **kw: pages[NextToken])
+    assert [o["CapacityBlockOfferingId"] for o in pf.capacity_block_offerings(ec2, ITYPE, 4, hours=48)] == \
+        ["cb-1", "cb-9"]
+    assert [kw for _, kw in ec2.calls] == [{"InstanceType": ITYPE, "InstanceCount": 4, "CapacityDurationHours": 48},
+                                          {"InstanceType": ITYPE, "InstanceCount": 4, "CapacityDurationHours": 48,
+                                           "NextToken": "2"},
+                                          {"InstanceType": ITYPE, "InstanceCount": 4, "CapacityDurationHours": 48,
+                                           "NextToken": "3"}]
+
+
+def test_no_block_offering_is_ok_and_unanswered_is_unknown():
+    res = run(sold_as_blocks())
+    assert res.capacity_blocks == {"status": "ok", "offerings": []} and res.ok
+    assert row(res, "capacity-blocks")["detail"] == f"no Capacity Block offering of 2 x {ITYPE} for 24 h in {R}"
+    res = run(sold_as_blocks(describe_capacity_block_offerings=err("UnauthorizedOperation")))
+    assert res.capacity_blocks == {"status": "unknown"} and row(res, "capacity-blocks")["needs"] == \
+        "ec2:DescribeCapacityBlockOfferings"
+    # the type's usage classes unknown: the offerings are asked
+    res = run(EC2(describe_instance_types=err("UnauthorizedOperation"),
+                  describe_capacity_block_offerings={"CapacityBlockOfferings": [OFFER]}))
+    assert [o["id"] for o in res.capacity_blocks["offerings"]] == ["cb-1"]
+
+
+# --- verdict, table, errors
+
+def test_a_failure_outranks_an_unknown():
+    res = run(EC2(create_placement_group=err("UnauthorizedOperation")), SQ(10.0))
+    assert (res.status, res.ok, res.exit_code) == ("failed", False, 1) and res.unknowns and res.problems
+
+
+def test_the_table_marks_the_recommended_az_zone_ids_and_the_verdict():
+    res = run(EC2(create_placement_group=err("UnauthorizedOperation")), az="us-east-1b")
+    lines = pf.format_table(res).splitlines()
+    assert lines[0] == f"Preflight {ITYPE} x2 in {R} (EFA on)"
+    assert lines[2].split() == ["us-east-1a", "use1-az6", "yes", "yes"]
+    assert lines[3].split() == ["us-east-1b", "use1-az1", "yes", "yes", "<-", "recommended"]
+    assert lines[4].split() == ["us-east-1c", "?", "no", "?"]
+    assert lines[5].split()[:4] == ["us-east-1e", "use1-az3", "no", "no"] and "EKS refuses" in lines[5]
+    assert "placement-group        UNKNOWN  cluster placement group unknown (denied: ec2:CreatePlacementGroup)  " \
+           "[would be answered by ec2:CreatePlacementGroup]" in lines
+    assert lines[-2].startswith("NOTE: no capacity reservation")
+    assert lines[-1] == "RESULT: UNDETERMINED (1 check(s) could not be answered; not OK)"
+    assert pf.format_table(run(efa=False)).splitlines()[-1] == "RESULT: OK (every check passed)"
+    assert "(EFA off)" in pf.format_table(run(efa=False))
+    failed = run(sq=SQ(1.0), az="us-east-1e")
+    assert pf.format_table(failed).splitlines()[-1] == "RESULT: FAILED (2 check(s) failed)"
+    empty = pf.PreflightResult(R, ITYPE, 2, True, status="ok")
+    assert pf.format_table(empty).splitlines()[-1] == "RESULT: OK (every check passed)"
+
+
+@pytest.mark.parametrize("error, says", [
+    (botocore.exceptions.NoCredentialsError(), "^no AWS credentials: Unable to locate credentials$"),
+    (botocore.exceptions.EndpointConnectionError(endpoint_url="http://x"), "^cannot reach AWS endpoint: "),
+    (botocore.exceptions.ParamValidationError(report="bad\nsecond line"), "^AWS client error: Parameter validation "
+                                                                          "failed:$")])
+def test_aws_unreachable_is_a_preflight_error(error, says):
+    with pytest.raises(pf.PreflightError, match=says):
+        run(EC2(describe_instance_type_offerings=error))
+
+
+def test_count_below_one_is_refused_before_any_call():
+    with pytest.raises(ValueError, match="count must be >= 1 \\(got 0\\)"):
+        run(count=0)
+    assert run(count=1).quota["required_vcpus"] == 48
+
+
+# --- main
+
+def _namespace(**kw):
+    d = dict(region=None, az=None, instance_type=ITYPE, count=2, endpoint_url=None, capacity_reservation_id=None)
+    return argparse.Namespace(**{**d, **kw})
+
+
+def test_usage_problem_without_a_region_checks_the_az_shape_only(monkeypatch):
+    for k in ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
+    assert pf.usage_problem(_namespace(az="eu-west-1a")) is None
+    assert pf.usage_problem(_namespace(az="eu-west-1")) == ("--az 'eu-west-1': not an availability zone of the region; "
+                                                            "e.g. --az us-east-1a")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-west-1")
+    assert pf.usage_problem(_namespace(az="eu-west-1a")) is None
+    assert pf.usage_problem(_namespace(az="us-east-1a")) == ("--az 'us-east-1a': not an availability zone of "
+                                                             "eu-west-1; e.g. --az eu-west-1a")
+
+
+def test_usage_problem_at_the_node_group_limit():
+    assert pf.usage_problem(_namespace(region=R, count=450)) is None
+    assert pf.usage_problem(_namespace(region=R, count=451)).startswith("--count 451: an EKS managed node group")
+    assert pf.usage_problem(_namespace(region="us-gov-west-1", instance_type="u-6tb1.metal",
+                                       capacity_reservation_id="arn:aws:resource-groups:us-east-1:123456789012:"
+                                                               "group/pool")) is None
+
+
+def test_main_prints_json_or_the_table_and_exits_with_the_verdict(monkeypatch, capsys):
+    monkeypatch.delenv("AWS_REGION", raising=False)
+    seen, real = {}, pf.run_preflight
+
+    def fake_run(clients, itype, count, **kw):
+        seen.update(clients=clients, itype=itype, count=count, **kw)
+        return real({"ec2": EC2(), "service-quotas": SQ(1.0)}, ITYPE, 2)
+    monkeypatch.setattr(pf, "run_preflight", fake_run)
+    assert pf.main(["--region", "eu-west-1", "--json", "--count", "3", "--az", "eu-west-1b", "--no-efa",
+                    "--capacity-reservation-id", RID]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["status"] == "failed" and out["quota"]["status"] == "too_small"
+    assert (seen["itype"], seen["count"], seen["az"], seen["efa"], seen["capacity_reservation_id"]) == \
+        (ITYPE, 3, "eu-west-1b", False, RID)
+    assert seen["clients"]["ec2"].meta.region_name == "eu-west-1"
+    assert seen["clients"]["service-quotas"].meta.service_model.service_name == "service-quotas"
+    assert pf.main(["--region", "eu-west-1"]) == 1
+    assert capsys.readouterr().out.splitlines()[-1] == "RESULT: FAILED (1 check(s) failed)"
+
+
+@pytest.mark.parametrize("error", [pf.PreflightError("no AWS credentials: x"), ValueError("no AWS credentials: x"),
+                                   botocore.exceptions.NoRegionError()])
+def test_main_reports_what_stopped_it_and_that_nothing_was_checked(monkeypatch, capsys, error):
+    def fails(*a, **kw):
+        raise error
+    monkeypatch.setattr(pf, "run_preflight", fails)
+    assert pf.main(["--region", "eu-west-1"]) == pf.EXIT_UNDETERMINED
+    captured = capsys.readouterr()
+    assert captured.err == f"preflight error: {error} (nothing was checked)\n" and captured.out == ""
