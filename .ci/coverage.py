@@ -20,6 +20,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FLOORS: dict[str, float] = {
     "efacheck/nccl_log.py": 100.0,
     "efacheck/efa_counters.py": 100.0,
+    "efacheck/verdict.py": 100.0,
     "efacheck/stack_probe.py": 100.0,
     "efacheck/sweep.py": 100.0,
     "efacheck/storage_proof.py": 100.0,
@@ -35,7 +36,7 @@ FLOORS: dict[str, float] = {
 
 FAST_TESTS = [
     "tests/efacheck/test_nccl_log.py", "tests/efacheck/test_nccl_log_branches.py",
-    "tests/efacheck/test_verdict_properties.py",
+    "tests/efacheck/test_verdict_properties.py", "tests/efacheck/test_verdict_branches.py",
     "tests/efacheck/test_efa_counters.py", "tests/efacheck/test_efa_counters_branches.py",
     "tests/efacheck/test_exporter_witness.py", "tests/efacheck/test_efa_exporter.py",
     "tests/efacheck/test_stack_probe.py", "tests/efacheck/test_stack_probe_branches.py",

@@ -20,6 +20,7 @@ Usage (one module per run, under the team's lock; never more than 2 mutmut child
     .venv/bin/python .ci/mutation.py --list                      # the MODULES table
     .venv/bin/python .ci/mutation.py efacheck/nccl_log.py --report-only   # the last run's figures, no run
     ... --tests "tests/efacheck/test_new.py"    # try another test set (its own cache) before adding it to MODULES
+    ... --only 'ray_efa_eks.efacheck.verdict.x_judge*'   # rerun one function's mutants after adding a test
 Prints per module: mutants, killed, survived, timeout, no tests, other, score = (killed + timeout) / decided, where
 decided is every mutant except those not run; writes every survivor's diff (mutmut's) to --survivors.
 Needs mutmut (pinned in requirements-mutation.txt; .ci/run does not install it):
@@ -213,7 +214,8 @@ def run_module(module: str, args: argparse.Namespace) -> tuple[int, str, str]:
                "PYTHONDONTWRITEBYTECODE": "1"}
         print(f"--- {module}: mutmut run in {work} ({retried} earlier survivors retried)", flush=True)
         t0 = time.monotonic()
-        run = subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", str(MAX_CHILDREN)], cwd=work,
+        run = subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", str(MAX_CHILDREN),
+                              *(args.only or [])], cwd=work,
                              env=env, stdout=None if args.verbose else subprocess.PIPE, stderr=subprocess.STDOUT,
                              text=True)
         took = time.monotonic() - t0
@@ -235,6 +237,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--fresh", action="store_true", help="drop the module's work dir and cache first")
     p.add_argument("--tests", help="pytest arguments to use instead of the module's MODULES row (one string; its "
                    "own cache, .mutation/<module>.custom)")
+    p.add_argument("--only", action="append", metavar="GLOB",
+                   help="run only these mutants (mutmut names, * allowed, e.g. 'ray_efa_eks.efacheck.verdict.x_judge*'"
+                        "), even when cached; repeatable")
     p.add_argument("--verbose", action="store_true", help="show mutmut's own output")
     args = p.parse_args(argv)
     if args.list:

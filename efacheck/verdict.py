@@ -30,7 +30,7 @@ def _analyze(logs: list[tuple[str, bytes]], expect: dict[str, Any]):
 
 
 def summarize_sweep(outs: list[dict], world: int) -> list[dict]:
-    if _sweep is not None and all(r.get("collective") for o in outs for r in o["results"]):
+    if all(r.get("collective") for o in outs for r in o["results"]):
         return _sweep.summarize([o["results"] for o in outs], world)
     sweep = []
     for i, r0 in enumerate(outs[0]["results"]):
@@ -44,7 +44,7 @@ def summarize_sweep(outs: list[dict], world: int) -> list[dict]:
 def _counter_witness(data: dict, sweep: list[dict], log_verdict: str):
     """issue 15's second witness: EFA counter deltas per node against the bytes the all-reduces had to move."""
     snaps = (data.get("counters") or {})
-    if _counters is None or not snaps.get("before"):
+    if not snaps.get("before"):
         return None
     before = {s["host"]: s.get("snapshot") for s in snaps["before"] if s}
     after = {s["host"]: s.get("snapshot") for s in snaps.get("after") or [] if s}
@@ -54,9 +54,7 @@ def _counter_witness(data: dict, sweep: list[dict], log_verdict: str):
     iters = data.get("iters", 5) + 1  # run_sweep: one checked call + iters timed
     reduced = sum(r["bytes"] * iters for r in sweep if r.get("collective") == "all_reduce")
     expected = _counters.allreduce_bytes_per_node(reduced, data["world"], data["nodes"])
-    if "unreadable" in inspect.signature(_counters.judge_counters).parameters:
-        return _counters.judge_counters(deltas, expected, log_verdict, unreadable=unreadable)
-    return _counters.judge_counters(deltas, expected, log_verdict)
+    return _counters.judge_counters(deltas, expected, log_verdict, unreadable=unreadable)
 
 
 def _fmt_bytes(n: int) -> str:
@@ -151,7 +149,7 @@ def judge(data: dict, backend: str, min_busbw_gbps: float | None, expect: dict[s
             rep = _analyze(logs, expect or {})
             efa_gate = transport == "efa"
             witness = _counter_witness(data, sweep, rep.verdict) if backend == "nccl" and efa_gate else None
-            if witness is None and require_counters and backend == "nccl" and _counters is not None and efa_gate:
+            if witness is None and require_counters and backend == "nccl" and efa_gate:
                 witness = (None, ["no node reported EFA counters"])
             if witness is not None:
                 rep = _counters.combine(rep, witness, require=require_counters)
