@@ -21,8 +21,7 @@ MAX_SWEEP_BYTES = 16 << 30
 
 def parser(prog: str | None = None) -> ArgumentParser:
     ap = ArgumentParser(prog=prog or "python -m ray_efa_eks.efacheck.efa_check", description=DESCRIPTION,
-                        epilog="exit codes: 0 efa, 1 fallback / failed / below floor, 2 undetermined or could not "
-                               "be answered, 3 NCCL logs unreadable, 64 usage error, 130 interrupted")
+                        exit_codes="efa-check")
     ap.add_argument("--address", default="auto", help="Ray address (auto inside a Ray job)")
     ap.add_argument("--local", action="store_true", help="start a local 2-worker-node Ray cluster")
     ap.add_argument("--backend", choices=("auto", "nccl", "gloo"), default="auto",

@@ -11,17 +11,37 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shutil
 import signal
 import sys
 import threading
 from typing import Any, Callable, Sequence
+
+from . import exit_codes as _exit_codes
 
 EXIT_USAGE = 64
 """Bad command-line arguments (sysexits' EX_USAGE); no verdict or check result uses it."""
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse that exits :data:`EXIT_USAGE` on a usage error."""
+    """argparse that exits :data:`EXIT_USAGE` on a usage error.
+
+    ``exit_codes``: the command whose row of the exit-code table (``efacheck/exit_codes.py``) ends ``--help``, one
+    code per line, after any ``epilog`` text; docs/cli.md is rendered from the same row, so the two cannot differ.
+    """
+
+    def __init__(self, *args: Any, exit_codes: str | None = None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        if exit_codes is not None:
+            _exit_codes.codes(exit_codes)  # a command the table lacks fails here, not at --help time
+        self.exit_codes = exit_codes
+
+    def format_help(self) -> str:
+        text = super().format_help()
+        if self.exit_codes is None:
+            return text
+        width = shutil.get_terminal_size().columns - 2  # what argparse's HelpFormatter wraps to
+        return f"{text.rstrip()}\n\n{_exit_codes.epilog(self.exit_codes, width)}\n"
 
     def error(self, message: str):  # type: ignore[override]
         self.print_usage(sys.stderr)

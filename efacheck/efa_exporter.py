@@ -200,8 +200,7 @@ def _port(text: str) -> int:
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     p = ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0],
-                       epilog="exit codes: 0 stopped (SIGTERM), 3 cannot serve (--sysfs not a directory, port in "
-                              "use), 64 usage, 130 interrupted")
+                       exit_codes="efa-exporter")
     p.add_argument("--sysfs", default="/sys", metavar="ROOT",
                    help="sysfs root holding class/infiniband and the devices its entries point to (default /sys; "
                         "the node agent mounts the host's at /host/sys)")

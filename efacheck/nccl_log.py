@@ -795,8 +795,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         prog=prog or "python -m ray_efa_eks.efacheck.nccl_log",
         description=__doc__.split("\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="exit codes: 0 efa, 1 fallback/failed/expected topology not met, 2 undetermined, 3 unreadable input, "
-               f"{EXIT_USAGE} usage error, 130 interrupted; - reads stdin",
+        epilog="A FILE of - reads stdin.", exit_codes="nccl-verdict",
     )
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     ap.add_argument("--expect-nodes", type=_positive, metavar="N", help="nodes that must take part (fewer: exit 1)")

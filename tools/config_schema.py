@@ -237,8 +237,7 @@ def write(root: Path = ROOT) -> list[str]:
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     p = ArgumentParser(prog=prog or "python -m ray_efa_eks.tools.config_schema",
                        description="Keep Pulumi.yaml's config block and EfaRayClusterArgs equal to StackConfig.",
-                       epilog="exit codes: 0 up to date (or rewritten), 1 a copy is stale, 2 not a ray-efa-eks "
-                              "checkout, 64 usage error, 130 interrupted")
+                       exit_codes="config-schema")
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--check", action="store_true", help="exit 1 when a copy is out of date")
     g.add_argument("--write", action="store_true", help="rewrite the copies")

@@ -1,100 +1,26 @@
-"""Every exit status of every ``ray-efa-eks`` command, in one table: what each code means, project-wide and per command.
+"""Every exit status of every ``ray-efa-eks`` command, rendered: ``docs/cli.md`` from the one table.
 
 Each code has one project-wide meaning (:class:`ExitStatus`); a command lists the codes it uses and what each says
-for it (:data:`COMMANDS`). ``docs/cli.md`` is generated from this table (``python -m ray_efa_eks.tools.exit_status
---write``; ``--check`` fails when the page is stale), and tests/tools/test_exit_status.py holds every command's
-``--help`` and behaviour to it. The codes themselves are defined where the CLIs that ship alone can reach them
-(``training/cli.py``, ``efacheck/cli.py``: 64, 70, 130, 141, 143) and checked equal here. Model: httpie's
-``status.py`` (one ``ExitStatus`` enum) and its manual's "Scripting" table.
+for it (:data:`COMMANDS`). The table is data in ``efacheck/exit_codes.py``, where every CLI can import it: each
+command's ``--help`` ends with its row (``ArgumentParser(exit_codes=...)``), and ``docs/cli.md`` is generated from
+the same rows here (``python -m ray_efa_eks.tools.exit_status --write``; ``--check`` fails when the page is stale).
+tests/tools/test_exit_status.py holds every command's ``--help`` and behaviour to it. The codes themselves are
+defined where the CLIs that ship alone can reach them (``training/cli.py``, ``efacheck/cli.py``: 64, 70, 130, 141,
+143; ``training/storage_check.py``: 73) and checked equal here. Model: httpie's ``status.py`` (one ``ExitStatus``
+enum) and its manual's "Scripting" table.
 """
 
 from __future__ import annotations
 
 import re
 import sys
-from enum import IntEnum
 from pathlib import Path
 
+from ..efacheck.exit_codes import COMMANDS, COMMON, MEANING, ExitStatus, codes
 from ..training import cli as training_cli
 from .cli import ArgumentParser
 
-
-class ExitStatus(IntEnum):
-    """Project-wide meaning of each code; a command's own wording is in :data:`COMMANDS`."""
-
-    OK = 0
-    FAILED = 1
-    NO_ANSWER = 2
-    UNREADABLE = 3
-    RAY_START = 4
-    WRONG_FABRIC = 5
-    TOO_SMALL = 6
-    USAGE = 64
-    INTERNAL = 70
-    INTERRUPTED = 130
-    PIPE = 141
-    TERMINATED = 143
-
-
-MEANING: dict[ExitStatus, str] = {
-    ExitStatus.OK: "Success: the rules pass, the verdict is efa, the run finished.",
-    ExitStatus.FAILED: "A definite negative answer: a broken rule, a failed check, a fallback verdict, a failed run.",
-    ExitStatus.NO_ANSWER:
-        "No answer could be given: the program failed, AWS or the cluster did not answer, the verdict is undetermined.",
-    ExitStatus.UNREADABLE: "An input file or ref could not be read (missing, binary, malformed, over a size limit).",
-    ExitStatus.RAY_START: "Ray could not start a local cluster.",
-    ExitStatus.WRONG_FABRIC: "--require-efa: NCCL's fabric was not EFA; the run stopped before checkpointing.",
-    ExitStatus.TOO_SMALL: "The Ray cluster has fewer CPUs/GPUs than --workers needs.",
-    ExitStatus.USAGE: "Usage error: a bad option or value, refused before anything starts (sysexits EX_USAGE).",
-    ExitStatus.INTERNAL:
-        "An unexpected exception, i.e. a bug: one line on stderr naming the file with the full trace (EX_SOFTWARE).",
-    ExitStatus.INTERRUPTED: "Ctrl-C (128 + SIGINT).",
-    ExitStatus.PIPE: "The reader closed stdout (a pipe into head): 128 + SIGPIPE.",
-    ExitStatus.TERMINATED:
-        "SIGTERM (128 + SIGTERM): handled like Ctrl-C (same message, JSON line, resume hint and cleanup).",
-}
-"""What each code means in every command (docs/cli.md's first table)."""
-
-COMMON = {64: "usage error", 70: "internal error (a bug; the trace file is named)", 130: "interrupted (Ctrl-C)",
-          141: "stdout closed by the reader", 143: "terminated (SIGTERM), handled like Ctrl-C"}
-"""Codes every command has."""
-
-_PLAN = {0: "the layout rules pass (a warning rule does not fail)", 1: "a layout rule is broken",
-         2: "the stack program failed (a bad config "
-         "value: the message names the key)", 3: "unreadable input (no Pulumi.<stack>.yaml, a stack file that is "
-         "malformed, too large or an alias bomb, a git ref or saved plan that cannot be read)"}
-_DIFF = {0: "the new side's rules pass and no GPU node would roll inside a reservation or Capacity Block",
-         1: "a rule is broken on the new side, or the change rolls GPU nodes inside a reservation or Capacity Block",
-         2: "a side's program failed, or EKS would refuse the change (a kubernetesVersion that skips a minor or "
-            "goes down, as `pulumi up` refuses it)",
-         3: "unreadable input (a git ref, a saved plan: missing, malformed, not a plan)"}
-_VERDICT = {0: "efa: NCCL carried the traffic over EFA", 1: "fallback: NCCL used sockets (or the check failed)",
-            2: "undetermined: the logs do not say", 3: "the logs could not be read (missing, empty, binary, too large)"}
-COMMANDS: dict[str, dict[int, str]] = {
-    "plan": _PLAN,
-    "diff": _DIFF,
-    "check-rules": _PLAN,
-    "preflight": {0: "every check passed", 1: "a check failed (quota, AZ, capacity)",
-                  2: "undetermined: AWS did not answer or a check could not be made"},
-    "config-schema": {0: "the generated files are up to date (or were rewritten)", 1: "a generated file is stale",
-                      2: "not a ray-efa-eks checkout (--root)"},
-    "catalogue": {0: "the catalogue is up to date (or was rewritten)", 1: "the catalogue is stale",
-                  2: "an instance type cannot be fully described from the EC2 data, or not a ray-efa-eks checkout "
-                     "(--root)"},
-    "train": {0: "the run finished", 1: "the run failed (--max-failures exhausted; resume with the same --name)",
-              2: "no answer from the cluster (--address unreachable, the auth token refused)",
-              4: "Ray could not start", 5: "--require-efa and the fabric was not efa",
-              6: "the cluster is too small for --workers, or has no GPU node yet (--use-gpu without --workers)"},
-    "submit": {0: "the job finished", 1: "the job failed (submit returns the job's own code when it has one)",
-               2: "no answer: the Jobs API unreachable or it did not take the job"},
-    "efa-check": {**_VERDICT, 1: "fallback, or a bandwidth floor or version check failed"},
-    "nccl-verdict": _VERDICT,
-    "efa-exporter": {0: "stopped by SIGTERM (a server's normal end: the pod is deleted; not 143)",
-                     3: "cannot serve (--sysfs not a directory, the port in use)"},
-    "mutate": {0: "every planted bug was killed", 1: "a planted bug survived", 2: "a mutation could not be judged "
-               "(its old text not found, the mutations file malformed, a named test already failing)"},
-}
-"""Per subcommand: the codes it returns besides :data:`COMMON`, and what each means for it."""
+__all__ = ["COMMANDS", "COMMON", "MEANING", "ExitStatus", "codes", "render", "page_text", "check_consistent"]
 
 DOCS_BEGIN = "<!-- BEGIN exit-status (generated by python -m ray_efa_eks.tools.exit_status --write; do not edit) -->"
 DOCS_END = "<!-- END exit-status -->"
@@ -109,13 +35,9 @@ Every command runs through one entry point (`tools/command.py` and `run_cli` in 
 a bad option or value exits 64 before anything starts, Ctrl-C exits 130, SIGTERM exits 143 the same way
 (the same message, `--json` line, resume hint and cleanup), and an unexpected exception prints one line
 naming the file that holds its full trace (exit 70): never a traceback on the terminal.
+The tables below and each command's `--help` are rendered from one table, `efacheck/exit_codes.py`.
 
 """
-
-
-def codes(command: str) -> dict[int, str]:
-    """Every code ``command`` can exit with and what it means there."""
-    return dict(sorted({**COMMANDS[command], **COMMON}.items()))
 
 
 def render() -> str:
@@ -148,6 +70,11 @@ def check_consistent() -> list[str]:
                              ("EXIT_TERMINATED", ExitStatus.TERMINATED)):
             if getattr(mod, name, None) != status:
                 problems.append(f"{mod.__name__}.{name} = {getattr(mod, name, None)}, the table says {int(status)}")
+    from ..training import storage_check
+
+    if storage_check.EXIT_STORAGE != ExitStatus.STORAGE or storage_check.EXIT_NO_ANSWER != ExitStatus.NO_ANSWER:
+        problems.append(f"training.storage_check exits {storage_check.EXIT_STORAGE}/{storage_check.EXIT_NO_ANSWER}, "
+                        f"the table says {int(ExitStatus.STORAGE)}/{int(ExitStatus.NO_ANSWER)}")
     for name, table in COMMANDS.items():
         unknown = sorted(set(table) - set(ExitStatus))
         if unknown:

@@ -374,8 +374,7 @@ def checkout_root(start: Path) -> Path | None:
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     p = ArgumentParser(prog=prog or "python -m ray_efa_eks.tools.gen_catalogue",
                        description="Generate the instance catalogue, AZ offerings and docs table from EC2's "
-                                   "instance data (moto's copy). Exit codes: 0 up to date / written, 1 stale "
-                                   "(--check), 2 a type cannot be fully described or not a checkout, 64 usage error.")
+                                   "instance data (moto's copy).", exit_codes="catalogue")
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--check", action="store_true", help="exit 1 when a generated file is out of date")
     g.add_argument("--write", action="store_true", help="rewrite the generated files")

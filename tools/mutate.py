@@ -260,7 +260,7 @@ def exit_code(outcomes: list[Outcome]) -> int:
 def parser(prog: str | None = None) -> ArgumentParser:
     ap = ArgumentParser(prog=prog or "python -m ray_efa_eks.tools.mutate",
                         description="plant each listed bug in a copy of the tree and run the tests it names",
-                        epilog="exit codes: 0 all killed, 1 some survived, 2 some could not be judged, 64 usage")
+                        exit_codes="mutate")
     ap.add_argument("--file", default=str(MUTATIONS), help="the mutation list (default tools/mutations.toml)")
     ap.add_argument("--root", default=str(ROOT), help="the tree to copy (default: this checkout)")
     ap.add_argument("--only", action="append", default=[], metavar="NAME", help="run only this mutation (repeatable)")

@@ -38,6 +38,7 @@ import os
 import sys
 from pathlib import Path
 
+from ..efacheck.exit_codes import command_for
 from . import sdk_lazy
 
 sdk_lazy.install()  # before the program first touches aws.ec2 & co.: their classes imported one by one, as used
@@ -65,8 +66,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     p = ArgumentParser(prog=prog or "python -m ray_efa_eks.tools.plan", description=_description(prog),
                        usage=_USAGE.get((prog or "").rpartition(" ")[2]),
                        formatter_class=argparse.RawDescriptionHelpFormatter,
-                       epilog="exit codes: 0 rules pass, 1 a rule is broken, 2 the program failed, 3 unreadable input "
-                              "(no Pulumi.<stack>.yaml, git ref, saved plan), 64 usage error, 130 interrupted")
+                       exit_codes=command_for(prog or "plan"))
     p.add_argument("--stack", default="dev", help="stack whose Pulumi.<stack>.yaml is read (default dev; must exist)")
     p.add_argument("--defaults", action="store_true",
                    help="plan a stack that has no Pulumi.<stack>.yaml: every key at its default")

@@ -598,8 +598,7 @@ EXIT_INTERRUPTED = 130
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     p = ArgumentParser(prog=prog or "python -m ray_efa_eks.tools.preflight", description=__doc__.split("\n\n")[0],
-                       epilog="exit codes: 0 every check passed, 1 a check failed, 2 a check could not be answered "
-                              "(or AWS unreachable), 64 usage error, 130 interrupted")
+                       exit_codes="preflight")
     p.add_argument("--region", help="AWS region (default: $AWS_REGION, then $AWS_DEFAULT_REGION or your profile's "
                                     "region; boto3 alone reads only the latter two)")
     p.add_argument("--instance-type", default="g6.12xlarge", help="the GPU instance type (default g6.12xlarge)")

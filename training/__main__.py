@@ -14,24 +14,9 @@ modules its fabric verdict uses (:data:`EFACHECK_FILES`), as the job's working_d
 ``RAY_AUTH_TOKEN_PATH``) in the environment; ``submit`` then sets ``RAY_AUTH_MODE=token`` itself, which
 Ray's Jobs SDK needs before it sends the token.
 
-Exit codes (never a traceback):
-    0   the run (or the submitted job) finished
-    1   the run failed: it exhausted --max-failures (resume with the same --name and --storage-path), or the
-        submitted job failed (``submit`` returns the job's own non-zero exit code when it has one)
-    2   no answer from the cluster: --address unreachable, the Jobs API did not take the job, or the cluster
-        refused the Ray auth token
-    4   Ray could not start (the local cluster of a run without --address)
-    5   --require-efa: the run's fabric verdict after NCCL initialisation was not efa (fallback, undetermined, or
-        not-nccl for a CPU/gloo run); the run stopped there and checkpointed nothing
-    6   the cluster (--address) is too small: fewer CPUs (GPUs with --use-gpu) than --workers needs
-    64  usage error (bad arguments, unknown --preset, a --name that would leave --storage-path, --use-gpu without
-        --address, more local --workers than this machine holds, a --preset/--batch-size/--workers that cannot
-        fit the GPU's memory (training/memory.py; the GPU from the stack's RAY_EFA_EKS_GPU_MEMORY_MIB): all
-        checked before Ray starts, the memory once the rank count is known when --workers is left to the cluster)
-    70  internal error (a bug): one line naming the file that holds the full trace
-    130 interrupted (Ctrl-C); with --json the last stdout line is {"error": "interrupted ...", "exit_code": 130}
-        and the message says how to resume (the same --name and --storage-path)
-    143 terminated (SIGTERM: a scheduler, ``kill``, ``kubectl delete``): the same as Ctrl-C, with 143
+Exit codes (never a traceback): the ``train`` and ``submit`` rows of the one exit-code table
+(``efacheck/exit_codes.py``), printed at the end of ``--help`` and in docs/cli.md. The checkpoint storage is asked
+before Ray starts (``training/storage_check.py``): 73 when it cannot be written, 2 when S3 does not answer in time.
 
 Fabric: every run judges which network its collectives used with the EFA gate's own code (``training/fabric.py``
 over ``efacheck.nccl_log``): a ``[fabric]`` line once NCCL has initialised, and ``fabric`` in the ``[summary]``
@@ -74,7 +59,7 @@ EXIT_TOO_SMALL = 6
 """The cluster (--address) has fewer CPUs, or GPUs with --use-gpu, than --workers needs: nothing was started."""
 EXIT_INTERRUPTED = 130
 """Ctrl-C (128 + SIGINT); with --json the last stdout line says so."""
-EFACHECK_FILES = ("__init__.py", "cli.py", "nccl_log.py", "efa_counters.py", "verdict_metrics.py",
+EFACHECK_FILES = ("__init__.py", "cli.py", "exit_codes.py", "nccl_log.py", "efa_counters.py", "verdict_metrics.py",
                   "local_cluster.py")
 """The efacheck modules training imports (``training/fabric.py``: the gate's verdict code; the run's verdict as a
 metric; the local Ray cluster), closed under their own imports; ``submit`` ships them next to ``training``
@@ -139,12 +124,8 @@ def _train_args(p: argparse.ArgumentParser) -> None:
 
 
 def train_parser(prog: str = "python -m ray_efa_eks.training") -> ArgumentParser:
-    p = ArgumentParser(prog=prog, description="Train the FSDP model (exit codes: see the module docstring).",
-                       epilog="exit codes: 0 finished, 1 failed (--max-failures exhausted), 2 --address "
-                              f"unreachable, 4 Ray could not start, {EXIT_WRONG_FABRIC} --require-efa and the "
-                              "fabric is not efa, 6 the cluster is too small for --workers, 64 usage error, "
-                              "130 interrupted",
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(prog=prog, description="Train the FSDP model (exit codes at the end).",
+                       exit_codes="train", formatter_class=argparse.RawDescriptionHelpFormatter)
     _train_args(p)
     return p
 
@@ -310,15 +291,44 @@ def storage_problem(value: str, option: str, on_this_host: bool = True) -> str |
         return None
     if not on_this_host:  # submit: the path is the cluster's, not this machine's
         return None
-    path = Path(value).expanduser()
-    if path.exists() and not path.is_dir():
-        return f"{option} {value}: exists and is not a directory; {fix}"
-    ancestor = path if path.exists() else next((a for a in path.absolute().parents if a.exists()), Path("/"))
+    try:
+        path = Path(value).expanduser()
+        if path.exists() and not path.is_dir():
+            return f"{option} {value}: exists and is not a directory; {fix}"
+        ancestor = path if path.exists() else next((a for a in path.absolute().parents if a.exists()), Path("/"))
+    except (OSError, RuntimeError) as e:  # a name too long for the filesystem; ~user with no such user
+        return f"{option} {value[:200]}: {getattr(e, 'strerror', None) or e}; {fix}"
     if not ancestor.is_dir():
         return f"{option} {value}: {ancestor} is not a directory; {fix}"
-    if not os.access(ancestor, os.W_OK | os.X_OK):
-        return f"{option} {value}: {ancestor} is not writable by this user; {fix}"
-    return None
+    return None  # writable? storage_check.check writes there before Ray starts (exit 73 when it cannot)
+
+
+def check_storage_reachable(args: argparse.Namespace, environ: Any) -> None:
+    """Before Ray starts: can this run write its checkpoints? (training/storage_check.py; exit 73, or 2 when S3 did
+    not answer in time.)
+
+    The storage is the one the run will use (``--storage-path``, else ``$RAY_EFA_EKS_STORAGE_PATH``, else the local
+    default). S3 is asked wherever the driver runs on this host, which covers a local run, ``--address auto`` (a
+    submitted job, on the head pod, with the pods' credentials) and ``--address HOST:PORT``; not ``ray://`` (Ray
+    Client: the driver runs on the cluster, with other credentials). A directory is asked only on a local run: with
+    ``--address`` it is the cluster's path, and this host's answer would prove nothing about it.
+    """
+    from .storage_check import StorageError, check
+    from .trainer import STORAGE_PATH_ENV, resolve_storage_path
+
+    storage = resolve_storage_path(args.storage_path, environ)
+    option = "--storage-path" if args.storage_path else (STORAGE_PATH_ENV if environ.get(STORAGE_PATH_ENV)
+                                                         else "the default storage path")
+    is_s3 = storage.startswith("s3://")
+    if (is_s3 and (args.address or "").startswith("ray://")) or (not is_s3 and args.address):
+        return
+    why = storage_problem(storage, option, on_this_host=not args.address)
+    if why:  # $RAY_EFA_EKS_STORAGE_PATH of a job's pod, not seen by check_train_args
+        raise CliError(EXIT_USAGE, why)
+    try:
+        check(storage, option, environ)
+    except StorageError as e:
+        raise CliError(e.code, f"{e}; nothing was started") from None
 
 
 def address_problem(address: str) -> str | None:
@@ -538,6 +548,7 @@ def main_train(args: argparse.Namespace) -> int:
 
     install()  # [train] lines plain when piped; Ray Train's monitor noise dropped (training/driver_output.py)
     t0 = time.perf_counter()
+    check_storage_reachable(args, os.environ)
     with contextlib.ExitStack() as stack:
         if args.address:
             probe_ray_address(args.address)
@@ -624,9 +635,7 @@ def submit_parser(prog: str = "python -m ray_efa_eks.training submit") -> Argume
     p = ArgumentParser(prog=prog,
                        usage="%(prog)s [--address URL] [--pip PKG] [--env K=V] [--no-wait] [-- TRAIN_ARGS...]",
                        description="Submit training to a Ray cluster's Jobs API; TRAIN_ARGS go to the job unchanged.",
-                       epilog="exit codes: the job's own (0 finished, 1 or its non-zero code failed), 2 Jobs API "
-                              "unreachable or the auth token refused, 64 usage error. Token mode: set "
-                              "RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH.")
+                       epilog="Token mode: set RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH.", exit_codes="submit")
     p.add_argument("--address", default="http://127.0.0.1:8265", help="the Jobs API (dashboard) URL")
     p.add_argument("--pip", action="append", default=[], help="pip package for the job's runtime env")
     p.add_argument("--env", action="append", default=[], help="KEY=VALUE for the job's env")

@@ -43,9 +43,14 @@ class PodIdentityS3:
 
     TOKEN = "eks-pod-identity-token-for-tests"
 
-    def __init__(self, workdir: Path, region: str = "us-east-1"):
+    def __init__(self, workdir: Path, region: str = "us-east-1", policy: tuple[str, str] | None = None):
+        """``policy``: (bucket, identity policy JSON): the pods' requests (Pod Identity credentials) to that bucket
+        are authorized against it as S3 would (:func:`iam_requests` + tests/helpers/iam_eval.py), and a denied
+        one is answered 403 AccessDenied; moto itself authorizes nothing. Requests to other buckets go to moto as
+        they are (only a missing bucket's 404 is tested that way)."""
         self.workdir = Path(workdir)
         self.region = region
+        self.policy = policy
         self.requests: list[S3Request] = []
         self.credential_fetches: list[str | None] = []
 
@@ -62,8 +67,13 @@ class PodIdentityS3:
                 # aws-chunked without Content-Length) pass through untouched.
                 body = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
                 environ["wsgi.input"] = io.BytesIO(body)
-            self.requests.append(S3Request(environ["REQUEST_METHOD"], urllib.parse.unquote(environ["PATH_INFO"]),
-                                           query, body))
+            request = S3Request(environ["REQUEST_METHOD"], urllib.parse.unquote(environ["PATH_INFO"]), query, body)
+            self.requests.append(request)
+            if self.policy and "ASIAPODIDENTITYTEST" in environ.get("HTTP_AUTHORIZATION", "") and \
+                    not self._authorized(request):
+                start_response("403 Forbidden", [("Content-Type", "application/xml")])
+                return [b"<?xml version='1.0' encoding='UTF-8'?><Error><Code>AccessDenied</Code>"
+                        b"<Message>Access Denied</Message></Error>"]
             return moto_app(environ, start_response)
 
         self._s3 = make_server("127.0.0.1", 0, recording_app, threaded=True, request_handler=MotoRequestHandler)
@@ -101,6 +111,18 @@ class PodIdentityS3:
     def __exit__(self, *exc) -> None:
         self._s3.shutdown()
         self._creds.shutdown()
+
+    def _authorized(self, request: S3Request) -> bool:
+        from tests.helpers.iam_eval import allowed
+
+        bucket, policy = self.policy
+        if request.path.lstrip("/").split("/", 1)[0] != bucket:
+            return True  # left to moto: S3 answers 404 for a bucket that does not exist, whatever the caller's rights
+        try:
+            triples = iam_requests([request], bucket)
+        except AssertionError:  # a call iam_requests cannot classify: not allowed
+            return False
+        return all(allowed(policy, *t) for t in triples)
 
     def admin_client(self):
         """boto3 S3 client with static test keys, for setup (creating the bucket) only."""

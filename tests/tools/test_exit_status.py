@@ -51,6 +51,37 @@ def test_help_lists_the_tables_codes(name):
     assert listed <= table | set(exit_status.COMMON), f"{name} --help lists {sorted(listed - table)}, not in the table"
 
 
+@pytest.mark.parametrize("name", sorted(command.SUBCOMMANDS))
+def test_help_ends_with_the_tables_rows(name, monkeypatch):
+    """--help's exit codes are rendered from the table docs/cli.md is rendered from (before: a hand-written epilog per
+    CLI, checked only for which numbers it named: its words could say anything)."""
+    from ray_efa_eks.efacheck import exit_codes
+
+    monkeypatch.setenv("COLUMNS", "100")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert command.main([name, "--help"]) == 0
+    text = out.getvalue()
+    block = exit_codes.epilog(name, 98)
+    assert text.rstrip().endswith(block), text[-800:]
+    assert text.count("exit codes:") == 1, "one exit-code block, no hand-written one beside it"
+    for code, meaning in exit_codes.codes(name).items():
+        assert f"| {code} | {meaning} |" in exit_status.PAGE.read_text(encoding="utf-8")
+
+
+def test_module_aliases_print_their_commands_rows(monkeypatch):
+    """python -m ray_efa_eks.tools.plan has plan's rows; ray-efa-eks diff has diff's (before: plan's epilog)."""
+    from ray_efa_eks.efacheck import exit_codes
+
+    assert exit_codes.command_for("python -m ray_efa_eks.tools.plan") == "plan"
+    assert exit_codes.command_for("ray-efa-eks diff") == "diff"
+    assert exit_codes.command_for("python -m efacheck.efa_check") == "efa-check"  # the gate's own prog
+    monkeypatch.setenv("COLUMNS", "100")
+    proc = subprocess.run([sys.executable, "-m", "ray_efa_eks.tools.plan", "--help"], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "COLUMNS": "100"})
+    assert proc.returncode == 0 and proc.stdout.rstrip().endswith(exit_codes.epilog("plan", 98)), proc.stdout[-600:]
+
+
 def test_sigterm_takes_ctrl_c_path_and_exits_143(capsys):
     def main(argv, prog):
         os.kill(os.getpid(), signal.SIGTERM)

@@ -1,0 +1,160 @@
+"""Checkpoint storage is asked before Ray starts: can this run write there? (issue 39, worst-ten item 2, second half)
+
+Before: only the form of a storage path was checked, so a bucket that does not exist, a prefix the role may not write
+or an S3 endpoint that never answers were met by Ray Train at the first checkpoint, after the cluster had started
+and the model had trained. Now ``train`` asks S3 (HeadBucket, PutObject, DeleteObject under the prefix) with the
+process's own credentials, in bounded time, and exits 73 (the storage said no) or 2 (no answer) before Ray starts.
+
+S3 is moto on loopback (tests/helpers/s3_emulator.py) reached with EKS Pod Identity credentials only, as a Ray pod
+reaches it; for the denied prefix the emulator authorizes each request against the pods' own role policy
+(components/pod_identity.py). Ray is replaced by a stand-in that fails to start (exit 4): reaching it means the
+storage check passed.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+
+import pytest
+
+from ray_efa_eks.components.pod_identity import bucket_prefix_policy
+from ray_efa_eks.tools import command
+from ray_efa_eks.training import storage_check
+from tests.helpers.iam_eval import allowed
+from tests.helpers.s3_emulator import PodIdentityS3, iam_requests
+
+BUCKET = "ray-efa-dev-checkpoints"
+POLICY = bucket_prefix_policy(f"arn:aws:s3:::{BUCKET}", "ray-train")
+
+
+@pytest.fixture
+def ray_never_starts(monkeypatch):
+    """Ray's local cluster and ray.init fail at once: exit 4 means every check before Ray passed."""
+    import ray
+
+    from ray_efa_eks.efacheck import local_cluster
+
+    def refuse(*a, **k):
+        raise RuntimeError("stand-in: Ray was asked to start")
+
+    monkeypatch.setattr(local_cluster, "local_cluster", refuse)
+    monkeypatch.setattr(ray, "init", refuse)
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    with PodIdentityS3(tmp_path_factory.mktemp("pod"), policy=(BUCKET, POLICY)) as emu:
+        emu.admin_client().create_bucket(Bucket=BUCKET)
+        yield emu
+
+
+@pytest.fixture
+def as_pod(s3, monkeypatch):
+    """This process's environment as a Ray pod's: Pod Identity credentials only, the emulator as S3's endpoint."""
+    for k in [k for k in os.environ if k.startswith("AWS_")]:
+        monkeypatch.delenv(k)
+    for k, v in s3.pod_env({}).items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.delenv("RAY_EFA_EKS_STORAGE_PATH", raising=False)
+    return s3
+
+
+def train(*argv: str) -> tuple[int, str, float]:
+    t0 = time.monotonic()
+    code = command.main(["train", "--steps", "1", *argv])
+    return code, "", time.monotonic() - t0
+
+
+def test_writable_prefix_passes_with_only_the_calls_the_pods_role_grants(as_pod, ray_never_starts, capsys):
+    start = len(as_pod.requests)
+    code, _, _ = train("--storage-path", f"s3://{BUCKET}/ray-train")
+    err = capsys.readouterr().err
+    assert code == 4 and "stand-in: Ray was asked to start" in err, (code, err)
+    made = iam_requests(as_pod.requests[start:], BUCKET)
+    assert [a for a, _, _ in made] == ["s3:ListBucket", "s3:PutObject", "s3:DeleteObject"], made
+    assert all(allowed(POLICY, *t) for t in made), made
+    keys = [o["Key"] for o in as_pod.admin_client().list_objects_v2(Bucket=BUCKET).get("Contents", [])]
+    assert not [k for k in keys if storage_check.PROBE_NAME in k], keys  # the write check cleaned up
+
+
+def test_the_job_on_the_cluster_checks_its_pods_storage_path(as_pod, ray_never_starts, monkeypatch, capsys):
+    """`submit` runs `train --address auto` on the head pod, whose $RAY_EFA_EKS_STORAGE_PATH check_train_args does
+    not read: the check takes it before ray.init."""
+    monkeypatch.setenv("RAY_EFA_EKS_STORAGE_PATH", "s3://no-such-bucket-here/ray-train")
+    code, _, _ = train("--address", "auto")
+    err = capsys.readouterr().err
+    assert code == storage_check.EXIT_STORAGE and "RAY_EFA_EKS_STORAGE_PATH" in err and "does not exist" in err, err
+
+
+def test_missing_bucket_exits_73_before_ray(as_pod, ray_never_starts, capsys):
+    code, _, _ = train("--storage-path", "s3://no-such-bucket-here/ray-train", "--json")
+    out, err = capsys.readouterr()
+    assert code == 73, (code, err)
+    assert "bucket 'no-such-bucket-here' does not exist" in err and "stand-in" not in err, err
+    assert '"exit_code": 73' in out.strip().splitlines()[-1]
+
+
+def test_prefix_the_role_may_not_write_exits_73(as_pod, ray_never_starts, capsys):
+    """HeadBucket is allowed (s3:ListBucket without s3:prefix), the write under another prefix is not."""
+    code, _, _ = train("--storage-path", f"s3://{BUCKET}/someone-else")
+    err = capsys.readouterr().err
+    assert code == 73, (code, err)
+    assert "access denied" in err and "PutObject" in err and "container-role" in err, err
+
+
+def test_unreachable_endpoint_answers_in_bounded_time(as_pod, ray_never_starts, monkeypatch, capsys):
+    """An endpoint that accepts the connection and never answers (a black hole): exit 2 within the bound."""
+    hole = socket.socket()
+    hole.bind(("127.0.0.1", 0))
+    hole.listen(64)  # never accepted: the kernel completes the handshake, nothing ever answers
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", f"http://127.0.0.1:{hole.getsockname()[1]}")
+    monkeypatch.setattr(storage_check, "TIMEOUT_S", 2.0)
+    try:
+        code, _, took = train("--storage-path", f"s3://{BUCKET}/ray-train")
+    finally:
+        hole.close()
+    err = capsys.readouterr().err
+    assert code == 2 and "did not answer within 2 s" in err and took < 10, (code, took, err)
+
+
+def test_refused_endpoint_is_no_answer(as_pod, ray_never_starts, monkeypatch, capsys):
+    free = socket.socket()
+    free.bind(("127.0.0.1", 0))
+    port = free.getsockname()[1]
+    free.close()  # nothing listens there now: connection refused
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", f"http://127.0.0.1:{port}")
+    code, _, took = train("--storage-path", f"s3://{BUCKET}/ray-train")
+    err = capsys.readouterr().err
+    assert code == 2 and "S3 did not answer" in err and took < storage_check.TIMEOUT_S + 5, (code, took, err)
+
+
+def test_local_directory_is_created_and_written(tmp_path, ray_never_starts, monkeypatch, capsys):
+    monkeypatch.delenv("RAY_EFA_EKS_STORAGE_PATH", raising=False)
+    target = tmp_path / "new" / "runs"
+    code, _, _ = train("--storage-path", str(target))
+    err = capsys.readouterr().err
+    assert code == 4 and "stand-in" in err, err
+    assert target.is_dir() and list(target.iterdir()) == []
+
+
+def test_directory_that_cannot_be_created_exits_73(ray_never_starts, monkeypatch, capsys):
+    """/proc takes no new directory, even from root: only a real mkdir says so."""
+    monkeypatch.delenv("RAY_EFA_EKS_STORAGE_PATH", raising=False)
+    code, _, _ = train("--storage-path", "/proc/self/checkpoints")
+    err = capsys.readouterr().err
+    assert code == 73 and "cannot create the directory" in err and "stand-in" not in err, (code, err)
+
+
+def test_a_name_too_long_is_a_usage_error_not_a_crash(tmp_path, ray_never_starts, monkeypatch, capsys):
+    """Before: Path.exists() raised ENAMETOOLONG inside the usage check: exit 70, 'internal error'."""
+    monkeypatch.delenv("RAY_EFA_EKS_STORAGE_PATH", raising=False)
+    code, _, _ = train("--storage-path", f"{tmp_path}/{'x' * 300}")
+    err = capsys.readouterr().err
+    assert code == 64 and "File name too long" in err and "internal error" not in err, (code, err)
+
+
+def test_query_options_of_a_pyarrow_uri_are_honoured():
+    assert storage_check.split_s3("s3://b/p/q/?endpoint_override=127.0.0.1:9&scheme=http") == (
+        "b", "p/q", {"endpoint_override": "127.0.0.1:9", "scheme": "http"})
