@@ -62,6 +62,7 @@ def guards(monkeypatch, tmp_path):
     from ray_efa_eks.efacheck import report as efa_report
     from ray_efa_eks.tools import config_schema, gen_catalogue, mutate
     from ray_efa_eks.training import __main__ as train_cli
+    from ray_efa_eks.training import storage_check
     from ray_efa_eks.efacheck import local_cluster
 
     def started(what):
@@ -71,6 +72,7 @@ def guards(monkeypatch, tmp_path):
 
     for target, name in [(ray, "init"), (local_cluster, "local_cluster"), (boto3.session, "Session"),
                          (train_cli, "probe"), (efa_exporter, "serve"), (mutate, "copy_tree"),
+                         (storage_check, "check"),  # asks the storage, creating a directory: tested on its own
                          (gen_catalogue, "write"), (gen_catalogue, "stale"), (config_schema, "write"),
                          (efa_report, "write_report")]:  # --report DIR writes where the user asked: accepted
         monkeypatch.setattr(target, name, started(f"{target.__name__}.{name}"))

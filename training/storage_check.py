@@ -75,15 +75,17 @@ def _check_directory(value: str, option: str) -> None:
     path = Path(value).expanduser()
     try:
         path.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise StorageError(EXIT_STORAGE, f"{option} {value}: cannot create the directory: {e.strerror or e}; name a "
+    except (OSError, ValueError) as e:  # ValueError: a name the filesystem encoding cannot hold
+        raise StorageError(EXIT_STORAGE, f"{option} {value}: cannot create the directory: "
+                                         f"{getattr(e, 'strerror', None) or e}; name a "
                                          "directory this user can create and write, or s3://bucket/prefix") from None
     probe = path / f"{PROBE_NAME}-{os.getpid()}"
     try:
         probe.write_bytes(b"")
         probe.unlink()
-    except OSError as e:
-        raise StorageError(EXIT_STORAGE, f"{option} {value}: this user cannot write there: {e.strerror or e}; name "
+    except (OSError, ValueError) as e:
+        raise StorageError(EXIT_STORAGE, f"{option} {value}: this user cannot write there: "
+                                         f"{getattr(e, 'strerror', None) or e}; name "
                                          "a directory this user can write, or s3://bucket/prefix") from None
 
 
