@@ -579,12 +579,11 @@ class ImageReference(Text):
         problem = image_reference_problem(value)
         if problem:
             raise ValueProblem(problem, value)
-        tag = image_tag(value)
-        by_digest = "@" in value.rsplit("/", 1)[-1]
-        if tag is None and not by_digest:
+        tag = image_tag(value)  # None when pinned by digest: in a valid reference '@' only starts the digest
+        if tag is None and "@" not in value:
             raise ValueProblem("needs an explicit tag (e.g. ...ray:train-ml-cuda-v1.1) or a digest (@sha256:...)",
                                value)
-        if tag == "latest" and not by_digest:
+        if tag == "latest":
             raise ValueProblem("':latest' is not reproducible; pin a versioned tag", value)
 
     def boundary(self) -> list[Any]:

@@ -36,15 +36,21 @@ def test_every_effect_has_a_label_and_a_meaning():
     assert all(isinstance(label, str) and label and meaning for label, meaning in cf.EFFECTS.values())
 
 
-@dataclasses.dataclass
-class _Keys:
-    required: int = cf.key()
-    plain: int = cf.key(3, live=cf.live("scale"), allowed="1..9")
-    listed: list = cf.key(factory=lambda: ["a"], live=cf.live("none"), allowed=("a", "b"))
-    bare: str = cf.key("x")
+def _declare():
+    """Declared inside the test, not at import: a class body built at collection would not see a planted bug."""
+
+    @dataclasses.dataclass
+    class _Keys:
+        required: int = cf.key()
+        plain: int = cf.key(3, live=cf.live("scale"), allowed="1..9")
+        listed: list = cf.key(factory=lambda: ["a"], live=cf.live("none"), allowed=("a", "b"))
+        bare: str = cf.key("x")
+
+    return _Keys
 
 
 def test_key_keeps_the_default_the_factory_and_the_metadata():
+    _Keys = _declare()
     f = {x.name: x for x in dataclasses.fields(_Keys)}
     assert f["plain"].default == 3 and f["plain"].default_factory is dataclasses.MISSING
     assert dict(f["plain"].metadata) == {"live": cf.Live(("scale",)), "allowed": "1..9"}

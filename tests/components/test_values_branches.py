@@ -18,6 +18,8 @@ from ray_efa_eks.components import values as v
     ("https://", "needs a scheme (https/http) and a host"),
     ("https://h:0", "port 0 is no port (1..65535)"),
     ("https://u:p@h", "carries credentials in the URL"),
+    ("https://u@h", "carries credentials in the URL"),
+    ("https://:p@h", "carries credentials in the URL"),
 ])
 def test_a_remote_write_url_is_refused_saying_why(url, says):
     with pytest.raises(v.ValueProblem) as e:
@@ -48,9 +50,22 @@ def test_the_base_grammar_takes_anything_and_problem_returns_the_fix_or_none():
     assert v.Text().problem("") == "is empty; must be printable ASCII text"
 
 
-def _refused(grammar, raw, parse=True):
+_TYPED = object()
+
+
+def _refused(grammar, raw, parse=True, value=_TYPED):
+    """The problem ``grammar`` raises for ``raw``, its ``value`` checked: by default the offending value as the check
+    saw it (``raw`` when coercion refused it, else the coerced value); the callers of a grammar report that value."""
     with pytest.raises(v.ValueProblem) as e:
         (grammar.parse if parse else grammar.check)(raw)
+    if value is _TYPED:
+        value = raw
+        if parse:
+            try:
+                value = grammar.coerce(raw)
+            except v.ValueProblem:
+                pass
+    assert repr(e.value.value) == repr(value), (e.value.value, value)
     return e.value
 
 
@@ -187,6 +202,8 @@ def test_text_lengths_characters_and_pattern():
     assert p.fix == "contains 'é' (U+00E9), which is not printable ASCII; lowercase" and p.value == "abé"
     assert _refused(g, "a\x7f").fix.startswith("contains '\\x7f' (U+007F)")
     assert _refused(g, "aB").fix == "lowercase"
+    assert _refused(v.Text(), "a ~\té").fix.startswith("contains '\\t' (U+0009)")  # the first one outside ' '..'~'
+
     assert v.Text(pattern=r"[\s\S]+", ascii_only=False).parse("é") == "é"
     assert v.Text().parse(" ~") == " ~"
 
@@ -228,19 +245,19 @@ def test_list_of_reads_json_and_comma_separated_text():
     for raw in (7, {"a": 1}, None, True):
         p = _refused(g, raw)
         assert (p.fix, p.value) == ("must be a list (a YAML/JSON list or comma-separated values)", raw)
-    assert _refused(g, "1,x").fix == "must be a whole number, e.g. 0"
+    assert _refused(g, "1,x", value="x").fix == "must be a whole number, e.g. 0"
 
 
 def test_list_of_checks_the_count_each_item_and_duplicates():
     g = v.ListOf(item=v.Int(0, 9), max_items=2, unique=True, max_reason="the quota")
     assert _refused(g, (1, 2), parse=False).fix == "must be a list (a YAML/JSON list or comma-separated values)"
-    p = _refused(g, "1,2,3")
+    p = _refused(g, "1,2,3", value="3 entries")
     assert (p.fix, p.value) == ("has 3 entries; at most 2 are allowed (the quota)", "3 entries")
-    assert _refused(v.ListOf(max_items=0), "a").fix == "has 1 entries; at most 0 are allowed"
+    assert _refused(v.ListOf(max_items=0), "a", value="1 entries").fix == "has 1 entries; at most 0 are allowed"
     assert g.parse("1,2") == [1, 2]
-    p = _refused(g, "1,12")
+    p = _refused(g, "1,12", value=12)
     assert (p.fix, p.value) == ("must be <= 9", 12)
-    p = _refused(g, "4,4")
+    p = _refused(g, "4,4", value=4)
     assert (p.fix, p.value) == ("is listed twice; list each entry once", 4)
     assert v.ListOf(item=v.Int(0, 9)).parse("4,4") == [4, 4]
     assert v.ListOf(max_items=2).parse("a,b") == ["a", "b"]
@@ -310,6 +327,16 @@ def test_principal_arn_refuses_what_is_no_role_or_user(arn):
     assert _refused(v.PrincipalArn(), arn).fix.startswith("is not an IAM role or user ARN; expected arn:aws:iam::")
 
 
+def test_principal_arn_names_the_first_character_outside_ascii():
+    assert _refused(v.PrincipalArn(), ARN + "a ~\té").fix.startswith("contains '\\t' (U+0009);")
+
+
+def test_principal_arn_not_a_role_or_user_in_full():
+    assert _refused(v.PrincipalArn(), ARN + "*").fix == (
+        "is not an IAM role or user ARN; expected arn:aws:iam::<12-digit account>:role/<name> or "
+        "arn:aws:iam::<account>:user/<name> (groups and wildcards cannot have access entries)")
+
+
 def test_principal_arn_at_the_length_edges():
     """The path /pp/p/.../p/ is 512 characters (IAM's limit) and the whole ARN 2048 (arnType's)."""
     assert len("/pp" + "/p" * 254 + "/") == 512
@@ -346,6 +373,7 @@ def test_s3_prefix_rules():
                                         f"{v.S3_KEYS}); {fix}"
     assert _refused(g, "a/é").fix.startswith("contains 'é', outside")
     assert g.parse("a..b/.c") == "a..b/.c"
+    assert g.parse("Team-X/Ray") == "Team-X/Ray"  # S3's safe characters include uppercase
 
 
 # -- images, versions, Kubernetes names -------------------------------------------------------------------------------
@@ -386,8 +414,27 @@ def test_image_reference_names_at_the_edge():
     assert v.image_reference_problem("r" * 4096).startswith("the repository name is 4096")
     assert v.image_reference_problem("repo/ray:" + "t" * 128) is None
     assert v.image_reference_problem("repo/ray:" + "t" * 40 + "/").startswith("is not an image reference")
-    assert "'tttt" in v.image_reference_problem("repo/ray:" + "t" * 40 + "é") and \
-        "...' is not" not in v.image_reference_problem("repo/ray:" + "t" * 39 + "é")
+    rest = "is not a valid tag (letters, digits, '_', '.', '-', at most 128 characters, not starting with '.' or '-')"
+    assert v.image_reference_problem("repo/ray:" + "t" * 39 + "é") == f"the tag '{'t' * 39}é' {rest}"
+    assert v.image_reference_problem("repo/ray:" + "t" * 40 + "é") == f"the tag '{'t' * 40}'... {rest}"
+
+
+@pytest.mark.parametrize("image", ["localhost:5000/ray:.x", f"localhost:5000/ray:.x@sha256:{DIGEST}"])
+def test_a_bad_tag_after_a_registry_port_is_named(image):
+    """The tag is after the last ':' of the name (the first ':' is the registry's port)."""
+    assert v.image_reference_problem(image).startswith("the tag '.x' is not a valid tag")
+
+
+def test_image_reference_messages_in_full():
+    assert v.image_reference_problem("my image:1") == (
+        "is not an image reference (OCI distribution grammar: [registry[:port]/]lowercase/path[:tag][@sha256:digest], "
+        "no spaces or uppercase in the path), e.g. public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1")
+    assert v.image_reference_problem(f"r/ray@md5:{DIGEST}") == (
+        "the digest algorithm 'md5' is not one registries use; pin with @sha256: and 64 lowercase hex digits "
+        "(opencontainers/go-digest)")
+    assert v.image_reference_problem(f"r/ray@sha256:{DIGEST[1:]}") == (
+        "the sha256 digest has 63 characters; it must be exactly 64 lowercase hex digits (opencontainers/go-digest), "
+        "as `docker buildx imagetools inspect IMAGE` prints it")
 
 
 @pytest.mark.parametrize("image, tag", [
@@ -544,6 +591,10 @@ def test_argtype_names_the_grammar_and_shortens_a_long_value():
     with pytest.raises(argparse.ArgumentTypeError) as e:
         parse("9" * 58)
     assert str(e.value) == f"'{'9' * 58}': lowercase"
+
+
+def test_problems_goes_on_after_a_key_without_a_grammar():
+    assert v.problems({"free": "x", "n": 9}, {"n": v.Int(0, 5)}) == [("n", 9, "must be <= 5")]
 
 
 def test_problems_reports_the_grammars_value_when_it_names_one():
