@@ -65,6 +65,12 @@ MODULES: dict[str, list[str]] = {
         "tests/training/test_fabric.py", "tests/training/test_fabric_branches.py",
         "tests/efacheck/test_verdict_properties.py",
     ],
+    "components/values.py": ["tests/components/test_values.py", "tests/components/test_values_branches.py"],
+    "components/config_fields.py": ["tests/components/test_config_fields.py", "tests/components/test_config.py"],
+    "components/config.py": [
+        "tests/components/test_config.py", "tests/components/test_config_branches.py",
+        "tests/components/test_values.py",
+    ],
 }
 
 STATUS = {1: "killed", 3: "killed", 0: "survived", 5: "no tests", 33: "no tests", 34: "skipped", 36: "timeout",
