@@ -20,6 +20,8 @@ from .eks_versions import DEFAULT_VERSION, version_problem
 from .errors import ArgError
 from .instances import CATALOGUE, REFUSED, InstanceType
 from .kuberay_versions import chart_version_problem
+from .ebs_limits import (GP3_API_DOC, GP3_BASELINE_IOPS, GP3_BASELINE_THROUGHPUT, GP3_DOC, GP3_IOPS_PER_GIB,
+                         GP3_MAX_IOPS, GP3_MAX_THROUGHPUT, gp3_problem)
 from .storage_rules import ENCRYPTIONS
 from .values import REGION as REGION_RE, image_reference_problem, image_tag  # noqa: F401 (their old home)
 
@@ -143,6 +145,24 @@ class StackConfig:
                   note="a new launch template version; in a reservation or Capacity Block, park first ([Getting "
                        "GPUs](gpus.md))"))
     """Root volume of the GPU nodes: the DLC image alone is tens of GB."""
+    gpuRootVolumeIops: int = key(
+        16000, allowed="3000 to 80000, at most 500 per GiB of gpuRootVolumeGiB (EBS gp3)",
+        live=live("gpu-nodes", "gate",
+                  note="a new launch template version; in a reservation or Capacity Block, park first ([Getting "
+                       "GPUs](gpus.md))"))
+    """Provisioned IOPS of the GPU nodes' gp3 root volume (3000 is the free baseline): a node from zero unpacks the tens-of-GB image onto it ([Cold start](gpus.md#cold-start))."""
+    gpuRootVolumeThroughputMiBps: int = key(
+        1000, allowed="125 to 2000, at most 0.25 per gpuRootVolumeIops (EBS gp3)",
+        live=live("gpu-nodes", "gate",
+                  note="a new launch template version; in a reservation or Capacity Block, park first ([Getting "
+                       "GPUs](gpus.md))"))
+    """Provisioned throughput (MiB/s) of the GPU nodes' gp3 root volume (125 is the free baseline); FastImagePull wants at least 600 ([Cold start](gpus.md#cold-start))."""
+    gpuFastImagePull: bool = key(
+        True,
+        live=live("gpu-nodes", "gate",
+                  note="the GPU launch template's user data changes: a new template version; in a reservation or "
+                       "Capacity Block, park first ([Getting GPUs](gpus.md))"))
+    """nodeadm's FastImagePull feature gate on the GPU nodes (AL2023 EKS AMI, experimental): containerd pulls and unpacks the image's layers in parallel through the SOCI snapshotter ([Cold start](gpus.md#cold-start))."""
     systemRootVolumeGiB: int = key(
         100, allowed="100 to 16384",
         live=live("system-node", "gate", 
@@ -470,6 +490,15 @@ class StackConfig:
         if both:
             raise ConfigError("clusterViewerArns", both[0], "is also in clusterAdminArns (one access entry per "
                               "principal; admin already includes view): list it in one of the two")
+        gp3 = gp3_problem(self.gpuRootVolumeGiB, self.gpuRootVolumeIops, self.gpuRootVolumeThroughputMiBps)
+        if gp3 and self.gpuRootVolumeIops > GP3_IOPS_PER_GIB * self.gpuRootVolumeGiB:
+            raise ConfigError("gpuRootVolumeIops", self.gpuRootVolumeIops,
+                              f"EC2 refuses {gp3} ({GP3_DOC}); lower gpuRootVolumeIops or raise gpuRootVolumeGiB to "
+                              f"at least {-(-self.gpuRootVolumeIops // GP3_IOPS_PER_GIB)}")
+        if gp3:
+            raise ConfigError("gpuRootVolumeThroughputMiBps", self.gpuRootVolumeThroughputMiBps,
+                              f"EC2 refuses {gp3} ({GP3_DOC}); lower gpuRootVolumeThroughputMiBps or raise "
+                              f"gpuRootVolumeIops to at least {self.gpuRootVolumeThroughputMiBps * 4}")
         if self.endpointPublicAccess and not self.endpointPublicAccessCidrs:
             raise ConfigError("endpointPublicAccessCidrs", self.endpointPublicAccessCidrs,
                               "is empty while endpointPublicAccess is true; list CIDRs or set endpointPublicAccess: false")
@@ -525,6 +554,19 @@ GRAMMARS: dict[str, v.Grammar] = {
     "gpuRootVolumeGiB": v.Int(100, GP3_MAX_GIB, example=200, below="must be >= 100: the DLC image is tens of GB",
                               above=f"gp3 volumes are 1..{GP3_MAX_GIB} GiB (EC2 LaunchTemplateEbsBlockDeviceRequest "
                                     "VolumeSize); use 100..16384, e.g. 200"),
+    "gpuRootVolumeIops": v.Int(GP3_BASELINE_IOPS, GP3_MAX_IOPS, example=16000,
+                               below=f"gp3 volumes have at least {GP3_BASELINE_IOPS} IOPS (the baseline; EC2 "
+                                     "LaunchTemplateEbsBlockDeviceRequest Iops 'gp3: 3,000 - 80,000'); use 3000..80000",
+                               above=f"gp3 volumes take at most {GP3_MAX_IOPS} IOPS (EC2 "
+                                     "LaunchTemplateEbsBlockDeviceRequest Iops 'gp3: 3,000 - 80,000'); use 3000..80000",
+                               source=GP3_API_DOC),
+    "gpuRootVolumeThroughputMiBps": v.Int(GP3_BASELINE_THROUGHPUT, GP3_MAX_THROUGHPUT, example=1000,
+                                          below=f"gp3 volumes have at least {GP3_BASELINE_THROUGHPUT} MiB/s (the "
+                                                "baseline); use 125..2000",
+                                          above=f"gp3 throughput is at most {GP3_MAX_THROUGHPUT} MiB/s (EC2 "
+                                                "LaunchTemplateEbsBlockDeviceRequest Throughput); use 125..2000",
+                                          source=GP3_API_DOC),
+    "gpuFastImagePull": v.Bool(),
     "systemRootVolumeGiB": v.Int(100, GP3_MAX_GIB, example=100,
                                  below="must be >= 100: the Ray head and the EFA check pull the DLC image (tens of GB; "
                                        "containerd keeps the layers and the unpacked copy)",

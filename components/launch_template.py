@@ -14,12 +14,16 @@ wrote and adds what the issue asks:
   every interface in the security groups EFA needs (the EKS cluster security group, which has the
   all-traffic self rules) and deleted with the instance;
 * ``metadataOptions``: IMDSv2 required, hop limit 1 (pods one hop further cannot reach the node role);
-* the root volume (``/dev/xvda`` on AL2023) written here, gp3 and encrypted;
+* the root volume (``/dev/xvda`` on AL2023) written here, gp3 and encrypted, with the IOPS and throughput a
+  caller provisions (:class:`Gp3Performance`: the GPU nodes pull a tens-of-GB image onto it from zero);
 * the cluster placement group and the Capacity Reservation / Capacity Block fields (components/capacity.py).
 
-No ``imageId`` and no user data: the node group's ``amiType`` keeps the EKS-optimized AL2023 NVIDIA AMI and
-EKS then writes the node bootstrap itself (with an AMI id in the template EKS would supply none). Extra
-user data, when a caller adds some, must be the MIME multi-part document EKS merges with its own.
+No ``imageId``: the node group's ``amiType`` keeps the EKS-optimized AL2023 NVIDIA AMI and EKS then writes the
+node bootstrap itself (with an AMI id in the template EKS would supply none). User data, when a caller adds some
+(:func:`node_config_user_data`: the GPU nodes' ``FastImagePull`` feature gate), is the MIME multi-part document EKS
+merges with its own ("Amazon EC2 user data in launch templates used with managed node groups must be in the MIME
+multi-part archive format, because your user data is merged with Amazon EKS user data", EKS user guide, "Customize
+managed nodes with launch templates"); nodeadm merges every ``NodeConfig`` part it finds.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+import base64
 import hashlib
 import json
 
@@ -34,11 +39,60 @@ import pulumi
 import pulumi_aws as aws
 
 from .capacity import GpuCapacity
+from .ebs_limits import GP3_BASELINE_IOPS, GP3_BASELINE_THROUGHPUT, GP3_DOC, gp3_problem
 from .instances import InstanceType
 
 LAUNCH_TEMPLATE_TYPE = "aws:ec2/launchTemplate:LaunchTemplate"
 ROOT_DEVICE = "/dev/xvda"
 """Root device of the EKS-optimized Amazon Linux 2023 AMIs (standard and NVIDIA)."""
+
+
+@dataclass(frozen=True)
+class Gp3Performance:
+    """Provisioned IOPS and throughput of a gp3 root volume (EBS bills what is above the baseline)."""
+
+    iops: int = GP3_BASELINE_IOPS
+    throughput_mibps: int = GP3_BASELINE_THROUGHPUT
+
+    def ebs(self) -> dict[str, Any]:
+        """The ``ebs`` block's fields (the provider's snake_case names)."""
+        return {"iops": self.iops, "throughput": self.throughput_mibps}
+
+
+FAST_IMAGE_PULL = "FastImagePull"
+"""nodeadm feature gate (awslabs/amazon-eks-ami nodeadm/doc/examples.md, "Enabling fast image pull (experimental)";
+nodeadm/internal/containerd/config.go): containerd pulls and unpacks an image's layers in parallel through the SOCI
+snapshotter, which every AL2023 EKS AMI installs (templates/al2023/provisioners/install-worker.sh, "SOCI
+Snapshotter"); nodeadm ignores it below 4 vCPUs or 7 GiB (``UseSOCISnapshotter``). The kubelet half is already on:
+nodeadm writes ``serializeImagePulls: false`` (nodeadm/internal/kubelet/config.go)."""
+FAST_IMAGE_PULL_MIN_MIBPS = 600
+"""examples.md: "We recommend at least 600MiB/s throughput. Below that value, you may see longer image pull times with
+this flag. Higher values up to 1000MiB/s and 16k IOPs may result in better performance." """
+
+
+def node_config_user_data(feature_gates: dict[str, bool]) -> str:
+    """Base64 user data: one nodeadm ``NodeConfig`` part in the MIME multi-part form EKS merges with its own.
+
+    nodeadm's API (awslabs/amazon-eks-ami nodeadm/doc/api.md, ``spec.featureGates``; examples.md shows a feature
+    gate alone in a NodeConfig) takes a partial NodeConfig; EKS supplies the cluster part for a managed node group
+    that runs its own AMI type.
+    """
+    gates = "".join(f"    {name}: {'true' if on else 'false'}\n" for name, on in sorted(feature_gates.items()))
+    doc = ("MIME-Version: 1.0\n"
+           'Content-Type: multipart/mixed; boundary="//"\n'
+           "\n"
+           "--//\n"
+           "Content-Type: application/node.eks.aws\n"
+           "\n"
+           "---\n"
+           "apiVersion: node.eks.aws/v1alpha1\n"
+           "kind: NodeConfig\n"
+           "spec:\n"
+           "  featureGates:\n"
+           f"{gates}"
+           "\n"
+           "--//--\n")
+    return base64.b64encode(doc.encode()).decode()
 
 
 @dataclass(frozen=True)
@@ -61,12 +115,18 @@ class NodeHardening:
         return {"http_endpoint": "enabled", "http_tokens": "required",
                 "http_put_response_hop_limit": self.imds_hop_limit}
 
-    def root_volume(self, size_gib: int) -> dict[str, Any]:
-        """The root ``block_device_mappings`` entry (the provider types ``encrypted`` as a string)."""
+    def root_volume(self, size_gib: int, performance: Gp3Performance | None = None) -> dict[str, Any]:
+        """The root ``block_device_mappings`` entry (the provider types ``encrypted`` as a string); ``performance``
+        None leaves IOPS and throughput to EC2 (the gp3 baseline)."""
         if size_gib < 1:
             raise ValueError(f"root volume size must be >= 1 GiB, got {size_gib}")
+        if performance is not None:
+            problem = gp3_problem(size_gib, performance.iops, performance.throughput_mibps)
+            if problem:
+                raise ValueError(f"{problem} ({GP3_DOC})")
         ebs: dict[str, Any] = {"volume_size": size_gib, "volume_type": "gp3", "delete_on_termination": "true",
-                               "encrypted": "true" if self.encrypt_root_volume else "false"}
+                               "encrypted": "true" if self.encrypt_root_volume else "false",
+                               **(performance.ebs() if performance is not None else {})}
         if self.kms_key_id:
             ebs["kms_key_id"] = self.kms_key_id
         return {"device_name": ROOT_DEVICE, "ebs": ebs}
@@ -122,6 +182,10 @@ class NodeLaunchTemplateArgs:
     change makes no new template version."""
     hooks: pulumi.ResourceHookBinding | None = None
     """Resource hooks of the template (components/rollout_guards.py)."""
+    root_volume_performance: Gp3Performance | None = None
+    """Provisioned gp3 IOPS/throughput of the root volume (None: the baseline, 3,000 IOPS and 125 MiB/s)."""
+    user_data: str | None = None
+    """Base64 MIME multi-part user data (:func:`node_config_user_data`); None: EKS's bootstrap alone."""
 
 
 def node_launch_template(name: str, args: NodeLaunchTemplateArgs, opts: pulumi.ResourceOptions) -> aws.ec2.LaunchTemplate:
@@ -151,9 +215,11 @@ def launch_template_data(name: str, args: NodeLaunchTemplateArgs) -> dict[str, A
     capacity = args.capacity or GpuCapacity()
     props: dict[str, Any] = {
         "metadata_options": args.hardening.metadata_options(),
-        "block_device_mappings": [args.hardening.root_volume(args.root_volume_gib)],
+        "block_device_mappings": [args.hardening.root_volume(args.root_volume_gib, args.root_volume_performance)],
         "update_default_version": True,
     }
+    if args.user_data:
+        props["user_data"] = args.user_data
     if args.instance_type:
         props["instance_type"] = args.instance_type
     if args.network_interfaces:

@@ -26,8 +26,8 @@ import pulumi_eks as eks
 from .capacity import CAPACITY_BLOCK, RESERVATION, GpuCapacity, reservation_problem
 from .errors import ArgError
 from .instances import InstanceType
-from .launch_template import (NodeHardening, NodeLaunchTemplateArgs, data_fingerprint, efa_network_interfaces,
-                              launch_template_ref, node_launch_template)
+from .launch_template import (FAST_IMAGE_PULL, Gp3Performance, NodeHardening, NodeLaunchTemplateArgs, data_fingerprint,
+                              efa_network_interfaces, launch_template_ref, node_config_user_data, node_launch_template)
 from .rollout_guards import gpu_template_hooks, system_template_hooks, template_tags
 
 ROLE_LABEL = "ray-efa-eks/role"
@@ -160,6 +160,10 @@ class EfaGpuNodeGroupArgs:
     the node-template tags it needs at size 0 (:func:`scale_from_zero_tags`); False: ``node_count`` nodes, fixed."""
     startup_taints: list[dict[str, str]] = field(default_factory=list)
     """Taints a node joins with and loses once it has proven itself (the node agent's fabric proof)."""
+    root_volume_performance: Gp3Performance | None = None
+    """Provisioned gp3 IOPS/throughput of the root volume, for the image pull of a node from zero (None: baseline)."""
+    fast_image_pull: bool = False
+    """nodeadm's ``FastImagePull`` feature gate in the launch template's user data (SOCI parallel pull and unpack)."""
 
 
 class EfaGpuNodeGroup(pulumi.ComponentResource):
@@ -218,7 +222,8 @@ class EfaGpuNodeGroup(pulumi.ComponentResource):
             instance_type=it.name if in_template else None,
             template_tags=template_tags(GPU_ROLE, n, args.capacity.mode, args.kubernetes_version or "",
                                         args.workers_to_delete, args.autoscaled),
-            hooks=gpu_template_hooks(f"{name}-lt"))
+            hooks=gpu_template_hooks(f"{name}-lt"), root_volume_performance=args.root_volume_performance,
+            user_data=node_config_user_data({FAST_IMAGE_PULL: True}) if args.fast_image_pull else None)
         self.launch_template = node_launch_template(f"{name}-lt", lt_args, child)
         self.template_fingerprint = data_fingerprint(f"{name}-lt", lt_args)
         self.node_group = eks.ManagedNodeGroup(

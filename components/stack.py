@@ -36,7 +36,7 @@ from .eks_versions import version_warning
 from .kuberay import KubeRayOperator, KubeRayOperatorArgs
 from .live_cluster import lagging_warning, read_live_cluster, upgrade_problem
 from .kuberay_versions import unverified_note
-from .launch_template import NodeHardening, fingerprint
+from .launch_template import FAST_IMAGE_PULL_MIN_MIBPS, Gp3Performance, NodeHardening, fingerprint
 from .network import Network, NetworkArgs
 from .metrics_rules import AlertThresholds
 from .node_agent import NodeAgent, NodeAgentArgs
@@ -87,6 +87,12 @@ class EfaRayClusterArgs(TypedDict, total=False):
     """Who may reach the EKS API endpoint; narrow this to your office/VPN ranges."""
     gpuRootVolumeGiB: int
     """Root volume of the GPU nodes: the DLC image alone is tens of GB."""
+    gpuRootVolumeIops: int
+    """Provisioned IOPS of the GPU nodes' gp3 root volume (3000 is the free baseline): a node from zero unpacks the tens-of-GB image onto it ([Cold start](gpus.md#cold-start))."""
+    gpuRootVolumeThroughputMiBps: int
+    """Provisioned throughput (MiB/s) of the GPU nodes' gp3 root volume (125 is the free baseline); FastImagePull wants at least 600 ([Cold start](gpus.md#cold-start))."""
+    gpuFastImagePull: bool
+    """nodeadm's FastImagePull feature gate on the GPU nodes (AL2023 EKS AMI, experimental): containerd pulls and unpacks the image's layers in parallel through the SOCI snapshotter ([Cold start](gpus.md#cold-start))."""
     systemRootVolumeGiB: int
     """Root volume of the system node (>= 100): the Ray head and the EFA check Job pull the DLC image there (tens of GB, compressed layers plus the unpacked copy)."""
     ncclDebug: str
@@ -256,6 +262,11 @@ class EfaRayCluster(pulumi.ComponentResource):
         version_note = version_warning(cfg.kubernetesVersion)
         if version_note:  # extended support: $0.60/h instead of $0.10/h
             pulumi.log.warn(version_note)
+        if cfg.gpuFastImagePull and cfg.gpuRootVolumeThroughputMiBps < FAST_IMAGE_PULL_MIN_MIBPS:
+            pulumi.log.warn(f"gpuFastImagePull with gpuRootVolumeThroughputMiBps {cfg.gpuRootVolumeThroughputMiBps}: "
+                            f"nodeadm's docs recommend at least {FAST_IMAGE_PULL_MIN_MIBPS} MiB/s, below which the "
+                            "parallel pull may be slower than the default one; raise the throughput or set "
+                            "gpuFastImagePull: false")
         super().__init__(TOKEN, name, None, opts)
         self.config = cfg
         tags = {"project": "ray-efa-eks", "stack": pulumi.get_stack()}
@@ -292,6 +303,8 @@ class EfaRayCluster(pulumi.ComponentResource):
             subnet_ids=network.gpu_subnet_id.apply(lambda s: [s]), instance_type=cfg.gpu_type,
             availability_zone=gpu_az, node_count=cfg.gpuNodeCount, efa=cfg.efa,
             allow_single_node=cfg.allowSingleEfaNode, root_volume_gib=cfg.gpuRootVolumeGiB, hardening=hardening,
+            root_volume_performance=Gp3Performance(cfg.gpuRootVolumeIops, cfg.gpuRootVolumeThroughputMiBps),
+            fast_image_pull=cfg.gpuFastImagePull,
             capacity=capacity, kubernetes_version=cfg.kubernetesVersion,
             workers_to_delete=len(cfg.gpuWorkersToDelete), autoscaled=cfg.scale_to_zero,
             scale_from_zero=cfg.scale_to_zero and cfg.gpuNodeCount > 0,  # 0 parks: max 1 must not be used

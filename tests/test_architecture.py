@@ -40,7 +40,8 @@ is the top layer, and nothing it imports can import it back)."""
 
 COMPONENT_LAYERS = {
     "leaf": {"values", "config_fields", "errors", "instances", "eks_versions", "kuberay_versions", "capacity",
-             "storage_rules", "cost", "live_cluster", "metrics_rules", "ray_autoscaler", "rollout_guards"},
+             "storage_rules", "cost", "live_cluster", "metrics_rules", "ray_autoscaler", "rollout_guards",
+             "ebs_limits", "cold_start"},
     "config": {"config"},
     "resource": {"network", "cluster", "placement", "launch_template", "node_groups", "device_plugins", "kuberay",
                  "raycluster", "efa_check", "checkpoint_bucket", "pod_identity", "node_agent", "dashboard",
@@ -191,7 +192,7 @@ def test_config_flows_one_way():
     assert readers <= {"stack", "config"} and "stack" in readers  # config.py defines it (a ClassDef, not a Name)
     config_imports = {t.partition(".")[2] for _, t in edges("components", modules("components")["config"])}
     assert config_imports <= {"capacity", "instances", "storage_rules", "eks_versions", "config_fields", "values",
-                              "kuberay_versions", "errors"}, \
+                              "kuberay_versions", "errors", "ebs_limits"}, \
         config_imports
     # values.py (the value grammars every key, component and CLI option uses) is a leaf: it imports no component
     assert not [mod for level, mod in imports(modules("components")["values"]) if level], "values.py is a leaf"

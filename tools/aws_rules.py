@@ -13,6 +13,8 @@ Shapes are the Pulumi inputs as the mock engine records them (camelCase): pulumi
 
 from __future__ import annotations
 
+import base64
+import email
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -147,6 +149,52 @@ def _no_top_level_sgs_with_interfaces(name: str, inputs: dict[str, Any], acct: A
     if top:
         return (f"launch template {lt.name} has network interfaces and top-level {', '.join(top)}: put the security "
                 "groups on the interfaces")
+    return None
+
+
+def _user_data_mime(name: str, inputs: dict[str, Any], acct: Account) -> str | None:
+    lt = _template(inputs, acct)
+    if lt is None or not lt.inputs.get("userData") or lt.inputs.get("imageId"):
+        return None  # with an AMI id EKS merges nothing: the user data is the whole bootstrap, in any form
+    raw = lt.inputs["userData"]
+    try:
+        text = base64.b64decode(raw, validate=True).decode()
+    except (ValueError, TypeError):
+        return f"launch template {lt.name}'s userData is not base64"
+    if not email.message_from_string(text).is_multipart():
+        return (f"launch template {lt.name}'s user data is not a MIME multi-part archive (EKS merges it with its own "
+                "bootstrap)")
+    return None
+
+
+# -- EC2 launch templates ------------------------------------------------------------------------------------------
+
+def _whole(v: Any) -> int | None:
+    """A number as the engine records it (JSON: 3000.0), or a numeric string, as an int; else None."""
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, (int, float)) and float(v).is_integer():
+        return int(v)
+    return int(v) if isinstance(v, str) and v.strip().isdigit() else None
+
+
+def _gp3_volumes(name: str, inputs: dict[str, Any], acct: Account) -> str | None:
+    from ..components.ebs_limits import gp3_problem
+
+    for m in inputs.get("blockDeviceMappings") or []:
+        ebs = m.get("ebs") if isinstance(m, dict) else None
+        if not isinstance(ebs, dict):
+            continue
+        device = m.get("deviceName", "?")
+        iops, throughput = _whole(ebs.get("iops")), _whole(ebs.get("throughput"))
+        if ebs.get("volumeType") != "gp3":
+            if throughput is not None:
+                return f"{device}: throughput is for gp3 volumes only (volumeType {ebs.get('volumeType')!r})"
+            continue
+        size = _whole(ebs.get("volumeSize"))
+        problem = gp3_problem(size if size is not None else 1 << 20, iops, throughput)
+        if problem:
+            return f"{device}: {problem}"
     return None
 
 
@@ -289,6 +337,14 @@ RULES: tuple[AwsRule, ...] = (
             "EC2 API reference: RequestLaunchTemplateData (SecurityGroupIds)",
             "https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_RequestLaunchTemplateData.html",
             _no_top_level_sgs_with_interfaces),
+    AwsRule("user-data-mime-multipart", "EKS", MNG,
+            "launch-template user data that is not a MIME multi-part archive on a node group running an EKS AMI "
+            "type (no imageId): EKS merges it with its own bootstrap", *LAUNCH_TEMPLATES_DOC, _user_data_mime),
+    AwsRule("gp3-limits", "EC2", LAUNCH_TEMPLATE,
+            "a gp3 volume outside 3,000-80,000 IOPS or 125-2,000 MiB/s, above 500 IOPS per GiB, or above 0.25 MiB/s "
+            "of throughput per provisioned IOPS (the 3,000 baseline when unset); throughput on another volume type",
+            "EBS user guide: General Purpose SSD volumes (gp3); EC2 API reference: LaunchTemplateEbsBlockDeviceRequest",
+            "https://docs.aws.amazon.com/ebs/latest/userguide/general-purpose.html", _gp3_volumes),
     AwsRule("cluster-subnets-in-azs", "EKS", EKS_CLUSTER,
             "cluster subnets in a Local Zone or Wavelength Zone (zone-type other than availability-zone), or in an AZ "
             "whose zone ID EKS does not support (use1-az3, usw1-az2, cac1-az3)",

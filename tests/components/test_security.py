@@ -218,10 +218,13 @@ def test_every_launch_template_gets_imdsv2_hop1_and_encrypted_root(run, group):
     assert lt.parent == ng.parent, "the template is the component's own, not pulumi-eks's"
     assert lt["metadataOptions"] == {"httpTokens": "required", "httpPutResponseHopLimit": 1, "httpEndpoint": "enabled"}
     size = 200 if group == "gpu" else 100  # the system node pulls the DLC image too (Ray head, EFA check Job)
+    # The GPU nodes pull the image from zero: provisioned gp3 IOPS/throughput (docs/gpus.md#cold-start).
+    perf = {"iops": 16000, "throughput": 1000} if group == "gpu" else {}
     assert lt["blockDeviceMappings"] == [{"deviceName": "/dev/xvda", "ebs": {
-        "volumeSize": size, "volumeType": "gp3", "encrypted": "true", "deleteOnTermination": "true"}}]
-    # EKS bootstraps the AMI of amiType itself only when the template has no AMI id; no user data to merge either.
-    assert "imageId" not in lt.inputs and "userData" not in lt.inputs
+        "volumeSize": size, "volumeType": "gp3", "encrypted": "true", "deleteOnTermination": "true", **perf}}]
+    # EKS bootstraps the AMI of amiType itself only when the template has no AMI id; the only user data is the GPU
+    # nodes' NodeConfig part EKS merges (FastImagePull, tests/components/test_cold_start.py).
+    assert "imageId" not in lt.inputs and ("userData" in lt.inputs) == (group == "gpu")
     assert ng["launchTemplate"]["version"] == "1"
     # pulumi-eks builds its own template (and refuses ours) when any of these is set.
     for key in ("enableEfaSupport", "enableIMDSv2", "diskSize", "userData", "amiId", "kubeletExtraArgs"):

@@ -6,11 +6,13 @@ and the same program with the accepted shape passes; the stack's own shapes pass
 
 from __future__ import annotations
 
+import base64
 import json
 import textwrap
 
 import pytest
 
+from ray_efa_eks.components.launch_template import node_config_user_data
 from ray_efa_eks.tools import aws_rules
 from ray_efa_eks.tools.aws_rules import AwsRejected
 from ray_efa_eks.tools.mock_account import EksCluster, MockAccount
@@ -64,6 +66,11 @@ SCOPED = {"StringEquals": {"aws:SourceAccount": "123456789012", "aws:RequestTag/
                            "aws:RequestTag/kubernetes-namespace": "ray",
                            "aws:RequestTag/kubernetes-service-account": "ray-train"}}
 
+def _gp3(size: int | None, iops: int | None, throughput: int | None, kind: str = "gp3") -> dict:
+    ebs = {"volume_type": kind, "volume_size": size, "iops": iops, "throughput": throughput}
+    return {"device_name": "/dev/xvda", "ebs": {k: v for k, v in ebs.items() if v is not None}}
+
+
 # rule id -> (refused shape, accepted shape)
 CASES = {
     "capacity-block-type-in-template": (
@@ -79,6 +86,13 @@ CASES = {
         {"lt": {"network_interfaces": [NI], "vpc_security_group_ids": ["sg-1"]},
          "mng": {"instance_types": ["p5.48xlarge"]}},
         {"lt": {"vpc_security_group_ids": ["sg-1"]}, "mng": {"instance_types": ["p5.48xlarge"]}}),
+    "user-data-mime-multipart": (
+        {"lt": {"user_data": base64.b64encode(b"#!/bin/bash\necho hi\n").decode()},
+         "mng": {"instance_types": ["g6.12xlarge"]}},
+        {"lt": {"user_data": node_config_user_data({"FastImagePull": True})},
+         "mng": {"instance_types": ["g6.12xlarge"]}}),
+    "gp3-limits": ({"lt": {"block_device_mappings": [_gp3(200, 3000, 1000)]}},  # 1000 MiB/s needs 4000 IOPS
+                   {"lt": {"block_device_mappings": [_gp3(200, 16000, 1000)]}}),
     "cluster-subnets-in-azs": ({"zone": "us-east-1-atl-2a"}, {"zone": "us-east-1a"}),
     "one-entry-per-principal": ({"principal": "arn:aws:iam::123456789012:user/mock"},
                                 {"principal": "arn:aws:iam::123456789012:role/Admin"}),
@@ -198,3 +212,36 @@ def test_cluster_subnets_are_judged_by_zone_id_not_name(program, zone, mapping, 
         assert "use1-az3" in str(e.value)
     else:
         _run(program, {"zone": zone}, account=acct)
+
+
+@pytest.mark.parametrize("size,iops,throughput,kind,refused", [
+    (200, None, None, "gp3", None),  # the baseline: 3000 IOPS, 125 MiB/s
+    (200, None, 750, "gp3", None),  # 0.25 x the 3000 baseline: the most it carries
+    (200, None, 751, "gp3", "0.25 MiB/s per provisioned IOPS"),
+    (200, 8000, 2000, "gp3", None),  # the throughput maximum at the least IOPS it needs
+    (200, 7999, 2000, "gp3", "at most 1999 MiB/s"),
+    (200, 16000, 2001, "gp3", "outside 125..2000"),
+    (200, 16000, 124, "gp3", "outside 125..2000"),
+    (200, 2999, None, "gp3", "outside 3000..80000"),
+    (160, 80000, 2000, "gp3", None),  # 500 IOPS per GiB: 160 GiB reaches 80,000
+    (159, 80000, 2000, "gp3", "500 IOPS per GiB"),
+    (200, 80001, None, "gp3", "outside 3000..80000"),
+    (200, None, 500, "gp2", "for gp3 volumes only"),
+], ids=lambda v: str(v))
+def test_gp3_limits_at_their_edges(program, size, iops, throughput, kind, refused):
+    """EC2's gp3 limits (LaunchTemplateEbsBlockDeviceRequest; EBS user guide, General Purpose SSD volumes), each at
+    the value EC2 still accepts and the next one it refuses."""
+    shape = {"lt": {"block_device_mappings": [_gp3(size, iops, throughput, kind)]}}
+    if refused is None:
+        _run(program, shape)
+    else:
+        with pytest.raises(AwsRejected, match="gp3-limits") as e:
+            _run(program, shape)
+        assert refused in str(e.value)
+
+
+def test_user_data_with_an_ami_id_is_not_merged_so_any_form_passes(program):
+    """With an imageId EKS merges no user data (launch-templates.html): the rule is silent there."""
+    _run(program, {"lt": {"image_id": "ami-0123456789abcdef0",
+                          "user_data": base64.b64encode(b"#!/bin/bash\n").decode()},
+                   "mng": {"instance_types": ["g6.12xlarge"]}})
