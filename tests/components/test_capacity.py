@@ -69,7 +69,8 @@ def test_gpu_launch_template_per_type(itype, catalogue_runs):
     assert all(n["securityGroups"] == ["sg-ray-efa-dev-cluster"] and n["deleteOnTermination"] == "true" for n in nis)
     assert lt["metadataOptions"]["httpPutResponseHopLimit"] == 1 and lt["metadataOptions"]["httpTokens"] == "required"
     assert lt["blockDeviceMappings"][0]["ebs"]["encrypted"] == "true"
-    assert "imageId" not in lt.inputs and "userData" not in lt.inputs  # EKS bootstraps amiType's NVIDIA AMI
+    assert "imageId" not in lt.inputs  # EKS bootstraps amiType's NVIDIA AMI and merges our user data (a NodeConfig)
+    assert lt["blockDeviceMappings"][0]["ebs"]["iops"] == 16000 and "userData" in lt.inputs  # cold start
     assert lt["placement"] == {"groupName": run.one(PG, "gpu-pg").name + "-id"}
     assert "capacityReservationSpecification" not in lt.inputs and "instanceMarketOptions" not in lt.inputs
     assert ng["launchTemplate"]["id"] == "gpu-lt-id" and ng["capacityType"] == "ON_DEMAND"
