@@ -119,3 +119,15 @@ def test_gpu_scale_to_zero_follows_the_capacity_mode():
         StackConfig.from_mapping({"gpuIdleTimeoutSeconds": "30"})
     with pytest.raises(ConfigError, match="gpuScaleToZero = 'maybe' is invalid: must be true or false"):
         StackConfig.from_mapping({"gpuScaleToZero": "maybe"})
+
+
+def test_gp3_ratios_between_keys_are_refused_naming_the_key_to_change():
+    """Issue 35: EC2's gp3 ratios (500 IOPS per GiB, 0.25 MiB/s per IOPS; components/ebs_limits.py) span two keys;
+    the refusal names the key whose value breaks it and the other key's least value that would fix it."""
+    with pytest.raises(ConfigError, match=r"gpuRootVolumeIops = 60000 is invalid: EC2 refuses gp3 IOPS 60000 on 100 "
+                                          r"GiB .*raise gpuRootVolumeGiB to at least 120"):
+        StackConfig.from_mapping({"gpuRootVolumeGiB": "100", "gpuRootVolumeIops": "60000"})
+    with pytest.raises(ConfigError, match=r"gpuRootVolumeThroughputMiBps = 2000 is invalid: .*raise gpuRootVolumeIops "
+                                          r"to at least 8000"):
+        StackConfig.from_mapping({"gpuRootVolumeIops": "7999", "gpuRootVolumeThroughputMiBps": "2000"})
+    assert StackConfig.from_mapping({"gpuRootVolumeIops": "8000", "gpuRootVolumeThroughputMiBps": "2000"})
