@@ -21,7 +21,7 @@ from .errors import ArgError
 from .instances import CATALOGUE, REFUSED, InstanceType
 from .kuberay_versions import chart_version_problem
 from .ebs_limits import (GP3_API_DOC, GP3_BASELINE_IOPS, GP3_BASELINE_THROUGHPUT, GP3_DOC, GP3_IOPS_PER_GIB,
-                         GP3_MAX_IOPS, GP3_MAX_THROUGHPUT, gp3_problem)
+                         GP3_MAX_GIB, GP3_MAX_IOPS, GP3_MAX_THROUGHPUT, gp3_problem)
 from .storage_rules import ENCRYPTIONS
 from .values import REGION as REGION_RE, image_reference_problem, image_tag  # noqa: F401 (their old home)
 
@@ -140,7 +140,7 @@ class StackConfig:
                   note="EKS updates the cluster's endpoint access in place"))
     """Who may reach the EKS API endpoint; narrow this to your office/VPN ranges."""
     gpuRootVolumeGiB: int = key(
-        200, allowed="100 to 16384",
+        200, allowed="100 to 65536",
         live=live("gpu-nodes", "gate", 
                   note="a new launch template version; in a reservation or Capacity Block, park first ([Getting "
                        "GPUs](gpus.md))"))
@@ -164,7 +164,7 @@ class StackConfig:
                        "Capacity Block, park first ([Getting GPUs](gpus.md))"))
     """nodeadm's FastImagePull feature gate on the GPU nodes (AL2023 EKS AMI, experimental): containerd pulls and unpacks the image's layers in parallel through the SOCI snapshotter ([Cold start](gpus.md#cold-start))."""
     systemRootVolumeGiB: int = key(
-        100, allowed="100 to 16384",
+        100, allowed="100 to 65536",
         live=live("system-node", "gate", 
                   note="a new launch template version: the Ray head restarts with its node"))
     """Root volume of the system node (>= 100): the Ray head and the EFA check Job pull the DLC image there (tens of GB, compressed layers plus the unpacked copy)."""
@@ -504,8 +504,6 @@ class StackConfig:
                               "is empty while endpointPublicAccess is true; list CIDRs or set endpointPublicAccess: false")
 
 
-GP3_MAX_GIB = 16384
-"""gp3 volume size limit, GiB (EC2 API: LaunchTemplateEbsBlockDeviceRequest.VolumeSize, 'gp2 and gp3: 1 - 16,384')."""
 MAX_NODES_PER_NODE_GROUP = 450
 """EKS service quota 'Nodes per managed node group' (docs.aws.amazon.com/eks/latest/userguide/service-quotas.html)."""
 LARGE_NODE_COUNT = 16
@@ -553,7 +551,7 @@ GRAMMARS: dict[str, v.Grammar] = {
         max_reason=f"EKS quota 'Public endpoint access CIDR ranges per cluster', {EKS_QUOTAS}; merge ranges"),
     "gpuRootVolumeGiB": v.Int(100, GP3_MAX_GIB, example=200, below="must be >= 100: the DLC image is tens of GB",
                               above=f"gp3 volumes are 1..{GP3_MAX_GIB} GiB (EC2 LaunchTemplateEbsBlockDeviceRequest "
-                                    "VolumeSize); use 100..16384, e.g. 200"),
+                                    "VolumeSize); use 100..65536, e.g. 200"),
     "gpuRootVolumeIops": v.Int(GP3_BASELINE_IOPS, GP3_MAX_IOPS, example=16000,
                                below=f"gp3 volumes have at least {GP3_BASELINE_IOPS} IOPS (the baseline; EC2 "
                                      "LaunchTemplateEbsBlockDeviceRequest Iops 'gp3: 3,000 - 80,000'); use 3000..80000",
@@ -571,7 +569,7 @@ GRAMMARS: dict[str, v.Grammar] = {
                                  below="must be >= 100: the Ray head and the EFA check pull the DLC image (tens of GB; "
                                        "containerd keeps the layers and the unpacked copy)",
                                  above=f"gp3 volumes are 1..{GP3_MAX_GIB} GiB (EC2 LaunchTemplateEbsBlockDeviceRequest "
-                                       "VolumeSize); use 100..16384, e.g. 200"),
+                                       "VolumeSize); use 100..65536, e.g. 200"),
     "ncclDebug": v.OneOf(choices=("VERSION", "WARN", "INFO", "ABORT", "TRACE"), case_insensitive=True,
                          source="NCCL_DEBUG, docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html; NCCL reads "
                                 "any other value as no logging"),

@@ -8,6 +8,8 @@ GP3_DOC = "https://docs.aws.amazon.com/ebs/latest/userguide/general-purpose.html
 GP3_API_DOC = "https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_LaunchTemplateEbsBlockDeviceRequest.html"
 """EC2 API reference, LaunchTemplateEbsBlockDeviceRequest: Iops "gp3: 3,000 - 80,000", Throughput "Valid Range:
 Minimum value of 125. Maximum value of 2,000", VolumeSize "gp3: 1 - 65,536 GiB" (botocore 1.44 ships the same)."""
+GP3_MAX_GIB = 65536
+"""gp3 volume size limit, GiB (GP3_API_DOC VolumeSize, "gp3: 1 - 65,536 GiB"; it was 16,384 before EBS raised it)."""
 GP3_BASELINE_IOPS = 3000
 """What every gp3 volume gets, whatever its size, in the price of storage (GP3_DOC)."""
 GP3_MAX_IOPS = 80000
@@ -25,6 +27,8 @@ def gp3_problem(size_gib: int, iops: int | None, throughput: int | None) -> str 
     """What EC2 refuses in a gp3 volume of ``size_gib`` with ``iops`` and ``throughput`` (None: EC2's default, the
     baseline), or None. The same check serves the stack (before any resource) and the offline AWS rule."""
     eff_iops = GP3_BASELINE_IOPS if iops is None else iops
+    if not 1 <= size_gib <= GP3_MAX_GIB:
+        return f"gp3 volume size {size_gib} GiB is outside 1..{GP3_MAX_GIB}"
     if iops is not None and not GP3_BASELINE_IOPS <= iops <= GP3_MAX_IOPS:
         return f"gp3 IOPS {iops} is outside {GP3_BASELINE_IOPS}..{GP3_MAX_IOPS}"
     if throughput is not None and not GP3_BASELINE_THROUGHPUT <= throughput <= GP3_MAX_THROUGHPUT:

@@ -121,7 +121,7 @@ CASES: list[Case] = [
     plan_cfg("vpcCidr=10.0.0.0/8", "/16", "/28"),
     plan_cfg("vpcCidr=10.0.0.0/30", "/28"),
     plan_cfg("vpcCidr=banana", "CIDR"),
-    plan_cfg("gpuRootVolumeGiB=1000000", "16384"),
+    plan_cfg("gpuRootVolumeGiB=1000000", "65536"),
     plan_cfg("gpuRootVolumeGiB=-5", "100"),
     plan_cfg("gpuNodeCount=-1", ">= 0"),
     plan_cfg("gpuNodeCount=10000", "450"),

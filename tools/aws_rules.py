@@ -179,7 +179,7 @@ def _whole(v: Any) -> int | None:
 
 
 def _gp3_volumes(name: str, inputs: dict[str, Any], acct: Account) -> str | None:
-    from ..components.ebs_limits import gp3_problem
+    from ..components.ebs_limits import GP3_MAX_GIB, gp3_problem
 
     for m in inputs.get("blockDeviceMappings") or []:
         ebs = m.get("ebs") if isinstance(m, dict) else None
@@ -192,7 +192,8 @@ def _gp3_volumes(name: str, inputs: dict[str, Any], acct: Account) -> str | None
                 return f"{device}: throughput is for gp3 volumes only (volumeType {ebs.get('volumeType')!r})"
             continue
         size = _whole(ebs.get("volumeSize"))
-        problem = gp3_problem(size if size is not None else 1 << 20, iops, throughput)
+        # no size: the snapshot's (the AMI's), unknown here; the per-GiB ratio cannot be judged, the rest can
+        problem = gp3_problem(size if size is not None else GP3_MAX_GIB, iops, throughput)
         if problem:
             return f"{device}: {problem}"
     return None

@@ -227,6 +227,9 @@ def test_cluster_subnets_are_judged_by_zone_id_not_name(program, zone, mapping, 
     (159, 80000, 2000, "gp3", "500 IOPS per GiB"),
     (200, 80001, None, "gp3", "outside 3000..80000"),
     (200, None, 500, "gp2", "for gp3 volumes only"),
+    (65536, None, None, "gp3", None),  # EC2's gp3 size limit (VolumeSize "gp3: 1 - 65,536 GiB")
+    (65537, None, None, "gp3", "outside 1..65536"),
+    (None, 16000, 1000, "gp3", None),  # no size: the AMI snapshot's; the per-GiB ratio is not judged
 ], ids=lambda v: str(v))
 def test_gp3_limits_at_their_edges(program, size, iops, throughput, kind, refused):
     """EC2's gp3 limits (LaunchTemplateEbsBlockDeviceRequest; EBS user guide, General Purpose SSD volumes), each at
