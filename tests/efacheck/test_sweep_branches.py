@@ -100,6 +100,12 @@ def test_plan_adds_the_presets_fsdp_sizes_in_their_own_dtype():
                                                                                  (271362 * 4, "float32")]
 
 
+def test_plan_all_reduce_needs_only_whole_elements():
+    # all-reduce sends the whole array from every rank: 4 bytes is one float32 on any world
+    assert [e["bytes"] for e in sweep.plan(4, 8, 8, collectives=(AR,))] == [4, 8]
+    assert [e["bytes"] for e in sweep.plan(4, 8, 8, collectives=(AG,))] == []  # 8 ranks x 4 B > 8 B
+
+
 def test_plan_times_each_entry_once_and_refuses_unknown_names_and_worlds():
     once = sweep.plan(16, 64, 2, collectives=(AR, AR))  # a repeated name adds nothing
     assert [e["bytes"] for e in once] == [16, 32, 64]
@@ -119,6 +125,7 @@ class FakeDist:
     def __init__(self, monkeypatch, world: int, rank: int, broken: str | None = None, single: bool = True):
         self.world, self.rank, self.broken, self.clock = world, rank, broken, 0.0
         self.calls: list[tuple] = []
+        self.sent: list[tuple] = []
         monkeypatch.setattr(sweep.time, "perf_counter", lambda: self.clock)
         for name in ("get_world_size", "get_rank", "all_reduce", "barrier"):
             monkeypatch.setattr(dist, name, getattr(self, name))
@@ -147,12 +154,20 @@ class FakeDist:
     def barrier(self, group=None):
         self.calls.append(("barrier", group))
 
+    def wire(self, c, *tensors):
+        """What one call puts on the wire: (collective, dtype, bytes of the whole array); every buffer one dtype."""
+        assert len({t.dtype for t in tensors}) == 1, [t.dtype for t in tensors]
+        big = max(tensors, key=lambda t: t.numel())
+        self.sent.append((c, big.dtype, big.numel() * big.element_size()))
+
     def all_reduce(self, buf, group=None):
+        self.wire(AR, buf)
         self.calls.append((AR, group, buf.numel()))
         self.clock += 1
         buf.mul_(self.world if self.broken != AR else self.world - 1)  # every rank holds the same values
 
     def all_gather(self, out, inp, group=None):
+        self.wire(AG, out, inp)
         self.calls.append((AG, group, out.numel()))
         self.clock += 1
         chunks = [inp if r == self.rank else torch.full_like(inp, float(r % 64)) for r in range(self.world)]
@@ -161,6 +176,7 @@ class FakeDist:
         out.copy_(torch.cat(chunks))
 
     def reduce_scatter(self, out, inp, group=None):
+        self.wire(RS, out, inp)
         self.calls.append((RS, group, inp.numel()))
         self.clock += 1
         out.copy_(inp.view(self.world, -1)[self.rank] * (self.world if self.broken != RS else 1))
@@ -218,6 +234,21 @@ def test_run_sweep_all_reduce_is_checked_before_its_buffer_is_reset(monkeypatch)
     assert [float(s[0]) for s in seen] == [1.0, 1.0, 3.0] and all(bool((s == s[0]).all()) for s in seen)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_run_sweep_sends_each_entrys_bytes_in_its_dtype(monkeypatch, dtype):
+    fake = FakeDist(monkeypatch, 4, 3)
+    entries = [{**e, "dtype": dtype, "bytes": 4 * 4 * 6} for e in _entries()]
+    rows = sweep.run_sweep(entries, "cpu", iters=1)
+    assert all(r["ok"] for r in rows)
+    assert fake.sent == [(c, getattr(torch, dtype), 96) for c in sweep.COLLECTIVES for _ in range(2)]
+
+
+def test_run_sweep_times_5_iterations_by_default(monkeypatch):
+    fake = FakeDist(monkeypatch, 2, 0)
+    (row,) = sweep.run_sweep(_entries()[:1], "cpu")
+    assert row["time_s"] == 1.0 and len([c for c in fake.calls if c[0] == AR]) == 1 + 5
+
+
 def test_run_sweep_with_warmup_1_and_the_older_names_and_no_sync(monkeypatch):
     fake = FakeDist(monkeypatch, 2, 1, single=False)
     rows = sweep.run_sweep(_entries(), "cpu", iters=2)  # warmup 1: the checked call is the warm-up
@@ -266,6 +297,18 @@ def test_summarize_keys_orders_and_defaults():
     assert rs["busbw_gbps"] == pytest.approx(0.05 * 0.75)
     with pytest.raises(ValueError, match="'broadcast'"):
         sweep.summarize([[{"collective": "broadcast", "bytes": 1, "time_s": 1.0}]], 2)
+    with pytest.raises(ValueError, match="'broadcast'"):  # sorted after the known ones, then refused by name
+        sweep.summarize([[{"collective": "broadcast", "bytes": 1, "time_s": 1.0},
+                          {"collective": RS, "bytes": 1, "time_s": 1.0}]], 2)
+
+
+def test_summarize_units_exactly():
+    (row,) = sweep.summarize([[{"collective": AR, "bytes": 10**9, "time_s": 0.5}],
+                              [{"collective": AR, "bytes": 10**9, "time_s": 0.25}]], 2)
+    assert row["time_us"] == 375000.0 and row["time_us_max"] == 500000.0  # microseconds
+    assert row["algbw_gbps"] == 10**9 / 0.375 / 1e9 and row["busbw_gbps"] == row["algbw_gbps"]  # GB/s (1e9 B/s)
+    (row,) = sweep.summarize([[{"collective": AG, "bytes": 10**9, "time_s": 0.5}]], 2)
+    assert row["algbw_gbps"] == 2.0 and row["busbw_gbps"] == 1.0
 
 
 def _row(c, b, busbw, source="pow2"):
@@ -295,6 +338,15 @@ def test_compare_at_exactly_64_mib_and_above_takes_the_median():
     sock = [_row(AG, sweep.LARGE_BYTES // 2, 1.0), _row(AG, sweep.LARGE_BYTES, 1.0), _row(AG, 2 * sweep.LARGE_BYTES, 1.0)]
     cmp = sweep.compare(efa, sock)
     assert cmp["large"][AG] == {"bytes": sweep.LARGE_BYTES, "ratio": 6.5, "sizes": 2}
+
+
+def test_compare_rows_without_a_source_are_power_of_two_rows():
+    efa = [{"collective": AR, "bytes": 1 << 20, "busbw_gbps": 6.0}, _row(AG, 1 << 20, 4.0)]
+    sock = [_row(AR, 1 << 20, 2.0), {"collective": AG, "bytes": 1 << 20, "busbw_gbps": 1.0}]
+    cmp = sweep.compare(efa, sock)
+    assert [(r["collective"], r["source"], r["ratio"]) for r in cmp["rows"]] == [(AR, "pow2", 3.0), (AG, "pow2", 4.0)]
+    assert cmp["large"] == {AR: {"bytes": 1 << 20, "ratio": 3.0, "sizes": 1},
+                            AG: {"bytes": 1 << 20, "ratio": 4.0, "sizes": 1}}
 
 
 def test_compare_skips_what_only_one_sweep_ran_fsdp_sizes_and_zero_bandwidth():
