@@ -65,6 +65,12 @@ MODULES: dict[str, list[str]] = {
         "tests/training/test_fabric.py", "tests/training/test_fabric_branches.py",
         "tests/efacheck/test_verdict_properties.py",
     ],
+    "efacheck/sweep.py": ["tests/efacheck/test_sweep_branches.py"],
+    "efacheck/storage_proof.py": [
+        "tests/efacheck/test_storage_proof_branches.py", "tests/efacheck/test_storage_hints.py",
+        "tests/efacheck/test_storage_proof.py",
+    ],
+    "efacheck/stack_probe.py": ["tests/efacheck/test_stack_probe.py", "tests/efacheck/test_stack_probe_branches.py"],
     "components/values.py": ["tests/components/test_values.py", "tests/components/test_values_branches.py"],
     "components/config_fields.py": ["tests/components/test_config_fields.py", "tests/components/test_config.py"],
     "components/config.py": [
