@@ -1,19 +1,39 @@
 """Per-node fabric proof: a GPU node proves its own EFA path before Ray may schedule on it (issue 35).
 
 A GPU node joins with the startup taint ``startup-taint.cluster-autoscaler.kubernetes.io/efa-unproven`` (NoSchedule),
-so no Ray worker lands on it. This check runs in the node agent's pod on that node (it tolerates the taint) and
-decides, from the node itself:
+so no Ray worker lands on it. This check runs as the ``fabric-proof`` container of the node agent's pod on that node
+(the pod tolerates the taint) and decides, from what a pod *without* the EFA device may see:
 
 - ``devices``: as many EFA devices under ``/sys/class/infiniband`` as the catalogue gives the instance type;
 - ``counters``: every device's port counters readable (what the gate's and each run's witness read);
 - ``module``: the efa kernel module loaded (``/sys/module/efa``, not namespaced);
 - ``plugin``: the EFA device plugin advertising that many ``vpc.amazonaws.com/efa`` (the node's allocatable);
-- ``provider``: libfabric listing the efa provider (``fi_info -p efa``, the DLC image's libfabric).
+- ``provider``: the image's libfabric has the efa provider (``fi_info -l``).
+
+Why not ``fi_info -p efa`` here: libibverbs keeps a device only if its ``/dev/infiniband/uverbsN`` exists
+(rdma-core libibverbs/init.c ``try_access_device``, on both the netlink and the sysfs enumeration paths), the EFA
+device plugin mounts that node only into containers that request ``vpc.amazonaws.com/efa``, and libfabric's efa
+provider reports no device and so no fi_info entry when ``ibv_get_device_list`` finds none (prov/efa/src/
+efa_device.c ``efa_device_list_initialize``: ``-FI_ENODEV``). Holding the device would take the node's only EFA
+interface (g6.12xlarge has one) from the Ray worker for the agent pod's whole life. ``fi_info -l`` lists every
+provider libfabric registered (src/fabric.c ``ofi_getprovinfo``), and the efa provider registers itself even
+without a device (efa_prov.c returns ``&efa_prov`` when the device list fails), so it proves the library, not the
+device. The device-level ``fi_info -p efa`` runs in each Ray worker pod's ``efa-provider-check`` init container,
+which holds the worker's EFA device (components/raycluster.py): a node whose provider fails never starts Ray.
 
 All pass: it removes the startup taint from its own node only, with a JSON patch whose ``test`` operation makes the
 API server refuse the removal unless that exact taint is still at that index (no other taint is ever touched, and
 a concurrent change to the taint list fails the patch instead of removing the wrong entry). Anything fails: the
 taint stays, the node gets the condition ``EfaFabricProven=False`` naming what failed, and an Event on the Node.
+
+It runs as a loop (:func:`run_loop`), not once: EKS does not put a removed managed-node-group taint back ("If
+taints that were created using a managed node group are removed manually from a node, then Amazon EKS doesn't add
+the taints back", Node taints on managed node groups), but ``UpdateNodegroupConfig`` applies a changed taint list
+"to the nodes in the node group after the update", so the taint can reappear on a running node; the loop proves
+the node again and removes it again. A node whose proof starts failing after it was proven gets the condition and
+an Event but is not tainted again (docs/gpus.md, "Per-node proof": NoSchedule moves no running worker, and Ray
+places tasks inside the worker pod already there, so a taint would not stop the use that matters; each run's
+``--require-efa`` judges the fabric a job really used).
 Stdlib only: shipped in the node agent's ConfigMap like the exporter, run by the DLC image (no new image).
 """
 
@@ -26,6 +46,7 @@ import os
 import ssl
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -49,46 +70,62 @@ class Finding:
     detail: str
 
 
-def fi_info_efa(run: Callable[..., Any] = subprocess.run) -> tuple[bool, str]:
-    """(listed, what fi_info said): ``fi_info -p efa`` exits 0 and names the provider when libfabric has it."""
+def libfabric_lists_efa(run: Callable[..., Any] = subprocess.run) -> tuple[bool, str]:
+    """(listed, what fi_info said): ``fi_info -l`` names ``efa:`` when the image's libfabric has the provider.
+
+    Needs no device (module docstring): the provider registers without one, and ``-l`` asks for the registered
+    providers only (``FI_PROV_ATTR_ONLY``)."""
     try:
-        r = run(["fi_info", "-p", "efa"], capture_output=True, text=True, timeout=30)
+        r = run(["fi_info", "-l"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired) as e:
         return False, f"fi_info could not run: {e}"
-    out = (r.stdout or "") + (r.stderr or "")
-    listed = r.returncode == 0 and "provider: efa" in out
-    return listed, out.strip().splitlines()[0] if out.strip() else f"exit {r.returncode}, no output"
+    lines = [ln.strip() for ln in (r.stdout or "").splitlines()]
+    if r.returncode == 0 and "efa:" in lines:
+        after = lines[lines.index("efa:") + 1:lines.index("efa:") + 2]
+        version = after[0].removeprefix("version:").strip() if after and after[0].startswith("version:") else "?"
+        return True, f"the image's libfabric has the efa provider (version {version}); the device itself is " \
+                     "checked by each Ray worker's efa-provider-check init container"
+    names = [ln[:-1] for ln in lines if ln.endswith(":")]
+    said = f"providers {', '.join(names)}" if names else ((r.stderr or "").strip() or f"exit {r.returncode}")
+    return False, f"fi_info -l does not list efa ({said})"
 
 
-def decide(sysfs: str, expected_devices: int, allocatable: dict[str, str], provider: tuple[bool, str]) -> list[Finding]:
-    """The five checks (module docstring) on a sysfs root (``<root>/class/infiniband``, ``<root>/module``)."""
+def decide(sysfs: str, expected_devices: int, allocatable: dict[str, str], provider: tuple[bool, str],
+           module_root: str | None = None) -> list[Finding]:
+    """The five checks (module docstring) on a sysfs root (``<root>/class/infiniband``) and ``module_root``
+    (default ``<root>/module``; in the agent the container's own ``/sys/module``, which is not namespaced)."""
     ports = read_ports(os.path.join(sysfs, "class", "infiniband"))
     found = len(ports)
+    said = f"the catalogue says {expected_devices}" if expected_devices >= 0 else \
+        "the catalogue has no count for this node's instance type"
     out = [Finding("devices", found == expected_devices,
-                   f"{found} EFA device(s) ({', '.join(sorted(ports)) or 'none'}); the catalogue says "
-                   f"{expected_devices}")]
+                   f"{found} EFA device(s) ({', '.join(sorted(ports)) or 'none'}); {said}")]
     errors = [f"{dev}: {path}: {why}" for dev, e in ports.items() for path, why in e["errors"].items()]
     unread = [dev for dev, e in ports.items() if not any({"tx_bytes", "rx_bytes"} <= set(v) for v in e["ports"].values())]
     out.append(Finding("counters", bool(ports) and not errors and not unread,
                        "; ".join(errors + [f"{d}: no tx_bytes/rx_bytes" for d in unread]) or
                        ("no device to read" if not ports else "every port's hw_counters readable")))
-    module = os.path.isdir(os.path.join(sysfs, "module", "efa"))
+    module = os.path.isdir(os.path.join(module_root or os.path.join(sysfs, "module"), "efa"))
     out.append(Finding("module", module, "efa kernel module loaded" if module else "no /sys/module/efa: the efa "
                        "kernel module is not loaded"))
     advertised = allocatable.get(EFA_RESOURCE)
     out.append(Finding("plugin", advertised == str(expected_devices),
                        f"the node's allocatable {EFA_RESOURCE} is {advertised!r}; expected {expected_devices!r} "
                        "(the EFA device plugin advertises one per device)"))
-    out.append(Finding("provider", provider[0], f"fi_info -p efa: {provider[1]}"))
+    out.append(Finding("provider", provider[0], provider[1]))
     return out
 
 
 class Api:
     """The few Kubernetes API calls the check makes, with the pod's projected token (stdlib HTTP)."""
 
-    def __init__(self, base: str, token: str | None = None, ca_file: str | None = None, timeout: float = 10.0):
+    def __init__(self, base: str, token: str | None = None, ca_file: str | None = None, timeout: float = 10.0,
+                 token_file: str | None = None):
         self.base = base.rstrip("/")
         self.token = token
+        self.token_file = token_file
+        """Read again on every call: the kubelet rotates a projected token (an hour by default) under a loop that
+        runs for the node's life."""
         self.ctx = ssl.create_default_context(cafile=ca_file) if base.startswith("https") else None
         self.timeout = timeout
 
@@ -98,8 +135,12 @@ class Api:
         req.add_header("Accept", "application/json")
         if data is not None:
             req.add_header("Content-Type", content_type)
-        if self.token:
-            req.add_header("Authorization", f"Bearer {self.token}")
+        token = self.token
+        if self.token_file:
+            with open(self.token_file, encoding="ascii") as f:
+                token = f.read().strip()
+        if token:
+            req.add_header("Authorization", f"Bearer {token}")
         with urllib.request.urlopen(req, timeout=self.timeout, context=self.ctx) as r:
             raw = r.read()
         return json.loads(raw) if raw else None
@@ -107,9 +148,8 @@ class Api:
     @classmethod
     def in_cluster(cls) -> "Api":
         host, port = os.environ["KUBERNETES_SERVICE_HOST"], os.environ.get("KUBERNETES_SERVICE_PORT", "443")
-        with open(os.path.join(TOKEN_DIR, "token"), encoding="ascii") as f:
-            token = f.read().strip()
-        return cls(f"https://{host}:{port}", token, os.path.join(TOKEN_DIR, "ca.crt"))
+        return cls(f"https://{host}:{port}", None, os.path.join(TOKEN_DIR, "ca.crt"),
+                   token_file=os.path.join(TOKEN_DIR, "token"))
 
 
 def _now() -> str:
@@ -129,17 +169,32 @@ def remove_startup_taint(api: Api, node: dict[str, Any], key: str = TAINT_KEY) -
     return True
 
 
-def report(api: Api, name: str, uid: str | None, findings: list[Finding]) -> None:
-    """The Node condition (strategic merge by condition type) and, on failure, a Warning Event on the Node."""
+def _message(findings: list[Finding]) -> tuple[str, str, str]:
+    """(condition status, reason, message) of a set of findings."""
     failed = [f for f in findings if not f.ok]
-    reason = "FabricProven" if not failed else "FabricCheckFailed"
-    message = ("; ".join(f"{f.check}: {f.detail}" for f in failed) if failed
-               else "EFA devices, counters, module, device plugin and libfabric provider checked")[:1024]
+    if not failed:
+        return "True", "FabricProven", "EFA devices, counters, module, device plugin and libfabric's efa provider checked"
+    return "False", "FabricCheckFailed", "; ".join(f"{f.check}: {f.detail}" for f in failed)[:1024]
+
+
+def current_condition(node: dict[str, Any]) -> dict[str, Any] | None:
+    """The node's ``EfaFabricProven`` condition, if it has one."""
+    return next((c for c in (node.get("status") or {}).get("conditions") or [] if c.get("type") == CONDITION), None)
+
+
+def report(api: Api, name: str, uid: str | None, findings: list[Finding],
+           previous: dict[str, Any] | None = None) -> bool:
+    """Write the Node condition (strategic merge by condition type) when it changed from ``previous``, and a Warning
+    Event on the Node when a check fails and the condition was not already this failure; True when it wrote."""
+    status, reason, message = _message(findings)
+    if previous and (previous.get("status"), previous.get("reason"), previous.get("message")) == (status, reason,
+                                                                                                    message):
+        return False  # nothing new: no write every interval
     now = _now()
     api.call("PATCH", f"/api/v1/nodes/{name}/status", {"status": {"conditions": [{
-        "type": CONDITION, "status": "False" if failed else "True", "reason": reason, "message": message,
+        "type": CONDITION, "status": status, "reason": reason, "message": message,
         "lastHeartbeatTime": now, "lastTransitionTime": now}]}}, "application/strategic-merge-patch+json")
-    if failed:
+    if status == "False":
         api.call("POST", "/api/v1/namespaces/default/events", {
             "apiVersion": "v1", "kind": "Event",
             "metadata": {"generateName": f"{name}.efa-unproven."},
@@ -147,43 +202,112 @@ def report(api: Api, name: str, uid: str | None, findings: list[Finding]) -> Non
             "reason": reason, "message": message, "type": "Warning",
             "source": {"component": "ray-efa-eks-node-check", "host": name},
             "firstTimestamp": now, "lastTimestamp": now, "count": 1})
+    return True
 
 
-def run_check(api: Api, node_name: str, sysfs: str, expected_devices: int,
-              provider: Callable[[], tuple[bool, str]] = fi_info_efa, log: Callable[[str], None] = print) -> int:
-    """Check this node, then remove its startup taint or record why not; an exit code (module constants)."""
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+
+
+def parse_expected(text: str) -> dict[str, int]:
+    """``g6.12xlarge=1,p5.48xlarge=32`` -> {type: EFA devices} (the node agent passes the stack's types)."""
+    out: dict[str, int] = {}
+    for part in text.split(","):
+        name, sep, count = part.strip().partition("=")
+        if not sep or not name or not count.isdigit():
+            raise ValueError(f"--expect-devices {text!r}: expected TYPE=COUNT[,TYPE=COUNT...], e.g. g6.12xlarge=1")
+        out[name] = int(count)
+    return out
+
+
+def expected_for(node: dict[str, Any], expected: int | dict[str, int]) -> int:
+    """The catalogue's EFA device count for this node's type; -1 (fails ``devices``) for a type it does not know."""
+    if isinstance(expected, int):
+        return expected
+    itype = ((node.get("metadata") or {}).get("labels") or {}).get(INSTANCE_TYPE_LABEL, "")
+    return expected.get(itype, -1)
+
+
+def run_check(api: Api, node_name: str, sysfs: str, expected_devices: int | dict[str, int],
+              provider: Callable[[], tuple[bool, str]] = libfabric_lists_efa, log: Callable[[str], None] = print,
+              module_root: str | None = None) -> int:
+    """Check this node once, then remove its startup taint or record why not; an exit code (module constants)."""
     try:
         node = api.call("GET", f"/api/v1/nodes/{node_name}")
     except (urllib.error.URLError, OSError, ValueError) as e:
         log(f"[node-check] cannot read node {node_name}: {e}")
         return EXIT_API
-    findings = decide(sysfs, expected_devices, (node.get("status") or {}).get("allocatable") or {}, provider())
-    for f in findings:
-        log(f"[node-check] {'ok  ' if f.ok else 'FAIL'} {f.check}: {f.detail}")
+    findings = decide(sysfs, expected_for(node, expected_devices), (node.get("status") or {}).get("allocatable") or {},
+                      provider(), module_root)
+    previous = current_condition(node)
+    tainted = any(t.get("key") == TAINT_KEY for t in (node.get("spec") or {}).get("taints") or [])
+    proven = all(f.ok for f in findings)
+    if not (previous and previous.get("status") == ("True" if proven else "False") and proven and not tainted):
+        for f in findings:  # quiet while a proven node stays proven
+            log(f"[node-check] {'ok  ' if f.ok else 'FAIL'} {f.check}: {f.detail}")
     try:
-        report(api, node_name, node["metadata"].get("uid"), findings)
-        if all(f.ok for f in findings):
-            removed = remove_startup_taint(api, node)
-            log(f"[node-check] node {node_name} proven; " + (f"removed taint {TAINT_KEY}" if removed
-                                                              else f"no {TAINT_KEY} taint to remove"))
+        report(api, node_name, node["metadata"].get("uid"), findings, previous)
+        if proven:
+            if remove_startup_taint(api, node):
+                log(f"[node-check] node {node_name} proven; removed taint {TAINT_KEY}")
             return EXIT_PROVEN
     except (urllib.error.URLError, OSError, ValueError) as e:
         log(f"[node-check] the API server refused or failed a call for node {node_name}: {e}")
         return EXIT_API
-    log(f"[node-check] node {node_name} NOT proven: it keeps {TAINT_KEY}; see its {CONDITION} condition")
+    if tainted:
+        log(f"[node-check] node {node_name} NOT proven: it keeps {TAINT_KEY}; see its {CONDITION} condition")
+    else:
+        log(f"[node-check] node {node_name} was proven and now fails: {CONDITION}=False and an Event; not tainted "
+            "again (a running Ray worker would not move; each run's --require-efa judges the fabric it used)")
     return EXIT_UNPROVEN
+
+
+INTERVAL_S = 60
+"""Seconds between proofs: the taint goes within about a minute of the node agent starting (the first proof runs at
+once), and a taint put back by a node group update goes within a minute of it."""
+
+
+def run_loop(api: Api, node_name: str, sysfs: str, expected_devices: int | dict[str, int], interval_s: float = INTERVAL_S,
+             provider: Callable[[], tuple[bool, str]] = libfabric_lists_efa, log: Callable[[str], None] = print,
+             module_root: str | None = None, sleep: Callable[[float], None] = time.sleep,
+             rounds: int | None = None) -> int:
+    """:func:`run_check` every ``interval_s`` seconds, for ever (``rounds``: that many, for tests); an API error
+    is retried at the next round (the container never crash-loops on a passing API fault)."""
+    code, n = EXIT_API, 0
+    while rounds is None or n < rounds:
+        if n:
+            sleep(interval_s)
+        code = run_check(api, node_name, sysfs, expected_devices, provider, log, module_root)
+        n += 1
+    return code
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m efacheck.node_check",
-                                description="Prove this node's EFA path, then remove its startup taint.")
+                                description="Prove this node's EFA path, then remove its startup taint; by default "
+                                            "again every --interval seconds.")
     p.add_argument("--node", default=os.environ.get("NODE_NAME"), help="this node's name (default $NODE_NAME)")
-    p.add_argument("--sysfs", default="/sys", help="sysfs root holding class/infiniband and module (default /sys)")
-    p.add_argument("--expect-devices", type=int, required=True, help="EFA devices the catalogue gives the type")
+    p.add_argument("--sysfs", default="/sys", help="sysfs root holding class/infiniband (default /sys)")
+    p.add_argument("--module-root", default=None, help="where the efa module's directory is (default <sysfs>/module)")
+    p.add_argument("--expect-devices", required=True,
+                   help="EFA devices the catalogue gives the type: COUNT, or TYPE=COUNT[,TYPE=COUNT...] read against "
+                        f"the node's {INSTANCE_TYPE_LABEL} label")
+    p.add_argument("--interval", type=float, default=INTERVAL_S, help=f"seconds between proofs (default {INTERVAL_S})")
+    p.add_argument("--once", action="store_true", help="prove once and exit (0 proven, 1 not, 2 API error)")
     a = p.parse_args(argv)
     if not a.node:
         p.error("--node or $NODE_NAME is required")
-    return run_check(Api.in_cluster(), a.node, a.sysfs, a.expect_devices)
+    if a.interval <= 0:
+        p.error(f"--interval must be > 0, got {a.interval}")
+    try:
+        expected: int | dict[str, int] = int(a.expect_devices) if a.expect_devices.isdigit() else \
+            parse_expected(a.expect_devices)
+    except ValueError as e:
+        p.error(str(e))
+    api = Api.in_cluster()
+    if a.once:
+        return run_check(api, a.node, a.sysfs, expected, module_root=a.module_root)
+    return run_loop(api, a.node, a.sysfs, expected, a.interval, module_root=a.module_root,
+                    log=lambda m: print(m, flush=True))
 
 
 if __name__ == "__main__":
