@@ -35,7 +35,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from .instances import CATALOGUE
-from .node_groups import GPU_ROLE, GPU_TOLERATION, ROLE_LABEL
+from .node_groups import GPU_ROLE, GPU_TOLERATION, ROLE_LABEL, startup_toleration
 
 NVIDIA_REPO = "https://nvidia.github.io/k8s-device-plugin"
 EKS_CHARTS_REPO = "https://aws.github.io/eks-charts"
@@ -57,6 +57,9 @@ class DevicePluginsArgs:
     None: every EFA GPU type in the catalogue."""
     extra_values: dict[str, Any] = field(default_factory=dict)
     """``{"nvidia": {...}, "efa": {...}}`` merged over ours the way Helm merges (maps recursively, lists replace)."""
+    startup_taints: list[str] = field(default_factory=list)
+    """Startup taint keys the GPU nodes join with: both plugins tolerate them, since the node's fabric proof reads
+    the EFA plugin's allocatable (a plugin waiting for the proof would hold the node unproven for ever)."""
 
 
 EFA_MIN_CHART = {"p6-b200.48xlarge": ((0, 5, 10), "EFA device plugin images before v0.5.6 (charts before v0.5.10) "
@@ -112,23 +115,25 @@ def merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _on_gpu_nodes() -> dict[str, Any]:
-    return {"nodeSelector": {ROLE_LABEL: GPU_ROLE}, "tolerations": [dict(GPU_TOLERATION)]}
+def _on_gpu_nodes(startup_taints: list[str] | None = None) -> dict[str, Any]:
+    return {"nodeSelector": {ROLE_LABEL: GPU_ROLE},
+            "tolerations": [dict(GPU_TOLERATION), *(startup_toleration(k) for k in startup_taints or [])]}
 
 
-def nvidia_values() -> dict[str, Any]:
+def nvidia_values(startup_taints: list[str] | None = None) -> dict[str, Any]:
     """Overrides for nvidia-device-plugin: our GPU label replaces the chart's NFD/forced-label affinity terms."""
     term = {"matchExpressions": [{"key": ROLE_LABEL, "operator": "In", "values": [GPU_ROLE]}]}
-    return {**_on_gpu_nodes(),
+    return {**_on_gpu_nodes(startup_taints),
             "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
                 "nodeSelectorTerms": [term]}}},
             "mofedEnabled": False}
 
 
-def efa_values(instance_types: list[str] | None = None) -> dict[str, Any]:
-    """Overrides for aws-efa-k8s-device-plugin: the allow-list is exactly our GPU types; tolerate the GPU taint."""
+def efa_values(instance_types: list[str] | None = None, startup_taints: list[str] | None = None) -> dict[str, Any]:
+    """Overrides for aws-efa-k8s-device-plugin: the allow-list is exactly our GPU types; tolerate the GPU taint and
+    the startup taints."""
     types = _efa_types(instance_types)
-    return {**_on_gpu_nodes(),
+    return {**_on_gpu_nodes(startup_taints),
             "supportedInstanceLabels": {"keys": [INSTANCE_TYPE_LABEL], "values": sorted(set(types))}}
 
 
@@ -147,7 +152,7 @@ class DevicePlugins(pulumi.ComponentResource):
             version=args.nvidia_chart_version,
             repository_opts={"repo": NVIDIA_REPO},
             namespace=args.namespace,
-            values=merge(nvidia_values(), args.extra_values.get("nvidia", {})),
+            values=merge(nvidia_values(args.startup_taints), args.extra_values.get("nvidia", {})),
             opts=child,
         )]
         if args.efa:
@@ -157,7 +162,7 @@ class DevicePlugins(pulumi.ComponentResource):
                 version=args.efa_chart_version,
                 repository_opts={"repo": EKS_CHARTS_REPO},
                 namespace=args.namespace,
-                values=merge(efa_values(args.instance_types), args.extra_values.get("efa", {})),
+                values=merge(efa_values(args.instance_types, args.startup_taints), args.extra_values.get("efa", {})),
                 opts=child,
             ))
         self.register_outputs({})

@@ -1,8 +1,14 @@
 """NodeAgent: the one pod per EFA node that reads the host's fabric, and the only hostPath user of the stack.
 
-One DaemonSet, built once (issue 36, exporter first; issue 35's per-node fabric proof joins it as a second
-container with its own projected token). Today it runs the EFA exporter (efacheck/efa_exporter.py): every EFA port
-``hw_counters`` file in the Prometheus text format. Ray pods read their own node's counters through a node-local
+One DaemonSet, built once, with two containers:
+
+- ``efa-exporter`` (issue 36, efacheck/efa_exporter.py): every EFA port ``hw_counters`` file in the Prometheus
+  text format. No API token.
+- ``fabric-proof`` (issue 35, efacheck/node_check.py): proves the node's EFA path and removes the node's startup
+  taint :data:`FABRIC_STARTUP_TAINT`, again every minute (a node group update can put the taint back). It alone
+  mounts a projected service account token (the pod mounts none); what that token may do is :func:`rbac_rules`
+  narrowed by the ValidatingAdmissionPolicy :func:`own_node_policy` to this one node, this one taint and this one
+  condition (docs/security.md, "The node agent's token"). Ray pods read their own node's counters through a node-local
 Service (``internalTrafficPolicy: Local``: a client pod's traffic to the ClusterIP goes only to an endpoint on its
 own node, and is dropped when that node has none) instead of mounting the host's ``/sys``, so the Ray namespace can
 enforce the Pod Security ``baseline`` level.
@@ -48,8 +54,18 @@ HOST_SYSFS_PATHS = ("/sys/class/infiniband", "/sys/devices")
 """Exactly what the kernel layout needs: the class entries and the device tree they point into."""
 MODULE_VERSION_FILE = "/sys/module/efa/version"
 CODE_MOUNT = "/opt/ray-efa-eks"
-SHIPPED = ("__init__.py", "cli.py", "efa_counters.py", "efa_exporter.py")
-"""The efacheck modules the exporter needs (stdlib only)."""
+SHIPPED = ("__init__.py", "cli.py", "efa_counters.py", "efa_exporter.py", "node_check.py")
+"""The efacheck modules the exporter and the fabric proof need (stdlib only)."""
+PROOF_CONTAINER = "fabric-proof"
+FABRIC_CONDITION = "EfaFabricProven"
+"""efacheck/node_check.py ``CONDITION`` (a test keeps them equal)."""
+TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+"""Where the proof container's projected token is mounted (efacheck/node_check.py ``TOKEN_DIR``)."""
+TOKEN_EXPIRATION_S = 3600
+"""The projected token's lifetime; the kubelet rotates it, and node_check reads the file on every call."""
+EVENTS_NAMESPACE = "default"
+"""Where node_check writes its Node Events (a Node is cluster-scoped; ``kubectl describe node`` finds them there)."""
+POLICY_NAME = "ray-efa-eks-fabric-proof-own-node"
 STARTUP_TAINT_PREFIX = "startup-taint.cluster-autoscaler.kubernetes.io/"
 """Cluster Autoscaler's startup-taint convention (a taint it ignores in scale-up simulation)."""
 FABRIC_STARTUP_TAINT = STARTUP_TAINT_PREFIX + "efa-unproven"
@@ -87,8 +103,14 @@ class NodeAgentArgs:
     """Admit traffic to the exporter only from ``allowed_namespaces`` (VPC CNI NetworkPolicy enforcement on)."""
     allowed_namespaces: list[str] = field(default_factory=list)
     """Namespaces whose pods may read the exporter (the Ray namespace; a monitoring namespace adds itself)."""
+    efa_devices: dict[str, int] = field(default_factory=dict)
+    """Instance type -> EFA devices the catalogue gives it (``InstanceType.max_efa_interfaces``); with it the pod
+    runs the ``fabric-proof`` container, which removes :data:`FABRIC_STARTUP_TAINT` (empty: exporter only)."""
+    proof_resources: dict[str, dict[str, str]] = field(default_factory=lambda: pod_resources("100m", "160Mi"))
+    """Requests == limits: a stdlib loop plus one ``fi_info -l`` a minute (libfabric loads its providers)."""
+    proof_interval_s: int = 60
     extra_containers: list[dict[str, Any]] = field(default_factory=list)
-    """More containers in the agent pod (issue 35's per-node proof, with its own projected token volume)."""
+    """More containers in the agent pod."""
     extra_volumes: list[dict[str, Any]] = field(default_factory=list)
     depends_on: list[pulumi.Resource] = field(default_factory=list)
     """What the DaemonSet waits for: the GPU node group, so Pulumi's rollout await counts the nodes' pods (a
@@ -168,12 +190,122 @@ def pod_spec(args: NodeAgentArgs, configmap_name: str, files: dict[str, str]) ->
                             "seccompProfile": {"type": "RuntimeDefault"}},
         "affinity": node_affinity(args.instance_types),
         "tolerations": [dict(GPU_TOLERATION)] + [{"key": k, "operator": "Exists"} for k in args.startup_taints],
-        "containers": [exporter_container(args.image, args.resources), *args.extra_containers],
+        "containers": [exporter_container(args.image, args.resources),
+                       *([proof_container(args)] if args.efa_devices else []), *args.extra_containers],
         "volumes": [
             {"name": "code-efacheck", "configMap": {"name": configmap_name, "items": [
                 {"key": _config_key(p), "path": p.split("/", 1)[1]} for p in sorted(files)]}},
             {"name": "tmp", "emptyDir": {"sizeLimit": "16Mi"}},
-            *vols, *args.extra_volumes,
+            *vols, *([token_volume()] if args.efa_devices else []), *args.extra_volumes,
+        ],
+    }
+
+
+def token_volume() -> dict[str, Any]:
+    """The pod's service account token, projected (bound to the pod, rotated by the kubelet) with the API server's
+    CA: mounted only into the proof container."""
+    return {"name": "fabric-proof-token", "projected": {"sources": [
+        {"serviceAccountToken": {"path": "token", "expirationSeconds": TOKEN_EXPIRATION_S}},
+        {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}}]}}
+
+
+def proof_container(args: NodeAgentArgs) -> dict[str, Any]:
+    """efacheck/node_check.py as a loop, reading the same host trees as the exporter plus its own /sys/module."""
+    check_guaranteed(args.proof_resources, "node agent fabric-proof container")
+    _, mounts = host_sysfs_volumes()
+    expect = ",".join(f"{t}={n}" for t, n in sorted(args.efa_devices.items()))
+    return {
+        "name": PROOF_CONTAINER,
+        "image": args.image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["python", "-m", "efacheck.node_check", "--sysfs", HOST_SYSFS, "--module-root", "/sys/module",
+                    "--expect-devices", expect, "--interval", str(args.proof_interval_s)],
+        "workingDir": CODE_MOUNT,
+        "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+                {"name": "PYTHONPATH", "value": CODE_MOUNT},
+                {"name": "PYTHONDONTWRITEBYTECODE", "value": "1"},
+                {"name": "PYTHONUNBUFFERED", "value": "1"}],
+        "resources": args.proof_resources,
+        "securityContext": container_security(),
+        "volumeMounts": [{"name": "code-efacheck", "mountPath": f"{CODE_MOUNT}/efacheck", "readOnly": True},
+                         {"name": "tmp", "mountPath": "/tmp"}, *mounts,
+                         {"name": "fabric-proof-token", "mountPath": TOKEN_DIR, "readOnly": True}],
+    }
+
+
+def rbac_rules() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(ClusterRole rules, Role rules in :data:`EVENTS_NAMESPACE`): what the proof's token may do by RBAC alone.
+
+    Nodes are cluster-scoped and their names are not known in advance, so RBAC cannot say "my node"
+    (``resourceNames`` is a fixed list): get and patch on every node and its status, create Events in one
+    namespace. The ValidatingAdmissionPolicy (:func:`own_node_policy`) cuts that down to the own node."""
+    return ([{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]},
+             {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]}],
+            [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}])
+
+
+def service_account_user(namespace: str = NAMESPACE) -> str:
+    return f"system:serviceaccount:{namespace}:{NAME}"
+
+
+NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
+"""The bound token's node (KEP-4193 ``ServiceAccountTokenPodNodeInfo``: beta and on by default in Kubernetes 1.30,
+GA in 1.32): the API server puts the pod's ``spec.nodeName`` into the token it issues for the pod, and the
+authenticator hands it to admission as ``request.userInfo.extra``."""
+
+
+def own_node_policy(namespace: str = NAMESPACE, taint: str = FABRIC_STARTUP_TAINT,
+                    condition: str = FABRIC_CONDITION) -> dict[str, Any]:
+    """ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1, GA in Kubernetes 1.30): the node agent's
+    token may change only the node its pod runs on, there only remove ``taint`` (nothing else of the Node) and only
+    write the ``condition`` (nothing else of its status), and create Events only about that node."""
+    def taints(o: str) -> str:
+        return f"(has({o}.spec.taints) ? {o}.spec.taints : [])"
+
+    def conds(o: str) -> str:
+        return f"(has({o}.status.conditions) ? {o}.status.conditions : [])"
+
+    def meta(o: str, k: str) -> str:
+        return f"(has({o}.metadata.{k}) ? {o}.metadata.{k} : {{}})"
+
+    def status(o: str, k: str) -> str:
+        return f"(has({o}.status.{k}) ? {o}.status.{k} : {{}})"
+
+    same_meta = " && ".join(f"{meta('object', k)} == {meta('oldObject', k)}" for k in ("labels", "annotations"))
+    node = "request.resource.resource == 'nodes'"
+    return {
+        "failurePolicy": "Fail",
+        "matchConstraints": {"resourceRules": [
+            {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"],
+             "resources": ["nodes", "nodes/status"]},
+            {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["events"]}]},
+        "matchConditions": [{"name": "the-node-agent", "expression":
+                             f"request.userInfo.username == '{service_account_user(namespace)}'"}],
+        "variables": [{"name": "own", "expression":
+                       f"'{NODE_NAME_EXTRA}' in request.userInfo.extra && "
+                       f"size(request.userInfo.extra['{NODE_NAME_EXTRA}']) == 1 ? "
+                       f"request.userInfo.extra['{NODE_NAME_EXTRA}'][0] : ''"}],
+        "validations": [
+            {"expression": "variables.own != ''", "reason": "Forbidden",
+             "message": f"the token names no node ({NODE_NAME_EXTRA}: Kubernetes >= 1.30 puts it in a pod's token)"},
+            {"expression": f"!({node}) || object.metadata.name == variables.own", "reason": "Forbidden",
+             "message": "the node agent may change only the node its pod runs on"},
+            {"expression": f"!({node} && request.subResource == '') || "
+                           f"({taints('oldObject')}.exists(t, t.key == '{taint}') && "
+                           f"{taints('object')} == {taints('oldObject')}.filter(t, t.key != '{taint}') && "
+                           f"{same_meta} && "
+                           "(has(object.spec.unschedulable) && object.spec.unschedulable) == "
+                           "(has(oldObject.spec.unschedulable) && oldObject.spec.unschedulable))",
+             "reason": "Forbidden", "message": f"on its node the node agent may only remove the taint {taint}"},
+            {"expression": f"!({node} && request.subResource == 'status') || "
+                           f"({conds('object')}.filter(c, c.type != '{condition}') == "
+                           f"{conds('oldObject')}.filter(c, c.type != '{condition}') && "
+                           f"{status('object', 'allocatable')} == {status('oldObject', 'allocatable')} && "
+                           f"{status('object', 'capacity')} == {status('oldObject', 'capacity')} && {same_meta})",
+             "reason": "Forbidden", "message": f"in its node's status the node agent may only write {condition}"},
+            {"expression": "request.resource.resource != 'events' || "
+                           "(object.involvedObject.kind == 'Node' && object.involvedObject.name == variables.own)",
+             "reason": "Forbidden", "message": "the node agent may only write Events about its own node"},
         ],
     }
 
@@ -216,13 +348,16 @@ class NodeAgent(pulumi.ComponentResource):
                                         automount_service_account_token=False, opts=in_ns)
         code = k8s.core.v1.ConfigMap(f"{name}-code", metadata={"name": cm_name, **meta},
                                      data={_config_key(p): t for p, t in files.items()}, opts=in_ns)
+        rbac: list[pulumi.Resource] = []
+        if args.efa_devices:  # the fabric proof's token: RBAC, then the admission policy that narrows it
+            rbac = self._proof_access(name, args, opts=pulumi.ResourceOptions(parent=self, provider=args.provider))
         self.daemonset = k8s.apps.v1.DaemonSet(
             f"{name}-daemonset", metadata={"name": NAME, **meta},
             spec={"selector": {"matchLabels": dict(APP_LABELS)},
                   "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}},
                   "template": {"metadata": {"labels": dict(APP_LABELS)}, "spec": spec}},
             opts=pulumi.ResourceOptions.merge(in_ns, pulumi.ResourceOptions(
-                depends_on=[ns, sa, code, *args.depends_on], custom_timeouts=pulumi.CustomTimeouts(
+                depends_on=[ns, sa, code, *rbac, *args.depends_on], custom_timeouts=pulumi.CustomTimeouts(
                     create=f"{ROLLOUT_TIMEOUT_S}s", update=f"{ROLLOUT_TIMEOUT_S}s"))))
         k8s.core.v1.Service(f"{name}-service", metadata={"name": SERVICE_NAME, **meta}, spec=service_spec(),
                             opts=in_ns)
@@ -231,3 +366,32 @@ class NodeAgent(pulumi.ComponentResource):
                                             spec=network_policy_spec(args.allowed_namespaces), opts=in_ns)
         self.exporter_url = exporter_url(args.namespace)
         self.register_outputs({"namespace": args.namespace, "exporterUrl": self.exporter_url})
+
+    def _proof_access(self, name: str, args: NodeAgentArgs, opts: pulumi.ResourceOptions) -> list[pulumi.Resource]:
+        """ClusterRole + binding (nodes), Role + binding (Events in one namespace), the ValidatingAdmissionPolicy
+        and its binding. The policy and its binding come first: the token can do nothing they do not allow."""
+        cluster_rules, event_rules = rbac_rules()
+        subject = [{"kind": "ServiceAccount", "name": NAME, "namespace": args.namespace}]
+        labels = {"labels": dict(APP_LABELS)}
+        policy = k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
+            f"{name}-own-node-policy", metadata={"name": POLICY_NAME, **labels},
+            spec=own_node_policy(args.namespace), opts=opts)
+        binding = k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding(
+            f"{name}-own-node-binding", metadata={"name": POLICY_NAME, **labels},
+            spec={"policyName": POLICY_NAME, "validationActions": ["Deny"]},
+            opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[policy])))
+        first = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[policy, binding]))
+        role_name = f"ray-efa-eks:{NAME}"
+        cr = k8s.rbac.v1.ClusterRole(f"{name}-nodes-role", metadata={"name": role_name, **labels},
+                                     rules=cluster_rules, opts=first)
+        crb = k8s.rbac.v1.ClusterRoleBinding(
+            f"{name}-nodes-binding", metadata={"name": role_name, **labels},
+            role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role_name},
+            subjects=subject, opts=pulumi.ResourceOptions.merge(first, pulumi.ResourceOptions(depends_on=[cr])))
+        meta = {"name": role_name, "namespace": EVENTS_NAMESPACE, **labels}
+        role = k8s.rbac.v1.Role(f"{name}-events-role", metadata=meta, rules=event_rules, opts=first)
+        rb = k8s.rbac.v1.RoleBinding(
+            f"{name}-events-binding", metadata=meta,
+            role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role_name},
+            subjects=subject, opts=pulumi.ResourceOptions.merge(first, pulumi.ResourceOptions(depends_on=[role])))
+        return [policy, binding, cr, crb, role, rb]

@@ -36,6 +36,18 @@ GPU_ROLE = "gpu"
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}
 GPU_TOLERATION = {"key": GPU_TAINT["key"], "operator": "Exists", "effect": "NoSchedule"}
 """The pod-side match of GPU_TAINT (Kubernetes spells the effect NoSchedule)."""
+POD_EFFECT = {"NO_SCHEDULE": "NoSchedule", "PREFER_NO_SCHEDULE": "PreferNoSchedule", "NO_EXECUTE": "NoExecute"}
+"""The EKS API's taint effects as Kubernetes spells them."""
+
+
+def startup_taint(key: str) -> dict[str, str]:
+    """A startup taint as the node group's EKS API takes it (NoSchedule: it keeps pods off, evicts nothing)."""
+    return {"key": key, "value": "true", "effect": "NO_SCHEDULE"}
+
+
+def startup_toleration(key: str) -> dict[str, str]:
+    """The toleration a DaemonSet that must run on an unproven node carries (that key, any value, NoSchedule)."""
+    return {"key": key, "operator": "Exists", "effect": "NoSchedule"}
 
 
 NODE_GROUP_TYPE = "aws:eks/nodeGroup:NodeGroup"
@@ -251,7 +263,7 @@ class EfaGpuNodeGroup(pulumi.ComponentResource):
         )
         if args.scale_from_zero:
             asg = self.node_group.node_group.apply(_asg_name)
-            for key, value in scale_from_zero_tags(it, args.efa).items():
+            for key, value in scale_from_zero_tags(it, args.efa, args.startup_taints).items():
                 aws.autoscaling.Tag(f"{name}-ca-" + re.sub(r'[^a-z0-9]+', '-', key[len(CA_TEMPLATE):].lower()),
                                     autoscaling_group_name=asg,
                                     tag={"key": key, "value": value, "propagate_at_launch": False}, opts=child)
@@ -268,17 +280,24 @@ def _asg_name(node_group: Any) -> Any:
     return node_group.resources.apply(lambda r: r[0].autoscaling_groups[0].name if r else None)
 
 
-def scale_from_zero_tags(it: InstanceType, efa: bool) -> dict[str, str]:
+def scale_from_zero_tags(it: InstanceType, efa: bool,
+                         startup_taints: list[dict[str, str]] | None = None) -> dict[str, str]:
     """The Cluster Autoscaler's node-template tags for a GPU group at size 0 (cloudprovider/aws/README.md).
 
     CPU, memory and ``nvidia.com/gpu`` come from the instance type, labels and taints from ``eks:DescribeNodegroup``;
     EFA interfaces are not derived from the type, so a pod asking for ``vpc.amazonaws.com/efa`` would never trigger
     a scale-up without this tag. The GPU count and the role label are tagged too, so the template does not hang on a
-    DescribeNodegroup permission.
+    DescribeNodegroup permission. Every taint the nodes join with is tagged as well (``taint/<key>:
+    <value>:<Effect>``), the startup taint included: the template then says what a new node really carries, and
+    the Cluster Autoscaler itself drops ``startup-taint.cluster-autoscaler.kubernetes.io/`` taints from a template
+    before it simulates a pod on it (FAQ, "How does Cluster Autoscaler treat nodes with status/startup/ignore
+    taints?"), so the startup taint never blocks the scale-up it is meant to follow.
     """
     tags = {f"{CA_TEMPLATE}resources/nvidia.com/gpu": str(it.gpus),
             f"{CA_TEMPLATE}label/{ROLE_LABEL}": GPU_ROLE,
             f"{CA_TEMPLATE}taint/{GPU_TAINT['key']}": f"{GPU_TAINT['value']}:NoSchedule"}
+    for t in startup_taints or []:
+        tags[f"{CA_TEMPLATE}taint/{t['key']}"] = f"{t.get('value', '')}:{POD_EFFECT[t['effect']]}"
     if efa:
         tags[f"{CA_TEMPLATE}resources/vpc.amazonaws.com/efa"] = str(it.max_efa_interfaces)
     return tags

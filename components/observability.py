@@ -46,7 +46,7 @@ from .device_plugins import merge
 from .metrics_rules import AlertThresholds, alert_groups
 from .node_agent import APP_LABELS as EXPORTER_LABELS
 from .node_agent import NAMESPACE as EXPORTER_NAMESPACE
-from .node_groups import GPU_ROLE, GPU_TOLERATION, ROLE_LABEL, SYSTEM_ROLE
+from .node_groups import GPU_ROLE, GPU_TOLERATION, ROLE_LABEL, SYSTEM_ROLE, startup_toleration
 from .raycluster import METRICS_NAMESPACE, METRICS_PORTS, pod_resources
 
 KPS_CHART = "kube-prometheus-stack"
@@ -97,6 +97,8 @@ class ObservabilityArgs:
     namespace: str = METRICS_NAMESPACE
     extra_values: dict[str, Any] = field(default_factory=dict)
     """``{"kps": {...}, "dcgm": {...}}`` merged over ours the way Helm merges."""
+    startup_taints: list[str] = field(default_factory=list)
+    """Startup taint keys of the GPU nodes: DCGM tolerates them, so an unproven node's GPUs are watched too."""
     depends_on: list[pulumi.Resource] = field(default_factory=list)
 
 
@@ -149,9 +151,10 @@ def kps_values(args: ObservabilityArgs) -> dict[str, Any]:
     }
 
 
-def dcgm_values() -> dict[str, Any]:
-    """Overrides of dcgm-exporter's values.yaml: on the GPU nodes only (their taint tolerated)."""
-    return {"nodeSelector": {ROLE_LABEL: GPU_ROLE}, "tolerations": [dict(GPU_TOLERATION)],
+def dcgm_values(startup_taints: list[str] | None = None) -> dict[str, Any]:
+    """Overrides of dcgm-exporter's values.yaml: on the GPU nodes only (their taint and startup taints tolerated)."""
+    return {"nodeSelector": {ROLE_LABEL: GPU_ROLE},
+            "tolerations": [dict(GPU_TOLERATION), *(startup_toleration(k) for k in startup_taints or [])],
             "serviceMonitor": {"enabled": True, "interval": "15s"}}
 
 
@@ -230,7 +233,7 @@ class Observability(pulumi.ComponentResource):
         self.dcgm = k8s.helm.v3.Release(
             f"{name}-dcgm", name=DCGM_CHART, chart=DCGM_CHART, version=DCGM_CHART_VERSION,
             repository_opts={"repo": DCGM_REPO}, namespace=DCGM_NAMESPACE,
-            values=merge(dcgm_values(), args.extra_values.get("dcgm", {})),
+            values=merge(dcgm_values(args.startup_taints), args.extra_values.get("dcgm", {})),
             opts=pulumi.ResourceOptions.merge(after_crds, pulumi.ResourceOptions(depends_on=[gpu_ns, self.kps])))
         for obj in custom_objects(args):
             k8s.apiextensions.CustomResource(

@@ -39,9 +39,9 @@ from .kuberay_versions import unverified_note
 from .launch_template import FAST_IMAGE_PULL_MIN_MIBPS, Gp3Performance, NodeHardening, fingerprint
 from .network import Network, NetworkArgs
 from .metrics_rules import AlertThresholds
-from .node_agent import NodeAgent, NodeAgentArgs
+from .node_agent import FABRIC_STARTUP_TAINT, NodeAgent, NodeAgentArgs
 from .observability import Observability, ObservabilityArgs
-from .node_groups import EfaGpuNodeGroup, EfaGpuNodeGroupArgs, SystemNodeGroup, SystemNodeGroupArgs
+from .node_groups import EfaGpuNodeGroup, EfaGpuNodeGroupArgs, SystemNodeGroup, SystemNodeGroupArgs, startup_taint
 from .placement import cluster_azs, gpu_az_note, resolve_gpu_az
 from .pod_identity import PodStorageAccess, PodStorageAccessArgs
 from .ray_autoscaler import AutoscalerArgs
@@ -298,6 +298,10 @@ class EfaRayCluster(pulumi.ComponentResource):
             cluster=cluster.eks, node_role=cluster.node_role, subnet_ids=network.private_subnet_ids,
             instance_type=cfg.system_type, root_volume_gib=cfg.systemRootVolumeGiB, hardening=hardening,
             kubernetes_version=cfg.kubernetesVersion), opts=child)
+        # Every GPU node proves its fabric before Ray may use it (issue 35): it joins with the startup taint, which
+        # only the node agent's fabric proof removes; so only with EFA, where the agent runs. Fixed fleet too: its
+        # nodes are replaced as well (node repair, version updates, a new launch template) and join unproven.
+        unproven = [FABRIC_STARTUP_TAINT] if cfg.efa else []
         gpu = EfaGpuNodeGroup("gpu", EfaGpuNodeGroupArgs(
             cluster=cluster.eks, node_role=cluster.node_role, cluster_security_group_id=cluster.security_group_id,
             subnet_ids=network.gpu_subnet_id.apply(lambda s: [s]), instance_type=cfg.gpu_type,
@@ -308,10 +312,11 @@ class EfaRayCluster(pulumi.ComponentResource):
             capacity=capacity, kubernetes_version=cfg.kubernetesVersion,
             workers_to_delete=len(cfg.gpuWorkersToDelete), autoscaled=cfg.scale_to_zero,
             scale_from_zero=cfg.scale_to_zero and cfg.gpuNodeCount > 0,  # 0 parks: max 1 must not be used
-            error_as=stack_error),
+            startup_taints=[startup_taint(k) for k in unproven], error_as=stack_error),
             opts=child)
         plugins = DevicePlugins("device-plugins", DevicePluginsArgs(provider=cluster.provider, efa=cfg.efa,
-                                                                   instance_types=[cfg.gpuInstanceType]),
+                                                                   instance_types=[cfg.gpuInstanceType],
+                                                                   startup_taints=unproven),
                                 opts=opts_with(depends_on=[gpu]))
         autoscaler = None
         if cfg.scale_to_zero:  # GPU nodes follow Ray's pending worker pods
@@ -352,6 +357,7 @@ class EfaRayCluster(pulumi.ComponentResource):
             agent = NodeAgent("node-agent", NodeAgentArgs(
                 provider=cluster.provider, image=cfg.dlcImage, instance_types=[cfg.gpuInstanceType],
                 network_policy=cfg.networkPolicy, allowed_namespaces=[RAY_NAMESPACE, METRICS_NAMESPACE],
+                startup_taints=unproven, efa_devices={cfg.gpuInstanceType: cfg.gpu_type.max_efa_interfaces},
                 depends_on=[gpu]), opts=child)
         ray = RayCluster("ray", RayClusterArgs(
             provider=cluster.provider, image=cfg.dlcImage, ray_version=cfg.rayVersion, nccl_debug=cfg.ncclDebug,
@@ -375,7 +381,7 @@ class EfaRayCluster(pulumi.ComponentResource):
                 line_rate_gbps=cfg.gpu_type.efa_gbps or 0.0,
                 thresholds=AlertThresholds(line_rate_bytes_per_s=(cfg.gpu_type.efa_gbps or 0.0) * 1e9 / 8,
                                            ray_namespace=RAY_NAMESPACE),
-                depends_on=[system]), opts=child)
+                startup_taints=unproven, depends_on=[system]), opts=child)
         check = None
         if cfg.efaCheck and cfg.gpuNodeCount > 0:
             shape = gate_transport(cfg.efa, cfg.gpuNodeCount)

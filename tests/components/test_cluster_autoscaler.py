@@ -56,8 +56,13 @@ def test_gpu_group_scales_from_zero_with_the_template_tags(default_run):
     assert gpu.inputs["ignoreScalingChanges"] is True  # pulumi up leaves desired to the Cluster Autoscaler
     tags = {r.inputs["tag"]["key"]: r.inputs["tag"]["value"] for r in default_run.resources
             if r.type == "aws:autoscaling/tag:Tag"}
+    startup = "startup-taint.cluster-autoscaler.kubernetes.io/efa-unproven"
     assert tags == {TEMPLATE + "resources/vpc.amazonaws.com/efa": "1", TEMPLATE + "resources/nvidia.com/gpu": "4",
-                    TEMPLATE + "label/ray-efa-eks/role": "gpu", TEMPLATE + "taint/nvidia.com/gpu": "true:NoSchedule"}
+                    TEMPLATE + "label/ray-efa-eks/role": "gpu", TEMPLATE + "taint/nvidia.com/gpu": "true:NoSchedule",
+                    TEMPLATE + f"taint/{startup}": "true:NoSchedule"}  # issue 35: nodes join unproven
+    # the template's taints are the ones the node group gives its nodes (CA drops the startup one when simulating)
+    assert {f"{TEMPLATE}taint/{t['key']}": f"{t['value']}:NoSchedule" for t in gpu.inputs["taints"]} == {
+        k: v for k, v in tags.items() if "/taint/" in k}
 
 
 @pytest.mark.parametrize("cfg", [{"gpuScaleToZero": "false"},
@@ -68,6 +73,9 @@ def test_fixed_fleet_keeps_todays_node_group(cfg):
     (gpu,) = [r for r in run.resources if r.type == "eks:index:ManagedNodeGroup" and r.name == "gpu-mng"]
     assert gpu.inputs["scalingConfig"] == {"minSize": 0, "maxSize": 2, "desiredSize": 2}  # min 0: issue 34
     assert not gpu.inputs.get("ignoreScalingChanges")
+    # the fixed fleet's nodes join unproven too (node repair, version updates and new templates replace them)
+    assert [t["key"] for t in gpu.inputs["taints"]] == ["nvidia.com/gpu",
+                                                         "startup-taint.cluster-autoscaler.kubernetes.io/efa-unproven"]
     assert not [r for r in run.resources if r.type in ("aws:autoscaling/tag:Tag", "ray-efa-eks:index:ClusterAutoscaler")]
 
 

@@ -143,7 +143,9 @@ def test_image_audit_may_read_pods_of_the_ray_namespace_only(run):
     role = next(r for r in run.of_type("kubernetes:rbac.authorization.k8s.io/v1:Role")
                 if r["metadata"]["name"] == bindings[0]["roleRef"]["name"])
     assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}]
-    assert not run.of_type("kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding")
+    # the one cluster-wide binding is the node agent's (issue 35: nodes are cluster-scoped), never the gate's
+    assert [b["subjects"] for b in run.of_type("kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding")] == [
+        [{"kind": "ServiceAccount", "name": "node-agent", "namespace": "efa-node-agent"}]]
     (init,) = spec["initContainers"]
     assert init["command"][:3] == ["python", "-m", "efacheck.image_fleet"]
     alone = {"securityContext": spec["securityContext"], "containers": [init], "volumes": spec["volumes"]}

@@ -33,6 +33,11 @@ def template(run) -> dict[str, Any]:
     return daemonset(run)["spec"]["template"]
 
 
+def container(run, name: str = "efa-exporter") -> dict[str, Any]:
+    (c,) = [c for c in template(run)["spec"]["containers"] if c["name"] == name]
+    return c
+
+
 def in_namespace(run, ns: str) -> list[Any]:
     return [r for r in run.resources if r.type.startswith("kubernetes:")
             and isinstance(r.inputs.get("metadata"), dict) and r.inputs["metadata"].get("namespace") == ns]
@@ -43,7 +48,10 @@ def test_every_object_matches_the_kubernetes_schema(default_run) -> None:
             default_run.one("kubernetes:core/v1:Namespace", "node-agent"),
             default_run.one("kubernetes:core/v1:ServiceAccount", "node-agent"),
             default_run.one("kubernetes:core/v1:ConfigMap", "node-agent"),
-            default_run.one("kubernetes:networking.k8s.io/v1:NetworkPolicy", "node-agent")]
+            default_run.one("kubernetes:networking.k8s.io/v1:NetworkPolicy", "node-agent"),
+            *[r for r in default_run.resources if r.name.startswith("node-agent-") and
+              r.type.split(":")[1].split("/")[0] in ("rbac.authorization.k8s.io", "admissionregistration.k8s.io")]]
+    assert len(objs) == 12
     for r in objs:
         group_version = r.type.split(":")[1].replace("core/", "")
         kind = r.type.rsplit(":", 1)[1]
@@ -66,11 +74,14 @@ def test_the_pod_asks_for_nothing_but_the_two_read_only_sysfs_trees(default_run)
     host = {v["name"]: v["hostPath"] for v in spec["volumes"] if "hostPath" in v}
     assert host == {"host-sys-infiniband": {"path": "/sys/class/infiniband", "type": "Directory"},
                     "host-sys-devices": {"path": "/sys/devices", "type": "Directory"}}
-    (c,) = spec["containers"]
-    mounts = {m["name"]: m for m in c["volumeMounts"]}
-    assert {n: (mounts[n]["mountPath"], mounts[n].get("readOnly")) for n in host} == {
-        "host-sys-infiniband": ("/host/sys/class/infiniband", True), "host-sys-devices": ("/host/sys/devices", True)}
-    assert all(m.get("readOnly") for m in mounts.values() if m["name"] != "tmp")
+    assert [c["name"] for c in spec["containers"]] == ["efa-exporter", "fabric-proof"]
+    for c in spec["containers"]:
+        mounts = {m["name"]: m for m in c["volumeMounts"]}
+        assert {n: (mounts[n]["mountPath"], mounts[n].get("readOnly")) for n in host} == {
+            "host-sys-infiniband": ("/host/sys/class/infiniband", True),
+            "host-sys-devices": ("/host/sys/devices", True)}
+        assert all(m.get("readOnly") for m in mounts.values() if m["name"] != "tmp")
+    c = container(default_run)
     # the only Pod Security control it breaks is the hostPath volume itself
     assert [v for v in violations(template(default_run), "baseline") if "HostPath Volumes" not in v] == []
     assert [v for v in violations(template(default_run), "restricted")
@@ -104,7 +115,7 @@ def test_a_node_local_service_and_the_ray_workers_url(default_run) -> None:
     assert svc["spec"]["internalTrafficPolicy"] == "Local"
     assert svc["spec"]["selector"] == template(default_run)["metadata"]["labels"]
     (port,) = svc["spec"]["ports"]
-    (c,) = template(default_run)["spec"]["containers"]
+    c = container(default_run)
     assert port["port"] == c["ports"][0]["containerPort"] == node_agent.EXPORTER_PORT == efa_exporter.DEFAULT_PORT
     assert port["targetPort"] == c["ports"][0]["name"]
     url = f"http://{svc['metadata']['name']}.{svc['metadata']['namespace']}.svc.cluster.local:{int(port['port'])}/metrics"
@@ -186,7 +197,7 @@ def test_the_configmap_alone_runs_the_exporter_as_the_daemonset_does(default_run
     fake pod root: it serves the host's counters and follows them."""
     spec = template(default_run)["spec"]
     cm = default_run.one("kubernetes:core/v1:ConfigMap", "node-agent")
-    (c,) = spec["containers"]
+    c = container(default_run)
     pod = tmp_path / "pod"
     host = tmp_path / "host"
     kernel_sysfs(host / "sys", counters={"rdmap0s30": {"tx_bytes": 41, "rx_bytes": 42}})

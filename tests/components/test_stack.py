@@ -35,7 +35,9 @@ def test_gpu_node_group_efa_inputs(request, run_name, itype, efa_ifaces):
     assert ng["instanceTypes"] == [itype]
     assert ng["amiType"] == "AL2023_x86_64_NVIDIA"
     assert ng["scalingConfig"] == {"desiredSize": 0, "minSize": 0, "maxSize": 2}  # from zero (issue 35)
-    assert ng["taints"] == [{"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}]
+    assert ng["taints"] == [{"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"},
+                            {"key": "startup-taint.cluster-autoscaler.kubernetes.io/efa-unproven", "value": "true",
+                             "effect": "NO_SCHEDULE"}]  # issue 35: until the node agent proves the fabric
     assert run.outputs["efaInterfacesPerNode"] == efa_ifaces
 
 
