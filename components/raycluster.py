@@ -322,6 +322,31 @@ def _container(name: str, image: str, resources: dict, env: list[dict], ports: l
     return c
 
 
+PROVIDER_CHECK = "efa-provider-check"
+PROVIDER_CHECK_SCRIPT = (
+    'out=$(fi_info -p efa -t FI_EP_RDM 2>&1); rc=$?\n'
+    'if [ "$rc" -eq 0 ] && printf "%s\\n" "$out" | grep -q "provider: efa"; then\n'
+    '  echo "[efa-provider-check] libfabric opened the efa provider on node $NODE_NAME"; exit 0\n'
+    'fi\n'
+    'echo "[efa-provider-check] FAIL on node $NODE_NAME: fi_info -p efa -t FI_EP_RDM exited $rc: $out" >&2\n'
+    'exit 1\n')
+"""The device-level half of a node's fabric proof, in the Ray worker's own pod (components/node_agent.py proves the
+rest). ``fi_info -p efa`` needs ``/dev/infiniband/uverbs*``, which the EFA device plugin mounts only into containers
+that request ``vpc.amazonaws.com/efa`` (rdma-core libibverbs/init.c ``try_access_device``); an init container with
+the worker's own requests gets the worker's devices (the kubelet's device manager hands an init container's devices
+on to the app containers), so the check costs no device. It fails: Ray never starts in this pod, and the pod's
+status and Events name the node and what fi_info said."""
+
+
+def provider_check_container(image: str, resources: dict, env: list[dict]) -> dict:
+    """Init container: ``fi_info -p efa`` with the worker's image, env, devices and requests (requests == limits, so
+    the pod's effective request is the worker's: max(init, sum of app containers))."""
+    return {"name": PROVIDER_CHECK, "image": image, "imagePullPolicy": "IfNotPresent",
+            "command": ["/bin/sh", "-c", PROVIDER_CHECK_SCRIPT], "resources": resources,
+            "env": [*env, {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
+            "terminationMessagePolicy": "FallbackToLogsOnError"}
+
+
 def _shm(size: str) -> list[dict]:
     return [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": size}}]
 
@@ -423,6 +448,8 @@ def build_spec(args: RayClusterArgs) -> dict[str, Any]:
             "containers": [_container("ray-worker", args.image, res, env)],
             "volumes": _shm(f"{max(1, g.instance_type.memory_mib // 1024 // 4)}Gi"),
         }
+        if g.efa:  # the node's libfabric must open the efa provider on the worker's own device before Ray starts
+            pod["initContainers"] = [provider_check_container(args.image, res, [dict(e) for e in env])]
         if g.efa and args.efa_exporter_url:  # the EFA counter witness reads its node's exporter
             pod["containers"][0]["env"] += [
                 {"name": EFA_EXPORTER_ENV, "value": args.efa_exporter_url},

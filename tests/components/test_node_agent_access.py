@@ -1,0 +1,212 @@
+"""What the node agent's token can do (issue 35): RBAC as narrow as Kubernetes allows, then the
+ValidatingAdmissionPolicy that cuts it down to its own node, the startup taint and the EfaFabricProven condition.
+
+The policy's CEL runs for real (cel-python, tests/helpers/vap.py) against the requests node_check really makes
+(recorded by the loopback API fake while it proves a node) and against the ones it must never be able to make."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import kubernetes_validate
+import pytest
+
+from ray_efa_eks.components import eks_versions, node_agent
+from ray_efa_eks.efacheck import node_check as nc
+from tests.efacheck.test_node_check import GPU_TAINT, STARTUP, FakeApi, _node
+from tests.helpers.sysfs import kernel_sysfs
+from tests.helpers.vap import admit, request
+
+USER = node_agent.service_account_user()
+POLICY = node_agent.own_node_policy()
+
+
+def _objects(run, prefix: str) -> dict[str, dict]:
+    return {r.type.rsplit(":", 1)[1]: r.inputs for r in run.resources if r.name.startswith(prefix)}
+
+
+def test_names_shared_with_the_proof_stay_equal():
+    assert node_agent.FABRIC_STARTUP_TAINT == nc.TAINT_KEY
+    assert node_agent.FABRIC_CONDITION == nc.CONDITION
+    assert node_agent.TOKEN_DIR == nc.TOKEN_DIR
+    assert node_agent.EVENTS_NAMESPACE == "default" and "/namespaces/default/events" in open(nc.__file__).read()
+    assert node_agent.NODE_NAME_EXTRA == "authentication.kubernetes.io/node-name"
+
+
+def test_the_token_is_mounted_into_the_proof_container_only(default_run):
+    spec = default_run.one("kubernetes:apps/v1:DaemonSet", "node-agent")["spec"]["template"]["spec"]
+    assert spec["automountServiceAccountToken"] is False
+    (vol,) = [v for v in spec["volumes"] if "projected" in v]
+    assert vol["projected"]["sources"][0] == {"serviceAccountToken": {"path": "token", "expirationSeconds": 3600}}
+    mounting = {c["name"]: [m["mountPath"] for m in c["volumeMounts"] if m["name"] == vol["name"]]
+                for c in spec["containers"]}
+    assert mounting == {"efa-exporter": [], "fabric-proof": [nc.TOKEN_DIR]}
+    proof = next(c for c in spec["containers"] if c["name"] == "fabric-proof")
+    assert proof["command"][:3] == ["python", "-m", "efacheck.node_check"]
+    assert proof["command"][proof["command"].index("--expect-devices") + 1] == "g6.12xlarge=1"
+    assert proof["securityContext"]["runAsNonRoot"] and not proof["securityContext"]["privileged"]
+    assert proof["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert proof["resources"]["requests"] == proof["resources"]["limits"]
+    # no EFA device, no GPU: the agent never holds what the Ray worker needs
+    assert not any(k.startswith(("vpc.amazonaws.com", "nvidia.com")) for c in spec["containers"]
+                   for k in c["resources"]["limits"])
+
+
+def test_rbac_is_get_and_patch_on_nodes_and_events_in_one_namespace(default_run):
+    objs = _objects(default_run, "node-agent-")
+    assert objs["ClusterRole"]["rules"] == [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]},
+        {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]}]
+    assert objs["Role"]["rules"] == [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
+    assert objs["Role"]["metadata"]["namespace"] == objs["RoleBinding"]["metadata"]["namespace"] == "default"
+    for b in ("ClusterRoleBinding", "RoleBinding"):
+        assert objs[b]["subjects"] == [{"kind": "ServiceAccount", "name": "node-agent", "namespace": "efa-node-agent"}]
+    assert objs["ValidatingAdmissionPolicy"]["spec"] == POLICY
+    assert objs["ValidatingAdmissionPolicyBinding"]["spec"] == {"policyName": node_agent.POLICY_NAME,
+                                                                "validationActions": ["Deny"]}
+    for kind, body in objs.items():
+        if kind in ("ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ValidatingAdmissionPolicy",
+                    "ValidatingAdmissionPolicyBinding"):
+            group = "rbac.authorization.k8s.io/v1" if "Role" in kind else "admissionregistration.k8s.io/v1"
+            kubernetes_validate.validate({"apiVersion": group, "kind": kind, **body}, "1.32.0", strict=True)
+
+
+def test_the_policy_is_in_place_before_the_token_can_do_anything(default_run):
+    by_name = {r.name: r for r in default_run.resources}
+    policy, binding = by_name["node-agent-own-node-policy"].urn, by_name["node-agent-own-node-binding"].urn
+    for n in ("node-agent-nodes-binding", "node-agent-events-binding"):
+        assert {policy, binding} <= set(by_name[n].options["dependencies"])
+    assert by_name["node-agent-nodes-binding"].urn in by_name["node-agent-daemonset"].options["dependencies"]
+
+
+def test_every_kubernetes_version_the_stack_accepts_puts_the_node_in_the_token():
+    """ValidatingAdmissionPolicy v1 and ServiceAccountTokenPodNodeInfo (on by default) arrive in 1.30; the stack
+    refuses versions past EKS support, which today leaves 1.32 and later."""
+    accepted = [v.version for v in eks_versions.VERSIONS if not eks_versions.version_problem(v.version)]
+    assert accepted and all(tuple(map(int, v.split("."))) >= (1, 30) for v in accepted), accepted
+
+
+# -- the policy's CEL against recorded and forged requests ---------------------------------------------------------
+
+class Recorder(FakeApi):
+    """The loopback fake, keeping each write as an AdmissionRequest (old and new object, as admission sees them)."""
+
+    def __init__(self, nodes):
+        super().__init__(nodes)
+        self.admissions: list[dict] = []
+        self._before = copy.deepcopy(nodes)
+
+    def snapshot_requests(self):
+        """Turn the recorded PATCH/POST calls into admission requests (replaying them on copies of the nodes)."""
+        nodes = copy.deepcopy(self._before)
+        out = []
+        for method, path, _ctype, body in self.requests:
+            if method == "POST":
+                out.append(request(USER, "CREATE", "events", body, node_name=self.node_name))
+            elif method == "PATCH":
+                name = path.split("/")[4]
+                old = copy.deepcopy(nodes[name])
+                new = nodes[name]
+                if path.endswith("/status"):
+                    conds = new.setdefault("status", {}).setdefault("conditions", [])
+                    for c in body["status"]["conditions"]:
+                        conds[:] = [x for x in conds if x["type"] != c["type"]] + [c]
+                    out.append(request(USER, "UPDATE", "nodes", copy.deepcopy(new), old, "status", self.node_name))
+                else:
+                    for op in body:
+                        if op["op"] == "remove":
+                            del new["spec"]["taints"][int(op["path"].rsplit("/", 1)[-1])]
+                    out.append(request(USER, "UPDATE", "nodes", copy.deepcopy(new), old, "", self.node_name))
+        return out
+
+
+def _nodes():
+    a = _node("gpu-a", [GPU_TAINT, STARTUP])
+    a["metadata"]["labels"] = {"node.kubernetes.io/instance-type": "g6.12xlarge", "ray-efa-eks/role": "gpu"}
+    a["status"]["conditions"] = [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "ok"}]
+    b = copy.deepcopy(a)
+    b["metadata"]["name"], b["metadata"]["uid"] = "gpu-b", "uid-gpu-b"
+    return {"gpu-a": a, "gpu-b": b}
+
+
+@pytest.fixture
+def recorded(tmp_path):
+    """What node_check sends while proving gpu-a (taint removal, condition), then while it fails (condition,
+    Event): every request, as admission sees it."""
+    fake = Recorder(_nodes())
+    fake.node_name = "gpu-a"
+    root = str(kernel_sysfs(tmp_path))
+    provider = [(True, "efa listed")]
+    nc.run_loop(fake.api, "gpu-a", root, 1, provider=lambda: provider[0], log=lambda m: None, sleep=lambda s: None,
+                rounds=1)
+    provider[0] = (False, "fi_info -l does not list efa")
+    nc.run_loop(fake.api, "gpu-a", root, 1, provider=lambda: provider[0], log=lambda m: None, sleep=lambda s: None,
+                rounds=1)
+    yield fake.snapshot_requests()
+    fake.close()
+
+
+def test_every_request_the_proof_makes_is_admitted(recorded):
+    kinds = [(r["resource"]["resource"], r["subResource"], r["operation"]) for r in recorded]
+    assert kinds == [("nodes", "status", "UPDATE"), ("nodes", "", "UPDATE"), ("nodes", "status", "UPDATE"),
+                     ("events", "", "CREATE")]
+    for r in recorded:
+        assert admit(POLICY, r) == (True, []), json.dumps(r)[:300]
+
+
+def _forged(recorded, change, node_name="gpu-a"):
+    """The recorded taint removal (or status write), changed."""
+    r = copy.deepcopy(recorded)
+    change(r)
+    r["userInfo"]["extra"]["authentication.kubernetes.io/node-name"] = [node_name]
+    return r
+
+
+def test_another_node_is_refused(recorded):
+    removal = recorded[1]
+    ok, why = admit(POLICY, _forged(removal, lambda r: None, node_name="gpu-b"))
+    assert not ok and why == ["the node agent may change only the node its pod runs on"]
+    status = recorded[0]
+    assert admit(POLICY, _forged(status, lambda r: None, node_name="gpu-b"))[0] is False
+    event = recorded[3]
+    assert admit(POLICY, _forged(event, lambda r: None, node_name="gpu-b")) == (
+        False, ["the node agent may only write Events about its own node"])
+
+
+@pytest.mark.parametrize("what,change", [
+    ("the GPU taint", lambda r: r["object"]["spec"]["taints"].remove(GPU_TAINT)),
+    ("a new taint", lambda r: r["object"]["spec"]["taints"].append({"key": "x", "effect": "NoSchedule"})),
+    ("a label", lambda r: r["object"]["metadata"]["labels"].update({"ray-efa-eks/role": "system"})),
+    ("an annotation", lambda r: r["object"]["metadata"].setdefault("annotations", {}).update({"a": "b"})),
+    ("cordon", lambda r: r["object"]["spec"].update({"unschedulable": True})),
+    ("keeping the startup taint", lambda r: r["object"]["spec"]["taints"].append(dict(STARTUP))),
+])
+def test_on_its_own_node_it_may_only_remove_the_startup_taint(recorded, what, change):
+    ok, why = admit(POLICY, _forged(recorded[1], change))
+    assert not ok and why == [f"on its node the node agent may only remove the taint {nc.TAINT_KEY}"], what
+
+
+@pytest.mark.parametrize("what,change", [
+    ("Ready", lambda r: r["object"]["status"]["conditions"][0].update({"status": "False"})),
+    ("allocatable", lambda r: r["object"]["status"]["allocatable"].update({"vpc.amazonaws.com/efa": "4"})),
+    ("a label", lambda r: r["object"]["metadata"]["labels"].update({"x": "y"})),
+])
+def test_in_its_status_it_may_only_write_its_condition(recorded, what, change):
+    ok, why = admit(POLICY, _forged(recorded[0], change))
+    assert not ok and why == [f"in its node's status the node agent may only write {nc.CONDITION}"], what
+
+
+def test_a_token_without_a_node_is_refused_and_other_users_are_not_this_policys_business(recorded):
+    r = copy.deepcopy(recorded[1])
+    r["userInfo"]["extra"] = {}
+    ok, why = admit(POLICY, r)
+    assert not ok and why[0].startswith("the token names no node")
+    kubelet = copy.deepcopy(recorded[1])
+    kubelet["userInfo"]["username"] = "system:node:gpu-b"
+    kubelet["object"]["spec"]["taints"] = []
+    assert admit(POLICY, kubelet) == (True, [])
+    other = copy.deepcopy(recorded[1])
+    other["userInfo"]["username"] = "system:serviceaccount:efa-node-agent:default"
+    other["object"]["metadata"]["labels"]["x"] = "y"
+    assert admit(POLICY, other) == (True, [])  # RBAC gives that account nothing in the first place
