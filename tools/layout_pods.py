@@ -171,6 +171,11 @@ def pod_amount(pod: Pod, resource: str) -> Any:
         total += q
     if len(raw) == 1 and isinstance(raw[0], str):
         return raw[0]
+    suffixes = {str(v).strip().lstrip("0123456789.") for v in raw}
+    if len(suffixes) == 1 and all(isinstance(v, str) for v in raw) and (suffix := suffixes.pop()) in _SUFFIX:
+        scaled = total / _SUFFIX[suffix]  # several containers in one unit: their sum in that unit (128Mi + 160Mi)
+        if scaled == scaled.to_integral_value():
+            return f"{int(scaled)}{suffix}"
     return int(total) if total == total.to_integral_value() else float(total)
 
 
