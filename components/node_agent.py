@@ -54,7 +54,7 @@ HOST_SYSFS_PATHS = ("/sys/class/infiniband", "/sys/devices")
 """Exactly what the kernel layout needs: the class entries and the device tree they point into."""
 MODULE_VERSION_FILE = "/sys/module/efa/version"
 CODE_MOUNT = "/opt/ray-efa-eks"
-SHIPPED = ("__init__.py", "cli.py", "efa_counters.py", "efa_exporter.py", "node_check.py")
+SHIPPED = ("__init__.py", "cli.py", "efa_counters.py", "efa_exporter.py", "exit_codes.py", "node_check.py")
 """The efacheck modules the exporter and the fabric proof need (stdlib only)."""
 PROOF_CONTAINER = "fabric-proof"
 FABRIC_CONDITION = "EfaFabricProven"

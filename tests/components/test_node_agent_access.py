@@ -210,3 +210,31 @@ def test_a_token_without_a_node_is_refused_and_other_users_are_not_this_policys_
     other["userInfo"]["username"] = "system:serviceaccount:efa-node-agent:default"
     other["object"]["metadata"]["labels"]["x"] = "y"
     assert admit(POLICY, other) == (True, [])  # RBAC gives that account nothing in the first place
+
+
+def test_every_module_the_shipped_ones_import_is_shipped_too(default_run, tmp_path):
+    """The ConfigMap is the agent's whole code: a relative import of an unshipped module kills both containers
+    (efacheck/cli.py began importing exit_codes.py after the agent shipped it)."""
+    import ast
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    cm = default_run.one("kubernetes:core/v1:ConfigMap", "node-agent")
+    root = Path(nc.__file__).parent
+    for name in node_agent.SHIPPED:
+        tree = ast.parse((root / name).read_text())
+        for node in tree.body:  # module level: what importing it needs (a function's lazy import is the gate's)
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                wanted = [f"{node.module}.py"] if node.module else [f"{a.name}.py" for a in node.names]
+                assert set(wanted) <= set(node_agent.SHIPPED), (name, wanted)
+    pkg = tmp_path / "efacheck"
+    pkg.mkdir()
+    spec = default_run.one("kubernetes:apps/v1:DaemonSet", "node-agent")["spec"]["template"]["spec"]
+    items = next(v for v in spec["volumes"] if "configMap" in v)["configMap"]["items"]
+    for it in items:
+        (pkg / it["path"]).write_text(cm["data"][it["key"]])
+    proof = next(c for c in spec["containers"] if c["name"] == "fabric-proof")
+    p = subprocess.run([sys.executable, *proof["command"][1:3], "--help"], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=60, env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    assert p.returncode == 0 and "--expect-devices" in p.stdout, p.stderr
