@@ -209,7 +209,7 @@ class StackConfig:
     efaCheckWaitSeconds: int = key(
         1200, allowed="60 to 86400 (a day)",
         live=live("gate"))
-    """How long the EFA check waits for every GPU node to join Ray (boot + image pull) before it fails."""
+    """How long the EFA check waits for every GPU node to join Ray (boot + image pull) before it fails; from zero nodes the published and measured parts add up to at most 765 s ([Cold start](gpus.md#cold-start))."""
     efaCheckRequireCounters: bool = key(
         True,
         live=live("gate"))

@@ -32,9 +32,10 @@ from typing import Any
 ALLOCATE_TIMEOUT_ENV = "RAY_AUTOSCALER_RECONCILE_ALLOCATE_STATUS_TIMEOUT_S"
 """Seconds a v2 instance may stay ALLOCATED (pod created, raylet not yet up) before the autoscaler deletes it."""
 ALLOCATE_TIMEOUT_S = 1800
-"""30 min for a GPU worker pod to get its node and run Ray: EC2 launch and EKS join (~2-4 min, KubeRay issue 4226
-reports 4-5 min), the node's EFA proof (seconds), the DLC image pull (tens of GB: ~5-15 min, docs/gpus.md) and Ray
-start, with room for a slow pull; beyond it the pod is replaced."""
+"""30 min for a GPU worker pod to get its node and run Ray: EC2 launch and EKS join (KubeRay issue 4226 reports 4-5
+min), the node's EFA proof (seconds), the DLC image pull (tens of GB: 4-6 min for 15-20 GB without parallel pull, AWS
+ML blog) and Ray start; components/cold_start.py adds the parts up to at most 765 s, so this leaves room for a slow
+pull; beyond it the pod is replaced."""
 TOKEN_VOLUME = "autoscaler-token"
 TOKEN_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
 """Where Ray's KubeRay node provider reads ``token`` and ``ca.crt`` (node_provider.py ``load_k8s_secrets``)."""

@@ -112,7 +112,7 @@ class EfaRayClusterArgs(TypedDict, total=False):
     efaCheckStrictVersions: bool
     """Fail the EFA check when a rank's torch/CUDA/NCCL/OFI/Ray version differs from the image manifest."""
     efaCheckWaitSeconds: int
-    """How long the EFA check waits for every GPU node to join Ray (boot + image pull) before it fails."""
+    """How long the EFA check waits for every GPU node to join Ray (boot + image pull) before it fails; from zero nodes the published and measured parts add up to at most 765 s ([Cold start](gpus.md#cold-start))."""
     efaCheckRequireCounters: bool
     """With EFA: EFA hardware counters the check cannot read (host /sys view) make its verdict undetermined, not a quiet pass."""
     gpuCapacity: str

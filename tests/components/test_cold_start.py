@@ -22,6 +22,7 @@ from ray_efa_eks.components import cold_start
 from ray_efa_eks.components.config import ConfigError, StackConfig
 from ray_efa_eks.components.ray_autoscaler import ALLOCATE_TIMEOUT_S
 from ray_efa_eks.components.launch_template import node_config_user_data
+from ray_efa_eks.tools.config_schema import docstrings
 from ray_efa_eks.tools.mockrun import run_program
 
 MNG = "eks:index:ManagedNodeGroup"
@@ -129,5 +130,13 @@ def test_the_gate_and_rays_allocate_timeout_cover_a_node_from_zero():
     assert all(p.low_s <= p.high_s and p.source for p in cold_start.PARTS + (cold_start.JOB_START,))
 
 
-def test_the_page_shows_the_budget_table():
-    assert cold_start.markdown_table() in GPUS_PAGE.read_text()
+def test_the_page_shows_the_budget_table_and_its_sum():
+    """The table, its sum and the figure the key's docstring, docs/efa-gate.md and the README quote are the data's."""
+    low, high = cold_start.budget_s()
+    page = GPUS_PAGE.read_text()
+    minutes = f"{round(low / 60)} to {round(high / 60)} minutes"
+    assert cold_start.markdown_table() in page and f"**{low}-{high} s (about {minutes})**" in page
+    assert f"at most {high} s" in docstrings()["efaCheckWaitSeconds"]
+    assert f"at most {high} s" in (GPUS_PAGE.parent / "efa-gate.md").read_text()
+    assert f"about **{minutes} from a job's request to its GPU workers**" in \
+        (GPUS_PAGE.parents[1] / "README.md").read_text()
