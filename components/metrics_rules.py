@@ -65,6 +65,10 @@ class AlertThresholds:
     unproven_after: str = "30m"
     """How long a GPU node may carry the startup taint (its fabric proof budget) before it is reported."""
     startup_taint: str = "startup-taint.cluster-autoscaler.kubernetes.io/efa-unproven"
+    fabric_failing_after: str = "5m"
+    """How long a node's ``EfaFabricProven`` condition may be False (the node agent's proof failing) before it is
+    reported; a node proven once is not tainted again (docs/gpus.md, "Per-node proof"), so this is the signal."""
+    fabric_condition: str = "EfaFabricProven"
     ray_namespace: str = "ray"
     stale_after: str = "1h"
     """How long Ray pods may run with no gate or run verdict reached since they started."""
@@ -127,6 +131,12 @@ def alert_groups(t: AlertThresholds = AlertThresholds()) -> list[dict[str, Any]]
                t.unproven_after, "warning", "GPU node {{ $labels.node }} still unproven",
                f"{{{{ $labels.node }}}} has carried {t.startup_taint} for {t.unproven_after}: its fabric proof has "
                "not passed, so nothing schedules there while it costs GPU hours."),
+        _alert("GpuNodeFabricFailing",
+               f'max by (node) (kube_node_status_condition{{condition="{t.fabric_condition}",status="false"}}) == 1',
+               t.fabric_failing_after, "warning", "GPU node {{ $labels.node }} fails its fabric proof",
+               f"{{{{ $labels.node }}}} has reported {t.fabric_condition}=False for {t.fabric_failing_after} (the node "
+               "agent's proof; kubectl describe node shows what failed). A node proven before keeps its Ray worker "
+               "and is not tainted again: runs with --require-efa on it fail; drain it or let it be replaced."),
         _alert("FabricVerdictStale",
                f'max(kube_pod_start_time{{namespace="{ns}"}}) > on () '
                f'(max(max_over_time({VERDICT_TIME_METRIC}[7d])) or on () vector(0))', t.stale_after, "warning",

@@ -81,6 +81,12 @@ CASES = [
         (f'kube_node_spec_taint{{node="n2",key="{TAINT}",value="",effect="NoSchedule"}}', "1x10"),  # proven at 10m
         ('kube_node_spec_taint{node="n3",key="nvidia.com/gpu",value="",effect="NoSchedule"}', "1x50"),
     ], [("20m", []), ("40m", [{"node": "n1", **WARN}])]),
+    ("GpuNodeFabricFailing", "1m", [
+        ('kube_node_status_condition{node="n1",condition="EfaFabricProven",status="false"}', "0x5 1x30"),
+        ('kube_node_status_condition{node="n1",condition="EfaFabricProven",status="true"}', "1x5 0x30"),
+        ('kube_node_status_condition{node="n2",condition="EfaFabricProven",status="false"}', "0x35"),
+        ('kube_node_status_condition{node="n3",condition="Ready",status="false"}', "1x35"),
+    ], [("8m", []), ("20m", [{"node": "n1", **WARN}])]),
     ("FabricVerdictStale", "1m", [  # pods started at t=600 s, no verdict at all
         ('kube_pod_start_time{namespace="ray",pod="head"}', "600x100"),
     ], [("30m", []), ("90m", [{**WARN}])]),
@@ -134,10 +140,11 @@ def test_promtool_unit_tests_fire_and_stay_silent(tmp_path):
 def test_unit_tests_can_fail(tmp_path):
     """The same cases against rules with every threshold moved out of reach: promtool must report failures."""
     blind = AlertThresholds(gpu_busy_percent=101, retrans_pkts_per_s=1e9, rx_drops_per_s=1e9,
-                            below_line_rate_fraction=0.0, unproven_after="10h", stale_after="10h")
+                            below_line_rate_fraction=0.0, unproven_after="10h", stale_after="10h",
+                            fabric_failing_after="10h")
     _write(tmp_path, alert_groups(blind), unit_tests())
     r = subprocess.run([PROMTOOL, "test", "rules", "tests.yaml"], cwd=tmp_path, capture_output=True, text=True)
     assert r.returncode != 0
     for name in ("EfaFallbackSuspected", "EfaRetransmits", "EfaRxDrops", "EfaBelowLineRate", "GpuNodeUnproven",
-                 "FabricVerdictStale"):
+                 "GpuNodeFabricFailing", "FabricVerdictStale"):
         assert f"alertname: {name}" in r.stdout + r.stderr, name
