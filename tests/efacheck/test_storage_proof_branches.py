@@ -382,3 +382,36 @@ def test_prove_makes_the_folder_on_a_shared_filesystem_only(monkeypatch, tmp_pat
     (tmp_path / sp.PROOF_DIR).mkdir()
     r = sp.prove(str(tmp_path), env={})
     assert r["ok"] is True and r["filesystem"] == "s3" and s3.made == []
+
+
+def test_step_times_are_milliseconds_to_a_tenth(monkeypatch):
+    monkeypatch.setattr(sp.time, "perf_counter", lambda: 3.25)
+    assert sp._ms(1.0) == 2250.0
+    monkeypatch.setattr(sp.time, "perf_counter", lambda: 1.00012)
+    assert sp._ms(1.0) == 0.1
+
+
+def test_the_agent_is_given_5_seconds_by_default(tmp_path):
+    asked = []
+    sp.credential_source(_pod_identity_env(tmp_path), fetch=lambda u, t, s: asked.append(s) or (200, CREDS))
+    assert asked == [5.0]
+
+
+def test_the_proof_object_is_a_named_4_kib_payload_with_a_12_hex_suffix(monkeypatch, tmp_path):
+    import re
+    import socket
+
+    written = []
+    real = pyarrow.fs.LocalFileSystem.open_output_stream
+
+    class Recording(_Lying):
+        def open_output_stream(self, p):
+            written.append(p)
+            return real(self.fs, p)
+    monkeypatch.setattr(sp, "_filesystem", lambda p: (Recording("none"), p))
+    r = sp.prove(str(tmp_path), env={})
+    host = socket.gethostname()
+    assert re.fullmatch(rf"{re.escape(str(tmp_path))}/\.efa-check/{re.escape(host)}-[0-9a-f]{{12}}\.bin", r["object"])
+    assert written == [r["object"]] and r["host"] == host
+    assert r["steps"][2]["bytes"] == len(f"ray-efa-eks storage proof from {host}\n") + 4096 == \
+        len(f"ray-efa-eks storage proof from {host}\n") + sp.PAYLOAD_BYTES
