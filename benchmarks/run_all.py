@@ -17,6 +17,7 @@ also measures the neighbours). Exit 1 if a target is missed or a script fails, 0
 | EFA verdict right on every shared NCCL log, line cited    | nccl_log_verdicts.py  |
 | offline plan of a 64-GPU-node stack < 3 s                 | plan_speed.py         |
 | the gate's time from Job start to verdict (rehearsal)     | gate_latency.py       |
+| cold-start parts measurable here (Ray worker join, proof) | worker_start.py       |
 
 Ratios are medians of alternating pairs, with the pairs' spread (min..max) beside them.
 """
@@ -108,6 +109,13 @@ def _gate_latency(j: dict, wall: float) -> list[Row]:
              f"{j['backend']}: {j['verdict']})", None)]
 
 
+def _worker_start(j: dict, wall: float) -> list[Row]:
+    join, cli, proof = j["join"], j["cli"], j["proof"]
+    return [("cold start: a Ray worker joins a running head (local)", "reported",
+             f"{join['median_s']:.1f} s median of {j['runs']} ({join['min_s']:.1f}..{join['max_s']:.1f}); ray CLI "
+             f"start {cli['median_s']:.1f} s; node proof on 32 EFA devices {proof['median_s'] * 1000:.0f} ms", None)]
+
+
 @dataclass(frozen=True)
 class Bench:
     """One benchmark: the command run_all starts (from the repo root) and how its JSON becomes table rows."""
@@ -135,6 +143,7 @@ BENCHES: tuple[Bench, ...] = (
     Bench("nccl_log_verdicts", "nccl_log_verdicts.py", (), (), 600, _nccl_log_verdicts, missed_exit=1),
     Bench("plan_speed", "plan_speed.py", ("--runs", "5"), ("--runs", "1"), 600, _plan_speed, missed_exit=1),
     Bench("gate_latency", "gate_latency.py", ("--runs", "3"), ("--runs", "1"), 1800, _gate_latency),
+    Bench("worker_start", "worker_start.py", ("--runs", "3"), ("--runs", "1"), 600, _worker_start),
 )
 """Every script in benchmarks/ (tests/test_benchmarks.py checks none is left out), in the order they run."""
 

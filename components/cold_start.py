@@ -32,15 +32,15 @@ PARTS: tuple[Part, ...] = (
          "KubeRay issue 4226: GPU nodes took 4-5 minutes; the Cluster Autoscaler gives up on a node after "
          "max-node-provision-time 15 min (chart values.yaml)"),
     Part("device plugins advertise GPUs and EFA; the node proves its fabric", 10, 60,
-         "the proof's decisions take ~40 ms on a p5.48xlarge-shaped tree of 32 devices (efacheck/node_check.py "
-         "decide, measured here, median of 20); the device plugin pods' start is not measured here (no cluster)"),
+         "the proof's decisions take 10-40 ms on a p5.48xlarge-shaped tree of 32 devices (efacheck/node_check.py "
+         "decide, benchmarks/worker_start.py); the device plugin pods' start is not measured here (no cluster)"),
     Part("DLC image pull and unpack (tens of GB)", 60, 360,
          "AWS Machine Learning blog, 'Reducing container cold start times using SOCI index on DLAMI and DLC' "
          "(2026): standard pulls of 15-20 GB take 4-6 minutes per instance; FastImagePull and the 1000 MiB/s root "
          "volume aim below that (not measured: no AWS here)"),
     Part("Ray worker start (raylet joins the head)", 2, 15,
-         "measured here: 4.2-4.3 s for a worker node to join a running local head (efacheck.local_cluster), plus "
-         "2.3-3.2 s for the ray CLI to start; 3 runs each on the 2-core CI machine under load", measured_here=True),
+         "measured here (benchmarks/worker_start.py): a worker node joins a running local head in 2.2-4.3 s, the "
+         "ray CLI starts in 0.6-3.2 s, on the shared 2-core machine at load 4-6", measured_here=True),
 )
 """From the job's request to its GPU worker in Ray, in order (the gate's wait and Ray's allocate timeout)."""
 
