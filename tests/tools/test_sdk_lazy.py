@@ -19,6 +19,8 @@ PROBE = textwrap.dedent('''
         aws.s3: ["Bucket", "BucketVersioning", "BucketPolicy"],
         k8s.core.v1: ["Pod", "Namespace", "ConfigMap", "PodSpecArgs", "ContainerArgs", "ServiceAccount"],
         k8s.meta.v1: ["ObjectMetaArgs"],
+        k8s.admissionregistration.v1: ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
+                                       "ValidatingAdmissionPolicySpecArgs"],
     }
     got = {(m, n): getattr(m, n) for m, ns in names.items() for n in ns}
     lazily = len([k for k in sys.modules if k.startswith("pulumi_aws.ec2.")])
