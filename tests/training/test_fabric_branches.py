@@ -4,6 +4,7 @@ test_fabric.py did not reach, and Probe.judge's gather with a stand-in for torch
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -128,3 +129,135 @@ def test_previous_verdict_of_no_checkpoint_or_an_unreadable_one(tmp_path):
 @pytest.mark.parametrize("bad", ["not json", "[1, 2]"])
 def test_a_bad_stack_nccl_env_is_none(bad):
     assert fabric.stack_nccl_env({fabric.STACK_NCCL_ENV: bad}) == {}
+
+
+# -- the mutation run's survivors (issue 40, .ci/mutation.py training/fabric.py) --------------------------------------
+
+class TorchDist:
+    """torch.distributed's gather_object / broadcast_object_list as one rank sees them, with torch's own argument
+    checks (torch/distributed/distributed_c10d.py 2.13: ``_canonicalize_group_rank`` refuses a None rank,
+    ``_validate_output_list_for_rank`` a gather list on a non-destination rank). ``others``: the payloads of ranks
+    1..n (as rank 0 receives them); ``root``: what rank 0 broadcasts (as a worker receives it)."""
+
+    def __init__(self, rank: int, others: list[dict], root=None):
+        self.rank, self.others, self.root = rank, others, root
+        self.calls: list[tuple] = []
+
+    def get_world_size(self) -> int:
+        return 1 + len(self.others)
+
+    def gather_object(self, payload, gathered, dst):
+        self.calls.append(("gather", dst))
+        if dst is None:
+            raise ValueError("Must specify global_rank or group_rank")
+        if dst == self.rank and not gathered:
+            raise ValueError("Argument ``gather_list`` must be specified on destination rank.")
+        if dst != self.rank and gathered:
+            raise ValueError("Argument ``gather_list`` must NOT be specified on non-destination ranks.")
+        if dst == self.rank:
+            gathered[:] = [payload] + self.others if dst == 0 else list(reversed([payload] + self.others))
+
+    def broadcast_object_list(self, box, src):
+        self.calls.append(("broadcast", src))
+        if src is None:
+            raise ValueError("Must specify global_rank or group_rank")
+        if src != self.rank:
+            box[0] = self.root if src == 0 else None  # only rank 0 holds a verdict
+
+
+def test_nccl_expands_a_trailing_percent_literally():
+    assert fabric.expand_debug_file("/x/a%", "h", 1) == "/x/a%"
+    assert fabric.expand_debug_file("%", "h", 1) == "%"
+    assert fabric.expand_debug_file("%h%", "h", 1) == "h%"
+
+
+def test_capture_texts_list_every_setting():
+    assert fabric.capture_text({"by": "run"}) == "run"
+    assert fabric.capture_text({"by": "run", "replaced": {"NCCL_DEBUG": "WARN", "NCCL_DEBUG_FILE": "/x"}}) == \
+        "run (replaced the stack's NCCL_DEBUG=WARN NCCL_DEBUG_FILE=/x)"
+    assert fabric.capture_text({"by": "user", "kept": {"NCCL_DEBUG": "WARN", "NCCL_DEBUG_SUBSYS": "INIT"}}) == \
+        "yours (NCCL_DEBUG=WARN NCCL_DEBUG_SUBSYS=INIT)"
+
+
+def test_mixed_image_note_names_every_host_and_reference():
+    rec = fabric.image_record({"h2": "img:b", "h1": "img:a", "h3": None})
+    assert rec["note"] == "ranks ran different image references: h1: img:a; h2: img:b"
+
+
+def test_rank0_gathers_to_itself_and_broadcasts_its_own_verdict(tmp_path):
+    probe = _probe(tmp_path)
+    d = TorchDist(0, [])
+    fab = probe.judge(d, final=True, broadcast=True)
+    assert fab["verdict"] == "efa" and d.calls == [("gather", 0), ("broadcast", 0)]
+    worker = fabric.Probe("nccl", 1, 1, str(tmp_path / "logs"), environ={})
+    w = TorchDist(1, [{}], root={"verdict": "efa"})
+    assert worker.judge(w, final=True, broadcast=True) == {"verdict": "efa"}
+    assert w.calls == [("gather", 0), ("broadcast", 0)]
+
+
+def test_a_note_of_a_rank_that_has_its_log_is_not_a_reason(tmp_path):
+    probe = _probe(tmp_path)
+    other = {"source": "h2:log", "log": RANK0_VIEW, "note": "a note of a rank that logged", "host": "h2",
+             "capture": {"by": "run"}, "image": None}
+    fab = probe.judge(TorchDist(0, [other]), final=True)
+    assert fab["verdict"] == "efa" and "a note of a rank that logged" not in fab["reasons"]
+
+
+def test_judge_passes_counters_expected_bytes_previous_phase_and_images(tmp_path, monkeypatch):
+    """What rank 0 hands to summarize: the ranks' counter deltas by host (its own included), the expected bytes,
+    the checkpoint's verdict, the phase and the ranks' image references."""
+    snaps = iter([{"rdmap0s6": {"tx_bytes": 0, "rx_bytes": 0, "errors": {}}},
+                  {"rdmap0s6": {"tx_bytes": 10, "rx_bytes": 10, "errors": {}}}])
+    monkeypatch.setattr(fabric.efa_counters, "read_view", lambda: {"snapshot": next(snaps)})
+    monkeypatch.setenv(fabric.IMAGE_ENV, "img:tag")
+    probe = fabric.Probe("nccl", 0, 0, str(tmp_path / "logs"), environ={})
+    Path(probe.plan["log"]).write_bytes(RANK0_VIEW)
+    flat = {"rdmap0s6": {"tx_bytes": 0, "rx_bytes": 0, "errors": {}}}
+    other = {"source": "h2:log", "log": RANK0_VIEW, "note": None, "host": "h2", "capture": {"by": "run"},
+             "image": "img:other", "counters": flat}
+    prev = {"verdict": "efa", "network": "AWS Libfabric", "provider": "efa", "nodes": 2, "step": 3}
+    fab = probe.judge(TorchDist(0, [other]), final=True, previous=prev, expected_bytes_per_node=1e9)
+    assert fab["at"] == "end" and fab["previous"]["verdict"] == "efa" and fab["previous"]["step"] == 3
+    assert fab["verdict"] == "fallback"
+    assert fab["efa_bytes"] == {"h2": {"sent": 0, "received": 0, "devices": 1},
+                                socket_host(): {"sent": 10, "received": 10, "devices": 1}}
+    assert any("h2" in r for r in fab["reasons"]) and any(socket_host() in r for r in fab["reasons"])
+    assert fab["image"]["references"] == ["img:other", "img:tag"]
+    # without the expected bytes the counters are reported but judge nothing
+    snaps = iter([{"rdmap0s6": {"tx_bytes": 0, "rx_bytes": 0, "errors": {}}},
+                  {"rdmap0s6": {"tx_bytes": 10, "rx_bytes": 10, "errors": {}}}])
+    probe = fabric.Probe("nccl", 0, 0, str(tmp_path / "logs2"), environ={})
+    Path(probe.plan["log"]).write_bytes(RANK0_VIEW)
+    init = probe.judge(TorchDist(0, []), final=False)
+    assert init["at"] == "init" and init["verdict"] == "efa" and init["efa_bytes"] is None  # no counters at init
+
+
+def socket_host() -> str:
+    import socket
+
+    return socket.gethostname()
+
+
+def test_the_run_log_path_names_rank_host_and_pid(tmp_path):
+    probe = fabric.Probe("nccl", 3, 0, str(tmp_path), environ={})
+    assert probe.plan["log"] == str(tmp_path / f"nccl-rank3-{fabric.nccl_hostname()}-{os.getpid()}.log")
+    assert probe.log_dir == str(tmp_path)
+
+
+def test_no_log_dir_is_the_working_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    probe = fabric.Probe("nccl", 0, 1, None, environ={})
+    assert probe.plan["log"] == f"nccl-rank0-{fabric.nccl_hostname()}-{os.getpid()}.log"
+
+
+def test_without_an_environ_the_process_environment_is_read(tmp_path, monkeypatch):
+    monkeypatch.setenv("NCCL_DEBUG", "WARN")
+    probe = fabric.Probe("nccl", 0, 1, str(tmp_path))
+    assert probe.plan["capture"] == {"by": "user", "kept": {"NCCL_DEBUG": "WARN"}} and probe.plan["log"] is None
+
+
+def test_merged_captures_name_each_distinct_one_whatever_the_key_order():
+    assert fabric.merge_captures([{"by": "run"}, {"by": "user", "kept": {"NCCL_DEBUG": "WARN"}}]) == \
+        {"by": "mixed", "ranks": ["run", "yours (NCCL_DEBUG=WARN)"]}
+    assert fabric.merge_captures([{"by": "run", "replaced": {}}, {"replaced": {}, "by": "run"}]) == \
+        {"by": "run", "replaced": {}}
