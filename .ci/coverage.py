@@ -31,6 +31,8 @@ FLOORS: dict[str, float] = {
     "tools/preflight.py": 100.0,
     "components/capacity.py": 100.0,
     "components/cost.py": 100.0,
+    "tools/aws_rules.py": 100.0,
+    "tools/security_rules.py": 100.0,
 }
 """Module -> the least branch coverage (%) its tests must keep."""
 
@@ -47,6 +49,7 @@ FAST_TESTS = [
     "tests/tools/test_preflight.py", "tests/tools/test_preflight_quota.py", "tests/tools/test_preflight_args.py",
     "tests/tools/test_preflight_branches.py",
     "tests/components/test_capacity_branches.py", "tests/components/test_cost_branches.py",
+    "tests/tools/test_aws_rules_branches.py", "tests/tools/test_security_rules_branches.py",
 ]
 """The decision modules' own unit tests (seconds each; no Ray cluster)."""
 

@@ -98,6 +98,8 @@ def gate_no_api_token(stack: Stack) -> list:
                                                   f"{mount!r}, service account {sa or 'default'})", GATE_TOKEN_FIX))
         tokens = _token_volumes(spec)
         for c in spec.get("containers") or []:
+            if not isinstance(c, dict):  # a container only ``up`` knows (a preview's unknown): nothing to read
+                continue
             mounted = sorted(tokens & {m.get("name") for m in c.get("volumeMounts") or [] if isinstance(m, dict)})
             if mounted:
                 out.append(_v("gate-no-api-token", r, f"container {c.get('name', '?')} mounts the projected token "
@@ -170,8 +172,8 @@ def ray_pods_region(stack: Stack) -> list:
     out = []
     for r, role, _, _, tmpl in ray_pods(stack):
         for c in tmpl["spec"].get("containers") or []:
-            env = c.get("env")
-            if not isinstance(c, dict) or env is UNKNOWN or not isinstance(env, list):
+            env = c.get("env") if isinstance(c, dict) else None  # a container only ``up`` knows: nothing to read
+            if env is UNKNOWN or not isinstance(env, list):
                 continue
             names = {e.get("name"): e.get("value") for e in env if isinstance(e, dict)}
             missing = [k for k in ("AWS_REGION", "AWS_DEFAULT_REGION") if k not in names]

@@ -1,0 +1,322 @@
+"""Every condition of the least-privilege layout rules (tools/security_rules.py) with its outcome asserted (issue 40).
+
+test_security_rules.py breaks each rule on the stack the program builds; here each rule gets the smallest set of
+resources that reaches one condition (a preview's unknown value included), and the test asserts the violation's
+wording or that the rule stays silent. No Pulumi engine: milliseconds.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from ray_efa_eks.tools import security_rules as sr
+from ray_efa_eks.tools.layout import HELM_CHART_V4, HELM_RELEASE, UNKNOWN, Resource, Stack
+
+
+def res(type_: str, name: str, **props) -> Resource:
+    return Resource(type_, name, f"urn:pulumi:dev::p::{type_}::{name}", None, props)
+
+
+def tmpl(labels=None, containers=None, **spec):
+    t = {"spec": {"containers": containers if containers is not None else [{"name": "ray"}], **spec}}
+    if labels is not None:
+        t["metadata"] = {"labels": labels}
+    return t
+
+
+def ray_cluster(name="ray", ns="ray", head=None, workers=None, **meta):
+    spec = {"headGroupSpec": {"template": head if head is not None else tmpl()}}
+    if workers is not None:
+        spec["workerGroupSpecs"] = workers
+    return res(sr.RAY_CLUSTER, name, metadata={"name": name, "namespace": ns, **meta}, spec=spec)
+
+
+def problems(violations) -> list[str]:
+    return [v.problem for v in violations]
+
+
+# -- ray_pods and _matches -------------------------------------------------------------------------------------------
+
+def test_ray_pods_yields_head_and_each_worker_group_with_kuberays_labels():
+    workers = [{"groupName": "gpu", "template": tmpl({"app": "w"})}, {"template": tmpl()}, "junk",
+               {"groupName": "bad", "template": {"spec": "x"}}, {"groupName": "none"}]
+    r = ray_cluster(head=tmpl({"app": "h", "ray.io/cluster": "spoofed"}), workers=workers)
+    got = [(role, ns, labels) for _, role, ns, labels, _ in sr.ray_pods(Stack([r]))]
+    assert got == [("head", "ray", {"app": "h", "ray.io/cluster": "ray", "ray.io/node-type": "head"}),
+                   ("worker gpu", "ray", {"app": "w", "ray.io/cluster": "ray", "ray.io/node-type": "worker"}),
+                   ("worker ?", "ray", {"ray.io/cluster": "ray", "ray.io/node-type": "worker"})]
+
+
+def test_ray_pods_skips_what_it_cannot_read():
+    no_spec = res(sr.RAY_CLUSTER, "a", metadata={"name": "a"})
+    no_name = res(sr.RAY_CLUSTER, "b", metadata={"name": UNKNOWN}, spec={"headGroupSpec": {"template": tmpl()}})
+    bad_meta = res(sr.RAY_CLUSTER, "c", metadata="x", spec={"headGroupSpec": {"template": tmpl()}})
+    assert list(sr.ray_pods(Stack([no_spec, no_name, bad_meta]))) == []
+    default_ns = res(sr.RAY_CLUSTER, "d", metadata={"name": "d"}, spec={"headGroupSpec": {"template": tmpl()}})
+    assert [(role, ns) for _, role, ns, _, _ in sr.ray_pods(Stack([default_ns]))] == [("head", "default")]
+
+
+@pytest.mark.parametrize("selector, labels, want", [
+    (UNKNOWN, {"a": "1"}, None),
+    ({}, {"a": "1"}, True),
+    ({"matchLabels": {"a": "1"}}, {"a": "1"}, True),
+    ({"matchLabels": {"a": "1"}}, {"a": "2"}, False),
+    ({"matchLabels": {"a": "1"}}, {}, False),
+    ({"matchExpressions": [{"key": "a", "operator": "In", "values": ["1", "2"]}]}, {"a": "2"}, True),
+    ({"matchExpressions": [{"key": "a", "operator": "In", "values": ["1"]}]}, {"a": "2"}, False),
+    ({"matchExpressions": [{"key": "a", "operator": "In", "values": ["1"]}]}, {}, False),
+    ({"matchExpressions": [{"key": "a", "operator": "In"}]}, {"a": "1"}, False),
+    ({"matchExpressions": [{"key": "a", "operator": "NotIn", "values": ["1"]}]}, {"a": "2"}, True),
+    ({"matchExpressions": [{"key": "a", "operator": "NotIn", "values": ["1"]}]}, {}, True),
+    ({"matchExpressions": [{"key": "a", "operator": "NotIn", "values": ["1"]}]}, {"a": "1"}, False),
+    ({"matchExpressions": [{"key": "a", "operator": "Exists"}]}, {"a": ""}, True),
+    ({"matchExpressions": [{"key": "a", "operator": "Exists"}]}, {}, False),
+    ({"matchExpressions": [{"key": "a", "operator": "DoesNotExist"}]}, {}, True),
+    ({"matchExpressions": [{"key": "a", "operator": "DoesNotExist"}]}, {"a": "1"}, False),
+    ({"matchExpressions": [{"key": "a", "operator": "Gt", "values": ["1"]}]}, {"a": "2"}, False),  # unknown operator
+    ({"matchLabels": {"a": "1"}, "matchExpressions": [{"key": "b", "operator": "Exists"}]}, {"a": "1"}, False),
+    ({"matchLabels": {"a": "1"}, "matchExpressions": [{"key": "b", "operator": "Exists"}]}, {"a": "1", "b": ""}, True),
+])
+def test_matches_is_the_label_selector_semantics(selector, labels, want):
+    assert sr._matches(selector, labels) is want
+
+
+# -- gate-no-api-token -----------------------------------------------------------------------------------------------
+
+def job(name="gate", ns="ray", **pod):
+    return res(sr.JOB, name, metadata={"name": name, "namespace": ns},
+               spec={"template": {"spec": {"containers": [{"name": "gate"}], **pod}}})
+
+
+def sa(name, ns="ray", mount=None):
+    props = {"metadata": {"name": name, "namespace": ns}}
+    if mount is not None:
+        props["automountServiceAccountToken"] = mount
+    return res("kubernetes:core/v1:ServiceAccount", name, **props)
+
+
+TOKEN_VOL = {"name": "tok", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}}
+
+
+def test_gate_no_api_token_silent_on_the_stacks_gate():
+    assert sr.gate_no_api_token(Stack([job(automountServiceAccountToken=False)])) == []
+    assert sr.gate_no_api_token(Stack([job(automountServiceAccountToken=UNKNOWN)])) == []  # only up knows
+    assert sr.gate_no_api_token(Stack([res(sr.JOB, "x", spec={"template": "?"})])) == []  # no readable pod spec
+    # the account says no, the pod says nothing: no token
+    assert sr.gate_no_api_token(Stack([job(serviceAccountName="gate"), sa("gate", mount=False)])) == []
+    assert sr.gate_no_api_token(Stack([job(serviceAccount="gate"), sa("gate", mount=False)])) == []  # old field
+
+
+def test_gate_no_api_token_each_way_a_token_gets_in():
+    v = sr.gate_no_api_token(Stack([job()]))
+    assert problems(v) == ["its pods mount a Kubernetes API token (automountServiceAccountToken None, service "
+                           "account default)"]
+    assert v[0].rule == "gate-no-api-token" and v[0].resource == f"{sr.JOB} gate" and v[0].fix == sr.GATE_TOKEN_FIX
+    assert v[0].urn == "urn:pulumi:dev::p::kubernetes:batch/v1:Job::gate"
+    assert problems(sr.gate_no_api_token(Stack([job(automountServiceAccountToken=True, serviceAccountName="g"),
+                                                 sa("g", mount=False)]))) == [
+        "its pods mount a Kubernetes API token (automountServiceAccountToken True, service account g)"]
+    # the account that says no is in another namespace: it is not this pod's
+    assert len(sr.gate_no_api_token(Stack([job(serviceAccountName="g"), sa("g", ns="other", mount=False)]))) == 1
+    assert len(sr.gate_no_api_token(Stack([job(serviceAccountName="g"), sa("g", mount=True)]))) == 1
+    assert len(sr.gate_no_api_token(Stack([job(serviceAccountName="g"), sa("g")]))) == 1
+
+
+def test_gate_no_api_token_projected_volumes():
+    mounted = job(automountServiceAccountToken=False, serviceAccountName="audit", volumes=[TOKEN_VOL, "junk"],
+                  containers=[{"name": "gate", "volumeMounts": [{"name": "tok"}, "junk"]}, {"volumeMounts": []}])
+    assert problems(sr.gate_no_api_token(Stack([mounted]))) == [
+        "container gate mounts the projected token volume ['tok']"]
+    unnamed = job(automountServiceAccountToken=False, serviceAccountName="a", volumes=[TOKEN_VOL],
+                  containers=[{"volumeMounts": [{"name": "tok"}]}])
+    assert problems(sr.gate_no_api_token(Stack([unnamed]))) == ["container ? mounts the projected token volume ['tok']"]
+    # projected into an init container only (not a main container), of a named account: allowed
+    init_only = job(automountServiceAccountToken=False, serviceAccountName="audit", volumes=[TOKEN_VOL],
+                    initContainers=[{"name": "audit", "volumeMounts": [{"name": "tok"}]}])
+    assert sr.gate_no_api_token(Stack([init_only])) == []
+    # ... of the default account: refused
+    default_sa = job(automountServiceAccountToken=False, volumes=[TOKEN_VOL])
+    assert problems(sr.gate_no_api_token(Stack([default_sa]))) == [
+        "a token of the namespace's default ServiceAccount is projected into its pods"]
+    # a projected volume of config maps only is no token
+    cm = {"name": "cm", "projected": {"sources": [{"configMap": {"name": "x"}}, None]}}
+    no_token = job(automountServiceAccountToken=False, volumes=[cm, {"name": "e", "emptyDir": {}}],
+                   containers=[{"name": "gate", "volumeMounts": [{"name": "cm"}]}])
+    assert sr._token_volumes(no_token.props["spec"]["template"]["spec"]) == set()
+    assert sr.gate_no_api_token(Stack([no_token])) == []
+
+
+# -- ray-pods-network-policy -----------------------------------------------------------------------------------------
+
+def netpol(name="np", ns="ray", **spec):
+    meta = {"name": name} if ns is None else {"name": name, "namespace": ns}
+    return res(sr.NETWORK_POLICY, name, metadata=meta, spec=spec)
+
+
+SELECT_CLUSTER = {"matchLabels": {"ray.io/cluster": "ray"}}
+
+
+def test_network_policy_selecting_every_ray_pod_is_silent():
+    rc = ray_cluster(workers=[{"groupName": "gpu", "template": tmpl()}])
+    assert sr.ray_pods_network_policy(Stack([rc, netpol(podSelector=SELECT_CLUSTER)])) == []
+    assert sr.ray_pods_network_policy(Stack([rc, netpol(podSelector=UNKNOWN)])) == []  # unknown: silent
+    assert sr.ray_pods_network_policy(Stack([rc])) == []  # no policies at all: the documented opt-out
+    default = ray_cluster(ns="default")
+    assert sr.ray_pods_network_policy(Stack([default, netpol(ns=None, podSelector={})])) == []
+
+
+def test_network_policy_each_way_a_pod_is_left_out():
+    rc = ray_cluster(workers=[{"groupName": "gpu", "template": tmpl()}])
+    head_only = netpol(podSelector={"matchLabels": {"ray.io/node-type": "head"}})
+    v = sr.ray_pods_network_policy(Stack([rc, head_only]))
+    assert problems(v) == ["no NetworkPolicy of namespace ray selects the worker gpu pods"]
+    assert v[0].rule == "ray-pods-network-policy" and v[0].fix == sr.NETPOL_FIX
+    other_ns = netpol(ns="other", podSelector={})
+    assert problems(sr.ray_pods_network_policy(Stack([rc, other_ns]))) == [
+        "no NetworkPolicy of namespace ray selects the head pods", "no NetworkPolicy of namespace ray selects the "
+        "worker gpu pods"]
+    egress_only = netpol(podSelector={}, policyTypes=["Egress"])
+    assert len(sr.ray_pods_network_policy(Stack([rc, egress_only]))) == 2  # selects, but holds no ingress
+    unread = res(sr.NETWORK_POLICY, "np", metadata={"namespace": "ray"}, spec=UNKNOWN)
+    assert len(sr.ray_pods_network_policy(Stack([rc, unread]))) == 2
+    both = netpol(podSelector={}, policyTypes=["Ingress", "Egress"])
+    assert sr.ray_pods_network_policy(Stack([rc, both])) == []
+
+
+# -- kuberay-single-namespace ----------------------------------------------------------------------------------------
+
+def kuberay(values, chart="kuberay-operator", typ=HELM_RELEASE):
+    return res(typ, "kuberay", chart=chart, values=values)
+
+
+def test_kuberay_single_namespace_each_condition():
+    rc = ray_cluster(ns="ray")
+    ok = {"singleNamespaceInstall": True, "watchNamespace": ["ray"]}
+    assert sr.kuberay_single_namespace(Stack([rc, kuberay(ok)])) == []
+    assert sr.kuberay_single_namespace(Stack([rc, kuberay(ok, chart="oci://x/kuberay-operator", typ=HELM_CHART_V4)])) == []
+    cluster_wide = sr.kuberay_single_namespace(Stack([rc, kuberay({"watchNamespace": ["ray"]})]))
+    assert problems(cluster_wide) == ["the operator watches every namespace with a ClusterRole "
+                                      "(singleNamespaceInstall is not true)"]
+    assert cluster_wide[0].fix == sr.KUBERAY_FIX and cluster_wide[0].rule == "kuberay-single-namespace"
+    assert len(sr.kuberay_single_namespace(Stack([rc, kuberay({"singleNamespaceInstall": "true"})]))) == 1
+    missing = sr.kuberay_single_namespace(Stack([rc, ray_cluster("b", ns="b"),
+                                                 kuberay({"singleNamespaceInstall": True, "watchNamespace": ["ray"]})]))
+    assert problems(missing) == ["watchNamespace ['ray'] leaves out the RayCluster namespace(s) ['b']"]
+    default_ns = res(sr.RAY_CLUSTER, "d", metadata={"name": "d"})
+    assert problems(sr.kuberay_single_namespace(Stack([default_ns, kuberay(ok)]))) == [
+        "watchNamespace ['ray'] leaves out the RayCluster namespace(s) ['default']"]
+    # single namespace without a list (the chart's default: the release namespace): not judged here
+    assert sr.kuberay_single_namespace(Stack([rc, kuberay({"singleNamespaceInstall": True})])) == []
+    # silent on what it cannot read or is not the operator
+    assert sr.kuberay_single_namespace(Stack([rc, kuberay({"singleNamespaceInstall": UNKNOWN})])) == []
+    assert sr.kuberay_single_namespace(Stack([rc, kuberay({"singleNamespaceInstall": True,
+                                                           "watchNamespace": UNKNOWN})])) == []
+    assert sr.kuberay_single_namespace(Stack([rc, kuberay(UNKNOWN)])) == []
+    assert sr.kuberay_single_namespace(Stack([rc, kuberay({}, chart="kuberay-apiserver")])) == []
+    assert sr.kuberay_single_namespace(Stack([rc, kuberay({}, chart=UNKNOWN)])) == []
+
+
+# -- ray-pods-region -------------------------------------------------------------------------------------------------
+
+GOOD_ENV = [{"name": "AWS_REGION", "value": "us-east-1"}, {"name": "AWS_DEFAULT_REGION", "value": "us-east-1"},
+            {"name": "AWS_EC2_METADATA_DISABLED", "value": "true"}]
+
+
+def with_env(env, name="ray"):
+    return ray_cluster(head=tmpl(containers=[{"name": name, "env": env}]))
+
+
+def test_ray_pods_region_each_condition():
+    assert sr.ray_pods_region(Stack([with_env(GOOD_ENV)])) == []
+    assert sr.ray_pods_region(Stack([with_env(UNKNOWN)])) == []
+    assert sr.ray_pods_region(Stack([ray_cluster(head=tmpl(containers=[{"name": "ray"}]))])) == []  # no env list
+    unknown_value = [*GOOD_ENV[:2], {"name": "AWS_EC2_METADATA_DISABLED", "value": UNKNOWN}, "junk"]
+    assert sr.ray_pods_region(Stack([with_env(unknown_value)])) == []
+    v = sr.ray_pods_region(Stack([with_env([])]))
+    assert problems(v) == ["container ray (head) lacks AWS_REGION, AWS_DEFAULT_REGION, AWS_EC2_METADATA_DISABLED=true"]
+    assert v[0].rule == "ray-pods-region" and v[0].fix == sr.REGION_FIX
+    off = [*GOOD_ENV[:2], {"name": "AWS_EC2_METADATA_DISABLED", "value": "false"}]
+    assert problems(sr.ray_pods_region(Stack([with_env(off)]))) == [
+        "container ray (head) lacks AWS_EC2_METADATA_DISABLED=true"]
+    assert problems(sr.ray_pods_region(Stack([with_env(GOOD_ENV[1:])]))) == ["container ray (head) lacks AWS_REGION"]
+    nameless = ray_cluster(head=tmpl(containers=[{"env": GOOD_ENV[:1] + GOOD_ENV[2:]}]))
+    assert problems(sr.ray_pods_region(Stack([nameless]))) == ["container ? (head) lacks AWS_DEFAULT_REGION"]
+
+
+def test_ray_pods_region_a_container_only_a_preview_knows_is_passed_over():
+    """A preview can hand over a container that is itself unknown: the rule reads it as nothing, not a crash
+    (it called ``.get`` on it before checking it was a mapping: AttributeError before the fix)."""
+    assert sr.ray_pods_region(Stack([ray_cluster(head=tmpl(containers=[UNKNOWN, "junk"]))])) == []
+    # the same in the gate's Job (gate-no-api-token read each container's volumeMounts)
+    gate = job(automountServiceAccountToken=False, serviceAccountName="a", volumes=[TOKEN_VOL], containers=[UNKNOWN])
+    assert sr.gate_no_api_token(Stack([gate])) == []
+
+
+# -- device-plugin-versions ------------------------------------------------------------------------------------------
+
+def chart(name, version, values=None, typ=HELM_RELEASE):
+    return res(typ, name, chart=name, version=version, values=values if values is not None else {})
+
+
+P6 = res("eks:index:ManagedNodeGroup", "gpu", instanceTypes=["p6-b200.48xlarge"])
+P6_LT = res("aws:ec2/launchTemplate:LaunchTemplate", "lt", instanceType="p6-b200.48xlarge")
+
+
+def test_efa_plugin_versions_on_p6_b200():
+    old = chart("aws-efa-k8s-device-plugin", "v0.5.9")
+    v = sr.device_plugin_versions(Stack([P6, old]))
+    assert len(v) == 1 and v[0].problem.startswith("chart v0.5.9 on p6-b200.48xlarge: EFA device plugin images before")
+    assert v[0].rule == "device-plugin-versions" and v[0].fix == sr.PLUGINS_FIX
+    assert len(sr.device_plugin_versions(Stack([P6_LT, old]))) == 1  # the type in a launch template
+    assert sr.device_plugin_versions(Stack([P6, chart("aws-efa-k8s-device-plugin", "v0.5.10")])) == []  # the floor
+    assert sr.device_plugin_versions(Stack([res("eks:index:ManagedNodeGroup", "g", instanceTypes=["g6.12xlarge"]),
+                                            old])) == []
+    # the chart's own allow-list, when set, says where the plugin runs
+    listed = chart("oci://x/aws-efa-k8s-device-plugin", "0.5.9",
+                   {"supportedInstanceLabels": {"values": ["p6-b200.48xlarge"]}}, typ=HELM_CHART_V4)
+    assert len(sr.device_plugin_versions(Stack([listed]))) == 1
+    elsewhere = chart("aws-efa-k8s-device-plugin", "0.5.9", {"supportedInstanceLabels": {"values": ["p5.48xlarge"]}})
+    assert sr.device_plugin_versions(Stack([P6, elsewhere])) == []
+    unknown_list = chart("aws-efa-k8s-device-plugin", "0.5.9", {"supportedInstanceLabels": {"values": UNKNOWN}})
+    assert len(sr.device_plugin_versions(Stack([P6, unknown_list]))) == 1  # falls back to the stack's types
+    assert len(sr.device_plugin_versions(Stack([P6, chart("aws-efa-k8s-device-plugin", "0.5.9", UNKNOWN)]))) == 1
+
+
+@pytest.mark.parametrize("version, values, bad", [
+    ("0.19.0", {}, True), ("0.19.2", {"mofedEnabled": True}, True), ("v0.19.1", {"mofedEnabled": "false"}, True),
+    ("0.19.1", {"mofedEnabled": False}, False), ("0.19.1", {"mofedEnabled": UNKNOWN}, False),
+    ("0.18.9", {}, False), ("0.19.3", {}, False), ("0.19.1", UNKNOWN, True),
+])
+def test_nvidia_plugin_mofed_versions(version, values, bad):
+    v = sr.device_plugin_versions(Stack([chart("nvidia-device-plugin", version, values)]))
+    assert len(v) == int(bad)
+    if bad:
+        mofed = values.get("mofedEnabled") if isinstance(values, dict) else None
+        assert v[0].problem.startswith(f"chart {version} with mofedEnabled {mofed!r} injects every "
+                                       "/dev/infiniband/uverbs*")
+
+
+def test_device_plugin_versions_silent_on_what_it_cannot_read():
+    assert sr.device_plugin_versions(Stack([P6, chart("aws-efa-k8s-device-plugin", UNKNOWN)])) == []
+    assert sr.device_plugin_versions(Stack([P6, res(HELM_RELEASE, "x", chart=UNKNOWN, version="0.5.9")])) == []
+    assert sr.device_plugin_versions(Stack([P6, chart("aws-efa-k8s-device-plugin", "0.5")])) == []  # not a version
+    assert sr.device_plugin_versions(Stack([P6, chart("other-chart", "0.5.9")])) == []
+
+
+# -- pod-security-baseline -------------------------------------------------------------------------------------------
+
+def test_pod_security_baseline_judges_the_head_and_jobs_only():
+    priv = tmpl(hostNetwork=True)
+    v = sr.pod_security_baseline(Stack([ray_cluster(head=priv)]))
+    assert len(v) == 1 and v[0].problem.startswith("head: ") and "hostNetwork" in v[0].problem
+    assert v[0].rule == "pod-security-baseline" and v[0].fix == sr.PSS_FIX
+    # a worker may need more (EFA, GPUs): not judged by this rule
+    assert sr.pod_security_baseline(Stack([ray_cluster(workers=[{"groupName": "gpu", "template": priv}])])) == []
+    gate = res(sr.JOB, "gate", spec={"template": copy.deepcopy(priv)})
+    v = sr.pod_security_baseline(Stack([gate]))
+    assert len(v) == 1 and v[0].problem.startswith("pod: ") and v[0].resource == f"{sr.JOB} gate"
+    assert sr.pod_security_baseline(Stack([ray_cluster(), res(sr.JOB, "ok", spec={"template": tmpl()})])) == []
+    assert sr.pod_security_baseline(Stack([res(sr.JOB, "u", spec={"template": UNKNOWN}),
+                                           res(sr.JOB, "s", spec={"template": {"spec": UNKNOWN}})])) == []
