@@ -7,6 +7,7 @@ import os
 
 from . import fsdp_shapes
 from . import stack_probe as _probe
+from .storage_uri import uri_problem
 from .cli import ArgumentParser
 from .verdict import TRANSPORTS
 
@@ -102,6 +103,8 @@ def usage_problem(a) -> str | None:
     if a.preset is not None:
         if a.preset not in fsdp_shapes.PRESETS:
             return f"--preset {a.preset!r}: unknown model preset; choose from {', '.join(sorted(fsdp_shapes.PRESETS))}"
+    if a.storage_path is not None and uri_problem(a.storage_path, "--storage-path"):
+        return uri_problem(a.storage_path, "--storage-path")
     if a.report is not None and os.path.exists(a.report) and not os.path.isdir(a.report):
         return f"--report {a.report}: exists and is not a directory; name a directory (it is created if missing)"
     if a.manifest is not None and not a.manifest.lstrip().startswith("{"):

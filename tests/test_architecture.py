@@ -34,6 +34,7 @@ CROSS_EDGES = {
     ("training.__main__", "efacheck"): "submit ships efacheck's files beside training (importlib.resources)",
     ("training.__main__", "efacheck.local_cluster"): "a run without --address starts the shared local Ray cluster",
     ("training.__main__", "efacheck.verdict_metrics"): "a run's fabric verdict as a metric on the head, as the gate's",
+    ("training.__main__", "efacheck.storage_uri"): "one storage-path grammar for train, submit and the gate's proof",
 }
 """Every module edge from training into efacheck, with its reason (tools' edges follow PACKAGE_EDGES alone: tools
 is the top layer, and nothing it imports can import it back)."""

@@ -43,6 +43,7 @@ from urllib.parse import urlsplit
 
 from .. import efacheck
 from ..efacheck import verdict_metrics
+from ..efacheck.storage_uri import FIX, uri_problem
 from .cli import (EXIT_INTERNAL, EXIT_USAGE, ArgumentParser, internal_error, interrupted_code, interruption, run_cli,
                   url_problem)
 
@@ -59,7 +60,7 @@ EXIT_TOO_SMALL = 6
 """The cluster (--address) has fewer CPUs, or GPUs with --use-gpu, than --workers needs: nothing was started."""
 EXIT_INTERRUPTED = 130
 """Ctrl-C (128 + SIGINT); with --json the last stdout line says so."""
-EFACHECK_FILES = ("__init__.py", "cli.py", "exit_codes.py", "nccl_log.py", "efa_counters.py", "verdict_metrics.py",
+EFACHECK_FILES = ("__init__.py", "cli.py", "exit_codes.py", "storage_uri.py", "nccl_log.py", "efa_counters.py", "verdict_metrics.py",
                   "local_cluster.py")
 """The efacheck modules training imports (``training/fabric.py``: the gate's verdict code; the run's verdict as a
 metric; the local Ray cluster), closed under their own imports; ``submit`` ships them next to ``training``
@@ -261,34 +262,18 @@ def place_gpu_ranks(args: argparse.Namespace, nodes: list[dict]) -> None:
               flush=True)
 
 
-S3_BUCKET = re.compile(r"(?=.{3,63}$)[a-z0-9][a-z0-9.-]*[a-z0-9]")
-"""S3 general purpose bucket names: 3-63 lowercase letters, digits, '.' and '-', alphanumeric at both ends
-(docs.aws.amazon.com/AmazonS3/latest/userguide/bucketnamingrules.html)."""
-
-
 def storage_problem(value: str, option: str, on_this_host: bool = True) -> str | None:
     """Why ``value`` cannot hold this run's checkpoints (None when it can), answered before Ray starts.
 
-    Only ``s3://bucket[/prefix]`` (what the stack's pods reach through Pod Identity) or a local directory: another
-    scheme (``gs://``, ``hdfs://``) makes pyarrow wait for that cloud's credentials, a hang instead of an error, and a
-    path that is a file or sits in a directory this user cannot write fails only after the run, when Ray first
-    writes a checkpoint there. ``on_this_host`` False (``submit``): a path is the cluster's, only its form is checked.
+    A URI's form is efacheck/storage_uri.py's (the gate's ``--storage-path`` has the same). A path that is a file
+    fails only after the run, when Ray first writes a checkpoint there. Whether the storage takes a write (the bucket
+    exists, the role may write, the directory can be created) is asked of the storage itself, by
+    :func:`check_storage_reachable`. ``on_this_host`` False (``submit``): a path is the cluster's, only its form is
+    checked.
     """
-    fix = "name a directory (created if missing) or s3://bucket/prefix"
-    if "\x00" in value:
-        return f"{option} {value!r}: contains a NUL byte; {fix}"
-    if "://" in value:
-        scheme, _, rest = value.partition("://")
-        if scheme != "s3":
-            return (f"{option} {value!r}: {scheme}:// storage is not supported here (the stack's pods reach S3 only, "
-                    f"and pyarrow would wait for {scheme} credentials); {fix}")
-        bucket, _, prefix = rest.partition("/")
-        if not S3_BUCKET.fullmatch(bucket) or ".." in bucket:
-            return (f"{option} {value!r}: {bucket!r} is not an S3 bucket name (3-63 lowercase letters, digits, '.' "
-                    "and '-'; bucketnamingrules.html); e.g. s3://my-bucket/ray-train")
-        if any(seg in (".", "..") for seg in prefix.split("/")):
-            return f"{option} {value!r}: '.' and '..' are not S3 key segments; {fix}"
-        return None
+    fix = FIX
+    if "\x00" in value or "://" in value:
+        return uri_problem(value, option)
     if not on_this_host:  # submit: the path is the cluster's, not this machine's
         return None
     try:

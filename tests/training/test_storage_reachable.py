@@ -158,3 +158,17 @@ def test_a_name_too_long_is_a_usage_error_not_a_crash(tmp_path, ray_never_starts
 def test_query_options_of_a_pyarrow_uri_are_honoured():
     assert storage_check.split_s3("s3://b/p/q/?endpoint_override=127.0.0.1:9&scheme=http") == (
         "b", "p/q", {"endpoint_override": "127.0.0.1:9", "scheme": "http"})
+
+
+@pytest.mark.parametrize("value, says", [("gs://b/x", "gs:// storage is not supported"),
+                                         ("s3://Bad_Bucket/x", "not an S3 bucket name"),
+                                         ("s3://bucket/a/../b", "'..'")])
+def test_the_gates_storage_path_has_the_same_grammar(value, says, capsys, monkeypatch):
+    """efa-check --storage-path (the gate's storage proof) took any text: a gs:// path made the proof's rank wait for
+    Google credentials until the gate's deadline. Same grammar as train's, refused before Ray starts."""
+    import ray
+
+    monkeypatch.setattr(ray, "init", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("Ray started")))
+    code = command.main(["efa-check", "--storage-proof", "--storage-path", value])
+    err = capsys.readouterr().err
+    assert code == 64 and says in err and "Ray started" not in err, (code, err)
