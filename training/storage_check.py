@@ -61,9 +61,9 @@ def check(value: str, option: str, environ: Optional[Mapping[str, str]] = None,
     """Raise :class:`StorageError` unless this process can write under the storage path ``value``.
 
     ``option`` names where the value came from (``--storage-path`` or ``$RAY_EFA_EKS_STORAGE_PATH``), for the
-    message. S3 paths are checked with boto3 in at most ``timeout`` seconds (default :data:`TIMEOUT_S`); anything else is a local directory.
-    ``environ`` gives the region for the client and the messages; boto3 reads its credentials and endpoint from the
-    process environment, as pyarrow does.
+    message. S3 paths are checked with boto3 in at most ``timeout`` seconds (default :data:`TIMEOUT_S`); anything
+    else is a local directory. ``environ`` gives the region for the client and the messages; boto3 reads its
+    credentials and endpoint from the process environment, as pyarrow does.
     """
     if value.startswith("s3://"):
         _check_s3(value, option, os.environ if environ is None else environ, TIMEOUT_S if timeout is None else timeout)
@@ -184,7 +184,7 @@ def _explain(err: BaseException, value: str, option: str, environ: Mapping[str, 
         status = err.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
         op = err.operation_name
         said = f"{op}: {code or status}{': ' + error['Message'] if error.get('Message') else ''}"
-        if status and status >= 500 or code in ("SlowDown", "ServiceUnavailable", "InternalError"):
+        if (status or 0) >= 500 or code in ("SlowDown", "ServiceUnavailable", "InternalError"):
             return EXIT_NO_ANSWER, f"{where}: S3 answered {said}; retry later"
         if code in ("NoSuchBucket", "404") or (op == "HeadBucket" and status == 404):
             return EXIT_STORAGE, (f"{where}: bucket {bucket!r} does not exist ({said}); the stack's bucket is "
@@ -195,7 +195,8 @@ def _explain(err: BaseException, value: str, option: str, environ: Mapping[str, 
         if code in ("AccessDenied", "403", "AllAccessDisabled", "InvalidAccessKeyId", "SignatureDoesNotMatch",
                     "ExpiredToken") or status == 403:
             target = f"s3://{bucket}/{prefix + '/' if prefix else ''}*"
-            return EXIT_STORAGE, (f"{where}: access denied ({said}; credentials: {_credential_source(value, environ)}): they may not write "
+            creds = _credential_source(value, environ)
+            return EXIT_STORAGE, (f"{where}: access denied ({said}; credentials: {creds}): they may not write "
                                   f"{target}; the pods' role may write only under checkpointPrefix "
                                   "(`pulumi stack output checkpointStorageUri`)")
         if code in ("PermanentRedirect", "301", "AuthorizationHeaderMalformed") or status == 301:

@@ -172,3 +172,85 @@ def test_the_gates_storage_path_has_the_same_grammar(value, says, capsys, monkey
     code = command.main(["efa-check", "--storage-proof", "--storage-path", value])
     err = capsys.readouterr().err
     assert code == 64 and says in err and "Ray started" not in err, (code, err)
+
+
+def test_a_pyarrow_endpoint_in_the_uri_is_the_one_asked(as_pod, ray_never_starts, monkeypatch, capsys):
+    """Ray Train accepts pyarrow's ?endpoint_override=&scheme= in a storage path; the check asks that endpoint."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:9")  # wrong on purpose: the URI's endpoint wins
+    start = len(as_pod.requests)
+    endpoint = as_pod.endpoint.removeprefix("http://")
+    code, _, _ = train("--storage-path", f"s3://{BUCKET}/ray-train?endpoint_override={endpoint}&scheme=http")
+    err = capsys.readouterr().err
+    assert code == 4 and "stand-in" in err, (code, err)
+    assert [r.method for r in as_pod.requests[start:]] == ["HEAD", "PUT", "DELETE"]
+
+
+def test_no_credentials_at_all_exits_73(ray_never_starts, monkeypatch, capsys):
+    for k in [k for k in os.environ if k.startswith("AWS_")]:
+        monkeypatch.delenv(k)
+    for k, v in {"AWS_EC2_METADATA_DISABLED": "true", "AWS_CONFIG_FILE": "/dev/null",
+                 "AWS_SHARED_CREDENTIALS_FILE": "/dev/null", "AWS_REGION": "us-east-1",
+                 "AWS_ENDPOINT_URL_S3": "http://127.0.0.1:9"}.items():
+        monkeypatch.setenv(k, v)
+    code, _, _ = train("--storage-path", f"s3://{BUCKET}/ray-train")
+    err = capsys.readouterr().err
+    assert code == 73 and "no usable AWS credentials" in err, (code, err)
+
+
+def test_without_boto3_the_check_says_what_it_did_not_check(monkeypatch, capsys):
+    monkeypatch.setitem(__import__("sys").modules, "boto3", None)  # import boto3 raises ImportError
+    storage_check.check(f"s3://{BUCKET}/ray-train", "--storage-path")
+    assert "boto3 is not installed: --storage-path s3://" in capsys.readouterr().err
+
+
+def test_a_directory_that_takes_no_file_exits_73():
+    """/proc/self exists (mkdir -p is content) but takes no new file, even from root."""
+    with pytest.raises(storage_check.StorageError) as e:
+        storage_check.check("/proc/self", "--storage-path")
+    assert e.value.code == 73 and "this user cannot write there" in str(e.value)
+
+
+def _client_error(op: str, status: int, code: str = "", message: str = ""):
+    from botocore.exceptions import ClientError
+
+    return ClientError({"Error": {"Code": code, "Message": message}, "ResponseMetadata": {"HTTPStatusCode": status}},
+                       op)
+
+
+@pytest.mark.parametrize("error, code, says", [
+    (lambda: _client_error("PutObject", 503, "SlowDown", "Please reduce your request rate."), 2, "retry later"),
+    (lambda: _client_error("HeadBucket", 404), 73, "does not exist"),
+    (lambda: _client_error("PutObject", 400, "KMS.DisabledException", "key is disabled"), 73, "KMS key refused"),
+    (lambda: _client_error("PutObject", 403, "AccessDenied", "not authorized to perform kms:GenerateDataKey"), 73,
+     "KMS key refused"),
+    (lambda: _client_error("HeadBucket", 301), 73, "in another region"),
+    (lambda: _client_error("PutObject", 400, "InvalidRequest", "odd"), 73, "S3 refused PutObject: InvalidRequest"),
+    (lambda: __import__("botocore.exceptions").exceptions.ReadTimeoutError(endpoint_url="http://x"), 2,
+     "S3 did not answer"),
+    (lambda: __import__("botocore.exceptions").exceptions.ParamValidationError(report="bad key"), 73,
+     "ParamValidationError"),
+])
+def test_each_answer_of_s3_has_its_code_and_its_fix(error, code, says, monkeypatch):
+    monkeypatch.setattr(storage_check, "_s3_calls", lambda value, environ: (_ for _ in ()).throw(error()))
+    with pytest.raises(storage_check.StorageError) as e:
+        storage_check.check(f"s3://{BUCKET}/ray-train", "--storage-path", {"AWS_REGION": "us-east-1"})
+    assert e.value.code == code and says in str(e.value), str(e.value)
+
+
+def test_a_bug_in_the_check_is_not_dressed_as_an_answer(monkeypatch):
+    monkeypatch.setattr(storage_check, "_s3_calls", lambda value, environ: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        storage_check.check(f"s3://{BUCKET}/ray-train", "--storage-path")
+
+
+def test_storage_uri_grammar_edges():
+    from ray_efa_eks.efacheck.storage_uri import uri_problem
+
+    assert "NUL" in uri_problem("/tmp/a\x00b", "--storage-path")
+    assert uri_problem("/any/path", "--storage-path") is None
+    assert uri_problem("s3://my-bucket/ray-train?endpoint_override=h:1", "--storage-path") is None
+
+
+def test_credential_source_never_fails_a_message(monkeypatch):
+    monkeypatch.setattr(storage_check, "_session_and_client", lambda value, environ: 1 / 0)
+    assert storage_check._credential_source(f"s3://{BUCKET}/x", {}) == "unknown"
