@@ -261,3 +261,116 @@ def test_merged_captures_name_each_distinct_one_whatever_the_key_order():
         {"by": "mixed", "ranks": ["run", "yours (NCCL_DEBUG=WARN)"]}
     assert fabric.merge_captures([{"by": "run", "replaced": {}}, {"replaced": {}, "by": "run"}]) == \
         {"by": "run", "replaced": {}}
+
+
+# plan_capture, whole answers: every key is read by Probe, summarize or the run's summary line
+
+def _plan(env: dict, backend: str = "nccl") -> dict:
+    return fabric.plan_capture(backend, env, "/logs", 3, "node-a", 42)
+
+
+def _stack(**rendered) -> dict:
+    return {fabric.STACK_NCCL_ENV: json.dumps(rendered), **rendered}
+
+
+def test_plan_capture_gloo_and_run_answers():
+    assert _plan({}, "gloo") == {"env": {}, "log": None, "note": "backend gloo: the collectives do not use NCCL",
+                                 "capture": {"by": "none"}}
+    path = "/logs/nccl-rank3-node-a-42.log"
+    assert _plan({}) == {"env": {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET", "NCCL_DEBUG_FILE": path},
+                         "log": path, "note": None, "user": {}, "capture": {"by": "run", "replaced": {}}}
+    # the stack's own TRACE is kept as TRACE (lower case too); its WARN is replaced by INFO
+    assert _plan(_stack(NCCL_DEBUG="trace"))["env"]["NCCL_DEBUG"] == "TRACE"
+    warn = _plan(_stack(NCCL_DEBUG="WARN"))
+    assert warn["env"]["NCCL_DEBUG"] == "INFO" and warn["capture"] == {"by": "run", "replaced": {"NCCL_DEBUG": "WARN"}}
+
+
+def test_plan_capture_user_answers():
+    assert _plan({"NCCL_DEBUG": "info", "NCCL_DEBUG_FILE": "/u/n.%h.%p"}) == {
+        "env": {}, "log": "/u/n.node-a.42", "note": None,
+        "user": {"NCCL_DEBUG": "info", "NCCL_DEBUG_FILE": "/u/n.%h.%p"},
+        "capture": {"by": "user", "kept": {"NCCL_DEBUG": "info", "NCCL_DEBUG_FILE": "/u/n.%h.%p"}}}
+    # the user's file with the stack's INFO level: the level comes from the stack's rendered value
+    both = _plan({**_stack(NCCL_DEBUG="INFO"), "NCCL_DEBUG_FILE": "/u/n.%p"})
+    assert both["log"] == "/u/n.42" and both["capture"] == {"by": "user", "kept": {"NCCL_DEBUG_FILE": "/u/n.%p"}}
+    for level in ("INFO", "TRACE", "trace"):
+        stdout = _plan({"NCCL_DEBUG": level, "NCCL_DEBUG_SUBSYS": "ALL"})
+        assert stdout == {
+            "env": {}, "log": None, "user": {"NCCL_DEBUG": level, "NCCL_DEBUG_SUBSYS": "ALL"},
+            "capture": {"by": "user", "kept": {"NCCL_DEBUG": level, "NCCL_DEBUG_SUBSYS": "ALL"}},
+            "note": (f"your own NCCL logging settings are kept (NCCL_DEBUG={level} NCCL_DEBUG_SUBSYS=ALL): NCCL writes its "
+                     "lines to the job's stdout, which the run does not read; unset the NCCL_DEBUG* variables (or add "
+                     "NCCL_DEBUG=INFO NCCL_DEBUG_FILE=/path/nccl.%h.%p.log) for a verdict")}
+    assert _plan({"NCCL_DEBUG_SUBSYS": "ALL"})["note"].startswith(
+        "your own NCCL logging settings are kept (NCCL_DEBUG_SUBSYS=ALL): NCCL_DEBUG is unset, so NCCL logs no INFO")
+    assert "NCCL_DEBUG is WARN, so" in _plan({**_stack(NCCL_DEBUG="WARN"), "NCCL_DEBUG_SUBSYS": "ALL"})["note"]
+    assert "NCCL_DEBUG is VERSION, so" in _plan({"NCCL_DEBUG": "VERSION"})["note"]
+
+
+def test_stack_env_absent_or_not_an_object():
+    assert fabric.stack_nccl_env({}) == {} and fabric.stack_nccl_env({fabric.STACK_NCCL_ENV: "[1]"}) == {}
+    assert fabric.stack_nccl_env({fabric.STACK_NCCL_ENV: '{"A": 1}'}) == {"A": "1"}
+
+
+def test_read_log_reads_at_most_its_limit(tmp_path):
+    p = tmp_path / "n.log"
+    p.write_bytes(b"0123456789")
+    assert fabric.read_log(str(p), limit=4) == b"0123"
+
+
+def test_no_log_dir_creates_nothing_but_the_log_there(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    fabric.Probe("nccl", 0, 1, None, environ={})
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_previous_verdict_reads_fabric_json_beside_a_trailing_slash():
+    opened = []
+
+    class FS:
+        def open_input_file(self, path):
+            opened.append(path)
+            import io
+            return io.BytesIO(b'{"verdict": "efa"}')
+
+    ckpt = SimpleNamespace(filesystem=FS(), path="s3://b/run/checkpoint_000001/")
+    assert fabric.previous_verdict(ckpt) == {"verdict": "efa"}
+    assert opened == ["s3://b/run/checkpoint_000001/fabric.json"]
+
+
+def test_checkpoint_record_whole():
+    fab = {"verdict": "efa", "backend": "nccl", "network": "Libfabric", "provider": "efa", "nodes": 2,
+           "deciding": "x.log:3: NET/OFI Selected provider is efa", "reasons": ["not kept"]}
+    assert json.loads(fabric.checkpoint_record(fab, 5)) == {**{k: v for k, v in fab.items() if k != "reasons"},
+                                                            "step": 5}
+    assert json.loads(fabric.checkpoint_record({**fab, "image": {"digest": None}}, 5))["image_digest"] is None
+
+
+def test_payload_whole_with_and_without_a_log(tmp_path, monkeypatch):
+    host = socket_host()
+    monkeypatch.setenv(fabric.IMAGE_ENV, "img:1")
+    probe = _probe(tmp_path)
+    assert probe._payload(final=False) == {"source": f"{host}:{probe.plan['log']}", "log": RANK0_VIEW, "note": None,
+                                           "host": host, "capture": {"by": "run", "replaced": {}}, "image": "img:1"}
+    user = fabric.Probe("nccl", 2, 1, str(tmp_path), environ={"NCCL_DEBUG": "WARN"})
+    p = user._payload(final=False)
+    assert p["source"] == f"{host}:rank2" and p["log"] is None and p["note"].startswith("your own NCCL")
+
+
+def test_counters_are_read_again_only_at_the_end(tmp_path, monkeypatch):
+    reads = []
+
+    def view():
+        reads.append(1)
+        return {"snapshot": {"rdmap0s6": {"tx_bytes": 10 * len(reads), "rx_bytes": 0, "errors": {}}}}
+
+    monkeypatch.setattr(fabric.efa_counters, "read_view", view)
+    probe = fabric.Probe("nccl", 0, 0, str(tmp_path), environ={})
+    assert "counters" not in probe._payload(final=False) and len(reads) == 1
+    delta = probe._payload(final=True)["counters"]
+    assert delta["rdmap0s6"]["tx_bytes"] == 10 and len(reads) == 2
+
+
+def test_a_disabled_probe_plans_nothing():
+    off = fabric.Probe("nccl", 0, 0, None, environ={}, enabled=False)
+    assert off.plan == {"env": {}, "log": None, "note": "fabric capture off", "capture": {"by": "off"}}
