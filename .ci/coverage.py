@@ -33,6 +33,11 @@ FLOORS: dict[str, float] = {
     "components/cost.py": 100.0,
     "tools/aws_rules.py": 100.0,
     "tools/security_rules.py": 100.0,
+    "tools/layout.py": 100.0,
+    "tools/layout_node_groups.py": 100.0,
+    "tools/layout_pods.py": 100.0,
+    "tools/layout_network.py": 100.0,
+    "tools/plan_diff.py": 100.0,
 }
 """Module -> the least branch coverage (%) its tests must keep."""
 
@@ -50,6 +55,7 @@ FAST_TESTS = [
     "tests/tools/test_preflight_branches.py",
     "tests/components/test_capacity_branches.py", "tests/components/test_cost_branches.py",
     "tests/tools/test_aws_rules_branches.py", "tests/tools/test_security_rules_branches.py",
+    "tests/tools/test_layout_branches.py", "tests/tools/test_plan_diff_branches.py",
 ]
 """The decision modules' own unit tests (seconds each; no Ray cluster)."""
 

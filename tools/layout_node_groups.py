@@ -223,9 +223,12 @@ def _node_group(r: Resource, props: dict, itypes: list[str], efa: Any, source: s
     desired = dig(props, "scalingConfig", "desiredSize")
     labels = props.get("labels") if isinstance(props.get("labels"), dict) else {}
     lt = template.props if template is not None else {}
-    target = dig(lt, "capacityReservationSpecification", "capacityReservationTarget", default={}) or {}
-    reservation = (target.get("capacityReservationId") or target.get("capacityReservationResourceGroupArn")
-                   if isinstance(target, dict) else target)
+    target = dig(lt, "capacityReservationSpecification", "capacityReservationTarget")
+    if isinstance(target, dict):  # an id only ``up`` knows (a reservation created in this run) is UNKNOWN, not None
+        named = [target.get(k) for k in ("capacityReservationId", "capacityReservationResourceGroupArn")]
+        reservation = next((v for v in named if v), UNKNOWN if any(v is UNKNOWN for v in named) else None)
+    else:
+        reservation = UNKNOWN if target is UNKNOWN else None
     return NodeGroup(r, props, itypes, desired if desired is not None else UNKNOWN, labels, _looks_gpu(props, itypes),
                      _instance_gpus(itypes), efa, source, placement_az if isinstance(placement_az, str) else None,
                      strategy, sgs, subnets, subnet_ids, props.get("capacityType", "ON_DEMAND"),
