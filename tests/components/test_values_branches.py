@@ -372,6 +372,7 @@ def test_s3_prefix_rules():
     assert _refused(g, "ok/a b").fix == f"contains ' ', outside S3's safe characters (letters, digits, ! - _ . ' ( ); " \
                                         f"{v.S3_KEYS}); {fix}"
     assert _refused(g, "a/é").fix.startswith("contains 'é', outside")
+    assert _refused(g, "Team/Ab c").fix.startswith("contains ' ', outside")  # the first unsafe one, not 'A'
     assert g.parse("a..b/.c") == "a..b/.c"
     assert g.parse("Team-X/Ray") == "Team-X/Ray"  # S3's safe characters include uppercase
 
