@@ -38,6 +38,7 @@ FLOORS: dict[str, float] = {
     "tools/layout_pods.py": 100.0,
     "tools/layout_network.py": 100.0,
     "tools/plan_diff.py": 100.0,
+    "tools/plan_run.py": 100.0,
 }
 """Module -> the least branch coverage (%) its tests must keep."""
 
@@ -56,6 +57,7 @@ FAST_TESTS = [
     "tests/components/test_capacity_branches.py", "tests/components/test_cost_branches.py",
     "tests/tools/test_aws_rules_branches.py", "tests/tools/test_security_rules_branches.py",
     "tests/tools/test_layout_branches.py", "tests/tools/test_plan_diff_branches.py",
+    "tests/tools/test_plan_run_branches.py",
 ]
 """The decision modules' own unit tests (seconds each; no Ray cluster)."""
 

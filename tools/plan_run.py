@@ -26,12 +26,15 @@ RECORDS_MARKER = "@@plan-records@@ "
 # importing either spelling (``components.x`` before the namespaced move, ``ray_efa_eks.components.x`` after) runs
 # the base ref's code.
 _DUMP_RECORDS = r'''
-import json, sys
+import json, os, sys
 sys.path.insert(0, ".")
-try:
-    from ray_efa_eks.tools.mockrun import run_program
-except ImportError:
+# Chosen by the archive's own files, not by trying the import: the ray_efa_eks installed here (editable) answers
+# ray_efa_eks.tools for an archive that has no tools/, which would run this tree's mockrun on a ref that has its own
+# in components/. A tree with neither (a program alone) gets the installed one.
+if os.path.exists(os.path.join("components", "mockrun.py")) and not os.path.exists(os.path.join("tools", "mockrun.py")):
     from ray_efa_eks.components.mockrun import run_program
+else:
+    from ray_efa_eks.tools.mockrun import run_program
 a = json.loads(sys.argv[1])
 run = run_program(a["config"], region=a["region"], program=a["program"], stack=a["stack"])
 def rid(r):

@@ -1,0 +1,244 @@
+"""Making a plan (tools/plan_run.py): each condition that decides a plan's error (its exit code 2), a usage error (64)
+or an unreadable ref (3), asserted on tiny programs and a throwaway git repository (issue 40).
+
+The programs here declare one or two resources, so the Pulumi mocks run in well under a second; the git ref's plan
+runs the ref's own ``tools/mockrun.py``, which in the throwaway repository is a stand-in that records two resources
+(what plan_git_ref decides is how it reads the archive, the stack file and the records, not what mockrun does).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import textwrap
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from ray_efa_eks.tools import plan_run as pr
+from ray_efa_eks.tools.layout import Resource
+from ray_efa_eks.tools.plan_model import PlanError, UsageError
+
+PROGRAM = textwrap.dedent('''
+    import pulumi
+    import pulumi_aws as aws
+
+    c = pulumi.Config("ray-efa-eks")
+    if c.get("fail"):
+        raise ValueError("the program refused: " + c.get("fail"))
+    aws.ec2.Subnet("sub", vpc_id="vpc-1", cidr_block="10.0.0.0/20", availability_zone="us-east-1a")
+''')
+
+
+def program_dir(tmp_path: Path, stack_file: str | None = "config:\n  aws:region: us-west-2\n") -> Path:
+    (tmp_path / "__main__.py").write_text(PROGRAM)
+    if stack_file is not None:
+        (tmp_path / "Pulumi.dev.yaml").write_text(stack_file)
+    return tmp_path / "__main__.py"
+
+
+# -- make_plan -------------------------------------------------------------------------------------------------------
+
+def test_make_plan_tree_parents_hooked_resources_and_rules():
+    parent = Resource("eks:index:Cluster", "eks", "urn:pulumi:dev::p::eks:index:Cluster::eks", None, {})
+    child = Resource("aws:eks/cluster:Cluster", "eks", "urn:c", parent.urn, {})
+    orphan = Resource("aws:s3/bucket:Bucket", "b", "urn:b", "urn:pulumi:dev::p::x:index:Gone::g", {})
+    lt = Resource(pr.HOOKED_TYPES[0], "gpu", "urn:lt", None, {"imageId": "ami-1", "n": 2.0})
+    plan = pr.make_plan([parent, child, orphan, lt], source="s", stack="dev", region="us-east-1")
+    assert plan.resources == [
+        {"type": "aws:ec2/launchTemplate:LaunchTemplate", "name": "gpu", "parent": None},
+        {"type": "aws:eks/cluster:Cluster", "name": "eks", "parent": "eks:index:Cluster eks"},
+        {"type": "aws:s3/bucket:Bucket", "name": "b", "parent": "x:index:Gone g"},  # a parent not recorded: its URN
+        {"type": "eks:index:Cluster", "name": "eks", "parent": None}]
+    assert plan.hooked == {"aws:ec2/launchTemplate:LaunchTemplate gpu": {"imageId": "ami-1", "n": 2}}
+    assert (plan.source, plan.stack, plan.region, plan.error) == ("s", "dev", "us-east-1", None)
+    assert plan.checked and plan.exit_code == (1 if plan.errors else 0)
+
+
+# -- plan_tree -------------------------------------------------------------------------------------------------------
+
+def test_plan_tree_of_a_program_that_runs(tmp_path, monkeypatch):
+    monkeypatch.setenv("PULUMI_CONFIG", '{"x": "1"}')
+    plan = pr.plan_tree(program=program_dir(tmp_path), overrides={"ray-efa-eks:gpuNodeCount": "3"})
+    assert plan.error is None and plan.region == "us-west-2" and plan.source == "working tree"
+    assert [r["type"] for r in plan.resources] == ["aws:ec2/subnet:Subnet"]
+    assert plan.config == {"aws:region": "us-west-2", "ray-efa-eks:gpuNodeCount": "3"}
+    assert plan.effective["ray-efa-eks:gpuNodeCount"] == ["3", "--config"]
+    assert os.environ["PULUMI_CONFIG"] == '{"x": "1"}'  # put back after the run (pulumi up replaces it too)
+
+
+def test_plan_tree_of_a_program_that_fails_is_the_plans_error(tmp_path, monkeypatch):
+    monkeypatch.delenv("PULUMI_CONFIG", raising=False)
+    plan = pr.plan_tree(program=program_dir(tmp_path), overrides={"ray-efa-eks:fail": "no"}, region="eu-west-1")
+    assert plan.error.startswith("ValueError: the program refused: no") and plan.exit_code == 2
+    assert plan.region == "eu-west-1" and plan.resources == [] and plan.config["aws:region"] == "eu-west-1"
+    assert "PULUMI_CONFIG" not in os.environ
+
+
+def test_plan_tree_needs_the_stack_file_unless_defaults(tmp_path):
+    program = program_dir(tmp_path, stack_file=None)
+    with pytest.raises(PlanError, match="stack 'dev' has no Pulumi.dev.yaml"):
+        pr.plan_tree(program=program)
+    plan = pr.plan_tree(program=program, defaults=True)
+    assert plan.error is None and plan.region == "us-east-1"
+
+
+def test_plan_tree_reads_root_main_by_default(tmp_path, monkeypatch):
+    program_dir(tmp_path)
+    plan = pr.plan_tree(tmp_path)
+    assert plan.error is None and [r["name"] for r in plan.resources] == ["sub"]
+    monkeypatch.chdir(tmp_path)
+    assert [r["name"] for r in pr.plan_tree().resources] == ["sub"]
+
+
+# -- _where_offered --------------------------------------------------------------------------------------------------
+
+def offered_error(itype, key="gpuInstanceType", text=None):
+    e = ValueError(text or f"gpuInstanceType {itype} is not offered in any AZ of us-east-1")
+    e.key, e.value = key, itype
+    return e
+
+
+def test_where_offered_names_the_regions_of_the_offerings_data():
+    from ray_efa_eks.tools import mockrun
+
+    itype = "g6.12xlarge"
+    regions = [r for r in mockrun.OFFERINGS if mockrun.offered_azs(r, itype)]
+    assert regions and pr._where_offered(offered_error(itype)) == (
+        f" (EC2's offerings data, tools/offerings.json, lists it in: {', '.join(regions)})")
+    assert pr._where_offered(offered_error("zz9.nothing")) == (
+        " (EC2's offerings data, tools/offerings.json, lists it in no region)")
+
+
+def test_where_offered_only_for_that_error():
+    assert pr._where_offered(ValueError("x")) == ""
+    assert pr._where_offered(offered_error("g6.12xlarge", key="systemInstanceType")) == ""
+    assert pr._where_offered(offered_error("g6.12xlarge", text="gpuInstanceType is not a GPU type")) == ""
+    assert pr._where_offered(offered_error(None)) == ""
+
+
+# -- resolve_ref and plan_git_ref ------------------------------------------------------------------------------------
+
+STUB_MOCKRUN = textwrap.dedent('''
+    """Stand-in for the ref's own mockrun: records two resources, or fails when the config says so."""
+    from types import SimpleNamespace
+
+
+    def run_program(config, *, region, program, stack):
+        if config.get("ray-efa-eks:fail"):
+            raise SystemExit("the base program failed: " + config["ray-efa-eks:fail"])
+        sub = SimpleNamespace(type="aws:ec2/subnet:Subnet", name="sub", urn="urn:sub", parent=None,
+                              inputs={"availabilityZone": region + "a", "cidrBlock": "10.0.0.0/20"})
+        lt = SimpleNamespace(type="aws:ec2/launchTemplate:LaunchTemplate", name="gpu", urn="urn:lt", parent=None,
+                             inputs={"imageId": "ami-" + stack})
+        return SimpleNamespace(resources=[sub, lt], ids={"urn:lt": "lt-1"})
+''')
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout.strip()
+
+
+@pytest.fixture()
+def repo(tmp_path) -> Path:
+    r = tmp_path / "repo"
+    (r / "tools").mkdir(parents=True)
+    (r / "tools" / "__init__.py").write_text("")
+    (r / "tools" / "mockrun.py").write_text(STUB_MOCKRUN)
+    (r / "__main__.py").write_text("# the program the stand-in mockrun pretends to run\n")
+    (r / "Pulumi.dev.yaml").write_text("config:\n  aws:region: us-west-2\n  ray-efa-eks:gpuNodeCount: 2\n")
+    git(r.parent, "init", "-q", str(r))
+    git(r, "-c", "user.email=t@t", "-c", "user.name=t", "add", "-A")
+    git(r, "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "base")
+    git(r, "tag", "base")
+    return r
+
+
+@pytest.mark.parametrize("ref", ["", "-x", "--output=/tmp/x", "a b", "main\x00", "tab\tref"])
+def test_resolve_ref_refuses_what_is_no_ref(ref, tmp_path):
+    with pytest.raises(UsageError, match="not a git ref"):
+        pr.resolve_ref(ref, tmp_path)
+
+
+def test_resolve_ref_finds_a_commit_or_says_to_fetch(repo):
+    assert pr.resolve_ref("base", repo) == git(repo, "rev-parse", "HEAD")
+    with pytest.raises(PlanError, match="no such commit in this repository") as e:
+        pr.resolve_ref("origin/nope", repo)
+    assert not isinstance(e.value, UsageError)  # exit 3, not 64
+
+
+def test_plan_git_ref_runs_the_refs_own_code_and_stack_file(repo, monkeypatch):
+    monkeypatch.setenv("PULUMI_CONFIG", '{"leak": "1"}')  # never passed to the base program
+    plan = pr.plan_git_ref("base", repo, overrides={"ray-efa-eks:gpuNodeCount": "4"})
+    assert plan.error is None and plan.source == "git base" and plan.region == "us-west-2"
+    assert sorted(r["name"] for r in plan.resources) == ["gpu", "sub"]
+    assert plan.hooked == {"aws:ec2/launchTemplate:LaunchTemplate gpu": {"imageId": "ami-dev"}}
+    assert plan.config == {"aws:region": "us-west-2", "ray-efa-eks:gpuNodeCount": "4"}
+    plan = pr.plan_git_ref("base", repo, region="eu-west-1")
+    assert plan.region == "eu-west-1" and plan.error is None
+
+
+def test_plan_git_ref_errors_are_the_base_plans_not_a_crash(repo):
+    missing = pr.plan_git_ref("base", repo, stack="prod")
+    assert missing.error == "Pulumi.prod.yaml does not exist at base (a stack this change adds?)"
+    assert missing.region == "us-east-1" and missing.exit_code == 2
+    assert pr.plan_git_ref("base", repo, stack="prod", region="eu-west-1").region == "eu-west-1"
+    assert pr.plan_git_ref("base", repo, stack="prod", defaults=True).error is None  # defaults: planned anyway
+    gone = pr.plan_git_ref("base", repo, program="sub/__main__.py", defaults=True)
+    assert gone.error == "sub/__main__.py does not exist at base"
+    failed = pr.plan_git_ref("base", repo, overrides={"ray-efa-eks:fail": "bad config"})
+    assert failed.error == "the base program failed: bad config" and failed.resources == []
+
+
+def test_plan_git_ref_without_records_is_an_error(repo):
+    (repo / "tools" / "mockrun.py").write_text("def run_program(config, **kw):\n    import sys\n    sys.exit(0)\n")
+    git(repo, "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qam", "silent")
+    assert pr.plan_git_ref("HEAD", repo).error == "no output"  # exit 0 but no records line
+
+
+def test_plan_git_ref_archive_failure_is_unreadable(repo, monkeypatch):
+    real = subprocess.run
+
+    def run(cmd, *a, **kw):
+        if "archive" in cmd:
+            return SimpleNamespace(returncode=128, stdout=b"", stderr=b"fatal: not a tree object")
+        return real(cmd, *a, **kw)
+
+    monkeypatch.setattr(pr.subprocess, "run", run)
+    with pytest.raises(PlanError, match="git archive 'base' failed: fatal: not a tree object"):
+        pr.plan_git_ref("base", repo)
+
+
+def test_plan_git_ref_of_an_older_layout_uses_components_mockrun(repo):
+    """Before the four-package layout mockrun lived in components/: the base ref's own is run. Before the fix the
+    records script tried ``ray_efa_eks.tools.mockrun`` first, which the editable install answers with this tree's
+    mockrun, so the base plan ran this tree's code on the old program (here: no resources, no error)."""
+    git(repo, "mv", "tools", "components")
+    git(repo, "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "old layout")
+    plan = pr.plan_git_ref("HEAD", repo)
+    assert plan.error is None and sorted(r["name"] for r in plan.resources) == ["gpu", "sub"]
+
+
+def test_namespace_shim_links_each_package_once(tmp_path):
+    (tmp_path / "tools").mkdir()
+    (tmp_path / "training").mkdir()
+    pr._namespace_shim(tmp_path)
+    shim = tmp_path / "ray_efa_eks"
+    assert (shim / "__init__.py").read_text() == ""
+    assert sorted(p.name for p in shim.iterdir() if p.is_symlink()) == ["tools", "training"]
+    assert (shim / "tools").resolve() == (tmp_path / "tools").resolve()
+    pr._namespace_shim(tmp_path)  # again: the links stay
+    assert sorted(p.name for p in shim.iterdir() if p.is_symlink()) == ["tools", "training"]
+
+
+def test_plan_git_ref_of_a_program_alone_uses_the_installed_mockrun(tmp_path):
+    """A tree with no mockrun of its own (a program and its stack file) is planned by the installed one."""
+    r = tmp_path / "alone"
+    r.mkdir()
+    program_dir(r)
+    git(tmp_path, "init", "-q", str(r))
+    git(r, "-c", "user.email=t@t", "-c", "user.name=t", "add", "-A")
+    git(r, "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "program")
+    plan = pr.plan_git_ref("HEAD", r)
+    assert plan.error is None and [x["name"] for x in plan.resources] == ["sub"] and plan.region == "us-west-2"
