@@ -374,3 +374,41 @@ def test_counters_are_read_again_only_at_the_end(tmp_path, monkeypatch):
 def test_a_disabled_probe_plans_nothing():
     off = fabric.Probe("nccl", 0, 0, None, environ={}, enabled=False)
     assert off.plan == {"env": {}, "log": None, "note": "fabric capture off", "capture": {"by": "off"}}
+
+
+def test_summarize_whole_for_gloo_and_for_nccl_without_logs():
+    assert fabric.summarize("gloo", {"a": None}) == {
+        "verdict": "not-nccl", "backend": "gloo", "network": None, "provider": None, "nodes": None, "ranks": None,
+        "deciding": None, "hints": [], "at": "end", "log_dir": None, "efa_bytes": None,
+        "efa_bytes_note": "no node reported EFA counters",
+        "reasons": ["backend gloo: the collectives do not use NCCL (a CPU run), so no network carries them that NCCL "
+                    "chose; run with --use-gpu for a fabric verdict"]}
+    fab = fabric.summarize("nccl", {"a": None, "b": None}, log_dir="/l", at="init")
+    assert {k: fab[k] for k in ("verdict", "network", "provider", "nodes", "ranks", "deciding", "hints", "at",
+                                "log_dir")} == {"verdict": "undetermined", "network": None, "provider": None,
+                                                "nodes": None, "ranks": 2, "deciding": None, "hints": [],
+                                                "at": "init", "log_dir": "/l"}
+    assert fab["reasons"][0].startswith("no rank's NCCL log has an NCCL line")
+
+
+def test_summarize_keeps_the_whole_previous_record_and_every_image():
+    prev = {"verdict": "efa", "network": "Libfabric", "provider": "efa", "nodes": 2, "step": 9, "extra": 1}
+    fab = fabric.summarize("nccl", {"r0": RANK0_VIEW}, previous=prev, images={"h1": "img:a"})
+    assert fab["previous"] == {"verdict": "efa", "network": "Libfabric", "provider": "efa", "nodes": 2, "step": 9}
+    assert fab["image"]["references"] == ["img:a"]
+
+
+def test_efa_bytes_per_node_skip_deviceless_nodes_and_keep_one_sided_counters():
+    deltas = {"a": {}, "b": {"rdmap0s6": {"tx_bytes": 5, "errors": {}}},
+              "c": {"rdmap0s6": {"rx_bytes": 7, "errors": {}}}}
+    fab = fabric.summarize("gloo", {}, counter_deltas=deltas)
+    assert fab["efa_bytes"] == {"b": {"sent": 5, "received": None, "devices": 1},
+                                "c": {"sent": None, "received": 7, "devices": 1}}
+
+
+def test_the_line_of_an_efa_run_cites_its_deciding_line_and_every_node():
+    fab = {"verdict": "efa", "network": "Libfabric", "provider": "efa", "nodes": 2, "ranks": 8,
+           "deciding": "x.log:3: NET/OFI Selected provider is efa", "reasons": ["first reason"],
+           "efa_bytes": {"a": {"sent": 1, "received": 2}, "b": {"sent": 3, "received": 4}}}
+    assert fabric.line(fab) == ("[fabric] efa network=Libfabric provider=efa nodes=2 ranks=8 efa_bytes a: sent 1 "
+                                "received 2, b: sent 3 received 4 (x.log:3: NET/OFI Selected provider is efa)")
