@@ -412,3 +412,22 @@ def test_the_line_of_an_efa_run_cites_its_deciding_line_and_every_node():
            "efa_bytes": {"a": {"sent": 1, "received": 2}, "b": {"sent": 3, "received": 4}}}
     assert fabric.line(fab) == ("[fabric] efa network=Libfabric provider=efa nodes=2 ranks=8 efa_bytes a: sent 1 "
                                 "received 2, b: sent 3 received 4 (x.log:3: NET/OFI Selected provider is efa)")
+
+
+def test_summarize_takes_ranks_and_evidence_from_the_report():
+    log = (REPO / "tests/fixtures/nccl-logs/real_efa_p3dn_k8s_mpijob_nccl264_16ranks.log").read_bytes()
+    from ray_efa_eks.efacheck import nccl_log
+
+    rep = nccl_log.analyze_bytes([("job", log)])
+    fab = fabric.summarize("nccl", {"job": log})
+    assert rep.ranks != 1 and fab["ranks"] == rep.ranks and fab["evidence"] == list(rep.evidence)
+    assert fab["deciding"] == rep.evidence[0] and fab["verdict"] == "efa"
+
+
+def test_counters_without_the_expected_bytes_judge_nothing():
+    flat = {"n1": {"rdmap0s6": {"tx_bytes": 0, "rx_bytes": 0, "errors": {}}}}
+    plain = fabric.summarize("nccl", {"r0": RANK0_VIEW})
+    fab = fabric.summarize("nccl", {"r0": RANK0_VIEW}, counter_deltas=flat)
+    assert fab["verdict"] == "efa" and fab["reasons"] == plain["reasons"] and "witness" not in fab
+    assert fabric.summarize("nccl", {"r0": RANK0_VIEW}, counter_deltas=flat,
+                            expected_bytes_per_node=1e9)["verdict"] == "fallback"
