@@ -166,7 +166,14 @@ def results(work: Path, module: str) -> dict[str, str]:
     meta = meta_file(work, module)
     if not meta.exists():
         return {}
-    codes = json.loads(meta.read_text())["exit_code_by_key"]
+    for attempt in range(5):  # mutmut rewrites it after each mutant: a read can catch it half written
+        try:
+            codes = json.loads(meta.read_text())["exit_code_by_key"]
+            break
+        except ValueError:
+            time.sleep(0.5)
+    else:
+        raise SystemExit(f".ci/mutation.py: {meta}: not JSON after 5 reads (is mutmut writing it?)")
     return {name: STATUS.get(code, "suspicious") for name, code in codes.items()}
 
 
