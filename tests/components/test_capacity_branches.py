@@ -17,8 +17,9 @@ ID8, ID17 = "cr-0123abcd", "cr-0123456789abcdef0"
 GROUP = "arn:aws:resource-groups:us-east-1:123456789012:group/odcr-pool"
 
 
-def _fix(problem: ArgError | None, names: dict[str, str] | None = None) -> tuple[str, str]:
-    assert problem is not None
+def _fix(problem: ArgError | None, names: dict[str, str] | None = None, *, value) -> tuple[str, str]:
+    """The argument and the fix the problem names, after checking it names the bad value (the message shows it)."""
+    assert problem is not None and problem.value == value
     return problem.arg, problem.renamed(names or {}).fix
 
 
@@ -62,12 +63,13 @@ def test_a_bad_combination_cannot_be_built():
 # --- target_problem: mode x reservation
 
 def test_an_unknown_mode_is_named_with_the_modes():
-    assert _fix(cap.target_problem("spot", None)) == ("mode", "must be one of on-demand, reservation, capacity-block")
+    assert _fix(cap.target_problem("spot", None), value="spot") == (
+        "mode", "must be one of on-demand, reservation, capacity-block")
 
 
 def test_on_demand_with_a_reservation_is_refused_naming_the_mode_key():
     assert cap.target_problem(cap.ON_DEMAND, None) is None and cap.target_problem(cap.ON_DEMAND, "") is None
-    arg, fix = _fix(cap.target_problem(cap.ON_DEMAND, ID17), {"mode": "gpuCapacity"})
+    arg, fix = _fix(cap.target_problem(cap.ON_DEMAND, ID17), {"mode": "gpuCapacity"}, value=ID17)
     assert arg == "reservation" and fix.startswith("is set but gpuCapacity is on-demand; set gpuCapacity: reservation")
 
 
@@ -75,7 +77,7 @@ def test_on_demand_with_a_reservation_is_refused_naming_the_mode_key():
                                          (cap.RESERVATION, "the ODCR id (cr-...) or its resource group ARN")])
 @pytest.mark.parametrize("reservation", [None, ""])
 def test_a_reservation_mode_without_a_target_says_what_it_needs(mode, needs, reservation):
-    arg, fix = _fix(cap.target_problem(mode, reservation))
+    arg, fix = _fix(cap.target_problem(mode, reservation), value=reservation)
     assert arg == "reservation" and fix.startswith(f"mode {mode} needs {needs}")
 
 
@@ -89,22 +91,25 @@ def test_reservation_ids_of_8_or_17_hex_digits_are_taken(mode, rid):
                                  "cr-0123456789abcdef", "xcr-0123abcd", "cr-0123abcd ", "odcr-pool",
                                  GROUP.replace("resource-groups", "ec2"), GROUP + "/x y"])
 def test_anything_else_is_not_a_target(rid):
-    arg, fix = _fix(cap.target_problem(cap.RESERVATION, rid))
-    assert arg == "reservation" and fix.startswith("must be a reservation id (cr- + 8 or 17 hex digits)")
+    arg, fix = _fix(cap.target_problem(cap.RESERVATION, rid), value=rid)
+    assert arg == "reservation" and fix == ("must be a reservation id (cr- + 8 or 17 hex digits) or a resource group "
+                                            "ARN (arn:aws:resource-groups:REGION:ACCOUNT:group/NAME)")
 
 
 @pytest.mark.parametrize("arn", [GROUP, "arn:aws-us-gov:resource-groups:us-gov-west-1:123456789012:group/a.b_c-d",
                                  "arn:aws:resource-groups:eu-west-1:123456789012:group/" + "g" * 300])
 def test_a_resource_group_serves_an_odcr_never_a_capacity_block(arn):
     assert cap.target_problem(cap.RESERVATION, arn) is None
-    arg, fix = _fix(cap.target_problem(cap.CAPACITY_BLOCK, arn))
-    assert arg == "reservation" and fix.startswith("a Capacity Block is targeted by its own id")
+    arg, fix = _fix(cap.target_problem(cap.CAPACITY_BLOCK, arn), value=arn)
+    assert arg == "reservation" and fix == ("a Capacity Block is targeted by its own id (cr-...), not a resource "
+                                            "group; aws ec2 describe-capacity-reservations --filters "
+                                            "Name=reservation-type,Values=capacity-block lists them")
 
 
 def test_a_group_name_longer_than_300_or_an_account_not_12_digits_is_no_group():
     for arn in ["arn:aws:resource-groups:eu-west-1:123456789012:group/" + "g" * 301,
                 "arn:aws:resource-groups:eu-west-1:12345678901:group/g"]:
-        assert _fix(cap.target_problem(cap.RESERVATION, arn))[1].startswith("must be a reservation id")
+        assert _fix(cap.target_problem(cap.RESERVATION, arn), value=arn)[1].startswith("must be a reservation id")
 
 
 # --- placement_problem
@@ -117,7 +122,7 @@ def test_no_placement_group_fits_every_mode():
     (cap.ON_DEMAND, "the stack creates its own cluster placement group on demand"),
     (cap.CAPACITY_BLOCK, "EC2 places a Capacity Block itself; a placement group conflicts with it")])
 def test_a_placement_group_outside_reservation_mode_is_refused_with_why(mode, why):
-    arg, fix = _fix(cap.placement_problem(mode, "efa-pg"), {"mode": "gpuCapacity"})
+    arg, fix = _fix(cap.placement_problem(mode, "efa-pg"), {"mode": "gpuCapacity"}, value="efa-pg")
     assert (arg, fix) == ("placement_group", f"only for gpuCapacity reservation ({why}); remove it")
 
 
@@ -129,8 +134,8 @@ def test_a_reservation_names_its_placement_group_by_name(name, ok):
     if ok:
         assert problem is None
     else:
-        assert _fix(problem) == ("placement_group", "must be a placement group name (the last part of the ODCR's "
-                                                    "PlacementGroupArn), not an ARN or id")
+        assert _fix(problem, value=name) == ("placement_group", "must be a placement group name (the last part of the "
+                                                                "ODCR's PlacementGroupArn), not an ARN or id")
 
 
 # --- config_problem: the capacity arguments against the type, AZ and region
@@ -139,9 +144,11 @@ P5, G6 = CATALOGUE["p5.48xlarge"], CATALOGUE["g6.12xlarge"]
 
 
 def test_config_problem_reports_the_target_and_placement_problems_first():
-    assert _fix(cap.config_problem("spot", None, G6, None, "us-east-1"))[0] == "mode"
-    assert _fix(cap.config_problem(cap.ON_DEMAND, None, G6, None, "us-east-1", placement_group="pg"))[0] == \
-        "placement_group"
+    assert _fix(cap.config_problem("spot", None, G6, None, "us-east-1"), value="spot")[0] == "mode"
+    assert _fix(cap.config_problem(cap.ON_DEMAND, None, G6, None, "us-east-1", placement_group="pg"), value="pg") == (
+        "placement_group", "only for mode reservation (the stack creates its own cluster placement group on demand); "
+                           "remove it")
+    assert cap.config_problem(cap.RESERVATION, ID17, G6, "us-east-1a", "us-east-1", placement_group="pg") is None
 
 
 def test_on_demand_needs_no_az_or_capacity_block_type():
@@ -150,7 +157,7 @@ def test_on_demand_needs_no_az_or_capacity_block_type():
 
 def test_a_capacity_block_of_a_type_ec2_sells_no_blocks_of_is_refused_naming_those_it_does():
     assert G6.capacity_blocks is False and P5.capacity_blocks is True
-    arg, fix = _fix(cap.config_problem(cap.CAPACITY_BLOCK, ID17, G6, "us-east-1a", "us-east-1"))
+    arg, fix = _fix(cap.config_problem(cap.CAPACITY_BLOCK, ID17, G6, "us-east-1a", "us-east-1"), value="capacity-block")
     sold = sorted(n for n, t in CATALOGUE.items() if t.capacity_blocks)
     assert arg == "mode" and fix == (f"EC2 sells no Capacity Blocks of g6.12xlarge; use one of {', '.join(sold)}, "
                                      "or mode reservation/on-demand")
@@ -162,11 +169,12 @@ def test_a_capacity_block_of_a_type_ec2_sells_no_blocks_of_is_refused_naming_tho
 def test_a_reservation_needs_its_az(mode, itype):
     problem = cap.config_problem(mode, ID17, itype, None, "us-east-1")
     assert problem.arg == "availability_zone" and problem.value is None
-    assert f"mode {mode} needs the reservation's AZ here" in str(problem)
+    assert str(problem) == (f"availability_zone is not set: mode {mode} needs the reservation's AZ here (a reservation "
+                            "lives in one AZ); `ray-efa-eks preflight --capacity-reservation-id ID` prints it")
 
 
 def test_a_resource_group_of_another_region_is_refused():
-    arg, fix = _fix(cap.config_problem(cap.RESERVATION, GROUP, G6, "eu-west-1a", "eu-west-1"))
+    arg, fix = _fix(cap.config_problem(cap.RESERVATION, GROUP, G6, "eu-west-1a", "eu-west-1"), value=GROUP)
     assert (arg, fix) == ("reservation", "the resource group is in us-east-1, the stack in eu-west-1; use a group of "
                                          "eu-west-1")
     assert cap.config_problem(cap.RESERVATION, GROUP, G6, "us-east-1a", "us-east-1") is None
@@ -190,22 +198,23 @@ def test_a_block_that_fits_has_no_problem_and_unknown_fields_are_not_judged():
 
 def test_a_payment_failed_block_never_starts():
     arg, fix = _fix(cap.block_problem(_block(state="payment-failed"), "p5.48xlarge", "us-east-1a", 2),
-                    {"mode": "gpuCapacity"})
+                    {"mode": "gpuCapacity"}, value=ID17)
     assert arg == "reservation" and fix == ("the Capacity Block is payment-failed: EC2 never starts it, so its nodes "
                                             "would never launch; buy a new block or set gpuCapacity: on-demand")
 
 
 @pytest.mark.parametrize("state", [s for s in cap.DEAD_BLOCK_STATES if s != "payment-failed"])
 def test_a_dead_block_is_refused_with_its_state_and_end(state):
-    arg, fix = _fix(cap.block_problem(_block(state=state), "p5.48xlarge", "us-east-1a", 2))
+    arg, fix = _fix(cap.block_problem(_block(state=state), "p5.48xlarge", "us-east-1a", 2), value=ID17)
     assert arg == "reservation" and fix == (f"the Capacity Block is {state} (ended 2026-12-21T11:30:00Z); buy a new "
                                             "block or set mode: on-demand")
 
 
 def test_a_block_elsewhere_of_another_type_or_too_small_names_the_argument():
-    arg, fix = _fix(cap.block_problem(_block(), "p5.48xlarge", "us-east-1b", 2), {"availability_zone": "az"})
+    arg, fix = _fix(cap.block_problem(_block(), "p5.48xlarge", "us-east-1b", 2), {"availability_zone": "az"},
+                    value="us-east-1b")
     assert (arg, fix) == ("availability_zone", f"the Capacity Block {ID17} is in us-east-1a; set az: us-east-1a")
-    arg, fix = _fix(cap.block_problem(_block(), "p5e.48xlarge", "us-east-1a", 2))
+    arg, fix = _fix(cap.block_problem(_block(), "p5e.48xlarge", "us-east-1a", 2), value="p5e.48xlarge")
     assert (arg, fix) == ("instance_type", f"the Capacity Block {ID17} holds p5.48xlarge; set instance_type: "
                                            "p5.48xlarge")
     problem = cap.block_problem(_block(), "p5.48xlarge", "us-east-1a", 3)
@@ -228,9 +237,9 @@ def test_an_odcr_that_fits_has_no_problem_and_unknown_fields_are_not_judged():
 
 
 def test_an_odcr_elsewhere_of_another_type_or_too_small_names_the_argument():
-    assert _fix(cap.reservation_problem(ID17, _odcr(), "g6.12xlarge", "us-east-1a", 2, None)) == (
+    assert _fix(cap.reservation_problem(ID17, _odcr(), "g6.12xlarge", "us-east-1a", 2, None), value="us-east-1a") == (
         "availability_zone", f"the reservation {ID17} is in us-east-1b; set availability_zone: us-east-1b")
-    assert _fix(cap.reservation_problem(ID17, _odcr(), "g6.48xlarge", "us-east-1b", 2, None)) == (
+    assert _fix(cap.reservation_problem(ID17, _odcr(), "g6.48xlarge", "us-east-1b", 2, None), value="g6.48xlarge") == (
         "instance_type", f"the reservation {ID17} holds g6.12xlarge; set instance_type: g6.12xlarge")
     problem = cap.reservation_problem(ID17, _odcr(instance_count="2"), "g6.12xlarge", "us-east-1b", 3, None)
     assert (problem.arg, problem.value, problem.fix) == ("node_count", 3, f"the reservation {ID17} holds 2 "

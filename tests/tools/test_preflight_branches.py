@@ -194,7 +194,8 @@ def test_an_az_where_eks_refuses_the_cluster_is_warned_by_zone_id():
     res = run(EC2(describe_instance_type_offerings=offered))
     assert res.recommended_az == "us-east-1e" and res.ok  # a warning decides nothing
     w = res.warnings[0]
-    assert len(res.warnings) == 2 and w.startswith("us-east-1e is zone ID use1-az3 in this account, where EKS creates no cluster subnets")
+    assert len(res.warnings) == 2 and w.startswith("us-east-1e is zone ID use1-az3 in this account, where EKS creates "
+                                                   "no cluster subnets")
     assert pf.eks_refuses_cluster_subnets("us-east-1", "use1-az3") is True
     assert pf.eks_refuses_cluster_subnets("us-east-1", "use1-az1") is False
     assert pf.eks_refuses_cluster_subnets("eu-west-1", "use1-az3") is False
@@ -313,7 +314,8 @@ def test_quota_denied_or_without_a_value_is_unknown_once():
                          "required_vcpus": 96}
     assert row(res, "vcpu-quota")["needs"] == "servicequotas:GetServiceQuota" and res.exit_code == 2
     res = run(sq=SQ(value=None))
-    assert row(res, "vcpu-quota") == {"name": "vcpu-quota", "status": "unknown", "needs": "servicequotas:GetServiceQuota",
+    assert row(res, "vcpu-quota") == {"name": "vcpu-quota", "status": "unknown",
+                                      "needs": "servicequotas:GetServiceQuota",
                                       "detail": f"quota {pf.QUOTA_G_VT} returned no value"}
     res = run(EC2(describe_instances=err("UnauthorizedOperation")), SQ(value=None))
     assert [c["detail"] for c in res.checks if c["name"] == "vcpu-quota"] == [
@@ -435,7 +437,8 @@ def test_a_reservation_not_found_unanswered_or_a_group_is_said_so():
     res = run(ec2, capacity_reservation_id=group)
     assert row(res, "capacity-reservation") == {
         "name": "capacity-reservation", "status": "unknown", "detail": f"{group} is a resource group: its "
-        "reservations are not checked", "needs": "resource-groups:ListGroupResources + ec2:DescribeCapacityReservations"}
+        "reservations are not checked",
+        "needs": "resource-groups:ListGroupResources + ec2:DescribeCapacityReservations"}
     assert not [c for c in ec2.calls if c[0] == "describe_capacity_reservations"] and res.exit_code == 2
 
 
