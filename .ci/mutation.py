@@ -77,6 +77,12 @@ MODULES: dict[str, list[str]] = {
         "tests/components/test_config.py", "tests/components/test_config_branches.py",
         "tests/components/test_values.py",
     ],
+    "tools/preflight.py": [
+        "tests/tools/test_preflight_branches.py", "tests/tools/test_preflight_quota.py",
+        "tests/tools/test_preflight_args.py",
+    ],
+    "components/capacity.py": ["tests/components/test_capacity_branches.py"],
+    "components/cost.py": ["tests/components/test_cost_branches.py"],
 }
 
 STATUS = {1: "killed", 3: "killed", 0: "survived", 5: "no tests", 33: "no tests", 34: "skipped", 36: "timeout",
