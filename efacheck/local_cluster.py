@@ -53,7 +53,8 @@ def add_worker_node(cluster: Cluster, num_cpus: int = 1, num_gpus: int = 0,
 @contextmanager
 def local_cluster(worker_nodes: int = 2, cpus_per_node: int = 1,
                   object_store_memory: int = 80 * 1024**2, dashboard: bool = False,
-                  dashboard_port: int = 0, num_gpus: int = 0, log_monitor: bool = True) -> Iterator[Cluster]:
+                  dashboard_port: int = 0, num_gpus: int = 0, log_monitor: bool = True,
+                  head_args: Optional[dict] = None) -> Iterator[Cluster]:
     """Start head (num_cpus=0) + ``worker_nodes`` nodes, connect ray, tear down on exit.
 
     Args:
@@ -63,6 +64,8 @@ def local_cluster(worker_nodes: int = 2, cpus_per_node: int = 1,
         num_gpus: logical GPUs each worker node declares (no CUDA behind them).
         log_monitor: stream what the ranks print to the driver, as a pod's raylet does (off only for the
             overhead benchmark, where the monitor's CPU on 2 cores would be charged to Ray Train).
+        head_args: more of the head's ``ray.cluster_utils.Cluster.add_node`` arguments (e.g. ``autoscaling_config``:
+            the head then runs Ray's autoscaler, as KubeRay's sidecar does; ``env_vars`` for its raylet).
 
     Ray token auth: set ``RAY_AUTH_MODE=token`` and ``RAY_AUTH_TOKEN`` in the environment first; every
     process of the cluster inherits them, as KubeRay injects them into each Ray pod.
@@ -103,6 +106,7 @@ def local_cluster(worker_nodes: int = 2, cpus_per_node: int = 1,
             "gcs_server_port": gcs_port, **common}
     if dashboard:
         head["dashboard_port"] = dashboard_port
+    head.update(head_args or {})
     try:
         cluster = Cluster(initialize_head=True, head_node_args=head)
     except BaseException:
