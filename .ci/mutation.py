@@ -83,6 +83,14 @@ MODULES: dict[str, list[str]] = {
     ],
     "components/capacity.py": ["tests/components/test_capacity_branches.py"],
     "components/cost.py": ["tests/components/test_cost_branches.py"],
+    "tools/aws_rules.py": ["tests/tools/test_aws_rules_branches.py"],
+    "tools/security_rules.py": ["tests/tools/test_security_rules_branches.py"],
+    "tools/layout.py": ["tests/tools/test_layout_branches.py"],
+    "tools/layout_node_groups.py": ["tests/tools/test_layout_branches.py"],
+    "tools/layout_pods.py": ["tests/tools/test_layout_branches.py"],
+    "tools/layout_network.py": ["tests/tools/test_layout_branches.py"],
+    "tools/plan_diff.py": ["tests/tools/test_plan_diff_branches.py"],
+    "tools/plan_run.py": ["tests/tools/test_plan_run_branches.py"],
 }
 
 STATUS = {1: "killed", 3: "killed", 0: "survived", 5: "no tests", 33: "no tests", 34: "skipped", 36: "timeout",
