@@ -98,6 +98,10 @@ COMMANDS: dict[str, dict[int, str]] = {
                   3: "the NCCL logs could not be read (missing, empty, binary, too large)"},
     "nccl-verdict": {**_VERDICT, 1: "fallback: NCCL used sockets, or the expected topology was not met "
                                     "(--expect-nodes)"},
+    "image-fleet": {0: "one image: every Ray pod runs the same digest (one JSON line names it)",
+                    1: "a mixed fleet: the Ray pods run more than one digest (the JSON line names pods and digests)",
+                    2: "undetermined: fewer Ray pods running than --expect-pods by --wait-s, a pod with no digest, "
+                       "or the pods could not be listed (no ServiceAccount token: not in the audit pod)"},
     "efa-exporter": {0: "stopped by SIGTERM (a server's normal end: the pod is deleted; not 143)",
                      3: "cannot serve (--sysfs not a directory, the port in use)"},
     "mutate": {0: "every planted bug was killed", 1: "a planted bug survived", 2: "a mutation could not be judged "
@@ -107,8 +111,9 @@ COMMANDS: dict[str, dict[int, str]] = {
 
 MODULE_COMMANDS = {"tools.plan": "plan", "tools.preflight": "preflight", "tools.config_schema": "config-schema",
                    "tools.gen_catalogue": "catalogue", "training": "train", "training.__main__": "train",
-                   "efacheck.efa_check": "efa-check", "efacheck.efa_exporter": "efa-exporter",
-                   "efacheck.nccl_log": "nccl-verdict", "tools.mutate": "mutate"}
+                   "efacheck.efa_check": "efa-check", "efacheck.image_fleet": "image-fleet",
+                   "efacheck.efa_exporter": "efa-exporter", "efacheck.nccl_log": "nccl-verdict",
+                   "tools.mutate": "mutate"}
 """``python -m ray_efa_eks.<module>``: the subcommand whose codes it has (``ray-efa-eks NAME`` runs the same)."""
 
 

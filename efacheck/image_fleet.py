@@ -15,13 +15,14 @@ API token. When ``dlcImage`` is pinned by digest the kubelet pulls exactly that 
 so the fleet cannot be mixed; the audit then confirms what the reference already says.
 
 Run as ``python -m efacheck.image_fleet --namespace ray --cluster ray --expect-pods 3`` (the audit Job's command):
-prints one JSON line and exits 0 (one digest), 1 (mixed fleet), 2 (undetermined: pods missing or unreadable).
+prints one JSON line and exits 0 (one digest), 1 (mixed fleet), 2 (undetermined: pods missing or unreadable); a bad
+option is a usage error (64), never read as a verdict (``image-fleet`` in efacheck/exit_codes.py).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
+import math
 import os
 import re
 import ssl
@@ -30,6 +31,8 @@ import time
 import urllib.parse
 import urllib.request
 from typing import Any, Callable
+
+from .cli import ArgumentParser, run_cli
 
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 API = "https://kubernetes.default.svc"
@@ -105,25 +108,48 @@ def list_pods(namespace: str, cluster: str, sa_dir: str = SA_DIR, api: str = API
         return json.loads(resp.read())
 
 
-def main(argv: list[str] | None = None, list_fn: Callable[[str, str], dict[str, Any]] | None = None,
+def usage_problem(args: Any) -> str | None:
+    """The first value that cannot make an audit, as ``--flag VALUE: why``: a negative or nan wait would reach
+    ``time.sleep`` (a ValueError) or a deadline that never passes."""
+    if args.expect_pods < 1:
+        return f"--expect-pods {args.expect_pods}: must be >= 1 (the head counts), e.g. 3"
+    for flag, value in (("--wait-s", args.wait_s), ("--poll-s", args.poll_s)):
+        if not (math.isfinite(value) and value >= 0):
+            return f"{flag} {value}: must be a finite number of seconds >= 0, e.g. 10"
+    return None
+
+
+def _undetermined(reason: str) -> dict[str, Any]:
+    """A verdict the pods could not give: why, under the stage the gate reports."""
+    return {"verdict": "undetermined", "failure": {"stage": "image-fleet", "reason": reason}}
+
+
+def main(argv: list[str] | None = None, prog: str | None = None,
+         list_fn: Callable[[str, str], dict[str, Any]] | None = None,
          sleep: Callable[[float], None] = time.sleep) -> int:
-    ap = argparse.ArgumentParser(prog="python -m efacheck.image_fleet", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--namespace", required=True)
+    ap = ArgumentParser(prog=prog or "python -m efacheck.image_fleet", description=__doc__.split("\n\n")[0],
+                        exit_codes="image-fleet")
+    ap.add_argument("--namespace", required=True, help="the RayCluster's namespace (the audit's Role is there)")
     ap.add_argument("--cluster", required=True, help="the RayCluster's name (its pods' ray.io/cluster label)")
     ap.add_argument("--expect-pods", type=int, required=True, help="head + workers the stack declares")
     ap.add_argument("--wait-s", type=float, default=1800, help="how long to wait for every Ray pod to run")
-    ap.add_argument("--poll-s", type=float, default=10)
+    ap.add_argument("--poll-s", type=float, default=10, help="seconds between two lists of the pods (default 10)")
     ap.add_argument("--out", help="also write the JSON line to this file (the gate's container reads the digest)")
     args = ap.parse_args(argv)
+    problem = usage_problem(args)
+    if problem:
+        ap.error(problem)
     list_fn = list_fn or list_pods
     end = time.monotonic() + args.wait_s
     while True:
         try:
             records = [r for r in pod_records(list_fn(args.namespace, args.cluster)) if r["phase"] == "Running"]
             result = fleet(records, args.expect_pods)
+        except FileNotFoundError as e:  # no token or CA: not in the audit pod, and waiting cannot bring one
+            result = _undetermined(f"not inside a pod with a ServiceAccount token: {e}")
+            break
         except (OSError, ValueError) as e:  # API unreachable, refused (401/403), not JSON
-            result = {"verdict": "undetermined", "failure": {"stage": "image-fleet",
-                                                             "reason": f"cannot list the Ray pods: {e}"}}
+            result = _undetermined(f"cannot list the Ray pods: {e}")
         if result["verdict"] != "undetermined" or time.monotonic() >= end:
             break
         sleep(args.poll_s)
@@ -136,4 +162,4 @@ def main(argv: list[str] | None = None, list_fn: Callable[[str, str], dict[str, 
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_cli(main, None, "python -m efacheck.image_fleet"))

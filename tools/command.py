@@ -39,6 +39,8 @@ SUBCOMMANDS: dict[str, Subcommand] = {
     "train": Subcommand("training.__main__", (), "train the FSDP model (local Ray cluster, or --address)"),
     "submit": Subcommand("training.__main__", ("submit",), "submit the training job to a RayCluster's Jobs API"),
     "efa-check": Subcommand("efacheck.efa_check", (), "the EFA proof: collective sweep + NCCL log verdict on Ray"),
+    "image-fleet": Subcommand("efacheck.image_fleet", (), "which image digest every Ray pod runs, and whether they "
+                              "agree (in a pod: the gate's image audit)"),
     "efa-exporter": Subcommand("efacheck.efa_exporter", (), "serve a sysfs tree's EFA port counters to Prometheus "
                                "(the node agent)"),
     "nccl-verdict": Subcommand("efacheck.nccl_log", (), "judge NCCL_DEBUG=INFO logs: efa, fallback or undetermined"),

@@ -7,6 +7,11 @@ PodLists are shaped as the Kubernetes API returns them (core/v1 PodList; ``image
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+import sys
+
+import pytest
 
 from ray_efa_eks.efacheck import image_fleet
 
@@ -104,3 +109,34 @@ def test_list_pods_asks_the_api_for_the_clusters_pods_with_the_pods_token(tmp_pa
     assert image_fleet.list_pods("ray", "ray", sa_dir=str(tmp_path), opener=opener)["kind"] == "PodList"
     assert seen["url"] == "https://kubernetes.default.svc/api/v1/namespaces/ray/pods?labelSelector=ray.io%2Fcluster%3Dray"
     assert seen["auth"] == "Bearer projected-token" and seen["context"] == ("ctx", str(tmp_path / "ca.crt"))
+
+
+BASE = ["--namespace", "ray", "--cluster", "ray", "--expect-pods", "3", "--wait-s", "0"]
+
+
+@pytest.mark.parametrize("bad", [["--bogus"], ["--expect-pods", "three"], ["--expect-pods", "0"],
+                                 ["--poll-s", "nan"], ["--wait-s", "-1"]])
+def test_a_bad_option_is_a_usage_error_64_without_a_traceback(bad):
+    """Before: plain argparse exited 2, the code of an undetermined fleet, and a negative or nan wait or poll reached
+    time.sleep or a deadline that never passes; now the shared parser's 64 (efacheck/cli.py), before any API call."""
+    proc = subprocess.run([sys.executable, "-m", "ray_efa_eks.efacheck.image_fleet", *BASE, *bad],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 64, (proc.returncode, proc.stderr)
+    assert proc.stdout == "" and "error:" in proc.stderr and bad[0] in proc.stderr, proc.stderr
+    assert not re.search(r"Traceback \(most recent call last\)", proc.stderr), proc.stderr
+
+
+def test_outside_a_pod_answers_at_once_instead_of_polling(capsys):
+    """No ServiceAccount token (run outside the audit pod): waiting cannot bring one, so the answer is immediate."""
+    def no_token(ns, c):
+        raise FileNotFoundError(2, "No such file or directory", f"{image_fleet.SA_DIR}/token")
+
+    def sleep(s):
+        raise AssertionError("polled for a token that cannot appear")
+
+    code = image_fleet.main(["--namespace", "ray", "--cluster", "ray", "--expect-pods", "2"], list_fn=no_token,
+                            sleep=sleep)
+    out = json.loads(capsys.readouterr().out)["image_fleet"]
+    assert code == 2 and out["verdict"] == "undetermined"
+    assert out["failure"]["reason"].startswith("not inside a pod with a ServiceAccount token") and "token" in \
+        out["failure"]["reason"]
