@@ -71,3 +71,28 @@ def test_no_paragraph_is_said_twice():
             assert para not in seen, f"{page.relative_to(ROOT)} repeats a paragraph of {seen[para]}: link to it " \
                                      f"instead ({para[:100]}...)"
             seen[para] = str(page.relative_to(ROOT))
+
+
+def _readme_subcommand_rows() -> list[tuple[list[str], list[str]]]:
+    """(subcommands, modules) of each row of the README's ``ray-efa-eks ...`` table."""
+    text = README.read_text()
+    table = text.split("| `ray-efa-eks ...` | module | what |", 1)[1].split("\n\n", 1)[0]
+    rows = []
+    for line in table.splitlines()[2:]:
+        first, modules = line.split("|")[1:3]
+        rows.append((re.findall(r"`([a-z][a-z-]*)(?: [A-Z]+)?`", first),
+                     re.findall(r"`([a-z_]+\.[a-z_.]+)`", modules)))
+    return rows
+
+
+def test_readme_lists_every_subcommand_and_its_module():
+    """The README's command table against tools/command.py (before: efa-exporter and image-fleet were missing)."""
+    from ray_efa_eks.tools.command import SUBCOMMANDS
+
+    rows = _readme_subcommand_rows()
+    listed = [name for names, _ in rows for name in names]
+    assert sorted(listed) == sorted(SUBCOMMANDS), f"README lists {sorted(listed)}, the command {sorted(SUBCOMMANDS)}"
+    for names, modules in rows:
+        for name in names:
+            module = SUBCOMMANDS[name].module
+            assert module in modules, f"README: `{name}` runs {module}, not {modules}"
