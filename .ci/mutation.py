@@ -15,6 +15,9 @@ The work dir and mutmut's cache (``mutants/``) are kept between runs: files are 
 changed, so mutmut regenerates only changed functions; surviving (and timed-out, no-test) mutants are reset before
 each run so that tests added since are tried on them; killed ones keep their result. ``--fresh`` starts over.
 
+Every surviving mutant runs every test that covers it, and the Hypothesis properties dominate that: mutmut's runs
+set ``RAY_EFA_EKS_PROPERTY_EXAMPLES`` (default 25; ``.ci/run`` keeps the tests' 150) unless it is set already.
+
 Usage (one module per run, under the team's lock; never more than 2 mutmut children):
     flock /work/mutation.lock nice -n 19 .venv/bin/python .ci/mutation.py efacheck/nccl_log.py --survivors /tmp/s.diff
     .venv/bin/python .ci/mutation.py --list                      # the MODULES table
@@ -243,7 +246,8 @@ def run_module(module: str, args: argparse.Namespace) -> tuple[int, str, str]:
         write_config(work, module, tests, also_copy)
         retried = reset_retry(work, module)
         (work / "mutants" / "src").mkdir(parents=True, exist_ok=True)  # exists before Python caches sys.path
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(work / "mutants" / "src"), str(work / "mutants")]),
+        env = {**os.environ, "RAY_EFA_EKS_PROPERTY_EXAMPLES": os.environ.get("RAY_EFA_EKS_PROPERTY_EXAMPLES", "25"),
+               "PYTHONPATH": os.pathsep.join([str(work / "mutants" / "src"), str(work / "mutants")]),
                "PYTHONDONTWRITEBYTECODE": "1"}
         print(f"--- {module}: mutmut run in {work} ({retried} earlier survivors retried)", flush=True)
         t0 = time.monotonic()

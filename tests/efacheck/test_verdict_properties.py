@@ -21,6 +21,7 @@ Derandomized with no example database, so CI draws the same examples every run a
 
 from __future__ import annotations
 
+import os
 import random
 
 from hypothesis import HealthCheck, example, given, settings
@@ -29,7 +30,9 @@ from hypothesis import strategies as st
 from ray_efa_eks.efacheck import efa_counters, nccl_log
 from ray_efa_eks.training import fabric
 
-SETTINGS = dict(max_examples=150, deadline=None, derandomize=True, database=None,
+EXAMPLES = int(os.environ.get("RAY_EFA_EKS_PROPERTY_EXAMPLES", "150"))
+"""150 in .ci/run; .ci/mutation.py sets fewer (each surviving mutant runs every covering test, and these dominate)."""
+SETTINGS = dict(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 RANK = {"efa": 0, "undetermined": 1, "fallback": 2}
 """Better is lower: a fallback line may turn efa into undetermined or fallback, never the other way."""
