@@ -349,7 +349,6 @@ class _Collector:
             name = body[len("Initialized NET plugin"):].strip()
             if _is_ofi(name):
                 r.plugin = "loaded"
-            self._note(f"init:{name}", source, pos)
             return
         if "failed to initialize any net plugin" in low:
             self.net_init_failed = True

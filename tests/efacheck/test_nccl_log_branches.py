@@ -255,3 +255,223 @@ def test_the_json_verdict_carries_every_field():
     assert sum("Selected provider is efa" in e for e in d["evidence"]) == 2
     bad = judge(["h1:1:1 [0] NCCL INFO Using network Socket", _chan("h1", via="NET/Socket/0")]).to_dict()
     assert bad["causes"] == ["socket_network"] and bad["hints"] == [nccl_log.HINTS["socket_network"]]
+
+
+# --- the facts a rank's lines give, in any order (mutmut survivors in _fact) ---
+
+def test_each_host_rule_cites_that_hosts_own_network_and_provider_lines():
+    rep = judge(_efa("h1", 1) + _efa("h2", 2))  # no connection line, no node count: the distinct-hosts rule
+    assert rep.verdict == "efa"
+    assert rep.reasons[:2] == [
+        f"host {h}: network Libfabric with provider efa: <text>:{n + 2}: {_p(h, pid)}Using network Libfabric; "
+        f"<text>:{n + 1}: {_p(h, pid)}NET/OFI Selected provider is efa, fabric is efa-direct (found 1 nics)"
+        for h, pid, n in (("h1", 1, 1), ("h2", 2, 4))]
+
+
+@pytest.mark.parametrize("loaded", ["Using network Libfabric", "Initialized NET plugin Libfabric"])
+def test_a_plugin_candidate_that_failed_before_or_after_the_plugin_loaded_is_no_failure(loaded):
+    """NCCL tries several plugin names; one not found is over once the plugin is loaded, in either line order."""
+    def job(first_loaded: bool) -> list[str]:
+        out = []
+        for h, pid in (("h1", 1), ("h2", 2)):
+            pair = [_p(h, pid) + loaded, _p(h, pid) + "NET/Plugin: Could not find: libnccl-net-ofi.so"]
+            out += (pair if first_loaded else pair[::-1]) + [
+                _p(h, pid) + "NET/OFI Selected provider is efa, fabric is efa-direct", _chan(h, pid)]
+        return out
+    for first_loaded in (True, False):
+        rep = judge(job(first_loaded))
+        assert (rep.verdict, rep.causes) == ("efa", []), (first_loaded, rep.reasons)
+    alone = judge([ln for ln in job(True) if loaded not in ln])  # the candidate failed and nothing loaded
+    assert alone.verdict == "fallback" and alone.causes == ["plugin_not_found"]
+
+
+def test_a_network_named_ofi_in_any_case_is_the_plugins():
+    lines = [ln.replace("Libfabric", "OFI") for ln in EFA_JOB.splitlines()]
+    rep = judge(lines)
+    assert (rep.verdict, rep.network, rep.causes) == ("efa", "OFI", [])
+    assert judge([ln.replace("Libfabric", "ofi") for ln in EFA_JOB.splitlines()]).verdict == "efa"
+
+
+# --- reading inputs (mutmut survivors in _iter_files, _read_input, _read_bounded, analyze_paths) ---
+
+def test_hidden_files_and_directories_under_a_log_directory_are_not_read(tmp_path):
+    (tmp_path / "rank0.log").write_text(EFA_JOB)
+    (tmp_path / ".socket.log").write_text("h3:3:3 [0] NCCL INFO Using network Socket\n")
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".git" / "rank9.log").write_text("h4:4:4 [0] NCCL INFO Using network Socket\n")
+    (tmp_path / "more").mkdir()
+    (tmp_path / "more" / "rank1.log").write_text("\n".join(_efa("h1", 5)) + "\n")
+    rep = nccl_log.analyze_paths([str(tmp_path)])
+    assert (rep.verdict, rep.ranks, rep.hosts, rep.silent) == ("efa", 3, ["h1", "h2"], [])
+
+
+def test_a_directory_of_exactly_max_files_is_read_and_one_more_is_refused_saying_why(tmp_path, monkeypatch):
+    monkeypatch.setattr(nccl_log, "MAX_FILES", 2)
+    for n in ("a.log", "b.log"):
+        (tmp_path / n).write_text(EFA_JOB)
+    assert nccl_log.analyze_paths([str(tmp_path)]).verdict == "efa"
+    (tmp_path / "c.log").write_text(EFA_JOB)
+    with pytest.raises(nccl_log.UnreadableInput) as e:
+        nccl_log.analyze_paths([str(tmp_path)])
+    assert str(e.value) == (f"{tmp_path}: more than 2 files under it; name the directory that holds the job's logs "
+                            "(one file per rank)")
+
+
+def test_no_log_files_and_all_missing_files_name_every_path(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    (a / "README.md").write_text("not a log")
+    with pytest.raises(nccl_log.UnreadableInput) as e:
+        nccl_log.analyze_paths([str(a), str(b)])
+    assert str(e.value) == (f"no log files in {a}, {b} (a directory's .md, .json, .png, .yaml, .yml, .html, .py "
+                            "files are not logs)")
+    with pytest.raises(nccl_log.UnreadableInput) as e:
+        nccl_log.analyze_paths([str(a / "x.log"), str(b / "y.log")])
+    assert str(e.value) == f"{a / 'x.log'}: no such file or directory; {b / 'y.log'}: no such file or directory"
+
+
+def test_a_fifo_is_named_with_the_fix(tmp_path):
+    good, fifo = tmp_path / "good.log", tmp_path / "pipe.log"
+    good.write_text(EFA_JOB)
+    os.mkfifo(fifo)
+    rep = nccl_log.analyze_paths([str(good), str(fifo)])
+    assert rep.silent == [f"{fifo}: not a regular file (a pipe, socket or device); pass a log file, or - for stdin"]
+
+
+def test_a_log_of_exactly_the_limit_is_read_and_a_larger_one_is_refused_before_reading(tmp_path, monkeypatch):
+    log = tmp_path / "job.log"
+    log.write_text(EFA_JOB)
+    monkeypatch.setattr(nccl_log, "MAX_LOG_BYTES", len(EFA_JOB))
+    assert nccl_log.analyze_paths([str(log)]).verdict == "efa"
+    monkeypatch.undo()
+    huge = tmp_path / "huge.log"
+    with open(huge, "wb") as f:  # sparse: its size says more than 1 GiB, nothing is read
+        f.truncate((1 << 30) + 1)
+    rep = nccl_log.analyze_paths([str(log), str(huge)])
+    assert rep.silent == [f"{huge}: {(1 << 30) + 1} bytes, more than 1 GiB: not one rank's log"]
+
+
+class _Endless:
+    """A stream that never ends (``yes | nccl-verdict -``, a log still growing): reading it whole never returns."""
+
+    LINE = b"h1:1:1 [0] NCCL INFO Using network Libfabric\n"
+
+    def __init__(self):
+        self.blocks: dict[int, bytes] = {}  # one object per size: the parts read hold references, not copies
+
+    def read(self, n=-1):
+        if n is None or n < 0:
+            raise MemoryError("an endless stream read whole")
+        if n not in self.blocks:
+            self.blocks[n] = (self.LINE * (n // len(self.LINE) + 1))[:n]
+        return self.blocks[n]
+
+    def seek(self, pos):
+        pass
+
+
+def test_an_endless_input_is_read_in_chunks_and_refused_past_one_gib():
+    """Chunks of 1 MiB (one object, so the test holds 1 MiB): refused once 1 GiB is crossed, never read whole."""
+    for size_hint in (0, 100_000):  # stdin, or a regular file that grew past the size stat gave
+        with pytest.raises(OSError) as e:
+            nccl_log._read_bounded(_Endless(), size_hint)
+        assert e.value.strerror == "more than 1 GiB: not one rank's log"
+
+
+def test_a_read_of_head_and_one_chunk_returns_both(monkeypatch):
+    monkeypatch.setattr(nccl_log, "HEAD_BYTES", 16)
+    assert nccl_log._read_bounded(io.BytesIO(EFA_JOB.encode())) == EFA_JOB.encode()  # head + one 1 MiB chunk
+
+
+def test_a_file_of_exactly_the_limit_read_again_from_its_start_is_not_refused(monkeypatch):
+    monkeypatch.setattr(nccl_log, "HEAD_BYTES", 16)
+    monkeypatch.setattr(nccl_log, "MAX_LOG_BYTES", len(EFA_JOB))
+    data = EFA_JOB.encode()
+    assert nccl_log._read_bounded(io.BytesIO(data), len(data)) == data
+    with pytest.raises(OSError, match="not one rank's log"):
+        nccl_log._read_bounded(io.BytesIO(data + b"x"), len(data) + 1)
+
+
+def test_empty_stdin_is_an_empty_input_not_a_seek_error(monkeypatch, capsys):
+    r, w = os.pipe()
+    os.close(w)
+    with open(r, "rb") as pipe:
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(pipe))
+        assert nccl_log.main(["-"]) == 3
+    assert capsys.readouterr().err == "nccl_log: unreadable input: -: empty input\n"
+
+
+def test_dash_reads_stdin_even_beside_a_directory_named_dash(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "-").mkdir()
+    (tmp_path / "-" / "socket.log").write_text("h1:1:1 [0] NCCL INFO Using network Socket\n" + _chan("h1", via="NET/Socket/0"))
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(EFA_JOB.encode())))
+    assert nccl_log.main(["-"]) == 0
+    assert capsys.readouterr().out.startswith("verdict: efa")
+
+
+# --- the command line (mutmut survivors in main, _main, _positive, format_report) ---
+
+def test_help_names_the_command_every_option_and_the_exit_codes(monkeypatch, capsys):
+    monkeypatch.setenv("COLUMNS", "200")
+    from ray_efa_eks.efacheck import exit_codes
+    for prog in (None, "ray-efa-eks nccl-verdict"):
+        with pytest.raises(SystemExit) as e:
+            nccl_log.main(["--help"], prog)
+        assert e.value.code == 0
+        name = prog or "python -m ray_efa_eks.efacheck.nccl_log"
+        assert capsys.readouterr().out == (
+            f"usage: {name} [-h] [--json] [--expect-nodes N] [--expect-nics K] [--expect-gdrdma] "
+            "FILE_OR_DIR [FILE_OR_DIR ...]\n\n"
+            "Decide from NCCL_DEBUG=INFO output whether inter-node traffic really went over EFA.\n\n"
+            "positional arguments:\n  FILE_OR_DIR\n\n"
+            "options:\n"
+            "  -h, --help        show this help message and exit\n"
+            "  --json            print one JSON object\n"
+            "  --expect-nodes N  nodes that must take part (fewer: exit 1)\n"
+            "  --expect-nics K   EFA interfaces each node must use, e.g. 32 on p5.48xlarge (fewer: exit 1)\n"
+            "  --expect-gdrdma   every NET connection must be /GDRDMA (instance types with GPUDirect RDMA)\n\n"
+            "A FILE of - reads stdin.\n\n"
+            f"{exit_codes.epilog('nccl-verdict', 198)}\n")
+
+
+def test_each_expect_option_reaches_the_verdict(tmp_path, capsys):
+    log = tmp_path / "job.log"
+    log.write_text(EFA_JOB)  # 2 nodes, 1 NIC each, every NET line /GDRDMA
+    plain = tmp_path / "plain.log"
+    plain.write_text(EFA_JOB.replace("/GDRDMA", ""))
+    cases = [(["--expect-nodes", "1"], log, 0), (["--expect-nodes", "2"], log, 0),
+             (["--expect-nodes", "3"], log, 1, "2 node(s) took part, expected 3"),
+             (["--expect-nics", "1"], log, 0),
+             (["--expect-nics", "2"], log, 1, "host h1: aws-ofi-nccl found 1 EFA interface(s), expected 2"),
+             (["--expect-gdrdma"], log, 0), ([], plain, 0),
+             (["--expect-gdrdma"], plain, 1, "2 of 2 NET connection line(s) without /GDRDMA")]
+    for args, path, code, *said in cases:
+        assert nccl_log.main([*args, str(path)]) == code, args
+        out = capsys.readouterr().out
+        assert all(f"  reason: {s}" in out for s in said), (args, out)
+
+
+def test_a_count_below_one_is_a_usage_error_naming_it(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        nccl_log.main(["--expect-nics", "0", str(tmp_path)])
+    assert e.value.code == 64
+    assert capsys.readouterr().err.endswith("error: argument --expect-nics: invalid positive integer value: '0'\n")
+
+
+def test_json_is_the_report_indented_for_reading(tmp_path, capsys):
+    log = tmp_path / "job.log"
+    log.write_text(EFA_JOB)
+    assert nccl_log.main(["--json", str(log)]) == 0
+    rep = nccl_log.analyze_paths([str(log)])
+    assert capsys.readouterr().out == json.dumps(rep.to_dict(), indent=2) + "\n"
+
+
+def test_the_report_says_an_unknown_node_count_with_a_question_mark():
+    rep = analyze_text("NCCL INFO Using network Libfabric\n")
+    assert rep.nodes is None
+    assert nccl_log.format_report(rep).split("\n") == [
+        "verdict: undetermined  network: Libfabric  provider: None  ranks: 1  hosts: 0  nodes: ?",
+        f"  reason: {rep.reasons[0]}", "  evidence: <text>:1: NCCL INFO Using network Libfabric",
+        f"  hint [no_connections]: {nccl_log.HINTS['no_connections']}"]
