@@ -54,7 +54,8 @@ HOST_SYSFS_PATHS = ("/sys/class/infiniband", "/sys/devices")
 """Exactly what the kernel layout needs: the class entries and the device tree they point into."""
 MODULE_VERSION_FILE = "/sys/module/efa/version"
 CODE_MOUNT = "/opt/ray-efa-eks"
-SHIPPED = ("__init__.py", "cli.py", "efa_counters.py", "efa_exporter.py", "exit_codes.py", "node_check.py")
+SHIPPED = ("__init__.py", "cli.py", "efa_counters.py", "efa_exporter.py", "exit_codes.py", "node_check.py",
+           "worker_pods.py")
 """The efacheck modules the exporter and the fabric proof need (stdlib only)."""
 PROOF_CONTAINER = "fabric-proof"
 FABRIC_CONDITION = "EfaFabricProven"
@@ -109,6 +110,10 @@ class NodeAgentArgs:
     proof_resources: dict[str, dict[str, str]] = field(default_factory=lambda: pod_resources("100m", "160Mi"))
     """Requests == limits: a stdlib loop plus one ``fi_info -l`` a minute (libfabric loads its providers)."""
     proof_interval_s: int = 60
+    workers_namespace: str | None = None
+    """The Ray namespace: with it the proof also reads the Ray worker pods on its node there (a Role with ``list``
+    on pods, :meth:`NodeAgent.grant_worker_read`) and puts the startup taint back when a worker's
+    ``efa-provider-check`` init container failed."""
     extra_containers: list[dict[str, Any]] = field(default_factory=list)
     """More containers in the agent pod."""
     extra_volumes: list[dict[str, Any]] = field(default_factory=list)
@@ -219,7 +224,8 @@ def proof_container(args: NodeAgentArgs) -> dict[str, Any]:
         "image": args.image,
         "imagePullPolicy": "IfNotPresent",
         "command": ["python", "-m", "efacheck.node_check", "--sysfs", HOST_SYSFS, "--module-root", "/sys/module",
-                    "--expect-devices", expect, "--interval", str(args.proof_interval_s)],
+                    "--expect-devices", expect, "--interval", str(args.proof_interval_s),
+                    *(["--workers-namespace", args.workers_namespace] if args.workers_namespace else [])],
         "workingDir": CODE_MOUNT,
         "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
                 {"name": "PYTHONPATH", "value": CODE_MOUNT},
@@ -244,6 +250,16 @@ def rbac_rules() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
             [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}])
 
 
+WORKER_POD_RULES = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]
+"""The Role in the Ray namespace: ``list`` pods, nothing else (no ``get``, ``watch``, logs, exec or any write).
+
+RBAC cannot make the list carry ``fieldSelector=spec.nodeName=<own node>``: a rule has no selector, and admission
+(where the policy below narrows the writes) never sees a read. Kubernetes 1.31+ lets an *authorizer* see a list's
+selectors (KEP-4601, ``AuthorizeWithSelectors``), but only webhook and structured authorizers use them, and EKS runs
+neither for us. So by RBAC the token may read every pod in the Ray namespace: specs and status (env values set
+inline, never a Secret's value: the Ray token is a ``secretKeyRef``); node_check asks only for its own node's."""
+
+
 def service_account_user(namespace: str = NAMESPACE) -> str:
     return f"system:serviceaccount:{namespace}:{NAME}"
 
@@ -257,7 +273,8 @@ authenticator hands it to admission as ``request.userInfo.extra``."""
 def own_node_policy(namespace: str = NAMESPACE, taint: str = FABRIC_STARTUP_TAINT,
                     condition: str = FABRIC_CONDITION) -> dict[str, Any]:
     """ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1, GA in Kubernetes 1.30): the node agent's
-    token may change only the node its pod runs on, there only remove ``taint`` (nothing else of the Node) and only
+    token may change only the node its pod runs on, there only remove ``taint`` or add exactly it back
+    (``<taint>=true:NoSchedule``, after a Ray worker's provider check failed; nothing else of the Node) and only
     write the ``condition`` (nothing else of its status), and create Events only about that node."""
     def taints(o: str) -> str:
         return f"(has({o}.spec.taints) ? {o}.spec.taints : [])"
@@ -273,6 +290,16 @@ def own_node_policy(namespace: str = NAMESPACE, taint: str = FABRIC_STARTUP_TAIN
 
     same_meta = " && ".join(f"{meta('object', k)} == {meta('oldObject', k)}" for k in ("labels", "annotations"))
     node = "request.resource.resource == 'nodes'"
+    same_cordon = ("(has(object.spec.unschedulable) && object.spec.unschedulable) == "
+                   "(has(oldObject.spec.unschedulable) && oldObject.spec.unschedulable)")
+    removes = (f"({taints('oldObject')}.exists(t, t.key == '{taint}') && "
+               f"{taints('object')} == {taints('oldObject')}.filter(t, t.key != '{taint}'))")
+    # put back after a Ray worker's provider check failed: the old list plus exactly one NoSchedule taint, value true
+    adds = (f"(!{taints('oldObject')}.exists(t, t.key == '{taint}') && "
+            f"size({taints('object')}) == size({taints('oldObject')}) + 1 && "
+            f"{taints('object')}.filter(t, t.key != '{taint}') == {taints('oldObject')} && "
+            f"{taints('object')}.exists(t, t.key == '{taint}' && t.effect == 'NoSchedule' && "
+            "has(t.value) && t.value == 'true' && !has(t.timeAdded)))")
     return {
         "failurePolicy": "Fail",
         "matchConstraints": {"resourceRules": [
@@ -291,12 +318,9 @@ def own_node_policy(namespace: str = NAMESPACE, taint: str = FABRIC_STARTUP_TAIN
             {"expression": f"!({node}) || object.metadata.name == variables.own", "reason": "Forbidden",
              "message": "the node agent may change only the node its pod runs on"},
             {"expression": f"!({node} && request.subResource == '') || "
-                           f"({taints('oldObject')}.exists(t, t.key == '{taint}') && "
-                           f"{taints('object')} == {taints('oldObject')}.filter(t, t.key != '{taint}') && "
-                           f"{same_meta} && "
-                           "(has(object.spec.unschedulable) && object.spec.unschedulable) == "
-                           "(has(oldObject.spec.unschedulable) && oldObject.spec.unschedulable))",
-             "reason": "Forbidden", "message": f"on its node the node agent may only remove the taint {taint}"},
+                           f"(({removes} || {adds}) && {same_meta} && {same_cordon})",
+             "reason": "Forbidden",
+             "message": f"on its node the node agent may only remove the taint {taint} or put it back"},
             {"expression": f"!({node} && request.subResource == 'status') || "
                            f"({conds('object')}.filter(c, c.type != '{condition}') == "
                            f"{conds('oldObject')}.filter(c, c.type != '{condition}') && "
@@ -338,6 +362,7 @@ class NodeAgent(pulumi.ComponentResource):
         files = code_files()
         cm_name = f"{NAME}-code"
         spec = pod_spec(args, cm_name, files)  # validates before anything is registered
+        self._args, self._name = args, name
         self.namespace = args.namespace
         ns = k8s.core.v1.Namespace(
             f"{name}-ns", metadata={"name": args.namespace, "labels": dict(PRIVILEGED_NAMESPACE_LABELS)},
@@ -366,6 +391,23 @@ class NodeAgent(pulumi.ComponentResource):
                                             spec=network_policy_spec(args.allowed_namespaces), opts=in_ns)
         self.exporter_url = exporter_url(args.namespace)
         self.register_outputs({"namespace": args.namespace, "exporterUrl": self.exporter_url})
+
+    def grant_worker_read(self, ray_namespace: pulumi.Resource) -> list[pulumi.Resource]:
+        """Role + RoleBinding in the Ray namespace (:data:`WORKER_POD_RULES`), created once that namespace exists
+        (the RayCluster's ``after_namespace`` hook, so both exist before any worker pod); [] without the proof."""
+        args = self._args
+        if not (args.efa_devices and args.workers_namespace):
+            return []
+        opts = pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[ray_namespace])
+        meta = {"name": f"ray-efa-eks:{NAME}-workers", "namespace": args.workers_namespace,
+                "labels": dict(APP_LABELS)}
+        role = k8s.rbac.v1.Role(f"{self._name}-workers-role", metadata=meta, rules=WORKER_POD_RULES, opts=opts)
+        binding = k8s.rbac.v1.RoleBinding(
+            f"{self._name}-workers-binding", metadata=meta,
+            role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": meta["name"]},
+            subjects=[{"kind": "ServiceAccount", "name": NAME, "namespace": args.namespace}],
+            opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[role])))
+        return [role, binding]
 
     def _proof_access(self, name: str, args: NodeAgentArgs, opts: pulumi.ResourceOptions) -> list[pulumi.Resource]:
         """ClusterRole + binding (nodes), Role + binding (Events in one namespace), the ValidatingAdmissionPolicy

@@ -350,7 +350,8 @@ class EfaRayCluster(pulumi.ComponentResource):
             operators.append(KubeRayOperator("kuberay", KubeRayOperatorArgs(
                 provider=cluster.provider, chart_version=cfg.kuberayChartVersion, crd_provider=crd_provider,
                 watch_namespaces=[RAY_NAMESPACE], depends_on=[ray_ns]), opts=opts_with(depends_on=[system])))
-            return [operators[-1]]
+            # the node agent's read of its node's Ray workers (a failed provider check puts its taint back)
+            return [operators[-1], *(agent.grant_worker_read(ray_ns) if agent else [])]
 
         agent = None
         if cfg.efa:  # the one reader of the hosts' EFA counters (the Ray pods mount no host path)
@@ -358,7 +359,7 @@ class EfaRayCluster(pulumi.ComponentResource):
                 provider=cluster.provider, image=cfg.dlcImage, instance_types=[cfg.gpuInstanceType],
                 network_policy=cfg.networkPolicy, allowed_namespaces=[RAY_NAMESPACE, METRICS_NAMESPACE],
                 startup_taints=unproven, efa_devices={cfg.gpuInstanceType: cfg.gpu_type.max_efa_interfaces},
-                depends_on=[gpu]), opts=child)
+                workers_namespace=RAY_NAMESPACE, depends_on=[gpu]), opts=child)
         ray = RayCluster("ray", RayClusterArgs(
             provider=cluster.provider, image=cfg.dlcImage, ray_version=cfg.rayVersion, nccl_debug=cfg.ncclDebug,
             namespace=RAY_NAMESPACE, service_account_name=RAY_SERVICE_ACCOUNT,

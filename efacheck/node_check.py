@@ -31,9 +31,26 @@ taints that were created using a managed node group are removed manually from a 
 the taints back", Node taints on managed node groups), but ``UpdateNodegroupConfig`` applies a changed taint list
 "to the nodes in the node group after the update", so the taint can reappear on a running node; the loop proves
 the node again and removes it again. A node whose proof starts failing after it was proven gets the condition and
-an Event but is not tainted again (docs/gpus.md, "Per-node proof": NoSchedule moves no running worker, and Ray
-places tasks inside the worker pod already there, so a taint would not stop the use that matters; each run's
-``--require-efa`` judges the fabric a job really used).
+an Event but is not tainted again on its sysfs checks (docs/gpus.md, "Per-node proof": NoSchedule moves no running
+worker, and Ray places tasks inside the worker pod already there, so a taint would not stop the use that matters;
+each run's ``--require-efa`` judges the fabric a job really used).
+
+One failure does put the taint back: a Ray worker pod on this node whose ``efa-provider-check`` init container
+(the device-level ``fi_info -p efa``, which the agent cannot run) terminated non-zero (efacheck/worker_pods.py
+:func:`provider_failures`). Such a pod never started Ray, so no work is lost, and without the taint KubeRay's next
+worker pod lands on the same node and fails the same way, for ever: with autoscaler v2 (the stack's,
+components/ray_autoscaler.py) KubeRay sets every worker's ``restartPolicy: Never`` (kuberay v1.7.0
+ray-operator/controllers/ray/common/pod.go ``DefaultWorkerPodTemplate``), so the failed init container makes the
+pod ``Failed``; ``reconcilePods`` deletes a ``Failed`` worker (raycluster_controller.go ``shouldDeletePod``: "a
+terminal state. KubeRay will delete the Pod and create new Pods in the next reconciliation if necessary") and
+the next reconcile creates its replacement, which the scheduler may put on the same node. The node then gets
+``EfaFabricProven=False`` with reason :data:`PROVIDER_FAILED` (the record), an Event naming the pod, its exit code
+and what fi_info said (the container's stderr, ``FallbackToLogsOnError``), and the startup taint added back by a
+guarded JSON patch (:func:`add_startup_taint`); while that reason is on the node it never re-proves itself on sysfs
+alone, so it does not flip back (the record goes with the Node object: a replaced node is a new Node). Between full
+proofs the loop lists its node's Ray worker pods every :data:`POD_INTERVAL_S` seconds, because a ``Failed`` pod
+lives only until KubeRay's next reconcile. What the Cluster Autoscaler then does with the node: docs/gpus.md,
+"Per-node proof".
 Stdlib only: shipped in the node agent's ConfigMap like the exporter, run by the DLC image (no new image).
 """
 
@@ -53,14 +70,21 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from .efa_counters import read_ports
+from .worker_pods import list_workers, provider_failures
 
 TAINT_KEY = "startup-taint.cluster-autoscaler.kubernetes.io/efa-unproven"
 CONDITION = "EfaFabricProven"
 EFA_RESOURCE = "vpc.amazonaws.com/efa"
 TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+STARTUP_TAINT = {"key": TAINT_KEY, "value": "true", "effect": "NoSchedule"}
+"""The taint as the node group puts it on a new node (components/node_groups.py ``startup_taint``), and as it is put
+back after a provider failure."""
+PROVIDER_FAILED = "ProviderCheckFailed"
+"""The condition reason that records a worker's failed provider check: the node stays tainted while it is there."""
 EXIT_PROVEN, EXIT_UNPROVEN, EXIT_API = 0, 1, 2
-"""Exit codes: the node proved itself (taint removed); a check failed (taint kept, condition and Event written); the
-API server could not be reached or refused a call (nothing proven)."""
+"""Exit codes: the node proved itself (taint removed); a check failed or a Ray worker's provider check failed (taint
+kept or put back, condition and Event written); the API server could not be reached or refused a call (nothing
+proven)."""
 
 
 @dataclass(frozen=True)
@@ -186,7 +210,11 @@ def report(api: Api, name: str, uid: str | None, findings: list[Finding],
            previous: dict[str, Any] | None = None) -> bool:
     """Write the Node condition (strategic merge by condition type) when it changed from ``previous``, and a Warning
     Event on the Node when a check fails and the condition was not already this failure; True when it wrote."""
-    status, reason, message = _message(findings)
+    return _write(api, name, uid, *_message(findings), previous)
+
+
+def _write(api: Api, name: str, uid: str | None, status: str, reason: str, message: str,
+           previous: dict[str, Any] | None) -> bool:
     if previous and (previous.get("status"), previous.get("reason"), previous.get("message")) == (status, reason,
                                                                                                     message):
         return False  # nothing new: no write every interval
@@ -203,6 +231,61 @@ def report(api: Api, name: str, uid: str | None, findings: list[Finding],
             "source": {"component": "ray-efa-eks-node-check", "host": name},
             "firstTimestamp": now, "lastTimestamp": now, "count": 1})
     return True
+
+
+def add_startup_taint(api: Api, node: dict[str, Any]) -> bool:
+    """Put :data:`STARTUP_TAINT` back on ``node`` (its own) with one JSON patch; False when it already has it.
+
+    The ``test`` of the whole list makes the API server refuse the patch if the taints changed since the read, so
+    the patch adds exactly one taint to exactly the list that was read (the admission policy checks the same)."""
+    taints = (node.get("spec") or {}).get("taints")
+    if any(t.get("key") == TAINT_KEY for t in taints or []):
+        return False
+    ops = ([{"op": "test", "path": "/spec/taints", "value": taints},
+            {"op": "add", "path": "/spec/taints/-", "value": dict(STARTUP_TAINT)}] if taints else
+           [{"op": "add", "path": "/spec/taints", "value": [dict(STARTUP_TAINT)]}])
+    api.call("PATCH", f"/api/v1/nodes/{node['metadata']['name']}", ops, "application/json-patch+json")
+    return True
+
+
+def on_record(previous: dict[str, Any] | None) -> bool:
+    """A worker's provider failure is recorded on the node (its condition's reason)."""
+    return bool(previous) and previous.get("status") == "False" and previous.get("reason") == PROVIDER_FAILED
+
+
+def fail_provider(api: Api, node: dict[str, Any], failures: list[str], log: Callable[[str], None]) -> int:
+    """Record a worker's provider failure (condition, Event) unless already recorded, then make sure the startup
+    taint is on the node; EXIT_UNPROVEN, or EXIT_API when a call failed (the next round tries again)."""
+    name = node["metadata"]["name"]
+    previous = current_condition(node)
+    try:
+        if not on_record(previous):
+            message = "; ".join(f"provider: {f}" for f in failures)
+            message = (message + f"; node tainted with {TAINT_KEY} again until it is replaced")[:1024]
+            for f in failures:
+                log(f"[node-check] FAIL provider: {f}")
+            _write(api, name, node["metadata"].get("uid"), "False", PROVIDER_FAILED, message, previous)
+        if add_startup_taint(api, node):
+            log(f"[node-check] node {name}: a Ray worker's provider check failed; put back taint {TAINT_KEY} "
+                f"(recorded as {CONDITION}=False reason {PROVIDER_FAILED}: it is not proven again while that is there)")
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        log(f"[node-check] the API server refused or failed a call for node {name}: {e}")
+        return EXIT_API
+    return EXIT_UNPROVEN
+
+
+def watch_workers(api: Api, node_name: str, namespace: str, log: Callable[[str], None] = print) -> int | None:
+    """Between full proofs: list this node's Ray workers; on a provider failure, :func:`fail_provider` (None when
+    there is none)."""
+    try:
+        failures = provider_failures(list_workers(api, node_name, namespace))
+        if not failures:
+            return None
+        node = api.call("GET", f"/api/v1/nodes/{node_name}")
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        log(f"[node-check] cannot read node {node_name} or its Ray workers: {e}")
+        return EXIT_API
+    return fail_provider(api, node, failures, log)
 
 
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
@@ -229,13 +312,19 @@ def expected_for(node: dict[str, Any], expected: int | dict[str, int]) -> int:
 
 def run_check(api: Api, node_name: str, sysfs: str, expected_devices: int | dict[str, int],
               provider: Callable[[], tuple[bool, str]] = libfabric_lists_efa, log: Callable[[str], None] = print,
-              module_root: str | None = None) -> int:
-    """Check this node once, then remove its startup taint or record why not; an exit code (module constants)."""
+              module_root: str | None = None, workers_namespace: str | None = None) -> int:
+    """Check this node once, then remove its startup taint or record why not; an exit code (module constants).
+
+    With ``workers_namespace`` it first reads the node's Ray worker pods there: a failed provider check, or one on
+    record, keeps (or puts back) the taint whatever the sysfs checks say."""
     try:
         node = api.call("GET", f"/api/v1/nodes/{node_name}")
+        failures = provider_failures(list_workers(api, node_name, workers_namespace)) if workers_namespace else []
     except (urllib.error.URLError, OSError, ValueError) as e:
-        log(f"[node-check] cannot read node {node_name}: {e}")
+        log(f"[node-check] cannot read node {node_name} or its Ray workers: {e}")
         return EXIT_API
+    if failures or on_record(current_condition(node)):
+        return fail_provider(api, node, failures, log)
     findings = decide(sysfs, expected_for(node, expected_devices), (node.get("status") or {}).get("allocatable") or {},
                       provider(), module_root)
     previous = current_condition(node)
@@ -264,19 +353,30 @@ def run_check(api: Api, node_name: str, sysfs: str, expected_devices: int | dict
 INTERVAL_S = 60
 """Seconds between proofs: the taint goes within about a minute of the node agent starting (the first proof runs at
 once), and a taint put back by a node group update goes within a minute of it."""
+POD_INTERVAL_S = 5
+"""Seconds between two lists of the node's Ray worker pods: a ``Failed`` worker pod lives only until KubeRay's next
+reconcile (it deletes terminal pods at once), so a minute would miss most of them. One list by an indexed field
+selector on one node's pods every 5 s is about what the node's kubelet itself asks of the API server."""
 
 
 def run_loop(api: Api, node_name: str, sysfs: str, expected_devices: int | dict[str, int], interval_s: float = INTERVAL_S,
              provider: Callable[[], tuple[bool, str]] = libfabric_lists_efa, log: Callable[[str], None] = print,
              module_root: str | None = None, sleep: Callable[[float], None] = time.sleep,
-             rounds: int | None = None) -> int:
-    """:func:`run_check` every ``interval_s`` seconds, for ever (``rounds``: that many, for tests); an API error
-    is retried at the next round (the container never crash-loops on a passing API fault)."""
+             rounds: int | None = None, workers_namespace: str | None = None,
+             pod_interval_s: float = POD_INTERVAL_S) -> int:
+    """:func:`run_check` every ``interval_s`` seconds, for ever (``rounds``: that many, for tests), and in between
+    :func:`watch_workers` every ``pod_interval_s`` when ``workers_namespace`` is given; an API error is retried at
+    the next round (the container never crash-loops on a passing API fault)."""
     code, n = EXIT_API, 0
     while rounds is None or n < rounds:
         if n:
-            sleep(interval_s)
-        code = run_check(api, node_name, sysfs, expected_devices, provider, log, module_root)
+            slept = 0.0
+            while workers_namespace and slept + pod_interval_s < interval_s:
+                sleep(pod_interval_s)
+                slept += pod_interval_s
+                watch_workers(api, node_name, workers_namespace, log)
+            sleep(interval_s - slept)
+        code = run_check(api, node_name, sysfs, expected_devices, provider, log, module_root, workers_namespace)
         n += 1
     return code
 
@@ -292,12 +392,19 @@ def main(argv: list[str] | None = None) -> int:
                    help="EFA devices the catalogue gives the type: COUNT, or TYPE=COUNT[,TYPE=COUNT...] read against "
                         f"the node's {INSTANCE_TYPE_LABEL} label")
     p.add_argument("--interval", type=float, default=INTERVAL_S, help=f"seconds between proofs (default {INTERVAL_S})")
+    p.add_argument("--workers-namespace", default=None,
+                   help="namespace of the Ray worker pods whose efa-provider-check init container a failure of puts "
+                        "the startup taint back (default: none, not watched)")
+    p.add_argument("--pod-interval", type=float, default=POD_INTERVAL_S,
+                   help=f"seconds between two lists of this node's Ray worker pods (default {POD_INTERVAL_S})")
     p.add_argument("--once", action="store_true", help="prove once and exit (0 proven, 1 not, 2 API error)")
     a = p.parse_args(argv)
     if not a.node:
         p.error("--node or $NODE_NAME is required")
     if a.interval <= 0:
         p.error(f"--interval must be > 0, got {a.interval}")
+    if a.pod_interval <= 0:
+        p.error(f"--pod-interval must be > 0, got {a.pod_interval}")
     try:
         expected: int | dict[str, int] = int(a.expect_devices) if a.expect_devices.isdigit() else \
             parse_expected(a.expect_devices)
@@ -305,9 +412,11 @@ def main(argv: list[str] | None = None) -> int:
         p.error(str(e))
     api = Api.in_cluster()
     if a.once:
-        return run_check(api, a.node, a.sysfs, expected, module_root=a.module_root)
+        return run_check(api, a.node, a.sysfs, expected, module_root=a.module_root,
+                         workers_namespace=a.workers_namespace)
     return run_loop(api, a.node, a.sysfs, expected, a.interval, module_root=a.module_root,
-                    log=lambda m: print(m, flush=True))
+                    log=lambda m: print(m, flush=True), workers_namespace=a.workers_namespace,
+                    pod_interval_s=a.pod_interval)
 
 
 if __name__ == "__main__":

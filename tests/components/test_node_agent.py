@@ -51,7 +51,7 @@ def test_every_object_matches_the_kubernetes_schema(default_run) -> None:
             default_run.one("kubernetes:networking.k8s.io/v1:NetworkPolicy", "node-agent"),
             *[r for r in default_run.resources if r.name.startswith("node-agent-") and
               r.type.split(":")[1].split("/")[0] in ("rbac.authorization.k8s.io", "admissionregistration.k8s.io")]]
-    assert len(objs) == 12
+    assert len(objs) == 14  # with the Role + RoleBinding that read the Ray worker pods (grant_worker_read)
     for r in objs:
         group_version = r.type.split(":")[1].replace("core/", "")
         kind = r.type.rsplit(":", 1)[1]

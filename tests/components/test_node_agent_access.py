@@ -21,6 +21,7 @@ from tests.helpers.vap import admit, request
 USER = node_agent.service_account_user()
 ACCEPTED = [v.version for v in eks_versions.VERSIONS if not eks_versions.version_problem(v.version)]
 POLICY = node_agent.own_node_policy()
+TAINT_MESSAGE = f"on its node the node agent may only remove the taint {nc.TAINT_KEY} or put it back"
 
 
 def _objects(run, prefix: str) -> dict[str, dict]:
@@ -119,6 +120,10 @@ class Recorder(FakeApi):
                     for op in body:
                         if op["op"] == "remove":
                             del new["spec"]["taints"][int(op["path"].rsplit("/", 1)[-1])]
+                        elif op["op"] == "add" and op["path"] == "/spec/taints/-":
+                            new["spec"]["taints"].append(op["value"])
+                        elif op["op"] == "add" and op["path"] == "/spec/taints":
+                            new["spec"]["taints"] = op["value"]
                     out.append(request(USER, "UPDATE", "nodes", copy.deepcopy(new), old, "", self.node_name))
         return out
 
@@ -186,7 +191,7 @@ def test_another_node_is_refused(recorded):
 ])
 def test_on_its_own_node_it_may_only_remove_the_startup_taint(recorded, what, change):
     ok, why = admit(POLICY, _forged(recorded[1], change))
-    assert not ok and why == [f"on its node the node agent may only remove the taint {nc.TAINT_KEY}"], what
+    assert not ok and why == [TAINT_MESSAGE], what
 
 
 @pytest.mark.parametrize("what,change", [
@@ -240,3 +245,105 @@ def test_every_module_the_shipped_ones_import_is_shipped_too(default_run, tmp_pa
     p = subprocess.run([sys.executable, *proof["command"][1:3], "--help"], cwd=tmp_path, capture_output=True,
                        text=True, timeout=60, env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"})
     assert p.returncode == 0 and "--expect-devices" in p.stdout, p.stderr
+
+
+# -- part D: a Ray worker's failed provider check puts the startup taint back --------------------------------------
+
+@pytest.fixture
+def put_back(tmp_path):
+    """What node_check sends when a Ray worker's efa-provider-check failed on its proven node: condition, Event and
+    the one JSON patch adding the taint, as admission sees them."""
+    from tests.efacheck.test_node_check import FAILED_INIT, _worker
+    nodes = _nodes()
+    nodes["gpu-a"]["spec"]["taints"] = [GPU_TAINT]  # proven
+    fake = Recorder(nodes)
+    fake.node_name = "gpu-a"
+    fake.pods[:] = [_worker("ray-gpu-worker-x1", "gpu-a", FAILED_INIT, phase="Failed")]
+    assert nc.run_check(fake.api, "gpu-a", str(kernel_sysfs(tmp_path)), 1, provider=lambda: (True, "efa listed"),
+                        log=lambda m: None, workers_namespace="ray") == nc.EXIT_UNPROVEN
+    yield fake.snapshot_requests()
+    fake.close()
+
+
+def test_every_request_of_a_put_back_is_admitted(put_back):
+    kinds = [(r["resource"]["resource"], r["subResource"], r["operation"]) for r in put_back]
+    assert kinds == [("nodes", "status", "UPDATE"), ("events", "", "CREATE"), ("nodes", "", "UPDATE")]
+    for r in put_back:
+        assert admit(POLICY, r) == (True, []), json.dumps(r)[:300]
+    added = put_back[2]
+    assert added["object"]["spec"]["taints"] == [GPU_TAINT, STARTUP] and added["oldObject"]["spec"]["taints"] == [
+        GPU_TAINT]
+
+
+@pytest.mark.parametrize("what,change", [
+    ("another taint with it", lambda r: r["object"]["spec"]["taints"].append({"key": "x", "effect": "NoSchedule"})),
+    ("NoExecute instead", lambda r: r["object"]["spec"]["taints"][-1].update({"effect": "NoExecute"})),
+    ("another value", lambda r: r["object"]["spec"]["taints"][-1].update({"value": "false"})),
+    ("another key", lambda r: r["object"]["spec"]["taints"][-1].update({"key": nc.TAINT_KEY + "-x"})),
+    ("a second copy", lambda r: r["object"]["spec"]["taints"].append(dict(STARTUP))),
+    ("dropping the GPU taint", lambda r: r["object"]["spec"]["taints"].remove(GPU_TAINT)),
+    ("a label with it", lambda r: r["object"]["metadata"]["labels"].update({"ray-efa-eks/role": "system"})),
+    ("cordon with it", lambda r: r["object"]["spec"].update({"unschedulable": True})),
+    ("a timeAdded", lambda r: r["object"]["spec"]["taints"][-1].update({"timeAdded": "2026-12-05T03:00:00Z"})),
+    ("no value", lambda r: r["object"]["spec"]["taints"][-1].pop("value")),
+    ("PreferNoSchedule instead", lambda r: r["object"]["spec"]["taints"][-1].update({"effect": "PreferNoSchedule"})),
+    ("the GPU taint changed with it", lambda r: r["object"]["spec"]["taints"][0].update({"value": "false"})),
+    ("an annotation with it", lambda r: r["object"]["metadata"].setdefault("annotations", {}).update({"a": "b"})),
+])
+def test_putting_back_is_only_that_one_taint(put_back, what, change):
+    ok, why = admit(POLICY, _forged(put_back[2], change))
+    assert not ok and why == [TAINT_MESSAGE], what
+
+
+def test_putting_back_on_another_node_is_refused(put_back):
+    ok, why = admit(POLICY, _forged(put_back[2], lambda r: None, node_name="gpu-b"))
+    assert not ok and "the node agent may change only the node its pod runs on" in why
+
+
+@pytest.mark.parametrize("old,new", [
+    ([], [STARTUP]),  # a node with no taint left: the first add creates the list
+    ([GPU_TAINT, {"key": "x", "value": "y", "effect": "NoExecute"}],
+     [GPU_TAINT, {"key": "x", "value": "y", "effect": "NoExecute"}, STARTUP]),
+    ([GPU_TAINT], [STARTUP, GPU_TAINT]),  # put first: the other taints unchanged in their order (order means nothing)
+])
+def test_putting_back_onto_any_taint_list_is_admitted(put_back, old, new):
+    def change(r):
+        r["oldObject"]["spec"]["taints"], r["object"]["spec"]["taints"] = old, new
+    assert admit(POLICY, _forged(put_back[2], change)) == (True, [])
+    # and a node whose spec has no taints field at all
+    def bare(r):
+        r["oldObject"]["spec"].pop("taints")
+        r["object"]["spec"]["taints"] = [STARTUP]
+    assert admit(POLICY, _forged(put_back[2], bare)) == (True, [])
+
+
+def test_the_taint_cannot_be_added_while_it_is_there(put_back):
+    """A second copy of the taint is neither a removal nor a put-back."""
+    def twice(r):
+        r["oldObject"]["spec"]["taints"] = [GPU_TAINT, STARTUP]
+        r["object"]["spec"]["taints"] = [GPU_TAINT, STARTUP, dict(STARTUP)]
+    assert admit(POLICY, _forged(put_back[2], twice)) == (False, [TAINT_MESSAGE])
+
+
+def test_the_worker_read_is_a_role_in_the_ray_namespace_listing_pods_only(default_run):
+    objs = {r.type.rsplit(":", 1)[1]: r.inputs for r in default_run.resources
+            if r.name.startswith("node-agent-workers-")}
+    assert objs["Role"]["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]
+    assert objs["Role"]["metadata"]["namespace"] == objs["RoleBinding"]["metadata"]["namespace"] == "ray"
+    assert objs["RoleBinding"]["subjects"] == [{"kind": "ServiceAccount", "name": "node-agent",
+                                                "namespace": "efa-node-agent"}]
+    assert objs["RoleBinding"]["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                              "name": objs["Role"]["metadata"]["name"]}
+    for kind, body in objs.items():
+        for version in ACCEPTED:
+            kubernetes_validate.validate({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": kind, **body},
+                                         f"{version}.0", strict=True)
+    by_name = {r.name: r for r in default_run.resources}
+    ray_ns = by_name["ray-ns"].urn
+    assert ray_ns in by_name["node-agent-workers-role"].options["dependencies"]
+    # the RayCluster (so every worker pod) comes after the read is granted
+    rc = default_run.resources[[r.type for r in default_run.resources].index("kubernetes:ray.io/v1:RayCluster")]
+    assert by_name["node-agent-workers-binding"].urn in rc.options["dependencies"]
+    spec = default_run.one("kubernetes:apps/v1:DaemonSet", "node-agent")["spec"]["template"]["spec"]
+    proof = next(c for c in spec["containers"] if c["name"] == "fabric-proof")
+    assert proof["command"][proof["command"].index("--workers-namespace") + 1] == "ray"

@@ -6,12 +6,14 @@ from __future__ import annotations
 import json
 import shutil
 import threading
+import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from ray_efa_eks.efacheck import node_check as nc
+from ray_efa_eks.efacheck import worker_pods as wp
 from tests.helpers.sysfs import G6_12XLARGE, P5_48XLARGE, kernel_sysfs
 
 OK_PROVIDER = (True, "provider: efa")
@@ -101,8 +103,11 @@ class FakeApi:
     a failed test is 422 and nothing changes), strategic-merge its status conditions, POST events; every request
     recorded."""
 
-    def __init__(self, nodes: dict[str, dict]):
+    def __init__(self, nodes: dict[str, dict], pods: list[dict] | None = None):
         self.nodes, self.requests, self.tokens = nodes, [], []
+        self.pods = pods if pods is not None else []
+        """Pods of every node and namespace; a list is answered as the API server answers it (namespace, field
+        selector ``spec.nodeName=``, label selector ``k=v``)."""
         fake = self
 
         class H(BaseHTTPRequestHandler):
@@ -124,6 +129,18 @@ class FakeApi:
             def do_GET(self):
                 fake.requests.append(("GET", self.path, None, None))
                 fake.tokens.append(self.headers.get("Authorization"))
+                url = urllib.parse.urlsplit(self.path)
+                parts = url.path.split("/")
+                if len(parts) == 6 and parts[3] == "namespaces" and parts[5] == "pods":
+                    q = urllib.parse.parse_qs(url.query)
+                    field = dict(x.split("=", 1) for x in q.get("fieldSelector", [""])[0].split(",") if x)
+                    label = dict(x.split("=", 1) for x in q.get("labelSelector", [""])[0].split(",") if x)
+                    if set(field) - {"spec.nodeName"}:
+                        return self._send(400, {"message": "field label not supported"})
+                    items = [p for p in fake.pods if p["metadata"]["namespace"] == parts[4]
+                             and all(p["spec"].get("nodeName") == v for v in field.values())
+                             and all(p["metadata"].get("labels", {}).get(k) == v for k, v in label.items())]
+                    return self._send(200, {"kind": "PodList", "apiVersion": "v1", "items": items})
                 name = self.path.rsplit("/", 1)[-1]
                 return self._send(200, fake.nodes[name]) if name in fake.nodes else self._send(404)
 
@@ -141,14 +158,25 @@ class FakeApi:
                     for c in body["status"]["conditions"]:
                         conds[:] = [x for x in conds if x["type"] != c["type"]] + [c]
                     return self._send(200, node)
-                taints = node["spec"]["taints"]
-                for op in body:
-                    i = int(op["path"].rsplit("/", 1)[-1])
-                    if op["op"] == "test" and (i >= len(taints) or taints[i] != op["value"]):
+                spec = node.setdefault("spec", {})
+                taints = spec.get("taints")
+                for op in body:  # RFC 6902 on /spec/taints and its members, as the API server applies it
+                    last = op["path"].rsplit("/", 1)[-1]
+                    if op["op"] == "test" and (
+                            (op["path"] == "/spec/taints" and taints != op["value"]) or
+                            (last.isdigit() and (taints is None or int(last) >= len(taints) or
+                                                 taints[int(last)] != op["value"]))):
                         return self._send(422, {"message": "testing value failed"})
                 for op in body:
+                    last = op["path"].rsplit("/", 1)[-1]
                     if op["op"] == "remove":
-                        del taints[int(op["path"].rsplit("/", 1)[-1])]
+                        del spec["taints"][int(last)]
+                    elif op["op"] == "add" and op["path"] == "/spec/taints":
+                        spec["taints"] = op["value"]
+                    elif op["op"] == "add" and op["path"] == "/spec/taints/-":
+                        spec["taints"].append(op["value"])
+                    elif op["op"] != "test":
+                        return self._send(422, {"message": f"unexpected op {op}"})
                 self._send(200, node)
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), H)
@@ -312,3 +340,299 @@ def test_the_expected_count_follows_the_nodes_instance_type(tmp_path, fake):
     assert nc.run_check(fake.api, "gpu-b", root, {"g6.12xlarge": 1}, provider=lambda: OK_PROVIDER,
                         log=logs.append) == nc.EXIT_UNPROVEN
     assert any("no count for this node's instance type" in m for m in logs)
+
+
+# -- a Ray worker's efa-provider-check init container failed on this node (issue 35, part D) ------------------------
+
+RAY_NS = "ray"
+
+
+def _worker(name, node, init_status=None, phase="Pending", ns=RAY_NS, node_type="worker"):
+    """A KubeRay worker pod as the API server returns it: ``initContainerStatuses`` as the kubelet writes them."""
+    pod = {"metadata": {"name": name, "namespace": ns, "labels": {"ray.io/node-type": node_type,
+                                                                  "ray.io/cluster": "ray", "ray.io/group": "gpu"}},
+           "spec": {"nodeName": node, "restartPolicy": "Never"}, "status": {"phase": phase}}
+    if init_status is not None:
+        pod["status"]["initContainerStatuses"] = [{"name": wp.PROVIDER_CONTAINER, "ready": False, "restartCount": 0,
+                                                   **init_status}]
+    return pod
+
+
+FAILED_INIT = {"state": {"terminated": {"exitCode": 1, "reason": "Error", "message":
+                                        "[efa-provider-check] FAIL on node gpu-a: fi_info -p efa -t FI_EP_RDM exited "
+                                        "61\nfi_getinfo: -61 (No data available)"}}}
+CRASHLOOP_INIT = {"restartCount": 3, "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                  "lastState": {"terminated": {"exitCode": 61, "reason": "Error"}}}
+RUNNING_INIT = {"state": {"running": {"startedAt": "2026-12-05T03:00:00Z"}}}
+PASSED_INIT = {"state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}
+WAITING_INIT = {"state": {"waiting": {"reason": "PodInitializing"}}}
+
+
+def _proven(fake, root):
+    assert nc.run_check(fake.api, "gpu-a", root, 1, provider=lambda: OK_PROVIDER, log=lambda m: None,
+                        workers_namespace=RAY_NS) == nc.EXIT_PROVEN
+    assert fake.nodes["gpu-a"]["spec"]["taints"] == [GPU_TAINT]
+    fake.requests.clear()
+
+
+def _writes(fake):
+    return [r for r in fake.requests if r[0] != "GET"]
+
+
+@pytest.mark.parametrize("init", [FAILED_INIT, CRASHLOOP_INIT], ids=["Failed (restartPolicy Never)", "CrashLoop"])
+def test_a_workers_failed_provider_check_puts_the_taint_back_with_a_condition_and_an_event(tmp_path, fake, init):
+    root = str(kernel_sysfs(tmp_path))
+    _proven(fake, root)
+    fake.pods[:] = [_worker("ray-gpu-worker-x1", "gpu-a", init, phase="Failed")]
+    logs = []
+    assert nc.run_check(fake.api, "gpu-a", root, 1, provider=lambda: OK_PROVIDER, log=logs.append,
+                        workers_namespace=RAY_NS) == nc.EXIT_UNPROVEN
+    gets = [r[1] for r in fake.requests if r[0] == "GET"]
+    assert gets == ["/api/v1/nodes/gpu-a", "/api/v1/namespaces/ray/pods?fieldSelector=spec.nodeName%3Dgpu-a"
+                                           "&labelSelector=ray.io%2Fnode-type%3Dworker"]
+    status, event, taint = _writes(fake)
+    code = init.get("lastState", init["state"])["terminated"]["exitCode"]
+    (cond,) = fake.nodes["gpu-a"]["status"]["conditions"]
+    assert (cond["type"], cond["status"], cond["reason"]) == (nc.CONDITION, "False", nc.PROVIDER_FAILED)
+    assert cond["message"].startswith(f"provider: pod ray/ray-gpu-worker-x1: init container efa-provider-check "
+                                      f"exited {code}")
+    assert status[1] == "/api/v1/nodes/gpu-a/status"
+    assert event[1] == "/api/v1/namespaces/default/events" and event[3]["message"] == cond["message"]
+    assert event[3]["reason"] == nc.PROVIDER_FAILED and event[3]["involvedObject"]["name"] == "gpu-a"
+    # exactly one JSON patch, adding only the startup taint, to only its own node
+    assert taint == ("PATCH", "/api/v1/nodes/gpu-a", "application/json-patch+json",
+                     [{"op": "test", "path": "/spec/taints", "value": [GPU_TAINT]},
+                      {"op": "add", "path": "/spec/taints/-", "value": STARTUP}])
+    assert fake.nodes["gpu-a"]["spec"]["taints"] == [GPU_TAINT, STARTUP]
+    assert fake.nodes["gpu-b"]["spec"]["taints"] == [GPU_TAINT, STARTUP]
+    assert all("/gpu-b" not in r[1] for r in fake.requests)
+    assert any("put back taint" in m for m in logs)
+
+
+def test_the_record_keeps_the_node_tainted_and_quiet_after_the_pod_is_gone(tmp_path, fake):
+    """KubeRay deletes the Failed pod; the sysfs checks all pass; the node does not flip back."""
+    root = str(kernel_sysfs(tmp_path))
+    _proven(fake, root)
+    fake.pods[:] = [_worker("ray-gpu-worker-x1", "gpu-a", FAILED_INIT, phase="Failed")]
+    nc.run_check(fake.api, "gpu-a", root, 1, provider=lambda: OK_PROVIDER, log=lambda m: None, workers_namespace=RAY_NS)
+    fake.pods.clear()
+    fake.requests.clear()
+    for _ in range(3):
+        assert nc.run_check(fake.api, "gpu-a", root, 1, provider=lambda: OK_PROVIDER, log=lambda m: None,
+                            workers_namespace=RAY_NS) == nc.EXIT_UNPROVEN
+    assert _writes(fake) == []  # no removal, no new condition, no new Event
+    assert fake.nodes["gpu-a"]["spec"]["taints"] == [GPU_TAINT, STARTUP]
+    # someone removes the taint by hand: the record puts it back, still with one Event in all
+    fake.nodes["gpu-a"]["spec"]["taints"] = [GPU_TAINT]
+    nc.run_check(fake.api, "gpu-a", root, 1, provider=lambda: OK_PROVIDER, log=lambda m: None, workers_namespace=RAY_NS)
+    assert [r[0] for r in _writes(fake)] == ["PATCH"] and fake.nodes["gpu-a"]["spec"]["taints"] == [GPU_TAINT, STARTUP]
+
+
+def test_a_pod_on_another_node_is_ignored(tmp_path, fake):
+    root = str(kernel_sysfs(tmp_path))
+    _proven(fake, root)
+    fake.pods[:] = [_worker("ray-gpu-worker-b1", "gpu-b", FAILED_INIT, phase="Failed")]
+    assert nc.run_check(fake.api, "gpu-a", root, 1, provider=lambda: OK_PROVIDER, log=lambda m: None,
+                        workers_namespace=RAY_NS) == nc.EXIT_PROVEN
+    assert _writes(fake) == [] and fake.nodes["gpu-a"]["spec"]["taints"] == [GPU_TAINT]
+    # even an API server that ignored the field selector would not make another node's pod count
+    assert wp.list_workers(fake.api, "gpu-a", RAY_NS) == []
+    assert wp.provider_failures([_worker("w", "gpu-b", FAILED_INIT)]) != []  # the pod itself is a failure
+
+
+@pytest.mark.parametrize("init", [RUNNING_INIT, PASSED_INIT, WAITING_INIT, None],
+                         ids=["running", "exited 0", "waiting", "no status yet"])
+def test_a_check_still_running_or_passed_changes_nothing(tmp_path, fake, init):
+    root = str(kernel_sysfs(tmp_path))
+    _proven(fake, root)
+    fake.pods[:] = [_worker("ray-gpu-worker-x1", "gpu-a", init, phase="Running" if init is PASSED_INIT else "Pending")]
+    assert nc.run_check(fake.api, "gpu-a", root, 1, provider=lambda: OK_PROVIDER, log=lambda m: None,
+                        workers_namespace=RAY_NS) == nc.EXIT_PROVEN
+    assert _writes(fake) == [] and fake.nodes["gpu-a"]["spec"]["taints"] == [GPU_TAINT]
+
+
+def test_the_head_pods_and_other_namespaces_are_not_read_as_workers(tmp_path, fake):
+    root = str(kernel_sysfs(tmp_path))
+    _proven(fake, root)
+    fake.pods[:] = [_worker("ray-head", "gpu-a", FAILED_INIT, node_type="head"),
+                    _worker("w", "gpu-a", FAILED_INIT, ns="other")]
+    assert nc.run_check(fake.api, "gpu-a", root, 1, provider=lambda: OK_PROVIDER, log=lambda m: None,
+                        workers_namespace=RAY_NS) == nc.EXIT_PROVEN
+    assert _writes(fake) == []
+
+
+def test_an_unproven_node_with_a_failed_worker_keeps_the_taint_and_is_recorded(tmp_path, fake):
+    """Still tainted (a worker cannot land, but one that landed before a taint came back can fail): recorded, no
+    second taint."""
+    root = str(kernel_sysfs(tmp_path))
+    fake.pods[:] = [_worker("ray-gpu-worker-x1", "gpu-a", CRASHLOOP_INIT)]
+    assert nc.run_check(fake.api, "gpu-a", root, 1, provider=lambda: OK_PROVIDER, log=lambda m: None,
+                        workers_namespace=RAY_NS) == nc.EXIT_UNPROVEN
+    assert fake.nodes["gpu-a"]["spec"]["taints"] == [GPU_TAINT, STARTUP]
+    assert [r[1] for r in _writes(fake)] == ["/api/v1/nodes/gpu-a/status", "/api/v1/namespaces/default/events"]
+
+
+def test_the_loop_catches_a_failed_pod_between_proofs_and_fails_closed_without_the_list(tmp_path, fake):
+    """A Failed worker pod lives until KubeRay's next reconcile: the loop lists the node's workers every
+    pod_interval_s between full proofs; a pod list it may not read proves nothing."""
+    root = str(kernel_sysfs(tmp_path))
+    _proven(fake, root)
+    sleeps = []
+
+    def sleep(s):
+        sleeps.append(s)
+        if len(sleeps) == 2:  # the pod fails 10 s into the minute, and is gone 5 s later
+            fake.pods[:] = [_worker("ray-gpu-worker-x1", "gpu-a", FAILED_INIT, phase="Failed")]
+        elif len(sleeps) == 3:
+            fake.pods.clear()
+    nc.run_loop(fake.api, "gpu-a", root, 1, interval_s=60, provider=lambda: OK_PROVIDER, log=lambda m: None,
+                sleep=sleep, rounds=2, workers_namespace=RAY_NS, pod_interval_s=5)
+    assert sleeps == [5] * 11 + [5]
+    assert fake.nodes["gpu-a"]["spec"]["taints"] == [GPU_TAINT, STARTUP]
+    assert fake.nodes["gpu-a"]["status"]["conditions"][0]["reason"] == nc.PROVIDER_FAILED
+    assert len([r for r in fake.requests if r[0] == "POST"]) == 1
+    # without its Role the list is refused: the node is not proven on sysfs alone
+    fresh = FakeApi({"gpu-c": _node("gpu-c", [GPU_TAINT, STARTUP])})
+    try:
+        assert nc.run_check(fresh.api, "gpu-c", root, 1, provider=lambda: OK_PROVIDER, log=lambda m: None,
+                            workers_namespace="missing/x") == nc.EXIT_API
+        assert fresh.nodes["gpu-c"]["spec"]["taints"] == [GPU_TAINT, STARTUP]
+    finally:
+        fresh.close()
+
+
+# -- the put-back patch, the pod reads between proofs, and API errors in them ----------------------------------------
+
+class Calls:
+    """A stand-in for Api recording each call; ``fail`` (``METHOD path``, the pod list without its query) raises."""
+
+    def __init__(self, node=None, pods=(), fail=None):
+        self.node, self.pods, self.fail, self.calls = node, list(pods), fail, []
+
+    def call(self, method, path, body=None, content_type="application/json"):
+        self.calls.append((method, path, body, content_type))
+        if self.fail == f"{method} {path.split('?')[0]}":
+            raise nc.urllib.error.HTTPError(path, 422, "testing value failed", None, None)
+        if path.startswith("/api/v1/namespaces/ray/pods"):
+            return {"items": self.pods}
+        return self.node if method == "GET" else {}
+
+
+@pytest.mark.parametrize("taints,ops", [
+    ([GPU_TAINT], [{"op": "test", "path": "/spec/taints", "value": [GPU_TAINT]},
+                   {"op": "add", "path": "/spec/taints/-", "value": STARTUP}]),
+    ([GPU_TAINT, {"key": "x", "effect": "NoExecute"}],
+     [{"op": "test", "path": "/spec/taints", "value": [GPU_TAINT, {"key": "x", "effect": "NoExecute"}]},
+      {"op": "add", "path": "/spec/taints/-", "value": STARTUP}]),
+    ([], [{"op": "add", "path": "/spec/taints", "value": [STARTUP]}]),
+    (None, [{"op": "add", "path": "/spec/taints", "value": [STARTUP]}]),
+])
+def test_the_put_back_is_one_json_patch_of_its_own_node(taints, ops):
+    node = {"metadata": {"name": "gpu-a"}, "spec": {} if taints is None else {"taints": taints}}
+    api = Calls()
+    assert nc.add_startup_taint(api, node) is True
+    assert api.calls == [("PATCH", "/api/v1/nodes/gpu-a", ops, "application/json-patch+json")]
+    assert ops[-1]["value"] is not nc.STARTUP_TAINT and nc.STARTUP_TAINT == STARTUP  # a copy, never the constant
+
+
+def test_no_patch_when_the_taint_is_already_there():
+    api = Calls()
+    for taints in ([STARTUP], [GPU_TAINT, {**STARTUP, "timeAdded": "2026-12-05T03:00:00Z"}]):
+        assert nc.add_startup_taint(api, {"metadata": {"name": "gpu-a"}, "spec": {"taints": taints}}) is False
+    assert nc.add_startup_taint(api, {"metadata": {"name": "gpu-a"}}) is True  # a Node without spec
+    assert [c[1] for c in api.calls] == ["/api/v1/nodes/gpu-a"]
+
+
+FAILED_POD = {"metadata": {"name": "w1", "namespace": "ray"}, "spec": {"nodeName": "gpu-a"},
+              "status": {"initContainerStatuses": [{"name": "efa-provider-check",
+                                                    "state": {"terminated": {"exitCode": 1}}}]}}
+
+
+@pytest.mark.parametrize("fail", ["GET /api/v1/namespaces/ray/pods", "GET /api/v1/nodes/gpu-a",
+                                  "PATCH /api/v1/nodes/gpu-a/status", "POST /api/v1/namespaces/default/events",
+                                  "PATCH /api/v1/nodes/gpu-a"])
+def test_an_api_error_while_reading_or_recording_a_failure_is_exit_2(fail):
+    logs = []
+    api = Calls(_node("gpu-a", [GPU_TAINT]), [FAILED_POD], fail=fail)
+    assert nc.watch_workers(api, "gpu-a", "ray", logs.append) == nc.EXIT_API
+    assert f"{api.calls[-1][0]} {api.calls[-1][1].split('?')[0]}" == fail  # it stopped at the failed call
+    reading = fail.startswith("GET")
+    assert logs[-1].startswith("[node-check] cannot read node gpu-a or its Ray workers: " if reading else
+                               "[node-check] the API server refused or failed a call for node gpu-a: "), logs
+    assert nc.run_check(api, "gpu-a", "/nonexistent", 1, provider=lambda: OK_PROVIDER, log=logs.append,
+                        workers_namespace="ray") == nc.EXIT_API
+
+
+def test_no_failure_between_proofs_reads_no_node_and_writes_nothing():
+    api = Calls(_node("gpu-a", [GPU_TAINT]), [{"metadata": {"name": "w"}, "spec": {"nodeName": "gpu-a"}}])
+    assert nc.watch_workers(api, "gpu-a", "ray", lambda m: None) is None
+    assert [c[:2] for c in api.calls] == [("GET", "/api/v1/namespaces/ray/pods?fieldSelector=spec.nodeName%3Dgpu-a"
+                                                  "&labelSelector=ray.io%2Fnode-type%3Dworker")]
+
+
+@pytest.mark.parametrize("interval,pod_interval,namespace,sleeps", [
+    (60, 5, "ray", [5] * 11 + [5]),  # 11 reads, then the last 5 s to the proof
+    (12, 5, "ray", [5, 5, 2]),
+    (10, 5, "ray", [5, 5]),  # no read at the proof's own second
+    (4, 5, "ray", [4]),  # reads slower than proofs: each proof reads the pods itself
+    (60, 5, None, [60]),  # no namespace: no read between proofs
+])
+def test_the_pod_reads_fill_the_interval_between_proofs(monkeypatch, interval, pod_interval, namespace, sleeps):
+    seen, reads = [], []
+    monkeypatch.setattr(nc, "run_check", lambda *a, **k: seen.append(("check", len(seen))) or nc.EXIT_PROVEN)
+    monkeypatch.setattr(nc, "watch_workers", lambda api, node, ns, log: reads.append((node, ns)))
+    slept = []
+    nc.run_loop(None, "gpu-a", "/sys", 1, interval_s=interval, sleep=slept.append, rounds=2,
+                workers_namespace=namespace, pod_interval_s=pod_interval)
+    assert slept == sleeps and sum(slept) == interval
+    assert reads == [("gpu-a", namespace)] * (len(sleeps) - 1) and len(seen) == 2
+
+
+def test_the_loop_goes_on_after_api_errors_between_and_in_proofs(tmp_path, fake):
+    """The pod list fails between proofs and at a proof (exit 2 logged), then answers: the failure is still caught."""
+    root = str(kernel_sysfs(tmp_path))
+    _proven(fake, root)
+    fake.pods[:] = [_worker("ray-gpu-worker-x1", "gpu-a", FAILED_INIT, phase="Failed")]
+    real, calls = fake.api.call, []
+
+    def flaky(method, path, *a):
+        calls.append(path)
+        if "/pods?" in path and len([p for p in calls if "/pods?" in p]) <= 3:
+            raise nc.urllib.error.URLError("connection refused")
+        return real(method, path, *a)
+    fake.api.call = flaky
+    logs = []
+    code = nc.run_loop(fake.api, "gpu-a", root, 1, interval_s=10, provider=lambda: OK_PROVIDER, log=logs.append,
+                       sleep=lambda s: None, rounds=2, workers_namespace=RAY_NS, pod_interval_s=5)
+    # round 1's own list, the read between the proofs and round 2's own list fail; each is logged, none stops it
+    assert sum("cannot read node gpu-a or its Ray workers" in m for m in logs) == 3 and code == nc.EXIT_API
+    assert fake.nodes["gpu-a"]["spec"]["taints"] == [GPU_TAINT]  # nothing proven or put back on a failed read
+    code = nc.run_loop(fake.api, "gpu-a", root, 1, interval_s=10, provider=lambda: OK_PROVIDER, log=logs.append,
+                       sleep=lambda s: None, rounds=1, workers_namespace=RAY_NS, pod_interval_s=5)
+    assert code == nc.EXIT_UNPROVEN and fake.nodes["gpu-a"]["spec"]["taints"] == [GPU_TAINT, STARTUP]
+
+
+def test_a_recorded_failure_is_never_re_proven_on_sysfs_alone_whatever_the_loop_sees(tmp_path, fake):
+    """Condition reason ProviderCheckFailed on the Node: every later proof keeps the taint, though sysfs passes and
+    no pod failed since; only a new Node (a replaced one) starts clean."""
+    root = str(kernel_sysfs(tmp_path))
+    _proven(fake, root)
+    fake.nodes["gpu-a"]["status"]["conditions"] = [{"type": nc.CONDITION, "status": "False",
+                                                    "reason": nc.PROVIDER_FAILED, "message": "provider: earlier"}]
+    nc.run_loop(fake.api, "gpu-a", root, 1, interval_s=10, provider=lambda: OK_PROVIDER, log=lambda m: None,
+                sleep=lambda s: None, rounds=3, workers_namespace=RAY_NS, pod_interval_s=5)
+    assert fake.nodes["gpu-a"]["spec"]["taints"] == [GPU_TAINT, STARTUP]
+    assert [r[0] for r in _writes(fake)] == ["PATCH"]  # the put-back alone: no new condition, no Event, no removal
+    assert fake.nodes["gpu-a"]["status"]["conditions"][0]["message"] == "provider: earlier"
+    # a FabricCheckFailed condition (the sysfs checks) is not this record: a passing proof clears it
+    fake.nodes["gpu-a"]["status"]["conditions"][0]["reason"] = "FabricCheckFailed"
+    assert nc.run_check(fake.api, "gpu-a", root, 1, provider=lambda: OK_PROVIDER, log=lambda m: None,
+                        workers_namespace=RAY_NS) == nc.EXIT_PROVEN
+    assert fake.nodes["gpu-a"]["spec"]["taints"] == [GPU_TAINT]
+
+
+def test_on_record_reads_only_a_false_provider_condition():
+    assert nc.on_record({"type": nc.CONDITION, "status": "False", "reason": nc.PROVIDER_FAILED}) is True
+    for cond in (None, {}, {"status": "True", "reason": nc.PROVIDER_FAILED},
+                 {"status": "False", "reason": "FabricCheckFailed"}):
+        assert nc.on_record(cond) is False
