@@ -82,7 +82,7 @@ def helm_releases(stack: Stack) -> list[dict[str, Any]]:
     out = []
     for r in stack.of_type(HELM_RELEASE, HELM_CHART_V4):
         chart = r.props.get("chart")
-        chart = chart.rsplit("/", 1)[-1] if isinstance(chart, str) else chart
+        chart = chart.rpartition("/")[2] if isinstance(chart, str) else chart  # oci://registry/repo/<chart>
         out.append({"name": r.name, "chart": chart, "version": r.props.get("version")})
     return out
 
@@ -97,7 +97,7 @@ _INTERNAL_ANNOTATIONS = {
 def _internal(annotations: Any) -> bool:
     if not isinstance(annotations, dict):
         return False
-    return any(str(annotations.get(k, "")).lower() in v for k, v in _INTERNAL_ANNOTATIONS.items())
+    return any(k in annotations and str(annotations[k]).lower() in v for k, v in _INTERNAL_ANNOTATIONS.items())
 
 
 def _open_to_world(spec: Any) -> bool:
@@ -114,14 +114,14 @@ def dashboard_exposures(stack: Stack) -> list[tuple[Resource, str]]:
     """(resource, how) for every way the stack puts a Ray dashboard on a public load balancer or ingress."""
     out = []
     for r, spec in ray_specs(stack):
-        head = dig(spec, "headGroupSpec", default={}) or {}
+        head = dig(spec, "headGroupSpec") or {}
         params = head.get("rayStartParams") if isinstance(head.get("rayStartParams"), dict) else {}
-        if str(params.get("include-dashboard", "true")).lower() == "false":
+        if str(params.get("include-dashboard")).lower() == "false":  # KubeRay's default when unset: true
             continue
         host = params.get("dashboard-host", "0.0.0.0")  # KubeRay's default when unset
         if host in ("127.0.0.1", "localhost", "::1"):
             continue
-        svc = head.get("headService") if isinstance(head.get("headService"), dict) else {}
+        svc = head.get("headService")  # dig reads anything: a missing or unknown service has no annotations
         annotations = dig(svc, "metadata", "annotations")
         if head.get("serviceType") == "LoadBalancer" and not _internal(annotations) and _open_to_world(dig(svc, "spec")):
             out.append((r, f"headGroupSpec.serviceType is LoadBalancer with dashboard-host {host}: the dashboard "
@@ -129,16 +129,16 @@ def dashboard_exposures(stack: Stack) -> list[tuple[Resource, str]]:
         if head.get("enableIngress") is True:
             out.append((r, "headGroupSpec.enableIngress makes KubeRay create an Ingress to the dashboard"))
     for r in stack.of_type(SERVICE):
-        spec = dig(r.props, "spec", default={}) or {}
+        spec = dig(r.props, "spec") or {}
         if spec.get("type") == "LoadBalancer" and any(_dashboard_port(p) for p in spec.get("ports") or []) \
                 and not _internal(dig(r.props, "metadata", "annotations")) and _open_to_world(spec):
             out.append((r, f"Service of type LoadBalancer exposes the Ray dashboard port {DASHBOARD_PORT} to the internet"))
     for r in stack.of_type(INGRESS):
         if _internal(dig(r.props, "metadata", "annotations")):
             continue
-        for backend in _ingress_backends(dig(r.props, "spec", default={}) or {}):
+        for backend in _ingress_backends(dig(r.props, "spec") or {}):
             name = dig(backend, "name") or ""
-            port = dig(backend, "port", default={}) or {}
+            port = dig(backend, "port") or {}
             if port.get("number") == DASHBOARD_PORT or port.get("name") == "dashboard" or (
                     isinstance(name, str) and name.endswith("-head-svc")):
                 out.append((r, f"Ingress routes to the Ray head service {name} (dashboard) without an internal scheme"))
@@ -149,7 +149,7 @@ def dashboard_exposures(stack: Stack) -> list[tuple[Resource, str]]:
 def _ingress_backends(spec: dict[str, Any]) -> list[Any]:
     backends = [dig(spec, "defaultBackend", "service")]
     for rule in spec.get("rules") or []:
-        for path in dig(rule, "http", "paths", default=[]) or []:
+        for path in dig(rule, "http", "paths") or []:
             backends.append(dig(path, "backend", "service"))
     return [b for b in backends if isinstance(b, dict)]
 

@@ -70,8 +70,7 @@ def _looks_gpu(props: dict[str, Any], instance_types: list[str]) -> bool:
     gpus = _instance_gpus(instance_types)
     if gpus is not None:
         return gpus > 0
-    ami = dig(props, "amiType") or ""
-    taints = dig(props, "taints") or []
+    ami, taints = dig(props, "amiType"), dig(props, "taints")
     return (isinstance(ami, str) and ("NVIDIA" in ami or "GPU" in ami)) or any(
         isinstance(t, dict) and t.get("key") == GPU_RESOURCE for t in (taints if isinstance(taints, list) else []))
 

@@ -81,7 +81,7 @@ def pods(stack: Stack) -> list[Pod]:
         head = dig(spec, "headGroupSpec", "template", "spec")
         if isinstance(head, dict):
             out.append(Pod(r, "head", 1, head))
-        for g in dig(spec, "workerGroupSpecs", default=[]) or []:
+        for g in dig(spec, "workerGroupSpecs") or []:
             if isinstance(g, dict) and isinstance(dig(g, "template", "spec"), dict):
                 count = g.get("replicas", UNKNOWN)
                 if "replicas" not in g and "maxReplicas" in g:  # Ray's autoscaler owns it: show the range
@@ -91,7 +91,7 @@ def pods(stack: Stack) -> list[Pod]:
         path = _POD_TEMPLATE_PATHS[r.type]
         spec = dig(r.props, "spec", *path, "spec") if path else dig(r.props, "spec")
         if isinstance(spec, dict):
-            replicas = dig(r.props, "spec", "replicas", default=1) if "apps/v1" in r.type else 1
+            replicas = dig(r.props, "spec", "replicas", default=1)  # a Pod, Job or DaemonSet has none: one
             out.append(Pod(r, "pod", replicas, spec))
     return out
 
@@ -104,6 +104,11 @@ _SUFFIX = {"n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "":
            "Pi": Decimal(2) ** 50, "Ei": Decimal(2) ** 60}
 
 
+def _unit(text: str) -> str:
+    """The suffix a quantity's text ends with, "" for none (no suffix ends another: Gi and G cannot both match)."""
+    return next((s for s in _SUFFIX if s and text.endswith(s)), "")
+
+
 def quantity(value: Any) -> Decimal | None:
     """A Kubernetes quantity as a number (``"500m"`` -> 0.5, ``"8Gi"`` -> 8589934592), None if unparseable."""
     if isinstance(value, bool) or value is None or value is UNKNOWN:
@@ -111,14 +116,9 @@ def quantity(value: Any) -> Decimal | None:
     if isinstance(value, (int, float)):
         return Decimal(str(value))
     text = str(value).strip()
-    for suffix in sorted(_SUFFIX, key=len, reverse=True):
-        if suffix and text.endswith(suffix):
-            number, factor = text[: -len(suffix)], _SUFFIX[suffix]
-            break
-    else:
-        number, factor = text, Decimal(1)
+    unit = _unit(text)
     try:
-        return Decimal(number) * factor
+        return Decimal(text.removesuffix(unit)) * _SUFFIX[unit]
     except InvalidOperation:
         return None
 
@@ -171,8 +171,8 @@ def pod_amount(pod: Pod, resource: str) -> Any:
         total += q
     if len(raw) == 1 and isinstance(raw[0], str):
         return raw[0]
-    suffixes = {str(v).strip().lstrip("0123456789.") for v in raw}
-    if len(suffixes) == 1 and all(isinstance(v, str) for v in raw) and (suffix := suffixes.pop()) in _SUFFIX:
+    if all(isinstance(v, str) for v in raw) and len(units := {_unit(v.strip()) for v in raw}) == 1:
+        suffix = units.pop()
         scaled = total / _SUFFIX[suffix]  # several containers in one unit: their sum in that unit (128Mi + 160Mi)
         if scaled == scaled.to_integral_value():
             return f"{int(scaled)}{suffix}"

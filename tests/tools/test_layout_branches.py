@@ -78,6 +78,10 @@ def test_resource_json_round_trip_and_label():
     assert back.props == d["props"] and back.deps == {"x": ["u1"]} and back.id == "id-1"
     bare = Resource.from_json({"type": "t", "name": "n"})
     assert (bare.urn, bare.parent, bare.props, bare.id, bare.deps) == ("t::n", None, {}, None, {})
+    # a saved plan's child keeps every field, its parent included (plan_run rebuilds the tree from it)
+    child = {"type": "c", "name": "k", "urn": "urn:c::k", "parent": "urn:t::n", "id": None, "props": {"n": 1.0},
+             "deps": {"p": ["urn:t::n"]}}
+    assert Resource.from_json(child) == Resource("c", "k", "urn:c::k", "urn:t::n", {"n": 1}, None, {"p": ["urn:t::n"]})
 
 
 def test_from_mockrun_and_from_policy():
@@ -87,7 +91,11 @@ def test_from_mockrun_and_from_policy():
     got = L.from_mockrun(run)
     assert [(r.urn, r.props, r.id, r.parent) for r in got] == [("u", {"a": 1}, "id-u", None),
                                                              ("t::m", {}, None, "u")]
+    assert got[0] == Resource("t", "n", "u", None, {"a": 1}, "id-u")
     assert L.from_mockrun(SimpleNamespace(resources=got[:0])) == []
+    # a run that recorded no ids (an older mockrun): every id is None
+    no_ids = SimpleNamespace(resources=[SimpleNamespace(type="t", name="n", urn="u", parent=None, inputs={})])
+    assert L.from_mockrun(no_ids) == [Resource("t", "n", "u", None, {}, None)]
     pr = [SimpleNamespace(resource_type="t", name="a", urn="ua", parent=SimpleNamespace(urn="up"), props={"id": "i"},
                           property_dependencies={"p": [SimpleNamespace(urn="ud")]}),
           SimpleNamespace(resource_type="t", name="b", urn="ub", parent=None, opts=SimpleNamespace(parent="uo"),
@@ -96,7 +104,7 @@ def test_from_mockrun_and_from_policy():
           SimpleNamespace(resource_type="t", name="d", urn="ud", parent=None, opts=SimpleNamespace(parent=""),
                           props={})]
     a, b, c, d = L.from_policy(pr)
-    assert (a.parent, a.id, a.deps) == ("up", "i", {"p": ["ud"]})
+    assert a == Resource("t", "a", "ua", "up", {"id": "i"}, "i", {"p": ["ud"]})
     assert (b.parent, b.props, b.id, b.deps) == ("uo", {}, None, {})
     assert (c.parent, c.id) == (None, None) and d.parent is None
 
@@ -117,6 +125,9 @@ def test_urn_label():
         "aws:eks/cluster:Cluster ray")
     assert L.urn_label("urn:pulumi:dev::p::kubernetes:core/v1:Service::svc") == "kubernetes:core/v1:Service svc"
     assert L.urn_label("name-only") == "name-only"
+    # a grandchild's type is qualified by each ancestor's type: the last one is its own
+    assert L.urn_label("urn:pulumi:dev::p::eks:index:Cluster$eks:index:ManagedNodeGroup$aws:eks/nodeGroup:NodeGroup"
+                       "::gpu") == "aws:eks/nodeGroup:NodeGroup gpu"
 
 
 def test_stack_index():
@@ -211,6 +222,8 @@ def test_placement_group_and_template_lookup():
     assert G._placement_group_of(s, lt(placement={"groupName": "pg-id"})) is pg  # by id
     assert G._placement_group_of(s, lt(placement={"groupName": "gone"})) is None
     assert G._placement_group_of(s, lt(placement={"groupName": ""})) is None
+    not_created = R(L.PLACEMENT_GROUP, "new", id="", name="")  # a preview: no name or id yet
+    assert G._placement_group_of(Stack([not_created]), lt(placement={"groupName": ""})) is None  # "" names none
     assert G._placement_group_of(s, lt(placement={"groupName": UNKNOWN}, deps={"placement": [pg.urn]})) is pg
     assert G._placement_group_of(s, lt(placement={"groupName": "gone"}, deps={"placement": ["urn:x", sub("a").urn]})) is None
     t = lt()
@@ -292,6 +305,14 @@ def test_mock_shape_enable_efa_support():
     assert g.subnets == [a] and g.placement_az is None
 
 
+def test_mock_shape_subnets_from_the_groups_dependencies():
+    """A group whose subnet ids are unknown (a preview without its EKS child) is read through the subnets its
+    subnetIds input depends on."""
+    a = sub("a")
+    g = one([a, mng(subnetIds=UNKNOWN, deps={"subnetIds": [a.urn]})])
+    assert g.subnets == [a] and g.azs == ["us-east-1a"]
+
+
 def test_mock_shape_plain_node_group():
     g = one([mng(instanceTypes=["m7i.xlarge"], enableEfaSupport=False)])
     assert (g.efa_interfaces, g.security_group_ids, g.efa_source, g.placement_strategy, g.gpu) == (
@@ -319,6 +340,18 @@ def test_preview_shape_child_node_group_without_a_template():
                                        "scalingConfig": {"desiredSize": 2}}))
     assert (g.efa_interfaces, g.security_group_ids, g.placement_strategy, g.subnets, g.nodes) == (0, [], None, [a], 2)
     assert g.resource.type == L.MNG  # the group is the component, read through its child
+    assert g.efa_source == "launch template" and not g.efa_enabled  # EKS's own template: no EFA interfaces
+
+
+def test_preview_shape_children_in_registration_order():
+    """pulumi-eks registers the launch template before the node group: the group is found by its type, not its
+    place among the children."""
+    t = lt(networkInterfaces=[{"interfaceType": "efa"}], instanceType="g6.12xlarge")
+    m = mng()
+    kids = [Resource(c.type, c.name, c.urn, m.urn, c.props, c.id, c.deps) for c in (
+        t, R(L.NODE_GROUP, "gpu-ng", scalingConfig={"desiredSize": 2}, capacityType="SPOT"))]
+    g = one([m, *kids])
+    assert (g.nodes, g.capacity_type, g.efa_interfaces, g.instance_types) == (2, "SPOT", 1, ["g6.12xlarge"])
 
 
 def test_preview_shape_pinned_group_with_candidate_subnets_is_unknown():
@@ -384,6 +417,21 @@ def test_bare_eks_node_groups():
     assert (g.efa_interfaces, g.placement_strategy) == (0, None)
     g = one([R(L.NODE_GROUP, "ng", launchTemplate={"id": "someone-elses"})])  # a template not in the stack
     assert (g.efa_interfaces, g.security_group_ids, g.placement_strategy) == (UNKNOWN, UNKNOWN, UNKNOWN)
+    # the types on the node group win over its template's; unknown subnet ids: its dependencies; the template's
+    # market and reservation are the group's
+    b = sub("b", "us-east-1b")
+    t = lt(instanceType="p5.48xlarge", instanceMarketOptions={"marketType": "capacity-block"},
+           capacityReservationSpecification={"capacityReservationTarget": {"capacityReservationId": "cr-9"}})
+    ng = R(L.NODE_GROUP, "ng", launchTemplate={"id": "lt-id"}, instanceTypes=["g6.12xlarge"], subnetIds=UNKNOWN,
+           deps={"subnetIds": [b.urn]})
+    g = one([b, t, ng])
+    assert (g.instance_types, g.subnets, g.subnet_ids, g.market_type, g.reservation) == (
+        ["g6.12xlarge"], [b], UNKNOWN, "capacity-block", "cr-9")
+    assert one([a, R(L.NODE_GROUP, "ng", subnetIds=["a-id"])]).subnet_ids == ["a-id"]
+    # a bare node group after a ManagedNodeGroup's own child: both groups, the child read once
+    m = mng("mng", instanceTypes=["m7i.xlarge"])
+    child = R(L.NODE_GROUP, "mng-ng", parent=m.urn)
+    assert [x.resource.name for x in G.node_groups(Stack([m, child, R(L.NODE_GROUP, "bare")]))] == ["mng", "bare"]
     # a node group whose parent is another component is still read; the MNG's own child is not read twice
     other_parent = R("x:index:Thing", "thing")
     ng2 = R(L.NODE_GROUP, "ng2", parent=other_parent.urn)
@@ -454,6 +502,7 @@ def test_pods_of_kubernetes_workloads():
                R("kubernetes:core/v1:ConfigMap", "cm", spec=spec)])
     assert [(p.resource.name, p.role, p.replicas) for p in P.pods(s)] == [
         ("p", "pod", 1), ("d", "pod", 3), ("ds", "pod", 1), ("j", "pod", 1), ("cj", "pod", 1)]
+    assert all(p.spec == spec for p in P.pods(s))  # each kind's pod template, not the workload's own spec
 
 
 @pytest.mark.parametrize("value, want", [
@@ -524,6 +573,8 @@ def test_pod_amount_each_form():
     assert P.pod_amount(gpus(UNKNOWN), "nvidia.com/gpu") is UNKNOWN
     assert P.pod_amount(gpus("lots", 1), "nvidia.com/gpu") is UNKNOWN
     assert P.pod_amount(pod({"containers": [{"name": "c"}, "junk"]}), "nvidia.com/gpu") == 0
+    # a sidecar without the resource, or junk, before the container that asks: still counted
+    assert P.pod_amount(pod({"containers": ["junk", {"name": "c"}, res({"nvidia.com/gpu": 2})]}), "nvidia.com/gpu") == 2
     assert P.pod_amount(pod({}), "nvidia.com/gpu") == 0
     # a unit with a fractional sum in that unit falls back to the number
     assert P.pod_amount(gpus("1.5Mi", "1Mi", key="memory"), "memory") == int(2.5 * 2 ** 20)
@@ -691,6 +742,9 @@ def test_dashboard_exposure_of_an_ingress():
                                  {"backend": {"service": {"name": "y", "port": {"name": "dashboard"}}}}]}},
              {"host": "no-http"}]
     assert exposures(ingress(rules=rules)) == [("ing", how.format("x"))]  # one finding per Ingress
+    head = {"service": {"name": "ray-head-svc"}}
+    assert exposures(ingress("a", rules=rules), ingress("b", defaultBackend=head)) == [  # and each Ingress is read
+        ("a", how.format("x")), ("b", how.format("ray-head-svc"))]
     assert exposures(ingress(rules=[{"http": {"paths": [{"backend": {"service": {"port": {"name": "dashboard"}}}}]}}])) == [
         ("ing", how.format(""))]
     assert exposures(ingress(annotations={"alb.ingress.kubernetes.io/scheme": "internal"},
