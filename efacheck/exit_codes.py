@@ -104,6 +104,12 @@ COMMANDS: dict[str, dict[int, str]] = {
                        "or the pods could not be listed (no ServiceAccount token: not in the audit pod)"},
     "efa-exporter": {0: "stopped by SIGTERM (a server's normal end: the pod is deleted; not 143)",
                      3: "cannot serve (--sysfs not a directory, the port in use)"},
+    "node-check": {0: "--once: the node proved its EFA path and its startup taint is removed",
+                   1: "--once: a check failed, or a Ray worker's efa-provider-check failed on the node (recorded on "
+                      "it): the startup taint is kept or put back",
+                   2: "--once: the API server could not be reached or refused a call, or there is none to ask (not "
+                      "in a pod): nothing proven. Without --once it proves again every --interval until stopped "
+                      "(SIGTERM: 143)"},
     "mutate": {0: "every planted bug was killed", 1: "a planted bug survived", 2: "a mutation could not be judged "
                "(its old text not found, the mutations file malformed, a named test already failing)"},
 }
@@ -113,7 +119,7 @@ MODULE_COMMANDS = {"tools.plan": "plan", "tools.preflight": "preflight", "tools.
                    "tools.gen_catalogue": "catalogue", "training": "train", "training.__main__": "train",
                    "efacheck.efa_check": "efa-check", "efacheck.image_fleet": "image-fleet",
                    "efacheck.efa_exporter": "efa-exporter", "efacheck.nccl_log": "nccl-verdict",
-                   "tools.mutate": "mutate"}
+                   "efacheck.node_check": "node-check", "tools.mutate": "mutate"}
 """``python -m ray_efa_eks.<module>``: the subcommand whose codes it has (``ray-efa-eks NAME`` runs the same)."""
 
 

@@ -59,6 +59,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import math
 import os
 import ssl
 import subprocess
@@ -69,6 +70,7 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from .cli import ArgumentParser, run_cli
 from .efa_counters import read_ports
 from .worker_pods import list_workers, provider_failures
 
@@ -82,9 +84,9 @@ back after a provider failure."""
 PROVIDER_FAILED = "ProviderCheckFailed"
 """The condition reason that records a worker's failed provider check: the node stays tainted while it is there."""
 EXIT_PROVEN, EXIT_UNPROVEN, EXIT_API = 0, 1, 2
-"""Exit codes: the node proved itself (taint removed); a check failed or a Ray worker's provider check failed (taint
-kept or put back, condition and Event written); the API server could not be reached or refused a call (nothing
-proven)."""
+"""Exit codes (efacheck/exit_codes.py ``node-check``, docs/cli.md): the node proved itself (taint removed); a check
+failed or a Ray worker's provider check failed (taint kept or put back, condition and Event written); the API server
+could not be reached or refused a call (nothing proven). Usage errors are 64 (efacheck/cli.py), not argparse's 2."""
 
 
 @dataclass(frozen=True)
@@ -381,36 +383,51 @@ def run_loop(api: Api, node_name: str, sysfs: str, expected_devices: int | dict[
     return code
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m efacheck.node_check",
-                                description="Prove this node's EFA path, then remove its startup taint; by default "
-                                            "again every --interval seconds.")
+def _seconds(text: str) -> float:
+    """A positive, finite number of seconds (``nan``, ``inf`` and 0 would make the loop spin or never run)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
+    return value
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    """The ``fabric-proof`` container's command; codes in efacheck/exit_codes.py (``node-check``)."""
+    p = ArgumentParser(prog=prog, exit_codes="node-check",
+                       description="Prove this node's EFA path, then remove its startup taint; by default again "
+                                   "every --interval seconds, until stopped (the node agent's fabric-proof container).")
     p.add_argument("--node", default=os.environ.get("NODE_NAME"), help="this node's name (default $NODE_NAME)")
     p.add_argument("--sysfs", default="/sys", help="sysfs root holding class/infiniband (default /sys)")
     p.add_argument("--module-root", default=None, help="where the efa module's directory is (default <sysfs>/module)")
     p.add_argument("--expect-devices", required=True,
                    help="EFA devices the catalogue gives the type: COUNT, or TYPE=COUNT[,TYPE=COUNT...] read against "
                         f"the node's {INSTANCE_TYPE_LABEL} label")
-    p.add_argument("--interval", type=float, default=INTERVAL_S, help=f"seconds between proofs (default {INTERVAL_S})")
+    p.add_argument("--interval", type=_seconds, default=INTERVAL_S,
+                   help=f"seconds between proofs (default {INTERVAL_S})")
     p.add_argument("--workers-namespace", default=None,
-                   help="namespace of the Ray worker pods whose efa-provider-check init container a failure of puts "
-                        "the startup taint back (default: none, not watched)")
-    p.add_argument("--pod-interval", type=float, default=POD_INTERVAL_S,
-                   help=f"seconds between two lists of this node's Ray worker pods (default {POD_INTERVAL_S})")
-    p.add_argument("--once", action="store_true", help="prove once and exit (0 proven, 1 not, 2 API error)")
+                   help="namespace of the Ray worker pods to read: a failed efa-provider-check init container in one "
+                        "on this node puts the startup taint back (default: none, not read)")
+    p.add_argument("--pod-interval", type=_seconds, default=POD_INTERVAL_S,
+                   help=f"seconds between two reads of this node's Ray worker pods between proofs (default "
+                        f"{POD_INTERVAL_S})")
+    p.add_argument("--once", action="store_true", help="prove once and stop, answering with the proof's status")
     a = p.parse_args(argv)
     if not a.node:
         p.error("--node or $NODE_NAME is required")
-    if a.interval <= 0:
-        p.error(f"--interval must be > 0, got {a.interval}")
-    if a.pod_interval <= 0:
-        p.error(f"--pod-interval must be > 0, got {a.pod_interval}")
     try:
         expected: int | dict[str, int] = int(a.expect_devices) if a.expect_devices.isdigit() else \
             parse_expected(a.expect_devices)
     except ValueError as e:
         p.error(str(e))
-    api = Api.in_cluster()
+    try:
+        api = Api.in_cluster()
+    except (KeyError, OSError, ssl.SSLError) as e:
+        print(f"{p.prog}: error: no Kubernetes API to ask (run it in a pod with a service account token): "
+              f"{'$' + str(e.args[0]) + ' is not set' if isinstance(e, KeyError) else e}", file=sys.stderr)
+        return EXIT_API
     if a.once:
         return run_check(api, a.node, a.sysfs, expected, module_root=a.module_root,
                          workers_namespace=a.workers_namespace)
@@ -420,4 +437,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_cli(main, None, "python -m efacheck.node_check"))

@@ -43,6 +43,8 @@ SUBCOMMANDS: dict[str, Subcommand] = {
                               "agree (in a pod: the gate's image audit)"),
     "efa-exporter": Subcommand("efacheck.efa_exporter", (), "serve a sysfs tree's EFA port counters to Prometheus "
                                "(the node agent)"),
+    "node-check": Subcommand("efacheck.node_check", (), "prove a node's EFA path and remove its startup taint "
+                             "(the node agent)"),
     "nccl-verdict": Subcommand("efacheck.nccl_log", (), "judge NCCL_DEBUG=INFO logs: efa, fallback or undetermined"),
     "mutate": Subcommand("tools.mutate", (), "plant each bug of tools/mutations.toml in a copy; its tests must fail"),
 }

@@ -245,6 +245,25 @@ def test_every_module_the_shipped_ones_import_is_shipped_too(default_run, tmp_pa
     p = subprocess.run([sys.executable, *proof["command"][1:3], "--help"], cwd=tmp_path, capture_output=True,
                        text=True, timeout=60, env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"})
     assert p.returncode == 0 and "--expect-devices" in p.stdout, p.stderr
+    proof_prog = "python -m efacheck.node_check"
+    # the shipped copy's usage error is 64, not the API error's 2; no API server to ask is 2; never a traceback
+    for args, code in ((["--expect-devices", "1", "--node", "n", "--interval", "0"], 64),
+                       (["--expect-devices", "1", "--node", "n", "--once"], 2)):
+        p = subprocess.run([sys.executable, *proof["command"][1:3], *args], cwd=tmp_path, capture_output=True,
+                           text=True, timeout=60, env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"})
+        assert p.returncode == code and "Traceback" not in p.stderr, p.stderr
+        assert p.stderr.splitlines()[-1].startswith(f"{proof_prog}: error: "), p.stderr
+    # run through run_cli: an unexpected exception (here planted at startup by a sitecustomize) is one line, exit 70
+    (tmp_path / "plant").mkdir()
+    (tmp_path / "plant" / "sitecustomize.py").write_text(
+        "import ssl\ndef boom(*a, **k):\n    raise RuntimeError('planted')\nssl.create_default_context = boom\n")
+    p = subprocess.run([sys.executable, *proof["command"][1:3], "--expect-devices", "1", "--node", "n", "--once"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                       env={"PYTHONPATH": f"{tmp_path / 'plant'}:{tmp_path}", "PATH": "/usr/bin:/bin",
+                            "KUBERNETES_SERVICE_HOST": "127.0.0.1", "TMPDIR": str(tmp_path)})
+    assert p.returncode == 70 and "Traceback" not in p.stderr, p.stderr
+    assert p.stderr.startswith(f"{proof_prog}: internal error: RuntimeError: planted (a bug: the full trace is in "), \
+        p.stderr
 
 
 # -- part D: a Ray worker's failed provider check puts the startup taint back --------------------------------------

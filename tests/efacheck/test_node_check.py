@@ -312,14 +312,64 @@ def test_the_module_is_read_where_the_agent_mounts_nothing(tmp_path):
     assert failed(nc.decide(str(root), 1, {nc.EFA_RESOURCE: "1"}, OK_PROVIDER, str(tmp_path / "own"))) == []
 
 
-def test_the_cli_refuses_a_bad_interval_and_a_missing_node(monkeypatch, capsys):
+PROG = "python -m efacheck.node_check"
+
+
+@pytest.mark.parametrize("argv,says", [
+    (["--expect-devices", "1"], "--node or $NODE_NAME is required"),
+    (["--expect-devices", "1", "--node", "n", "--interval", "0"], "--interval: must be a positive number"),
+    (["--expect-devices", "1", "--node", "n", "--interval", "nan"], "--interval: must be a positive number"),
+    (["--expect-devices", "1", "--node", "n", "--pod-interval", "inf"], "--pod-interval: must be a positive number"),
+    (["--expect-devices", "1", "--node", "n", "--pod-interval", "soon"], "'soon' is not a number of seconds"),
+    (["--expect-devices", "g6", "--node", "n"], "TYPE=COUNT"),
+    (["--node", "n"], "--expect-devices"),
+    (["--expect-devices", "1", "--node", "n", "--bogus"], "unrecognized arguments: --bogus"),
+])
+def test_a_usage_error_exits_64_not_the_api_errors_2(monkeypatch, capsys, argv, says):
+    """Before: plain argparse exited 2 on a typo, the code that says "the API server refused" (EXIT_API)."""
     monkeypatch.delenv("NODE_NAME", raising=False)
-    with pytest.raises(SystemExit) as e:
-        nc.main(["--expect-devices", "1"])
-    assert e.value.code == 2 and "--node or $NODE_NAME is required" in capsys.readouterr().err
-    with pytest.raises(SystemExit) as e:
-        nc.main(["--expect-devices", "1", "--node", "n", "--interval", "0"])
-    assert e.value.code == 2 and "--interval must be > 0" in capsys.readouterr().err
+    assert nc.run_cli(nc.main, argv, PROG) == 64
+    err = capsys.readouterr().err
+    assert says in err and "Traceback" not in err, err
+
+
+def test_without_an_api_server_to_ask_it_exits_2_in_one_line(monkeypatch, capsys):
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    assert nc.run_cli(nc.main, ["--expect-devices", "1", "--node", "n", "--once"], PROG) == nc.EXIT_API == 2
+    err = capsys.readouterr().err
+    assert err == f"{PROG}: error: no Kubernetes API to ask (run it in a pod with a service account token): " \
+                  "$KUBERNETES_SERVICE_HOST is not set\n"
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")  # in a pod, but no CA file at TOKEN_DIR here
+    monkeypatch.setattr(nc, "TOKEN_DIR", "/nonexistent")
+    assert nc.run_cli(nc.main, ["--expect-devices", "1", "--node", "n"], PROG) == 2
+    assert "no Kubernetes API to ask" in capsys.readouterr().err
+
+
+def test_the_cli_hands_its_options_to_the_check_and_the_loop(monkeypatch):
+    seen = []
+    monkeypatch.setattr(nc.Api, "in_cluster", classmethod(lambda cls: "api"))
+    monkeypatch.setattr(nc, "run_check", lambda *a, **k: seen.append(("check", a, k)) or 1)
+    monkeypatch.setattr(nc, "run_loop", lambda *a, **k: seen.append(("loop", a, k)) or 2)
+    base = ["--node", "n", "--sysfs", "/h", "--expect-devices", "g6.12xlarge=1", "--workers-namespace", "ray"]
+    assert nc.run_cli(nc.main, [*base, "--once"], PROG) == 1
+    assert nc.run_cli(nc.main, [*base, "--interval", "30", "--pod-interval", "2.5"], PROG) == 2
+    (_, a1, k1), (_, a2, k2) = seen
+    assert a1 == ("api", "n", "/h", {"g6.12xlarge": 1}) and k1 == {"module_root": None, "workers_namespace": "ray"}
+    assert a2 == ("api", "n", "/h", {"g6.12xlarge": 1}, 30.0)
+    assert (k2["workers_namespace"], k2["pod_interval_s"], k2["module_root"]) == ("ray", 2.5, None)
+
+
+def test_help_ends_with_the_node_check_rows(monkeypatch, capsys):
+    from ray_efa_eks.efacheck import exit_codes
+
+    monkeypatch.setenv("COLUMNS", "100")
+    assert nc.run_cli(nc.main, ["--help"], PROG) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: {PROG}") and out.rstrip().endswith(exit_codes.epilog("node-check", 98))
+    assert exit_codes.command_for(PROG) == "node-check"
+    assert set(exit_codes.codes("node-check")) == {0, 1, 2, 64, 70, 130, 141, 143}
+    assert (nc.EXIT_PROVEN, nc.EXIT_UNPROVEN, nc.EXIT_API) == (exit_codes.ExitStatus.OK, exit_codes.ExitStatus.FAILED,
+                                                               exit_codes.ExitStatus.NO_ANSWER)
 
 
 def test_the_expected_count_follows_the_nodes_instance_type(tmp_path, fake):
