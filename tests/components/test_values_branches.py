@@ -426,6 +426,13 @@ def test_a_bad_tag_after_a_registry_port_is_named(image):
     assert v.image_reference_problem(image).startswith("the tag '.x' is not a valid tag")
 
 
+def test_a_stray_at_sign_is_named_inside_the_tag():
+    """The digest starts at the last '@': an '@' before it belongs to the tag, and the message shows it there."""
+    assert v.image_reference_problem(f"r/ray:x@a@sha256:{DIGEST}") == (
+        "the tag 'x@a' is not a valid tag (letters, digits, '_', '.', '-', at most 128 characters, not starting with "
+        "'.' or '-')")
+
+
 def test_image_reference_messages_in_full():
     assert v.image_reference_problem("my image:1") == (
         "is not an image reference (OCI distribution grammar: [registry[:port]/]lowercase/path[:tag][@sha256:digest], "
@@ -464,7 +471,8 @@ def test_label_key_name_and_prefix_lengths():
     assert g.parse("a" * 253 + "/" + "b" * 63) and g.parse("b" * 63)
     assert _refused(g, "b" * 64).fix == g.fix
     assert _refused(g, "a/" + "b" * 64).fix == g.fix
-    assert _refused(g, ("a." * 127)[:253].rstrip(".") + "a/b").fix == g.fix or True
+    prefix = ("a." * 127)[:253] + "a"  # a valid subdomain of 254 characters: one past IsQualifiedName's prefix
+    assert len(prefix) == 254 and _refused(g, prefix + "/b").fix == g.fix
 
 
 def test_label_key_prefix_over_253_is_refused():
