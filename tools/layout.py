@@ -229,7 +229,7 @@ class Stack:
         return [c for c in self._children.get(r.urn, []) if typ is None or c.type == typ]
 
     def parent_of(self, r: Resource) -> Resource | None:
-        return self.by_urn.get(r.parent) if r.parent else None
+        return self.by_urn.get(r.parent)  # no parent (None) names no resource
 
     def resolve(self, ref: Any) -> Resource | None:
         """The resource an id (or URN) names, if it is in the stack and known."""

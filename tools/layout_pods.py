@@ -181,8 +181,7 @@ def pod_amount(pod: Pod, resource: str) -> Any:
 
 def pod_count(pod: Pod, resource: str) -> int:
     """A countable extended resource (GPUs, EFA interfaces) the pod asks for; 0 when absent or unknown."""
-    amount = pod_amount(pod, resource)
-    q = quantity(amount) if amount is not UNKNOWN else None
+    q = quantity(pod_amount(pod, resource))  # None when UNKNOWN
     return int(q) if q is not None else 0
 
 
@@ -215,7 +214,7 @@ def image_problem(image: Any) -> str | None:
         return None
     if not isinstance(image, str) or not image:
         return "has no image"
-    if "@sha256:" in image.rsplit("/", 1)[-1]:
+    if "@sha256:" in image:  # a digest (no registry host or path holds "@")
         return None
     tag = image_tag(image)
     if tag is None:

@@ -562,6 +562,7 @@ def test_pod_amount_each_form():
     assert P.pod_amount(gpus(4), "nvidia.com/gpu") == 4
     assert P.pod_amount(gpus(1, 2), "nvidia.com/gpu") == 3
     assert P.pod_amount(gpus("4"), "nvidia.com/gpu") == "4"  # one string: as written
+    assert P.pod_amount(gpus("1.5", key="cpu"), "cpu") == "1.5" and P.pod_amount(gpus("1e3"), "nvidia.com/gpu") == "1e3"
     assert P.pod_amount(gpus("128Mi", "160Mi", key="memory"), "memory") == "288Mi"
     assert P.pod_amount(gpus("1", "2"), "nvidia.com/gpu") == "3"  # strings in one unit (none): their sum, as text
     assert P.pod_amount(gpus("1Gi", "512Mi", key="memory"), "memory") == 1610612736  # mixed units: a number
@@ -656,6 +657,21 @@ def test_self_rules_in_each_form():
     assert got == [("in", "ingress", "sg-1"), ("out", "egress", "sg-1"), ("self", "ingress", "sg-1"),
                    ("src", "egress", "sg-1"), ("unk", UNKNOWN, UNKNOWN), ("sg", "ingress", "sg-9"),
                    ("sg2", "egress", UNKNOWN)]
+
+
+def test_self_rules_with_ids_only_up_knows():
+    """A preview's rule whose group ids are unknown is a self rule when both ids come from the same group."""
+    same, other = ["urn:sg-a"], ["urn:sg-b"]
+    got = [s.resource.name for s in N.self_rules(Stack([
+        R(L.SG_INGRESS, "vpc-same", deps={"securityGroupId": same, "referencedSecurityGroupId": same}, ipProtocol="-1",
+          securityGroupId=UNKNOWN, referencedSecurityGroupId=UNKNOWN),
+        R(L.SG_INGRESS, "vpc-other", deps={"securityGroupId": same, "referencedSecurityGroupId": other},
+          ipProtocol="-1", securityGroupId=UNKNOWN, referencedSecurityGroupId=UNKNOWN),
+        R(L.SG_RULE, "ec2-same", deps={"securityGroupId": same, "sourceSecurityGroupId": same}, type="ingress",
+          protocol="-1", securityGroupId=UNKNOWN, sourceSecurityGroupId=UNKNOWN),
+        R(L.SG_RULE, "ec2-other", deps={"securityGroupId": same, "sourceSecurityGroupId": other}, type="ingress",
+          protocol="-1", securityGroupId=UNKNOWN, sourceSecurityGroupId=UNKNOWN)]))]
+    assert got == ["vpc-same", "ec2-same"]
 
 
 def test_helm_releases():
