@@ -232,7 +232,7 @@ def _one_entry_per_principal(name: str, inputs: dict[str, Any], acct: Account) -
         return None  # no such cluster known, no entry yet, or this resource's own (an update, not a create)
     holder = c.entries[principal]
     who = ("EKS's own entry for the principal that created the cluster (bootstrapClusterCreatorAdminPermissions, "
-           f"created by {c.creator_arn})") if holder is None else f"the entry {holder.rsplit('::', 1)[-1]} made"
+           f"created by {c.creator_arn})") if holder is None else f"the entry {holder.split('::')[-1]} made"
     return (f"an access entry for {principal} on cluster {cname}, which already has one ({who}): CreateAccessEntry "
             "answers 409 ResourceInUseException")
 

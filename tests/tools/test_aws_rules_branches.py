@@ -350,3 +350,96 @@ def test_check_raises_for_the_first_broken_rule_of_the_resource_type_only():
     assert ar.check(ar.IAM_ROLE, "gpu", bad, a) is None
     assert ar.problems(ar.IAM_ROLE, "gpu", bad, a) == []
     assert ar.check(ar.MNG, "gpu", mng(), a) is None and ar.problems(ar.MNG, "gpu", mng(), a) == []
+
+
+# -- what a mutation tool found unasserted (issue 40: mutmut survivors) ----------------------------------------------
+
+def test_capacity_block_type_in_the_group_is_named_with_the_fix():
+    p = ar._capacity_block_type("g", mng(capacityType="CAPACITY_BLOCK", instanceTypes=["p5.48xlarge"]),
+                                acct_with(lt(instanceType="p5.48xlarge")))
+    assert p == ("capacityType CAPACITY_BLOCK with instanceTypes ['p5.48xlarge'] on the node group: the instance type "
+                 "belongs in the launch template only")
+
+
+def test_no_subnet_in_template_names_the_card_not_the_position():
+    nis = [{"networkCardIndex": 2}, {"networkCardIndex": 5, "subnetId": "s"}]
+    p = ar._no_subnet_in_template("g", mng(), acct_with(lt(networkInterfaces=nis)))
+    assert p == "launch template lt sets SubnetId on network interface(s) of card [5]"
+
+
+def test_user_data_with_a_character_outside_base64_is_refused():
+    """EC2 takes userData as base64 text: a stray character is not base64, even where a lenient decoder would skip it
+    and find a valid archive."""
+    assert ar._user_data_mime("g", mng(), acct_with(lt(userData=_b64(MIME) + "!"))) == (
+        "launch template lt's userData is not base64")
+
+
+def test_gp3_volumes_judge_the_mappings_after_one_they_pass_over():
+    bad = {"deviceName": "/dev/xvdb", "ebs": {"volumeType": "gp3", "iops": 2999}}
+    after_junk = {"blockDeviceMappings": ["junk", {"deviceName": "x"}, bad]}
+    assert ar._gp3_volumes("lt", after_junk, acct_with()) == "/dev/xvdb: gp3 IOPS 2999 is outside 3000..80000"
+    after_gp2 = {"blockDeviceMappings": [{"deviceName": "/dev/xvda", "ebs": {"volumeType": "gp2"}}, bad]}
+    assert ar._gp3_volumes("lt", after_gp2, acct_with()) == "/dev/xvdb: gp3 IOPS 2999 is outside 3000..80000"
+
+
+def test_one_entry_per_principal_names_the_creators_entry():
+    inputs = {"principalArn": "arn:aws:iam::1:role/admin", "clusterName": "ray"}
+    creator = Account(world=cluster_world({"arn:aws:iam::1:role/admin": None}), urn="urn:mine")
+    assert ar._one_entry_per_principal("e", inputs, creator) == (
+        "an access entry for arn:aws:iam::1:role/admin on cluster ray, which already has one (EKS's own entry for the "
+        "principal that created the cluster (bootstrapClusterCreatorAdminPermissions, created by "
+        "arn:aws:iam::1:role/creator)): CreateAccessEntry answers 409 ResourceInUseException")
+
+
+def test_node_group_version_that_is_not_text_is_not_judged():
+    """The engine records versions as strings; anything else (an unknown a preview hands over) is not read as a
+    number, on either side."""
+    a = Account(by_urn={"u": rec(ar.EKS_CLUSTER, "eks", version="1.34")}.get)
+    assert ar._node_group_not_above_control_plane("g", {"version": 1.35, "cluster": "u"}, a) is None
+    float_plane = Account(by_urn={"u": rec(ar.EKS_CLUSTER, "eks", version=1.33)}.get)
+    assert ar._node_group_not_above_control_plane("g", {"version": "1.35", "cluster": "u"}, float_plane) is None
+
+
+def test_pod_identity_trust_lists_the_tags_pod_identity_adds():
+    p = ar._pod_identity_trust("r", trust(st(cond={"StringEquals": {"aws:RequestTag/team": "ml"}})), Account())
+    assert p == ("the trust policy requires session tag(s) ['aws:requesttag/team'], which EKS Pod Identity never adds: "
+                 "every AssumeRole is denied. The tags it adds: eks-cluster-arn, eks-cluster-name, "
+                 "kubernetes-namespace, kubernetes-service-account, kubernetes-pod-name, kubernetes-pod-uid")
+
+
+def test_check_reaches_the_rules_of_a_later_resource_type_and_says_the_problem():
+    bad = trust(st(actions=("sts:AssumeRole",)))
+    with pytest.raises(AwsRejected) as e:
+        ar.check(ar.IAM_ROLE, "pods", bad, Account())
+    assert e.value.rule.id == "pod-identity-trust" and e.value.resource == f"{ar.IAM_ROLE} pods"
+    assert e.value.problem == "a Pod Identity trust statement without ['sts:TagSession']"
+    assert str(e.value).startswith(f"IAM would refuse {ar.IAM_ROLE} pods: a Pod Identity trust statement without "
+                                   "['sts:TagSession'] [aws-rule pod-identity-trust; source: ")
+
+
+def test_cluster_subnets_in_azs_reads_the_private_subnets_too():
+    a = acct_with(sub("local", "us-east-1-bos-1a"), zone_types={"us-east-1-bos-1a": "local-zone"})
+    assert ar._cluster_subnets_in_azs("eks", {"privateSubnetIds": ["local"]}, a) == (
+        "cluster subnets outside availability zones EKS supports: local in us-east-1-bos-1a (local-zone)")
+
+
+def test_condition_keys_after_an_optional_operator_are_still_required():
+    s = st(cond={"StringEqualsIfExists": {"aws:RequestTag/x": "y"}, "StringEquals": {"aws:RequestTag/team": "ml"}})
+    assert ar.condition_keys(s, required_only=True) == {"aws:requesttag/team"}
+    assert ar._pod_identity_trust("r", trust(s), Account()).startswith(
+        "the trust policy requires session tag(s) ['aws:requesttag/team']")
+
+
+def test_pod_identity_statements_after_one_that_lets_no_pod_in():
+    good = st()
+    assert ar.pod_identity_statements(json.dumps({"Statement": ["junk", st(effect="Deny"), good]})) == [good]
+
+
+def test_check_and_problems_pass_the_resource_name_to_the_rules():
+    """The control-plane version rule finds the live cluster by the resource's name when the inputs carry none."""
+    world = SimpleNamespace(clusters={"ray": SimpleNamespace(version="1.33")})
+    with pytest.raises(AwsRejected) as e:
+        ar.check(ar.EKS_CLUSTER, "ray", {"version": "1.35"}, Account(world=world))
+    assert e.value.rule.id == "one-minor-at-a-time" and "one minor version at a time" in e.value.problem
+    assert [r.id for r, _ in ar.problems(ar.EKS_CLUSTER, "ray", {"version": "1.35"}, Account(world=world))] == [
+        "one-minor-at-a-time"]
