@@ -422,7 +422,7 @@ class _Collector:
 
         def cite(*kinds: str) -> str:
             """Add the first line of each kind to evidence; return them joined for a reason."""
-            lines = [ev[k] for k in kinds if k in ev]
+            lines = list(dict.fromkeys(ev[k] for k in kinds if k in ev))  # two kinds can be one line: say it once
             for ln in lines:
                 if ln not in evidence:
                     evidence.append(ln)
@@ -526,9 +526,9 @@ class _Collector:
             low_hosts = {h: n for h, n in nics_by_host.items() if n < expect_nics}
             if low_hosts:
                 for h, n in sorted(low_hosts.items()):
-                    prov = next((r for r in ranks if r.host == h and r.nics == n), None)
+                    prov = next(r for r in ranks if r.host == h and r.nics == n)  # nics come with a provider line
                     topo.append(f"host {h}: aws-ofi-nccl found {n} EFA interface(s), expected {expect_nics}: "
-                                f"{cite(f'provider:{prov.provider}') if prov and prov.provider else ''}")
+                                f"{cite(f'provider:{prov.provider}@{h}')}")
                 self._cause("fewer_nics")
             elif not nics_by_host and ofi_devs and len(ofi_devs) < expect_nics:
                 topo.append(f"NET connections use {len(ofi_devs)} EFA device(s) ({sorted(ofi_devs)}), expected "

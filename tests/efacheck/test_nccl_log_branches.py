@@ -475,3 +475,117 @@ def test_the_report_says_an_unknown_node_count_with_a_question_mark():
         "verdict: undetermined  network: Libfabric  provider: None  ranks: 1  hosts: 0  nodes: ?",
         f"  reason: {rep.reasons[0]}", "  evidence: <text>:1: NCCL INFO Using network Libfabric",
         f"  hint [no_connections]: {nccl_log.HINTS['no_connections']}"]
+
+
+# --- every rule's reasons, word for word (mutmut survivors in report: a reason is what the user reads) ---
+
+def _at(n: int, line: str) -> str:
+    return f"<text>:{n}: {line}"
+
+
+_NOPLUGIN = _p("h1") + "NET/Plugin: No plugin found (libnccl-net.so)"
+_SOCK = _p("h1") + "Using network Socket"
+_SOCK_CHAN = _chan("h1", via="NET/Socket/0")
+_PROV = {h: _p(h, pid) + "NET/OFI Selected provider is efa, fabric is efa-direct (found 1 nics)"
+         for h, pid in (("h1", 1), ("h2", 2))}
+_ONE_NODE = _p("h1") + "comm 0x1 rank 0 nRanks 8 nNodes 1 localRanks 8"
+_TWO_NODES = _p("h1") + "comm 0x1 rank 0 nRanks 8 nNodes 2 localRanks 4"
+_EFA_LINES = EFA_JOB.splitlines()  # h1: lines 1-3, h2: 4-6, their NET lines 7-8
+
+RULES = {
+    "the run failed, and why": (
+        [_NOPLUGIN, _w("h1") + "Failed to initialize any NET plugin"], {}, "fallback",
+        ["net_init_failed", "plugin_not_found"],
+        ["NCCL could not initialize any network plugin, the run failed: "
+         + _at(2, _w("h1") + "Failed to initialize any NET plugin"),
+         "net plugin failed to load: " + _at(1, _NOPLUGIN)]),
+    "IB verbs across nodes": (
+        _efa("h1", 1) + _efa("h2", 2) + [_chan("h1", 1, via="NET/IB/0"), _chan("h2", 2)], {}, "fallback",
+        ["non_efa_network"],
+        ["inter-node connections via NET/IB (1 lines), first at " + _at(7, _chan("h1", 1, via="NET/IB/0"))]),
+    "Socket selected on two hosts": (
+        [_SOCK, _p("h2", 2) + "Using network Socket"], {}, "fallback", ["socket_network"],
+        ["NCCL selected network Socket with 2 nodes: " + _at(1, _SOCK)]),
+    "Socket selected on one host with another's NET line": (
+        [_NOPLUGIN, _SOCK, _SOCK_CHAN, _chan("h2", 2, via="NET/Socket/0")], {}, "fallback",
+        ["socket_network", "plugin_not_found"],
+        ["inter-node connections via NET/Socket (2 lines), first at " + _at(3, _SOCK_CHAN),
+         "NCCL selected network Socket with 1 nodes: " + _at(2, _SOCK), "net plugin failed to load: " + _at(1, _NOPLUGIN)]),
+    "provider tcp on two nodes": (
+        [ln.replace("provider is efa", "provider is tcp") for ln in _EFA_LINES] + [_TWO_NODES], {}, "fallback",
+        ["non_efa_provider"],
+        ["aws-ofi-nccl selected provider tcp, not efa: " + _at(2, _PROV["h1"].replace("efa,", "tcp,")),
+         "NCCL counted 2 nodes: " + _at(9, _TWO_NODES)]),
+    "no eligible provider, Socket on the wire": (
+        [_p("h1") + "NET/OFI No eligible providers were found", _SOCK_CHAN], {}, "fallback",
+        ["no_efa_provider", "socket_network", "ofi_init_failed"],
+        ["inter-node connections via NET/Socket (1 lines), first at " + _at(2, _SOCK_CHAN),
+         "aws-ofi-nccl loaded but failed to initialize: " + _at(1, _p("h1") + "NET/OFI No eligible providers were found")]),
+    "fewer hosts than nodes expected": (
+        _EFA_LINES, {"expect_nodes": 3}, "fallback", ["fewer_nodes"],
+        ["2 node(s) took part, expected 3: hosts h1, h2"]),
+    "fewer NICs than expected, each host citing its own line": (
+        _EFA_LINES, {"expect_nics": 2}, "fallback", ["fewer_nics"],
+        [f"host {h}: aws-ofi-nccl found 1 EFA interface(s), expected 2: " + _at(n, _PROV[h])
+         for h, n in (("h1", 2), ("h2", 5))]),
+    "efa by connection lines": (
+        _EFA_LINES, {}, "efa", [],
+        ["network Libfabric on 2 rank(s): " + _at(3, _p("h1") + "Using network Libfabric"),
+         "provider efa: " + _at(2, _PROV["h1"]) + "; " + _at(5, _PROV["h2"]),
+         "2 inter-node connection line(s) via NET/Libfabric, first at " + _at(7, _chan("h1", 1))]),
+    "efa by NCCL's node count": (
+        _efa("h1") + [_TWO_NODES], {}, "efa", [],
+        ["network Libfabric on 1 rank(s): " + _at(3, _p("h1") + "Using network Libfabric"),
+         "provider efa: " + _at(2, _PROV["h1"]), "NCCL counted 2 nodes: " + _at(4, _TWO_NODES)]),
+    "NCCL counted one node": (
+        _efa("h1") + [_ONE_NODE], {}, "undetermined", ["single_node"],
+        ["NCCL counted one node, nothing crossed nodes: " + _at(4, _ONE_NODE)], (2, _PROV["h1"])),
+    "bound to loopback": (
+        [_p("h1") + "Bootstrap : Using lo:127.0.0.1<0>", _p("h1") + "Using network Libfabric"], {}, "undetermined",
+        ["socket_ifname", "single_node"],
+        ["NCCL is bound to loopback, so only one node took part: " + _at(1, _p("h1") + "Bootstrap : Using lo:127.0.0.1<0>")]),
+    "P2P and SHM only": (
+        _efa("h1") + [_p("h1") + "Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read",
+                      _p("h1", 2) + "Channel 00/0 : 1[1] -> 0[0] via SHM/direct/direct"], {}, "undetermined",
+        ["single_node"],
+        ["one host (h1), only intra-node connections (2 P2P/SHM lines), nothing crossed nodes: "
+         + _at(4, _p("h1") + "Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read")], (2, _PROV["h1"])),
+    "Libfabric without any provider line": (
+        [_p("h1") + "Using network Libfabric", _p("h2", 2) + "Using network Libfabric", _chan("h1", 1), _chan("h2", 2)],
+        {}, "undetermined", ["no_provider_line"],
+        ["Libfabric network but no 'Selected provider' line to show efa (aws-ofi-nccl, the early 'AWS Libfabric' "
+         "plugin too, also runs on the tcp and sockets providers): " + _at(1, _p("h1") + "Using network Libfabric")
+         + "; " + _at(3, _chan("h1", 1))]),
+    "one host, a network and nothing else": (
+        [_p("h1") + "Using network Libfabric"], {}, "undetermined", ["no_connections"],
+        ["no inter-node connection line and no node count > 1 (Libfabric selected, 1 host name(s) seen): nothing "
+         "shows traffic crossed nodes: " + _at(1, _p("h1") + "Using network Libfabric")]),
+    "one host, not even a network": (
+        [_p("h1") + "NET/Plugin: Loaded net plugin Libfabric (v9)"], {}, "undetermined", ["no_net_info"],
+        ["no inter-node connection line and no node count > 1 (no network selected, 1 host name(s) seen): nothing "
+         "shows traffic crossed nodes"]),
+    "an unattributed line and no network": (
+        ["NCCL INFO NET/Plugin: Loaded net plugin Libfabric (v9)"], {}, "undetermined", ["no_net_info"],
+        ["an unattributed excerpt: no host name, node count or connection line (no network selected by 1 rank(s)), "
+         "and the same lines from one node read the same in any order, so nothing shows traffic crossed nodes"]),
+    "a failed plugin on one node": (
+        [_NOPLUGIN, _ONE_NODE], {}, "undetermined", ["single_node", "plugin_not_found"],
+        ["NCCL counted one node, nothing crossed nodes: " + _at(2, _ONE_NODE),
+         "net plugin failed to load: " + _at(1, _NOPLUGIN)]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(RULES))
+def test_each_rule_gives_its_verdict_causes_and_reasons_word_for_word(name):
+    lines, kw, verdict, causes, reasons, *extra = RULES[name]
+    rep = judge(lines, **kw)
+    assert (rep.verdict, rep.causes, rep.reasons) == (verdict, causes, reasons)
+    # every evidence line is one a reason cites, but for an efa provider line beside an undetermined verdict
+    assert [e for e in rep.evidence if e not in " ".join(reasons)] == [_at(*x) for x in extra]
+    assert len(set(rep.evidence)) == len(rep.evidence)
+
+
+def test_a_rank_without_a_log_is_named_in_the_reason():
+    rep = nccl_log.analyze_bytes([("a.log", EFA_JOB.encode()), ("b.log", None)])
+    assert (rep.verdict, rep.causes) == ("undetermined", ["rank_silent"])
+    assert rep.reasons == ["1 rank log(s) gave no NCCL line, so not every rank spoke: b.log: missing"]
