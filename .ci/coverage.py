@@ -39,6 +39,8 @@ FLOORS: dict[str, float] = {
     "tools/layout_network.py": 100.0,
     "tools/plan_diff.py": 100.0,
     "tools/plan_run.py": 100.0,
+    "efacheck/node_check.py": 100.0,
+    "efacheck/worker_pods.py": 100.0,
 }
 """Module -> the least branch coverage (%) its tests must keep."""
 
@@ -58,6 +60,7 @@ FAST_TESTS = [
     "tests/tools/test_aws_rules_branches.py", "tests/tools/test_security_rules_branches.py",
     "tests/tools/test_layout_branches.py", "tests/tools/test_plan_diff_branches.py",
     "tests/tools/test_plan_run_branches.py",
+    "tests/efacheck/test_node_check.py", "tests/efacheck/test_worker_pods.py",
 ]
 """The decision modules' own unit tests (seconds each; no Ray cluster)."""
 

@@ -74,6 +74,8 @@ MODULES: dict[str, list[str]] = {
         "tests/efacheck/test_storage_proof.py",
     ],
     "efacheck/stack_probe.py": ["tests/efacheck/test_stack_probe.py", "tests/efacheck/test_stack_probe_branches.py"],
+    "efacheck/worker_pods.py": ["tests/efacheck/test_worker_pods.py"],
+    "efacheck/node_check.py": ["tests/efacheck/test_node_check.py"],
     "components/values.py": ["tests/components/test_values.py", "tests/components/test_values_branches.py"],
     "components/config_fields.py": ["tests/components/test_config_fields.py", "tests/components/test_config.py"],
     "components/config.py": [

@@ -436,5 +436,5 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
                     pod_interval_s=a.pod_interval)
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # pragma: no cover - run as the shipped copy: tests/components/test_node_agent_access.py
     sys.exit(run_cli(main, None, "python -m efacheck.node_check"))

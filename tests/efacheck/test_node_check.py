@@ -686,3 +686,12 @@ def test_on_record_reads_only_a_false_provider_condition():
     for cond in (None, {}, {"status": "True", "reason": nc.PROVIDER_FAILED},
                  {"status": "False", "reason": "FabricCheckFailed"}):
         assert nc.on_record(cond) is False
+
+
+def test_an_api_error_while_writing_a_proof_is_exit_2_and_nothing_removed(tmp_path):
+    api = Calls(_node("gpu-a", [GPU_TAINT, STARTUP]), fail="PATCH /api/v1/nodes/gpu-a/status")
+    logs = []
+    assert nc.run_check(api, "gpu-a", str(kernel_sysfs(tmp_path)), 1, provider=lambda: OK_PROVIDER,
+                        log=logs.append) == nc.EXIT_API
+    assert logs[-1].startswith("[node-check] the API server refused or failed a call for node gpu-a: HTTP Error 422")
+    assert [c[:2] for c in api.calls] == [("GET", "/api/v1/nodes/gpu-a"), ("PATCH", "/api/v1/nodes/gpu-a/status")]
