@@ -283,6 +283,8 @@ def test_mock_shape_types_on_the_group_win_over_the_template():
     assert g.instance_types == ["g6.12xlarge"] and g.efa_interfaces == 0 and g.security_group_ids == []
     g = one([lt(instanceType=UNKNOWN), mng(launchTemplate={"id": "lt-id"})])
     assert g.instance_types == [] and g.nodes is UNKNOWN and not g.gpu and g.capacity_type == "ON_DEMAND"
+    g = one([mng(instanceTypes=UNKNOWN, amiType="AL2023_x86_64_NVIDIA")])  # types unknown: the GPU AMI tells
+    assert g.gpu and g.gpus_per_node is None
 
 
 def test_mock_shape_enable_efa_support():
