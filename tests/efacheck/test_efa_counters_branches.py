@@ -172,3 +172,190 @@ def test_judge_counters_boundaries_and_words():
     assert ok is None and reasons == ["node n1: no readable EFA counter (efa_0 tx_bytes: a; efa_0 rx_bytes: b)"]
     ok, reasons = ec.judge_counters({"n1": {"efa_0": {"errors": {}}}}, 1000, "efa")
     assert reasons == ["node n1: no readable EFA counter (none)"]
+
+
+# --- survivors of .ci/mutation.py efacheck/efa_counters.py (mutmut 3.8.1, run of 2026-12-05), killed here ---
+
+def test_escaped_label_values_round_trip_from_the_exporter():
+    from ray_efa_eks.efacheck.efa_exporter import _labels
+
+    odd = 'a"b\\c\nd\\n'  # a quote, a backslash, a newline and a literal backslash-n
+    samples = ec._exposition(f"efa_devices{_labels({'node': odd, 'x': 'plain'})} 2\nefa_devices 1\n")
+    assert samples == {"efa_devices": [({"node": odd, "x": "plain"}, "2"), ({}, "1")]}
+
+
+def test_a_counter_that_is_not_ascii_digits_is_an_error_not_a_number(tmp_path):
+    hw = tmp_path / "efa_0" / "ports" / "1" / "hw_counters"
+    hw.mkdir(parents=True)
+    (hw / "tx_bytes").write_text("\u0663\n", encoding="utf-8")  # ARABIC-INDIC DIGIT THREE: int() would take it
+    (hw / "rx_bytes").write_text("12\n")
+    got = ec.read_counters(str(tmp_path))["efa_0"]
+    assert "tx_bytes" not in got and got["rx_bytes"] == 12
+    assert got["errors"]["tx_bytes"].startswith(f"{hw / 'tx_bytes'}: 'ascii' codec can't decode byte 0xd9")
+
+
+def test_read_counters_errors_say_the_file_and_why_exactly(tmp_path):
+    hw = tmp_path / "efa_0" / "ports" / "1" / "hw_counters"
+    (hw / "tx_bytes").mkdir(parents=True)  # open() fails with an OSError that has a strerror
+    (hw / "rx_bytes").write_text("lots\n")
+    assert ec.read_counters(str(tmp_path))["efa_0"]["errors"] == {
+        "tx_bytes": f"{hw / 'tx_bytes'}: Is a directory",
+        "rx_bytes": f"{hw / 'rx_bytes'}: invalid literal for int() with base 10: 'lots'"}
+
+
+def test_read_ports_reads_on_past_unreadable_devices_and_ports_in_port_order(tmp_path):
+    (tmp_path / "efa_0").mkdir()  # no ports directory
+    (tmp_path / "efa_1" / "ports" / "1").mkdir(parents=True)  # port 1 without hw_counters
+    for port, value in (("2", "5\n"), ("10", "7\n")):
+        (tmp_path / "efa_1" / "ports" / port / "hw_counters").mkdir(parents=True)
+        (tmp_path / "efa_1" / "ports" / port / "hw_counters" / "tx_bytes").write_text(value)
+    (tmp_path / "efa_1" / "ports" / "2" / "hw_counters" / "rx_bytes").write_text("x\n")
+    out = ec.read_ports(str(tmp_path))
+    p = tmp_path / "efa_1" / "ports"
+    assert out["efa_0"] == {"ports": {}, "errors": {str(tmp_path / "efa_0" / "ports"): "No such file or directory"}}
+    assert out["efa_1"]["ports"] == {"2": {"tx_bytes": 5}, "10": {"tx_bytes": 7}}
+    assert list(out["efa_1"]["ports"]) == ["2", "10"]  # numeric order, as the exporter lists its series
+    assert out["efa_1"]["errors"] == {str(p / "1" / "hw_counters"): "No such file or directory",
+                                      str(p / "2" / "hw_counters" / "rx_bytes"):
+                                          "invalid literal for int() with base 10: 'x'"}
+
+
+def test_an_unanswered_exporter_names_the_pod_to_look_at_on_this_node(monkeypatch):
+    import urllib.error
+
+    def refused(url, timeout):
+        raise urllib.error.URLError("Connection refused")
+    monkeypatch.setattr("urllib.request.urlopen", refused)
+    where = "(the node agent's efa-exporter pod on this node: kubectl -n efa-node-agent get pods -o wide"
+    assert ec.read_exporter("http://x/metrics", NODE) == (
+        {}, f"no answer (Connection refused) {where} --field-selector spec.nodeName={NODE})")
+    assert ec.read_exporter("http://x/metrics") == ({}, f"no answer (Connection refused) {where})")
+
+
+def test_read_view_reads_an_https_exporter_for_this_pods_node(monkeypatch):
+    _served(monkeypatch, f'efa_tx_bytes_total{{device="efa_0",port="1",node="{NODE}"}} 5\n'
+                         f'efa_rx_bytes_total{{device="efa_0",port="1",node="{NODE}"}} 6\n')
+    monkeypatch.setenv(ec.NODE_ENV, NODE)
+    v = ec.read_view((("exporter", "https://x/metrics"),))
+    assert v == {"view": "exporter", "root": "https://x/metrics", "unreadable": None,
+                 "snapshot": {"efa_0": {"tx_bytes": 5, "rx_bytes": 6, "errors": {}}}}
+    monkeypatch.setenv(ec.NODE_ENV, "ip-10-0-9-9.ec2.internal")  # the Service sent the scrape to another node
+    v = ec.read_view((("exporter", "https://x/metrics"),))
+    assert v["view"] is None and v["unreadable"] == (
+        f"exporter https://x/metrics: it answered for node {NODE}, this pod runs on ip-10-0-9-9.ec2.internal: the "
+        "Service must keep traffic on the node (internalTrafficPolicy: Local)")
+
+
+def test_an_exporter_without_tx_rx_counters_is_no_readable_view(monkeypatch):
+    _served(monkeypatch, f'efa_send_bytes_total{{device="efa_0",port="1",node="{NODE}"}} 5\n')
+    v = ec.read_view((("exporter", "http://x/metrics"),))
+    assert v == {"view": None, "root": None, "snapshot": {},
+                 "unreadable": "exporter http://x/metrics: no readable port counter"}
+
+
+def test_read_view_words_each_unreadable_sysfs_view_exactly(tmp_path):
+    for root in ("pod", "host"):
+        for dev in ("efa_0", "efa_1"):
+            (tmp_path / root / dev).mkdir(parents=True)
+    good = tmp_path / "good" / "efa_0" / "ports" / "1" / "hw_counters"
+    good.mkdir(parents=True)
+    (good / "tx_bytes").write_text("1\n")
+    (good / "rx_bytes").write_text("2\n")
+    v = ec.read_view((("pod", str(tmp_path / "pod")), ("host", str(tmp_path / "host"))))
+    why = "; ".join(f"{tmp_path / root / dev / 'ports/1/hw_counters'}: no such directory"
+                    for root in ("pod",) for dev in ("efa_0", "efa_1"))
+    why_host = why.replace(str(tmp_path / "pod"), str(tmp_path / "host"))
+    assert v["unreadable"] == (
+        f"pod view {tmp_path / 'pod'}: 2 device(s), no readable port counter ({why}) (a pod's network namespace "
+        f"gets no port counters: the node agent's EFA exporter reads them, reached through ${ec.EXPORTER_ENV}); "
+        f"host view {tmp_path / 'host'}: 2 device(s), no readable port counter ({why_host})")
+    v = ec.read_view((("pod", str(tmp_path / "pod")), ("host", str(tmp_path / "good"))))
+    assert (v["view"], v["root"], v["unreadable"]) == ("host", str(tmp_path / "good"), None)
+
+
+def test_unreadable_counters_leave_only_the_witness_reason():
+    rep = ec.combine(analyze_efa(), (None, ["n1 ?"]))
+    assert rep.reasons[0] == "the EFA hardware counters could not be read, so the second witness is missing: n1 ?"
+    assert rep.reasons[1:] == analyze_efa().reasons  # the log's own reasons, nothing added after them
+
+
+def test_the_exporter_is_asked_with_a_timeout_and_a_stray_byte_spoils_nothing(monkeypatch):
+    asked = []
+
+    class Answer(io.BytesIO):
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *a):
+            return False
+
+    body = (b"# HELP efa_tx_bytes_total bytes \xff\xfe moved\n"
+            + f'efa_tx_bytes_total{{device="efa_0",port="1",node="{NODE}"}} 5\n'.encode()
+            + f'efa_rx_bytes_total{{device="efa_0",port="1",node="{NODE}"}} 6\n'.encode())
+    monkeypatch.setattr("urllib.request.urlopen", lambda url, timeout: asked.append(timeout) or Answer(body))
+    assert ec.read_exporter("http://x/metrics", NODE) == ({"efa_0": {"tx_bytes": 5, "rx_bytes": 6, "errors": {}}},
+                                                          None)
+    assert asked == [ec.EXPORTER_TIMEOUT_S]  # a hung exporter cannot hold the rank
+
+
+def test_why_an_exporter_did_not_answer_in_the_errors_own_words(monkeypatch):
+    where = "(the node agent's efa-exporter pod on this node: kubectl -n efa-node-agent get pods -o wide)"
+    assert ec.read_exporter("efa-exporter.local/metrics") == (  # urllib: ValueError, no reason or strerror
+        {}, f"no answer (unknown url type: 'efa-exporter.local/metrics') {where}")
+
+    def refused(url, timeout):
+        raise ConnectionRefusedError(111, "Connection refused")  # an OSError: its strerror, not '[Errno 111] ...'
+    monkeypatch.setattr("urllib.request.urlopen", refused)
+    assert ec.read_exporter("http://x/metrics") == ({}, f"no answer (Connection refused) {where}")
+
+
+def test_series_without_a_node_label_do_not_count_as_another_node(monkeypatch):
+    _served(monkeypatch, "process_start_time_seconds 1\n"
+                         f'efa_tx_bytes_total{{device="efa_0",port="1",node="{NODE}"}} 5\n'
+                         f'efa_rx_bytes_total{{device="efa_0",port="1",node="{NODE}"}} 6\n')
+    assert ec.read_exporter("http://x/metrics", NODE) == ({"efa_0": {"tx_bytes": 5, "rx_bytes": 6, "errors": {}}},
+                                                          None)
+
+
+def test_an_exporter_answering_for_other_nodes_names_them_all(monkeypatch):
+    _served(monkeypatch, 'efa_devices{node="ip-b"} 1\nefa_devices{node="ip-a"} 1\n')
+    assert ec.read_exporter("http://x/metrics", NODE) == (
+        {}, f"it answered for node ip-a, ip-b, this pod runs on {NODE}: the Service must keep traffic on the node "
+            "(internalTrafficPolicy: Local)")
+
+
+def test_judge_counters_refuses_a_negative_expectation_and_takes_deltas_without_errors():
+    one = {"n1": {"efa_0": {"tx_bytes": 600}}}  # a hand-made delta: no "errors" key
+    assert ec.judge_counters(one, -5, "efa") == (
+        None, ["expected bytes per node is -5: nothing to compare the counters with"])
+    ok, reasons = ec.judge_counters(one, 1000, "efa")
+    assert ok is True and reasons == ["node n1: EFA moved 0.000 GB = 60% of the 0.000 GB the collectives had to send "
+                                      "across nodes (efa_0 sent 0.000 GB received ?) >= 50%"]
+    ok, reasons = ec.judge_counters({"n1": {"efa_0": {"tx_bytes": 3 * 10**12}}}, 5 * 10**12, "efa")
+    assert reasons[0].startswith("node n1: EFA moved 3000.000 GB = 60% of the 5000.000 GB")
+
+
+def test_exporter_answers_without_counters_word_their_figures(monkeypatch):
+    _served(monkeypatch, f'efa_devices{{node="{NODE}"}} 2\n')  # an exporter that does not serve its error count
+    snap, why = ec.read_exporter("http://x/metrics", NODE)
+    assert snap == {} and why.startswith("2 EFA device(s), no readable port counter (0 read error(s) on the node; ")
+    _served(monkeypatch, 'efa_devices{node="ip-a"} 0\nefa_devices{node="ip-b"} 0\n')
+    assert ec.read_exporter("http://x/metrics") == ({}, "no EFA device on node ip-a, ip-b")
+
+
+def test_a_device_whose_first_served_counter_is_bad_keeps_that_error(monkeypatch):
+    _served(monkeypatch, f'efa_rx_bytes_total{{device="efa_2",port="1",node="{NODE}"}} many\n')
+    assert ec.read_exporter("http://x/metrics", NODE) == ({"efa_2": {"errors": {
+        "rx_bytes": "http://x/metrics: value 'many'",
+        "tx_bytes": "http://x/metrics: efa_tx_bytes_total not served for efa_2"}}}, None)
+
+
+def test_message_and_rdma_parts_count_when_they_exceed_the_totals():
+    delta = {"efa_0": {"tx_bytes": 10, "send_bytes": 30, "rdma_write_bytes": 40, "rx_bytes": 5, "errors": {}}}
+    assert ec.node_bytes(delta) == {"efa_0": {"sent": 70, "received": 5}}
+
+
+def test_every_unreadable_counter_of_a_node_that_moved_bytes_is_named():
+    delta = {"efa_0": {"tx_bytes": 900, "errors": {"rx_bytes": "a", "send_bytes": "b"}}}
+    ok, reasons = ec.judge_counters({"n1": delta}, 1000, "efa")
+    assert ok is True and reasons[0].endswith("; unreadable: efa_0 rx_bytes: a; efa_0 send_bytes: b >= 50%")
