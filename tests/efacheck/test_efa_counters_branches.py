@@ -359,3 +359,11 @@ def test_every_unreadable_counter_of_a_node_that_moved_bytes_is_named():
     delta = {"efa_0": {"tx_bytes": 900, "errors": {"rx_bytes": "a", "send_bytes": "b"}}}
     ok, reasons = ec.judge_counters({"n1": delta}, 1000, "efa")
     assert ok is True and reasons[0].endswith("; unreadable: efa_0 rx_bytes: a; efa_0 send_bytes: b >= 50%")
+
+
+def test_read_ports_skips_rdma_devices_of_another_driver(tmp_path):
+    for dev, driver in (("mlx5_0", "mlx5_core"), ("efa_0", "efa")):
+        (tmp_path / dev / "ports").mkdir(parents=True)
+        (tmp_path / dev / "device").mkdir()
+        (tmp_path / dev / "device" / "driver").symlink_to(f"../../../bus/pci/drivers/{driver}")
+    assert ec.read_ports(str(tmp_path)) == {"efa_0": {"ports": {}, "errors": {}}}
