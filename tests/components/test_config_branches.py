@@ -255,3 +255,25 @@ def test_a_namespace_three_quarters_like_ours_is_still_meant_for_us():
 def test_a_namespace_in_capitals_is_compared_in_lowercase():
     assert dict(c.unread_keys(["RAY-EFA-EK:efaa"])) == {
         "RAY-EFA-EK:efaa": "namespace 'RAY-EFA-EK' is not 'ray-efa-eks'; did you mean ray-efa-eks:efa?"}
+
+
+RG = "arn:aws:resource-groups:{}:123456789012:group/odcr-pool"
+
+
+def test_validate_hands_capacity_every_argument_it_judges():
+    """The placement group, the region and the AZ reach the capacity rules (components/capacity.py): a placement
+    group on demand is refused, a reservation's resource group is judged against the stack's own region."""
+    with pytest.raises(ConfigError) as e:
+        StackConfig(gpuPlacementGroupName="pg-1").validate()
+    assert str(e.value) == ("ray-efa-eks:gpuPlacementGroupName = 'pg-1' is invalid: only for gpuCapacity reservation "
+                            "(the stack creates its own cluster placement group on demand); remove it")
+    odcr = dict(gpuCapacity="reservation", availabilityZone="us-east-1a")
+    StackConfig(**odcr, gpuCapacityReservationId=RG.format("us-east-1")).validate()
+    StackConfig(**odcr, gpuCapacityReservationId=CR, gpuPlacementGroupName="pg-1").validate()
+    with pytest.raises(ConfigError) as e:
+        StackConfig(**odcr, gpuCapacityReservationId=RG.format("eu-west-1")).validate()
+    assert str(e.value) == (f"ray-efa-eks:gpuCapacityReservationId = '{RG.format('eu-west-1')}' is invalid: the "
+                            "resource group is in eu-west-1, the stack in us-east-1; use a group of us-east-1")
+    eu = StackConfig(**{**odcr, "availabilityZone": "eu-west-1a"}, region="eu-west-1",
+                     gpuCapacityReservationId=RG.format("eu-west-1"))
+    eu.validate()
