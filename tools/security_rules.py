@@ -77,7 +77,7 @@ GATE_TOKEN_FIX = ("set automountServiceAccountToken: false on the Job's pod temp
 
 def _token_volumes(spec: dict[str, Any]) -> set[str]:
     return {v.get("name") for v in spec.get("volumes") or [] if isinstance(v, dict)
-            and any("serviceAccountToken" in (src or {}) for src in dig(v, "projected", "sources", default=[]) or [])}
+            and any("serviceAccountToken" in (src or {}) for src in dig(v, "projected", "sources") or [])}
 
 
 def gate_no_api_token(stack: Stack) -> list:
@@ -143,7 +143,7 @@ def kuberay_single_namespace(stack: Stack) -> list:
     ray_ns = sorted({_meta(r).get("namespace") or "default" for r in stack.of_type(RAY_CLUSTER)})
     for r in stack.of_type(HELM_RELEASE, HELM_CHART_V4):
         chart = r.props.get("chart")
-        if not (isinstance(chart, str) and chart.rsplit("/", 1)[-1] == "kuberay-operator"):
+        if not (isinstance(chart, str) and chart.split("/")[-1] == "kuberay-operator"):
             continue
         values = r.props.get("values")
         if not isinstance(values, dict):
@@ -203,9 +203,9 @@ def device_plugin_versions(stack: Stack) -> list:
             v = chart_version(version)
         except ValueError:
             continue
-        chart = chart.rsplit("/", 1)[-1]
+        chart = chart.split("/")[-1]
         if chart == "aws-efa-k8s-device-plugin":
-            allowed = dig(values, "supportedInstanceLabels", "values") if isinstance(values, dict) else None
+            allowed = dig(values, "supportedInstanceLabels", "values")  # None or UNKNOWN when values is not a mapping
             types = set(allowed) if isinstance(allowed, list) else gpu_types
             for t, (floor, why) in EFA_MIN_CHART.items():
                 if t in types and v < floor:

@@ -320,3 +320,60 @@ def test_pod_security_baseline_judges_the_head_and_jobs_only():
     assert sr.pod_security_baseline(Stack([ray_cluster(), res(sr.JOB, "ok", spec={"template": tmpl()})])) == []
     assert sr.pod_security_baseline(Stack([res(sr.JOB, "u", spec={"template": UNKNOWN}),
                                            res(sr.JOB, "s", spec={"template": {"spec": UNKNOWN}})])) == []
+
+
+# -- each rule reads on past what it passes over (issue 40: mutmut survivors, `continue` -> `break`) -----------------
+
+def test_gate_no_api_token_judges_the_jobs_after_one_it_cannot_read():
+    unread = [res(sr.JOB, "a", spec={"template": "?"}), job("b", automountServiceAccountToken=UNKNOWN)]
+    assert problems(sr.gate_no_api_token(Stack([*unread, job("c")]))) == [
+        "its pods mount a Kubernetes API token (automountServiceAccountToken None, service account default)"]
+    # a container only up knows, then one that mounts the token
+    later = job(automountServiceAccountToken=False, serviceAccountName="a", volumes=[TOKEN_VOL],
+                containers=[UNKNOWN, {"name": "gate", "volumeMounts": [{"name": "tok"}]}])
+    assert problems(sr.gate_no_api_token(Stack([later]))) == [
+        "container gate mounts the projected token volume ['tok']"]
+
+
+def test_gate_no_api_token_an_unnamed_service_account_is_not_the_pods_default():
+    """A ServiceAccount with no name in the program (autonamed: only up knows it) that turns the token off is not the
+    account of a pod that names none: that pod runs as ``default``, which mounts a token."""
+    unnamed = res("kubernetes:core/v1:ServiceAccount", "x", metadata={"namespace": "ray"},
+                  automountServiceAccountToken=False)
+    assert problems(sr.gate_no_api_token(Stack([job(), unnamed]))) == [
+        "its pods mount a Kubernetes API token (automountServiceAccountToken None, service account default)"]
+
+
+def test_kuberay_single_namespace_judges_the_releases_after_one_it_passes_over():
+    rc = ray_cluster(ns="ray")
+    bad = kuberay({"watchNamespace": ["ray"]})
+    passed_over = (kuberay({}, chart="kuberay-apiserver"), kuberay(UNKNOWN),
+                   kuberay({"singleNamespaceInstall": UNKNOWN}))
+    for first in passed_over:
+        assert problems(sr.kuberay_single_namespace(Stack([rc, first, bad]))) == [
+            "the operator watches every namespace with a ClusterRole (singleNamespaceInstall is not true)"]
+
+
+def test_ray_pods_region_judges_the_containers_after_one_without_env():
+    rc = ray_cluster(head=tmpl(containers=[{"name": "sidecar"}, {"name": "ray", "env": []}]))
+    assert problems(sr.ray_pods_region(Stack([rc]))) == [
+        "container ray (head) lacks AWS_REGION, AWS_DEFAULT_REGION, AWS_EC2_METADATA_DISABLED=true"]
+
+
+def test_device_plugin_versions_judges_the_charts_after_one_it_cannot_read():
+    old = chart("aws-efa-k8s-device-plugin", "v0.5.9")
+    for first in (chart("aws-efa-k8s-device-plugin", UNKNOWN), chart("aws-efa-k8s-device-plugin", "0.5")):
+        v = sr.device_plugin_versions(Stack([P6, first, old]))
+        assert [x.problem.split(":")[0] for x in v] == ["chart v0.5.9 on p6-b200.48xlarge"]
+
+
+def test_nvidia_plugin_mofed_message_names_the_issue():
+    v = sr.device_plugin_versions(Stack([chart("nvidia-device-plugin", "0.19.0", {})]))
+    assert problems(v) == ["chart 0.19.0 with mofedEnabled None injects every /dev/infiniband/uverbs* (EFA's "
+                           "included) into every GPU container (NVIDIA/k8s-device-plugin#1692)"]
+
+
+def test_pod_security_baseline_judges_the_jobs_after_one_it_cannot_read():
+    bad = res(sr.JOB, "gate", spec={"template": tmpl(hostNetwork=True)})
+    v = sr.pod_security_baseline(Stack([res(sr.JOB, "u", spec={"template": UNKNOWN}), bad]))
+    assert len(v) == 1 and v[0].resource == f"{sr.JOB} gate" and "hostNetwork" in v[0].problem
