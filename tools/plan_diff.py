@@ -55,9 +55,9 @@ def eks_refusals(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
     against the live cluster). Plans of a program that declared no version, or several, are not judged."""
     from ..components.live_cluster import upgrade_problem
 
-    a, b = (str(s.get("kubernetesVersion") or "") for s in (before, after))
-    if not (a and b) or "," in a + b or not all(v.replace(".", "").isdigit() and v.count(".") == 1 for v in (a, b)):
-        return []
+    a, b = (str(s.get("kubernetesVersion")) for s in (before, after))
+    if not all(v.replace(".", "").isdigit() and v.count(".") == 1 for v in (a, b)):
+        return []  # none declared ("None"), several ("1.33,1.34"), or not MAJOR.MINOR
     problem = upgrade_problem(a, b)
     return [f"kubernetesVersion {a} -> {b}: {problem}"] if problem else []
 
@@ -80,7 +80,7 @@ def hook_verdicts(before: dict[str, Any], after: dict[str, Any]) -> tuple[list[s
         old = before.get(label)
         if old is None or old == new:
             continue
-        typ, name = label.split(" ", 1)
+        typ, _, name = label.partition(" ")
         a, b = dict(old or {}), dict(new or {})
         if typ == LAUNCH_TEMPLATE:
             role = dict(b.get("tags") or {}).get(rollout_guards.TAG_ROLE)

@@ -213,3 +213,75 @@ def test_render_diff_when_a_program_failed():
     assert "**Layout rules broken (1):**" in only_errors and "warnings" not in only_errors
     kept = pd.render_diff(pd.diff_plans(plan(violations=[v()]), plan(violations=[v()])))
     assert "- ❌ [efa-sg] aws:ec2/securityGroup:SecurityGroup sg: p. Fix: f\n" in kept and "_(new)_" not in kept
+
+
+# -- the whole comment, line by line (issue 40: mutmut survivors in blank lines, fences and the note) ----------------
+
+NOTE = ("_Pulumi mocks, no cloud credentials: what the program declares, not what AWS will do. `ray-efa-eks diff` "
+        "reproduces this locally._")
+
+
+def test_render_diff_of_a_change_with_everything_is_exactly_this_comment():
+    before = plan("git main", {"kubernetesVersion": "1.33", **GPU}, [v(problem="fixed one")], [("t", "a")],
+                  hooked={f"{LT} sys": tpl("system")})
+    after = plan("working tree", {"kubernetesVersion": "1.35", **gpu_with(instanceTypes="g6.48xlarge")},
+                 [v(problem="new <one>"), v(rule="pref", severity="warning")], [("t", "b")],
+                 hooked={f"{LT} sys": tpl("system", image="b")})
+    d = pd.diff_plans(before, after)
+    assert len(d.refusals) == len(d.notes) == len(d.rollouts) == 1
+    assert pd.render_diff(d) == "\n".join([
+        "### Offline plan: `git main` → `working tree` (stack `dev`, us-east-1)", "", NOTE, "",
+        "| setting | before | after |", "|---|---|---|", "| Kubernetes version | 1.33 | 1.35 |",
+        "| node group `gpu` instance type | g6.12xlarge | g6.48xlarge |", "",
+        "<details><summary>Resources: 1 added, 1 removed</summary>", "", "```diff", "+ t b", "- t a", "```",
+        "</details>", "",
+        "**EKS would refuse this change, or carry it out destructively (1); `pulumi up` stops before it:**",
+        f"- ⛔ {pd._md(d.refusals[0])}", "",
+        "**What this update replaces or stops (1); `pulumi up` warns the same:**", f"- ⚠️ {pd._md(d.notes[0])}", "",
+        "**Layout rules broken (1), warnings (1):**",
+        "- ❌ [efa-sg] aws:ec2/securityGroup:SecurityGroup sg: new &lt;one&gt;. Fix: f _(new)_",
+        "- ❌ [pref (warning)] aws:ec2/securityGroup:SecurityGroup sg: p. Fix: f _(new)_",
+        "- ✅ fixed: [efa-sg] aws:ec2/securityGroup:SecurityGroup sg: fixed one. Fix: f", "",
+        "**GPU node group rollouts in a reservation (1):**", f"- ⚠️ {pd._md(d.rollouts[0])}"]) + "\n"
+    assert d.refusals[0].startswith("kubernetesVersion 1.33 -> 1.35: ") and pd._md(d.refusals[0]).startswith(
+        "kubernetesVersion 1.33 -&gt; 1.35: ")
+
+
+def test_render_diff_of_no_change_is_exactly_this_comment():
+    same = plan(resources=[("t", "a"), ("t", "b")], checked=("r1", "r2", "r3"))
+    assert pd.render_diff(pd.diff_plans(same, same)) == "\n".join([
+        "### Offline plan: `a` → `a` (stack `dev`, us-east-1)", "", NOTE, "", "No setting changed.", "",
+        "Resources: none added or removed (2 in all).", "", "Layout rules: ✅ all 3 pass."]) + "\n"
+
+
+def test_render_diff_of_failed_programs_is_exactly_this_comment():
+    head = ["### Offline plan: `a` → `a` (stack `dev`, us-east-1)", "", NOTE, ""]
+    assert pd.render_diff(pd.diff_plans(plan(error="boom <x>"), plan())) == "\n".join([
+        *head, "**The before program failed:** boom &lt;x&gt;", "", "Resources: none added or removed (0 in all).", "",
+        "Layout rules: ✅ all 1 pass."]) + "\n"
+    assert pd.render_diff(pd.diff_plans(plan(), plan(error="ConfigError: y"))) == "\n".join([
+        *head, "**The after program failed:** ConfigError: y", "", "Resources: none added or removed (0 in all).",
+        ""]) + "\n"
+
+
+def test_flatten_names_the_fields_of_a_section():
+    assert pd.flatten({"nodeGroups": {"gpu": {"instanceTypes": "g6.12xlarge", "gpusPerNode": 4}}}) == {
+        "node group `gpu` instance type": "g6.12xlarge", "node group `gpu` GPUs/node": 4}
+
+
+def test_hook_verdicts_list_every_template_they_judge():
+    before = {f"{LT} gpu-a": tpl("gpu"), f"{LT} gpu-b": tpl("gpu"), f"{LT} sys-a": tpl("system"),
+              f"{LT} sys-b": tpl("system")}
+    after = {k: tpl(t["tags"][rollout_guards.TAG_ROLE], image="ami-2") for k, t in before.items()}
+    refusals, warnings = pd.hook_verdicts(before, after)
+    assert [r.split(":")[0] for r in refusals] == ["gpu-a", "gpu-b"]
+    assert [w.split(":")[0] for w in warnings] == ["sys-a", "sys-b"]
+    od_before = {f"{LT} gpu-a": tpl("gpu", capacity="on-demand"), f"{LT} gpu-b": tpl("gpu", capacity="on-demand")}
+    od_after = {k: tpl("gpu", capacity="on-demand", image="ami-2") for k in od_before}
+    refusals, warnings = pd.hook_verdicts(od_before, od_after)
+    assert refusals == [] and {w.split(":")[0] for w in warnings} == {"gpu-a", "gpu-b"}
+
+
+def test_hook_verdicts_name_a_resource_whose_name_holds_a_space():
+    refusals, _ = pd.hook_verdicts({f"{LT} gpu nodes": tpl("gpu")}, {f"{LT} gpu nodes": tpl("gpu", image="ami-2")})
+    assert len(refusals) == 1 and refusals[0].startswith("gpu nodes: GPU node group (reservation) would roll")
