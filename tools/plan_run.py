@@ -140,7 +140,7 @@ def plan_git_ref(ref: str, root: Path | None = None, *, stack: str = "dev", over
                         "(fetch the ref first; in CI use actions/checkout with fetch-depth: 0)")
     with tempfile.TemporaryDirectory(prefix="plan-base-") as tmp:
         with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
-            tar.extractall(tmp, filter="data")
+            tar.extractall(tmp, filter=_inside_tree)
         base = Path(tmp)
         source = f"git {ref}"
         try:
@@ -165,6 +165,17 @@ def plan_git_ref(ref: str, root: Path | None = None, *, stack: str = "dev", over
     plan = make_plan([Resource.from_json(r) for r in records], source=source, stack=stack, region=region)
     plan.config = shown_config(sf, overrides, region)
     return plan
+
+
+def _inside_tree(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
+    """tarfile's "data" filter, leaving out what it refuses instead of failing: git stores a symlink as it is, so a
+    ref may hold one to an absolute path or out of the repository, which the base plan must neither follow nor write
+    (Python docs, tarfile "Extraction filters": data_filter refuses links outside the destination). The rest is
+    planned; a program that needs such a file fails with its own error, the base plan's."""
+    try:
+        return tarfile.data_filter(member, dest)
+    except tarfile.FilterError:
+        return None
 
 
 def _namespace_shim(base: Path) -> None:

@@ -121,17 +121,22 @@ def test_where_offered_only_for_that_error():
 # -- resolve_ref and plan_git_ref ------------------------------------------------------------------------------------
 
 STUB_MOCKRUN = textwrap.dedent('''
-    """Stand-in for the ref's own mockrun: records two resources, or fails when the config says so."""
+    """Stand-in for the ref's own mockrun: records two resources, or fails when the config says so or when
+    PULUMI_CONFIG reached it; the launch template lists the symlinks the archive's extraction wrote, if any."""
+    import os
     from types import SimpleNamespace
 
 
     def run_program(config, *, region, program, stack):
         if config.get("ray-efa-eks:fail"):
             raise SystemExit("the base program failed: " + config["ray-efa-eks:fail"])
+        if "PULUMI_CONFIG" in os.environ:
+            raise SystemExit("PULUMI_CONFIG reached the base program")
+        links = sorted(p for p in os.listdir(".") if os.path.islink(p))
         sub = SimpleNamespace(type="aws:ec2/subnet:Subnet", name="sub", urn="urn:sub", parent=None,
                               inputs={"availabilityZone": region + "a", "cidrBlock": "10.0.0.0/20"})
         lt = SimpleNamespace(type="aws:ec2/launchTemplate:LaunchTemplate", name="gpu", urn="urn:lt", parent=None,
-                             inputs={"imageId": "ami-" + stack})
+                             inputs={"imageId": "ami-" + stack, **({"links": links} if links else {})})
         return SimpleNamespace(resources=[sub, lt], ids={"urn:lt": "lt-1"})
 ''')
 
@@ -230,6 +235,11 @@ def test_namespace_shim_links_each_package_once(tmp_path):
     assert (shim / "tools").resolve() == (tmp_path / "tools").resolve()
     pr._namespace_shim(tmp_path)  # again: the links stay
     assert sorted(p.name for p in shim.iterdir() if p.is_symlink()) == ["tools", "training"]
+    (tmp_path / "components").mkdir()
+    (tmp_path / "efacheck").mkdir()
+    pr._namespace_shim(tmp_path)  # the four packages of today's layout
+    assert sorted(p.name for p in shim.iterdir() if p.is_symlink()) == ["components", "efacheck", "tools", "training"]
+    assert all((shim / p).resolve() == (tmp_path / p).resolve() for p in ("components", "efacheck"))
 
 
 def test_plan_git_ref_of_a_program_alone_uses_the_installed_mockrun(tmp_path):
@@ -242,3 +252,48 @@ def test_plan_git_ref_of_a_program_alone_uses_the_installed_mockrun(tmp_path):
     git(r, "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "program")
     plan = pr.plan_git_ref("HEAD", r)
     assert plan.error is None and [x["name"] for x in plan.resources] == ["sub"] and plan.region == "us-west-2"
+
+
+# -- what a mutation tool found unasserted (issue 40: mutmut survivors) ----------------------------------------------
+
+def test_plan_tree_never_lets_pulumi_config_of_the_environment_reach_the_program(tmp_path, monkeypatch):
+    """``pulumi up`` replaces PULUMI_CONFIG with the stack's config; the plan runs the program without it too (the
+    Pulumi SDK reads a key missing from the set config from PULUMI_CONFIG)."""
+    monkeypatch.setenv("PULUMI_CONFIG", '{"ray-efa-eks:fail": "leaked"}')
+    plan = pr.plan_tree(program=program_dir(tmp_path))
+    assert plan.error is None and plan.stack == "dev"
+    assert os.environ["PULUMI_CONFIG"] == '{"ray-efa-eks:fail": "leaked"}'
+
+
+def test_plan_tree_error_keeps_the_effective_config(tmp_path):
+    plan = pr.plan_tree(program=program_dir(tmp_path), overrides={"ray-efa-eks:fail": "no"})
+    assert plan.error and plan.effective["ray-efa-eks:fail"] == ["no", "--config"]
+    assert plan.effective["aws:region"][0] == "us-west-2"
+
+
+def test_plan_git_ref_archive_failure_shows_gits_message_whatever_its_bytes(repo, monkeypatch):
+    real = subprocess.run
+
+    def run(cmd, *a, **kw):
+        if "archive" in cmd:
+            return SimpleNamespace(returncode=128, stdout=b"", stderr=b"fatal: bad object \xff\n")
+        return real(cmd, *a, **kw)
+
+    monkeypatch.setattr(pr.subprocess, "run", run)
+    with pytest.raises(PlanError, match="git archive 'base' failed: fatal: bad object \ufffd \\(fetch the ref"):
+        pr.plan_git_ref("base", repo)
+
+
+def test_plan_git_ref_skips_links_out_of_the_tree(repo):
+    """git stores a symlink as it is, so a base ref may hold one to an absolute path or out of the repository.
+    The archive is extracted with tarfile's "data" filter, which refuses such a member: it is left out (not
+    followed, not written) and the rest is planned. Before the fix the refusal escaped as tarfile.AbsoluteLinkError:
+    `diff` crashed on any repository with such a link."""
+    (repo / "abs").symlink_to("/etc/hostname")
+    (repo / "out").symlink_to("../../outside")
+    (repo / "inside").symlink_to("__main__.py")
+    git(repo, "add", "-A")
+    git(repo, "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "links")
+    plan = pr.plan_git_ref("HEAD", repo)
+    assert plan.error is None and sorted(r["name"] for r in plan.resources) == ["gpu", "sub"]
+    assert plan.hooked["aws:ec2/launchTemplate:LaunchTemplate gpu"]["links"] == ["inside"]
