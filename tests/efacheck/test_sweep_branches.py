@@ -397,3 +397,22 @@ def test_below_floor_at_under_and_without_a_line_rate():
     assert sweep.below_floor(None, 0.5) == want
     assert sweep.below_floor(sweep.line_rate([], 400.0), 0.5) == want
     assert sweep.below_floor(rate, 0.0) is None
+
+
+def test_run_sweep_makes_every_buffer_on_the_device_it_is_given(monkeypatch):
+    """A buffer made without ``device`` lands on torch's default device, not the rank's GPU: with the default set to
+    'meta' (tensors without data) every buffer on the wire and every check must still be on the given device."""
+    fake, devices = FakeDist(monkeypatch, 3, 2), []
+    wire = fake.wire
+
+    def watch(c, *tensors):
+        devices.extend(t.device for t in tensors)
+        wire(c, *tensors)
+    monkeypatch.setattr(fake, "wire", watch)
+    torch.set_default_device("meta")
+    try:
+        rows = sweep.run_sweep(_entries(), torch.device("cpu"), iters=1)
+    finally:
+        torch.set_default_device(None)
+    assert [r["ok"] for r in rows] == [True, True, True]
+    assert len(devices) == 2 * (1 + 2 + 2) and set(devices) == {torch.device("cpu")}
