@@ -415,3 +415,83 @@ def test_the_proof_object_is_a_named_4_kib_payload_with_a_12_hex_suffix(monkeypa
     assert written == [r["object"]] and r["host"] == host
     assert r["steps"][2]["bytes"] == len(f"ray-efa-eks storage proof from {host}\n") + 4096 == \
         len(f"ray-efa-eks storage proof from {host}\n") + sp.PAYLOAD_BYTES
+
+
+# --- what a weaker assertion let through (mutmut survivors, issue 40) ---------------------------------------------
+
+class _OddAgent(http.server.BaseHTTPRequestHandler):
+    """An agent whose answers are not plain JSON: bodies larger than the bounded reads, bytes that are not UTF-8."""
+
+    BODIES = {"huge": (200, b"x" * 70000), "binary": (200, b"\xff\xfeAccessKeyId"),
+              "huge-refusal": (400, b"y" * 5000), "binary-refusal": (400, b"\xffdenied")}
+
+    def do_GET(self):  # noqa: N802 - http.server's name
+        code, body = self.BODIES[self.headers.get("Authorization")]
+        self.send_response(code)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *a):
+        pass
+
+
+@pytest.fixture(scope="module")
+def odd_agent():
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _OddAgent)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}/v1/credentials"
+    srv.shutdown()
+    srv.server_close()
+
+
+def test_fetch_reads_a_bounded_body_and_replaces_bytes_that_are_not_utf8(odd_agent):
+    assert sp._fetch(odd_agent, "huge", 5) == (200, "x" * 65536)  # at most 64 KiB of an answer
+    assert sp._fetch(odd_agent, "binary", 5) == (200, "\ufffd\ufffdAccessKeyId")
+    assert sp._fetch(odd_agent, "huge-refusal", 5) == (400, "y" * 4096)  # at most 4 KiB of a refusal
+    assert sp._fetch(odd_agent, "binary-refusal", 5) == (400, "\ufffddenied")
+
+
+def test_fetch_from_an_agent_that_never_answers_times_out():
+    import socket
+
+    with socket.socket() as s:  # accepts the connection (backlog) and never answers
+        s.bind(("127.0.0.1", 0))
+        s.listen(1)
+        status, body = sp._fetch(f"http://127.0.0.1:{s.getsockname()[1]}/", "t", 0.5)
+    assert (status, body) == (0, "TimeoutError: timed out")  # the gate's rank is not held by a silent agent
+
+
+def test_fetch_refused_names_the_reason_not_the_urlerror_wrapper():
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    assert sp._fetch(f"http://127.0.0.1:{port}/", "t", 2) == (0, "URLError: [Errno 111] Connection refused")
+
+
+def test_an_unreadable_token_file_error_is_the_os_reason(tmp_path):
+    env = _pod_identity_env(tmp_path, token=None)
+    r = sp.credential_source(env, fetch=None)
+    assert r["error"] == "token file '': No such file or directory"
+    env["AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE"] = str(tmp_path)  # a directory
+    assert sp.credential_source(env)["error"] == f"token file {str(tmp_path)!r}: Is a directory"
+
+
+def test_prove_of_a_path_ending_in_x_keeps_its_last_character(tmp_path):
+    r = sp.prove(str(tmp_path / "boX"), env={})
+    assert r["ok"] is True and r["object"].startswith(f"{tmp_path}/boX/{sp.PROOF_DIR}/")
+
+
+def test_prove_an_object_that_never_landed_is_missing_from_the_listing(monkeypatch, tmp_path):
+    """On S3 nothing makes the folder: a write that never landed leaves no folder to list, which is the same answer
+    as a listing without the object (not an error of its own)."""
+    class Vanishing(_Lying):
+        def open_output_stream(self, p):
+            return pyarrow.BufferOutputStream()
+    monkeypatch.setattr(sp, "_filesystem", lambda p: (Vanishing("none", type_name="s3"), p))
+    r = sp.prove(str(tmp_path / "bucket"), env={})
+    assert r["ok"] is False and r["step"] == "list" and r["causes"] == ["unknown"]
+    assert r["error"] == f"{r['object']} is missing from the listing of {tmp_path}/bucket/{sp.PROOF_DIR} (0 entries)"
