@@ -648,3 +648,121 @@ def test_main_reports_what_stopped_it_and_that_nothing_was_checked(monkeypatch, 
     assert pf.main(["--region", "eu-west-1"]) == pf.EXIT_UNDETERMINED
     captured = capsys.readouterr()
     assert captured.err == f"preflight error: {error} (nothing was checked)\n" and captured.out == ""
+
+
+# --- what a weaker assertion let through (mutmut survivors, issue 40)
+
+HELP = {  # option -> its help, as --help prints it
+    "--region REGION": "AWS region (default: $AWS_REGION, then $AWS_DEFAULT_REGION or your profile's region; boto3 "
+                       "alone reads only the latter two)",
+    "--instance-type INSTANCE_TYPE": "the GPU instance type (default g6.12xlarge)",
+    "--count COUNT": "GPU nodes to launch (>= 1)",
+    "--az AZ": "check this availability zone of the region only (e.g. us-east-1a)",
+    "--efa, --no-efa": "check EFA support and the EFA interfaces the type takes (default on)",
+    "--capacity-reservation-id cr-...": "check this ODCR / Capacity Block: type, AZ, state, available count",
+    "--json": "print the checks as one JSON object",
+    "--endpoint-url ENDPOINT_URL": "an EC2/Service Quotas endpoint to call instead of AWS's (e.g. moto)",
+}
+
+
+def test_help_names_every_option_with_its_meaning_and_the_exit_codes(monkeypatch, capsys):
+    monkeypatch.setenv("COLUMNS", "300")  # one line per option
+    with pytest.raises(SystemExit) as e:
+        pf.main(["--help"])
+    out = capsys.readouterr().out
+    assert e.value.code == 0 and out.startswith("usage: python -m ray_efa_eks.tools.preflight [-h] [--region REGION]")
+    assert "\nCapacity preflight for the multi-node EFA GPU node group: can these GPUs be had, here, now?\n" in out
+    flat = " ".join(out.split())
+    for option, says in HELP.items():
+        assert f"{option} {says}" in flat, option
+    assert "exit codes: 0 every check passed 1 a check failed" in flat
+    with pytest.raises(SystemExit):
+        pf.main(["--help"], prog="ray-efa-eks preflight")
+    assert capsys.readouterr().out.startswith("usage: ray-efa-eks preflight [-h]")
+
+
+def test_the_defaults_are_two_g6_nodes_with_efa_as_a_table(monkeypatch):
+    monkeypatch.delenv("AWS_REGION", raising=False)
+    seen = {}
+    monkeypatch.setattr(pf, "_main", lambda a: seen.setdefault("a", a) and 0)
+    assert pf.main(["--region", R]) == 0
+    assert vars(seen["a"]) == {"region": R, "instance_type": "g6.12xlarge", "count": 2, "az": None, "efa": True,
+                               "capacity_reservation_id": None, "json": False, "endpoint_url": None}
+
+
+def test_main_gives_up_on_aws_in_seconds_and_calls_the_endpoint_it_is_given(monkeypatch, capsys):
+    """connect 5 s, read 20 s, 2 attempts: an unreachable endpoint answers exit 2 in seconds, not minutes."""
+    monkeypatch.delenv("AWS_REGION", raising=False)
+    seen, real = {}, pf.run_preflight
+
+    def fake_run(clients, itype, count, **kw):
+        seen.update(clients)
+        return real({"ec2": EC2(), "service-quotas": SQ()}, ITYPE, 2)
+    monkeypatch.setattr(pf, "run_preflight", fake_run)
+    assert pf.main(["--region", "eu-west-1", "--endpoint-url", "http://127.0.0.1:5000"]) == 0
+    for name in ("ec2", "service-quotas"):
+        meta = seen[name].meta
+        assert meta.endpoint_url == "http://127.0.0.1:5000" and meta.region_name == "eu-west-1"
+        assert (meta.config.connect_timeout, meta.config.read_timeout) == (5, 20)
+        assert meta.config.retries == {"total_max_attempts": 3, "mode": "standard"}  # botocore: 1 + 2 retries
+    assert capsys.readouterr().out.splitlines()[-1] == "RESULT: OK (every check passed)"
+
+
+def test_the_eks_zone_warning_says_what_the_stack_does_about_it():
+    offered = [{"InstanceTypeOfferings": [{"InstanceType": ITYPE, "Location": "us-east-1e"}]}]
+    res = run(EC2(describe_instance_type_offerings=offered))
+    assert res.warnings[0] == (
+        "us-east-1e is zone ID use1-az3 in this account, where EKS creates no cluster subnets "
+        "(UnsupportedAvailabilityZoneException; EKS user guide, network-reqs): the stack puts the cluster in two other "
+        "AZs and gives the GPU nodes their own subnet here, which no EKS document confirms for managed node groups; "
+        "another AZ avoids the question")
+
+
+def test_an_instance_type_answer_without_the_optional_fields_counts_them_absent():
+    bare = {"InstanceType": ITYPE, "GpuInfo": {"Gpus": [{"Name": "L4"}, {"Name": "L4", "Count": 4}]}}
+    res = run(EC2(describe_instance_types=[{"InstanceTypes": [bare]}]), efa=False)
+    assert res.instance == {"gpus": 4, "gpu_names": ["L4"], "vcpus": 0, "efa_supported": False,
+                            "max_network_cards": None, "usage_classes": []}
+    assert row(res, "instance-type")["detail"] == "4 GPU(s), 0 vCPUs, EFA no"
+    assert res.capacity_blocks == {"status": "not sold"}  # no usage classes listed: none of them is capacity-block
+
+
+def test_a_family_without_a_known_quota_code_names_the_call_that_finds_it():
+    res = run(EC2(describe_instance_types=[{"InstanceTypes": [g6(InstanceType="x2idn.32xlarge")]}],
+                  describe_instance_type_offerings=[{"InstanceTypeOfferings": [
+                      {"InstanceType": "x2idn.32xlarge", "Location": "us-east-1a"}]}]), itype="x2idn.32xlarge")
+    assert row(res, "vcpu-quota") == {"name": "vcpu-quota", "status": "unknown",
+                                      "detail": "no On-Demand vCPU quota code known for x2idn.32xlarge",
+                                      "needs": "servicequotas:ListServiceQuotas (find the family's quota code)"}
+    assert res.quota == {"code": None, "status": "unknown", "value": None, "running_vcpus": None,
+                         "required_vcpus": None}
+
+
+def test_a_quota_answer_without_a_quota_is_no_value():
+    class Empty(SQ):
+        def get_service_quota(self, **kw):
+            return {}
+    res = run(sq=Empty())
+    assert row(res, "vcpu-quota")["detail"] == f"quota {pf.QUOTA_G_VT} returned no value" and res.exit_code == 2
+
+
+def test_the_table_header_names_its_columns():
+    lines = pf.format_table(run()).splitlines()
+    assert lines[1] == f"{'AZ':<20} {'ZONE ID':<10} OFFERED  EKS CLUSTER SUBNETS"
+
+
+def test_a_bad_endpoint_url_gets_an_example_of_a_good_one(monkeypatch, capsys):
+    monkeypatch.delenv("AWS_REGION", raising=False)
+    with pytest.raises(SystemExit):
+        pf.main(["--region", R, "--endpoint-url", "ftp://x"])
+    assert capsys.readouterr().err.endswith("--endpoint-url 'ftp://x': expected a http/https URL with a host, e.g. "
+                                            "--endpoint-url http://127.0.0.1:5000\n")
+
+
+def test_json_output_has_sorted_keys(monkeypatch, capsys):
+    monkeypatch.delenv("AWS_REGION", raising=False)
+    real = pf.run_preflight
+    monkeypatch.setattr(pf, "run_preflight", lambda *a, **kw: real({"ec2": EC2(), "service-quotas": SQ()}, ITYPE, 2))
+    assert pf.main(["--region", R, "--json"]) == 0
+    text = capsys.readouterr().out
+    assert text == json.dumps(json.loads(text), sort_keys=True) + "\n"  # stable for diffs between runs
