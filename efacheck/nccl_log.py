@@ -179,7 +179,6 @@ class Rank:
     host: str | None
     networks: set[str] = field(default_factory=set)
     provider: str | None = None
-    fabric: str | None = None
     nics: int | None = None
     plugin: str | None = None  # "loaded" | "failed" (did not load) | "init_failed" (loaded, failed to initialize)
     loopback: bool = False
@@ -250,7 +249,7 @@ class _Collector:
         self._marks: dict[str, list[tuple[int, int]]] = {}  # source -> sorted (offset, line number there)
         self.net_chan: Counter = Counter()  # NET transport text ("Libfabric/0/GDRDMA") -> connection lines
         self._intra_bufs: list[bytes] = []  # inputs with P2P/SHM connection lines
-        self.nnodes: Counter = Counter()  # nNodes value -> comm lines
+        self.nnodes: set[int] = set()  # the nNodes values the comm lines gave
         self.net_forced: str | None = None
         self.net_init_failed = False
 
@@ -362,13 +361,13 @@ class _Collector:
         m = _NNODES_RE.search(body)
         if m and not warn:
             n = int(m.group(2))
-            self.nnodes[n] += 1
+            self.nnodes.add(n)
             self._note(f"nnodes:{n}", source, pos)
             return
         if "Selected" in body and "rovider is" in body:
             m = _PROVIDER_RE.search(body)
             if m:
-                r.provider, r.fabric = m.group(1), m.group(2)
+                r.provider = m.group(1)
                 r.nics = int(m.group(3)) if m.group(3) else r.nics
                 self._note(f"provider:{r.provider}", source, pos)
                 if r.host:

@@ -128,6 +128,7 @@ def test_any_other_ofi_warning_is_ofi_error():
 # --- the command, in process (its exit codes and output are the gate's contract) ---
 
 import io  # noqa: E402
+import itertools  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import runpy  # noqa: E402
@@ -201,8 +202,9 @@ def test_usage_errors_and_interrupts(tmp_path, monkeypatch, capsys):
     def interrupted(a):
         raise KeyboardInterrupt
     monkeypatch.setattr(nccl_log, "_main", interrupted)
+    capsys.readouterr()
     assert nccl_log.main([str(log)]) == 130
-    assert "interrupted" in capsys.readouterr().err
+    assert capsys.readouterr().err == "nccl_log: interrupted\n"
 
 
 def test_a_closed_pipe_keeps_the_exit_code(tmp_path, monkeypatch):
@@ -268,7 +270,8 @@ def test_each_host_rule_cites_that_hosts_own_network_and_provider_lines():
         for h, pid, n in (("h1", 1, 1), ("h2", 2, 4))]
 
 
-@pytest.mark.parametrize("loaded", ["Using network Libfabric", "Initialized NET plugin Libfabric"])
+@pytest.mark.parametrize("loaded", ["Using network Libfabric", "Initialized NET plugin Libfabric",
+                                    "NET/Plugin: Loaded net plugin Libfabric (v9)"])
 def test_a_plugin_candidate_that_failed_before_or_after_the_plugin_loaded_is_no_failure(loaded):
     """NCCL tries several plugin names; one not found is over once the plugin is loaded, in either line order."""
     def job(first_loaded: bool) -> list[str]:
@@ -434,6 +437,11 @@ def test_help_names_the_command_every_option_and_the_exit_codes(monkeypatch, cap
             "  --expect-gdrdma   every NET connection must be /GDRDMA (instance types with GPUDirect RDMA)\n\n"
             "A FILE of - reads stdin.\n\n"
             f"{exit_codes.epilog('nccl-verdict', 198)}\n")
+    monkeypatch.setenv("COLUMNS", "60")  # the description is printed as written, not wrapped to the terminal
+    with pytest.raises(SystemExit):
+        nccl_log.main(["--help"])
+    assert "\n\nDecide from NCCL_DEBUG=INFO output whether inter-node traffic really went over EFA.\n\n" \
+        in capsys.readouterr().out
 
 
 def test_each_expect_option_reaches_the_verdict(tmp_path, capsys):
@@ -589,3 +597,78 @@ def test_a_rank_without_a_log_is_named_in_the_reason():
     rep = nccl_log.analyze_bytes([("a.log", EFA_JOB.encode()), ("b.log", None)])
     assert (rep.verdict, rep.causes) == ("undetermined", ["rank_silent"])
     assert rep.reasons == ["1 rank log(s) gave no NCCL line, so not every rank spoke: b.log: missing"]
+
+
+# --- NET/Plugin lines in any order, and which of them are failures (mutmut survivors in _fact) ---
+
+_PLUGIN_LINES = {"candidate": "NET/Plugin: Could not find: libnccl-net-ofi.so",
+                 "loaded": "NET/Plugin: Loaded net plugin Libfabric (v9)",
+                 "init_failed": "NET/OFI No eligible providers were found"}
+
+
+@pytest.mark.parametrize("order", list(itertools.permutations(_PLUGIN_LINES)))
+def test_a_plugin_that_loaded_then_failed_to_initialize_reads_the_same_in_any_line_order(order):
+    lines = [_p(h, pid) + _PLUGIN_LINES[k] for h, pid in (("h1", 1), ("h2", 2)) for k in order]
+    rep = judge(lines + [_chan("h1", 1, via="NET/Socket/0"), _chan("h2", 2, via="NET/Socket/0")])
+    assert rep.verdict == "fallback"
+    assert rep.causes == ["no_efa_provider", "socket_network", "ofi_init_failed"]
+    assert rep.reasons[1].startswith("aws-ofi-nccl loaded but failed to initialize: ")
+
+
+@pytest.mark.parametrize("line", [
+    "NET/Plugin: No plugin found (libnccl-net.so)",  # NCCL 2.21
+    "NET/Plugin: Using internal network plugin.",  # NCCL 2.21, the line after it
+    "NET/Plugin: Could not find: libnccl-net.so. Using internal network plugin.",  # NCCL 2.23
+    "NET/Plugin : Plugin load (libnccl-net.so) returned 2 : libnccl-net.so: undefined symbol: ncclNetPlugin_v9",
+    "NET/Plugin: Failed to find ncclNetPlugin symbol (>= v5). ncclNetPlugin symbols v4 and lower are not supported.",
+])
+def test_each_nccl_plugin_failure_message_alone_is_a_failed_plugin(line):
+    rep = judge([_p("h1") + line, _TWO_NODES, _SOCK_CHAN])
+    assert rep.verdict == "fallback" and rep.causes == ["socket_network", "plugin_not_found"]
+    assert rep.reasons[1] == "net plugin failed to load: " + _at(1, _p("h1") + line)
+
+
+@pytest.mark.parametrize("line", ["NET/Plugin: Plugin name set by env to libnccl-net.so",
+                                  "NET/Plugin: Failed to find ncclCollNetPlugin_v9 symbol."])
+def test_plugin_lines_that_are_no_failure_leave_an_efa_job_efa(line):
+    """The plugin's name from the environment, and a missing CollNet symbol (CollNet is optional), say nothing of
+    the net plugin: a rank whose only plugin line is one of them is not a failed plugin."""
+    lines = [_p(h, pid) + x for h, pid in (("h1", 1), ("h2", 2)) for x in (line, _PROV[h].split("INFO ")[1])]
+    rep = judge(lines + [_chan("h1", 1), _chan("h2", 2)])
+    assert (rep.verdict, rep.causes) == ("efa", [])
+
+
+@pytest.mark.parametrize("line", ["Bootstrap : Using lo:127.0.0.1<0>", "NET/Socket : Using [0]lo:::1<0>",
+                                  "Bootstrap : Using eth0:127.0.1.1<0>"])
+def test_a_loopback_interface_or_address_is_one_node(line):
+    rep = judge([_p("h1") + line, _p("h1") + "Using network Libfabric"])
+    assert (rep.verdict, rep.causes) == ("undetermined", ["socket_ifname", "single_node"])
+    assert rep.reasons == ["NCCL is bound to loopback, so only one node took part: " + _at(1, _p("h1") + line)]
+
+
+def test_nccl_net_forced_is_named_without_its_full_stop():
+    rep = judge(_EFA_LINES + [_SOCK_CHAN, _p("h1") + "NCCL_NET set by environment to Socket."])
+    assert "NCCL_NET forces network Socket: " + _at(10, _p("h1") + "NCCL_NET set by environment to Socket.") \
+        in rep.reasons
+
+
+# --- cited line numbers and text (mutmut survivors in _line_at) ---
+
+def test_cited_lines_are_numbered_in_their_own_file_whatever_comes_first():
+    a = "\n".join(_efa("h1", 1)) + "\n"
+    b = "\n".join(["", _p("h2", 2) + "cudaDriverVersion 12040 " + "x" * 300, _chan("h2", 2)]
+                  + _efa("h2", 2) + [_chan("h2", 2).replace("00/0", "01/0")])  # a blank first line, no final \n
+    rep = nccl_log.analyze_bytes([("a.log", a.encode()), ("b.log", b.encode())])
+    assert rep.verdict == "efa"
+    assert rep.evidence == [f"a.log:3: {_p('h1')}Using network Libfabric",
+                            f"a.log:2: {_PROV['h1']}", f"b.log:5: {_PROV['h2']}",
+                            f"b.log:3: {_chan('h2', 2)}"]
+    last = nccl_log.analyze_bytes([("c.log", "\n".join(_efa("h1")).encode())])  # the cited line ends the file
+    assert last.evidence[0] == f"c.log:3: {_p('h1')}Using network Libfabric"
+    second = nccl_log.analyze_bytes([("d.log", f"\n{_p('h1')}Using network Libfabric\n".encode())])
+    assert second.evidence == [f"d.log:2: {_p('h1')}Using network Libfabric"]  # after a blank first line
+
+
+def test_a_cited_line_that_is_not_utf8_is_quoted_with_replacement_characters():
+    rep = nccl_log.analyze_bytes([("a.log", b"h1:1:1 [0] NCCL INFO Using network Libfabric \xff\xfe\n")])
+    assert rep.evidence == ["a.log:1: h1:1:1 [0] NCCL INFO Using network Libfabric \ufffd\ufffd"]
