@@ -400,7 +400,8 @@ def test_summarize_keeps_the_whole_previous_record_and_every_image():
 
 def test_efa_bytes_per_node_skip_deviceless_nodes_and_keep_one_sided_counters():
     deltas = {"a": {}, "b": {"rdmap0s6": {"tx_bytes": 5, "errors": {}}},
-              "c": {"rdmap0s6": {"rx_bytes": 7, "errors": {}}}}
+              "c": {"rdmap0s6": {"rx_bytes": 7, "errors": {}}},
+              "d": {"rdmap0s6": {"errors": {"tx_bytes": "went backwards by 3 (counter reset?)"}}}}  # nothing readable
     fab = fabric.summarize("gloo", {}, counter_deltas=deltas)
     assert fab["efa_bytes"] == {"b": {"sent": 5, "received": None, "devices": 1},
                                 "c": {"sent": None, "received": 7, "devices": 1}}
