@@ -175,7 +175,6 @@ def _is_ofi(net: str) -> bool:
 class Rank:
     """What one process (host:pid) told us."""
 
-    key: str
     host: str | None
     networks: set[str] = field(default_factory=set)
     provider: str | None = None
@@ -262,7 +261,7 @@ class _Collector:
             host, key = None, f"{source}#{anon_seq}"
         r = self.ranks.get(key)
         if r is None:
-            r = self.ranks[key] = Rank(key=key, host=host)
+            r = self.ranks[key] = Rank(host=host)
         return r
 
     def _line_at(self, source: str, pos: int) -> str:
@@ -409,12 +408,11 @@ class _Collector:
                 self._note("ofi_warn", source, pos)
 
     def report(
-        self, expect_nodes: int | None = None, expect_nics: int | None = None, expect_gdrdma: bool = False,
-        silent: list[str] | None = None,
+        self, expect_nodes: int | None, expect_nics: int | None, expect_gdrdma: bool, silent: list[str],
     ) -> Report:
         ranks = list(self.ranks.values())
         hosts = sorted({r.host for r in ranks if r.host})
-        silent = list(silent or [])
+        silent = list(silent)
         reasons: list[str] = []
         evidence: list[str] = []
         ev = self.ev

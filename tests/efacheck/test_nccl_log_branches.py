@@ -672,3 +672,64 @@ def test_cited_lines_are_numbered_in_their_own_file_whatever_comes_first():
 def test_a_cited_line_that_is_not_utf8_is_quoted_with_replacement_characters():
     rep = nccl_log.analyze_bytes([("a.log", b"h1:1:1 [0] NCCL INFO Using network Libfabric \xff\xfe\n")])
     assert rep.evidence == ["a.log:1: h1:1:1 [0] NCCL INFO Using network Libfabric \ufffd\ufffd"]
+
+
+# --- ranks, counts and names across files (mutmut survivors in feed and report) ---
+
+def test_unprefixed_lines_make_one_rank_per_using_network_line_per_file():
+    one = "NCCL INFO Using network Libfabric\nNCCL INFO NET/OFI Selected provider is efa\n"
+    rep = nccl_log.analyze_bytes([("a.log", (one + one).encode()), ("b.log", one.encode())])
+    assert rep.ranks == 3 and "(Libfabric selected by 3 rank(s))" in rep.reasons[0]
+
+
+def test_connection_lines_are_counted_over_files_and_devices():
+    lines = _efa("h1", 1) + _efa("h2", 2)
+    a = "\n".join(lines + [_chan("h1", 1, via="NET/Libfabric/0/GDRDMA"), _chan("h1", 1, via="NET/Libfabric/1/GDRDMA")])
+    b = "\n".join([_chan("h2", 2, via="NET/Libfabric/0/GDRDMA"), _chan("h2", 2, via="NET/Libfabric/2")])
+    rep = nccl_log.analyze_bytes([("a.log", a.encode()), ("b.log", b.encode())], expect_gdrdma=True)
+    assert rep.reasons == ["1 of 4 NET connection line(s) without /GDRDMA where the instance supports GPUDirect "
+                           f"RDMA: a.log:7: {_chan('h1', 1, via='NET/Libfabric/0/GDRDMA')}"]
+    ok = nccl_log.analyze_bytes([("a.log", a.encode()), ("b.log", b.encode())])
+    assert ok.reasons[-1].startswith("4 inter-node connection line(s) via NET/Libfabric, first at a.log:7: ")
+
+
+def test_a_net_line_with_a_ray_suffix_and_no_device_names_the_network_alone():
+    lines = _efa("h1", 1) + _efa("h2", 2) + [_chan("h1", 1, via="NET/AWS Libfabric [repeated 3x across cluster]")]
+    rep = judge(lines)
+    assert rep.verdict == "efa" and rep.reasons[-1].startswith(
+        "1 inter-node connection line(s) via NET/AWS Libfabric, first at <text>:7: ")
+
+
+def test_network_and_provider_name_every_one_seen():
+    mixed = judge([_p("h1", 1) + "Using network Libfabric", _p("h2", 2) + "Using network Socket",
+                   _PROV["h1"], _p("h2", 2) + "NET/OFI Selected provider is tcp"])
+    assert (mixed.network, mixed.provider, mixed.verdict) == ("Libfabric, Socket", "efa, tcp", "fallback")
+    chans = judge([_chan("h1", 1, via="NET/IB/0"), _chan("h2", 2)])  # no network line: the connections name it
+    assert chans.network == "IB, Libfabric"
+    assert judge([_chan("h1", 1), _chan("h2", 2)]).network == "Libfabric"
+
+
+def test_a_hosts_nics_are_the_most_any_of_its_ranks_found():
+    rep = judge(_efa("h1", 1, nics=" (found 2 nics)") + _efa("h1", 2) + _efa("h2", 3, nics=" (found 0 nics)"))
+    assert rep.nics == {"h1": 2, "h2": 0}
+
+
+def test_one_loopback_host_beside_a_real_one_is_not_one_node():
+    rep = judge([_p("h1", 1) + "Bootstrap : Using lo:127.0.0.1<0>", _p("h2", 2) + "Bootstrap : Using eth0:10.0.0.2<0>",
+                 _p("h1", 1) + "Using network Socket", _p("h2", 2) + "Using network Socket"])
+    assert rep.verdict == "fallback" and "single_node" not in rep.causes
+
+
+def test_socket_across_two_hosts_with_intra_node_lines_or_one_host_counting_two_nodes_is_fallback():
+    two = judge([_SOCK, _p("h2", 2) + "Using network Socket", _p("h1") + "Channel 00/0 : 0[0] -> 1[1] via P2P/IPC"])
+    assert (two.verdict, two.reasons) == ("fallback", ["NCCL selected network Socket with 2 nodes: " + _at(1, _SOCK)])
+    counted = judge([_SOCK, _TWO_NODES])
+    assert counted.verdict == "fallback" and counted.reasons[0] == "NCCL selected network Socket with 2 nodes: " \
+        + _at(1, _SOCK)
+
+
+def test_lines_that_are_not_utf8_are_read_with_replacement_characters():
+    lines = [ln.encode() for ln in _efa("h1", 1) + _efa("h2", 2)] + [
+        _p("h1", 1).encode() + b"NET/OFI Selected provider is efa \xff", _chan("h1", 1).encode() + b" \xfe"]
+    rep = nccl_log.analyze_bytes([("a.log", b"\n".join(lines) + b"\n")])
+    assert rep.verdict == "efa" and "Libfabric/0/GDRDMA \ufffd" in " ".join(rep.evidence)
