@@ -523,9 +523,9 @@ class _Collector:
             low_hosts = {h: n for h, n in nics_by_host.items() if n < expect_nics}
             if low_hosts:
                 for h, n in sorted(low_hosts.items()):
-                    prov = next(r for r in ranks if r.host == h and r.nics == n)  # nics come with a provider line
+                    # nics come with a provider line, and any provider but efa was a fallback above (step 3)
                     topo.append(f"host {h}: aws-ofi-nccl found {n} EFA interface(s), expected {expect_nics}: "
-                                f"{cite(f'provider:{prov.provider}@{h}')}")
+                                f"{cite(f'provider:efa@{h}')}")
                 self._cause("fewer_nics")
             elif not nics_by_host and ofi_devs and len(ofi_devs) < expect_nics:
                 topo.append(f"NET connections use {len(ofi_devs)} EFA device(s) ({sorted(ofi_devs)}), expected "

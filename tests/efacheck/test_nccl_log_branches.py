@@ -733,3 +733,36 @@ def test_lines_that_are_not_utf8_are_read_with_replacement_characters():
         _p("h1", 1).encode() + b"NET/OFI Selected provider is efa \xff", _chan("h1", 1).encode() + b" \xfe"]
     rep = nccl_log.analyze_bytes([("a.log", b"\n".join(lines) + b"\n")])
     assert rep.verdict == "efa" and "Libfabric/0/GDRDMA \ufffd" in " ".join(rep.evidence)
+
+
+def test_more_reasons_word_for_word():
+    """The rest of report()'s reasons (mutmut survivors): a network on an unknown number of nodes, IB selected, an
+    aws-ofi-nccl warning (said only when it is no initialization failure), NCCL's count of one node beside a Socket
+    line, a failed plugin NCCL carried on without, a failed plugin beside too few nodes."""
+    unnamed = judge(["NCCL INFO Using network Socket", "NCCL INFO " + _SOCK_CHAN.split("INFO ")[1]])
+    assert unnamed.reasons[1] == "NCCL selected network Socket with several nodes: <text>:1: NCCL INFO Using network Socket"
+    ib = judge([_p("h1", 1) + "Using network IB", _p("h2", 2) + "Using network IB"])
+    assert (ib.causes, ib.reasons) == (["non_efa_network"], [
+        "NCCL selected network IB with 2 nodes: " + _at(1, _p("h1", 1) + "Using network IB")])
+    warned = judge([_SOCK_CHAN, _w("h1") + "NET/OFI Unable to register memory"])
+    assert warned.reasons[-1] == "aws-ofi-nccl warned: " + _at(2, _w("h1") + "NET/OFI Unable to register memory")
+    init = judge([_SOCK_CHAN, _w("h1") + "NET/OFI Failed to initialize sendrecv protocol", _ONE_NODE])
+    assert init.reasons == [
+        "inter-node connections via NET/Socket (1 lines), first at " + _at(1, _SOCK_CHAN),
+        "aws-ofi-nccl loaded but failed to initialize: " + _at(2, _w("h1") + "NET/OFI Failed to initialize sendrecv protocol")]
+    carried = judge([_NOPLUGIN, _w("h1") + "Network Libfabric not found.", _p("h2", 2) + "Using network Libfabric"])
+    assert carried.reasons == [
+        "net plugin failed to load: " + _at(1, _NOPLUGIN) + " and NCCL carried on with its internal networks",
+        _at(2, _w("h1") + "Network Libfabric not found."),
+        "network Libfabric: " + _at(3, _p("h2", 2) + "Using network Libfabric")]
+    short = judge([_NOPLUGIN, _ONE_NODE], expect_nodes=2)
+    assert short.reasons == ["1 node(s) took part, expected 2: " + _at(2, _ONE_NODE),
+                             "net plugin failed to load: " + _at(1, _NOPLUGIN)]
+
+
+def test_each_host_must_show_one_rank_with_both_libfabric_and_provider_efa():
+    split = judge(_efa("h1", 1) + [_p("h2", 2) + "Using network Libfabric", _PROV["h2"].replace(":2:2", ":3:3")])
+    only_provider = judge(_efa("h1", 1) + [_PROV["h2"]])
+    assert split.verdict == only_provider.verdict == "undetermined"
+    named = judge([ln.replace("network Libfabric", "network AWS Libfabric") for ln in _efa("h1", 1)] + _efa("h2", 2))
+    assert named.verdict == "efa" and named.reasons[1].startswith("host h2: network Libfabric with provider efa: ")
