@@ -121,7 +121,7 @@ def judge(data: dict, backend: str, min_busbw_gbps: float | None, expect: dict[s
     world = data["world"]
     outs = data["outs"]
     errors = [(o["rank"], o["error"]) for o in outs if o.get("error")]
-    sweep = summarize_sweep([o for o in outs if not o.get("error")] or outs, world) if not errors else []
+    sweep = summarize_sweep(outs, world) if not errors else []  # a rank's error: no trustworthy timings
     logs = [(k, v) for o in outs for k, v in o["logs"].items()]
     reasons, hints = [], []
     verdict, network, provider = "undetermined", None, None

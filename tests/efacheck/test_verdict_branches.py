@@ -290,3 +290,25 @@ def test_expected_topology_reaches_the_log_reader() -> None:
     r = judge(_data(), "nccl", None, expect={"expect_nodes": 4, "unknown_key": 1, "expect_gdrdma": None})
     assert r["code"] != 0 and any("4" in x for x in r["reasons"])
     assert judge(_data(), "nccl", None, expect={"expect_nodes": 2})["code"] == 0
+
+
+# -- the mutation run's survivors (.ci/mutation.py efacheck/verdict.py) ----------------------------------------------
+
+def test_two_ranks_inside_one_node_are_counted_not_called_one() -> None:
+    v, code, why = shape_verdict("intra-node", _rep(1, None), 2)
+    assert (v, code) == ("intra_node", 0) and why.startswith("NCCL ran inside one node (2 ranks) and")
+
+
+def test_a_rank_error_beside_an_undetermined_log_is_a_failure() -> None:
+    d = _data({})
+    d["outs"][1]["error"] = "CUDA error: out of memory"
+    r = judge(d, "nccl", None)
+    assert (r["verdict"], r["code"]) == ("failed", 1) and r["failure"]["stage"] == "rank_error"
+    assert r["reasons"] == ["rank 1: CUDA error: out of memory", "no NCCL log files were written by any rank"]
+
+
+def test_required_counters_that_no_node_sent_say_so() -> None:
+    r = judge(_data(), "nccl", None, require_counters=True)
+    assert r["reasons"][0] == ("the EFA hardware counters could not be read, so the second witness is missing and "
+                               "efaCheckRequireCounters makes the verdict undetermined: no node reported EFA counters")
+    assert r["witness"] == {"counters": "unreadable", "required": True, "reasons": ["no node reported EFA counters"]}
