@@ -158,3 +158,44 @@ def test_estimate_in_a_region_without_prices_has_no_figure_and_says_why_first():
     assert e.hourly_usd is None and e.missing.startswith("no price for eu-west-1")
     assert e.notes[0] == e.missing and e.notes[1].startswith("GPU nodes on demand: 2 x g6.12xlarge at the on-demand "
                                                              "rate (no price for eu-west-1)")
+
+
+# --- mutmut survivors (issue 40): what a weaker assertion let through
+
+def test_the_figure_is_rounded_to_four_places_not_five():
+    assert cost.hourly_usd("us-east-1", [], nat_gateways=0, control_plane_usd_hour=0.123456) == 0.1235
+
+
+def test_a_nat_gateway_without_a_price_is_named_as_such():
+    with pytest.raises(NoPrice) as e:
+        cost.hourly_usd("eu-west-1", [], nat_gateways=1)
+    assert (e.value.region, e.value.what) == ("eu-west-1", "NAT gateway")
+
+
+def test_an_odcr_of_unknown_size_with_no_nodes_bills_none():
+    assert cost.billed_gpu_nodes(cost.RESERVATION, 0, None) == 0
+
+
+def test_capacity_notes_whole_text_per_mode():
+    (odcr,) = cost.capacity_notes(cost.RESERVATION, G6, "us-east-1", 2, reserved=4, reservation="cr-0123abcd")
+    assert odcr == ("ODCR cr-0123abcd: all 4 reserved g6.12xlarge are billed at $4.60/h each whether GPU nodes run in "
+                    "it or not; gpuNodeCount 0 does not stop it, cancelling the reservation does (aws ec2 "
+                    "cancel-capacity-reservation --capacity-reservation-id cr-0123abcd)")
+    (block,) = cost.capacity_notes(cost.CAPACITY_BLOCK, G6, "us-east-1", 2, reservation="cr-0123abcd",
+                                   block_end="2026-12-21T11:30:00Z")
+    assert block == ("Capacity Block cr-0123abcd: paid up front when bought, for its whole duration until "
+                     "2026-12-21T11:30:00Z; its g6.12xlarge nodes add nothing per hour here, and neither parking them "
+                     "nor pulumi destroy refunds the block")
+    (scaled,) = cost.capacity_notes(cost.ON_DEMAND, G6, "us-east-1", 2, scale_from_zero=True)
+    assert scaled == ("GPU nodes on demand: 0 to 2 x g6.12xlarge at $4.60/h each while they run; they run only while "
+                      "Ray's jobs need them (gpuScaleToZero: the Cluster Autoscaler adds them and removes them idle)")
+
+
+def test_estimate_passes_every_capacity_argument_to_its_note():
+    odcr = cost.estimate("us-east-1", G6, 0, M7I, capacity_mode=cost.RESERVATION, reserved=4, reservation="cr-0123abcd")
+    assert odcr.notes[0] == cost.capacity_notes(cost.RESERVATION, G6, "us-east-1", 0, 4, "cr-0123abcd")[0]
+    assert odcr.notes[0].startswith("ODCR cr-0123abcd: all 4 reserved")
+    block = cost.estimate("us-east-1", G6, 2, M7I, capacity_mode=cost.CAPACITY_BLOCK, reservation="cr-0123abcd",
+                          block_end="x")
+    assert block.notes[0].startswith("Capacity Block cr-0123abcd: paid up front when bought, for its whole duration "
+                                     "until x; its g6.12xlarge nodes")
