@@ -766,3 +766,45 @@ def test_each_host_must_show_one_rank_with_both_libfabric_and_provider_efa():
     assert split.verdict == only_provider.verdict == "undetermined"
     named = judge([ln.replace("network Libfabric", "network AWS Libfabric") for ln in _efa("h1", 1)] + _efa("h2", 2))
     assert named.verdict == "efa" and named.reasons[1].startswith("host h2: network Libfabric with provider efa: ")
+
+
+def test_the_last_reasons_and_evidence_word_for_word():
+    """report()'s survivors of the full run at 03:56: each reason with two names, no host, or no line."""
+    hosts = judge(_efa("h1", 1) + _efa("h2", 2))
+    assert hosts.reasons[2] == ("2 distinct hosts each selected Libfabric with provider efa and nothing contradicts "
+                                "it: the inter-node transport was Libfabric over EFA")
+    unnamed = judge(["NCCL INFO NET/OFI Selected provider is efa", "NCCL INFO Using network Libfabric",
+                     "NCCL INFO comm 0x1 rank 0 nRanks 8 nNodes 2 localRanks 4"])
+    assert unnamed.verdict == "efa"
+    assert unnamed.reasons[1] == "provider efa: <text>:1: NCCL INFO NET/OFI Selected provider is efa"
+    two_silent = nccl_log.analyze_bytes([("a.log", EFA_JOB.encode()), ("b.log", None), ("c.log", None)])
+    assert two_silent.reasons == ["2 rank log(s) gave no NCCL line, so not every rank spoke: b.log: missing; "
+                                  "c.log: missing"] and two_silent.evidence == []
+    intra = judge(["NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC"])
+    assert intra.reasons[0].startswith("one host (unnamed), only intra-node connections (1 P2P/SHM lines)")
+    unproven = judge(_efa("h1", 1) + [_p(h, pid) + "Using network Libfabric" for h, pid in (("h2", 2), ("h3", 3))]
+                     + [_chan("h1", 1), _chan("h2", 2)])
+    assert unproven.reasons == ["no 'Selected provider' line from host(s) h2, h3: another host's efa provider says "
+                                "nothing of theirs: " + _at(2, _PROV["h1"])]
+    both = judge(["NCCL INFO Using network Libfabric", "NCCL INFO Using network Socket"])
+    assert "(Libfabric, Socket selected by 2 rank(s))" in both.reasons[0]
+    named = judge([_p("h1") + "Using network Libfabric", _p("h1", 2) + "Using network IB"])
+    assert "(IB, Libfabric selected, 1 host name(s) seen)" in named.reasons[0]
+    counted = judge(["NCCL INFO comm 0x1 rank 0 nRanks 8 nNodes 2 localRanks 4"])
+    assert "(no network selected, no host name(s) seen)" in counted.reasons[0]
+    socket = judge(_efa("h1")[:2] + [_SOCK.replace("h1:1:1", "h1:2:2"), _ONE_NODE])  # efa provider, no Libfabric
+    assert socket.evidence == [_at(4, _ONE_NODE)]
+
+
+def test_binary_is_a_nul_or_more_than_one_byte_in_20_of_control_in_the_first_64_kib():
+    line = b"h1:1:1 [0] NCCL INFO Using network Libfabric\n"
+    assert nccl_log._is_binary(line + b"\x00") and not nccl_log._is_binary(line)
+    text = (line * 10)[:420]
+    assert not nccl_log._is_binary(text[:399] + b"\x01" * 21) and nccl_log._is_binary(text[:398] + b"\x01" * 22)
+    padded = line + b"#" * (65536 - len(line)) + b"\x00"  # the NUL is byte 65537
+    assert nccl_log.analyze_bytes([("a.log", padded)]).ranks == 1
+    with pytest.raises(nccl_log.UnreadableInput) as e:
+        nccl_log.analyze_bytes([("a.log", b""), ("b.log", b"\x00")])
+    assert str(e.value) == "a.log: empty input; b.log: binary data, not a text NCCL log"
+    with pytest.raises(nccl_log.UnreadableInput, match="^no input$"):
+        nccl_log.analyze_bytes([])
