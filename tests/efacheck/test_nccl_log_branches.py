@@ -808,3 +808,11 @@ def test_binary_is_a_nul_or_more_than_one_byte_in_20_of_control_in_the_first_64_
     assert str(e.value) == "a.log: empty input; b.log: binary data, not a text NCCL log"
     with pytest.raises(nccl_log.UnreadableInput, match="^no input$"):
         nccl_log.analyze_bytes([])
+
+
+def test_connection_lines_alone_name_their_ranks_net_or_ring_and_per_file():
+    assert judge([_chan("h1", 1), _chan("h2", 2)]).hosts == ["h1", "h2"]  # NET lines, no P2P/SHM line
+    ring = judge([_p(h, pid) + "Ring 00 : 7 -> 8 [receive] via NET/AWS Libfabric/0" for h, pid in (("h1", 1), ("h2", 2))])
+    assert ring.hosts == ["h1", "h2"] and ring.ranks == 2
+    bare = ("NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/Libfabric/0\n").encode()
+    assert nccl_log.analyze_bytes([("a.log", bare), ("b.log", bare)]).ranks == 2
