@@ -78,12 +78,9 @@ def wrong_results(outs: list[dict]) -> list[dict]:
 
 
 def _storage_summary(r: dict) -> str:
-    try:
-        from . import storage_proof
+    from . import storage_proof  # ships beside this module in efacheck/
 
-        return storage_proof.summary(r)
-    except ImportError:  # pragma: no cover - the module ships with this one
-        return f"storage proof {'passed' if r.get('ok') else 'failed'}: {r.get('error')}"
+    return storage_proof.summary(r)
 
 
 def shape_verdict(transport: str, rep: Any, world: int) -> tuple[str, int, str]:
@@ -137,7 +134,7 @@ def judge(data: dict, backend: str, min_busbw_gbps: float | None, expect: dict[s
     if wrong:  # a transport that corrupts data never passes, whatever the logs say
         failure = {"stage": "wrong_result", "reason": "wrong collective results: " + "; ".join(
             f"{w['collective']} of {w['bytes']} bytes ({_fmt_bytes(w['bytes'])}, {w['dtype']}, {w['source']}) on "
-            f"rank(s) {', '.join(str(x) for x in sorted(w['ranks'], key=str))}" for w in wrong[:6])
+            f"rank(s) {', '.join(str(x) for x in sorted(w['ranks']))}" for w in wrong[:6])
             + (f" (and {len(wrong) - 6} more)" if len(wrong) > 6 else ""), "rows": wrong}
         reasons.append(failure["reason"])
         hints.append(FAILURE_HINTS["wrong_result"])
@@ -176,13 +173,13 @@ def judge(data: dict, backend: str, min_busbw_gbps: float | None, expect: dict[s
                 failure = {"stage": "storage", "reason": line, "step": storage.get("step"),
                            "error": storage.get("error"), "causes": storage.get("causes")}
     code = {"socket": 0, "intra_node": 0}.get(verdict, EXIT.get(verdict, 2))
-    if backend != "nccl" and transport != "efa":
+    if backend != "nccl":  # no NCCL, no EFA and no other NCCL shape, whatever logs lie in the log directory
         verdict, code = "undetermined", 2
-    if storage and not storage.get("ok") and code in (0, 2):  # checkpoints would fail: never a pass
+    # a rank failed or checkpoints would fail (a failed storage proof is the failure when no rank failed): never a
+    # pass, and a failed run is a failure, not a shrug
+    if failure and code in (0, 2):
         verdict, code = "failed", 1
-    if failure and code in (0, 2):  # a rank failed: never efa, and a failed run is a failure, not a shrug
-        verdict, code = "failed", 1
-    ar = [s["busbw_gbps"] for s in sweep if s.get("collective", "all_reduce") == "all_reduce"]
+    ar = [s["busbw_gbps"] for s in sweep if s["collective"] == "all_reduce"]  # both summaries name it
     peak = max(ar, default=0.0)
     if min_busbw_gbps and peak < min_busbw_gbps:
         reasons.append(f"peak all-reduce busbw {peak:.2f} GB/s is below the floor {min_busbw_gbps} GB/s")

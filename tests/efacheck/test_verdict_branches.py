@@ -312,3 +312,52 @@ def test_required_counters_that_no_node_sent_say_so() -> None:
     assert r["reasons"][0] == ("the EFA hardware counters could not be read, so the second witness is missing and "
                                "efaCheckRequireCounters makes the verdict undetermined: no node reported EFA counters")
     assert r["witness"] == {"counters": "unreadable", "required": True, "reasons": ["no node reported EFA counters"]}
+
+
+def test_a_gloo_run_beside_nccl_logs_that_say_efa_is_never_efa() -> None:
+    """A real bug the run found: backend gloo with NCCL logs in the directory (an earlier run's) passed the EFA gate
+    (0); NCCL was not used, so it is undetermined whatever the logs say."""
+    r = judge(_data(), "gloo", None)
+    assert (r["verdict"], r["code"]) == ("undetermined", 2)
+    assert r["reasons"][0] == "backend gloo: NCCL was not used, so no NCCL logs and no EFA"
+
+
+def test_the_result_carries_counters_witness_and_reasons_as_given() -> None:
+    flat = {**_data(results=[{"collective": "all_reduce", "bytes": 64 << 20, "time_s": 1e-2}]),
+            "counters": _counters(0), "iters": 1}
+    assert judge(flat, "nccl", None)["counters"] == _counters(0)
+    assert judge(_data({}), "nccl", None)["witness"] is None
+    d = _data({"a": (_socket_rank("node-a", 1) + _socket_rank("node-b", 2)).encode()})
+    d["outs"][1]["error"] = "boom"
+    sock = judge(d, "nccl", None, transport="socket")
+    assert sock["reasons"][:2] == ["rank 1: boom", sock["reasons"][1]] and sock["reasons"][1].startswith("NCCL crossed")
+
+
+def test_the_floor_without_any_timing_says_zero() -> None:
+    d = _data()
+    d["outs"][1]["error"] = "boom"
+    r = judge(d, "nccl", 5.0)
+    assert r["reasons"][-1] == "peak all-reduce busbw 0.00 GB/s is below the floor 5.0 GB/s"
+
+
+def test_wrong_rows_name_their_ranks_in_order_and_count_past_six() -> None:
+    rows = [{"collective": "all_reduce", "bytes": 1 << i, "time_s": 1e-3, "ok": False} for i in range(10, 17)]
+    d = _data(results=rows)
+    d["outs"][0]["rank"], d["outs"][1]["rank"] = 10, 2
+    r = judge(d, "nccl", None)["failure"]["reason"]
+    assert "on rank(s) 2, 10; " in r and r.endswith(" (and 1 more)")
+    six = judge(_data(results=rows[:6]), "nccl", None)["failure"]["reason"]
+    assert six.endswith("all_reduce of 32768 bytes (32 KiB, float32, pow2) on rank(s) 0, 1")
+
+
+def test_shape_reasons_word_for_word() -> None:
+    assert shape_verdict("socket", _rep(None, "Socket"), 2)[2] == (
+        "efa: false: nothing in the NCCL logs shows traffic crossed nodes over Socket (no node(s) counted)")
+    assert shape_verdict("intra-node", _rep(1, None), 2)[2] == (
+        "NCCL ran inside one node (2 ranks) and every collective gave the right values; EFA was not exercised: one "
+        "GPU node has no peer to reach over it")
+
+
+def test_one_ranks_unnamed_sweep_is_its_own_timing() -> None:
+    (row,) = summarize_sweep([{"results": [{"bytes": 1_000_000_000, "time_s": 0.5}]}], 1)
+    assert (row["algbw_gbps"], row["time_us"]) == (2.0, 500000.0)
