@@ -331,8 +331,9 @@ def test_judge_counters_refuses_a_negative_expectation_and_takes_deltas_without_
     ok, reasons = ec.judge_counters(one, 1000, "efa")
     assert ok is True and reasons == ["node n1: EFA moved 0.000 GB = 60% of the 0.000 GB the collectives had to send "
                                       "across nodes (efa_0 sent 0.000 GB received ?) >= 50%"]
-    ok, reasons = ec.judge_counters({"n1": {"efa_0": {"tx_bytes": 3 * 10**12}}}, 5 * 10**12, "efa")
-    assert reasons[0].startswith("node n1: EFA moved 3000.000 GB = 60% of the 5000.000 GB")
+    # a long run on a p5 (3200 Gbps) moves petabytes: GB are 10**9 bytes to the last digit shown
+    ok, reasons = ec.judge_counters({"n1": {"efa_0": {"tx_bytes": 3 * 10**15}}}, 5 * 10**15, "efa")
+    assert reasons[0].startswith("node n1: EFA moved 3000000.000 GB = 60% of the 5000000.000 GB")
 
 
 def test_exporter_answers_without_counters_word_their_figures(monkeypatch):
