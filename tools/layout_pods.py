@@ -111,11 +111,13 @@ def _unit(text: str) -> str:
 
 def quantity(value: Any) -> Decimal | None:
     """A Kubernetes quantity as a number (``"500m"`` -> 0.5, ``"8Gi"`` -> 8589934592), None if unparseable."""
-    if isinstance(value, bool) or value is None or value is UNKNOWN:
+    if isinstance(value, bool):
         return None
     if isinstance(value, (int, float)):
         return Decimal(str(value))
-    text = str(value).strip()
+    if not isinstance(value, str):  # None, UNKNOWN, a list...
+        return None
+    text = value.strip()
     unit = _unit(text)
     try:
         return Decimal(text.removesuffix(unit)) * _SUFFIX[unit]
@@ -144,12 +146,15 @@ def qos_problem(c: dict[str, Any]) -> str | None:
         req, lim = requests.get(key), limits.get(key)
         if lim is None:
             diffs.append(f"{key} requested ({req}) without a limit")
-        elif quantity(req) is None or quantity(lim) is None:
-            if str(req) != str(lim):
-                diffs.append(f"requests.{key}={req} != limits.{key}={lim}")
-        elif quantity(req) != quantity(lim):
+        elif _comparable(req) != _comparable(lim):
             diffs.append(f"requests.{key}={req} != limits.{key}={lim}")
     return "; ".join(diffs) or None
+
+
+def _comparable(value: Any) -> Any:
+    """A quantity's number (2 and 2000m are equal), or its text when it is not a quantity (compared as written)."""
+    q = quantity(value)
+    return str(value) if q is None else q
 
 
 def pod_amount(pod: Pod, resource: str) -> Any:

@@ -167,6 +167,7 @@ def test_azs_and_efa_enabled():
 
 def test_instance_gpus_and_looks_gpu():
     assert G._instance_gpus(["g6.12xlarge"]) == 4 and G._instance_gpus(["m7i.xlarge"]) == 0
+    assert G._looks_gpu({}, ["g6.16xlarge"]) and G._instance_gpus(["g6.16xlarge"]) == 1  # one GPU is a GPU node
     assert G._instance_gpus(["g6.12xlarge", "x.unknown"]) is None and G._instance_gpus([]) is None
     assert G._looks_gpu({}, ["g6.12xlarge"]) and not G._looks_gpu({"amiType": "AL2023_x86_64_NVIDIA"}, ["m7i.xlarge"])
     assert G._looks_gpu({"amiType": "AL2023_x86_64_NVIDIA"}, []) and G._looks_gpu({"amiType": "BOTTLEROCKET_x86_64_GPU"}, [])
@@ -354,6 +355,9 @@ def test_preview_shape_children_in_registration_order():
         t, R(L.NODE_GROUP, "gpu-ng", scalingConfig={"desiredSize": 2}, capacityType="SPOT"))]
     g = one([m, *kids])
     assert (g.nodes, g.capacity_type, g.efa_interfaces, g.instance_types) == (2, "SPOT", 1, ["g6.12xlarge"])
+    assert g.props == {"scalingConfig": {"desiredSize": 2}, "capacityType": "SPOT"}  # the EKS child's settings
+    g = one([mng(instanceTypes=["m7i.xlarge"], labels={"a": "1"})])
+    assert g.props == {"instanceTypes": ["m7i.xlarge"], "labels": {"a": "1"}}  # mocks: the group's inputs
 
 
 def test_preview_shape_pinned_group_with_candidate_subnets_is_unknown():
@@ -491,6 +495,10 @@ def test_ray_specs_and_pods_of_each_kind():
     got = [(p.resource.name, p.role, p.replicas) for p in P.pods(s)]
     assert got == [("raycluster", "head", 1), ("raycluster", "worker gpu", 2), ("raycluster", "worker auto", "1..4"),
                    ("raycluster", "worker ?", "0..3"), ("raycluster", "worker ?", UNKNOWN), ("rayjob", "head", 1)]
+    assert [p.spec for p in P.pods(s)][:2] == [{"containers": [{"name": "head"}]}, {"containers": []}]
+    # a replica count written beside the autoscaler's bounds is the count
+    both = {"groupName": "g", "replicas": 2, "minReplicas": 1, "maxReplicas": 4, "template": {"spec": {}}}
+    assert [p.replicas for p in P.pods(Stack([rc(workerGroupSpecs=[both])]))] == [2]
 
 
 def test_pods_of_kubernetes_workloads():
@@ -562,7 +570,8 @@ def gpus(*values, key="nvidia.com/gpu", requests=False):
 
 def test_pod_amount_each_form():
     assert P.pod_amount(gpus(4), "nvidia.com/gpu") == 4
-    assert P.pod_amount(gpus(1, 2), "nvidia.com/gpu") == 3
+    assert P.pod_amount(gpus(1, 2), "nvidia.com/gpu") == 3 and type(P.pod_amount(gpus(1, 2), "nvidia.com/gpu")) is int
+    assert P.pod_amount(pod({"containers": [res({"cpu": 2}, {"cpu": 1})]}), "cpu") == 2  # the limit, not the request
     assert P.pod_amount(gpus("4"), "nvidia.com/gpu") == "4"  # one string: as written
     assert P.pod_amount(gpus("1.5", key="cpu"), "cpu") == "1.5" and P.pod_amount(gpus("1e3"), "nvidia.com/gpu") == "1e3"
     assert P.pod_amount(gpus("128Mi", "160Mi", key="memory"), "memory") == "288Mi"
@@ -729,6 +738,11 @@ def test_dashboard_exposure_of_the_head_service():
         ("raycluster", "headGroupSpec.enableIngress makes KubeRay create an Ingress to the dashboard")]
     assert exposures(head_rc(enableIngress="true")) == []
     assert exposures(rc()) == []  # no head spec at all
+    # a cluster left out (no dashboard, a local dashboard) does not hide the clusters after it
+    exposed = R(L.RAY_CLUSTER, "exposed", spec={"headGroupSpec": {"serviceType": "LoadBalancer"}})
+    for params in ({"include-dashboard": "false"}, {"dashboard-host": "127.0.0.1"}):
+        assert exposures(head_rc(serviceType="LoadBalancer", rayStartParams=params), exposed) == [
+            ("exposed", lb.format("0.0.0.0"))]
 
 
 def svc(name="svc", annotations=None, **spec):
@@ -767,6 +781,9 @@ def test_dashboard_exposure_of_an_ingress():
         ("ing", how.format(""))]
     assert exposures(ingress(annotations={"alb.ingress.kubernetes.io/scheme": "internal"},
                              defaultBackend={"service": {"name": "ray-head-svc"}})) == []
+    assert exposures(ingress("internal", annotations={"alb.ingress.kubernetes.io/scheme": "internal"},
+                             defaultBackend=head), ingress("public", defaultBackend=head)) == [  # the next is read
+        ("public", how.format("ray-head-svc"))]
     assert exposures(ingress(defaultBackend={"service": {"name": "web", "port": {"number": 80}}})) == []
     assert exposures(ingress(defaultBackend={"service": {"name": UNKNOWN, "port": UNKNOWN}})) == []
     assert exposures(ingress(defaultBackend={"resource": {"kind": "Bucket"}})) == []
