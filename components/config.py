@@ -62,6 +62,11 @@ def stack_error(e: ArgError) -> ConfigError:
     return ConfigError(named.name(e.arg), e.value, named.fix)
 
 
+GPU_TEMPLATE_NOTE = ("a new launch template version; in a reservation or Capacity Block, park first ([Getting "
+                     "GPUs](gpus.md))")
+"""The live-change note of every key that only changes the GPU launch template (root volume size, IOPS, throughput)."""
+
+
 @dataclass
 class StackConfig:
     """Stack settings under the ``ray-efa-eks:`` namespace; defaults = the reference layout."""
@@ -141,21 +146,15 @@ class StackConfig:
     """Who may reach the EKS API endpoint; narrow this to your office/VPN ranges."""
     gpuRootVolumeGiB: int = key(
         200, allowed="100 to 65536",
-        live=live("gpu-nodes", "gate", 
-                  note="a new launch template version; in a reservation or Capacity Block, park first ([Getting "
-                       "GPUs](gpus.md))"))
+        live=live("gpu-nodes", "gate", note=GPU_TEMPLATE_NOTE))
     """Root volume of the GPU nodes: the DLC image alone is tens of GB."""
     gpuRootVolumeIops: int = key(
         16000, allowed="3000 to 80000, at most 500 per GiB of gpuRootVolumeGiB (EBS gp3)",
-        live=live("gpu-nodes", "gate",
-                  note="a new launch template version; in a reservation or Capacity Block, park first ([Getting "
-                       "GPUs](gpus.md))"))
+        live=live("gpu-nodes", "gate", note=GPU_TEMPLATE_NOTE))
     """Provisioned IOPS of the GPU nodes' gp3 root volume (3000 is the free baseline): a node from zero unpacks the tens-of-GB image onto it ([Cold start](gpus.md#cold-start))."""
     gpuRootVolumeThroughputMiBps: int = key(
         1000, allowed="125 to 2000, at most 0.25 per gpuRootVolumeIops (EBS gp3)",
-        live=live("gpu-nodes", "gate",
-                  note="a new launch template version; in a reservation or Capacity Block, park first ([Getting "
-                       "GPUs](gpus.md))"))
+        live=live("gpu-nodes", "gate", note=GPU_TEMPLATE_NOTE))
     """Provisioned throughput (MiB/s) of the GPU nodes' gp3 root volume (125 is the free baseline); FastImagePull wants at least 600 ([Cold start](gpus.md#cold-start))."""
     gpuFastImagePull: bool = key(
         True,
@@ -225,12 +224,12 @@ class StackConfig:
     """on-demand | reservation (an ODCR) | capacity-block (Capacity Block for ML); the last two need availabilityZone."""
     gpuCapacityReservationId: str | None = key(
         None, allowed="cr- and 8 or 17 hex digits, or (reservation) a resource group ARN",
-        live=live("gpu-nodes", "gate", 
+        live=live("gpu-nodes", "gate",
                   note="a new launch template version: park the GPU nodes first ([Getting GPUs](gpus.md))"))
     """reservation: the ODCR id (cr-...) or its resource group ARN; capacity-block: the block's id (cr-...)."""
     gpuPlacementGroupName: str | None = key(
         None, allowed="a placement group name (reservation only)",
-        live=live("gpu-nodes", "gate", 
+        live=live("gpu-nodes", "gate",
                   note="a new launch template version: park the GPU nodes first ([Getting GPUs](gpus.md))"))
     """reservation only: the cluster placement group the ODCR was created in; unset: no placement group."""
 
