@@ -21,6 +21,7 @@ import types
 
 PACKAGES = (
     "pulumi_aws.ec2", "pulumi_aws.s3", "pulumi_aws.iam", "pulumi_aws.eks", "pulumi_aws.kms", "pulumi_aws.vpc",
+    "pulumi_aws.autoscaling",
     "pulumi_kubernetes.core.v1", "pulumi_kubernetes.apps.v1", "pulumi_kubernetes.batch.v1",
     "pulumi_kubernetes.networking.v1", "pulumi_kubernetes.rbac.v1", "pulumi_kubernetes.meta.v1",
     "pulumi_kubernetes.admissionregistration.v1",
