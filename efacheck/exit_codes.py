@@ -92,7 +92,9 @@ COMMANDS: dict[str, dict[int, str]] = {
               73: "the checkpoint storage cannot be written (no such bucket, access denied, a directory that "
                   "cannot be created or written): asked before Ray starts"},
     "submit": {0: "the job finished", 1: "the job failed (submit returns the job's own code when it has one)",
-               2: "no answer: the Jobs API unreachable, it did not take the job, or it refused the auth token"},
+               2: "no answer: the Jobs API unreachable, it did not take the job, or it refused the auth token",
+               5: "the job's own code: --require-efa and the fabric was not efa (any other code of `train` "
+                  "that the job exits with is passed on the same way)"},
     "efa-check": {**_VERDICT, 1: "fallback, or a bandwidth floor or version check failed",
                   2: "undetermined: the logs do not say, or the check could not be answered (topology, deadline)",
                   3: "the NCCL logs could not be read (missing, empty, binary, too large)"},
