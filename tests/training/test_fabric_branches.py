@@ -432,3 +432,24 @@ def test_counters_without_the_expected_bytes_judge_nothing():
     assert fab["verdict"] == "efa" and fab["reasons"] == plain["reasons"] and "witness" not in fab
     assert fabric.summarize("nccl", {"r0": RANK0_VIEW}, counter_deltas=flat,
                             expected_bytes_per_node=1e9)["verdict"] == "fallback"
+
+
+def test_the_env_the_stack_renders_is_replaced_by_the_capture_and_nothing_else_touched(tmp_path):
+    """test_fabric.py's deployed-worker test without its two whole-stack mock runs (which .ci/mutation.py deselects:
+    they cost each mutant's fork 5.5 s CPU and ran past mutmut's wall limit): the GPU worker's NCCL env from the stack's own functions
+    (components/raycluster.py ``efa_env``, ``stack_nccl_env``)."""
+    from ray_efa_eks.components import raycluster
+    from ray_efa_eks.components.instances import CATALOGUE
+
+    nccl = raycluster.efa_env(CATALOGUE["p5.48xlarge"], True, "WARN", "ofi")
+    env = {e["name"]: e["value"] for e in nccl + [raycluster.stack_nccl_env(nccl)]}
+    rendered = dict(env)
+    probe = fabric.Probe("nccl", 0, 1, str(tmp_path / "nccl-logs"), environ=env)
+    assert env == {**rendered, "NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET",
+                   "NCCL_DEBUG_FILE": probe.plan["log"]} and probe.plan["note"] is None
+    Path(probe.plan["log"]).write_bytes(RANK0_VIEW)  # what NCCL writes there
+    fab = probe.judge(Dist([]), final=True)
+    assert fab["verdict"] == "efa", fab["reasons"]
+    assert fab["capture"] == {"by": "run", "replaced": {"NCCL_DEBUG": "WARN"}}
+    assert fab["capture_text"] == "run (replaced the stack's NCCL_DEBUG=WARN)"
+    assert "capture=run (replaced the stack's NCCL_DEBUG=WARN)" in fabric.line(fab)
