@@ -377,3 +377,31 @@ def test_pod_security_baseline_judges_the_jobs_after_one_it_cannot_read():
     bad = res(sr.JOB, "gate", spec={"template": tmpl(hostNetwork=True)})
     v = sr.pod_security_baseline(Stack([res(sr.JOB, "u", spec={"template": UNKNOWN}), bad]))
     assert len(v) == 1 and v[0].resource == f"{sr.JOB} gate" and "hostNetwork" in v[0].problem
+
+
+def test_kuberay_single_namespace_judges_an_oci_chart_v4_and_names_rule_and_fix():
+    """The operator installed as a helm.sh/v4 Chart from an OCI reference is judged like a Release (the chart's last
+    path component), and the leaves-out problem carries the rule's id and fix like the cluster-wide one."""
+    rc, b = ray_cluster(ns="ray"), ray_cluster("b", ns="b")
+    oci = kuberay({"singleNamespaceInstall": True, "watchNamespace": ["ray"]}, chart="oci://x/kuberay-operator",
+                  typ=HELM_CHART_V4)
+    (v,) = sr.kuberay_single_namespace(Stack([rc, b, oci]))
+    assert v.problem == "watchNamespace ['ray'] leaves out the RayCluster namespace(s) ['b']"
+    assert (v.rule, v.fix, v.resource) == ("kuberay-single-namespace", sr.KUBERAY_FIX, f"{HELM_CHART_V4} kuberay")
+
+
+def test_ray_pods_reads_the_clusters_after_one_it_cannot_read():
+    no_spec = res(sr.RAY_CLUSTER, "a", metadata={"name": "a"})
+    assert [(r.name, role) for r, role, _, _, _ in sr.ray_pods(Stack([no_spec, ray_cluster("b")]))] == [("b", "head")]
+
+
+def test_every_violation_carries_its_rules_id_and_fix():
+    """The id routes a violation to its CrossGuard policy and `check-rules` line; the fix is what the reader does.
+    Each problem of a rule that has several wordings, not only the first."""
+    mounted = job(automountServiceAccountToken=False, volumes=[TOKEN_VOL],
+                  containers=[{"name": "gate", "volumeMounts": [{"name": "tok"}]}])
+    mofed = chart("nvidia-device-plugin", "0.19.0", {})
+    got = [*sr.gate_no_api_token(Stack([mounted])), *sr.device_plugin_versions(Stack([mofed]))]
+    assert [(v.problem.split(" ")[0], v.rule, v.fix) for v in got] == [
+        ("container", "gate-no-api-token", sr.GATE_TOKEN_FIX), ("a", "gate-no-api-token", sr.GATE_TOKEN_FIX),
+        ("chart", "device-plugin-versions", sr.PLUGINS_FIX)]
