@@ -218,7 +218,10 @@ def reservation_problem(reservation_id: str, described: dict[str, Any], instance
                         f"use at most {int(count)}")
     pg_arn = described.get("placement_group_arn")
     if pg_arn is not None:
-        group = pg_arn.rsplit("/", 1)[-1] if pg_arn else None
+        # arn:aws:ec2:REGION:ACCOUNT:placement-group/NAME; EC2 limits NAME only to 255 ASCII characters
+        # (CreatePlacementGroup, https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_CreatePlacementGroup.html),
+        # so NAME is all the text after the first '/', which may hold another '/'
+        group = pg_arn.partition("/")[2] or None
         if group != placement_group:
             return ArgError("placement_group", placement_group, lambda n: (
                 f"set {n('placement_group')}: {group} (the reservation was made in that cluster placement group)"

@@ -257,6 +257,14 @@ def test_an_odcr_must_be_launched_into_the_placement_group_it_was_made_in():
     assert problem.fix == "remove placement_group: the reservation is in no placement group"
 
 
+def test_the_placement_group_is_all_of_the_arn_after_placement_group():
+    """EC2 limits a group name only to 255 ASCII characters, so it may hold a '/': its last part is another group."""
+    in_group = _odcr(placement_group_arn="arn:aws:ec2:us-east-1:123456789012:placement-group/team/efa-pg")
+    problem = cap.reservation_problem(ID17, in_group, "g6.12xlarge", "us-east-1b", 2, "efa-pg")
+    assert (problem.arg, problem.value) == ("placement_group", "efa-pg")
+    assert problem.fix == "set placement_group: team/efa-pg (the reservation was made in that cluster placement group)"
+
+
 # --- read_capacity_block: EC2's answer through the provider's invoke, empty strings as unknown
 
 def test_read_capacity_block_maps_the_invoke_answer(monkeypatch):
