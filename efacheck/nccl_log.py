@@ -252,10 +252,10 @@ class _Collector:
         self.net_forced: str | None = None
         self.net_init_failed = False
 
-    def _rank(self, prefix: bytes, source: str, anon_seq: int = 0) -> Rank:
+    def _rank(self, prefix: bytes, source: str, anon_seq: int) -> Rank:
         m = _PREFIX_RE.search(prefix)
         if m:
-            host = m.group(1).decode(errors="replace")
+            host = m.group(1).decode()  # _PREFIX_RE matches ASCII only
             key = f"{host}:{m.group(2).decode()}"
         else:
             host, key = None, f"{source}#{anon_seq}"
@@ -323,13 +323,14 @@ class _Collector:
         if first:
             self._intra_bufs.append(buf)  # counted only if a reason needs the number (single-host logs)
             self._note("intra", source, min(first))
-        # Ranks that printed only connection lines (no init lines): attribute per line, slow but rare.
+        # Ranks that printed only connection lines (no init lines): attribute per line, slow but rare. An unprefixed
+        # line goes to the file's last anonymous rank (#0 when it has none): it names no new process.
         if (self.net_chan or first) and not any(r.host for r in self.ranks.values()):
             for ln in buf.split(b"\n"):
                 if b" via " in ln:
                     pre, _s, rest = ln.partition(b"NCCL INFO ")
                     if rest.startswith((b"Channel", b"Ring")):
-                        self._rank(pre, source)
+                        self._rank(pre, source, anon)
 
     def _fact(self, r: Rank, warn: bool, body: str, source: str, pos: int) -> None:
         low = body.lower()
@@ -378,7 +379,7 @@ class _Collector:
             self._note("ofi_failed", source, pos)
             return
         if body.startswith("NET/Plugin") and "collnet" not in low:  # CollNet symbols are optional
-            if "loaded" in low and "no plugin" not in low and "failed" not in low:
+            if "loaded" in low:  # NCCL 2.4-2.30 says it only in "Loaded net|coll|gin plugin NAME (vN)"
                 if r.plugin != "init_failed":
                     r.plugin = "loaded"  # also after "Could not find: <another candidate name>"
             elif r.plugin in ("loaded", "init_failed"):
@@ -393,7 +394,7 @@ class _Collector:
                 r.loopback = True
                 self._note("loopback", source, pos)
             return
-        if warn or "not found" in low:
+        if warn:  # no INFO line with a _FACT_STARTS literal says "not found" (NCCL 2.4-2.30, aws-ofi-nccl)
             if "network" in low and "not found" in low:
                 self._cause("net_forced_absent")
                 self._note("net_absent", source, pos)

@@ -816,3 +816,45 @@ def test_connection_lines_alone_name_their_ranks_net_or_ring_and_per_file():
     assert ring.hosts == ["h1", "h2"] and ring.ranks == 2
     bare = ("NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/Libfabric/0\n").encode()
     assert nccl_log.analyze_bytes([("a.log", bare), ("b.log", bare)]).ranks == 2
+
+
+# --- the re-run's survivors (mutmut, 2026-12-05 06:48) ---
+
+def test_an_unprefixed_excerpt_with_connection_lines_is_as_many_ranks_as_it_has_using_network_lines():
+    """Connection lines without a prefix name no new process: they go to the file's last anonymous rank (before the
+    fix one such excerpt counted 2 ranks, two counted 3)."""
+    chan = "NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/Libfabric/0"
+    one = judge(["NCCL INFO Using network Libfabric", chan])
+    assert (one.ranks, one.verdict, one.causes) == (1, "undetermined", ["no_provider_line"])
+    assert judge(["NCCL INFO Using network Libfabric", "NCCL INFO Using network Libfabric", chan]).ranks == 2
+
+
+def test_a_host_whose_only_nccl_line_holds_no_init_fact_is_no_rank():
+    """A WARN/INFO line without a fact literal (here cudaDriverVersion, first in the log) names no rank, whatever the
+    lines after it hold: a host counted without a provider line would make an EFA job undetermined."""
+    rep = judge([_p("h3", 3) + "cudaDriverVersion 12040"] + _efa("h1", 1) + _efa("h2", 2)
+                + [_chan("h1", 1), _chan("h2", 2)])
+    assert (rep.verdict, rep.hosts, rep.ranks) == ("efa", ["h1", "h2"], 2)
+
+
+def test_connection_lines_echoed_after_a_second_marker_still_name_their_ranks():
+    echoed = [_chan(h, pid) + " (NCCL INFO echoed)" for h, pid in (("h1", 1), ("h2", 2))]
+    assert judge(echoed).hosts == ["h1", "h2"]
+
+
+def test_a_plugin_library_dlopen_could_not_open_is_a_failed_plugin():
+    """NCCL prints dlopen's own error when it is not "<name>: No such file" (a dependency missing, no permission):
+    NVIDIA/nccl src/plugin/plugin_open.cc, openPluginLib: INFO "%s/Plugin: %s: %s" (type, library, dlerror)."""
+    line = _p("h1") + "NET/Plugin: libnccl-net-ofi.so: libfabric.so.1: cannot open shared object file: No such file"
+    rep = judge([line, _TWO_NODES, _SOCK_CHAN])
+    assert rep.verdict == "fallback" and rep.causes == ["socket_network", "plugin_not_found"]
+    assert rep.reasons[1] == "net plugin failed to load: " + _at(1, line)
+
+
+@pytest.mark.parametrize("warning, causes", [
+    ("XML Import Channel : dev 3 not found.", []),  # NCCL graph/search.cc: "not found" without a network
+    ("NET/OFI MR key allocation failed", ["ofi_error"]),  # aws-ofi-nccl nccl_ofi_rdma.cpp: a failure, no init
+])
+def test_a_warning_is_a_missing_network_or_a_failed_plugin_only_when_it_says_so(warning, causes):
+    rep = judge(_efa("h1", 1) + _efa("h2", 2) + [_chan("h1", 1), _chan("h2", 2), _w("h1") + warning])
+    assert (rep.verdict, rep.causes) == ("efa", causes)
