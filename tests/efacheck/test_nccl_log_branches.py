@@ -858,3 +858,10 @@ def test_a_plugin_library_dlopen_could_not_open_is_a_failed_plugin():
 def test_a_warning_is_a_missing_network_or_a_failed_plugin_only_when_it_says_so(warning, causes):
     rep = judge(_efa("h1", 1) + _efa("h2", 2) + [_chan("h1", 1), _chan("h2", 2), _w("h1") + warning])
     assert (rep.verdict, rep.causes) == ("efa", causes)
+
+
+def test_a_warning_that_says_provider_is_without_selected_is_no_efa_provider():
+    """aws-ofi-nccl 1.0-1.5 warn "Only EFA provider is supported" (src/nccl_ofi_net.c): no provider line."""
+    rep = judge(_efa("h1") + [_chan("h1", via="NET/Socket/0"), _w("h1") + "NET/OFI Only EFA provider is supported"])
+    assert rep.verdict == "fallback" and rep.causes == ["no_efa_provider", "socket_network"]
+    assert rep.reasons[-1] == "aws-ofi-nccl warned: " + _at(5, _w("h1") + "NET/OFI Only EFA provider is supported")
