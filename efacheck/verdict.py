@@ -150,7 +150,7 @@ def judge(data: dict, backend: str, min_busbw_gbps: float | None, expect: dict[s
                 witness = (None, ["no node reported EFA counters"])
             if witness is not None:
                 rep = _counters.combine(rep, witness, require=require_counters)
-            witness_state = getattr(rep, "witness", None)
+            witness_state = rep.witness
             verdict, network, provider = rep.verdict, rep.network, rep.provider
             if efa_gate:
                 reasons += rep.reasons
@@ -172,7 +172,7 @@ def judge(data: dict, backend: str, min_busbw_gbps: float | None, expect: dict[s
             if failure is None:
                 failure = {"stage": "storage", "reason": line, "step": storage.get("step"),
                            "error": storage.get("error"), "causes": storage.get("causes")}
-    code = {"socket": 0, "intra_node": 0}.get(verdict, EXIT.get(verdict, 2))
+    code = 0 if verdict in ("socket", "intra_node") else EXIT[verdict]  # EXIT holds every other verdict
     if backend != "nccl":  # no NCCL, no EFA and no other NCCL shape, whatever logs lie in the log directory
         verdict, code = "undetermined", 2
     # a rank failed or checkpoints would fail (a failed storage proof is the failure when no rank failed): never a
