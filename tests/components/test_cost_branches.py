@@ -199,3 +199,13 @@ def test_estimate_passes_every_capacity_argument_to_its_note():
                           block_end="x")
     assert block.notes[0].startswith("Capacity Block cr-0123abcd: paid up front when bought, for its whole duration "
                                      "until x; its g6.12xlarge nodes")
+
+
+def test_estimate_without_the_s3_endpoint_says_s3_goes_through_the_nat_gateway():
+    e = cost.estimate("us-east-1", G6, 2, M7I, s3_gateway_endpoint=False, on=IN_STANDARD)
+    assert e.notes[2:] == [
+        "NAT gateway data processing: $0.045/GB through each of the 1 NAT gateway(s), on top of the hourly figure "
+        "(pulls from public registries, other egress)",
+        "S3 (checkpoints, ECR image layers) goes through the NAT gateway at $0.045/GB: set s3GatewayEndpoint true to "
+        "route it through a free gateway endpoint",
+        "not included: EBS volumes, S3 storage and requests, KMS keys, data transfer out"]
