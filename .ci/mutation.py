@@ -76,6 +76,15 @@ MODULES: dict[str, list[str]] = {
     "efacheck/storage_proof.py": [
         "tests/efacheck/test_storage_proof_branches.py", "tests/efacheck/test_storage_hints.py",
         "tests/efacheck/test_storage_proof.py",
+        # these four run prove() in a subprocess (Ray Train's import) against the S3 emulator: past mutmut's 15.5 s
+        # wall limit (it times the call phase only: 0.01 s) under nice 19 on shared cores, where 26 of the first
+        # run's 453 mutants stopped before the tests said anything; test_storage_proof_branches.py asserts each
+        # outcome in process (a stand-in agent, a local filesystem)
+        *(arg for name in ("test_storage_proof_writes_lists_reads_and_deletes_with_pod_identity",
+                           "test_the_pods_role_policy_admits_every_request_of_the_proof",
+                           "test_agent_refusing_credentials_is_a_trust_policy_failure",
+                           "test_no_pod_identity_env_and_a_missing_bucket")
+          for arg in ("--deselect", f"tests/efacheck/test_storage_proof.py::{name}")),
     ],
     "efacheck/stack_probe.py": ["tests/efacheck/test_stack_probe.py", "tests/efacheck/test_stack_probe_branches.py"],
     "efacheck/worker_pods.py": ["tests/efacheck/test_worker_pods.py"],

@@ -485,6 +485,14 @@ def test_prove_of_a_path_ending_in_x_keeps_its_last_character(tmp_path):
     assert r["ok"] is True and r["object"].startswith(f"{tmp_path}/boX/{sp.PROOF_DIR}/")
 
 
+def test_prove_of_a_path_ending_in_a_space_writes_under_that_path_not_a_trimmed_one(tmp_path):
+    """Only the '/' is trimmed: a shared-filesystem prefix ending in a space (pyarrow keeps it) is the one the proof
+    must write under, not its neighbour without the space."""
+    r = sp.prove(str(tmp_path / "ckpt "), env={})
+    assert r["ok"] is True and r["object"].startswith(f"{tmp_path}/ckpt /{sp.PROOF_DIR}/")
+    assert os.path.isdir(tmp_path / "ckpt " / sp.PROOF_DIR) and not os.path.exists(tmp_path / "ckpt")
+
+
 def test_prove_an_object_that_never_landed_is_missing_from_the_listing(monkeypatch, tmp_path):
     """On S3 nothing makes the folder: a write that never landed leaves no folder to list, which is the same answer
     as a listing without the object (not an error of its own)."""
