@@ -9,11 +9,10 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 
 from ray_efa_eks.efacheck import sweep
 from ray_efa_eks.training.model import PRESETS, DecoderLM, approx_params, count_params
-from tests.helpers.gloo_sweep import free_port, spawn_sweep
+from tests.helpers.gloo_sweep import free_port, spawn_sweep, start_ranks
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +107,7 @@ def _fsdp_rank(rank: int, world: int, port: int, out: str) -> None:
 def test_fsdp_sizes_are_what_fsdp2_sends(tmp_path: Path, world: int) -> None:
     """A real FSDP2 step (tiny preset, bf16/fp32 mixed precision, gloo) records every all-gather and reduce-scatter;
     3 ranks so dim-0 padding (d_model 128 is not a multiple of 3) is exercised."""
-    mp.start_processes(_fsdp_rank, args=(world, free_port(), str(tmp_path)), nprocs=world, start_method="spawn")
+    start_ranks(_fsdp_rank, (world, free_port(), str(tmp_path)), world, preload=(__name__,))
     seen = json.loads((tmp_path / "rank0.json").read_text())
     want = sweep.fsdp_message_sizes("tiny", world)
     for c in ("all_gather_into_tensor", "reduce_scatter_tensor"):
