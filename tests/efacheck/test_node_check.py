@@ -3,9 +3,12 @@ Kubernetes API fake on loopback that records every request (only its own node, o
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+import re
 import shutil
 import threading
+import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -695,3 +698,301 @@ def test_an_api_error_while_writing_a_proof_is_exit_2_and_nothing_removed(tmp_pa
                         log=logs.append) == nc.EXIT_API
     assert logs[-1].startswith("[node-check] the API server refused or failed a call for node gpu-a: HTTP Error 422")
     assert [c[:2] for c in api.calls] == [("GET", "/api/v1/nodes/gpu-a"), ("PATCH", "/api/v1/nodes/gpu-a/status")]
+
+
+# -- every output word for word, and each input read as the API server and fi_info give it (issue 40: mutmut) --------
+
+T = "2026-12-05T06:00:00Z"
+
+
+def test_the_probe_asks_fi_info_with_a_timeout_and_says_what_it_found():
+    seen = []
+
+    def run(cmd, **k):
+        seen.append(k)
+        return _R(0, FI_INFO_L)
+    assert nc.libfabric_lists_efa(run) == (True, "the image's libfabric has the efa provider (version 201.0); the "
+                                                 "device itself is checked by each Ray worker's efa-provider-check "
+                                                 "init container")
+    assert seen == [{"capture_output": True, "text": True, "timeout": 30}]  # output read, a hung fi_info given up
+    # efa: last, or followed by no version line: the version is not known
+    for out in ("tcp:\n    version: 1.0\nefa:\n", "efa:\n    type: core\n"):
+        ok, detail = nc.libfabric_lists_efa(lambda *a, **k: _R(0, out))
+        assert ok and detail.startswith("the image's libfabric has the efa provider (version ?);")
+    # no provider listed: what it said on stderr, else its exit code
+    assert nc.libfabric_lists_efa(lambda *a, **k: _R(1, "", "  fi_getinfo: -61\n")) == (
+        False, "fi_info -l does not list efa (fi_getinfo: -61)")
+    assert nc.libfabric_lists_efa(lambda *a, **k: _R(3, None, None)) == (False, "fi_info -l does not list efa (exit 3)")
+
+
+def _dev(errors=None, **ports):
+    return {"ports": ports, "errors": errors or {}}
+
+
+def test_each_finding_says_what_it_saw(monkeypatch, tmp_path):
+    roots = []
+    devices = {"d0": _dev(**{"1": {"tx_bytes": 1, "rx_bytes": 2}})}
+    monkeypatch.setattr(nc, "read_ports", lambda root: roots.append(root) or devices)
+    (tmp_path / "module" / "efa").mkdir(parents=True)
+    got = nc.decide(str(tmp_path), 1, {nc.EFA_RESOURCE: "1"}, (True, "listed"))
+    assert roots == [str(tmp_path / "class" / "infiniband")]
+    assert got == [nc.Finding("devices", True, "1 EFA device(s) (d0); the catalogue says 1"),
+                   nc.Finding("counters", True, "every port's hw_counters readable"),  # exactly the two it needs
+                   nc.Finding("module", True, "efa kernel module loaded"),
+                   nc.Finding("plugin", True, "the node's allocatable vpc.amazonaws.com/efa is '1'; expected 1 (the "
+                                              "EFA device plugin advertises one per device)"),
+                   nc.Finding("provider", True, "listed")]
+    devices.clear()
+    devices.update(d1=_dev({"/p/tx_bytes": "Permission denied"}, **{"1": {"rx_bytes": 2}}), d0=_dev(**{"1": {}}))
+    got = nc.decide(str(tmp_path / "none"), 0, {}, (False, "not listed"))
+    assert got == [nc.Finding("devices", False, "2 EFA device(s) (d0, d1); the catalogue says 0"),
+                   nc.Finding("counters", False, "d1: /p/tx_bytes: Permission denied; d1: no tx_bytes/rx_bytes; "
+                                                 "d0: no tx_bytes/rx_bytes"),
+                   nc.Finding("module", False, "no /sys/module/efa: the efa kernel module is not loaded"),
+                   nc.Finding("plugin", False, "the node's allocatable vpc.amazonaws.com/efa is None; expected 0 (the "
+                                               "EFA device plugin advertises one per device)"),
+                   nc.Finding("provider", False, "not listed")]
+    devices.clear()
+    got = nc.decide(str(tmp_path), -1, {nc.EFA_RESOURCE: "0"}, (True, "listed"))
+    assert got[0] == nc.Finding("devices", False, "0 EFA device(s) (none); the catalogue has no count for this node's "
+                                                  "instance type")
+    assert got[1] == nc.Finding("counters", False, "no device to read")
+
+
+def test_the_condition_of_a_set_of_findings():
+    assert nc._message([nc.Finding("devices", True, "x")]) == (
+        "True", "FabricProven", "EFA devices, counters, module, device plugin and libfabric's efa provider checked")
+    status, reason, message = nc._message([nc.Finding("devices", False, "a"), nc.Finding("module", True, "b"),
+                                           nc.Finding("plugin", False, "c" * 2000)])
+    assert (status, reason) == ("False", "FabricCheckFailed")
+    assert message == ("devices: a; plugin: " + "c" * 2000)[:1024] and len(message) == 1024  # the API's limit
+
+
+def _condition(status, reason, message, t=T):
+    return {"status": {"conditions": [{"type": nc.CONDITION, "status": status, "reason": reason, "message": message,
+                                       "lastHeartbeatTime": t, "lastTransitionTime": t}]}}
+
+
+def _with(node, status, reason, message):
+    """``node`` (a copy) whose EfaFabricProven condition is this one."""
+    node = json.loads(json.dumps(node))
+    node["status"]["conditions"] = _condition(status, reason, message)["status"]["conditions"]
+    return node
+
+
+def _event(name, reason, message, uid=None, t=T):
+    return {"apiVersion": "v1", "kind": "Event", "metadata": {"generateName": f"{name}.efa-unproven."},
+            "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": name, **({"uid": uid} if uid else {})},
+            "reason": reason, "message": message, "type": "Warning",
+            "source": {"component": "ray-efa-eks-node-check", "host": name},
+            "firstTimestamp": t, "lastTimestamp": t, "count": 1}
+
+
+def test_the_condition_and_the_event_as_written(monkeypatch):
+    monkeypatch.setattr(nc, "_now", lambda: T)
+    api = Calls()
+    assert nc._write(api, "gpu-a", "uid-1", "False", "R", "m", None) is True
+    assert api.calls == [("PATCH", "/api/v1/nodes/gpu-a/status", _condition("False", "R", "m"),
+                          "application/strategic-merge-patch+json"),
+                         ("POST", "/api/v1/namespaces/default/events", _event("gpu-a", "R", "m", "uid-1"),
+                          "application/json")]
+    api = Calls()
+    assert nc._write(api, "gpu-b", None, "False", "R", "m", {"status": "True", "reason": "R", "message": "m"})
+    assert api.calls[1][2] == _event("gpu-b", "R", "m")  # no uid known: none named
+    api = Calls()
+    assert nc._write(api, "gpu-a", "u", "True", "FabricProven", "ok", None) is True
+    assert [c[0] for c in api.calls] == ["PATCH"]  # a proof is no Warning
+    previous = {"status": "False", "reason": "R", "message": "m"}
+    assert nc._write(api, "gpu-a", "u", "False", "R", "m", previous) is False  # nothing new: nothing written
+    for changed in ({"status": "True"}, {"reason": "X"}, {"message": "n"}):
+        assert nc._write(api, "gpu-a", "u", "False", "R", "m", {**previous, **changed}) is True
+
+
+def test_now_is_utc_in_the_apis_format(monkeypatch):
+    monkeypatch.setenv("TZ", "Asia/Tokyo")  # a node whose local time is not UTC still writes UTC
+    time.tzset()
+    try:
+        now = nc._now()
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", now)
+    taken = dt.datetime.strptime(now, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.timezone.utc)
+    assert abs((dt.datetime.now(dt.timezone.utc) - taken).total_seconds()) < 60
+
+
+def test_a_node_without_taints_has_nothing_to_remove():
+    api = Calls()
+    for node in ({"metadata": {"name": "n"}}, {"metadata": {"name": "n"}, "spec": {"taints": None}},
+                 {"metadata": {"name": "n"}, "spec": {"taints": [GPU_TAINT]}}):
+        assert nc.remove_startup_taint(api, node) is False
+    assert api.calls == []
+
+
+def test_a_provider_failure_is_recorded_word_for_word(monkeypatch):
+    monkeypatch.setattr(nc, "_now", lambda: T)
+    node, logs = _node("gpu-a", [GPU_TAINT]), []
+    api = Calls(node)
+    assert nc.fail_provider(api, node, ["pod ray/a: x", "pod ray/b: y"], logs.append) == nc.EXIT_UNPROVEN
+    message = f"provider: pod ray/a: x; provider: pod ray/b: y; node tainted with {nc.TAINT_KEY} again until it is " \
+              "replaced"
+    assert [c[2] for c in api.calls[:2]] == [_condition("False", nc.PROVIDER_FAILED, message),
+                                             _event("gpu-a", nc.PROVIDER_FAILED, message, "uid-gpu-a")]
+    assert logs == ["[node-check] FAIL provider: pod ray/a: x", "[node-check] FAIL provider: pod ray/b: y",
+                    f"[node-check] node gpu-a: a Ray worker's provider check failed; put back taint {nc.TAINT_KEY} "
+                    f"(recorded as {nc.CONDITION}=False reason {nc.PROVIDER_FAILED}: it is not proven again while "
+                    "that is there)"]
+    api, logs = Calls(node), []
+    nc.fail_provider(api, node, ["x" * 2000], logs.append)
+    assert api.calls[0][2]["status"]["conditions"][0]["message"] == ("provider: " + "x" * 2000)[:1024]
+    # on record and tainted: nothing to write, nothing to say
+    recorded = _with(_node("gpu-a", [GPU_TAINT, STARTUP]), "False", nc.PROVIDER_FAILED, "earlier")
+    api, logs = Calls(recorded), []
+    assert nc.fail_provider(api, recorded, [], logs.append) == nc.EXIT_UNPROVEN and api.calls == [] and logs == []
+
+
+def test_what_a_check_says_in_the_log(tmp_path):
+    root = str(kernel_sysfs(tmp_path))
+    node, logs = _node("gpu-a", [GPU_TAINT, STARTUP]), []
+    assert nc.run_check(Calls(node), "gpu-a", root, 1, provider=lambda: (True, "listed"), log=logs.append) == 0
+    assert logs == ["[node-check] ok   devices: 1 EFA device(s) (rdmap0s30); the catalogue says 1",
+                    "[node-check] ok   counters: every port's hw_counters readable",
+                    "[node-check] ok   module: efa kernel module loaded",
+                    "[node-check] ok   plugin: the node's allocatable vpc.amazonaws.com/efa is '1'; expected 1 (the "
+                    "EFA device plugin advertises one per device)",
+                    "[node-check] ok   provider: listed",
+                    f"[node-check] node gpu-a proven; removed taint {nc.TAINT_KEY}"]
+    # proven before and still proven, untainted: quiet
+    proven = _with(_node("gpu-a", [GPU_TAINT]), "True", "FabricProven", "x")
+    logs.clear()
+    assert nc.run_check(Calls(proven), "gpu-a", root, 1, provider=lambda: (True, "listed"), log=logs.append) == 0
+    assert logs == []
+    # tainted and failing: the failure, then why the taint stays
+    logs.clear()
+    assert nc.run_check(Calls(node), "gpu-a", root, 1, provider=lambda: (False, "not listed"), log=logs.append) == 1
+    assert logs[-2:] == ["[node-check] FAIL provider: not listed",
+                         f"[node-check] node gpu-a NOT proven: it keeps {nc.TAINT_KEY}; see its {nc.CONDITION} "
+                         "condition"]
+    # failing again as before, still tainted: it says so again (the taint is what keeps Ray off)
+    failing = _with(node, "False", "FabricCheckFailed", "provider: not listed")
+    logs.clear()
+    nc.run_check(Calls(failing), "gpu-a", root, 1, provider=lambda: (False, "not listed"), log=logs.append)
+    assert "[node-check] FAIL provider: not listed" in logs
+    # proven and untainted, but the condition says False (a recovery): the findings are logged
+    logs.clear()
+    nc.run_check(Calls(_with(_node("gpu-a", [GPU_TAINT]), "False", "FabricCheckFailed", "x")), "gpu-a", root, 1,
+                 provider=lambda: (True, "listed"), log=logs.append)
+    assert len(logs) == 5 and logs[0].startswith("[node-check] ok   devices")
+    # proven, condition True, but tainted again (a node group update): the findings are logged before the removal
+    logs.clear()
+    nc.run_check(Calls(_with(node, "True", "FabricProven", "x")), "gpu-a", root, 1,
+                 provider=lambda: (True, "listed"), log=logs.append)
+    assert len(logs) == 6 and logs[-1] == f"[node-check] node gpu-a proven; removed taint {nc.TAINT_KEY}"
+
+
+def test_no_round_no_answer():
+    assert nc.run_loop(None, "gpu-a", "/sys", 1, rounds=0) == nc.EXIT_API
+
+
+def test_the_expected_counts_as_written():
+    assert nc.parse_expected(" g6.12xlarge=1 , p5.48xlarge=32") == {"g6.12xlarge": 1, "p5.48xlarge": 32}
+    with pytest.raises(ValueError) as e:
+        nc.parse_expected("a=1=2")
+    assert str(e.value) == "--expect-devices 'a=1=2': expected TYPE=COUNT[,TYPE=COUNT...], e.g. g6.12xlarge=1"
+    assert nc.expected_for({}, {"g6.12xlarge": 1}) == -1  # a Node without labels is of no known type
+    assert nc.expected_for({"metadata": {"labels": None}}, 3) == 3
+
+
+def test_seconds_are_positive_and_finite():
+    assert nc._seconds("2.5") == 2.5
+    for text, says in (("0", "must be a positive number of seconds, got '0'"),
+                       ("-1", "must be a positive number of seconds, got '-1'"),
+                       ("soon", "'soon' is not a number of seconds")):
+        with pytest.raises(nc.argparse.ArgumentTypeError) as e:
+            nc._seconds(text)
+        assert str(e.value) == says
+
+
+class _Answer:
+    def __init__(self, raw):
+        self.raw = raw
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False
+
+    def read(self):
+        return self.raw
+
+
+def test_each_call_is_one_json_request_with_the_token(monkeypatch, tmp_path):
+    seen, answers = [], [b'{"kind": "Node"}', b""]
+
+    def urlopen(req, timeout, context):
+        seen.append((req.get_method(), req.full_url, dict(req.header_items()), req.data, timeout, context))
+        return _Answer(answers.pop(0))
+    monkeypatch.setattr(nc.urllib.request, "urlopen", urlopen)
+    api = nc.Api("http://h:1/", token="t")
+    assert api.call("PATCH", "/p", [{"op": "x"}], "application/json-patch+json") == {"kind": "Node"}
+    assert nc.Api("http://h:1").call("GET", "/g") is None  # an empty answer (no token: no Authorization)
+    assert seen == [("PATCH", "http://h:1/p", {"Accept": "application/json", "Content-type": "application/json-patch+json",
+                                               "Authorization": "Bearer t"}, b'[{"op": "x"}]', 10.0, None),
+                    ("GET", "http://h:1/g", {"Accept": "application/json"}, None, 10.0, None)]
+    assert isinstance(nc.Api("https://h").ctx, nc.ssl.SSLContext)
+
+
+def test_in_cluster_is_the_pods_service_account(monkeypatch, tmp_path):
+    cafiles = []
+    monkeypatch.setattr(nc.ssl, "create_default_context", lambda cafile=None: cafiles.append(cafile) or "ctx")
+    monkeypatch.setattr(nc, "TOKEN_DIR", str(tmp_path))
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+    monkeypatch.delenv("KUBERNETES_SERVICE_PORT", raising=False)
+    api = nc.Api.in_cluster()
+    assert (api.base, api.token, api.token_file, api.ctx, api.timeout) == (
+        "https://10.0.0.1:443", None, str(tmp_path / "token"), "ctx", 10.0)
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "6443")
+    assert nc.Api.in_cluster().base == "https://10.0.0.1:6443"
+    assert cafiles == [str(tmp_path / "ca.crt")] * 2
+
+
+def test_the_help_says_each_option_and_its_default(monkeypatch, capsys):
+    monkeypatch.setenv("COLUMNS", "400")
+    assert nc.run_cli(nc.main, ["--help"], PROG) == 0
+    lines = [" ".join(line.split()) for line in capsys.readouterr().out.splitlines()]
+    for said in ("Prove this node's EFA path, then remove its startup taint; by default again every --interval seconds, "
+                 "until stopped (the node agent's fabric-proof container).",
+                 "--node NODE this node's name (default $NODE_NAME)",
+                 "--sysfs SYSFS sysfs root holding class/infiniband (default /sys)",
+                 "where the efa module's directory is (default <sysfs>/module)",
+                 "EFA devices the catalogue gives the type: COUNT, or TYPE=COUNT[,TYPE=COUNT...] read against the "
+                 "node's node.kubernetes.io/instance-type label",
+                 "--interval INTERVAL seconds between proofs (default 60)",
+                 "namespace of the Ray worker pods to read: a failed efa-provider-check init container in one on this "
+                 "node puts the startup taint back (default: none, not read)",
+                 "seconds between two reads of this node's Ray worker pods between proofs (default 5)",
+                 "--once prove once and stop, answering with the proof's status"):
+        assert said in lines
+
+
+def test_the_loops_defaults_and_its_log_goes_out_at_once(monkeypatch):
+    seen, printed = [], []
+    monkeypatch.setattr(nc.Api, "in_cluster", classmethod(lambda cls: "api"))
+    monkeypatch.setattr(nc, "run_loop", lambda *a, **k: seen.append((a, k)) or 0)
+    monkeypatch.setenv("NODE_NAME", "from-env")
+    assert nc.run_cli(nc.main, ["--expect-devices", "2"], PROG) == 0
+    ((args, kw),) = seen
+    assert args == ("api", "from-env", "/sys", 2, 60)
+    assert (kw["module_root"], kw["workers_namespace"], kw["pod_interval_s"]) == (None, None, 5)
+    monkeypatch.setattr("builtins.print", lambda *a, **k: printed.append((a, k)))
+    kw["log"]("[node-check] x")
+    assert printed == [(("[node-check] x",), {"flush": True})]  # a pipe to the kubelet's log: no line held back
+
+
+def test_an_unreadable_service_account_is_named_in_one_line(monkeypatch, capsys):
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+    monkeypatch.setattr(nc, "TOKEN_DIR", "/nonexistent")
+    assert nc.run_cli(nc.main, ["--expect-devices", "1", "--node", "n", "--once"], PROG) == nc.EXIT_API
+    assert capsys.readouterr().err == f"{PROG}: error: no Kubernetes API to ask (run it in a pod with a service " \
+                                      "account token): [Errno 2] No such file or directory\n"
