@@ -996,3 +996,17 @@ def test_an_unreadable_service_account_is_named_in_one_line(monkeypatch, capsys)
     assert nc.run_cli(nc.main, ["--expect-devices", "1", "--node", "n", "--once"], PROG) == nc.EXIT_API
     assert capsys.readouterr().err == f"{PROG}: error: no Kubernetes API to ask (run it in a pod with a service " \
                                       "account token): [Errno 2] No such file or directory\n"
+
+
+def test_a_node_without_status_or_spec_is_read_as_empty(tmp_path):
+    """A Node as bare as the API may answer it: no conditions, no allocatable, no taints: not proven (the plugin
+    advertises nothing), with no crash."""
+    assert nc.current_condition({}) is None and nc.current_condition({"status": {"conditions": None}}) is None
+    assert nc.current_condition({"status": {"conditions": [{"type": "Ready"}]}}) is None
+    logs = []
+    api = Calls({"metadata": {"name": "gpu-a"}})
+    assert nc.run_check(api, "gpu-a", str(kernel_sysfs(tmp_path)), 1, provider=lambda: OK_PROVIDER,
+                        log=logs.append) == nc.EXIT_UNPROVEN
+    assert "[node-check] FAIL plugin: the node's allocatable vpc.amazonaws.com/efa is None; expected 1 (the EFA device " \
+           "plugin advertises one per device)" in logs
+    assert logs[-1].startswith("[node-check] node gpu-a was proven and now fails")  # no taint on it
