@@ -333,7 +333,7 @@ class Probe:
     def _payload(self, final: bool) -> dict:
         out: dict[str, Any] = {"source": f"{socket.gethostname()}:{self.plan.get('log')}" if self.plan.get("log")
                                else f"{socket.gethostname()}:rank{self.rank}",
-                               "log": read_log(self.plan.get("log")) if self.plan.get("log") else None,
+                               "log": read_log(self.plan.get("log")),
                                "note": self.plan.get("note"), "host": socket.gethostname(),
                                "capture": self.plan.get("capture"), "image": os.environ.get(IMAGE_ENV)}
         if final and self.counters_before is not None:

@@ -305,6 +305,10 @@ def test_plan_capture_user_answers():
         "your own NCCL logging settings are kept (NCCL_DEBUG_SUBSYS=ALL): NCCL_DEBUG is unset, so NCCL logs no INFO")
     assert "NCCL_DEBUG is WARN, so" in _plan({**_stack(NCCL_DEBUG="WARN"), "NCCL_DEBUG_SUBSYS": "ALL"})["note"]
     assert "NCCL_DEBUG is VERSION, so" in _plan({"NCCL_DEBUG": "VERSION"})["note"]
+    # their TRACE (any case) with their file: read from there too, as INFO is
+    for level in ("TRACE", "trace"):
+        trace = _plan({"NCCL_DEBUG": level, "NCCL_DEBUG_FILE": "/u/t.%h"})
+        assert (trace["log"], trace["note"], trace["env"]) == ("/u/t.node-a", None, {})
 
 
 def test_stack_env_absent_or_not_an_object():
@@ -335,7 +339,9 @@ def test_previous_verdict_reads_fabric_json_beside_a_trailing_slash():
 
     ckpt = SimpleNamespace(filesystem=FS(), path="s3://b/run/checkpoint_000001/")
     assert fabric.previous_verdict(ckpt) == {"verdict": "efa"}
-    assert opened == ["s3://b/run/checkpoint_000001/fabric.json"]
+    # only the slash is cut: a directory of the user's own whose name ends in an X keeps it
+    assert fabric.previous_verdict(SimpleNamespace(filesystem=FS(), path="s3://b/best-X")) == {"verdict": "efa"}
+    assert opened == ["s3://b/run/checkpoint_000001/fabric.json", "s3://b/best-X/fabric.json"]
 
 
 def test_checkpoint_record_whole():
@@ -377,7 +383,8 @@ def test_a_disabled_probe_plans_nothing():
 
 
 def test_summarize_whole_for_gloo_and_for_nccl_without_logs():
-    assert fabric.summarize("gloo", {"a": None}) == {
+    # a CPU run names no NCCL log directory, even when the run made one
+    assert fabric.summarize("gloo", {"a": None}, log_dir="/l") == {
         "verdict": "not-nccl", "backend": "gloo", "network": None, "provider": None, "nodes": None, "ranks": None,
         "deciding": None, "hints": [], "at": "end", "log_dir": None, "efa_bytes": None,
         "efa_bytes_note": "no node reported EFA counters",
