@@ -102,13 +102,21 @@ def _rank(rank: int, world: int, port: int, ckpt: str, log: str) -> None:
 def test_each_rank_reads_only_its_own_shards(tmp_path):
     import socket
 
+    import torch.distributed.checkpoint  # noqa: F401  imported here once: the forked ranks inherit them
+    import torch.distributed.fsdp  # noqa: F401
     import torch.multiprocessing as mp
+
+    from ray_efa_eks.training import model, restore  # noqa: F401
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     ckpt, log = tmp_path / "step_000007", tmp_path / "opened.jsonl"
-    mp.start_processes(_rank, args=(2, port, str(ckpt), str(log)), nprocs=2, start_method="spawn")
+    # fork, not spawn: each rank starts with torch, DCP and FSDP already imported (spawn re-imported them in each
+    # rank: most of this test's time). Safe as DataLoader workers are: a rank sets torch to one thread before any op,
+    # so no OpenMP region of this process is entered again, and nothing here uses CUDA. A rank's exception still
+    # fails the test (start_processes raises ProcessRaisedException with it).
+    mp.start_processes(_rank, args=(2, port, str(ckpt), str(log)), nprocs=2, start_method="fork")
     files = sorted(p.name for p in ckpt.iterdir())
     assert files == [".metadata", "__0_0.distcp", "__1_0.distcp", "meta.pt"]
     read: dict[int, dict[str, int]] = {0: {}, 1: {}}
