@@ -21,6 +21,7 @@ import sys
 import threading
 import time
 import urllib.request
+import warnings
 from pathlib import Path
 
 import pytest
@@ -46,18 +47,20 @@ import ray
 from ray_efa_eks.efacheck.local_cluster import local_cluster
 with local_cluster(worker_nodes=0, dashboard=True) as c:
     print("http://" + c.webui_url, c.address, flush=True)
+    added = []  # the worker nodes, in the order added
     for line in sys.stdin:
         cmd = line.split()
-        if cmd[0] == "clear":
-            for n in list(c.worker_nodes):
+        if cmd[0] in ("clear", "pop"):  # all worker nodes, or the last one added
+            for n in (added[-1:] if cmd[0] == "pop" else list(added)):
                 c.remove_node(n)
+                added.remove(n)
             end = time.monotonic() + 60  # until the GCS no longer lists them alive (the check reads ray.nodes())
-            while sum(n["Alive"] for n in ray.nodes()) > 1 and time.monotonic() < end:
+            while sum(n["Alive"] for n in ray.nodes()) > 1 + len(added) and time.monotonic() < end:
                 time.sleep(0.5)
         elif cmd[0] == "add":  # add GPUS [ENV=VALUE ...]: the node's raylet (and so its workers) get that env
             env_vars = dict(kv.split("=", 1) for kv in cmd[2:])
-            c.add_node(num_cpus=1, num_gpus=int(cmd[1]), object_store_memory=80 * 1024**2,
-                       **({"env_vars": env_vars} if env_vars else {}))
+            added.append(c.add_node(num_cpus=1, num_gpus=int(cmd[1]), object_store_memory=80 * 1024**2,
+                                    **({"env_vars": env_vars} if env_vars else {})))
             c.wait_for_nodes()
         print("ok", flush=True)
 """
@@ -79,16 +82,33 @@ class Cluster:
                 pass
             assert time.monotonic() < end, f"Jobs API at {self.url} not ready after 120 s"
             time.sleep(1)
+        self.nodes: list[str] = []
+        """The worker nodes' ``add`` arguments, in the order added."""
 
     def do(self, cmd: str) -> None:
         self.proc.stdin.write(cmd + "\n")
         self.proc.stdin.flush()
         assert self.proc.stdout.readline().strip() == "ok"
+        verb, _, arg = cmd.partition(" ")
+        if verb == "clear":
+            self.nodes.clear()
+        elif verb == "pop":
+            self.nodes.pop()
+        elif verb == "add":
+            self.nodes.append(arg)
 
-    def workers(self, *gpus: int) -> None:
-        self.do("clear")
-        for g in gpus:
-            self.do(f"add {g}")
+    def workers(self, *nodes: int | str) -> None:
+        """Exactly these worker nodes (``add`` arguments: GPUS [ENV=VALUE ...]). The nodes already up that match the
+        start of the list are kept, not restarted: a node's raylet and its Python agents take seconds of CPU to start
+        on 2 cores, and a check leaves nothing on them (its ranks are killed and its placement group removed)."""
+        want = [str(n) for n in nodes]
+        keep = 0
+        while keep < min(len(want), len(self.nodes)) and want[keep] == self.nodes[keep]:
+            keep += 1
+        while len(self.nodes) > keep:
+            self.do("pop")
+        for n in want[keep:]:
+            self.do(f"add {n}")
 
 
 @pytest.fixture(scope="module")
@@ -197,24 +217,13 @@ def test_cpu_only_workers_exit_2_naming_the_missing_gpus(cluster, mount, env, tm
     digest = "sha256:" + "c" * 64  # the image audit's verdict reaches the check through real `ray job submit`
     fleet = tmp_path / "image-fleet.json"
     fleet.write_text(json.dumps({"image_fleet": {"verdict": "ok", "digest": digest}}))
-    r = subprocess.run(["bash", "-c", script(cluster, mount, topology_wait_s=5, image_fleet_file=str(fleet))],
+    r = subprocess.run(["bash", "-c", script(cluster, mount, topology_wait_s=2, image_fleet_file=str(fleet))],
                        env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 2, r.stdout[-3000:] + r.stderr[-2000:]
     v = verdict(r.stdout)
     assert v["code"] == 2 and v["verdict"] == "undetermined" and v["failure"]["stage"] == "no_gpu", v
     assert v["image"]["digest"] == digest, v.get("image")
     assert "no GPU nodes" in v["failure"]["reason"] and "declare no GPU" in v["failure"]["reason"]
-    assert "Traceback" not in r.stdout + r.stderr
-
-
-def test_one_gpu_node_of_two_fails_on_topology(cluster, mount, env):
-    cluster.workers(1)
-    r = subprocess.run(["bash", "-c", script(cluster, mount, topology_wait_s=5)], env=env, capture_output=True,
-                       text=True, timeout=300)
-    assert r.returncode == 2, r.stdout[-3000:] + r.stderr[-2000:]
-    v = verdict(r.stdout)
-    assert v["failure"]["stage"] == "topology" and "1 of 2 expected GPU nodes" in v["failure"]["reason"], v
-    assert v["backend"] == "nccl"
     assert "Traceback" not in r.stdout + r.stderr
 
 
@@ -283,7 +292,7 @@ def test_a_check_that_overruns_its_budget_is_stopped_and_exits_2(cluster, sleepe
     from ray.job_submission import JobStatus, JobSubmissionClient
 
     mount, record = sleeper
-    d = Deadlines(head_wait_s=120, topology_wait_s=5, sweep_timeout_s=5, startup_s=35)  # check_s = 45
+    d = Deadlines(head_wait_s=120, topology_wait_s=1, sweep_timeout_s=1, startup_s=18)  # check_s = 20
     text = check_script(cluster.url, check_args(ONE_GPU, 2, d), d, working_dir=str(mount))
     r = subprocess.run(["bash", "-c", text], env=env, capture_output=True, text=True, timeout=300)
     out = r.stdout + r.stderr
@@ -297,7 +306,9 @@ def test_a_check_that_overruns_its_budget_is_stopped_and_exits_2(cluster, sleepe
     while client.get_job_status(job_id) != JobStatus.STOPPED and time.monotonic() < end:
         time.sleep(1)
     assert client.get_job_status(job_id) == JobStatus.STOPPED, client.get_job_info(job_id)
-    if record.exists():  # the driver started within the budget (it does, unless the machine is swamped)
+    if not record.exists():  # say so: the check below needs the driver to start within the budget
+        warnings.warn(f"the stand-in driver did not start within {d.check_s} s: its GCS address was not checked")
+    else:  # the driver started within the budget (it does, unless the machine is swamped)
         seen = json.loads(record.read_text())
         assert seen["ray_address"] == cluster.gcs, (seen, cluster.gcs)
         end = time.monotonic() + 60
@@ -436,9 +447,7 @@ class Running:
 
 
 def test_a_worker_on_another_image_is_stale_not_vouched_for(cluster, mount, env):
-    cluster.do("clear")
-    cluster.do("add 1")
-    cluster.do("add 1 RAY_EFA_EKS_IMAGE=rehearsal/ray:v1 RAY_EFA_EKS_SPEC_HASH=ba9876543210")  # an old pod
+    cluster.workers(1, "1 RAY_EFA_EKS_IMAGE=rehearsal/ray:v1 RAY_EFA_EKS_SPEC_HASH=ba9876543210")  # an old pod
     r = subprocess.run(["bash", "-c", script(cluster, mount, 60, image=IMAGE, spec_hash=SPEC_HASH)], env=env,
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 2, r.stdout[-3000:] + r.stderr[-2000:]
@@ -471,7 +480,7 @@ def test_a_busy_cluster_names_the_job_holding_the_gpus_then_proceeds_once_it_end
             assert time.monotonic() < end and c.get_job_status(holder).value in ("PENDING", "RUNNING"), \
                 c.get_job_logs(holder)[-2000:]
             time.sleep(1)
-        r = subprocess.run(["bash", "-c", script(cluster, mount, 6)], env=env, capture_output=True, text=True,
+        r = subprocess.run(["bash", "-c", script(cluster, mount, 2)], env=env, capture_output=True, text=True,
                            timeout=300)
         assert r.returncode == 2, r.stdout[-3000:] + r.stderr[-2000:]
         v = verdict(r.stdout)
@@ -491,8 +500,10 @@ def test_a_busy_cluster_names_the_job_holding_the_gpus_then_proceeds_once_it_end
         c.stop_job(holder)
 
 
-def test_a_stopped_gate_stops_its_ray_job_and_a_new_gate_stops_an_orphan(cluster, mount, env):
-    cluster.workers(1)  # one GPU node of two: the check waits for the second one
+def test_a_stopped_gate_stops_its_ray_job_and_a_new_gate_stops_an_orphan_then_fails_on_topology(cluster, mount, env):
+    """One GPU node of two: the check waits for the second one. A gate stopped while it waits stops its Ray job; one
+    killed leaves it running, and the next gate stops that orphan, then fails at its deadline on the topology."""
+    cluster.workers(1)
     first = Running(script(cluster, mount, 120), env)
     try:
         first.until("waiting for the declared topology")
@@ -511,7 +522,11 @@ def test_a_stopped_gate_stops_its_ray_job_and_a_new_gate_stops_an_orphan(cluster
     finally:
         orphaned.kill()
     assert wait_status(cluster, orphan, {"STOPPED"}, timeout=3) == "RUNNING"
-    r = subprocess.run(["bash", "-c", script(cluster, mount, 5)], env=env, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(["bash", "-c", script(cluster, mount, 2)], env=env, capture_output=True, text=True, timeout=300)
     assert f"stopping earlier EFA check job {orphan}" in r.stdout, r.stdout[-3000:]
     assert wait_status(cluster, orphan, {"STOPPED"}) == "STOPPED"
-    assert r.returncode == 2 and verdict(r.stdout)["failure"]["stage"] == "topology"
+    assert r.returncode == 2, r.stdout[-3000:] + r.stderr[-2000:]
+    v = verdict(r.stdout)
+    assert v["failure"]["stage"] == "topology" and "1 of 2 expected GPU nodes" in v["failure"]["reason"], v
+    assert v["backend"] == "nccl"
+    assert "Traceback" not in r.stdout + r.stderr
