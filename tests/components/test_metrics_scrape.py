@@ -34,6 +34,8 @@ PROMETHEUS = shutil.which("prometheus")
 needs_prometheus = pytest.mark.skipif(PROMETHEUS is None, reason="prometheus server not installed (Debian package "
                                                                   "`prometheus`; .ci/run installs it as root)")
 LINE_GBPS = 40.0
+SCRAPE_S = 0.25
+"""The test Prometheus's scrape interval (the cluster's PodMonitors set their own): short, so a test waits less."""
 
 
 def _free_port() -> int:
@@ -76,10 +78,11 @@ def _process(argv: list[str], ready_url: str, **kw) -> Iterator[subprocess.Popen
 
 @contextmanager
 def prometheus(tmp: Path, jobs: dict[str, str]) -> Iterator[str]:
-    """A Prometheus on loopback scraping ``jobs`` (name -> host:port) every second, ``honor_labels`` as our
+    """A Prometheus on loopback scraping ``jobs`` (name -> host:port) every ``SCRAPE_S``, ``honor_labels`` as our
     PodMonitors set it for the exporter. Yields its base URL."""
     port = _free_port()
-    cfg = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+    every = f"{int(SCRAPE_S * 1000)}ms"
+    cfg = {"global": {"scrape_interval": every, "evaluation_interval": every},
            "scrape_configs": [{"job_name": n, "honor_labels": True, "static_configs": [{"targets": [t]}]}
                               for n, t in jobs.items()]}
     (tmp / "prometheus.yml").write_text(yaml.safe_dump(cfg))
@@ -126,7 +129,7 @@ def test_exporter_panels_return_data_from_a_real_prometheus(tmp_path):
             for name, step in (("tx_bytes", 5 * 10**8), ("rx_bytes", 4 * 10**8), ("retrans_pkts", 10),
                                ("rx_drops", 3), ("impaired_remote_conn_events", 1)):
                 write_counter(sysfs, "rdmap0s30", name, i * step)
-            time.sleep(1.1)
+            time.sleep(SCRAPE_S * 1.2)
         exprs = [e for p, e in dashboard.all_exprs(LINE_GBPS) if p.source == "exporter"]
         got = _until_data(base, exprs)
         assert all(got.values()), {e: r for e, r in got.items() if not r}
@@ -156,7 +159,8 @@ def test_verdict_series_from_a_local_ray_cluster(tmp_path):
     assert verdict_metrics.PREFIX + verdict_metrics.RUN_EFA_BYTES == metrics_rules.RUN_EFA_BYTES_METRIC
     assert verdict_metrics.PREFIX + verdict_metrics.TOKENS == dashboard.TOKENS_METRIC
     assert verdict_metrics.publish("r0", "train", "efa") == "not connected to a Ray cluster"
-    with local_cluster(worker_nodes=0):
+    # the driver exports its metrics every metrics_report_interval_ms (Ray's default 10 s; 1 s is its floor)
+    with local_cluster(worker_nodes=0, head_args={"_system_config": {"metrics_report_interval_ms": 1000}}):
         assert verdict_metrics.publish("run-1", "train", "efa", 7.5e9, 1234.0) is None
         assert verdict_metrics.publish("run-2", "train", "undetermined") is None
         assert verdict_metrics.publish("run-2", "train", "fallback", 1000.0) is None
