@@ -21,6 +21,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -28,7 +29,7 @@ import pytest
 pytest.importorskip("ray.job_submission")
 pytest.importorskip("aiohttp")  # ray[default]: the dashboard and the Jobs API
 
-from ray_efa_eks.components.efa_check import check_script  # noqa: E402
+from ray_efa_eks.components.efa_check import Deadlines, check_script  # noqa: E402
 from ray_efa_eks.components.raycluster import AUTH_TOKEN_KEY, TOKEN_LENGTH  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -101,6 +102,13 @@ def run(cmd: list[str] | str, env: dict[str, str], timeout: float, **kw) -> subp
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, cwd=REPO, **kw)
 
 
+def run_all(cmds: dict[str, list[str]], env: dict[str, str], timeout: float) -> dict[str, subprocess.CompletedProcess]:
+    """``run`` for each command, all started at once (each waits on the head, not on the others)."""
+    with ThreadPoolExecutor(len(cmds)) as pool:
+        futures = {k: pool.submit(run, cmd, env, timeout) for k, cmd in cmds.items()}
+        return {k: f.result() for k, f in futures.items()}
+
+
 # -- the stack wires the token the way the local cluster uses it --------------------------------------------------
 
 def job_container_env(run_: object) -> dict[str, str]:
@@ -138,19 +146,24 @@ def mount(tmp_path_factory) -> Path:
     return root
 
 
-def test_job_script_without_token_never_gets_past_the_head(cluster, home, mount):
-    script = check_script(cluster, working_dir=str(mount))
-    r = run(["timeout", "15", "bash", "-c", script], base_env(home), timeout=60)
-    assert r.returncode == 124, r.stdout + r.stderr  # still waiting: `ray job list` is refused every time
-    assert "waiting for Ray head (1)" in r.stdout
-    listing = run([f"{BIN}/ray", "job", "list", "--address", cluster], base_env(home), timeout=60)
+def test_job_script_without_token_never_gets_past_the_head(cluster, home, mount, trained):
+    # A 1 s head wait (production: 600 s) instead of a 15 s `timeout`: the script gives up in its first loop,
+    # where `ray job list` is refused every time, and says so (exit 2, the "unreachable" line only that loop prints).
+    script = check_script(cluster, working_dir=str(mount), deadlines=Deadlines(head_wait_s=1))
+    procs = {"script": ["bash", "-c", script],
+             "list": [f"{BIN}/ray", "job", "list", "--address", cluster],
+             "submit": [f"{BIN}/ray", "job", "submit", "--address", cluster, "--no-wait", "--", "echo", "hi"]}
+    r = run_all(procs, base_env(home), timeout=60)  # side by side: each only waits for the head's refusal
+    out = r["script"].stdout + r["script"].stderr
+    assert r["script"].returncode == 2, out
+    assert '"unreachable"' in out and "did not answer within 1 s" in out, out
+    assert "could not list earlier" not in out and "efa-check-" not in out, out  # nothing after the head's wait
+    listing, submit = r["list"], r["submit"]
     assert listing.returncode != 0 and "Authentication required" in listing.stdout + listing.stderr
-    submit = run([f"{BIN}/ray", "job", "submit", "--address", cluster, "--no-wait", "--", "echo", "hi"],
-                 base_env(home), timeout=60)
     assert submit.returncode != 0 and "Unauthorized" in submit.stdout + submit.stderr
 
 
-def test_job_script_with_the_job_env_submits_and_passes(cluster, home, mount, default_run):
+def test_job_script_with_the_job_env_submits_and_passes(cluster, home, mount, default_run, trained):
     script = check_script(cluster, working_dir=str(mount))
     r = run(["bash", "-c", script], base_env(home, **job_container_env(default_run)), timeout=180)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
@@ -160,32 +173,64 @@ def test_job_script_with_the_job_env_submits_and_passes(cluster, home, mount, de
 
 # -- python -m ray_efa_eks.training submit ------------------------------------------------------------------------
 
+def submit_cmd(cluster: str, *train: str) -> list[str]:
+    return [sys.executable, "-m", "ray_efa_eks.training", "submit", "--address", cluster, "--", *train]
+
+
 def submit(cluster: str, env: dict[str, str], *train: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return run([sys.executable, "-m", "ray_efa_eks.training", "submit", "--address", cluster, "--", *train],
-               env, timeout=timeout)
+    return run(submit_cmd(cluster, *train), env, timeout=timeout)
 
 
-@pytest.mark.parametrize("auth", [{}, {"RAY_AUTH_TOKEN": "not-the-token"}], ids=["no-token", "wrong-token"])
-def test_submit_refused_without_the_token(cluster, home, auth):
-    r = submit(cluster, base_env(home, **auth), "--steps", "2", timeout=60)
-    assert r.returncode == 2, r.stdout + r.stderr
-    assert "refused" in r.stderr and "RAY_AUTH_TOKEN" in r.stderr
-    assert "Traceback" not in r.stderr and "submitted" not in r.stdout
+@pytest.fixture(scope="module")
+def trained(cluster, home, tmp_path_factory):
+    """The token-authenticated training job, submitted as soon as the cluster answers: it trains on the worker nodes
+    while the tests before ``test_submit_with_token_trains_to_completion`` run, whose processes only talk to the
+    Jobs API (the check script's stand-in job runs on the 0-CPU head). Yields (process, storage path, output
+    files); that test waits for it."""
+    root = tmp_path_factory.mktemp("trained")
+    out, err = root / "stdout", root / "stderr"
+    with open(out, "w") as o, open(err, "w") as e:  # files, not pipes: nobody reads until the end
+        proc = subprocess.Popen(submit_cmd(cluster, "--steps", "2", "--checkpoint-every", "2", "--report-every", "2",
+                                           "--storage-path", str(root), "--name", "submitted", "--json"),
+                                env=base_env(home, RAY_AUTH_TOKEN=TOKEN), stdout=o, stderr=e, text=True, cwd=REPO)
+    try:
+        yield proc, root, out, err
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
 
 
-def test_submit_with_token_trains_to_completion(cluster, home, tmp_path):
-    r = submit(cluster, base_env(home, RAY_AUTH_TOKEN=TOKEN), "--steps", "6", "--checkpoint-every", "3",
-               "--report-every", "3", "--storage-path", str(tmp_path), "--name", "submitted", "--json")
-    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
-    summary = json.loads(next(ln for ln in reversed(r.stdout.splitlines()) if ln.startswith("{")))
-    assert summary["steps"] == 6 and summary["world_size"] == 2 and summary["nodes"] == 2
-    assert (tmp_path / "submitted" / "step_000006" / ".metadata").exists()
-    assert "SUCCEEDED" in r.stdout.splitlines()[-1]
+def test_submit_refused_without_the_token(cluster, home, trained):
+    """No token and a wrong one, side by side (each process only waits for the Jobs API's refusal)."""
+    cmd = submit_cmd(cluster, "--steps", "2")
+    with ThreadPoolExecutor(2) as pool:
+        runs = {k: pool.submit(run, cmd, base_env(home, **auth), 60)
+                for k, auth in {"no-token": {}, "wrong-token": {"RAY_AUTH_TOKEN": "not-the-token"}}.items()}
+        results = {k: f.result() for k, f in runs.items()}
+    for auth, r in results.items():
+        assert r.returncode == 2, (auth, r.stdout + r.stderr)
+        assert "refused" in r.stderr and "RAY_AUTH_TOKEN" in r.stderr, (auth, r.stderr)
+        assert "Traceback" not in r.stderr and "submitted" not in r.stdout, (auth, r.stdout + r.stderr)
+
+
+def test_submit_with_token_trains_to_completion(trained):
+    proc, storage, out, err = trained
+    code = proc.wait(timeout=300)
+    stdout, stderr = out.read_text(), err.read_text()
+    assert code == 0, stdout[-4000:] + stderr[-2000:]
+    summary = json.loads(next(ln for ln in reversed(stdout.splitlines()) if ln.startswith("{")))
+    assert summary["steps"] == 2 and summary["world_size"] == 2 and summary["nodes"] == 2
+    assert (storage / "submitted" / "step_000002" / ".metadata").exists()
+    assert "SUCCEEDED" in stdout.splitlines()[-1]
 
 
 def test_submitted_job_that_exhausts_max_failures_returns_its_exit_code(cluster, home, tmp_path):
-    r = submit(cluster, base_env(home, RAY_AUTH_TOKEN=TOKEN), "--steps", "10", "--checkpoint-every", "5",
-               "--report-every", "5", "--fail-at-step", "7", "--max-failures", "0", "--storage-path", str(tmp_path),
+    r = submit(cluster, base_env(home, RAY_AUTH_TOKEN=TOKEN), "--steps", "3", "--checkpoint-every", "1",
+               "--report-every", "1", "--fail-at-step", "2", "--max-failures", "0", "--storage-path", str(tmp_path),
                "--name", "doomed")
     assert r.returncode == 1, r.stdout[-4000:] + r.stderr[-2000:]
     # Ray Train reports the dead rank (WorkerGroupError); rarely the controller is reported dead instead.
