@@ -119,7 +119,11 @@ def target_problem(mode: str, reservation: str | None) -> ArgError | None:
                     "group ARN (arn:aws:resource-groups:REGION:ACCOUNT:group/NAME)")
 
 
-PLACEMENT_GROUP_NAME = re.compile(r"[A-Za-z0-9._+=@-]{1,255}")
+PLACEMENT_GROUP_NAME = re.compile(r"(?!arn:)[!-~](?:[ -~]{0,253}[!-~])?")
+"""A placement group name as EC2 takes it: up to 255 ASCII characters (CreatePlacementGroup,
+https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_CreatePlacementGroup.html), so '/' is allowed (the
+reservation check reads the name as all of the ARN after ``placement-group/``). Refused: an ARN pasted in its place,
+and leading or trailing blanks (a copy slip: EC2 would look for a group of that exact name)."""
 
 
 def placement_problem(mode: str, placement_group: str | None) -> ArgError | None:
@@ -132,8 +136,9 @@ def placement_problem(mode: str, placement_group: str | None) -> ArgError | None
         return ArgError("placement_group", placement_group, lambda n: f"only for {n('mode')} reservation ({why}); "
                         "remove it")
     if not PLACEMENT_GROUP_NAME.fullmatch(placement_group):
-        return ArgError("placement_group", placement_group, "must be a placement group name (the last part of the "
-                                                            "ODCR's PlacementGroupArn), not an ARN or id")
+        return ArgError("placement_group", placement_group, "must be a placement group name (up to 255 ASCII "
+                                                            "characters: what follows placement-group/ in the ODCR's "
+                                                            "PlacementGroupArn), not the ARN")
     return None
 
 

@@ -196,7 +196,7 @@ def test_on_demand_without_efa_has_no_placement_group_and_no_interfaces():
     ({**BLOCK_CFG, "gpuPlacementGroupName": "my-pg"}, "gpuPlacementGroupName", "EC2 places a Capacity Block"),
     ({"gpuCapacity": "reservation", "gpuCapacityReservationId": ODCR, "availabilityZone": "us-east-1a",
       "gpuPlacementGroupName": "arn:aws:ec2:us-east-1:123456789012:placement-group/pg"}, "gpuPlacementGroupName",
-     "not an ARN"),
+     "not the ARN"),
 ])
 def test_bad_combinations_are_refused_before_any_resource(cfg, key, fix):
     with pytest.raises(ConfigError, match=fix) as e:

@@ -127,15 +127,18 @@ def test_a_placement_group_outside_reservation_mode_is_refused_with_why(mode, wh
 
 
 @pytest.mark.parametrize("name, ok", [("efa-pg", True), ("A.b_c+d=e@f-g", True), ("x" * 255, True),
+                                      ("team/efa-pg", True), ("my pg", True), ("a", True),
                                       ("x" * 256, False), ("", False), ("pg-0123456789abcdef0 ", False),
+                                      (" efa-pg", False), ("caf\u00e9", False), ("efa\tpg", False),
                                       ("arn:aws:ec2:us-east-1:123456789012:placement-group/efa-pg", False)])
 def test_a_reservation_names_its_placement_group_by_name(name, ok):
     problem = cap.placement_problem(cap.RESERVATION, name)
     if ok:
         assert problem is None
     else:
-        assert _fix(problem, value=name) == ("placement_group", "must be a placement group name (the last part of the "
-                                                                "ODCR's PlacementGroupArn), not an ARN or id")
+        assert _fix(problem, value=name) == ("placement_group", "must be a placement group name (up to 255 ASCII "
+                                                                "characters: what follows placement-group/ in the "
+                                                                "ODCR's PlacementGroupArn), not the ARN")
 
 
 # --- config_problem: the capacity arguments against the type, AZ and region
