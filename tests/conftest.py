@@ -4,19 +4,20 @@ from __future__ import annotations
 
 import pytest
 
-from ray_efa_eks.tools.mockrun import MockRun, run_program
+from ray_efa_eks.tools.mockrun import MockRun
 from tests.helpers.catalogue import catalogue_gpu_region
+from tests.helpers.mockruns import shared_run
 
 
 @pytest.fixture(scope="session")
 def default_run() -> MockRun:
-    """The default stack (Pulumi.dev.yaml's values are the defaults)."""
-    return run_program()
+    """The default stack (Pulumi.dev.yaml's values are the defaults); the same run as ``shared_run()``."""
+    return shared_run()
 
 
 @pytest.fixture(scope="session")
 def p5_run() -> MockRun:
-    return run_program({"gpuInstanceType": "p5.48xlarge"})
+    return shared_run({"gpuInstanceType": "p5.48xlarge"})
 
 
 @pytest.fixture(scope="session")
@@ -28,5 +29,5 @@ def catalogue_runs() -> dict[str, tuple[str, MockRun]]:
     out = {}
     for name in sorted(n for n, t in CATALOGUE.items() if t.gpus):
         region = catalogue_gpu_region(name)
-        out[name] = (region, run_program({"gpuInstanceType": name}, region=region))
+        out[name] = (region, shared_run({"gpuInstanceType": name}, region=region))
     return out
