@@ -24,6 +24,7 @@ from ray_efa_eks.components.ray_autoscaler import ALLOCATE_TIMEOUT_S
 from ray_efa_eks.components.launch_template import node_config_user_data
 from ray_efa_eks.tools.config_schema import docstrings
 from ray_efa_eks.tools.mockrun import run_program
+from tests.helpers.mockruns import shared_run
 
 MNG = "eks:index:ManagedNodeGroup"
 LT = "aws:ec2/launchTemplate:LaunchTemplate"
@@ -42,11 +43,6 @@ def _node_configs(user_data: str) -> list[dict]:
     return [yaml.safe_load(p.get_payload()) for p in msg.walk() if p.get_content_type() == "application/node.eks.aws"]
 
 
-@pytest.fixture(scope="module")
-def default_run():
-    return run_program({})
-
-
 def test_gpu_root_volume_is_provisioned_for_the_pull_and_the_system_one_is_not(default_run):
     gpu = _template(default_run, "gpu")["blockDeviceMappings"][0]["ebs"]
     assert (gpu["iops"], gpu["throughput"], gpu["volumeSize"]) == (16000, 1000, 200)
@@ -62,7 +58,7 @@ def test_gpu_user_data_turns_on_fast_image_pull_and_nothing_else(default_run):
 
 
 def test_fast_image_pull_off_leaves_eks_bootstrap_alone():
-    run = run_program({"gpuFastImagePull": "false"})
+    run = shared_run({"gpuFastImagePull": "false"})
     assert "userData" not in _template(run, "gpu").inputs
 
 
