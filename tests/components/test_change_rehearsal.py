@@ -24,15 +24,15 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-from functools import lru_cache
 
 import pytest
 
 from ray_efa_eks.components.rollout_guards import template_changes
 from ray_efa_eks.tools import layout
-from ray_efa_eks.tools.mockrun import MockRun, run_program
+from ray_efa_eks.tools.mockrun import MockRun
 from ray_efa_eks.tools.plan_diff import diff_plans
 from ray_efa_eks.tools.plan_run import make_plan
+from tests.helpers.mockruns import shared_run
 
 RC = "kubernetes:ray.io/v1:RayCluster"
 JOB = "kubernetes:batch/v1:Job"
@@ -45,13 +45,9 @@ ODCR = {"gpuInstanceType": "g6e.48xlarge", "availabilityZone": "us-east-1c", "gp
 both modes (gpuScaleToZero's default follows gpuCapacity), so only the capacity mode changes."""
 
 
-@lru_cache(maxsize=None)
-def _run(frozen: str) -> MockRun:
-    return run_program(json.loads(frozen))
-
-
 def run(config: dict | None = None) -> MockRun:
-    return _run(json.dumps(config or {}, sort_keys=True))
+    """The stack under ``config``, run once per session (tests/helpers/mockruns.py: shared with every file)."""
+    return shared_run(config)
 
 
 # -- what a real update would do ------------------------------------------------------------------------------------
