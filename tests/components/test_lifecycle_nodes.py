@@ -49,6 +49,7 @@ from ray_efa_eks.tools import layout
 from ray_efa_eks.tools.mockrun import HookRefused, MockRun, run_program
 from ray_efa_eks.tools.plan_diff import diff_plans
 from ray_efa_eks.tools.plan_run import make_plan
+from tests.helpers.mockruns import shared_run
 from test_change_rehearsal import _kuberay_hash, _pods, gate_args, gate_sees_stale, kuberay_recreates
 
 RC = "kubernetes:ray.io/v1:RayCluster"
@@ -67,7 +68,9 @@ CRD_1_7_0 = Path(__file__).resolve().parents[1] / "schemas" / "ray.io_raycluster
 
 @lru_cache(maxsize=None)
 def _up(frozen: str, previous: str | None) -> MockRun:
-    return run_program(json.loads(frozen), previous=_up(previous, None) if previous else None)
+    if previous is None:  # a new stack: the plain run, shared with every file (tests/helpers/mockruns.py)
+        return shared_run(json.loads(frozen))
+    return run_program(json.loads(frozen), previous=_up(previous, None))
 
 
 def up(config: dict, after: dict | None = None) -> MockRun:
@@ -220,7 +223,7 @@ def test_chart_versions_whose_crd_lacks_what_the_stack_sets_are_refused(version,
 
 def test_the_pinned_crd_has_the_fields_the_stack_sets():
     """[KR-CRD] read from the chart's own CRD (KubeRay v1.7.0), not from our table."""
-    crd = yaml.safe_load(CRD_1_7_0.read_text())
+    crd = yaml.load(CRD_1_7_0.read_text(), Loader=yaml.CSafeLoader)
     spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
     assert {"upgradeStrategy", "authOptions"} <= set(spec)
     assert "workersToDelete" in spec["workerGroupSpecs"]["items"]["properties"]["scaleStrategy"]["properties"]
