@@ -31,6 +31,7 @@ from ray_efa_eks.components.config import ConfigError
 from ray_efa_eks.tools.aws_rules import AwsRejected
 from ray_efa_eks.tools.mock_account import MockAccount, child_access_config
 from ray_efa_eks.tools.mockrun import MockRun, run_program
+from tests.helpers.mockruns import shared_run
 
 MNG = "eks:index:ManagedNodeGroup"
 EKS = "eks:index:Cluster"
@@ -71,7 +72,7 @@ def refused_up(account: MockAccount, exc: type, caller: str = A, **config) -> tu
 # -- item 1: node groups follow the control plane, one minor at a time --------------------------------------------
 
 def test_every_managed_node_group_carries_the_control_plane_version():
-    run = run_program({**BASE, "kubernetesVersion": "1.34"})
+    run = shared_run({**BASE, "kubernetesVersion": "1.34"})
     assert {g.name: g.inputs.get("version") for g in run.of_type(MNG)} == {"system-mng": "1.34", "gpu-mng": "1.34"}
     # both on our own launch template, so pulumi-eks would not fill the version itself (PE)
     assert all(g.inputs.get("launchTemplate") for g in run.of_type(MNG))
@@ -166,7 +167,7 @@ def test_diff_and_pulumi_up_agree_on_every_version_refusal(before, after, refuse
 
     acct = MockAccount()
     a = up(acct, kubernetesVersion=before)
-    d = diff_plans(_plan(a, "before"), _plan(run_program({**BASE, "kubernetesVersion": after}), "after"))
+    d = diff_plans(_plan(a, "before"), _plan(shared_run({**BASE, "kubernetesVersion": after}), "after"))
     if not refused:
         assert d.refusals == [] and d.exit_code != 2
         up(acct, kubernetesVersion=after)
@@ -206,12 +207,12 @@ def test_the_last_admin_cannot_be_removed_from_a_cluster_without_the_creator_ent
 
 
 def test_the_cluster_is_created_without_the_creator_entry_only_when_admins_are_listed():
-    run = run_program({**BASE, "clusterAdminArns": [A]})
+    run = shared_run({**BASE, "clusterAdminArns": [A]})
     (cluster,) = run.of_type(EKS)
     assert cluster.transforms == [no_creator_admin]
     assert child_access_config(cluster)["bootstrapClusterCreatorAdminPermissions"] is False
     # nobody listed: EKS's default, the creator is the one admin and the stack makes no entry
-    bare = run_program(BASE)
+    bare = shared_run(BASE)
     assert bare.one(EKS).transforms == [] and not bare.of_type(ENTRY)
     assert child_access_config(bare.one(EKS))["bootstrapClusterCreatorAdminPermissions"] is True
 
