@@ -18,6 +18,7 @@ from ray_efa_eks.components.config import ConfigError, StackConfig, stack_error
 from ray_efa_eks.components.instances import CATALOGUE
 from ray_efa_eks.components.launch_template import efa_network_interfaces
 from ray_efa_eks.tools.mockrun import CAPACITY_BLOCKS, MockRun, run_program
+from tests.helpers.mockruns import shared_run
 
 AWS_DATA = json.load(gzip.open(Path(moto.__file__).parent / "ec2/resources/instance_types.json.gz"))
 MNG = "eks:index:ManagedNodeGroup"
@@ -92,7 +93,7 @@ def test_secondary_interfaces_fall_back_to_efa_without_efa_only_support():
 
 @pytest.fixture(scope="module")
 def block_run() -> MockRun:
-    return run_program(BLOCK_CFG)
+    return shared_run(BLOCK_CFG)
 
 
 def test_capacity_block_stack(block_run):
@@ -113,8 +114,8 @@ def test_capacity_block_stack(block_run):
 
 @pytest.mark.parametrize("target,key", [(ODCR, "capacityReservationId"), (GROUP, "capacityReservationResourceGroupArn")])
 def test_reservation_stack(target, key):
-    run = run_program({"gpuInstanceType": "g6e.48xlarge", "gpuCapacity": "reservation",
-                       "gpuCapacityReservationId": target, "availabilityZone": "us-east-1c", "efaCheck": "false"})
+    run = shared_run({"gpuInstanceType": "g6e.48xlarge", "gpuCapacity": "reservation",
+                      "gpuCapacityReservationId": target, "availabilityZone": "us-east-1c", "efaCheck": "false"})
     lt, ng = run.one(LT, "gpu-lt"), run.one(MNG, "gpu")
     assert lt["capacityReservationSpecification"] == {"capacityReservationTarget": {key: target}}
     assert "instanceMarketOptions" not in lt.inputs and ng["capacityType"] == "ON_DEMAND"
@@ -129,8 +130,8 @@ def test_reservation_stack(target, key):
 
 
 def test_reservation_made_in_a_cluster_placement_group_uses_that_group():
-    run = run_program({"gpuInstanceType": "p5.48xlarge", "gpuCapacity": "reservation", "efaCheck": "false",
-                       "gpuCapacityReservationId": ODCR_IN_PG, "availabilityZone": "us-east-1a",
+    run = shared_run({"gpuInstanceType": "p5.48xlarge", "gpuCapacity": "reservation", "efaCheck": "false",
+                      "gpuCapacityReservationId": ODCR_IN_PG, "availabilityZone": "us-east-1a",
                        "gpuPlacementGroupName": "p5-odcr-pg"})
     lt = run.one(LT, "gpu-lt")
     assert lt["placement"] == {"groupName": "p5-odcr-pg"} and not run.of_type(PG)
@@ -145,33 +146,44 @@ ODCR_MISMATCHES = [
     ({"gpuCapacityReservationId": ODCR_IN_PG, "gpuInstanceType": "p5.48xlarge", "availabilityZone": "us-east-1a"},
      "gpuPlacementGroupName is not set: set gpuPlacementGroupName: p5-odcr-pg"),
 ]
-CHECK_ODCRS = """
+CHECK_RUNS = """
 import json, sys
 from ray_efa_eks.tools.mockrun import run_program
-for cfg in json.loads(sys.argv[1]):
+for cfg, program in json.loads(sys.argv[1]):
     try:
-        run_program(cfg)
+        run_program(cfg, **({"program": program} if program else {}))
         print("NO ERROR", flush=True)
     except Exception as e:
         print(str(e).replace(chr(10), " "), flush=True)
 """
 
 
-def test_the_program_refuses_an_odcr_that_does_not_fit():
-    """EC2's description of the ODCR (a read at preview) must fit: the template's target waits for the check, so
-    a mismatch fails the preview and no GPU node launches. Run apart: the failure is raised inside an apply."""
+@pytest.fixture(scope="module")
+def failed_runs(tmp_path_factory) -> list[str]:
+    """Runs that fail inside an apply, in one interpreter apart from this one (a program failing inside an apply
+    leaves this interpreter's later ast.parse calls broken on CPython 3.11): one line each, the error or NO ERROR.
+    The ODCR mismatches, then the node group test's program with no subnet in the GPU AZ."""
+    program = tmp_path_factory.mktemp("subnets") / "__main__.py"
+    program.write_text(PROGRAM)
     base = {"gpuInstanceType": "g6e.48xlarge", "gpuCapacity": "reservation", "gpuCapacityReservationId": ODCR,
             "availabilityZone": "us-east-1c", "efaCheck": "false"}
-    cfgs = [{k: str(v) for k, v in {**base, **change}.items()} for change, _ in ODCR_MISMATCHES]
-    out = subprocess.run([sys.executable, "-c", CHECK_ODCRS, json.dumps(cfgs)], capture_output=True, text=True,
+    runs = [[{k: str(v) for k, v in {**base, **change}.items()}, None] for change, _ in ODCR_MISMATCHES]
+    runs.append([{"gpuAz": "us-east-1c"}, str(program)])
+    out = subprocess.run([sys.executable, "-c", CHECK_RUNS, json.dumps(runs)], capture_output=True, text=True,
                          timeout=600).stdout.splitlines()
-    assert len(out) == len(ODCR_MISMATCHES), out
-    for line, (_, expected) in zip(out, ODCR_MISMATCHES):
+    assert len(out) == len(runs), out
+    return out
+
+
+def test_the_program_refuses_an_odcr_that_does_not_fit(failed_runs):
+    """EC2's description of the ODCR (a read at preview) must fit: the template's target waits for the check, so
+    a mismatch fails the preview and no GPU node launches. Run apart: the failure is raised inside an apply."""
+    for line, (_, expected) in zip(failed_runs, ODCR_MISMATCHES, strict=False):
         assert expected in line, (line, expected)
 
 
 def test_on_demand_without_efa_has_no_placement_group_and_no_interfaces():
-    run = run_program({"efa": "false", "efaCheck": "false"})
+    run = shared_run({"efa": "false", "efaCheck": "false"})
     lt = run.one(LT, "gpu-lt")
     assert not run.of_type(PG) and "networkInterfaces" not in lt.inputs and "placement" not in lt.inputs
 
@@ -267,17 +279,13 @@ EfaGpuNodeGroup("g", EfaGpuNodeGroupArgs(cluster=cluster.eks, node_role=cluster.
 '''
 
 
-def test_node_group_keeps_only_the_gpu_az_subnets(tmp_path):
+def test_node_group_keeps_only_the_gpu_az_subnets(tmp_path, failed_runs):
     program = tmp_path / "__main__.py"
     program.write_text(PROGRAM)
     run = run_program(program=program)
     assert run.one(MNG, "g-mng")["subnetIds"] == ["subnet-n-private-us-east-1b"]
-    # no subnet in the AZ: the deployment fails naming it (run apart: a program failing inside an apply
-    # leaves this interpreter's later ast.parse calls broken on CPython 3.11)
-    failed = subprocess.run([sys.executable, "-c", "import sys; from ray_efa_eks.tools.mockrun import run_program; "
-                             f"run_program({{'gpuAz': 'us-east-1c'}}, program={str(program)!r})"],
-                            capture_output=True, text=True, timeout=300)
-    assert failed.returncode != 0 and "none of the subnets is in the GPU AZ us-east-1c" in failed.stderr
+    # no subnet in the AZ: the deployment fails naming it (run apart, with the ODCR mismatches: see failed_runs)
+    assert "none of the subnets is in the GPU AZ us-east-1c" in failed_runs[len(ODCR_MISMATCHES)]
 
 
 def test_a_block_not_started_yet_warns_to_deploy_parked(monkeypatch):
@@ -302,7 +310,7 @@ def test_plan_shows_what_the_gpu_nodes_launch_into(block_run):
     def plan(run):
         return make_plan(from_mockrun(run), source="test", stack="dev", region="us-east-1")
 
-    before = plan(run_program({"gpuInstanceType": "p5.48xlarge", "availabilityZone": "us-east-1a", "efaCheck": "false"}))
+    before = plan(shared_run({"gpuInstanceType": "p5.48xlarge", "availabilityZone": "us-east-1a", "efaCheck": "false"}))
     after = plan(block_run)
     assert before.settings["nodeGroups"]["gpu-mng"]["capacity"] == "on-demand"
     assert after.settings["nodeGroups"]["gpu-mng"]["capacity"] == f"capacity-block {BLOCK}"
