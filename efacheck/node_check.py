@@ -266,7 +266,8 @@ def fail_provider(api: Api, node: dict[str, Any], failures: list[str], log: Call
             message = (message + f"; node tainted with {TAINT_KEY} again until it is replaced")[:1024]
             for f in failures:
                 log(f"[node-check] FAIL provider: {f}")
-            _write(api, name, node["metadata"].get("uid"), "False", PROVIDER_FAILED, message, previous)
+            # not on record: ``previous`` is never this failure, so the condition is always written
+            _write(api, name, node["metadata"].get("uid"), "False", PROVIDER_FAILED, message, None)
         if add_startup_taint(api, node):
             log(f"[node-check] node {name}: a Ray worker's provider check failed; put back taint {TAINT_KEY} "
                 f"(recorded as {CONDITION}=False reason {PROVIDER_FAILED}: it is not proven again while that is there)")
@@ -308,7 +309,7 @@ def expected_for(node: dict[str, Any], expected: int | dict[str, int]) -> int:
     """The catalogue's EFA device count for this node's type; -1 (fails ``devices``) for a type it does not know."""
     if isinstance(expected, int):
         return expected
-    itype = ((node.get("metadata") or {}).get("labels") or {}).get(INSTANCE_TYPE_LABEL, "")
+    itype = ((node.get("metadata") or {}).get("labels") or {}).get(INSTANCE_TYPE_LABEL)  # None: not in ``expected``
     return expected.get(itype, -1)
 
 
@@ -332,7 +333,7 @@ def run_check(api: Api, node_name: str, sysfs: str, expected_devices: int | dict
     previous = current_condition(node)
     tainted = any(t.get("key") == TAINT_KEY for t in (node.get("spec") or {}).get("taints") or [])
     proven = all(f.ok for f in findings)
-    if not (previous and previous.get("status") == ("True" if proven else "False") and proven and not tainted):
+    if not (proven and not tainted and previous and previous.get("status") == "True"):
         for f in findings:  # quiet while a proven node stays proven
             log(f"[node-check] {'ok  ' if f.ok else 'FAIL'} {f.check}: {f.detail}")
     try:

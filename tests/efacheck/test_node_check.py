@@ -1010,3 +1010,85 @@ def test_a_node_without_status_or_spec_is_read_as_empty(tmp_path):
     assert "[node-check] FAIL plugin: the node's allocatable vpc.amazonaws.com/efa is None; expected 1 (the EFA device " \
            "plugin advertises one per device)" in logs
     assert logs[-1].startswith("[node-check] node gpu-a was proven and now fails")  # no taint on it
+
+
+# --- what mutmut's run of 2026-12-05 08:10 found unasserted (docs/testing.md, efacheck/node_check.py)
+
+def test_a_module_root_without_efa_is_not_the_module_loaded(tmp_path):
+    root = kernel_sysfs(tmp_path / "host", version=None)
+    (tmp_path / "own" / "nvidia").mkdir(parents=True)  # a /sys/module with other modules only
+    assert failed(nc.decide(str(root), 1, {nc.EFA_RESOURCE: "1"}, OK_PROVIDER, str(tmp_path / "own"))) == ["module"]
+
+
+def test_the_check_and_the_loop_read_the_module_where_they_are_told(tmp_path, fake):
+    """The agent's module root (its own /sys/module) reaches decide() from run_check and from run_loop."""
+    root = str(kernel_sysfs(tmp_path / "host", version=None))  # the host tree has no module dir
+    (tmp_path / "own" / "efa").mkdir(parents=True)
+    own = str(tmp_path / "own")
+    quiet = dict(provider=lambda: OK_PROVIDER, log=lambda m: None)
+    assert nc.run_check(fake.api, "gpu-a", root, 1, **quiet) == nc.EXIT_UNPROVEN
+    assert nc.run_check(fake.api, "gpu-a", root, 1, module_root=own, **quiet) == nc.EXIT_PROVEN
+    assert nc.run_loop(fake.api, "gpu-b", root, 1, module_root=own, rounds=1, sleep=lambda s: None,
+                       **quiet) == nc.EXIT_PROVEN
+
+
+def test_the_cli_passes_module_root_and_a_sub_second_interval(monkeypatch):
+    seen = []
+    monkeypatch.setattr(nc.Api, "in_cluster", classmethod(lambda cls: "api"))
+    monkeypatch.setattr(nc, "run_check", lambda *a, **k: seen.append(k) or 1)
+    monkeypatch.setattr(nc, "run_loop", lambda *a, **k: seen.append((a, k)) or 2)
+    base = ["--node", "n", "--expect-devices", "1", "--module-root", "/m"]
+    assert nc.run_cli(nc.main, [*base, "--once"], PROG) == 1
+    assert nc.run_cli(nc.main, [*base, "--interval", "0.5"], PROG) == 2
+    assert seen[0]["module_root"] == "/m"
+    (a, k) = seen[1]
+    assert a[-1] == 0.5 and k["module_root"] == "/m"
+
+
+def test_a_missing_node_name_is_said_in_exactly_one_line(monkeypatch, capsys):
+    monkeypatch.delenv("NODE_NAME", raising=False)
+    assert nc.run_cli(nc.main, ["--expect-devices", "1"], PROG) == 64
+    assert capsys.readouterr().err.splitlines()[-1] == f"{PROG}: error: --node or $NODE_NAME is required"
+
+
+def test_the_api_client_sends_json_over_its_own_tls_context(monkeypatch, tmp_path):
+    """The in-cluster CA (the ssl context built from ca.crt) is the one urlopen verifies the API server with, and a
+    body goes as application/json unless the call names a patch type."""
+    seen = []
+
+    class Reply:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def read(self):
+            return b'{"ok": true}'
+
+    def urlopen(req, timeout=None, context=None):
+        seen.append((req.get_header("Content-type"), req.get_header("Accept"), req.get_header("Authorization"),
+                     timeout, context))
+        return Reply()
+
+    monkeypatch.setattr(nc.urllib.request, "urlopen", urlopen)
+    token = tmp_path / "token"
+    token.write_text("tok\n")
+    api = nc.Api("https://10.0.0.1:443/", token_file=str(token), timeout=3.0)
+    assert api.base == "https://10.0.0.1:443"
+    assert api.call("POST", "/x", {"a": 1}) == {"ok": True}
+    assert api.call("PATCH", "/y", [], "application/json-patch+json") == {"ok": True}
+    assert isinstance(api.ctx, nc.ssl.SSLContext)
+    assert seen == [("application/json", "application/json", "Bearer tok", 3.0, api.ctx),
+                    ("application/json-patch+json", "application/json", "Bearer tok", 3.0, api.ctx)]
+
+
+def test_a_proven_node_that_fails_later_says_why_it_is_not_tainted_again(tmp_path, fake):
+    root = kernel_sysfs(tmp_path)
+    logs = []
+    assert nc.run_check(fake.api, "gpu-a", str(root), 1, provider=lambda: OK_PROVIDER, log=logs.append) == 0
+    logs.clear()
+    assert nc.run_check(fake.api, "gpu-a", str(root), 1, provider=lambda: (False, "gone"), log=logs.append) == 1
+    assert logs[-1] == (f"[node-check] node gpu-a was proven and now fails: {nc.CONDITION}=False and an Event; not "
+                        "tainted again (a running Ray worker would not move; each run's --require-efa judges the "
+                        "fabric it used)")
