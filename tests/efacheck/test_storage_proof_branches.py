@@ -359,6 +359,8 @@ def test_summary_of_a_failure_names_the_first_cause_and_the_others():
          "causes": ["bucket_policy", "credential_chain", "kms"]}
     assert sp.summary(r) == ("storage proof failed at write from gpu-0 under s3://b/p: E; likely cause: "
                              f"bucket_policy ({sp.CAUSES['bucket_policy']}); else: credential_chain, kms")
+    two = sp.summary({**r, "causes": ["kms", "bucket_policy"]})  # one other cause is still named
+    assert two.endswith(f"likely cause: kms ({sp.CAUSES['kms']}); else: bucket_policy")
     one = sp.summary({**r, "causes": ["kms"]})
     assert one.endswith(f"likely cause: kms ({sp.CAUSES['kms']})") and "else" not in one
     assert sp.summary({**r, "causes": []}).endswith(f"likely cause: unknown ({sp.CAUSES['unknown']})")
