@@ -285,3 +285,32 @@ def test_hook_verdicts_list_every_template_they_judge():
 def test_hook_verdicts_name_a_resource_whose_name_holds_a_space():
     refusals, _ = pd.hook_verdicts({f"{LT} gpu nodes": tpl("gpu")}, {f"{LT} gpu nodes": tpl("gpu", image="ami-2")})
     assert len(refusals) == 1 and refusals[0].startswith("gpu nodes: GPU node group (reservation) would roll")
+
+
+# -- what mutmut's first run of plan_diff (2026-12-05 08:49) found unasserted ----------------------------------------
+
+def test_render_diff_lists_resources_only_added_or_only_removed():
+    a, b = plan(resources=[("t", "a")]), plan(resources=[("t", "a"), ("t", "b")])
+    assert "<details><summary>Resources: 1 added, 0 removed</summary>" in pd.render_diff(pd.diff_plans(a, b))
+    assert "<details><summary>Resources: 0 added, 1 removed</summary>" in pd.render_diff(pd.diff_plans(b, a))
+
+
+def test_hook_verdicts_are_the_hooks_own_words_on_both_inputs():
+    """The diff runs the very functions `pulumi up` runs, on the old and the new inputs: every line is theirs."""
+    old, new = tpl("gpu", capacity="on-demand"), tpl("gpu", capacity="on-demand", image="ami-2", k8s="1.35")
+    no, warn = rollout_guards.gpu_update(old, new)
+    assert pd.hook_verdicts({f"{LT} gpu": old}, {f"{LT} gpu": new}) == ([f"gpu: {x}" for x in no],
+                                                                       [f"gpu: {x}" for x in warn])
+    assert warn and "Kubernetes version 1.34 -> 1.35" in warn[0]
+    old, new = tpl("system"), tpl("system", image="ami-2", k8s="1.35")
+    assert pd.hook_verdicts({f"{LT} sys": old}, {f"{LT} sys": new}) == (
+        [], [f"sys: {x}" for x in rollout_guards.system_update(old, new)])
+    assert "(imageId, Kubernetes version 1.34 -> 1.35)" in rollout_guards.system_update(old, new)[0]
+
+
+def test_hook_verdicts_read_on_past_a_created_or_unchanged_resource():
+    same = tpl("system")
+    refusals, warnings = pd.hook_verdicts({f"{LT} a": same, f"{LT} sys": tpl("system")},
+                                          {f"{LT} new": tpl("gpu"), f"{LT} a": same,
+                                           f"{LT} sys": tpl("system", image="ami-2")})
+    assert refusals == [] and len(warnings) == 1 and warnings[0].startswith("sys: system launch template changes")
