@@ -19,6 +19,9 @@ from .plan_settings import settings_of
 from .stack_file import DEFAULT_REGION, effective_config, read_stack, shown_config
 
 RECORDS_MARKER = "@@plan-records@@ "
+BASE_PLAN_TIMEOUT_S = 600
+"""How long the base ref's program may run under the mocks (a whole stack takes seconds): past it, the base plan is
+an error naming the limit, not a traceback."""
 
 # Runs in a git archive of the base ref, with *its* code, so the base plan is the base program's.
 # Only mockrun (present since the first commit; in ``components`` before the four-package layout, ``tools`` after) is
@@ -118,9 +121,9 @@ def resolve_ref(ref: str, root: Path | None = None) -> str:
         raise UsageError(f"--diff {ref!r}: not a git ref (a ref never starts with '-' or holds spaces, so it "
                          "cannot be read as an option); name a branch, tag or commit, e.g. --diff origin/main, or a "
                          "saved plan: --diff old.json new.json")
-    found = subprocess.run(["git", "-C", str(root or Path.cwd()), "rev-parse", "--verify", "--quiet",
-                            "--end-of-options", f"{ref}^{{commit}}"], capture_output=True, text=True)
-    if found.returncode != 0 or not found.stdout.strip():
+    found = subprocess.run(["git", "-C", str(root or Path.cwd()), "rev-parse", "--verify", "--end-of-options",
+                            f"{ref}^{{commit}}"], capture_output=True, text=True)
+    if found.returncode != 0:  # git's own message (stderr) is not shown: ours says what to do
         raise PlanError(f"--diff {ref!r}: no such commit in this repository (fetch the ref first: git fetch origin "
                         f"{ref}; in CI use actions/checkout with fetch-depth: 0)")
     return found.stdout.strip()
@@ -154,9 +157,14 @@ def plan_git_ref(ref: str, root: Path | None = None, *, stack: str = "dev", over
             return Plan(source, stack, region, error=f"{program} does not exist at {ref}")
         _namespace_shim(base)
         args = json.dumps({"config": config, "region": region, "program": program, "stack": stack})
+        # PYTHONPATH (replacing ours): a process the base program starts imports the base code as well
         env = {**{k: v for k, v in os.environ.items() if k != "PULUMI_CONFIG"}, "PYTHONPATH": tmp}
-        proc = subprocess.run([sys.executable, "-c", _DUMP_RECORDS, args], cwd=tmp, env=env,
-                              capture_output=True, text=True, timeout=600)
+        try:
+            proc = subprocess.run([sys.executable, "-c", _DUMP_RECORDS, args], cwd=tmp, env=env,
+                                  capture_output=True, text=True, timeout=BASE_PLAN_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            return Plan(source, stack, region, error=f"the program at {ref} ran past {BASE_PLAN_TIMEOUT_S} s under "
+                        "the mocks and was stopped (a whole stack plans in seconds: it waits on something)")
         marker = [ln for ln in proc.stdout.splitlines() if ln.startswith(RECORDS_MARKER)]
         if proc.returncode != 0 or not marker:
             last = (proc.stderr.strip().splitlines() or ["no output"])[-1]

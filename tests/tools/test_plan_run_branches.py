@@ -297,3 +297,133 @@ def test_plan_git_ref_skips_links_out_of_the_tree(repo):
     plan = pr.plan_git_ref("HEAD", repo)
     assert plan.error is None and sorted(r["name"] for r in plan.resources) == ["gpu", "sub"]
     assert plan.hooked["aws:ec2/launchTemplate:LaunchTemplate gpu"]["links"] == ["inside"]
+
+
+# -- the second run's survivors (2026-12-05, 39 of 399) ---------------------------------------------------------------
+
+STACK_PROGRAM = textwrap.dedent('''
+    import pulumi
+    import pulumi_aws as aws
+
+    class OfferError(ValueError):
+        key, value = "gpuInstanceType", "g6.12xlarge"
+
+    c = pulumi.Config("ray-efa-eks")
+    if c.get("offer"):
+        raise OfferError("gpuInstanceType g6.12xlarge is not offered in any AZ of " + aws.config.region)
+    aws.ec2.Subnet(f"sub-{pulumi.get_stack()}-{aws.config.region}", vpc_id="vpc-1", cidr_block="10.0.0.0/20",
+                   availability_zone=aws.config.region + "a")
+''')
+
+
+def stack_program(tmp_path: Path, stack: str = "prod") -> Path:
+    (tmp_path / "__main__.py").write_text(STACK_PROGRAM)
+    (tmp_path / f"Pulumi.{stack}.yaml").write_text("config:\n  aws:region: us-west-2\n")
+    return tmp_path / "__main__.py"
+
+
+def test_plan_tree_runs_the_program_as_the_named_stack_in_the_named_region(tmp_path):
+    """The stack reaches the program (``pulumi.get_stack()``) and the effective config's sources; ``region``
+    (--config aws:region) reaches the program's provider config."""
+    plan = pr.plan_tree(program=stack_program(tmp_path), stack="prod", region="eu-west-1")
+    assert plan.error is None and plan.stack == "prod"
+    assert [r["name"] for r in plan.resources] == ["sub-prod-eu-west-1"]
+    assert plan.settings == pr.make_plan([], source="x", stack="prod", region="eu-west-1").settings
+    assert plan.effective["aws:region"] == ["eu-west-1", "--config"]
+    assert plan.effective["ray-efa-eks:gpuNodeCount"][1] == "default"
+    plan = pr.plan_tree(program=stack_program(tmp_path), stack="prod")
+    assert plan.effective["aws:region"] == ["us-west-2", "Pulumi.prod.yaml"]
+
+
+def test_plan_tree_error_plan_names_source_stack_and_where_the_type_is_offered(tmp_path):
+    from ray_efa_eks.tools import mockrun
+
+    plan = pr.plan_tree(program=stack_program(tmp_path), stack="prod", overrides={"ray-efa-eks:offer": "1"},
+                        source="base")
+    regions = ", ".join(r for r in mockrun.OFFERINGS if mockrun.offered_azs(r, "g6.12xlarge"))
+    assert (plan.source, plan.stack, plan.region) == ("base", "prod", "us-west-2")
+    assert plan.error == ("OfferError: gpuInstanceType g6.12xlarge is not offered in any AZ of us-west-2 "
+                          f"(EC2's offerings data, tools/offerings.json, lists it in: {regions})")
+
+
+def test_make_plan_settings_are_the_regions_and_a_recorded_parent_is_named_by_its_label():
+    """settings_of prices the nodes in the plan's region (prices are held for us-east-1 only); a parent recorded
+    in the plan is named by its own type and name even where its URN does not spell them (the base ref's records)."""
+    from helpers.mockruns import shared_run
+
+    from ray_efa_eks.tools import layout
+
+    resources = layout.from_mockrun(shared_run())
+    east = pr.make_plan(resources, source="s", stack="dev", region="us-east-1")
+    west = pr.make_plan(resources, source="s", stack="dev", region="us-west-2")
+    assert east.settings["estimatedHourlyUsd"] == 9.5498 and east.settings["estimatedIdleHourlyUsd"] == 0.3466
+    assert west.settings["estimatedHourlyUsd"].startswith("unknown: no price for us-west-2 (m7i.xlarge")
+    parent = Resource("eks:index:Cluster", "eks", "urn:short", None, {})
+    child = Resource("aws:eks/cluster:Cluster", "eks", "urn:c", "urn:short", {})
+    plan = pr.make_plan([parent, child], source="s", stack="dev", region="us-east-1")
+    assert plan.resources[0] == {"type": "aws:eks/cluster:Cluster", "name": "eks", "parent": "eks:index:Cluster eks"}
+
+
+def test_plan_git_ref_error_plans_keep_source_stack_and_region(repo):
+    missing = pr.plan_git_ref("base", repo, stack="prod")
+    assert (missing.source, missing.stack, missing.region) == ("git base", "prod", "us-east-1")
+    gone = pr.plan_git_ref("base", repo, program="sub/__main__.py", region="eu-west-1", defaults=True)
+    assert (gone.source, gone.stack, gone.region) == ("git base", "dev", "eu-west-1")
+    failed = pr.plan_git_ref("base", repo, overrides={"ray-efa-eks:fail": "x"})
+    assert (failed.source, failed.stack, failed.region) == ("git base", "dev", "us-west-2")
+    planned = pr.plan_git_ref("base", repo)
+    assert (planned.source, planned.stack, planned.region) == ("git base", "dev", "us-west-2")
+
+
+def test_plan_git_ref_archive_failure_says_how_to_fetch(repo, monkeypatch):
+    real = subprocess.run
+
+    def run(cmd, *a, **kw):
+        if "archive" in cmd:
+            return SimpleNamespace(returncode=128, stdout=b"", stderr=b"fatal: not a tree object\n")
+        return real(cmd, *a, **kw)
+
+    monkeypatch.setattr(pr.subprocess, "run", run)
+    with pytest.raises(PlanError) as e:
+        pr.plan_git_ref("base", repo)
+    assert str(e.value) == ("git archive 'base' failed: fatal: not a tree object (fetch the ref first; in CI use "
+                            "actions/checkout with fetch-depth: 0)")
+
+
+def test_resolve_ref_messages_say_what_to_name(tmp_path, repo):
+    with pytest.raises(UsageError) as e:
+        pr.resolve_ref("-x", tmp_path)
+    assert str(e.value) == ("--diff '-x': not a git ref (a ref never starts with '-' or holds spaces, so it cannot be "
+                            "read as an option); name a branch, tag or commit, e.g. --diff origin/main, or a saved "
+                            "plan: --diff old.json new.json")
+    with pytest.raises(PlanError) as e:
+        pr.resolve_ref("nope", repo)
+    assert str(e.value) == ("--diff 'nope': no such commit in this repository (fetch the ref first: git fetch origin "
+                            "nope; in CI use actions/checkout with fetch-depth: 0)")
+
+
+def test_a_process_the_base_program_starts_imports_the_base_code(repo):
+    """The base plan's PYTHONPATH is the archive, so a child process (``python -m ray_efa_eks...``) that the base
+    program starts in another directory runs the base ref's code too, not this checkout's (the editable install's,
+    or whatever our PYTHONPATH names). In the archive's own directory ``-c``/``-m`` would find it anyway (sys.path[0]
+    is the working directory)."""
+    (repo / "tools" / "mockrun.py").write_text(STUB_MOCKRUN.replace(
+        '"imageId": "ami-" + stack,',
+        '"imageId": "ami-" + stack, "child": __import__("subprocess").run([__import__("sys").executable, "-c", '
+        '"import ray_efa_eks.tools.mockrun as m, os; print(os.path.realpath(m.__file__))"], capture_output=True, '
+        'text=True, cwd="/").stdout.strip(),'))
+    git(repo, "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qam", "child")
+    plan = pr.plan_git_ref("HEAD", repo)
+    child = plan.hooked["aws:ec2/launchTemplate:LaunchTemplate gpu"]["child"]
+    assert child.endswith("/tools/mockrun.py") and Path(child).parent.parent.name.startswith("plan-base-")
+
+
+def test_a_base_program_that_hangs_is_the_base_plans_error(repo, monkeypatch):
+    """subprocess.run's timeout raises TimeoutExpired: before the fix it escaped `diff` as a traceback."""
+    (repo / "tools" / "mockrun.py").write_text("def run_program(config, **kw):\n    import time\n    time.sleep(60)\n")
+    git(repo, "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qam", "hangs")
+    monkeypatch.setattr(pr, "BASE_PLAN_TIMEOUT_S", 1)
+    plan = pr.plan_git_ref("HEAD", repo)
+    assert plan.error == ("the program at HEAD ran past 1 s under the mocks and was stopped (a whole stack plans in "
+                          "seconds: it waits on something)")
+    assert (plan.source, plan.stack, plan.region, plan.exit_code) == ("git HEAD", "dev", "us-west-2", 2)
