@@ -288,7 +288,7 @@ def run_preflight(
     except botocore.exceptions.EndpointConnectionError as e:
         raise PreflightError(f"cannot reach AWS endpoint: {e}") from None
     except botocore.exceptions.ClientError as e:
-        op = getattr(e, "operation_name", "?")
+        op = e.operation_name  # botocore's ClientError always has it (its __init__)
         raise PreflightError(
             f"AWS API error in {op}: {_code(e)}: "
             f"{e.response.get('Error', {}).get('Message', '')}"
@@ -312,9 +312,9 @@ def _run(session_or_clients, instance_type, count, az, efa, reservation_id) -> P
     if offered is not None:
         try:
             zones = _ask("ec2:DescribeAvailabilityZones", zone_ids, ec2)
-        except Unanswered:
+        except Unanswered as u:
             zones = {}
-            res.warnings.append("ec2:DescribeAvailabilityZones not answered; only offering AZs listed, without zone IDs")
+            res.warnings.append(f"{u.action} not answered; only offering AZs listed, without zone IDs")
         for z in sorted(set(zones) | set(offered)):
             zid = zones.get(z)
             res.azs[z] = {"offered": z in offered, "zone_id": zid,
@@ -326,7 +326,7 @@ def _run(session_or_clients, instance_type, count, az, efa, reservation_id) -> P
         else:
             res.recommended_az = az or offered[0]
             res.check("offerings", OK, f"{instance_type} offered in {', '.join(offered)}")
-            chosen = res.azs.get(res.recommended_az, {})
+            chosen = res.azs[res.recommended_az]  # an offering AZ: every one is listed above
             if chosen.get("eks_cluster_subnets") is False:
                 res.warnings.append(
                     f"{res.recommended_az} is zone ID {chosen['zone_id']} in this account, where EKS creates no "
@@ -355,7 +355,7 @@ def _run(session_or_clients, instance_type, count, az, efa, reservation_id) -> P
             "gpus": gpus,
             "gpu_names": sorted({g.get("Name", "") for g in (info.get("GpuInfo") or {}).get("Gpus", [])}),
             "vcpus": vcpus,
-            "efa_supported": bool(net.get("EfaSupported", False)),
+            "efa_supported": bool(net.get("EfaSupported")),
             "max_network_cards": net.get("MaximumNetworkCards"),
             "usage_classes": sorted(info.get("SupportedUsageClasses", [])),
         }
@@ -368,7 +368,7 @@ def _run(session_or_clients, instance_type, count, az, efa, reservation_id) -> P
                                            f"{'yes' if res.instance['efa_supported'] else 'no'}")
 
     _check_quota(res, ec2, sq, instance_type, count, vcpus)
-    _check_placement_group(res, ec2, efa)
+    _check_placement_group(res, ec2, efa, reservation_id)
     _check_reservations(res, ec2, instance_type, count, az, reservation_id)
     _check_capacity_blocks(res, ec2, instance_type, count, az)
 
@@ -423,7 +423,16 @@ def _check_quota(res: PreflightResult, ec2: Any, sq: Any, instance_type: str, co
                                         f"{res.quota['required_vcpus']} vCPUs, quota is {value}")
 
 
-def _check_placement_group(res: PreflightResult, ec2: Any, efa: bool) -> None:
+def _check_placement_group(res: PreflightResult, ec2: Any, efa: bool, reservation_id: str | None = None) -> None:
+    """Whether a cluster placement group may be created, asked only where the stack creates one: EFA nodes on demand
+    (components/node_groups.py; components/capacity.py ``cluster_placement_group``: a reservation brings its own
+    placement, and a new group beside it makes launches fail)."""
+    if not efa or reservation_id is not None:
+        why = "no EFA" if not efa else "a capacity reservation is targeted"
+        res.placement_group = {"status": "not needed", "reason": why}
+        res.check("placement-group", OK, f"not needed: the stack creates no cluster placement group with {why}")
+        return
+
     def dry_run() -> None:
         try:
             ec2.create_placement_group(GroupName="preflight-dryrun", Strategy="cluster", DryRun=True)

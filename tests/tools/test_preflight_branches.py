@@ -766,3 +766,129 @@ def test_json_output_has_sorted_keys(monkeypatch, capsys):
     assert pf.main(["--region", R, "--json"]) == 0
     text = capsys.readouterr().out
     assert text == json.dumps(json.loads(text), sort_keys=True) + "\n"  # stable for diffs between runs
+
+
+# --- the whole run's survivors (mutmut, 2026-12-05 09:10-09:19: 1906 mutants, 103 survived), this file's share
+
+def test_an_unparseable_answer_is_unanswered_naming_the_action():
+    """An emulator's HTML error page (botocore's ResponseParserError) is "not answered", with the action to ask."""
+    from botocore.parsers import ResponseParserError
+
+    def html():
+        raise ResponseParserError("Unable to parse response (syntax error), invalid XML received")
+    with pytest.raises(pf.Unanswered) as e:
+        pf._ask("ec2:DescribeInstances", html)
+    assert e.value.action == "ec2:DescribeInstances"
+    assert str(e.value) == "not answered by the endpoint (unparseable response): ec2:DescribeInstances"
+
+
+def test_an_error_answer_without_code_or_message_is_named_as_it_came():
+    """botocore builds ClientError from the parsed error body; one with no Error at all (an empty body) still
+    makes a one-line preflight error, with the operation and empty code and message, not a crash."""
+    bare = ClientError({}, "DescribeInstanceTypes")
+    with pytest.raises(pf.PreflightError) as e:
+        run(EC2(describe_instance_types=bare))
+    assert str(e.value) == "AWS API error in DescribeInstanceTypes: : "
+    no_code = ClientError({"Error": {"Message": "m"}}, "DescribeInstanceTypes")
+    with pytest.raises(pf.PreflightError) as e:
+        run(EC2(describe_instance_types=no_code))
+    assert str(e.value) == "AWS API error in DescribeInstanceTypes: : m"
+
+
+def test_a_page_without_its_list_counts_as_empty():
+    """botocore's XML parser leaves out a member whose element the answer lacks (parsers.py _handle_structure), so
+    a page may have no list at all: read as an empty one."""
+    ec2 = EC2(describe_instance_type_offerings=[{}, {"InstanceTypeOfferings": [
+                  {"InstanceType": ITYPE, "Location": "us-east-1a"}]}],
+              describe_instance_types=lambda **kw: [{}, {"InstanceTypes": [g6()]}])
+    res = run(ec2)
+    assert res.ok and list(res.azs) == ["us-east-1a", "us-east-1b", "us-east-1c", "us-east-1e"]
+    assert res.instance["vcpus"] == 48
+    assert pf.zone_ids(EC2(describe_availability_zones={})) == {}
+    assert run(EC2(describe_availability_zones={})).azs == {
+        "us-east-1a": {"offered": True, "zone_id": None, "eks_cluster_subnets": None},
+        "us-east-1b": {"offered": True, "zone_id": None, "eks_cluster_subnets": None}}
+
+
+def test_no_region_anywhere_is_said_before_any_call(monkeypatch, capsys):
+    for k in ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
+    assert pf.main([]) == pf.EXIT_UNDETERMINED
+    assert capsys.readouterr().err == ("preflight error: no AWS region: pass --region or set AWS_REGION (nothing was "
+                                       "checked)\n")
+
+
+def test_ctrl_c_says_nothing_was_changed(monkeypatch, capsys):
+    def interrupted(a):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(pf, "_main", interrupted)
+    assert pf.main(["--region", R]) == 130
+    assert capsys.readouterr().err == "preflight: interrupted (nothing was changed)\n"
+
+
+def test_unanswered_instance_type_says_what_is_unknown():
+    res = run(EC2(describe_instance_types=err("UnauthorizedOperation")))
+    assert row(res, "instance-type")["detail"] == (f"GPUs/vCPUs/EFA of {ITYPE} unknown (denied: "
+                                                   "ec2:DescribeInstanceTypes)")
+
+
+def test_an_az_that_does_not_offer_the_type_fails_the_offerings_row():
+    res = run(az="us-east-1e")
+    assert row(res, "offerings") == {"name": "offerings", "status": "failed",
+                                     "detail": f"{ITYPE} is not offered in us-east-1e (offered in: us-east-1a, "
+                                               "us-east-1b)"}
+
+
+def test_the_table_puts_nothing_after_an_answered_row():
+    lines = pf.format_table(run()).splitlines()
+    width = max(len(c["name"]) for c in run().checks)
+    assert f"{'offerings':<{width}}  OK       {ITYPE} offered in us-east-1a, us-east-1b" in lines
+
+
+def test_count_below_one_says_why_none_is_needed():
+    with pytest.raises(ValueError) as e:
+        run(count=0)
+    assert str(e.value) == "count must be >= 1 (got 0): preflight checks nodes to launch; 0 parked nodes need no capacity"
+
+
+def test_usage_problems_are_whole_sentences_with_an_example():
+    assert pf.usage_problem(_namespace(region="useast1")) == (
+        "--region 'useast1': not an AWS region name; e.g. --region us-east-1 (or leave it out to use AWS_REGION / "
+        "your profile's region)")
+    assert pf.usage_problem(_namespace(region=R, count=451)) == (
+        "--count 451: an EKS managed node group holds at most 450 nodes (EKS service quotas: 'Nodes per managed node "
+        "group'); e.g. --count 2")
+    assert pf.usage_problem(_namespace(region=R, capacity_reservation_id="cr-12")) == (
+        "--capacity-reservation-id 'cr-12': expected cr- and 8 or 17 hex digits (an ODCR or Capacity Block), or a "
+        "reservation resource group ARN")
+
+
+def test_unknowns_name_the_action_only_where_one_would_answer():
+    res = pf.PreflightResult(R, ITYPE, 2, True)
+    res.check("a", pf.UNKNOWN, "no answer")
+    res.check("b", pf.UNKNOWN, "denied", "ec2:X")
+    assert res.unknowns == ["a: no answer", "b: denied (answered by ec2:X)"]
+    assert [c.get("needs") for c in res.checks] == [None, "ec2:X"]
+
+
+def test_the_placement_group_is_asked_only_where_the_stack_creates_one():
+    """components/node_groups.py creates a cluster placement group for EFA nodes on demand only
+    (capacity.cluster_placement_group): without EFA, or with a reservation named, preflight asked EC2 anyway and
+    failed or went undetermined on a group the stack never makes (found by mutmut: ``efa`` was never read)."""
+    for kw in ({"efa": False}, {"capacity_reservation_id": RID}):
+        ec2 = EC2(create_placement_group=err("PlacementGroupLimitExceeded"),
+                  describe_capacity_reservations={"CapacityReservations": [odcr()]})
+        res = run(ec2, **kw)
+        assert not [c for c in ec2.calls if c[0] == "create_placement_group"]
+        why = "no EFA" if kw.get("efa") is False else "a capacity reservation is targeted"
+        assert res.placement_group == {"status": "not needed", "reason": why}
+        assert row(res, "placement-group") == {"name": "placement-group", "status": "ok", "detail": (
+            f"not needed: the stack creates no cluster placement group with {why}")}
+        assert "cannot be created" not in " ".join(res.problems)
+    assert run(EC2(create_placement_group=err("PlacementGroupLimitExceeded"))).exit_code == 1  # EFA on demand: asked
+
+
+def test_zone_ids_unanswered_names_the_action_in_the_note():
+    res = run(EC2(describe_availability_zones=err("UnauthorizedOperation")))
+    assert res.warnings[0] == "ec2:DescribeAvailabilityZones not answered; only offering AZs listed, without zone IDs"
