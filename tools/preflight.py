@@ -67,15 +67,18 @@ class PreflightError(Exception):
     """Credentials, endpoint or unexpected API error (CLI exit code 2)."""
 
 
+STANDARD_FAMILIES = frozenset(("a", "c", "d", "h", "i", "m", "r", "t", "z", "im", "is"))
+"""Family letters of "Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances"; Im4gn and Is4gen are I."""
+
+
 def quota_code_for(instance_type: str) -> str | None:
-    """On-Demand vCPU quota code of the family of ``instance_type``, or None."""
-    m = re.match(r"[a-z]+", instance_type.split(".")[0].lower())
-    prefix = m.group(0) if m else ""
+    """On-Demand vCPU quota code of the family of ``instance_type`` (its leading letters), or None."""
+    prefix = re.match(r"[a-z]*", instance_type.lower()).group(0)  # always matches, perhaps empty
     if prefix in ("g", "gr", "vt"):  # "Running On-Demand G and VT instances": Gr6 is a G6 variant (its L4 GPUs)
         return QUOTA_G_VT
     if prefix == "p":
         return QUOTA_P
-    if prefix in tuple("acdhimrtz") or prefix in ("im", "is"):  # Standard (A, C, D, H, I, M, R, T, Z): Im4gn, Is4gen
+    if prefix in STANDARD_FAMILIES:
         return QUOTA_STANDARD
     return None
 
@@ -265,7 +268,7 @@ def _describe_reservation(ec2_client: Any, reservation_id: str) -> dict[str, Any
         if _code(e) in ("InvalidCapacityReservationId.NotFound", "InvalidCapacityReservationId.Malformed"):
             return None
         raise
-    found = resp.get("CapacityReservations", [])
+    found = resp.get("CapacityReservations")  # absent or empty: none
     return found[0] if found else None
 
 
@@ -582,7 +585,7 @@ def format_table(res: PreflightResult) -> str:
         mark = " <- recommended" if z == res.recommended_az else ""
         eks = {True: "yes", False: "no (EKS refuses this zone ID)", None: "?"}[row.get("eks_cluster_subnets")]
         lines.append(f"{z:<20} {row.get('zone_id') or '?':<10} {'yes' if row['offered'] else 'no':<8} {eks}{mark}")
-    width = max((len(c["name"]) for c in res.checks), default=5)
+    width = max((len(c["name"]) for c in res.checks), default=0)  # 0: no check, no row to pad
     for c in res.checks:
         needs = f"  [would be answered by {c['needs']}]" if c.get("needs") else ""
         lines.append(f"{c['name']:<{width}}  {c['status'].upper():<7}  {c['detail']}{needs}")
