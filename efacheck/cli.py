@@ -9,6 +9,7 @@ is the one copy: ``training/cli.py`` re-exports it for training and the tools.
 from __future__ import annotations
 
 import argparse
+import atexit
 import logging
 import os
 import shutil
@@ -145,6 +146,13 @@ def run_cli(main: Callable[..., Any], argv: Sequence[str] | None, prog: str) -> 
         code = EXIT_TERMINATED
     if code in (EXIT_INTERRUPTED, EXIT_TERMINATED):
         # asyncio tasks the interrupt cut off (the Pulumi mocks' RPCs) would print "Task exception was never
-        # retrieved" with a traceback when the interpreter collects them
+        # retrieved" with a traceback when the interpreter collects them, and an event loop whose self-pipe was
+        # closed under it "Exception ignored in: BaseEventLoop.__del__" (ValueError: Invalid file descriptor: -1,
+        # through sys.unraisablehook): the run is over and said so; nothing it left half-done is news
         logging.getLogger("asyncio").disabled = True
+        atexit.register(setattr, sys, "unraisablehook", _after_interrupt)  # at exit: a caller's own hook stays
     return code
+
+
+def _after_interrupt(unraisable: Any) -> None:
+    """sys.unraisablehook once a run was interrupted: objects the interrupt cut off fail in their finalizers."""
