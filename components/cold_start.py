@@ -45,8 +45,8 @@ PARTS: tuple[Part, ...] = (
 """From the job's request to its GPU worker in Ray, in order (the gate's wait and Ray's allocate timeout)."""
 
 JOB_START = Part("the job's own start (driver, runtime env, Ray Train workers, model) to its first step", 10, 30,
-                 "measured here: benchmarks/train_job (local main job, 26.8 s for the whole job, 2026-12-05) and "
-                 "benchmarks/gate_latency (11.7 s from Job start to verdict)", measured_here=True)
+                 "measured here: benchmarks/train_job (local main job, 36.7 s for the whole job, 2026-12-05 09:57) and "
+                 "benchmarks/gate_latency (10.7 s from Job start to verdict)", measured_here=True)
 """After the workers are up: what a submitted job adds before its first training step."""
 
 

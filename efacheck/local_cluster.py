@@ -4,8 +4,10 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import sys
 import tempfile
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Iterator, Optional
 
 import ray
@@ -108,7 +110,7 @@ def local_cluster(worker_nodes: int = 2, cpus_per_node: int = 1,
         head["dashboard_port"] = dashboard_port
     head.update(head_args or {})
     try:
-        cluster = Cluster(initialize_head=True, head_node_args=head)
+        cluster = _start_head(head, ray_tmp)
     except BaseException:
         _restore("RAY_ADDRESS", saved_address)
         _restore("RAY_TMPDIR", saved_tmpdir)
@@ -128,6 +130,58 @@ def local_cluster(worker_nodes: int = 2, cpus_per_node: int = 1,
         _restore("RAY_ADDRESS", saved_address)
         _restore("RAY_TMPDIR", saved_tmpdir)
         shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+HEAD_START_TRIES = 2
+"""Ray's head start waits 30 s for its raylet to register with the GCS (ray/_private/node.py, "The current node
+timed out during startup"); seen once in a whole test run on the 2-core box, where the same test then passed three
+times in a row: a second try, on a new GCS port, is cheaper than a failed run."""
+
+
+def _start_head(head: dict, ray_tmp: str) -> Cluster:
+    """The head of a local cluster, started again once if its raylet never registered; the last failure carries the
+    tails of that try's GCS and raylet logs (exception notes), which go with ``ray_tmp`` when the cluster does."""
+    for attempt in range(1, HEAD_START_TRIES + 1):
+        try:
+            return Cluster(initialize_head=True, head_node_args=head)
+        except Exception as e:
+            if "timed out during startup" not in str(e):
+                raise
+            for note in _log_tails(ray_tmp):
+                e.add_note(note)
+            _stop_leftovers(ray_tmp)  # the failed try's GCS and raylet: their command lines name its temp dir
+            if attempt == HEAD_START_TRIES:
+                raise
+            print(f"local cluster: the head's raylet did not register within Ray's 30 s (try {attempt} of "
+                  f"{HEAD_START_TRIES}); starting the head again", file=sys.stderr, flush=True)
+            head["gcs_server_port"] = _free_port()
+            os.environ["RAY_ADDRESS"] = f"{ray.util.get_node_ip_address()}:{head['gcs_server_port']}"
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _log_tails(ray_tmp: str, lines: int = 5) -> list[str]:
+    """The last lines of each GCS and raylet log under ``ray_tmp`` (every session a try made)."""
+    notes = []
+    for path in sorted(Path(ray_tmp).glob("session_*/logs/*")):
+        if path.name.startswith(("gcs_server", "raylet")) and path.suffix in (".out", ".err") and path.is_file():
+            tail = path.read_text(errors="replace").splitlines()[-lines:]
+            if tail:
+                notes.append(f"{path}:\n" + "\n".join(tail))
+    return notes
+
+
+def _stop_leftovers(ray_tmp: str) -> None:
+    """Kill the processes a failed head start left running (Ray kills them only at the interpreter's exit): those
+    whose command line names ``ray_tmp`` (read from /proc; nothing to do where there is none)."""
+    import signal
+
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            pid = int(cmdline.parent.name)
+            if pid != os.getpid() and ray_tmp.encode() in cmdline.read_bytes():
+                os.kill(pid, signal.SIGKILL)
+        except (OSError, ValueError):
+            pass
 
 
 def _free_port() -> int:
