@@ -78,7 +78,7 @@ class GpuCapacity:
     @property
     def cluster_placement_group(self) -> bool:
         """Whether EFA nodes get a cluster placement group: only on demand (it conflicts with reservations)."""
-        return self.mode == ON_DEMAND
+        return own_cluster_placement_group(self.mode)
 
     def capacity_reservation_specification(self) -> dict[str, Any] | None:
         """``capacity_reservation_specification`` of the launch template (None on demand: EC2's default, open)."""
@@ -124,6 +124,12 @@ PLACEMENT_GROUP_NAME = re.compile(r"(?!arn:)[!-~](?:[ -~]{0,253}[!-~])?")
 https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_CreatePlacementGroup.html), so '/' is allowed (the
 reservation check reads the name as all of the ARN after ``placement-group/``). Refused: an ARN pasted in its place,
 and leading or trailing blanks (a copy slip: EC2 would look for a group of that exact name)."""
+
+
+def own_cluster_placement_group(mode: str) -> bool:
+    """Whether EFA nodes in ``mode`` get a cluster placement group of the stack's own: only on demand (a new group
+    beside a reservation makes launches fail; EC2 places a Capacity Block itself). Preflight asks EC2 by this rule."""
+    return mode == ON_DEMAND
 
 
 def placement_problem(mode: str, placement_group: str | None) -> ArgError | None:
