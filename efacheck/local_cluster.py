@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import sys
 import tempfile
@@ -141,7 +142,8 @@ times in a row: a second try, on a new GCS port, is cheaper than a failed run.""
 def _start_head(head: dict, ray_tmp: str) -> Cluster:
     """The head of a local cluster, started again once if its raylet never registered; the last failure carries the
     tails of that try's GCS and raylet logs (exception notes), which go with ``ray_tmp`` when the cluster does."""
-    for attempt in range(1, HEAD_START_TRIES + 1):
+    attempt = 1
+    while True:
         try:
             return Cluster(initialize_head=True, head_node_args=head)
         except Exception as e:
@@ -154,9 +156,9 @@ def _start_head(head: dict, ray_tmp: str) -> Cluster:
                 raise
             print(f"local cluster: the head's raylet did not register within Ray's 30 s (try {attempt} of "
                   f"{HEAD_START_TRIES}); starting the head again", file=sys.stderr, flush=True)
+            attempt += 1
             head["gcs_server_port"] = _free_port()
             os.environ["RAY_ADDRESS"] = f"{ray.util.get_node_ip_address()}:{head['gcs_server_port']}"
-    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def _log_tails(ray_tmp: str, lines: int = 5) -> list[str]:
@@ -173,8 +175,6 @@ def _log_tails(ray_tmp: str, lines: int = 5) -> list[str]:
 def _stop_leftovers(ray_tmp: str) -> None:
     """Kill the processes a failed head start left running (Ray kills them only at the interpreter's exit): those
     whose command line names ``ray_tmp`` (read from /proc; nothing to do where there is none)."""
-    import signal
-
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
         try:
             pid = int(cmdline.parent.name)
