@@ -19,6 +19,7 @@ import pytest
 from ray_efa_eks.tools import plan_run as pr
 from ray_efa_eks.tools.layout import Resource
 from ray_efa_eks.tools.plan_model import PlanError, UsageError
+from tests.helpers.mockruns import shared_run
 
 PROGRAM = textwrap.dedent('''
     import pulumi
@@ -202,15 +203,20 @@ def test_plan_git_ref_without_records_is_an_error(repo):
     assert pr.plan_git_ref("HEAD", repo).error == "no output"  # exit 0 but no records line
 
 
-def test_plan_git_ref_archive_failure_is_unreadable(repo, monkeypatch):
+def failing_archive(monkeypatch, stderr: bytes) -> None:
+    """``git archive`` fails with ``stderr`` (exit 128); every other git call runs."""
     real = subprocess.run
 
     def run(cmd, *a, **kw):
         if "archive" in cmd:
-            return SimpleNamespace(returncode=128, stdout=b"", stderr=b"fatal: not a tree object")
+            return SimpleNamespace(returncode=128, stdout=b"", stderr=stderr)
         return real(cmd, *a, **kw)
 
     monkeypatch.setattr(pr.subprocess, "run", run)
+
+
+def test_plan_git_ref_archive_failure_is_unreadable(repo, monkeypatch):
+    failing_archive(monkeypatch, b"fatal: not a tree object")
     with pytest.raises(PlanError, match="git archive 'base' failed: fatal: not a tree object"):
         pr.plan_git_ref("base", repo)
 
@@ -272,14 +278,7 @@ def test_plan_tree_error_keeps_the_effective_config(tmp_path):
 
 
 def test_plan_git_ref_archive_failure_shows_gits_message_whatever_its_bytes(repo, monkeypatch):
-    real = subprocess.run
-
-    def run(cmd, *a, **kw):
-        if "archive" in cmd:
-            return SimpleNamespace(returncode=128, stdout=b"", stderr=b"fatal: bad object \xff\n")
-        return real(cmd, *a, **kw)
-
-    monkeypatch.setattr(pr.subprocess, "run", run)
+    failing_archive(monkeypatch, b"fatal: bad object \xff\n")
     with pytest.raises(PlanError, match="git archive 'base' failed: fatal: bad object \ufffd \\(fetch the ref"):
         pr.plan_git_ref("base", repo)
 
@@ -349,8 +348,6 @@ def test_plan_tree_error_plan_names_source_stack_and_where_the_type_is_offered(t
 def test_make_plan_settings_are_the_regions_and_a_recorded_parent_is_named_by_its_label():
     """settings_of prices the nodes in the plan's region (prices are held for us-east-1 only); a parent recorded
     in the plan is named by its own type and name even where its URN does not spell them (the base ref's records)."""
-    from helpers.mockruns import shared_run
-
     from ray_efa_eks.tools import layout
 
     resources = layout.from_mockrun(shared_run())
@@ -376,14 +373,7 @@ def test_plan_git_ref_error_plans_keep_source_stack_and_region(repo):
 
 
 def test_plan_git_ref_archive_failure_says_how_to_fetch(repo, monkeypatch):
-    real = subprocess.run
-
-    def run(cmd, *a, **kw):
-        if "archive" in cmd:
-            return SimpleNamespace(returncode=128, stdout=b"", stderr=b"fatal: not a tree object\n")
-        return real(cmd, *a, **kw)
-
-    monkeypatch.setattr(pr.subprocess, "run", run)
+    failing_archive(monkeypatch, b"fatal: not a tree object\n")
     with pytest.raises(PlanError) as e:
         pr.plan_git_ref("base", repo)
     assert str(e.value) == ("git archive 'base' failed: fatal: not a tree object (fetch the ref first; in CI use "

@@ -4,12 +4,12 @@ need = count x vCPUs per node + vCPUs already running in the same quota; ok only
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from types import SimpleNamespace
 
 import pytest
 from botocore.exceptions import ClientError
 
 from ray_efa_eks.tools import preflight as pf
+from tests.helpers import preflight_ec2 as stub
 
 
 class Pages:
@@ -110,48 +110,13 @@ def test_server_errors_and_unparseable_answers_are_unanswered():
 
 # -- mutmut's survivors (2026-12-05 run, 1906 mutants, 103 survived) --
 
-RID = "cr-0123456789abcdef0"
 META = {"ResponseMetadata": {"RequestId": "r", "HTTPStatusCode": 200, "HTTPHeaders": {}}}
 """A page as botocore parses an EC2 answer whose list element is absent: the model makes no output member required
 and botocore's XML parser sets only the keys of elements present (an empty ``<reservationSet/>`` parses to [])."""
 
 
-def _err(code, status=400):
-    return ClientError({"Error": {"Code": code, "Message": f"{code} message"},
-                        "ResponseMetadata": {"HTTPStatusCode": status}}, "Op")
-
-
-class Answers:
-    """EC2 stand-in for the other checks: each operation (snake_case) answers from ``answers`` (a value, pages for a
-    paginator, an exception or a function of the call's arguments); every call is recorded with its arguments."""
-
-    def __init__(self, **answers):
-        self.meta = SimpleNamespace(region_name="us-east-1")
-        self.answers, self.calls = answers, []
-
-    def _answer(self, op, **kw):
-        self.calls.append((op, kw))
-        a = self.answers[op]
-        if isinstance(a, Exception):
-            raise a
-        return a(**kw) if callable(a) else a
-
-    def get_paginator(self, op):
-        return SimpleNamespace(paginate=lambda **kw: iter(self._answer(op, **kw)))
-
-    def __getattr__(self, op):
-        if op.startswith(("describe_", "create_")):
-            return lambda **kw: self._answer(op, **kw)
-        raise AttributeError(op)
-
-
 def _result(itype="g6.12xlarge", count=2):
     return pf.PreflightResult(region="us-east-1", instance_type=itype, count=count, efa=True)
-
-
-def _odcr(**kw):
-    return {"CapacityReservationId": RID, "InstanceType": "g6.12xlarge", "AvailabilityZone": "us-east-1b",
-            "AvailableInstanceCount": 3, "TotalInstanceCount": 3, "State": "active", **kw}
 
 
 def test_a_quota_service_quotas_denies_is_one_row_naming_the_quota_and_the_action():
@@ -172,7 +137,7 @@ def test_a_quota_service_quotas_does_not_return_says_where_it_is_answered():
 
 
 def test_running_vcpus_denied_names_describe_instances_as_the_action():
-    ec2 = Answers(describe_instances=_err("UnauthorizedOperation"))
+    ec2 = stub.EC2(describe_instances=stub.err("UnauthorizedOperation"))
     res = _quota(ec2, SQ(value=500.0))
     assert res.checks == [{"name": "vcpu-quota", "status": "unknown",
                            "detail": f"running vCPUs in quota {pf.QUOTA_G_VT} unknown (denied: ec2:DescribeInstances)",
@@ -190,7 +155,7 @@ def test_every_running_instance_of_the_quota_counts_after_one_of_another_quota()
 
 def test_a_describe_instances_page_without_reservations_adds_nothing():
     """A page with no Reservations key (the list element absent) is no instance, not a crash."""
-    ec2 = Answers(describe_instances=[META, {"Reservations": [{"Instances": [{"InstanceType": "g6.xlarge"}]}]}],
+    ec2 = stub.EC2(describe_instances=[META, {"Reservations": [{"Instances": [{"InstanceType": "g6.xlarge"}]}]}],
                   describe_instance_types=[{"InstanceTypes": [{"InstanceType": "g6.xlarge",
                                                                "VCpuInfo": {"DefaultVCpus": 4}}]}])
     assert pf._running_vcpus(ec2, pf.QUOTA_G_VT) == 4
@@ -198,55 +163,56 @@ def test_a_describe_instances_page_without_reservations_adds_nothing():
 
 def test_placement_group_rows_read_as_the_user_sees_them():
     res = _result()
-    pf._check_placement_group(res, Answers(create_placement_group=_err("DryRunOperation", 412)), True)
+    pf._check_placement_group(res, stub.EC2(create_placement_group=stub.err("DryRunOperation", 412)), True)
     assert res.checks == [{"name": "placement-group", "status": "ok",
                            "detail": "a cluster placement group may be created (dry run)"}]
     res = _result()
-    pf._check_placement_group(res, Answers(create_placement_group=_err("PlacementGroupLimitExceeded")), True)
+    pf._check_placement_group(res, stub.EC2(create_placement_group=stub.err("PlacementGroupLimitExceeded")), True)
     assert res.checks == [{"name": "placement-group", "status": "failed",
                            "detail": "a cluster placement group cannot be created: PlacementGroupLimitExceeded"}]
 
 
-def _reservation(ec2, reservation_id=RID, az=None, count=2):
+def _reservation(ec2, reservation_id=stub.RID, az=None, count=2):
     res = _result(count=count)
     pf._check_reservations(res, ec2, "g6.12xlarge", count, az, reservation_id)
     return res
 
 
 def test_a_named_reservation_denied_names_the_action():
-    res = _reservation(Answers(describe_capacity_reservations=_err("UnauthorizedOperation")))
+    res = _reservation(stub.EC2(describe_capacity_reservations=stub.err("UnauthorizedOperation")))
     assert res.checks == [{"name": "capacity-reservation", "status": "unknown",
-                           "detail": f"{RID} unknown (denied: ec2:DescribeCapacityReservations)",
+                           "detail": f"{stub.RID} unknown (denied: ec2:DescribeCapacityReservations)",
                            "needs": "ec2:DescribeCapacityReservations"}]
 
 
 def test_a_named_reservation_missing_or_unfit_is_a_failed_capacity_reservation_row():
-    ec2 = Answers(describe_capacity_reservations={"CapacityReservations": []})
+    ec2 = stub.EC2(describe_capacity_reservations={"CapacityReservations": []})
     res = _reservation(ec2)
-    assert ec2.calls == [("describe_capacity_reservations", {"CapacityReservationIds": [RID]})]
+    assert ec2.calls == [("describe_capacity_reservations", {"CapacityReservationIds": [stub.RID]})]
     assert res.checks == [{"name": "capacity-reservation", "status": "failed",
-                           "detail": f"capacity reservation {RID} not found in us-east-1"}]
-    res = _reservation(Answers(describe_capacity_reservations={"CapacityReservations": [
-        _odcr(InstanceType="p5.48xlarge", AvailableInstanceCount=1)]}), az="us-east-1a")
+                           "detail": f"capacity reservation {stub.RID} not found in us-east-1"}]
+    res = _reservation(stub.EC2(describe_capacity_reservations={"CapacityReservations": [
+        stub.odcr(InstanceType="p5.48xlarge", AvailableInstanceCount=1, TotalInstanceCount=3)]}), az="us-east-1a")
     assert res.checks == [{"name": "capacity-reservation", "status": "failed",
-                           "detail": f"capacity reservation {RID} is for p5.48xlarge, not g6.12xlarge; is in "
+                           "detail": f"capacity reservation {stub.RID} is for p5.48xlarge, not g6.12xlarge; is in "
                                      "us-east-1b, not us-east-1a (set availabilityZone us-east-1b); has 1 "
                                      "instance(s) available, 2 needed"}]
 
 
 def test_active_reservations_listed_across_a_page_without_the_key():
     """The largest active reservation is named (status ok), though one page carries no CapacityReservations key."""
-    ec2 = Answers(describe_capacity_reservations=[META, {"CapacityReservations": [
-        _odcr(), _odcr(CapacityReservationId="cr-0fedcba9876543210", AvailabilityZone="us-east-1a",
-                       AvailableInstanceCount=1)]}])
+    ec2 = stub.EC2(describe_capacity_reservations=[META, {"CapacityReservations": [
+        stub.odcr(AvailableInstanceCount=3, TotalInstanceCount=3),
+        stub.odcr(CapacityReservationId="cr-0fedcba9876543210", AvailabilityZone="us-east-1a",
+                  AvailableInstanceCount=1, TotalInstanceCount=3)]}])
     res = _reservation(ec2, reservation_id=None)
     assert res.checks == [{"name": "capacity-reservations", "status": "ok",
-                           "detail": f"2 active for g6.12xlarge in us-east-1; the largest, {RID} in us-east-1b, has 3 "
-                                     "available (use it: --capacity-reservation-id)"}]
+                           "detail": f"2 active for g6.12xlarge in us-east-1; the largest, {stub.RID} in us-east-1b, "
+                                     "has 3 available (use it: --capacity-reservation-id)"}]
 
 
 def test_active_reservations_denied_is_an_unknown_row_naming_the_type():
-    res = _reservation(Answers(describe_capacity_reservations=_err("UnauthorizedOperation")), reservation_id=None)
+    res = _reservation(stub.EC2(describe_capacity_reservations=stub.err("UnauthorizedOperation")), reservation_id=None)
     assert res.checks == [{"name": "capacity-reservations", "status": "unknown",
                            "detail": "capacity reservations for g6.12xlarge unknown (denied: "
                                      "ec2:DescribeCapacityReservations)",
@@ -259,13 +225,13 @@ def test_capacity_block_rows_read_as_the_user_sees_them():
              "StartDate": datetime(2026, 12, 7, 11, 30, tzinfo=timezone.utc), "UpfrontFee": "2000.00",
              "CurrencyCode": "USD"}
     res = _result(itype="p5.48xlarge")
-    pf._check_capacity_blocks(res, Answers(describe_capacity_block_offerings={"CapacityBlockOfferings": [offer]}),
+    pf._check_capacity_blocks(res, stub.EC2(describe_capacity_block_offerings={"CapacityBlockOfferings": [offer]}),
                               "p5.48xlarge", 2, None)
     assert res.checks == [{"name": "capacity-blocks", "status": "ok",
                            "detail": "1 offering(s) of 2 x p5.48xlarge for 24 h in us-east-1; earliest "
                                      "2026-12-07 11:30:00+00:00 in us-east-1a"}]
     res = _result(itype="p5.48xlarge")
-    pf._check_capacity_blocks(res, Answers(describe_capacity_block_offerings=_err("UnauthorizedOperation")),
+    pf._check_capacity_blocks(res, stub.EC2(describe_capacity_block_offerings=stub.err("UnauthorizedOperation")),
                               "p5.48xlarge", 2, None)
     assert res.checks == [{"name": "capacity-blocks", "status": "unknown",
                            "detail": "Capacity Block offerings for 2 x p5.48xlarge unknown (denied: "
@@ -275,10 +241,10 @@ def test_capacity_block_rows_read_as_the_user_sees_them():
 
 def test_reservation_az_asks_for_the_reservation_named_and_names_the_action_denied():
     """EC2 answers only the IDs asked for; a caller reads the action to grant from the exception."""
-    ec2 = Answers(describe_capacity_reservations=lambda CapacityReservationIds: {
-        "CapacityReservations": [r for r in [_odcr()] if r["CapacityReservationId"] in CapacityReservationIds]})
-    assert pf.reservation_az(ec2, RID) == "us-east-1b"
+    ec2 = stub.EC2(describe_capacity_reservations=lambda CapacityReservationIds: {
+        "CapacityReservations": [r for r in [stub.odcr()] if r["CapacityReservationId"] in CapacityReservationIds]})
+    assert pf.reservation_az(ec2, stub.RID) == "us-east-1b"
     with pytest.raises(pf.Unanswered) as denied:
-        pf.reservation_az(Answers(describe_capacity_reservations=_err("UnauthorizedOperation")), RID)
+        pf.reservation_az(stub.EC2(describe_capacity_reservations=stub.err("UnauthorizedOperation")), stub.RID)
     assert denied.value.action == "ec2:DescribeCapacityReservations"
     assert str(denied.value) == "denied: ec2:DescribeCapacityReservations"
