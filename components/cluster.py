@@ -179,6 +179,10 @@ class Cluster(pulumi.ComponentResource):
     access_entries: list[aws.eks.AccessEntry]
     """One per clusterAdminArns/clusterViewerArns principal (but the creator EKS already made one for): the same
     whoever runs ``pulumi up``."""
+    access_grants: list[aws.eks.AccessPolicyAssociation]
+    """The entries' policy associations: a principal reaches the Kubernetes API only once its association exists, so
+    every Kubernetes provider of the stack (:attr:`provider`, and any other built on :attr:`kubeconfig`) depends on
+    these."""
 
     def __init__(self, name: str, args: ClusterArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("ray-efa-eks:index:Cluster", name, None, opts)
@@ -246,6 +250,7 @@ class Cluster(pulumi.ComponentResource):
                     opts=pulumi.ResourceOptions(parent=self, depends_on=[entry])))
                 self.access_entries.append(entry)
         # The deployer reaches the Kubernetes API through its entry: no Kubernetes call before the entries exist.
+        self.access_grants = grants
         self.provider = k8s.Provider(f"{name}-k8s", kubeconfig=self.eks.kubeconfig_json,
                                      enable_server_side_apply=True,
                                      opts=pulumi.ResourceOptions(parent=self, depends_on=grants))

@@ -96,6 +96,18 @@ TOKEN_LENGTH = 64
 """Alphanumeric characters of the token (sent as an HTTP bearer token and a gRPC header)."""
 CHART_ANNOTATION = "ray-efa-eks/kuberay-chart-version"
 """On the RayCluster: the KubeRay chart version the stack ran it with (read by :func:`chart_bump_problem`)."""
+PATCH_FORCE_ANNOTATION = {"pulumi.com/patchForce": "true"}
+"""On the RayCluster: Pulumi's server-side apply takes ``spec.workerGroupSpecs`` back from Ray's autoscaler.
+
+The CRD gives ``workerGroupSpecs`` no ``x-kubernetes-list-type``, so server-side apply treats the list as one atomic
+field, and Ray's KubeRay node provider, which patches ``replicas`` and ``scaleStrategy.workersToDelete`` into it,
+becomes its owner. pulumi-kubernetes applies without force unless the resource carries this annotation (or its
+provider ``enablePatchForce``: provider/pkg/await/await.go ``patchForce``, used by ``ssaUpdate``), so without it the
+next ``pulumi up`` that changes the RayCluster after a scale-up fails with a field-manager conflict. Forcing resets
+the fields the stack does not render (from zero: ``replicas`` to the CRD's default 0); KubeRay deletes no worker for
+that while in-tree autoscaling is on (raycluster_controller.go v1.7.0 ``reconcilePods``: "Random Pod deletion is
+disabled ... the only decision-maker for Pod deletions is Autoscaler"), and the autoscaler writes its count back on
+its next round. Only the RayCluster is forced: every other object keeps conflicts as errors."""
 STACK_NCCL_ENV = "RAY_EFA_EKS_STACK_NCCL_ENV"
 """JSON ``{name: value}`` of the ``NCCL_*`` variables this stack rendered on the container. A run's fabric capture
 (training/fabric.py ``STACK_NCCL_ENV``) reads it to tell the stack's defaults (``ncclDebug``: WARN) from a user's
@@ -600,10 +612,11 @@ class RayCluster(pulumi.ComponentResource):
             self.auth_secret_name = args.auth_secret_name
             self.auth_token = pulumi.Output.secret(token.result)
         self.spec_hash = self.spec["headGroupSpec"]["template"]["spec"]["containers"][0]["env"][-1]["value"]
-        metadata: dict[str, Any] = {"name": name, "namespace": args.namespace}
+        metadata: dict[str, Any] = {"name": name, "namespace": args.namespace,
+                                    "annotations": dict(PATCH_FORCE_ANNOTATION)}
         hooks = None
         if args.kuberay_chart_version:
-            metadata["annotations"] = {CHART_ANNOTATION: args.kuberay_chart_version}
+            metadata["annotations"][CHART_ANNOTATION] = args.kuberay_chart_version
             hooks = pulumi.ResourceHookBinding(before_update=[pulumi.ResourceHook(
                 f"{name}-raycluster-chart-bump", _check_chart_bump, pulumi.ResourceHookOptions(on_dry_run=True))])
         self.custom_resource = k8s.apiextensions.CustomResource(

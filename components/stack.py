@@ -343,7 +343,8 @@ class EfaRayCluster(pulumi.ComponentResource):
         # The CRDs Helm installed on a stack's first up are upserted and taken over (components/kuberay.py).
         crd_provider = k8s.Provider("kuberay-crds-k8s", kubeconfig=cluster.eks.kubeconfig_json,
                                     enable_server_side_apply=True, upsert_existing_objects=True,
-                                    enable_patch_force=True, opts=pulumi.ResourceOptions(parent=self))
+                                    enable_patch_force=True,
+                                    opts=pulumi.ResourceOptions(parent=self, depends_on=cluster.access_grants))
 
         def install_operator(ray_ns: pulumi.Resource) -> list[pulumi.Resource]:
             """The KubeRay operator, watching only the Ray namespace (its chart puts a Role there)."""
