@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 RAY = "kubernetes:ray.io/v1:RayCluster"
 JOB = "kubernetes:batch/v1:Job"
 DS = "kubernetes:apps/v1:DaemonSet"
+HELM = "kubernetes:helm.sh/v3:Release"
 
 
 @pytest.fixture(autouse=True)
@@ -79,6 +80,16 @@ def _gate_init(cpu: str, sidecar: bool) -> Callable[[dict[str, Any]], None]:
     return fn
 
 
+def _prometheus_cpu(props: dict[str, Any]) -> None:
+    props["values"]["prometheus"]["prometheusSpec"]["resources"] = {"requests": {"cpu": "5", "memory": "2Gi"},
+                                                                     "limits": {"cpu": "5", "memory": "2Gi"}}
+
+
+def _autoscaler_cpu(props: dict[str, Any]) -> None:
+    props["spec"]["autoscalerOptions"]["resources"] = {"requests": {"cpu": "5", "memory": "512Mi"},
+                                                       "limits": {"cpu": "5", "memory": "512Mi"}}
+
+
 def _head_selector(props: dict[str, Any]) -> None:
     props["spec"]["headGroupSpec"]["template"]["spec"]["nodeSelector"] = {"ray-efa-eks/role": "nowhere"}
 
@@ -97,6 +108,12 @@ def _head_on_gpu_nodes(props: dict[str, Any]) -> None:
      ["pod efa-check-job (stack) does not fit on node group system-mng: it requests cpu 500m, the other pods there "
       "already request 7685m of 7910m allocatable (225m free)"]),
     (RAY, "ray-raycluster", _head_cpu("5"), []),
+    # chart values the stack passes, and the sidecar's autoscalerOptions.resources, count the same way
+    (HELM, "observability-kps", _prometheus_cpu,
+     ["pod ray-raycluster head (stack) does not fit on node group system-mng: it requests cpu 2500m, the other pods "
+      "there already request 5685m of 7910m allocatable (2225m free)"]),
+    (RAY, "ray-raycluster", _autoscaler_cpu,
+     ["pod ray-raycluster head (stack) does not fit on node group system-mng: it requests cpu 7000m"]),
     # an init container larger than the containers counts on its own (max rule); as a native sidecar it adds up
     (JOB, "efa-check-job", _gate_init("4", sidecar=False), []),
     (JOB, "efa-check-job", _gate_init("4", sidecar=True),
