@@ -88,6 +88,8 @@ def effective_requests(spec: dict[str, Any]) -> dict[str, Decimal]:
 
 def _expr_ok(labels: dict[str, str], e: dict[str, Any]) -> bool:
     key, op, values = e.get("key"), e.get("operator"), e.get("values") or []
+    if UNKNOWN in (key, op, e.get("values")) or (isinstance(values, list) and UNKNOWN in values):
+        return True  # only `up` knows: never refused on that
     have = labels.get(key)
     if op == "In":
         return have in values
@@ -120,7 +122,7 @@ def why_not(spec: dict[str, Any], labels: dict[str, str], taints: list[dict[str,
     """Why a node with these labels and taints does not admit the pod (None if it does): the nodeSelector, the
     required node affinity (terms ORed, expressions ANDed), or a NoSchedule/NoExecute taint it does not tolerate."""
     sel = spec.get("nodeSelector") or {}
-    wrong = {k: v for k, v in sel.items() if labels.get(k) != v} if isinstance(sel, dict) else {}
+    wrong = {k: v for k, v in sel.items() if labels.get(k) != v and v is not UNKNOWN} if isinstance(sel, dict) else {}
     if wrong:
         return "its nodeSelector " + ", ".join(f"{k}={v}" for k, v in sorted(wrong.items())) + " does not match"
     terms = dig(spec, "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution",
@@ -129,7 +131,10 @@ def why_not(spec: dict[str, Any], labels: dict[str, str], taints: list[dict[str,
             all(_expr_ok(labels, e) for e in (t.get("matchExpressions") or []) if isinstance(e, dict))
             for t in terms if isinstance(t, dict)):
         return "its required node affinity matches no label of the node"
-    tolerations = spec.get("tolerations") if isinstance(spec.get("tolerations"), list) else []
+    tolerations = spec.get("tolerations")
+    if tolerations is UNKNOWN or (isinstance(tolerations, list) and UNKNOWN in tolerations):
+        return None  # only `up` knows what it tolerates: never refused on that
+    tolerations = tolerations if isinstance(tolerations, list) else []
     for taint in taints:
         if taint["effect"] in ("NoSchedule", "NoExecute") and not _tolerates(tolerations, taint):
             return f"it does not tolerate the taint {taint['key']}={taint.get('value', '')}:{taint['effect']}"
@@ -225,15 +230,15 @@ def _nodes(stack: Stack) -> tuple[list[GroupFit], list[str]]:
         count = g.max_nodes if g.max_nodes is not None else g.nodes
         itype = g.instance_types[0] if len(g.instance_types) == 1 else None
         alloc = allocatable(itype) if itype else None
-        if alloc is None or not isinstance(count, int):
+        unknown = [k for k in ("labels", "taints") if g.props.get(k) is UNKNOWN]
+        if alloc is None or not isinstance(count, int) or unknown:
             skipped.append(f"node group {g.resource.name} ({', '.join(g.instance_types) or 'no instance type'}, "
-                           f"{count if count is not UNKNOWN else 'unknown'} nodes)")
+                           f"{count if count is not UNKNOWN else 'unknown'} nodes"
+                           f"{', unknown ' + ' and '.join(unknown) if unknown else ''})")
             continue
         labels = {**{k: v for k, v in g.labels.items() if isinstance(v, str)},
                   "node.kubernetes.io/instance-type": itype, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"}
         taints = _taints(g.props)
-        if g.efa_enabled and not g.efa_interfaces:
-            alloc = {**alloc, EFA_RESOURCE: Decimal(0)}
         if isinstance(g.efa_interfaces, int):
             alloc = {**alloc, EFA_RESOURCE: Decimal(g.efa_interfaces)}
         groups.append(GroupFit(g.resource.name, itype, [Node(g.resource.name, i, itype, labels, taints, dict(alloc))

@@ -10,7 +10,7 @@ from typing import Any, Callable
 import pytest
 
 from ray_efa_eks.tools import layout_fit, rules
-from ray_efa_eks.tools.layout import Resource, Stack, from_mockrun
+from ray_efa_eks.tools.layout import UNKNOWN, Resource, Stack, from_mockrun
 from ray_efa_eks.tools.plan import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -94,6 +94,10 @@ def _head_selector(props: dict[str, Any]) -> None:
     props["spec"]["headGroupSpec"]["template"]["spec"]["nodeSelector"] = {"ray-efa-eks/role": "nowhere"}
 
 
+def _head_selector_unknown(props: dict[str, Any]) -> None:
+    props["spec"]["headGroupSpec"]["template"]["spec"]["nodeSelector"] = {"ray-efa-eks/role": UNKNOWN}
+
+
 def _head_on_gpu_nodes(props: dict[str, Any]) -> None:
     props["spec"]["headGroupSpec"]["template"]["spec"]["nodeSelector"] = {"ray-efa-eks/role": "gpu"}
 
@@ -125,6 +129,7 @@ def _head_on_gpu_nodes(props: dict[str, Any]) -> None:
     (RAY, "ray-raycluster", _head_selector,
      ["pod ray-raycluster head (stack) fits no node group: system-mng: its nodeSelector ray-efa-eks/role=nowhere "
       "does not match; gpu-mng: its nodeSelector ray-efa-eks/role=nowhere does not match"]),
+    (RAY, "ray-raycluster", _head_selector_unknown, []),  # a value only `up` knows (a preview) is never refused
     (RAY, "ray-raycluster", _head_on_gpu_nodes,
      ["pod ray-raycluster head (stack) fits no node group: system-mng: its nodeSelector ray-efa-eks/role=gpu does "
       "not match; gpu-mng: it does not tolerate the taint nvidia.com/gpu=true:NoSchedule"]),
