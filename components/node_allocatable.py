@@ -4,7 +4,7 @@ The reservation is nodeadm's (awslabs/amazon-eks-ami ``nodeadm/internal/kubelet/
 core, 1% of the second, 0.5% of cores 3-4 and 0.25% of the rest (``getCPUMillicoresToReserve``); memory
 ``11 x maxPods + 255`` MiB (``getMemoryMebibytesToReserve``, maxPods from the catalogue: nodeadm's ENI formula) plus
 the hard eviction threshold ``memory.available: 100Mi``. Assumed, not read from a document: the kernel and firmware
-keep :data:`KERNEL_MEMORY_SHARE` of the nominal memory out of the capacity the kubelet reports.
+keep :data:`KERNEL_MEMORY_SHARE_PERCENT` of the nominal memory out of the capacity the kubelet reports.
 """
 
 from __future__ import annotations
