@@ -93,7 +93,7 @@ class StackConfig:
                        "fleet down); KubeRay deletes them and mutes the field in its recreate hash"))
     """Fixed GPU fleet (gpuScaleToZero false), lowering gpuNodeCount N -> M > 0: the N-M Ray worker pods KubeRay deletes (its workersToDelete), after their nodes were drained and terminated (docs/upgrades.md: scaling the GPU fleet down)."""
     systemInstanceType: str = key(
-        "m7i.xlarge", allowed=SYSTEM_TYPES,
+        "m7i.2xlarge", allowed=SYSTEM_TYPES,
         live=live("system-node",
                   note="a node group's instance types cannot change in place: EKS replaces the group"))
     """Node for the KubeRay operator and the GPU-less Ray head."""

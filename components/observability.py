@@ -21,11 +21,9 @@ What it installs (``observability: true``, the default):
 - PrometheusRule ``ray-efa-eks-fabric`` (components/metrics_rules.py) and the Grafana dashboard ConfigMap
   (components/dashboard.py) picked up by the chart's Grafana sidecar (label ``grafana_dashboard: "1"``).
 
-Sizing (the system node, m7i.xlarge: 4 vCPU / 16 GiB, allocatable ~3920m / ~14.9 GiB after EKS' kube-reserved and
-eviction threshold for 58 pods): the Ray head requests 2 CPU / 8Gi, the KubeRay operator 100m / 512Mi, the
-daemonsets (aws-node, kube-proxy, pod identity agent) ~0.2 CPU, CoreDNS 2 x 100m / 70Mi. What we request here,
-requests == limits: Prometheus 500m / 2Gi, its config reloader 50m / 64Mi, the operator 100m / 128Mi
-(:data:`RESOURCES`): 650m / ~2.2Gi, leaving ~0.9 CPU / ~4 GiB. Grafana and kube-state-metrics are sub-charts whose
+Sizing (every pod of the system node against its allocatable: the plan's pod fit, tools/layout_fit.py, and
+docs/deploy.md): what we request here, requests == limits: Prometheus 500m / 2Gi, its config reloader 50m / 64Mi,
+the operator 100m / 128Mi (:data:`RESOURCES`): 650m / ~2.2Gi. Grafana and kube-state-metrics are sub-charts whose
 keys the pinned chart's values.yaml does not list, so their sizes are the sub-charts' (none requested); set them
 through ``extra_values`` if the node is shared further. Prometheus keeps its TSDB on an emptyDir on the node's
 root volume, bounded by ``retention`` and :data:`RETENTION_SIZE`; a pod restart loses local history (keep

@@ -45,6 +45,7 @@ import pulumi_kubernetes as k8s
 import pulumi_random as random
 
 from .instances import InstanceType
+from .node_allocatable import allocatable_memory_mib
 from .node_groups import GPU_ROLE, GPU_TOLERATION, ROLE_LABEL, SYSTEM_ROLE
 from .ray_autoscaler import AutoscalerArgs, autoscaler_options, token_volume
 
@@ -237,6 +238,11 @@ def efa_env(instance_type: InstanceType, efa: bool, nccl_debug: str, nccl_net_pl
     return env
 
 
+DAEMONSET_MEMORY_MIB = 1024
+"""Left on a GPU node for its DaemonSets (node agent, device plugins, DCGM exporter, EKS's agents: about 470 MiB of
+requests in the default stack; tools/layout_fit.py places them)."""
+
+
 @dataclass
 class WorkerGroupArgs:
     """One GPU worker group: one pod per node, taking the whole node."""
@@ -249,7 +255,8 @@ class WorkerGroupArgs:
     cpu_reserve: int | None = None
     """vCPUs left for kubelet and daemonsets; default max(2, vcpus // 12)."""
     memory_reserve_mib: int | None = None
-    """Memory left for kubelet/daemonsets; default max(8 GiB, 10%)."""
+    """Memory left for kubelet/daemonsets; default max(8 GiB, 10%, what the kubelet keeps + 1 GiB for the GPU
+    node's DaemonSets): a type whose many pod slots make nodeadm reserve more (``node_allocatable``) still fits."""
     ray_start_params: dict[str, Any] = field(default_factory=dict)
     scale_from_zero: bool = False
     """Ray's autoscaler (``RayClusterArgs.autoscaler``) runs this group from 0 to ``replicas`` workers: the spec
@@ -263,7 +270,8 @@ class WorkerGroupArgs:
         it = self.instance_type
         cpu = it.vcpus - (self.cpu_reserve if self.cpu_reserve is not None else max(2, it.vcpus // 12))
         mem = it.memory_mib - (self.memory_reserve_mib if self.memory_reserve_mib is not None
-                               else max(8192, it.memory_mib // 10))
+                               else max(8192, it.memory_mib // 10,
+                                        it.memory_mib - allocatable_memory_mib(it) + DAEMONSET_MEMORY_MIB))
         if cpu < 1 or mem < 1024:
             raise ValueError(f"worker group {self.name}: reserve leaves cpu={cpu}, memory={mem}Mi on {it.name}")
         extra = {"nvidia.com/gpu": it.gpus}

@@ -40,8 +40,8 @@ CROSS_EDGES = {
 is the top layer, and nothing it imports can import it back)."""
 
 COMPONENT_LAYERS = {
-    "leaf": {"values", "config_fields", "errors", "instances", "eks_versions", "kuberay_versions", "capacity",
-             "storage_rules", "cost", "live_cluster", "metrics_rules", "ray_autoscaler", "rollout_guards",
+    "leaf": {"values", "config_fields", "errors", "instances", "node_allocatable", "eks_versions", "kuberay_versions",
+             "capacity", "storage_rules", "cost", "live_cluster", "metrics_rules", "ray_autoscaler", "rollout_guards",
              "ebs_limits", "cold_start"},
     "config": {"config"},
     "resource": {"network", "cluster", "placement", "launch_template", "node_groups", "device_plugins", "kuberay",

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from . import aws_rules, layout, layout_network, layout_node_groups, layout_pods, security_rules
+from . import aws_rules, layout, layout_fit, layout_network, layout_node_groups, layout_pods, security_rules
 from .layout import EFA_RESOURCE, UNKNOWN, Resource, Stack
 
 
@@ -319,6 +319,24 @@ def _host_access(stack: Stack) -> list[Violation]:
     return out
 
 
+# -- pods-fit ------------------------------------------------------------------------------------------------------
+
+PODS_FIT_FIX = ("give the node group room: a larger instance type (ray-efa-eks:systemInstanceType for the system node; "
+                "docs/deploy.md has the figures per node group), or smaller requests (the Ray head's resources, the "
+                "chart values the stack passes); the plan's pod fit table shows what each node holds")
+
+
+def _pods_fit(stack: Stack) -> list[Violation]:
+    """Every pod the stack runs (its own, its charts', EKS's add-ons', KubeRay's sidecar) placed as the scheduler
+    would (tools/layout_fit.py); a pod that cannot be placed stays Pending, and a gate waiting on it fails ``up``."""
+    f = layout_fit.fit(stack)
+    if not f.complete:  # nodes this stack does not show may hold the pod: never fail on what only `up` knows
+        return []
+    groups = {g.resource.name: g.resource for g in layout_node_groups.node_groups(stack)}
+    return [_v("pods-fit", groups.get(u.group) if u.group else None, layout_fit.problem_line(u), PODS_FIT_FIX)
+            for u in f.unplaced]
+
+
 # -- Pod Identity trust policies (warnings: AWS accepts these shapes) ------------------------------------------------
 
 POD_TRUST_SCOPE_FIX = ("condition the pods.eks.amazonaws.com statement on aws:RequestTag/eks-cluster-arn (or "
@@ -380,6 +398,8 @@ RULES: tuple[Rule, ...] = (
          _private_dashboard),
     Rule("host-access", "only the node agent uses the host (hostPath, host namespaces, privileged, hostPort), alone in "
                         "a namespace enforcing Pod Security privileged; Ray pods never", HOST_ACCESS_FIX, _host_access),
+    Rule("pods-fit", "every pod (the stack's, its charts', EKS's add-ons' and KubeRay's sidecars) fits on a node that "
+         "admits it, with the requests and allocatable the scheduler sees", PODS_FIT_FIX, _pods_fit),
     Rule("pod-identity-trust-scoped", "a Pod Identity role's trust policy names its cluster, namespace and service "
          "account (warning)", POD_TRUST_SCOPE_FIX, _pod_identity_trust_scoped, WARNING),
     Rule("pod-identity-trust-keys", "a Pod Identity trust policy conditions only on keys Pod Identity is documented to "

@@ -133,7 +133,7 @@ def test_opting_out_of_retain_deletes_them_all():
 # -- 5. cost figures that are true ----------------------------------------------------------------------------------
 
 def test_default_region_figure_and_notes(default_run):
-    assert default_run.outputs["estimatedHourlyUsd"] == pytest.approx(2 * 4.6016 + 0.2016 + 0.10 + 0.045)
+    assert default_run.outputs["estimatedHourlyUsd"] == pytest.approx(2 * 4.6016 + 0.4032 + 0.10 + 0.045)
     assert any("NAT gateway data processing: $0.045/GB" in n for n in default_run.outputs["costNotes"])
 
 

@@ -35,7 +35,7 @@ GROUP = {**ODCR, "gpuCapacity": "reservation",
 SAMPLES: dict[str, tuple[dict, dict]] = {
     "gpuScaleToZero": ({}, {"gpuScaleToZero": False}),
     "gpuInstanceType": ({}, {"gpuInstanceType": "g6.48xlarge"}),
-    "systemInstanceType": ({}, {"systemInstanceType": "m7i.2xlarge"}),
+    "systemInstanceType": ({}, {"systemInstanceType": "m7i.xlarge"}),
     "availabilityZone": ({}, {"availabilityZone": "us-east-1b"}),
     "kubernetesVersion": ({"kubernetesVersion": "1.34"}, {"kubernetesVersion": "1.35"}),
     "clusterCreatorArn": ({}, {"clusterCreatorArn": "arn:aws:iam::123456789012:role/Creator"}),

@@ -76,12 +76,12 @@ def test_park_gpu_nodes():
     run = run_program({"gpuNodeCount": "0"})
     assert run.one(MNG, "gpu")["scalingConfig"] == {"desiredSize": 0, "minSize": 0, "maxSize": 1}
     assert not run.of_type("kubernetes:batch/v1:Job")
-    assert run.outputs["estimatedHourlyUsd"] == pytest.approx(0.2016 + 0.10 + 0.045)
+    assert run.outputs["estimatedHourlyUsd"] == pytest.approx(0.4032 + 0.10 + 0.045)
 
 
 def test_system_node_group(default_run):
     ng = default_run.one(MNG, "system")
-    assert ng["instanceTypes"] == ["m7i.xlarge"] and ng["labels"] == {"ray-efa-eks/role": "system"}
+    assert ng["instanceTypes"] == ["m7i.2xlarge"] and ng["labels"] == {"ray-efa-eks/role": "system"}
 
 
 def test_cluster_settings(default_run):
@@ -93,8 +93,8 @@ def test_cluster_settings(default_run):
 
 
 def test_estimated_cost_default(default_run):
-    assert default_run.outputs["estimatedHourlyUsd"] == pytest.approx(2 * 4.6016 + 0.2016 + 0.10 + 0.045)
-    assert 9.3 < default_run.outputs["estimatedHourlyUsd"] < 9.7
+    assert default_run.outputs["estimatedHourlyUsd"] == pytest.approx(2 * 4.6016 + 0.4032 + 0.10 + 0.045)
+    assert 9.5 < default_run.outputs["estimatedHourlyUsd"] < 9.9
 
 
 def test_outputs(default_run):
