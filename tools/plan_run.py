@@ -150,11 +150,11 @@ def plan_git_ref(ref: str, root: Path | None = None, *, stack: str = "dev", over
             sf = read_stack((base / program).parent, stack, defaults=defaults)
         except MissingStack:
             return Plan(source, stack, region or DEFAULT_REGION,
-                        error=f"Pulumi.{stack}.yaml does not exist at {ref} (a stack this change adds?)")
+                        error=f"Pulumi.{stack}.yaml does not exist at {ref} (a stack this change adds?)", absent=True)
         config = {**sf.values, **(overrides or {})}
         region = region or sf.region
         if not (base / program).exists():
-            return Plan(source, stack, region, error=f"{program} does not exist at {ref}")
+            return Plan(source, stack, region, error=f"{program} does not exist at {ref}", absent=True)
         _namespace_shim(base)
         args = json.dumps({"config": config, "region": region, "program": program, "stack": stack})
         # PYTHONPATH (replacing ours): a process the base program starts imports the base code as well
