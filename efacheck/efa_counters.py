@@ -47,6 +47,9 @@ the EFA worker containers by components/raycluster.py."""
 NODE_ENV = "RAY_EFA_EKS_NODE_NAME"
 """The pod's node (downward API ``spec.nodeName``): the exporter's ``node`` label must be this."""
 EXPORTER_TIMEOUT_S = 5.0
+"""The exporter's answer may take this long per connect, send and receive (it answers a p5.48xlarge in ms)."""
+EXPORTER_MAX_BYTES = 8 << 20
+"""At most this much of the exporter's answer is read (743 series of a p5.48xlarge are ~150 KB)."""
 VIEWS: tuple[tuple[str, str], ...] = (("pod", SYSFS_ROOT),)
 """(name, root) tried after the exporter named by ``$RAY_EFA_EKS_EFA_EXPORTER`` (:func:`default_views`)."""
 
@@ -337,7 +340,10 @@ def read_exporter(url: str, node: str | None = None,
              f"{' --field-selector spec.nodeName=' + node if node else ''})")
     try:
         with urllib.request.urlopen(url, timeout=timeout) as r:
-            text = r.read().decode("utf-8", errors="replace")
+            body = r.read(EXPORTER_MAX_BYTES + 1)
+        if len(body) > EXPORTER_MAX_BYTES:
+            return {}, f"it answered more than {EXPORTER_MAX_BYTES} bytes: not the node agent's exporter {where}"
+        text = body.decode("utf-8", errors="replace")
     except (urllib.error.URLError, OSError, ValueError) as e:
         why = getattr(e, "reason", None) or getattr(e, "strerror", None) or e
         return {}, f"no answer ({why}) {where}"
