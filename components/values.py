@@ -765,7 +765,8 @@ class RemoteWriteUrl(HttpUrl):
             raise ValueProblem(f"host {host} is no AMP endpoint; {self.amp_fix}", value)
 
     def boundary(self) -> list[Any]:
-        return [*super().boundary(), "https://aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-1/api/v1/remote_write",
+        return [*super().boundary(),
+                "https://aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-1/api/v1/remote_write",
                 "https://aps-workspaces.amazonaws.com/workspaces/ws-1/api/v1/remote_write"]
 
 

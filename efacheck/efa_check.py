@@ -135,14 +135,19 @@ def _connect(address: str, wait_s: float) -> None:
     'unreachable' (:func:`gcs_silence`)."""
     import ray
 
-    if address not in ("auto", "local") and not address.startswith("ray://"):
-        host, _, port = address.rpartition(":")
+    # "auto" connects to $RAY_ADDRESS first when it is set (ray/_private/services.py canonicalize_bootstrap_address)
+    target = os.environ.get("RAY_ADDRESS", "") if address == "auto" else address
+    if re.fullmatch(r"[^/:\s]+:\d+|\[[0-9a-fA-F:.]+\]:\d+", target):
+        host, _, port = target.rpartition(":")
         try:
-            why = gcs_silence(host or address, int(port or 6379), min(wait_s, GCS_PROBE_S))
+            why = gcs_silence(host.strip("[]"), int(port), min(wait_s, GCS_PROBE_S))
         except ValueError as e:
             why = str(e)
         if why:
-            raise CheckFailed("unreachable", f"Ray GCS at {address!r} is unreachable: {why}") from None
+            said = f"{address!r} (RAY_ADDRESS={target})" if target != address else repr(address)
+            raise CheckFailed("unreachable", f"Ray GCS at {said} is unreachable: {why}") from None
+    elif address not in ("auto", "local") and not address.startswith("ray://"):
+        raise CheckFailed("unreachable", f"Ray GCS at {address!r} is unreachable: not HOST:PORT") from None
     try:
         ray.init(address=address, log_to_driver=False)
     except Exception as e:  # noqa: BLE001 - ConnectionError, RuntimeError, ValueError from ray.init

@@ -83,7 +83,8 @@ def gpu_holders(own_job_id: str | None = None) -> list[dict]:
     for t in list_tasks(filters=[("state", "=", "RUNNING")], **kw):
         if not getattr(t, "placement_group_id", None) and getattr(t, "type", "") == "NORMAL_TASK":
             add(t.job_id, (t.required_resources or {}).get("GPU", 0))
-    jobs = {j.job_id: j for j in list_jobs(raise_on_missing_output=False, timeout=STATE_API_TIMEOUT_S) if getattr(j, "job_id", None)}
+    listed = list_jobs(raise_on_missing_output=False, timeout=STATE_API_TIMEOUT_S)
+    jobs = {j.job_id: j for j in listed if getattr(j, "job_id", None)}
     out = []
     for job_id, n in sorted(held.items()):
         j = jobs.get(job_id)

@@ -56,14 +56,18 @@ def _ca(tmp_path: Path) -> Path:
     return sa
 
 
-def test_efa_check_against_a_silent_gcs_is_unreachable_within_its_wait(silent):
+@pytest.mark.parametrize("how", ["--address", "RAY_ADDRESS"])
+def test_efa_check_against_a_silent_gcs_is_unreachable_within_its_wait(silent, how):
     t0 = time.monotonic()
-    r = subprocess.run([str(EXE), "efa-check", "--json", "--address", f"127.0.0.1:{silent}", "--wait-s", "5"],
-                       capture_output=True, text=True, timeout=120)
+    where = f"127.0.0.1:{silent}"
+    argv, env = (["--address", where], os.environ) if how == "--address" else ([], {**os.environ, "RAY_ADDRESS": where})
+    r = subprocess.run([str(EXE), "efa-check", "--json", *argv, "--wait-s", "5"],
+                       capture_output=True, text=True, timeout=120, env=env)
     took = time.monotonic() - t0
     assert r.returncode == 2, r.stdout + r.stderr
     failure = json.loads(r.stdout)["failure"]
     assert failure["stage"] == "unreachable" and "did not answer within 5 s" in failure["reason"]
+    assert where in failure["reason"]
     assert took < 60 and "Traceback" not in r.stderr
 
 

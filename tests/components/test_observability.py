@@ -186,7 +186,8 @@ def test_retention_and_remote_write_reach_prometheus():
     ("https://aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-1/api/v1/remote_write", "us-west-2", "us-east-1"),
     ("https://aps-workspaces.eu-west-1.amazonaws.com/workspaces/ws-1/api/v1/remote_write", "us-east-1", "eu-west-1"),
     # the dual-stack and FIPS data-plane endpoints are AMP too (AWS General Reference, AMP endpoints)
-    ("https://aps-workspaces.ap-southeast-2.api.aws/workspaces/ws-1/api/v1/remote_write", "us-west-2", "ap-southeast-2"),
+    ("https://aps-workspaces.ap-southeast-2.api.aws/workspaces/ws-1/api/v1/remote_write", "us-west-2",
+     "ap-southeast-2"),
     ("https://aps-workspaces-fips.us-gov-west-1.amazonaws.com/workspaces/ws-1/api/v1/remote_write", "us-east-1",
      "us-gov-west-1"),
     ("https://mimir.example.com/api/v1/push", "us-west-2", None),
