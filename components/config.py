@@ -331,7 +331,8 @@ class StackConfig:
     metricsRemoteWriteUrl: str | None = key(
         None, allowed="an http(s) URL with a host (Amazon Managed Service for Prometheus: its workspace's remote_write URL)",
         live=live("in-place",
-                  note="an aps-workspaces URL is signed with SigV4 as the Prometheus service account: give it "
+                  note="an aps-workspaces URL is signed with SigV4, for the region its host names, as the Prometheus "
+                       "service account: give it "
                        "aps:RemoteWrite through a Pod Identity association ([Observability](observability.md#keeping-"
                        "metrics-outside-the-cluster))"))
     """Also send every sample to this Prometheus remote-write endpoint (e.g. Amazon Managed Service for Prometheus)."""
@@ -620,7 +621,7 @@ GRAMMARS: dict[str, v.Grammar] = {
     "s3GatewayEndpoint": v.Bool(),
     "observability": v.Bool(),
     "metricsRetention": v.PrometheusDuration(),
-    "metricsRemoteWriteUrl": v.OrUnset(inner=v.HttpUrl()),
+    "metricsRemoteWriteUrl": v.OrUnset(inner=v.RemoteWriteUrl()),
 }
 """Each StackConfig key's grammar (components/values.py). A new key gets one here; until it does it takes the
 plain grammar of its default's type (:func:`grammar`), which bounds nothing service-specific."""

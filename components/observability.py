@@ -35,6 +35,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from typing import Any, Optional
+from urllib.parse import urlsplit
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -46,6 +47,7 @@ from .node_agent import APP_LABELS as EXPORTER_LABELS
 from .node_agent import NAMESPACE as EXPORTER_NAMESPACE
 from .node_groups import GPU_ROLE, GPU_TOLERATION, ROLE_LABEL, SYSTEM_ROLE, startup_toleration
 from .raycluster import METRICS_NAMESPACE, METRICS_PORTS, pod_resources
+from .values import amp_region, looks_like_amp
 
 KPS_CHART = "kube-prometheus-stack"
 KPS_CHART_VERSION = "88.5.3"
@@ -105,16 +107,24 @@ def _on_system_node() -> dict[str, Any]:
 
 
 def is_amp(url: str) -> bool:
-    """Amazon Managed Service for Prometheus workspace endpoints need SigV4 (aps-workspaces.<region>.amazonaws.com)."""
-    return ".amazonaws.com" in url and "aps-workspaces." in url
+    """Amazon Managed Service for Prometheus workspace endpoints need SigV4 (``aps-workspaces.<region>.amazonaws.com``,
+    the dual-stack ``.api.aws`` and FIPS forms too: components/values.py ``AMP_HOST``)."""
+    try:
+        return looks_like_amp((urlsplit(url).hostname or "").lower())
+    except ValueError:
+        return False
 
 
 def remote_write(url: Optional[str], region: Optional[str]) -> list[dict[str, Any]]:
+    """Prometheus' ``remoteWrite``: an AMP endpoint signed with SigV4 for the region its host names (a workspace in
+    another region than the stack's refuses a write signed for the stack's); ``region`` only for an AMP host that
+    names none (the stack's config refuses one: components/values.py ``RemoteWriteUrl``)."""
     if not url:
         return []
     entry: dict[str, Any] = {"url": url}
     if is_amp(url):
-        entry["sigv4"] = {"region": region} if region else {}
+        signed = amp_region(url) or region
+        entry["sigv4"] = {"region": signed} if signed else {}
     return [entry]
 
 

@@ -63,8 +63,9 @@ _PLAN = {0: "the layout rules pass (a warning rule does not fail)", 1: "a layout
          "malformed, too large or an alias bomb, a git ref or saved plan that cannot be read)"}
 _DIFF = {0: "the new side's rules pass and no GPU node would roll inside a reservation or Capacity Block",
          1: "a rule is broken on the new side, or the change rolls GPU nodes inside a reservation or Capacity Block",
-         2: "a side's program failed, or EKS would refuse the change (a kubernetesVersion that skips a minor or "
-            "goes down, as `pulumi up` refuses it)",
+         2: "a side's program failed (the base ref's too; a stack or program the change adds is not a failure), "
+            "or EKS would refuse the change (a kubernetesVersion that skips a minor or goes down, as `pulumi up` "
+            "refuses it)",
          3: "unreadable input (a git ref, a saved plan: missing, malformed, not a plan)"}
 _VERDICT = {0: "efa: NCCL carried the traffic over EFA", 1: "fallback: NCCL used sockets (or the check failed)",
             2: "undetermined: the logs do not say", 3: "the logs could not be read (missing, empty, binary, too large)"}

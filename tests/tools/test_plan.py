@@ -270,3 +270,27 @@ def test_diff_against_a_git_ref_shows_what_a_pr_changed_and_which_rule_broke(tmp
     broken = [line for line in out.splitlines() if line.startswith("- ❌ ")]
     assert len(broken) == 1 and "[private-dashboard] kubernetes:core/v1:Service dashboard-lb:" in broken[0]
     assert broken[0].endswith("_(new)_") and "Fix: " in broken[0]
+
+
+@pytest.mark.parametrize("base_stack, says", [
+    ("gpuInstanceType: nope.48xlarge", "**The before program failed:**"),  # the base program refuses its config
+])
+def test_diff_exits_2_when_the_base_program_failed(tmp_path, base_stack, says):
+    """``ray-efa-eks diff main`` where main's program fails: a pull request's check must not pass on it."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _copy_project(repo)
+    stack_file = repo / "Pulumi.dev.yaml"
+    good = stack_file.read_text()
+    stack_file.write_text(good.replace("gpuInstanceType: g6.12xlarge", base_stack))
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "-C", str(repo)]
+    subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "a broken base"], check=True)
+    stack_file.write_text(good)
+    exe = Path(sys.executable).with_name("ray-efa-eks")
+    pythonpath = os.pathsep.join(p for p in (str(repo), os.environ.get("PYTHONPATH")) if p)
+    proc = subprocess.run([str(exe), "diff", "main"], cwd=repo, env={**os.environ, "PYTHONPATH": pythonpath},
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert says in proc.stdout and "nope.48xlarge" in proc.stdout and "Traceback" not in proc.stderr
