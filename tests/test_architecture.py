@@ -46,7 +46,7 @@ COMPONENT_LAYERS = {
     "config": {"config"},
     "resource": {"network", "cluster", "placement", "launch_template", "node_groups", "device_plugins", "kuberay",
                  "raycluster", "efa_check", "checkpoint_bucket", "pod_identity", "node_agent", "dashboard",
-                 "observability", "cluster_autoscaler", "job_queues"},
+                 "observability", "cluster_autoscaler", "job_queues", "rayjob"},
     "umbrella": {"stack", "provider", "__init__"},
 }
 """Each library module's layer. Leaves (value grammars, catalogue, capacity and cost rules) import leaves only.
