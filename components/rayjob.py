@@ -86,7 +86,8 @@ def rayjob(args: RayJobArgs, configmap_name: str) -> dict[str, Any]:
     if args.nodes < 1:
         raise ValueError(f"RayJob {args.name}: nodes must be >= 1, got {args.nodes}")
     cluster = build_spec(RayClusterArgs(
-        provider=None, image=args.image, ray_version=args.ray_version, namespace=args.team.namespace,  # type: ignore[arg-type]
+        provider=None,  # type: ignore[arg-type]  # plain data: build_spec registers nothing
+        image=args.image, ray_version=args.ray_version, namespace=args.team.namespace,
         nccl_debug=args.nccl_debug, service_account_name=args.service_account, create_service_account=False,
         storage_path=args.storage_path, token_auth=False, region=args.region, efa_exporter_url=args.efa_exporter_url,
         worker_groups=[WorkerGroupArgs(name="gpu", instance_type=args.instance_type, replicas=args.nodes,

@@ -369,7 +369,8 @@ class EfaRayCluster(pulumi.ComponentResource):
         if cfg.efa:  # the one reader of the hosts' EFA counters (the Ray pods mount no host path)
             agent = NodeAgent("node-agent", NodeAgentArgs(
                 provider=cluster.provider, image=cfg.dlcImage, instance_types=[cfg.gpuInstanceType],
-                network_policy=cfg.networkPolicy, allowed_namespaces=[RAY_NAMESPACE, METRICS_NAMESPACE],
+                network_policy=cfg.networkPolicy,
+                allowed_namespaces=[RAY_NAMESPACE, METRICS_NAMESPACE, *team_namespaces],
                 startup_taints=unproven, efa_devices={cfg.gpuInstanceType: cfg.gpu_type.max_efa_interfaces},
                 workers_namespace=RAY_NAMESPACE, depends_on=[gpu]), opts=child)
         ray = RayCluster("ray", RayClusterArgs(

@@ -241,8 +241,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         api = KubeApi(a.server, token, a.ca_file, a.request_timeout_s)
         apply(api, objs)
         job = objs[1]["metadata"]
-        print(f"[rayjob] created {job['namespace']}/{job['name']} in queue {job['labels']['kueue.x-k8s.io/queue-name']}",
-              flush=True)
+        queue = job["labels"]["kueue.x-k8s.io/queue-name"]
+        print(f"[rayjob] created {job['namespace']}/{job['name']} in queue {queue}", flush=True)
         return follow(api, job["namespace"], job["name"], a.timeout_s, a.poll_s)
     except UsageError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -16,7 +16,6 @@ from tests.helpers.mockruns import shared_run
 
 TEAMS = {"jobQueues": json.dumps(["vision:1nodes", "nlp:4gpus:borrow"])}
 CHART = Path(__file__).resolve().parents[1] / "fixtures/charts/kueue-0.19.2/values.yaml"
-KUEUE_TYPES = ("kueue.x-k8s.io", "JobQueues", "helm.sh/v3:Release")
 
 
 @pytest.mark.parametrize("value, fragments", [
@@ -100,7 +99,8 @@ def test_no_cohort_without_borrowing():
 
 
 def test_team_namespaces_rbac_and_operator_watch(queued):
-    ns = {r["metadata"]["name"]: r["metadata"].get("labels", {}) for r in queued.of_type("kubernetes:core/v1:Namespace")}
+    ns = {r["metadata"]["name"]: r["metadata"].get("labels", {})
+          for r in queued.of_type("kubernetes:core/v1:Namespace")}
     for team in ("vision", "nlp"):
         labels = ns[f"team-{team}"]
         assert labels["pod-security.kubernetes.io/enforce"] == "baseline" and labels["ray-efa-eks/team"] == team
@@ -137,6 +137,14 @@ def test_kueue_release_pinned_and_config_kept(queued):
     chart = yaml.safe_load(yaml.safe_load(CHART.read_text())["managerConfig"]["controllerManagerConfigYaml"])
     changed = {"integrations", "resources", "waitForPodsReady", "managedJobsNamespaceSelector"}
     assert {k: v for k, v in ours.items() if k not in changed} == {k: v for k, v in chart.items() if k not in changed}
-    assert "ray.io/rayjob" in chart["integrations"]["frameworks"] and ours["integrations"]["frameworks"] == ["ray.io/rayjob"]
+    assert "ray.io/rayjob" in chart["integrations"]["frameworks"]
+    assert ours["integrations"]["frameworks"] == ["ray.io/rayjob"]
     assert ours["waitForPodsReady"]["blockAdmission"] is True and ours["waitForPodsReady"]["timeout"] == "1200s"
     assert ours["resources"] == {"quotaCheckStrategy": "IgnoreUndeclared"}
+
+
+def test_team_workers_may_reach_their_nodes_efa_exporter(queued):
+    """The RayJob's workers read their node's EFA counters from the node agent, as the shared cluster's do."""
+    policy = queued.one("kubernetes:networking.k8s.io/v1:NetworkPolicy", "node-agent-ingress")
+    allowed = json.dumps(policy["spec"])
+    assert "team-vision" in allowed and "team-nlp" in allowed

@@ -43,7 +43,8 @@ def test_dry_run_prints_a_configmap_and_a_rayjob_the_crds_accept(printed):
     validate(job)
     kubernetes_validate.validate(cm, "1.33.0", strict=True)
     spec = job["spec"]
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probe"}, "spec": spec["submitterPodTemplate"]["spec"]}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probe"},
+           "spec": spec["submitterPodTemplate"]["spec"]}
     kubernetes_validate.validate(pod, "1.33.0", strict=True)
     for g in [spec["rayClusterSpec"]["headGroupSpec"], *spec["rayClusterSpec"]["workerGroupSpecs"]]:
         kubernetes_validate.validate({**pod, "spec": g["template"]["spec"]}, "1.33.0", strict=True)
@@ -68,7 +69,8 @@ def test_same_image_entrypoint_env_and_team_storage(printed):
                                   "--steps 20")
     cluster = spec["rayClusterSpec"]
     pods = [cluster["headGroupSpec"]["template"]["spec"], cluster["workerGroupSpecs"][0]["template"]["spec"]]
-    images = {c["image"] for p in pods for c in p["containers"]} | {spec["submitterPodTemplate"]["spec"]["containers"][0]["image"]}
+    submitter = spec["submitterPodTemplate"]["spec"]["containers"][0]
+    images = {c["image"] for p in pods for c in p["containers"]} | {submitter["image"]}
     assert images == {"public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1"}
     worker = pods[1]
     env = {e["name"]: e.get("value") for e in worker["containers"][0]["env"]}
@@ -88,7 +90,8 @@ def test_the_code_is_the_training_package_mounted_as_working_dir(printed):
     paths = {i["path"]: cm["data"][i["key"]] for i in vol["configMap"]["items"]}
     assert paths["ray_efa_eks/training/train_func.py"] == (ROOT / "training/train_func.py").read_text()
     assert "ray_efa_eks/efacheck/nccl_log.py" in paths and "ray_efa_eks/training/__main__.py" in paths
-    assert yaml.safe_load(job["spec"]["runtimeEnvYAML"]) == {"working_dir": sub["containers"][0]["volumeMounts"][0]["mountPath"]}
+    mount = sub["containers"][0]["volumeMounts"][0]["mountPath"]
+    assert yaml.safe_load(job["spec"]["runtimeEnvYAML"]) == {"working_dir": mount}
 
 
 @pytest.mark.parametrize("args, fragment", [
