@@ -390,7 +390,8 @@ class EfaRayCluster(pulumi.ComponentResource):
         metrics = None
         if cfg.observability:  # Prometheus + Grafana on the system node, DCGM on the GPU nodes, alerts, dashboard
             metrics = Observability("observability", ObservabilityArgs(
-                provider=cluster.provider, ray_namespace=RAY_NAMESPACE, retention=cfg.metricsRetention,
+                provider=cluster.provider, ray_namespace=RAY_NAMESPACE, team_namespaces=team_namespaces,
+                retention=cfg.metricsRetention,
                 remote_write_url=cfg.metricsRemoteWriteUrl, region=cfg.region, efa=cfg.efa,
                 line_rate_gbps=cfg.gpu_type.efa_gbps or 0.0,
                 thresholds=AlertThresholds(line_rate_bytes_per_s=(cfg.gpu_type.efa_gbps or 0.0) * 1e9 / 8,

@@ -148,3 +148,12 @@ def test_team_workers_may_reach_their_nodes_efa_exporter(queued):
     policy = queued.one("kubernetes:networking.k8s.io/v1:NetworkPolicy", "node-agent-ingress")
     allowed = json.dumps(policy["spec"])
     assert "team-vision" in allowed and "team-nlp" in allowed
+
+
+def test_team_ray_pods_are_scraped_like_the_shared_clusters(queued):
+    """A job's fabric verdict metric (on its Ray head) reaches Prometheus, as the gate's does."""
+    monitors = [r for r in queued.of_type("kubernetes:monitoring.coreos.com/v1:PodMonitor") if "ray-" in r.name]
+    assert len(monitors) == 2
+    for m in monitors:
+        validate({k: m[k] for k in ("apiVersion", "kind", "metadata", "spec")})
+        assert m["spec"]["namespaceSelector"]["matchNames"] == ["ray", "team-vision", "team-nlp"]

@@ -39,6 +39,7 @@ CRD_FILES = {
     ("kueue.x-k8s.io/v1beta2", "LocalQueue"): "kueue.x-k8s.io_localqueues.yaml",
     ("ray.io/v1", "RayJob"): "ray.io_rayjobs.yaml",
     ("ray.io/v1", "RayCluster"): "ray.io_rayclusters.yaml",
+    ("monitoring.coreos.com/v1", "PodMonitor"): "monitoring.coreos.com_podmonitors.yaml",
 }
 
 
