@@ -210,10 +210,15 @@ def build(a: argparse.Namespace, train: list[str]) -> list[dict[str, Any]]:
                          "cluster's and the submitter's names from it)")
     if not 1 <= a.nodes <= cfg.gpuNodeCount:
         raise UsageError(f"--nodes {a.nodes}: between 1 and the GPU node group's size ({cfg.gpuNodeCount})")
+    team, gpus = teams[a.queue], cfg.gpu_type.gpus
+    most = sum(t.gpus(gpus) for t in teams.values()) if team.borrow else team.gpus(gpus)
+    if a.nodes * gpus > most:
+        whose = "its quota plus what the others lend" if team.borrow else "its quota; no :borrow"
+        raise UsageError(f"--nodes {a.nodes}: the job needs {a.nodes * gpus} GPUs and team {team.name} can have at "
+                         f"most {most} ({whose}): Kueue would never admit it; use fewer --nodes or raise the quota")
     with tempfile.TemporaryDirectory(prefix="ray-efa-eks-rayjob-") as tmp:
         root = stage_package(Path(tmp))
         code = {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*.py"))}
-    team = teams[a.queue]
     return manifests(RayJobArgs(
         name=name, team=team, image=cfg.dlcImage, ray_version=cfg.rayVersion, instance_type=cfg.gpu_type,
         entrypoint=submit_entrypoint(train), code=code, nodes=a.nodes, efa=cfg.efa, nccl_debug=cfg.ncclDebug,
