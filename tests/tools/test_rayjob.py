@@ -3,9 +3,6 @@ refusals, and applying and following a RayJob against a small fake Kubernetes AP
 
 from __future__ import annotations
 
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import kubernetes_validate
@@ -14,6 +11,7 @@ import yaml
 
 from ray_efa_eks.tools.command import main
 from tests.helpers.crd import validate
+from tests.helpers.fake_kube import FakeKube
 
 TEAMS = 'jobQueues=["vision:2nodes", "nlp:1nodes:borrow"]'
 BASE = ["rayjob", "--defaults", "--config", TEAMS, "--queue", "vision", "--bucket", "ckpt-bucket", "--name", "run1"]
@@ -114,55 +112,7 @@ def test_no_queues_configured_is_a_usage_error(capsys):
     assert code == 64 and "none: set ray-efa-eks:jobQueues" in capsys.readouterr().err
 
 
-# -- a fake Kubernetes API --------------------------------------------------------------------------------------------
-
-class FakeKube:
-    """Answers the calls ``rayjob`` makes; the RayJob's status walks through ``statuses`` one GET at a time."""
-
-    def __init__(self, statuses, create_status=201, log=""):
-        self.statuses, self.create_status, self.log, self.calls = list(statuses), create_status, log, []
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *a):  # quiet
-                pass
-
-            def _send(self, code, body):
-                data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
-                self.send_response(code)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                fake.calls.append(("POST", self.path, body, self.headers.get("Authorization")))
-                if self.path.endswith("/rayjobs"):
-                    return self._send(fake.create_status, {"message": "forbidden: User cannot create rayjobs"}
-                                      if fake.create_status == 403 else body)
-                self._send(201, body)
-
-            def do_GET(self):
-                fake.calls.append(("GET", self.path, None, self.headers.get("Authorization")))
-                if "/rayjobs/" in self.path:
-                    st = dict(fake.statuses.pop(0) if len(fake.statuses) > 1 else fake.statuses[0])
-                    suspend = st.pop("_suspend", False) if isinstance(st, dict) else False
-                    return self._send(200, {"metadata": {"name": "run1", "labels": {
-                        "kueue.x-k8s.io/queue-name": "team-vision"}}, "spec": {"suspend": suspend}, "status": st})
-                if self.path.startswith("/api/v1/namespaces/team-vision/pods?"):
-                    return self._send(200, {"items": [{"metadata": {"name": "run1-abcde"}}]})
-                if "/log" in self.path:
-                    return self._send(200, fake.log)
-                self._send(404, {"message": "not found"})
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
-
+# -- against a fake Kubernetes API (tests/helpers/fake_kube.py) ------------------------------------------------
 
 @pytest.fixture
 def kube(request):
