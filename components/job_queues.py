@@ -30,7 +30,7 @@ import yaml
 from .instances import InstanceType
 from .node_groups import GPU_ROLE, ROLE_LABEL, SYSTEM_ROLE
 from .pod_identity import PodStorageAccess, PodStorageAccessArgs
-from .raycluster import POD_SECURITY_LABELS
+from .raycluster import METRICS_NAMESPACE, METRICS_PORTS, NAMESPACE_NAME_LABEL, POD_SECURITY_LABELS
 from .team_queues import TEAM_LABEL, TeamQueue, team_objects
 
 KUEUE_CHART = "oci://registry.k8s.io/kueue/charts/kueue"
@@ -106,6 +106,21 @@ def team_namespace_labels(team: TeamQueue) -> dict[str, str]:
     return {**POD_SECURITY_LABELS, TEAM_LABEL: team.name}
 
 
+def team_network_policy_spec(metrics_from_namespaces: list[str]) -> dict[str, Any]:
+    """Every pod of a team namespace takes ingress from the namespace's own pods (a job's head, workers and submitter
+    reach each other on every port, as components/raycluster.py ``ray_pods_network_policy_spec`` allows within the
+    shared cluster) and on the Ray metrics ports from ``metrics_from_namespaces`` (Prometheus); nothing else. EFA's
+    RDMA traffic bypasses the kernel's IP stack and no NetworkPolicy applies to it."""
+    ingress: list[dict[str, Any]] = [{"from": [{"podSelector": {}}]}]
+    if metrics_from_namespaces:
+        ingress.append({
+            "from": [{"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: ns}}}
+                     for ns in metrics_from_namespaces],
+            "ports": [{"protocol": "TCP", "port": p} for p in METRICS_PORTS.values()],
+        })
+    return {"podSelector": {}, "policyTypes": ["Ingress"], "ingress": ingress}
+
+
 @dataclass
 class JobQueuesArgs:
     """Inputs of :class:`JobQueues`."""
@@ -121,6 +136,10 @@ class JobQueuesArgs:
     kms_key_arn: pulumi.Input[str] | None = None
     region: str | None = None
     pods_ready_timeout_s: int = 1200
+    network_policy: bool = True
+    """A NetworkPolicy in each team namespace (:func:`team_network_policy_spec`)."""
+    metrics_from_namespaces: list[str] = field(default_factory=lambda: [METRICS_NAMESPACE])
+    """Namespaces that may scrape the team's Ray pods' metrics ports."""
     """How long an admitted job may wait for all its pods (nodes from zero included) before Kueue evicts it."""
     tags: dict[str, str] = field(default_factory=dict)
     depends_on: list[pulumi.Resource] = field(default_factory=list)
@@ -153,6 +172,10 @@ class JobQueues(pulumi.ComponentResource):
                                                                       "labels": team_namespace_labels(t)}, opts=child)
             self.namespaces.append(ns)
             in_ns = pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[ns]))
+            if args.network_policy:
+                k8s.networking.v1.NetworkPolicy(
+                    f"{name}-{t.name}-netpol", metadata={"name": "team-pods", "namespace": t.namespace},
+                    spec=team_network_policy_spec(args.metrics_from_namespaces), opts=in_ns)
             k8s.core.v1.ServiceAccount(f"{name}-{t.name}-sa", metadata={"name": TEAM_SERVICE_ACCOUNT,
                                                                         "namespace": t.namespace}, opts=in_ns)
             role = k8s.rbac.v1.Role(f"{name}-{t.name}-role", metadata={"name": "rayjob-submitter",

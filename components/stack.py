@@ -347,7 +347,7 @@ class EfaRayCluster(pulumi.ComponentResource):
                 provider=cluster.provider, teams=cfg.job_queues, instance_type=cfg.gpu_type,
                 cluster_name=cluster.name, cluster_arn=cluster.arn, bucket_name=bucket.name, bucket_arn=bucket.arn,
                 kms_key_arn=bucket.kms_key_arn, region=cfg.region, pods_ready_timeout_s=cfg.efaCheckWaitSeconds,
-                tags=tags, depends_on=[system]), opts=child)
+                network_policy=cfg.networkPolicy, tags=tags, depends_on=[system]), opts=child)
         team_namespaces = queues.namespace_names if queues else []
         operators: list[KubeRayOperator] = []
 

@@ -157,3 +157,16 @@ def test_team_ray_pods_are_scraped_like_the_shared_clusters(queued):
     for m in monitors:
         validate({k: m[k] for k in ("apiVersion", "kind", "metadata", "spec")})
         assert m["spec"]["namespaceSelector"]["matchNames"] == ["ray", "team-vision", "team-nlp"]
+
+
+def test_team_namespaces_admit_only_their_own_pods_and_the_metrics_scrape(queued):
+    policies = {r["metadata"]["namespace"]: r["spec"]
+                for r in queued.of_type("kubernetes:networking.k8s.io/v1:NetworkPolicy")
+                if r["metadata"].get("namespace", "").startswith("team-")}
+    assert set(policies) == {"team-vision", "team-nlp"}
+    spec = policies["team-vision"]
+    assert spec["podSelector"] == {} and spec["policyTypes"] == ["Ingress"]
+    own, metrics = spec["ingress"]
+    assert own == {"from": [{"podSelector": {}}]}
+    assert metrics["from"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
+    assert {p["port"] for p in metrics["ports"]} == {8080, 44217, 44227}
