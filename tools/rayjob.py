@@ -235,6 +235,10 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     tp = train_parser(prog=f"{p.prog} ... --")
     if check_train_args(tp, tp.parse_args(train), local=False).address is not None:
         tp.error("--address after -- is set by the job (--address auto)")
+    for option, value in (("--request-timeout-s", a.request_timeout_s), ("--timeout-s", a.timeout_s),
+                          ("--poll-s", a.poll_s)):
+        if not 0 < value <= 7 * 86400:
+            p.error(f"{option} {value:g}: seconds above 0, at most a week")
     if not a.dry_run and not a.server:
         p.error("--server (or $KUBE_SERVER) is needed to apply the RayJob; or pass --dry-run")
     try:

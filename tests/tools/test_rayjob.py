@@ -97,6 +97,8 @@ def test_the_code_is_the_training_package_mounted_as_working_dir(printed):
     (["--nodes", "3", "--dry-run"], "--nodes 3: between 1 and the GPU node group's size (2)"),
     (["--name", "Run_1", "--dry-run"], "a lowercase DNS label"),
     ([], "--server (or $KUBE_SERVER) is needed"),
+    (["--poll-s", "-1", "--dry-run"], "--poll-s -1: seconds above 0"),
+    (["--request-timeout-s", "0", "--dry-run"], "--request-timeout-s 0: seconds above 0"),
     (["--config", 'jobQueues=["vision:1nodes", "nlp:1nodes:borrow"]', "--dry-run"],
      "the job needs 8 GPUs and team vision can have at most 4 (its quota; no :borrow): Kueue would never admit it"),
     (["--dry-run", "--", "--address", "auto"], "--address after -- is set by the job"),
