@@ -60,7 +60,7 @@ def manager_config(pods_ready_timeout_s: int) -> str:
     """The Kueue Configuration: the chart's default (values.yaml ``managerConfig.controllerManagerConfigYaml``)
     with these changes, each from apis/config/v1beta2/configuration_types.go at v0.19.2:
 
-    * ``integrations.frameworks: [ray.io/rayjob]``: Kueue manages RayJobs only (the chart enables thirteen, among them
+    * ``integrations.frameworks: [ray.io/rayjob]``: Kueue manages RayJobs only (the chart enables twelve, among them
       ``pod`` and ``ray.io/raycluster``; the shared RayCluster and the gate's Job stay outside the queues);
     * ``resources.quotaCheckStrategy: IgnoreUndeclared``: only ``nvidia.com/gpu`` (the ClusterQueues' one covered
       resource) is counted; the CPU-only head and submitter pods need no quota;

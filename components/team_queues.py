@@ -3,14 +3,16 @@
 A team is written ``NAME:QUOTA[:borrow]`` (``vision:2nodes``, ``nlp:16gpus:borrow``). The objects follow Kueue
 v0.19.2 (API ``kueue.x-k8s.io/v1beta2``, the storage version of its CRDs; tests validate them against those CRDs):
 
-* one ResourceFlavor per GPU node group, whose ``nodeLabels`` Kueue copies into the admitted pods' nodeSelector;
+* one ResourceFlavor per GPU node group, whose ``nodeLabels`` Kueue copies into the admitted pods' nodeSelector
+  (site/content/en/docs/concepts/resource_flavor.md);
 * one ClusterQueue per team, selecting only the team's namespace, with a ``nvidia.com/gpu`` nominal quota. Only
   GPUs are covered: the Kueue config sets ``resources.quotaCheckStrategy: IgnoreUndeclared``
   (apis/config/v1beta2/configuration_types.go, "only resources ... declared in the ClusterQueue's coveredResources
   are checked"), so the CPU-only head and submitter pods need no quota. With borrowing, every team is in one
-  cohort: a team that borrows has no ``borrowingLimit``, the others ``borrowingLimit: 0`` (they lend, never borrow),
-  and ``reclaimWithinCohort: Any`` lets a lender take its quota back by preempting the borrower, so a burst waits
-  instead of starving the others (site/content/en/docs/concepts/preemption.md at v0.19.2);
+  cohort: a team that borrows has no ``borrowingLimit``, the others ``borrowingLimit: 0`` (they lend, never
+  borrow: cluster_queue.md, "BorrowingLimit"), and ``reclaimWithinCohort: Any`` lets a lender take its quota back
+  by preempting the borrower, so a burst waits instead of starving the others
+  (site/content/en/docs/concepts/preemption.md at v0.19.2);
 * one LocalQueue in the team's namespace (the ``kueue.x-k8s.io/queue-name`` label of a RayJob names it).
 """
 
@@ -106,7 +108,7 @@ def flavor_name(instance_type: str) -> str:
 
 def resource_flavor(instance_type: str, node_labels: dict[str, str]) -> dict[str, Any]:
     """The ResourceFlavor of one GPU node group: Kueue adds ``node_labels`` to the nodeSelector of the pods it admits
-    on it (site/content/en/docs/concepts/cluster_queue.md, "ResourceFlavor object")."""
+    on it (site/content/en/docs/concepts/resource_flavor.md, ``spec.nodeLabels``)."""
     return {"apiVersion": KUEUE_API, "kind": "ResourceFlavor", "metadata": {"name": flavor_name(instance_type)},
             "spec": {"nodeLabels": dict(node_labels)}}
 
