@@ -80,6 +80,13 @@ def test_same_image_entrypoint_env_and_team_storage(printed):
     assert [c["name"] for c in worker["initContainers"]] == ["efa-provider-check"]
 
 
+def test_the_code_configmap_fits_a_client_side_apply(printed):
+    """docs/team-jobs.md: a client-side apply copies the object into an annotation of at most 256 KiB."""
+    import json
+
+    assert len(json.dumps(printed[0])) < 256 * 1024
+
+
 def test_the_code_is_the_training_package_mounted_as_working_dir(printed):
     cm, job = printed
     sub = job["spec"]["submitterPodTemplate"]["spec"]
