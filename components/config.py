@@ -23,6 +23,7 @@ from .kuberay_versions import chart_version_problem
 from .ebs_limits import (GP3_API_DOC, GP3_BASELINE_IOPS, GP3_BASELINE_THROUGHPUT, GP3_DOC, GP3_IOPS_PER_GIB,
                          GP3_MAX_GIB, GP3_MAX_IOPS, GP3_MAX_THROUGHPUT, gp3_problem)
 from .storage_rules import ENCRYPTIONS
+from .team_queues import FORMAT as TEAM_FORMAT, TeamQueueText, parse_team, teams_problem
 from .values import REGION as REGION_RE, image_reference_problem, image_tag  # noqa: F401 (their old home)
 
 NAMESPACE = "ray-efa-eks"
@@ -363,6 +364,15 @@ class StackConfig:
                        "([Cost](cost.md))"))
     """S3 gateway VPC endpoint on the private route tables: checkpoints and image layers skip the NAT's per-GB fee."""
 
+    # -- team job queues (components/job_queues.py, docs/team-jobs.md) -------------------
+    jobQueues: list[str] = key(
+        factory=list, allowed=f"teams, each {TEAM_FORMAT}",
+        live=live("in-place",
+                  note="installs or removes Kueue, the teams' namespaces, queues and roles; the KubeRay operator "
+                       "is upgraded in place to watch the team namespaces (no Ray pod is recreated). Emptying it "
+                       "uninstalls Kueue with its CRDs: queued RayJobs lose their queue ([Team jobs](team-jobs.md))"))
+    """Team job queues (Kueue): each team gets a namespace, a LocalQueue and a ClusterQueue with a GPU quota in nodes or GPUs (`:borrow`: may use other teams' idle quota), and a role that reaches only its checkpoint prefix; empty: no Kueue, today's stack ([Team jobs](team-jobs.md))."""
+
     # -- construction ---------------------------------------------------------------
 
     @classmethod
@@ -409,6 +419,11 @@ class StackConfig:
             return self.gpuScaleToZero
         return self.gpuCapacity == ON_DEMAND
 
+
+    @property
+    def job_queues(self) -> list:
+        """jobQueues parsed: one TeamQueue per team."""
+        return [parse_team(t) for t in self.jobQueues]
 
     @property
     def gpu_type(self) -> InstanceType:
@@ -499,6 +514,13 @@ class StackConfig:
             raise ConfigError("gpuRootVolumeThroughputMiBps", self.gpuRootVolumeThroughputMiBps,
                               f"EC2 refuses {gp3} ({GP3_DOC}); lower gpuRootVolumeThroughputMiBps or raise "
                               f"gpuRootVolumeIops to at least {self.gpuRootVolumeThroughputMiBps * 4}")
+        if self.jobQueues:
+            queues = teams_problem(self.job_queues, gpu.gpus)
+            if queues:
+                raise ConfigError("jobQueues", *queues)
+            if not self.checkpointBucket:
+                raise ConfigError("jobQueues", self.jobQueues, "each team's jobs checkpoint under the team's own prefix "
+                                  "of the stack's bucket: set checkpointBucket: true, or remove jobQueues")
         if self.endpointPublicAccess and not self.endpointPublicAccessCidrs:
             raise ConfigError("endpointPublicAccessCidrs", self.endpointPublicAccessCidrs,
                               "is empty while endpointPublicAccess is true; list CIDRs or set endpointPublicAccess: false")
@@ -622,6 +644,7 @@ GRAMMARS: dict[str, v.Grammar] = {
     "observability": v.Bool(),
     "metricsRetention": v.PrometheusDuration(),
     "metricsRemoteWriteUrl": v.OrUnset(inner=v.RemoteWriteUrl()),
+    "jobQueues": v.ListOf(item=TeamQueueText(), max_items=100, max_reason="one ClusterQueue per team"),
 }
 """Each StackConfig key's grammar (components/values.py). A new key gets one here; until it does it takes the
 plain grammar of its default's type (:func:`grammar`), which bounds nothing service-specific."""

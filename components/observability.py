@@ -83,6 +83,9 @@ class ObservabilityArgs:
 
     provider: k8s.Provider
     ray_namespace: str = "ray"
+    team_namespaces: list[str] = field(default_factory=list)
+    """Namespaces of the teams' RayJobs (``jobQueues``): their Ray pods are scraped like the shared cluster's, so a
+    job's fabric verdict metric reaches Prometheus as the gate's does."""
     retention: str = "15d"
     """Prometheus ``retention`` (a Prometheus duration: 15d, 12h)."""
     remote_write_url: Optional[str] = None
@@ -183,14 +186,14 @@ def _ray_cluster_label() -> list[dict[str, Any]]:
     return [{"action": "replace", "sourceLabels": [RAY_CLUSTER_LABEL], "targetLabel": "ray_io_cluster"}]
 
 
-def ray_pod_monitors(namespace: str, ray_namespace: str) -> list[dict[str, Any]]:
+def ray_pod_monitors(namespace: str, ray_namespace: str, team_namespaces: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     """Ray's documented KubeRay scrape: the head's metrics, autoscaler and dashboard ports; the workers' metrics port.
 
     The head container declares only ``metrics`` by name (KubeRay adds it), so the other two go by number."""
     head_eps = [{"port": "metrics", "relabelings": _ray_cluster_label()}]
     head_eps += [{"portNumber": METRICS_PORTS[p], "relabelings": _ray_cluster_label()}
                  for p in ("as-metrics", "dash-metrics")]
-    ns = {"matchNames": [ray_namespace]}
+    ns = {"matchNames": [ray_namespace, *team_namespaces]}
     return [
         {"apiVersion": "monitoring.coreos.com/v1", "kind": "PodMonitor", "metadata": _meta("ray-head", namespace),
          "spec": {"namespaceSelector": ns, "selector": {"matchLabels": {RAY_NODE_TYPE: "head"}},
@@ -215,7 +218,7 @@ def dashboard_config_map(namespace: str, line_rate_gbps: float) -> dict[str, Any
 
 def custom_objects(args: ObservabilityArgs) -> list[dict[str, Any]]:
     """The CRD-shaped objects (validated against the chart's CRDs in tests)."""
-    objs = ray_pod_monitors(args.namespace, args.ray_namespace)
+    objs = ray_pod_monitors(args.namespace, args.ray_namespace, tuple(args.team_namespaces))
     if args.efa:
         objs.insert(0, exporter_pod_monitor(args.namespace))
     objs.append(prometheus_rule(args.namespace, args.thresholds))

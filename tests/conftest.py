@@ -13,7 +13,7 @@ REHEARSAL_FILES = frozenset({
     "tests/training/test_training.py", "tests/training/test_token_auth.py", "tests/training/test_cli_interrupt.py",
     "tests/components/test_storage_access.py", "tests/components/test_autoscaling_rehearsal.py",
     "tests/components/test_metrics_scrape.py", "tests/efacheck/test_gate_rehearsal.py",
-    "tests/efacheck/test_local_cluster_start.py",
+    "tests/efacheck/test_local_cluster_start.py", "tests/tools/test_rayjob_rehearsal.py",
 })
 """Files whose tests start local Ray clusters or run whole rehearsals (most of the suite's time): marked
 ``rehearsal``, so ``pytest -m "not rehearsal"`` is the fast lane. A test elsewhere that starts Ray carries

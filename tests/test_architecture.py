@@ -42,11 +42,11 @@ is the top layer, and nothing it imports can import it back)."""
 COMPONENT_LAYERS = {
     "leaf": {"values", "config_fields", "errors", "instances", "node_allocatable", "eks_versions", "kuberay_versions",
              "capacity", "storage_rules", "cost", "live_cluster", "metrics_rules", "ray_autoscaler", "rollout_guards",
-             "ebs_limits", "cold_start"},
+             "ebs_limits", "cold_start", "team_queues"},
     "config": {"config"},
     "resource": {"network", "cluster", "placement", "launch_template", "node_groups", "device_plugins", "kuberay",
                  "raycluster", "efa_check", "checkpoint_bucket", "pod_identity", "node_agent", "dashboard",
-                 "observability", "cluster_autoscaler"},
+                 "observability", "cluster_autoscaler", "job_queues", "rayjob"},
     "umbrella": {"stack", "provider", "__init__"},
 }
 """Each library module's layer. Leaves (value grammars, catalogue, capacity and cost rules) import leaves only.
@@ -193,7 +193,7 @@ def test_config_flows_one_way():
     assert readers <= {"stack", "config"} and "stack" in readers  # config.py defines it (a ClassDef, not a Name)
     config_imports = {t.partition(".")[2] for _, t in edges("components", modules("components")["config"])}
     assert config_imports <= {"capacity", "instances", "storage_rules", "eks_versions", "config_fields", "values",
-                              "kuberay_versions", "errors", "ebs_limits"}, \
+                              "kuberay_versions", "errors", "ebs_limits", "team_queues"}, \
         config_imports
     # values.py (the value grammars every key, component and CLI option uses) is a leaf: it imports no component
     assert not [mod for level, mod in imports(modules("components")["values"]) if level], "values.py is a leaf"

@@ -16,7 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from . import aws_rules, layout, layout_fit, layout_network, layout_node_groups, layout_pods, security_rules
+from . import (aws_rules, layout, layout_fit, layout_network, layout_node_groups, layout_pods, queue_rules,
+               security_rules)
 from .layout import EFA_RESOURCE, UNKNOWN, Resource, Stack
 
 
@@ -416,6 +417,8 @@ RULES: tuple[Rule, ...] = (
          security_rules.PLUGINS_FIX, security_rules.device_plugin_versions),
     Rule("pod-security-baseline", "the Ray head and Job pods pass Pod Security baseline", security_rules.PSS_FIX,
          security_rules.pod_security_baseline),
+    Rule("queue-quota-fits", "each team's GPU quota, and all of them together, fit in the GPU node groups of its "
+         "flavor", queue_rules.QUEUE_QUOTA_FIX, queue_rules.queue_quota_fits),
 )
 RULE_IDS = tuple(r.id for r in RULES)
 

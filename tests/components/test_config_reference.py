@@ -34,6 +34,7 @@ GROUP = {**ODCR, "gpuCapacity": "reservation",
 
 SAMPLES: dict[str, tuple[dict, dict]] = {
     "gpuScaleToZero": ({}, {"gpuScaleToZero": False}),
+    "jobQueues": ({}, {"jobQueues": '["vision:1nodes", "nlp:1nodes:borrow"]'}),
     "gpuInstanceType": ({}, {"gpuInstanceType": "g6.48xlarge"}),
     "systemInstanceType": ({}, {"systemInstanceType": "m7i.xlarge"}),
     "availabilityZone": ({}, {"availabilityZone": "us-east-1b"}),
