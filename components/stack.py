@@ -359,7 +359,8 @@ class EfaRayCluster(pulumi.ComponentResource):
                 provider=cluster.provider, image=cfg.dlcImage, instance_types=[cfg.gpuInstanceType],
                 network_policy=cfg.networkPolicy, allowed_namespaces=[RAY_NAMESPACE, METRICS_NAMESPACE],
                 startup_taints=unproven, efa_devices={cfg.gpuInstanceType: cfg.gpu_type.max_efa_interfaces},
-                workers_namespace=RAY_NAMESPACE, depends_on=[gpu]), opts=child)
+                workers_namespace=RAY_NAMESPACE, kubernetes_version=cfg.kubernetesVersion, depends_on=[gpu]),
+                opts=child)
         ray = RayCluster("ray", RayClusterArgs(
             provider=cluster.provider, image=cfg.dlcImage, ray_version=cfg.rayVersion, nccl_debug=cfg.ncclDebug,
             namespace=RAY_NAMESPACE, service_account_name=RAY_SERVICE_ACCOUNT,
