@@ -38,6 +38,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from .efa_check import EFA_PROOF_PACKAGE, _config_key, _package_dir
+from .network_policies import allow_all_egress
 from .node_groups import GPU_ROLE, GPU_TOLERATION, ROLE_LABEL
 from .raycluster import check_guaranteed, pod_resources
 
@@ -428,6 +429,9 @@ class NodeAgent(pulumi.ComponentResource):
                     create=f"{ROLLOUT_TIMEOUT_S}s", update=f"{ROLLOUT_TIMEOUT_S}s"))))
         k8s.core.v1.Service(f"{name}-service", metadata={"name": SERVICE_NAME, **meta}, spec=service_spec(),
                             opts=in_ns)
+        if args.network_policy:  # strict mode: the proof's API calls
+            k8s.networking.v1.NetworkPolicy(f"{name}-egress", metadata={"name": f"{NAME}-egress", **meta},
+                                            spec=allow_all_egress(), opts=in_ns)
         if args.network_policy and args.allowed_namespaces:
             k8s.networking.v1.NetworkPolicy(f"{name}-ingress", metadata={"name": f"{SERVICE_NAME}-ingress", **meta},
                                             spec=network_policy_spec(args.allowed_namespaces), opts=in_ns)

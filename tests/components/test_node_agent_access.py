@@ -113,9 +113,10 @@ class Recorder(FakeApi):
                 name = path.split("/")[4]
                 old = copy.deepcopy(nodes[name])
                 new = nodes[name]
+                # the API server's field manager rewrites managedFields on every write, before admission
                 new.setdefault("metadata", {})["managedFields"] = [
                     *old["metadata"].get("managedFields", []),
-                    {"manager": "node-check", "operation": "Update", "apiVersion": "v1"}]  # the API server's field manager
+                    {"manager": "node-check", "operation": "Update", "apiVersion": "v1"}]
                 if path.endswith("/status"):
                     conds = new.setdefault("status", {}).setdefault("conditions", [])
                     for c in body["status"]["conditions"]:
