@@ -12,8 +12,20 @@ What it installs (``observability: true``, the default):
   (etcd, scheduler, controller-manager) and kube-proxy's (bound to 127.0.0.1 on EKS), whose targets would sit down
   and fire the chart's own alerts. kube-state-metrics stays: the node-unproven and stale-verdict alerts read it.
 - DCGM exporter (NVIDIA's chart, pinned :data:`DCGM_CHART_VERSION`) on the GPU nodes, in its own namespace
-  ``gpu-metrics`` labelled Pod Security ``privileged`` (the chart mounts the kubelet's pod-resources socket by
-  hostPath and adds SYS_ADMIN for the profiling counters); nothing else runs there. Its chart's ServiceMonitor.
+  ``gpu-metrics`` labelled Pod Security ``privileged`` (the chart's DaemonSet always mounts the kubelet's
+  pod-resources socket by hostPath, deployment/templates/daemonset.yaml at tag 4.5.3-4.8.2); nothing else runs
+  there. Without SYS_ADMIN (:data:`DCGM_SECURITY_CONTEXT`): the chart adds it "for profiling metrics (DCGM_FI_PROF_*)"
+  (values.yaml), its default counter list has five of them, and nothing here reads one, so the stack gives the chart
+  its own list without them (:data:`DCGM_COUNTERS`). Its chart's ServiceMonitor.
+- NetworkPolicies (``network_policy``): in ``monitoring`` every pod admits only the namespace's own pods (Prometheus
+  scrapes the operator, kube-state-metrics and Grafana; Grafana queries Prometheus) and, on the operator's webhook
+  port :data:`WEBHOOK_PORT`, the API server; in ``gpu-metrics`` the exporter admits ``monitoring`` on its port only.
+  ``kubectl port-forward`` to Grafana enters through the pod's own network namespace, as to the Ray head.
+- Prometheus reloads its configuration by signal (``reloadStrategy: ProcessSignal``): under the chart's empty default
+  prometheus-operator starts Prometheus with ``--web.enable-lifecycle`` (pkg/prometheus/promcfg.go, v0.93.0 line
+  1245: whenever the strategy is HTTP, the default), which serves ``POST /-/quit`` and ``/-/reload`` to whoever
+  reaches port 9090. With ProcessSignal the config reloader sends SIGHUP instead (pkg/prometheus/common.go
+  ``ReloaderUseSignal``; the pod then shares its process namespace, ``ShareProcessNamespace``).
 - PodMonitors: the EFA exporter (``honorLabels``: its ``node`` label is the node it read), the Ray head (metrics,
   autoscaler and dashboard ports) and workers (metrics port), labelled ``ray_io_cluster`` as Ray's KubeRay
   Prometheus guide does (docs.ray.io cluster/kubernetes/k8s-ecosystem/prometheus-grafana; KubeRay
@@ -45,6 +57,8 @@ from .device_plugins import merge
 from .metrics_rules import AlertThresholds, alert_groups
 from .node_agent import APP_LABELS as EXPORTER_LABELS
 from .node_agent import NAMESPACE as EXPORTER_NAMESPACE
+from .network_policies import (allow_all_egress, default_deny_ingress, from_anywhere, from_namespaces,
+                               same_namespace_ingress)
 from .node_groups import GPU_ROLE, GPU_TOLERATION, ROLE_LABEL, SYSTEM_ROLE, startup_toleration
 from .raycluster import METRICS_NAMESPACE, METRICS_PORTS, pod_resources
 from .values import amp_region, looks_like_amp
@@ -73,6 +87,39 @@ PRIVILEGED_LABELS = {"pod-security.kubernetes.io/enforce": "privileged",
 RESOURCES = {"prometheus": pod_resources("500m", "2Gi"), "reloader": pod_resources("50m", "64Mi"),
              "operator": pod_resources("100m", "128Mi")}
 SCRAPE_INTERVAL = "30s"
+RELOAD_STRATEGY = "ProcessSignal"
+"""``prometheusSpec.reloadStrategy``: SIGHUP from the config reloader, so Prometheus runs without
+``--web.enable-lifecycle`` (no ``POST /-/quit``)."""
+WEBHOOK_PORT = 10250
+"""kube-prometheus-stack ``prometheusOperator.tls.internalPort``: the operator's HTTPS port, its admission webhook's
+target (``admissionWebhooks``, on by default), which the API server calls."""
+DCGM_PORT = 9400
+"""dcgm-exporter ``service.port``."""
+DCGM_SECURITY_CONTEXT = {"runAsNonRoot": False, "runAsUser": 0, "allowPrivilegeEscalation": False,
+                         "capabilities": {"add": [], "drop": ["ALL"]}}
+"""The chart's default (values.yaml ``securityContext``) without ``add: [SYS_ADMIN]``, which it needs only for the
+profiling counters (``DCGM_FI_PROF_*``), none of which :data:`DCGM_COUNTERS` lists. Still root: the chart's own
+non-root variant (uid 1000) is not what its image was verified with here, and the pod-resources socket it mounts is
+the kubelet's (root-owned)."""
+DCGM_COUNTERS = """# DCGM FIELD, Prometheus metric type, help message (the exporter's defaults but DCGM_FI_PROF_*)
+DCGM_FI_DEV_SM_CLOCK, gauge, SM clock frequency (in MHz).
+DCGM_FI_DEV_MEM_CLOCK, gauge, Memory clock frequency (in MHz).
+DCGM_FI_DEV_MEMORY_TEMP, gauge, Memory temperature (in C).
+DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C).
+DCGM_FI_DEV_POWER_USAGE, gauge, Power draw (in W).
+DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION, counter, Total energy consumption since boot (in mJ).
+DCGM_FI_DEV_PCIE_REPLAY_COUNTER, counter, Total number of PCIe retries.
+DCGM_FI_DEV_GPU_UTIL, gauge, GPU utilization (in %).
+DCGM_FI_DEV_MEM_COPY_UTIL, gauge, Memory utilization (in %).
+DCGM_FI_DEV_XID_ERRORS, gauge, Value of the last XID error encountered.
+DCGM_FI_DEV_FB_FREE, gauge, Framebuffer memory free (in MiB).
+DCGM_FI_DEV_FB_USED, gauge, Framebuffer memory used (in MiB).
+DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL, counter, Total number of NVLink bandwidth counters for all lanes.
+DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS, counter, Number of remapped rows for uncorrectable errors.
+DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS, counter, Number of remapped rows for correctable errors.
+DCGM_FI_DEV_ROW_REMAP_FAILURE, gauge, Whether remapping of rows has failed.
+"""
+"""``customMetrics``: the counters the exporter reads (the dashboard's and the alert rules' among them)."""
 RAY_NODE_TYPE = "ray.io/node-type"
 RAY_CLUSTER_LABEL = "__meta_kubernetes_pod_label_ray_io_cluster"
 
@@ -102,6 +149,8 @@ class ObservabilityArgs:
     """``{"kps": {...}, "dcgm": {...}}`` merged over ours the way Helm merges."""
     startup_taints: list[str] = field(default_factory=list)
     """Startup taint keys of the GPU nodes: DCGM tolerates them, so an unproven node's GPUs are watched too."""
+    network_policy: bool = True
+    """NetworkPolicies in ``namespace`` and ``gpu-metrics`` (:func:`network_policies`)."""
     depends_on: list[pulumi.Resource] = field(default_factory=list)
 
 
@@ -136,7 +185,7 @@ def kps_values(args: ObservabilityArgs) -> dict[str, Any]:
     sysnode = _on_system_node()
     spec: dict[str, Any] = {
         "retention": args.retention, "retentionSize": RETENTION_SIZE, "scrapeInterval": SCRAPE_INTERVAL,
-        "resources": RESOURCES["prometheus"], **sysnode,
+        "resources": RESOURCES["prometheus"], "reloadStrategy": RELOAD_STRATEGY, **sysnode,
         # pick up every ServiceMonitor/PodMonitor/PrometheusRule, not only those labelled with the release
         "serviceMonitorSelectorNilUsesHelmValues": False, "podMonitorSelectorNilUsesHelmValues": False,
         "ruleSelectorNilUsesHelmValues": False,
@@ -166,7 +215,21 @@ def dcgm_values(startup_taints: list[str] | None = None) -> dict[str, Any]:
     """Overrides of dcgm-exporter's values.yaml: on the GPU nodes only (their taint and startup taints tolerated)."""
     return {"nodeSelector": {ROLE_LABEL: GPU_ROLE},
             "tolerations": [dict(GPU_TOLERATION), *(startup_toleration(k) for k in startup_taints or [])],
-            "serviceMonitor": {"enabled": True, "interval": "15s"}}
+            "serviceMonitor": {"enabled": True, "interval": "15s"},
+            "securityContext": json.loads(json.dumps(DCGM_SECURITY_CONTEXT)), "customMetrics": DCGM_COUNTERS}
+
+
+def network_policies(namespace: str) -> dict[str, list[tuple[str, dict[str, Any]]]]:
+    """{namespace: [(name, spec)]}: the monitoring namespace admits its own pods and, on the operator's webhook port,
+    the API server; the exporter's namespace admits the monitoring namespace on the exporter's port; both allow all
+    egress (the VPC CNI's strict mode denies a pod no policy selects, components/network_policies.py)."""
+    return {namespace: [(f"{namespace}-default-deny", default_deny_ingress()),
+                        (f"{namespace}-same-namespace", same_namespace_ingress()),
+                        (f"{namespace}-operator-webhook", from_anywhere([WEBHOOK_PORT])),
+                        (f"{namespace}-egress", allow_all_egress())],
+            DCGM_NAMESPACE: [(f"{DCGM_NAMESPACE}-default-deny", default_deny_ingress()),
+                             (f"{DCGM_NAMESPACE}-scrape", from_namespaces({}, [namespace], [DCGM_PORT])),
+                             (f"{DCGM_NAMESPACE}-egress", allow_all_egress())]}
 
 
 def _meta(name: str, namespace: str) -> dict[str, Any]:
@@ -250,6 +313,13 @@ class Observability(pulumi.ComponentResource):
             k8s.apiextensions.CustomResource(
                 f"{name}-{obj['kind'].lower()}-{obj['metadata']['name']}", api_version=obj["apiVersion"],
                 kind=obj["kind"], metadata=obj["metadata"], spec=obj["spec"], opts=after_crds)
+        if args.network_policy:
+            for where, policies in network_policies(args.namespace).items():
+                in_ns = pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(
+                    depends_on=[ns if where == args.namespace else gpu_ns]))
+                for policy, spec in policies:
+                    k8s.networking.v1.NetworkPolicy(f"{name}-{policy}", metadata=_meta(policy, where), spec=spec,
+                                                    opts=in_ns)
         cm = dashboard_config_map(args.namespace, args.line_rate_gbps)
         k8s.core.v1.ConfigMap(f"{name}-dashboard", metadata=cm["metadata"], data=cm["data"],
                               opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[ns])))

@@ -46,6 +46,7 @@ import pulumi_random as random
 
 from .instances import InstanceType
 from .node_allocatable import allocatable_memory_mib
+from .network_policies import allow_all_egress
 from .node_groups import GPU_ROLE, GPU_TOLERATION, ROLE_LABEL, SYSTEM_ROLE
 from .ray_autoscaler import AutoscalerArgs, autoscaler_options, token_volume
 
@@ -124,9 +125,21 @@ runtime's default seccomp profile. Not ``runAsNonRoot``: the DLC image runs as r
 numeric non-root ``runAsUser`` would leave Ray, pip (runtime_env) and the EFA/NCCL libraries without a home or
 writable site-packages."""
 CONTAINER_SECURITY_CONTEXT = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
-"""Container-level asks of ``restricted``: no setuid escalation and no capabilities. Ray, the Jobs API and
-``ray job submit`` need none (Ray runs as an unprivileged user in its own images); root without capabilities can
-still write the root-owned files of the image and /tmp/ray."""
+"""Container-level asks of ``restricted``: no setuid escalation and no capabilities, on every Ray container (head,
+GPU workers, the workers' ``efa-provider-check``) and the gate's. Ray, the Jobs API, ``ray job submit`` and Ray
+Train need none (Ray runs as an unprivileged user in its own images; tests/training/test_worker_constraints.py runs
+a cluster and a training run with no capabilities, no_new_privs and a 64 KiB RLIMIT_MEMLOCK); root without
+capabilities can still write the root-owned files of the image and /tmp/ray.
+
+EFA and NCCL need none either. Opening ``/dev/infiniband/uverbs*`` is file access (the device plugin puts the node
+into the container). Registering host memory with the EFA device pins it through ib_umem_get (Linux
+drivers/infiniband/core/umem.c), which refuses a pin past ``RLIMIT_MEMLOCK`` unless the process has CAP_IPC_LOCK;
+containers never got CAP_IPC_LOCK (it is not among containerd's default capabilities), and Pod Security
+``baseline``, which namespace ``ray`` enforces, does not allow adding it. So the limit is what it was: the one the
+container inherits (the AL2023 node's containerd base runtime spec sets only RLIMIT_NOFILE, amazon-eks-ami
+nodeadm/internal/containerd/base-runtime-spec.json). Dropping the default set removes NET_RAW (raw sockets,
+ARP/ICMP spoofing in the pod network), SETUID/SETGID, DAC_OVERRIDE, CHOWN, FOWNER, MKNOD, KILL and the rest from
+the pods that hold the GPUs, the EFA devices and the S3 credentials."""
 
 
 def restricted_container(container: dict[str, Any]) -> dict[str, Any]:
@@ -465,11 +478,13 @@ def build_spec(args: RayClusterArgs) -> dict[str, Any]:
         pod: dict[str, Any] = {
             "nodeSelector": dict(g.node_selector),
             "tolerations": [dict(GPU_TOLERATION)],
-            "containers": [_container("ray-worker", args.image, res, env)],
+            "securityContext": json.loads(json.dumps(POD_SECURITY_CONTEXT)),
+            "containers": [restricted_container(_container("ray-worker", args.image, res, env))],
             "volumes": _shm(f"{max(1, g.instance_type.memory_mib // 1024 // 4)}Gi"),
         }
         if g.efa:  # the node's libfabric must open the efa provider on the worker's own device before Ray starts
-            pod["initContainers"] = [provider_check_container(args.image, res, [dict(e) for e in env])]
+            pod["initContainers"] = [restricted_container(
+                provider_check_container(args.image, res, [dict(e) for e in env]))]
         if g.efa and args.efa_exporter_url:  # the EFA counter witness reads its node's exporter
             pod["containers"][0]["env"] += [
                 {"name": EFA_EXPORTER_ENV, "value": args.efa_exporter_url},
@@ -605,6 +620,9 @@ class RayCluster(pulumi.ComponentResource):
             deps.append(k8s.networking.v1.NetworkPolicy(
                 f"{name}-default-deny", metadata={"name": f"{name}-default-deny", "namespace": args.namespace},
                 spec=DEFAULT_DENY_SPEC, opts=in_ns))
+            deps.append(k8s.networking.v1.NetworkPolicy(  # strict mode: the pods' DNS, S3 and API calls
+                f"{name}-egress", metadata={"name": f"{name}-egress", "namespace": args.namespace},
+                spec=allow_all_egress(), opts=in_ns))
             deps.append(k8s.networking.v1.NetworkPolicy(
                 f"{name}-pods-ingress", metadata={"name": f"{name}-pods-ingress", "namespace": args.namespace},
                 spec=ray_pods_network_policy_spec(name, args.metrics_from_namespaces), opts=in_ns))

@@ -361,7 +361,7 @@ class EfaRayCluster(pulumi.ComponentResource):
             """The KubeRay operator, watching only the Ray namespace (its chart puts a Role there)."""
             operators.append(KubeRayOperator("kuberay", KubeRayOperatorArgs(
                 provider=cluster.provider, chart_version=cfg.kuberayChartVersion, crd_provider=crd_provider,
-                watch_namespaces=[RAY_NAMESPACE, *team_namespaces],
+                watch_namespaces=[RAY_NAMESPACE, *team_namespaces], network_policy=cfg.networkPolicy,
                 depends_on=[ray_ns, *(queues.namespaces if queues else [])]), opts=opts_with(depends_on=[system])))
             # the node agent's read of its node's Ray workers (a failed provider check puts its taint back)
             return [operators[-1], *(agent.grant_worker_read(ray_ns) if agent else [])]
@@ -373,7 +373,8 @@ class EfaRayCluster(pulumi.ComponentResource):
                 network_policy=cfg.networkPolicy,
                 allowed_namespaces=[RAY_NAMESPACE, METRICS_NAMESPACE, *team_namespaces],
                 startup_taints=unproven, efa_devices={cfg.gpuInstanceType: cfg.gpu_type.max_efa_interfaces},
-                workers_namespace=RAY_NAMESPACE, depends_on=[gpu]), opts=child)
+                workers_namespace=RAY_NAMESPACE, kubernetes_version=cfg.kubernetesVersion, depends_on=[gpu]),
+                opts=child)
         ray = RayCluster("ray", RayClusterArgs(
             provider=cluster.provider, image=cfg.dlcImage, ray_version=cfg.rayVersion, nccl_debug=cfg.ncclDebug,
             namespace=RAY_NAMESPACE, service_account_name=RAY_SERVICE_ACCOUNT,
@@ -397,7 +398,7 @@ class EfaRayCluster(pulumi.ComponentResource):
                 line_rate_gbps=cfg.gpu_type.efa_gbps or 0.0,
                 thresholds=AlertThresholds(line_rate_bytes_per_s=(cfg.gpu_type.efa_gbps or 0.0) * 1e9 / 8,
                                            ray_namespace=RAY_NAMESPACE),
-                startup_taints=unproven, depends_on=[system]), opts=child)
+                startup_taints=unproven, network_policy=cfg.networkPolicy, depends_on=[system]), opts=child)
         check = None
         if cfg.efaCheck and cfg.gpuNodeCount > 0:
             shape = gate_transport(cfg.efa, cfg.gpuNodeCount)

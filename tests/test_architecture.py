@@ -42,7 +42,7 @@ is the top layer, and nothing it imports can import it back)."""
 COMPONENT_LAYERS = {
     "leaf": {"values", "config_fields", "errors", "instances", "node_allocatable", "eks_versions", "kuberay_versions",
              "capacity", "storage_rules", "cost", "live_cluster", "metrics_rules", "ray_autoscaler", "rollout_guards",
-             "ebs_limits", "cold_start", "team_queues"},
+             "ebs_limits", "cold_start", "team_queues", "network_policies"},
     "config": {"config"},
     "resource": {"network", "cluster", "placement", "launch_template", "node_groups", "device_plugins", "kuberay",
                  "raycluster", "efa_check", "checkpoint_bucket", "pod_identity", "node_agent", "dashboard",

@@ -417,6 +417,11 @@ RULES: tuple[Rule, ...] = (
          security_rules.PLUGINS_FIX, security_rules.device_plugin_versions),
     Rule("pod-security-baseline", "the Ray head and Job pods pass Pod Security baseline", security_rules.PSS_FIX,
          security_rules.pod_security_baseline),
+    Rule("monitoring-hardened", "Prometheus serves no lifecycle API, DCGM runs without SYS_ADMIN, and a "
+         "NetworkPolicy selects every pod of both monitoring namespaces", security_rules.MONITORING_FIX,
+         security_rules.monitoring_hardened),
+    Rule("node-role-least-privilege", "the node role holds the worker policy and ECR pulls only; the VPC CNI has its "
+         "own role (warning)", security_rules.NODE_ROLE_FIX, security_rules.node_role_least_privilege, WARNING),
     Rule("queue-quota-fits", "each team's GPU quota, and all of them together, fit in the GPU node groups of its "
          "flavor", queue_rules.QUEUE_QUOTA_FIX, queue_rules.queue_quota_fits),
 )

@@ -29,7 +29,8 @@ def test_gpu_node_group_efa_inputs(request, run_name, itype, efa_ifaces):
     ng = run.one(MNG, "gpu")
     # Our own launch template (issue 19): pulumi-eks's EFA support stays off, the component does its work.
     assert "enableEfaSupport" not in ng.inputs and ng["launchTemplate"]["id"] == "gpu-lt-id"
-    assert len(run.one("aws:ec2/launchTemplate:LaunchTemplate", "gpu-lt")["networkInterfaces"]) == efa_ifaces
+    nis = run.one("aws:ec2/launchTemplate:LaunchTemplate", "gpu-lt")["networkInterfaces"]
+    assert [n.get("interfaceType") for n in nis] == [None] + ["efa-only"] * efa_ifaces  # the ENA primary first
     assert run.one("aws:ec2/placementGroup:PlacementGroup", "gpu-pg")["strategy"] == "cluster"
     assert ng["capacityType"] == "ON_DEMAND"
     assert ng["instanceTypes"] == [itype]

@@ -98,7 +98,8 @@ def test_default_plan_json(plans, default_run):
                                       "pinned-image", "private-dashboard", "host-access", "pods-fit", "pod-identity-trust-scoped",
                                       "pod-identity-trust-keys", "gate-no-api-token", "ray-pods-network-policy",
                                       "kuberay-single-namespace", "ray-pods-region", "device-plugin-versions",
-                                      "pod-security-baseline", "queue-quota-fits"], "violations": []}
+                                      "pod-security-baseline", "monitoring-hardened", "node-role-least-privilege",
+                                      "queue-quota-fits"], "violations": []}
     assert Plan.from_json(p).to_json() == p
 
 
