@@ -28,6 +28,7 @@ import pulumi_kubernetes as k8s
 import yaml
 
 from .instances import InstanceType
+from .network_policies import allow_all_egress, default_deny_ingress, from_anywhere
 from .node_groups import GPU_ROLE, ROLE_LABEL, SYSTEM_ROLE
 from .pod_identity import PodStorageAccess, PodStorageAccessArgs
 from .raycluster import METRICS_NAMESPACE, METRICS_PORTS, NAMESPACE_NAME_LABEL, POD_SECURITY_LABELS
@@ -37,6 +38,11 @@ KUEUE_CHART = "oci://registry.k8s.io/kueue/charts/kueue"
 KUEUE_CHART_VERSION = "0.19.2"
 KUEUE_IMAGE = "registry.k8s.io/kueue/kueue"
 KUEUE_NAMESPACE = "kueue-system"
+KUEUE_API_PORTS = [9443, 8082]
+"""What the API server calls in the manager, from its own addresses: the webhook server (the chart's manager
+configuration ``webhook.port: 9443``; ``webhookService`` 443 -> 9443) on every RayJob, Workload and queue object, and
+the visibility server (its default port, ``--visibility-server-port``) behind the ``visibility.kueue.x-k8s.io``
+APIService: an aggregated API the API server cannot reach breaks discovery for every client."""
 TEAM_SERVICE_ACCOUNT = "ray-train"
 """The service account of a team's Ray pods (the team's Pod Identity association binds exactly this one)."""
 TEAM_GROUP = "ray-efa-eks:team:{team}"
@@ -159,7 +165,16 @@ class JobQueues(pulumi.ComponentResource):
             raise ValueError("JobQueues: teams is empty; list at least one TeamQueue (or create no JobQueues)")
         super().__init__("ray-efa-eks:index:JobQueues", name, None, opts)
         child = pulumi.ResourceOptions(parent=self, provider=args.provider)
-        kns = k8s.core.v1.Namespace(f"{name}-kueue-ns", metadata={"name": KUEUE_NAMESPACE}, opts=child)
+        kns = k8s.core.v1.Namespace(f"{name}-kueue-ns", metadata={"name": KUEUE_NAMESPACE,
+                                                                  "labels": dict(POD_SECURITY_LABELS)}, opts=child)
+        if args.network_policy:  # the VPC CNI's strict mode denies a pod no policy selects (network_policies.py)
+            in_kns = pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[kns]))
+            for policy, spec in (("kueue-default-deny", default_deny_ingress()),
+                                 ("kueue-api-server-calls", from_anywhere(KUEUE_API_PORTS)),
+                                 ("kueue-egress", allow_all_egress())):
+                k8s.networking.v1.NetworkPolicy(f"{name}-{policy}",
+                                                metadata={"name": policy, "namespace": KUEUE_NAMESPACE},
+                                                spec=spec, opts=in_kns)
         self.release = k8s.helm.v3.Release(
             f"{name}-kueue", chart=KUEUE_CHART, version=KUEUE_CHART_VERSION, namespace=kns.metadata["name"],
             values=kueue_values(args.pods_ready_timeout_s),
@@ -176,6 +191,9 @@ class JobQueues(pulumi.ComponentResource):
                 k8s.networking.v1.NetworkPolicy(
                     f"{name}-{t.name}-netpol", metadata={"name": "team-pods", "namespace": t.namespace},
                     spec=team_network_policy_spec(args.metrics_from_namespaces), opts=in_ns)
+                k8s.networking.v1.NetworkPolicy(
+                    f"{name}-{t.name}-egress", metadata={"name": "team-egress", "namespace": t.namespace},
+                    spec=allow_all_egress(), opts=in_ns)
             k8s.core.v1.ServiceAccount(f"{name}-{t.name}-sa", metadata={"name": TEAM_SERVICE_ACCOUNT,
                                                                         "namespace": t.namespace}, opts=in_ns)
             role = k8s.rbac.v1.Role(f"{name}-{t.name}-role", metadata={"name": "rayjob-submitter",

@@ -170,3 +170,24 @@ def test_team_namespaces_admit_only_their_own_pods_and_the_metrics_scrape(queued
     assert own == {"from": [{"podSelector": {}}]}
     assert metrics["from"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
     assert {p["port"] for p in metrics["ports"]} == {8080, 44217, 44227}
+
+
+def test_under_strict_mode_every_queue_namespace_reaches_dns_and_the_api_server_calls_kueue(queued):
+    """The VPC CNI's strict mode denies a pod no policy selects, DNS included: Kueue's manager and the teams' Ray pods
+    need an all-egress policy, and the API server must reach Kueue's webhook and visibility servers."""
+    from tests.components.test_cluster_hardening import pod
+    from tests.components.test_least_privilege import admitted, policies_of, selecting
+
+    policies = policies_of(queued)
+    namespaces = ["kueue-system", *(f"team-{t}" for t in ("vision", "nlp"))]
+    for ns in namespaces:
+        egress = [p["spec"] for p in policies if p["metadata"]["namespace"] == ns and "Egress" in p["spec"]["policyTypes"]]
+        assert egress == [{"podSelector": {}, "policyTypes": ["Egress"], "egress": [{}]}], ns
+        assert selecting(policies, pod(ns, app="anything")), ns
+    manager = pod("kueue-system", **{"control-plane": "controller-manager"})
+    for port in (9443, 8082):
+        assert admitted(policies, pod("api-server-has-no-namespace"), manager, port), port
+    assert not admitted(policies, pod("ray"), manager, 8443)
+    labels = {r["metadata"]["name"]: (r["metadata"].get("labels") or {}).get("pod-security.kubernetes.io/enforce")
+              for r in queued.of_type("kubernetes:core/v1:Namespace")}
+    assert {ns: labels[ns] for ns in namespaces} == dict.fromkeys(namespaces, "baseline")
