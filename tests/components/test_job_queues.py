@@ -162,7 +162,7 @@ def test_team_ray_pods_are_scraped_like_the_shared_clusters(queued):
 def test_team_namespaces_admit_only_their_own_pods_and_the_metrics_scrape(queued):
     policies = {r["metadata"]["namespace"]: r["spec"]
                 for r in queued.of_type("kubernetes:networking.k8s.io/v1:NetworkPolicy")
-                if r["metadata"].get("namespace", "").startswith("team-")}
+                if r["metadata"].get("namespace", "").startswith("team-") and r["metadata"]["name"] == "team-pods"}
     assert set(policies) == {"team-vision", "team-nlp"}
     spec = policies["team-vision"]
     assert spec["podSelector"] == {} and spec["policyTypes"] == ["Ingress"]
