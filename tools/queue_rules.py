@@ -14,6 +14,7 @@ from typing import Any
 from ..components.team_queues import GPU_RESOURCE
 from . import layout_node_groups
 from .layout import UNKNOWN, Resource, Stack, dig
+from .violations import violation
 
 CLUSTER_QUEUE = "kubernetes:kueue.x-k8s.io/v1beta2:ClusterQueue"
 RESOURCE_FLAVOR = "kubernetes:kueue.x-k8s.io/v1beta2:ResourceFlavor"
@@ -53,8 +54,6 @@ def _capacity(stack: Stack, flavor: Resource) -> int | None:
 
 
 def queue_quota_fits(stack: Stack) -> list[Any]:
-    from .rules import _v  # the one Violation constructor (rules imports this module)
-
     flavors = {_name(f): f for f in stack.of_type(RESOURCE_FLAVOR)}
     out, used = [], {}
     for cq in stack.of_type(CLUSTER_QUEUE):
@@ -66,12 +65,12 @@ def queue_quota_fits(stack: Stack) -> list[Any]:
                 continue
             used.setdefault(flavor, []).append((cq, int(quota)))
             if quota > cap:
-                out.append(_v("queue-quota-fits", cq, f"its GPU quota ({int(quota)}) exceeds what the node groups "
+                out.append(violation("queue-quota-fits", cq, f"its GPU quota ({int(quota)}) exceeds what the node groups "
                                                       f"of flavor {flavor} can hold ({cap} GPUs)", QUEUE_QUOTA_FIX))
     for flavor, queues in used.items():
         cap, total = _capacity(stack, flavors[flavor]), sum(q for _, q in queues)
         if cap is not None and total > cap and len(queues) > 1:
             names = ", ".join(f"{_name(cq)} {q}" for cq, q in queues)
-            out.append(_v("queue-quota-fits", None, f"the ClusterQueues on flavor {flavor} promise {total} GPUs "
+            out.append(violation("queue-quota-fits", None, f"the ClusterQueues on flavor {flavor} promise {total} GPUs "
                                                     f"({names}) and its node groups hold {cap}", QUEUE_QUOTA_FIX))
     return out

@@ -13,61 +13,16 @@ rule id, resource, what is wrong, and the fix.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable
 
 from . import (aws_rules, layout, layout_fit, layout_network, layout_node_groups, layout_pods, queue_rules,
                security_rules)
 from .layout import EFA_RESOURCE, UNKNOWN, Resource, Stack
-
-
-@dataclass(frozen=True)
-class Violation:
-    """One broken rule on one resource."""
-
-    rule: str
-    resource: str
-    """``type name`` of the offending resource (``stack`` for a stack-wide problem)."""
-    problem: str
-    fix: str
-    urn: str | None = None
-    severity: str = "error"
-    """``error`` fails the plan and the policy pack; ``warning`` (a preference AWS does not enforce) is shown only."""
-
-    def line(self) -> str:
-        tag = f"{self.rule} (warning)" if self.severity == WARNING else self.rule
-        return f"[{tag}] {self.resource}: {self.problem}. Fix: {self.fix}"
-
-    def to_json(self) -> dict[str, str | None]:
-        return {"rule": self.rule, "resource": self.resource, "problem": self.problem, "fix": self.fix,
-                "severity": self.severity}
-
-
-@dataclass(frozen=True)
-class Rule:
-    """A named check over a whole stack."""
-
-    id: str
-    title: str
-    """What the rule guarantees when it passes."""
-    fix: str
-    """The general fix (each violation also says its own)."""
-    check: Callable[[Stack], list[Violation]]
-    severity: str = "error"
-    """``warning``: a style preference (AWS accepts the shape); the plan shows it and does not fail on it."""
-
-
-ERROR, WARNING = "error", "warning"
-
-
-def errors(violations: Iterable[Violation | dict]) -> list:
-    """The violations that fail a plan (warnings left out); plain dicts (a plan's JSON) without severity count."""
-    return [v for v in violations
-            if (v.get("severity", ERROR) if isinstance(v, dict) else v.severity) != WARNING]
+from .violations import ERROR, WARNING, Rule, Violation, errors, violation  # noqa: F401 (rules.Violation, ...)
 
 
 def _v(rule: str, r: Resource | None, problem: str, fix: str) -> Violation:
-    return Violation(rule, r.label if r is not None else "stack", problem, fix, r.urn if r is not None else None)
+    return violation(rule, r, problem, fix)
 
 
 # -- gpu-one-az ----------------------------------------------------------------------------------------------------

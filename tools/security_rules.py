@@ -13,6 +13,7 @@ from ..components.device_plugins import EFA_MIN_CHART, NVIDIA_MOFED_DEFAULT_ON, 
 from ..components.raycluster import RAY_CLUSTER_LABEL
 from . import pod_security
 from .layout import HELM_CHART_V4, HELM_RELEASE, UNKNOWN, Resource, Stack, dig
+from .violations import WARNING, Violation, violation
 
 RAY_CLUSTER = "kubernetes:ray.io/v1:RayCluster"
 JOB = "kubernetes:batch/v1:Job"
@@ -61,10 +62,8 @@ def _matches(selector: Any, labels: dict[str, str]) -> bool | None:
     return True
 
 
-def _v(rule: str, r: Resource, problem: str, fix: str):
-    from .rules import Violation
-
-    return Violation(rule, r.label, problem, fix, r.urn)
+def _v(rule: str, r: Resource, problem: str, fix: str) -> Violation:
+    return violation(rule, r, problem, fix)
 
 
 # -- gate-no-api-token ---------------------------------------------------------------------------------------------
@@ -323,8 +322,6 @@ def node_role_least_privilege(stack: Stack) -> list:
         policy, role = a.props.get("policyArn"), a.props.get("role")
         if isinstance(policy, str) and role in roles - {None} and policy.rsplit("/", 1)[-1] in NODE_ROLE_EXTRA:
             name = policy.rsplit("/", 1)[-1]
-            from .rules import WARNING, Violation
-
             out.append(Violation("node-role-least-privilege", a.label,
                                  f"the node role holds {name}: {NODE_ROLE_EXTRA[name]}", NODE_ROLE_FIX, a.urn, WARNING))
     return out
