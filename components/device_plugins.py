@@ -12,7 +12,7 @@ Both charts ship default scheduling constraints that EKS GPU nodes do not meet o
   (a type missing from the chart's list schedules nothing) and tolerates no taint, while our GPU nodes carry the
   ``nvidia.com/gpu`` NoSchedule taint. We set the list to the stack's own GPU types and add the toleration.
 
-Versions current for the catalogue (issue 37; ``/work/shared/charts/README.md`` has the chart -> image table and
+Versions current for the catalogue (``/work/shared/charts/README.md`` has the chart -> image table and
 the upstream commits):
 
 - EFA chart v0.5.30 (image v0.5.20). Images before v0.5.6 count p6-b200's two ``ibp*`` NVLink RDMA controllers as

@@ -1,6 +1,6 @@
 """KubeRay operator: the pinned ``kuberay-operator`` Helm chart on the system node.
 
-Least privilege (issue 37): by default the chart installs a ClusterRole that lets the operator create pods and
+Least privilege: by default the chart installs a ClusterRole that lets the operator create pods and
 read every Secret in every namespace (helm-chart/kuberay-operator/templates/role.yaml, ``role.consistentRules``
 in _helpers.tpl, at v1.7.0). With ``watch_namespaces`` set, :func:`watch_values` turns on
 ``singleNamespaceInstall`` and lists the namespaces in ``watchNamespace``: the chart then renders no ClusterRole
@@ -10,7 +10,7 @@ with ``rbacEnable`` and ``crNamespacedRbacEnable``, both true by default), the l
 operator's own namespace, and passes ``--watch-namespace`` to the operator (deployment.yaml), whose cache then
 sees only those namespaces. The watched namespaces must exist before the release (Helm creates a Role in each).
 
-CRDs (issue 34): Helm v3 installs a chart's ``crds/`` on the first install only and never upgrades or deletes them
+CRDs: Helm v3 installs a chart's ``crds/`` on the first install only and never upgrades or deletes them
 ("Helm: Custom Resource Definitions": no support for upgrading or deleting CRDs), so a chart bump through
 ``helm.v3.Release`` alone would run the new operator against the old RayCluster CRD. The Release therefore skips CRDs
 (``skip_crds``) and the CRDs of the same version are applied by Pulumi from the KubeRay tag the chart is built from

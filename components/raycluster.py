@@ -11,7 +11,7 @@ Secret this component manages; the operator injects ``RAY_AUTH_MODE=token`` and
 ``RAY_AUTH_TOKEN`` (from the Secret's ``auth_token`` key) into every Ray
 container, and Ray then refuses any Jobs API, dashboard or GCS request without it.
 
-Changes reach the pods (issue 24): ``spec.upgradeStrategy.type: Recreate``. KubeRay 1.7.0
+Changes reach the pods: ``spec.upgradeStrategy.type: Recreate``. KubeRay 1.7.0
 (ray-operator/controllers/ray/raycluster_controller.go ``shouldRecreatePodsForUpgrade``) restarts nothing when
 ``upgradeStrategy`` is nil; with Recreate it hashes the spec (utils/util.go
 ``GenerateHashWithoutReplicasAndWorkersToDelete``: replicas, min/maxReplicas, workersToDelete, tolerations,

@@ -29,7 +29,7 @@ placement, rank_error, timeout, actor_died, wrong_result (a collective gave wron
 stale, busy;
 ``comparison`` carries the Socket sweep's own failure (``error``) without touching the EFA verdict.
 
-What really runs (issue 24): ``--image`` and ``--spec-hash`` are what the gate Job was rendered for; every rank
+What really runs: ``--image`` and ``--spec-hash`` are what the gate Job was rendered for; every rank
 (and the driver, on the head) reads ``RAY_EFA_EKS_IMAGE`` / ``RAY_EFA_EKS_SPEC_HASH`` from its pod's env and a
 pod that differs ends the check with stage ``stale`` (exit 2, naming the pods and nodes) instead of vouching for
 old pods under a new name. A busy cluster: when fewer GPUs are free than the check needs, it names the Ray jobs
@@ -46,7 +46,7 @@ collectives gave the right values, and says EFA was not exercised (exit 0, verdi
 GPU node) runs NCCL across the node's GPUs only and says EFA was not exercised (exit 0, verdict ``intra_node``).
 Neither demands EFA interfaces, GPUDirect RDMA, counters or a second node.
 
-Second witness and extras where their modules are present (issues 15/16): EFA hardware counters per node before
+Second witness and extras where their modules are present: EFA hardware counters per node before
 and after the sweep (counters flat while the log says efa -> fallback), the three FSDP collectives with the
 preset's shard sizes, an NCCL_NET=Socket sweep in fresh ranks (--compare-socket), line-rate fraction, per-rank
 versions against the image manifest (ranks that disagree, or --strict-versions mismatches, fail an efa verdict

@@ -87,7 +87,7 @@ def local_cluster(worker_nodes: int = 2, cpus_per_node: int = 1,
     # root /tmp/ray that file is machine-wide: every Cluster() writes its address there and deletes the file on
     # shutdown, whoever wrote it last. With another local cluster on the machine (a test before, a session beside)
     # the driver joined THAT cluster, and failed with "Failed to connect to GCS within 60 seconds" once it stopped
-    # (issue 31). A private temp root per cluster, inherited by every process it starts, keeps the file its own.
+    #. A private temp root per cluster, inherited by every process it starts, keeps the file its own.
     saved_tmpdir = os.environ.get("RAY_TMPDIR")
     # Inside the user's RAY_TMPDIR when set (Ray's files stay where they asked; one that is not a directory fails
     # here, "Ray could not start", exit 4); short: Ray's unix socket paths live under it.

@@ -1,4 +1,4 @@
-"""What really runs (issue 24): the image and RayCluster spec hash each Ray pod was created with, against what the
+"""What really runs: the image and RayCluster spec hash each Ray pod was created with, against what the
 gate Job was rendered for; a pod that differs ends the check (stage ``stale``) instead of being vouched for."""
 
 from __future__ import annotations

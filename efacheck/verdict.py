@@ -42,7 +42,7 @@ def summarize_sweep(outs: list[dict], world: int) -> list[dict]:
 
 
 def _counter_witness(data: dict, sweep: list[dict], log_verdict: str):
-    """issue 15's second witness: EFA counter deltas per node against the bytes the all-reduces had to move."""
+    """The second witness: EFA counter deltas per node against the bytes the all-reduces had to move."""
     snaps = (data.get("counters") or {})
     if not snaps.get("before"):
         return None

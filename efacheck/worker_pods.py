@@ -1,4 +1,4 @@
-"""The Ray worker pods on one node, read for the one thing the node agent cannot check itself (issue 35).
+"""The Ray worker pods on one node, read for the one thing the node agent cannot check itself.
 
 Each Ray worker pod's init container ``efa-provider-check`` runs ``fi_info -p efa -t FI_EP_RDM`` on the worker's own
 EFA device (components/raycluster.py ``PROVIDER_CHECK``); the node agent holds no device, so it reads that result

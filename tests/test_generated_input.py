@@ -1,4 +1,4 @@
-"""Generated bad input (issue 39): random and boundary values at every config key and every CLI option.
+"""Generated bad input: random and boundary values at every config key and every CLI option.
 
 Not a table of cases fixed one by one: Hypothesis draws values (any Unicode text, huge and negative numbers, nan/inf,
 lists, mappings, None, and each grammar's own edge values from components/values.py) and throws them at

@@ -1,4 +1,4 @@
-"""Files read with limits (issue 39): tools/files.py for the tools, nccl_log's bounded chunks for the verdict.
+"""Files read with limits: tools/files.py for the tools, nccl_log's bounded chunks for the verdict.
 
 An alias bomb, a deep nest, a repeated key, a huge or binary file: each a :class:`FileProblem` naming the file, read
 no further than needed. nccl-verdict decides "binary" on a file's first 64 KiB instead of reading it whole first.

@@ -1,4 +1,4 @@
-"""docs/security.md's least-privilege table says what the rendered stack does (issue 37, item 9): the names, ports,
+"""docs/security.md's least-privilege table says what the rendered stack does: the names, ports,
 versions and rules it quotes are the ones the program and the rule set have."""
 
 from __future__ import annotations

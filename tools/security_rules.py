@@ -1,4 +1,4 @@
-"""Least-privilege layout rules (issue 37): what the pods of a stack may do and who may reach them.
+"""Least-privilege layout rules: what the pods of a stack may do and who may reach them.
 
 Registered in :data:`tools.rules.RULES`, so the offline plan, ``ray-efa-eks check-rules`` and the CrossGuard policy
 pack run them. Each reads the resources as tools/layout.py hands them over (program inputs under mocks, outputs in a

@@ -1,4 +1,4 @@
-"""CPU rehearsal of GPU capacity that follows the jobs (issue 35): Ray's own autoscaler (v2) scales the GPU worker
+"""CPU rehearsal of GPU capacity that follows the jobs: Ray's own autoscaler (v2) scales the GPU worker
 group as the stack renders it, on one machine.
 
 The autoscaling config is what KubeRay's autoscaler sidecar derives from the mock run's RayCluster (Ray's own

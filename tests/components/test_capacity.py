@@ -1,4 +1,4 @@
-"""Issue 19 under Pulumi mocks: our own GPU launch template, ODCR and Capacity Block stacks, and the refusals."""
+"""Under Pulumi mocks: our own GPU launch template, ODCR and Capacity Block stacks, and the refusals."""
 
 from __future__ import annotations
 

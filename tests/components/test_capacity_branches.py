@@ -1,4 +1,4 @@
-"""Every condition of components/capacity.py, each with its outcome asserted (issue 40): which capacity mode takes
+"""Every condition of components/capacity.py, each with its outcome asserted: which capacity mode takes
 which target, which placement group, and what EC2's description of a reservation or Capacity Block refuses.
 Pure functions, no Pulumi program (the program's use of them is tests/components/test_capacity.py)."""
 

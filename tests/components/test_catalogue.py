@@ -102,7 +102,7 @@ def test_line_rates_of_the_large_types():
 
 
 def test_prices_only_where_the_source_has_them():
-    """A figure only where held (issue 18): us-east-1 from the price source, nothing copied to other regions."""
+    """A figure only where held: us-east-1 from the price source, nothing copied to other regions."""
     assert PRICED_REGIONS == ("us-east-1",)
     for name, it in CATALOGUE.items():
         assert it.price_usd_hour == ({"us-east-1": gen.PRICES["us-east-1"][name]}

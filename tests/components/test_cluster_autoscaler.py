@@ -1,4 +1,4 @@
-"""GPU nodes from zero, node side (issue 35): the GPU managed node group 0..gpuNodeCount with the Cluster Autoscaler's
+"""GPU nodes from zero, node side: the GPU managed node group 0..gpuNodeCount with the Cluster Autoscaler's
 scale-from-zero tags, the Cluster Autoscaler's Helm release (values judged against the chart's own defaults) and its
 Pod Identity role with the permissions the AWS README lists, scoped to this cluster."""
 
@@ -59,7 +59,7 @@ def test_gpu_group_scales_from_zero_with_the_template_tags(default_run):
     startup = "startup-taint.cluster-autoscaler.kubernetes.io/efa-unproven"
     assert tags == {TEMPLATE + "resources/vpc.amazonaws.com/efa": "1", TEMPLATE + "resources/nvidia.com/gpu": "4",
                     TEMPLATE + "label/ray-efa-eks/role": "gpu", TEMPLATE + "taint/nvidia.com/gpu": "true:NoSchedule",
-                    TEMPLATE + f"taint/{startup}": "true:NoSchedule"}  # issue 35: nodes join unproven
+                    TEMPLATE + f"taint/{startup}": "true:NoSchedule"}  # nodes join unproven
     # the template's taints are the ones the node group gives its nodes (CA drops the startup one when simulating)
     assert {f"{TEMPLATE}taint/{t['key']}": f"{t['value']}:NoSchedule" for t in gpu.inputs["taints"]} == {
         k: v for k, v in tags.items() if "/taint/" in k}
@@ -71,7 +71,7 @@ def test_gpu_group_scales_from_zero_with_the_template_tags(default_run):
 def test_fixed_fleet_keeps_todays_node_group(cfg):
     run = run_program(cfg)
     (gpu,) = [r for r in run.resources if r.type == "eks:index:ManagedNodeGroup" and r.name == "gpu-mng"]
-    assert gpu.inputs["scalingConfig"] == {"minSize": 0, "maxSize": 2, "desiredSize": 2}  # min 0: issue 34
+    assert gpu.inputs["scalingConfig"] == {"minSize": 0, "maxSize": 2, "desiredSize": 2}  # min 0
     assert not gpu.inputs.get("ignoreScalingChanges")
     # the fixed fleet's nodes join unproven too (node repair, version updates and new templates replace them)
     assert [t["key"] for t in gpu.inputs["taints"]] == ["nvidia.com/gpu",

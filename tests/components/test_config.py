@@ -102,7 +102,7 @@ BLOCK = {"gpuInstanceType": "p5.48xlarge", "gpuCapacity": "capacity-block", "ava
 
 
 def test_gpu_scale_to_zero_follows_the_capacity_mode():
-    """Issue 35: on demand scales from zero by default; a reservation bills anyway (default off, allowed); a
+    """On demand scales from zero by default; a reservation bills anyway (default off, allowed); a
     Capacity Block is paid up front and stays fixed (refused, naming key, value and fix)."""
     assert StackConfig.from_mapping({}).scale_to_zero is True
     assert StackConfig.from_mapping({"gpuScaleToZero": "false"}).scale_to_zero is False
@@ -122,7 +122,7 @@ def test_gpu_scale_to_zero_follows_the_capacity_mode():
 
 
 def test_gp3_ratios_between_keys_are_refused_naming_the_key_to_change():
-    """Issue 35: EC2's gp3 ratios (500 IOPS per GiB, 0.25 MiB/s per IOPS; components/ebs_limits.py) span two keys;
+    """EC2's gp3 ratios (500 IOPS per GiB, 0.25 MiB/s per IOPS; components/ebs_limits.py) span two keys;
     the refusal names the key whose value breaks it and the other key's least value that would fix it."""
     with pytest.raises(ConfigError, match=r"gpuRootVolumeIops = 60000 is invalid: EC2 refuses gp3 IOPS 60000 on 100 "
                                           r"GiB .*raise gpuRootVolumeGiB to at least 120"):

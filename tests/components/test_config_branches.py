@@ -1,4 +1,4 @@
-"""Every rule of StackConfig.validate reached and its outcome asserted (issue 40): the key named, the fix said;
+"""Every rule of StackConfig.validate reached and its outcome asserted: the key named, the fix said;
 plus the grammar fallback, unread keys and from_pulumi's warnings (the branches test_config.py did not reach)."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """How a StackConfig key is declared (components/config_fields.py): the live-change note refuses an effect the
-reference cannot show, and ``key`` keeps the default, the factory and the metadata the generator reads (issue 40)."""
+reference cannot show, and ``key`` keeps the default, the factory and the metadata the generator reads."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Every condition of components/cost.py, each with its figure or note asserted (issue 40): what each capacity mode
+"""Every condition of components/cost.py, each with its figure or note asserted: what each capacity mode
 bills per hour, the control plane's rate by support state, what the figure leaves out, and a region without prices.
 Pure arithmetic on the catalogue, no Pulumi program (the program's outputs are test_versions_and_cost.py's)."""
 
@@ -162,7 +162,7 @@ def test_estimate_in_a_region_without_prices_has_no_figure_and_says_why_first():
                                                              "rate (no price for eu-west-1)")
 
 
-# --- mutmut survivors (issue 40): what a weaker assertion let through
+# --- mutmut survivors: what a weaker assertion let through
 
 def test_the_figure_is_rounded_to_four_places_not_five():
     assert cost.hourly_usd("us-east-1", [], nat_gateways=0, control_plane_usd_hour=0.123456) == 0.1235

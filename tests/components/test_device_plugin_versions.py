@@ -1,4 +1,4 @@
-"""Device plugin versions current for the catalogue (issue 37), judged against the pinned charts' own files.
+"""Device plugin versions current for the catalogue, judged against the pinned charts' own files.
 
 The pinned chart's ``Chart.yaml`` and ``values.yaml`` (tests/fixtures/charts/, verbatim from /work/shared/charts/)
 say which image it runs; every value the stack sets must be a key of that chart's defaults; the versions known to

@@ -1,4 +1,4 @@
-"""Which layer proves what on a GPU node (issue 35, docs/gpus.md "Per-node proof"): the node agent proves what a pod
+"""Which layer proves what on a GPU node (docs/gpus.md "Per-node proof"): the node agent proves what a pod
 without the EFA device can see and removes the startup taint; the Ray worker's own init container runs the
 device-level ``fi_info -p efa`` before Ray starts. Everything that must run on an unproven node tolerates the
 startup taint; nothing of Ray does."""

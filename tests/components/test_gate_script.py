@@ -1,4 +1,4 @@
-"""The gate Job's shell script (components/efa_check.py check_script) with a stand-in ``ray`` CLI on PATH (issue 24).
+"""The gate Job's shell script (components/efa_check.py check_script) with a stand-in ``ray`` CLI on PATH.
 
 Fast and deterministic: the stand-in records every call and ``ray job logs --follow`` blocks as a running check does,
 so the script's signal handling is exercised exactly as bash runs it in the Job's pod (bash is PID 1 there and

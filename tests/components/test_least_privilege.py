@@ -1,4 +1,4 @@
-"""Issue 37 under Pulumi mocks: what each pod of the Ray namespace may do and who may reach it.
+"""Under Pulumi mocks: what each pod of the Ray namespace may do and who may reach it.
 
 - the gate Job carries no Kubernetes API token;
 - NetworkPolicy: every pod template we create is selected, the flows Ray, the gate and Prometheus need are
@@ -143,7 +143,7 @@ def test_image_audit_may_read_pods_of_the_ray_namespace_only(run):
     role = next(r for r in run.of_type("kubernetes:rbac.authorization.k8s.io/v1:Role")
                 if r["metadata"]["name"] == bindings[0]["roleRef"]["name"])
     assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}]
-    # the one cluster-wide binding is the node agent's (issue 35: nodes are cluster-scoped), never the gate's
+    # the one cluster-wide binding is the node agent's (nodes are cluster-scoped), never the gate's
     assert [b["subjects"] for b in run.of_type("kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding")] == [
         [{"kind": "ServiceAccount", "name": "node-agent", "namespace": "efa-node-agent"}]]
     (init,) = spec["initContainers"]

@@ -1,4 +1,4 @@
-"""The cluster's life as EKS runs it (issue 34): sequences of ``pulumi up`` on one mocked account.
+"""The cluster's life as EKS runs it: sequences of ``pulumi up`` on one mocked account.
 
 Each test runs the real program under the strict mocks several times against one :class:`MockAccount`
 (tools/mock_account.py), which keeps what EKS holds between runs (the cluster's version, its node groups' versions,
@@ -218,7 +218,7 @@ def test_the_cluster_is_created_without_the_creator_entry_only_when_admins_are_l
 
 
 def test_old_model_caller_as_creator_would_be_refused(monkeypatch):
-    """The model can fail: filtering the *caller* out as the creator (the code before issue 34) makes B's run ask
+    """The model can fail: filtering the *caller* out as the creator (what the code once did) makes B's run ask
     EKS for a second entry for A, and the strict mocks refuse it with 409 (CA)."""
     from ray_efa_eks.components import stack
     from ray_efa_eks.components.cluster import AccessPlan
@@ -318,7 +318,7 @@ def test_cluster_azs_are_chosen_by_zone_id(mapping, cluster, gpu_own, warnings):
 
 
 def test_an_account_whose_gpu_az_is_use1_az3_is_refused_by_the_old_choice(monkeypatch):
-    """The model can fail: the choice before issue 34 (the GPU AZ is always a cluster AZ, picked by name) puts a
+    """The model can fail: an earlier choice (the GPU AZ is always a cluster AZ, picked by name) puts a
     cluster subnet in use1-az3 in such an account, and the strict mocks refuse the cluster (NR)."""
     from ray_efa_eks.components import stack
 

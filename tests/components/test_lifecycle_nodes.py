@@ -1,4 +1,4 @@
-"""The nodes' and the operator's life under `pulumi up`, rehearsed in sequences (issue 34, items 4-8).
+"""The nodes' and the operator's life under `pulumi up`, rehearsed in sequences.
 
 Each sequence runs the real program under the strict mocks once per `pulumi up`, the later run with the earlier one
 as the deployed stack (``run_program(previous=...)``): a resource whose inputs changed runs its ``before_update``

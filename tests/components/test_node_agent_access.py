@@ -1,4 +1,4 @@
-"""What the node agent's token can do (issue 35): RBAC as narrow as Kubernetes allows, then the
+"""What the node agent's token can do: RBAC as narrow as Kubernetes allows, then the
 ValidatingAdmissionPolicy that cuts it down to its own node, the startup taint and the EfaFabricProven condition.
 
 The policy's CEL runs for real (cel-python, tests/helpers/vap.py) against the requests node_check really makes

@@ -1,4 +1,4 @@
-"""Ray pods know their region and never wait on IMDS, while Pod Identity credentials still work (issue 37).
+"""Ray pods know their region and never wait on IMDS, while Pod Identity credentials still work.
 
 The AWS env the stack renders on a Ray container (``AWS_REGION``, ``AWS_DEFAULT_REGION``,
 ``AWS_EC2_METADATA_DISABLED``), plus only what the Pod Identity webhook injects, is handed to pyarrow's S3 filesystem

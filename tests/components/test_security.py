@@ -1,4 +1,4 @@
-"""Issue 8 under Pulumi mocks: checkpoint bucket, pod identity, node and cluster hardening.
+"""Under Pulumi mocks: checkpoint bucket, pod identity, node and cluster hardening.
 
 IAM policies are parsed and *evaluated* for concrete requests (tests/iam_eval.py),
 so a policy that allows one key too many fails a test rather than just looking different.
@@ -292,7 +292,7 @@ def test_no_loadbalancer_or_nodeport_anywhere(run):
 
 
 def test_network_policy_head_policy_selects_the_head_only(run):
-    """The flows themselves are judged in tests/components/test_least_privilege.py (issue 37)."""
+    """The flows themselves are judged in tests/components/test_least_privilege.py."""
     np = run.one("kubernetes:networking.k8s.io/v1:NetworkPolicy", "head-ingress")
     rc = raycluster(run)
     assert np["metadata"]["namespace"] == rc["metadata"]["namespace"]

@@ -1,4 +1,4 @@
-"""Value grammars (components/values.py): each config value refused by the rule of the service it reaches (issue 39).
+"""Value grammars (components/values.py): each config value refused by the rule of the service it reaches.
 
 The worst-ten items 1 and 4 through the real entry point (``ray-efa-eks plan --check --config KEY=VALUE``: exit 2
 with the key, the value and the rule), the same values through the component provider, and each grammar's own

@@ -1,4 +1,4 @@
-"""components/values.py conditions its own tests did not reach, each outcome asserted (issue 40)."""
+"""components/values.py conditions its own tests did not reach, each outcome asserted."""
 
 from __future__ import annotations
 

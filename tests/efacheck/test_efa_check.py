@@ -93,7 +93,7 @@ def test_local_two_node_cluster_gloo_is_not_efa() -> None:
     assert len(out["sweep"]) >= 1
 
 
-# -- backend and topology from the cluster (issue 14) --------------------------------------------------------------
+# -- backend and topology from the cluster --------------------------------------------------------------
 
 from ray_efa_eks.efacheck import efa_check, failures, stale, topology  # noqa: E402
 
@@ -139,7 +139,7 @@ def test_wait_topology_waits_for_late_nodes_and_gives_up_at_the_deadline(monkeyp
 
 
 def test_wait_topology_asks_the_autoscaler_for_the_nodes_and_withdraws_the_request(monkeypatch) -> None:
-    """GPU nodes from zero (issue 35): nothing brings a node until Ray asks; the request is sticky, so it is
+    """GPU nodes from zero: nothing brings a node until Ray asks; the request is sticky, so it is
     withdrawn when the wait ends, met or not (else idle nodes would never go)."""
     import ray
 
@@ -178,7 +178,7 @@ def test_cli_usage_error_and_unreachable_address() -> None:
 
 
 def test_counter_witness_flat_counters_turn_an_efa_log_into_fallback() -> None:
-    """The second witness (issue 15) as efa_check wires it: one snapshot per node before and after the sweep."""
+    """The second witness as efa_check wires it: one snapshot per node before and after the sweep."""
     logs = {"a": (FIX / "real_efa_g7e_slurm_nccl2292_ofi1180_2node.log").read_bytes()}
     big = 64 << 20
 
@@ -200,7 +200,7 @@ def test_counter_witness_flat_counters_turn_an_efa_log_into_fallback() -> None:
 
 
 def test_unreadable_counters_say_so_first_and_require_counters_makes_it_undetermined() -> None:
-    """Counters as a pod without the host-sysfs mount reads them (issue 25): devices, no port counters."""
+    """Counters as a pod without the host-sysfs mount reads them: devices, no port counters."""
     logs = {"a": (FIX / "real_efa_g7e_slurm_nccl2292_ofi1180_2node.log").read_bytes()}
     why = "host view /host/sys/class/infiniband: no EFA device; pod view /sys/class/infiniband: 1 device(s), no readable port counter"
 
@@ -223,7 +223,7 @@ def test_unreadable_counters_say_so_first_and_require_counters_makes_it_undeterm
     assert efa_check.parser().parse_args(["--require-counters"]).require_counters is True
 
 
-# -- right answers and the Socket comparison (issue 25) -------------------------------------------------------------
+# -- right answers and the Socket comparison -------------------------------------------------------------
 
 def _sweep_data(ok_by_rank: dict[int, bool]) -> dict:
     logs = {"a": (FIX / "real_efa_g7e_slurm_nccl2292_ofi1180_2node.log").read_bytes()}
@@ -279,7 +279,7 @@ def test_failed_socket_comparison_is_reported_and_the_efa_verdict_stands(monkeyp
     assert "the Socket comparison failed (timeout)" in render(r)
 
 
-# -- every accepted shape has a gate it can pass (issue 25) ---------------------------------------------------------
+# -- every accepted shape has a gate it can pass ---------------------------------------------------------
 
 def _socket_rank(host: str, pid: int) -> str:
     p = f"{host}:{pid}:{pid + 1} [0] NCCL INFO "
@@ -341,7 +341,7 @@ def test_transport_and_node_count_must_agree() -> None:
         assert r.returncode == 64 and "Traceback" not in r.stderr and "--expect-nodes" in r.stderr
 
 
-# -- issue 24: what really runs, and a busy cluster ------------------------------------------------------------------
+# -- what really runs, and a busy cluster ------------------------------------------------------------------
 
 def test_stale_pods_are_named_with_what_differs() -> None:
     want = {"image": "img:v2", "spec_hash": "h2"}

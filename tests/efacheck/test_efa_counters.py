@@ -136,7 +136,7 @@ def test_allreduce_bytes_per_node() -> None:
     assert allreduce_bytes_per_node(GB, world=4, nodes=1) == 0.0
 
 
-# -- where the counters are visible (issue 25): the host's sysfs, not the pod's ------------------------------------
+# -- where the counters are visible: the host's sysfs, not the pod's ------------------------------------
 
 def _pod_view(root: Path, devices: tuple[str, ...] = ("rdmap16s27", "rdmap32s27")) -> str:
     """/sys/class/infiniband as a pod (own network namespace) sees it on kernels with commit a1ecb30f9085: the

@@ -1,4 +1,4 @@
-"""Every condition of the EFA counter witness reached and its outcome asserted (issue 40): the branches
+"""Every condition of the EFA counter witness reached and its outcome asserted: the branches
 test_efa_counters.py and the exporter tests did not reach."""
 
 from __future__ import annotations

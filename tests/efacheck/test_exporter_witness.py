@@ -1,4 +1,4 @@
-"""The counter witness reads its node's exporter (issue 36): the gate's and each run's, against a real exporter
+"""The counter witness reads its node's exporter: the gate's and each run's, against a real exporter
 process on loopback serving a kernel-shaped sysfs tree whose counters move."""
 
 from __future__ import annotations

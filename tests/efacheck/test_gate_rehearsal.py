@@ -1,4 +1,4 @@
-"""Deploy-path rehearsal of the EFA gate (issue 14): the Job's own shell script, as components/efa_check.py
+"""Deploy-path rehearsal of the EFA gate: the Job's own shell script, as components/efa_check.py
 renders it, run against a local Ray cluster's Jobs API with the ConfigMap's files (``check_files()``) laid out
 as the working dir.
 
@@ -117,7 +117,7 @@ def env(tmp_path_factory) -> dict[str, str]:
     e = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_AUTH", "RAY_ADDRESS"))}
     # the venv's `ray` and `python` first: the Job image has them on PATH; CUDA_VISIBLE_DEVICES unset as in a pod
     e.update(HOME=str(home), PATH=f"{BIN}{os.pathsep}{e.get('PATH', '')}", RAY_USAGE_STATS_ENABLED="0")
-    # every Ray "pod" of the rehearsal carries what the stack sets on each Ray container (issue 24)
+    # every Ray "pod" of the rehearsal carries what the stack sets on each Ray container
     e.update(RAY_EFA_EKS_IMAGE=IMAGE, RAY_EFA_EKS_SPEC_HASH=SPEC_HASH)
     e.pop("CUDA_VISIBLE_DEVICES", None)
     return e
@@ -288,7 +288,7 @@ def _alive(pid: int) -> bool:
 def test_a_check_that_overruns_its_budget_is_stopped_and_exits_2(cluster, sleeper, env):
     """The script's timeout branch: `timeout <check_s> ray job logs` gives up, the Ray job is stopped (its driver
     killed), and the Job exits 2 with stage `timeout`. The stand-in's driver also shows that the Jobs API handed it
-    this cluster's GCS (not another local cluster's on the same machine, issue 31)."""
+    this cluster's GCS (not another local cluster's on the same machine)."""
     from ray.job_submission import JobStatus, JobSubmissionClient
 
     mount, record = sleeper
@@ -387,7 +387,7 @@ def test_compare_socket_doubles_the_sweep_budget_and_the_await() -> None:
     assert cmp_["metadata"]["name"] != base["metadata"]["name"]
 
 
-# -- issue 24: the second `pulumi up` -- stale pods, a busy cluster, a gate stopped mid-check -----------------------
+# -- the second `pulumi up` -- stale pods, a busy cluster, a gate stopped mid-check -----------------------
 
 JOB_ID = re.compile(r"efa-check-\d+-\d+-\d+")
 

@@ -1,4 +1,4 @@
-"""Every condition of the NCCL verdict reached and its outcome asserted (issue 40): the branches the fixture-driven
+"""Every condition of the NCCL verdict reached and its outcome asserted: the branches the fixture-driven
 tests in test_nccl_log.py did not reach, one small log each, in the line shapes of the published logs."""
 
 from __future__ import annotations

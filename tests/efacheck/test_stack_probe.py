@@ -119,7 +119,7 @@ def test_parse_manifest() -> None:
         sp.parse_manifest('{"ray": 2.58}')
 
 
-# -- what drifts most below the image (issue 25): EFA driver, the loaded plugin file, pyarrow -----------------------
+# -- what drifts most below the image: EFA driver, the loaded plugin file, pyarrow -----------------------
 
 def test_probe_rows_for_the_efa_driver_the_loaded_plugin_and_pyarrow(tmp_path: Path) -> None:
     import pyarrow

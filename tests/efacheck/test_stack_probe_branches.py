@@ -1,4 +1,4 @@
-"""Every condition of the stack probe reached and its outcome asserted (issue 40): the branches
+"""Every condition of the stack probe reached and its outcome asserted: the branches
 test_stack_probe.py did not reach (no GPU here: torch's CUDA answers are stood in for)."""
 
 from __future__ import annotations

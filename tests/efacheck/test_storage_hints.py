@@ -1,4 +1,4 @@
-"""The storage proof's hints name the trust policy the stack builds (issue 37).
+"""The storage proof's hints name the trust policy the stack builds.
 
 Every condition key a hint or the gate's docs name for the Pod Identity trust policy is one the stack's own
 policy (components/pod_identity.py) uses, and the hint names all of them; a policy written from the hint passes

@@ -1,4 +1,4 @@
-"""Every condition of the storage proof reached and its outcome asserted (issue 40), in process and fast: the
+"""Every condition of the storage proof reached and its outcome asserted, in process and fast: the
 credential sources, the agent GET against a real loopback HTTP server, each likely cause, the filesystem Ray Train
 resolves (and pyarrow's own when Ray has no Train v2), and each step of ``prove`` failing on a local filesystem
 that lies in exactly one way. test_storage_proof.py rehearses the whole proof against an S3 emulator in a
@@ -419,7 +419,7 @@ def test_the_proof_object_is_a_named_4_kib_payload_with_a_12_hex_suffix(monkeypa
         len(f"ray-efa-eks storage proof from {host}\n") + sp.PAYLOAD_BYTES
 
 
-# --- what a weaker assertion let through (mutmut survivors, issue 40) ---------------------------------------------
+# --- what a weaker assertion let through (mutmut survivors) ------------------------------------------------------
 
 class _OddAgent(http.server.BaseHTTPRequestHandler):
     """An agent whose answers are not plain JSON: bodies larger than the bounded reads, bytes that are not UTF-8."""

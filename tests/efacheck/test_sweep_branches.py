@@ -1,4 +1,4 @@
-"""Every condition of the sweep and its line-rate math reached and its outcome asserted (issue 40), in process and
+"""Every condition of the sweep and its line-rate math reached and its outcome asserted, in process and
 fast: the pure functions with figures worked by hand, ``run_sweep`` against a stand-in for torch.distributed that
 behaves as a 66-rank job (and as one that corrupts each collective), and once against a real 1-rank gloo group.
 test_sweep.py times the collectives for real on 2 gloo ranks in subprocesses (not measured by coverage)."""

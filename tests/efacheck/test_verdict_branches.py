@@ -1,4 +1,4 @@
-"""efacheck/verdict.py, condition by condition, each outcome asserted (issue 40: the mutation run's survivors).
+"""efacheck/verdict.py, condition by condition, each outcome asserted (the mutation run's survivors).
 
 ``judge`` turns the ranks' outputs into the gate's verdict: rank errors, wrong values, missing or unreadable logs,
 the counter witness, the storage proof, the busbw floor and the non-EFA shapes each decide something here.

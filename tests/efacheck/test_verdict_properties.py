@@ -1,4 +1,4 @@
-"""Properties the EFA verdict must keep, over generated NCCL / aws-ofi-nccl logs (issue 40).
+"""Properties the EFA verdict must keep, over generated NCCL / aws-ofi-nccl logs.
 
 Not cases written next to the parser: Hypothesis draws whole jobs (hosts, ranks per host, which init lines each rank
 printed, which transport each connection used, GPUDirect RDMA or not) and writes them in the line shapes of the
@@ -108,7 +108,7 @@ def _efa_rank(host: str, i: int, **kw) -> dict:
 
 @settings(**SETTINGS)
 @given(jobs(nodes=st.just(1)))
-# NET lines inside one node (P2P/SHM off) and no comm line: was efa before issue 40
+# NET lines inside one node (P2P/SHM off) and no comm line: once judged efa
 @example({"nodes": 1, "hosts": ["h1"], "per_host": 2, "ranks": [_efa_rank("h1", 0), _efa_rank("h1", 1)], "channels": 1})
 def test_one_host_is_never_efa(job):
     rep = judge(render(job))

@@ -1,4 +1,4 @@
-"""What the node agent reads of its node's Ray worker pods (issue 35): which init container statuses are a failed
+"""What the node agent reads of its node's Ray worker pods: which init container statuses are a failed
 provider check, and the one list it asks the API server for."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Resources shaped like a real ``pulumi preview`` hands them to CrossGuard, built from pulumi_policy's own classes.
 
-Two shapes of the GPU node group: ``own`` (the default, what the program declares since issue 19: the
+Two shapes of the GPU node group: ``own`` (the default, what the program declares: the
 EfaGpuNodeGroup component owns the launch template and the placement group, pulumi-eks's ManagedNodeGroup
 only has the aws:eks/nodeGroup child, whose ``launchTemplate`` depends on our template) and ``pulumi-eks``
 (``enableEfaSupport``: the launch template and placement group are the ManagedNodeGroup's children).

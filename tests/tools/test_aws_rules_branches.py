@@ -1,4 +1,4 @@
-"""Every condition of every AWS rule (tools/aws_rules.py) with its outcome asserted, called directly (issue 40).
+"""Every condition of every AWS rule (tools/aws_rules.py) with its outcome asserted, called directly.
 
 test_aws_rules.py proves each rule through the offline runner with a real program; here each rule function gets the
 smallest inputs that reach one condition, and the test asserts what it answers (the problem's key words, or None),
@@ -352,7 +352,7 @@ def test_check_raises_for_the_first_broken_rule_of_the_resource_type_only():
     assert ar.check(ar.MNG, "gpu", mng(), a) is None and ar.problems(ar.MNG, "gpu", mng(), a) == []
 
 
-# -- what a mutation tool found unasserted (issue 40: mutmut survivors) ----------------------------------------------
+# -- what a mutation tool found unasserted (mutmut survivors) ----------------------------------------------
 
 def test_capacity_block_type_in_the_group_is_named_with_the_fix():
     p = ar._capacity_block_type("g", mng(capacityType="CAPACITY_BLOCK", instanceTypes=["p5.48xlarge"]),

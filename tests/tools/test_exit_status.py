@@ -1,4 +1,4 @@
-"""One entry point, one exit-status table (issue 39): tools/exit_status.py, run_cli, docs/cli.md.
+"""One entry point, one exit-status table: tools/exit_status.py, run_cli, docs/cli.md.
 
 Every subcommand's ``--help`` lists the codes the table gives it; docs/cli.md is the table rendered; SIGTERM takes
 Ctrl-C's path and exits 143 (train with its resume hint and JSON line, diff removing its temporary plan); an
@@ -209,7 +209,7 @@ def _options_without_help(sub: str) -> list[str]:
 
 @pytest.mark.parametrize("name", sorted(command.SUBCOMMANDS))
 def test_every_option_has_help(name):
-    """Issue 39's newcomer tour: --region, --steps and others had none, and --preset did not list the presets."""
+    """A newcomer's tour: --region, --steps and others had none, and --preset did not list the presets."""
     assert _options_without_help(name) == []
 
 

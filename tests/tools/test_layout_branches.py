@@ -1,5 +1,5 @@
 """Every condition of the layout facts the rules decide on (tools/layout.py, layout_node_groups.py, layout_pods.py,
-layout_network.py) with its outcome asserted, on hand-made resources in both shapes (issue 40).
+layout_network.py) with its outcome asserted, on hand-made resources in both shapes.
 
 test_rules.py proves each rule on the program's stack and on a preview's shape; here each fact function gets the
 smallest resources that reach one condition (mock inputs, a preview's children and dependencies, unknown values),

@@ -92,7 +92,7 @@ def test_check_names_a_drifted_entry(tiny, tmp_path_factory, capsys):
     ('[[mutation]]\nname = "a"\nfile = "f"\nold = "x"\nnew = "y"\ntests = []\n', "non-empty list"),
     ('[[mutation]]\nname = "a"\nfile = "f"\nold = "x"\nnew = "y"\ntests = ["t"]\n' * 2, "duplicate mutation name"),
     ("[[mutation]\n", "cannot read"),
-    # issue 39: malformed, empty and escaping lists are usage errors too (before: a traceback, exit 0, a write
+    # malformed, empty and escaping lists are usage errors too (before: a traceback, exit 0, a write
     # outside the copy)
     ("mutation = 5\n", "array of tables"),
     ("mutation = [1, 2]\n", "array of tables"),

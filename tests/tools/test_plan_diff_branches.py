@@ -1,5 +1,5 @@
 """The plan diff's decisions (tools/plan_diff.py): each exit code's condition, what EKS and the update hooks refuse,
-what changed, and every branch of the PR comment, asserted on hand-made plans (issue 40). No Pulumi engine.
+what changed, and every branch of the PR comment, asserted on hand-made plans. No Pulumi engine.
 
 Exit codes (docs/cli.md, tools/exit_status.py): 2 when the change is refused (EKS, or a before_update hook) or the
 new program fails; else 1 when the new plan breaks a rule or a GPU group would roll inside a reservation; else 0.
@@ -217,7 +217,7 @@ def test_render_diff_when_a_program_failed():
     assert "- ❌ [efa-sg] aws:ec2/securityGroup:SecurityGroup sg: p. Fix: f\n" in kept and "_(new)_" not in kept
 
 
-# -- the whole comment, line by line (issue 40: mutmut survivors in blank lines, fences and the note) ----------------
+# -- the whole comment, line by line (mutmut survivors in blank lines, fences and the note) ----------------
 
 NOTE = ("_Pulumi mocks, no cloud credentials: what the program declares, not what AWS will do. `ray-efa-eks diff` "
         "reproduces this locally._")

@@ -1,4 +1,4 @@
-"""preflight's arguments, answered in process before any AWS call (issue 40): each malformed one exits 64 naming
+"""preflight's arguments, answered in process before any AWS call: each malformed one exits 64 naming
 the option, the bad value and an example; a missing region or interrupt gets its own exit code."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Every condition of tools/preflight.py, each with its row, figure or exit code asserted (issue 40), against a
+"""Every condition of tools/preflight.py, each with its row, figure or exit code asserted, against a
 stand-in EC2 / Service Quotas client that answers each API as the test says (AWS's response shapes; an API it is
 not told about answers NotImplemented, the way moto's missing actions do). No server: test_preflight.py runs the same
 checks against moto over HTTP."""
@@ -585,7 +585,7 @@ def test_main_reports_what_stopped_it_and_that_nothing_was_checked(monkeypatch, 
     assert captured.err == f"preflight error: {error} (nothing was checked)\n" and captured.out == ""
 
 
-# --- what a weaker assertion let through (mutmut survivors, issue 40)
+# --- what a weaker assertion let through (mutmut survivors)
 
 HELP = {  # option -> its help, as --help prints it
     "--region REGION": "AWS region (default: $AWS_REGION, then $AWS_DEFAULT_REGION or your profile's region; boto3 "

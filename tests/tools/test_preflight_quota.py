@@ -1,4 +1,4 @@
-"""Preflight's quota arithmetic and its unanswered paths, with stand-in EC2 / Service Quotas clients (issue 40):
+"""Preflight's quota arithmetic and its unanswered paths, with stand-in EC2 / Service Quotas clients:
 need = count x vCPUs per node + vCPUs already running in the same quota; ok only when need <= quota."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The least-privilege layout rules (tools/security_rules.py, issue 37): silent on the stack this repo builds, and
+"""The least-privilege layout rules (tools/security_rules.py): silent on the stack this repo builds, and
 each one breaks on the shape the stack had before the fix (or on the known-bad version it refuses)."""
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def test_the_stack_passes(default):
 
 
 def test_gate_with_a_token(default):
-    def old(p):  # before issue 37: the namespace's default account, token mounted
+    def old(p):  # the old shape: the namespace's default account, token mounted
         spec = p["spec"]["template"]["spec"]
         for k in ("automountServiceAccountToken", "serviceAccountName", "initContainers"):
             spec.pop(k)

@@ -1,4 +1,4 @@
-"""Every condition of the least-privilege layout rules (tools/security_rules.py) with its outcome asserted (issue 40).
+"""Every condition of the least-privilege layout rules (tools/security_rules.py) with its outcome asserted.
 
 test_security_rules.py breaks each rule on the stack the program builds; here each rule gets the smallest set of
 resources that reaches one condition (a preview's unknown value included), and the test asserts the violation's
@@ -322,7 +322,7 @@ def test_pod_security_baseline_judges_the_head_and_jobs_only():
                                            res(sr.JOB, "s", spec={"template": {"spec": UNKNOWN}})])) == []
 
 
-# -- each rule reads on past what it passes over (issue 40: mutmut survivors, `continue` -> `break`) -----------------
+# -- each rule reads on past what it passes over (mutmut survivors, `continue` -> `break`) -----------------
 
 def test_gate_no_api_token_judges_the_jobs_after_one_it_cannot_read():
     unread = [res(sr.JOB, "a", spec={"template": "?"}), job("b", automountServiceAccountToken=UNKNOWN)]

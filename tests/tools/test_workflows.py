@@ -1,4 +1,4 @@
-"""GitHub workflows: actionlint-clean (the real linter binary), and wired the way issue 6 asks."""
+"""GitHub workflows: actionlint-clean (the real linter binary), and wired as docs/offline-plan.md describes."""
 
 from __future__ import annotations
 

@@ -39,7 +39,7 @@ def test_ctrl_c_mid_training_prints_progress_then_exits_130(tmp_path):
             proc.kill()
             proc.wait()
     assert len(progress) >= 2, f"no [train] progress during the run:\n{err[-3000:]}"
-    # piped: the [train] lines are plain, without Ray's colours or (TrainController pid=...) prefix (issue 39)
+    # piped: the [train] lines are plain, without Ray's colours or (TrainController pid=...) prefix
     assert all(p.startswith("[train] step") and "\x1b[" not in p for p in progress), progress
     assert "Failed to query Ray Train Controller actor state" not in out + err
     assert proc.returncode == 130, (proc.returncode, out[-2000:], err[-3000:])

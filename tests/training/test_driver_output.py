@@ -1,6 +1,6 @@
 """The driver's copy of the cluster's output through Ray's real ``print_worker_logs`` (no cluster): piped, a
 ``[train]`` line has no ANSI colour and no ``(TrainController pid=...)`` prefix; Ray Train's "Failed to query Ray Train
-Controller actor state" warnings are dropped; other lines keep Ray's prefix (issue 39, newcomer findings)."""
+Controller actor state" warnings are dropped; other lines keep Ray's prefix."""
 
 from __future__ import annotations
 

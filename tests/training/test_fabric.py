@@ -192,7 +192,7 @@ def test_a_resumed_run_says_was_efa_now_fallback(tmp_path):
     assert json.loads(fabric.checkpoint_record(efa, 1))["verdict"] == "efa"
 
 
-# -- the capture with the environment the stack really renders on the GPU worker pods (issue 41) ---------------------
+# -- the capture with the environment the stack really renders on the GPU worker pods ---------------------
 
 def _worker_env(run) -> dict:
     """The GPU worker container's env as the stack renders it (values only; secret refs are not NCCL's)."""

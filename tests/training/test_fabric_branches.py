@@ -1,4 +1,4 @@
-"""Every condition of the run's fabric verdict reached and its outcome asserted (issue 40): the branches
+"""Every condition of the run's fabric verdict reached and its outcome asserted: the branches
 test_fabric.py did not reach, and Probe.judge's gather with a stand-in for torch.distributed."""
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ def test_a_bad_stack_nccl_env_is_none(bad):
     assert fabric.stack_nccl_env({fabric.STACK_NCCL_ENV: bad}) == {}
 
 
-# -- the mutation run's survivors (issue 40, .ci/mutation.py training/fabric.py) --------------------------------------
+# -- the mutation run's survivors (.ci/mutation.py training/fabric.py) --------------------------------------
 
 class TorchDist:
     """torch.distributed's gather_object / broadcast_object_list as one rank sees them, with torch's own argument

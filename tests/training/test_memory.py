@@ -1,5 +1,5 @@
 """GPU memory per rank (training/memory.py) against torch's own FSDP memory tracker, the chunked loss against
-cross_entropy, the docs table, and the refusal before Ray starts (issue 41)."""
+cross_entropy, the docs table, and the refusal before Ray starts."""
 from __future__ import annotations
 
 import argparse

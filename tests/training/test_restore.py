@@ -1,4 +1,4 @@
-"""Resume reads only each rank's own shards, straight from the checkpoint's storage (training/restore.py, issue 41).
+"""Resume reads only each rank's own shards, straight from the checkpoint's storage (training/restore.py).
 
 Two real processes (gloo, FSDP2 over 2 ranks, on CPU) save a checkpoint as train_func does, then load it through
 ``ArrowReader`` over a filesystem that counts the bytes each rank reads per file: its own ``.distcp`` (and, of the

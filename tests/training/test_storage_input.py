@@ -1,4 +1,4 @@
-"""Storage URIs answered before Ray starts (issue 39, worst-ten item 2).
+"""Storage URIs answered before Ray starts (worst-ten item 2).
 
 Before: ``train --storage-path gs://b/x`` started Ray and hung in pyarrow waiting for Google credentials, and
 ``RAY_EFA_EKS_STORAGE_PATH=/etc/hostname`` failed after the run with advice to resume from it. Ray is replaced by a

@@ -218,7 +218,7 @@ def test_cli_usage_errors_exit_64(args):
     assert proc.returncode == 64 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
 
 
-# -- --use-gpu places one rank per GPU the cluster offers (issue 41) ----------------------------------------------
+# -- --use-gpu places one rank per GPU the cluster offers ----------------------------------------------
 
 @pytest.fixture
 def gpu_nodes(cluster):
