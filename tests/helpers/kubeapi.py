@@ -249,8 +249,10 @@ class KubeApi:
             pod = self.pods.get((namespace, name))
             return (200, copy.deepcopy(pod)) if pod else self._status(404, "NotFound", f'pods "{name}" not found')
         terms = [t.split("=", 1) for s in query.get("labelSelector", []) for t in s.split(",") if "=" in t]
+        fields = [t.split("=", 1) for s in query.get("fieldSelector", []) for t in s.split(",") if "=" in t]
         items = [copy.deepcopy(p) for (ns, _), p in sorted(self.pods.items()) if ns == namespace
-                 and all((p["metadata"].get("labels") or {}).get(k) == v for k, v in terms)]
+                 and all((p["metadata"].get("labels") or {}).get(k) == v for k, v in terms)
+                 and all(k == "spec.nodeName" and p["spec"].get("nodeName") == v for k, v in fields)]
         return 200, {"kind": "PodList", "apiVersion": "v1", "items": items}
 
     def _nodes(self, method: str, name: str | None, sub: str, user: str, node_of_token: str | None, body: Any,

@@ -24,10 +24,8 @@ resource limits (the scheduler's fit is a separate rule), probes other than an e
 from __future__ import annotations
 
 import base64
-import json
 import os
 import re
-import shlex
 import signal
 import subprocess
 import sys
@@ -289,10 +287,3 @@ class Pod:
         return "\n".join(f"--- {n} (exit {self.exits.get(n)}):\n" + "".join(lines[-30:])
                          for n, lines in self.logs.items())
 
-
-def shell_words(text: str) -> list[str]:
-    return shlex.split(text)
-
-
-def dumps(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True)

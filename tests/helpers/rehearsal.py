@@ -128,6 +128,7 @@ class RayHead:
     """Ray's head and autoscaler, in a child process (:func:`tests.helpers.autoscaling.serve`)."""
 
     def __init__(self, stack: Stack, tmp: Path, gate_dir: Path, token: str | None):
+        tmp.mkdir(parents=True, exist_ok=True)
         cfg = tmp / "autoscaling.json"
         cfg.write_text(json.dumps(autoscaling_config(stack.ray_cluster, idle_timeout_s=IDLE_S, boot_delay_s=BOOT_S,
                                                      gate_dir=str(gate_dir))))
@@ -168,16 +169,17 @@ class RayHead:
 class Deploy:
     """One stack deployed here: the API, the Ray head, and the controllers' loop (see the module docstring)."""
 
-    def __init__(self, stack: Stack, tmp: Path, *, failing_nodes: int = 0, digests: dict[int, str] | None = None):
+    def __init__(self, stack: Stack, tmp: Path, *, failing: set[int] | None = None,
+                 digests: dict[int, str] | None = None, ray: bool = True, proof_interval_s: str | None = "2"):
         self.stack, self.tmp = stack, tmp
         self.gate_dir = tmp / "instances"
-        self.gate_dir.mkdir(parents=True)
+        """Where the current head's provider writes its instances (one folder per head: ids restart at 1)."""
         self.api = KubeApi(stack.objects, tmp / "api")
         self.ns = stack.ray_cluster["metadata"].get("namespace") or "ray"
         self.cluster = stack.ray_cluster["metadata"]["name"]
         self.objects = Objects.of(stack.objects, {"auth_token": TOKEN})
-        self.failing_nodes = failing_nodes
-        """The first N GPU nodes get a sysfs with no EFA device: their proof fails."""
+        self.failing = set(failing or ())
+        """GPU nodes (by launch index) whose sysfs has no EFA device: their proof fails."""
         self.digests = digests or {}
         """Per GPU node index: the digest its worker pod's kubelet reports (default :data:`DIGEST`)."""
         self.log: list[tuple[float, str]] = []
@@ -187,17 +189,52 @@ class Deploy:
         """instance id -> node name, for every instance launched."""
         self.placed: list[str] = []
         self.stop = threading.Event()
-        token = TOKEN if any(e.get("name") == "RAY_AUTH_MODE" for e in self._head_env_list()) else None
-        self.head = RayHead(stack, tmp, self.gate_dir, token)
-        self.event("ray head up")
-        self._put_ray_pod("head", f"{self.cluster}-head", "system-node-0", DIGEST, "ray-head")
+        self.terminated: list[str] = []
+        self.proof_interval_s = proof_interval_s
+        """The node agent's proof interval here (None: the rendered one)."""
         self.api.put_node(self._node("system-node-0", next(g for g in stack.node_groups.values()
                                                              if g["labels"].get("ray-efa-eks/role") == "system")))
+        self.head: RayHead | None = None
+        if ray:
+            self._start_head(stack)
+        else:
+            self.gate_dir.mkdir(parents=True)
         self.thread = threading.Thread(target=self._loop, daemon=True)
         self.thread.start()
 
-    def _head_env_list(self) -> list[dict[str, Any]]:
-        return self.stack.ray_cluster["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0].get("env") or []
+    def _start_head(self, stack: Stack) -> None:
+        """KubeRay's head pod (Ray's head and the autoscaler sidecar KubeRay adds), from ``stack``'s RayCluster."""
+        head = stack.ray_cluster["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
+        token = TOKEN if any(e.get("name") == "RAY_AUTH_MODE" for e in head.get("env") or []) else None
+        n = len(list(self.tmp.glob("head*")))
+        self.gate_dir = self.tmp / f"instances{n}"
+        self.gate_dir.mkdir(parents=True)
+        self.head = RayHead(stack, self.tmp / f"head{n}", self.gate_dir, token)
+        from tests.helpers.kubelet import EXECUTED
+
+        for c in ("ray-head", "autoscaler"):
+            EXECUTED.append({"template": f"RayCluster/{self.cluster}/head", "container": c, "init": False,
+                             "exit": None, "argv": ["ray start --head", "(local_cluster, the autoscaler's monitor)"],
+                             "env": {}})
+        self._put_ray_pod("head", f"{self.cluster}-head", "system-node-0", DIGEST, "ray-head")
+        self.event("ray head up (head pod Running)")
+
+    def recreate(self, stack: Stack) -> None:
+        """A second ``up`` whose RayCluster spec changed: KubeRay (upgradeStrategy Recreate) deletes every Ray pod
+        and creates them from the new spec: a new head here, the workers again only when asked for."""
+        with self.api.lock:
+            for key in [k for k, p in self.api.pods.items() if "ray.io/cluster" in p["metadata"]["labels"]]:
+                self.api.pods.pop(key)
+        self.head.close()
+        self.stack = stack
+        self.event("RayCluster spec changed: every Ray pod deleted, recreated from the new spec")
+        self._start_head(stack)
+
+    def launch(self, group: str = "gpu") -> str:
+        """An instance launched without Ray (the node-level shapes): what the autoscaler's provider writes."""
+        iid = f"manual{len(list(self.gate_dir.glob('*.launched'))):05d}"
+        (self.gate_dir / f"{iid}.launched").write_text(json.dumps({"type": group}))
+        return iid
 
     def event(self, what: str) -> None:
         self.log.append((round(time.monotonic() - self.t0, 1), what))
@@ -207,7 +244,7 @@ class Deploy:
 
     # -- the cluster's objects ------------------------------------------------------------------------------------
     def _node(self, name: str, group: dict[str, Any]) -> dict[str, Any]:
-        itype = group["instanceTypes"][0]
+        itype = (group.get("labels") or {}).get("ray-efa-eks/instance-type") or group["instanceTypes"][0]
         labels = {**(group.get("labels") or {}), "node.kubernetes.io/instance-type": itype,
                   "kubernetes.io/hostname": name}
         taints = [{"key": t["key"], "value": t.get("value"), "effect": TAINT_EFFECT[t["effect"]]}
@@ -226,12 +263,13 @@ class Deploy:
     def _loop(self) -> None:
         pending: dict[str, float] = {}
         while not self.stop.is_set():
-            for f in sorted(self.gate_dir.iterdir()):
-                iid, _, what = f.name.partition(".")
+            for f in sorted(self.gate_dir.iterdir()) if self.gate_dir.exists() else []:
+                raw, _, what = f.name.partition(".")
+                iid = f"{self.gate_dir.name}/{raw}"  # ids restart with each head
                 if what == "launched" and iid not in self.workers:
                     self._launch(iid)
                     pending[iid] = time.monotonic()
-                elif what == "terminated" and iid in self.workers and not (self.gate_dir / f"{iid}.gone").exists():
+                elif what == "terminated" and iid in self.workers and not (self.tmp / f"{iid}.gone").exists():
                     self._terminate(iid)
                     pending.pop(iid, None)
             for iid in list(pending):
@@ -249,7 +287,7 @@ class Deploy:
         node = self._node(name, self.stack.gpu_group())
         root = self.tmp / "nodes" / name
         itype = node["metadata"]["labels"]["node.kubernetes.io/instance-type"]
-        devices = () if index < self.failing_nodes else self._devices(itype)
+        devices = () if index in self.failing else self._devices(itype)
         # the device plugins (NVIDIA's, the EFA one: chart pods, not run here) advertise what the node has
         from ray_efa_eks.components.instances import CATALOGUE
 
@@ -288,13 +326,12 @@ class Deploy:
         n = CATALOGUE[itype].max_efa_interfaces or 0
         return tuple(fake_sysfs.efa_device(0x10 + i, 0) for i in range(n))
 
-    @staticmethod
-    def _rewrite_node_agent(container: str, argv: list[str]) -> list[str]:
+    def _rewrite_node_agent(self, container: str, argv: list[str]) -> list[str]:
         """Each exporter its own port (a pod's network namespace lets every node's exporter bind 9810); the proof
-        every 2 s instead of the rendered interval."""
+        every :attr:`proof_interval_s` instead of the rendered interval."""
         out = list(argv)
-        for flag, value in (("--port", str(free_port())), ("--interval", "2")):
-            if flag in out:
+        for flag, value in (("--port", str(free_port())), ("--interval", self.proof_interval_s)):
+            if flag in out and value is not None:
                 out[out.index(flag) + 1] = value
         return out
 
@@ -304,12 +341,14 @@ class Deploy:
         spec = self.stack.worker_group()["template"]["spec"]
         if untolerated(spec, node):
             return False
-        index = sorted(self.workers.values()).index(name)
+        index = int(name.rsplit("-", 1)[1])
         pod = Pod(f"RayCluster/{self.cluster}/{self.stack.worker_group()['groupName']}",
                   {**spec, "containers": []}, name=f"{self.cluster}-gpu-worker-{iid[-5:]}", namespace=self.ns,
                   node=name, api=self.api, objects=self.objects, root=self.tmp / "nodes" / name / "worker",
                   env={"PATH_PREFIX": str(self.tmp / "nodes" / name / "bin")})
-        self.event(f"node {name}: startup taint gone (the node agent's proof removed it); worker pod placed there")
+        startup = any("startup-taint" in t["key"] for t in self.stack.gpu_group().get("taints") or [])
+        self.event(f"node {name}: " + ("startup taint gone (the node agent's proof removed it)" if startup else
+                                       "no startup taint on this shape (no node agent)") + "; worker pod placed there")
         pod.start()
         if pod.phase == "Failed":
             self.event(f"worker pod on {name}: init container failed: {pod.describe()[-300:]}")
@@ -320,14 +359,15 @@ class Deploy:
         EXECUTED.append({"template": pod.template_id, "container": "ray-worker", "init": False, "exit": None,
                          "argv": ["ray", "start", "(the autoscaler's instance: the group's rendered env)"],
                          "env": {}})
-        (self.gate_dir / f"{iid}.ready").touch()
+        (self.tmp / f"{iid}.ready").touch()
         self.placed.append(name)
         self.event(f"worker pod {pod.name} Running on {name}: Ray container starts")
         return True
 
     def _terminate(self, iid: str) -> None:
-        (self.gate_dir / f"{iid}.gone").touch()
+        (self.tmp / f"{iid}.gone").touch()
         name = self.workers[iid]
+        self.terminated.append(name)
         for (ns, pname) in list(self.api.pods):
             if self.api.pods[(ns, pname)]["spec"].get("nodeName") == name:
                 self.api.delete_pod(ns, pname)
@@ -382,5 +422,35 @@ class Deploy:
         for pods in self.node_pods.values():
             for p in pods:
                 p.stop()
-        self.head.close()
+        if self.head:
+            self.head.close()
         self.api.close()
+
+
+def rendered_containers(stack: Stack) -> dict[tuple[str, str], bool]:
+    """Every container the stack renders, ``(template, container) -> is an init container``, named as the
+    rehearsal records what it ran: ``Job/<name without its hash>``, ``DaemonSet/<name>``,
+    ``RayCluster/<name>/head`` (with the ``autoscaler`` container KubeRay adds when in-tree autoscaling is on) and
+    ``RayCluster/<name>/<group>``. Charts' workloads (Helm releases) are not rendered by the stack and not listed."""
+    out: dict[tuple[str, str], bool] = {}
+
+    def add(tid: str, spec: dict[str, Any]) -> None:
+        for c in spec.get("initContainers") or []:
+            out[(tid, c["name"])] = True
+        for c in spec.get("containers") or []:
+            out[(tid, c["name"])] = False
+
+    for o in stack.objects:
+        spec = ((o.get("spec") or {}).get("template") or {}).get("spec")
+        if o["kind"] == "Job" and spec:
+            add(f"Job/{o['metadata']['name'].rsplit('-', 1)[0]}", spec)
+        elif o["kind"] in ("DaemonSet", "Deployment", "StatefulSet") and spec:
+            add(f"{o['kind']}/{o['metadata']['name']}", spec)
+    rc = stack.ray_cluster
+    name = rc["metadata"]["name"]
+    add(f"RayCluster/{name}/head", rc["spec"]["headGroupSpec"]["template"]["spec"])
+    if rc["spec"].get("enableInTreeAutoscaling"):
+        out[(f"RayCluster/{name}/head", "autoscaler")] = False
+    for g in rc["spec"]["workerGroupSpecs"]:
+        add(f"RayCluster/{name}/{g['groupName']}", g["template"]["spec"])
+    return out
