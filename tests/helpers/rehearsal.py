@@ -31,7 +31,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from tests.helpers import sysfs as fake_sysfs
 from tests.helpers.autoscaling import ANSWER, autoscaling_config, head_env, plain_env
@@ -378,7 +378,7 @@ class Deploy:
         self.event(f"instance {iid[-5:]} terminated: node {name} and its pods gone")
 
     # -- the gate Job ---------------------------------------------------------------------------------------------
-    def gate_pod(self, wait_s: float, topology_wait_s: float) -> Pod:
+    def gate_pod(self, wait_s: float, topology_wait_s: float, edit: Callable[[str], str] | None = None) -> Pod:
         """The gate Job's pod on the system node, its waits shortened (the audit's ``--wait-s``, the check's)."""
         spec = self.stack.job["spec"]["template"]["spec"]
         aliases = {"http://" + a: self.head.url for a in self._dashboard_addresses()}
@@ -389,6 +389,8 @@ class Deploy:
                 out[out.index("--wait-s") + 1] = str(wait_s)
             if container == "efa-check":
                 out[-1] = out[-1].replace(f"--wait-s {self._topology_wait()}", f"--wait-s {topology_wait_s:g}")
+                if edit:  # the liveness cases: one rendered option of the check changed
+                    out[-1] = edit(out[-1])
             return out
 
         return Pod("Job/efa-check", spec, name=self.stack.job["metadata"]["name"] + "-x", namespace=self.ns,

@@ -60,9 +60,9 @@ def audit_verdict(text: str) -> dict:
     return json.loads(line)["image_fleet"]
 
 
-def run_gate(deploy: Deploy, name: str, topology_wait_s: float = 240) -> tuple[object, dict, float]:
+def run_gate(deploy: Deploy, name: str, topology_wait_s: float = 240, edit=None) -> tuple[object, dict, float]:
     t = time.monotonic()
-    gate = deploy.gate_pod(wait_s=20, topology_wait_s=topology_wait_s)
+    gate = deploy.gate_pod(wait_s=20, topology_wait_s=topology_wait_s, edit=edit)
     gate.start()
     phase = gate.wait(timeout=600)
     took = time.monotonic() - t
@@ -152,6 +152,12 @@ def test_the_fixed_fleet_is_proven_and_placed_before_the_gate_and_the_gate_passe
         assert verdict["failure"]["stage"] == "no_cuda"
         fleet = audit_verdict(gate.log("efa-check"))
         assert fleet["verdict"] == "ok" and len(fleet["pods"]) == 3
+        # the check's topology flags are live: one more node or more GPUs per node than the fleet has fails it
+        for flag, value, says in (("--expect-nodes 2", "--expect-nodes 3", "2 of 3 expected GPU nodes"),
+                                  ("--expect-gpus-per-node 4", "--expect-gpus-per-node 8", "with 8 GPU(s) each")):
+            gate, changed, _ = run_gate(d, f"fixed fleet, {value}", topology_wait_s=15,
+                                        edit=lambda s, a=flag, b=value: s.replace(a, b))
+            assert changed["failure"]["stage"] == "topology" and says in changed["failure"]["reason"], changed
     finally:
         d.close()
 

@@ -4,8 +4,9 @@ outcome of a rehearsal scenario changes (a verdict, a taint, a count).
 Each container runs as the kubelet runs it (:mod:`tests.helpers.kubelet`) against the rehearsal's API server (the
 rendered RBAC and admission policy), with one rendered option changed. The options are read from the rendered
 command, so a new option the stack renders fails :func:`test_every_rendered_option_has_a_case` until it has a case
-here. Not covered here: the gate check's own ``--expect-*`` flags and the worker env the run reads (they need the
-Ray cluster and a GPU run; the deploy-sequence scenarios show the check reading them: ``expected`` in its verdict).
+here. The gate check's topology flags (``--expect-nodes``, ``--expect-gpus-per-node``) are changed in the fixed-fleet
+scenario of test_deploy_sequence.py (they need Ray); its EFA flags and the worker env the run's fabric capture and
+memory check read are not covered by the rehearsal (they decide only on a GPU run).
 """
 
 from __future__ import annotations
