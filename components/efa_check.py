@@ -82,6 +82,34 @@ READ_DIGEST = ("import json,sys; d=json.load(open(sys.argv[1]))['image_fleet'].g
                f"print(json.dumps({{'env_vars': {{'{IMAGE_DIGEST_ENV}': d}}}}) if d else '')")
 SUBMIT_RETRY_S = 120
 """How long the script retries ``ray job submit`` (part of Deadlines.startup_s)."""
+AUDIT_POLL_S = 10
+"""Seconds between two passes of the image audit (it lists the Ray pods)."""
+AUDIT_FINAL_S = 3 * AUDIT_POLL_S + 30
+"""How long the script waits, after the check, for an audit pass taken after the check ended (part of slack_s)."""
+AUDIT_STARTUP_S = 60
+"""The audit sidecar's startupProbe allows this long for its first pass (the gate's container starts after it)."""
+AUDIT_READY = ("import json,sys; a=json.load(open(sys.argv[1]))['image_fleet']; "
+               "sys.exit(0 if a.get('at', float('inf')) >= float(sys.argv[2]) else 1)")
+"""Exit 0 once the audit file holds a pass taken after the time given (a file without ``at``: a one-shot verdict)."""
+COMBINE = """import json, sys
+path, after, check = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+try:
+    a = json.load(open(path))["image_fleet"]
+    if a.get("at", float("inf")) < after:
+        a = {**a, "verdict": "undetermined", "failure": {"stage": "image-fleet", "reason": "the image audit took no "
+             "pass after the check ended (its last listed the pods before); see the image-audit container's log"}}
+except (OSError, ValueError, KeyError, TypeError) as e:
+    a = {"verdict": "undetermined",
+         "failure": {"stage": "image-fleet", "reason": f"the image audit left no verdict: {e}"}}
+print(json.dumps({"image_fleet": a}, sort_keys=True))
+code = {"ok": 0, "mixed": 1}.get(a.get("verdict"), 2)
+if check == 0 and code:
+    print(json.dumps({"verdict": "undetermined" if code == 2 else "fallback", "code": code, "failure": a["failure"]}))
+    print(f"EFA check passed but the image audit did not (exit {code}): see the image_fleet JSON above")
+sys.exit(check or code)
+"""
+"""Run by the script after the check: the audit's verdict over every Ray pod it saw, combined with the check's exit
+code (a failed check keeps its own code; a passed one takes the audit's: 1 mixed fleet, 2 no verdict)."""
 
 
 @dataclass(frozen=True)
@@ -99,8 +127,9 @@ class Deadlines:
     startup_s: int = 330
     """Per sweep: rank placement, start-up and counter reads before it and after it (2 x the check's STARTUP_S,
     150 s) plus job submission and CLI start-ups."""
-    slack_s: int = 240
-    """Pod scheduling on the system node (image already cached there by the head) + SUBMIT_RETRY_S."""
+    slack_s: int = 300
+    """Pod scheduling on the system node (image already cached there by the head) + SUBMIT_RETRY_S + the image
+    audit's last pass (AUDIT_FINAL_S)."""
 
     @property
     def check_s(self) -> int:
@@ -165,8 +194,8 @@ class EfaCheckJobArgs:
     version): a change replaces the nodes ("Customize managed nodes with launch templates"), so it names a new Job and
     the gate proves EFA again on the new nodes."""
     ray_cluster_name: str | None = None
-    """The RayCluster's name (its pods' ``ray.io/cluster`` label): with it the gate pod's init container checks
-    that every Ray pod runs one image digest before the check starts (``image_audit``)."""
+    """The RayCluster's name (its pods' ``ray.io/cluster`` label): with it the gate pod's image audit sidecar checks
+    that every Ray pod seen while the check runs ran one image digest (``image_audit``)."""
     image_audit: bool = True
     """Run the image audit (efacheck/image_fleet.py) when ``ray_cluster_name`` is given."""
     extra_check_args: list[str] = field(default_factory=list)
@@ -275,7 +304,7 @@ def check_script(dashboard_address: str, args: list[str] | float | None = None, 
         args = check_args(None, 2, deadlines, float(args or 0))
     addr = shlex.quote(dashboard_address)
     cmd = " ".join(shlex.quote(a) for a in ["python", "-m", "efacheck.efa_check", *args])
-    # The image audit (init container) wrote the digest every Ray pod runs; the check records it (its
+    # The image audit (sidecar) wrote the digest the Ray pods seen so far run; the check records it (its
     # $RAY_EFA_EKS_IMAGE_DIGEST, set through the Ray job's runtime env so the check's own arguments stay as rendered).
     read_digest = (f"renv=$(python -c {shlex.quote(READ_DIGEST)} {shlex.quote(image_fleet_file)} 2>/dev/null)"
                    if image_fleet_file else 'renv=""')
@@ -285,6 +314,17 @@ def check_script(dashboard_address: str, args: list[str] | float | None = None, 
     overrun = _fail_json("timeout", f"the check did not finish within {deadlines.check_s} s; job stopped")
     stopped = _fail_json("stopped", "the gate Job was stopped (SIGTERM) before the check finished; its Ray job "
                                     "was stopped")
+    if image_fleet_file:  # the audit sidecar's verdict over every Ray pod it saw, from a pass after the check ended
+        f = shlex.quote(image_fleet_file)
+        audit = f"""done_at=$(date +%s); end=$((done_at + {AUDIT_FINAL_S}))
+while [ -e {f} ] && ! python -c {shlex.quote(AUDIT_READY)} {f} "$done_at" 2>/dev/null \\
+    && [ "$(date +%s)" -lt "$end" ]; do
+  sleep 2 & wait $!
+done
+python -c {shlex.quote(COMBINE)} {f} "$done_at" "$check"; exit $?
+"""
+    else:
+        audit = 'exit "$check"\n'
     return f"""set -u
 addr={addr}
 id=""; follow=""
@@ -314,14 +354,17 @@ done
 # in the background + wait: bash runs a trap only between commands, and `wait` returns at once on a signal
 timeout {deadlines.check_s} ray job logs --address "$addr" --follow "$id" & follow=$!
 wait "$follow"; rc=$?; follow=""
-if [ $rc -eq 124 ]; then ray job stop --address "$addr" "$id" >/dev/null 2>&1; echo {overrun}; exit 2; fi
-status=$(ray job status --address "$addr" "$id" 2>&1)
-echo "$status"
-code=$(printf '%s\\n' "$status" | sed -n 's/.*failed with exit code \\([0-9][0-9]*\\).*/\\1/p' | head -n 1)
-if [ -n "$code" ]; then echo "EFA check failed (exit $code): see the JSON above"; exit "$code"; fi
-case "$status" in *succeeded*|*SUCCEEDED*) exit 0;; esac
-echo "EFA check did not succeed: $status"; exit 2
-"""
+if [ $rc -eq 124 ]; then ray job stop --address "$addr" "$id" >/dev/null 2>&1; echo {overrun}; check=2
+else
+  status=$(ray job status --address "$addr" "$id" 2>&1)
+  echo "$status"
+  code=$(printf '%s\\n' "$status" | sed -n 's/.*failed with exit code \\([0-9][0-9]*\\).*/\\1/p' | head -n 1)
+  if [ -n "$code" ]; then echo "EFA check failed (exit $code): see the JSON above"; check=$code
+  else
+    case "$status" in *succeeded*|*SUCCEEDED*) check=0;; *) echo "EFA check did not succeed: $status"; check=2;; esac
+  fi
+fi
+{audit}"""
 
 
 def vouched(image: str, instance_type: InstanceType | None, node_count: int, efa: bool,
@@ -397,7 +440,7 @@ class EfaCheckJob(pulumi.ComponentResource):
                     "metadata": {"labels": dict(GATE_LABELS)},
                     "spec": {
                         # The gate talks to Ray only (Jobs API): no Kubernetes API token in its container; the
-                        # image audit (init container) gets a projected one of its own ServiceAccount.
+                        # image audit (sidecar) gets a projected one of its own ServiceAccount.
                         "automountServiceAccountToken": False,
                         **pod_extra,
                         "securityContext": json.loads(json.dumps(POD_SECURITY_CONTEXT)),
@@ -434,11 +477,25 @@ class EfaCheckJob(pulumi.ComponentResource):
 
     def _image_audit(self, name: str, args: EfaCheckJobArgs, child: pulumi.ResourceOptions,
                      files: dict[str, str], d: Deadlines) -> tuple[dict[str, Any], list[dict[str, Any]], list]:
-        """The image audit (efacheck/image_fleet.py) as the gate pod's init container: (init container, volumes,
-        resources to wait for). It waits for every Ray pod to run and fails the gate on a fleet running more than one
-        image digest, before the check starts. Its ServiceAccount may get/list pods in the Ray namespace and nothing
-        else; its token is projected into the init container only (the gate's own container has none), and it runs
-        as ``nobody``."""
+        """The image audit (efacheck/image_fleet.py ``--watch``) as the gate pod's native sidecar: (container,
+        volumes, resources to wait for).
+
+        Why a sidecar and not an init container that runs first: with scale-from-zero (``gpuScaleToZero``, the
+        default) no GPU worker pod exists until the gate's own check asks Ray for nodes, so an audit that must see
+        every Ray pod before the check starts waits for pods only the check would bring, and fails the Job. A
+        sidecar (an init container with ``restartPolicy: Always``: Kubernetes docs "Sidecar Containers", on by
+        default since 1.29, the oldest version the stack accepts) starts before the gate's container, keeps
+        auditing beside it, and is stopped once it has exited. It lists the Ray pods every AUDIT_POLL_S and keeps
+        every one it has seen running, so the verdict covers each pod that ran during the check (the workers stay
+        up until the idle timeout, past the check's end); the gate's script waits for a pass taken after its check
+        ended and combines the two (COMBINE): a passed check with a mixed fleet fails, with no audit verdict is
+        undetermined. The fixed fleet (``replicas`` set) works the same way: its pods are there from the start.
+        The other designs: counting only the pods present at start and auditing again later needs the token in
+        the gate's container or a second pod; moving the digest read into the check needs a pod-reading token on
+        the Ray pods. Both widen who holds a Kubernetes token; the sidecar keeps it in one container, as ``nobody``,
+        with get/list of pods in the Ray namespace only, and the gate's container still has none. The sidecar's
+        ``startupProbe`` holds the gate's container until the first pass is written (the head's digest is then
+        known to the check's ``--image-digest``)."""
         ns, sa = args.namespace, f"{name}-image-audit"
         account = k8s.core.v1.ServiceAccount(f"{name}-audit-sa", metadata={"name": sa, "namespace": ns},
                                              automount_service_account_token=False, opts=child)
@@ -449,10 +506,13 @@ class EfaCheckJob(pulumi.ComponentResource):
             role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": sa},
             subjects=[{"kind": "ServiceAccount", "name": sa, "namespace": ns}], opts=child)
         cmd = ["python", "-m", "efacheck.image_fleet", "--namespace", ns, "--cluster", str(args.ray_cluster_name),
-               "--expect-pods", str(1 + args.node_count), "--wait-s", str(d.head_wait_s + d.topology_wait_s),
-               "--out", IMAGE_FLEET_FILE]
+               "--expect-pods", str(1 + args.node_count), "--watch", "--poll-s", str(AUDIT_POLL_S),
+               "--out", IMAGE_FLEET_FILE, "--token-dir", SA_TOKEN_DIR]
         init = restricted_container({
             "name": "image-audit", "image": args.image, "command": cmd, "workingDir": MOUNT,
+            "restartPolicy": "Always",
+            "startupProbe": {"exec": {"command": ["test", "-s", IMAGE_FLEET_FILE]}, "periodSeconds": 1,
+                             "failureThreshold": AUDIT_STARTUP_S},
             "resources": pod_resources("100m", "256Mi"),
             "volumeMounts": [{"name": "code-efacheck", "mountPath": f"{MOUNT}/efacheck"},
                              {"name": AUDIT_TOKEN_VOLUME, "mountPath": SA_TOKEN_DIR, "readOnly": True},

@@ -228,7 +228,7 @@ def proof_container(args: NodeAgentArgs) -> dict[str, Any]:
         "image": args.image,
         "imagePullPolicy": "IfNotPresent",
         "command": ["python", "-m", "efacheck.node_check", "--sysfs", HOST_SYSFS, "--module-root", "/sys/module",
-                    "--expect-devices", expect, "--interval", str(args.proof_interval_s),
+                    "--expect-devices", expect, "--interval", str(args.proof_interval_s), "--token-dir", TOKEN_DIR,
                     *(["--workers-namespace", args.workers_namespace] if args.workers_namespace else [])],
         "workingDir": CODE_MOUNT,
         "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},

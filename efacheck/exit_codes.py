@@ -110,7 +110,8 @@ COMMANDS: dict[str, dict[int, str]] = {
                   3: "the NCCL logs could not be read (missing, empty, binary, too large)"},
     "nccl-verdict": {**_VERDICT, 1: "fallback: NCCL used sockets, or the expected topology was not met "
                                     "(--expect-nodes)"},
-    "image-fleet": {0: "one image: every Ray pod runs the same digest (one JSON line names it)",
+    "image-fleet": {0: "one image: every Ray pod runs the same digest (one JSON line names it); --watch: stopped by "
+                       "SIGTERM (the verdict is in --out, rewritten after each pass)",
                     1: "a mixed fleet: the Ray pods run more than one digest (the JSON line names pods and digests)",
                     2: "undetermined: fewer Ray pods running than --expect-pods by --wait-s, a pod with no digest, "
                        "or the pods could not be listed (no ServiceAccount token: not in the audit pod)"},

@@ -178,10 +178,11 @@ class Api:
         return json.loads(raw) if raw else None
 
     @classmethod
-    def in_cluster(cls) -> "Api":
+    def in_cluster(cls, token_dir: str | None = None) -> "Api":
+        token_dir = token_dir or TOKEN_DIR
         host, port = os.environ["KUBERNETES_SERVICE_HOST"], os.environ.get("KUBERNETES_SERVICE_PORT", "443")
-        return cls(f"https://{host}:{port}", None, os.path.join(TOKEN_DIR, "ca.crt"),
-                   token_file=os.path.join(TOKEN_DIR, "token"))
+        return cls(f"https://{host}:{port}", None, os.path.join(token_dir, "ca.crt"),
+                   token_file=os.path.join(token_dir, "token"))
 
 
 def _now() -> str:
@@ -420,6 +421,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     p.add_argument("--pod-interval", type=_seconds, default=POD_INTERVAL_S,
                    help=f"seconds between two reads of this node's Ray worker pods between proofs (default "
                         f"{POD_INTERVAL_S})")
+    p.add_argument("--token-dir", default=None,
+                   help=f"where the projected token and ca.crt are (default {TOKEN_DIR})")
     p.add_argument("--once", action="store_true", help="prove once and stop, answering with the proof's status")
     a = p.parse_args(argv)
     if not a.node:
@@ -430,7 +433,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     except ValueError as e:
         p.error(str(e))
     try:
-        api = Api.in_cluster()
+        api = Api.in_cluster(a.token_dir)
     except (KeyError, OSError, ssl.SSLError) as e:
         print(f"{p.prog}: error: no Kubernetes API to ask (run it in a pod with a service account token): "
               f"{'$' + str(e.args[0]) + ' is not set' if isinstance(e, KeyError) else e}", file=sys.stderr)

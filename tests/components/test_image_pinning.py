@@ -63,11 +63,28 @@ exit 1
 """
 
 
-@pytest.mark.parametrize("audit", [{"image_fleet": {"verdict": "ok", "digest": DIGEST}}, None],
-                         ids=["audited", "no-audit-file"])
-def test_gate_passes_the_audited_digest_to_the_check(tmp_path, audit):
-    """The rendered gate script, run by bash with a stand-in ``ray``: the digest the image audit wrote reaches the
-    check (its Ray job's runtime env, the default of ``--image-digest``), and a missing file adds nothing."""
+OTHER = "sha256:" + "e" * 64
+LATER = 4102444800.0
+"""An audit pass taken after the check ended (2100-01-01)."""
+
+
+@pytest.mark.parametrize("audit, rc, says", [
+    ({"image_fleet": {"verdict": "ok", "digest": DIGEST}}, 0, None),  # a one-shot verdict (no "at")
+    ({"image_fleet": {"verdict": "ok", "digest": DIGEST, "at": LATER}}, 0, None),
+    ({"image_fleet": {"verdict": "mixed", "digests": {DIGEST: ["head"], OTHER: ["w1"]}, "at": LATER,
+                      "failure": {"stage": "image-fleet", "reason": "the Ray pods run 2 different images"}}},
+     1, "the Ray pods run 2 different images"),
+    ({"image_fleet": {"verdict": "undetermined", "digest": DIGEST, "at": LATER,
+                      "failure": {"stage": "image-fleet", "reason": "1 Ray pod(s) running, 3 expected"}}},
+     2, "1 Ray pod(s) running, 3 expected"),
+    ({"image_fleet": {"verdict": "ok", "digest": DIGEST, "at": 1.0}}, 2, "took no pass after the check ended"),
+    (None, 2, "the image audit left no verdict"),
+], ids=["one-shot", "after-the-check", "mixed", "short", "stale-pass", "no-audit-file"])
+def test_gate_passes_the_audited_digest_to_the_check_and_combines_the_audit(tmp_path, audit, rc, says):
+    """The rendered gate script, run by bash with a stand-in ``ray`` whose check succeeds: the digest the image
+    audit wrote reaches the check (its Ray job's runtime env, the default of ``--image-digest``), and the gate's exit
+    is the audit's when the check passed: a mixed fleet fails (1), no verdict, too few pods or a pass older than the
+    check's end is undetermined (2)."""
     import json
     import os
     import subprocess
@@ -83,12 +100,15 @@ def test_gate_passes_the_audited_digest_to_the_check(tmp_path, audit):
     (bin_ / "ray").chmod(0o755)
     script = check_script("http://head:8265", check_args(None, 2, Deadlines()), Deadlines(head_wait_s=5),
                           image_fleet_file=str(fleet))
+    script = script.replace("end=$((done_at + 60))", "end=$((done_at + 2))")  # the stale pass: no 60 s wait here
     env = {**os.environ, "PATH": f"{bin_}{os.pathsep}{os.environ['PATH']}", "CALLS": str(tmp_path / "calls")}
     proc = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.returncode == rc, proc.stdout + proc.stderr
+    if says:
+        assert says in proc.stdout and "the image audit did not" in proc.stdout, proc.stdout
     (submit,) = [c for c in (tmp_path / "calls").read_text().splitlines() if c.startswith("ray job submit")]
     renv = '--runtime-env-json {"env_vars": {"RAY_EFA_EKS_IMAGE_DIGEST": "%s"}}' % DIGEST
-    assert (renv in submit) == bool(audit), submit
+    assert (renv in submit) == bool(audit and audit["image_fleet"].get("digest")), submit
 
 
 def test_the_check_and_the_run_record_the_digest(monkeypatch):

@@ -140,3 +140,47 @@ def test_outside_a_pod_answers_at_once_instead_of_polling(capsys):
     assert code == 2 and out["verdict"] == "undetermined"
     assert out["failure"]["reason"].startswith("not inside a pod with a ServiceAccount token") and "token" in \
         out["failure"]["reason"]
+
+
+def _stop_after(n: int):
+    """A ``sleep`` that stops the watch (SIGTERM, as the kubelet stops a sidecar) after ``n`` passes."""
+    import os
+    import signal
+
+    calls: list[float] = []
+
+    def sleep(s: float) -> None:
+        calls.append(s)
+        if len(calls) == n:
+            os.kill(os.getpid(), signal.SIGTERM)
+    return sleep
+
+
+@pytest.mark.parametrize("later, verdict, says", [
+    # scale from zero: the head alone, a worker pending, both workers running, then the workers gone (idle)
+    ([pod("w1", f"{REPO}@{A}"), pod("w2", f"{REPO}@{A}")], "ok", None),
+    # a worker on another build carried the check and went: the verdict keeps it
+    ([pod("w1", f"{REPO}@{A}"), pod("w2", f"{REPO}@{B}")], "mixed", f"w2 run {B}"),
+    # only one worker ever ran
+    ([pod("w1", f"{REPO}@{A}")], "undetermined", "2 Ray pod(s) running, 3 expected"),
+], ids=["one-digest", "mixed-then-gone", "short"])
+def test_watch_judges_every_ray_pod_it_saw_until_stopped(tmp_path, capsys, later, verdict, says):
+    head = pod("head", f"{REPO}@{A}", "ray-head")
+    lists = iter([pods(head), pods(head, pod("w1", f"{REPO}@{A}", phase="Pending")), pods(head, *later), pods(head)])
+    out = tmp_path / "image-fleet.json"
+    code = image_fleet.main(["--namespace", "ray", "--cluster", "ray", "--expect-pods", "3", "--poll-s", "0",
+                             "--watch", "--out", str(out)], list_fn=lambda ns, c: next(lists), sleep=_stop_after(4))
+    assert code == 0  # a sidecar's exit is no verdict: the gate's script reads the file
+    v = json.loads(out.read_text())["image_fleet"]
+    assert v["verdict"] == verdict and v["passes"] == 4 and v["at"] > 0, v
+    assert [p["pod"] for p in v["pods"]] == ["head", *sorted(p["metadata"]["name"] for p in later)]
+    if says:
+        assert says in v["failure"]["reason"]
+    first = json.loads(capsys.readouterr().out.splitlines()[0])["image_fleet"]
+    assert first["verdict"] == "undetermined" and first["digest"] == A  # the head's digest, known from the start
+
+
+def test_watch_needs_somewhere_to_write(capsys):
+    with pytest.raises(SystemExit) as e:
+        image_fleet.main(["--namespace", "ray", "--cluster", "ray", "--expect-pods", "3", "--watch"])
+    assert e.value.code == 64 and "--watch needs --out" in capsys.readouterr().err

@@ -350,7 +350,7 @@ def test_without_an_api_server_to_ask_it_exits_2_in_one_line(monkeypatch, capsys
 
 def test_the_cli_hands_its_options_to_the_check_and_the_loop(monkeypatch):
     seen = []
-    monkeypatch.setattr(nc.Api, "in_cluster", classmethod(lambda cls: "api"))
+    monkeypatch.setattr(nc.Api, "in_cluster", classmethod(lambda cls, token_dir=None: "api"))
     monkeypatch.setattr(nc, "run_check", lambda *a, **k: seen.append(("check", a, k)) or 1)
     monkeypatch.setattr(nc, "run_loop", lambda *a, **k: seen.append(("loop", a, k)) or 2)
     base = ["--node", "n", "--sysfs", "/h", "--expect-devices", "g6.12xlarge=1", "--workers-namespace", "ray"]
@@ -978,7 +978,7 @@ def test_the_help_says_each_option_and_its_default(monkeypatch, capsys):
 
 def test_the_loops_defaults_and_its_log_goes_out_at_once(monkeypatch):
     seen, printed = [], []
-    monkeypatch.setattr(nc.Api, "in_cluster", classmethod(lambda cls: "api"))
+    monkeypatch.setattr(nc.Api, "in_cluster", classmethod(lambda cls, token_dir=None: "api"))
     monkeypatch.setattr(nc, "run_loop", lambda *a, **k: seen.append((a, k)) or 0)
     monkeypatch.setenv("NODE_NAME", "from-env")
     assert nc.run_cli(nc.main, ["--expect-devices", "2"], PROG) == 0
@@ -1034,7 +1034,7 @@ def test_the_check_and_the_loop_read_the_module_where_they_are_told(tmp_path, fa
 
 def test_the_cli_passes_module_root_and_a_sub_second_interval(monkeypatch):
     seen = []
-    monkeypatch.setattr(nc.Api, "in_cluster", classmethod(lambda cls: "api"))
+    monkeypatch.setattr(nc.Api, "in_cluster", classmethod(lambda cls, token_dir=None: "api"))
     monkeypatch.setattr(nc, "run_check", lambda *a, **k: seen.append(k) or 1)
     monkeypatch.setattr(nc, "run_loop", lambda *a, **k: seen.append((a, k)) or 2)
     base = ["--node", "n", "--expect-devices", "1", "--module-root", "/m"]

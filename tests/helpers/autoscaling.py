@@ -47,7 +47,8 @@ def plain_env(container: dict) -> dict[str, str]:
     return {e["name"]: str(e["value"]) for e in container.get("env") or [] if "value" in e}
 
 
-def autoscaling_config(ray_cr: dict, *, idle_timeout_s: float | None, boot_delay_s: float) -> dict:
+def autoscaling_config(ray_cr: dict, *, idle_timeout_s: float | None, boot_delay_s: float,
+                       gate_dir: str | None = None) -> dict:
     """Ray's autoscaling config for ``ray_cr`` (the rendered RayCluster: ``metadata`` + ``spec``), as KubeRay's
     sidecar derives it, with the provider swapped for :class:`BootingNodeProvider`.
 
@@ -74,7 +75,7 @@ def autoscaling_config(ray_cr: dict, *, idle_timeout_s: float | None, boot_delay
         "type": "external", "module": PROVIDER, "head_node_id": FAKE_HEAD_NODE_ID,
         "head_node_type": config["head_node_type"], "launch_multiple": True,
         "disable_node_updaters": True, "disable_launch_config_check": True,
-        "boot_delay_s": boot_delay_s, "worker_env": worker_env,
+        "boot_delay_s": boot_delay_s, "worker_env": worker_env, "gate_dir": gate_dir,
     }
     return config
 
@@ -112,11 +113,18 @@ class BootingNodeProvider(FakeMultiNodeProvider):
         self._nodes[self._head_node_id]["tags"][TAG_RAY_USER_NODE_TYPE] = provider_config["head_node_type"]
         self._boot_delay_s = float(provider_config.get("boot_delay_s", 0))
         self._worker_env = provider_config.get("worker_env") or {}
+        self._gate_dir = provider_config.get("gate_dir")
+        """With it, an instance is a Kubernetes node the rehearsal places a worker pod on: the provider writes
+        ``<id>.launched`` (JSON: its type) when it creates one and ``<id>.terminated`` when it ends one, and a launched
+        instance's raylet (the worker pod's Ray container) starts only once ``<id>.ready`` exists."""
 
     def _create_node_with_resources_and_labels(self, node_config, tags, count, resources, labels):
         with self.lock:
             node_id = self._next_hex_node_id()
             self._nodes[node_id] = {"tags": self._tags(node_id, tags), "node": None}
+        if self._gate_dir:
+            with open(os.path.join(self._gate_dir, f"{node_id}.launched"), "w") as f:
+                json.dump({"type": tags[TAG_RAY_USER_NODE_TYPE], "resources": resources}, f)
         threading.Thread(target=self._boot, args=(node_id, node_config, tags, count, resources, labels),
                          daemon=True, name=f"boot-{node_id[-5:]}").start()
 
@@ -130,6 +138,11 @@ class BootingNodeProvider(FakeMultiNodeProvider):
 
     def _boot(self, node_id, node_config, tags, count, resources, labels) -> None:
         time.sleep(self._boot_delay_s)
+        while self._gate_dir and not os.path.exists(os.path.join(self._gate_dir, f"{node_id}.ready")):
+            with self.lock:
+                if node_id not in self._nodes:
+                    return  # terminated before its pod was placed
+            time.sleep(0.2)
         env = dict(self._worker_env.get(tags[TAG_RAY_USER_NODE_TYPE], {}))
         resources = dict(resources)
         if "memory" in resources:  # the pod's memory limit: Ray's node reads it from here (RayParams refuses it
@@ -155,6 +168,8 @@ class BootingNodeProvider(FakeMultiNodeProvider):
     def terminate_node(self, node_id):
         if node_id == self._head_node_id:
             return  # as KubeRay's provider: "Not possible to delete head node" (v2 cloud_providers/kuberay)
+        if self._gate_dir:
+            open(os.path.join(self._gate_dir, f"{node_id}.terminated"), "w").close()
         super().terminate_node(node_id)
 
     def _terminate_node(self, node):

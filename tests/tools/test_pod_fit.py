@@ -52,7 +52,7 @@ def edited(resources: list[Resource], typ: str, name: str, fn: Callable[[dict[st
     # the system node this stack had before: the gate Job is the pod that no longer fits
     (["--config", "systemInstanceType=m7i.xlarge", "--check"], 1,
      ["[pods-fit] eks:index:ManagedNodeGroup system-mng: pod efa-check-job (stack) does not fit on node group "
-      "system-mng: it requests cpu 500m, the other pods there already request 3685m of 3920m allocatable (235m free)",
+      "system-mng: it requests cpu 600m, the other pods there already request 3685m of 3920m allocatable (235m free)",
       "Fix: give the node group room"]),
 ])
 def test_plan_shows_the_fit_and_refuses_what_does_not_fit(capsys, argv, code, fragments):
@@ -77,6 +77,8 @@ def _gate_init(cpu: str, sidecar: bool) -> Callable[[dict[str, Any]], None]:
         init["resources"] = {"requests": {"cpu": cpu, "memory": "256Mi"}, "limits": {"cpu": cpu, "memory": "256Mi"}}
         if sidecar:
             init["restartPolicy"] = "Always"
+        else:
+            init.pop("restartPolicy", None)
     return fn
 
 
@@ -109,7 +111,7 @@ def _head_on_gpu_nodes(props: dict[str, Any]) -> None:
       "there already request 1185m of 7910m allocatable (6725m free)"]),
     # ... or only past what the gate Job, created after the head, still needs
     (RAY, "ray-raycluster", _head_cpu("6"),
-     ["pod efa-check-job (stack) does not fit on node group system-mng: it requests cpu 500m, the other pods there "
+     ["pod efa-check-job (stack) does not fit on node group system-mng: it requests cpu 600m, the other pods there "
       "already request 7685m of 7910m allocatable (225m free)"]),
     (RAY, "ray-raycluster", _head_cpu("5"), []),
     # chart values the stack passes, and the sidecar's autoscalerOptions.resources, count the same way
@@ -159,7 +161,7 @@ def test_default_stack_figures_per_node_group(default):
     s = layout_fit.summary(layout_fit.fit(Stack(default)))
     assert "(unplaced)" not in s
     assert s["system-mng"]["allocatablePerNode"] == {"cpu": "7910m", "memory": "29.11Gi", "pods": "58"}
-    assert s["system-mng"]["perNode"][0]["cpu"] == "4185m"
+    assert s["system-mng"]["perNode"][0]["cpu"] == "4285m"
     head_pods = s["system-mng"]["perNode"][0]["pods"]
     assert {"efa-check-job", "ray-raycluster head", "kuberay-operator", "cluster-autoscaler", "prometheus",
             "coredns", "kube-proxy", "aws-node"} <= set(head_pods)
