@@ -170,3 +170,29 @@ def test_a_gpu_az_outside_the_cluster_subnets_gets_its_own_endpoint_interfaces()
     ecr = [e for e in run.of_type(ENDPOINT) if e["vpcEndpointType"] == "Interface"]
     subnets = {f"subnet-{r.name}" for r in run.of_type("aws:ec2/subnet:Subnet") if "-private-" in r.name}
     assert ecr and all(set(e["subnetIds"]) == subnets for e in ecr)
+
+
+def test_the_agents_own_command_proves_a_node_where_no_fi_info_exists(default_run, tmp_path, monkeypatch):
+    """The proof container's command as the DaemonSet renders it, run against a loopback API and a kernel-shaped
+    sysfs with no ``fi_info`` anywhere on PATH (the slim image has none): the node is proven and its taint removed."""
+    from ray_efa_eks.efacheck import node_check as nc
+    from tests.efacheck.test_node_check import GPU_TAINT, STARTUP, FakeApi, _node
+    from tests.helpers.sysfs import kernel_sysfs
+
+    (proof,) = [c for c in default_run.one(DS, "node-agent")["spec"]["template"]["spec"]["containers"]
+                if c["name"] == node_agent.PROOF_CONTAINER]
+    args = proof["command"][3:]  # after python -m efacheck.node_check
+    sysfs = str(kernel_sysfs(tmp_path))
+    args[args.index("--sysfs") + 1] = sysfs
+    args[args.index("--module-root") + 1] = f"{sysfs}/module"
+    node = _node("gpu-a", [GPU_TAINT, STARTUP])
+    node["metadata"]["labels"] = {"node.kubernetes.io/instance-type": "g6.12xlarge"}
+    fake = FakeApi({"gpu-a": node})
+    try:
+        monkeypatch.setattr(nc.Api, "in_cluster", classmethod(lambda cls: fake.api))
+        monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+        assert nc.run_cli(nc.main, [*args, "--node", "gpu-a", "--once"], "python -m efacheck.node_check") == \
+            nc.EXIT_PROVEN
+        assert fake.nodes["gpu-a"]["spec"]["taints"] == [GPU_TAINT]
+    finally:
+        fake.close()
