@@ -94,7 +94,8 @@ def plan_tree(root: Path | None = None, *, stack: str = "dev", overrides: dict[s
     plan = make_plan(layout.from_mockrun(run), source=source, stack=stack, region=region)
     plan.config = shown
     plan.effective = effective
-    plan.settings["coldStart"] = cold_start_lines(config, region)
+    if any(r["type"] == "ray-efa-eks:index:EfaRayCluster" for r in plan.resources):  # the stack, not any program
+        plan.settings["coldStart"] = cold_start_lines(config, region)
     return plan
 
 
