@@ -175,7 +175,7 @@ class StackConfig:
         live=live("ray-pods", "gate", "in-place",
                   note="adds or removes the ECR interface endpoints and the pull-through cache rule; every pod "
                        "running a public.ecr.aws image is recreated from the other reference"))
-    """Pull public.ecr.aws images (the DLC, the node agent) through the account's own ECR: a pull-through cache rule, ECR interface endpoints in the private subnets, and pod references rewritten to <account>.dkr.ecr.<region>.amazonaws.com/ecr-public/...; images from any other registry are used as given ([Cold start](gpus.md#cold-start))."""
+    """Pull public.ecr.aws images (the DLC, the node agent) through the account's own ECR: a pull-through cache rule, ECR interface endpoints in the private subnets, and pod references rewritten to <account>.dkr.ecr.<region>.amazonaws.com/<stack>-ecr-public/...; images from any other registry are used as given ([Cold start](gpus.md#cold-start))."""
     nodeAgentImage: str = key(
         DEFAULT_NODE_AGENT_IMAGE, allowed="an image reference with Python 3.9 or newer as `python`, pinned by digest",
         live=live("in-place", note="the node agent DaemonSet rolls to it, one node at a time"))

@@ -3,7 +3,8 @@
 A GPU node from zero pulls the tens-of-GB DLC. From ``public.ecr.aws`` the layers come from outside the VPC, through
 the NAT gateway at its per-GB rate; from the account's private registry they come through the ECR interface
 endpoints (components/network.py) and the S3 gateway endpoint (ECR serves layers from S3). A pull-through cache
-rule makes ``<account>.dkr.ecr.<region>.amazonaws.com/<prefix>/<upstream repository>:<tag>`` a private copy of the
+rule makes ``<account>.dkr.ecr.<region>.amazonaws.com/<prefix>/<upstream repository>:<tag>`` (prefix
+``<stack>-ecr-public``, :func:`cache_prefix`) a private copy of the
 public image, created on the first pull (ECR user guide, "Sync an upstream registry with an Amazon ECR private
 registry", https://docs.aws.amazon.com/AmazonECR/latest/userguide/pull-through-cache.html; the reference form:
 "Pulling an image with a pull through cache rule", pull-through-cache-working.html). ECR Public needs no
@@ -19,6 +20,7 @@ reference, so the cache is filled before any GPU worker pulls it (docs/gpus.md, 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 
 import pulumi
@@ -27,7 +29,16 @@ import pulumi_aws as aws
 UPSTREAM_REGISTRY = "public.ecr.aws"
 """Amazon ECR Public: the DLC's registry and a pull-through upstream that needs no credentials."""
 CACHE_PREFIX = "ecr-public"
-"""The rule's repository prefix (the console's default for ECR Public; ECR appends ``/``)."""
+"""The console's default prefix for ECR Public; a stack's rule is :func:`cache_prefix` (ECR appends ``/``)."""
+PREFIX_MAX = 30
+"""CreatePullThroughCacheRule ``ecrRepositoryPrefix``: 2-30 characters, lowercase alphanumerics separated by . _ -."""
+
+
+def cache_prefix(stack: str) -> str:
+    """``<stack>-ecr-public``: a rule's prefix is unique in an account and region (a second rule for the same prefix is
+    refused), so each stack gets its own, within ECR's 30 characters and its character set."""
+    base = re.sub(r"[^a-z0-9]+", "-", stack.lower()).strip("-")[:PREFIX_MAX - len(CACHE_PREFIX) - 1].rstrip("-")
+    return f"{base}-{CACHE_PREFIX}" if base else CACHE_PREFIX
 IMPORT_ACTIONS = ("ecr:BatchImportUpstreamImage", "ecr:CreateRepository")
 """What the first pull through the rule needs beyond pulling (pull-through-cache-iam.html)."""
 

@@ -37,7 +37,7 @@ from .kuberay import KubeRayOperator, KubeRayOperatorArgs
 from .live_cluster import lagging_warning, read_live_cluster, upgrade_problem
 from .kuberay_versions import unverified_note
 from .launch_template import FAST_IMAGE_PULL_MIN_MIBPS, Gp3Performance, NodeHardening, fingerprint
-from .image_cache import ImageCache, ImageCacheArgs, UPSTREAM_REGISTRY, cached_reference
+from .image_cache import ImageCache, ImageCacheArgs, UPSTREAM_REGISTRY, cache_prefix, cached_reference
 from .image_prepull import ImagePrePull, ImagePrePullArgs
 from .network import Network, NetworkArgs
 from .metrics_rules import AlertThresholds
@@ -96,7 +96,7 @@ class EfaRayClusterArgs(TypedDict, total=False):
     gpuFastImagePull: bool
     """nodeadm's FastImagePull feature gate on the GPU nodes (AL2023 EKS AMI, experimental): containerd pulls and unpacks the image's layers in parallel through the SOCI snapshotter ([Cold start](gpus.md#cold-start))."""
     ecrPullThroughCache: bool
-    """Pull public.ecr.aws images (the DLC, the node agent) through the account's own ECR: a pull-through cache rule, ECR interface endpoints in the private subnets, and pod references rewritten to <account>.dkr.ecr.<region>.amazonaws.com/ecr-public/...; images from any other registry are used as given ([Cold start](gpus.md#cold-start))."""
+    """Pull public.ecr.aws images (the DLC, the node agent) through the account's own ECR: a pull-through cache rule, ECR interface endpoints in the private subnets, and pod references rewritten to <account>.dkr.ecr.<region>.amazonaws.com/<stack>-ecr-public/...; images from any other registry are used as given ([Cold start](gpus.md#cold-start))."""
     nodeAgentImage: str
     """The node agent's image (EFA exporter and fabric proof, stdlib Python only): a small public slim Python image pinned by digest, so a joining node proves its fabric while the DLC is still being pulled ([Cold start](gpus.md#cold-start))."""
     dlcImageGiB: int
@@ -308,8 +308,9 @@ class EfaRayCluster(pulumi.ComponentResource):
         dlc_image, agent_image, cache = cfg.dlcImage, cfg.nodeAgentImage, None
         if cfg.ecrPullThroughCache and any(i.startswith(UPSTREAM_REGISTRY + "/") for i in (dlc_image, agent_image)):
             account = aws.get_caller_identity().account_id
-            dlc_image, agent_image = (cached_reference(i, account, cfg.region) for i in (dlc_image, agent_image))
-            cache = ImageCache("image-cache", ImageCacheArgs(account_id=account, region=cfg.region,
+            prefix = cache_prefix(name)
+            dlc_image, agent_image = (cached_reference(i, account, cfg.region, prefix) for i in (dlc_image, agent_image))
+            cache = ImageCache("image-cache", ImageCacheArgs(account_id=account, region=cfg.region, prefix=prefix,
                                                              node_role_name=cluster.node_role.name), opts=child)
         pulled_after = [cache] if cache else []
         system = SystemNodeGroup("system", SystemNodeGroupArgs(

@@ -24,7 +24,7 @@ from tests.helpers.pod_security import violations
 
 ACCOUNT_REGISTRY = "123456789012.dkr.ecr.us-east-1.amazonaws.com"
 DLC = "deep-learning-containers/ray:train-ml-cuda-v1.1"
-CACHED_DLC = f"{ACCOUNT_REGISTRY}/ecr-public/{DLC}"
+CACHED_DLC = f"{ACCOUNT_REGISTRY}/ray-efa-dev-ecr-public/{DLC}"
 PRIVATE = "111122223333.dkr.ecr.us-east-1.amazonaws.com/team/ray:train-ml-cuda-v1.1"
 ENDPOINT = "aws:ec2/vpcEndpoint:VpcEndpoint"
 RULE = "aws:ecr/pullThroughCacheRule:PullThroughCacheRule"
@@ -45,11 +45,28 @@ def pod_images(run) -> dict[str, set[str]]:
 
 def test_a_pull_through_cache_rule_for_ecr_public_and_the_node_role_may_fill_it(default_run):
     rule = default_run.one(RULE)
-    assert (rule["ecrRepositoryPrefix"], rule["upstreamRegistryUrl"]) == ("ecr-public", "public.ecr.aws")
+    assert (rule["ecrRepositoryPrefix"], rule["upstreamRegistryUrl"]) == ("ray-efa-dev-ecr-public", "public.ecr.aws")
     policy = json.loads(default_run.one("aws:iam/rolePolicy:RolePolicy", "image-cache")["policy"])
     (st,) = policy["Statement"]
     assert sorted(st["Action"]) == ["ecr:BatchImportUpstreamImage", "ecr:CreateRepository"]
-    assert st["Resource"] == "arn:aws:ecr:us-east-1:123456789012:repository/ecr-public/*"
+    assert st["Resource"] == "arn:aws:ecr:us-east-1:123456789012:repository/ray-efa-dev-ecr-public/*"
+
+
+@pytest.mark.parametrize("stack,prefix", [
+    ("ray-efa-dev", "ray-efa-dev-ecr-public"),
+    ("Team_A.prod", "team-a-prod-ecr-public"),
+    ("a-very-long-stack-name-for-the-gpu-team", "a-very-long-stack-n-ecr-public"),  # ECR's 30 characters
+    ("---", "ecr-public"),
+])
+def test_each_stack_gets_its_own_cache_prefix_within_ecrs_rules(stack, prefix):
+    """A pull-through rule's prefix is unique per account and region: two stacks must not ask for the same one."""
+    import re
+
+    from ray_efa_eks.components.image_cache import cache_prefix
+
+    got = cache_prefix(stack)
+    assert got == prefix and 2 <= len(got) <= 30
+    assert re.fullmatch(r"(?:[a-z0-9]+(?:[._-][a-z0-9]+)*/)*[a-z0-9]+(?:[._-][a-z0-9]+)*", got)
 
 
 def test_ecr_interface_endpoints_beside_the_s3_gateway_endpoint(default_run):
@@ -75,7 +92,7 @@ def test_every_pod_pulls_from_the_accounts_registry_by_default(config, dlc, cach
     run = shared_run(config)
     images = pod_images(run)
     agent = StackConfig.from_mapping({}).nodeAgentImage
-    agent = agent.replace("public.ecr.aws/", f"{ACCOUNT_REGISTRY}/ecr-public/") if cached else agent
+    agent = agent.replace("public.ecr.aws/", f"{ACCOUNT_REGISTRY}/ray-efa-dev-ecr-public/") if cached else agent
     assert images == {"head": {dlc}, "worker": {dlc}, "gate": {dlc}, "node-agent": {agent}, "prepull": {dlc, agent}}
     assert len(run.of_type(RULE)) == int(cached)
     assert len(run.of_type(ENDPOINT)) == 1 + 2 * int("ecrPullThroughCache" not in config)
@@ -89,7 +106,7 @@ def test_the_node_agent_runs_a_small_image_pinned_by_digest(default_run):
     with pytest.raises(ConfigError, match="nodeAgentImage = .* pin it by digest"):
         StackConfig.from_mapping({"nodeAgentImage": "public.ecr.aws/docker/library/python:3.12-slim"})
     proof = [c for c in pod_images(default_run)["node-agent"]]
-    assert proof == [f"{ACCOUNT_REGISTRY}/ecr-public/{default.removeprefix('public.ecr.aws/')}"]
+    assert proof == [f"{ACCOUNT_REGISTRY}/ray-efa-dev-ecr-public/{default.removeprefix('public.ecr.aws/')}"]
 
 
 def test_what_the_node_agent_runs_imports_the_stdlib_only():

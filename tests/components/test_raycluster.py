@@ -76,7 +76,7 @@ def test_job_matches_kubernetes_schema(default_run):
 
 def test_one_image_everywhere(default_run):
     spec = raycluster(default_run)["spec"]
-    cached = IMAGE.replace("public.ecr.aws/", "123456789012.dkr.ecr.us-east-1.amazonaws.com/ecr-public/")
+    cached = IMAGE.replace("public.ecr.aws/", "123456789012.dkr.ecr.us-east-1.amazonaws.com/ray-efa-dev-ecr-public/")
     assert {c["image"] for c in containers(spec)} == {cached}  # through the account's pull-through cache
     assert default_run.one("kubernetes:batch/v1:Job")["spec"]["template"]["spec"]["containers"][0]["image"] == cached
 

@@ -90,7 +90,7 @@ def test_default_plan_json(plans, default_run):
     assert s["kuberayChartVersion"] == "1.7.0" and s["imageTags"] == ("sha256:032c52613401895aa3d418a4c563d2d05f993bc3ecc065c8f4e2280978acd249, "
                                                                          "train-ml-cuda-v1.1")
     assert s["pods"]["ray-raycluster worker gpu"] == {
-        "replicas": "0..2", "image": "123456789012.dkr.ecr.us-east-1.amazonaws.com/ecr-public/deep-learning-containers/ray:train-ml-cuda-v1.1",
+        "replicas": "0..2", "image": "123456789012.dkr.ecr.us-east-1.amazonaws.com/ray-efa-dev-ecr-public/deep-learning-containers/ray:train-ml-cuda-v1.1",
         "cpu": "44", "memory": "172Gi", "gpu": 4, "efa": 1, "guaranteedQoS": "yes"}
     assert s["estimatedHourlyUsd"] == pytest.approx(default_run.outputs["estimatedHourlyUsd"])
     assert {"type": MNG, "name": "gpu-mng", "parent": "ray-efa-eks:index:EfaGpuNodeGroup gpu"} in p["resources"]
