@@ -79,7 +79,8 @@ BEFORE = Layout(account_registry=False, proof_beside_pull=False)
 """The default stack before the account's registry and the proof beside the pull."""
 
 RAY_SEES = Part("Ray autoscaler v2 sees the demand, KubeRay creates the worker pod", 1, 10,
-                "Ray 2.58 autoscaler loop every AUTOSCALER_UPDATE_INTERVAL_S = 5 s (ray/autoscaler/_private/constants.py)")
+                "Ray 2.58 autoscaler loop every AUTOSCALER_UPDATE_INTERVAL_S = 5 s "
+                "(ray/autoscaler/_private/constants.py)")
 CA_SEES = Part("Cluster Autoscaler sees the pending pod and raises the node group", 1, 20,
                "scan-interval 10 s (cluster-autoscaler chart 9.59.0 values.yaml; Cluster Autoscaler FAQ)")
 LAUNCH = Part("EC2 launch, boot, nodeadm and EKS join (node Ready)", 120, 300,
@@ -163,7 +164,7 @@ def summary_rows(instance_types: tuple[str, ...] = ("g6.12xlarge", "p5.48xlarge"
 
 def summary_table(**kw) -> str:
     """Request to first step, before and after the proof beside the pull, per instance type (docs/gpus.md)."""
-    rows = ["| instance type | layout | request to first step | gate's default wait |", "|---|---|---|---|"]
+    rows = ["| instance type | layout | request to first step | the model's wait budget |", "|---|---|---|---|"]
     rows += [f"| {t} | {label} | {lo}-{hi} s ({lo / 60:.1f}-{hi / 60:.1f} min) | {wait} s |"
              for t, label, (lo, hi), wait in summary_rows(**kw)]
     return "\n".join(rows)
