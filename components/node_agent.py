@@ -82,7 +82,8 @@ RUN_AS = 65534
 """nobody: the port counter files are 0444 (RDMA core hw_stats attributes)."""
 ROLLOUT_TIMEOUT_S = 1200
 """pulumi-kubernetes awaits a DaemonSet's rollout (kstatus, since pulumi/pulumi-kubernetes#2953); the first pod on a
-new GPU node waits for the multi-GB DLC image (the Ray worker beside it pulls the same layers)."""
+new GPU node waits for the node's launch and join, then its image (the stack's: a slim Python image, not the DLC;
+an agent run from the DLC would wait for its multi-GB pull)."""
 
 
 def exporter_url(namespace: str = NAMESPACE, port: int = EXPORTER_PORT) -> str:
