@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Branch coverage of the modules that decide (issue 40), by their own fast unit tests, held per module.
+"""Branch coverage of the modules that decide, by their own fast unit tests, held per module.
 
 Runs FAST_TESTS once under coverage.py (branch), prints the report of the decision modules and exits 1 when a module
 is below its floor in FLOORS. A floor below 100 is where the module stood when the gate was added: raise it as tests

@@ -12,13 +12,36 @@ import pulumi_eks as eks
 import pulumi_kubernetes as k8s
 
 from .errors import ArgError
+from .network_policies import KUBE_SYSTEM, STRICT, allow_all_egress, allow_all_ingress, cni_configuration
+from .pod_identity import pod_identity_trust_policy
 
 NODE_POLICIES = (
     "arn:aws:iam::aws:policy/AmazonEKSWorkerNodePolicy",
-    "arn:aws:iam::aws:policy/AmazonEKS_CNI_Policy",
-    "arn:aws:iam::aws:policy/AmazonEC2ContainerRegistryReadOnly",
+    "arn:aws:iam::aws:policy/AmazonEC2ContainerRegistryPullOnly",
 )
+"""The node role, as the EKS best-practices guide (security, IAM: "Update the aws-node daemonset to use IRSA" / Pod
+Identity, and "Use the AmazonEC2ContainerRegistryPullOnly managed policy") gives it: the kubelet's worker policy and
+image pulls only. ``AmazonEC2ContainerRegistryReadOnly`` also lists and describes every repository and image of the
+account; ``AmazonEKS_CNI_Policy`` (ENI create/attach/delete, IP assignment) moves to the VPC CNI's own role
+(:data:`CNI_POLICY`), so a pod that reaches the instance credentials cannot rewire the node's network interfaces."""
+CNI_POLICY = "arn:aws:iam::aws:policy/AmazonEKS_CNI_Policy"
+CNI_SERVICE_ACCOUNT = ("kube-system", "aws-node")
+"""The VPC CNI add-on's DaemonSet runs as this service account; its Pod Identity association carries :data:`CNI_POLICY`
+(the vpc-cni add-on supports EKS Pod Identity; the pod identity agent runs on the host network, so it does not wait
+for the CNI)."""
 
+CONTROL_PLANE_LOG_TYPES = ("audit", "authenticator")
+"""The audit trail: ``audit`` records every request to the API server by user (the Pod Security ``audit`` annotations,
+the own-node admission policy's denials and the node agent's patches among them), ``authenticator`` every IAM
+principal mapped to a Kubernetes identity (EKS user guide, "Send control plane logs to CloudWatch Logs"; off by
+default). terraform-aws-eks enables ``audit``, ``api`` and ``authenticator`` by default; ``api`` (the API server's own
+diagnostics) is left out as it records no actor."""
+LOG_RETENTION_DAYS = 90
+"""terraform-aws-eks ``cloudwatch_log_group_retention_in_days`` default (variables.tf): its module, like this one,
+creates the group itself (``create_cloudwatch_log_group``), since EKS would create it never expiring."""
+LOG_RETENTION_VALUES = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922,
+                        3288, 3653)
+"""CloudWatch Logs PutRetentionPolicy ``retentionInDays`` values (API reference)."""
 ADMIN_ACCESS_POLICY = "AmazonEKSClusterAdminPolicy"
 """EKS access policy like Kubernetes' cluster-admin: everything, port-forward to the Ray head included."""
 VIEW_ACCESS_POLICY = "AmazonEKSAdminViewPolicy"
@@ -145,9 +168,18 @@ class ClusterArgs:
     encrypt_secrets: bool = True
     """Envelope-encrypt Kubernetes secrets with a dedicated KMS key."""
     pod_identity_agent: bool = True
-    """Install the ``eks-pod-identity-agent`` add-on so pods get IAM roles without the node role."""
+    """Install the ``eks-pod-identity-agent`` add-on so pods get IAM roles without the node role (always with
+    ``cni_pod_identity``)."""
+    cni_pod_identity: bool = True
+    """Give the VPC CNI (``kube-system/aws-node``) its own role through Pod Identity, holding
+    ``AmazonEKS_CNI_Policy``; False: that policy on the node role, as EKS's getting-started guide does."""
     enable_network_policy: bool = True
     """Turn on the VPC CNI's NetworkPolicy enforcement; without it NetworkPolicy objects are silently ignored."""
+    network_policy_enforcing_mode: str = STRICT
+    """The VPC CNI's ``NETWORK_POLICY_ENFORCING_MODE`` with enforcement on: ``strict``, a new pod is default-deny until
+    its policies are applied (and stays so while no policy selects it: every namespace needs one,
+    components/network_policies.py); ``standard``, default-allow until then (EKS user guide, "Restrict Pod network
+    traffic with Kubernetes network policies", step 1)."""
     admin_arns: list[str] = field(default_factory=list)
     """IAM role/user ARNs that get an access entry with :data:`ADMIN_ACCESS_POLICY` (cluster scope)."""
     viewer_arns: list[str] = field(default_factory=list)
@@ -159,6 +191,11 @@ class ClusterArgs:
     creator_arn: str | None = None
     """With ``creator_admin``: the principal EKS holds that entry for. It gets no entry here (EKS would refuse a
     second one with 409 ResourceInUseException); never the caller of a later ``pulumi up``."""
+    log_types: list[str] = field(default_factory=lambda: list(CONTROL_PLANE_LOG_TYPES))
+    """EKS control-plane log types sent to CloudWatch Logs (``enabledClusterLogTypes``; [] turns logging off)."""
+    log_retention_days: int = LOG_RETENTION_DAYS
+    """Retention of the log group ``/aws/eks/<name>/cluster``, created here before the cluster (EKS would create it
+    with no expiry)."""
     tags: dict[str, str] = field(default_factory=dict)
 
 
@@ -179,6 +216,10 @@ class Cluster(pulumi.ComponentResource):
     access_entries: list[aws.eks.AccessEntry]
     """One per clusterAdminArns/clusterViewerArns principal (but the creator EKS already made one for): the same
     whoever runs ``pulumi up``."""
+    access_grants: list[aws.eks.AccessPolicyAssociation]
+    """The entries' policy associations: a principal reaches the Kubernetes API only once its association exists, so
+    every Kubernetes provider of the stack (:attr:`provider`, and any other built on :attr:`kubeconfig`) depends on
+    these."""
 
     def __init__(self, name: str, args: ClusterArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("ray-efa-eks:index:Cluster", name, None, opts)
@@ -191,15 +232,24 @@ class Cluster(pulumi.ComponentResource):
             assume_role_policy='{"Version":"2012-10-17","Statement":[{"Effect":"Allow",'
             '"Principal":{"Service":"ec2.amazonaws.com"},"Action":"sts:AssumeRole"}]}',
             tags=args.tags, opts=child)
-        for i, arn in enumerate(NODE_POLICIES):
+        for i, arn in enumerate(NODE_POLICIES if args.cni_pod_identity else (*NODE_POLICIES, CNI_POLICY)):
             aws.iam.RolePolicyAttachment(f"{name}-node-{i}", role=self.node_role.name, policy_arn=arn, opts=child)
         key_arn = None
         if args.encrypt_secrets:
             key = aws.kms.Key(f"{name}-secrets", description=f"{name} Kubernetes secrets envelope encryption",
                               enable_key_rotation=True, tags=args.tags, opts=child)
             key_arn = key.arn
+        if args.log_retention_days not in LOG_RETENTION_VALUES:
+            raise ValueError(f"Cluster {name}: log_retention_days {args.log_retention_days} is not a CloudWatch Logs "
+                             f"retention; use one of {LOG_RETENTION_VALUES}")
+        logs = []
+        if args.log_types:  # before the cluster: EKS writes into an existing group and creates none
+            logs.append(aws.cloudwatch.LogGroup(f"{name}-control-plane-logs", name=f"/aws/eks/{name}/cluster",
+                                                retention_in_days=args.log_retention_days, tags=args.tags,
+                                                opts=child))
         self.eks = eks.Cluster(
             f"{name}-eks",
+            enabled_cluster_log_types=list(args.log_types) or None,
             vpc_id=args.vpc_id,
             public_subnet_ids=args.public_subnet_ids,
             private_subnet_ids=args.private_subnet_ids,
@@ -211,11 +261,15 @@ class Cluster(pulumi.ComponentResource):
             endpoint_private_access=True,
             endpoint_public_access=args.endpoint_public_access,
             public_access_cidrs=args.endpoint_public_access_cidrs if args.endpoint_public_access else None,
-            vpc_cni_options=eks.VpcCniOptionsArgs(enable_network_policy=args.enable_network_policy),
+            vpc_cni_options=eks.VpcCniOptionsArgs(
+                enable_network_policy=args.enable_network_policy,
+                configuration_values=cni_configuration(args.network_policy_enforcing_mode)
+                if args.enable_network_policy else None),
             encryption_config_key_arn=key_arn,
             name=name,
             tags=args.tags,
-            opts=child if args.creator_admin else pulumi.ResourceOptions(parent=self, transforms=[no_creator_admin]),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=logs,
+                                        transforms=None if args.creator_admin else [no_creator_admin]),
         )
         self.name = pulumi.Output.from_input(name)
         self.kubeconfig = self.eks.kubeconfig
@@ -223,11 +277,23 @@ class Cluster(pulumi.ComponentResource):
         described = aws.eks.get_cluster_output(name=name, opts=pulumi.InvokeOutputOptions(depends_on=[self.eks]))
         self.security_group_id = described.vpc_config.cluster_security_group_id
         self.arn = described.arn
-        self.addons: list[aws.eks.Addon] = []
-        if args.pod_identity_agent:
+        self.addons: list[pulumi.CustomResource] = []
+        if args.pod_identity_agent or args.cni_pod_identity:
             self.addons.append(aws.eks.Addon(
                 f"{name}-pod-identity-agent", cluster_name=name, addon_name="eks-pod-identity-agent",
                 tags=args.tags, opts=pulumi.ResourceOptions(parent=self, depends_on=[self.eks])))
+        if args.cni_pod_identity:
+            ns, sa = CNI_SERVICE_ACCOUNT
+            account_id = aws.get_caller_identity_output(opts=pulumi.InvokeOutputOptions(parent=self)).account_id
+            trust = pulumi.Output.all(account_id, self.arn).apply(
+                lambda a: pod_identity_trust_policy(a[0], a[1], ns, sa))
+            cni_role = aws.iam.Role(f"{name}-vpc-cni", assume_role_policy=trust, tags=args.tags,
+                                    description=f"{name}: the VPC CNI ({ns}/{sa}), AmazonEKS_CNI_Policy", opts=child)
+            attach = aws.iam.RolePolicyAttachment(f"{name}-vpc-cni", role=cni_role.name, policy_arn=CNI_POLICY,
+                                                  opts=child)
+            self.addons.append(aws.eks.PodIdentityAssociation(
+                f"{name}-vpc-cni", cluster_name=name, namespace=ns, service_account=sa, role_arn=cni_role.arn,
+                tags=args.tags, opts=pulumi.ResourceOptions(parent=self, depends_on=[self.eks, attach])))
         self.access_entries = []
         grants: list[pulumi.Resource] = []
         for policy, arns in ((ADMIN_ACCESS_POLICY, args.admin_arns), (VIEW_ACCESS_POLICY, args.viewer_arns)):
@@ -246,7 +312,15 @@ class Cluster(pulumi.ComponentResource):
                     opts=pulumi.ResourceOptions(parent=self, depends_on=[entry])))
                 self.access_entries.append(entry)
         # The deployer reaches the Kubernetes API through its entry: no Kubernetes call before the entries exist.
+        self.access_grants = grants
         self.provider = k8s.Provider(f"{name}-k8s", kubeconfig=self.eks.kubeconfig_json,
                                      enable_server_side_apply=True,
                                      opts=pulumi.ResourceOptions(parent=self, depends_on=grants))
+        if args.enable_network_policy:  # strict mode denies a pod no policy selects: CoreDNS and the charts' pods
+            in_kube_system = pulumi.ResourceOptions(parent=self, provider=self.provider)
+            for policy, spec in (("kube-system-ingress", allow_all_ingress()),
+                                 ("kube-system-egress", allow_all_egress())):
+                k8s.networking.v1.NetworkPolicy(f"{name}-{policy}", metadata={"name": f"ray-efa-eks-{policy}",
+                                                                              "namespace": KUBE_SYSTEM},
+                                                spec=spec, opts=in_kube_system)
         self.register_outputs({"name": self.name, "securityGroupId": self.security_group_id})

@@ -23,6 +23,7 @@ from .kuberay_versions import chart_version_problem
 from .ebs_limits import (GP3_API_DOC, GP3_BASELINE_IOPS, GP3_BASELINE_THROUGHPUT, GP3_DOC, GP3_IOPS_PER_GIB,
                          GP3_MAX_GIB, GP3_MAX_IOPS, GP3_MAX_THROUGHPUT, gp3_problem)
 from .storage_rules import ENCRYPTIONS
+from .team_queues import FORMAT as TEAM_FORMAT, TeamQueueText, parse_team, teams_problem
 from .values import REGION as REGION_RE, image_reference_problem, image_tag  # noqa: F401 (their old home)
 
 NAMESPACE = "ray-efa-eks"
@@ -101,7 +102,7 @@ class StackConfig:
                        "fleet down); KubeRay deletes them and mutes the field in its recreate hash"))
     """Fixed GPU fleet (gpuScaleToZero false), lowering gpuNodeCount N -> M > 0: the N-M Ray worker pods KubeRay deletes (its workersToDelete), after their nodes were drained and terminated (docs/upgrades.md: scaling the GPU fleet down)."""
     systemInstanceType: str = key(
-        "m7i.xlarge", allowed=SYSTEM_TYPES,
+        "m7i.2xlarge", allowed=SYSTEM_TYPES,
         live=live("system-node",
                   note="a node group's instance types cannot change in place: EKS replaces the group"))
     """Node for the KubeRay operator and the GPU-less Ray head."""
@@ -354,7 +355,8 @@ class StackConfig:
     metricsRemoteWriteUrl: str | None = key(
         None, allowed="an http(s) URL with a host (Amazon Managed Service for Prometheus: its workspace's remote_write URL)",
         live=live("in-place",
-                  note="an aps-workspaces URL is signed with SigV4 as the Prometheus service account: give it "
+                  note="an aps-workspaces URL is signed with SigV4, for the region its host names, as the Prometheus "
+                       "service account: give it "
                        "aps:RemoteWrite through a Pod Identity association ([Observability](observability.md#keeping-"
                        "metrics-outside-the-cluster))"))
     """Also send every sample to this Prometheus remote-write endpoint (e.g. Amazon Managed Service for Prometheus)."""
@@ -384,6 +386,15 @@ class StackConfig:
                   note="false sends checkpoint and image traffic through the NAT gateway, billed per GB "
                        "([Cost](cost.md))"))
     """S3 gateway VPC endpoint on the private route tables: checkpoints and image layers skip the NAT's per-GB fee."""
+
+    # -- team job queues (components/job_queues.py, docs/team-jobs.md) -------------------
+    jobQueues: list[str] = key(
+        factory=list, allowed=f"teams, each {TEAM_FORMAT}",
+        live=live("in-place",
+                  note="installs or removes Kueue, the teams' namespaces, queues and roles; the KubeRay operator "
+                       "is upgraded in place to watch the team namespaces (no Ray pod is recreated). Emptying it "
+                       "uninstalls Kueue with its CRDs: queued RayJobs lose their queue ([Team jobs](team-jobs.md))"))
+    """Team job queues (Kueue): each team gets a namespace, a LocalQueue and a ClusterQueue with a GPU quota in nodes or GPUs (`:borrow`: may use other teams' idle quota), and a role that reaches only its checkpoint prefix; empty: no Kueue, today's stack ([Team jobs](team-jobs.md))."""
 
     # -- construction ---------------------------------------------------------------
 
@@ -444,6 +455,11 @@ class StackConfig:
         if self.efaCheckWaitSeconds is not None:
             return self.efaCheckWaitSeconds
         return cold_start.wait_budget_s(self.cold_start_layout)
+
+    @property
+    def job_queues(self) -> list:
+        """jobQueues parsed: one TeamQueue per team."""
+        return [parse_team(t) for t in self.jobQueues]
 
     @property
     def gpu_type(self) -> InstanceType:
@@ -538,6 +554,13 @@ class StackConfig:
             raise ConfigError("gpuRootVolumeThroughputMiBps", self.gpuRootVolumeThroughputMiBps,
                               f"EC2 refuses {gp3} ({GP3_DOC}); lower gpuRootVolumeThroughputMiBps or raise "
                               f"gpuRootVolumeIops to at least {self.gpuRootVolumeThroughputMiBps * 4}")
+        if self.jobQueues:
+            queues = teams_problem(self.job_queues, gpu.gpus)
+            if queues:
+                raise ConfigError("jobQueues", *queues)
+            if not self.checkpointBucket:
+                raise ConfigError("jobQueues", self.jobQueues, "each team's jobs checkpoint under the team's own prefix "
+                                  "of the stack's bucket: set checkpointBucket: true, or remove jobQueues")
         if self.endpointPublicAccess and not self.endpointPublicAccessCidrs:
             raise ConfigError("endpointPublicAccessCidrs", self.endpointPublicAccessCidrs,
                               "is empty while endpointPublicAccess is true; list CIDRs or set endpointPublicAccess: false")
@@ -664,7 +687,8 @@ GRAMMARS: dict[str, v.Grammar] = {
     "dlcImageGiB": v.Int(1, 200, example=20),
     "observability": v.Bool(),
     "metricsRetention": v.PrometheusDuration(),
-    "metricsRemoteWriteUrl": v.OrUnset(inner=v.HttpUrl()),
+    "metricsRemoteWriteUrl": v.OrUnset(inner=v.RemoteWriteUrl()),
+    "jobQueues": v.ListOf(item=TeamQueueText(), max_items=100, max_reason="one ClusterQueue per team"),
 }
 """Each StackConfig key's grammar (components/values.py). A new key gets one here; until it does it takes the
 plain grammar of its default's type (:func:`grammar`), which bounds nothing service-specific."""

@@ -26,6 +26,12 @@ from .instances import (EKS_CONTROL_PLANE_USD_HOUR, INTERFACE_ENDPOINT_USD_HOUR,
 # - Capacity Block: its whole price is paid up front when it is bought (EC2 user guide, "Capacity Blocks pricing and
 #   billing", https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/capacity-blocks-pricing-billing.html): nothing
 #   per hour in the stack's figure, and nothing the stack does refunds it.
+CONTROL_PLANE_LOGS_NOTE = (
+    "EKS control-plane logs (audit, authenticator) in CloudWatch Logs: $0.50/GB ingested and $0.03/GB-month stored in "
+    "us-east-1 (Standard class; other regions differ: https://aws.amazon.com/cloudwatch/pricing/), kept 90 days; the "
+    "volume grows with API requests (controllers' watches, the node agent's patches)")
+"""EKS bills the standard CloudWatch Logs ingestion and storage rates for control-plane logs (EKS user guide, "Send
+control plane logs to CloudWatch Logs"); per GB, so a note, not part of the hourly figure."""
 ON_DEMAND, RESERVATION, CAPACITY_BLOCK = "on-demand", "reservation", "capacity-block"
 
 
@@ -119,6 +125,7 @@ def cost_notes(region: str, nat_gateways: int = 1, s3_gateway_endpoint: bool = T
     elif nat_gateways:
         notes.append(f"S3 (checkpoints, ECR image layers) goes through the NAT gateway at {nat}: set "
                      "s3GatewayEndpoint true to route it through a free gateway endpoint")
+    notes.append(CONTROL_PLANE_LOGS_NOTE)
     notes.append("not included: EBS volumes, S3 storage and requests, KMS keys, data transfer out")
     return notes
 

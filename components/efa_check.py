@@ -140,7 +140,10 @@ class EfaCheckJobArgs:
     """As the RayCluster's workers get them (their NCCL env is part of what the check vouches for)."""
     blocking: bool = True
     min_busbw_gbps: float = 0.0
-    ttl_seconds_after_finished: int = 86400
+    ttl_seconds_after_finished: int | None = None
+    """Seconds Kubernetes keeps the finished Job; None keeps it (the record of the last proof). With a TTL the Job
+    disappears, and the next ``pulumi up`` (the project refreshes on every up: Pulumi.yaml ``options.refresh``) would
+    create it again and re-run the whole gate, GPU nodes and all."""
     auth_secret_name: str | None = None
     """The RayCluster's token Secret (Ray token auth): the container gets RAY_AUTH_MODE=token and
     RAY_AUTH_TOKEN from its ``auth_token`` key, so ``ray job submit/logs/status`` authenticate."""
@@ -389,7 +392,8 @@ class EfaCheckJob(pulumi.ComponentResource):
             metadata={"name": self.job_name, "namespace": args.namespace, "annotations": annotations},
             spec={
                 "backoffLimit": 0,
-                "ttlSecondsAfterFinished": args.ttl_seconds_after_finished,
+                **({"ttlSecondsAfterFinished": args.ttl_seconds_after_finished}
+                   if args.ttl_seconds_after_finished is not None else {}),
                 "activeDeadlineSeconds": d.active_deadline_s,
                 "template": {
                     "metadata": {"labels": dict(GATE_LABELS)},

@@ -91,6 +91,9 @@ class InstanceType:
     capacity_blocks: bool = False
     """EC2 sells Capacity Blocks for ML of this type (``SupportedUsageClasses`` has ``capacity-block``)."""
     gpu_compute_capability: float | None = None
+    max_pods: int = 0
+    """The kubelet's maxPods on the EKS AL2023 AMI with the VPC CNI's defaults (``tools/gen_catalogue.max_pods``);
+    it also sizes the memory the kubelet reserves."""
 
     @property
     def efa_card_indexes(self) -> tuple[int, ...]:
@@ -115,7 +118,7 @@ def _from_json(name: str, d: dict[str, Any]) -> InstanceType:
         d.get("efa_supported", False), d.get("max_efa_interfaces", 0), d["network_cards"],
         d.get("gpudirect_rdma", False), dict(d.get("price_usd_hour", {})), tuple(d.get("efa_cards", ())),
         d.get("efa_only_supported", False), float(d.get("efa_gbps", 0.0)), d.get("capacity_blocks", False),
-        d.get("gpu_compute_capability"))
+        d.get("gpu_compute_capability"), d.get("max_pods", 0))
 
 
 CATALOGUE: dict[str, InstanceType] = {name: _from_json(name, d) for name, d in _DATA["types"].items()}

@@ -35,10 +35,20 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from .kuberay_versions import chart_version_problem, crd_urls
+from .network_policies import allow_all_egress, default_deny_ingress
 from .node_groups import ROLE_LABEL, SYSTEM_ROLE
 
 KUBERAY_REPO = "https://ray-project.github.io/kuberay-helm/"
 KUBERAY_CHART_VERSION = "1.7.0"
+POD_SECURITY_LABELS = {"pod-security.kubernetes.io/enforce": "baseline",
+                       "pod-security.kubernetes.io/enforce-version": "latest",
+                       "pod-security.kubernetes.io/warn": "restricted",
+                       "pod-security.kubernetes.io/warn-version": "latest",
+                       "pod-security.kubernetes.io/audit": "restricted",
+                       "pod-security.kubernetes.io/audit-version": "latest"}
+"""The operator's namespace: ``baseline`` enforced (the 1.7.0 chart's pod passes it: no host namespaces or paths,
+``allowPrivilegeEscalation: false``, all capabilities dropped); ``restricted`` warned and audited (the chart sets
+no seccomp profile and no ``runAsNonRoot``)."""
 
 
 @dataclass
@@ -53,6 +63,9 @@ class KubeRayOperatorArgs:
     watch_namespaces: list[str] | None = None
     """Namespaces the operator watches, with RBAC in those only (:func:`watch_values`); None: the chart's default,
     every namespace with a ClusterRole."""
+    network_policy: bool = False
+    """NetworkPolicies in ``namespace``: nothing may connect to the operator (it serves no webhook here; the kubelet's
+    probes come from the node, which the VPC CNI always admits), all egress (the API server) allowed."""
     depends_on: list[pulumi.Resource] = field(default_factory=list)
     """What the release waits for: the watched namespaces."""
     crd_provider: k8s.Provider | None = None
@@ -82,7 +95,15 @@ class KubeRayOperator(pulumi.ComponentResource):
             raise ValueError(f"KubeRayOperator {name}: chart_version {args.chart_version!r} {problem}")
         super().__init__("ray-efa-eks:index:KubeRayOperator", name, None, opts)
         child = pulumi.ResourceOptions(parent=self, provider=args.provider)
-        ns = k8s.core.v1.Namespace(f"{name}-ns", metadata={"name": args.namespace}, opts=child)
+        ns = k8s.core.v1.Namespace(f"{name}-ns", metadata={"name": args.namespace, "labels": dict(POD_SECURITY_LABELS)},
+                                   opts=child)
+        if args.network_policy:
+            in_ns = pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[ns]))
+            for policy, spec in ((f"{args.namespace}-default-deny", default_deny_ingress()),
+                                 (f"{args.namespace}-egress", allow_all_egress())):
+                k8s.networking.v1.NetworkPolicy(f"{name}-{policy}",
+                                                metadata={"name": policy, "namespace": args.namespace},
+                                                spec=spec, opts=in_ns)
         self.crds = k8s.yaml.v2.ConfigGroup(
             f"{name}-crds", files=crd_urls(args.chart_version),
             opts=pulumi.ResourceOptions(parent=self, provider=args.crd_provider or args.provider,

@@ -7,10 +7,11 @@ cluster placement group, which breaks On-Demand Capacity Reservations and Capaci
 managed node groups get this template instead, with ``enableEfaSupport`` off. It keeps what pulumi-eks
 wrote and adds what the issue asks:
 
-* one EFA interface per EFA-capable network card (the catalogue's ``efa_card_indexes``; p5.48xlarge: 32):
-  card 0 is ``efa`` at device index 0 (it also carries the node's IP; a plain ENA interface where card 0 has no
-  EFA, as on p6-b300.48xlarge), every other card ``efa-only`` at device index 1 where the type supports
-  efa-only (no IP address used, no routing conflicts), else ``efa``;
+* one EFA interface per EFA-capable network card (the catalogue's ``efa_card_indexes``; p5.48xlarge: 32), laid
+  out as EC2's guide recommends where the type supports ``efa-only``: a plain ENA primary interface (card 0, device
+  0: the node's IP and the VPC CNI's), ``efa-only`` at card 0 device 1 when card 0 carries EFA, and ``efa-only`` at
+  device 0 of every further card (no IP address used, no routing conflicts); a type without efa-only keeps ``efa``
+  (EFA with ENA) at card 0 device 0 and device 1 of the other cards;
   every interface in the security groups EFA needs (the EKS cluster security group, which has the
   all-traffic self rules) and deleted with the instance;
 * ``metadataOptions``: IMDSv2 required, hop limit 1 (pods one hop further cannot reach the node role);
@@ -136,11 +137,14 @@ def efa_network_interfaces(instance_type: InstanceType, security_group_ids: pulu
                            ) -> list[dict[str, Any]]:
     """One EFA interface per EFA-capable network card (catalogue ``efa_card_indexes``), efa-only where supported.
 
-    EC2's rules: the primary interface (card 0, device 0) must carry an IP, so it is ``efa`` (EFA with ENA) when card
-    0 carries EFA, and a plain ENA interface when it does not (p6-b300.48xlarge: card 0 lists only ``interface``,
-    cards 1-16 EFA); ``efa-only`` is allowed on secondary interfaces only; one EFA per network card. AWS, "Maximize
-    network bandwidth on Amazon EC2 instances with multiple network cards"
-    (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa-acc-inst-types.html).
+    AWS, "Maximize network bandwidth on Amazon EC2 instances with multiple network cards"
+    (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa-acc-inst-types.html), for types with efa-only: the
+    primary interface (card 0, device 0) an ENA interface ("You can't use an EFA-only network interface as the primary
+    network interface"); if card 0 supports EFA, an efa-only interface at card 0, device 1; for each further card,
+    efa-only at device 0 (its P5/P5e section lays p5.48xlarge out the same way; p6-b300.48xlarge's card 0 lists only
+    ``interface``, so it gets the ENA primary and efa-only on cards 1-16). The EFA device count is the same as with
+    ``efa`` on the primary: one per EFA card. Types without efa-only (``efa_only_supported`` false): ``efa`` (EFA with
+    ENA) at card 0 device 0, ``efa`` at device 1 of the other cards, as before. One EFA per network card.
     """
     cards = instance_type.efa_card_indexes
     if not instance_type.efa_supported or not cards:
@@ -148,13 +152,16 @@ def efa_network_interfaces(instance_type: InstanceType, security_group_ids: pulu
     if len(cards) != instance_type.max_efa_interfaces or max(cards) >= instance_type.network_cards:
         raise ValueError(f"{instance_type.name}: catalogue says {instance_type.max_efa_interfaces} EFA interfaces on "
                          f"cards {list(cards)} of {instance_type.network_cards}; EC2 allows one EFA per card")
-    secondary = "efa-only" if instance_type.efa_only_supported else "efa"
     common = {"security_groups": security_group_ids, "delete_on_termination": "true"}
+    if instance_type.efa_only_supported:  # ENA primary (no interface_type = "interface"), efa-only everywhere else
+        return [{"network_card_index": 0, "device_index": 0, **common},
+                *({"network_card_index": i, "device_index": 1 if i == 0 else 0, "interface_type": "efa-only",
+                   **common} for i in cards)]
     out: list[dict[str, Any]] = []
-    if 0 not in cards:  # the primary interface still has to exist: ENA only (no interface_type = "interface")
+    if 0 not in cards:  # the primary interface still has to exist: ENA only
         out.append({"network_card_index": 0, "device_index": 0, **common})
-    out += [{"network_card_index": i, "device_index": 0 if i == 0 else 1,
-             "interface_type": "efa" if i == 0 else secondary, **common} for i in cards]
+    out += [{"network_card_index": i, "device_index": 0 if i == 0 else 1, "interface_type": "efa", **common}
+            for i in cards]
     return out
 
 

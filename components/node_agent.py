@@ -42,6 +42,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from .efa_check import EFA_PROOF_PACKAGE, _config_key, _package_dir
+from .network_policies import allow_all_egress
 from .node_groups import GPU_ROLE, GPU_TOLERATION, ROLE_LABEL
 from .raycluster import check_guaranteed, pod_resources
 
@@ -122,6 +123,9 @@ class NodeAgentArgs:
     """The Ray namespace: with it the proof also reads the Ray worker pods on its node there (a Role with ``list``
     on pods, :meth:`NodeAgent.grant_worker_read`) and puts the startup taint back when a worker's
     ``efa-provider-check`` init container failed."""
+    kubernetes_version: str | None = None
+    """The cluster's Kubernetes version: the own-node policy holds every Node field that version's schema has
+    (:func:`node_fields`; None: the fields of the oldest version the stack accepts)."""
     extra_containers: list[dict[str, Any]] = field(default_factory=list)
     """More containers in the agent pod."""
     extra_volumes: list[dict[str, Any]] = field(default_factory=list)
@@ -279,28 +283,66 @@ GA in 1.32): the API server puts the pod's ``spec.nodeName`` into the token it i
 authenticator hands it to admission as ``request.userInfo.extra``."""
 
 
+NODE_FIELDS: dict[str, tuple[str, ...]] = {
+    "metadata": ("annotations", "creationTimestamp", "deletionGracePeriodSeconds", "deletionTimestamp", "finalizers",
+                 "generateName", "labels", "name", "namespace", "ownerReferences", "selfLink", "uid"),
+    "spec": ("configSource", "externalID", "podCIDR", "podCIDRs", "providerID", "taints", "unschedulable"),
+    "status": ("addresses", "allocatable", "capacity", "conditions", "config", "daemonEndpoints", "features", "images",
+               "nodeInfo", "phase", "runtimeHandlers", "volumesAttached", "volumesInUse"),
+}
+"""The Node's fields the own-node policy holds equal (but the taint and the condition it may write), as the Node
+schema of Kubernetes 1.32 lists them (ObjectMeta, NodeSpec, NodeStatus); a test pins the list to the schema of every
+version the stack accepts. Not held: ``managedFields``, ``resourceVersion`` and ``generation``, which the API server
+itself writes on every request (the field manager runs before admission). A field a version lacks must not be named
+(the policy's CEL is type-checked against that version's schema, and an expression that does not compile fails the
+request under ``failurePolicy: Fail``), hence :data:`NODE_FIELDS_SINCE`."""
+NODE_FIELDS_SINCE: dict[tuple[int, int], dict[str, tuple[str, ...]]] = {(1, 35): {"status": ("declaredFeatures",)}}
+"""Node fields a later Kubernetes version adds (NodeStatus ``declaredFeatures`` from 1.35)."""
+
+
+def node_fields(kubernetes_version: str | None = None) -> dict[str, tuple[str, ...]]:
+    """:data:`NODE_FIELDS` plus what ``kubernetes_version`` (``1.35``; None: the oldest the stack accepts) adds."""
+    out = {k: list(v) for k, v in NODE_FIELDS.items()}
+    if kubernetes_version:
+        have = tuple(int(p) for p in kubernetes_version.split(".")[:2])
+        for since, more in sorted(NODE_FIELDS_SINCE.items()):
+            if have >= since:
+                for part, names in more.items():
+                    out[part] += names
+    return {k: tuple(sorted(v)) for k, v in out.items()}
+
+
+def _same(part: str, key: str) -> str:
+    """CEL: ``object.<part>.<key>`` and ``oldObject``'s are both absent or equal."""
+    o, old = f"object.{part}.{key}", f"oldObject.{part}.{key}"
+    return f"(has({o}) == has({old}) && (!has({o}) || {o} == {old}))"
+
+
+def _same_part(part: str, fields: dict[str, tuple[str, ...]], allowed: str = "") -> str:
+    """CEL: every field of ``object.<part>`` but ``allowed`` equals ``oldObject``'s (a missing part counts as empty)."""
+    keys = " && ".join(_same(part, k) for k in fields[part] if k != allowed)
+    return f"(has(object.{part}) == has(oldObject.{part}) && (!has(object.{part}) || ({keys})))"
+
+
 def own_node_policy(namespace: str = NAMESPACE, taint: str = FABRIC_STARTUP_TAINT,
-                    condition: str = FABRIC_CONDITION) -> dict[str, Any]:
-    """ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1, GA in Kubernetes 1.30): the node agent's
-    token may change only the node its pod runs on, there only remove ``taint`` or add exactly it back
-    (``<taint>=true:NoSchedule``, after a Ray worker's provider check failed; nothing else of the Node) and only
-    write the ``condition`` (nothing else of its status), and create Events only about that node."""
+                    condition: str = FABRIC_CONDITION, kubernetes_version: str | None = None) -> dict[str, Any]:
+    """ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1, GA in Kubernetes 1.30): the node agent's token may
+    change only the node its pod runs on, and there exactly one thing per request: remove ``taint`` or add exactly it
+    back (``<taint>=true:NoSchedule``, after a Ray worker's provider check failed), or write the ``condition`` in the
+    status. Every other field of the old Node (:func:`node_fields`: metadata with its ownerReferences and
+    finalizers, the rest of the spec, addresses, daemonEndpoints, nodeInfo, images...) must stay equal, so the token
+    can neither hand the Node to the garbage collector nor rewrite the addresses the API server dials. Events only
+    about that node."""
+    fields = node_fields(kubernetes_version)
+
     def taints(o: str) -> str:
         return f"(has({o}.spec.taints) ? {o}.spec.taints : [])"
 
     def conds(o: str) -> str:
         return f"(has({o}.status.conditions) ? {o}.status.conditions : [])"
 
-    def meta(o: str, k: str) -> str:
-        return f"(has({o}.metadata.{k}) ? {o}.metadata.{k} : {{}})"
-
-    def status(o: str, k: str) -> str:
-        return f"(has({o}.status.{k}) ? {o}.status.{k} : {{}})"
-
-    same_meta = " && ".join(f"{meta('object', k)} == {meta('oldObject', k)}" for k in ("labels", "annotations"))
     node = "request.resource.resource == 'nodes'"
-    same_cordon = ("(has(object.spec.unschedulable) && object.spec.unschedulable) == "
-                   "(has(oldObject.spec.unschedulable) && oldObject.spec.unschedulable)")
+    same_meta = _same_part("metadata", fields)
     removes = (f"({taints('oldObject')}.exists(t, t.key == '{taint}') && "
                f"{taints('object')} == {taints('oldObject')}.filter(t, t.key != '{taint}'))")
     # put back after a Ray worker's provider check failed: the old list plus exactly one NoSchedule taint, value true
@@ -327,14 +369,15 @@ def own_node_policy(namespace: str = NAMESPACE, taint: str = FABRIC_STARTUP_TAIN
             {"expression": f"!({node}) || object.metadata.name == variables.own", "reason": "Forbidden",
              "message": "the node agent may change only the node its pod runs on"},
             {"expression": f"!({node} && request.subResource == '') || "
-                           f"(({removes} || {adds}) && {same_meta} && {same_cordon})",
+                           f"(({removes} || {adds}) && {same_meta} && {_same_part('spec', fields, 'taints')} && "
+                           f"{_same_part('status', fields)})",
              "reason": "Forbidden",
              "message": f"on its node the node agent may only remove the taint {taint} or put it back"},
             {"expression": f"!({node} && request.subResource == 'status') || "
                            f"({conds('object')}.filter(c, c.type != '{condition}') == "
                            f"{conds('oldObject')}.filter(c, c.type != '{condition}') && "
-                           f"{status('object', 'allocatable')} == {status('oldObject', 'allocatable')} && "
-                           f"{status('object', 'capacity')} == {status('oldObject', 'capacity')} && {same_meta})",
+                           f"{_same_part('status', fields, 'conditions')} && {same_meta} && "
+                           f"{_same_part('spec', fields)})",
              "reason": "Forbidden", "message": f"in its node's status the node agent may only write {condition}"},
             {"expression": "request.resource.resource != 'events' || "
                            "(object.involvedObject.kind == 'Node' && object.involvedObject.name == variables.own)",
@@ -395,6 +438,9 @@ class NodeAgent(pulumi.ComponentResource):
                     create=f"{ROLLOUT_TIMEOUT_S}s", update=f"{ROLLOUT_TIMEOUT_S}s"))))
         k8s.core.v1.Service(f"{name}-service", metadata={"name": SERVICE_NAME, **meta}, spec=service_spec(),
                             opts=in_ns)
+        if args.network_policy:  # strict mode: the proof's API calls
+            k8s.networking.v1.NetworkPolicy(f"{name}-egress", metadata={"name": f"{NAME}-egress", **meta},
+                                            spec=allow_all_egress(), opts=in_ns)
         if args.network_policy and args.allowed_namespaces:
             k8s.networking.v1.NetworkPolicy(f"{name}-ingress", metadata={"name": f"{SERVICE_NAME}-ingress", **meta},
                                             spec=network_policy_spec(args.allowed_namespaces), opts=in_ns)
@@ -426,7 +472,7 @@ class NodeAgent(pulumi.ComponentResource):
         labels = {"labels": dict(APP_LABELS)}
         policy = k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
             f"{name}-own-node-policy", metadata={"name": POLICY_NAME, **labels},
-            spec=own_node_policy(args.namespace), opts=opts)
+            spec=own_node_policy(args.namespace, kubernetes_version=args.kubernetes_version), opts=opts)
         binding = k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding(
             f"{name}-own-node-binding", metadata={"name": POLICY_NAME, **labels},
             spec={"policyName": POLICY_NAME, "validationActions": ["Deny"]},

@@ -45,6 +45,8 @@ import pulumi_kubernetes as k8s
 import pulumi_random as random
 
 from .instances import InstanceType
+from .node_allocatable import allocatable_memory_mib
+from .network_policies import allow_all_egress
 from .node_groups import GPU_ROLE, GPU_TOLERATION, ROLE_LABEL, SYSTEM_ROLE
 from .ray_autoscaler import AutoscalerArgs, autoscaler_options, token_volume
 
@@ -96,6 +98,18 @@ TOKEN_LENGTH = 64
 """Alphanumeric characters of the token (sent as an HTTP bearer token and a gRPC header)."""
 CHART_ANNOTATION = "ray-efa-eks/kuberay-chart-version"
 """On the RayCluster: the KubeRay chart version the stack ran it with (read by :func:`chart_bump_problem`)."""
+PATCH_FORCE_ANNOTATION = {"pulumi.com/patchForce": "true"}
+"""On the RayCluster: Pulumi's server-side apply takes ``spec.workerGroupSpecs`` back from Ray's autoscaler.
+
+The CRD gives ``workerGroupSpecs`` no ``x-kubernetes-list-type``, so server-side apply treats the list as one atomic
+field, and Ray's KubeRay node provider, which patches ``replicas`` and ``scaleStrategy.workersToDelete`` into it,
+becomes its owner. pulumi-kubernetes applies without force unless the resource carries this annotation (or its
+provider ``enablePatchForce``: provider/pkg/await/await.go ``patchForce``, used by ``ssaUpdate``), so without it the
+next ``pulumi up`` that changes the RayCluster after a scale-up fails with a field-manager conflict. Forcing resets
+the fields the stack does not render (from zero: ``replicas`` to the CRD's default 0); KubeRay deletes no worker for
+that while in-tree autoscaling is on (raycluster_controller.go v1.7.0 ``reconcilePods``: "Random Pod deletion is
+disabled ... the only decision-maker for Pod deletions is Autoscaler"), and the autoscaler writes its count back on
+its next round. Only the RayCluster is forced: every other object keeps conflicts as errors."""
 STACK_NCCL_ENV = "RAY_EFA_EKS_STACK_NCCL_ENV"
 """JSON ``{name: value}`` of the ``NCCL_*`` variables this stack rendered on the container. A run's fabric capture
 (training/fabric.py ``STACK_NCCL_ENV``) reads it to tell the stack's defaults (``ncclDebug``: WARN) from a user's
@@ -111,9 +125,21 @@ runtime's default seccomp profile. Not ``runAsNonRoot``: the DLC image runs as r
 numeric non-root ``runAsUser`` would leave Ray, pip (runtime_env) and the EFA/NCCL libraries without a home or
 writable site-packages."""
 CONTAINER_SECURITY_CONTEXT = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
-"""Container-level asks of ``restricted``: no setuid escalation and no capabilities. Ray, the Jobs API and
-``ray job submit`` need none (Ray runs as an unprivileged user in its own images); root without capabilities can
-still write the root-owned files of the image and /tmp/ray."""
+"""Container-level asks of ``restricted``: no setuid escalation and no capabilities, on every Ray container (head,
+GPU workers, the workers' ``efa-provider-check``) and the gate's. Ray, the Jobs API, ``ray job submit`` and Ray
+Train need none (Ray runs as an unprivileged user in its own images; tests/training/test_worker_constraints.py runs
+a cluster and a training run with no capabilities, no_new_privs and a 64 KiB RLIMIT_MEMLOCK); root without
+capabilities can still write the root-owned files of the image and /tmp/ray.
+
+EFA and NCCL need none either. Opening ``/dev/infiniband/uverbs*`` is file access (the device plugin puts the node
+into the container). Registering host memory with the EFA device pins it through ib_umem_get (Linux
+drivers/infiniband/core/umem.c), which refuses a pin past ``RLIMIT_MEMLOCK`` unless the process has CAP_IPC_LOCK;
+containers never got CAP_IPC_LOCK (it is not among containerd's default capabilities), and Pod Security
+``baseline``, which namespace ``ray`` enforces, does not allow adding it. So the limit is what it was: the one the
+container inherits (the AL2023 node's containerd base runtime spec sets only RLIMIT_NOFILE, amazon-eks-ami
+nodeadm/internal/containerd/base-runtime-spec.json). Dropping the default set removes NET_RAW (raw sockets,
+ARP/ICMP spoofing in the pod network), SETUID/SETGID, DAC_OVERRIDE, CHOWN, FOWNER, MKNOD, KILL and the rest from
+the pods that hold the GPUs, the EFA devices and the S3 credentials."""
 
 
 def restricted_container(container: dict[str, Any]) -> dict[str, Any]:
@@ -225,6 +251,11 @@ def efa_env(instance_type: InstanceType, efa: bool, nccl_debug: str, nccl_net_pl
     return env
 
 
+DAEMONSET_MEMORY_MIB = 1024
+"""Left on a GPU node for its DaemonSets (node agent, device plugins, DCGM exporter, EKS's agents: about 470 MiB of
+requests in the default stack; tools/layout_fit.py places them)."""
+
+
 @dataclass
 class WorkerGroupArgs:
     """One GPU worker group: one pod per node, taking the whole node."""
@@ -237,7 +268,8 @@ class WorkerGroupArgs:
     cpu_reserve: int | None = None
     """vCPUs left for kubelet and daemonsets; default max(2, vcpus // 12)."""
     memory_reserve_mib: int | None = None
-    """Memory left for kubelet/daemonsets; default max(8 GiB, 10%)."""
+    """Memory left for kubelet/daemonsets; default max(8 GiB, 10%, what the kubelet keeps + 1 GiB for the GPU
+    node's DaemonSets): a type whose many pod slots make nodeadm reserve more (``node_allocatable``) still fits."""
     ray_start_params: dict[str, Any] = field(default_factory=dict)
     scale_from_zero: bool = False
     """Ray's autoscaler (``RayClusterArgs.autoscaler``) runs this group from 0 to ``replicas`` workers: the spec
@@ -251,7 +283,8 @@ class WorkerGroupArgs:
         it = self.instance_type
         cpu = it.vcpus - (self.cpu_reserve if self.cpu_reserve is not None else max(2, it.vcpus // 12))
         mem = it.memory_mib - (self.memory_reserve_mib if self.memory_reserve_mib is not None
-                               else max(8192, it.memory_mib // 10))
+                               else max(8192, it.memory_mib // 10,
+                                        it.memory_mib - allocatable_memory_mib(it) + DAEMONSET_MEMORY_MIB))
         if cpu < 1 or mem < 1024:
             raise ValueError(f"worker group {self.name}: reserve leaves cpu={cpu}, memory={mem}Mi on {it.name}")
         extra = {"nvidia.com/gpu": it.gpus}
@@ -445,11 +478,13 @@ def build_spec(args: RayClusterArgs) -> dict[str, Any]:
         pod: dict[str, Any] = {
             "nodeSelector": dict(g.node_selector),
             "tolerations": [dict(GPU_TOLERATION)],
-            "containers": [_container("ray-worker", args.image, res, env)],
+            "securityContext": json.loads(json.dumps(POD_SECURITY_CONTEXT)),
+            "containers": [restricted_container(_container("ray-worker", args.image, res, env))],
             "volumes": _shm(f"{max(1, g.instance_type.memory_mib // 1024 // 4)}Gi"),
         }
         if g.efa:  # the node's libfabric must open the efa provider on the worker's own device before Ray starts
-            pod["initContainers"] = [provider_check_container(args.image, res, [dict(e) for e in env])]
+            pod["initContainers"] = [restricted_container(
+                provider_check_container(args.image, res, [dict(e) for e in env]))]
         if g.efa and args.efa_exporter_url:  # the EFA counter witness reads its node's exporter
             pod["containers"][0]["env"] += [
                 {"name": EFA_EXPORTER_ENV, "value": args.efa_exporter_url},
@@ -585,6 +620,9 @@ class RayCluster(pulumi.ComponentResource):
             deps.append(k8s.networking.v1.NetworkPolicy(
                 f"{name}-default-deny", metadata={"name": f"{name}-default-deny", "namespace": args.namespace},
                 spec=DEFAULT_DENY_SPEC, opts=in_ns))
+            deps.append(k8s.networking.v1.NetworkPolicy(  # strict mode: the pods' DNS, S3 and API calls
+                f"{name}-egress", metadata={"name": f"{name}-egress", "namespace": args.namespace},
+                spec=allow_all_egress(), opts=in_ns))
             deps.append(k8s.networking.v1.NetworkPolicy(
                 f"{name}-pods-ingress", metadata={"name": f"{name}-pods-ingress", "namespace": args.namespace},
                 spec=ray_pods_network_policy_spec(name, args.metrics_from_namespaces), opts=in_ns))
@@ -600,10 +638,11 @@ class RayCluster(pulumi.ComponentResource):
             self.auth_secret_name = args.auth_secret_name
             self.auth_token = pulumi.Output.secret(token.result)
         self.spec_hash = self.spec["headGroupSpec"]["template"]["spec"]["containers"][0]["env"][-1]["value"]
-        metadata: dict[str, Any] = {"name": name, "namespace": args.namespace}
+        metadata: dict[str, Any] = {"name": name, "namespace": args.namespace,
+                                    "annotations": dict(PATCH_FORCE_ANNOTATION)}
         hooks = None
         if args.kuberay_chart_version:
-            metadata["annotations"] = {CHART_ANNOTATION: args.kuberay_chart_version}
+            metadata["annotations"][CHART_ANNOTATION] = args.kuberay_chart_version
             hooks = pulumi.ResourceHookBinding(before_update=[pulumi.ResourceHook(
                 f"{name}-raycluster-chart-bump", _check_chart_bump, pulumi.ResourceHookOptions(on_dry_run=True))])
         self.custom_resource = k8s.apiextensions.CustomResource(

@@ -33,6 +33,7 @@ from .device_plugins import DevicePlugins, DevicePluginsArgs
 from .efa_check import Deadlines, EfaCheckJob, EfaCheckJobArgs, gate_transport
 from .errors import ArgError
 from .eks_versions import version_warning
+from .job_queues import JobQueues, JobQueuesArgs
 from .kuberay import KubeRayOperator, KubeRayOperatorArgs
 from .live_cluster import lagging_warning, read_live_cluster, upgrade_problem
 from .kuberay_versions import unverified_note
@@ -169,6 +170,8 @@ class EfaRayClusterArgs(TypedDict, total=False):
     """Only for a cluster created with EKS's creator admin entry (bootstrapClusterCreatorAdminPermissions): the IAM principal that created it; the stack makes no entry for it (docs/upgrades.md)."""
     s3GatewayEndpoint: bool
     """S3 gateway VPC endpoint on the private route tables: checkpoints and image layers skip the NAT's per-GB fee."""
+    jobQueues: list[str]
+    """Team job queues (Kueue): each team gets a namespace, a LocalQueue and a ClusterQueue with a GPU quota in nodes or GPUs (`:borrow`: may use other teams' idle quota), and a role that reaches only its checkpoint prefix; empty: no Kueue, today's stack ([Team jobs](team-jobs.md))."""
     # -- end of generated keys --
 
 
@@ -357,18 +360,28 @@ class EfaRayCluster(pulumi.ComponentResource):
                 service_account=RAY_SERVICE_ACCOUNT, bucket_name=bucket.name, bucket_arn=bucket.arn,
                 prefix=cfg.checkpointPrefix, kms_key_arn=bucket.kms_key_arn, region=cfg.region, tags=tags),
                 opts=child)
+        queues = None
+        if cfg.jobQueues and bucket is not None:  # Kueue, the teams' namespaces, queues, RBAC, storage (team-jobs.md)
+            queues = JobQueues("job-queues", JobQueuesArgs(
+                provider=cluster.provider, teams=cfg.job_queues, instance_type=cfg.gpu_type,
+                cluster_name=cluster.name, cluster_arn=cluster.arn, bucket_name=bucket.name, bucket_arn=bucket.arn,
+                kms_key_arn=bucket.kms_key_arn, region=cfg.region, pods_ready_timeout_s=cfg.efa_check_wait_s,
+                network_policy=cfg.networkPolicy, tags=tags, depends_on=[system]), opts=child)
+        team_namespaces = queues.namespace_names if queues else []
         operators: list[KubeRayOperator] = []
 
         # The CRDs Helm installed on a stack's first up are upserted and taken over (components/kuberay.py).
         crd_provider = k8s.Provider("kuberay-crds-k8s", kubeconfig=cluster.eks.kubeconfig_json,
                                     enable_server_side_apply=True, upsert_existing_objects=True,
-                                    enable_patch_force=True, opts=pulumi.ResourceOptions(parent=self))
+                                    enable_patch_force=True,
+                                    opts=pulumi.ResourceOptions(parent=self, depends_on=cluster.access_grants))
 
         def install_operator(ray_ns: pulumi.Resource) -> list[pulumi.Resource]:
             """The KubeRay operator, watching only the Ray namespace (its chart puts a Role there)."""
             operators.append(KubeRayOperator("kuberay", KubeRayOperatorArgs(
                 provider=cluster.provider, chart_version=cfg.kuberayChartVersion, crd_provider=crd_provider,
-                watch_namespaces=[RAY_NAMESPACE], depends_on=[ray_ns]), opts=opts_with(depends_on=[system])))
+                watch_namespaces=[RAY_NAMESPACE, *team_namespaces], network_policy=cfg.networkPolicy,
+                depends_on=[ray_ns, *(queues.namespaces if queues else [])]), opts=opts_with(depends_on=[system])))
             # the node agent's read of its node's Ray workers (a failed provider check puts its taint back)
             return [operators[-1], *(agent.grant_worker_read(ray_ns) if agent else [])]
 
@@ -376,9 +389,11 @@ class EfaRayCluster(pulumi.ComponentResource):
         if cfg.efa:  # the one reader of the hosts' EFA counters (the Ray pods mount no host path)
             agent = NodeAgent("node-agent", NodeAgentArgs(
                 provider=cluster.provider, image=agent_image, instance_types=[cfg.gpuInstanceType],
-                network_policy=cfg.networkPolicy, allowed_namespaces=[RAY_NAMESPACE, METRICS_NAMESPACE],
+                network_policy=cfg.networkPolicy,
+                allowed_namespaces=[RAY_NAMESPACE, METRICS_NAMESPACE, *team_namespaces],
                 startup_taints=unproven, efa_devices={cfg.gpuInstanceType: cfg.gpu_type.max_efa_interfaces},
-                workers_namespace=RAY_NAMESPACE, depends_on=[gpu, *pulled_after]), opts=child)
+                workers_namespace=RAY_NAMESPACE, kubernetes_version=cfg.kubernetesVersion,
+                depends_on=[gpu, *pulled_after]), opts=child)
         # The DLC pulled on each joining GPU node while its fabric is proven (the taint keeps Ray off until then).
         ImagePrePull("image-prepull", ImagePrePullArgs(
             provider=cluster.provider, image=dlc_image, idle_image=agent_image, instance_types=[cfg.gpuInstanceType],
@@ -401,12 +416,13 @@ class EfaRayCluster(pulumi.ComponentResource):
         metrics = None
         if cfg.observability:  # Prometheus + Grafana on the system node, DCGM on the GPU nodes, alerts, dashboard
             metrics = Observability("observability", ObservabilityArgs(
-                provider=cluster.provider, ray_namespace=RAY_NAMESPACE, retention=cfg.metricsRetention,
+                provider=cluster.provider, ray_namespace=RAY_NAMESPACE, team_namespaces=team_namespaces,
+                retention=cfg.metricsRetention,
                 remote_write_url=cfg.metricsRemoteWriteUrl, region=cfg.region, efa=cfg.efa,
                 line_rate_gbps=cfg.gpu_type.efa_gbps or 0.0,
                 thresholds=AlertThresholds(line_rate_bytes_per_s=(cfg.gpu_type.efa_gbps or 0.0) * 1e9 / 8,
                                            ray_namespace=RAY_NAMESPACE),
-                startup_taints=unproven, depends_on=[system]), opts=child)
+                startup_taints=unproven, network_policy=cfg.networkPolicy, depends_on=[system]), opts=child)
         check = None
         if cfg.efaCheck and cfg.gpuNodeCount > 0:
             shape = gate_transport(cfg.efa, cfg.gpuNodeCount)
@@ -455,6 +471,7 @@ class EfaRayCluster(pulumi.ComponentResource):
         self.device_plugins, self.operator, self.ray, self.check = plugins, operator, ray, check
         self.bucket, self.storage, self.cluster_autoscaler = bucket, storage, autoscaler
         self.observability = metrics
+        self.job_queues = queues
 
         out = pulumi.Output.from_input
         self.cluster_name = cluster.name

@@ -722,6 +722,54 @@ class HttpUrl(Text):
                 "https://h:65536", "http://[::1", "https://u:p@h", "https://h/a b"]
 
 
+AMP_HOST = re.compile(r"aps-workspaces(?:-fips)?\.(?P<region>[a-z]{2}(?:-[a-z]+)+-[1-9]\d*)\."
+                      r"(?:amazonaws\.com(?:\.cn)?|api\.aws)")
+"""An Amazon Managed Service for Prometheus data-plane host: ``aps-workspaces[-fips].<region>.amazonaws.com`` (IPv4),
+``....api.aws`` (dual-stack), ``....amazonaws.com.cn`` (China) (AWS General Reference, "Amazon Managed Service for
+Prometheus endpoints and quotas"). The region in the host is the one a write must be signed for."""
+
+
+def looks_like_amp(host: str) -> bool:
+    """A host meant as an AMP workspace endpoint (the data-plane prefix under an AWS domain), well formed or not."""
+    return host.startswith("aps-workspaces") and host.endswith((".amazonaws.com", ".amazonaws.com.cn", ".api.aws"))
+
+
+def amp_region(url: str) -> str | None:
+    """The region of an AMP workspace URL's endpoint (``us-east-1`` of ``https://aps-workspaces.us-east-1...``), or
+    None for a URL that is not a well-formed AMP endpoint."""
+    from urllib.parse import urlsplit
+
+    try:
+        host = (urlsplit(url).hostname or "").lower()
+    except ValueError:
+        return None
+    m = AMP_HOST.fullmatch(host)
+    return m.group("region") if m else None
+
+
+@dataclass(frozen=True)
+class RemoteWriteUrl(HttpUrl):
+    """:class:`HttpUrl`; one on an AMP endpoint must name its region in the host the way AWS does, because the write
+    is signed (SigV4) for that region and a host without one answers nothing."""
+
+    amp_fix: str = ("an Amazon Managed Service for Prometheus URL names its workspace's region: "
+                    "https://aps-workspaces.REGION.amazonaws.com/workspaces/WORKSPACE_ID/api/v1/remote_write "
+                    "(the remote write URL on the workspace's page)")
+
+    def check(self, value: Any) -> None:
+        super().check(value)
+        from urllib.parse import urlsplit
+
+        host = (urlsplit(value).hostname or "").lower()
+        if looks_like_amp(host) and amp_region(value) is None:
+            raise ValueProblem(f"host {host} is no AMP endpoint; {self.amp_fix}", value)
+
+    def boundary(self) -> list[Any]:
+        return [*super().boundary(),
+                "https://aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-1/api/v1/remote_write",
+                "https://aps-workspaces.amazonaws.com/workspaces/ws-1/api/v1/remote_write"]
+
+
 PROMETHEUS_DURATION = re.compile(r"(?:\d+y)?(?:\d+w)?(?:\d+d)?(?:\d+h)?(?:\d+m)?(?:\d+s)?(?:\d+ms)?")
 """Prometheus' duration grammar (prometheus/common model.ParseDuration: units y w d h m s ms, largest first)."""
 

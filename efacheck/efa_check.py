@@ -60,6 +60,7 @@ import os
 import re
 import socket
 import sys
+import time
 import traceback
 from typing import Any
 
@@ -97,16 +98,56 @@ def _table(r: dict) -> str:
     return "\n".join(out)
 
 
+GCS_PROBE_S = 30.0
+"""At most this long (or ``--wait-s`` when shorter) for a GCS address to answer before ``ray.init`` is called."""
+_H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+"""The HTTP/2 client connection preface and an empty SETTINGS frame (RFC 9113 section 3.4)."""
+
+
+def gcs_silence(host: str, port: int, timeout: float) -> str | None:
+    """None when ``host:port`` answers as a gRPC server does (the GCS is one): an HTTP/2 SETTINGS frame back after
+    the client preface, within ``timeout`` s in all (RFC 9113 section 3.4: the server's preface is a SETTINGS
+    frame). Else why not. ``ray.init`` itself retries a silent address for many minutes (ray/_private/node.py
+    ``_init_gcs_client``: 20 tries, then ``get_all_node_info_until_retrieved`` at 60 s a try), so this is asked
+    first."""
+    deadline = time.monotonic() + timeout
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as s:
+            s.sendall(_H2_PREFACE)
+            head = b""
+            while len(head) < 9:
+                s.settimeout(max(0.01, deadline - time.monotonic()))
+                chunk = s.recv(9 - len(head))
+                if not chunk:
+                    return "it closed the connection without answering"
+                head += chunk
+    except (socket.timeout, TimeoutError):
+        return f"it accepted the connection but did not answer within {timeout:g} s"
+    except (OSError, ValueError) as e:
+        return str(e)
+    if head[3] != 0x04:
+        return "it answered, but not as a Ray GCS (a gRPC server) does"
+    return None
+
+
 def _connect(address: str, wait_s: float) -> None:
-    """ray.init that cannot hang: a host:port that does not answer within ``wait_s`` is 'unreachable'."""
+    """ray.init that cannot hang: a host:port that does not answer as a GCS within ``min(wait_s, GCS_PROBE_S)`` is
+    'unreachable' (:func:`gcs_silence`)."""
     import ray
 
-    if address not in ("auto", "local") and not address.startswith("ray://"):
-        host, _, port = address.rpartition(":")
+    # "auto" connects to $RAY_ADDRESS first when it is set (ray/_private/services.py canonicalize_bootstrap_address)
+    target = os.environ.get("RAY_ADDRESS", "") if address == "auto" else address
+    if re.fullmatch(r"[^/:\s]+:\d+|\[[0-9a-fA-F:.]+\]:\d+", target):
+        host, _, port = target.rpartition(":")
         try:
-            socket.create_connection((host or address, int(port or 6379)), timeout=min(wait_s, 30)).close()
-        except (OSError, ValueError) as e:
-            raise CheckFailed("unreachable", f"Ray GCS at {address!r} is unreachable: {e}") from None
+            why = gcs_silence(host.strip("[]"), int(port), min(wait_s, GCS_PROBE_S))
+        except ValueError as e:
+            why = str(e)
+        if why:
+            said = f"{address!r} (RAY_ADDRESS={target})" if target != address else repr(address)
+            raise CheckFailed("unreachable", f"Ray GCS at {said} is unreachable: {why}") from None
+    elif address not in ("auto", "local") and not address.startswith("ray://"):
+        raise CheckFailed("unreachable", f"Ray GCS at {address!r} is unreachable: not HOST:PORT") from None
     try:
         ray.init(address=address, log_to_driver=False)
     except Exception as e:  # noqa: BLE001 - ConnectionError, RuntimeError, ValueError from ray.init

@@ -29,8 +29,11 @@ Pure functions over plain dicts (JSON-safe, so they cross Ray actor calls).
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
+import stat
+import time
 from typing import Any
 
 _SAMPLE_RE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})?\s+(\S+)(?:\s+\S+)?$")
@@ -44,6 +47,9 @@ the EFA worker containers by components/raycluster.py."""
 NODE_ENV = "RAY_EFA_EKS_NODE_NAME"
 """The pod's node (downward API ``spec.nodeName``): the exporter's ``node`` label must be this."""
 EXPORTER_TIMEOUT_S = 5.0
+"""The exporter's answer may take this long per connect, send and receive (it answers a p5.48xlarge in ms)."""
+EXPORTER_MAX_BYTES = 8 << 20
+"""At most this much of the exporter's answer is read (743 series of a p5.48xlarge are ~150 KB)."""
 VIEWS: tuple[tuple[str, str], ...] = (("pod", SYSFS_ROOT),)
 """(name, root) tried after the exporter named by ``$RAY_EFA_EKS_EFA_EXPORTER`` (:func:`default_views`)."""
 
@@ -95,9 +101,95 @@ def tree_share(world: int) -> float:
     return world / (2 * (world - 1)) if world > 1 else 0.0
 
 
-def _read_int(path: str) -> int:
-    with open(path, encoding="ascii") as f:
-        return int(f.read().strip())
+# -- reading a node's sysfs without trusting it ---------------------------------------------------------------------
+# The node agent reads the host's ``/sys`` on every scrape, and a host tree can hold anything a kernel bug, a driver or
+# a person put there. So a counter file is stat'ed first and opened only when it is a regular file (a FIFO would block
+# ``open`` for ever and a device such as ``/dev/zero`` never ends), opened with ``O_NONBLOCK`` and checked again with
+# ``fstat`` (a swap between the two is caught), and read for at most :data:`MAX_FILE_BYTES`; its value must be the
+# decimal form of an unsigned 64-bit integer (what ``hw_counters`` show: drivers/infiniband/core/sysfs.c
+# ``hw_stat_port_show`` prints a ``u64`` with ``%llu``). A directory is listed for at most ``limit`` entries, and only
+# names a kernel gives RDMA devices, ports and counters are read (:data:`NAME`). Every refusal is an ``OSError`` or a
+# :class:`NotACounter` (a ``ValueError``) saying why, so a caller skips that one file and reads the rest.
+
+MAX_FILE_BYTES = 64
+"""A counter file holds at most 20 digits and a newline; anything longer is not a counter (only this much is read)."""
+COUNTER_MAX = 2**64 - 1
+"""The kernel's counters are ``u64``."""
+NAME = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
+"""Device (``rdmap16s0``, IB_DEVICE_NAME_MAX 64), port (``1``) and counter file (``tx_bytes``) names: anything else
+(a newline, a quote, bytes that are not UTF-8) is not read."""
+_DIGITS = re.compile(rb"[0-9]{1,20}")
+_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+class NotACounter(ValueError):
+    """The file exists but does not hold one unsigned 64-bit integer (or is not a regular file)."""
+
+
+def read_small(path: str, limit: int = MAX_FILE_BYTES) -> bytes:
+    """At most ``limit`` bytes of regular file ``path``; :class:`NotACounter` for any other kind of file or a longer
+    one, :class:`OSError` when it cannot be read (missing, a symlink loop, no permission)."""
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        raise NotACounter(f"not a regular file ({_kind(os.stat(path).st_mode)}): not opened")
+    fd = os.open(path, _FLAGS)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):  # replaced between the stat and the open
+            raise NotACounter(f"not a regular file ({_kind(mode)})")
+        data = os.read(fd, limit + 1)
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise NotACounter(f"longer than {limit} bytes: not a counter")
+    return data
+
+
+def read_counter(path: str) -> int:
+    """The unsigned 64-bit integer in counter file ``path`` (:func:`read_small`, then the value's form and range)."""
+    data = read_small(path)
+    text = data.strip(b" \t\n")
+    if not _DIGITS.fullmatch(text):
+        raise NotACounter(f"not an unsigned integer ({data[:24]!r})")
+    value = int(text)
+    if value > COUNTER_MAX:
+        raise NotACounter(f"{value} is past a 64-bit counter's range")
+    return value
+
+
+def list_names(path: str, limit: int) -> tuple[list[str], list[str]]:
+    """(names to read, sorted; problems): at most ``limit`` entries of directory ``path`` are looked at, and only
+    those that match :data:`NAME`; :class:`OSError` when it cannot be listed (not a directory, a loop...)."""
+    with os.scandir(path) as it:
+        seen = [e.name for e in itertools.islice(it, limit + 1)]
+    problems = [f"more than {limit} entries: only {limit} read"] if len(seen) > limit else []
+    seen = seen[:limit]
+    odd = [n for n in seen if not NAME.fullmatch(n)]
+    if odd:
+        problems.append(f"{len(odd)} entr{'y' if len(odd) == 1 else 'ies'} with a name no kernel gives "
+                        f"(e.g. {_shown(odd[0])}): not read")
+    return sorted(n for n in seen if NAME.fullmatch(n)), problems
+
+
+def _shown(name: str) -> str:
+    return ascii(name)[:40]
+
+
+def _kind(mode: int) -> str:
+    for test, what in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory")):
+        if test(mode):
+            return what
+    return "not a file"
+
+
+MAX_DEVICES = 64
+"""RDMA devices read per node (a p5.48xlarge has 32 EFA devices)."""
+MAX_PORTS = 4
+"""Ports read per device (an EFA device has one)."""
+MAX_FILES_PER_PORT = 128
+"""Files read per port ``hw_counters`` (the EFA driver has 22 counters and ``lifespan``)."""
+BUDGET = "time budget"
+"""The key :func:`read_ports` puts in ``problems`` when it stopped at its deadline."""
 
 
 def read_counters(root: str = SYSFS_ROOT) -> dict[str, dict[str, Any]]:
@@ -106,9 +198,10 @@ def read_counters(root: str = SYSFS_ROOT) -> dict[str, dict[str, Any]]:
     No devices (or no ``root``) gives ``{}``. tx_bytes and rx_bytes are expected on every EFA device; their
     absence is an error too. Only the port's ``ports/1/hw_counters`` is read, never the device-level
     ``<dev>/hw_counters`` (see the module docstring: reading that inside a namespace oopses kernels 5.14..fix).
+    Files are read as :func:`read_counter` reads them (bounded, regular files only).
     """
     try:
-        devices = sorted(os.listdir(root))
+        devices, _ = list_names(root, MAX_DEVICES)
     except OSError:
         return {}
     out: dict[str, dict[str, Any]] = {}
@@ -121,14 +214,13 @@ def read_counters(root: str = SYSFS_ROOT) -> dict[str, dict[str, Any]]:
             continue
         for name in COUNTERS:
             path = os.path.join(hw, name)
-            if not os.path.exists(path):
+            try:
+                entry[name] = read_counter(path)
+            except FileNotFoundError:
                 if name in REQUIRED:
                     entry["errors"][name] = f"{path}: missing"
-                continue
-            try:
-                entry[name] = _read_int(path)
-            except (OSError, ValueError, UnicodeDecodeError) as e:
-                entry["errors"][name] = f"{path}: {getattr(e, 'strerror', None) or e}"
+            except (OSError, ValueError) as e:
+                entry["errors"][name] = f"{path}: {_why(e)}"
         out[dev] = entry
     return out
 
@@ -148,42 +240,63 @@ def is_efa(root: str, dev: str) -> bool:
         return True
 
 
-def read_ports(root: str = SYSFS_ROOT) -> dict[str, dict[str, Any]]:
+def read_ports(root: str = SYSFS_ROOT, deadline: float | None = None,
+               problems: dict[str, str] | None = None) -> dict[str, dict[str, Any]]:
     """Every file of every port's ``hw_counters`` of every EFA device under ``root`` (the node agent's exporter).
 
     {dev: {"ports": {port: {file: int}}, "errors": {path: why}}}; no devices (or no ``root``) gives ``{}``. Like
     :func:`read_counters` it never reads the device-level ``<dev>/hw_counters`` (module docstring), and it follows
-    the class entries' symlinks, so ``root`` must show the ``/sys/devices`` tree they point into.
+    the class entries' symlinks, so ``root`` must show the ``/sys/devices`` tree they point into. Bounded: at most
+    :data:`MAX_DEVICES` x :data:`MAX_PORTS` x :data:`MAX_FILES_PER_PORT` files, each read by :func:`read_counter`;
+    past ``deadline`` (``time.monotonic()``) it reads no more files and puts :data:`BUDGET` in ``problems`` (the
+    devices and ports are still listed), which also gets
+    what was wrong with ``root`` itself (an entry with an odd name, too many entries).
     """
+    problems = {} if problems is None else problems
     try:
-        devices = sorted(os.listdir(root))
+        devices, odd = list_names(root, MAX_DEVICES)
     except OSError:
         return {}
+    if odd:
+        problems[root] = "; ".join(odd)
     out: dict[str, dict[str, Any]] = {}
-    for dev in devices:
+
+    def spent(where: str) -> bool:
+        if deadline is not None and time.monotonic() > deadline:
+            problems[BUDGET] = f"stopped at {where}: the time budget was spent"
+            return True
+        return False
+
+    for dev in devices:  # every device and port is listed (bounded); past the deadline no more files are read
         if not is_efa(root, dev):
             continue
         entry: dict[str, Any] = {"ports": {}, "errors": {}}
         out[dev] = entry
         ports_dir = os.path.join(root, dev, "ports")
         try:
-            ports = sorted(os.listdir(ports_dir), key=lambda p: (len(p), p))
+            ports, odd = list_names(ports_dir, MAX_PORTS)
         except OSError as e:
             entry["errors"][ports_dir] = _why(e)
             continue
-        for port in ports:
+        if odd:
+            entry["errors"][ports_dir] = "; ".join(odd)
+        for port in sorted(ports, key=lambda p: (len(p), p)):
             hw = os.path.join(ports_dir, port, "hw_counters")
             try:
-                names = sorted(os.listdir(hw))
+                names, odd = list_names(hw, MAX_FILES_PER_PORT)
             except OSError as e:
                 entry["errors"][hw] = _why(e)
                 continue
+            if odd:
+                entry["errors"][hw] = "; ".join(odd)
             values: dict[str, int] = {}
             for name in names:
                 path = os.path.join(hw, name)
+                if spent(path):
+                    break
                 try:
-                    values[name] = _read_int(path)
-                except (OSError, ValueError, UnicodeDecodeError) as e:
+                    values[name] = read_counter(path)
+                except (OSError, ValueError) as e:
                     entry["errors"][path] = _why(e)
             entry["ports"][port] = values
     return out
@@ -227,7 +340,10 @@ def read_exporter(url: str, node: str | None = None,
              f"{' --field-selector spec.nodeName=' + node if node else ''})")
     try:
         with urllib.request.urlopen(url, timeout=timeout) as r:
-            text = r.read().decode("utf-8", errors="replace")
+            body = r.read(EXPORTER_MAX_BYTES + 1)
+        if len(body) > EXPORTER_MAX_BYTES:
+            return {}, f"it answered more than {EXPORTER_MAX_BYTES} bytes: not the node agent's exporter {where}"
+        text = body.decode("utf-8", errors="replace")
     except (urllib.error.URLError, OSError, ValueError) as e:
         why = getattr(e, "reason", None) or getattr(e, "strerror", None) or e
         return {}, f"no answer ({why}) {where}"

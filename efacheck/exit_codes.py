@@ -63,8 +63,9 @@ _PLAN = {0: "the layout rules pass (a warning rule does not fail)", 1: "a layout
          "malformed, too large or an alias bomb, a git ref or saved plan that cannot be read)"}
 _DIFF = {0: "the new side's rules pass and no GPU node would roll inside a reservation or Capacity Block",
          1: "a rule is broken on the new side, or the change rolls GPU nodes inside a reservation or Capacity Block",
-         2: "a side's program failed, or EKS would refuse the change (a kubernetesVersion that skips a minor or "
-            "goes down, as `pulumi up` refuses it)",
+         2: "a side's program failed (the base ref's too; a stack or program the change adds is not a failure), "
+            "or EKS would refuse the change (a kubernetesVersion that skips a minor or goes down, as `pulumi up` "
+            "refuses it)",
          3: "unreadable input (a git ref, a saved plan: missing, malformed, not a plan)"}
 _VERDICT = {0: "efa: NCCL carried the traffic over EFA", 1: "fallback: NCCL used sockets (or the check failed)",
             2: "undetermined: the logs do not say", 3: "the logs could not be read (missing, empty, binary, too large)"}
@@ -95,6 +96,15 @@ COMMANDS: dict[str, dict[int, str]] = {
                2: "no answer: the Jobs API unreachable, it did not take the job, or it refused the auth token",
                5: "the job's own code: --require-efa and the fabric was not efa (any other code of `train` "
                   "that the job exits with is passed on the same way)"},
+    "rayjob": {0: "--dry-run printed the objects, or the RayJob's Ray job succeeded",
+               1: "the RayJob failed without an exit code of its own (submission failed, activeDeadlineSeconds "
+                  "passed, stopped), or a RayJob of that --name exists",
+               2: "no answer: the Kubernetes API did not answer in --request-timeout-s or refused a call, "
+                  "--timeout-s passed before the job ended (it keeps running), or the stack's config is refused",
+               3: "the stack file could not be read (no Pulumi.<stack>.yaml without --defaults, malformed), or "
+                  "--token-file",
+               5: "the job's own code: --require-efa and the fabric was not efa, nothing checkpointed (any other "
+                  "code of `train` the job exits with is passed on the same way)"},
     "efa-check": {**_VERDICT, 1: "fallback, or a bandwidth floor or version check failed",
                   2: "undetermined: the logs do not say, or the check could not be answered (topology, deadline)",
                   3: "the NCCL logs could not be read (missing, empty, binary, too large)"},
@@ -121,7 +131,8 @@ MODULE_COMMANDS = {"tools.plan": "plan", "tools.preflight": "preflight", "tools.
                    "tools.gen_catalogue": "catalogue", "training": "train", "training.__main__": "train",
                    "efacheck.efa_check": "efa-check", "efacheck.image_fleet": "image-fleet",
                    "efacheck.efa_exporter": "efa-exporter", "efacheck.nccl_log": "nccl-verdict",
-                   "efacheck.node_check": "node-check", "tools.mutate": "mutate"}
+                   "efacheck.node_check": "node-check", "tools.mutate": "mutate",
+                   "tools.rayjob": "rayjob"}
 """``python -m ray_efa_eks.<module>``: the subcommand whose codes it has (``ray-efa-eks NAME`` runs the same)."""
 
 

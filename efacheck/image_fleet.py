@@ -96,15 +96,22 @@ def fleet(records: list[dict[str, Any]], expect_pods: int | None = None) -> dict
     return out
 
 
-def list_pods(namespace: str, cluster: str, sa_dir: str = SA_DIR, api: str = API,
-              opener: Callable[..., Any] | None = None) -> dict[str, Any]:
-    """GET the RayCluster's pods with the pod's own ServiceAccount token (in-cluster config)."""
+API_TIMEOUT_S = 30.0
+"""One list of the pods may take at most this long (and never past ``--wait-s``): a socket timeout per connect,
+send and receive."""
+
+
+def list_pods(namespace: str, cluster: str, sa_dir: str | None = None, api: str | None = None,
+              opener: Callable[..., Any] | None = None, timeout_s: float = API_TIMEOUT_S) -> dict[str, Any]:
+    """GET the RayCluster's pods with the pod's own ServiceAccount token (in-cluster config: :data:`SA_DIR`,
+    :data:`API`)."""
+    sa_dir, api = sa_dir or SA_DIR, api or API
     token = open(os.path.join(sa_dir, "token")).read().strip()
     selector = urllib.parse.quote(f"{RAY_CLUSTER_LABEL}={cluster}", safe="")
     req = urllib.request.Request(f"{api}/api/v1/namespaces/{namespace}/pods?labelSelector={selector}",
                                  headers={"Authorization": f"Bearer {token}", "Accept": "application/json"})
     ctx = ssl.create_default_context(cafile=os.path.join(sa_dir, "ca.crt"))
-    with (opener or urllib.request.urlopen)(req, timeout=30, context=ctx) as resp:
+    with (opener or urllib.request.urlopen)(req, timeout=timeout_s, context=ctx) as resp:
         return json.loads(resp.read())
 
 
@@ -139,8 +146,10 @@ def main(argv: list[str] | None = None, prog: str | None = None,
     problem = usage_problem(args)
     if problem:
         ap.error(problem)
-    list_fn = list_fn or list_pods
     end = time.monotonic() + args.wait_s
+    if list_fn is None:
+        def list_fn(namespace: str, cluster: str) -> dict[str, Any]:
+            return list_pods(namespace, cluster, timeout_s=max(1.0, min(API_TIMEOUT_S, end - time.monotonic())))
     while True:
         try:
             records = [r for r in pod_records(list_fn(args.namespace, args.cluster)) if r["phase"] == "Running"]

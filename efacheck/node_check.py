@@ -91,6 +91,10 @@ failed or a Ray worker's provider check failed (taint kept or put back, conditio
 could not be reached or refused a call (nothing proven). Usage errors are 64 (efacheck/cli.py), not argparse's 2."""
 
 
+READ_BUDGET_S = 30.0
+"""How long one read of the node's sysfs may take (efa_counters.read_ports: bounded files, regular files only)."""
+
+
 @dataclass(frozen=True)
 class Finding:
     check: str
@@ -128,13 +132,15 @@ def decide(sysfs: str, expected_devices: int, allocatable: dict[str, str], provi
            module_root: str | None = None) -> list[Finding]:
     """The five checks (module docstring) on a sysfs root (``<root>/class/infiniband``) and ``module_root``
     (default ``<root>/module``; in the agent the container's own ``/sys/module``, which is not namespaced)."""
-    ports = read_ports(os.path.join(sysfs, "class", "infiniband"))
+    problems: dict[str, str] = {}
+    ports = read_ports(os.path.join(sysfs, "class", "infiniband"), time.monotonic() + READ_BUDGET_S, problems)
     found = len(ports)
     said = f"the catalogue says {expected_devices}" if expected_devices >= 0 else \
         "the catalogue has no count for this node's instance type"
     out = [Finding("devices", found == expected_devices,
                    f"{found} EFA device(s) ({', '.join(sorted(ports)) or 'none'}); {said}")]
     errors = [f"{dev}: {path}: {why}" for dev, e in ports.items() for path, why in e["errors"].items()]
+    errors += [f"{path}: {why}" for path, why in problems.items()]
     unread = [dev for dev, e in ports.items() if not any({"tx_bytes", "rx_bytes"} <= set(v) for v in e["ports"].values())]
     out.append(Finding("counters", bool(ports) and not errors and not unread,
                        "; ".join(errors + [f"{d}: no tx_bytes/rx_bytes" for d in unread]) or

@@ -8,6 +8,10 @@ from typing import Any
 
 from .failures import CheckFailed
 
+STATE_API_TIMEOUT_S = 30
+"""Each Ray state API list (placement groups, actors, tasks, jobs) may take at most this long (Ray's own default,
+ray.util.state ``DEFAULT_RPC_TIMEOUT``, said here so the figure is ours)."""
+
 
 def _node_view(n: dict) -> dict:
     res = n.get("Resources") or {}
@@ -69,7 +73,8 @@ def gpu_holders(own_job_id: str | None = None) -> list[dict]:
         if job and n:
             held[job] = held.get(job, 0.0) + n
 
-    kw: dict[str, Any] = {"detail": True, "limit": 10000, "raise_on_missing_output": False}
+    kw: dict[str, Any] = {"detail": True, "limit": 10000, "raise_on_missing_output": False,
+                          "timeout": STATE_API_TIMEOUT_S}
     for pg in list_placement_groups(filters=[("state", "=", "CREATED")], **kw):
         add(pg.creator_job_id, sum((b.get("unit_resources") or {}).get("GPU", 0) for b in pg.bundles or []))
     for a in list_actors(filters=[("state", "=", "ALIVE")], **kw):
@@ -78,7 +83,8 @@ def gpu_holders(own_job_id: str | None = None) -> list[dict]:
     for t in list_tasks(filters=[("state", "=", "RUNNING")], **kw):
         if not getattr(t, "placement_group_id", None) and getattr(t, "type", "") == "NORMAL_TASK":
             add(t.job_id, (t.required_resources or {}).get("GPU", 0))
-    jobs = {j.job_id: j for j in list_jobs(raise_on_missing_output=False) if getattr(j, "job_id", None)}
+    listed = list_jobs(raise_on_missing_output=False, timeout=STATE_API_TIMEOUT_S)
+    jobs = {j.job_id: j for j in listed if getattr(j, "job_id", None)}
     out = []
     for job_id, n in sorted(held.items()):
         j = jobs.get(job_id)

@@ -9,6 +9,23 @@ from tests.helpers.catalogue import catalogue_gpu_region
 from tests.helpers.mockruns import shared_run
 
 
+REHEARSAL_FILES = frozenset({
+    "tests/training/test_training.py", "tests/training/test_token_auth.py", "tests/training/test_cli_interrupt.py",
+    "tests/components/test_storage_access.py", "tests/components/test_autoscaling_rehearsal.py",
+    "tests/components/test_metrics_scrape.py", "tests/efacheck/test_gate_rehearsal.py",
+    "tests/efacheck/test_local_cluster_start.py", "tests/tools/test_rayjob_rehearsal.py",
+})
+"""Files whose tests start local Ray clusters or run whole rehearsals (most of the suite's time): marked
+``rehearsal``, so ``pytest -m "not rehearsal"`` is the fast lane. A test elsewhere that starts Ray carries
+``@pytest.mark.rehearsal`` itself."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.nodeid.split("::", 1)[0] in REHEARSAL_FILES:
+            item.add_marker(pytest.mark.rehearsal)
+
+
 @pytest.fixture(scope="session")
 def default_run() -> MockRun:
     """The default stack (Pulumi.dev.yaml's values are the defaults); the same run as ``shared_run()``."""

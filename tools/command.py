@@ -38,6 +38,8 @@ SUBCOMMANDS: dict[str, Subcommand] = {
     "catalogue": Subcommand("tools.gen_catalogue", (), "check or regenerate the instance catalogue from EC2's data"),
     "train": Subcommand("training.__main__", (), "train the FSDP model (local Ray cluster, or --address)"),
     "submit": Subcommand("training.__main__", ("submit",), "submit the training job to a RayCluster's Jobs API"),
+    "rayjob": Subcommand("tools.rayjob", (), "a team's training run as a RayJob in its Kueue queue: print, apply, "
+                         "follow to its result"),
     "efa-check": Subcommand("efacheck.efa_check", (), "the EFA proof: collective sweep + NCCL log verdict on Ray"),
     "image-fleet": Subcommand("efacheck.image_fleet", (), "which image digest every Ray pod runs, and whether they "
                               "agree (in a pod: the gate's image audit)"),

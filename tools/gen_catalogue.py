@@ -166,6 +166,17 @@ def network_gbps(perf: str) -> float | None:
     return float(m.group(1) or 1) * float(m.group(2)) if m else None
 
 
+def max_pods(name: str, net: dict[str, Any]) -> int:
+    """The kubelet's maxPods on the EKS AL2023 AMI with the VPC CNI's defaults (no prefix delegation): the default
+    network card's interfaces x (IPv4 addresses per interface - 1) + 2 (awslabs/amazon-eks-ami
+    nodeadm/internal/kubelet/eni_max_pods.go calculateStandardMaxPods, nodeadm/internal/util/ec2.go DefaultMaxENIs)."""
+    default = net.get("DefaultNetworkCardIndex", 0)
+    card = next((c for c in net.get("NetworkCards") or [] if c.get("NetworkCardIndex") == default), None)
+    if card is None or not net.get("Ipv4AddressesPerInterface"):
+        raise CatalogueError(name, "no network interfaces on the default network card: maxPods is unknown")
+    return card["MaximumNetworkInterfaces"] * (net["Ipv4AddressesPerInterface"] - 1) + 2
+
+
 def efa_gpu_types(data: dict[str, dict[str, Any]]) -> list[str]:
     """Every type in the instance data with GPUs and EFA."""
     return sorted(n for n, d in data.items() if (d.get("GpuInfo") or {}).get("Gpus")
@@ -211,6 +222,7 @@ def describe(name: str, aws: dict[str, Any], prices: dict[str, dict[str, float]]
                      gpu_memory_mib=gpus[0]["MemoryInfo"]["SizeInMiB"],
                      gpu_compute_capability=HAND_FACTS["compute_capability"][model].value)
     entry["network_cards"] = net["MaximumNetworkCards"]
+    entry["max_pods"] = max_pods(name, net)
     if net.get("EfaSupported"):
         cards = net.get("NetworkCards") or []
         if any("InterfaceTypes" not in c for c in cards):

@@ -143,7 +143,7 @@ def copy_tree(src: Path, dst: Path) -> None:
     """The files git tracks or would track under ``src`` (uncommitted edits included), copied to ``dst``, plus a
     ``ray_efa_eks`` directory of symlinks so ``ray_efa_eks.*`` imports the copy (as tools/plan.py does)."""
     listed = subprocess.run(["git", "-C", str(src), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                            capture_output=True, text=True, check=True).stdout.split("\0")
+                            capture_output=True, text=True, check=True, timeout=120).stdout.split("\0")
     for rel in filter(None, listed):
         s = src / rel
         if not s.is_file():  # deleted in the working tree but still in the index

@@ -46,7 +46,10 @@ class PlanDiff:
 
     @property
     def exit_code(self) -> int:
-        return 2 if self.refusals else (self.after.exit_code or (1 if self.rollouts else 0))
+        """2 when EKS would refuse the change or either side's program failed (a pull request's check must not pass
+        on a broken base); a stack or program the change adds (absent at the base) is not a failure."""
+        failed = bool(self.before.error and not self.before.absent)
+        return 2 if self.refusals or failed else (self.after.exit_code or (1 if self.rollouts else 0))
 
 
 def eks_refusals(before: dict[str, Any], after: dict[str, Any]) -> list[str]:

@@ -46,6 +46,9 @@ class Plan:
     hooked: dict[str, Any] = field(default_factory=dict)
     """``type name`` -> inputs of each resource the program guards with a ``before_update`` hook (the launch
     templates, the RayCluster): the diff runs the same checks on them as ``pulumi up`` (plan_diff.hook_verdicts)."""
+    absent: bool = False
+    """The stack file or the program does not exist on this side (a stack or program the change adds): ``error``
+    says which, and nothing failed, so a diff against it is not a failed base (not saved with ``--json``)."""
 
     def to_json(self) -> dict[str, Any]:
         return {"source": self.source, "stack": self.stack, "region": self.region, "error": self.error,

@@ -35,6 +35,7 @@ def render_text(plan: Plan) -> str:
     for name, p in s["pods"].items():
         lines.append(f"    {name:<{width}}  {str(p['replicas']):<8}  {str(p['cpu']):<5}  {str(p['memory']):<6}  "
                      f"{str(p['gpu']):<3}  {str(p['efa']):<3}  {p['guaranteedQoS']:<10}  {p['image']}")
+    lines += _fit_lines(s.get("podFit"))
     gate = s.get("efaGate")
     if isinstance(gate, dict):
         lines.append(f"  EFA gate expects: {gate.get('nodes', '?')} nodes x {gate.get('gpusPerNode', '?')} GPUs, "
@@ -53,6 +54,25 @@ def render_text(plan: Plan) -> str:
     lines += ["", rules_summary(plan)]
     lines += [violation_line(v) for v in plan.violations]
     return "\n".join(lines)
+
+
+def _fit_lines(fit: Any) -> list[str]:
+    """Per node group: what each node's pods request against its allocatable (tools/layout_fit.py)."""
+    if not isinstance(fit, dict):
+        return []
+    out = ["  pod fit (requests per node vs allocatable: EKS AL2023 kube-reserved, eviction 100Mi, max pods):"]
+    for name, g in fit.items():
+        if not isinstance(g, dict):
+            continue
+        a = g["allocatablePerNode"]
+        out.append(f"    node group {name}: {g['nodes']} x {g['instanceType']}, allocatable {a['cpu']} CPU, "
+                   f"{a['memory']} memory, {a['pods']} pods per node")
+        for i, n in enumerate(g["perNode"]):
+            out.append(f"      node {i}: {n['cpu']} CPU, {n['memory']} requested; {len(n['pods'])} pods: "
+                       + ", ".join(n["pods"]))
+    out += [f"    unplaced: {line}" for line in fit.get("(unplaced)", [])]
+    out += [f"    not modelled: {line}" for line in fit.get("(not modelled)", [])]
+    return out
 
 
 def _config_lines(plan: Plan) -> list[str]:

@@ -19,6 +19,8 @@ from .plan_settings import settings_of
 from .stack_file import DEFAULT_REGION, effective_config, read_stack, shown_config
 
 RECORDS_MARKER = "@@plan-records@@ "
+GIT_TIMEOUT_S = 120
+"""How long ``git rev-parse`` and ``git archive`` of the base ref may take (a local repository answers in seconds)."""
 BASE_PLAN_TIMEOUT_S = 600
 """How long the base ref's program may run under the mocks (a whole stack takes seconds): past it, the base plan is
 an error naming the limit, not a traceback."""
@@ -133,8 +135,11 @@ def resolve_ref(ref: str, root: Path | None = None) -> str:
         raise UsageError(f"--diff {ref!r}: not a git ref (a ref never starts with '-' or holds spaces, so it "
                          "cannot be read as an option); name a branch, tag or commit, e.g. --diff origin/main, or a "
                          "saved plan: --diff old.json new.json")
-    found = subprocess.run(["git", "-C", str(root or Path.cwd()), "rev-parse", "--verify", "--end-of-options",
-                            f"{ref}^{{commit}}"], capture_output=True, text=True)
+    try:
+        found = subprocess.run(["git", "-C", str(root or Path.cwd()), "rev-parse", "--verify", "--end-of-options",
+                                f"{ref}^{{commit}}"], capture_output=True, text=True, timeout=GIT_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise PlanError(f"--diff {ref!r}: git rev-parse did not answer within {GIT_TIMEOUT_S} s") from None
     if found.returncode != 0:  # git's own message (stderr) is not shown: ours says what to do
         raise PlanError(f"--diff {ref!r}: no such commit in this repository (fetch the ref first: git fetch origin "
                         f"{ref}; in CI use actions/checkout with fetch-depth: 0)")
@@ -148,8 +153,11 @@ def plan_git_ref(ref: str, root: Path | None = None, *, stack: str = "dev", over
     A stack file missing at ``ref`` (a stack the change adds) makes the base plan an error, not the defaults.
     """
     commit = resolve_ref(ref, root)
-    archive = subprocess.run(["git", "-C", str(root or Path.cwd()), "archive", "--format=tar", "--end-of-options",
-                              commit], capture_output=True)
+    try:
+        archive = subprocess.run(["git", "-C", str(root or Path.cwd()), "archive", "--format=tar", "--end-of-options",
+                                  commit], capture_output=True, timeout=GIT_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise PlanError(f"git archive {ref!r} did not finish within {GIT_TIMEOUT_S} s") from None
     if archive.returncode != 0:
         raise PlanError(f"git archive {ref!r} failed: {archive.stderr.decode(errors='replace').strip()} "
                         "(fetch the ref first; in CI use actions/checkout with fetch-depth: 0)")
@@ -162,11 +170,11 @@ def plan_git_ref(ref: str, root: Path | None = None, *, stack: str = "dev", over
             sf = read_stack((base / program).parent, stack, defaults=defaults)
         except MissingStack:
             return Plan(source, stack, region or DEFAULT_REGION,
-                        error=f"Pulumi.{stack}.yaml does not exist at {ref} (a stack this change adds?)")
+                        error=f"Pulumi.{stack}.yaml does not exist at {ref} (a stack this change adds?)", absent=True)
         config = {**sf.values, **(overrides or {})}
         region = region or sf.region
         if not (base / program).exists():
-            return Plan(source, stack, region, error=f"{program} does not exist at {ref}")
+            return Plan(source, stack, region, error=f"{program} does not exist at {ref}", absent=True)
         _namespace_shim(base)
         args = json.dumps({"config": config, "region": region, "program": program, "stack": stack})
         # PYTHONPATH (replacing ours): a process the base program starts imports the base code as well

@@ -6,19 +6,21 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from . import layout, layout_cost, layout_network, layout_node_groups, layout_pods
+from . import layout, layout_cost, layout_fit, layout_network, layout_node_groups, layout_pods
 from ..components.rollout_guards import NOT_DATA
 from .layout import UNKNOWN, Stack
 
 
-SECTION_NAMES = {"nodeGroups": "node group", "pods": "pod", "gpuSubnets": "GPU subnet", "helmCharts": "Helm chart"}
+SECTION_NAMES = {"nodeGroups": "node group", "pods": "pod", "gpuSubnets": "GPU subnet", "helmCharts": "Helm chart",
+                 "podFit": "pod fit"}
 FIELD_NAMES = {"instanceTypes": "instance type", "nodes": "nodes", "gpusPerNode": "GPUs/node", "subnetAzs": "subnet AZs",
                "efaInterfacesPerNode": "EFA interfaces/node", "placement": "placement strategy", "capacity": "capacity",
                "launchTemplate": "launch template", "replicas": "replicas",
                "image": "image", "cpu": "CPU", "memory": "memory", "gpu": "GPU", "efa": "EFA interfaces",
                "guaranteedQoS": "Guaranteed QoS", "kuberayChartVersion": "KubeRay chart version",
                "imageTags": "image tags", "estimatedHourlyUsd": "estimated $/hour", "estimatedIdleHourlyUsd": "estimated $/hour idle", "kubernetesVersion": "Kubernetes version",
-               "costNotes": "cost notes"}
+               "costNotes": "cost notes", "instanceType": "instance type", "allocatablePerNode": "allocatable per node",
+               "perNode": "requested per node"}
 
 
 def _show(value: Any) -> Any:
@@ -152,6 +154,7 @@ def settings_of(st: Stack, region: str) -> dict[str, Any]:
         "helmCharts": dict(sorted(charts.items())),  # registration order varies between runs (threads)
         "imageTags": ", ".join(sorted({image_tag(i) or i.rsplit("@", 1)[-1] for i in images})) or "(none)",
         "pods": pods,
+        "podFit": layout_fit.summary(layout_fit.fit(st)),
         "efaGate": efa_gate(st),
         "estimatedHourlyUsd": cost if cost is not None else "unknown: " + "; ".join(missing),
         "estimatedIdleHourlyUsd": idle if idle is not None else "unknown: " + "; ".join(missing),

@@ -667,9 +667,15 @@ def usage_problem(a: argparse.Namespace) -> str | None:
     return None
 
 
+AWS_CONNECT_TIMEOUT_S, AWS_READ_TIMEOUT_S, AWS_ATTEMPTS = 5, 10, 2
+"""Each EC2 / Service Quotas call: 5 s to connect, 10 s for each read, 2 attempts in all (botocore Config
+``total_max_attempts``, standard retry mode), so an endpoint that accepts and never answers ends the command with
+exit 2 in about 25 s (the first call without an answer stops it: "nothing was checked")."""
+
+
 def _main(a: argparse.Namespace) -> int:
-    cfg = Config(connect_timeout=5, read_timeout=20,
-                 retries={"max_attempts": 2, "mode": "standard"})
+    cfg = Config(connect_timeout=AWS_CONNECT_TIMEOUT_S, read_timeout=AWS_READ_TIMEOUT_S,
+                 retries={"total_max_attempts": AWS_ATTEMPTS, "mode": "standard"})
     try:
         session = boto3.session.Session(region_name=a.region)
         if session.region_name is None:

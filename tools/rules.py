@@ -13,60 +13,16 @@ rule id, resource, what is wrong, and the fix.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable
 
-from . import aws_rules, layout, layout_network, layout_node_groups, layout_pods, security_rules
+from . import (aws_rules, layout, layout_fit, layout_network, layout_node_groups, layout_pods, queue_rules,
+               security_rules)
 from .layout import EFA_RESOURCE, UNKNOWN, Resource, Stack
-
-
-@dataclass(frozen=True)
-class Violation:
-    """One broken rule on one resource."""
-
-    rule: str
-    resource: str
-    """``type name`` of the offending resource (``stack`` for a stack-wide problem)."""
-    problem: str
-    fix: str
-    urn: str | None = None
-    severity: str = "error"
-    """``error`` fails the plan and the policy pack; ``warning`` (a preference AWS does not enforce) is shown only."""
-
-    def line(self) -> str:
-        tag = f"{self.rule} (warning)" if self.severity == WARNING else self.rule
-        return f"[{tag}] {self.resource}: {self.problem}. Fix: {self.fix}"
-
-    def to_json(self) -> dict[str, str | None]:
-        return {"rule": self.rule, "resource": self.resource, "problem": self.problem, "fix": self.fix,
-                "severity": self.severity}
-
-
-@dataclass(frozen=True)
-class Rule:
-    """A named check over a whole stack."""
-
-    id: str
-    title: str
-    """What the rule guarantees when it passes."""
-    fix: str
-    """The general fix (each violation also says its own)."""
-    check: Callable[[Stack], list[Violation]]
-    severity: str = "error"
-    """``warning``: a style preference (AWS accepts the shape); the plan shows it and does not fail on it."""
-
-
-ERROR, WARNING = "error", "warning"
-
-
-def errors(violations: Iterable[Violation | dict]) -> list:
-    """The violations that fail a plan (warnings left out); plain dicts (a plan's JSON) without severity count."""
-    return [v for v in violations
-            if (v.get("severity", ERROR) if isinstance(v, dict) else v.severity) != WARNING]
+from .violations import ERROR, WARNING, Rule, Violation, errors, violation  # noqa: F401 (rules.Violation, ...)
 
 
 def _v(rule: str, r: Resource | None, problem: str, fix: str) -> Violation:
-    return Violation(rule, r.label if r is not None else "stack", problem, fix, r.urn if r is not None else None)
+    return violation(rule, r, problem, fix)
 
 
 # -- gpu-one-az ----------------------------------------------------------------------------------------------------
@@ -319,6 +275,24 @@ def _host_access(stack: Stack) -> list[Violation]:
     return out
 
 
+# -- pods-fit ------------------------------------------------------------------------------------------------------
+
+PODS_FIT_FIX = ("give the node group room: a larger instance type (ray-efa-eks:systemInstanceType for the system node; "
+                "docs/deploy.md has the figures per node group), or smaller requests (the Ray head's resources, the "
+                "chart values the stack passes); the plan's pod fit table shows what each node holds")
+
+
+def _pods_fit(stack: Stack) -> list[Violation]:
+    """Every pod the stack runs (its own, its charts', EKS's add-ons', KubeRay's sidecar) placed as the scheduler
+    would (tools/layout_fit.py); a pod that cannot be placed stays Pending, and a gate waiting on it fails ``up``."""
+    f = layout_fit.fit(stack)
+    if not f.complete:  # nodes this stack does not show may hold the pod: never fail on what only `up` knows
+        return []
+    groups = {g.resource.name: g.resource for g in layout_node_groups.node_groups(stack)}
+    return [_v("pods-fit", groups.get(u.group) if u.group else None, layout_fit.problem_line(u), PODS_FIT_FIX)
+            for u in f.unplaced]
+
+
 # -- Pod Identity trust policies (warnings: AWS accepts these shapes) ------------------------------------------------
 
 POD_TRUST_SCOPE_FIX = ("condition the pods.eks.amazonaws.com statement on aws:RequestTag/eks-cluster-arn (or "
@@ -380,6 +354,8 @@ RULES: tuple[Rule, ...] = (
          _private_dashboard),
     Rule("host-access", "only the node agent uses the host (hostPath, host namespaces, privileged, hostPort), alone in "
                         "a namespace enforcing Pod Security privileged; Ray pods never", HOST_ACCESS_FIX, _host_access),
+    Rule("pods-fit", "every pod (the stack's, its charts', EKS's add-ons' and KubeRay's sidecars) fits on a node that "
+         "admits it, with the requests and allocatable the scheduler sees", PODS_FIT_FIX, _pods_fit),
     Rule("pod-identity-trust-scoped", "a Pod Identity role's trust policy names its cluster, namespace and service "
          "account (warning)", POD_TRUST_SCOPE_FIX, _pod_identity_trust_scoped, WARNING),
     Rule("pod-identity-trust-keys", "a Pod Identity trust policy conditions only on keys Pod Identity is documented to "
@@ -396,6 +372,13 @@ RULES: tuple[Rule, ...] = (
          security_rules.PLUGINS_FIX, security_rules.device_plugin_versions),
     Rule("pod-security-baseline", "the Ray head and Job pods pass Pod Security baseline", security_rules.PSS_FIX,
          security_rules.pod_security_baseline),
+    Rule("monitoring-hardened", "Prometheus serves no lifecycle API, DCGM runs without SYS_ADMIN, and a "
+         "NetworkPolicy selects every pod of both monitoring namespaces", security_rules.MONITORING_FIX,
+         security_rules.monitoring_hardened),
+    Rule("node-role-least-privilege", "the node role holds the worker policy and ECR pulls only; the VPC CNI has its "
+         "own role (warning)", security_rules.NODE_ROLE_FIX, security_rules.node_role_least_privilege, WARNING),
+    Rule("queue-quota-fits", "each team's GPU quota, and all of them together, fit in the GPU node groups of its "
+         "flavor", queue_rules.QUEUE_QUOTA_FIX, queue_rules.queue_quota_fits),
 )
 RULE_IDS = tuple(r.id for r in RULES)
 

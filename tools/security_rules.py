@@ -13,6 +13,7 @@ from ..components.device_plugins import EFA_MIN_CHART, NVIDIA_MOFED_DEFAULT_ON, 
 from ..components.raycluster import RAY_CLUSTER_LABEL
 from . import pod_security
 from .layout import HELM_CHART_V4, HELM_RELEASE, UNKNOWN, Resource, Stack, dig
+from .violations import WARNING, Violation, violation
 
 RAY_CLUSTER = "kubernetes:ray.io/v1:RayCluster"
 JOB = "kubernetes:batch/v1:Job"
@@ -61,10 +62,8 @@ def _matches(selector: Any, labels: dict[str, str]) -> bool | None:
     return True
 
 
-def _v(rule: str, r: Resource, problem: str, fix: str):
-    from .rules import Violation
-
-    return Violation(rule, r.label, problem, fix, r.urn)
+def _v(rule: str, r: Resource, problem: str, fix: str) -> Violation:
+    return violation(rule, r, problem, fix)
 
 
 # -- gate-no-api-token ---------------------------------------------------------------------------------------------
@@ -235,4 +234,94 @@ def pod_security_baseline(stack: Stack) -> list:
             continue
         for problem in pod_security.violations(tmpl, "baseline"):
             out.append(_v("pod-security-baseline", r, f"{role}: {problem}", PSS_FIX))
+    return out
+
+
+# -- monitoring-hardened -------------------------------------------------------------------------------------------
+
+MONITORING_FIX = ("keep prometheus.prometheusSpec.reloadStrategy: ProcessSignal in kube-prometheus-stack (with "
+                  "HTTP, the default, prometheus-operator starts Prometheus with --web.enable-lifecycle: any pod that "
+                  "reaches port 9090 can POST /-/quit), dcgm-exporter without SYS_ADMIN or privileged (only its "
+                  "DCGM_FI_PROF_* counters need it), and a NetworkPolicy over every pod of both namespaces "
+                  "(components/observability.py)")
+
+
+def _release_values(stack: Stack, chart_name: str) -> Iterator[tuple[Resource, dict[str, Any]]]:
+    for r in stack.of_type(HELM_RELEASE, HELM_CHART_V4):
+        chart, values = r.props.get("chart"), r.props.get("values")
+        if isinstance(chart, str) and chart.split("/")[-1] == chart_name and isinstance(values, dict):
+            yield r, values
+
+
+def monitoring_hardened(stack: Stack) -> list:
+    out = []
+    namespaces: list[tuple[Resource, str]] = []
+    for r, values in _release_values(stack, "kube-prometheus-stack"):
+        strategy = dig(values, "prometheus", "prometheusSpec", "reloadStrategy")
+        if strategy not in ("ProcessSignal", UNKNOWN):
+            out.append(_v("monitoring-hardened", r, f"reloadStrategy {strategy or 'HTTP (the chart default)'!r}: "
+                                                    "prometheus-operator starts Prometheus with --web.enable-lifecycle "
+                                                    "(POST /-/quit, /-/reload)", MONITORING_FIX))
+        namespaces.append((r, r.props.get("namespace")))
+    for r, values in _release_values(stack, "dcgm-exporter"):
+        ctx = values.get("securityContext")
+        added = dig(ctx, "capabilities", "add") if isinstance(ctx, dict) else None
+        if added is UNKNOWN or (isinstance(ctx, dict) and ctx.get("privileged") is UNKNOWN):
+            continue
+        if isinstance(ctx, dict) and ctx.get("privileged") is True:
+            out.append(_v("monitoring-hardened", r, "the exporter runs privileged", MONITORING_FIX))
+        elif added is None or (isinstance(added, list) and "SYS_ADMIN" in added):
+            out.append(_v("monitoring-hardened", r, "the exporter gets SYS_ADMIN (the chart's default "
+                                                    "securityContext adds it for DCGM_FI_PROF_* counters)",
+                          MONITORING_FIX))
+        namespaces.append((r, r.props.get("namespace")))
+    policies = [(_meta(p).get("namespace") or "default", p.props.get("spec")) for p in stack.of_type(NETWORK_POLICY)]
+    if not policies:  # networkPolicy: false, the documented opt-out
+        return out
+    for r, ns in namespaces:
+        if not isinstance(ns, str):
+            continue
+        chosen = [_matches(dig(spec, "podSelector"), {}) for pns, spec in policies
+                  if pns == ns and isinstance(spec, dict) and "Ingress" in (spec.get("policyTypes") or ["Ingress"])]
+        if not (None in chosen or True in chosen):
+            out.append(_v("monitoring-hardened", r, f"no NetworkPolicy of namespace {ns} selects its pods",
+                          MONITORING_FIX))
+    return out
+
+
+# -- node-role-least-privilege -------------------------------------------------------------------------------------
+
+NODE_ROLE_FIX = ("attach AmazonEKSWorkerNodePolicy and AmazonEC2ContainerRegistryPullOnly to the node role, and "
+                 "AmazonEKS_CNI_Policy to the VPC CNI's own role (kube-system/aws-node through Pod Identity, "
+                 "components/cluster.py CNI_POLICY), as the EKS best-practices guide does")
+NODE_ROLE_EXTRA = {"AmazonEKS_CNI_Policy": "the VPC CNI's ENI and IP rights, usable by any pod that reaches the "
+                                           "instance credentials",
+                   "AmazonEC2ContainerRegistryReadOnly": "lists and describes every ECR repository and image of "
+                                                         "the account (AmazonEC2ContainerRegistryPullOnly pulls)"}
+
+
+def _trusts_ec2(policy: Any) -> bool:
+    import json
+
+    try:
+        doc = json.loads(policy) if isinstance(policy, str) else policy
+    except ValueError:
+        return False
+    statements = doc.get("Statement") if isinstance(doc, dict) else None
+    return any("ec2.amazonaws.com" in str(dig(st, "Principal", "Service")) for st in statements or []
+               if isinstance(st, dict))
+
+
+def node_role_least_privilege(stack: Stack) -> list:
+    roles = set()
+    for r in stack.of_type("aws:iam/role:Role"):
+        if _trusts_ec2(r.props.get("assumeRolePolicy")):
+            roles |= {r.name, r.props.get("name"), r.id}
+    out = []
+    for a in stack.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment"):
+        policy, role = a.props.get("policyArn"), a.props.get("role")
+        if isinstance(policy, str) and role in roles - {None} and policy.rsplit("/", 1)[-1] in NODE_ROLE_EXTRA:
+            name = policy.rsplit("/", 1)[-1]
+            out.append(Violation("node-role-least-privilege", a.label,
+                                 f"the node role holds {name}: {NODE_ROLE_EXTRA[name]}", NODE_ROLE_FIX, a.urn, WARNING))
     return out

@@ -47,6 +47,28 @@ def test_admins_and_viewers_get_access_entries_with_the_managed_policies(access_
         assert entry_urn in a.options["dependencies"]
 
 
+def _needs(run: MockRun, urn: str, seen: set[str] | None = None) -> set[str]:
+    """Every URN ``urn`` waits for: its dependencies, their dependencies, ... (what the engine orders by)."""
+    seen = set() if seen is None else seen
+    r = run.by_urn(urn)
+    for dep in (r.options.get("dependencies", []) if r else []):
+        if dep not in seen:
+            seen.add(dep)
+            _needs(run, dep, seen)
+    return seen
+
+
+def test_every_kubernetes_provider_waits_for_the_deployers_access(access_run):
+    """A Kubernetes provider created before the access policy associations would apply objects (the KubeRay CRDs
+    first) with a principal EKS does not know yet: Unauthorized on a new cluster with clusterAdminArns."""
+    grants = {a.urn for a in access_run.of_type(ASSOCIATION)}
+    providers = access_run.of_type("pulumi:providers:kubernetes")
+    assert len(providers) >= 2 and len(grants) == 2
+    for p in providers:
+        missing = grants - _needs(access_run, p.urn)
+        assert not missing, f"{p.name} does not wait for {sorted(missing)}"
+
+
 @pytest.mark.parametrize("key,value,message", [
     ("clusterAdminArns", "arn:aws:sts::123456789012:assumed-role/Admin/alice",
      "use the role: arn:aws:iam::123456789012:role/Admin"),
@@ -112,7 +134,7 @@ def test_opting_out_of_retain_deletes_them_all():
 
 def test_default_region_figure_and_notes(default_run):
     # + the ECR interface endpoints: 2 endpoints x 2 AZs x $0.01/h
-    assert default_run.outputs["estimatedHourlyUsd"] == pytest.approx(2 * 4.6016 + 0.2016 + 0.10 + 0.045 + 0.04)
+    assert default_run.outputs["estimatedHourlyUsd"] == pytest.approx(2 * 4.6016 + 0.4032 + 0.10 + 0.045 + 0.04)
     assert any("NAT gateway data processing: $0.045/GB" in n for n in default_run.outputs["costNotes"])
 
 

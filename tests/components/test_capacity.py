@@ -59,14 +59,13 @@ def test_gpu_launch_template_per_type(itype, catalogue_runs):
     efa = [n for n in nis if n.get("interfaceType") in ("efa", "efa-only")]
     assert len(efa) == it.max_efa_interfaces
     assert [n["networkCardIndex"] for n in efa] == list(it.efa_card_indexes)
-    if 0 in it.efa_card_indexes:  # card 0 / device 0 is the primary and carries EFA with ENA
-        assert len(nis) == it.network_cards
-        assert [n["deviceIndex"] for n in nis] == [0] + [1] * (it.network_cards - 1)
-        assert [n["interfaceType"] for n in nis] == ["efa"] + ["efa-only"] * (it.network_cards - 1)
-    else:  # p6-b300: card 0 lists no EFA, so the primary is a plain ENA interface and cards 1.. carry efa-only
-        assert len(nis) == it.network_cards == it.max_efa_interfaces + 1
-        assert (nis[0]["networkCardIndex"], nis[0]["deviceIndex"], nis[0].get("interfaceType")) == (0, 0, None)
-        assert [n["interfaceType"] for n in nis[1:]] == ["efa-only"] * it.max_efa_interfaces
+    # EC2's "Maximize network bandwidth ... multiple network cards": an ENA primary (card 0, device 0), efa-only at
+    # card 0 device 1 where card 0 carries EFA, efa-only at device 0 of every further card
+    assert it.efa_only_supported, itype  # every GPU type of the catalogue lists efa-only on its EFA cards
+    assert (nis[0]["networkCardIndex"], nis[0]["deviceIndex"], nis[0].get("interfaceType")) == (0, 0, None)
+    assert [(n["networkCardIndex"], n["deviceIndex"], n["interfaceType"]) for n in nis[1:]] == [
+        (c, 1 if c == 0 else 0, "efa-only") for c in it.efa_card_indexes]
+    assert len(nis) == it.max_efa_interfaces + 1
     assert all(n["securityGroups"] == ["sg-ray-efa-dev-cluster"] and n["deleteOnTermination"] == "true" for n in nis)
     assert lt["metadataOptions"]["httpPutResponseHopLimit"] == 1 and lt["metadataOptions"]["httpTokens"] == "required"
     assert lt["blockDeviceMappings"][0]["ebs"]["encrypted"] == "true"
@@ -104,7 +103,8 @@ def test_capacity_block_stack(block_run):
     # EKS wants a Capacity Block's type in the launch template and none on the node group (capacity-blocks-mng).
     assert lt["instanceType"] == "p5.48xlarge" and not ng.inputs.get("instanceTypes")
     assert not block_run.of_type(PG) and "placement" not in lt.inputs  # EC2 places a block; a PG would conflict
-    assert len(lt["networkInterfaces"]) == 32 and ng["subnetIds"] == ["subnet-net-private-us-east-1a"]
+    # the ENA primary and 32 efa-only interfaces (card 0 device 1, cards 1-31 device 0)
+    assert len(lt["networkInterfaces"]) == 33 and ng["subnetIds"] == ["subnet-net-private-us-east-1a"]
     end = CAPACITY_BLOCKS[BLOCK]["endDate"]
     assert block_run.outputs["gpuCapacityBlockEnd"] == end
     assert block_run.outputs["teardownOrder"][0].startswith(f"# Capacity Block {BLOCK} ends {end}")
@@ -120,7 +120,7 @@ def test_reservation_stack(target, key):
     assert lt["capacityReservationSpecification"] == {"capacityReservationTarget": {key: target}}
     assert "instanceMarketOptions" not in lt.inputs and ng["capacityType"] == "ON_DEMAND"
     assert not run.of_type(PG) and "placement" not in lt.inputs
-    assert ng["subnetIds"] == ["subnet-net-private-us-east-1c"] and len(lt["networkInterfaces"]) == 4
+    assert ng["subnetIds"] == ["subnet-net-private-us-east-1c"] and len(lt["networkInterfaces"]) == 5
     assert "gpuCapacityBlockEnd" not in run.outputs
     reads = run.of_type("aws:ec2/capacityReservation:CapacityReservation")
     if target == ODCR:  # the ODCR is read (nothing created) and checked before the template targets it
@@ -319,3 +319,19 @@ def test_plan_shows_what_the_gpu_nodes_launch_into(block_run):
     text = render_diff(diff_plans(before, after))
     assert f"| node group `gpu-mng` capacity | on-demand | capacity-block {BLOCK} |" in text
     assert "| node group `gpu-mng` placement strategy | cluster | none |" in text
+
+
+def test_the_interface_layout_change_replaces_the_gpu_nodes_and_the_plan_diff_says_so(default_run):
+    """A stack deployed with the earlier layout (``efa`` at card 0 device 0, efa-only at device 1 of other cards):
+    the new template version rolls every GPU node, which ``pulumi up`` (the launch template's before_update hook)
+    and the plan diff both announce, naming the interfaces."""
+    from ray_efa_eks.tools.plan_diff import LAUNCH_TEMPLATE, hook_verdicts
+
+    new = dict(default_run.one(LT, "gpu-lt").inputs)
+    old_nis = [{**n, "deviceIndex": 0 if n["networkCardIndex"] == 0 else 1, "interfaceType": "efa"}
+               for n in new["networkInterfaces"] if n.get("interfaceType")]
+    old = {**new, "networkInterfaces": old_nis}
+    assert old_nis != new["networkInterfaces"]
+    refusals, warnings = hook_verdicts({f"{LAUNCH_TEMPLATE} gpu-lt": old}, {f"{LAUNCH_TEMPLATE} gpu-lt": new})
+    assert refusals == [] and len(warnings) == 1
+    assert "networkInterfaces" in warnings[0] and "EKS replaces all 2 GPU node(s)" in warnings[0]

@@ -82,7 +82,7 @@ def test_single_node_allowed_explicitly():
 
 def test_defaults_are_reference_layout():
     cfg = StackConfig.from_mapping({})
-    assert (cfg.gpuInstanceType, cfg.gpuNodeCount, cfg.systemInstanceType, cfg.efa) == ("g6.12xlarge", 2, "m7i.xlarge", True)
+    assert (cfg.gpuInstanceType, cfg.gpuNodeCount, cfg.systemInstanceType, cfg.efa) == ("g6.12xlarge", 2, "m7i.2xlarge", True)
     assert cfg.dlcImage == "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1"
 
 

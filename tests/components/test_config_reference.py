@@ -34,8 +34,9 @@ GROUP = {**ODCR, "gpuCapacity": "reservation",
 
 SAMPLES: dict[str, tuple[dict, dict]] = {
     "gpuScaleToZero": ({}, {"gpuScaleToZero": False}),
+    "jobQueues": ({}, {"jobQueues": '["vision:1nodes", "nlp:1nodes:borrow"]'}),
     "gpuInstanceType": ({}, {"gpuInstanceType": "g6.48xlarge"}),
-    "systemInstanceType": ({}, {"systemInstanceType": "m7i.2xlarge"}),
+    "systemInstanceType": ({}, {"systemInstanceType": "m7i.xlarge"}),
     "availabilityZone": ({}, {"availabilityZone": "us-east-1b"}),
     "kubernetesVersion": ({"kubernetesVersion": "1.34"}, {"kubernetesVersion": "1.35"}),
     "clusterCreatorArn": ({}, {"clusterCreatorArn": "arn:aws:iam::123456789012:role/Creator"}),

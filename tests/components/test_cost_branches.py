@@ -116,6 +116,7 @@ def test_cost_notes_with_nat_and_s3_endpoint():
         "(pulls from public registries, other egress)",
         "S3 (checkpoints, ECR image layers) goes through the S3 gateway VPC endpoint: no endpoint charge and no NAT "
         "processing for it",
+        cost.CONTROL_PLANE_LOGS_NOTE,
         "not included: EBS volumes, S3 storage and requests, KMS keys, data transfer out"]
 
 
@@ -126,6 +127,7 @@ def test_cost_notes_without_s3_endpoint_route_s3_through_nat_unless_there_is_non
                         "eu-west-1): set s3GatewayEndpoint true to route it through a free gateway endpoint")
     assert cost.cost_notes("us-east-1", nat_gateways=0, s3_gateway_endpoint=False) == [
         "no NAT gateway: no per-GB NAT processing",
+        cost.CONTROL_PLANE_LOGS_NOTE,
         "not included: EBS volumes, S3 storage and requests, KMS keys, data transfer out"]
 
 
@@ -208,4 +210,5 @@ def test_estimate_without_the_s3_endpoint_says_s3_goes_through_the_nat_gateway()
         "(pulls from public registries, other egress)",
         "S3 (checkpoints, ECR image layers) goes through the NAT gateway at $0.045/GB: set s3GatewayEndpoint true to "
         "route it through a free gateway endpoint",
+        cost.CONTROL_PLANE_LOGS_NOTE,
         "not included: EBS volumes, S3 storage and requests, KMS keys, data transfer out"]

@@ -27,7 +27,8 @@ def test_docs_show_the_example_file_verbatim():
 def test_example_runs_under_mocks_with_p5_and_32_efa_interfaces(example_run):
     ng = example_run.one("eks:index:ManagedNodeGroup", "h100-mng")
     assert ng["instanceTypes"] == ["p5.48xlarge"] and ng["launchTemplate"]["id"] == "h100-lt-id"
-    assert len(example_run.one("aws:ec2/launchTemplate:LaunchTemplate", "h100-lt")["networkInterfaces"]) == 32
+    nis = example_run.one("aws:ec2/launchTemplate:LaunchTemplate", "h100-lt")["networkInterfaces"]
+    assert len([n for n in nis if n.get("interfaceType") == "efa-only"]) == 32 and len(nis) == 33  # + ENA primary
     assert ng["subnetIds"] == ["subnet-h100-net-private-us-east-1a"]
     assert ng["scalingConfig"] == {"desiredSize": 2, "minSize": 0, "maxSize": 2}  # min 0: docs/upgrades.md
     assert example_run.outputs["efaInterfacesPerNode"] == 32

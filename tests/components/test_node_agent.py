@@ -48,10 +48,11 @@ def test_every_object_matches_the_kubernetes_schema(default_run) -> None:
             default_run.one("kubernetes:core/v1:Namespace", "node-agent"),
             default_run.one("kubernetes:core/v1:ServiceAccount", "node-agent"),
             default_run.one("kubernetes:core/v1:ConfigMap", "node-agent"),
-            default_run.one("kubernetes:networking.k8s.io/v1:NetworkPolicy", "node-agent"),
+            default_run.one("kubernetes:networking.k8s.io/v1:NetworkPolicy", "node-agent-ingress"),
+            default_run.one("kubernetes:networking.k8s.io/v1:NetworkPolicy", "node-agent-egress"),
             *[r for r in default_run.resources if r.name.startswith("node-agent-") and
               r.type.split(":")[1].split("/")[0] in ("rbac.authorization.k8s.io", "admissionregistration.k8s.io")]]
-    assert len(objs) == 14  # with the Role + RoleBinding that read the Ray worker pods (grant_worker_read)
+    assert len(objs) == 15  # with the Role + RoleBinding that read the Ray worker pods (grant_worker_read)
     for r in objs:
         group_version = r.type.split(":")[1].replace("core/", "")
         kind = r.type.rsplit(":", 1)[1]
@@ -65,7 +66,7 @@ def test_its_own_privileged_namespace_and_nothing_else_runs_there(default_run) -
     assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
     there = in_namespace(default_run, node_agent.NAMESPACE)
     assert sorted(r.type.rsplit(":", 1)[1] for r in there) == [
-        "ConfigMap", "DaemonSet", "NetworkPolicy", "Service", "ServiceAccount"]
+        "ConfigMap", "DaemonSet", "NetworkPolicy", "NetworkPolicy", "Service", "ServiceAccount"]
     assert all(r.name.startswith("node-agent-") for r in there)
 
 
@@ -123,7 +124,7 @@ def test_a_node_local_service_and_the_ray_workers_url(default_run) -> None:
     env = {e["name"]: e for e in workers["template"]["spec"]["containers"][0]["env"]}
     assert env[efa_counters.EXPORTER_ENV]["value"] == url
     # only the Ray namespace and the metrics scraper's may read it
-    pol = default_run.one("kubernetes:networking.k8s.io/v1:NetworkPolicy", "node-agent")["spec"]
+    pol = default_run.one("kubernetes:networking.k8s.io/v1:NetworkPolicy", "node-agent-ingress")["spec"]
     assert pol["ingress"][0]["from"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}}
                                          for ns in ("monitoring", "ray")]
 

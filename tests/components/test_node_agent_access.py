@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 
 import kubernetes_validate
 import pytest
@@ -64,7 +65,8 @@ def test_rbac_is_get_and_patch_on_nodes_and_events_in_one_namespace(default_run)
     assert objs["Role"]["metadata"]["namespace"] == objs["RoleBinding"]["metadata"]["namespace"] == "default"
     for b in ("ClusterRoleBinding", "RoleBinding"):
         assert objs[b]["subjects"] == [{"kind": "ServiceAccount", "name": "node-agent", "namespace": "efa-node-agent"}]
-    assert objs["ValidatingAdmissionPolicy"]["spec"] == POLICY
+    assert objs["ValidatingAdmissionPolicy"]["spec"] == node_agent.own_node_policy(
+        kubernetes_version=eks_versions.DEFAULT_VERSION)
     assert objs["ValidatingAdmissionPolicyBinding"]["spec"] == {"policyName": node_agent.POLICY_NAME,
                                                                 "validationActions": ["Deny"]}
     for kind, body in objs.items():
@@ -111,6 +113,10 @@ class Recorder(FakeApi):
                 name = path.split("/")[4]
                 old = copy.deepcopy(nodes[name])
                 new = nodes[name]
+                # the API server's field manager rewrites managedFields on every write, before admission
+                new.setdefault("metadata", {})["managedFields"] = [
+                    *old["metadata"].get("managedFields", []),
+                    {"manager": "node-check", "operation": "Update", "apiVersion": "v1"}]
                 if path.endswith("/status"):
                     conds = new.setdefault("status", {}).setdefault("conditions", [])
                     for c in body["status"]["conditions"]:
@@ -129,9 +135,23 @@ class Recorder(FakeApi):
 
 
 def _nodes():
+    """Two GPU nodes with the fields a kubelet fills in (addresses, daemonEndpoints, nodeInfo, images) and a
+    finalizer-free metadata, as the API server holds them."""
     a = _node("gpu-a", [GPU_TAINT, STARTUP])
     a["metadata"]["labels"] = {"node.kubernetes.io/instance-type": "g6.12xlarge", "ray-efa-eks/role": "gpu"}
-    a["status"]["conditions"] = [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "ok"}]
+    a["metadata"].update({"resourceVersion": "4711", "creationTimestamp": "2026-12-06T01:00:00Z",
+                          "managedFields": [{"manager": "kubelet", "operation": "Update", "apiVersion": "v1"}]})
+    a["spec"].update({"providerID": "aws:///us-east-1a/i-0abc", "podCIDR": "10.0.0.0/24"})
+    a["status"].update({
+        "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "ok"}],
+        "capacity": dict(a["status"]["allocatable"]),
+        "addresses": [{"type": "InternalIP", "address": "10.0.1.17"}, {"type": "Hostname", "address": "gpu-a"}],
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+        "nodeInfo": {"kubeletVersion": "v1.33.5-eks-1", "containerRuntimeVersion": "containerd://1.7.27",
+                     "machineID": "ec2abc", "systemUUID": "ec2abc", "bootID": "b1", "kernelVersion": "6.12.40",
+                     "osImage": "Amazon Linux 2023", "kubeProxyVersion": "", "operatingSystem": "linux",
+                     "architecture": "amd64"},
+        "images": [{"names": ["public.ecr.aws/deep-learning-containers/ray@sha256:" + "a" * 64], "sizeBytes": 9}]})
     b = copy.deepcopy(a)
     b["metadata"]["name"], b["metadata"]["uid"] = "gpu-b", "uid-gpu-b"
     return {"gpu-a": a, "gpu-b": b}
@@ -202,6 +222,42 @@ def test_on_its_own_node_it_may_only_remove_the_startup_taint(recorded, what, ch
 def test_in_its_status_it_may_only_write_its_condition(recorded, what, change):
     ok, why = admit(POLICY, _forged(recorded[0], change))
     assert not ok and why == [f"in its node's status the node agent may only write {nc.CONDITION}"], what
+
+
+GC_OWNER = {"apiVersion": "v1", "kind": "ConfigMap", "name": "x", "uid": "uid-of-a-deleted-object"}
+EVERYTHING_ELSE = [  # what a compromised proof container would write to hand the Node away or misroute the API server
+    ("ownerReferences", lambda r: r["object"]["metadata"].update({"ownerReferences": [GC_OWNER]})),
+    ("finalizers", lambda r: r["object"]["metadata"].update({"finalizers": ["example.com/hold"]})),
+    ("addresses", lambda r: r["object"]["status"]["addresses"][0].update({"address": "169.254.169.254"})),
+    ("daemonEndpoints", lambda r: r["object"]["status"]["daemonEndpoints"]["kubeletEndpoint"].update({"Port": 443})),
+    ("nodeInfo", lambda r: r["object"]["status"]["nodeInfo"].update({"kubeletVersion": "v1.99.0"})),
+    ("images", lambda r: r["object"]["status"].update({"images": []})),
+    ("providerID", lambda r: r["object"]["spec"].update({"providerID": "aws:///us-east-1a/i-0other"})),
+    ("capacity", lambda r: r["object"]["status"]["capacity"].update({"nvidia.com/gpu": "8"})),
+]
+
+
+@pytest.mark.parametrize("what,change", EVERYTHING_ELSE, ids=[w for w, _ in EVERYTHING_ELSE])
+@pytest.mark.parametrize("write", [1, 0], ids=["taint removal", "condition"])
+def test_everything_else_of_the_node_stays_equal(recorded, write, what, change):
+    """Either write (taint removal on the Node, the condition on its status) with any other field changed is
+    refused; the recorded requests themselves (managedFields rewritten by the API server) pass above."""
+    ok, why = admit(POLICY, _forged(recorded[write], change))
+    assert not ok and why == [TAINT_MESSAGE if write == 1 else
+                              f"in its node's status the node agent may only write {nc.CONDITION}"], what
+
+
+@pytest.mark.parametrize("version", ACCEPTED)
+def test_the_policy_holds_every_node_field_of_each_accepted_version(version):
+    """Each field of ObjectMeta, NodeSpec and NodeStatus in that version's schema is held (but the three the API
+    server writes itself), and no field the version lacks is named (its CEL would not compile)."""
+    schemas = Path(kubernetes_validate.__file__).parent / "kubernetes-json-schema" / f"v{version}.0-local-strict"
+    fields = node_agent.node_fields(version)
+    for part, schema in (("metadata", "objectmeta-meta-v1"), ("spec", "nodespec-v1"), ("status", "nodestatus-v1")):
+        props = set(json.loads((schemas / f"{schema}.json").read_text())["properties"])
+        assert set(fields[part]) == props - {"managedFields", "resourceVersion", "generation"}, (version, part)
+    expressions = json.dumps(node_agent.own_node_policy(kubernetes_version=version)["validations"])
+    assert all(f"object.status.{f})" in expressions for f in fields["status"])
 
 
 def test_a_token_without_a_node_is_refused_and_other_users_are_not_this_policys_business(recorded):

@@ -69,7 +69,10 @@ def test_kps_values_exist_in_the_pinned_chart():
 
 
 def test_dcgm_values_exist_in_the_pinned_chart():
-    assert unknown_keys(dcgm_values(), _defaults(f"dcgm-exporter-{DCGM_CHART_VERSION}")) == []
+    """``customMetrics`` is read by the chart (templates/metrics-configmap.yaml) but only shown commented out in its
+    values.yaml."""
+    assert unknown_keys(dcgm_values(), _defaults(f"dcgm-exporter-{DCGM_CHART_VERSION}")) == ["customMetrics"]
+    assert "# customMetrics: |" in (CHARTS / f"dcgm-exporter-{DCGM_CHART_VERSION}" / "values.yaml").read_text()
 
 
 def test_the_key_check_can_fail():
@@ -181,7 +184,32 @@ def test_retention_and_remote_write_reach_prometheus():
     assert spec["retention"] == "3d" and spec["remoteWrite"] == [{"url": url, "sigv4": {"region": "us-east-1"}}]
 
 
+@pytest.mark.parametrize("url, region, signed", [
+    # a workspace in another region than the stack's: signed for the workspace's (AMP's endpoints name their region)
+    ("https://aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-1/api/v1/remote_write", "us-west-2", "us-east-1"),
+    ("https://aps-workspaces.eu-west-1.amazonaws.com/workspaces/ws-1/api/v1/remote_write", "us-east-1", "eu-west-1"),
+    # the dual-stack and FIPS data-plane endpoints are AMP too (AWS General Reference, AMP endpoints)
+    ("https://aps-workspaces.ap-southeast-2.api.aws/workspaces/ws-1/api/v1/remote_write", "us-west-2",
+     "ap-southeast-2"),
+    ("https://aps-workspaces-fips.us-gov-west-1.amazonaws.com/workspaces/ws-1/api/v1/remote_write", "us-east-1",
+     "us-gov-west-1"),
+    ("https://mimir.example.com/api/v1/push", "us-west-2", None),
+])
+def test_remote_write_is_signed_for_the_workspaces_region_not_the_stacks(url, region, signed):
+    run = run_program({"metricsRemoteWriteUrl": url}, region=region)
+    spec = next(r for r in run.of_type(HELM) if r["chart"] == "kube-prometheus-stack")["values"]["prometheus"][
+        "prometheusSpec"]
+    assert spec["remoteWrite"] == [{"url": url, **({"sigv4": {"region": signed}} if signed else {})}]
+
+
 @pytest.mark.parametrize("key,value,words", [
+    ("metricsRemoteWriteUrl", "https://aps-workspaces.amazonaws.com/workspaces/ws-1/api/v1/remote_write",
+     "aps-workspaces.REGION.amazonaws.com"),
+    ("metricsRemoteWriteUrl", "https://aps-workspaces.us-east-1x.amazonaws.com/workspaces/ws-1/api/v1/remote_write",
+     "aps-workspaces.REGION.amazonaws.com"),
+    ("metricsRemoteWriteUrl", "https://aps-workspaces.us_east_1.amazonaws.com/workspaces/ws-1/api/v1/remote_write",
+     "aps-workspaces.REGION.amazonaws.com"),
+    ("metricsRemoteWriteUrl", "https://aps-workspaces.us-east-1.example.amazonaws.com/workspaces/ws-1", "REGION"),
     ("metricsRetention", "15 days", "Prometheus duration"),
     ("metricsRetention", "0d", "above zero"),
     ("metricsRemoteWriteUrl", "aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-1", "scheme"),

@@ -192,9 +192,9 @@ def test_no_s3_on_the_node_role(run):
 def test_checkpoint_bucket_off():
     run = run_program({"checkpointBucket": "false", "efaCheck": "false"})
     assert not run.of_type(BUCKET)
-    # the pods' storage identity is gone; the Cluster Autoscaler's own association (scale to zero) stays
-    assert [a.name for a in run.of_type("aws:eks/podIdentityAssociation:PodIdentityAssociation")] == \
-        ["cluster-autoscaler-pod-identity"]
+    # the pods' storage identity is gone; the Cluster Autoscaler's (scale to zero) and the VPC CNI's stay
+    assert sorted(a.name for a in run.of_type("aws:eks/podIdentityAssociation:PodIdentityAssociation")) == \
+        ["cluster-autoscaler-pod-identity", "ray-efa-dev-vpc-cni"]
     for t in pod_specs(run):
         assert "RAY_EFA_EKS_STORAGE_PATH" not in {e["name"] for e in t["spec"]["containers"][0]["env"]}
 

@@ -29,7 +29,8 @@ def test_gpu_node_group_efa_inputs(request, run_name, itype, efa_ifaces):
     ng = run.one(MNG, "gpu")
     # Our own launch template (issue 19): pulumi-eks's EFA support stays off, the component does its work.
     assert "enableEfaSupport" not in ng.inputs and ng["launchTemplate"]["id"] == "gpu-lt-id"
-    assert len(run.one("aws:ec2/launchTemplate:LaunchTemplate", "gpu-lt")["networkInterfaces"]) == efa_ifaces
+    nis = run.one("aws:ec2/launchTemplate:LaunchTemplate", "gpu-lt")["networkInterfaces"]
+    assert [n.get("interfaceType") for n in nis] == [None] + ["efa-only"] * efa_ifaces  # the ENA primary first
     assert run.one("aws:ec2/placementGroup:PlacementGroup", "gpu-pg")["strategy"] == "cluster"
     assert ng["capacityType"] == "ON_DEMAND"
     assert ng["instanceTypes"] == [itype]
@@ -76,12 +77,12 @@ def test_park_gpu_nodes():
     run = run_program({"gpuNodeCount": "0"})
     assert run.one(MNG, "gpu")["scalingConfig"] == {"desiredSize": 0, "minSize": 0, "maxSize": 1}
     assert not run.of_type("kubernetes:batch/v1:Job")
-    assert run.outputs["estimatedHourlyUsd"] == pytest.approx(0.2016 + 0.10 + 0.045 + 0.04)  # + ECR endpoints
+    assert run.outputs["estimatedHourlyUsd"] == pytest.approx(0.4032 + 0.10 + 0.045 + 0.04)  # + ECR endpoints
 
 
 def test_system_node_group(default_run):
     ng = default_run.one(MNG, "system")
-    assert ng["instanceTypes"] == ["m7i.xlarge"] and ng["labels"] == {"ray-efa-eks/role": "system"}
+    assert ng["instanceTypes"] == ["m7i.2xlarge"] and ng["labels"] == {"ray-efa-eks/role": "system"}
 
 
 def test_cluster_settings(default_run):
@@ -94,8 +95,8 @@ def test_cluster_settings(default_run):
 
 def test_estimated_cost_default(default_run):
     # + the ECR interface endpoints: 2 endpoints x 2 AZs x $0.01/h
-    assert default_run.outputs["estimatedHourlyUsd"] == pytest.approx(2 * 4.6016 + 0.2016 + 0.10 + 0.045 + 0.04)
-    assert 9.3 < default_run.outputs["estimatedHourlyUsd"] < 9.7
+    assert default_run.outputs["estimatedHourlyUsd"] == pytest.approx(2 * 4.6016 + 0.4032 + 0.10 + 0.045 + 0.04)
+    assert 9.5 < default_run.outputs["estimatedHourlyUsd"] < 9.9
 
 
 def test_outputs(default_run):

@@ -27,7 +27,7 @@ ODCR_CFG = {"gpuInstanceType": "g6e.48xlarge", "gpuCapacity": "reservation", "gp
             "availabilityZone": "us-east-1c", "gpuNodeCount": "0"}
 BLOCK_CFG = {"gpuInstanceType": "p5.48xlarge", "gpuCapacity": "capacity-block", "gpuCapacityReservationId": BLOCK,
              "availabilityZone": "us-east-1a"}
-NAT, SYSTEM = 0.045, CATALOGUE["m7i.xlarge"].hourly_usd("us-east-1")
+NAT, SYSTEM = 0.045, CATALOGUE["m7i.2xlarge"].hourly_usd("us-east-1")
 
 
 def endpoints(run) -> float:

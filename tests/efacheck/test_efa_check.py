@@ -79,6 +79,7 @@ def test_judge_gloo_never_efa() -> None:
     assert r["code"] == 2 and any("gloo" in x for x in r["reasons"])
 
 
+@pytest.mark.rehearsal
 def test_local_two_node_cluster_gloo_is_not_efa() -> None:
     r = subprocess.run(
         [sys.executable, "-m", "ray_efa_eks.efacheck.efa_check", "--local", "--json", "--max-bytes", str(256 << 10),

@@ -98,7 +98,7 @@ def test_unreadable_files(tmp_path: Path) -> None:
     assert "tx_bytes" not in c["rdmap0"] and set(c["rdmap0"]["errors"]) == {"tx_bytes", "rx_bytes"}
     assert c["rdmap1"]["rx_bytes"] == 5 and "missing" in c["rdmap1"]["errors"]["tx_bytes"]
     assert "no such directory" in c["rdmap2"]["errors"]["hw_counters"]
-    assert "Is a directory" in c["rdmap3"]["errors"]["tx_bytes"] and c["rdmap3"]["rx_bytes"] == 7
+    assert "a directory" in c["rdmap3"]["errors"]["tx_bytes"] and c["rdmap3"]["rx_bytes"] == 7
     ok, reasons = judge_counters({"n": counter_delta({"rdmap0": c["rdmap0"]}, {"rdmap0": c["rdmap0"]})}, GB, "efa")
     assert ok is None and "no readable EFA counter" in reasons[0] and "tx_bytes" in reasons[0]
 
@@ -157,13 +157,13 @@ def test_pod_view_has_devices_but_no_port_counters_and_the_host_view_has_them(tm
     pod = _pod_view(tmp_path / "pod" / "sys" / "class" / "infiniband")
     host = _node(tmp_path / "host", "sys", 10 * GB, 11 * GB)
     opened: list[str] = []
-    real_open = open
+    real_open = os.open
 
     def spy(path, *a, **kw):
         opened.append(str(path))
         return real_open(path, *a, **kw)
 
-    monkeypatch.setattr("builtins.open", spy)
+    monkeypatch.setattr("os.open", spy)  # the counters are read with os.open (efa_counters.read_small)
     views = (("host", host), ("pod", pod))
     v = efa_counters.read_view(views)
     assert v["view"] == "host" and v["unreadable"] is None

@@ -93,12 +93,12 @@ def test_every_port_counter_file_is_a_labelled_counter(served) -> None:
 
 
 def test_series_of_a_g6_12xlarge_node(served) -> None:
-    """The figure docs/observability.md states: 22 port counters + lifespan + 6 per-node series."""
+    """The figure docs/observability.md states: 22 port counters + lifespan + 7 per-node series."""
     _, url, _ = served
     s = parse(get(url + "/metrics")[2])
     per_port = [k for k in s if ("device", "rdmap0s30") in k[1]]
     assert len(per_port) == len(EFA_PORT_COUNTERS) + 1 == 23
-    assert len(s) == 23 + 6, sorted(m for m, _ in s)
+    assert len(s) == 23 + 7, sorted(m for m, _ in s)
 
 
 def test_follows_the_counters_between_scrapes(served) -> None:

@@ -737,7 +737,7 @@ def _dev(errors=None, **ports):
 def test_each_finding_says_what_it_saw(monkeypatch, tmp_path):
     roots = []
     devices = {"d0": _dev(**{"1": {"tx_bytes": 1, "rx_bytes": 2}})}
-    monkeypatch.setattr(nc, "read_ports", lambda root: roots.append(root) or devices)
+    monkeypatch.setattr(nc, "read_ports", lambda root, *a: roots.append(root) or devices)
     (tmp_path / "module" / "efa").mkdir(parents=True)
     got = nc.decide(str(tmp_path), 1, {nc.EFA_RESOURCE: "1"}, (True, "listed"))
     assert roots == [str(tmp_path / "class" / "infiniband")]

@@ -60,12 +60,12 @@ def test_default_plan_text(capsys):
     for expected in [
         "Offline plan of working tree: stack dev, region us-east-1",
         "node group gpu-mng: 0..2 x g6.12xlarge (4 GPU each), subnets in us-east-1a, EFA interfaces/node 1, placement cluster",
-        "estimated cost idle: $0.39/hour",  # with the ECR interface endpoints (4 endpoint-AZs x $0.01/h)
-        "node group system-mng: 1 x m7i.xlarge (0 GPU each), subnets in us-east-1a, us-east-1b, EFA interfaces/node 0",
+        "estimated cost idle: $0.59/hour",  # with the ECR interface endpoints (4 endpoint-AZs x $0.01/h)
+        "node group system-mng: 1 x m7i.2xlarge (0 GPU each), subnets in us-east-1a, us-east-1b, EFA interfaces/node 0",
         "GPU subnets: net-private-us-east-1a (us-east-1a)",
         "KubeRay chart: 1.7.0",
         "image tags: sha256:032c52613401895aa3d418a4c563d2d05f993bc3ecc065c8f4e2280978acd249, train-ml-cuda-v1.1",
-        "estimated cost: $9.59/hour",
+        "estimated cost: $9.79/hour",
         f"Layout rules: all {len(rules.RULE_IDS)} pass",
         "├─ ray-efa-eks:index:EfaGpuNodeGroup  gpu",
         "│  └─ eks:index:ManagedNodeGroup  gpu-mng",
@@ -85,7 +85,7 @@ def test_default_plan_json(plans, default_run):
                                           "capacity": "on-demand",
                                           "launchTemplate": s["nodeGroups"]["gpu-mng"]["launchTemplate"]}
     assert len(s["nodeGroups"]["gpu-mng"]["launchTemplate"]) == 8  # fingerprint of the template's inputs
-    assert s["nodeGroups"]["system-mng"]["instanceTypes"] == "m7i.xlarge" and s["nodeGroups"]["system-mng"]["nodes"] == 1
+    assert s["nodeGroups"]["system-mng"]["instanceTypes"] == "m7i.2xlarge" and s["nodeGroups"]["system-mng"]["nodes"] == 1
     assert s["gpuSubnets"] == {"net-private-us-east-1a": "us-east-1a"}
     assert s["kuberayChartVersion"] == "1.7.0" and s["imageTags"] == ("sha256:032c52613401895aa3d418a4c563d2d05f993bc3ecc065c8f4e2280978acd249, "
                                                                          "train-ml-cuda-v1.1")
@@ -96,10 +96,11 @@ def test_default_plan_json(plans, default_run):
     assert {"type": MNG, "name": "gpu-mng", "parent": "ray-efa-eks:index:EfaGpuNodeGroup gpu"} in p["resources"]
     assert len(p["resources"]) == len(default_run.resources)
     assert p["rules"] == {"checked": ["gpu-one-az", "efa-interfaces", "efa-sg-self-rule", "gpu-capacity", "guaranteed-qos", "one-image",
-                                      "pinned-image", "private-dashboard", "host-access", "pod-identity-trust-scoped",
+                                      "pinned-image", "private-dashboard", "host-access", "pods-fit", "pod-identity-trust-scoped",
                                       "pod-identity-trust-keys", "gate-no-api-token", "ray-pods-network-policy",
                                       "kuberay-single-namespace", "ray-pods-region", "device-plugin-versions",
-                                      "pod-security-baseline"], "violations": []}
+                                      "pod-security-baseline", "monitoring-hardened", "node-role-least-privilege",
+                                      "queue-quota-fits"], "violations": []}
     assert Plan.from_json(p).to_json() == p
 
 
@@ -111,7 +112,7 @@ def test_diff_default_vs_p5_shows_interfaces_gpus_and_cost(capsys, plans):
                 "| node group `gpu-mng` GPUs/node | 4 | 8 |",
                 "| pod `ray-raycluster worker gpu` EFA interfaces | 1 | 32 |",
                 "| pod `ray-raycluster worker gpu` GPU | 4 | 8 |",
-                "| estimated $/hour | 9.59 | 110.47 |",
+                "| estimated $/hour | 9.79 | 110.67 |",
                 "Resources: none added or removed",
                 f"Layout rules: ✅ all {len(rules.RULE_IDS)} pass."]:
         assert row in out, row
@@ -122,7 +123,7 @@ def test_diff_json_and_identical_plans(capsys, plans):
     code, out = run_cli(capsys, "--diff", str(plans["default"]), str(plans["p5"]), "--json")
     changed = {c["setting"]: (c["before"], c["after"]) for c in json.loads(out)["changed"]}
     assert changed["node group `gpu-mng` EFA interfaces/node"] == (1, 32)
-    assert changed["estimated $/hour"] == (pytest.approx(9.5898), pytest.approx(110.4666))
+    assert changed["estimated $/hour"] == (pytest.approx(9.7914), pytest.approx(110.6682))
     code, out = run_cli(capsys, "--diff", str(plans["default"]), str(plans["default"]))
     assert code == 0 and "No setting changed." in out
 
@@ -266,8 +267,32 @@ def test_diff_against_a_git_ref_shows_what_a_pr_changed_and_which_rule_broke(tmp
     out = proc.stdout
     assert out.startswith("### Offline plan: `git main` → `working tree` (stack `dev`, us-east-1)")
     assert "| node group `gpu-mng` EFA interfaces/node | 1 | 32 |" in out
-    assert "| estimated $/hour | 9.59 | 110.47 |" in out
+    assert "| estimated $/hour | 9.79 | 110.67 |" in out
     assert "+ kubernetes:core/v1:Service dashboard-lb" in out
     broken = [line for line in out.splitlines() if line.startswith("- ❌ ")]
     assert len(broken) == 1 and "[private-dashboard] kubernetes:core/v1:Service dashboard-lb:" in broken[0]
     assert broken[0].endswith("_(new)_") and "Fix: " in broken[0]
+
+
+@pytest.mark.parametrize("base_stack, says", [
+    ("gpuInstanceType: nope.48xlarge", "**The before program failed:**"),  # the base program refuses its config
+])
+def test_diff_exits_2_when_the_base_program_failed(tmp_path, base_stack, says):
+    """``ray-efa-eks diff main`` where main's program fails: a pull request's check must not pass on it."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _copy_project(repo)
+    stack_file = repo / "Pulumi.dev.yaml"
+    good = stack_file.read_text()
+    stack_file.write_text(good.replace("gpuInstanceType: g6.12xlarge", base_stack))
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "-C", str(repo)]
+    subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "a broken base"], check=True)
+    stack_file.write_text(good)
+    exe = Path(sys.executable).with_name("ray-efa-eks")
+    pythonpath = os.pathsep.join(p for p in (str(repo), os.environ.get("PYTHONPATH")) if p)
+    proc = subprocess.run([str(exe), "diff", "main"], cwd=repo, env={**os.environ, "PYTHONPATH": pythonpath},
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert says in proc.stdout and "nope.48xlarge" in proc.stdout and "Traceback" not in proc.stderr

@@ -18,9 +18,10 @@ LT = pd.LAUNCH_TEMPLATE
 RC = pd.RAY_CLUSTER
 
 
-def plan(source="a", settings=None, violations=(), resources=(), error=None, hooked=None, config=None, checked=("r",)):
+def plan(source="a", settings=None, violations=(), resources=(), error=None, hooked=None, config=None, checked=("r",),
+         absent=False):
     return Plan(source, "dev", "us-east-1", [{"type": t, "name": n, "parent": None} for t, n in resources],
-                settings or {}, list(violations), list(checked), error, config or {}, {}, hooked or {})
+                settings or {}, list(violations), list(checked), error, config or {}, {}, hooked or {}, absent)
 
 
 def v(rule="efa-sg", problem="p", severity=None):
@@ -157,9 +158,10 @@ def test_exit_code_two_for_a_refusal_over_everything_else():
     assert hooked.refusals[0].startswith("ray: ") and hooked.exit_code == 2
 
 
-def test_exit_code_two_when_the_new_program_fails_and_not_when_the_base_does():
+def test_exit_code_two_when_a_program_fails_and_not_for_a_stack_the_change_adds():
     assert pd.diff_plans(plan(), plan(error="ConfigError: x")).exit_code == 2
-    assert pd.diff_plans(plan(error="Pulumi.dev.yaml does not exist at main"), plan()).exit_code == 0
+    assert pd.diff_plans(plan(error="Pulumi.dev.yaml does not exist at main", absent=True), plan()).exit_code == 0
+    assert pd.diff_plans(plan(error="ConfigError: x"), plan()).exit_code == 2
 
 
 def test_hook_warnings_are_notes_not_a_failure():

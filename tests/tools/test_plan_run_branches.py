@@ -354,8 +354,8 @@ def test_make_plan_settings_are_the_regions_and_a_recorded_parent_is_named_by_it
     east = pr.make_plan(resources, source="s", stack="dev", region="us-east-1")
     west = pr.make_plan(resources, source="s", stack="dev", region="us-west-2")
     # with the ECR interface endpoints: 2 endpoints x 2 AZs x $0.01/h
-    assert east.settings["estimatedHourlyUsd"] == 9.5898 and east.settings["estimatedIdleHourlyUsd"] == 0.3866
-    assert west.settings["estimatedHourlyUsd"].startswith("unknown: no price for us-west-2 (m7i.xlarge")
+    assert east.settings["estimatedHourlyUsd"] == 9.7914 and east.settings["estimatedIdleHourlyUsd"] == 0.5882
+    assert west.settings["estimatedHourlyUsd"].startswith("unknown: no price for us-west-2 (m7i.2xlarge")
     parent = Resource("eks:index:Cluster", "eks", "urn:short", None, {})
     child = Resource("aws:eks/cluster:Cluster", "eks", "urn:c", "urn:short", {})
     plan = pr.make_plan([parent, child], source="s", stack="dev", region="us-east-1")

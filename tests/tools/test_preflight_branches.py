@@ -638,8 +638,8 @@ def test_main_gives_up_on_aws_in_seconds_and_calls_the_endpoint_it_is_given(monk
     for name in ("ec2", "service-quotas"):
         meta = seen[name].meta
         assert meta.endpoint_url == "http://127.0.0.1:5000" and meta.region_name == "eu-west-1"
-        assert (meta.config.connect_timeout, meta.config.read_timeout) == (5, 20)
-        assert meta.config.retries == {"total_max_attempts": 3, "mode": "standard"}  # botocore: 1 + 2 retries
+        assert (meta.config.connect_timeout, meta.config.read_timeout) == (5, 10)
+        assert meta.config.retries == {"total_max_attempts": 2, "mode": "standard"}  # botocore: 1 + 1 retry
     assert capsys.readouterr().out.splitlines()[-1] == "RESULT: OK (every check passed)"
 
 

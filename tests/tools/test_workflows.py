@@ -114,7 +114,7 @@ def test_preview_uses_oidc_and_pulumi_actions_as_issue_6_asks():
     assert creds["with"]["role-to-assume"] == "${{ vars.AWS_ROLE_ARN }}"
     [pulumi] = steps_using(preview, "pulumi/actions")
     assert pulumi["with"]["command"] == "preview" and pulumi["with"]["stack-name"] == "${{ env.PULUMI_STACK }}"
-    assert pulumi["with"]["comment-on-pr"] is True and pulumi["with"]["diff"] is True and pulumi["with"]["refresh"] is False
+    assert pulumi["with"]["comment-on-pr"] is True and pulumi["with"]["diff"] is True and pulumi["with"]["refresh"] is True
     assert pulumi["with"]["policyPacks"] == "policy"
     assert pulumi["env"]["PULUMI_ACCESS_TOKEN"] == "${{ secrets.PULUMI_ACCESS_TOKEN }}"
     steps = preview["steps"]
@@ -127,7 +127,7 @@ def test_preview_up_is_manual_and_behind_an_environment():
     assert up["environment"] == "production"
     assert up["permissions"] == {"contents": "read", "id-token": "write"}
     [pulumi] = steps_using(up, "pulumi/actions")
-    assert pulumi["with"]["command"] == "up" and pulumi["with"]["refresh"] is False
+    assert pulumi["with"]["command"] == "up" and pulumi["with"]["refresh"] is True
     assert steps_using(up, "aws-actions/configure-aws-credentials")[0]["with"]["role-to-assume"] == "${{ vars.AWS_ROLE_ARN }}"
 
 
