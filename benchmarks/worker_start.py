@@ -9,6 +9,9 @@ pull, none of which runs here; three of its parts do:
              its processes, as ``ray start --address`` starts them in a KubeRay worker pod) until the head lists it
              alive
   cli        the ``ray`` command's own start-up (``ray --version``): a worker pod runs ``ray start`` through it
+  agent      the node agent's own start: a fresh ``python -I`` importing the shipped proof
+             (``efacheck.node_check``, from the ConfigMap's files written as the pod mounts them), as the agent's
+             container does before its first proof
   proof      the per-node proof's decisions (``efacheck.node_check.decide``) on a p5.48xlarge-shaped sysfs tree of 32
              EFA devices (tests/helpers/sysfs.py), fi_info's answer given
 
@@ -73,6 +76,23 @@ def _proof(runs: int) -> list[float]:
     return out
 
 
+def _agent(runs: int) -> list[float]:
+    from ray_efa_eks.components.node_agent import code_files
+
+    out = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for rel, text in code_files().items():
+            (Path(tmp) / rel).parent.mkdir(parents=True, exist_ok=True)
+            (Path(tmp) / rel).write_text(text)
+        env = {"PATH": os.environ.get("PATH", ""), "PYTHONDONTWRITEBYTECODE": "1"}
+        code = f"import sys; sys.path.insert(0, {tmp!r}); import efacheck.node_check, efacheck.efa_exporter"
+        for _ in range(runs):
+            t0 = time.monotonic()
+            subprocess.run([sys.executable, "-I", "-c", code], env=env, check=True)
+            out.append(time.monotonic() - t0)
+    return out
+
+
 def _summary(xs: list[float]) -> dict[str, float]:
     return {"median_s": round(statistics.median(xs), 3), "min_s": round(min(xs), 3), "max_s": round(max(xs), 3)}
 
@@ -85,9 +105,9 @@ def main(argv: list[str] | None = None) -> int:
     if a.runs < 1:
         ap.error("--runs must be >= 1")
     result = {"runs": a.runs, "join": _summary(_join(a.runs)), "cli": _summary(_cli(a.runs)),
-              "proof": _summary(_proof(20 * a.runs))}
+              "agent": _summary(_agent(a.runs)), "proof": _summary(_proof(20 * a.runs))}
     if not a.json:
-        for part in ("join", "cli", "proof"):
+        for part in ("join", "cli", "agent", "proof"):
             s = result[part]
             print(f"{part:6} median {s['median_s']:.3f} s ({s['min_s']:.3f}..{s['max_s']:.3f})")
     print(json.dumps(result))

@@ -13,7 +13,7 @@ import re
 from dataclasses import MISSING, dataclass, fields
 from typing import Any
 
-from . import values as v
+from . import cold_start, values as v
 from .capacity import CAPACITY_BLOCK, CAPACITY_MODES, ON_DEMAND, config_problem
 from .config_fields import key, live
 from .eks_versions import DEFAULT_VERSION, version_problem
@@ -31,6 +31,14 @@ SYSTEM_TYPES = tuple(n for n, t in CATALOGUE.items() if not t.gpus)
 """The catalogue's GPU-less types: what systemInstanceType takes."""
 DEFAULT_DLC_IMAGE = "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1"
 DEFAULT_RAY_VERSION = "2.58.0"
+DEFAULT_NODE_AGENT_IMAGE = ("public.ecr.aws/docker/library/python:3.12.7-slim-bookworm"
+                            "@sha256:032c52613401895aa3d418a4c563d2d05f993bc3ecc065c8f4e2280978acd249")
+"""The Docker official python image (ECR Public mirrors Docker Hub's ``library`` images), pinned by the digest
+Renovate recorded for docker.io/library/python:3.12.7-slim-bookworm (github.com/nalabelle/build,
+images/digests.Dockerfile). Not pulled from here: a registry that serves other bytes for the tag fails the pull on
+the digest instead of running them; set nodeAgentImage to a digest you checked (docs/gpus.md, "Cold start")."""
+DEFAULT_DLC_IMAGE_GIB = 20
+"""The default DLC's size for the cold-start model (a Ray training DLC: 15-20 GB, AWS ML blog; docs/gpus.md)."""
 DEFAULT_KUBERNETES_VERSION = DEFAULT_VERSION
 """The newest EKS version in components/eks_versions.py (standard support; the AL2023 NVIDIA AMI is built for it)."""
 
@@ -113,7 +121,7 @@ class StackConfig:
     """EKS Kubernetes version (MAJOR.MINOR); one in extended support costs $0.60/h instead of $0.10/h (a warning), one past it is refused."""
     vpcCidr: str = key(
         "10.0.0.0/16", allowed="an IPv4 CIDR from /16 to /20",
-        live=live("network",
+        live=live("network", "in-place",
                   note="a VPC's primary CIDR cannot change, so the VPC and its subnets are replaced, and an EKS "
                        "cluster cannot move to another VPC: deploy a new stack instead"))
     """VPC CIDR (a /20 or larger: four subnets are carved from it)."""
@@ -163,6 +171,21 @@ class StackConfig:
                   note="the GPU launch template's user data changes: a new template version; in a reservation or "
                        "Capacity Block, park first ([Getting GPUs](gpus.md))"))
     """nodeadm's FastImagePull feature gate on the GPU nodes (AL2023 EKS AMI, experimental): containerd pulls and unpacks the image's layers in parallel through the SOCI snapshotter ([Cold start](gpus.md#cold-start))."""
+    ecrPullThroughCache: bool = key(
+        True,
+        live=live("ray-pods", "gate", "in-place",
+                  note="adds or removes the ECR interface endpoints and the pull-through cache rule; every pod "
+                       "running a public.ecr.aws image is recreated from the other reference"))
+    """Pull public.ecr.aws images (the DLC, the node agent) through the account's own ECR: a pull-through cache rule, ECR interface endpoints in the private subnets, and pod references rewritten to <account>.dkr.ecr.<region>.amazonaws.com/<stack>-ecr-public/...; images from any other registry are used as given ([Cold start](gpus.md#cold-start))."""
+    nodeAgentImage: str = key(
+        DEFAULT_NODE_AGENT_IMAGE, allowed="an image reference with Python 3.9 or newer as `python`, pinned by digest",
+        live=live("in-place", note="the node agent DaemonSet rolls to it, one node at a time"))
+    """The node agent's image (EFA exporter and fabric proof, stdlib Python only): a small public slim Python image pinned by digest, so a joining node proves its fabric while the DLC is still being pulled ([Cold start](gpus.md#cold-start))."""
+    dlcImageGiB: int = key(
+        DEFAULT_DLC_IMAGE_GIB, allowed="1 to 200",
+        live=live("gate", note="the gate's default wait follows it (efaCheckWaitSeconds unset); nothing else "
+                               "but the cost notes"))
+    """Compressed size of dlcImage in GiB, for the cold-start model (plan's table, the gate's default wait) and the per-pull cost notes."""
     systemRootVolumeGiB: int = key(
         100, allowed="100 to 65536",
         live=live("system-node", "gate", 
@@ -206,10 +229,10 @@ class StackConfig:
         False,
         live=live("gate"))
     """Fail the EFA check when a rank's torch/CUDA/NCCL/OFI/Ray version differs from the image manifest."""
-    efaCheckWaitSeconds: int = key(
-        1200, allowed="60 to 86400 (a day)",
+    efaCheckWaitSeconds: int | None = key(
+        None, allowed="60 to 86400 (a day); unset: the cold-start model's budget",
         live=live("gate"))
-    """How long the EFA check waits for every GPU node to join Ray (boot + image pull) before it fails; from zero nodes the published and measured parts add up to at most 765 s ([Cold start](gpus.md#cold-start))."""
+    """How long the EFA check waits for every GPU node to join Ray (boot, proof, image pull) before it fails. Unset: the cold-start model's budget for the stack's gpuInstanceType, dlcImageGiB, gpuFastImagePull and ecrPullThroughCache: the path from zero at its high figures plus one failed launch the Cluster Autoscaler retries after its 5-minute backoff (1320 s for the default stack, [Cold start](gpus.md#cold-start))."""
     efaCheckRequireCounters: bool = key(
         True,
         live=live("gate"))
@@ -421,6 +444,19 @@ class StackConfig:
 
 
     @property
+    def cold_start_layout(self) -> cold_start.Layout:
+        """What the cold-start model reads of this stack (components/cold_start.py)."""
+        return cold_start.Layout(instance_type=self.gpuInstanceType, image_gib=self.dlcImageGiB,
+                                 fast_image_pull=self.gpuFastImagePull, account_registry=self.ecrPullThroughCache)
+
+    @property
+    def efa_check_wait_s(self) -> int:
+        """efaCheckWaitSeconds, or the cold-start model's budget when unset."""
+        if self.efaCheckWaitSeconds is not None:
+            return self.efaCheckWaitSeconds
+        return cold_start.wait_budget_s(self.cold_start_layout)
+
+    @property
     def job_queues(self) -> list:
         """jobQueues parsed: one TeamQueue per team."""
         return [parse_team(t) for t in self.jobQueues]
@@ -462,6 +498,10 @@ class StackConfig:
             raise ConfigError("gpuInstanceType", self.gpuInstanceType, f"has no GPU; pick one of {', '.join(gpu_types)}")
         if self.efa and not gpu.efa_supported:
             raise ConfigError("gpuInstanceType", self.gpuInstanceType, "does not support EFA; pick an EFA type or set efa: false")
+        if "@sha256:" not in self.nodeAgentImage:
+            raise ConfigError("nodeAgentImage", self.nodeAgentImage,
+                              "pin it by digest (IMAGE@sha256:<64 hex>): the agent removes the startup taint, so "
+                              "every node must run the bits that were checked")
         if self.systemInstanceType not in CATALOGUE:
             raise ConfigError("systemInstanceType", self.systemInstanceType, f"unknown instance type; supported: {', '.join(sorted(CATALOGUE))}")
         if self.gpuWorkersToDelete and self.scale_to_zero:
@@ -607,11 +647,12 @@ GRAMMARS: dict[str, v.Grammar] = {
                                         above="a fraction of the EFA line rate: set 0 (off) to 1, e.g. 0.5"),
     "efaCheckCompareSocket": v.Bool(),
     "efaCheckStrictVersions": v.Bool(),
-    "efaCheckWaitSeconds": v.Seconds(60, WAIT_MAX_S, example=1200,
-                                     below="GPU nodes need minutes to boot and pull the image: set at least 60 "
-                                           "(default 1200)",
-                                     above=f"at most {WAIT_MAX_S} (a day): the gate holds every GPU node while it "
-                                           "waits and `pulumi up` waits with it; default 1200"),
+    "efaCheckWaitSeconds": v.OrUnset(inner=v.Seconds(
+        60, WAIT_MAX_S, example=1320,
+        below="GPU nodes need minutes to boot and pull the image: set at least 60 (unset: the cold-start model's "
+              "budget, 1320 for the default stack)",
+        above=f"at most {WAIT_MAX_S} (a day): the gate holds every GPU node while it waits and `pulumi up` waits "
+              "with it; unset: the cold-start model's budget")),
     "efaCheckRequireCounters": v.Bool(),
     "gpuCapacity": v.Text(max_len=32, fix="must be on-demand, reservation or capacity-block"),
     "gpuCapacityReservationId": v.OrUnset(inner=v.Text(max_len=v.ARN_MAX, fix="an ODCR id (cr-...) or its resource "
@@ -641,6 +682,9 @@ GRAMMARS: dict[str, v.Grammar] = {
     "clusterViewerArns": v.ListOf(item=v.PrincipalArn(), max_items=1000),
     "clusterCreatorArn": v.OrUnset(inner=v.PrincipalArn()),
     "s3GatewayEndpoint": v.Bool(),
+    "ecrPullThroughCache": v.Bool(),
+    "nodeAgentImage": v.ImageReference(),
+    "dlcImageGiB": v.Int(1, 200, example=20),
     "observability": v.Bool(),
     "metricsRetention": v.PrometheusDuration(),
     "metricsRemoteWriteUrl": v.OrUnset(inner=v.RemoteWriteUrl()),

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from datetime import date
 
 from . import eks_versions
-from .instances import (EKS_CONTROL_PLANE_USD_HOUR, NAT_GATEWAY_USD_HOUR, NAT_GATEWAY_USD_PER_GB, InstanceType,
-                        NoPrice, regional)
+from .instances import (EKS_CONTROL_PLANE_USD_HOUR, INTERFACE_ENDPOINT_USD_HOUR, INTERFACE_ENDPOINT_USD_PER_GB,
+                        NAT_GATEWAY_USD_HOUR, NAT_GATEWAY_USD_PER_GB, InstanceType, NoPrice, regional)
 
 # How each GPU capacity mode is billed (components/capacity.py):
 # - on demand: per second while an instance runs; gpuNodeCount 0 stops it.
@@ -36,13 +36,17 @@ ON_DEMAND, RESERVATION, CAPACITY_BLOCK = "on-demand", "reservation", "capacity-b
 
 
 def hourly_usd(region: str, nodes: Iterable[tuple[InstanceType, int]], eks_clusters: int = 1,
-               nat_gateways: int = 1, control_plane_usd_hour: float = EKS_CONTROL_PLANE_USD_HOUR) -> float:
-    """Nodes (type, count) + EKS control planes + NAT gateways (one per AZ that has one), before storage and data
-    transfer; :class:`NoPrice` when ``region`` has no figure for one of them. ``control_plane_usd_hour``: the
-    version's rate (:func:`.eks_versions.control_plane_usd_hour`: $0.10 standard, $0.60 extended support)."""
+               nat_gateways: int = 1, control_plane_usd_hour: float = EKS_CONTROL_PLANE_USD_HOUR,
+               interface_endpoint_azs: int = 0) -> float:
+    """Nodes (type, count) + EKS control planes + NAT gateways (one per AZ that has one) + interface endpoints (one
+    charge per endpoint per AZ), before storage and data transfer; :class:`NoPrice` when ``region`` has no figure for
+    one of them. ``control_plane_usd_hour``: the version's rate (:func:`.eks_versions.control_plane_usd_hour`: $0.10
+    standard, $0.60 extended support)."""
     total = sum(it.hourly_usd(region) * count for it, count in nodes if count)
     if nat_gateways:
         total += regional(NAT_GATEWAY_USD_HOUR, region, "NAT gateway") * nat_gateways
+    if interface_endpoint_azs:
+        total += regional(INTERFACE_ENDPOINT_USD_HOUR, region, "interface VPC endpoint") * interface_endpoint_azs
     return round(total + control_plane_usd_hour * eks_clusters, 4)
 
 
@@ -95,13 +99,26 @@ def control_plane_note(version: str | None, on: date | None = None) -> str:
     return f"EKS control plane: ${usd:.2f}/h ({why}; priced on {(on or eks_versions.today()).isoformat()})"
 
 
-def cost_notes(region: str, nat_gateways: int = 1, s3_gateway_endpoint: bool = True) -> list[str]:
-    """What the hourly figure leaves out: per-GB NAT processing (and whether S3 avoids it), storage, transfer."""
+def cost_notes(region: str, nat_gateways: int = 1, s3_gateway_endpoint: bool = True,
+               ecr_endpoint_azs: int = 0, image_gib: int | None = None) -> list[str]:
+    """What the hourly figure leaves out: per-GB NAT processing (and whether S3 and the account's ECR avoid it),
+    what the ECR interface endpoints add (``ecr_endpoint_azs``: endpoint-AZs), storage, transfer."""
     per_gb = NAT_GATEWAY_USD_PER_GB.get(region)
     nat = f"${per_gb}/GB" if per_gb is not None else f"per GB (no price for {region})"
+    through = ("other egress; not the stack's images, pulled from the account's ECR" if ecr_endpoint_azs else
+               "pulls from public registries, other egress")
+    if nat_gateways and not ecr_endpoint_azs and image_gib and per_gb is not None:
+        through += f": about ${per_gb * image_gib * 1.073741824:.2f} per GPU node pulling a {image_gib} GiB DLC"
     notes = [f"NAT gateway data processing: {nat} through each of the {nat_gateways} NAT gateway(s), on top of the "
-             "hourly figure (pulls from public registries, other egress)" if nat_gateways else
-             "no NAT gateway: no per-GB NAT processing"]
+             f"hourly figure ({through})" if nat_gateways else "no NAT gateway: no per-GB NAT processing"]
+    if ecr_endpoint_azs:
+        hour, gb = INTERFACE_ENDPOINT_USD_HOUR.get(region), INTERFACE_ENDPOINT_USD_PER_GB.get(region)
+        rate = (f"${hour}/h each = ${hour * ecr_endpoint_azs:.2f}/h, in the hourly figure, plus ${gb}/GB processed"
+                if hour is not None and gb is not None else f"per hour and per GB (no price for {region})")
+        notes.append(f"ECR interface endpoints (ecr.api, ecr.dkr): {ecr_endpoint_azs} endpoint-AZs at {rate} "
+                     "(registry API and manifests; the layers come from S3"
+                     + (" through its gateway endpoint)" if s3_gateway_endpoint else ")")
+                     + "; the pull-through cache's copy is ECR storage, not included")
     if s3_gateway_endpoint:
         notes.append("S3 (checkpoints, ECR image layers) goes through the S3 gateway VPC endpoint: no endpoint "
                      "charge and no NAT processing for it")
@@ -126,7 +143,7 @@ def estimate(region: str, gpu: InstanceType, gpu_nodes: int, system: InstanceTyp
              nat_gateways: int = 1, s3_gateway_endpoint: bool = True, *, capacity_mode: str = ON_DEMAND,
              reserved: int | None = None, reservation: str | None = None, block_end: str | None = None,
              kubernetes_version: str | None = None, on: date | None = None,
-             scale_from_zero: bool = False) -> CostEstimate:
+             scale_from_zero: bool = False, ecr_endpoint_azs: int = 0, image_gib: int | None = None) -> CostEstimate:
     """The reference layout (one GPU node group, one system node group, one cluster), never a guess.
 
     GPU instances are counted as their capacity mode bills them (:func:`billed_gpu_nodes`), the control plane at
@@ -134,12 +151,14 @@ def estimate(region: str, gpu: InstanceType, gpu_nodes: int, system: InstanceTyp
     """
     notes = [*capacity_notes(capacity_mode, gpu, region, gpu_nodes, reserved, reservation, block_end,
                              scale_from_zero),
-             control_plane_note(kubernetes_version, on), *cost_notes(region, nat_gateways, s3_gateway_endpoint)]
+             control_plane_note(kubernetes_version, on),
+             *cost_notes(region, nat_gateways, s3_gateway_endpoint, ecr_endpoint_azs, image_gib)]
     plane = (eks_versions.control_plane_usd_hour(kubernetes_version, on) if kubernetes_version
              else EKS_CONTROL_PLANE_USD_HOUR)
     try:
         usd = hourly_usd(region, [(gpu, billed_gpu_nodes(capacity_mode, gpu_nodes, reserved)),
-                                  (system, system_nodes)], nat_gateways=nat_gateways, control_plane_usd_hour=plane)
+                                  (system, system_nodes)], nat_gateways=nat_gateways, control_plane_usd_hour=plane,
+                           interface_endpoint_azs=ecr_endpoint_azs)
     except NoPrice as e:
         return CostEstimate(None, str(e), [str(e), *notes])
     return CostEstimate(usd, None, notes)

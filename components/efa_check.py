@@ -41,6 +41,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from . import cold_start
 from .instances import InstanceType
 from .node_groups import ROLE_LABEL, SYSTEM_ROLE
 from .raycluster import (GATE_LABELS, POD_SECURITY_CONTEXT, check_guaranteed, efa_env, pod_resources,
@@ -118,8 +119,9 @@ class Deadlines:
 
     head_wait_s: int = 600
     """Ray head's Jobs API answering (system node boot + multi-GB image pull)."""
-    topology_wait_s: int = 1200
-    """The check waits this long for every declared GPU node to join Ray (GPU nodes boot + pull the image)."""
+    topology_wait_s: int = cold_start.wait_budget_s()
+    """The check waits this long for every declared GPU node to join Ray (GPU nodes boot, prove, pull the image):
+    the cold-start model's budget for the default layout (components/cold_start.py)."""
     sweep_timeout_s: int = 600
     """One collective sweep, NCCL init included; a hung collective fails after this."""
     sweeps: int = 1

@@ -37,6 +37,13 @@ NAT_GATEWAY_USD_HOUR: dict[str, float] = {"us-east-1": 0.045}
 NAT_GATEWAY_USD_PER_GB: dict[str, float] = {"us-east-1": 0.045}
 """NAT gateway data processing, per GB in either direction (on top of any data transfer charge)."""
 
+INTERFACE_ENDPOINT_USD_HOUR: dict[str, float] = {"us-east-1": 0.01}
+"""One interface VPC endpoint in one AZ, per hour (AWS PrivateLink pricing, https://aws.amazon.com/privatelink/pricing/:
+"billed for each hour that your VPC endpoint remains provisioned in each Availability Zone")."""
+
+INTERFACE_ENDPOINT_USD_PER_GB: dict[str, float] = {"us-east-1": 0.01}
+"""Data processed by interface endpoints, per GB (the first PB a month; PrivateLink pricing)."""
+
 
 class NoPrice(LookupError):
     """No price figure for ``what`` in ``region``: the estimate says so instead of guessing."""

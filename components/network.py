@@ -1,4 +1,5 @@
-"""Network: a VPC with public and private subnets in two or more AZs, one NAT gateway, an S3 gateway endpoint.
+"""Network: a VPC with public and private subnets in two or more AZs, one NAT gateway, an S3 gateway endpoint and the
+ECR interface endpoints.
 
 EKS needs subnets in at least two AZs; the GPU nodes live in one of them (EFA
 does not cross AZs), so that AZ's private subnet is exposed on its own.
@@ -6,6 +7,13 @@ does not cross AZs), so that AZ's private subnet is exposed on its own.
 S3 traffic from the private subnets (checkpoints of several GB, image layers
 ECR serves from S3) would otherwise pass the NAT gateway, billed per GB; a
 gateway VPC endpoint on the private route tables carries it for free.
+
+Image pulls from the account's private ECR (components/image_cache.py) also reach ECR's API (``ecr.api``:
+authentication, manifests) and registry (``ecr.dkr``) endpoints; interface endpoints for both, with private DNS, keep
+them off the NAT gateway too ("Amazon ECR interface VPC endpoints (AWS PrivateLink)",
+https://docs.aws.amazon.com/AmazonECR/latest/userguide/vpc-endpoints.html: both endpoints plus the S3 gateway
+endpoint for the layers). Each endpoint has a network interface in every private subnet's AZ, reachable on 443 from
+the VPC only; AWS bills it per endpoint per AZ-hour (https://aws.amazon.com/privatelink/pricing/, components/cost.py).
 """
 
 from __future__ import annotations
@@ -36,6 +44,9 @@ class NetworkArgs:
     """Route S3 from the private subnets through a (free) gateway VPC endpoint instead of the NAT gateway."""
     region: str | None = None
     """Region of the VPC, for the endpoint's service name; unset: ``aws:region``, else the provider's region."""
+    ecr_interface_endpoints: bool = True
+    """Interface endpoints for ``ecr.api`` and ``ecr.dkr`` in the private subnets (private DNS): image pulls from the
+    account's ECR skip the NAT gateway."""
 
 
 class Network(pulumi.ComponentResource):
@@ -47,6 +58,10 @@ class Network(pulumi.ComponentResource):
     gpu_subnet_id: pulumi.Output[str]
     s3_endpoint: aws.ec2.VpcEndpoint | None
     """The S3 gateway endpoint (None when turned off)."""
+    ecr_endpoints: list[aws.ec2.VpcEndpoint]
+    """The ``ecr.api`` and ``ecr.dkr`` interface endpoints (empty when turned off)."""
+    ecr_subnet_azs: list[str]
+    """The AZs each ECR endpoint has a network interface in (each billed per hour)."""
 
     def __init__(self, name: str, args: NetworkArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("ray-efa-eks:index:Network", name, None, opts)
@@ -101,13 +116,29 @@ class Network(pulumi.ComponentResource):
                                           opts=child)
             private_rts.append(rt)
         self.s3_endpoint = None
+        # The provider's region (AWS_REGION works too) when neither the args nor aws:region name one.
+        region = args.region or pulumi.Config("aws").get("region") or aws.get_region_output().region
         if args.s3_gateway_endpoint:
-            # The provider's region (AWS_REGION works too) when neither the args nor aws:region name one.
-            region = args.region or pulumi.Config("aws").get("region") or aws.get_region_output().region
             self.s3_endpoint = aws.ec2.VpcEndpoint(
                 f"{name}-s3", vpc_id=vpc.id, service_name=pulumi.Output.concat("com.amazonaws.", region, ".s3"),
                 vpc_endpoint_type="Gateway",
                 route_table_ids=[rt.id for rt in private_rts], tags={"Name": f"{name}-s3"}, opts=child)
+        self.ecr_endpoints = []
+        self.ecr_subnet_azs = []
+        if args.ecr_interface_endpoints:
+            self.ecr_subnet_azs = azs + ([args.gpu_availability_zone] if gpu_only is not None else [])
+            sg = aws.ec2.SecurityGroup(
+                f"{name}-ecr-endpoints", vpc_id=vpc.id, description="ECR interface endpoints: HTTPS from the VPC",
+                ingress=[{"protocol": "tcp", "from_port": 443, "to_port": 443, "cidr_blocks": [args.cidr],
+                          "description": "HTTPS from the VPC's nodes and pods"}],
+                tags={"Name": f"{name}-ecr-endpoints"}, opts=child)
+            subnets = [s.id for s in private] + ([gpu_only.id] if gpu_only is not None else [])
+            for svc in ("ecr.api", "ecr.dkr"):
+                self.ecr_endpoints.append(aws.ec2.VpcEndpoint(
+                    f"{name}-{svc.replace('.', '-')}", vpc_id=vpc.id,
+                    service_name=pulumi.Output.concat("com.amazonaws.", region, f".{svc}"),
+                    vpc_endpoint_type="Interface", private_dns_enabled=True, subnet_ids=subnets,
+                    security_group_ids=[sg.id], tags={"Name": f"{name}-{svc}"}, opts=child))
 
         self.vpc_id = vpc.id
         self.public_subnet_ids = pulumi.Output.all(*[s.id for s in public])

@@ -24,8 +24,12 @@ itself asks for nothing privileged: non-root (65534), read-only root filesystem,
 privilege escalation, RuntimeDefault seccomp, no host network/PID/IPC, no API token (``automountServiceAccountToken:
 false`` on the service account and the pod).
 
-The code ships as the gate ships efacheck (components/efa_check.py): the modules it needs in a ConfigMap, run by the
-DLC image the GPU nodes already pull (no new image). ``/sys/module`` is not namespaced, so the module version is the
+The code ships as the gate ships efacheck (components/efa_check.py): the modules it needs (stdlib only, a test holds
+them to it) in a ConfigMap, run by a small public slim Python image pinned by digest (the stack's
+``nodeAgentImage``), not the multi-GB DLC: the proof runs while the DLC is still being pulled
+(components/image_prepull.py). Such an image has no libfabric, so the proof leaves the provider check to each Ray
+worker's ``efa-provider-check`` init container (the DLC's own ``fi_info -p efa``, with the device; a failure puts the
+taint back) unless ``image_has_libfabric``. ``/sys/module`` is not namespaced, so the module version is the
 container's own ``/sys/module/efa/version``.
 """
 
@@ -79,7 +83,8 @@ RUN_AS = 65534
 """nobody: the port counter files are 0444 (RDMA core hw_stats attributes)."""
 ROLLOUT_TIMEOUT_S = 1200
 """pulumi-kubernetes awaits a DaemonSet's rollout (kstatus, since pulumi/pulumi-kubernetes#2953); the first pod on a
-new GPU node waits for the multi-GB DLC image (the Ray worker beside it pulls the same layers)."""
+new GPU node waits for the node's launch and join, then its image (the stack's: a slim Python image, not the DLC;
+an agent run from the DLC would wait for its multi-GB pull)."""
 
 
 def exporter_url(namespace: str = NAMESPACE, port: int = EXPORTER_PORT) -> str:
@@ -93,7 +98,8 @@ class NodeAgentArgs:
 
     provider: k8s.Provider
     image: str
-    """The DLC image the GPU nodes already pull (the RayCluster's)."""
+    """The agent's image: ``python`` (3.9 or newer) and nothing else is needed; the stack's is a slim Python image
+    pinned by digest."""
     instance_types: list[str]
     """The stack's EFA GPU instance types: with our GPU role label, the nodes the agent runs on."""
     namespace: str = NAMESPACE
@@ -111,6 +117,8 @@ class NodeAgentArgs:
     proof_resources: dict[str, dict[str, str]] = field(default_factory=lambda: pod_resources("100m", "160Mi"))
     """Requests == limits: a stdlib loop plus one ``fi_info -l`` a minute (libfabric loads its providers)."""
     proof_interval_s: int = 60
+    image_has_libfabric: bool = False
+    """The image has libfabric's ``fi_info`` (a DLC does): the proof also checks that it lists the efa provider."""
     workers_namespace: str | None = None
     """The Ray namespace: with it the proof also reads the Ray worker pods on its node there (a Role with ``list``
     on pods, :meth:`NodeAgent.grant_worker_read`) and puts the startup taint back when a worker's
@@ -229,6 +237,7 @@ def proof_container(args: NodeAgentArgs) -> dict[str, Any]:
         "imagePullPolicy": "IfNotPresent",
         "command": ["python", "-m", "efacheck.node_check", "--sysfs", HOST_SYSFS, "--module-root", "/sys/module",
                     "--expect-devices", expect, "--interval", str(args.proof_interval_s), "--token-dir", TOKEN_DIR,
+                    *([] if args.image_has_libfabric else ["--skip-provider"]),
                     *(["--workers-namespace", args.workers_namespace] if args.workers_namespace else [])],
         "workingDir": CODE_MOUNT,
         "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},

@@ -38,6 +38,8 @@ from .kuberay import KubeRayOperator, KubeRayOperatorArgs
 from .live_cluster import lagging_warning, read_live_cluster, upgrade_problem
 from .kuberay_versions import unverified_note
 from .launch_template import FAST_IMAGE_PULL_MIN_MIBPS, Gp3Performance, NodeHardening, fingerprint
+from .image_cache import ImageCache, ImageCacheArgs, UPSTREAM_REGISTRY, cache_prefix, cached_reference
+from .image_prepull import ImagePrePull, ImagePrePullArgs
 from .network import Network, NetworkArgs
 from .metrics_rules import AlertThresholds
 from .node_agent import FABRIC_STARTUP_TAINT, NodeAgent, NodeAgentArgs
@@ -94,6 +96,12 @@ class EfaRayClusterArgs(TypedDict, total=False):
     """Provisioned throughput (MiB/s) of the GPU nodes' gp3 root volume (125 is the free baseline); FastImagePull wants at least 600 ([Cold start](gpus.md#cold-start))."""
     gpuFastImagePull: bool
     """nodeadm's FastImagePull feature gate on the GPU nodes (AL2023 EKS AMI, experimental): containerd pulls and unpacks the image's layers in parallel through the SOCI snapshotter ([Cold start](gpus.md#cold-start))."""
+    ecrPullThroughCache: bool
+    """Pull public.ecr.aws images (the DLC, the node agent) through the account's own ECR: a pull-through cache rule, ECR interface endpoints in the private subnets, and pod references rewritten to <account>.dkr.ecr.<region>.amazonaws.com/<stack>-ecr-public/...; images from any other registry are used as given ([Cold start](gpus.md#cold-start))."""
+    nodeAgentImage: str
+    """The node agent's image (EFA exporter and fabric proof, stdlib Python only): a small public slim Python image pinned by digest, so a joining node proves its fabric while the DLC is still being pulled ([Cold start](gpus.md#cold-start))."""
+    dlcImageGiB: int
+    """Compressed size of dlcImage in GiB, for the cold-start model (plan's table, the gate's default wait) and the per-pull cost notes."""
     systemRootVolumeGiB: int
     """Root volume of the system node (>= 100): the Ray head and the EFA check Job pull the DLC image there (tens of GB, compressed layers plus the unpacked copy)."""
     ncclDebug: str
@@ -113,7 +121,7 @@ class EfaRayClusterArgs(TypedDict, total=False):
     efaCheckStrictVersions: bool
     """Fail the EFA check when a rank's torch/CUDA/NCCL/OFI/Ray version differs from the image manifest."""
     efaCheckWaitSeconds: int
-    """How long the EFA check waits for every GPU node to join Ray (boot + image pull) before it fails; from zero nodes the published and measured parts add up to at most 765 s ([Cold start](gpus.md#cold-start))."""
+    """How long the EFA check waits for every GPU node to join Ray (boot, proof, image pull) before it fails. Unset: the cold-start model's budget for the stack's gpuInstanceType, dlcImageGiB, gpuFastImagePull and ecrPullThroughCache: the path from zero at its high figures plus one failed launch the Cluster Autoscaler retries after its 5-minute backoff (1320 s for the default stack, [Cold start](gpus.md#cold-start))."""
     efaCheckRequireCounters: bool
     """With EFA: EFA hardware counters the check cannot read (host /sys view) make its verdict undetermined, not a quiet pass."""
     gpuCapacity: str
@@ -287,7 +295,8 @@ class EfaRayCluster(pulumi.ComponentResource):
             pulumi.log.warn(outside, resource=self)
         network = Network("net", NetworkArgs(cidr=cfg.vpcCidr, availability_zones=azs,
                                              gpu_availability_zone=gpu_az, cluster_name=name,
-                                             s3_gateway_endpoint=cfg.s3GatewayEndpoint, region=cfg.region),
+                                             s3_gateway_endpoint=cfg.s3GatewayEndpoint, region=cfg.region,
+                                             ecr_interface_endpoints=cfg.ecrPullThroughCache),
                           opts=child)
         cluster = Cluster(name, ClusterArgs(
             vpc_id=network.vpc_id, public_subnet_ids=network.public_subnet_ids,
@@ -297,6 +306,16 @@ class EfaRayCluster(pulumi.ComponentResource):
             enable_network_policy=cfg.networkPolicy, admin_arns=cfg.clusterAdminArns,
             viewer_arns=cfg.clusterViewerArns, creator_admin=access.creator_admin, creator_arn=access.creator_arn,
             tags=tags), opts=child)
+        # Images from ECR Public come through the account's pull-through cache (components/image_cache.py); the Ray
+        # head on the system node pulls the DLC first, so the cache is filled before any GPU worker needs it.
+        dlc_image, agent_image, cache = cfg.dlcImage, cfg.nodeAgentImage, None
+        if cfg.ecrPullThroughCache and any(i.startswith(UPSTREAM_REGISTRY + "/") for i in (dlc_image, agent_image)):
+            account = aws.get_caller_identity().account_id
+            prefix = cache_prefix(name)
+            dlc_image, agent_image = (cached_reference(i, account, cfg.region, prefix) for i in (dlc_image, agent_image))
+            cache = ImageCache("image-cache", ImageCacheArgs(account_id=account, region=cfg.region, prefix=prefix,
+                                                             node_role_name=cluster.node_role.name), opts=child)
+        pulled_after = [cache] if cache else []
         system = SystemNodeGroup("system", SystemNodeGroupArgs(
             cluster=cluster.eks, node_role=cluster.node_role, subnet_ids=network.private_subnet_ids,
             instance_type=cfg.system_type, root_volume_gib=cfg.systemRootVolumeGiB, hardening=hardening,
@@ -346,7 +365,7 @@ class EfaRayCluster(pulumi.ComponentResource):
             queues = JobQueues("job-queues", JobQueuesArgs(
                 provider=cluster.provider, teams=cfg.job_queues, instance_type=cfg.gpu_type,
                 cluster_name=cluster.name, cluster_arn=cluster.arn, bucket_name=bucket.name, bucket_arn=bucket.arn,
-                kms_key_arn=bucket.kms_key_arn, region=cfg.region, pods_ready_timeout_s=cfg.efaCheckWaitSeconds,
+                kms_key_arn=bucket.kms_key_arn, region=cfg.region, pods_ready_timeout_s=cfg.efa_check_wait_s,
                 network_policy=cfg.networkPolicy, tags=tags, depends_on=[system]), opts=child)
         team_namespaces = queues.namespace_names if queues else []
         operators: list[KubeRayOperator] = []
@@ -369,14 +388,19 @@ class EfaRayCluster(pulumi.ComponentResource):
         agent = None
         if cfg.efa:  # the one reader of the hosts' EFA counters (the Ray pods mount no host path)
             agent = NodeAgent("node-agent", NodeAgentArgs(
-                provider=cluster.provider, image=cfg.dlcImage, instance_types=[cfg.gpuInstanceType],
+                provider=cluster.provider, image=agent_image, instance_types=[cfg.gpuInstanceType],
                 network_policy=cfg.networkPolicy,
                 allowed_namespaces=[RAY_NAMESPACE, METRICS_NAMESPACE, *team_namespaces],
                 startup_taints=unproven, efa_devices={cfg.gpuInstanceType: cfg.gpu_type.max_efa_interfaces},
-                workers_namespace=RAY_NAMESPACE, kubernetes_version=cfg.kubernetesVersion, depends_on=[gpu]),
-                opts=child)
+                workers_namespace=RAY_NAMESPACE, kubernetes_version=cfg.kubernetesVersion,
+                depends_on=[gpu, *pulled_after]), opts=child)
+        # The DLC pulled on each joining GPU node while its fabric is proven (the taint keeps Ray off until then).
+        ImagePrePull("image-prepull", ImagePrePullArgs(
+            provider=cluster.provider, image=dlc_image, idle_image=agent_image, instance_types=[cfg.gpuInstanceType],
+            startup_taints=unproven, network_policy=cfg.networkPolicy),
+            opts=opts_with(depends_on=[gpu, *pulled_after]))
         ray = RayCluster("ray", RayClusterArgs(
-            provider=cluster.provider, image=cfg.dlcImage, ray_version=cfg.rayVersion, nccl_debug=cfg.ncclDebug,
+            provider=cluster.provider, image=dlc_image, ray_version=cfg.rayVersion, nccl_debug=cfg.ncclDebug,
             namespace=RAY_NAMESPACE, service_account_name=RAY_SERVICE_ACCOUNT,
             storage_path=storage.storage_uri if storage else None, network_policy=cfg.networkPolicy,
             token_auth=cfg.rayTokenAuth, region=cfg.region, efa_exporter_url=agent.exporter_url if agent else None,
@@ -386,7 +410,8 @@ class EfaRayCluster(pulumi.ComponentResource):
                                            workers_to_delete=list(cfg.gpuWorkersToDelete))],
             autoscaler=AutoscalerArgs(idle_timeout_s=cfg.gpuIdleTimeoutSeconds) if cfg.scale_to_zero else None,
             # Pod identity is injected at pod start: the association and the agent must exist before the pods.
-            depends_on=[plugins, *([storage] if storage else []), *cluster.addons], after_namespace=install_operator),
+            depends_on=[plugins, *([storage] if storage else []), *cluster.addons, *pulled_after],
+            after_namespace=install_operator),
             opts=child)
         (operator,) = operators
         metrics = None
@@ -410,14 +435,14 @@ class EfaRayCluster(pulumi.ComponentResource):
                                 "inter-node path) is not exercised. Use gpuNodeCount >= 2 for the EFA proof",
                                 resource=self)
             check = EfaCheckJob("efa-check", EfaCheckJobArgs(
-                provider=cluster.provider, image=cfg.dlcImage, namespace=ray.namespace,
+                provider=cluster.provider, image=dlc_image, namespace=ray.namespace,
                 dashboard_address=ray.dashboard_address, ray_cluster=ray.custom_resource,
                 blocking=cfg.efaCheckBlocking, min_busbw_gbps=cfg.efaCheckMinBusbwGbps,
                 instance_type=cfg.gpu_type, node_count=cfg.gpuNodeCount, efa=cfg.efa, nccl_debug=cfg.ncclDebug,
                 min_busbw_fraction=cfg.efaCheckMinBusbwFraction, compare_socket=cfg.efaCheckCompareSocket,
                 strict_versions=cfg.efaCheckStrictVersions, require_counters=cfg.efaCheckRequireCounters and cfg.efa,
                 storage_proof=cfg.checkpointBucket,
-                deadlines=Deadlines(topology_wait_s=cfg.efaCheckWaitSeconds),
+                deadlines=Deadlines(topology_wait_s=cfg.efa_check_wait_s),
                 auth_secret_name=ray.auth_secret_name, spec_hash=ray.spec_hash, ray_cluster_name=ray.name,
                 node_identity=pulumi.Output.all(gpu.template_fingerprint, system.template_fingerprint,
                                                 cfg.kubernetesVersion).apply(fingerprint),
@@ -466,7 +491,8 @@ class EfaRayCluster(pulumi.ComponentResource):
                             s3_gateway_endpoint=cfg.s3GatewayEndpoint, capacity_mode=capacity.mode,
                             reserved=int(reserved) if reserved is not None else None,
                             reservation=capacity.reservation, block_end=block.end_date if block else None,
-                            kubernetes_version=cfg.kubernetesVersion)
+                            kubernetes_version=cfg.kubernetesVersion, image_gib=cfg.dlcImageGiB,
+                            ecr_endpoint_azs=2 * len(network.ecr_subnet_azs))
 
         cost = priced()
         if cost.missing:

@@ -51,7 +51,9 @@ alone, so it does not flip back (the record goes with the Node object: a replace
 proofs the loop lists its node's Ray worker pods every :data:`POD_INTERVAL_S` seconds, because a ``Failed`` pod
 lives only until KubeRay's next reconcile. What the Cluster Autoscaler then does with the node: docs/gpus.md,
 "Per-node proof".
-Stdlib only: shipped in the node agent's ConfigMap like the exporter, run by the DLC image (no new image).
+Stdlib only: shipped in the node agent's ConfigMap like the exporter, run by a small Python image. That image has no
+libfabric, so the agent runs with ``--skip-provider``: the ``provider`` finding then names the check that covers it,
+each Ray worker's ``efa-provider-check`` (the DLC's own libfabric, device-level), whose failure puts the taint back.
 """
 
 from __future__ import annotations
@@ -118,6 +120,12 @@ def libfabric_lists_efa(run: Callable[..., Any] = subprocess.run) -> tuple[bool,
     names = [ln[:-1] for ln in lines if ln.endswith(":")]
     said = f"providers {', '.join(names)}" if names else ((r.stderr or "").strip() or f"exit {r.returncode}")
     return False, f"fi_info -l does not list efa ({said})"
+
+
+PROVIDER_LEFT_TO_WORKERS = (True, "not checked here (--skip-provider: the agent's image has no libfabric); each Ray "
+                            "worker's efa-provider-check init container runs fi_info -p efa from the DLC with the "
+                            "device, and its failure puts the startup taint back")
+"""The ``provider`` finding with ``--skip-provider``."""
 
 
 def decide(sysfs: str, expected_devices: int, allocatable: dict[str, str], provider: tuple[bool, str],
@@ -423,6 +431,9 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
                         f"{POD_INTERVAL_S})")
     p.add_argument("--token-dir", default=None,
                    help=f"where the projected token and ca.crt are (default {TOKEN_DIR})")
+    p.add_argument("--skip-provider", action="store_true",
+                   help="do not run fi_info -l (an image without libfabric): the Ray workers' efa-provider-check "
+                        "init containers check the DLC's provider instead")
     p.add_argument("--once", action="store_true", help="prove once and stop, answering with the proof's status")
     a = p.parse_args(argv)
     if not a.node:
@@ -438,10 +449,11 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         print(f"{p.prog}: error: no Kubernetes API to ask (run it in a pod with a service account token): "
               f"{'$' + str(e.args[0]) + ' is not set' if isinstance(e, KeyError) else e}", file=sys.stderr)
         return EXIT_API
+    provider = (lambda: PROVIDER_LEFT_TO_WORKERS) if a.skip_provider else libfabric_lists_efa
     if a.once:
-        return run_check(api, a.node, a.sysfs, expected, module_root=a.module_root,
+        return run_check(api, a.node, a.sysfs, expected, provider=provider, module_root=a.module_root,
                          workers_namespace=a.workers_namespace)
-    return run_loop(api, a.node, a.sysfs, expected, a.interval, module_root=a.module_root,
+    return run_loop(api, a.node, a.sysfs, expected, a.interval, provider=provider, module_root=a.module_root,
                     log=lambda m: print(m, flush=True), workers_namespace=a.workers_namespace,
                     pod_interval_s=a.pod_interval)
 

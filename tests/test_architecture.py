@@ -46,7 +46,7 @@ COMPONENT_LAYERS = {
     "config": {"config"},
     "resource": {"network", "cluster", "placement", "launch_template", "node_groups", "device_plugins", "kuberay",
                  "raycluster", "efa_check", "checkpoint_bucket", "pod_identity", "node_agent", "dashboard",
-                 "observability", "cluster_autoscaler", "job_queues", "rayjob"},
+                 "observability", "cluster_autoscaler", "job_queues", "rayjob", "image_cache", "image_prepull"},
     "umbrella": {"stack", "provider", "__init__"},
 }
 """Each library module's layer. Leaves (value grammars, catalogue, capacity and cost rules) import leaves only.
@@ -193,7 +193,7 @@ def test_config_flows_one_way():
     assert readers <= {"stack", "config"} and "stack" in readers  # config.py defines it (a ClassDef, not a Name)
     config_imports = {t.partition(".")[2] for _, t in edges("components", modules("components")["config"])}
     assert config_imports <= {"capacity", "instances", "storage_rules", "eks_versions", "config_fields", "values",
-                              "kuberay_versions", "errors", "ebs_limits", "team_queues"}, \
+                              "kuberay_versions", "errors", "ebs_limits", "team_queues", "cold_start"}, \
         config_imports
     # values.py (the value grammars every key, component and CLI option uses) is a leaf: it imports no component
     assert not [mod for level, mod in imports(modules("components")["values"]) if level], "values.py is a leaf"

@@ -8,6 +8,8 @@ from ..components import eks_versions
 from ..components.cost import CAPACITY_BLOCK, ON_DEMAND, RESERVATION, capacity_notes, control_plane_note, hourly_usd
 from ..components.instances import CATALOGUE, NoPrice
 from .layout import CAPACITY_RESERVATION, EKS_CLUSTER, EKS_COMPONENT, NAT_GATEWAY, Stack, dig
+
+VPC_ENDPOINT = "aws:ec2/vpcEndpoint:VpcEndpoint"
 from .layout_node_groups import NodeGroup, node_groups
 
 
@@ -40,6 +42,12 @@ def cluster_versions(stack: Stack) -> list[str | None]:
     return out
 
 
+def interface_endpoint_azs(stack: Stack) -> int:
+    """Interface VPC endpoints x their subnets (one network interface, one hourly charge, per AZ)."""
+    return sum(len(subnets) for r in stack.of_type(VPC_ENDPOINT) if dig(r.props, "vpcEndpointType") == "Interface"
+               and isinstance(subnets := dig(r.props, "subnetIds"), list))
+
+
 def hourly_cost(stack: Stack, region: str, idle: bool = False) -> tuple[float | None, list[str]]:
     """USD/hour of nodes as their capacity is billed (on demand: running nodes; ODCR: every reserved instance; Capacity
     Block: nothing, paid up front) + EKS control planes at their version's rate today + NAT gateways; (None, why)
@@ -65,7 +73,8 @@ def hourly_cost(stack: Stack, region: str, idle: bool = False) -> tuple[float | 
     planes = sum(eks_versions.control_plane_usd_hour(v) if v else eks_versions.STANDARD_USD_HOUR
                  for v in cluster_versions(stack))
     try:
-        return round(hourly_usd(region, nodes, 0, len(stack.of_type(NAT_GATEWAY))) + planes, 4), []
+        return round(hourly_usd(region, nodes, 0, len(stack.of_type(NAT_GATEWAY)),
+                                interface_endpoint_azs=interface_endpoint_azs(stack)) + planes, 4), []
     except NoPrice as e:  # a region without figures: say so, never borrow another region's
         return None, [str(e)]
 

@@ -50,6 +50,7 @@ def render_text(plan: Plan) -> str:
                      "the first figure is every GPU node up)")
     lines.append(f"  Kubernetes version: {s.get('kubernetesVersion', '(unknown)')}")
     lines += [f"    {note}" for note in s.get("costNotes", [])]
+    lines += [f"  {line}" for line in s.get("coldStart", [])]
     lines += ["", rules_summary(plan)]
     lines += [violation_line(v) for v in plan.violations]
     return "\n".join(lines)

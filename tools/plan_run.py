@@ -96,7 +96,19 @@ def plan_tree(root: Path | None = None, *, stack: str = "dev", overrides: dict[s
     plan = make_plan(layout.from_mockrun(run), source=source, stack=stack, region=region)
     plan.config = shown
     plan.effective = effective
+    if any(r["type"] == "ray-efa-eks:index:EfaRayCluster" for r in plan.resources):  # the stack, not any program
+        plan.settings["coldStart"] = cold_start_lines(config, region)
     return plan
+
+
+def cold_start_lines(config: dict[str, Any], region: str) -> list[str]:
+    """The cold-start model's path for the planned stack's GPU type and image size (components/cold_start.py)."""
+    from ..components import cold_start
+    from ..components.config import NAMESPACE, StackConfig
+
+    prefix = NAMESPACE + ":"
+    cfg = StackConfig.from_mapping({k[len(prefix):]: v for k, v in config.items() if k.startswith(prefix)}, region)
+    return cold_start.plan_lines(cfg.cold_start_layout, cfg.efaCheckWaitSeconds)
 
 
 def _where_offered(error: Exception) -> str:

@@ -93,7 +93,7 @@ def test_a_principal_in_both_lists_is_refused():
 # -- 3. S3 gateway endpoint ---------------------------------------------------------------------------------------
 
 def test_s3_gateway_endpoint_on_every_private_route_table(default_run):
-    (ep,) = default_run.of_type(ENDPOINT)
+    (ep,) = [e for e in default_run.of_type(ENDPOINT) if e["vpcEndpointType"] == "Gateway"]
     assert ep["vpcEndpointType"] == "Gateway" and ep["serviceName"] == "com.amazonaws.us-east-1.s3"
     private = {f"{r.name}-id" for r in default_run.of_type(ROUTE_TABLE) if "-private-" in r.name}
     public = {f"{r.name}-id" for r in default_run.of_type(ROUTE_TABLE) if "-private-" not in r.name}
@@ -104,7 +104,7 @@ def test_s3_gateway_endpoint_on_every_private_route_table(default_run):
 
 def test_s3_gateway_endpoint_can_be_turned_off_and_the_cost_note_says_so():
     run = run_program({"s3GatewayEndpoint": "false"})
-    assert run.of_type(ENDPOINT) == []
+    assert [e for e in run.of_type(ENDPOINT) if e["vpcEndpointType"] == "Gateway"] == []
     assert any("through the NAT gateway at $0.045/GB" in n and "s3GatewayEndpoint" in n for n in run.outputs["costNotes"])
 
 
@@ -133,7 +133,8 @@ def test_opting_out_of_retain_deletes_them_all():
 # -- 5. cost figures that are true ----------------------------------------------------------------------------------
 
 def test_default_region_figure_and_notes(default_run):
-    assert default_run.outputs["estimatedHourlyUsd"] == pytest.approx(2 * 4.6016 + 0.4032 + 0.10 + 0.045)
+    # + the ECR interface endpoints: 2 endpoints x 2 AZs x $0.01/h
+    assert default_run.outputs["estimatedHourlyUsd"] == pytest.approx(2 * 4.6016 + 0.4032 + 0.10 + 0.045 + 0.04)
     assert any("NAT gateway data processing: $0.045/GB" in n for n in default_run.outputs["costNotes"])
 
 

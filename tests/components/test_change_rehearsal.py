@@ -200,8 +200,9 @@ def test_a_spec_change_recreates_every_pod_and_the_gate_checks_the_new_spec(chan
     assert s[f"{JOB} efa-check-job"] == "replace", "the gate must run again"
     assert not gate_sees_stale(a, b)
     if "dlcImage" in change:
-        assert _arg(gate_args(b), "--image") == NEW_IMAGE
-        assert {p["image"] for p in pods_after(a, b)} == {NEW_IMAGE}
+        cached = NEW_IMAGE.replace("public.ecr.aws/", "123456789012.dkr.ecr.us-east-1.amazonaws.com/ray-efa-dev-ecr-public/")
+        assert _arg(gate_args(b), "--image") == cached  # through the account's pull-through cache
+        assert {p["image"] for p in pods_after(a, b)} == {cached}
     else:
         workers = [p for p in pods_after(a, b) if p["role"].startswith("worker")]
         assert workers and all(p["env"]["NCCL_DEBUG"] == "INFO" for p in workers)

@@ -99,7 +99,11 @@ def test_the_cni_enforces_strict_and_every_pod_has_a_policy_and_its_egress(defau
     policies = policies_of(default_run)
     namespaces = {r["namespace"] for r in default_run.of_type(HELM)} | {
         r["metadata"]["namespace"] for r in default_run.of_type("kubernetes:apps/v1:DaemonSet")}
-    assert namespaces <= set(POD_NAMESPACES)
+    assert namespaces <= set(POD_NAMESPACES) | {"image-prepull"}
+    # the pre-pull pods need no network at all (the kubelet pulls): one policy denies them everything
+    prepull = [p["spec"] for p in policies if p["metadata"]["namespace"] == "image-prepull"]
+    assert prepull == [{"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}]
+    assert not admitted(policies, pod("ray"), pod("image-prepull"), 80)
     for ns in POD_NAMESPACES:
         stranger = pod(ns, app="anything")
         egress = [p for p in policies if p["metadata"]["namespace"] == ns and "Egress" in p["spec"]["policyTypes"]]
@@ -154,7 +158,7 @@ def test_every_namespace_the_stack_creates_enforces_a_pod_security_level(default
     levels = {r["metadata"]["name"]: (r["metadata"].get("labels") or {}).get(PSS)
               for r in default_run.of_type("kubernetes:core/v1:Namespace")}
     assert levels == {"ray": "baseline", "kuberay-system": "baseline", "monitoring": "baseline",
-                      "gpu-metrics": "privileged", "efa-node-agent": "privileged"}
+                      "gpu-metrics": "privileged", "efa-node-agent": "privileged", "image-prepull": "restricted"}
 
 
 # -- the plan rule -------------------------------------------------------------------------------------------------

@@ -40,7 +40,10 @@ SAMPLES: dict[str, tuple[dict, dict]] = {
     "availabilityZone": ({}, {"availabilityZone": "us-east-1b"}),
     "kubernetesVersion": ({"kubernetesVersion": "1.34"}, {"kubernetesVersion": "1.35"}),
     "clusterCreatorArn": ({}, {"clusterCreatorArn": "arn:aws:iam::123456789012:role/Creator"}),
-    "vpcCidr": ({}, {"vpcCidr": "10.1.0.0/16"}),
+    "vpcCidr": ({}, {"vpcCidr": "10.1.0.0/16"}),  # the ECR endpoints' security group follows the CIDR (in place)
+    "nodeAgentImage": ({}, {"nodeAgentImage": "public.ecr.aws/docker/library/python:3.13-slim@sha256:" + "1" * 64}),
+    "dlcImageGiB": ({}, {"dlcImageGiB": 40}),
+    "efaCheckWaitSeconds": ({}, {"efaCheckWaitSeconds": 900}),
     "dlcImage": ({}, {"dlcImage": "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.2"}),
     "rayVersion": ({}, {"rayVersion": "2.59.0"}),
     "endpointPublicAccessCidrs": ({}, {"endpointPublicAccessCidrs": ["203.0.113.0/24"]}),

@@ -139,7 +139,8 @@ def test_kueue_release_pinned_and_config_kept(queued):
     assert {k: v for k, v in ours.items() if k not in changed} == {k: v for k, v in chart.items() if k not in changed}
     assert "ray.io/rayjob" in chart["integrations"]["frameworks"]
     assert ours["integrations"]["frameworks"] == ["ray.io/rayjob"]
-    assert ours["waitForPodsReady"]["blockAdmission"] is True and ours["waitForPodsReady"]["timeout"] == "1200s"
+    # the timeout is the gate's wait: the cold-start model's budget when efaCheckWaitSeconds is unset
+    assert ours["waitForPodsReady"]["blockAdmission"] is True and ours["waitForPodsReady"]["timeout"] == "1320s"
     assert ours["resources"] == {"quotaCheckStrategy": "IgnoreUndeclared"}
 
 

@@ -76,8 +76,9 @@ def test_job_matches_kubernetes_schema(default_run):
 
 def test_one_image_everywhere(default_run):
     spec = raycluster(default_run)["spec"]
-    assert {c["image"] for c in containers(spec)} == {IMAGE}
-    assert default_run.one("kubernetes:batch/v1:Job")["spec"]["template"]["spec"]["containers"][0]["image"] == IMAGE
+    cached = IMAGE.replace("public.ecr.aws/", "123456789012.dkr.ecr.us-east-1.amazonaws.com/ray-efa-dev-ecr-public/")
+    assert {c["image"] for c in containers(spec)} == {cached}  # through the account's pull-through cache
+    assert default_run.one("kubernetes:batch/v1:Job")["spec"]["template"]["spec"]["containers"][0]["image"] == cached
 
 
 def test_head(default_run):
@@ -333,7 +334,8 @@ def test_no_host_sysfs_without_efa():
     pod = raycluster(run)["spec"]["workerGroupSpecs"][0]["template"]["spec"]
     assert not [v for v in pod["volumes"] if "hostPath" in v]
     assert "RAY_EFA_EKS_EFA_EXPORTER" not in {e["name"] for e in pod["containers"][0]["env"]}
-    assert not run.of_type("kubernetes:apps/v1:DaemonSet")  # no EFA, no node agent
+    # no EFA, no node agent: the DLC pre-pull is the only DaemonSet
+    assert [d.name for d in run.of_type("kubernetes:apps/v1:DaemonSet")] == ["image-prepull-daemonset"]
 
 
 def test_efa_check_requires_counters_with_efa_only(default_run):

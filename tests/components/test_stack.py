@@ -77,7 +77,7 @@ def test_park_gpu_nodes():
     run = run_program({"gpuNodeCount": "0"})
     assert run.one(MNG, "gpu")["scalingConfig"] == {"desiredSize": 0, "minSize": 0, "maxSize": 1}
     assert not run.of_type("kubernetes:batch/v1:Job")
-    assert run.outputs["estimatedHourlyUsd"] == pytest.approx(0.4032 + 0.10 + 0.045)
+    assert run.outputs["estimatedHourlyUsd"] == pytest.approx(0.4032 + 0.10 + 0.045 + 0.04)  # + ECR endpoints
 
 
 def test_system_node_group(default_run):
@@ -94,7 +94,8 @@ def test_cluster_settings(default_run):
 
 
 def test_estimated_cost_default(default_run):
-    assert default_run.outputs["estimatedHourlyUsd"] == pytest.approx(2 * 4.6016 + 0.4032 + 0.10 + 0.045)
+    # + the ECR interface endpoints: 2 endpoints x 2 AZs x $0.01/h
+    assert default_run.outputs["estimatedHourlyUsd"] == pytest.approx(2 * 4.6016 + 0.4032 + 0.10 + 0.045 + 0.04)
     assert 9.5 < default_run.outputs["estimatedHourlyUsd"] < 9.9
 
 

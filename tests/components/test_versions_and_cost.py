@@ -30,6 +30,12 @@ BLOCK_CFG = {"gpuInstanceType": "p5.48xlarge", "gpuCapacity": "capacity-block", 
 NAT, SYSTEM = 0.045, CATALOGUE["m7i.2xlarge"].hourly_usd("us-east-1")
 
 
+def endpoints(run) -> float:
+    """The ECR interface endpoints' hourly charge: $0.01 per endpoint per AZ (PrivateLink pricing, us-east-1)."""
+    return 0.01 * sum(len(e["subnetIds"]) for e in run.of_type("aws:ec2/vpcEndpoint:VpcEndpoint")
+                      if e["vpcEndpointType"] == "Interface")
+
+
 @pytest.fixture(autouse=True)
 def today(monkeypatch):
     monkeypatch.setattr(eks_versions, "today", lambda: DAY)
@@ -112,7 +118,7 @@ def test_odcr_bills_every_reserved_instance_even_parked():
     run = run_program(ODCR_CFG)
     reserved = CAPACITY_RESERVATIONS[ODCR]["instanceCount"]
     gpu = CATALOGUE["g6e.48xlarge"].hourly_usd("us-east-1")
-    want = reserved * gpu + SYSTEM + 0.10 + NAT
+    want = reserved * gpu + SYSTEM + 0.10 + NAT + endpoints(run)
     assert run.outputs["estimatedHourlyUsd"] == pytest.approx(want) and plan_usd(run) == pytest.approx(want)
     notes = " ".join(run.outputs["costNotes"])
     assert f"all {reserved} reserved g6e.48xlarge are billed" in notes and "gpuNodeCount 0 does not stop it" in notes
@@ -122,7 +128,7 @@ def test_odcr_bills_every_reserved_instance_even_parked():
 
 def test_capacity_block_is_paid_up_front_not_per_hour():
     run = run_program({**BLOCK_CFG, "efaCheck": "false"})
-    want = SYSTEM + 0.10 + NAT  # the block's p5 nodes: paid when the block was bought
+    want = SYSTEM + 0.10 + NAT + endpoints(run)  # the block's p5 nodes: paid when the block was bought
     assert run.outputs["estimatedHourlyUsd"] == pytest.approx(want) and plan_usd(run) == pytest.approx(want)
     notes = " ".join(run.outputs["costNotes"])
     assert f"Capacity Block {BLOCK}: paid up front" in notes and "refunds" in notes
@@ -133,7 +139,7 @@ def test_idle_cost_beside_the_all_up_cost():
     """Issue 35: estimatedHourlyUsd is every GPU node up; estimatedIdleHourlyUsd what runs with no job (system node,
     control plane, NAT), the same as the all-up figure for a fixed fleet; the plan shows both."""
     run = run_program({})
-    assert run.outputs["estimatedIdleHourlyUsd"] == pytest.approx(SYSTEM + 0.10 + NAT)
+    assert run.outputs["estimatedIdleHourlyUsd"] == pytest.approx(SYSTEM + 0.10 + NAT + endpoints(run))
     assert run.outputs["estimatedHourlyUsd"] == pytest.approx(plan_usd(run)) and run.outputs["estimatedHourlyUsd"] > 9
     assert "0 to 2 x g6.12xlarge" in run.outputs["costNotes"][0]
     fixed = run_program({"gpuScaleToZero": "false"})
@@ -142,7 +148,7 @@ def test_idle_cost_beside_the_all_up_cost():
 
 def test_on_demand_gpu_nodes_stop_billing_when_parked():
     run = run_program({"gpuNodeCount": "0"})
-    assert run.outputs["estimatedHourlyUsd"] == pytest.approx(SYSTEM + 0.10 + NAT) == plan_usd(run)
+    assert run.outputs["estimatedHourlyUsd"] == pytest.approx(SYSTEM + 0.10 + NAT + endpoints(run)) == plan_usd(run)
     assert "gpuNodeCount 0 stops it" in run.outputs["costNotes"][0]
 
 

@@ -357,9 +357,14 @@ def test_the_cli_hands_its_options_to_the_check_and_the_loop(monkeypatch):
     assert nc.run_cli(nc.main, [*base, "--once"], PROG) == 1
     assert nc.run_cli(nc.main, [*base, "--interval", "30", "--pod-interval", "2.5"], PROG) == 2
     (_, a1, k1), (_, a2, k2) = seen
-    assert a1 == ("api", "n", "/h", {"g6.12xlarge": 1}) and k1 == {"module_root": None, "workers_namespace": "ray"}
+    assert a1 == ("api", "n", "/h", {"g6.12xlarge": 1}) and k1 == {
+        "provider": nc.libfabric_lists_efa, "module_root": None, "workers_namespace": "ray"}
     assert a2 == ("api", "n", "/h", {"g6.12xlarge": 1}, 30.0)
     assert (k2["workers_namespace"], k2["pod_interval_s"], k2["module_root"]) == ("ray", 2.5, None)
+    # an image without libfabric (the node agent's slim Python): fi_info is never run, the finding names who checks
+    assert nc.run_cli(nc.main, [*base, "--once", "--skip-provider"], PROG) == 1
+    ok, said = seen[-1][2]["provider"]()
+    assert ok and "efa-provider-check" in said and "fi_info -p efa" in said
 
 
 def test_help_ends_with_the_node_check_rows(monkeypatch, capsys):

@@ -98,13 +98,20 @@ def test_each_audit_option_changes_the_outcome(tmp_path, flag):
 
 # -- the node agent's proof ---------------------------------------------------------------------------------------
 
+def node_agent(stack: Stack) -> dict:
+    """The node agent's DaemonSet (the one whose pod runs ``fabric-proof``)."""
+    (ds,) = [d for d in stack.daemonsets
+             if any(c["name"] == "fabric-proof" for c in d["spec"]["template"]["spec"]["containers"])]
+    return ds
+
+
 def prove(tmp_path, change=None, env=None, failed_worker_in: str | None = None, interval: str | None = "2",
           seconds: float = 8.0) -> dict:
     """A GPU node joins; the node agent's pods run on it (``change`` applied to fabric-proof's command, ``env`` to
     its env); after ``seconds``: is the startup taint gone, and how many proofs ran."""
     stack = Stack()
     stack.daemonsets = copy.deepcopy(stack.daemonsets)
-    (ds,) = stack.daemonsets
+    ds = node_agent(stack)
     proof = next(c for c in ds["spec"]["template"]["spec"]["containers"] if c["name"] == "fabric-proof")
     if change:
         proof["command"] = change(proof["command"])
@@ -142,6 +149,7 @@ PROOF_CASES = {
     "--workers-namespace": dict(failed_worker_in="ray", change=lambda a: set_flag(a, "--workers-namespace",
                                                                                  "elsewhere")),
     "--interval": dict(interval=None, change=lambda a: set_flag(a, "--interval", "1")),
+    "--skip-provider": dict(change=lambda a: set_flag(a, "--skip-provider", None)),
     "NODE_NAME": dict(env={"NODE_NAME": "gpu-node-9"}),
 }
 """Per option, the change; the outcome compared with the rendered option in the same scenario."""
@@ -158,6 +166,9 @@ def test_each_node_agent_option_changes_the_outcome(tmp_path, option):
     got = prove(tmp_path / "changed", **case)
     if option == "--interval":  # the rendered 60 s reads its node once in the window; 1 s, several times
         assert got["reads"] > base["reads"] + 2, (base, got)
+    elif option == "--skip-provider":  # the agent's slim image has no libfabric: the provider finding names the
+        # workers' efa-provider-check instead of running fi_info; without the flag the agent runs fi_info itself
+        assert "--skip-provider" in base["log"] and "--skip-provider" not in got["log"], (base["log"], got["log"])
     elif option == "--workers-namespace":  # the failed worker in `ray` puts the taint back, naming it; elsewhere
         # it is never seen (and the Role lets the agent list pods in `ray` only: the listing is refused)
         assert "ray/ray-gpu-worker-bad" in base["log"] and "ray/ray-gpu-worker-bad" not in got["log"], \
@@ -170,7 +181,7 @@ def test_every_rendered_option_has_a_case():
     stack = Stack()
     (sidecar,) = stack.job["spec"]["template"]["spec"]["initContainers"]
     assert set(flags(sidecar["command"])) == set(AUDIT_CASES)
-    (ds,) = stack.daemonsets
+    ds = node_agent(stack)
     proof = next(c for c in ds["spec"]["template"]["spec"]["containers"] if c["name"] == "fabric-proof")
     env = {e["name"] for e in proof.get("env") or [] if not e["name"].startswith("PYTHON")}
     assert set(flags(proof["command"])) | env == set(PROOF_CASES)

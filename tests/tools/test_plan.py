@@ -60,12 +60,12 @@ def test_default_plan_text(capsys):
     for expected in [
         "Offline plan of working tree: stack dev, region us-east-1",
         "node group gpu-mng: 0..2 x g6.12xlarge (4 GPU each), subnets in us-east-1a, EFA interfaces/node 1, placement cluster",
-        "estimated cost idle: $0.55/hour",
+        "estimated cost idle: $0.59/hour",  # with the ECR interface endpoints (4 endpoint-AZs x $0.01/h)
         "node group system-mng: 1 x m7i.2xlarge (0 GPU each), subnets in us-east-1a, us-east-1b, EFA interfaces/node 0",
         "GPU subnets: net-private-us-east-1a (us-east-1a)",
         "KubeRay chart: 1.7.0",
-        "image tags: train-ml-cuda-v1.1",
-        "estimated cost: $9.75/hour",
+        "image tags: sha256:032c52613401895aa3d418a4c563d2d05f993bc3ecc065c8f4e2280978acd249, train-ml-cuda-v1.1",
+        "estimated cost: $9.79/hour",
         f"Layout rules: all {len(rules.RULE_IDS)} pass",
         "├─ ray-efa-eks:index:EfaGpuNodeGroup  gpu",
         "│  └─ eks:index:ManagedNodeGroup  gpu-mng",
@@ -87,9 +87,10 @@ def test_default_plan_json(plans, default_run):
     assert len(s["nodeGroups"]["gpu-mng"]["launchTemplate"]) == 8  # fingerprint of the template's inputs
     assert s["nodeGroups"]["system-mng"]["instanceTypes"] == "m7i.2xlarge" and s["nodeGroups"]["system-mng"]["nodes"] == 1
     assert s["gpuSubnets"] == {"net-private-us-east-1a": "us-east-1a"}
-    assert s["kuberayChartVersion"] == "1.7.0" and s["imageTags"] == "train-ml-cuda-v1.1"
+    assert s["kuberayChartVersion"] == "1.7.0" and s["imageTags"] == ("sha256:032c52613401895aa3d418a4c563d2d05f993bc3ecc065c8f4e2280978acd249, "
+                                                                         "train-ml-cuda-v1.1")
     assert s["pods"]["ray-raycluster worker gpu"] == {
-        "replicas": "0..2", "image": "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1",
+        "replicas": "0..2", "image": "123456789012.dkr.ecr.us-east-1.amazonaws.com/ray-efa-dev-ecr-public/deep-learning-containers/ray:train-ml-cuda-v1.1",
         "cpu": "44", "memory": "172Gi", "gpu": 4, "efa": 1, "guaranteedQoS": "yes"}
     assert s["estimatedHourlyUsd"] == pytest.approx(default_run.outputs["estimatedHourlyUsd"])
     assert {"type": MNG, "name": "gpu-mng", "parent": "ray-efa-eks:index:EfaGpuNodeGroup gpu"} in p["resources"]
@@ -111,7 +112,7 @@ def test_diff_default_vs_p5_shows_interfaces_gpus_and_cost(capsys, plans):
                 "| node group `gpu-mng` GPUs/node | 4 | 8 |",
                 "| pod `ray-raycluster worker gpu` EFA interfaces | 1 | 32 |",
                 "| pod `ray-raycluster worker gpu` GPU | 4 | 8 |",
-                "| estimated $/hour | 9.75 | 110.63 |",
+                "| estimated $/hour | 9.79 | 110.67 |",
                 "Resources: none added or removed",
                 f"Layout rules: ✅ all {len(rules.RULE_IDS)} pass."]:
         assert row in out, row
@@ -122,7 +123,7 @@ def test_diff_json_and_identical_plans(capsys, plans):
     code, out = run_cli(capsys, "--diff", str(plans["default"]), str(plans["p5"]), "--json")
     changed = {c["setting"]: (c["before"], c["after"]) for c in json.loads(out)["changed"]}
     assert changed["node group `gpu-mng` EFA interfaces/node"] == (1, 32)
-    assert changed["estimated $/hour"] == (pytest.approx(9.7514), pytest.approx(110.6282))
+    assert changed["estimated $/hour"] == (pytest.approx(9.7914), pytest.approx(110.6682))
     code, out = run_cli(capsys, "--diff", str(plans["default"]), str(plans["default"]))
     assert code == 0 and "No setting changed." in out
 
@@ -266,7 +267,7 @@ def test_diff_against_a_git_ref_shows_what_a_pr_changed_and_which_rule_broke(tmp
     out = proc.stdout
     assert out.startswith("### Offline plan: `git main` → `working tree` (stack `dev`, us-east-1)")
     assert "| node group `gpu-mng` EFA interfaces/node | 1 | 32 |" in out
-    assert "| estimated $/hour | 9.75 | 110.63 |" in out
+    assert "| estimated $/hour | 9.79 | 110.67 |" in out
     assert "+ kubernetes:core/v1:Service dashboard-lb" in out
     broken = [line for line in out.splitlines() if line.startswith("- ❌ ")]
     assert len(broken) == 1 and "[private-dashboard] kubernetes:core/v1:Service dashboard-lb:" in broken[0]

@@ -39,7 +39,8 @@ def test_the_plan_shows_every_effective_value_and_its_source(capsys, monkeypatch
     assert "  ray-efa-eks:gpuNodeCount: 4  [--config]" in out
     assert "  ray-efa-eks:dlcImage: public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1  [Pulumi.dev.yaml]" in out
     assert "  ray-efa-eks:checkpointPrefix: ray-train  [default]" in out
-    assert "  ray-efa-eks:efaCheckWaitSeconds: 1200  [default]" in out
+    assert "  ray-efa-eks:efaCheckWaitSeconds: null  [default]" in out  # unset: the cold-start model's budget
+    assert "the gate waits 1320 s (the model's budget)" in out
 
 
 def test_pulumi_config_is_ignored_as_pulumi_up_ignores_it(capsys, monkeypatch):

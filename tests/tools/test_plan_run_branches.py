@@ -353,7 +353,8 @@ def test_make_plan_settings_are_the_regions_and_a_recorded_parent_is_named_by_it
     resources = layout.from_mockrun(shared_run())
     east = pr.make_plan(resources, source="s", stack="dev", region="us-east-1")
     west = pr.make_plan(resources, source="s", stack="dev", region="us-west-2")
-    assert east.settings["estimatedHourlyUsd"] == 9.7514 and east.settings["estimatedIdleHourlyUsd"] == 0.5482
+    # with the ECR interface endpoints: 2 endpoints x 2 AZs x $0.01/h
+    assert east.settings["estimatedHourlyUsd"] == 9.7914 and east.settings["estimatedIdleHourlyUsd"] == 0.5882
     assert west.settings["estimatedHourlyUsd"].startswith("unknown: no price for us-west-2 (m7i.2xlarge")
     parent = Resource("eks:index:Cluster", "eks", "urn:short", None, {})
     child = Resource("aws:eks/cluster:Cluster", "eks", "urn:c", "urn:short", {})

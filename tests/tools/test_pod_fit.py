@@ -165,6 +165,6 @@ def test_default_stack_figures_per_node_group(default):
     head_pods = s["system-mng"]["perNode"][0]["pods"]
     assert {"efa-check-job", "ray-raycluster head", "kuberay-operator", "cluster-autoscaler", "prometheus",
             "coredns", "kube-proxy", "aws-node"} <= set(head_pods)
-    assert [n["cpu"] for n in s["gpu-mng"]["perNode"]] == ["44445m", "44445m"]
+    assert [n["cpu"] for n in s["gpu-mng"]["perNode"]] == ["44455m", "44455m"]
     broken = rules.check(Stack(default), only=["pods-fit"])
     assert broken == []

@@ -359,7 +359,8 @@ def test_one_image_fails_when_workers_run_another_image(default):
         worker(props)["image"] = "rayproject/ray:2.58.0-gpu"
 
     [v] = check(mutate(default, RAY_CLUSTER, "ray-raycluster", other), "one-image")
-    assert "head runs public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1" in v.problem
+    assert "head runs 123456789012.dkr.ecr.us-east-1.amazonaws.com/ray-efa-dev-ecr-public/deep-learning-containers/ray:" \
+        "train-ml-cuda-v1.1" in v.problem
     assert "worker group gpu runs rayproject/ray:2.58.0-gpu" in v.problem and "dlcImage" in v.fix
     assert check(default, "one-image") == []
 
