@@ -193,9 +193,11 @@ def check_train_args(p: argparse.ArgumentParser, args: argparse.Namespace,
         p.error(f"{run_name_problem(args.name)} (the run's checkpoints go to <storage>/<name>)")
     from .trainer import STORAGE_PATH_ENV
 
-    storage = args.storage_path or (os.environ.get(STORAGE_PATH_ENV) if local else None)  # submit: the job's own
-    if storage:
-        why = storage_problem(storage, "--storage-path" if args.storage_path else STORAGE_PATH_ENV, on_this_host=local)
+    storage = args.storage_path if args.storage_path is not None else (
+        os.environ.get(STORAGE_PATH_ENV) if local else None)  # submit: the job's own
+    if storage is not None and (storage or args.storage_path is not None):
+        why = storage_problem(storage, "--storage-path" if args.storage_path is not None else STORAGE_PATH_ENV,
+                              on_this_host=local)
         if why:
             p.error(why)
     if args.address is not None:
@@ -272,8 +274,20 @@ def storage_problem(value: str, option: str, on_this_host: bool = True) -> str |
     checked.
     """
     fix = FIX
+    if not value.strip():
+        return f"{option} {value!r}: empty; name a directory or s3://bucket/prefix, or omit it for the default"
+    bad = next((c for c in value if c != "\x00" and (ord(c) < 0x20 or ord(c) == 0x7f)), None)
+    if bad is not None:  # a newline or tab in a directory name is a typo (a pasted line), never a place to train
+        return f"{option} {value!r}: contains the control character {bad!r}; {fix}"
     if "\x00" in value or "://" in value:
-        return uri_problem(value, option)
+        why = uri_problem(value, option)
+        key = value.partition("://")[2].partition("/")[2].partition("?")[0]
+        if why is None and "//" in "/" + key:
+            why = f"{option} {value!r}: an empty S3 key segment ('//'); e.g. s3://my-bucket/ray-train"
+        return why
+    if value.startswith("~") and value.partition("/")[0] == "~" and not os.environ.get("HOME"):
+        return (f"{option} {value!r}: '~' with HOME unset would mean the account's home from /etc/passwd, not "
+                f"yours; write the directory out in full; {fix}")
     if not on_this_host:  # submit: the path is the cluster's, not this machine's
         return None
     try:
