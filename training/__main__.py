@@ -44,6 +44,8 @@ from urllib.parse import urlsplit
 from .. import efacheck
 from ..efacheck import verdict_metrics
 from ..efacheck.storage_uri import FIX, uri_problem
+from .lease import EXIT_NAME_IN_USE, RENEW_S
+from .storage_check import EXIT_STORAGE
 from .cli import (EXIT_INTERNAL, EXIT_USAGE, ArgumentParser, internal_error, interrupted_code, interruption, run_cli,
                   url_problem)
 
@@ -455,13 +457,13 @@ def run_training(args: argparse.Namespace) -> dict:
         "checkpoint_every": args.checkpoint_every,
         "report_every": args.report_every,
         "fail_at_step": args.fail_at_step,
+        **json.loads(os.environ.get(RESUME_ENV) or "{}"),  # the checkpoint the command verified
     }
     trainer = build_trainer(num_workers=args.workers, use_gpu=args.use_gpu, train_config=train_cfg,
                             backend=resolve_backend(args.use_gpu, os.environ),
                             storage_path=storage, name=name, max_failures=args.max_failures)
     t0 = time.perf_counter()
-    resume = (f"rerun with --name {name} and the same --storage-path ({storage}) to resume from its latest "
-              "checkpoint")
+    resume = resume_hint(name, storage)
     interrupted = note_sigint(trainer)
     try:
         result = trainer.fit()
@@ -538,19 +540,101 @@ def refusal_message(fab: dict, name: str) -> str:
             f"efa{f' ({was})' if was else ''}: {why}; nothing was checkpointed")
 
 
+def resume_hint(name: str, storage: Optional[str]) -> str:
+    """What an interrupted or failed run's message ends with."""
+    where = f" ({storage})" if storage else ""
+    return f"rerun with --name {name} and the same --storage-path{where} to resume from its latest checkpoint"
+
+
+_RUN: list[str] = []
+"""The run's name and resume hint once known (for an interruption before the run itself started)."""
+
+
+def supervise_train(args: argparse.Namespace, argv: list[str]) -> int:
+    """The command's side of a run (training/lifecycle.py): check what can be checked without Ray, then run
+    :func:`main_train` in a child process that this one stops, reaps and answers for."""
+    from . import lifecycle
+    from .trainer import resolve_storage_path
+
+    storage = resolve_storage_path(args.storage_path, os.environ)
+    name = args.name or f"fsdp-lm-{int(time.time())}"
+    _RUN[:] = [name, resume_hint(name, storage)]  # a signal before the run starts still says how to resume
+    check_storage_reachable(args, os.environ)
+    if args.address:
+        probe_ray_address(args.address)
+    cmd = [sys.executable, "-m", f"{NAMESPACE}.training", *argv, "--name", name, "--storage-path", storage]
+    lease = own_name(storage, name)
+    try:
+        os.environ[RESUME_ENV] = json.dumps(resume_choice(storage, name))
+        return lifecycle.supervise(cmd, name=name, resume=resume_hint(name, storage), as_json=args.json,
+                                   tick=lambda: None if lease.renew() else (
+                                       EXIT_NAME_IN_USE, f"training run {name!r} lost its name to another run "
+                                                         f"({lease.where()}) and was stopped"),
+                                   tick_every=RENEW_S)
+    finally:
+        os.environ.pop(RESUME_ENV, None)
+        lease.release()
+
+
+RESUME_ENV = "RAY_EFA_EKS_RESUME"
+"""Set for the run's process: the checkpoint it resumes from, as training/checkpoints.py chose it (JSON)."""
+
+
+def resume_choice(storage: str, name: str) -> dict:
+    """Which checkpoint the run resumes from, verified (training/checkpoints.py): its notes on stderr; CliError 65
+    when checkpoints exist and none verifies."""
+    from .checkpoints import DamagedCheckpoints, choose
+
+    try:
+        choice = choose(storage, name)
+    except DamagedCheckpoints as e:
+        raise CliError(e.code, str(e)) from None
+    except OSError as e:  # pyarrow: the storage refused a listing or a read
+        raise CliError(EXIT_STORAGE, f"--storage-path {storage}: cannot read run {name!r}'s checkpoints: "
+                                     f"{_first_line(e)}") from None
+    for note in choice.notes:
+        print(note, file=sys.stderr, flush=True)
+    return {"resume_from": choice.resume_from, "existing": choice.existing, "run_tag": f"r{int(time.time())}"}
+
+
+def own_name(storage: str, name: str) -> Any:
+    """The run's lease on ``<storage>/<name>`` (training/lease.py), or CliError: 75 while another run holds it."""
+    from .lease import Lease, NameInUse
+    from .storage_check import StorageError, _explain
+
+    try:
+        lease = Lease(storage, name)
+        lease.acquire()
+    except NameInUse as e:
+        raise CliError(e.code, str(e)) from None
+    except OSError as e:
+        raise CliError(EXIT_STORAGE, f"--storage-path {storage}: cannot write the run's owner record: "
+                                     f"{e.strerror or e}") from None
+    except Exception as e:  # botocore: the same answers as the storage check's
+        try:
+            code, why = _explain(e, storage, "--storage-path", os.environ)
+        except Exception:  # noqa: BLE001 - not an S3 answer: a bug, reported with its trace
+            raise e from None
+        raise CliError(code, f"{why} (the run's owner record)") from None
+    return lease
+
+
 def main_train(args: argparse.Namespace) -> int:
     import contextlib
 
     import ray
 
+    from . import lifecycle
     from .driver_output import install
 
     install()  # [train] lines plain when piped; Ray Train's monitor noise dropped (training/driver_output.py)
     t0 = time.perf_counter()
-    check_storage_reachable(args, os.environ)
+    if not lifecycle.is_run():  # the supervisor asked already
+        check_storage_reachable(args, os.environ)
     with contextlib.ExitStack() as stack:
         if args.address:
-            probe_ray_address(args.address)
+            if not lifecycle.is_run():
+                probe_ray_address(args.address)
             try:
                 ray.init(address=args.address)
             except Exception as e:  # ConnectionError, auth errors, version mismatch...
@@ -575,7 +659,9 @@ def main_train(args: argparse.Namespace) -> int:
           f"world={summary['world_size']} nodes={summary['nodes']} tok/s={summary['tokens_per_s']:.0f} "
           f"resumed_from={summary['resumed_from_step']} wall={summary['wall_s']}s "
           f"fabric={fabric_words(summary.get('fabric'))}", flush=True)
-    if args.json:
+    if lifecycle.is_run():
+        lifecycle.write_result(EXIT_OK, None, summary if args.json else None)
+    elif args.json:
         print(json.dumps(summary), flush=True)
     return EXIT_OK
 
@@ -712,6 +798,19 @@ def _split_submit(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     return rest, []
 
 
+def _option(argv: list[str], flag: str) -> Optional[str]:
+    """The last value given to ``flag`` (``--flag V`` or ``--flag=V``), read before the parser exists."""
+    value = None
+    for i, a in enumerate(argv):
+        if a == "--":
+            break
+        if a == flag and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif a.startswith(f"{flag}="):
+            value = a.partition("=")[2]
+    return value
+
+
 def _main(argv: list[str], prog: str) -> int:
     if argv and argv[0] == "submit":
         _token_env()  # before anything imports ray: Ray reads RAY_AUTH_MODE once, when its config loads
@@ -726,8 +825,14 @@ def _main(argv: list[str], prog: str) -> int:
         if train_ns.address is not None:
             tp.error("--address after -- is set by submit (the job connects with --address auto)")
         return main_submit(args, train)
+    name = _option(argv, "--name")
+    if name and not run_name_problem(name):  # the parser and its checks import torch and Ray: seconds
+        _RUN[:] = [name, resume_hint(name, _option(argv, "--storage-path"))]
     p = train_parser(prog)
-    return main_train(check_train_args(p, p.parse_args(argv)))
+    args = check_train_args(p, p.parse_args(argv))
+    from . import lifecycle
+
+    return main_train(args) if lifecycle.is_run() else supervise_train(args, argv)
 
 
 def main(argv: Optional[Sequence[str]] = None, prog: str = "python -m ray_efa_eks.training") -> int:
@@ -745,12 +850,19 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = "python -m ray_efa_ek
         code, message, extra = e.code, str(e), e.extra
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM through run_cli, before or after the run itself
         code, message, extra = interrupted_code(), f"interrupted ({interruption()})", {}
+        if _RUN:
+            message += f": training run {_RUN[0]!r} was stopped before it started; {_RUN[1]}"
     except Exception as e:  # a failure we did not anticipate: one line naming the trace file, not a traceback
         code, message, extra = EXIT_INTERNAL, internal_error(prog, e).split(": ", 1)[1], {}
         if os.environ.get(DEBUG_ENV):
             import traceback
 
             traceback.print_exc()
+    from . import lifecycle
+
+    if lifecycle.is_run():  # the supervisor prints it
+        lifecycle.write_result(code, message, {"error": message, "exit_code": code, **extra} if as_json else None)
+        return code
     print(f"error: {message}", file=sys.stderr, flush=True)
     if as_json:
         print(json.dumps({"error": message, "exit_code": code, **extra}), flush=True)
