@@ -35,6 +35,7 @@ import signal
 import socket
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -745,14 +746,16 @@ def main_submit(args: argparse.Namespace, train: Sequence[str]) -> int:
     if args.env:
         env["env_vars"] = dict(kv.split("=", 1) for kv in args.env)
     entry = submit_entrypoint(train)
+    jobs = f"the Ray Jobs API at {args.address}"
     try:
-        client = JobSubmissionClient(args.address)
+        client = bounded(f"{jobs}: the version check", lambda: JobSubmissionClient(args.address))
         with tempfile.TemporaryDirectory(prefix="ray-efa-eks-submit-") as tmp:
             env["working_dir"] = str(stage_package(Path(tmp)))
             deadline = time.monotonic() + AGENT_WAIT_S
             while True:
                 try:
-                    job_id = client.submit_job(entrypoint=entry, runtime_env=env)
+                    job_id = bounded(f"{jobs}: the package upload and job submission",
+                                     lambda: client.submit_job(entrypoint=entry, runtime_env=env), UPLOAD_TIMEOUT_S)
                     break
                 except RuntimeError as e:  # a head that just started has no job agent yet (HTTP 500)
                     if "No available agent" not in str(e) or time.monotonic() > deadline:
@@ -774,20 +777,64 @@ def main_submit(args: argparse.Namespace, train: Sequence[str]) -> int:
         async for chunk in client.tail_job_logs(job_id):
             print(chunk, end="", flush=True)
 
+    def stream() -> None:
+        try:
+            asyncio.run(follow())
+        except Exception as e:  # the log stream broke; the job's status still decides
+            print(f"[submit] log stream ended: {_first_line(e)}", file=sys.stderr, flush=True)
+
+    logs = threading.Thread(target=stream, name="job-logs", daemon=True)  # a stuck stream cannot hold the exit
+    logs.start()
+    status_of = f"{jobs}: the status of {job_id}"
     try:
-        asyncio.run(follow())
-    except Exception as e:  # the log stream broke; the job's status still decides
-        print(f"[submit] log stream ended: {_first_line(e)}", file=sys.stderr, flush=True)
-    info = client.get_job_info(job_id)
-    while not info.status.is_terminal():
-        time.sleep(1)
-        info = client.get_job_info(job_id)
+        info = bounded(status_of, lambda: client.get_job_info(job_id))
+        while not info.status.is_terminal():
+            logs.join(1.0)
+            info = bounded(status_of, lambda: client.get_job_info(job_id))
+    except (ConnectionError, RuntimeError) as e:
+        raise CliError(EXIT_UNREACHABLE, f"{jobs} stopped answering about {job_id} ({_first_line(e)}); the job "
+                                         f"may still run: `ray job status {job_id}`") from None
+    logs.join(LOG_DRAIN_S)  # the rest of the log, once the job has ended
     status = str(info.status.value if hasattr(info.status, "value") else info.status)
     code = job_exit_code(status, info.driver_exit_code)
     detail = f" ({_first_line(Exception(info.message))})" if info.message and code else ""
     print(f"job {job_id}: {status}, exit {info.driver_exit_code if info.driver_exit_code is not None else '-'}"
           f"{detail}", flush=True)
     return code
+
+
+REQUEST_TIMEOUT_S = 30.0
+"""Deadline of each Jobs API request of ``submit`` (the version check, each status poll): a server that accepts the
+connection and never answers (a stuck ``kubectl port-forward``) ends the command with exit 2."""
+UPLOAD_TIMEOUT_S = 120.0
+"""Deadline of the job submission, which uploads the training package (~100 KiB) first."""
+LOG_DRAIN_S = 5.0
+"""How long the end of the job's log may take to arrive once the job has ended."""
+
+
+def bounded(what: str, call: Any, timeout: Optional[float] = None) -> Any:
+    """``call()`` with a deadline: Ray's Jobs SDK sends its requests without one (``requests`` with no timeout,
+    ray/dashboard/modules/dashboard_sdk.py ``_do_request``). Runs in a daemon thread, so a request that never ends
+    cannot hold the process; CliError(2) when ``timeout`` (default :data:`REQUEST_TIMEOUT_S`) passes first."""
+    limit = REQUEST_TIMEOUT_S if timeout is None else timeout
+    outcome: list = []
+
+    def run() -> None:
+        try:
+            outcome.append((True, call()))
+        except BaseException as e:  # noqa: BLE001 - handed to the caller's thread
+            outcome.append((False, e))
+
+    worker = threading.Thread(target=run, name="jobs-api", daemon=True)
+    worker.start()
+    worker.join(limit)
+    if not outcome:
+        raise CliError(EXIT_UNREACHABLE, f"{what}: no answer within {limit:g} s; is the cluster up (and `kubectl "
+                                         "port-forward` alive)? Retry once it answers")
+    ok, value = outcome[0]
+    if not ok:
+        raise value
+    return value
 
 
 def _split_submit(argv: Sequence[str]) -> tuple[list[str], list[str]]:
