@@ -72,6 +72,8 @@ NAMESPACE = __package__.rpartition(".")[0] or "ray_efa_eks"
 """The package ``training`` and ``efacheck`` live in (``ray_efa_eks``); a submitted job keeps that layout."""
 DEBUG_ENV = "RAY_EFA_EKS_DEBUG"
 """Set to 1 to get the traceback of an unexpected error (the CLI prints one line otherwise)."""
+CONNECT_TIMEOUT_S = 60.0
+"""With --address: how long the run may take to connect (ray.init) before it is stopped with exit 2."""
 PROBE_TIMEOUT_S = 10.0
 """TCP connect timeout for --address: ray.init on an unreachable GCS retries for minutes, a probe answers at once."""
 AGENT_WAIT_S = 60.0
@@ -571,7 +573,12 @@ def supervise_train(args: argparse.Namespace, argv: list[str]) -> int:
                                    tick=lambda: None if lease.renew() else (
                                        EXIT_NAME_IN_USE, f"training run {name!r} lost its name to another run "
                                                          f"({lease.where()}) and was stopped"),
-                                   tick_every=RENEW_S)
+                                   tick_every=RENEW_S,
+                                   connect_within=(CONNECT_TIMEOUT_S, EXIT_UNREACHABLE, (
+                                       f"--address {args.address}: the Ray cluster did not answer within "
+                                       f"{CONNECT_TIMEOUT_S:g} s (ray.init retries a GCS that accepts the connection "
+                                       "and never answers); check the address and the cluster's head"))
+                                   if args.address else None)
     finally:
         os.environ.pop(RESUME_ENV, None)
         lease.release()
@@ -641,6 +648,8 @@ def main_train(args: argparse.Namespace) -> int:
             except Exception as e:  # ConnectionError, auth errors, version mismatch...
                 raise CliError(EXIT_UNREACHABLE,
                                f"ray.init(address={args.address!r}) failed: {_first_line(e)}") from None
+            if lifecycle.is_run():
+                lifecycle.mark_connected()
             stack.callback(ray.shutdown)
             if args.use_gpu:
                 place_gpu_ranks(args, ray.nodes())

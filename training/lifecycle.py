@@ -45,7 +45,7 @@ from .cli import EXIT_INTERRUPTED, EXIT_PIPE, EXIT_TERMINATED
 
 RESULT_ENV = "RAY_EFA_EKS_TRAIN_RESULT"
 """Set in the run's environment: the file the run writes its outcome to (``{"code", "message", "json"}``)."""
-GRACE_S = 20.0
+GRACE_S = 15.0
 """How long the run has to stop after the forwarded SIGINT (Ray Train's abort, the local cluster's teardown)."""
 KILL_WAIT_S = 5.0
 """After :data:`GRACE_S`: how long killing and reaping what is left may take."""
@@ -67,6 +67,11 @@ def write_result(code: int, message: Optional[str], payload: Optional[dict]) -> 
     with open(tmp, "w") as f:
         json.dump({"code": code, "message": message, "json": payload}, f)
     os.replace(tmp, path)
+
+
+def mark_connected() -> None:
+    """The run reached its Ray cluster (``ray.init`` returned): the supervisor's connect deadline no longer applies."""
+    Path(f"{os.environ[RESULT_ENV]}.connected").touch()
 
 
 def _prctl(option: int, value: int) -> bool:
@@ -178,11 +183,14 @@ class _Relay(threading.Thread):
 
 
 def supervise(cmd: list[str], *, name: str, resume: str, as_json: bool,
-              tick: Optional[Callable[[], Optional[tuple[int, str]]]] = None, tick_every: float = 10.0) -> int:
+              tick: Optional[Callable[[], Optional[tuple[int, str]]]] = None, tick_every: float = 10.0,
+              connect_within: Optional[tuple[float, int, str]] = None) -> int:
     """Run ``cmd`` (the run) to its end and return the command's exit code; see the module docstring.
 
     ``resume``: the hint an interrupted run ends with. ``tick``: called every ``tick_every`` seconds while the run
     lives (the name's lease is renewed there); when it returns (code, message) the run is stopped and ends so.
+    ``connect_within``: (seconds, code, message): the run is stopped and ends so unless it called
+    :func:`mark_connected` in time (``ray.init`` retries a GCS that accepts and never answers for minutes).
     """
     signals: list[int] = []
     wake, closed, done = threading.Event(), threading.Event(), threading.Event()
@@ -203,6 +211,7 @@ def supervise(cmd: list[str], *, name: str, resume: str, as_json: bool,
             return _interrupted(signals, name, resume, as_json)
         proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 start_new_session=True, preexec_fn=_in_child)
+        started = time.monotonic()
         relay = _Relay(proc.stdout, closed, wake)
         relay.start()
         stop_at: Optional[float] = None
@@ -222,15 +231,19 @@ def supervise(cmd: list[str], *, name: str, resume: str, as_json: bool,
                 stop_at = min(stop_at, now)
             if stop_at is not None and now >= stop_at:
                 break
+            if (lost is None and connect_within is not None and now - started > connect_within[0]
+                    and not Path(f"{result}.connected").exists()):
+                ticks.append(connect_within[1:])
             if lost is None and ticks:
                 lost = ticks[0]
                 if stop_at is None:
                     _signal(proc, signal.SIGINT)
                     stop_at = now + GRACE_S
         _kill_all(seen, proc.pid)
+        end = time.monotonic() + KILL_WAIT_S  # one bound for killing, reaping and the last of the output
         proc.wait(KILL_WAIT_S)
-        _reap(seen, time.monotonic() + KILL_WAIT_S)
-        relay.join(2.0)
+        _reap(seen, end)
+        relay.join(max(0.1, min(1.0, end - time.monotonic())))
         if closed.is_set() and not signals:
             _stdout_gone()
             print(f"error: stdout was closed by its reader: training run {name!r} was stopped; {resume}",
