@@ -635,7 +635,9 @@ def main_train(args: argparse.Namespace) -> int:
     from . import lifecycle
     from .driver_output import install
 
-    install()  # [train] lines plain when piped; Ray Train's monitor noise dropped (training/driver_output.py)
+    # [train] lines plain when piped; Ray Train's monitor noise dropped (training/driver_output.py). The run's stdout
+    # is the supervisor's pipe: what counts is the terminal (or not) the supervisor writes to.
+    install(piped=os.environ.get(lifecycle.TTY_ENV) != "1" if lifecycle.is_run() else None)
     t0 = time.perf_counter()
     if not lifecycle.is_run():  # the supervisor asked already
         check_storage_reachable(args, os.environ)

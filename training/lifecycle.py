@@ -45,6 +45,8 @@ from .cli import EXIT_INTERRUPTED, EXIT_PIPE, EXIT_TERMINATED
 
 RESULT_ENV = "RAY_EFA_EKS_TRAIN_RESULT"
 """Set in the run's environment: the file the run writes its outcome to (``{"code", "message", "json"}``)."""
+TTY_ENV = "RAY_EFA_EKS_TRAIN_TTY"
+"""Set to 1 in the run's environment when the supervisor's stdout is a terminal (the run's own is a pipe)."""
 GRACE_S = 15.0
 """How long the run has to stop after the forwarded SIGINT (Ray Train's abort, the local cluster's teardown)."""
 KILL_WAIT_S = 5.0
@@ -203,7 +205,7 @@ def supervise(cmd: list[str], *, name: str, resume: str, as_json: bool,
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
     workdir = tempfile.mkdtemp(prefix="ray-efa-eks-run-")
     result = Path(workdir, "result.json")
-    env = {**os.environ, RESULT_ENV: str(result), "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, RESULT_ENV: str(result), "PYTHONUNBUFFERED": "1", TTY_ENV: "1" if _tty() else "0"}
     seen: dict[int, str] = {}
     proc: Optional[subprocess.Popen] = None
     try:
@@ -280,6 +282,13 @@ def _ticker(tick: Callable[[], Optional[tuple[int, str]]], every: float, out: li
             out.append(result)
             wake.set()
             return
+
+
+def _tty() -> bool:
+    try:
+        return sys.stdout.isatty()
+    except (AttributeError, ValueError):
+        return False
 
 
 def _signal(proc: subprocess.Popen, signum: int) -> None:
