@@ -566,6 +566,10 @@ def supervise_train(args: argparse.Namespace, argv: list[str]) -> int:
     if args.address:
         probe_ray_address(args.address)
     cmd = [sys.executable, "-m", f"{NAMESPACE}.training", *argv, "--name", name, "--storage-path", storage]
+    if not storage.startswith("s3://") and args.address not in (None, "auto", "local"):
+        # a directory of a remote cluster's (its nodes write it): this host can neither own nor verify it
+        return lifecycle.supervise(cmd, name=name, resume=resume_hint(name, storage), as_json=args.json,
+                                   connect_within=(CONNECT_TIMEOUT_S, EXIT_UNREACHABLE, _no_connect(args.address)))
     lease = own_name(storage, name)
     try:
         os.environ[RESUME_ENV] = json.dumps(resume_choice(storage, name))
@@ -574,10 +578,7 @@ def supervise_train(args: argparse.Namespace, argv: list[str]) -> int:
                                        EXIT_NAME_IN_USE, f"training run {name!r} lost its name to another run "
                                                          f"({lease.where()}) and was stopped"),
                                    tick_every=RENEW_S,
-                                   connect_within=(CONNECT_TIMEOUT_S, EXIT_UNREACHABLE, (
-                                       f"--address {args.address}: the Ray cluster did not answer within "
-                                       f"{CONNECT_TIMEOUT_S:g} s (ray.init retries a GCS that accepts the connection "
-                                       "and never answers); check the address and the cluster's head"))
+                                   connect_within=(CONNECT_TIMEOUT_S, EXIT_UNREACHABLE, _no_connect(args.address))
                                    if args.address else None)
     finally:
         os.environ.pop(RESUME_ENV, None)
@@ -603,6 +604,11 @@ def resume_choice(storage: str, name: str) -> dict:
     for note in choice.notes:
         print(note, file=sys.stderr, flush=True)
     return {"resume_from": choice.resume_from, "existing": choice.existing, "run_tag": f"r{int(time.time())}"}
+
+
+def _no_connect(address: str) -> str:
+    return (f"--address {address}: the Ray cluster did not answer within {CONNECT_TIMEOUT_S:g} s (ray.init retries a "
+            "GCS that accepts the connection and never answers); check the address and the cluster's head")
 
 
 def own_name(storage: str, name: str) -> Any:
