@@ -24,8 +24,10 @@ class ExitStatus(IntEnum):
     WRONG_FABRIC = 5
     TOO_SMALL = 6
     USAGE = 64
+    DAMAGED = 65
     INTERNAL = 70
     STORAGE = 73
+    IN_USE = 75
     INTERRUPTED = 130
     PIPE = 141
     TERMINATED = 143
@@ -41,11 +43,16 @@ MEANING: dict[ExitStatus, str] = {
     ExitStatus.WRONG_FABRIC: "--require-efa: NCCL's fabric was not EFA; the run stopped before checkpointing.",
     ExitStatus.TOO_SMALL: "The Ray cluster has fewer CPUs/GPUs than --workers needs.",
     ExitStatus.USAGE: "Usage error: a bad option or value, refused before anything starts (sysexits EX_USAGE).",
+    ExitStatus.DAMAGED:
+        "A run's checkpoints exist and none verifies (a truncated, missing or changed file, a wrong rank count): "
+        "nothing was started or overwritten (sysexits EX_DATAERR).",
     ExitStatus.INTERNAL:
         "An unexpected exception, i.e. a bug: one line on stderr naming the file with the full trace (EX_SOFTWARE).",
     ExitStatus.STORAGE:
         "The checkpoint storage cannot be written (no such bucket, access denied, a directory that cannot be "
         "created): asked of the storage before Ray starts (sysexits EX_CANTCREAT).",
+    ExitStatus.IN_USE:
+        "Another live run owns the run name (its owner record is fresh): retry when it ends (sysexits EX_TEMPFAIL).",
     ExitStatus.INTERRUPTED: "Ctrl-C (128 + SIGINT).",
     ExitStatus.PIPE: "The reader closed stdout (a pipe into head): 128 + SIGPIPE.",
     ExitStatus.TERMINATED:
@@ -88,12 +95,20 @@ COMMANDS: dict[str, dict[int, str]] = {
               64: "usage error (bad arguments, an unknown --preset, a --name that would leave --storage-path, "
                   "--use-gpu without --address, more local --workers than this machine holds, a --preset/"
                   "--batch-size/--workers that cannot fit the GPU's memory): refused before Ray starts",
-              130: "interrupted (Ctrl-C); with --json the last stdout line says so, and the message says how to "
-                   "resume (the same --name and --storage-path)",
+              130: "interrupted (Ctrl-C) at any moment: the run is stopped and every process of it reaped inside "
+                   "a pod's default grace period; with --json the last stdout line says so, and the message says how to resume (the same "
+                   "--name and --storage-path)",
+              141: "stdout closed by its reader (`| head -1`): the run is stopped early, like Ctrl-C",
+              143: "terminated (SIGTERM) at any moment, handled like Ctrl-C",
+              65: "the run's checkpoints exist and none verifies (the damaged file is named): nothing started "
+                  "or overwritten; move the damaged step_* directories aside, or use a new --name",
               73: "the checkpoint storage cannot be written (no such bucket, access denied, a directory that "
-                  "cannot be created or written): asked before Ray starts"},
+                  "cannot be created or written): asked before Ray starts",
+              75: "another live run owns this --name (its owner record names host and pid): wait for it, or pick "
+                  "another --name; a stale record is taken over, with a warning"},
     "submit": {0: "the job finished", 1: "the job failed (submit returns the job's own code when it has one)",
-               2: "no answer: the Jobs API unreachable, it did not take the job, or it refused the auth token",
+               2: "no answer: the Jobs API unreachable, a request not answered by its deadline (docs/cli.md), it "
+                  "did not take the job, or it refused the auth token",
                5: "the job's own code: --require-efa and the fabric was not efa (any other code of `train` "
                   "that the job exits with is passed on the same way)"},
     "rayjob": {0: "--dry-run printed the objects, or the RayJob's Ray job succeeded",

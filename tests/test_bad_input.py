@@ -186,6 +186,11 @@ CASES: list[Case] = [
     Case("train-name-option", ["train", "--name", "--json"], 64, ("--name",), "option-looking value"),
     Case("train-storage-file", ["train", "--storage-path", "{tmp}/f"], 64, ("--storage-path", "not a directory"),
          "a file for a dir", {"f": "x"}),
+    Case("train-storage-empty", ["train", "--storage-path", ""], 64, ("--storage-path", "empty"), "empty"),
+    Case("train-storage-newline", ["train", "--storage-path", "{tmp}/new\nline"], 64,
+         ("--storage-path", "control character", "\\n"), "control character"),
+    Case("train-storage-s3-empty-segment", ["train", "--storage-path", "s3://bucket//x"], 64,
+         ("--storage-path", "s3://bucket//x", "empty s3 key segment"), "empty segment"),
     Case("train-use-gpu-local", ["train", "--use-gpu", "--steps", "5"], 64, ("--use-gpu", "GPU", "--address"),
          "no GPUs"),
     Case("train-fail-before-ckpt", ["train", "--fail-at-step", "3"], 64, ("--fail-at-step", "--checkpoint-every"),
@@ -320,6 +325,13 @@ def test_bad_input(case: Case, tmp_path, capsys, guards, monkeypatch):
     stray = [p for p in created if p.name.endswith(".tar") or p.name == "x"]
     assert not stray, f"wrote outside where the command writes: {stray}"
     assert not (tmp_path / "x.tar").exists(), "a ref reached git archive as an option"
+
+
+def test_storage_path_tilde_with_home_unset(tmp_path, capsys, guards, monkeypatch):
+    """``~/st`` with HOME unset would be the account's home from /etc/passwd (``/root``), not the user's: refused."""
+    monkeypatch.delenv("HOME", raising=False)
+    code, text = run_case(Case("train-storage-tilde", ["train", "--storage-path", "~/st"], 64), tmp_path, capsys)
+    assert code == 64 and "~/st" in text and "HOME" in text, text
 
 
 def test_name_cannot_leave_the_storage_path(tmp_path):

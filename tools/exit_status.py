@@ -75,6 +75,11 @@ def check_consistent() -> list[str]:
     if storage_check.EXIT_STORAGE != ExitStatus.STORAGE or storage_check.EXIT_NO_ANSWER != ExitStatus.NO_ANSWER:
         problems.append(f"training.storage_check exits {storage_check.EXIT_STORAGE}/{storage_check.EXIT_NO_ANSWER}, "
                         f"the table says {int(ExitStatus.STORAGE)}/{int(ExitStatus.NO_ANSWER)}")
+    from ..training import checkpoints, lease
+
+    if lease.EXIT_NAME_IN_USE != ExitStatus.IN_USE or checkpoints.EXIT_DAMAGED != ExitStatus.DAMAGED:
+        problems.append(f"training.lease/checkpoints exit {lease.EXIT_NAME_IN_USE}/{checkpoints.EXIT_DAMAGED}, "
+                        f"the table says {int(ExitStatus.IN_USE)}/{int(ExitStatus.DAMAGED)}")
     for name, table in COMMANDS.items():
         unknown = sorted(set(table) - set(ExitStatus))
         if unknown:

@@ -379,13 +379,19 @@ def _struct(value: dict[str, Any]) -> struct_pb2.Struct:
 
 
 def _quiet_refusals(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
-    """Drop "exception was never retrieved" for a refusal the run already raised to its caller.
+    """Drop "exception was never retrieved" for a refusal the run already raised to its caller, and the task
+    bookkeeping error a Ctrl-C leaves behind.
 
     When the program fails halfway, the SDK leaves futures holding the same exception; asyncio would log each one
     with a formatted traceback when it is garbage-collected, at any later moment (and Python 3.11 formats carets with
     ``ast.parse``, which a collection inside another ``ast.parse`` breaks: "AST constructor recursion depth mismatch").
     """
-    if isinstance(context.get("exception"), Exception) and "never retrieved" in str(context.get("message", "")):
+    exc = context.get("exception")
+    if isinstance(exc, Exception) and "never retrieved" in str(context.get("message", "")):
+        return
+    if isinstance(exc, RuntimeError) and str(exc).startswith("Leaving task"):
+        # Ctrl-C raised inside a task's step: asyncio's current-task record no longer matches, and the next step of
+        # that task fails so (asyncio/tasks.py ``_leave_task``). The run is being interrupted; the CLI says so.
         return
     loop.default_exception_handler(context)
 

@@ -35,6 +35,7 @@ import signal
 import socket
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -44,6 +45,8 @@ from urllib.parse import urlsplit
 from .. import efacheck
 from ..efacheck import verdict_metrics
 from ..efacheck.storage_uri import FIX, uri_problem
+from .lease import EXIT_NAME_IN_USE, RENEW_S
+from .storage_check import EXIT_STORAGE
 from .cli import (EXIT_INTERNAL, EXIT_USAGE, ArgumentParser, internal_error, interrupted_code, interruption, run_cli,
                   url_problem)
 
@@ -69,6 +72,8 @@ NAMESPACE = __package__.rpartition(".")[0] or "ray_efa_eks"
 """The package ``training`` and ``efacheck`` live in (``ray_efa_eks``); a submitted job keeps that layout."""
 DEBUG_ENV = "RAY_EFA_EKS_DEBUG"
 """Set to 1 to get the traceback of an unexpected error (the CLI prints one line otherwise)."""
+CONNECT_TIMEOUT_S = 60.0
+"""With --address: how long the run may take to connect (ray.init) before it is stopped with exit 2."""
 PROBE_TIMEOUT_S = 10.0
 """TCP connect timeout for --address: ray.init on an unreachable GCS retries for minutes, a probe answers at once."""
 AGENT_WAIT_S = 60.0
@@ -193,9 +198,11 @@ def check_train_args(p: argparse.ArgumentParser, args: argparse.Namespace,
         p.error(f"{run_name_problem(args.name)} (the run's checkpoints go to <storage>/<name>)")
     from .trainer import STORAGE_PATH_ENV
 
-    storage = args.storage_path or (os.environ.get(STORAGE_PATH_ENV) if local else None)  # submit: the job's own
-    if storage:
-        why = storage_problem(storage, "--storage-path" if args.storage_path else STORAGE_PATH_ENV, on_this_host=local)
+    storage = args.storage_path if args.storage_path is not None else (
+        os.environ.get(STORAGE_PATH_ENV) if local else None)  # submit: the job's own
+    if storage is not None and (storage or args.storage_path is not None):
+        why = storage_problem(storage, "--storage-path" if args.storage_path is not None else STORAGE_PATH_ENV,
+                              on_this_host=local)
         if why:
             p.error(why)
     if args.address is not None:
@@ -272,8 +279,20 @@ def storage_problem(value: str, option: str, on_this_host: bool = True) -> str |
     checked.
     """
     fix = FIX
+    if not value.strip():
+        return f"{option} {value!r}: empty; name a directory or s3://bucket/prefix, or omit it for the default"
+    bad = next((c for c in value if c != "\x00" and (ord(c) < 0x20 or ord(c) == 0x7f)), None)
+    if bad is not None:  # a newline or tab in a directory name is a typo (a pasted line), never a place to train
+        return f"{option} {value!r}: contains the control character {bad!r}; {fix}"
     if "\x00" in value or "://" in value:
-        return uri_problem(value, option)
+        why = uri_problem(value, option)
+        key = value.partition("://")[2].partition("/")[2].partition("?")[0]
+        if why is None and "//" in "/" + key:
+            why = f"{option} {value!r}: an empty S3 key segment ('//'); e.g. s3://my-bucket/ray-train"
+        return why
+    if value.startswith("~") and value.partition("/")[0] == "~" and not os.environ.get("HOME"):
+        return (f"{option} {value!r}: '~' with HOME unset would mean the account's home from /etc/passwd, not "
+                f"yours; write the directory out in full; {fix}")
     if not on_this_host:  # submit: the path is the cluster's, not this machine's
         return None
     try:
@@ -441,13 +460,13 @@ def run_training(args: argparse.Namespace) -> dict:
         "checkpoint_every": args.checkpoint_every,
         "report_every": args.report_every,
         "fail_at_step": args.fail_at_step,
+        **json.loads(os.environ.get(RESUME_ENV) or "{}"),  # the checkpoint the command verified
     }
     trainer = build_trainer(num_workers=args.workers, use_gpu=args.use_gpu, train_config=train_cfg,
                             backend=resolve_backend(args.use_gpu, os.environ),
                             storage_path=storage, name=name, max_failures=args.max_failures)
     t0 = time.perf_counter()
-    resume = (f"rerun with --name {name} and the same --storage-path ({storage}) to resume from its latest "
-              "checkpoint")
+    resume = resume_hint(name, storage)
     interrupted = note_sigint(trainer)
     try:
         result = trainer.fit()
@@ -524,24 +543,121 @@ def refusal_message(fab: dict, name: str) -> str:
             f"efa{f' ({was})' if was else ''}: {why}; nothing was checkpointed")
 
 
+def resume_hint(name: str, storage: Optional[str]) -> str:
+    """What an interrupted or failed run's message ends with."""
+    where = f" ({storage})" if storage else ""
+    return f"rerun with --name {name} and the same --storage-path{where} to resume from its latest checkpoint"
+
+
+_RUN: list[str] = []
+"""The run's name and resume hint once known (for an interruption before the run itself started)."""
+
+
+def supervise_train(args: argparse.Namespace, argv: list[str]) -> int:
+    """The command's side of a run (training/lifecycle.py): check what can be checked without Ray, then run
+    :func:`main_train` in a child process that this one stops, reaps and answers for."""
+    from . import lifecycle
+    from .trainer import resolve_storage_path
+
+    storage = resolve_storage_path(args.storage_path, os.environ)
+    name = args.name or f"fsdp-lm-{int(time.time())}"
+    _RUN[:] = [name, resume_hint(name, storage)]  # a signal before the run starts still says how to resume
+    check_storage_reachable(args, os.environ)
+    if args.address:
+        probe_ray_address(args.address)
+    cmd = [sys.executable, "-m", f"{NAMESPACE}.training", *argv, "--name", name, "--storage-path", storage]
+    if not storage.startswith("s3://") and args.address not in (None, "auto", "local"):
+        # a directory of a remote cluster's (its nodes write it): this host can neither own nor verify it
+        return lifecycle.supervise(cmd, name=name, resume=resume_hint(name, storage), as_json=args.json,
+                                   connect_within=(CONNECT_TIMEOUT_S, EXIT_UNREACHABLE, _no_connect(args.address)))
+    lease = own_name(storage, name)
+    try:
+        os.environ[RESUME_ENV] = json.dumps(resume_choice(storage, name))
+        return lifecycle.supervise(cmd, name=name, resume=resume_hint(name, storage), as_json=args.json,
+                                   tick=lambda: None if lease.renew() else (
+                                       EXIT_NAME_IN_USE, f"training run {name!r} lost its name to another run "
+                                                         f"({lease.where()}) and was stopped"),
+                                   tick_every=RENEW_S,
+                                   connect_within=(CONNECT_TIMEOUT_S, EXIT_UNREACHABLE, _no_connect(args.address))
+                                   if args.address else None)
+    finally:
+        os.environ.pop(RESUME_ENV, None)
+        lease.release()
+
+
+RESUME_ENV = "RAY_EFA_EKS_RESUME"
+"""Set for the run's process: the checkpoint it resumes from, as training/checkpoints.py chose it (JSON)."""
+
+
+def resume_choice(storage: str, name: str) -> dict:
+    """Which checkpoint the run resumes from, verified (training/checkpoints.py): its notes on stderr; CliError 65
+    when checkpoints exist and none verifies."""
+    from .checkpoints import DamagedCheckpoints, choose
+
+    try:
+        choice = choose(storage, name)
+    except DamagedCheckpoints as e:
+        raise CliError(e.code, str(e)) from None
+    except OSError as e:  # pyarrow: the storage refused a listing or a read
+        raise CliError(EXIT_STORAGE, f"--storage-path {storage}: cannot read run {name!r}'s checkpoints: "
+                                     f"{_first_line(e)}") from None
+    for note in choice.notes:
+        print(note, file=sys.stderr, flush=True)
+    return {"resume_from": choice.resume_from, "existing": choice.existing, "run_tag": f"r{int(time.time())}"}
+
+
+def _no_connect(address: str) -> str:
+    return (f"--address {address}: the Ray cluster did not answer within {CONNECT_TIMEOUT_S:g} s (ray.init retries a "
+            "GCS that accepts the connection and never answers); check the address and the cluster's head")
+
+
+def own_name(storage: str, name: str) -> Any:
+    """The run's lease on ``<storage>/<name>`` (training/lease.py), or CliError: 75 while another run holds it."""
+    from .lease import Lease, NameInUse
+    from .storage_check import StorageError, _explain
+
+    try:
+        lease = Lease(storage, name)
+        lease.acquire()
+    except NameInUse as e:
+        raise CliError(e.code, str(e)) from None
+    except OSError as e:
+        raise CliError(EXIT_STORAGE, f"--storage-path {storage}: cannot write the run's owner record: "
+                                     f"{e.strerror or e}") from None
+    except Exception as e:  # botocore: the same answers as the storage check's
+        try:
+            code, why = _explain(e, storage, "--storage-path", os.environ)
+        except Exception:  # noqa: BLE001 - not an S3 answer: a bug, reported with its trace
+            raise e from None
+        raise CliError(code, f"{why} (the run's owner record)") from None
+    return lease
+
+
 def main_train(args: argparse.Namespace) -> int:
     import contextlib
 
     import ray
 
+    from . import lifecycle
     from .driver_output import install
 
-    install()  # [train] lines plain when piped; Ray Train's monitor noise dropped (training/driver_output.py)
+    # [train] lines plain when piped; Ray Train's monitor noise dropped (training/driver_output.py). The run's stdout
+    # is the supervisor's pipe: what counts is the terminal (or not) the supervisor writes to.
+    install(piped=os.environ.get(lifecycle.TTY_ENV) != "1" if lifecycle.is_run() else None)
     t0 = time.perf_counter()
-    check_storage_reachable(args, os.environ)
+    if not lifecycle.is_run():  # the supervisor asked already
+        check_storage_reachable(args, os.environ)
     with contextlib.ExitStack() as stack:
         if args.address:
-            probe_ray_address(args.address)
+            if not lifecycle.is_run():
+                probe_ray_address(args.address)
             try:
                 ray.init(address=args.address)
             except Exception as e:  # ConnectionError, auth errors, version mismatch...
                 raise CliError(EXIT_UNREACHABLE,
                                f"ray.init(address={args.address!r}) failed: {_first_line(e)}") from None
+            if lifecycle.is_run():
+                lifecycle.mark_connected()
             stack.callback(ray.shutdown)
             if args.use_gpu:
                 place_gpu_ranks(args, ray.nodes())
@@ -561,7 +677,9 @@ def main_train(args: argparse.Namespace) -> int:
           f"world={summary['world_size']} nodes={summary['nodes']} tok/s={summary['tokens_per_s']:.0f} "
           f"resumed_from={summary['resumed_from_step']} wall={summary['wall_s']}s "
           f"fabric={fabric_words(summary.get('fabric'))}", flush=True)
-    if args.json:
+    if lifecycle.is_run():
+        lifecycle.write_result(EXIT_OK, None, summary if args.json else None)
+    elif args.json:
         print(json.dumps(summary), flush=True)
     return EXIT_OK
 
@@ -645,14 +763,16 @@ def main_submit(args: argparse.Namespace, train: Sequence[str]) -> int:
     if args.env:
         env["env_vars"] = dict(kv.split("=", 1) for kv in args.env)
     entry = submit_entrypoint(train)
+    jobs = f"the Ray Jobs API at {args.address}"
     try:
-        client = JobSubmissionClient(args.address)
+        client = bounded(f"{jobs}: the version check", lambda: JobSubmissionClient(args.address))
         with tempfile.TemporaryDirectory(prefix="ray-efa-eks-submit-") as tmp:
             env["working_dir"] = str(stage_package(Path(tmp)))
             deadline = time.monotonic() + AGENT_WAIT_S
             while True:
                 try:
-                    job_id = client.submit_job(entrypoint=entry, runtime_env=env)
+                    job_id = bounded(f"{jobs}: the package upload and job submission",
+                                     lambda: client.submit_job(entrypoint=entry, runtime_env=env), UPLOAD_TIMEOUT_S)
                     break
                 except RuntimeError as e:  # a head that just started has no job agent yet (HTTP 500)
                     if "No available agent" not in str(e) or time.monotonic() > deadline:
@@ -674,14 +794,24 @@ def main_submit(args: argparse.Namespace, train: Sequence[str]) -> int:
         async for chunk in client.tail_job_logs(job_id):
             print(chunk, end="", flush=True)
 
+    def stream() -> None:
+        try:
+            asyncio.run(follow())
+        except Exception as e:  # the log stream broke; the job's status still decides
+            print(f"[submit] log stream ended: {_first_line(e)}", file=sys.stderr, flush=True)
+
+    logs = threading.Thread(target=stream, name="job-logs", daemon=True)  # a stuck stream cannot hold the exit
+    logs.start()
+    status_of = f"{jobs}: the status of {job_id}"
     try:
-        asyncio.run(follow())
-    except Exception as e:  # the log stream broke; the job's status still decides
-        print(f"[submit] log stream ended: {_first_line(e)}", file=sys.stderr, flush=True)
-    info = client.get_job_info(job_id)
-    while not info.status.is_terminal():
-        time.sleep(1)
-        info = client.get_job_info(job_id)
+        info = bounded(status_of, lambda: client.get_job_info(job_id))
+        while not info.status.is_terminal():
+            logs.join(1.0)
+            info = bounded(status_of, lambda: client.get_job_info(job_id))
+    except (ConnectionError, RuntimeError) as e:
+        raise CliError(EXIT_UNREACHABLE, f"{jobs} stopped answering about {job_id} ({_first_line(e)}); the job "
+                                         f"may still run: `ray job status {job_id}`") from None
+    logs.join(LOG_DRAIN_S)  # the rest of the log, once the job has ended
     status = str(info.status.value if hasattr(info.status, "value") else info.status)
     code = job_exit_code(status, info.driver_exit_code)
     detail = f" ({_first_line(Exception(info.message))})" if info.message and code else ""
@@ -690,12 +820,59 @@ def main_submit(args: argparse.Namespace, train: Sequence[str]) -> int:
     return code
 
 
+REQUEST_TIMEOUT_S = 30.0
+"""Deadline of each Jobs API request of ``submit`` (the version check, each status poll): a server that accepts the
+connection and never answers (a stuck ``kubectl port-forward``) ends the command with exit 2."""
+UPLOAD_TIMEOUT_S = 120.0
+"""Deadline of the job submission, which uploads the training package (~100 KiB) first."""
+LOG_DRAIN_S = 5.0
+"""How long the end of the job's log may take to arrive once the job has ended."""
+
+
+def bounded(what: str, call: Any, timeout: Optional[float] = None) -> Any:
+    """``call()`` with a deadline: Ray's Jobs SDK sends its requests without one (``requests`` with no timeout,
+    ray/dashboard/modules/dashboard_sdk.py ``_do_request``). Runs in a daemon thread, so a request that never ends
+    cannot hold the process; CliError(2) when ``timeout`` (default :data:`REQUEST_TIMEOUT_S`) passes first."""
+    limit = REQUEST_TIMEOUT_S if timeout is None else timeout
+    outcome: list = []
+
+    def run() -> None:
+        try:
+            outcome.append((True, call()))
+        except BaseException as e:  # noqa: BLE001 - handed to the caller's thread
+            outcome.append((False, e))
+
+    worker = threading.Thread(target=run, name="jobs-api", daemon=True)
+    worker.start()
+    worker.join(limit)
+    if not outcome:
+        raise CliError(EXIT_UNREACHABLE, f"{what}: no answer within {limit:g} s; is the cluster up (and `kubectl "
+                                         "port-forward` alive)? Retry once it answers")
+    ok, value = outcome[0]
+    if not ok:
+        raise value
+    return value
+
+
 def _split_submit(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     rest = list(argv)
     if "--" in rest:
         i = rest.index("--")
         return rest[:i], rest[i + 1:]
     return rest, []
+
+
+def _option(argv: list[str], flag: str) -> Optional[str]:
+    """The last value given to ``flag`` (``--flag V`` or ``--flag=V``), read before the parser exists."""
+    value = None
+    for i, a in enumerate(argv):
+        if a == "--":
+            break
+        if a == flag and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif a.startswith(f"{flag}="):
+            value = a.partition("=")[2]
+    return value
 
 
 def _main(argv: list[str], prog: str) -> int:
@@ -712,8 +889,14 @@ def _main(argv: list[str], prog: str) -> int:
         if train_ns.address is not None:
             tp.error("--address after -- is set by submit (the job connects with --address auto)")
         return main_submit(args, train)
+    name = _option(argv, "--name")
+    if name and not run_name_problem(name):  # the parser and its checks import torch and Ray: seconds
+        _RUN[:] = [name, resume_hint(name, _option(argv, "--storage-path"))]
     p = train_parser(prog)
-    return main_train(check_train_args(p, p.parse_args(argv)))
+    args = check_train_args(p, p.parse_args(argv))
+    from . import lifecycle
+
+    return main_train(args) if lifecycle.is_run() else supervise_train(args, argv)
 
 
 def main(argv: Optional[Sequence[str]] = None, prog: str = "python -m ray_efa_eks.training") -> int:
@@ -731,12 +914,19 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = "python -m ray_efa_ek
         code, message, extra = e.code, str(e), e.extra
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM through run_cli, before or after the run itself
         code, message, extra = interrupted_code(), f"interrupted ({interruption()})", {}
+        if _RUN:
+            message += f": training run {_RUN[0]!r} was stopped before it started; {_RUN[1]}"
     except Exception as e:  # a failure we did not anticipate: one line naming the trace file, not a traceback
         code, message, extra = EXIT_INTERNAL, internal_error(prog, e).split(": ", 1)[1], {}
         if os.environ.get(DEBUG_ENV):
             import traceback
 
             traceback.print_exc()
+    from . import lifecycle
+
+    if lifecycle.is_run():  # the supervisor prints it
+        lifecycle.write_result(code, message, {"error": message, "exit_code": code, **extra} if as_json else None)
+        return code
     print(f"error: {message}", file=sys.stderr, flush=True)
     if as_json:
         print(json.dumps({"error": message, "exit_code": code, **extra}), flush=True)

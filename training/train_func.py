@@ -26,6 +26,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
+from . import checkpoints as _checkpoints
 from . import fabric as _fabric
 from . import restore as _restore
 from .data import RandomTokens
@@ -49,6 +50,11 @@ DEFAULTS: dict[str, Any] = {
     "fabric": True,
     "fabric_dir": None,
     "require_efa": False,
+    # The checkpoint the command verified (training/checkpoints.py), the step_* directories that existed before the
+    # run (never written under or deleted) and this run's tag for a name among them.
+    "resume_from": None,
+    "existing": (),
+    "run_tag": "r0",
 }
 
 
@@ -99,10 +105,29 @@ def _load(ckpt: ray.train.Checkpoint, model: torch.nn.Module, opt: torch.optim.O
     return _restore.read_torch(ckpt, "meta.pt")
 
 
+def checkpoint_dir_name(step: int, cfg: dict) -> str:
+    """``step_NNNNNN``; ``step_NNNNNN-<run>`` when a directory of that name existed before this run (one this run
+    did not write: never written into, so Ray's retention never deletes it as this run's)."""
+    name = f"step_{step:06d}"
+    return f"{name}-{cfg['run_tag']}" if name in (cfg.get("existing") or ()) else name
+
+
+def _resume_checkpoint(cfg: dict) -> Optional[ray.train.Checkpoint]:
+    """Ray's checkpoint for this attempt, unless it is one that existed before the run (its snapshot's latest, maybe
+    damaged): then the one the command verified (training/checkpoints.py ``choose``), or none."""
+    ckpt = ray.train.get_checkpoint()
+    existing = set(cfg.get("existing") or ())
+    if not existing:
+        return ckpt
+    if ckpt is None or ckpt.path.rstrip("/").rpartition("/")[2] in existing:
+        return ray.train.Checkpoint(cfg["resume_from"]) if cfg.get("resume_from") else None
+    return ckpt  # reported by this run (a restart after a worker failure)
+
+
 def _report(metrics: dict, model: torch.nn.Module, opt: torch.optim.Optimizer, rank: int,
-            checkpoint: bool, fabric: Optional[dict] = None) -> None:
-    """Report on every rank; with ``checkpoint`` each rank also saves its DCP shard (rank 0 adds meta.pt)
-    under a shared ``step_NNNNNN`` name so Ray merges all ranks' files into one checkpoint directory."""
+            checkpoint: bool, fabric: Optional[dict] = None, dir_name: str = "") -> None:
+    """Report on every rank; with ``checkpoint`` each rank also saves its DCP shard (rank 0 adds meta.pt) and its
+    manifest under a shared ``dir_name`` so Ray merges all ranks' files into one checkpoint directory."""
     if not checkpoint:
         ray.train.report(metrics)
         return
@@ -115,8 +140,9 @@ def _report(metrics: dict, model: torch.nn.Module, opt: torch.optim.Optimizer, r
             if fabric is not None:  # the verdict travels with the checkpoint: a resumed run can compare
                 with open(os.path.join(tmp, _fabric.FABRIC_FILE), "wb") as f:
                     f.write(_fabric.checkpoint_record(fabric, metrics["step"]))
+        _checkpoints.write_manifest(tmp, rank, int(metrics["world_size"]))
         ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(tmp),
-                         checkpoint_dir_name=f"step_{metrics['step']:06d}")
+                         checkpoint_dir_name=dir_name)
 
 
 def train_func(config: Optional[dict]) -> dict:
@@ -137,7 +163,7 @@ def train_func(config: Optional[dict]) -> dict:
     probe = _fabric.Probe(dist.get_backend(), rank, ctx.get_local_rank(), cfg["fabric_dir"],
                           enabled=bool(cfg["fabric"] or cfg["require_efa"]))
     dist.all_reduce(torch.zeros(1, device=device))  # NCCL creates its communicator and logs INIT/NET here
-    ckpt = ray.train.get_checkpoint()
+    ckpt = _resume_checkpoint(cfg)
     fabric = probe.judge(dist, final=False, previous=_fabric.previous_verdict(ckpt) if rank == 0 else None,
                          broadcast=bool(cfg["require_efa"]))
     capture_s = time.perf_counter() - t_probe  # rank 0's time in the capture (the all-reduce would run anyway)
@@ -201,7 +227,7 @@ def train_func(config: Optional[dict]) -> dict:
                        global_tokens_per_s=tps * world, steady_global_tokens_per_s=steady * world)
         # the [train] progress line is printed by the controller (trainer.Progress), where the driver sees it
         _report({k: v for k, v in metrics.items() if k != "fabric"}, model, opt, rank, checkpoint=ckpt_due,
-                fabric=fabric)  # a copy: Ray queues it as is
+                fabric=fabric, dir_name=checkpoint_dir_name(step, cfg))  # a copy: Ray queues it as is
         window_t, window_start = now, step
     # The whole run's verdict: every rank's log now, and what each node's EFA counters moved since the start.
     # Lower bound of the inter-node bytes per node: FSDP all-gathers every parameter at least once per step, and a

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 import time
 
 import pytest
@@ -36,11 +37,18 @@ def ray_never_starts(monkeypatch):
 
     from ray_efa_eks.efacheck import local_cluster
 
+    from ray_efa_eks.training import lifecycle
+
     def refuse(*a, **k):
         raise RuntimeError("stand-in: Ray was asked to start")
 
+    def run_refused(*a, **k):  # the run's own process (training/lifecycle.py) would start Ray
+        print("error: stand-in: Ray was asked to start", file=sys.stderr)
+        return 4
+
     monkeypatch.setattr(local_cluster, "local_cluster", refuse)
     monkeypatch.setattr(ray, "init", refuse)
+    monkeypatch.setattr(lifecycle, "supervise", run_refused)
 
 
 @pytest.fixture(scope="module")
@@ -73,8 +81,8 @@ def test_writable_prefix_passes_with_only_the_calls_the_pods_role_grants(as_pod,
     err = capsys.readouterr().err
     assert code == 4 and "stand-in: Ray was asked to start" in err, (code, err)
     made = iam_requests(as_pod.requests[start:], BUCKET)
-    assert [a for a, _, _ in made] == ["s3:ListBucket", "s3:PutObject", "s3:DeleteObject"], made
-    assert all(allowed(POLICY, *t) for t in made), made
+    assert [a for a, _, _ in made][:3] == ["s3:ListBucket", "s3:PutObject", "s3:DeleteObject"], made  # the check
+    assert all(allowed(POLICY, *t) for t in made), made  # and the run's owner record, and its checkpoint listing
     keys = [o["Key"] for o in as_pod.admin_client().list_objects_v2(Bucket=BUCKET).get("Contents", [])]
     assert not [k for k in keys if storage_check.PROBE_NAME in k], keys  # the write check cleaned up
 
@@ -182,7 +190,7 @@ def test_a_pyarrow_endpoint_in_the_uri_is_the_one_asked(as_pod, ray_never_starts
     code, _, _ = train("--storage-path", f"s3://{BUCKET}/ray-train?endpoint_override={endpoint}&scheme=http")
     err = capsys.readouterr().err
     assert code == 4 and "stand-in" in err, (code, err)
-    assert [r.method for r in as_pod.requests[start:]] == ["HEAD", "PUT", "DELETE"]
+    assert [r.method for r in as_pod.requests[start:]][:3] == ["HEAD", "PUT", "DELETE"]  # then the owner record
 
 
 def test_no_credentials_at_all_exits_73(ray_never_starts, monkeypatch, capsys):
