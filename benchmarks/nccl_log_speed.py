@@ -33,7 +33,7 @@ def write_log(path: str) -> None:
                 if rank % 4 == 1:
                     pre = f"[1,{rank}]<stdout>:" + pre
                 elif rank % 4 == 2:
-                    pre = f"2026-01-01 00:00:00,123 | " + pre
+                    pre = "2026-01-01 00:00:00,123 | " + pre
                 elif rank % 4 == 3:
                     pre = f"(RayTrainWorker pid={pid}, ip=10.0.{n}.{g}) " + pre
                 f.write(f"{pre}cudaDriverVersion 12080\n{pre}Bootstrap: Using eth0:10.0.{n}.{g}<0>\n")

@@ -22,7 +22,6 @@ import json
 import os
 import socket
 import statistics
-import sys
 import time
 
 

@@ -8,7 +8,6 @@ message that names the key, the bad value and the fix.
 from __future__ import annotations
 
 import difflib
-import ipaddress
 import re
 from dataclasses import MISSING, dataclass, fields
 from typing import Any
@@ -403,7 +402,7 @@ class StackConfig:
         """Build from plain key -> value (strings as in Pulumi YAML are coerced)."""
         known = {f.name: f for f in fields(cls)}
         kwargs: dict[str, Any] = {"region": region}
-        for key, raw in values.items():
+        for key, raw in values.items():  # noqa: F402 (key(), the field helper, is used in the class body only)
             if key not in known or key == "region":
                 valid = sorted(k for k in known if k != "region")
                 near = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
@@ -428,7 +427,7 @@ class StackConfig:
         # Every key the stack sets in our namespace, so that a typo is refused instead of silently ignored.
         prefix = f"{NAMESPACE}:"
         every = {**get_config_env(), **CONFIG.get()}
-        for key, why in unread_keys(every):  # another namespace: Pulumi accepts it, so a warning, not a refusal
+        for key, why in unread_keys(every):  # noqa: F402 - another namespace: Pulumi accepts it (a warning)
             pulumi.log.warn(f"config {key} is never read by this program: {why}")
         values = {k[len(prefix):]: v for k, v in every.items() if k.startswith(prefix)}
         return cls.from_mapping(values, region=region)
@@ -721,7 +720,7 @@ def unread_keys(keys: Any) -> list[tuple[str, str]]:
     Keys of this namespace that are not stack keys are refused by :meth:`StackConfig.from_mapping`.
     """
     out = []
-    for key in keys:
+    for key in keys:  # noqa: F402 (key(), the field helper, is used in the class body only)
         ns, sep, name = str(key).partition(":")
         if not sep or ns == NAMESPACE or key == "aws:region":
             continue

@@ -195,7 +195,10 @@ def check(a) -> dict:
     """Wait for the topology, run, judge; CheckFailed is turned into a result by the caller."""
     expected = {"nodes": a.expect_nodes, "gpus_per_node": a.expect_gpus_per_node, "nics": a.expect_nics,
                 "gdrdma": a.expect_gdrdma}
-    log = (lambda m: print(m, file=sys.stderr, flush=True))
+
+    def log(m: str) -> None:
+        print(m, file=sys.stderr, flush=True)
+
     expect_stack = {"image": a.image, "spec_hash": a.spec_hash} if (a.image or a.spec_hash) and not a.local else None
     if expect_stack:  # the driver runs on the head: its pod's env says which spec the head was created from
         import ray

@@ -14,7 +14,6 @@ benchmarks and the policy/provider entry points.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal

@@ -8,9 +8,9 @@ from ..components import eks_versions
 from ..components.cost import CAPACITY_BLOCK, ON_DEMAND, RESERVATION, capacity_notes, control_plane_note, hourly_usd
 from ..components.instances import CATALOGUE, NoPrice
 from .layout import CAPACITY_RESERVATION, EKS_CLUSTER, EKS_COMPONENT, NAT_GATEWAY, Stack, dig
+from .layout_node_groups import NodeGroup, node_groups
 
 VPC_ENDPOINT = "aws:ec2/vpcEndpoint:VpcEndpoint"
-from .layout_node_groups import NodeGroup, node_groups
 
 
 def capacity_mode(g: NodeGroup) -> str:

@@ -43,11 +43,11 @@ from . import sdk_lazy
 
 sdk_lazy.install()  # before the program first touches aws.ec2 & co.: their classes imported one by one, as used
 from .cli import EXIT_USAGE, ArgumentParser, run_cli  # noqa: E402
-from .plan_diff import diff_plans, render_diff
-from .plan_model import EXIT_UNREADABLE, Plan, PlanError, UsageError, load_plan
-from .plan_render import aws_rules_summary, render_text, rules_summary, violation_line
-from .plan_run import plan_git_ref, plan_tree, resolve_ref
-from .stack_file import StackFile, config_warnings, parse_overrides, read_stack
+from .plan_diff import diff_plans, render_diff  # noqa: E402
+from .plan_model import EXIT_UNREADABLE, Plan, PlanError, UsageError, load_plan  # noqa: E402
+from .plan_render import aws_rules_summary, render_text, rules_summary, violation_line  # noqa: E402
+from .plan_run import plan_git_ref, plan_tree, resolve_ref  # noqa: E402
+from .stack_file import StackFile, config_warnings, parse_overrides, read_stack  # noqa: E402
 
 EXIT_INTERRUPTED = 130
 """Ctrl-C (128 + SIGINT, as a shell reports it)."""

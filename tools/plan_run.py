@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+from typing import Any
 from pathlib import Path
 
 from . import layout, rules

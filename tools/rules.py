@@ -124,8 +124,8 @@ def _efa_sg_self_rule(stack: Stack) -> list[Violation]:
         declared = stack.resolve(sg)
         if declared is not None and declared.type == layout.SECURITY_GROUP and not any(
                 r.security_group_id in (sg, UNKNOWN) for r in ingress):
-            out.append(_v("efa-sg-self-rule", declared, f"the EFA interfaces join this security group, which has no "
-                                                        f"all-traffic ingress rule from itself",
+            out.append(_v("efa-sg-self-rule", declared, "the EFA interfaces join this security group, which has no "
+                                                        "all-traffic ingress rule from itself",
                           "add ingress {protocol: '-1', self: true} (or a SecurityGroupIngressRule referencing the "
                           "group itself); only the EKS cluster security group has that rule built in"))
     return out

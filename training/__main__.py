@@ -614,7 +614,7 @@ def _no_connect(address: str) -> str:
 def own_name(storage: str, name: str) -> Any:
     """The run's lease on ``<storage>/<name>`` (training/lease.py), or CliError: 75 while another run holds it."""
     from .lease import Lease, NameInUse
-    from .storage_check import StorageError, _explain
+    from .storage_check import _explain
 
     try:
         lease = Lease(storage, name)

@@ -11,13 +11,12 @@ import threading
 import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import pytest
 
 from ray_efa_eks.efacheck import node_check as nc
 from ray_efa_eks.efacheck import worker_pods as wp
-from tests.helpers.sysfs import G6_12XLARGE, P5_48XLARGE, kernel_sysfs
+from tests.helpers.sysfs import P5_48XLARGE, kernel_sysfs
 
 OK_PROVIDER = (True, "provider: efa")
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}

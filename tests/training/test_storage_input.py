@@ -7,7 +7,6 @@ guard that fails the test if it would start.
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
