@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
+
+from tests.helpers.silent_server import silent_server
 
 EXE = Path(sys.executable).with_name("ray-efa-eks")
 
@@ -21,28 +21,8 @@ EXE = Path(sys.executable).with_name("ray-efa-eks")
 @pytest.fixture()
 def silent():
     """A TCP server on 127.0.0.1 that accepts every connection and never sends a byte; yields its port."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(64)
-    held: list[socket.socket] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        server.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                held.append(server.accept()[0])
-            except OSError:
-                continue
-
-    t = threading.Thread(target=accept, daemon=True)
-    t.start()
-    yield server.getsockname()[1]
-    stop.set()
-    t.join(5)
-    for c in held:
-        c.close()
-    server.close()
+    with silent_server("127.0.0.1") as port:
+        yield port
 
 
 def _ca(tmp_path: Path) -> Path:

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from ray_efa_eks.efacheck import efa_check
+from tests.helpers.argv import set_flag
 from tests.helpers.mockruns import shared_run
 
 LOG = (Path(__file__).resolve().parents[1] / "fixtures/nccl-logs/real_efa_g7e_slurm_nccl2292_ofi1180_2node.log")
@@ -69,17 +70,6 @@ def outcome(monkeypatch, argv: list[str], counters: bool = True) -> dict[str, An
             "line_rate": copy.deepcopy(r.get("line_rate")), "expected": r.get("expected"), "asked": asked}
 
 
-def changed(argv: list[str], flag: str, value: str | None) -> list[str]:
-    """``flag``'s value replaced; None drops a bare flag."""
-    out = list(argv)
-    i = out.index(flag)
-    if value is None:
-        del out[i]
-    else:
-        out[i + 1] = value
-    return out
-
-
 CASES = {
     "--expect-nodes": ("3", "asked"),
     "--wait-s": ("60", "asked"),
@@ -111,5 +101,5 @@ def test_each_rendered_check_option_changes_the_outcome(monkeypatch, flag):
     argv = rendered(config)
     value, part = CASES[flag]
     counters = flag != "--require-counters"  # what the flag decides on: a run whose counters could not be read
-    before, after = outcome(monkeypatch, argv, counters), outcome(monkeypatch, changed(argv, flag, value), counters)
+    before, after = outcome(monkeypatch, argv, counters), outcome(monkeypatch, set_flag(argv, flag, value), counters)
     assert before[part] != after[part], (flag, before[part])

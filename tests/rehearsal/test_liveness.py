@@ -19,26 +19,12 @@ import pytest
 
 pytest.importorskip("celpy")
 
+from tests.helpers.argv import flags, set_flag  # noqa: E402
 from tests.helpers.kubelet import Pod  # noqa: E402
 from tests.helpers.rehearsal import DIGEST, Deploy, Stack  # noqa: E402
 
 pytestmark = pytest.mark.rehearsal
 TAINT = "startup-taint.cluster-autoscaler.kubernetes.io/efa-unproven"
-
-
-def flags(argv: list[str]) -> list[str]:
-    return [a for a in argv if a.startswith("--")]
-
-
-def set_flag(argv: list[str], flag: str, value: str | None) -> list[str]:
-    """``flag``'s value replaced; None drops a bare flag."""
-    out = list(argv)
-    i = out.index(flag)
-    if value is None:
-        del out[i]
-    else:
-        out[i + 1] = value
-    return out
 
 
 # -- the image audit (the gate pod's sidecar) ---------------------------------------------------------------------

@@ -3,11 +3,11 @@
 of waiting for ever."""
 from __future__ import annotations
 
-import socket
-import threading
 import time
 
 import pytest
+
+from tests.helpers.silent_server import silent_server as listening
 
 from ray_efa_eks.tools import command
 from ray_efa_eks.training import __main__ as train_cli
@@ -16,28 +16,8 @@ from ray_efa_eks.training import __main__ as train_cli
 @pytest.fixture
 def silent_server():
     """Accepts every connection, reads nothing, answers nothing."""
-    srv = socket.socket()
-    srv.bind(("0.0.0.0", 0))  # `train --address 127.0.0.1:P` is resolved to this node's IP, as ray.init does
-    srv.listen(64)
-    held: list[socket.socket] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        srv.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                held.append(srv.accept()[0])
-            except OSError:
-                pass
-
-    t = threading.Thread(target=accept, daemon=True)
-    t.start()
-    yield srv.getsockname()[1]
-    stop.set()
-    t.join(2)
-    for c in held:
-        c.close()
-    srv.close()
+    with listening("0.0.0.0") as port:  # `train --address 127.0.0.1:P` is resolved to this node's IP, as ray.init does
+        yield port
 
 
 def test_submit_to_a_server_that_never_answers_exits_2_in_time(silent_server, capsys, monkeypatch):
