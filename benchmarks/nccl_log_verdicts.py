@@ -5,9 +5,9 @@
 DIR defaults to ``../shared/nccl-logs`` where it exists, else the copy in ``tests/fixtures/nccl-logs``. The
 README there has one table row per log whose last cell starts with the conclusion: ``EFA`` (verdict efa),
 ``not EFA`` (fallback) or ``undetermined``. A "not EFA ... one host only" row (the older table's wording, before
-the undetermined class) must be undetermined: issue 15's first rule, nothing crossed nodes. A file's name is
+the undetermined class) must be undetermined: the verdict's first rule, nothing crossed nodes. A file's name is
 history, not a verdict (two ``efa_`` excerpts conclude undetermined). Each log is also judged with its lines reversed
-and in a fixed shuffle: an excerpt's verdict must not depend on line order (issue 25). Exit 1 if any log is judged
+and in a fixed shuffle: an excerpt's verdict must not depend on line order. Exit 1 if any log is judged
 otherwise.
 """
 

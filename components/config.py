@@ -375,8 +375,8 @@ class StackConfig:
     clusterCreatorArn: str | None = key(
         None, allowed="an IAM role or user ARN",
         live=live("none",
-                  note="names the principal EKS already holds an admin entry for on a cluster created with it (every "
-                       "stack created before issue 34, or with no admins listed), so the stack makes none for it "
+                  note="names the principal EKS already holds an admin entry for on a cluster created with it (a stack "
+                       "created with the creator entry, or with no admins listed), so the stack makes none for it "
                        "([Upgrades](upgrades.md))"))
     """Only for a cluster created with EKS's creator admin entry (bootstrapClusterCreatorAdminPermissions): the IAM principal that created it; the stack makes no entry for it (docs/upgrades.md)."""
     s3GatewayEndpoint: bool = key(

@@ -2,9 +2,9 @@
 
 One DaemonSet, built once, with two containers:
 
-- ``efa-exporter`` (issue 36, efacheck/efa_exporter.py): every EFA port ``hw_counters`` file in the Prometheus
+- ``efa-exporter`` (efacheck/efa_exporter.py): every EFA port ``hw_counters`` file in the Prometheus
   text format. No API token.
-- ``fabric-proof`` (issue 35, efacheck/node_check.py): proves the node's EFA path and removes the node's startup
+- ``fabric-proof`` (efacheck/node_check.py): proves the node's EFA path and removes the node's startup
   taint :data:`FABRIC_STARTUP_TAINT`, again every minute (a node group update can put the taint back). It alone
   mounts a projected service account token (the pod mounts none); what that token may do is :func:`rbac_rules`
   narrowed by the ValidatingAdmissionPolicy :func:`own_node_policy` to this one node, this one taint and this one
@@ -75,7 +75,7 @@ POLICY_NAME = "ray-efa-eks-fabric-proof-own-node"
 STARTUP_TAINT_PREFIX = "startup-taint.cluster-autoscaler.kubernetes.io/"
 """Cluster Autoscaler's startup-taint convention (a taint it ignores in scale-up simulation)."""
 FABRIC_STARTUP_TAINT = STARTUP_TAINT_PREFIX + "efa-unproven"
-"""The taint a GPU node joins with until its fabric is proven (issue 35); the agent tolerates it, so it runs first."""
+"""The taint a GPU node joins with until its fabric is proven; the agent tolerates it, so it runs first."""
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 PRIVILEGED_NAMESPACE_LABELS = {"pod-security.kubernetes.io/enforce": "privileged",
                                "pod-security.kubernetes.io/enforce-version": "latest"}

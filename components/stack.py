@@ -320,7 +320,7 @@ class EfaRayCluster(pulumi.ComponentResource):
             cluster=cluster.eks, node_role=cluster.node_role, subnet_ids=network.private_subnet_ids,
             instance_type=cfg.system_type, root_volume_gib=cfg.systemRootVolumeGiB, hardening=hardening,
             kubernetes_version=cfg.kubernetesVersion), opts=child)
-        # Every GPU node proves its fabric before Ray may use it (issue 35): it joins with the startup taint, which
+        # Every GPU node proves its fabric before Ray may use it: it joins with the startup taint, which
         # only the node agent's fabric proof removes; so only with EFA, where the agent runs. Fixed fleet too: its
         # nodes are replaced as well (node repair, version updates, a new launch template) and join unproven.
         unproven = [FABRIC_STARTUP_TAINT] if cfg.efa else []

@@ -1,4 +1,4 @@
-"""Per-node fabric proof: a GPU node proves its own EFA path before Ray may schedule on it (issue 35).
+"""Per-node fabric proof: a GPU node proves its own EFA path before Ray may schedule on it.
 
 A GPU node joins with the startup taint ``startup-taint.cluster-autoscaler.kubernetes.io/efa-unproven`` (NoSchedule),
 so no Ray worker lands on it. This check runs as the ``fabric-proof`` container of the node agent's pod on that node

@@ -1,4 +1,4 @@
-"""Bad input gets a clear answer: a table of bad inputs for every entry point (issue 30).
+"""Bad input gets a clear answer: a table of bad inputs for every entry point.
 
 Each case runs ``ray-efa-eks <subcommand> ...`` in this process (``tools.command.main``, capsys) and asserts
 the exit code from that command's documented table (64 usage, then each CLI's own), no traceback, and a message

@@ -44,7 +44,7 @@ else:
 a = json.loads(sys.argv[1])
 run = run_program(a["config"], region=a["region"], program=a["program"], stack=a["stack"])
 def rid(r):
-    # mockrun before issue 6 recorded no ids; these are the fake ids its mocks hand out.
+    # an older mockrun recorded no ids; these are the fake ids its mocks hand out.
     return getattr(run, "ids", {}).get(r.urn) or (
         f"subnet-{r.name}" if r.type == "aws:ec2/subnet:Subnet" else f"{r.name}-id")
 recs = [{"type": r.type, "name": r.name, "urn": r.urn, "parent": r.parent, "id": rid(r), "props": r.inputs}

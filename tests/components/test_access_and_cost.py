@@ -1,4 +1,4 @@
-"""Issue 18 items 2-5 under Pulumi mocks: EKS access entries, the S3 gateway endpoint, a retained bucket that stays
+"""Under Pulumi mocks: EKS access entries, the S3 gateway endpoint, a retained bucket that stays
 protected, and cost figures that are per region or say "no price for REGION"."""
 
 from __future__ import annotations

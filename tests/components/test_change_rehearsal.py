@@ -1,4 +1,4 @@
-"""The second `pulumi up` (issue 24), rehearsed offline: the program runs with a stack config, then with a changed
+"""The second `pulumi up`, rehearsed offline: the program runs with a stack config, then with a changed
 one, and the two registrations say what a real update would do.
 
 - Which resources a real update creates, deletes, replaces or updates in place (:func:`steps`): Kubernetes objects

@@ -1,4 +1,4 @@
-"""Issue 35, cold start: the GPU nodes' gp3 root volume and nodeadm's FastImagePull, as the stack declares them.
+"""Cold start: the GPU nodes' gp3 root volume and nodeadm's FastImagePull, as the stack declares them.
 
 A GPU node from zero pulls the tens-of-GB DLC image onto its root volume; the launch template provisions gp3 IOPS
 and throughput for it (EBS user guide, "General Purpose SSD volumes") and turns on nodeadm's ``FastImagePull``

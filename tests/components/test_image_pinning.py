@@ -1,8 +1,8 @@
-"""dlcImage pinned by digest (issue 37): accepted by the OCI grammar, carried to every pod, refused when malformed.
+"""dlcImage pinned by digest: accepted by the OCI grammar, carried to every pod, refused when malformed.
 
 A tag can move: a node added later pulls whatever the tag names then. A digest (``repo@sha256:<64 hex>``) is the
-content itself, so every node that starts a Ray pod runs the bits the gate checked. The grammar is issue 39's
-components/values.py (OCI distribution reference + go-digest's encoding rule); these tests hold the stack to it.
+content itself, so every node that starts a Ray pod runs the bits the gate checked. The grammar is
+components/values.py's (OCI distribution reference + go-digest's encoding rule); these tests hold the stack to it.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The node agent (issue 36): the EFA exporter DaemonSet, its namespace, node-local Service, and the Pod Security
+"""The node agent: the EFA exporter DaemonSet, its namespace, node-local Service, and the Pod Security
 contract of the whole stack (the agent is the only hostPath user; the Ray namespace enforces baseline)."""
 
 from __future__ import annotations
@@ -187,7 +187,7 @@ def test_the_ray_namespace_enforces_baseline_and_every_pod_passes_it(request, ru
 
 
 def test_the_old_worker_pods_hostpath_would_be_refused_by_baseline() -> None:
-    """The checker can fail: the worker template as issue 25 had it (host /sys mounted) breaks baseline."""
+    """The checker can fail: a worker template with the host's /sys mounted breaks baseline."""
     vols, mounts = node_agent.host_sysfs_volumes()
     old = {"spec": {"containers": [{"name": "ray-worker", "image": IMAGE, "volumeMounts": mounts}], "volumes": vols}}
     assert any("HostPath Volumes" in v for v in violations(old, "baseline"))
@@ -253,7 +253,7 @@ def test_no_instance_types_is_refused_before_anything() -> None:
 
 
 def test_the_ray_workers_and_the_metrics_scraper_reach_the_exporter_and_no_one_else(default_run) -> None:
-    """Judged by issue 37's NetworkPolicy evaluator over every policy the stack renders."""
+    """Judged by the NetworkPolicy evaluator (tests/components/test_least_privilege.py) over every policy the stack renders."""
     from tests.components.test_least_privilege import admitted, pods_we_create, policies_of
 
     policies = policies_of(default_run)

@@ -286,7 +286,7 @@ def test_every_integer_input_as_a_double_booleans_lists_and_omitted_inputs(plugi
     assert len(run.resources) >= 50 and {"clusterName", "estimatedHourlyUsd", "kubeconfig", "rayAuthToken"} <= set(state)
     assert state["gpuNodeCount"] == 3 and not [e for e in run.of_type("aws:ec2/vpcEndpoint:VpcEndpoint")
                                                if e["vpcEndpointType"] == "Gateway"]  # false stays false
-    # on demand, gpuScaleToZero defaults to true (issue 35): 0..gpuNodeCount nodes, the Cluster Autoscaler sets desired
+    # on demand, gpuScaleToZero defaults to true: 0..gpuNodeCount nodes, the Cluster Autoscaler sets desired
     assert run.one("eks:index:ManagedNodeGroup", "gpu-mng")["scalingConfig"] == {"desiredSize": 0, "minSize": 0,
                                                                                  "maxSize": 3}
     assert inputs_by_resource(run) == inputs_by_resource(expected)  # every input of every resource, not only its type

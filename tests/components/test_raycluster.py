@@ -110,7 +110,7 @@ def test_worker_gpu_and_efa_from_catalogue(request, run_name, itype):
     lim = group["template"]["spec"]["containers"][0]["resources"]["limits"]
     assert lim["nvidia.com/gpu"] == str(it.gpus) and lim["vpc.amazonaws.com/efa"] == str(it.max_efa_interfaces)
     assert int(lim["cpu"]) < it.vcpus
-    # on demand the GPU workers scale from zero (issue 35): Ray's autoscaler owns replicas, the spec none
+    # on demand the GPU workers scale from zero: Ray's autoscaler owns replicas, the spec none
     assert (group["minReplicas"], group["maxReplicas"]) == (0, 2) and "replicas" not in group
     env = {e["name"]: e.get("value") for e in group["template"]["spec"]["containers"][0]["env"]}
     assert env["FI_PROVIDER"] == "efa" and env["NCCL_SOCKET_IFNAME"].startswith("^lo")
@@ -132,7 +132,7 @@ def test_replicas_follow_gpu_node_count():
 
 def test_gpu_workers_scale_from_zero_with_autoscaler_v2():
     """KubeRay 1.7: autoscalerOptions.version v2 (KubeRay sets RAY_enable_autoscaler_v2 on the head itself and refuses
-    both), idleTimeoutSeconds only with v2, the allocation timeout on the autoscaler container (issue 4226)."""
+    both), idleTimeoutSeconds only with v2, the allocation timeout on the autoscaler container."""
     spec = raycluster(shared_run({"gpuIdleTimeoutSeconds": "900"}))["spec"]
     assert spec["enableInTreeAutoscaling"] is True
     opts = spec["autoscalerOptions"]
@@ -244,7 +244,7 @@ def test_extra_worker_group_from_another_repo():
     assert [g["groupName"] for g in spec["workerGroupSpecs"]] == ["gpu", "big"]
 
 
-# --- Ray token auth (issue 18.1) ---------------------------------------------------------------
+# --- Ray token auth -----------------------------------------------------------------------------
 
 
 SHARED_CRD = Path(__file__).resolve().parents[3] / "shared/schemas/kuberay-v1.7.0/ray.io_rayclusters.yaml"
@@ -292,7 +292,7 @@ def test_token_is_not_regenerated_by_the_program():
 def test_token_auth_off():
     run = shared_run({"rayTokenAuth": "false"})
     assert "authOptions" not in raycluster(run)["spec"]
-    # the Secret stays (issue 24: switching auth off must not delete it under pods that still reference it), unused
+    # the Secret stays (switching auth off must not delete it under pods that still reference it), unused
     assert run.one("kubernetes:core/v1:Secret")["metadata"]["name"] == "ray-auth-token"
     assert "ray-auth-token" not in json.dumps(raycluster(run)["spec"])
     container = run.one("kubernetes:batch/v1:Job")["spec"]["template"]["spec"]["containers"][0]
@@ -312,7 +312,7 @@ def test_token_auth_needs_ray_2_52():
 
 
 def test_efa_workers_read_their_nodes_exporter_not_the_host(default_run):
-    """Issue 36: no Ray pod mounts a host path; EFA workers get their node's exporter URL and their node's name."""
+    """No Ray pod mounts a host path; EFA workers get their node's exporter URL and their node's name."""
     from ray_efa_eks.components.node_agent import exporter_url
     from ray_efa_eks.efacheck import efa_counters
 
@@ -354,7 +354,7 @@ def test_efa_check_proves_checkpoint_storage_when_the_stack_has_a_bucket(default
     assert "--storage-proof" not in off["spec"]["template"]["spec"]["containers"][0]["command"][2]
 
 
-# --- every accepted shape has a gate it can pass (issue 25) ---------------------------------------------------------
+# --- every accepted shape has a gate it can pass ---------------------------------------------------------
 
 def _job_args(run) -> list[str]:
     import shlex

@@ -27,7 +27,7 @@ def test_components_own_their_children(default_run):
 def test_gpu_node_group_efa_inputs(request, run_name, itype, efa_ifaces):
     run = request.getfixturevalue(run_name)
     ng = run.one(MNG, "gpu")
-    # Our own launch template (issue 19): pulumi-eks's EFA support stays off, the component does its work.
+    # Our own launch template: pulumi-eks's EFA support stays off, the component does its work.
     assert "enableEfaSupport" not in ng.inputs and ng["launchTemplate"]["id"] == "gpu-lt-id"
     nis = run.one("aws:ec2/launchTemplate:LaunchTemplate", "gpu-lt")["networkInterfaces"]
     assert [n.get("interfaceType") for n in nis] == [None] + ["efa-only"] * efa_ifaces  # the ENA primary first
@@ -35,10 +35,10 @@ def test_gpu_node_group_efa_inputs(request, run_name, itype, efa_ifaces):
     assert ng["capacityType"] == "ON_DEMAND"
     assert ng["instanceTypes"] == [itype]
     assert ng["amiType"] == "AL2023_x86_64_NVIDIA"
-    assert ng["scalingConfig"] == {"desiredSize": 0, "minSize": 0, "maxSize": 2}  # from zero (issue 35)
+    assert ng["scalingConfig"] == {"desiredSize": 0, "minSize": 0, "maxSize": 2}  # from zero
     assert ng["taints"] == [{"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"},
                             {"key": "startup-taint.cluster-autoscaler.kubernetes.io/efa-unproven", "value": "true",
-                             "effect": "NO_SCHEDULE"}]  # issue 35: until the node agent proves the fabric
+                             "effect": "NO_SCHEDULE"}]  # until the node agent proves the fabric
     assert run.outputs["efaInterfacesPerNode"] == efa_ifaces
 
 

@@ -136,7 +136,7 @@ def test_capacity_block_is_paid_up_front_not_per_hour():
 
 
 def test_idle_cost_beside_the_all_up_cost():
-    """Issue 35: estimatedHourlyUsd is every GPU node up; estimatedIdleHourlyUsd what runs with no job (system node,
+    """estimatedHourlyUsd is every GPU node up; estimatedIdleHourlyUsd what runs with no job (system node,
     control plane, NAT), the same as the all-up figure for a fixed fleet; the plan shows both."""
     run = run_program({})
     assert run.outputs["estimatedIdleHourlyUsd"] == pytest.approx(SYSTEM + 0.10 + NAT + endpoints(run))
@@ -164,4 +164,4 @@ def test_system_root_volume_is_stack_config_of_at_least_100_gib():
         StackConfig.from_mapping({"systemRootVolumeGiB": 50})
 
 
-# -- the deployer's access entry: tests/components/test_lifecycle_cluster.py (item 2 of issue 34) -------------------
+# -- the deployer's access entry: tests/components/test_lifecycle_cluster.py ---------------------------------------

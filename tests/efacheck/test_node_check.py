@@ -1,4 +1,4 @@
-"""The per-node fabric proof (issue 35): its decisions on kernel-shaped sysfs trees, and its taint removal against a
+"""The per-node fabric proof: its decisions on kernel-shaped sysfs trees, and its taint removal against a
 Kubernetes API fake on loopback that records every request (only its own node, only the startup taint)."""
 
 from __future__ import annotations
@@ -399,7 +399,7 @@ def test_the_expected_count_follows_the_nodes_instance_type(tmp_path, fake):
     assert any("no count for this node's instance type" in m for m in logs)
 
 
-# -- a Ray worker's efa-provider-check init container failed on this node (issue 35, part D) ------------------------
+# -- a Ray worker's efa-provider-check init container failed on this node (part D) ------------------------
 
 RAY_NS = "ray"
 
@@ -704,7 +704,7 @@ def test_an_api_error_while_writing_a_proof_is_exit_2_and_nothing_removed(tmp_pa
     assert [c[:2] for c in api.calls] == [("GET", "/api/v1/nodes/gpu-a"), ("PATCH", "/api/v1/nodes/gpu-a/status")]
 
 
-# -- every output word for word, and each input read as the API server and fi_info give it (issue 40: mutmut) --------
+# -- every output word for word, and each input read as the API server and fi_info give it (mutmut) --------
 
 T = "2026-12-05T06:00:00Z"
 

@@ -1,4 +1,4 @@
-"""Ray's own autoscaler (v2) on one machine, fed the RayCluster the stack renders (issue 35).
+"""Ray's own autoscaler (v2) on one machine, fed the RayCluster the stack renders.
 
 KubeRay's autoscaler sidecar turns the RayCluster into Ray's autoscaling config with
 ``ray.autoscaler._private.kuberay.autoscaling_config._derive_autoscaling_config_from_ray_cr``; the rehearsal calls

@@ -191,7 +191,7 @@ def test_usage_errors_exit_64_unreadable_input_3(capsys, argv, code, message):
 
 
 def test_a_mistyped_stack_is_refused_not_planned_with_defaults(capsys):
-    """Issue 18 item 7: `--stack prod` without Pulumi.prod.yaml used to plan the defaults and exit 0."""
+    """`--stack prod` without Pulumi.prod.yaml used to plan the defaults and exit 0."""
     proc = subprocess.run([sys.executable, "-m", "ray_efa_eks.tools.plan", "--stack", "prod", "--check"], cwd=ROOT,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 3 and proc.stdout == ""
@@ -207,7 +207,7 @@ def test_stack_config_reads_the_stack_file_and_shows_secrets(tmp_path):
         "  ray-efa-eks:dlcImage: {secure: AAAA}\n  other:key: x\n")
     config, region = stack_config(tmp_path, "prod")
     assert region == "us-west-2"
-    # a secret cannot reach the program; every other key does, as under `pulumi up` (issue 39: the program warns
+    # a secret cannot reach the program; every other key does, as under `pulumi up` (the program warns
     # about keys it never reads, such as other:key's namespace, instead of the plan dropping them in silence)
     assert config == {"ray-efa-eks:gpuNodeCount": "4", "ray-efa-eks:efa": "true", "other:key": "x"}
     sf = read_stack(tmp_path, "prod")

@@ -1,5 +1,5 @@
 """Config the program never reads is said, and the plan shows every value it runs with and where it came from
-(issue 39, worst-ten item 6). Before: `--config aws:gpuNodeCount=7`, a misspelt namespace and PULUMI_CONFIG were
+(worst-ten item 6). Before: `--config aws:gpuNodeCount=7`, a misspelt namespace and PULUMI_CONFIG were
 silent (PULUMI_CONFIG even changed the plan), and the Config block listed only the stack file's keys."""
 
 from __future__ import annotations

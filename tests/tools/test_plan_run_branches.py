@@ -1,5 +1,5 @@
 """Making a plan (tools/plan_run.py): each condition that decides a plan's error (its exit code 2), a usage error (64)
-or an unreadable ref (3), asserted on tiny programs and a throwaway git repository (issue 40).
+or an unreadable ref (3), asserted on tiny programs and a throwaway git repository.
 
 The programs here declare one or two resources, so the Pulumi mocks run in well under a second; the git ref's plan
 runs the ref's own ``tools/mockrun.py``, which in the throwaway repository is a stand-in that records two resources
@@ -260,7 +260,7 @@ def test_plan_git_ref_of_a_program_alone_uses_the_installed_mockrun(tmp_path):
     assert plan.error is None and [x["name"] for x in plan.resources] == ["sub"] and plan.region == "us-west-2"
 
 
-# -- what a mutation tool found unasserted (issue 40: mutmut survivors) ----------------------------------------------
+# -- what a mutation tool found unasserted (mutmut survivors) ----------------------------------------------
 
 def test_plan_tree_never_lets_pulumi_config_of_the_environment_reach_the_program(tmp_path, monkeypatch):
     """``pulumi up`` replaces PULUMI_CONFIG with the stack's config; the plan runs the program without it too (the

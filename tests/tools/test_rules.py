@@ -201,7 +201,7 @@ def test_efa_interfaces_from_pulumi_eks_enable_efa_support(default):
 @pytest.mark.parametrize("shape", ["own", "pulumi-eks"])
 def test_preview_shapes_of_both_launch_templates_pass_and_read_alike(shape, capacity):
     if shape == "pulumi-eks" and capacity != "on-demand":
-        pytest.skip("pulumi-eks's enableEfaSupport has no reservation target (the reason for issue 19)")
+        pytest.skip("pulumi-eks's enableEfaSupport has no reservation target (why the stack builds its own launch template)")
     st = layout.Stack(preview(instance_type="p5.48xlarge", shape=shape, capacity=capacity))
     [g] = layout_node_groups.gpu_node_groups(st)
     assert g.efa_interfaces == 32 and g.security_group_ids == [CLUSTER_SG] and g.azs == ["us-east-1a"]
@@ -453,7 +453,7 @@ def test_subnets_resolve_by_mock_id(default):
     assert st.resolve("subnet-net-private-us-east-1a").type == SUBNET
 
 
-# -- host-access (issue 36) ----------------------------------------------------------------------------------------
+# -- host-access ----------------------------------------------------------------------------------------
 
 DAEMONSET, JOB, NAMESPACE = "kubernetes:apps/v1:DaemonSet", "kubernetes:batch/v1:Job", "kubernetes:core/v1:Namespace"
 

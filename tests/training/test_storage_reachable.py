@@ -1,4 +1,4 @@
-"""Checkpoint storage is asked before Ray starts: can this run write there? (issue 39, worst-ten item 2, second half)
+"""Checkpoint storage is asked before Ray starts: can this run write there? (worst-ten item 2, second half)
 
 Before: only the form of a storage path was checked, so a bucket that does not exist, a prefix the role may not write
 or an S3 endpoint that never answers were met by Ray Train at the first checkpoint, after the cluster had started
