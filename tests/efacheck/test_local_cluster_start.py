@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -33,8 +34,14 @@ class Heads:
             logs.mkdir(parents=True)
             (logs / "raylet.err").write_text(f"line 1\nraylet try {len(self.args)}: cannot reach the GCS\n")
             (logs / "dashboard.log").write_text("not a GCS or raylet log\n")
-            self.leftovers.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)",
-                                                    os.environ["RAY_TMPDIR"]]))
+            proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", os.environ["RAY_TMPDIR"]])
+            self.leftovers.append(proc)
+            # Ray's leftovers have run for 30 s when the start times out; a process just spawned may not show its
+            # command line yet (the parent's Popen returns at the exec's close-on-exec, before the kernel has set the
+            # new argv up), and /proc/PID/cmdline is what the cluster reads to find it
+            cmdline, deadline = Path(f"/proc/{proc.pid}/cmdline"), time.monotonic() + 10
+            while os.environ["RAY_TMPDIR"].encode() not in cmdline.read_bytes() and time.monotonic() < deadline:
+                time.sleep(0.01)
             raise Exception(self.error)
         return SimpleNamespace(address="127.0.0.1:1", wait_for_nodes=lambda: None, shutdown=lambda: None)
 
