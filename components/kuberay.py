@@ -37,15 +37,11 @@ import pulumi_kubernetes as k8s
 from .kuberay_versions import chart_version_problem, crd_urls
 from .network_policies import allow_all_egress, default_deny_ingress
 from .node_groups import ROLE_LABEL, SYSTEM_ROLE
+from .raycluster import POD_SECURITY_LABELS as BASELINE_LABELS
 
 KUBERAY_REPO = "https://ray-project.github.io/kuberay-helm/"
 KUBERAY_CHART_VERSION = "1.7.0"
-POD_SECURITY_LABELS = {"pod-security.kubernetes.io/enforce": "baseline",
-                       "pod-security.kubernetes.io/enforce-version": "latest",
-                       "pod-security.kubernetes.io/warn": "restricted",
-                       "pod-security.kubernetes.io/warn-version": "latest",
-                       "pod-security.kubernetes.io/audit": "restricted",
-                       "pod-security.kubernetes.io/audit-version": "latest"}
+POD_SECURITY_LABELS = dict(BASELINE_LABELS)
 """The operator's namespace: ``baseline`` enforced (the 1.7.0 chart's pod passes it: no host namespaces or paths,
 ``allowPrivilegeEscalation: false``, all capabilities dropped); ``restricted`` warned and audited (the chart sets
 no seccomp profile and no ``runAsNonRoot``)."""
