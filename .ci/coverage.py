@@ -38,7 +38,7 @@ FLOORS: dict[str, float] = {
     "tools/layout_pods.py": 100.0,
     "tools/layout_network.py": 100.0,
     "tools/plan_diff.py": 100.0,
-    "tools/plan_run.py": 97.0,  # not yet asserted: git rev-parse and git archive timeouts: lines 142-143, 160-161
+    "tools/plan_run.py": 100.0,
     "efacheck/node_check.py": 100.0,
     "efacheck/worker_pods.py": 100.0,
 }

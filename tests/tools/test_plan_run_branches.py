@@ -9,6 +9,7 @@ runs the ref's own ``tools/mockrun.py``, which in the throwaway repository is a 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import textwrap
 from pathlib import Path
@@ -418,3 +419,20 @@ def test_a_base_program_that_hangs_is_the_base_plans_error(repo, monkeypatch):
     assert plan.error == ("the program at HEAD ran past 1 s under the mocks and was stopped (a whole stack plans in "
                           "seconds: it waits on something)")
     assert (plan.source, plan.stack, plan.region, plan.exit_code) == ("git HEAD", "dev", "us-west-2", 2)
+
+
+@pytest.mark.parametrize("hangs, says", [
+    ("rev-parse", "--diff 'main': git rev-parse did not answer within 120 s"),
+    ("archive", "git archive 'main' did not finish within 120 s"),
+])
+def test_git_that_never_answers_is_the_plans_error_with_its_deadline(tmp_path, monkeypatch, hangs, says):
+    """Every git call of a diff has a deadline (GIT_TIMEOUT_S): a git that hangs (a lock, a slow filesystem) ends the
+    plan with an error naming the step and the figure, not a wait for ever."""
+    def git(argv, *a, **kw):
+        if hangs in argv:
+            raise subprocess.TimeoutExpired(argv, kw.get("timeout"))
+        return SimpleNamespace(returncode=0, stdout="0" * 40 + "\n", stderr="")  # rev-parse: a commit
+
+    monkeypatch.setattr(pr.subprocess, "run", git)
+    with pytest.raises(PlanError, match=re.escape(says)):
+        pr.plan_git_ref("main", tmp_path)
