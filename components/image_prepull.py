@@ -21,7 +21,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from .node_agent import FABRIC_STARTUP_TAINT, RUN_AS, container_security, node_affinity
+from .node_agent import FABRIC_STARTUP_TAINT, container_security, node_affinity, pod_security
 from .node_groups import GPU_TOLERATION
 from .raycluster import check_guaranteed, pod_resources
 
@@ -70,8 +70,7 @@ def pod_spec(args: ImagePrePullArgs) -> dict[str, Any]:
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": 5,
-        "securityContext": {"runAsNonRoot": True, "runAsUser": RUN_AS, "runAsGroup": RUN_AS,
-                            "seccompProfile": {"type": "RuntimeDefault"}},
+        "securityContext": pod_security(),
         "affinity": node_affinity(args.instance_types),
         "tolerations": [dict(GPU_TOLERATION)] + [{"key": k, "operator": "Exists"} for k in args.startup_taints],
         "initContainers": [{"name": "pull", "image": args.image, "command": ["true"], **common}],

@@ -153,6 +153,12 @@ def host_sysfs_volumes() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     return vols, mounts
 
 
+def pod_security() -> dict[str, Any]:
+    """The pod-level securityContext of a pod that runs as ``nobody`` (the node agent, the image pre-pull)."""
+    return {"runAsNonRoot": True, "runAsUser": RUN_AS, "runAsGroup": RUN_AS,
+            "seccompProfile": {"type": "RuntimeDefault"}}
+
+
 def container_security() -> dict[str, Any]:
     """Nothing the exporter does needs a privilege: reading 0444 files and listening on an unprivileged port."""
     return {"runAsNonRoot": True, "runAsUser": RUN_AS, "runAsGroup": RUN_AS, "privileged": False,
@@ -203,8 +209,7 @@ def pod_spec(args: NodeAgentArgs, configmap_name: str, files: dict[str, str]) ->
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": 10,
-        "securityContext": {"runAsNonRoot": True, "runAsUser": RUN_AS, "runAsGroup": RUN_AS,
-                            "seccompProfile": {"type": "RuntimeDefault"}},
+        "securityContext": pod_security(),
         "affinity": node_affinity(args.instance_types),
         "tolerations": [dict(GPU_TOLERATION)] + [{"key": k, "operator": "Exists"} for k in args.startup_taints],
         "containers": [exporter_container(args.image, args.resources),

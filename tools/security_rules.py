@@ -116,13 +116,24 @@ NETPOL_FIX = ("where the stack has NetworkPolicies, select every Ray pod with a 
               "accepts connections from any pod of the cluster")
 
 
+def _ingress_policies(stack: Stack) -> list[tuple[str, Any]]:
+    """(namespace, spec) of every NetworkPolicy."""
+    return [(_meta(p).get("namespace") or "default", p.props.get("spec")) for p in stack.of_type(NETWORK_POLICY)]
+
+
+def _selected(policies: list[tuple[str, Any]], ns: str, labels: dict[str, Any]) -> bool:
+    """Whether an ingress NetworkPolicy of ``ns`` selects (or, with a value only ``up`` knows, may select) pods
+    labelled ``labels``."""
+    chosen = [_matches(dig(spec, "podSelector"), labels) for pns, spec in policies
+              if pns == ns and isinstance(spec, dict) and "Ingress" in (spec.get("policyTypes") or ["Ingress"])]
+    return None in chosen or True in chosen
+
+
 def ray_pods_network_policy(stack: Stack) -> list:
     out = []
-    policies = [(_meta(p).get("namespace") or "default", p.props.get("spec")) for p in stack.of_type(NETWORK_POLICY)]
+    policies = _ingress_policies(stack)
     for r, role, ns, labels, _ in ray_pods(stack):
-        chosen = [_matches(dig(spec, "podSelector"), labels) for pns, spec in policies
-                  if pns == ns and isinstance(spec, dict) and "Ingress" in (spec.get("policyTypes") or ["Ingress"])]
-        if None in chosen or True in chosen:
+        if _selected(policies, ns, labels):
             continue
         if policies:  # without any (networkPolicy: false, the documented opt-out) there is nothing to hold
             out.append(_v("ray-pods-network-policy", r, f"no NetworkPolicy of namespace {ns} selects the {role} pods",
@@ -275,15 +286,13 @@ def monitoring_hardened(stack: Stack) -> list:
                                                     "securityContext adds it for DCGM_FI_PROF_* counters)",
                           MONITORING_FIX))
         namespaces.append((r, r.props.get("namespace")))
-    policies = [(_meta(p).get("namespace") or "default", p.props.get("spec")) for p in stack.of_type(NETWORK_POLICY)]
+    policies = _ingress_policies(stack)
     if not policies:  # networkPolicy: false, the documented opt-out
         return out
     for r, ns in namespaces:
         if not isinstance(ns, str):
             continue
-        chosen = [_matches(dig(spec, "podSelector"), {}) for pns, spec in policies
-                  if pns == ns and isinstance(spec, dict) and "Ingress" in (spec.get("policyTypes") or ["Ingress"])]
-        if not (None in chosen or True in chosen):
+        if not _selected(policies, ns, {}):
             out.append(_v("monitoring-hardened", r, f"no NetworkPolicy of namespace {ns} selects its pods",
                           MONITORING_FIX))
     return out

@@ -31,14 +31,14 @@ OBJECT_STORE = 80 * 1024**2
 which the fake provider pops before starting Ray); Ray's default would take 30% of this machine per node."""
 
 
-def _json_numbers(value: Any) -> Any:
+def json_numbers(value: Any) -> Any:
     """Numbers as the API server stores them (JSON): the mocks hand integral values over as floats (2.0)."""
     if isinstance(value, float) and value.is_integer():
         return int(value)
     if isinstance(value, dict):
-        return {k: _json_numbers(v) for k, v in value.items()}
+        return {k: json_numbers(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_json_numbers(v) for v in value]
+        return [json_numbers(v) for v in value]
     return value
 
 
@@ -59,7 +59,7 @@ def autoscaling_config(ray_cr: dict, *, idle_timeout_s: float | None, boot_delay
     """
     from ray.autoscaler._private.kuberay.autoscaling_config import _derive_autoscaling_config_from_ray_cr
 
-    cr = _json_numbers(copy.deepcopy(ray_cr))
+    cr = json_numbers(copy.deepcopy(ray_cr))
     cr["metadata"].setdefault("namespace", "ray")
     config = _derive_autoscaling_config_from_ray_cr(cr)
     if idle_timeout_s is not None:
@@ -84,7 +84,7 @@ def head_env(ray_cr: dict) -> dict[str, str]:
     """What the head's processes (GCS, the autoscaler) need: the autoscaler container's rendered env
     (``autoscalerOptions.env``: the reconcile timeouts), autoscaler v2 on, and the fake provider's ids for the head
     (KubeRay sets ``RAY_CLOUD_INSTANCE_ID`` / ``RAY_NODE_TYPE_NAME`` on each Ray pod)."""
-    spec = _json_numbers(ray_cr["spec"])
+    spec = json_numbers(ray_cr["spec"])
     env = plain_env(spec.get("autoscalerOptions") or {})
     env.update({
         "RAY_enable_autoscaler_v2": "1" if (spec.get("autoscalerOptions") or {}).get("version") == "v2" else "0",

@@ -31,18 +31,9 @@ from pathlib import Path
 from typing import Any
 
 from tests.helpers import vap
+from tests.helpers.autoscaling import json_numbers
 
 GROUPS = {"api": ""}
-
-
-def _json_numbers(v: Any) -> Any:
-    if isinstance(v, float) and v.is_integer():
-        return int(v)
-    if isinstance(v, dict):
-        return {k: _json_numbers(x) for k, x in v.items()}
-    if isinstance(v, list):
-        return [_json_numbers(x) for x in v]
-    return v
 
 
 def json_patch(doc: Any, ops: list[dict[str, Any]]) -> Any:
@@ -106,7 +97,7 @@ class KubeApi:
     call as ``(user, verb, path, status)``."""
 
     def __init__(self, objects: list[dict[str, Any]], workdir: Path):
-        objects = [_json_numbers(o) for o in objects]
+        objects = [json_numbers(o) for o in objects]
         self.rbac = Rbac(objects)
         self.policies = [o["spec"] for o in objects if o.get("kind") == "ValidatingAdmissionPolicy"]
         self.pods: dict[tuple[str, str], dict[str, Any]] = {}

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from tests.helpers import sysfs as fake_sysfs
-from tests.helpers.autoscaling import ANSWER, autoscaling_config, head_env, plain_env
+from tests.helpers.autoscaling import ANSWER, autoscaling_config, head_env, json_numbers, plain_env
 from tests.helpers.kubeapi import KubeApi
 from tests.helpers.kubelet import Objects, Pod
 from tests.helpers.mockruns import shared_run
@@ -49,29 +49,19 @@ IDLE_S = 8.0
 TAINT_EFFECT = {"NO_SCHEDULE": "NoSchedule", "NO_EXECUTE": "NoExecute", "PREFER_NO_SCHEDULE": "PreferNoSchedule"}
 
 
-def _plain(v: Any) -> Any:
-    if isinstance(v, float) and v.is_integer():
-        return int(v)
-    if isinstance(v, dict):
-        return {k: _plain(x) for k, x in v.items()}
-    if isinstance(v, list):
-        return [_plain(x) for x in v]
-    return v
-
-
 class Stack:
     """The rendered objects of one config (one shared mock run)."""
 
     def __init__(self, config: dict[str, Any] | None = None):
         self.config = config or {}
         self.run = shared_run(config)
-        self.objects = [_plain(r.inputs) for r in self.run.resources
+        self.objects = [json_numbers(r.inputs) for r in self.run.resources
                         if r.type.startswith("kubernetes:") and isinstance(r.inputs.get("kind"), str)]
         rc = self.run.one("kubernetes:ray.io/v1:RayCluster").inputs
-        self.ray_cluster = {"metadata": _plain(dict(rc["metadata"])), "spec": _plain(rc["spec"])}
-        self.job = _plain(self.run.one("kubernetes:batch/v1:Job").inputs)
+        self.ray_cluster = {"metadata": json_numbers(dict(rc["metadata"])), "spec": json_numbers(rc["spec"])}
+        self.job = json_numbers(self.run.one("kubernetes:batch/v1:Job").inputs)
         self.daemonsets = [o for o in self.objects if o["kind"] == "DaemonSet"]
-        self.node_groups = {r.name: _plain(r.inputs) for r in self.run.resources
+        self.node_groups = {r.name: json_numbers(r.inputs) for r in self.run.resources
                             if r.type == "eks:index:ManagedNodeGroup"}
 
     def gpu_group(self) -> dict[str, Any]:
