@@ -357,7 +357,6 @@ class Deploy:
     def _terminate(self, iid: str) -> None:
         (self.tmp / f"{iid}.gone").touch()
         name = self.workers[iid]
-        self.terminated.append(name)
         for (ns, pname) in list(self.api.pods):
             if self.api.pods[(ns, pname)]["spec"].get("nodeName") == name:
                 self.api.delete_pod(ns, pname)
@@ -365,6 +364,7 @@ class Deploy:
             pod.stop()
         with self.api.lock:
             self.api.nodes.pop(name, None)
+        self.terminated.append(name)  # last: a reader that sees it finds the node and its pods gone
         self.event(f"instance {iid[-5:]} terminated: node {name} and its pods gone")
 
     # -- the gate Job ---------------------------------------------------------------------------------------------
