@@ -99,23 +99,24 @@ def test_first_run_holds_the_name_while_it_runs(tmp_path, capsys, runs, monkeypa
     assert inner and inner[0][0] == 75 and "in use" in inner[0][1], inner
 
 
-def _race(path: str, q) -> None:
+def _race(path: str, q, start, tried) -> None:
+    start.wait(30)  # every contender is up before any tries: the race is real
     try:
         lease_mod.Lease(path, "raced").acquire()
         q.put("won")
-        time.sleep(1.0)  # hold it while the others try
     except lease_mod.NameInUse:
         q.put("refused")
+    tried.wait(30)  # the winner lives (holds the name) until every other has tried: none may take over a dead one
 
 
 def test_racing_runs_on_a_local_path_never_both_win(tmp_path):
     ctx = multiprocessing.get_context("fork")
-    q = ctx.Queue()
-    procs = [ctx.Process(target=_race, args=(str(tmp_path), q)) for _ in range(6)]
+    q, start, tried = ctx.Queue(), ctx.Barrier(6), ctx.Barrier(6)
+    procs = [ctx.Process(target=_race, args=(str(tmp_path), q, start, tried)) for _ in range(6)]
     for p in procs:
         p.start()
     for p in procs:
-        p.join(30)
+        p.join(60)
     results = sorted(q.get(timeout=5) for _ in procs)
     assert results.count("won") == 1, results
 
