@@ -2,7 +2,7 @@
 
 The Job runs in the same DLC image, carries the EFA proof (the ``efacheck`` package: it imports nothing outside itself, the
 FSDP message sizes it times included) in a ConfigMap, waits for the Ray head's Jobs API, submits
-``python -m efacheck.efa_check --json`` with the topology the stack declares (nodes, GPUs
+``python -m ray_efa_eks.efacheck.efa_check --json`` with the topology the stack declares (nodes, GPUs
 and EFA interfaces per node, GPUDirect RDMA, from the catalogue), follows its log and exits with the check's own
 exit code. ``backoffLimit: 0``: one verdict, no retries.
 
@@ -31,29 +31,27 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import importlib.util
 import json
 import shlex
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
 
-from . import cold_start
+from . import cold_start, payload
 from .instances import InstanceType
 from .node_groups import ROLE_LABEL, SYSTEM_ROLE
 from .raycluster import (GATE_LABELS, POD_SECURITY_CONTEXT, check_guaranteed, efa_env, pod_resources,
                          restricted_container, token_client_env)
 
-_ROOT_PACKAGE = __package__.rpartition(".")[0]
-EFA_PROOF_PACKAGE = f"{_ROOT_PACKAGE}.efacheck".lstrip(".")
-"""The sibling EFA-proof package: ``ray_efa_eks.efacheck`` when installed, ``efacheck`` from a checkout."""
-SHIPPED = {EFA_PROOF_PACKAGE: None}
-"""What the Job ships, per package: every module of the EFA proof (None = every ``.py``). Read as files, found
-with ``importlib.util.find_spec`` (the library never imports the package)."""
+SHIPPED = {"efacheck": None}
+"""What the Job ships (components/payload.py), per package: every module of the EFA proof (None = every ``.py``)."""
+CHECK_MODULE = f"{payload.ROOT}.efacheck.efa_check"
+IMAGE_FLEET_MODULE = f"{payload.ROOT}.efacheck.image_fleet"
 MOUNT = "/opt/ray-efa-eks"
+"""The Ray job's working_dir in the gate's container: the payload's ``ray_efa_eks/`` is mounted under it."""
+CODE_VOLUME = "code"
 TERMINATION_GRACE_S = 60
 """Time between SIGTERM and SIGKILL for the Job's pod: the trap's ``ray job stop`` (a few seconds) fits."""
 STOP_EARLIER = """import sys
@@ -201,37 +199,19 @@ class EfaCheckJobArgs:
     image_audit: bool = True
     """Run the image audit (efacheck/image_fleet.py) when ``ray_cluster_name`` is given."""
     extra_check_args: list[str] = field(default_factory=list)
-    """More ``efacheck.efa_check`` arguments (e.g. ``--compare-socket``; set ``deadlines.sweeps`` to match)."""
+    """More arguments of the check (e.g. ``--compare-socket``; set ``deadlines.sweeps`` to match)."""
     depends_on: list[pulumi.Resource] = field(default_factory=list)
     """More resources the Job waits for (the node agent's DaemonSet: every EFA node's exporter ready, so the
     counter witness can read it)."""
 
 
-def _package_dir(package: str) -> Path:
-    """Where ``package``'s sources are, found by the import system (installed or a checkout) without importing it."""
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(f"EfaCheckJob: package {package} is not importable here; install ray-efa-eks")
-    return Path(list(spec.submodule_search_locations)[0])
-
-
 def check_files() -> dict[str, str]:
-    """The files the Job ships to the Ray job's working_dir: ``efacheck/<module>.py``."""
-    files: dict[str, str] = {}
-    for package, names in SHIPPED.items():
-        root = _package_dir(package)
-        folder = package.rpartition(".")[2]
-        wanted = names or sorted(p.name for p in root.iterdir() if p.name.endswith(".py"))
-        for n in wanted:
-            files[f"{folder}/{n}"] = (root / n).read_text()
-    if "efacheck/efa_check.py" not in files or "efacheck/nccl_log.py" not in files:
-        raise FileNotFoundError(f"EfaCheckJob: package {EFA_PROOF_PACKAGE} lacks efa_check.py/nccl_log.py")
+    """The files the Job ships to the Ray job's working_dir (components/payload.py): ``ray_efa_eks/__init__.py``
+    and ``ray_efa_eks/efacheck/<module>.py``."""
+    files = payload.build(SHIPPED)
+    if not {f"{payload.ROOT}/efacheck/efa_check.py", f"{payload.ROOT}/efacheck/nccl_log.py"} <= set(files):
+        raise FileNotFoundError(f"EfaCheckJob: package {payload.ROOT}.efacheck lacks efa_check.py/nccl_log.py")
     return files
-
-
-def _config_key(path: str) -> str:
-    """ConfigMap keys allow no '/': ``efacheck/nccl_log.py`` is stored as ``efacheck.nccl_log.py``."""
-    return path.replace("/", ".")
 
 
 def gate_transport(efa: bool, node_count: int) -> str:
@@ -248,7 +228,8 @@ def check_args(instance_type: InstanceType | None, node_count: int, deadlines: D
                min_busbw_fraction: float = 0.0, compare_socket: bool = False,
                strict_versions: bool = False, require_counters: bool = False,
                storage_proof: bool = False, transport: str = "efa", spec_hash: str | None = None) -> list[str]:
-    """``efacheck.efa_check`` arguments: the declared topology and the deadlines, from the catalogue and config.
+    """The check's arguments (:data:`CHECK_MODULE`): the declared topology and the deadlines, from the catalogue and
+    config.
 
     transport (:func:`gate_transport`): for ``socket`` and ``intra-node`` nothing EFA-specific is demanded (no EFA
     interfaces, GPUDirect RDMA, line-rate fraction, counters or Socket comparison): the gate demands only what the
@@ -305,7 +286,7 @@ def check_script(dashboard_address: str, args: list[str] | float | None = None, 
     if not isinstance(args, list):
         args = check_args(None, 2, deadlines, float(args or 0))
     addr = shlex.quote(dashboard_address)
-    cmd = " ".join(shlex.quote(a) for a in ["python", "-m", "efacheck.efa_check", *args])
+    cmd = " ".join(shlex.quote(a) for a in ["python", "-m", CHECK_MODULE, *args])
     # The image audit (sidecar) wrote the digest the Ray pods seen so far run; the check records it (its
     # $RAY_EFA_EKS_IMAGE_DIGEST, set through the Ray job's runtime env so the check's own arguments stay as rendered).
     read_digest = (f"renv=$(python -c {shlex.quote(READ_DIGEST)} {shlex.quote(image_fleet_file)} 2>/dev/null)"
@@ -396,8 +377,7 @@ class EfaCheckJob(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self, provider=args.provider)
         files = check_files()
         code = k8s.core.v1.ConfigMap(f"{name}-code", metadata={"name": f"{name}-code", "namespace": args.namespace},
-                                     data={_config_key(p): t for p, t in files.items()}, opts=child)
-        folders = sorted({p.split("/", 1)[0] for p in files})
+                                     data=payload.config_map_data(files), opts=child)
         transport = gate_transport(args.efa, args.node_count)
         d = dataclasses.replace(args.deadlines, sweeps=2 if args.compare_socket and transport == "efa" else 1)
         self.transport = transport
@@ -455,14 +435,11 @@ class EfaCheckJob(pulumi.ComponentResource):
                             "command": ["/bin/bash", "-c", script],
                             "resources": resources,
                             **({"env": token_client_env(args.auth_secret_name)} if args.auth_secret_name else {}),
-                            "volumeMounts": [{"name": f"code-{d}", "mountPath": f"{MOUNT}/{d}"} for d in folders]
+                            "volumeMounts": [payload.mount(CODE_VOLUME, MOUNT)]
                             + ([{"name": "image-fleet", "mountPath": IMAGE_FLEET_DIR, "readOnly": True}]
                                if pod_extra else []),
                         })],
-                        "volumes": [{"name": f"code-{d}", "configMap": {
-                            "name": f"{name}-code",
-                            "items": [{"key": _config_key(p), "path": p.split("/", 1)[1]}
-                                      for p in files if p.startswith(f"{d}/")]}} for d in folders]
+                        "volumes": [payload.volume(CODE_VOLUME, f"{name}-code", files)]
                                    + (token_volumes if pod_extra else []),
                     },
                 },
@@ -507,7 +484,7 @@ class EfaCheckJob(pulumi.ComponentResource):
             f"{name}-audit-binding", metadata={"name": sa, "namespace": ns},
             role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": sa},
             subjects=[{"kind": "ServiceAccount", "name": sa, "namespace": ns}], opts=child)
-        cmd = ["python", "-m", "efacheck.image_fleet", "--namespace", ns, "--cluster", str(args.ray_cluster_name),
+        cmd = ["python", "-m", IMAGE_FLEET_MODULE, "--namespace", ns, "--cluster", str(args.ray_cluster_name),
                "--expect-pods", str(1 + args.node_count), "--watch", "--poll-s", str(AUDIT_POLL_S),
                "--out", IMAGE_FLEET_FILE, "--token-dir", SA_TOKEN_DIR]
         init = restricted_container({
@@ -516,7 +493,7 @@ class EfaCheckJob(pulumi.ComponentResource):
             "startupProbe": {"exec": {"command": ["test", "-s", IMAGE_FLEET_FILE]}, "periodSeconds": 1,
                              "failureThreshold": AUDIT_STARTUP_S},
             "resources": pod_resources("100m", "256Mi"),
-            "volumeMounts": [{"name": "code-efacheck", "mountPath": f"{MOUNT}/efacheck"},
+            "volumeMounts": [payload.mount(CODE_VOLUME, MOUNT),
                              {"name": AUDIT_TOKEN_VOLUME, "mountPath": SA_TOKEN_DIR, "readOnly": True},
                              {"name": "image-fleet", "mountPath": IMAGE_FLEET_DIR}]})
         init["securityContext"].update(runAsNonRoot=True, runAsUser=NOBODY, runAsGroup=NOBODY)

@@ -143,12 +143,12 @@ COMMANDS: dict[str, dict[int, str]] = {
 }
 """Per subcommand: the codes it returns besides :data:`COMMON`, and what each means for it."""
 
-MODULE_COMMANDS = {"tools.plan": "plan", "tools.preflight": "preflight", "tools.config_schema": "config-schema",
-                   "tools.gen_catalogue": "catalogue", "training": "train", "training.__main__": "train",
-                   "efacheck.efa_check": "efa-check", "efacheck.image_fleet": "image-fleet",
-                   "efacheck.efa_exporter": "efa-exporter", "efacheck.nccl_log": "nccl-verdict",
-                   "efacheck.node_check": "node-check", "tools.mutate": "mutate",
-                   "tools.rayjob": "rayjob"}
+MODULE_COMMANDS = {f"ray_efa_eks.{module}": command for module, command in {
+    "tools.plan": "plan", "tools.preflight": "preflight", "tools.config_schema": "config-schema",
+    "tools.gen_catalogue": "catalogue", "training": "train", "training.__main__": "train",
+    "efacheck.efa_check": "efa-check", "efacheck.image_fleet": "image-fleet", "efacheck.efa_exporter": "efa-exporter",
+    "efacheck.nccl_log": "nccl-verdict", "efacheck.node_check": "node-check", "tools.mutate": "mutate",
+    "tools.rayjob": "rayjob"}.items()}
 """``python -m ray_efa_eks.<module>``: the subcommand whose codes it has (``ray-efa-eks NAME`` runs the same)."""
 
 
@@ -161,10 +161,7 @@ def command_for(prog: str) -> str:
     """The table's command for a parser's ``prog``: ``ray-efa-eks diff`` -> diff, ``python -m
     ray_efa_eks.tools.plan`` -> plan (a name the table lacks raises KeyError: every CLI has its row)."""
     last = prog.split()[-1]
-    if last in COMMANDS:
-        return last
-    module = last.removeprefix("ray_efa_eks.")
-    return MODULE_COMMANDS[module]
+    return last if last in COMMANDS else MODULE_COMMANDS[last]
 
 
 def epilog(command: str, width: int = 100) -> str:
