@@ -6,6 +6,7 @@ the AST can see: none hides in a string."""
 from __future__ import annotations
 
 import ast
+import os
 import re
 import subprocess
 import sys
@@ -275,6 +276,17 @@ def second_names() -> list[str]:
 def test_one_name_per_module():
     """The pods, submit, the policy pack, the plan and CI run and import ``ray_efa_eks.<package>.<module>`` only."""
     assert not second_names(), second_names()
+
+
+@pytest.mark.parametrize("module, args, fix", [("training", ["--json"], "python -m ray_efa_eks.training --json"),
+                                               ("efacheck.efa_check", ["--help"], "python -m ray_efa_eks.efacheck.")])
+def test_a_checkout_folder_run_by_its_short_name_prints_the_command_to_use(module, args, fix):
+    """``python -m training --json`` in a checkout, the obvious command: one line naming the real one, exit 64."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 64 and "Traceback" not in out.stderr and not out.stdout, out.stderr[-2000:]
+    assert len(out.stderr.strip().splitlines()) == 1 and fix in out.stderr, out.stderr
 
 
 def test_the_gate_ships_a_self_contained_efa_proof(tmp_path):
