@@ -64,7 +64,7 @@ import time
 import traceback
 from typing import Any
 
-from .cli import run_cli
+from .cli import EXIT_INTERRUPTED, run_cli  # noqa: F401 - the check's Ctrl-C code, named here for its callers
 from . import report as _report
 from . import stack_probe as _probe
 from . import sweep as _sweep
@@ -78,8 +78,6 @@ from .verdict import judge, summarize_sweep, wrong_results
 CHECK_JOB_PREFIX = "efa-check-"
 """Submission ids of the gate's Ray jobs (components/efa_check.py check_script and STOP_EARLIER)."""
 
-EXIT_INTERRUPTED = 130
-"""Ctrl-C (128 + SIGINT)."""
 
 
 def _table(r: dict) -> str:

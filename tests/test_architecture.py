@@ -37,6 +37,10 @@ CROSS_EDGES = {
     ("training.__main__", "efacheck.local_cluster"): "a run without --address starts the shared local Ray cluster",
     ("training.__main__", "efacheck.verdict_metrics"): "a run's fabric verdict as a metric on the head, as the gate's",
     ("training.__main__", "efacheck.storage_uri"): "one storage-path grammar for train, submit and the gate's proof",
+    ("training.checkpoints", "efacheck.exit_codes"): "the one exit-code table (its codes by name)",
+    ("training.lease", "efacheck.exit_codes"): "the one exit-code table (its codes by name)",
+    ("training.lifecycle", "efacheck.exit_codes"): "the one exit-code table (its codes by name)",
+    ("training.storage_check", "efacheck.exit_codes"): "the one exit-code table (its codes by name)",
 }
 """Every module edge from training into efacheck or components, with its reason (tools' edges follow PACKAGE_EDGES
 alone: tools is the top layer, and nothing it imports can import it back)."""
@@ -287,6 +291,61 @@ def test_a_checkout_folder_run_by_its_short_name_prints_the_command_to_use(modul
                          timeout=120)
     assert out.returncode == 64 and "Traceback" not in out.stderr and not out.stdout, out.stderr[-2000:]
     assert len(out.stderr.strip().splitlines()) == 1 and fix in out.stderr, out.stderr
+
+
+EXIT_TABLE = "efacheck/exit_codes.py"
+"""The one module that writes an exit code as a number (ExitStatus); the CLI kernel is efacheck/cli.py beside it:
+both stdlib only, in every pod payload (the gate ships efacheck, the node agent and submit ship both files)."""
+NOT_YET_ON_THE_TABLE = {"training/__main__.py", "efacheck/nccl_log.py", "efacheck/node_check.py",
+                        "tools/preflight.py"}
+"""Modules being split into parser/verdict/CLI modules that still write their own codes or import the kernel
+through training/cli.py or tools/cli.py: each leaves this set as its CLI module imports the table."""
+KERNEL_NAMES = {"ArgumentParser", "run_cli", "internal_error", "interrupted_code", "interruption", "terminated",
+                "write_trace"}
+
+
+def exit_code_numbers() -> dict[str, list[int]]:
+    """Module -> lines where an ``EXIT_*`` name is given a number (not a name from the table)."""
+    found: dict[str, list[int]] = {}
+    for pkg in PACKAGES:
+        for name, tree in modules(pkg).items():
+            for node in ast.walk(tree):
+                if not isinstance(node, (ast.Assign, ast.AnnAssign)) or node.value is None:
+                    continue
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                names = [n.id for t in targets for n in (t.elts if isinstance(t, ast.Tuple) else [t])
+                         if isinstance(n, ast.Name)]
+                values = node.value.elts if isinstance(node.value, ast.Tuple) else [node.value]
+                if any(n.startswith("EXIT_") for n in names) and \
+                        any(isinstance(v, ast.Constant) and type(v.value) is int for v in values):
+                    found.setdefault(f"{pkg}/{name}.py", []).append(node.lineno)
+    return found
+
+
+def kernel_through_a_reexport() -> set[str]:
+    """Modules that import the CLI kernel or an exit code from training/cli.py or tools/cli.py, not from efacheck."""
+    found = set()
+    for pkg in PACKAGES:
+        for name, tree in modules(pkg).items():
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ImportFrom) and node.level:
+                    target = f"{pkg}.{node.module}" if node.level == 1 else node.module
+                    wanted = {a.name for a in node.names}
+                    if target in ("training.cli", "tools.cli") and f"{pkg}.{name}" != target and \
+                            wanted & (KERNEL_NAMES | {n for n in wanted if n.startswith("EXIT_")}):
+                        found.add(f"{pkg}/{name}.py")
+    return found
+
+
+def test_each_exit_code_is_written_once():
+    """Every code is a member of the table's ExitStatus; a module names it (``EXIT_USAGE``, or ``EXIT_IN_USE as
+    EXIT_NAME_IN_USE``) and imports kernel and codes from efacheck, not through another package's re-export."""
+    numbers = {m: lines for m, lines in exit_code_numbers().items() if m != EXIT_TABLE}
+    assert set(numbers) <= NOT_YET_ON_THE_TABLE, {m: v for m, v in numbers.items() if m not in NOT_YET_ON_THE_TABLE}
+    through = kernel_through_a_reexport()
+    assert through <= NOT_YET_ON_THE_TABLE, through - NOT_YET_ON_THE_TABLE
+    done = NOT_YET_ON_THE_TABLE - set(numbers) - through
+    assert not done, f"on the table now: remove {sorted(done)} from NOT_YET_ON_THE_TABLE"
 
 
 def test_the_gate_ships_a_self_contained_efa_proof(tmp_path):
