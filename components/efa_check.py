@@ -49,20 +49,14 @@ SHIPPED = {"efacheck": None}
 """What the Job ships (components/payload.py), per package: every module of the EFA proof (None = every ``.py``)."""
 CHECK_MODULE = f"{payload.ROOT}.efacheck.efa_check"
 IMAGE_FLEET_MODULE = f"{payload.ROOT}.efacheck.image_fleet"
+GATE_STEPS = f"python -m {payload.ROOT}.efacheck.gate_steps"
+"""The script's own steps (stop earlier checks, read the audit's digest, wait for and combine its verdict): a module
+of the payload, run from the Job's working directory (:data:`MOUNT`)."""
 MOUNT = "/opt/ray-efa-eks"
 """The Ray job's working_dir in the gate's container: the payload's ``ray_efa_eks/`` is mounted under it."""
 CODE_VOLUME = "code"
 TERMINATION_GRACE_S = 60
 """Time between SIGTERM and SIGKILL for the Job's pod: the trap's ``ray job stop`` (a few seconds) fits."""
-STOP_EARLIER = """import sys
-from ray.job_submission import JobStatus, JobSubmissionClient
-c = JobSubmissionClient(sys.argv[1])
-for j in c.list_jobs():
-    if (j.submission_id or "").startswith("efa-check-") and j.status in (JobStatus.PENDING, JobStatus.RUNNING):
-        print("stopping earlier EFA check job " + j.submission_id, flush=True)
-        c.stop_job(j.submission_id)
-"""
-"""Run by the script before it submits: a check orphaned by an earlier Job pod (SIGKILL) must not hold the GPUs."""
 AUDIT_LABELS = {ROLE_LABEL: "image-audit"}
 """Our label on the image audit Job's pod."""
 AUDIT_RULES = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}]
@@ -75,10 +69,6 @@ SA_TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 IMAGE_FLEET_DIR = "/var/run/ray-efa-eks"
 IMAGE_FLEET_FILE = f"{IMAGE_FLEET_DIR}/image-fleet.json"
 """Where the image audit leaves its verdict for the gate's container (an emptyDir both mount)."""
-IMAGE_DIGEST_ENV = "RAY_EFA_EKS_IMAGE_DIGEST"
-"""The check's default for ``--image-digest`` (efacheck/check_args.py)."""
-READ_DIGEST = ("import json,sys; d=json.load(open(sys.argv[1]))['image_fleet'].get('digest'); "
-               f"print(json.dumps({{'env_vars': {{'{IMAGE_DIGEST_ENV}': d}}}}) if d else '')")
 SUBMIT_RETRY_S = 120
 """How long the script retries ``ray job submit`` (part of Deadlines.startup_s)."""
 AUDIT_POLL_S = 10
@@ -87,28 +77,6 @@ AUDIT_FINAL_S = 3 * AUDIT_POLL_S + 30
 """How long the script waits, after the check, for an audit pass taken after the check ended (part of slack_s)."""
 AUDIT_STARTUP_S = 60
 """The audit sidecar's startupProbe allows this long for its first pass (the gate's container starts after it)."""
-AUDIT_READY = ("import json,sys; a=json.load(open(sys.argv[1]))['image_fleet']; "
-               "sys.exit(0 if a.get('at', float('inf')) >= float(sys.argv[2]) else 1)")
-"""Exit 0 once the audit file holds a pass taken after the time given (a file without ``at``: a one-shot verdict)."""
-COMBINE = """import json, sys
-path, after, check = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
-try:
-    a = json.load(open(path))["image_fleet"]
-    if a.get("at", float("inf")) < after:
-        a = {**a, "verdict": "undetermined", "failure": {"stage": "image-fleet", "reason": "the image audit took no "
-             "pass after the check ended (its last listed the pods before); see the image-audit container's log"}}
-except (OSError, ValueError, KeyError, TypeError) as e:
-    a = {"verdict": "undetermined",
-         "failure": {"stage": "image-fleet", "reason": f"the image audit left no verdict: {e}"}}
-print(json.dumps({"image_fleet": a}, sort_keys=True))
-code = {"ok": 0, "mixed": 1}.get(a.get("verdict"), 2)
-if check == 0 and code:
-    print(json.dumps({"verdict": "undetermined" if code == 2 else "fallback", "code": code, "failure": a["failure"]}))
-    print(f"EFA check passed but the image audit did not (exit {code}): see the image_fleet JSON above")
-sys.exit(check or code)
-"""
-"""Run by the script after the check: the audit's verdict over every Ray pod it saw, combined with the check's exit
-code (a failed check keeps its own code; a passed one takes the audit's: 1 mixed fleet, 2 no verdict)."""
 
 
 @dataclass(frozen=True)
@@ -281,7 +249,7 @@ def check_script(dashboard_address: str, args: list[str] | float | None = None, 
     default topology. Exit codes are the check's (0 efa, 1 fallback/failed, 2 undetermined, 3 unreadable); the
     script adds 2 for "the head never answered", "submission failed" and "the check overran its budget" (it
     then stops the job), and 143 when it is itself stopped (SIGTERM/SIGINT: it stops the Ray job first). Before
-    submitting it stops earlier ``efa-check-*`` jobs still running (:data:`STOP_EARLIER`).
+    submitting it stops earlier ``efa-check-*`` jobs still running (:data:`GATE_STEPS` ``stop-earlier``).
     """
     if not isinstance(args, list):
         args = check_args(None, 2, deadlines, float(args or 0))
@@ -289,7 +257,7 @@ def check_script(dashboard_address: str, args: list[str] | float | None = None, 
     cmd = " ".join(shlex.quote(a) for a in ["python", "-m", CHECK_MODULE, *args])
     # The image audit (sidecar) wrote the digest the Ray pods seen so far run; the check records it (its
     # $RAY_EFA_EKS_IMAGE_DIGEST, set through the Ray job's runtime env so the check's own arguments stay as rendered).
-    read_digest = (f"renv=$(python -c {shlex.quote(READ_DIGEST)} {shlex.quote(image_fleet_file)} 2>/dev/null)"
+    read_digest = (f"renv=$({GATE_STEPS} read-digest {shlex.quote(image_fleet_file)} 2>/dev/null)"
                    if image_fleet_file else 'renv=""')
     head = _fail_json("unreachable", f"Ray Jobs API at {dashboard_address} did not answer within "
                                      f"{deadlines.head_wait_s} s")
@@ -300,11 +268,11 @@ def check_script(dashboard_address: str, args: list[str] | float | None = None, 
     if image_fleet_file:  # the audit sidecar's verdict over every Ray pod it saw, from a pass after the check ended
         f = shlex.quote(image_fleet_file)
         audit = f"""done_at=$(date +%s); end=$((done_at + {AUDIT_FINAL_S}))
-while [ -e {f} ] && ! python -c {shlex.quote(AUDIT_READY)} {f} "$done_at" 2>/dev/null \\
+while [ -e {f} ] && ! {GATE_STEPS} audit-ready {f} "$done_at" 2>/dev/null \\
     && [ "$(date +%s)" -lt "$end" ]; do
   sleep 2 & wait $!
 done
-python -c {shlex.quote(COMBINE)} {f} "$done_at" "$check"; exit $?
+{GATE_STEPS} combine {f} "$done_at" "$check"; exit $?
 """
     else:
         audit = 'exit "$check"\n'
@@ -324,7 +292,7 @@ until ray job list --address "$addr" >/dev/null 2>&1; do
   if [ "$(date +%s)" -ge "$end" ]; then echo {head}; exit 2; fi
   i=$((i + 1)); echo "waiting for Ray head ($i)"; sleep 5 & wait $!
 done
-python -c {shlex.quote(STOP_EARLIER)} "$addr" || echo "could not list earlier EFA check jobs (continuing)"
+{GATE_STEPS} stop-earlier "$addr" || echo "could not list earlier EFA check jobs (continuing)"
 end=$(( $(date +%s) + {SUBMIT_RETRY_S} )); n=0
 until  # the Jobs API can answer before the head's agent takes jobs ("No available agent"): retry, fresh id each time
   n=$((n + 1)); id="efa-check-$(date +%s)-$$-$n"
@@ -433,6 +401,7 @@ class EfaCheckJob(pulumi.ComponentResource):
                             "name": "efa-check",
                             "image": args.image,
                             "command": ["/bin/bash", "-c", script],
+                            "workingDir": MOUNT,  # where the payload's ray_efa_eks is (GATE_STEPS)
                             "resources": resources,
                             **({"env": token_client_env(args.auth_secret_name)} if args.auth_secret_name else {}),
                             "volumeMounts": [payload.mount(CODE_VOLUME, MOUNT)]
@@ -467,9 +436,9 @@ class EfaCheckJob(pulumi.ComponentResource):
         auditing beside it, and is stopped once it has exited. It lists the Ray pods every AUDIT_POLL_S and keeps
         every one it has seen running, so the verdict covers each pod that ran during the check (the workers stay
         up until the idle timeout, past the check's end); the gate's script waits for a pass taken after its check
-        ended and combines the two (COMBINE): a passed check with a mixed fleet fails, with no audit verdict is
-        undetermined. The fixed fleet (``replicas`` set) works the same way: its pods are there from the start.
-        The other designs: counting only the pods present at start and auditing again later needs the token in
+        ended and combines the two (``gate_steps combine``): a passed check with a mixed fleet fails, with no audit
+        verdict is undetermined. The fixed fleet (``replicas`` set) works the same way: its pods are there from the
+        start. The other designs: counting only the pods present at start and auditing again later needs the token in
         the gate's container or a second pod; moving the digest read into the check needs a pod-reading token on
         the Ray pods. Both widen who holds a Kubernetes token; the sidecar keeps it in one container, as ``nobody``,
         with get/list of pods in the Ray namespace only, and the gate's container still has none. The sidecar's

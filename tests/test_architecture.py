@@ -247,7 +247,7 @@ def second_names() -> list[str]:
     """``file:line what`` for each place that runs or imports one of our modules by a name other than
     ``ray_efa_eks.<package>.<module>``: a ``python -m <package>...`` (in a string, or ``"-m", "<package>..."`` in an
     argv), an edit of ``sys.path``, a module object planted in ``sys.modules``, a program held in a string that
-    edits ``sys.path`` or imports from ``ray_efa_eks`` (run a module instead)."""
+    edits ``sys.path`` or imports from ``ray_efa_eks``, or one a shell line runs (``python -c``): run a module."""
     ours = "|".join(PACKAGES)
     found = []
     for folder in CODE_FOLDERS:
@@ -263,6 +263,9 @@ def second_names() -> list[str]:
                 elif isinstance(node, ast.Constant) and isinstance(node.value, str) and \
                         re.search(r"sys\.path\.(insert|append|extend)|from ray_efa_eks\.", node.value):
                     found.append(f"{where}:{line} a program in a string reaches our modules")
+                elif isinstance(node, ast.Constant) and isinstance(node.value, str) and \
+                        re.search(r"\bpython3? -c ", node.value):
+                    found.append(f"{where}:{line} a shell line runs a program held in a string (python -c)")
                 elif isinstance(node, (ast.List, ast.Tuple)):
                     vals = [e.value if isinstance(e, ast.Constant) else None for e in node.elts]
                     found += [f"{where}:{line} argv runs -m {m}" for flag, m in zip(vals, vals[1:])
