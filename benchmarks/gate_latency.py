@@ -6,8 +6,9 @@ Runs the gate Job's own shell script, as the stack renders it (``components.efa_
 ``check_args``, the way tests/efacheck/test_gate_rehearsal.py does): the ConfigMap's files (``check_files()``)
 laid out in a mount dir as the Ray job's working_dir, against a local Ray cluster shaped like the deployed one
 (``efacheck.local_cluster``: a 0-CPU head with the dashboard and Jobs API, where the check's driver lands, plus
-two 1-CPU worker nodes). The script waits for the head, submits ``python -m efacheck.efa_check --json``, follows
-its log and exits with the check's exit code: everything a ``pulumi up`` waits for once the pods are up.
+two 1-CPU worker nodes). The script waits for the head, submits ``python -m ray_efa_eks.efacheck.efa_check
+--json``, follows its log and exits with the check's exit code: everything a ``pulumi up`` waits for once the pods
+are up.
 
 The machine has no GPU, so the declared topology is the CPU one (``check_args(None, 2, ...)``: two nodes, no
 GPUs expected) and the real check runs its collective sweep on gloo; its verdict is ``undetermined`` (exit 2:
@@ -219,8 +220,8 @@ def main() -> int:
         args = check_args(None, 2, d)  # two CPU nodes declared, no GPU: the check runs on gloo
 
         runs = []
-        # the check's driver runs `python -m efacheck.efa_check` with the cluster's PATH: the venv's python first, as
-        # the image's python has Ray (the rehearsal starts its cluster with the same PATH)
+        # the check's driver runs `python -m ray_efa_eks.efacheck.efa_check` with the cluster's PATH: the venv's
+        # python first, as the image's python has Ray (the rehearsal starts its cluster with the same PATH)
         os.environ["PATH"] = f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"
         # (local_cluster gives the cluster a private Ray temp root, so the Jobs API starts the check's driver on
         # this cluster, not on another engineer's; see its comments)

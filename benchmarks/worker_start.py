@@ -9,9 +9,9 @@ pull, none of which runs here; three of its parts do:
              its processes, as ``ray start --address`` starts them in a KubeRay worker pod) until the head lists it
              alive
   cli        the ``ray`` command's own start-up (``ray --version``): a worker pod runs ``ray start`` through it
-  agent      the node agent's own start: a fresh ``python -I`` importing the shipped proof
-             (``efacheck.node_check``, from the ConfigMap's files written as the pod mounts them), as the agent's
-             container does before its first proof
+  agent      the node agent's own start: a fresh ``python -S`` importing the shipped proof
+             (``ray_efa_eks.efacheck.node_check``, from the ConfigMap's files written as the pod mounts them), as
+             the agent's container does before its first proof
   proof      the per-node proof's decisions (``efacheck.node_check.decide``) on a p5.48xlarge-shaped sysfs tree of 32
              EFA devices (tests/helpers/sysfs.py), fi_info's answer given
 
@@ -85,10 +85,10 @@ def _agent(runs: int) -> list[float]:
             (Path(tmp) / rel).parent.mkdir(parents=True, exist_ok=True)
             (Path(tmp) / rel).write_text(text)
         env = {"PATH": os.environ.get("PATH", ""), "PYTHONDONTWRITEBYTECODE": "1"}
-        code = f"import sys; sys.path.insert(0, {tmp!r}); import efacheck.node_check, efacheck.efa_exporter"
-        for _ in range(runs):
+        code = "import ray_efa_eks.efacheck.node_check, ray_efa_eks.efacheck.efa_exporter"
+        for _ in range(runs):  # in the payload's folder, as the pod runs (-S: no installed ray_efa_eks answers)
             t0 = time.monotonic()
-            subprocess.run([sys.executable, "-I", "-c", code], env=env, check=True)
+            subprocess.run([sys.executable, "-S", "-c", code], cwd=tmp, env=env, check=True)
             out.append(time.monotonic() - t0)
     return out
 

@@ -2,7 +2,7 @@
 
 The Job runs in the same DLC image, carries the EFA proof (the ``efacheck`` package: it imports nothing outside itself, the
 FSDP message sizes it times included) in a ConfigMap, waits for the Ray head's Jobs API, submits
-``python -m efacheck.efa_check --json`` with the topology the stack declares (nodes, GPUs
+``python -m ray_efa_eks.efacheck.efa_check --json`` with the topology the stack declares (nodes, GPUs
 and EFA interfaces per node, GPUDirect RDMA, from the catalogue), follows its log and exits with the check's own
 exit code. ``backoffLimit: 0``: one verdict, no retries.
 
@@ -31,40 +31,32 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import importlib.util
 import json
 import shlex
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
 
-from . import cold_start
+from . import cold_start, payload
 from .instances import InstanceType
 from .node_groups import ROLE_LABEL, SYSTEM_ROLE
 from .raycluster import (GATE_LABELS, POD_SECURITY_CONTEXT, check_guaranteed, efa_env, pod_resources,
                          restricted_container, token_client_env)
 
-_ROOT_PACKAGE = __package__.rpartition(".")[0]
-EFA_PROOF_PACKAGE = f"{_ROOT_PACKAGE}.efacheck".lstrip(".")
-"""The sibling EFA-proof package: ``ray_efa_eks.efacheck`` when installed, ``efacheck`` from a checkout."""
-SHIPPED = {EFA_PROOF_PACKAGE: None}
-"""What the Job ships, per package: every module of the EFA proof (None = every ``.py``). Read as files, found
-with ``importlib.util.find_spec`` (the library never imports the package)."""
+SHIPPED = {"efacheck": None}
+"""What the Job ships (components/payload.py), per package: every module of the EFA proof (None = every ``.py``)."""
+CHECK_MODULE = f"{payload.ROOT}.efacheck.efa_check"
+IMAGE_FLEET_MODULE = f"{payload.ROOT}.efacheck.image_fleet"
+GATE_STEPS = f"python -m {payload.ROOT}.efacheck.gate_steps"
+"""The script's own steps (stop earlier checks, read the audit's digest, wait for and combine its verdict): a module
+of the payload, run from the Job's working directory (:data:`MOUNT`)."""
 MOUNT = "/opt/ray-efa-eks"
+"""The Ray job's working_dir in the gate's container: the payload's ``ray_efa_eks/`` is mounted under it."""
+CODE_VOLUME = "code"
 TERMINATION_GRACE_S = 60
 """Time between SIGTERM and SIGKILL for the Job's pod: the trap's ``ray job stop`` (a few seconds) fits."""
-STOP_EARLIER = """import sys
-from ray.job_submission import JobStatus, JobSubmissionClient
-c = JobSubmissionClient(sys.argv[1])
-for j in c.list_jobs():
-    if (j.submission_id or "").startswith("efa-check-") and j.status in (JobStatus.PENDING, JobStatus.RUNNING):
-        print("stopping earlier EFA check job " + j.submission_id, flush=True)
-        c.stop_job(j.submission_id)
-"""
-"""Run by the script before it submits: a check orphaned by an earlier Job pod (SIGKILL) must not hold the GPUs."""
 AUDIT_LABELS = {ROLE_LABEL: "image-audit"}
 """Our label on the image audit Job's pod."""
 AUDIT_RULES = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}]
@@ -77,10 +69,6 @@ SA_TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 IMAGE_FLEET_DIR = "/var/run/ray-efa-eks"
 IMAGE_FLEET_FILE = f"{IMAGE_FLEET_DIR}/image-fleet.json"
 """Where the image audit leaves its verdict for the gate's container (an emptyDir both mount)."""
-IMAGE_DIGEST_ENV = "RAY_EFA_EKS_IMAGE_DIGEST"
-"""The check's default for ``--image-digest`` (efacheck/check_args.py)."""
-READ_DIGEST = ("import json,sys; d=json.load(open(sys.argv[1]))['image_fleet'].get('digest'); "
-               f"print(json.dumps({{'env_vars': {{'{IMAGE_DIGEST_ENV}': d}}}}) if d else '')")
 SUBMIT_RETRY_S = 120
 """How long the script retries ``ray job submit`` (part of Deadlines.startup_s)."""
 AUDIT_POLL_S = 10
@@ -89,28 +77,6 @@ AUDIT_FINAL_S = 3 * AUDIT_POLL_S + 30
 """How long the script waits, after the check, for an audit pass taken after the check ended (part of slack_s)."""
 AUDIT_STARTUP_S = 60
 """The audit sidecar's startupProbe allows this long for its first pass (the gate's container starts after it)."""
-AUDIT_READY = ("import json,sys; a=json.load(open(sys.argv[1]))['image_fleet']; "
-               "sys.exit(0 if a.get('at', float('inf')) >= float(sys.argv[2]) else 1)")
-"""Exit 0 once the audit file holds a pass taken after the time given (a file without ``at``: a one-shot verdict)."""
-COMBINE = """import json, sys
-path, after, check = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
-try:
-    a = json.load(open(path))["image_fleet"]
-    if a.get("at", float("inf")) < after:
-        a = {**a, "verdict": "undetermined", "failure": {"stage": "image-fleet", "reason": "the image audit took no "
-             "pass after the check ended (its last listed the pods before); see the image-audit container's log"}}
-except (OSError, ValueError, KeyError, TypeError) as e:
-    a = {"verdict": "undetermined",
-         "failure": {"stage": "image-fleet", "reason": f"the image audit left no verdict: {e}"}}
-print(json.dumps({"image_fleet": a}, sort_keys=True))
-code = {"ok": 0, "mixed": 1}.get(a.get("verdict"), 2)
-if check == 0 and code:
-    print(json.dumps({"verdict": "undetermined" if code == 2 else "fallback", "code": code, "failure": a["failure"]}))
-    print(f"EFA check passed but the image audit did not (exit {code}): see the image_fleet JSON above")
-sys.exit(check or code)
-"""
-"""Run by the script after the check: the audit's verdict over every Ray pod it saw, combined with the check's exit
-code (a failed check keeps its own code; a passed one takes the audit's: 1 mixed fleet, 2 no verdict)."""
 
 
 @dataclass(frozen=True)
@@ -201,37 +167,19 @@ class EfaCheckJobArgs:
     image_audit: bool = True
     """Run the image audit (efacheck/image_fleet.py) when ``ray_cluster_name`` is given."""
     extra_check_args: list[str] = field(default_factory=list)
-    """More ``efacheck.efa_check`` arguments (e.g. ``--compare-socket``; set ``deadlines.sweeps`` to match)."""
+    """More arguments of the check (e.g. ``--compare-socket``; set ``deadlines.sweeps`` to match)."""
     depends_on: list[pulumi.Resource] = field(default_factory=list)
     """More resources the Job waits for (the node agent's DaemonSet: every EFA node's exporter ready, so the
     counter witness can read it)."""
 
 
-def _package_dir(package: str) -> Path:
-    """Where ``package``'s sources are, found by the import system (installed or a checkout) without importing it."""
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(f"EfaCheckJob: package {package} is not importable here; install ray-efa-eks")
-    return Path(list(spec.submodule_search_locations)[0])
-
-
 def check_files() -> dict[str, str]:
-    """The files the Job ships to the Ray job's working_dir: ``efacheck/<module>.py``."""
-    files: dict[str, str] = {}
-    for package, names in SHIPPED.items():
-        root = _package_dir(package)
-        folder = package.rpartition(".")[2]
-        wanted = names or sorted(p.name for p in root.iterdir() if p.name.endswith(".py"))
-        for n in wanted:
-            files[f"{folder}/{n}"] = (root / n).read_text()
-    if "efacheck/efa_check.py" not in files or "efacheck/nccl_log.py" not in files:
-        raise FileNotFoundError(f"EfaCheckJob: package {EFA_PROOF_PACKAGE} lacks efa_check.py/nccl_log.py")
+    """The files the Job ships to the Ray job's working_dir (components/payload.py): ``ray_efa_eks/__init__.py``
+    and ``ray_efa_eks/efacheck/<module>.py``."""
+    files = payload.build(SHIPPED)
+    if not {f"{payload.ROOT}/efacheck/efa_check.py", f"{payload.ROOT}/efacheck/nccl_log.py"} <= set(files):
+        raise FileNotFoundError(f"EfaCheckJob: package {payload.ROOT}.efacheck lacks efa_check.py/nccl_log.py")
     return files
-
-
-def _config_key(path: str) -> str:
-    """ConfigMap keys allow no '/': ``efacheck/nccl_log.py`` is stored as ``efacheck.nccl_log.py``."""
-    return path.replace("/", ".")
 
 
 def gate_transport(efa: bool, node_count: int) -> str:
@@ -248,7 +196,8 @@ def check_args(instance_type: InstanceType | None, node_count: int, deadlines: D
                min_busbw_fraction: float = 0.0, compare_socket: bool = False,
                strict_versions: bool = False, require_counters: bool = False,
                storage_proof: bool = False, transport: str = "efa", spec_hash: str | None = None) -> list[str]:
-    """``efacheck.efa_check`` arguments: the declared topology and the deadlines, from the catalogue and config.
+    """The check's arguments (:data:`CHECK_MODULE`): the declared topology and the deadlines, from the catalogue and
+    config.
 
     transport (:func:`gate_transport`): for ``socket`` and ``intra-node`` nothing EFA-specific is demanded (no EFA
     interfaces, GPUDirect RDMA, line-rate fraction, counters or Socket comparison): the gate demands only what the
@@ -300,15 +249,15 @@ def check_script(dashboard_address: str, args: list[str] | float | None = None, 
     default topology. Exit codes are the check's (0 efa, 1 fallback/failed, 2 undetermined, 3 unreadable); the
     script adds 2 for "the head never answered", "submission failed" and "the check overran its budget" (it
     then stops the job), and 143 when it is itself stopped (SIGTERM/SIGINT: it stops the Ray job first). Before
-    submitting it stops earlier ``efa-check-*`` jobs still running (:data:`STOP_EARLIER`).
+    submitting it stops earlier ``efa-check-*`` jobs still running (:data:`GATE_STEPS` ``stop-earlier``).
     """
     if not isinstance(args, list):
         args = check_args(None, 2, deadlines, float(args or 0))
     addr = shlex.quote(dashboard_address)
-    cmd = " ".join(shlex.quote(a) for a in ["python", "-m", "efacheck.efa_check", *args])
+    cmd = " ".join(shlex.quote(a) for a in ["python", "-m", CHECK_MODULE, *args])
     # The image audit (sidecar) wrote the digest the Ray pods seen so far run; the check records it (its
     # $RAY_EFA_EKS_IMAGE_DIGEST, set through the Ray job's runtime env so the check's own arguments stay as rendered).
-    read_digest = (f"renv=$(python -c {shlex.quote(READ_DIGEST)} {shlex.quote(image_fleet_file)} 2>/dev/null)"
+    read_digest = (f"renv=$({GATE_STEPS} read-digest {shlex.quote(image_fleet_file)} 2>/dev/null)"
                    if image_fleet_file else 'renv=""')
     head = _fail_json("unreachable", f"Ray Jobs API at {dashboard_address} did not answer within "
                                      f"{deadlines.head_wait_s} s")
@@ -319,11 +268,11 @@ def check_script(dashboard_address: str, args: list[str] | float | None = None, 
     if image_fleet_file:  # the audit sidecar's verdict over every Ray pod it saw, from a pass after the check ended
         f = shlex.quote(image_fleet_file)
         audit = f"""done_at=$(date +%s); end=$((done_at + {AUDIT_FINAL_S}))
-while [ -e {f} ] && ! python -c {shlex.quote(AUDIT_READY)} {f} "$done_at" 2>/dev/null \\
+while [ -e {f} ] && ! {GATE_STEPS} audit-ready {f} "$done_at" 2>/dev/null \\
     && [ "$(date +%s)" -lt "$end" ]; do
   sleep 2 & wait $!
 done
-python -c {shlex.quote(COMBINE)} {f} "$done_at" "$check"; exit $?
+{GATE_STEPS} combine {f} "$done_at" "$check"; exit $?
 """
     else:
         audit = 'exit "$check"\n'
@@ -343,7 +292,7 @@ until ray job list --address "$addr" >/dev/null 2>&1; do
   if [ "$(date +%s)" -ge "$end" ]; then echo {head}; exit 2; fi
   i=$((i + 1)); echo "waiting for Ray head ($i)"; sleep 5 & wait $!
 done
-python -c {shlex.quote(STOP_EARLIER)} "$addr" || echo "could not list earlier EFA check jobs (continuing)"
+{GATE_STEPS} stop-earlier "$addr" || echo "could not list earlier EFA check jobs (continuing)"
 end=$(( $(date +%s) + {SUBMIT_RETRY_S} )); n=0
 until  # the Jobs API can answer before the head's agent takes jobs ("No available agent"): retry, fresh id each time
   n=$((n + 1)); id="efa-check-$(date +%s)-$$-$n"
@@ -396,8 +345,7 @@ class EfaCheckJob(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self, provider=args.provider)
         files = check_files()
         code = k8s.core.v1.ConfigMap(f"{name}-code", metadata={"name": f"{name}-code", "namespace": args.namespace},
-                                     data={_config_key(p): t for p, t in files.items()}, opts=child)
-        folders = sorted({p.split("/", 1)[0] for p in files})
+                                     data=payload.config_map_data(files), opts=child)
         transport = gate_transport(args.efa, args.node_count)
         d = dataclasses.replace(args.deadlines, sweeps=2 if args.compare_socket and transport == "efa" else 1)
         self.transport = transport
@@ -453,16 +401,14 @@ class EfaCheckJob(pulumi.ComponentResource):
                             "name": "efa-check",
                             "image": args.image,
                             "command": ["/bin/bash", "-c", script],
+                            "workingDir": MOUNT,  # where the payload's ray_efa_eks is (GATE_STEPS)
                             "resources": resources,
                             **({"env": token_client_env(args.auth_secret_name)} if args.auth_secret_name else {}),
-                            "volumeMounts": [{"name": f"code-{d}", "mountPath": f"{MOUNT}/{d}"} for d in folders]
+                            "volumeMounts": [payload.mount(CODE_VOLUME, MOUNT)]
                             + ([{"name": "image-fleet", "mountPath": IMAGE_FLEET_DIR, "readOnly": True}]
                                if pod_extra else []),
                         })],
-                        "volumes": [{"name": f"code-{d}", "configMap": {
-                            "name": f"{name}-code",
-                            "items": [{"key": _config_key(p), "path": p.split("/", 1)[1]}
-                                      for p in files if p.startswith(f"{d}/")]}} for d in folders]
+                        "volumes": [payload.volume(CODE_VOLUME, f"{name}-code", files)]
                                    + (token_volumes if pod_extra else []),
                     },
                 },
@@ -490,9 +436,9 @@ class EfaCheckJob(pulumi.ComponentResource):
         auditing beside it, and is stopped once it has exited. It lists the Ray pods every AUDIT_POLL_S and keeps
         every one it has seen running, so the verdict covers each pod that ran during the check (the workers stay
         up until the idle timeout, past the check's end); the gate's script waits for a pass taken after its check
-        ended and combines the two (COMBINE): a passed check with a mixed fleet fails, with no audit verdict is
-        undetermined. The fixed fleet (``replicas`` set) works the same way: its pods are there from the start.
-        The other designs: counting only the pods present at start and auditing again later needs the token in
+        ended and combines the two (``gate_steps combine``): a passed check with a mixed fleet fails, with no audit
+        verdict is undetermined. The fixed fleet (``replicas`` set) works the same way: its pods are there from the
+        start. The other designs: counting only the pods present at start and auditing again later needs the token in
         the gate's container or a second pod; moving the digest read into the check needs a pod-reading token on
         the Ray pods. Both widen who holds a Kubernetes token; the sidecar keeps it in one container, as ``nobody``,
         with get/list of pods in the Ray namespace only, and the gate's container still has none. The sidecar's
@@ -507,7 +453,7 @@ class EfaCheckJob(pulumi.ComponentResource):
             f"{name}-audit-binding", metadata={"name": sa, "namespace": ns},
             role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": sa},
             subjects=[{"kind": "ServiceAccount", "name": sa, "namespace": ns}], opts=child)
-        cmd = ["python", "-m", "efacheck.image_fleet", "--namespace", ns, "--cluster", str(args.ray_cluster_name),
+        cmd = ["python", "-m", IMAGE_FLEET_MODULE, "--namespace", ns, "--cluster", str(args.ray_cluster_name),
                "--expect-pods", str(1 + args.node_count), "--watch", "--poll-s", str(AUDIT_POLL_S),
                "--out", IMAGE_FLEET_FILE, "--token-dir", SA_TOKEN_DIR]
         init = restricted_container({
@@ -516,7 +462,7 @@ class EfaCheckJob(pulumi.ComponentResource):
             "startupProbe": {"exec": {"command": ["test", "-s", IMAGE_FLEET_FILE]}, "periodSeconds": 1,
                              "failureThreshold": AUDIT_STARTUP_S},
             "resources": pod_resources("100m", "256Mi"),
-            "volumeMounts": [{"name": "code-efacheck", "mountPath": f"{MOUNT}/efacheck"},
+            "volumeMounts": [payload.mount(CODE_VOLUME, MOUNT),
                              {"name": AUDIT_TOKEN_VOLUME, "mountPath": SA_TOKEN_DIR, "readOnly": True},
                              {"name": "image-fleet", "mountPath": IMAGE_FLEET_DIR}]})
         init["securityContext"].update(runAsNonRoot=True, runAsUser=NOBODY, runAsGroup=NOBODY)

@@ -24,7 +24,7 @@ itself asks for nothing privileged: non-root (65534), read-only root filesystem,
 privilege escalation, RuntimeDefault seccomp, no host network/PID/IPC, no API token (``automountServiceAccountToken:
 false`` on the service account and the pod).
 
-The code ships as the gate ships efacheck (components/efa_check.py): the modules it needs (stdlib only, a test holds
+The code ships as the gate ships efacheck (components/payload.py): the modules it needs (stdlib only, a test holds
 them to it) in a ConfigMap, run by a small public slim Python image pinned by digest (the stack's
 ``nodeAgentImage``), not the multi-GB DLC: the proof runs while the DLC is still being pulled
 (components/image_prepull.py). Such an image has no libfabric, so the proof leaves the provider check to each Ray
@@ -41,7 +41,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from .efa_check import EFA_PROOF_PACKAGE, _config_key, _package_dir
+from . import payload
 from .network_policies import allow_all_egress
 from .node_groups import GPU_ROLE, GPU_TOLERATION, ROLE_LABEL
 from .raycluster import check_guaranteed, pod_resources
@@ -62,6 +62,9 @@ CODE_MOUNT = "/opt/ray-efa-eks"
 SHIPPED = ("__init__.py", "cli.py", "efa_counters.py", "efa_exporter.py", "exit_codes.py", "node_check.py",
            "worker_pods.py")
 """The efacheck modules the exporter and the fabric proof need (stdlib only)."""
+EXPORTER_MODULE = f"{payload.ROOT}.efacheck.efa_exporter"
+PROOF_MODULE = f"{payload.ROOT}.efacheck.node_check"
+CODE_VOLUME = "code"
 PROOF_CONTAINER = "fabric-proof"
 FABRIC_CONDITION = "EfaFabricProven"
 """efacheck/node_check.py ``CONDITION`` (a test keeps them equal)."""
@@ -135,9 +138,8 @@ class NodeAgentArgs:
 
 
 def code_files() -> dict[str, str]:
-    """``efacheck/<module>.py`` -> source, for the ConfigMap (read as files; the library never imports efacheck)."""
-    root = _package_dir(EFA_PROOF_PACKAGE)
-    return {f"efacheck/{n}": (root / n).read_text() for n in SHIPPED}
+    """The ConfigMap's payload (components/payload.py): ``ray_efa_eks/__init__.py`` and the SHIPPED modules."""
+    return payload.build({"efacheck": SHIPPED})
 
 
 def host_sysfs_volumes() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -174,7 +176,7 @@ def exporter_container(image: str, resources: dict[str, dict[str, str]]) -> dict
         "name": "efa-exporter",
         "image": image,
         "imagePullPolicy": "IfNotPresent",
-        "command": ["python", "-m", "efacheck.efa_exporter", "--sysfs", HOST_SYSFS, "--port", str(EXPORTER_PORT),
+        "command": ["python", "-m", EXPORTER_MODULE, "--sysfs", HOST_SYSFS, "--port", str(EXPORTER_PORT),
                     "--module-version-file", MODULE_VERSION_FILE],
         "workingDir": CODE_MOUNT,
         "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
@@ -185,7 +187,7 @@ def exporter_container(image: str, resources: dict[str, dict[str, str]]) -> dict
         "livenessProbe": {**probe, "failureThreshold": 6},
         "resources": resources,
         "securityContext": container_security(),
-        "volumeMounts": [{"name": "code-efacheck", "mountPath": f"{CODE_MOUNT}/efacheck", "readOnly": True},
+        "volumeMounts": [payload.mount(CODE_VOLUME, CODE_MOUNT, read_only=True),
                          {"name": "tmp", "mountPath": "/tmp"}, *mounts],
     }
 
@@ -215,8 +217,7 @@ def pod_spec(args: NodeAgentArgs, configmap_name: str, files: dict[str, str]) ->
         "containers": [exporter_container(args.image, args.resources),
                        *([proof_container(args)] if args.efa_devices else []), *args.extra_containers],
         "volumes": [
-            {"name": "code-efacheck", "configMap": {"name": configmap_name, "items": [
-                {"key": _config_key(p), "path": p.split("/", 1)[1]} for p in sorted(files)]}},
+            payload.volume(CODE_VOLUME, configmap_name, files),
             {"name": "tmp", "emptyDir": {"sizeLimit": "16Mi"}},
             *vols, *([token_volume()] if args.efa_devices else []), *args.extra_volumes,
         ],
@@ -240,7 +241,7 @@ def proof_container(args: NodeAgentArgs) -> dict[str, Any]:
         "name": PROOF_CONTAINER,
         "image": args.image,
         "imagePullPolicy": "IfNotPresent",
-        "command": ["python", "-m", "efacheck.node_check", "--sysfs", HOST_SYSFS, "--module-root", "/sys/module",
+        "command": ["python", "-m", PROOF_MODULE, "--sysfs", HOST_SYSFS, "--module-root", "/sys/module",
                     "--expect-devices", expect, "--interval", str(args.proof_interval_s), "--token-dir", TOKEN_DIR,
                     *([] if args.image_has_libfabric else ["--skip-provider"]),
                     *(["--workers-namespace", args.workers_namespace] if args.workers_namespace else [])],
@@ -251,7 +252,7 @@ def proof_container(args: NodeAgentArgs) -> dict[str, Any]:
                 {"name": "PYTHONUNBUFFERED", "value": "1"}],
         "resources": args.proof_resources,
         "securityContext": container_security(),
-        "volumeMounts": [{"name": "code-efacheck", "mountPath": f"{CODE_MOUNT}/efacheck", "readOnly": True},
+        "volumeMounts": [payload.mount(CODE_VOLUME, CODE_MOUNT, read_only=True),
                          {"name": "tmp", "mountPath": "/tmp"}, *mounts,
                          {"name": "fabric-proof-token", "mountPath": TOKEN_DIR, "readOnly": True}],
     }
@@ -429,7 +430,7 @@ class NodeAgent(pulumi.ComponentResource):
         sa = k8s.core.v1.ServiceAccount(f"{name}-sa", metadata={"name": NAME, **meta},
                                         automount_service_account_token=False, opts=in_ns)
         code = k8s.core.v1.ConfigMap(f"{name}-code", metadata={"name": cm_name, **meta},
-                                     data={_config_key(p): t for p, t in files.items()}, opts=in_ns)
+                                     data=payload.config_map_data(files), opts=in_ns)
         rbac: list[pulumi.Resource] = []
         if args.efa_devices:  # the fabric proof's token: RBAC, then the admission policy that narrows it
             rbac = self._proof_access(name, args, opts=pulumi.ResourceOptions(parent=self, provider=args.provider))

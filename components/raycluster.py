@@ -118,7 +118,7 @@ GPU_MODEL_ENV = "RAY_EFA_EKS_GPU_MODEL"
 """The GPU model of the worker nodes (catalogue ``gpu_model``, e.g. ``L4``), on every Ray container."""
 GPU_MEMORY_ENV = "RAY_EFA_EKS_GPU_MEMORY_MIB"
 """Memory of one worker GPU, MiB (catalogue ``gpu_memory_mib``; the smallest when groups differ), on every Ray
-container: ``python -m training`` refuses a preset/batch/rank combination that cannot fit before any rank starts."""
+container: ``ray_efa_eks.training`` refuses a preset/batch/rank combination that cannot fit before any rank starts."""
 POD_SECURITY_CONTEXT = {"seccompProfile": {"type": "RuntimeDefault"}}
 """Pod-level asks of Pod Security ``restricted`` that the DLC image allows (docs/security.md): the container
 runtime's default seccomp profile. Not ``runAsNonRoot``: the DLC image runs as root (no USER in its build), and a

@@ -11,9 +11,10 @@ image, NCCL/EFA env, Guaranteed requests, ``efa-provider-check`` init container,
 * the team's service account (its Pod Identity role reaches only the team's prefix) and storage path;
 * ``shutdownAfterJobFinishes: true`` and ``suspend: true``: Kueue requires the first and unsuspends the job when it
   admits it (site/content/en/docs/tasks/run/rayjobs.md at v0.19.2, "Suspend control" and "Limitations");
-* the training code: a ConfigMap (:func:`code_configmap`) mounted in the submitter pod, whose ``ray job submit``
-  uploads it as the job's ``working_dir`` (KubeRay passes ``runtimeEnvYAML`` as ``--runtime-env-json``:
-  ray-operator/controllers/ray/common/job.go ``BuildJobSubmitCommand``), as ``ray-efa-eks submit`` uploads it.
+* the training code (components/payload.py, under its installed name): a ConfigMap (:func:`code_configmap`) mounted
+  in the submitter pod, whose ``ray job submit`` uploads it as the job's ``working_dir`` (KubeRay passes
+  ``runtimeEnvYAML`` as ``--runtime-env-json``: ray-operator/controllers/ray/common/job.go
+  ``BuildJobSubmitCommand``), as ``ray-efa-eks submit`` uploads it.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any
 
 import yaml
 
+from . import payload
 from .instances import InstanceType
 from .node_groups import ROLE_LABEL, SYSTEM_ROLE
 from .raycluster import (CONTAINER_SECURITY_CONTEXT, POD_SECURITY_CONTEXT, RayClusterArgs, WorkerGroupArgs,
@@ -67,7 +69,7 @@ class RayJobArgs:
 
 def code_configmap(name: str, namespace: str, code: dict[str, bytes]) -> dict[str, Any]:
     """The ConfigMap of the job's code; its name carries a hash of the content, so a job never runs other code."""
-    keys = {path: path.replace("/", ".") for path in sorted(code)}
+    keys = {path: payload.config_key(path) for path in sorted(code)}
     if len(set(keys.values())) != len(keys):
         raise ValueError("RayJob code: two files map to the same ConfigMap key")
     data = {keys[p]: code[p].decode() for p in keys}
@@ -95,7 +97,7 @@ def rayjob(args: RayJobArgs, configmap_name: str) -> dict[str, Any]:
     cluster.pop("upgradeStrategy", None)  # a one-shot cluster is never upgraded
     if args.token_auth:
         cluster["authOptions"] = {"mode": "token"}  # KubeRay makes the Secret (module docstring)
-    items = [{"key": path.replace("/", "."), "path": path} for path in sorted(args.code)]
+    items = [{"key": payload.config_key(path), "path": path} for path in sorted(args.code)]
     submitter = {
         "spec": {
             "restartPolicy": "Never",

@@ -19,9 +19,10 @@ import threading
 from typing import Any, Callable, Sequence
 
 from . import exit_codes as _exit_codes
+from .exit_codes import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_PIPE, EXIT_TERMINATED, EXIT_USAGE
 
-EXIT_USAGE = 64
-"""Bad command-line arguments (sysexits' EX_USAGE); no verdict or check result uses it."""
+__all__ = ["EXIT_INTERNAL", "EXIT_INTERRUPTED", "EXIT_PIPE", "EXIT_TERMINATED", "EXIT_USAGE", "ArgumentParser",
+           "internal_error", "interrupted_code", "interruption", "run_cli", "terminated", "write_trace"]
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -51,14 +52,6 @@ class ArgumentParser(argparse.ArgumentParser):
 
 # -- the entry point every CLI runs through ------------------------------------------------------------------------
 
-EXIT_INTERNAL = 70
-"""An unexpected exception (sysexits' EX_SOFTWARE): a bug, never a verdict; the full trace is in a file."""
-EXIT_PIPE = 141
-"""stdout was closed by the reader (``| head``): 128 + SIGPIPE, what a shell reports for the same."""
-EXIT_INTERRUPTED = 130
-"""Ctrl-C: 128 + SIGINT."""
-EXIT_TERMINATED = 143
-"""SIGTERM (a scheduler, ``kill``, ``kubectl delete``): 128 + SIGTERM; handled exactly like Ctrl-C."""
 _TERMINATED: list[int] = []
 
 

@@ -64,22 +64,19 @@ import time
 import traceback
 from typing import Any
 
-from .cli import run_cli
+from .cli import EXIT_INTERRUPTED, run_cli  # noqa: F401 - the check's Ctrl-C code, named here for its callers
 from . import report as _report
 from . import stack_probe as _probe
 from . import sweep as _sweep
 from .check_args import manifest_text, parser, usage_problem
 from .failures import CheckFailed, failure_result
+from .gate_steps import CHECK_JOB_PREFIX  # noqa: F401 - the gate's Ray jobs (the GPU holders' names)
 from .ranks import run_check
 from .stale import check_stale, pod_stack
 from .topology import ask_autoscaler, busy_probe, wait_topology
 from .verdict import judge, summarize_sweep, wrong_results
 
-CHECK_JOB_PREFIX = "efa-check-"
-"""Submission ids of the gate's Ray jobs (components/efa_check.py check_script and STOP_EARLIER)."""
 
-EXIT_INTERRUPTED = 130
-"""Ctrl-C (128 + SIGINT)."""
 
 
 def _table(r: dict) -> str:

@@ -50,6 +50,7 @@ from typing import Any
 from . import efa_counters
 from .efa_counters import MAX_FILES_PER_PORT  # noqa: F401 - the exporter's limits, documented with it
 from .cli import ArgumentParser
+from .exit_codes import EXIT_INTERRUPTED, EXIT_UNREADABLE as EXIT_CANNOT_SERVE
 
 DEFAULT_PORT = 9810
 """The node agent's exporter port (container and Service)."""
@@ -61,8 +62,6 @@ NODE_ENV = "NODE_NAME"
 """Set from the downward API (``spec.nodeName``) in the DaemonSet: the ``node`` label."""
 CLASS_PATH = "class/infiniband"
 MODULE_VERSION_PATH = "module/efa/version"
-EXIT_CANNOT_SERVE = 3
-EXIT_INTERRUPTED = 130
 SCRAPE_BUDGET_S = 5.0
 """How long one sysfs read may take: half Prometheus' default ``scrape_timeout`` (10 s), so a slow tree is served in
 part, and says so, before Prometheus gives up on the whole scrape."""

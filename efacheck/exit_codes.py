@@ -2,9 +2,11 @@
 
 This is the one source for both renderings. Each command's ``--help`` epilog is rendered from it
 (:func:`epilog`, through ``ArgumentParser(exit_codes=...)`` in ``efacheck/cli.py``), and so is ``docs/cli.md``
-(tools/exit_status.py). They cannot drift apart. The table lives in ``efacheck`` because every CLI can import
-it from there. The gate ships efacheck alone, ``submit`` ships training with a few efacheck modules, and the
-tools import both. No import outside the standard library.
+(tools/exit_status.py). They cannot drift apart. Every code is written here once (:class:`ExitStatus`, and the
+``EXIT_*`` names every module imports). The table and the CLI kernel (efacheck/cli.py) live in ``efacheck``
+because every package with a CLI can import it (training and tools may import efacheck, efacheck nothing outside
+itself) and every pod payload carries it: the gate ships efacheck whole, the node agent and ``submit`` ship both
+files (components/payload.py). No import outside the standard library.
 """
 
 from __future__ import annotations
@@ -32,6 +34,24 @@ class ExitStatus(IntEnum):
     PIPE = 141
     TERMINATED = 143
 
+
+EXIT_OK = ExitStatus.OK.value
+EXIT_FAILED = ExitStatus.FAILED.value
+EXIT_NO_ANSWER = ExitStatus.NO_ANSWER.value
+EXIT_UNREADABLE = ExitStatus.UNREADABLE.value
+EXIT_RAY_START = ExitStatus.RAY_START.value
+EXIT_WRONG_FABRIC = ExitStatus.WRONG_FABRIC.value
+EXIT_TOO_SMALL = ExitStatus.TOO_SMALL.value
+EXIT_USAGE = ExitStatus.USAGE.value
+EXIT_DAMAGED = ExitStatus.DAMAGED.value
+EXIT_INTERNAL = ExitStatus.INTERNAL.value
+EXIT_STORAGE = ExitStatus.STORAGE.value
+EXIT_IN_USE = ExitStatus.IN_USE.value
+EXIT_INTERRUPTED = ExitStatus.INTERRUPTED.value
+EXIT_PIPE = ExitStatus.PIPE.value
+EXIT_TERMINATED = ExitStatus.TERMINATED.value
+"""The codes by name, for ``sys.exit`` and ``return``: every module imports these (from here or through
+``efacheck/cli.py``) instead of writing a number; tests/test_architecture.py holds every other module to it."""
 
 MEANING: dict[ExitStatus, str] = {
     ExitStatus.OK: "Success: the rules pass, the verdict is efa, the run finished.",
@@ -143,12 +163,12 @@ COMMANDS: dict[str, dict[int, str]] = {
 }
 """Per subcommand: the codes it returns besides :data:`COMMON`, and what each means for it."""
 
-MODULE_COMMANDS = {"tools.plan": "plan", "tools.preflight": "preflight", "tools.config_schema": "config-schema",
-                   "tools.gen_catalogue": "catalogue", "training": "train", "training.__main__": "train",
-                   "efacheck.efa_check": "efa-check", "efacheck.image_fleet": "image-fleet",
-                   "efacheck.efa_exporter": "efa-exporter", "efacheck.nccl_log": "nccl-verdict",
-                   "efacheck.node_check": "node-check", "tools.mutate": "mutate",
-                   "tools.rayjob": "rayjob"}
+MODULE_COMMANDS = {f"ray_efa_eks.{module}": command for module, command in {
+    "tools.plan": "plan", "tools.preflight": "preflight", "tools.config_schema": "config-schema",
+    "tools.gen_catalogue": "catalogue", "training": "train", "training.__main__": "train",
+    "efacheck.efa_check": "efa-check", "efacheck.image_fleet": "image-fleet", "efacheck.efa_exporter": "efa-exporter",
+    "efacheck.nccl_log": "nccl-verdict", "efacheck.node_check": "node-check", "tools.mutate": "mutate",
+    "tools.rayjob": "rayjob"}.items()}
 """``python -m ray_efa_eks.<module>``: the subcommand whose codes it has (``ray-efa-eks NAME`` runs the same)."""
 
 
@@ -161,10 +181,7 @@ def command_for(prog: str) -> str:
     """The table's command for a parser's ``prog``: ``ray-efa-eks diff`` -> diff, ``python -m
     ray_efa_eks.tools.plan`` -> plan (a name the table lacks raises KeyError: every CLI has its row)."""
     last = prog.split()[-1]
-    if last in COMMANDS:
-        return last
-    module = last.removeprefix("ray_efa_eks.")
-    return MODULE_COMMANDS[module]
+    return last if last in COMMANDS else MODULE_COMMANDS[last]
 
 
 def epilog(command: str, width: int = 100) -> str:

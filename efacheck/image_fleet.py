@@ -148,7 +148,7 @@ def _undetermined(reason: str) -> dict[str, Any]:
 def main(argv: list[str] | None = None, prog: str | None = None,
          list_fn: Callable[[str, str], dict[str, Any]] | None = None,
          sleep: Callable[[float], None] = time.sleep) -> int:
-    ap = ArgumentParser(prog=prog or "python -m efacheck.image_fleet", description=__doc__.split("\n\n")[0],
+    ap = ArgumentParser(prog=prog or "python -m ray_efa_eks.efacheck.image_fleet", description=__doc__.split("\n\n")[0],
                         exit_codes="image-fleet")
     ap.add_argument("--namespace", required=True, help="the RayCluster's namespace (the audit's Role is there)")
     ap.add_argument("--cluster", required=True, help="the RayCluster's name (its pods' ray.io/cluster label)")
@@ -244,4 +244,4 @@ def watch(args: Any, list_fn: Callable[[str, str], dict[str, Any]], sleep: Calla
 
 
 if __name__ == "__main__":
-    sys.exit(run_cli(main, None, "python -m efacheck.image_fleet"))
+    sys.exit(run_cli(main, None, "python -m ray_efa_eks.efacheck.image_fleet"))

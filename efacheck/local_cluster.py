@@ -43,7 +43,7 @@ def add_worker_node(cluster: Cluster, num_cpus: int = 1, num_gpus: int = 0,
 
     Nodes sharing the head's temp dir share one ``runtime_resources`` dir, and each node's runtime-env agent
     deletes and re-extracts a job's working_dir there when it installs it: a job driver's working directory
-    (``python -m training`` from the submitted package) vanishes under it while it imports.
+    (``python -m ray_efa_eks.training`` from the submitted package) vanishes under it while it imports.
     """
     temp_dir = tempfile.mkdtemp(prefix="rn-")  # short: Ray's unix socket paths live under it
     cluster.__dict__.setdefault("_node_temp_dirs", []).append(temp_dir)

@@ -459,4 +459,4 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover - run as the shipped copy: tests/components/test_node_agent_access.py
-    sys.exit(run_cli(main, None, "python -m efacheck.node_check"))
+    sys.exit(run_cli(main, None, "python -m ray_efa_eks.efacheck.node_check"))

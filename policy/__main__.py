@@ -9,22 +9,17 @@ the pack cannot disagree about what a broken layout is. Values only ``pulumi up`
 from __future__ import annotations
 
 import sys
-import types
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-if "ray_efa_eks" not in sys.modules:
-    # The pack's own venv need not have ray-efa-eks installed: the checkout's folders (tools, components) are the
-    # ``ray_efa_eks`` package's subpackages, as the installed wheel lays them out.
-    _ns = types.ModuleType("ray_efa_eks")
-    _ns.__path__ = [str(ROOT)]
-    sys.modules["ray_efa_eks"] = _ns
-
-from pulumi_policy import (EnforcementLevel, PolicyPack, ReportViolation, StackValidationArgs,  # noqa: E402
+from pulumi_policy import (EnforcementLevel, PolicyPack, ReportViolation, StackValidationArgs,
                            StackValidationPolicy)
 
-from ray_efa_eks.tools import rules  # noqa: E402  (the same source the offline plan runs)
-from ray_efa_eks.tools.layout import Stack, from_policy  # noqa: E402
+INSTALL = "policy/venv/bin/pip install --no-deps -e ."
+"""How the pack's venv gets ``ray_efa_eks`` (the checkout, without Ray or PyTorch: the rules need the stdlib only)."""
+try:
+    from ray_efa_eks.tools import rules  # the same source the offline plan runs
+    from ray_efa_eks.tools.layout import Stack, from_policy
+except ImportError as e:
+    sys.exit(f"policy pack: {e}; install the checkout into the pack's venv: {INSTALL}")
 
 PACK_NAME = "ray-efa-eks-layout"
 

@@ -6,6 +6,8 @@ the AST can see: none hides in a string."""
 from __future__ import annotations
 
 import ast
+import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -22,7 +24,7 @@ PACKAGES = ("components", "efacheck", "training", "tools")
 PACKAGE_EDGES = {
     "components": set(),  # the Pulumi library other repos import: nothing of ours
     "efacheck": set(),  # the EFA proof: the gate ships efacheck/*.py alone to the Ray head
-    "training": {"efacheck"},  # the run's fabric verdict is the gate's own code; the shared local Ray cluster
+    "training": {"efacheck", "components"},  # the gate's verdict code, the local Ray cluster; the payload builder
     "tools": {"components", "efacheck", "training"},  # the top layer: plan, rules, preflight, the one command
 }
 """Which package may import which. Nothing imports tools; no package imports one that imports it back."""
@@ -31,18 +33,22 @@ CROSS_EDGES = {
     ("training.fabric", "efacheck.nccl_log"): "a run's fabric verdict is judged by the gate's NCCL log rules",
     ("training.fabric", "efacheck.efa_counters"): "the second witness: EFA hardware counters, read as the gate does",
     ("training.cli", "efacheck.cli"): "one exit-code table and entry point (run_cli) for every command",
-    ("training.__main__", "efacheck"): "submit ships efacheck's files beside training (importlib.resources)",
+    ("training.__main__", "components.payload"): "submit ships its code with the one payload builder (stdlib only)",
     ("training.__main__", "efacheck.local_cluster"): "a run without --address starts the shared local Ray cluster",
     ("training.__main__", "efacheck.verdict_metrics"): "a run's fabric verdict as a metric on the head, as the gate's",
     ("training.__main__", "efacheck.storage_uri"): "one storage-path grammar for train, submit and the gate's proof",
+    ("training.checkpoints", "efacheck.exit_codes"): "the one exit-code table (its codes by name)",
+    ("training.lease", "efacheck.exit_codes"): "the one exit-code table (its codes by name)",
+    ("training.lifecycle", "efacheck.exit_codes"): "the one exit-code table (its codes by name)",
+    ("training.storage_check", "efacheck.exit_codes"): "the one exit-code table (its codes by name)",
 }
-"""Every module edge from training into efacheck, with its reason (tools' edges follow PACKAGE_EDGES alone: tools
-is the top layer, and nothing it imports can import it back)."""
+"""Every module edge from training into efacheck or components, with its reason (tools' edges follow PACKAGE_EDGES
+alone: tools is the top layer, and nothing it imports can import it back)."""
 
 COMPONENT_LAYERS = {
     "leaf": {"values", "config_fields", "errors", "instances", "node_allocatable", "eks_versions", "kuberay_versions",
              "capacity", "storage_rules", "cost", "live_cluster", "metrics_rules", "ray_autoscaler", "rollout_guards",
-             "ebs_limits", "cold_start", "team_queues", "network_policies"},
+             "ebs_limits", "cold_start", "team_queues", "network_policies", "payload"},
     "config": {"config"},
     "resource": {"network", "cluster", "placement", "launch_template", "node_groups", "device_plugins", "kuberay",
                  "raycluster", "efa_check", "checkpoint_bucket", "pod_identity", "node_agent", "dashboard",
@@ -57,8 +63,8 @@ LAYER_EDGES = {"leaf": {"leaf"}, "config": {"leaf", "config"}, "resource": {"lea
                "umbrella": {"leaf", "config", "resource", "umbrella"}}
 
 DYNAMIC_IMPORTS = {
-    ("components.efa_check", "find_spec"): "finds efacheck's source folder to read its files into the gate's "
-                                            "ConfigMap; the library never imports the proof",
+    ("components.payload", "find_spec"): "finds a package's source folder to read its files into a pod's payload "
+                                         "(gate, node agent, submit); the library never imports the others",
     ("tools.command", "import_module"): "SUBCOMMANDS names each subcommand's module (tools may import every "
                                         "package); test_one_command_lists_every_subcommand runs them",
     ("tools.sdk_lazy", "import_module"): "the offline plan imports the Pulumi SDKs' class modules by the name "
@@ -136,16 +142,18 @@ def test_every_edge_between_the_packages_is_allowed():
     bad = sorted(f"{a} -> {b}" for a, b in all_edges()
                  if a.split(".")[0] != b.split(".")[0] and b.split(".")[0] not in PACKAGE_EDGES[a.split(".")[0]])
     assert not bad, f"imports against PACKAGE_EDGES: {bad}"
-    training = {(a, b) for a, b in all_edges() if a.startswith("training.") and b.split(".")[0] == "efacheck"}
-    assert training == set(CROSS_EDGES), ("training -> efacheck edges differ from CROSS_EDGES (add a new one there, "
+    training = {(a, b) for a, b in all_edges()
+                if a.startswith("training.") and b.split(".")[0] in ("efacheck", "components")}
+    assert training == set(CROSS_EDGES), ("training -> efacheck/components edges differ from CROSS_EDGES (add a new "
+                                          "one there, "
                                           f"with its reason): new {sorted(training - set(CROSS_EDGES))}, "
                                           f"gone {sorted(set(CROSS_EDGES) - training)}")
 
 
 @pytest.mark.parametrize("package", ["components", "efacheck"])
 def test_shipped_packages_import_only_themselves_relatively(package):
-    """The gate runs ``efacheck`` as a top-level package and other repos import ``components``: a relative import
-    beyond the package, or an absolute one of ours, would break there."""
+    """The gate ships ``efacheck`` alone (with ``ray_efa_eks/__init__.py``) and other repos import ``components``: a
+    relative import beyond the package, or an absolute one of ours, would break there."""
     for name, tree in modules(package).items():
         for level, mod in imports(tree):
             assert level <= 1, f"{package}/{name}.py: relative import beyond its package ({'.' * level}{mod})"
@@ -160,12 +168,12 @@ def test_training_reaches_efacheck_only_through_its_namespace_and_ships_what_it_
 
     for name, tree in modules("training").items():
         for level, mod in imports(tree):
-            assert level <= 1 or (level == 2 and mod.split(".")[0] in ("efacheck", "")), \
+            assert level <= 1 or (level == 2 and mod.split(".")[0] in ("efacheck", "components")), \
                 f"training/{name}.py: from {'.' * level}{mod} reaches past efacheck"
             assert not (level == 0 and (mod.split(".")[0] in PACKAGES or mod.startswith("ray_efa_eks"))), \
                 f"training/{name}.py imports {mod} absolutely: a submitted job has another layout"
     shipped = {f.removesuffix(".py") for f in EFACHECK_FILES}
-    used = {b.split(".")[1] for a, b in CROSS_EDGES if "." in b} | {"__init__"}
+    used = {b.split(".")[1] for a, b in CROSS_EDGES if b.startswith("efacheck.")} | {"__init__"}
     assert used <= shipped, f"training imports efacheck modules submit does not ship: {used - shipped}"
     efacheck = modules("efacheck")
     for name in shipped:
@@ -231,16 +239,131 @@ def test_no_import_hides_in_a_string():
     assert {(m, call) for m, _, call, _ in dynamic_imports()} == set(DYNAMIC_IMPORTS), "DYNAMIC_IMPORTS has stale rows"
 
 
+CODE_FOLDERS = (*PACKAGES, "policy", ".ci")
+"""Every folder of code that runs: the four packages, the policy pack and the CI scripts."""
+
+
+def second_names() -> list[str]:
+    """``file:line what`` for each place that runs or imports one of our modules by a name other than
+    ``ray_efa_eks.<package>.<module>``: a ``python -m <package>...`` (in a string, or ``"-m", "<package>..."`` in an
+    argv), an edit of ``sys.path``, a module object planted in ``sys.modules``, a program held in a string that
+    edits ``sys.path`` or imports from ``ray_efa_eks``, or one a shell line runs (``python -c``): run a module."""
+    ours = "|".join(PACKAGES)
+    found = []
+    for folder in CODE_FOLDERS:
+        for path in sorted((ROOT / folder).glob("*.py")):
+            tree = ast.parse(path.read_text())
+            where = f"{folder}/{path.name}"
+            for node in ast.walk(tree):
+                line = getattr(node, "lineno", 0)
+                run = re.search(rf"-m (?:{ours})\b[\w.]*", node.value) \
+                    if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
+                if run:
+                    found.append(f"{where}:{line} a string runs {run[0]}")
+                elif isinstance(node, ast.Constant) and isinstance(node.value, str) and \
+                        re.search(r"sys\.path\.(insert|append|extend)|from ray_efa_eks\.", node.value):
+                    found.append(f"{where}:{line} a program in a string reaches our modules")
+                elif isinstance(node, ast.Constant) and isinstance(node.value, str) and \
+                        re.search(r"\bpython3? -c ", node.value):
+                    found.append(f"{where}:{line} a shell line runs a program held in a string (python -c)")
+                elif isinstance(node, (ast.List, ast.Tuple)):
+                    vals = [e.value if isinstance(e, ast.Constant) else None for e in node.elts]
+                    found += [f"{where}:{line} argv runs -m {m}" for flag, m in zip(vals, vals[1:])
+                              if flag == "-m" and isinstance(m, str) and m.split(".")[0] in PACKAGES]
+                elif isinstance(node, ast.Attribute) and ast.unparse(node) in ("sys.path.insert", "sys.path.append",
+                                                                                 "sys.path.extend"):
+                    found.append(f"{where}:{line} edits sys.path")
+                elif isinstance(node, ast.Subscript) and ast.unparse(node.value) == "sys.modules" and \
+                        isinstance(node.ctx, ast.Store) and isinstance(node.slice, ast.Constant) and \
+                        str(node.slice.value).split(".")[0] in (*PACKAGES, "ray_efa_eks"):
+                    found.append(f"{where}:{line} plants {node.slice.value} in sys.modules")
+    return found
+
+
+def test_one_name_per_module():
+    """The pods, submit, the policy pack, the plan and CI run and import ``ray_efa_eks.<package>.<module>`` only."""
+    assert not second_names(), second_names()
+
+
+@pytest.mark.parametrize("module, args, fix", [("training", ["--json"], "python -m ray_efa_eks.training --json"),
+                                               ("efacheck.efa_check", ["--help"], "python -m ray_efa_eks.efacheck.")])
+def test_a_checkout_folder_run_by_its_short_name_prints_the_command_to_use(module, args, fix):
+    """``python -m training --json`` in a checkout, the obvious command: one line naming the real one, exit 64."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 64 and "Traceback" not in out.stderr and not out.stdout, out.stderr[-2000:]
+    assert len(out.stderr.strip().splitlines()) == 1 and fix in out.stderr, out.stderr
+
+
+EXIT_TABLE = "efacheck/exit_codes.py"
+"""The one module that writes an exit code as a number (ExitStatus); the CLI kernel is efacheck/cli.py beside it:
+both stdlib only, in every pod payload (the gate ships efacheck, the node agent and submit ship both files)."""
+NOT_YET_ON_THE_TABLE = {"training/__main__.py", "efacheck/nccl_log.py", "efacheck/node_check.py",
+                        "tools/preflight.py"}
+"""Modules being split into parser/verdict/CLI modules that still write their own codes or import the kernel
+through training/cli.py or tools/cli.py: each leaves this set as its CLI module imports the table."""
+KERNEL_NAMES = {"ArgumentParser", "run_cli", "internal_error", "interrupted_code", "interruption", "terminated",
+                "write_trace"}
+
+
+def exit_code_numbers() -> dict[str, list[int]]:
+    """Module -> lines where an ``EXIT_*`` name is given a number (not a name from the table)."""
+    found: dict[str, list[int]] = {}
+    for pkg in PACKAGES:
+        for name, tree in modules(pkg).items():
+            for node in ast.walk(tree):
+                if not isinstance(node, (ast.Assign, ast.AnnAssign)) or node.value is None:
+                    continue
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                names = [n.id for t in targets for n in (t.elts if isinstance(t, ast.Tuple) else [t])
+                         if isinstance(n, ast.Name)]
+                values = node.value.elts if isinstance(node.value, ast.Tuple) else [node.value]
+                if any(n.startswith("EXIT_") for n in names) and \
+                        any(isinstance(v, ast.Constant) and type(v.value) is int for v in values):
+                    found.setdefault(f"{pkg}/{name}.py", []).append(node.lineno)
+    return found
+
+
+def kernel_through_a_reexport() -> set[str]:
+    """Modules that import the CLI kernel or an exit code from training/cli.py or tools/cli.py, not from efacheck."""
+    found = set()
+    for pkg in PACKAGES:
+        for name, tree in modules(pkg).items():
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ImportFrom) and node.level:
+                    target = f"{pkg}.{node.module}" if node.level == 1 else node.module
+                    wanted = {a.name for a in node.names}
+                    if target in ("training.cli", "tools.cli") and f"{pkg}.{name}" != target and \
+                            wanted & (KERNEL_NAMES | {n for n in wanted if n.startswith("EXIT_")}):
+                        found.add(f"{pkg}/{name}.py")
+    return found
+
+
+def test_each_exit_code_is_written_once():
+    """Every code is a member of the table's ExitStatus; a module names it (``EXIT_USAGE``, or ``EXIT_IN_USE as
+    EXIT_NAME_IN_USE``) and imports kernel and codes from efacheck, not through another package's re-export."""
+    numbers = {m: lines for m, lines in exit_code_numbers().items() if m != EXIT_TABLE}
+    assert set(numbers) <= NOT_YET_ON_THE_TABLE, {m: v for m, v in numbers.items() if m not in NOT_YET_ON_THE_TABLE}
+    through = kernel_through_a_reexport()
+    assert through <= NOT_YET_ON_THE_TABLE, through - NOT_YET_ON_THE_TABLE
+    done = NOT_YET_ON_THE_TABLE - set(numbers) - through
+    assert not done, f"on the table now: remove {sorted(done)} from NOT_YET_ON_THE_TABLE"
+
+
 def test_the_gate_ships_a_self_contained_efa_proof(tmp_path):
-    """The ConfigMap's files alone (efacheck, nothing else) import, and size FSDP messages from data."""
+    """The ConfigMap's files alone (efacheck under its installed name, nothing else) import, and size FSDP messages
+    from data; without site-packages (-S), so no installed ray_efa_eks can answer."""
     files = check_files()
-    assert {p.split("/")[0] for p in files} == {"efacheck"}
+    assert {p.rsplit("/", 1)[0] for p in files} == {"ray_efa_eks", "ray_efa_eks/efacheck"}
     for path, text in files.items():
-        (tmp_path / path).parent.mkdir(exist_ok=True)
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / path).write_text(text)
-    code = ("import sys, efacheck.efa_check, efacheck.check_args, efacheck.sweep as s; print(s.__file__); "
-            "print(len(s.fsdp_units('tiny', 2))); print(sorted(m for m in sys.modules if m.startswith('training')))")
-    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    code = ("import sys, ray_efa_eks.efacheck.efa_check, ray_efa_eks.efacheck.check_args, "
+            "ray_efa_eks.efacheck.sweep as s; print(s.__file__); print(len(s.fsdp_units('tiny', 2))); "
+            "print(sorted(m for m in sys.modules if m.startswith(('ray_efa_eks.training', 'training'))))")
+    out = subprocess.run([sys.executable, "-S", "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=120, env={"PATH": "/usr/bin:/bin"})
     assert out.returncode == 0, out.stderr[-2000:]
     where, units, training = out.stdout.splitlines()
     assert where.startswith(str(tmp_path)) and int(units) == 3 and training == "[]"

@@ -1,18 +1,15 @@
-"""Conventions every tool CLI (plan, preflight, config-schema, the ``ray-efa-eks`` command) shares: usage errors exit
-64, never a verdict's code.
-
-argparse exits 2 on a bad argument, which preflight uses for "could not be answered"; a typo must not read as a
-result. The tools run where the whole project is installed, so they reuse the training package's convention; the
-two packages shipped alone as a Ray job's working_dir (``training``, ``efacheck``) each keep their own copy.
+"""The tools' own argparse types. The CLI kernel (``ArgumentParser``: usage errors exit 64, never a verdict's code;
+``run_cli``) and the exit codes are efacheck/cli.py's and efacheck/exit_codes.py's: import them from there (the
+names below stay for the modules not yet moved over, tests/test_architecture.py ``NOT_YET_ON_THE_TABLE``).
 """
 
 from __future__ import annotations
 
 import argparse
 
-from ..training.cli import EXIT_USAGE, ArgumentParser, run_cli
+from ..efacheck.cli import ArgumentParser, run_cli
 
-__all__ = ["EXIT_USAGE", "ArgumentParser", "positive_int", "run_cli"]
+__all__ = ["ArgumentParser", "positive_int", "run_cli"]
 
 
 def positive_int(text: str) -> int:

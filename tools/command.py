@@ -12,8 +12,7 @@ import importlib
 import sys
 from typing import NamedTuple
 
-from ..training.cli import run_cli
-from .cli import EXIT_USAGE
+from ..efacheck.cli import EXIT_USAGE, run_cli
 
 ROOT = __package__.rpartition(".")[0] or "ray_efa_eks"
 

@@ -22,7 +22,7 @@ from dataclasses import MISSING, fields
 from pathlib import Path
 from typing import Any
 
-from .cli import ArgumentParser, run_cli
+from ..efacheck.cli import ArgumentParser, run_cli
 from ..components.config import NAMESPACE, StackConfig
 from ..components.config_fields import EFFECTS, Live
 

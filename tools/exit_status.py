@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ..efacheck.exit_codes import COMMANDS, COMMON, MEANING, ExitStatus, codes
 from ..training import cli as training_cli
-from .cli import ArgumentParser
+from ..efacheck.cli import ArgumentParser
 
 __all__ = ["COMMANDS", "COMMON", "MEANING", "ExitStatus", "codes", "render", "page_text", "check_consistent"]
 

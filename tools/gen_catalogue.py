@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from .cli import ArgumentParser, run_cli
+from ..efacheck.cli import ArgumentParser, run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 CATALOGUE_FILE = "components/catalogue.json"

@@ -38,14 +38,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .cli import EXIT_USAGE, ArgumentParser, run_cli
+from ..efacheck.cli import EXIT_USAGE, ArgumentParser, run_cli
+from ..efacheck.exit_codes import EXIT_FAILED as EXIT_SURVIVED, EXIT_NO_ANSWER as EXIT_ERROR
 from .files import FileProblem, confined, load_toml
 
 ROOT = Path(__file__).resolve().parents[1]
 MUTATIONS = ROOT / "tools" / "mutations.toml"
 PACKAGES = ("components", "efacheck", "training", "tools")
-EXIT_SURVIVED = 1
-EXIT_ERROR = 2
 KILLED, SURVIVED, ERROR = "killed", "survived", "error"
 IMPORT_MARKER = "ray_efa_eks.components from "
 

@@ -42,15 +42,14 @@ from ..efacheck.exit_codes import command_for
 from . import sdk_lazy
 
 sdk_lazy.install()  # before the program first touches aws.ec2 & co.: their classes imported one by one, as used
-from .cli import EXIT_USAGE, ArgumentParser, run_cli  # noqa: E402
+from ..efacheck.cli import EXIT_INTERRUPTED, EXIT_USAGE, ArgumentParser, run_cli  # noqa: E402
+from ..efacheck.exit_codes import EXIT_UNREADABLE  # noqa: E402
 from .plan_diff import diff_plans, render_diff  # noqa: E402
-from .plan_model import EXIT_UNREADABLE, Plan, PlanError, UsageError, load_plan  # noqa: E402
+from .plan_model import Plan, PlanError, UsageError, load_plan  # noqa: E402
 from .plan_render import aws_rules_summary, render_text, rules_summary, violation_line  # noqa: E402
 from .plan_run import plan_git_ref, plan_tree, resolve_ref  # noqa: E402
 from .stack_file import StackFile, config_warnings, parse_overrides, read_stack  # noqa: E402
 
-EXIT_INTERRUPTED = 130
-"""Ctrl-C (128 + SIGINT, as a shell reports it)."""
 
 
 def _side(spec: str, args: argparse.Namespace, overrides: dict[str, str], region: str | None) -> Plan:

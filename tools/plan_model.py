@@ -7,11 +7,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-
-EXIT_UNREADABLE = 3
-"""An input the plan needs could not be read (stack file, git ref, saved plan)."""
-
-
 class PlanError(Exception):
     """A plan could not be made for reasons outside the program (git, files): exit 3."""
 

@@ -16,41 +16,18 @@ from pathlib import Path
 from . import layout, rules
 from .layout import Resource, Stack
 from .plan_model import MissingStack, Plan, PlanError, UsageError
+from .plan_records import RECORDS_MARKER
 from .plan_settings import settings_of
 from .stack_file import DEFAULT_REGION, effective_config, read_stack, shown_config
 
-RECORDS_MARKER = "@@plan-records@@ "
 GIT_TIMEOUT_S = 120
 """How long ``git rev-parse`` and ``git archive`` of the base ref may take (a local repository answers in seconds)."""
 BASE_PLAN_TIMEOUT_S = 600
 """How long the base ref's program may run under the mocks (a whole stack takes seconds): past it, the base plan is
 an error naming the limit, not a traceback."""
 
-# Runs in a git archive of the base ref, with *its* code, so the base plan is the base program's.
-# Only mockrun (present since the first commit; in ``components`` before the four-package layout, ``tools`` after) is
-# used there. The archive gets a ``ray_efa_eks`` package whose subpackages are the archive's own folders, so a program
-# importing either spelling (``components.x`` before the namespaced move, ``ray_efa_eks.components.x`` after) runs
-# the base ref's code.
-_DUMP_RECORDS = r'''
-import json, os, sys
-sys.path.insert(0, ".")
-# Chosen by the archive's own files, not by trying the import: the ray_efa_eks installed here (editable) answers
-# ray_efa_eks.tools for an archive that has no tools/, which would run this tree's mockrun on a ref that has its own
-# in components/. A tree with neither (a program alone) gets the installed one.
-if os.path.exists(os.path.join("components", "mockrun.py")) and not os.path.exists(os.path.join("tools", "mockrun.py")):
-    from ray_efa_eks.components.mockrun import run_program
-else:
-    from ray_efa_eks.tools.mockrun import run_program
-a = json.loads(sys.argv[1])
-run = run_program(a["config"], region=a["region"], program=a["program"], stack=a["stack"])
-def rid(r):
-    # an older mockrun recorded no ids; these are the fake ids its mocks hand out.
-    return getattr(run, "ids", {}).get(r.urn) or (
-        f"subnet-{r.name}" if r.type == "aws:ec2/subnet:Subnet" else f"{r.name}-id")
-recs = [{"type": r.type, "name": r.name, "urn": r.urn, "parent": r.parent, "id": rid(r), "props": r.inputs}
-        for r in run.resources]
-print("\n''' + RECORDS_MARKER + r'''" + json.dumps(recs, default=lambda o: "<%s>" % type(o).__name__))
-'''
+BASE_RECORDS = Path(__file__).with_name("plan_records.py")
+"""The script that prints the base ref's records, run by path in the base ref's archive (tools/plan_records.py)."""
 
 
 def make_plan(resources: list[Resource], *, source: str, stack: str, region: str) -> Plan:
@@ -181,7 +158,7 @@ def plan_git_ref(ref: str, root: Path | None = None, *, stack: str = "dev", over
         # PYTHONPATH (replacing ours): a process the base program starts imports the base code as well
         env = {**{k: v for k, v in os.environ.items() if k != "PULUMI_CONFIG"}, "PYTHONPATH": tmp}
         try:
-            proc = subprocess.run([sys.executable, "-c", _DUMP_RECORDS, args], cwd=tmp, env=env,
+            proc = subprocess.run([sys.executable, "-P", str(BASE_RECORDS), args], cwd=tmp, env=env,
                                   capture_output=True, text=True, timeout=BASE_PLAN_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             return Plan(source, stack, region, error=f"the program at {ref} ran past {BASE_PLAN_TIMEOUT_S} s under "

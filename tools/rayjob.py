@@ -33,11 +33,11 @@ from ..components.job_queues import TEAM_PREFIX, TEAM_SERVICE_ACCOUNT
 from ..components.node_agent import exporter_url
 from ..components.rayjob import RayJobArgs, manifests
 from ..training.__main__ import check_train_args, stage_package, submit_entrypoint, train_parser
-from .cli import ArgumentParser
+from ..efacheck.cli import ArgumentParser, run_cli
+from ..efacheck.exit_codes import EXIT_FAILED, EXIT_NO_ANSWER, EXIT_OK, EXIT_UNREADABLE, EXIT_USAGE
 from .plan_model import PlanError, UsageError
 from .stack_file import parse_overrides, read_stack
 
-EXIT_OK, EXIT_FAILED, EXIT_NO_ANSWER, EXIT_UNREADABLE, EXIT_USAGE = 0, 1, 2, 3, 64
 NAME = re.compile(r"[a-z]([-a-z0-9]{0,38}[a-z0-9])?")
 """A RayJob name KubeRay can derive its RayCluster and submitter Job names from (DNS label, short)."""
 EXIT_IN_MESSAGE = re.compile(r"failed with exit code (\d+)")
@@ -271,6 +271,5 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from ..training.cli import run_cli
 
     sys.exit(run_cli(main, None, "python -m ray_efa_eks.tools.rayjob"))

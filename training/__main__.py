@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.resources
 import json
 import os
 import re
@@ -42,7 +41,6 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 from urllib.parse import urlsplit
 
-from .. import efacheck
 from ..efacheck import verdict_metrics
 from ..efacheck.storage_uri import FIX, uri_problem
 from .lease import EXIT_NAME_IN_USE, RENEW_S
@@ -68,8 +66,8 @@ EFACHECK_FILES = ("__init__.py", "cli.py", "exit_codes.py", "storage_uri.py", "n
 """The efacheck modules training imports (``training/fabric.py``: the gate's verdict code; the run's verdict as a
 metric; the local Ray cluster), closed under their own imports; ``submit`` ships them next to ``training``
 (tests/test_architecture.py checks both)."""
-NAMESPACE = __package__.rpartition(".")[0] or "ray_efa_eks"
-"""The package ``training`` and ``efacheck`` live in (``ray_efa_eks``); a submitted job keeps that layout."""
+NAMESPACE = "ray_efa_eks"
+"""The package ``training`` and ``efacheck`` live in; a submitted job keeps that layout (components/payload.py)."""
 DEBUG_ENV = "RAY_EFA_EKS_DEBUG"
 """Set to 1 to get the traceback of an unexpected error (the CLI prints one line otherwise)."""
 CONNECT_TIMEOUT_S = 60.0
@@ -693,32 +691,20 @@ def submit_entrypoint(train_args: Sequence[str]) -> str:
 
 
 def stage_package(dest: Path) -> Path:
-    """Copy this package's sources (no __pycache__) to ``dest/ray_efa_eks/training`` and the efacheck modules it
-    imports (:data:`EFACHECK_FILES`) to ``dest/ray_efa_eks/efacheck``: the job's working_dir is ``dest``.
+    """Lay the job's working_dir out in ``dest`` (components/payload.py, the builder the gate and the node agent
+    use): ``ray_efa_eks/__init__.py``, this package's sources (no __pycache__) under ``ray_efa_eks/training`` and
+    the efacheck modules it imports (:data:`EFACHECK_FILES`) under ``ray_efa_eks/efacheck``.
 
-    The package is found through the import system, so an installed ``ray_efa_eks.training`` ships only its
-    own files, never the site-packages around it; in the job it is imported as ``ray_efa_eks.training`` (a
-    namespace package in the working_dir, ahead of anything installed), so ``from ..efacheck import`` reads the
-    same there as here.
+    The package is found through the import system, so an installed ``ray_efa_eks.training`` ships only its own
+    files, never the site-packages around it; in the job the working_dir's ``ray_efa_eks`` (a regular package,
+    ahead of anything installed) is the one imported, under the same names as here.
     """
-    def copy(src: Any, out: Path) -> None:
-        out.mkdir(parents=True, exist_ok=True)
-        for entry in src.iterdir():
-            if entry.is_dir():
-                if entry.name != "__pycache__":
-                    copy(entry, out / entry.name)
-            elif entry.name.endswith(".py"):
-                (out / entry.name).write_bytes(entry.read_bytes())
+    from ..components import payload  # stdlib only: the one builder of the code a pod runs
 
-    root = importlib.resources.files(__package__)
-    copy(root, dest / NAMESPACE / "training")
-    if not (dest / NAMESPACE / "training" / "__main__.py").is_file():
-        raise CliError(EXIT_FAILED, f"package {__package__} at {root} has no __main__.py to run")
-    verdict_code = importlib.resources.files(efacheck)  # the gate's verdict code, for training/fabric.py
-    (dest / NAMESPACE / "efacheck").mkdir(exist_ok=True)
-    for f in EFACHECK_FILES:
-        (dest / NAMESPACE / "efacheck" / f).write_bytes((verdict_code / f).read_bytes())
-    return dest
+    try:
+        return payload.write(payload.build({"training": None, "efacheck": EFACHECK_FILES}), dest)
+    except FileNotFoundError as e:
+        raise CliError(EXIT_FAILED, f"cannot stage the job's code: {e}") from None
 
 
 def _token_env() -> None:

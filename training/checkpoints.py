@@ -29,8 +29,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-EXIT_DAMAGED = 65
-"""The run's checkpoints exist and none verifies (sysexits EX_DATAERR): nothing was started or overwritten."""
+from ..efacheck.exit_codes import EXIT_DAMAGED
+
 STEP_DIR = re.compile(r"step_(\d{6,})(-[A-Za-z0-9]+)?")
 """A checkpoint directory: ``step_NNNNNN``, or ``step_NNNNNN-<run>`` when that name was taken."""
 MANIFEST = ".ray-efa-eks-manifest-{rank}.json"

@@ -1,7 +1,7 @@
-"""The ``training`` CLIs' conventions: the exit codes and the one entry point every command runs through are
-efacheck's (:mod:`..efacheck.cli`: usage errors 64, Ctrl-C 130, SIGTERM 143, an unexpected exception one line and a
-trace file), re-exported here for ``training`` and the tools; ``submit`` ships that module beside ``training``
-(``EFACHECK_FILES``). Only the URL check is training's own.
+"""The URL check of the training CLIs. The exit codes and the one entry point every command runs through are
+efacheck's (efacheck/cli.py: usage errors 64, Ctrl-C 130, SIGTERM 143, an unexpected exception one line and a trace
+file; efacheck/exit_codes.py: the table), which ``submit`` ships beside ``training`` (``EFACHECK_FILES``); the names
+below stay only for the modules not yet moved over (tests/test_architecture.py ``NOT_YET_ON_THE_TABLE``).
 """
 
 from __future__ import annotations

@@ -23,14 +23,14 @@ import uuid
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
+from ..efacheck.exit_codes import EXIT_IN_USE as EXIT_NAME_IN_USE
+
 RECORD = ".ray-efa-eks-owner.json"
 """The owner record's name inside the run's directory."""
 TTL_S = 90.0
 """A record not renewed for this long belongs to nobody: its run stopped without releasing it."""
 RENEW_S = 10.0
 """How often a running run renews its record."""
-EXIT_NAME_IN_USE = 75
-"""Another live run holds this --name (sysexits EX_TEMPFAIL: retry later, or pick another name)."""
 
 
 class NameInUse(Exception):

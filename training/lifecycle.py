@@ -41,7 +41,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from .cli import EXIT_INTERRUPTED, EXIT_PIPE, EXIT_TERMINATED
+from ..efacheck.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_PIPE, EXIT_TERMINATED
 
 RESULT_ENV = "RAY_EFA_EKS_TRAIN_RESULT"
 """Set in the run's environment: the file the run writes its outcome to (``{"code", "message", "json"}``)."""
@@ -51,8 +51,6 @@ GRACE_S = 15.0
 """How long the run has to stop after the forwarded SIGINT (Ray Train's abort, the local cluster's teardown)."""
 KILL_WAIT_S = 5.0
 """After :data:`GRACE_S`: how long killing and reaping what is left may take."""
-EXIT_FAILED = 1
-"""The run's process ended without an outcome (killed, crashed): the run failed."""
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 

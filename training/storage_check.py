@@ -33,11 +33,8 @@ from pathlib import Path
 from typing import Callable, Mapping, Optional
 from urllib.parse import parse_qs
 
-EXIT_STORAGE = 73
-"""The checkpoint storage cannot be written (sysexits EX_CANTCREAT: "a (user specified) output file cannot be
-created"); tools/exit_status.py's STORAGE."""
-EXIT_NO_ANSWER = 2
-"""S3 did not answer in time: train's "no answer" code (EXIT_UNREACHABLE in training/__main__.py)."""
+from ..efacheck.exit_codes import EXIT_NO_ANSWER, EXIT_STORAGE
+
 PROBE_NAME = ".ray-efa-eks-write-check"
 """The object (or file) written and removed under the storage path."""
 TIMEOUT_S = 20.0

@@ -31,8 +31,9 @@ esac
 exit 1
 """
 FAKE_PYTHON = """#!/bin/bash
-echo "python stop-earlier $3" >> "$CALLS"
+echo "python $3 $4" >> "$CALLS"
 """
+"""Records ``python -m ray_efa_eks.efacheck.gate_steps STEP ARG`` as ``python STEP ARG``."""
 
 
 @pytest.fixture
@@ -93,4 +94,7 @@ def test_the_stopper_and_the_holders_agree_on_the_check_job_prefix():
     from ray_efa_eks.components import efa_check as job
 
     assert f'"{efa_check.CHECK_JOB_PREFIX}' in job.check_script("http://h:8265", [])  # id="efa-check-..."
-    assert f'startswith("{efa_check.CHECK_JOB_PREFIX}")' in job.STOP_EARLIER
+    assert "python -m ray_efa_eks.efacheck.gate_steps stop-earlier" in job.check_script("http://h:8265", [])
+    from ray_efa_eks.efacheck import gate_steps
+
+    assert gate_steps.CHECK_JOB_PREFIX == efa_check.CHECK_JOB_PREFIX  # what stop-earlier stops

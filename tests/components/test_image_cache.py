@@ -198,7 +198,7 @@ def test_the_agents_own_command_proves_a_node_where_no_fi_info_exists(default_ru
 
     (proof,) = [c for c in default_run.one(DS, "node-agent")["spec"]["template"]["spec"]["containers"]
                 if c["name"] == node_agent.PROOF_CONTAINER]
-    args = proof["command"][3:]  # after python -m efacheck.node_check
+    args = proof["command"][3:]  # after python -m ray_efa_eks.efacheck.node_check
     sysfs = str(kernel_sysfs(tmp_path))
     args[args.index("--sysfs") + 1] = sysfs
     args[args.index("--module-root") + 1] = f"{sysfs}/module"
@@ -208,8 +208,8 @@ def test_the_agents_own_command_proves_a_node_where_no_fi_info_exists(default_ru
     try:
         monkeypatch.setattr(nc.Api, "in_cluster", classmethod(lambda cls, token_dir=None: fake.api))
         monkeypatch.setenv("PATH", str(tmp_path / "empty"))
-        assert nc.run_cli(nc.main, [*args, "--node", "gpu-a", "--once"], "python -m efacheck.node_check") == \
-            nc.EXIT_PROVEN
+        assert nc.run_cli(nc.main, [*args, "--node", "gpu-a", "--once"],
+                          "python -m ray_efa_eks.efacheck.node_check") == nc.EXIT_PROVEN
         assert fake.nodes["gpu-a"]["spec"]["taints"] == [GPU_TAINT]
     finally:
         fake.close()

@@ -90,7 +90,7 @@ def test_gate_passes_the_audited_digest_to_the_check_and_combines_the_audit(tmp_
     import os
     import subprocess
 
-    from ray_efa_eks.components.efa_check import Deadlines, check_args, check_script
+    from ray_efa_eks.components.efa_check import Deadlines, check_args, check_files, check_script
 
     fleet = tmp_path / "image-fleet.json"
     if audit:
@@ -103,7 +103,12 @@ def test_gate_passes_the_audited_digest_to_the_check_and_combines_the_audit(tmp_
                           image_fleet_file=str(fleet))
     script = script.replace("end=$((done_at + 60))", "end=$((done_at + 2))")  # the stale pass: no 60 s wait here
     env = {**os.environ, "PATH": f"{bin_}{os.pathsep}{os.environ['PATH']}", "CALLS": str(tmp_path / "calls")}
-    proc = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    mount = tmp_path / "mount"  # the Job's working directory: its steps run from the payload, as in the pod
+    for path, text in check_files().items():
+        (mount / path).parent.mkdir(parents=True, exist_ok=True)
+        (mount / path).write_text(text)
+    env.pop("PYTHONPATH", None)
+    proc = subprocess.run(["bash", "-c", script], cwd=mount, env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == rc, proc.stdout + proc.stderr
     if says:
         assert says in proc.stdout and "the image audit did not" in proc.stdout, proc.stdout

@@ -147,7 +147,7 @@ def test_image_audit_may_read_pods_of_the_ray_namespace_only(run):
     assert [b["subjects"] for b in run.of_type("kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding")] == [
         [{"kind": "ServiceAccount", "name": "node-agent", "namespace": "efa-node-agent"}]]
     (init,) = spec["initContainers"]
-    assert init["command"][:3] == ["python", "-m", "efacheck.image_fleet"]
+    assert init["command"][:3] == ["python", "-m", "ray_efa_eks.efacheck.image_fleet"]
     alone = {"securityContext": spec["securityContext"], "containers": [init], "volumes": spec["volumes"]}
     assert violations(alone, "restricted") == []  # non-root, no capabilities, RuntimeDefault
 

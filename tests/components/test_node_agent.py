@@ -210,7 +210,8 @@ def test_the_configmap_alone_runs_the_exporter_as_the_daemonset_does(default_run
                 dst = pod / m["mountPath"].lstrip("/") / item["path"]
                 dst.parent.mkdir(parents=True, exist_ok=True)
                 dst.write_text(cm["data"][item["key"]])
-    assert sorted(p.name for p in (pod / "opt/ray-efa-eks/efacheck").iterdir()) == sorted(node_agent.SHIPPED)
+    assert sorted(p.name for p in (pod / "opt/ray-efa-eks/ray_efa_eks/efacheck").iterdir()) == \
+        sorted(node_agent.SHIPPED)
     port = efa_exporter_free_port()
     cmd = [sys.executable if a == "python" else a for a in c["command"]]
     cmd = [str(pod) + a if a.startswith(("/host/", "/sys/")) else a for a in cmd]

@@ -46,7 +46,7 @@ def test_the_token_is_mounted_into_the_proof_container_only(default_run):
                 for c in spec["containers"]}
     assert mounting == {"efa-exporter": [], "fabric-proof": [nc.TOKEN_DIR]}
     proof = next(c for c in spec["containers"] if c["name"] == "fabric-proof")
-    assert proof["command"][:3] == ["python", "-m", "efacheck.node_check"]
+    assert proof["command"][:3] == ["python", "-m", "ray_efa_eks.efacheck.node_check"]
     assert proof["command"][proof["command"].index("--expect-devices") + 1] == "g6.12xlarge=1"
     assert proof["securityContext"]["runAsNonRoot"] and not proof["securityContext"]["privileged"]
     assert proof["securityContext"]["capabilities"] == {"drop": ["ALL"]}
@@ -291,17 +291,17 @@ def test_every_module_the_shipped_ones_import_is_shipped_too(default_run, tmp_pa
             if isinstance(node, ast.ImportFrom) and node.level == 1:
                 wanted = [f"{node.module}.py"] if node.module else [f"{a.name}.py" for a in node.names]
                 assert set(wanted) <= set(node_agent.SHIPPED), (name, wanted)
-    pkg = tmp_path / "efacheck"
-    pkg.mkdir()
+    pkg = tmp_path / "ray_efa_eks"
     spec = default_run.one("kubernetes:apps/v1:DaemonSet", "node-agent")["spec"]["template"]["spec"]
     items = next(v for v in spec["volumes"] if "configMap" in v)["configMap"]["items"]
     for it in items:
+        (pkg / it["path"]).parent.mkdir(parents=True, exist_ok=True)
         (pkg / it["path"]).write_text(cm["data"][it["key"]])
     proof = next(c for c in spec["containers"] if c["name"] == "fabric-proof")
     p = subprocess.run([sys.executable, *proof["command"][1:3], "--help"], cwd=tmp_path, capture_output=True,
                        text=True, timeout=60, env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"})
     assert p.returncode == 0 and "--expect-devices" in p.stdout, p.stderr
-    proof_prog = "python -m efacheck.node_check"
+    proof_prog = "python -m ray_efa_eks.efacheck.node_check"
     # the shipped copy's usage error is 64, not the API error's 2; no API server to ask is 2; never a traceback
     for args, code in ((["--expect-devices", "1", "--node", "n", "--interval", "0"], 64),
                        (["--expect-devices", "1", "--node", "n", "--once"], 2)):

@@ -179,16 +179,18 @@ def test_efa_check_job(default_run):
     assert job["spec"]["backoffLimit"] == 0
     assert "pulumi.com/skipAwait" not in job["metadata"].get("annotations", {})
     script = job["spec"]["template"]["spec"]["containers"][0]["command"][2]
-    assert "python -m efacheck.efa_check --json" in script and "ray-head-svc.ray.svc.cluster.local:8265" in script
+    assert "python -m ray_efa_eks.efacheck.efa_check --json" in script
+    assert "ray-head-svc.ray.svc.cluster.local:8265" in script and "--working-dir /opt/ray-efa-eks " in script
     cm = default_run.one("kubernetes:core/v1:ConfigMap", "efa-check")
-    assert {"efacheck.nccl_log.py", "efacheck.efa_check.py", "efacheck.__init__.py", "efacheck.fsdp_shapes.py"} \
-        <= set(cm["data"])
-    assert not [k for k in cm["data"] if k.startswith("training.")]  # the proof alone: not the job, not its model
+    assert {"ray_efa_eks.__init__.py", "ray_efa_eks.efacheck.nccl_log.py", "ray_efa_eks.efacheck.efa_check.py",
+            "ray_efa_eks.efacheck.__init__.py", "ray_efa_eks.efacheck.fsdp_shapes.py"} <= set(cm["data"])
+    assert not [k for k in cm["data"] if not k.startswith("ray_efa_eks.efacheck.") and k != "ray_efa_eks.__init__.py"]
     pod = job["spec"]["template"]["spec"]
-    mounts = {m["name"]: m["mountPath"] for m in pod["containers"][0]["volumeMounts"] if m["name"].startswith("code-")}
-    assert mounts == {"code-efacheck": "/opt/ray-efa-eks/efacheck"}
+    mounts = {m["name"]: m["mountPath"] for m in pod["containers"][0]["volumeMounts"] if m["name"] == "code"}
+    assert mounts == {"code": "/opt/ray-efa-eks/ray_efa_eks"}  # the working_dir holds ray_efa_eks/, its real name
     items = {v["name"]: {i["key"]: i["path"] for i in v["configMap"]["items"]} for v in pod["volumes"] if "configMap" in v}
-    assert items["code-efacheck"]["efacheck.nccl_log.py"] == "nccl_log.py"
+    assert items["code"]["ray_efa_eks.efacheck.nccl_log.py"] == "efacheck/nccl_log.py"
+    assert items["code"]["ray_efa_eks.__init__.py"] == "__init__.py"
     assert set(cm["data"]) == {k for v in items.values() for k in v}  # every shipped file is mounted
     # Job is created after the RayCluster: its parent chain is the EfaCheckJob, created after RayCluster registration
     types = [r.type for r in default_run.resources]
@@ -349,7 +351,7 @@ def test_efa_check_proves_checkpoint_storage_when_the_stack_has_a_bucket(default
     script = default_run.one("kubernetes:batch/v1:Job")["spec"]["template"]["spec"]["containers"][0]["command"][2]
     assert "--storage-proof" in script
     cm = default_run.one("kubernetes:core/v1:ConfigMap", "efa-check")
-    assert "efacheck.storage_proof.py" in cm["data"]  # shipped with the check
+    assert "ray_efa_eks.efacheck.storage_proof.py" in cm["data"]  # shipped with the check
     off = shared_run({"checkpointBucket": "false"}).one("kubernetes:batch/v1:Job")
     assert "--storage-proof" not in off["spec"]["template"]["spec"]["containers"][0]["command"][2]
 

@@ -110,7 +110,7 @@ def test_the_check_can_fail(session):
 
 
 def test_training_on_s3_resumes_in_a_new_cluster(tmp_path):
-    """The cluster path end to end: ``python -m training`` with only the pods' env.
+    """The cluster path end to end: ``python -m ray_efa_eks.training`` with only the pods' env.
 
     No --storage-path: the run goes to $RAY_EFA_EKS_STORAGE_PATH (s3://<bucket>/ray-train) with Pod
     Identity credentials. Its local Ray cluster is then gone, as deleted pods are; a second

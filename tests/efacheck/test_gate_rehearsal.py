@@ -138,10 +138,10 @@ def cluster(env):
 
 @pytest.fixture(scope="module")
 def mount(tmp_path_factory) -> Path:
-    """The Job's volumes: the ConfigMap's files under <mount>/efacheck and <mount>/training, as the pod sees them."""
+    """The Job's volume: the ConfigMap's files under <mount>/ray_efa_eks, as the pod sees them."""
     root = tmp_path_factory.mktemp("mount")
     for path, text in check_files().items():
-        (root / path).parent.mkdir(exist_ok=True)
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
         (root / path).write_text(text)
     return root
 

@@ -314,7 +314,7 @@ def test_the_module_is_read_where_the_agent_mounts_nothing(tmp_path):
     assert failed(nc.decide(str(root), 1, {nc.EFA_RESOURCE: "1"}, OK_PROVIDER, str(tmp_path / "own"))) == []
 
 
-PROG = "python -m efacheck.node_check"
+PROG = "python -m ray_efa_eks.efacheck.node_check"
 
 
 @pytest.mark.parametrize("argv,says", [

@@ -55,7 +55,7 @@ def check_verdict(text: str) -> dict:
 
 
 def audit_verdict(text: str) -> dict:
-    """The image audit's verdict as the gate's script printed it after the check (COMBINE)."""
+    """The image audit's verdict as the gate's script printed it after the check (efacheck/gate_steps.py combine)."""
     line = [ln for ln in text.splitlines() if ln.startswith('{"image_fleet"')][-1]
     return json.loads(line)["image_fleet"]
 

@@ -75,7 +75,9 @@ def test_module_aliases_print_their_commands_rows(monkeypatch):
 
     assert exit_codes.command_for("python -m ray_efa_eks.tools.plan") == "plan"
     assert exit_codes.command_for("ray-efa-eks diff") == "diff"
-    assert exit_codes.command_for("python -m efacheck.efa_check") == "efa-check"  # the gate's own prog
+    assert exit_codes.command_for("python -m ray_efa_eks.efacheck.efa_check") == "efa-check"  # the gate's own prog
+    with pytest.raises(KeyError):  # one name per module: the checkout's folder name has no row
+        exit_codes.command_for("python -m efacheck.efa_check")
     monkeypatch.setenv("COLUMNS", "100")
     proc = subprocess.run([sys.executable, "-m", "ray_efa_eks.tools.plan", "--help"], capture_output=True, text=True,
                           timeout=120, env={**os.environ, "COLUMNS": "100"})

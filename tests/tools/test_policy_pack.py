@@ -126,3 +126,16 @@ def test_pack_served_over_grpc_like_pulumi_runs_it():
         proc.wait(timeout=10)
         proc.stdout.close()
         proc.stderr.close()
+
+
+def test_a_pack_venv_without_ray_efa_eks_says_how_to_install_it(tmp_path):
+    """The pack imports ``ray_efa_eks.tools.rules`` by its one name: a venv with the pack's requirements but not the
+    checkout (here: site-packages on the path without its .pth files, so no editable finder) gets one line naming
+    the install command, no traceback and no stand-in package."""
+    import site
+
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join(site.getsitepackages())}
+    out = subprocess.run([sys.executable, "-S", str(PACK / "__main__.py"), "--help"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr[-2000:]
+    assert out.stderr.strip().splitlines()[-1].endswith("policy/venv/bin/pip install --no-deps -e .")

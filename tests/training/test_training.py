@@ -163,7 +163,7 @@ def test_submit_ships_the_training_package_alone(tmp_path):
     wd = stage_package(tmp_path)
     # not the repo, not site-packages: training, and the efacheck modules it imports, in their installed layout
     assert sorted(p.name for p in wd.iterdir()) == ["ray_efa_eks"]
-    assert sorted(p.name for p in (wd / "ray_efa_eks").iterdir()) == ["efacheck", "training"]
+    assert sorted(p.name for p in (wd / "ray_efa_eks").iterdir()) == ["__init__.py", "efacheck", "training"]
     pkg = importlib.resources.files("ray_efa_eks.training")
     want = sorted(p.name for p in pkg.iterdir() if p.name.endswith(".py"))
     assert sorted(p.name for p in (wd / "ray_efa_eks" / "training").iterdir()) == want
