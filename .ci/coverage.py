@@ -46,11 +46,11 @@ FLOORS: dict[str, float] = {
 
 FAST_TESTS = [
     "tests/efacheck/test_nccl_log.py", "tests/efacheck/test_nccl_log_branches.py",
-    "tests/efacheck/test_verdict_properties.py", "tests/efacheck/test_verdict_branches.py",
-    "tests/efacheck/test_efa_counters.py", "tests/efacheck/test_efa_counters_branches.py",
+    "tests/efacheck/test_verdict_properties.py", "tests/efacheck/test_verdict_cases.py",
+    "tests/efacheck/test_efa_counters.py", "tests/efacheck/test_efa_counters_cases.py",
     "tests/efacheck/test_exporter_witness.py", "tests/efacheck/test_efa_exporter.py",
-    "tests/efacheck/test_stack_probe.py", "tests/efacheck/test_stack_probe_branches.py",
-    "tests/efacheck/test_sweep_branches.py", "tests/efacheck/test_storage_proof_branches.py",
+    "tests/efacheck/test_stack_probe.py", "tests/efacheck/test_stack_probe_cases.py",
+    "tests/efacheck/test_sweep_cases.py", "tests/efacheck/test_storage_proof_cases.py",
     "tests/training/test_fabric.py", "tests/training/test_fabric_branches.py",
     "tests/components/test_config.py", "tests/components/test_config_branches.py", "tests/components/test_values.py",
     "tests/components/test_values_branches.py", "tests/components/test_config_fields.py",

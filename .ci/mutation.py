@@ -72,12 +72,12 @@ MODULES: dict[str, list[str]] = {
         "tests/efacheck/test_verdict_properties.py",
     ],
     "efacheck/verdict.py": [
-        "tests/efacheck/test_verdict_branches.py", "tests/efacheck/test_efa_check.py",
+        "tests/efacheck/test_verdict_cases.py", "tests/efacheck/test_efa_check.py",
         "tests/efacheck/test_exporter_witness.py",
         "--deselect", "tests/efacheck/test_efa_check.py::test_local_two_node_cluster_gloo_is_not_efa",  # starts Ray
     ],
     "efacheck/efa_counters.py": [
-        "tests/efacheck/test_efa_counters.py", "tests/efacheck/test_efa_counters_branches.py",
+        "tests/efacheck/test_efa_counters.py", "tests/efacheck/test_efa_counters_cases.py",
         "tests/efacheck/test_exporter_witness.py", "tests/efacheck/test_efa_exporter.py",
         "tests/efacheck/test_verdict_properties.py",
     ],
@@ -89,13 +89,13 @@ MODULES: dict[str, list[str]] = {
         # test_fabric_branches.py asserts its outcomes
         "--deselect", "tests/training/test_fabric.py::test_the_deployed_worker_env_captures_and_a_recorded_efa_log",
     ],
-    "efacheck/sweep.py": ["tests/efacheck/test_sweep_branches.py"],
+    "efacheck/sweep.py": ["tests/efacheck/test_sweep_cases.py"],
     "efacheck/storage_proof.py": [
-        "tests/efacheck/test_storage_proof_branches.py", "tests/efacheck/test_storage_hints.py",
+        "tests/efacheck/test_storage_proof_cases.py", "tests/efacheck/test_storage_hints.py",
         "tests/efacheck/test_storage_proof.py",
         # these four run prove() in a subprocess (Ray Train's import) against the S3 emulator: past mutmut's 15.5 s
         # wall limit (it times the call phase only: 0.01 s) under nice 19 on shared cores, where 26 of the first
-        # run's 453 mutants stopped before the tests said anything; test_storage_proof_branches.py asserts each
+        # run's 453 mutants stopped before the tests said anything; test_storage_proof_cases.py asserts each
         # outcome in process (a stand-in agent, a local filesystem)
         *(arg for name in ("test_storage_proof_writes_lists_reads_and_deletes_with_pod_identity",
                            "test_the_pods_role_policy_admits_every_request_of_the_proof",
@@ -103,7 +103,7 @@ MODULES: dict[str, list[str]] = {
                            "test_no_pod_identity_env_and_a_missing_bucket")
           for arg in ("--deselect", f"tests/efacheck/test_storage_proof.py::{name}")),
     ],
-    "efacheck/stack_probe.py": ["tests/efacheck/test_stack_probe.py", "tests/efacheck/test_stack_probe_branches.py"],
+    "efacheck/stack_probe.py": ["tests/efacheck/test_stack_probe.py", "tests/efacheck/test_stack_probe_cases.py"],
     "efacheck/worker_pods.py": ["tests/efacheck/test_worker_pods.py"],
     "efacheck/node_check.py": ["tests/efacheck/test_node_check.py"],
     "components/values.py": ["tests/components/test_values.py", "tests/components/test_values_branches.py"],
