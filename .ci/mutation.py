@@ -82,11 +82,11 @@ MODULES: dict[str, list[str]] = {
         "tests/efacheck/test_verdict_properties.py",
     ],
     "training/fabric.py": [
-        "tests/training/test_fabric.py", "tests/training/test_fabric_branches.py",
+        "tests/training/test_fabric.py", "tests/training/test_fabric_cases.py",
         "tests/efacheck/test_verdict_properties.py",
         # builds two whole-stack mock runs in each mutant's fork (5.5 s CPU; mutmut times only the call phase, so
         # its wall limit stays 16.5 s, which nice 19 on shared cores passes): every mutant it reached timed out;
-        # test_fabric_branches.py asserts its outcomes
+        # test_fabric_cases.py asserts its outcomes
         "--deselect", "tests/training/test_fabric.py::test_the_deployed_worker_env_captures_and_a_recorded_efa_log",
     ],
     "efacheck/sweep.py": ["tests/efacheck/test_sweep_cases.py"],
@@ -106,18 +106,18 @@ MODULES: dict[str, list[str]] = {
     "efacheck/stack_probe.py": ["tests/efacheck/test_stack_probe.py", "tests/efacheck/test_stack_probe_cases.py"],
     "efacheck/worker_pods.py": ["tests/efacheck/test_worker_pods.py"],
     "efacheck/node_check.py": ["tests/efacheck/test_node_check.py"],
-    "components/values.py": ["tests/components/test_values.py", "tests/components/test_values_branches.py"],
+    "components/values.py": ["tests/components/test_values.py", "tests/components/test_values_cases.py"],
     "components/config_fields.py": ["tests/components/test_config_fields.py", "tests/components/test_config.py"],
     "components/config.py": [
-        "tests/components/test_config.py", "tests/components/test_config_branches.py",
+        "tests/components/test_config.py", "tests/components/test_config_rules.py",
         "tests/components/test_values.py",
     ],
     "tools/preflight.py": [
         "tests/tools/test_preflight_branches.py", "tests/tools/test_preflight_quota.py",
         "tests/tools/test_preflight_args.py",
     ],
-    "components/capacity.py": ["tests/components/test_capacity_branches.py"],
-    "components/cost.py": ["tests/components/test_cost_branches.py"],
+    "components/capacity.py": ["tests/components/test_capacity_cases.py"],
+    "components/cost.py": ["tests/components/test_cost_cases.py"],
     "tools/aws_rules.py": ["tests/tools/test_aws_rules_branches.py"],
     "tools/security_rules.py": ["tests/tools/test_security_rules_branches.py"],
     "tools/layout.py": ["tests/tools/test_layout_branches.py"],

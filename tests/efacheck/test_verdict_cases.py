@@ -11,7 +11,6 @@ from types import SimpleNamespace
 
 import pytest
 
-from ray_efa_eks.efacheck import verdict
 from ray_efa_eks.efacheck.failures import FAILURE_HINTS
 from ray_efa_eks.efacheck.nccl_log import HINTS
 from ray_efa_eks.efacheck.verdict import busbw, judge, shape_verdict, summarize_sweep, wrong_results
