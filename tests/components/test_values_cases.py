@@ -349,10 +349,10 @@ def test_principal_arn_names_the_first_character_outside_ascii():
     assert _refused(v.PrincipalArn(), ARN + "a ~\té").fix.startswith("contains '\\t' (U+0009);")
 
 
-def test_principal_arn_not_a_role_or_user_in_full():
-    assert _refused(v.PrincipalArn(), ARN + "*").fix == (
-        "is not an IAM role or user ARN; expected arn:aws:iam::<12-digit account>:role/<name> or "
-        "arn:aws:iam::<account>:user/<name> (groups and wildcards cannot have access entries)")
+def test_principal_arn_not_a_role_or_user_names_both_forms():
+    fix = _refused(v.PrincipalArn(), ARN + "*").fix
+    assert fix.startswith("is not an IAM role or user ARN; expected arn:aws:iam::<12-digit account>:role/<name> or ")
+    assert fix.endswith("arn:aws:iam::<account>:user/<name> (groups and wildcards cannot have access entries)")
 
 
 def test_principal_arn_at_the_length_edges():
@@ -447,21 +447,19 @@ def test_a_bad_tag_after_a_registry_port_is_named(image):
 
 def test_a_stray_at_sign_is_named_inside_the_tag():
     """The digest starts at the last '@': an '@' before it belongs to the tag, and the message shows it there."""
-    assert v.image_reference_problem(f"r/ray:x@a@sha256:{DIGEST}") == (
-        "the tag 'x@a' is not a valid tag (letters, digits, '_', '.', '-', at most 128 characters, not starting with "
-        "'.' or '-')")
+    assert v.image_reference_problem(f"r/ray:x@a@sha256:{DIGEST}").startswith("the tag 'x@a' is not a valid tag (")
 
 
-def test_image_reference_messages_in_full():
-    assert v.image_reference_problem("my image:1") == (
-        "is not an image reference (OCI distribution grammar: [registry[:port]/]lowercase/path[:tag][@sha256:digest], "
-        "no spaces or uppercase in the path), e.g. public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1")
-    assert v.image_reference_problem(f"r/ray@md5:{DIGEST}") == (
-        "the digest algorithm 'md5' is not one registries use; pin with @sha256: and 64 lowercase hex digits "
-        "(opencontainers/go-digest)")
-    assert v.image_reference_problem(f"r/ray@sha256:{DIGEST[1:]}") == (
-        "the sha256 digest has 63 characters; it must be exactly 64 lowercase hex digits (opencontainers/go-digest), "
-        "as `docker buildx imagetools inspect IMAGE` prints it")
+@pytest.mark.parametrize("ref, starts, ends", [
+    ("my image:1", "is not an image reference (OCI distribution grammar: ",
+     "e.g. public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1"),
+    (f"r/ray@md5:{DIGEST}", "the digest algorithm 'md5' is not one registries use; pin with @sha256:", "go-digest)"),
+    (f"r/ray@sha256:{DIGEST[1:]}", "the sha256 digest has 63 characters; it must be exactly 64",
+     "as `docker buildx imagetools inspect IMAGE` prints it"),
+])
+def test_image_reference_problems_name_the_part_and_the_fix(ref, starts, ends):
+    said = v.image_reference_problem(ref)
+    assert said.startswith(starts) and said.endswith(ends), said
 
 
 @pytest.mark.parametrize("image, tag", [

@@ -139,8 +139,7 @@ def test_the_whole_probe_from_the_weaker_sources(monkeypatch, tmp_path):
     src = p["sources"]
     assert (src["cuda"], src["driver"], src["nccl"], src["libfabric"]) == (
         "/usr/local/cuda/version.json", "NCCL log cudaDriverVersion", "NCCL log", "fi_info --version")
-    assert src["efa_driver"] == ("not visible: no /sys/module/efa/version in this pod (the efa module is not loaded "
-                                 "on the node, or the pod has no /sys)")
+    assert src["efa_driver"].startswith("not visible: no /sys/module/efa/version in this pod (")
     assert "image" not in src and "aws_ofi_nccl" not in src and "net_plugin" not in src
 
 
@@ -197,8 +196,8 @@ def test_the_manifest_of_references_with_a_registry_port_a_digest_or_no_path():
 def test_a_bad_manifest_message_lists_the_layers():
     with pytest.raises(ValueError) as e:
         sp.parse_manifest('{"ray": "2.58.0", "pytorch": "2.13.0"}')
-    assert str(e.value) == ("--manifest: 'pytorch' is not a known layer with a string version; layers: torch, cuda, "
-                            "driver, efa_driver, nccl, net_plugin, aws_ofi_nccl, libfabric, ray, pyarrow, image")
+    assert str(e.value).startswith("--manifest: 'pytorch' is not a known layer")
+    assert str(e.value).endswith(f"layers: {', '.join(sp.KEYS)}")  # every layer a manifest may name
     with pytest.raises(ValueError) as e:
         sp.parse_manifest("ray")
     assert str(e.value).startswith("--manifest 'ray': not JSON (") and str(e.value).endswith(
