@@ -72,30 +72,30 @@ MODULES: dict[str, list[str]] = {
         "tests/efacheck/test_verdict_properties.py",
     ],
     "efacheck/verdict.py": [
-        "tests/efacheck/test_verdict_branches.py", "tests/efacheck/test_efa_check.py",
+        "tests/efacheck/test_verdict_cases.py", "tests/efacheck/test_efa_check.py",
         "tests/efacheck/test_exporter_witness.py",
         "--deselect", "tests/efacheck/test_efa_check.py::test_local_two_node_cluster_gloo_is_not_efa",  # starts Ray
     ],
     "efacheck/efa_counters.py": [
-        "tests/efacheck/test_efa_counters.py", "tests/efacheck/test_efa_counters_branches.py",
+        "tests/efacheck/test_efa_counters.py", "tests/efacheck/test_efa_counters_cases.py",
         "tests/efacheck/test_exporter_witness.py", "tests/efacheck/test_efa_exporter.py",
         "tests/efacheck/test_verdict_properties.py",
     ],
     "training/fabric.py": [
-        "tests/training/test_fabric.py", "tests/training/test_fabric_branches.py",
+        "tests/training/test_fabric.py", "tests/training/test_fabric_cases.py",
         "tests/efacheck/test_verdict_properties.py",
         # builds two whole-stack mock runs in each mutant's fork (5.5 s CPU; mutmut times only the call phase, so
         # its wall limit stays 16.5 s, which nice 19 on shared cores passes): every mutant it reached timed out;
-        # test_fabric_branches.py asserts its outcomes
+        # test_fabric_cases.py asserts its outcomes
         "--deselect", "tests/training/test_fabric.py::test_the_deployed_worker_env_captures_and_a_recorded_efa_log",
     ],
-    "efacheck/sweep.py": ["tests/efacheck/test_sweep_branches.py"],
+    "efacheck/sweep.py": ["tests/efacheck/test_sweep_cases.py"],
     "efacheck/storage_proof.py": [
-        "tests/efacheck/test_storage_proof_branches.py", "tests/efacheck/test_storage_hints.py",
+        "tests/efacheck/test_storage_proof_cases.py", "tests/efacheck/test_storage_hints.py",
         "tests/efacheck/test_storage_proof.py",
         # these four run prove() in a subprocess (Ray Train's import) against the S3 emulator: past mutmut's 15.5 s
         # wall limit (it times the call phase only: 0.01 s) under nice 19 on shared cores, where 26 of the first
-        # run's 453 mutants stopped before the tests said anything; test_storage_proof_branches.py asserts each
+        # run's 453 mutants stopped before the tests said anything; test_storage_proof_cases.py asserts each
         # outcome in process (a stand-in agent, a local filesystem)
         *(arg for name in ("test_storage_proof_writes_lists_reads_and_deletes_with_pod_identity",
                            "test_the_pods_role_policy_admits_every_request_of_the_proof",
@@ -103,23 +103,23 @@ MODULES: dict[str, list[str]] = {
                            "test_no_pod_identity_env_and_a_missing_bucket")
           for arg in ("--deselect", f"tests/efacheck/test_storage_proof.py::{name}")),
     ],
-    "efacheck/stack_probe.py": ["tests/efacheck/test_stack_probe.py", "tests/efacheck/test_stack_probe_branches.py"],
+    "efacheck/stack_probe.py": ["tests/efacheck/test_stack_probe.py", "tests/efacheck/test_stack_probe_cases.py"],
     "efacheck/worker_pods.py": ["tests/efacheck/test_worker_pods.py"],
     "efacheck/node_check.py": ["tests/efacheck/test_node_check.py"],
-    "components/values.py": ["tests/components/test_values.py", "tests/components/test_values_branches.py"],
+    "components/values.py": ["tests/components/test_values.py", "tests/components/test_values_cases.py"],
     "components/config_fields.py": ["tests/components/test_config_fields.py", "tests/components/test_config.py"],
     "components/config.py": [
-        "tests/components/test_config.py", "tests/components/test_config_branches.py",
+        "tests/components/test_config.py", "tests/components/test_config_rules.py",
         "tests/components/test_values.py",
     ],
     "tools/preflight.py": [
         "tests/tools/test_preflight_branches.py", "tests/tools/test_preflight_quota.py",
         "tests/tools/test_preflight_args.py",
     ],
-    "components/capacity.py": ["tests/components/test_capacity_branches.py"],
-    "components/cost.py": ["tests/components/test_cost_branches.py"],
+    "components/capacity.py": ["tests/components/test_capacity_cases.py"],
+    "components/cost.py": ["tests/components/test_cost_cases.py"],
     "tools/aws_rules.py": ["tests/tools/test_aws_rules_branches.py"],
-    "tools/security_rules.py": ["tests/tools/test_security_rules_branches.py"],
+    "tools/security_rules.py": ["tests/tools/test_security_rules_branches.py", "tests/tools/test_rules_unknowns.py"],
     "tools/layout.py": ["tests/tools/test_layout_branches.py"],
     "tools/layout_node_groups.py": ["tests/tools/test_layout_branches.py"],
     "tools/layout_pods.py": ["tests/tools/test_layout_branches.py"],

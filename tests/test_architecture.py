@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from ray_efa_eks.components.efa_check import check_files
-from ray_efa_eks.tools.command import SUBCOMMANDS, _positionals_last, main
+from ray_efa_eks.tools.command import SUBCOMMANDS, main
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("components", "efacheck", "training", "tools")
@@ -386,9 +386,29 @@ def test_command_usage_errors_are_64(capsys):
     assert "ray-efa-eks plan" in capsys.readouterr().err
 
 
-def test_diff_takes_options_before_or_after_the_ref():
-    assert _positionals_last(["--stack", "prod", "origin/main"], "--diff") == ["--stack", "prod", "--diff", "origin/main"]
-    assert _positionals_last(["a.json", "b.json", "--json"], "--diff") == ["--json", "--diff", "a.json", "b.json"]
+@pytest.mark.parametrize("argv, plan_gets", [
+    (["--stack", "prod", "origin/main"], ["--stack", "prod", "--diff", "origin/main"]),
+    (["origin/main", "--stack", "prod"], ["--stack", "prod", "--diff", "origin/main"]),  # a value stays with its option
+    (["a.json", "b.json", "--json"], ["--json", "--diff", "a.json", "b.json"]),
+    (["--json"], ["--json", "--diff"]),  # no ref: the flag alone (plan names what is missing)
+    (["--", "main"], ["--diff", "main"]),
+    (["--stack"], ["--stack", "--diff"]),  # an option without its value is plan's to refuse
+])
+def test_diff_takes_options_before_or_after_the_ref(monkeypatch, argv, plan_gets):
+    from ray_efa_eks.tools import plan
+
+    got = []
+    monkeypatch.setattr(plan, "main", lambda a, prog=None: got.append((a, prog)) or 0)
+    assert main(["diff", *argv]) == 0
+    assert got == [(plan_gets, "ray-efa-eks diff")]
+
+
+def test_diff_refuses_an_option_after_the_double_dash(monkeypatch, capsys):
+    from ray_efa_eks.tools import plan
+
+    monkeypatch.setattr(plan, "main", lambda a, prog=None: pytest.fail("plan must not run"))
+    assert main(["diff", "--", "--stack"]) == 64
+    assert "'--stack' is not a git ref or a saved plan" in capsys.readouterr().err
 
 
 def _module_imports(pkg: str, path: Path) -> set[str]:

@@ -97,7 +97,7 @@ def test_nccl_verdict_decides_binary_on_the_first_chunk(tmp_path, monkeypatch):
     assert sum(read) <= 2 * nccl_log.HEAD_BYTES, sum(read)
 
 
-def test_nccl_verdict_stops_reading_stdin_at_the_limit(monkeypatch):
+def test_nccl_verdict_stops_reading_stdin_at_the_limit(monkeypatch, capsys):
     monkeypatch.setattr(nccl_log, "MAX_LOG_BYTES", 3 << 20)
 
     class Endless(io.RawIOBase):
@@ -109,8 +109,11 @@ def test_nccl_verdict_stops_reading_stdin_at_the_limit(monkeypatch):
             return len(b)
 
     monkeypatch.setattr(nccl_log.sys, "stdin", io.TextIOWrapper(io.BufferedReader(Endless())))
-    with pytest.raises(OSError, match="GiB"):
-        nccl_log._read_input("-")
+    from ray_efa_eks.tools import command
+
+    assert command.main(["nccl-verdict", "-"]) == nccl_log.EXIT["unreadable"]
+    err = capsys.readouterr().err
+    assert "unreadable input" in err and "GiB" in err and "Traceback" not in err, err
 
 
 # -- through the real entry point -------------------------------------------------------------------------------

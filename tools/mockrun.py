@@ -108,7 +108,8 @@ class Recorded:
     provider: str | None
     urn: str = ""
     options: dict[str, Any] = field(default_factory=dict)
-    """Resource options the engine would see: retain_on_delete, protect, dependencies."""
+    """Resource options the engine would see: retain_on_delete, protect, dependencies; custom_timeouts (create,
+    update) and delete_before_replace where the program set them."""
     transforms: list[Any] = field(default_factory=list)
     """Transforms declared on this resource (the mock engine does not run them; tests call them)."""
 
@@ -162,7 +163,7 @@ _IN_REGISTRATION = threading.local()
 _SDK_DESERIALIZE_RESOURCE = _rpc.deserialize_resource
 
 
-def _resource_ref(ref_struct, keep_unknowns=None):  # noqa: ANN001 - the SDK's signature
+def resource_ref(ref_struct, keep_unknowns=None):  # noqa: ANN001 - the SDK's signature
     """The SDK's deserializer everywhere but inside a mock registration, where it makes a ResourceRef."""
     if not getattr(_IN_REGISTRATION, "active", False):
         return _SDK_DESERIALIZE_RESOURCE(ref_struct, keep_unknowns)
@@ -183,7 +184,7 @@ class HookRefused(Exception):
         super().__init__(f"before_update hook {hook!r} refused the update of {resource}: {error}")
 
 
-class _ParentAwareMonitor(MockMonitor):
+class ParentAwareMonitor(MockMonitor):
     """MockMonitor that tells the mocks each registration's parent URN and own URN, and keeps the resource hooks
     the program registers (name -> callback token, on_dry_run)."""
 
@@ -206,6 +207,10 @@ class _ParentAwareMonitor(MockMonitor):
                    "dependencies": list(request.dependencies)}
         if request.HasField("hooks") and request.hooks.before_update:
             options["before_update"] = list(request.hooks.before_update)
+        if request.HasField("customTimeouts"):
+            options["custom_timeouts"] = (request.customTimeouts.create, request.customTimeouts.update)
+        if request.deleteBeforeReplace:
+            options["delete_before_replace"] = True
         self._local.current = (request.parent or None, self.make_urn(request.parent, request.type, request.name),
                                options)
         _IN_REGISTRATION.active = True  # resource refs in these inputs stay refs (see ResourceRef)
@@ -233,7 +238,7 @@ class RecordingMocks(pulumi.runtime.Mocks):
         self.region = region
         self.offerings = offerings
         """Override: region -> AZs that offer every type; None: EC2's offerings per type (``tools/offerings.json``)."""
-        self.monitor: _ParentAwareMonitor | None = None
+        self.monitor: ParentAwareMonitor | None = None
         self.caller_arn = caller_arn
         self.strict = strict
         """Refuse, at the resource, what the real AWS APIs refuse (tools/aws_rules.py)."""
@@ -432,11 +437,11 @@ def run_program(
     loop.set_exception_handler(_quiet_refusals)
     asyncio.set_event_loop(loop)  # no future may outlive its run
     _settings.ROOT.set(None)
-    _rpc.deserialize_resource = _resource_ref  # idempotent; a no-op outside mock registrations
+    _rpc.deserialize_resource = resource_ref  # idempotent; a no-op outside mock registrations
     pulumi.runtime.set_all_config(all_config)
     mocks = RecordingMocks(run, region, offerings, caller_arn=caller_arn, strict=strict, account=account,
                            previous=previous)
-    mocks.monitor = _ParentAwareMonitor(mocks)
+    mocks.monitor = ParentAwareMonitor(mocks)
     pulumi.runtime.set_mocks(mocks, project="ray-efa-eks", stack=stack, preview=False, monitor=mocks.monitor)
 
     from pulumi.runtime.stack import run_pulumi_func

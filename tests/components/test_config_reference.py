@@ -231,7 +231,10 @@ def test_the_page_shows_every_key_with_its_live_change():
         if k["name"] in config_schema.NOT_IN_PROJECT_CONFIG:
             continue
         row = next(ln for ln in page.splitlines() if ln.startswith(f"| `{k['name']}` |"))
-        assert config_schema._live(k["live"]).replace("|", "/") in row, k["name"]
+        for e in k["live"].effects:  # each effect's label, bold where it disrupts
+            label = EFFECTS[e][0]
+            assert (f"**{label}**" if e in config_schema.DISRUPTIVE else label) in row, (k["name"], e)
+        assert (k["live"].note or "").replace("|", "/") in row, k["name"]
     for label, _ in EFFECTS.values():
         assert label in page
 

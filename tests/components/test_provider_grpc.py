@@ -69,7 +69,7 @@ class FakeEngine(engine_pb2_grpc.EngineServicer):
         return engine_pb2.SetRootResourceResponse()
 
 
-class _Monitor(mockrun._ParentAwareMonitor):
+class _Monitor(mockrun.ParentAwareMonitor):
     """mockrun's parent-aware MockMonitor, with URNs of the consuming stack (not this process's settings)."""
 
     def make_urn(self, parent: str, type_: str, name: str) -> str:
@@ -180,7 +180,7 @@ def input_errors(err: grpc.RpcError) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def plugin():
     engine, monitor = FakeEngine(), FakeMonitor()
-    rpc.deserialize_resource = mockrun._resource_ref  # refs in registrations stay URNs (as in run_program)
+    rpc.deserialize_resource = mockrun.resource_ref  # refs in registrations stay URNs (as in run_program)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
     engine_pb2_grpc.add_EngineServicer_to_server(engine, server)
     resource_pb2_grpc.add_ResourceMonitorServicer_to_server(monitor, server)

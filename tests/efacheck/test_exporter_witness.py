@@ -103,24 +103,31 @@ def test_an_exporter_without_the_devices_mount_is_unreadable_not_zero(tmp_path: 
 
 
 def test_the_gates_witness_reads_the_exporter_and_judges_the_moved_bytes(node) -> None:
-    """The gate's own rank method (efacheck/ranks.py) and judgement (efacheck/verdict.py): counters read before and
-    after the sweep, through the exporter."""
-    from ray_efa_eks.efacheck import ranks, verdict
+    """The gate's judgement (``verdict.judge``) of counters read before and after the sweep as each rank reads them
+    (``efa_counters.read_view``: the exporter first), with a two-node EFA log."""
+    from ray_efa_eks.efacheck import verdict
 
     sysfs, url = node
-    data = {"iters": 5, "world": 8, "nodes": 2}
-    sweep = [{"collective": "all_reduce", "bytes": 300 * 10**6}]  # x 6 calls x 2*7/8 = 3.15 GB per node
-    before = ranks._Rank().counters()
+    log = (Path(__file__).parents[1] / "fixtures/nccl-logs/real_efa_g7e_slurm_nccl2292_ofi1180_2node.log").read_bytes()
+    rows = [{"collective": "all_reduce", "bytes": 300 * 10**6, "time_s": 0.1}]  # x 6 calls x 2*7/8 = 3.15 GB a node
+    data = {"iters": 5, "world": 8, "nodes": 2,
+            "outs": [{"rank": r, "results": rows, "logs": {"a": log} if r == 0 else {}, "probe": {}} for r in range(8)]}
+
+    def rank_reads() -> dict:
+        return {"host": NODE, **efa_counters.read_view()}
+    before = rank_reads()
     assert before["view"] == "exporter" and before["root"] == url and before["unreadable"] is None
     write_counter(sysfs, "rdmap0s30", "tx_bytes", 13 * GB)
     write_counter(sysfs, "rdmap0s30", "rx_bytes", 23 * GB)
-    after = ranks._Rank().counters()
-    ok, reasons = verdict._counter_witness({**data, "counters": {"before": [before], "after": [after]}}, sweep, "efa")
-    assert ok is True and "EFA moved 3.000 GB = 95%" in reasons[0], reasons
+    after = rank_reads()
+    r = verdict.judge({**data, "counters": {"before": [before], "after": [after]}}, "nccl", None)
+    assert (r["verdict"], r["witness"]["counters"]) == ("efa", "moved")
+    assert "EFA moved 3.000 GB = 95%" in r["witness"]["reasons"][0], r["witness"]
     # the same run with the counters standing still: the log says efa, the hardware says otherwise
-    still = ranks._Rank().counters()
-    ok, reasons = verdict._counter_witness({**data, "counters": {"before": [after], "after": [still]}}, sweep, "efa")
-    assert ok is False and reasons[0].startswith("EFA loaded, traffic went elsewhere"), reasons
+    still = rank_reads()
+    r = verdict.judge({**data, "counters": {"before": [after], "after": [still]}}, "nccl", None)
+    assert (r["verdict"], r["code"], r["witness"]["counters"]) == ("fallback", 1, "flat")
+    assert r["witness"]["reasons"][0].startswith("EFA loaded, traffic went elsewhere"), r["witness"]
 
 
 def test_a_runs_fabric_capture_reads_the_exporter(node, tmp_path: Path) -> None:
@@ -130,5 +137,15 @@ def test_a_runs_fabric_capture_reads_the_exporter(node, tmp_path: Path) -> None:
     probe = fabric.Probe("nccl", rank=0, local_rank=0, log_dir=str(tmp_path / "logs"), environ={})
     assert probe.counters_before["rdmap0s30"]["tx_bytes"] == 10 * GB
     write_counter(sysfs, "rdmap0s30", "tx_bytes", 12 * GB)
-    delta = probe._payload(final=True)["counters"]
+    sent = []
+
+    class Dist:  # torch.distributed as a one-rank job: what the rank sends to rank 0 is kept
+        def get_world_size(self):
+            return 1
+
+        def gather_object(self, payload, gathered, dst):
+            sent.append(payload)
+            gathered[0] = payload
+    probe.judge(Dist(), final=True)
+    delta = sent[0]["counters"]
     assert delta["rdmap0s30"]["tx_bytes"] == 2 * GB and delta["rdmap0s30"]["rx_bytes"] == 0

@@ -322,23 +322,9 @@ def test_a_check_that_overruns_its_budget_is_stopped_and_exits_2(cluster, sleepe
 
 def _job_with_options(config: dict | None = None) -> tuple[dict, dict]:
     """The Job's inputs and the options the engine would get (custom timeouts, delete-before-replace)."""
-    from ray_efa_eks.tools import mockrun
-
-    seen: dict[str, object] = {}
-    orig = mockrun._ParentAwareMonitor.RegisterResource
-
-    def spy(self, request):  # noqa: ANN001
-        if request.type == "kubernetes:batch/v1:Job":
-            seen["timeouts"] = (request.customTimeouts.create, request.customTimeouts.update)
-            seen["delete_before_replace"] = request.deleteBeforeReplace
-        return orig(self, request)
-
-    mockrun._ParentAwareMonitor.RegisterResource = spy
-    try:
-        job = run_program(config).one("kubernetes:batch/v1:Job")
-    finally:
-        mockrun._ParentAwareMonitor.RegisterResource = orig
-    return job.inputs, seen
+    job = run_program(config).one("kubernetes:batch/v1:Job")
+    return job.inputs, {"timeouts": job.options.get("custom_timeouts"),
+                        "delete_before_replace": job.options.get("delete_before_replace", False)}
 
 
 def _secs(go_duration: str) -> int:

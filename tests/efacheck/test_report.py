@@ -68,7 +68,7 @@ def test_png_draws_a_line_per_collective_and_the_line_rate(tmp_path: Path) -> No
     png = tmp_path / "p.png"
     report.plot(str(png), rows(0.1), rows(0.05), efa_gbps=40.0)
     pixels = _pixels(png)
-    for hexc in report._COLOURS.values():
+    for hexc in ("#1f77b4", "#d62728", "#2ca02c"):  # all_reduce, all_gather, reduce_scatter: matplotlib's tab10
         assert pixels.get(tuple(int(hexc[i:i + 2], 16) for i in (1, 3, 5)), 0) > 600
     report.plot(str(png), rows(0.1), rows(0.05), efa_gbps=None)
     # the dashed line across both panels (not only its legend entry) goes with the line rate; dark = antialiased black

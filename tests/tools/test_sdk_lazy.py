@@ -47,11 +47,28 @@ def test_lazy_names_are_the_packages_own() -> None:
     assert r.returncode == 0 and r.stdout.startswith("ok"), r.stdout + r.stderr
 
 
-def test_candidates_follow_the_generated_layout() -> None:
-    from ray_efa_eks.tools.sdk_lazy import _candidates
+LAYOUT = textwrap.dedent('''
+    import sys
+    from ray_efa_eks.tools import sdk_lazy
+    sdk_lazy.install()
+    import pulumi_aws as aws, pulumi_kubernetes as k8s
+    cases = [(aws.ec2, "LaunchTemplate", "pulumi_aws.ec2.launch_template"),
+             (aws.ec2, "get_subnets_output", "pulumi_aws.ec2.get_subnets"),
+             (aws.ec2, "AwaitableGetVpcResult", "pulumi_aws.ec2.get_vpc"),
+             (aws.s3, "BucketV2Args", "pulumi_aws.s3.bucket_v2"),
+             (k8s.core.v1, "PodSpecArgs", "pulumi_kubernetes.core.v1._inputs")]
+    wrong = []
+    for pkg, name, module in cases:
+        before = module in sys.modules
+        getattr(pkg, name)
+        if before or module not in sys.modules:
+            wrong.append((name, module, before))
+    print("ok" if not wrong else wrong)
+''')
 
-    assert _candidates("LaunchTemplate")[:2] == ["LaunchTemplate", "launch_template"]
-    assert _candidates("get_subnets_output")[0] == "get_subnets"
-    assert _candidates("AwaitableGetSubnetsResult")[1] == "get_subnets"
-    assert _candidates("BucketV2Args")[1] == "bucket_v2"
-    assert _candidates("PodSpecArgs")[-2:] == ["_inputs", "_enums"]
+
+def test_a_name_loads_the_module_of_the_generated_layout_that_defines_it() -> None:
+    """``X``/``XArgs`` from ``x.py``, ``get_x_output`` and ``AwaitableGetXResult`` from ``get_x.py``, a nested
+    ``...Args`` from ``_inputs.py``: each name imports its own module and no earlier."""
+    r = subprocess.run([sys.executable, "-c", LAYOUT], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr

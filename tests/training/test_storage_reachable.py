@@ -259,6 +259,13 @@ def test_storage_uri_grammar_edges():
     assert uri_problem("s3://my-bucket/ray-train?endpoint_override=h:1", "--storage-path") is None
 
 
-def test_credential_source_never_fails_a_message(monkeypatch):
-    monkeypatch.setattr(storage_check, "_session_and_client", lambda value, environ: 1 / 0)
-    assert storage_check._credential_source(f"s3://{BUCKET}/x", {}) == "unknown"
+@pytest.mark.parametrize("status, code", [(403, "AccessDenied"), (400, "InvalidRequest")])
+def test_credentials_that_cannot_be_named_never_fail_the_message(monkeypatch, status, code):
+    import boto3
+
+    monkeypatch.setattr(storage_check, "_s3_calls", lambda value, environ: (_ for _ in ()).throw(
+        _client_error("PutObject", status, code)))
+    monkeypatch.setattr(boto3.session.Session, "get_credentials", lambda self: 1 / 0)
+    with pytest.raises(storage_check.StorageError) as e:
+        storage_check.check(f"s3://{BUCKET}/x", "--storage-path", {"AWS_REGION": "us-east-1"})
+    assert e.value.code == 73 and "credentials: unknown)" in str(e.value), str(e.value)

@@ -92,8 +92,8 @@ def test_reservation_ids_of_8_or_17_hex_digits_are_taken(mode, rid):
                                  GROUP.replace("resource-groups", "ec2"), GROUP + "/x y"])
 def test_anything_else_is_not_a_target(rid):
     arg, fix = _fix(cap.target_problem(cap.RESERVATION, rid), value=rid)
-    assert arg == "reservation" and fix == ("must be a reservation id (cr- + 8 or 17 hex digits) or a resource group "
-                                            "ARN (arn:aws:resource-groups:REGION:ACCOUNT:group/NAME)")
+    assert arg == "reservation" and fix.startswith("must be a reservation id (cr- + 8 or 17 hex digits) or a resource")
+    assert "(arn:aws:resource-groups:REGION:ACCOUNT:group/NAME)" in fix
 
 
 @pytest.mark.parametrize("arn", [GROUP, "arn:aws-us-gov:resource-groups:us-gov-west-1:123456789012:group/a.b_c-d",
@@ -101,9 +101,8 @@ def test_anything_else_is_not_a_target(rid):
 def test_a_resource_group_serves_an_odcr_never_a_capacity_block(arn):
     assert cap.target_problem(cap.RESERVATION, arn) is None
     arg, fix = _fix(cap.target_problem(cap.CAPACITY_BLOCK, arn), value=arn)
-    assert arg == "reservation" and fix == ("a Capacity Block is targeted by its own id (cr-...), not a resource "
-                                            "group; aws ec2 describe-capacity-reservations --filters "
-                                            "Name=reservation-type,Values=capacity-block lists them")
+    assert arg == "reservation" and fix.startswith("a Capacity Block is targeted by its own id (cr-...)")
+    assert "aws ec2 describe-capacity-reservations --filters Name=reservation-type,Values=capacity-block" in fix
 
 
 def test_a_group_name_longer_than_300_or_an_account_not_12_digits_is_no_group():
@@ -162,8 +161,8 @@ def test_a_capacity_block_of_a_type_ec2_sells_no_blocks_of_is_refused_naming_tho
     assert G6.capacity_blocks is False and P5.capacity_blocks is True
     arg, fix = _fix(cap.config_problem(cap.CAPACITY_BLOCK, ID17, G6, "us-east-1a", "us-east-1"), value="capacity-block")
     sold = sorted(n for n, t in CATALOGUE.items() if t.capacity_blocks)
-    assert arg == "mode" and fix == (f"EC2 sells no Capacity Blocks of g6.12xlarge; use one of {', '.join(sold)}, "
-                                     "or mode reservation/on-demand")
+    assert arg == "mode" and fix.startswith("EC2 sells no Capacity Blocks of g6.12xlarge; use one of ")
+    assert ", ".join(sold) in fix and "or mode reservation/on-demand" in fix
     assert cap.config_problem(cap.CAPACITY_BLOCK, ID17, P5, "us-east-1a", "us-east-1") is None
     assert cap.config_problem(cap.RESERVATION, ID17, G6, "us-east-1a", "us-east-1") is None  # an ODCR of any type
 
@@ -172,14 +171,13 @@ def test_a_capacity_block_of_a_type_ec2_sells_no_blocks_of_is_refused_naming_tho
 def test_a_reservation_needs_its_az(mode, itype):
     problem = cap.config_problem(mode, ID17, itype, None, "us-east-1")
     assert problem.arg == "availability_zone" and problem.value is None
-    assert str(problem) == (f"availability_zone is not set: mode {mode} needs the reservation's AZ here (a reservation "
-                            "lives in one AZ); `ray-efa-eks preflight --capacity-reservation-id ID` prints it")
+    assert str(problem).startswith(f"availability_zone is not set: mode {mode} needs the reservation's AZ")
+    assert "`ray-efa-eks preflight --capacity-reservation-id ID` prints it" in str(problem)
 
 
 def test_a_resource_group_of_another_region_is_refused():
     arg, fix = _fix(cap.config_problem(cap.RESERVATION, GROUP, G6, "eu-west-1a", "eu-west-1"), value=GROUP)
-    assert (arg, fix) == ("reservation", "the resource group is in us-east-1, the stack in eu-west-1; use a group of "
-                                         "eu-west-1")
+    assert arg == "reservation" and "the resource group is in us-east-1, the stack in eu-west-1" in fix
     assert cap.config_problem(cap.RESERVATION, GROUP, G6, "us-east-1a", "us-east-1") is None
 
 
@@ -202,15 +200,15 @@ def test_a_block_that_fits_has_no_problem_and_unknown_fields_are_not_judged():
 def test_a_payment_failed_block_never_starts():
     arg, fix = _fix(cap.block_problem(_block(state="payment-failed"), "p5.48xlarge", "us-east-1a", 2),
                     {"mode": "gpuCapacity"}, value=ID17)
-    assert arg == "reservation" and fix == ("the Capacity Block is payment-failed: EC2 never starts it, so its nodes "
-                                            "would never launch; buy a new block or set gpuCapacity: on-demand")
+    assert arg == "reservation" and fix.startswith("the Capacity Block is payment-failed: EC2 never starts it")
+    assert fix.endswith("buy a new block or set gpuCapacity: on-demand")  # the stack's key names the mode
 
 
 @pytest.mark.parametrize("state", [s for s in cap.DEAD_BLOCK_STATES if s != "payment-failed"])
 def test_a_dead_block_is_refused_with_its_state_and_end(state):
     arg, fix = _fix(cap.block_problem(_block(state=state), "p5.48xlarge", "us-east-1a", 2), value=ID17)
-    assert arg == "reservation" and fix == (f"the Capacity Block is {state} (ended 2026-12-21T11:30:00Z); buy a new "
-                                            "block or set mode: on-demand")
+    assert arg == "reservation" and f"the Capacity Block is {state} (ended 2026-12-21T11:30:00Z)" in fix
+    assert fix.endswith("set mode: on-demand")
 
 
 def test_a_block_elsewhere_of_another_type_or_too_small_names_the_argument():
@@ -255,9 +253,9 @@ def test_an_odcr_must_be_launched_into_the_placement_group_it_was_made_in():
     for given in (None, "other-pg"):
         problem = cap.reservation_problem(ID17, in_group, "g6.12xlarge", "us-east-1b", 2, given)
         assert (problem.arg, problem.value) == ("placement_group", given)
-        assert problem.fix == "set placement_group: efa-pg (the reservation was made in that cluster placement group)"
+        assert problem.fix.startswith("set placement_group: efa-pg (")
     problem = cap.reservation_problem(ID17, _odcr(), "g6.12xlarge", "us-east-1b", 2, "efa-pg")
-    assert problem.fix == "remove placement_group: the reservation is in no placement group"
+    assert problem.fix.startswith("remove placement_group: ")
 
 
 def test_the_placement_group_is_all_of_the_arn_after_placement_group():
@@ -265,7 +263,7 @@ def test_the_placement_group_is_all_of_the_arn_after_placement_group():
     in_group = _odcr(placement_group_arn="arn:aws:ec2:us-east-1:123456789012:placement-group/team/efa-pg")
     problem = cap.reservation_problem(ID17, in_group, "g6.12xlarge", "us-east-1b", 2, "efa-pg")
     assert (problem.arg, problem.value) == ("placement_group", "efa-pg")
-    assert problem.fix == "set placement_group: team/efa-pg (the reservation was made in that cluster placement group)"
+    assert problem.fix.startswith("set placement_group: team/efa-pg (")
 
 
 # --- read_capacity_block: EC2's answer through the provider's invoke, empty strings as unknown

@@ -1,7 +1,8 @@
-"""Every condition of the storage proof reached and its outcome asserted, in process and fast: the
-credential sources, the agent GET against a real loopback HTTP server, each likely cause, the filesystem Ray Train
-resolves (and pyarrow's own when Ray has no Train v2), and each step of ``prove`` failing on a local filesystem
-that lies in exactly one way. test_storage_proof.py rehearses the whole proof against an S3 emulator in a
+"""Every condition of the storage proof reached through its public functions (``credential_source``, ``prove``,
+``likely_causes``, ``summary``) and its outcome asserted, in process and fast: the credential sources, the agent
+asked over a real loopback HTTP server, each likely cause, the filesystem Ray Train resolves (and pyarrow's own when
+Ray has no Train v2), and each step of ``prove`` failing on a filesystem that lies in exactly one way (handed in
+where Ray and pyarrow resolve one: ``pyarrow.fs.FileSystem.from_uri``). test_storage_proof.py rehearses the whole proof against an S3 emulator in a
 subprocess (not measured by coverage)."""
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ def test_other_credential_sources_are_named_not_checked(env, source):
     assert sp.credential_source(env, fetch=lambda *a: (500, "")) == {"source": source, "ok": None}
 
 
-# --- _fetch against a real HTTP server ----------------------------------------------------------------------------
+# --- the agent asked over a real HTTP server ----------------------------------------------------------------------------
 
 class _Agent(http.server.BaseHTTPRequestHandler):
     def do_GET(self):  # noqa: N802 - http.server's name
@@ -107,25 +108,41 @@ def agent():
     srv.server_close()
 
 
-def test_fetch_sends_the_token_and_returns_status_and_body(agent):
-    assert sp._fetch(agent, "good", 5) == (200, CREDS)
-    status, body = sp._fetch(agent, "bad", 5)
-    assert status == 400 and "AccessDeniedException" in body
-    status, body = sp._fetch(agent, "silent", 5)  # no body: the HTTPError's own words
-    assert status == 403 and "403" in body
+def _asking(tmp_path: Path, uri: str, token: str) -> dict[str, str]:
+    """A Pod Identity environment whose agent is ``uri`` and whose token is ``token``."""
+    env = _pod_identity_env(tmp_path, token=token)
+    env["AWS_CONTAINER_CREDENTIALS_FULL_URI"] = uri
+    return env
 
 
-def test_fetch_unreachable_or_malformed_is_status_zero_with_the_reason():
+def _closed_port() -> int:
     import socket
 
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()  # nothing listens there now
-    status, body = sp._fetch(f"http://127.0.0.1:{port}/", "t", 2)
-    assert status == 0 and body.startswith("URLError: ") and "refused" in body.lower()
-    status, body = sp._fetch("not a url", "t", 2)
-    assert status == 0 and body.startswith("ValueError: ") and "not a url" in body
+    return port
+
+
+@pytest.mark.parametrize("token, ok, status, error", [
+    ("good", True, 200, None),
+    ("bad", False, 400, '{"code":"AccessDeniedException","message":"trust policy"}'),
+    ("silent", False, 403, "HTTP Error 403: Forbidden"),  # no body: the HTTPError's own words
+])
+def test_the_agent_is_asked_with_the_token_and_its_status_and_words_are_kept(agent, tmp_path, token, ok, status,
+                                                                               error):
+    r = sp.credential_source(_asking(tmp_path, agent, token))
+    assert r == {"source": "pod_identity", "ok": ok, "status": status, **({"error": error} if error else {})}
+
+
+def test_an_unreachable_or_malformed_agent_uri_is_status_zero_with_the_reason(tmp_path):
+    r = sp.credential_source(_asking(tmp_path, f"http://127.0.0.1:{_closed_port()}/", "t"), timeout_s=2)
+    assert (r["ok"], r["status"], r["error"]) == (False, 0, "URLError: [Errno 111] Connection refused")
+    r = sp.credential_source(_asking(tmp_path, "not a url", "t"), timeout_s=2)
+    assert r["status"] == 0 and r["error"].startswith("ValueError: ") and "not a url" in r["error"]
+    r = sp.prove(str(tmp_path), env=_asking(tmp_path, "not a url", "t"))
+    assert r["step"] == "credentials" and r["error"].startswith("EKS Pod Identity agent unreachable: ValueError: ")
 
 
 def test_credential_source_uses_the_real_fetch_by_default(agent, tmp_path):
@@ -195,17 +212,34 @@ def test_a_pod_identity_agent_that_never_answered_is_not_a_trust_policy_refusal(
     assert sp.likely_causes(creds["error"], creds) == want
 
 
-# --- _filesystem --------------------------------------------------------------------------------------------------
+# --- the filesystem Ray Train resolves ------------------------------------------------------------------------
 
-def test_filesystem_is_ray_trains_and_pyarrows_when_ray_has_no_train_v2(monkeypatch, tmp_path):
+def test_prove_uses_ray_trains_filesystem_and_pyarrows_when_ray_has_no_train_v2(monkeypatch, tmp_path):
     from ray.train.v2._internal.execution import storage
 
     seen = []
-    monkeypatch.setattr(storage, "get_fs_and_path", lambda p: seen.append(p) or ("ray's", p))
-    assert sp._filesystem(str(tmp_path)) == ("ray's", str(tmp_path)) and seen == [str(tmp_path)]
+    real = storage.get_fs_and_path
+    monkeypatch.setattr(storage, "get_fs_and_path", lambda p: seen.append(p) or real(p))
+    assert sp.prove(str(tmp_path), env={})["ok"] is True and seen == [str(tmp_path)]
     monkeypatch.setitem(sys.modules, "ray.train.v2._internal.execution.storage", None)  # import fails
-    fs, path = sp._filesystem(str(tmp_path))
-    assert isinstance(fs, pyarrow.fs.LocalFileSystem) and path == str(tmp_path) and len(seen) == 1
+    r = sp.prove(str(tmp_path), env={})
+    assert r["ok"] is True and r["filesystem"] == "local" and len(seen) == 1
+
+
+class _Resolving:
+    """``pyarrow.fs.FileSystem`` as Ray Train and pyarrow call it: ``from_uri`` hands out ``fs`` (or raises)."""
+
+    def __init__(self, fs=None, raises: Exception | None = None):
+        self.fs, self.raises = fs, raises
+
+    def from_uri(self, uri):
+        if self.raises:
+            raise self.raises
+        return self.fs, uri
+
+
+def _resolves(monkeypatch, fs=None, raises: Exception | None = None) -> None:
+    monkeypatch.setattr(pyarrow.fs, "FileSystem", _Resolving(fs, raises))
 
 
 # --- prove --------------------------------------------------------------------------------------------------------
@@ -308,7 +342,7 @@ class _Lying:
     ("undeletable", "delete", "still exists after delete_file", "unknown"),
 ])
 def test_prove_fails_at_the_step_that_lied(monkeypatch, tmp_path, how, step, error, cause):
-    monkeypatch.setattr(sp, "_filesystem", lambda p: (_Lying(how), p))
+    _resolves(monkeypatch, _Lying(how))
     r = sp.prove(str(tmp_path), env={})
     assert r["ok"] is False and r["step"] == step and error in r["error"] and r["causes"] == [cause]
     assert r["filesystem"] == "local" and r["steps"][-1] == {"step": step, "ok": False}
@@ -320,7 +354,7 @@ def test_prove_fails_at_the_step_that_lied(monkeypatch, tmp_path, how, step, err
 def test_prove_listing_error_counts_entries(monkeypatch, tmp_path):
     (tmp_path / sp.PROOF_DIR).mkdir()
     (tmp_path / sp.PROOF_DIR / "other.txt").write_text("x")
-    monkeypatch.setattr(sp, "_filesystem", lambda p: (_Lying("unlisted"), p))
+    _resolves(monkeypatch, _Lying("unlisted"))
     r = sp.prove(str(tmp_path), env={})
     assert r["error"].endswith(f"{tmp_path}/{sp.PROOF_DIR} (1 entries)")
 
@@ -329,16 +363,14 @@ def test_prove_reports_the_aws_error_of_the_step_that_raised(monkeypatch, tmp_pa
     class Refusing(_Lying):
         def open_output_stream(self, p):
             raise OSError("When initiating multiple part upload: AWS Error ACCESS_DENIED during CreateMultipartUpload")
-    monkeypatch.setattr(sp, "_filesystem", lambda p: (Refusing("none"), p))
+    _resolves(monkeypatch, Refusing("none"))
     r = sp.prove(str(tmp_path), env={"AWS_ACCESS_KEY_ID": "AKIA"})
     assert r["ok"] is False and r["step"] == "write" and r["causes"] == ["bucket_policy", "credential_chain"]
     assert r["error"] == ("OSError: When initiating multiple part upload: AWS Error ACCESS_DENIED during "
                           "CreateMultipartUpload")
     assert r["hints"] == [sp.CAUSES["bucket_policy"], sp.CAUSES["credential_chain"]]
 
-    def resolve_fails(p):
-        raise ValueError("x" * 3000)
-    monkeypatch.setattr(sp, "_filesystem", resolve_fails)
+    _resolves(monkeypatch, raises=ValueError("x" * 3000))
     r = sp.prove("s3://b/p", env={})  # no credentials at all: the chain is the likely cause
     assert r["step"] == "resolve" and r["causes"] == ["credential_chain"] and len(r["error"]) == 2000
     assert r["error"].startswith("ValueError: xxx") and "filesystem" not in r
@@ -376,21 +408,22 @@ def test_prove_makes_the_folder_on_a_shared_filesystem_only(monkeypatch, tmp_pat
     """A local (NFS/EFS-mounted) storage path needs its folder, as Ray Train's StorageContext makes it; before the
     fix every such proof failed at write (FileNotFoundError). S3 keys need no folder: nothing is created there."""
     local = _Lying("none")
-    monkeypatch.setattr(sp, "_filesystem", lambda p: (local, p))
+    _resolves(monkeypatch, local)
     r = sp.prove(str(tmp_path / "new" / "deep"), env={})
     assert r["ok"] is True and local.made == [(f"{tmp_path}/new/deep/{sp.PROOF_DIR}", True)]
     s3 = _Lying("none", type_name="s3")
-    monkeypatch.setattr(sp, "_filesystem", lambda p: (s3, p))
+    _resolves(monkeypatch, s3)
     (tmp_path / sp.PROOF_DIR).mkdir()
     r = sp.prove(str(tmp_path), env={})
     assert r["ok"] is True and r["filesystem"] == "s3" and s3.made == []
 
 
-def test_step_times_are_milliseconds_to_a_tenth(monkeypatch):
-    monkeypatch.setattr(sp.time, "perf_counter", lambda: 3.25)
-    assert sp._ms(1.0) == 2250.0
-    monkeypatch.setattr(sp.time, "perf_counter", lambda: 1.00012)
-    assert sp._ms(1.0) == 0.1
+@pytest.mark.parametrize("start, end, ms", [(1.0, 3.25, 2250.0), (1.0, 1.00012, 0.1)])
+def test_step_times_are_milliseconds_to_a_tenth(monkeypatch, tmp_path, start, end, ms):
+    clock = iter([start, end] * 10)  # each step reads the clock at its start and its end
+    monkeypatch.setattr(sp.time, "perf_counter", lambda: next(clock))
+    r = sp.prove(str(tmp_path), env={})
+    assert r["ok"] is True and [s["ms"] for s in r["steps"]] == [ms] * 6
 
 
 def test_the_agent_is_given_5_seconds_by_default(tmp_path):
@@ -410,7 +443,7 @@ def test_the_proof_object_is_a_named_4_kib_payload_with_a_12_hex_suffix(monkeypa
         def open_output_stream(self, p):
             written.append(p)
             return real(self.fs, p)
-    monkeypatch.setattr(sp, "_filesystem", lambda p: (Recording("none"), p))
+    _resolves(monkeypatch, Recording("none"))
     r = sp.prove(str(tmp_path), env={})
     host = socket.gethostname()
     assert re.fullmatch(rf"{re.escape(str(tmp_path))}/\.efa-check/{re.escape(host)}-[0-9a-f]{{12}}\.bin", r["object"])
@@ -424,8 +457,8 @@ def test_the_proof_object_is_a_named_4_kib_payload_with_a_12_hex_suffix(monkeypa
 class _OddAgent(http.server.BaseHTTPRequestHandler):
     """An agent whose answers are not plain JSON: bodies larger than the bounded reads, bytes that are not UTF-8."""
 
-    BODIES = {"huge": (200, b"x" * 70000), "binary": (200, b"\xff\xfeAccessKeyId"),
-              "huge-refusal": (400, b"y" * 5000), "binary-refusal": (400, b"\xffdenied")}
+    BODIES = {"huge": (200, b"x" * 65536 + CREDS.encode()), "binary": (200, b"\xff\xfe" + CREDS.encode()),
+              "binary-refusal": (400, b"\xffdenied")}
 
     def do_GET(self):  # noqa: N802 - http.server's name
         code, body = self.BODIES[self.headers.get("Authorization")]
@@ -447,31 +480,25 @@ def odd_agent():
     srv.server_close()
 
 
-def test_fetch_reads_a_bounded_body_and_replaces_bytes_that_are_not_utf8(odd_agent):
-    assert sp._fetch(odd_agent, "huge", 5) == (200, "x" * 65536)  # at most 64 KiB of an answer
-    assert sp._fetch(odd_agent, "binary", 5) == (200, "\ufffd\ufffdAccessKeyId")
-    assert sp._fetch(odd_agent, "huge-refusal", 5) == (400, "y" * 4096)  # at most 4 KiB of a refusal
-    assert sp._fetch(odd_agent, "binary-refusal", 5) == (400, "\ufffddenied")
+@pytest.mark.parametrize("token, ok, status, error", [
+    ("huge", False, 200, "x" * 500),  # the credentials lie past the 64 KiB read: not handed out
+    ("binary", True, 200, None),  # bytes that are not UTF-8 are replaced, not a decoding error
+    ("binary-refusal", False, 400, "\ufffddenied"),
+])
+def test_the_agents_answer_is_read_bounded_and_bytes_that_are_not_utf8_are_replaced(odd_agent, tmp_path, token, ok,
+                                                                                      status, error):
+    r = sp.credential_source(_asking(tmp_path, odd_agent, token))
+    assert r == {"source": "pod_identity", "ok": ok, "status": status, **({"error": error} if error else {})}
 
 
-def test_fetch_from_an_agent_that_never_answers_times_out():
+def test_an_agent_that_never_answers_times_out(tmp_path):
     import socket
 
     with socket.socket() as s:  # accepts the connection (backlog) and never answers
         s.bind(("127.0.0.1", 0))
         s.listen(1)
-        status, body = sp._fetch(f"http://127.0.0.1:{s.getsockname()[1]}/", "t", 0.5)
-    assert (status, body) == (0, "TimeoutError: timed out")  # the gate's rank is not held by a silent agent
-
-
-def test_fetch_refused_names_the_reason_not_the_urlerror_wrapper():
-    import socket
-
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    assert sp._fetch(f"http://127.0.0.1:{port}/", "t", 2) == (0, "URLError: [Errno 111] Connection refused")
+        r = sp.credential_source(_asking(tmp_path, f"http://127.0.0.1:{s.getsockname()[1]}/", "t"), timeout_s=0.5)
+    assert (r["status"], r["error"]) == (0, "TimeoutError: timed out")  # the gate's rank is not held by it
 
 
 def test_an_unreadable_token_file_error_is_the_os_reason(tmp_path):
@@ -501,7 +528,7 @@ def test_prove_an_object_that_never_landed_is_missing_from_the_listing(monkeypat
     class Vanishing(_Lying):
         def open_output_stream(self, p):
             return pyarrow.BufferOutputStream()
-    monkeypatch.setattr(sp, "_filesystem", lambda p: (Vanishing("none", type_name="s3"), p))
+    _resolves(monkeypatch, Vanishing("none", type_name="s3"))
     r = sp.prove(str(tmp_path / "bucket"), env={})
     assert r["ok"] is False and r["step"] == "list" and r["causes"] == ["unknown"]
     assert r["error"] == f"{r['object']} is missing from the listing of {tmp_path}/bucket/{sp.PROOF_DIR} (0 entries)"

@@ -21,16 +21,26 @@ class Dist:
 
     def __init__(self, others: list[dict]):
         self.others = others
+        self.sent: list[dict] = []
+        """What this rank sent to rank 0 (its payload), one per judge call."""
 
     def get_world_size(self) -> int:
         return 1 + len(self.others)
 
     def gather_object(self, payload, gathered, dst):
+        self.sent.append(payload)
         if gathered is not None:  # only rank 0 (dst) passes a list
             gathered[:] = [payload] + self.others
 
     def broadcast_object_list(self, box, src):
         box[0] = dict(box[0] or {}, broadcast=True)
+
+
+def sent(probe: fabric.Probe, final: bool) -> dict:
+    """The payload ``probe`` sends to rank 0 when every rank calls ``judge`` (what the gather carries)."""
+    dist = Dist([])
+    probe.judge(dist, final=final)
+    return dist.sent[-1]
 
 
 def _probe(tmp_path, **kw) -> fabric.Probe:
@@ -65,19 +75,21 @@ def test_judge_broadcasts_and_a_disabled_probe_judges_nothing(tmp_path):
 def test_counters_are_read_once_per_node_and_their_delta_sent(tmp_path, monkeypatch):
     snaps = iter([{"efa_0": {"tx_bytes": 1, "rx_bytes": 1, "errors": {}}},
                   {"efa_0": {"tx_bytes": 5, "rx_bytes": 9, "errors": {}}}])
-    fake = SimpleNamespace(read_view=lambda: {"snapshot": next(snaps)},
-                           counter_delta=lambda b, a: {"efa_0": {"tx_bytes": 4, "rx_bytes": 8, "errors": {}}})
-    monkeypatch.setattr(fabric, "efa_counters", fake)
+    monkeypatch.setattr(fabric.efa_counters, "read_view", lambda: {"snapshot": next(snaps)})
     probe = fabric.Probe("nccl", 0, 0, str(tmp_path / "logs"), environ={})
     assert fabric.Probe("nccl", 1, 1, str(tmp_path / "logs"), environ={}).counters_before is None
-    assert probe._payload(final=True)["counters"] == {"efa_0": {"tx_bytes": 4, "rx_bytes": 8, "errors": {}}}
-    monkeypatch.setattr(fabric, "efa_counters", SimpleNamespace(read_counters=lambda: None))
-    assert probe._counters() is None and "counters" not in probe._payload(final=True)
+    assert sent(probe, final=True)["counters"] == {"efa_0": {"tx_bytes": 4, "rx_bytes": 8, "errors": {}}}
+    monkeypatch.delattr(fabric.efa_counters, "read_view")  # an efacheck without the exporter's view
+    monkeypatch.setattr(fabric.efa_counters, "read_counters", lambda: None)
+    assert "counters" not in sent(probe, final=True)  # no reading at the end: no delta sent
+    assert fabric.Probe("nccl", 0, 0, str(tmp_path / "logs"), environ={}).counters_before is None
 
     def broken():
         raise OSError("no sysfs")
-    monkeypatch.setattr(fabric, "efa_counters", SimpleNamespace(read_view=broken))
-    assert probe._counters() is None  # a node whose counters cannot be read has none, not an error
+    monkeypatch.setattr(fabric.efa_counters, "read_view", broken, raising=False)
+    broke = fabric.Probe("nccl", 0, 0, str(tmp_path / "logs"), environ={})
+    assert broke.counters_before is None  # a node whose counters cannot be read has none, not an error
+    assert "counters" not in sent(broke, final=True)
 
 
 def test_capture_texts_and_merges():
@@ -356,10 +368,10 @@ def test_payload_whole_with_and_without_a_log(tmp_path, monkeypatch):
     host = socket_host()
     monkeypatch.setenv(fabric.IMAGE_ENV, "img:1")
     probe = _probe(tmp_path)
-    assert probe._payload(final=False) == {"source": f"{host}:{probe.plan['log']}", "log": RANK0_VIEW, "note": None,
+    assert sent(probe, final=False) == {"source": f"{host}:{probe.plan['log']}", "log": RANK0_VIEW, "note": None,
                                            "host": host, "capture": {"by": "run", "replaced": {}}, "image": "img:1"}
     user = fabric.Probe("nccl", 2, 1, str(tmp_path), environ={"NCCL_DEBUG": "WARN"})
-    p = user._payload(final=False)
+    p = sent(user, final=False)
     assert p["source"] == f"{host}:rank2" and p["log"] is None and p["note"].startswith("your own NCCL")
 
 
@@ -372,8 +384,8 @@ def test_counters_are_read_again_only_at_the_end(tmp_path, monkeypatch):
 
     monkeypatch.setattr(fabric.efa_counters, "read_view", view)
     probe = fabric.Probe("nccl", 0, 0, str(tmp_path), environ={})
-    assert "counters" not in probe._payload(final=False) and len(reads) == 1
-    delta = probe._payload(final=True)["counters"]
+    assert "counters" not in sent(probe, final=False) and len(reads) == 1
+    delta = sent(probe, final=True)["counters"]
     assert delta["rdmap0s6"]["tx_bytes"] == 10 and len(reads) == 2
 
 

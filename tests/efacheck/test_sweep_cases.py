@@ -54,8 +54,9 @@ def test_pow2_sizes_refuses_swapped_ends():
     ((1, 7, 2), 3, 42),
     ((128, 128), 3, 129 * 128),
 ])
-def test_padded_numel(shape, world, want):
-    assert sweep._padded_numel(iter(shape), world) == want  # any iterable, read once
+def test_an_fsdp_unit_sends_its_parameters_padded_to_the_world(monkeypatch, shape, world, want):
+    monkeypatch.setattr(sweep.fsdp_shapes, "units", lambda preset: [("blocks.0", [shape])])
+    assert sweep.fsdp_units("any", world) == [{"unit": "blocks.0", "params": math.prod(shape), "numel": want}]
 
 
 def test_fsdp_units_and_message_sizes_of_tiny_on_3_ranks_worked_by_hand():
@@ -315,13 +316,13 @@ def _row(c, b, busbw, source="pow2"):
     return {"collective": c, "bytes": b, "source": source, "busbw_gbps": busbw}
 
 
-def test_large_picks_the_largest_power_of_two_row_within_sizes():
+def test_line_rate_reads_the_largest_power_of_two_row_of_each_collective():
     rows = [_row(AR, 1 << 20, 1.0), _row(AR, 1 << 30, 2.0), _row(AR, 1 << 31, 3.0, source="fsdp:1b"),
-            _row(AG, 1 << 31, 4.0), {"collective": AR, "bytes": 1 << 25, "busbw_gbps": 5.0}]
-    assert sweep._large(rows, AR)["bytes"] == 1 << 30
-    assert sweep._large(rows, AR, sizes={1 << 20, 1 << 25})["busbw_gbps"] == 5.0  # no source: pow2
-    assert sweep._large(rows, AR, sizes={1 << 31}) is None
-    assert sweep._large(rows, RS) is None
+            _row(AG, 1 << 31, 4.0), {"collective": AG, "bytes": 1 << 32, "busbw_gbps": 5.0}]  # no source: pow2
+    rate = sweep.line_rate(rows, 100.0)
+    assert rate["large"] == {AR: {"bytes": 1 << 30, "busbw_gbps": 2.0, "fraction": 0.16},
+                             AG: {"bytes": 1 << 32, "busbw_gbps": 5.0, "fraction": 0.4}}  # no reduce-scatter row
+    assert rate["fraction"] == 0.16
 
 
 def test_compare_large_floor_is_the_largest_size_when_the_sweep_stops_below_64_mib():

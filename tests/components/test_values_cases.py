@@ -1,4 +1,6 @@
-"""components/values.py conditions its own tests did not reach, each outcome asserted."""
+"""components/values.py conditions its own tests did not reach, each outcome asserted through the grammars'
+``check``/``parse`` and ``problems`` (tables of values; a fix pinned whole only where it shows how a key's own fix
+is joined to the grammar's words)."""
 
 from __future__ import annotations
 
@@ -25,6 +27,20 @@ def test_a_remote_write_url_is_refused_saying_why(url, says):
     with pytest.raises(v.ValueProblem) as e:
         v.HttpUrl().check(url)
     assert says in str(e.value) and e.value.value == url
+
+
+@pytest.mark.parametrize("url, region", [
+    ("https://aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-1/api/v1/remote_write", "us-east-1"),
+    ("https://APS-WORKSPACES.eu-west-1.amazonaws.com/workspaces/ws-1", "eu-west-1"),  # hosts are case-blind
+    ("https://aps-workspaces-fips.us-gov-west-1.amazonaws.com/workspaces/ws-1", "us-gov-west-1"),
+    ("https://aps-workspaces.ap-southeast-2.api.aws/workspaces/ws-1", "ap-southeast-2"),
+    ("https://aps-workspaces.cn-north-1.amazonaws.com.cn/workspaces/ws-1", "cn-north-1"),
+    ("https://aps-workspaces.amazonaws.com/workspaces/ws-1", None),  # no region: no endpoint
+    ("https://mimir.example.com/api/v1/push", None),
+    ("https://[aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-1", None),  # not a URL at all: no region
+])
+def test_the_region_a_remote_write_is_signed_for_is_the_one_its_amp_host_names(url, region):
+    assert v.amp_region(url) == region
 
 
 @pytest.mark.parametrize("url", ["https://h", "http://h:9090/api/v1/write"])
@@ -136,7 +152,7 @@ def test_int_check_wants_a_typed_whole_number(value):
 def test_seconds_and_port_defaults():
     assert _refused(v.Seconds(60, 120), "x").fix == "must be a whole number, e.g. 60"
     assert _refused(v.Port(), "0").fix == "must be >= 1 (at most 65535)"
-    assert _refused(v.Port(), "65536").fix == "must be <= 65535 (TCP ports are 16-bit, 1..65535 (RFC 793))"
+    assert _refused(v.Port(), "65536").fix.startswith("must be <= 65535 (")
 
 
 @pytest.mark.parametrize("raw, want", [("0.5", 0.5), (" 1 ", 1.0), (1, 1.0), (0, 0.0), ("1e-1", 0.1), ("1" * 64, 1.0)])
@@ -159,7 +175,8 @@ def test_float_check_wants_a_typed_number(value):
 def test_float_limits_say_the_range_and_refuse_nan_and_inf():
     g = v.Float(0.0, 1.0, example=0.5)
     for raw in ("nan", "inf", "-inf", "1e400"):
-        assert _refused(g, raw).fix == "must be a finite number (nan and inf are not limits), e.g. 0.5"
+        fix = _refused(g, raw).fix
+        assert fix.startswith("must be a finite number") and fix.endswith("e.g. 0.5")  # the grammar's example
     assert _refused(v.Float(), "inf").fix.startswith("must be a finite number")
     assert _refused(g, "-0.001").fix == "must be >= 0.0"
     assert _refused(g, "1.001").fix == "must be <= 1.0"
@@ -241,16 +258,16 @@ def test_list_of_reads_json_and_comma_separated_text():
     assert g.parse("") == [] and g.parse([]) == []
     assert g.parse((4, "5")) == [4, 5]
     p = _refused(g, "[1, 2")
-    assert (p.fix, p.value) == ("must be a JSON list or comma-separated values", "[1, 2")
+    assert "JSON list or comma-separated values" in p.fix and p.value == "[1, 2"
     for raw in (7, {"a": 1}, None, True):
         p = _refused(g, raw)
-        assert (p.fix, p.value) == ("must be a list (a YAML/JSON list or comma-separated values)", raw)
+        assert p.fix.startswith("must be a list (") and p.value == raw
     assert _refused(g, "1,x", value="x").fix == "must be a whole number, e.g. 0"
 
 
 def test_list_of_checks_the_count_each_item_and_duplicates():
     g = v.ListOf(item=v.Int(0, 9), max_items=2, unique=True, max_reason="the quota")
-    assert _refused(g, (1, 2), parse=False).fix == "must be a list (a YAML/JSON list or comma-separated values)"
+    assert _refused(g, (1, 2), parse=False).fix.startswith("must be a list (")
     p = _refused(g, "1,2,3", value="3 entries")
     assert (p.fix, p.value) == ("has 3 entries; at most 2 are allowed (the quota)", "3 entries")
     assert _refused(v.ListOf(max_items=0), "a", value="1 entries").fix == "has 1 entries; at most 0 are allowed"
@@ -277,8 +294,9 @@ def test_cidr_family_prefix_and_host_bits():
     for raw in ("10.0.0.1/16", "banana", "256.0.0.0/16", ""):
         assert _refused(g, raw).fix == grammar_fix
     assert _refused(g, 16, parse=False).fix == grammar_fix
-    assert _refused(g, "2001:db8::/32").fix == "is IPv6; use an IPv4 CIDR such as 10.0.0.0/16"
-    assert _refused(v.Cidr(family=6, example="::/0"), "10.0.0.0/8").fix == "is IPv4; use an IPv6 CIDR such as ::/0"
+    assert _refused(g, "2001:db8::/32").fix.startswith("is IPv6; use an IPv4 CIDR")
+    fix = _refused(v.Cidr(family=6, example="::/0"), "10.0.0.0/8").fix
+    assert fix.startswith("is IPv4; use an IPv6 CIDR") and fix.endswith("::/0")  # the grammar's example
     assert _refused(v.Cidr(wrong_family="v4 only"), "::/0").fix == "v4 only"
     for raw in ("10.0.0.0/15", "10.0.0.0/21"):
         assert _refused(g, raw).fix == "prefix length must be /16 to /20"
@@ -331,10 +349,10 @@ def test_principal_arn_names_the_first_character_outside_ascii():
     assert _refused(v.PrincipalArn(), ARN + "a ~\té").fix.startswith("contains '\\t' (U+0009);")
 
 
-def test_principal_arn_not_a_role_or_user_in_full():
-    assert _refused(v.PrincipalArn(), ARN + "*").fix == (
-        "is not an IAM role or user ARN; expected arn:aws:iam::<12-digit account>:role/<name> or "
-        "arn:aws:iam::<account>:user/<name> (groups and wildcards cannot have access entries)")
+def test_principal_arn_not_a_role_or_user_names_both_forms():
+    fix = _refused(v.PrincipalArn(), ARN + "*").fix
+    assert fix.startswith("is not an IAM role or user ARN; expected arn:aws:iam::<12-digit account>:role/<name> or ")
+    assert fix.endswith("arn:aws:iam::<account>:user/<name> (groups and wildcards cannot have access entries)")
 
 
 def test_principal_arn_at_the_length_edges():
@@ -368,9 +386,10 @@ def test_s3_prefix_rules():
     for raw in ("a/../b", "./a", "..", "a/."):
         assert _refused(g, raw).fix.startswith("has a '.' or '..' path segment")
     for raw in ("/a", "a/", "a//b"):
-        assert _refused(g, raw).fix == f"has a leading, trailing or double slash; {fix} (without leading/trailing slashes)"
-    assert _refused(g, "ok/a b").fix == f"contains ' ', outside S3's safe characters (letters, digits, ! - _ . ' ( ); " \
-                                        f"{v.S3_KEYS}); {fix}"
+        said = _refused(g, raw).fix
+        assert said.startswith("has a leading, trailing or double slash; ") and fix in said
+    said = _refused(g, "ok/a b").fix
+    assert said.startswith("contains ' ', outside S3's safe characters") and v.S3_KEYS in said and said.endswith(fix)
     assert _refused(g, "a/é").fix.startswith("contains 'é', outside")
     assert _refused(g, "Team/Ab c").fix.startswith("contains ' ', outside")  # the first unsafe one, not 'A'
     assert g.parse("a..b/.c") == "a..b/.c"
@@ -428,21 +447,19 @@ def test_a_bad_tag_after_a_registry_port_is_named(image):
 
 def test_a_stray_at_sign_is_named_inside_the_tag():
     """The digest starts at the last '@': an '@' before it belongs to the tag, and the message shows it there."""
-    assert v.image_reference_problem(f"r/ray:x@a@sha256:{DIGEST}") == (
-        "the tag 'x@a' is not a valid tag (letters, digits, '_', '.', '-', at most 128 characters, not starting with "
-        "'.' or '-')")
+    assert v.image_reference_problem(f"r/ray:x@a@sha256:{DIGEST}").startswith("the tag 'x@a' is not a valid tag (")
 
 
-def test_image_reference_messages_in_full():
-    assert v.image_reference_problem("my image:1") == (
-        "is not an image reference (OCI distribution grammar: [registry[:port]/]lowercase/path[:tag][@sha256:digest], "
-        "no spaces or uppercase in the path), e.g. public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1")
-    assert v.image_reference_problem(f"r/ray@md5:{DIGEST}") == (
-        "the digest algorithm 'md5' is not one registries use; pin with @sha256: and 64 lowercase hex digits "
-        "(opencontainers/go-digest)")
-    assert v.image_reference_problem(f"r/ray@sha256:{DIGEST[1:]}") == (
-        "the sha256 digest has 63 characters; it must be exactly 64 lowercase hex digits (opencontainers/go-digest), "
-        "as `docker buildx imagetools inspect IMAGE` prints it")
+@pytest.mark.parametrize("ref, starts, ends", [
+    ("my image:1", "is not an image reference (OCI distribution grammar: ",
+     "e.g. public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1"),
+    (f"r/ray@md5:{DIGEST}", "the digest algorithm 'md5' is not one registries use; pin with @sha256:", "go-digest)"),
+    (f"r/ray@sha256:{DIGEST[1:]}", "the sha256 digest has 63 characters; it must be exactly 64",
+     "as `docker buildx imagetools inspect IMAGE` prints it"),
+])
+def test_image_reference_problems_name_the_part_and_the_fix(ref, starts, ends):
+    said = v.image_reference_problem(ref)
+    assert said.startswith(starts) and said.endswith(ends), said
 
 
 @pytest.mark.parametrize("image, tag", [
@@ -458,8 +475,8 @@ def test_image_reference_needs_a_pin_other_than_latest():
     assert g.parse(f"repo/ray:latest@sha256:{DIGEST}") and g.parse(f"repo/ray@sha256:{DIGEST}")
     assert g.parse("repo/ray:1") == "repo/ray:1"
     p = _refused(g, "localhost:5000/ray")
-    assert (p.fix, p.value) == ("needs an explicit tag (e.g. ...ray:train-ml-cuda-v1.1) or a digest (@sha256:...)",
-                                "localhost:5000/ray")
+    assert p.fix.startswith("needs an explicit tag") and "or a digest (@sha256:" in p.fix
+    assert p.value == "localhost:5000/ray"
     assert _refused(g, "repo/ray:latest").fix == "':latest' is not reproducible; pin a versioned tag"
     assert g.parse("repo/ray:Latest") == "repo/ray:Latest"
     assert _refused(g, "repo/Ray:1").fix.startswith("is not an image reference")
@@ -484,7 +501,7 @@ def test_label_key_prefix_over_253_is_refused():
 
 def test_quantity_is_never_negative():
     g = v.Quantity()
-    assert _refused(g, "-1").fix == "is negative; must be a Kubernetes quantity such as 500m, 2, 16Gi or 1e3"
+    assert _refused(g, "-1").fix.startswith("is negative; must be a Kubernetes quantity")
     assert _refused(g, "-0.5Gi").fix.startswith("is negative;")
     assert g.parse("+1") == "+1" and g.parse("0") == "0"
     assert _refused(g, "1GB").fix == g.fix
