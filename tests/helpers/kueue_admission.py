@@ -6,8 +6,8 @@ rayjob --dry-run`` prints, and decides admission as Kueue's code does at tag v0.
 * a RayJob's Workload has one PodSet for the head (count 1), one per worker group (count ``replicas`` x
   ``numOfHosts``) and one for the submitter in K8sJobMode (count 1): pkg/controller/jobs/raycluster/common.go
   ``BuildPodSets``/``effectiveWorkerCount``, pkg/controller/jobs/rayjob/rayjob_controller.go ``addSubmitterPodSet``;
-* a pod's request is Kubernetes' ``PodRequests`` (the containers' sum, or the largest init container if bigger;
-  sidecar init containers add), times the PodSet's count: pkg/workload/workload.go ``totalRequestsFromPodSets``;
+* a pod's request is Kubernetes' ``PodRequests`` (the containers' sum, or the largest init container if bigger),
+  times the PodSet's count: pkg/workload/workload.go ``totalRequestsFromPodSets``;
 * with ``quotaCheckStrategy: IgnoreUndeclared`` (beta, on by default in v0.19) a resource the ClusterQueue does not
   cover is skipped; otherwise a non-zero undeclared request never fits: flavorassigner.go;
 * a request fits when usage plus request is at most what is available: the ClusterQueue's nominal quota less its
@@ -18,7 +18,8 @@ rayjob --dry-run`` prints, and decides admission as Kueue's code does at tag v0.
 
 Not modelled (the page docs/team-jobs.md lists them too): preemption (``reclaimWithinCohort``), ``waitForPodsReady``
 eviction and ``blockAdmission``, priorities and fair sharing, several flavors or resource groups per queue (the
-stack renders one), lending limits, admission checks, topology-aware scheduling, the Workload object itself.
+stack renders one), lending limits, admission checks, topology-aware scheduling, pod overhead and sidecar init
+containers (none is rendered: refused), the Workload object itself.
 """
 
 from __future__ import annotations
@@ -50,23 +51,18 @@ def _requests(container: dict[str, Any]) -> dict[str, Fraction]:
 
 
 def pod_requests(spec: dict[str, Any]) -> dict[str, Fraction]:
-    """k8s.io/component-helpers resource.PodRequests: containers summed with sidecars, the max of the others' init."""
+    """k8s.io/component-helpers resource.PodRequests: the containers' sum, or an init container's request where it is
+    larger (init containers run one at a time, before the others)."""
+    assert not spec.get("overhead") and not any(c.get("restartPolicy") == "Always"
+                                                for c in spec.get("initContainers") or []), \
+        "pod overhead and sidecar init containers are not modelled (none is rendered)"
     total: dict[str, Fraction] = {}
     for c in spec.get("containers") or []:
         for k, v in _requests(c).items():
             total[k] = total.get(k, 0) + v
-    sidecars: dict[str, Fraction] = {}
     for c in spec.get("initContainers") or []:
-        req = _requests(c)
-        if c.get("restartPolicy") == "Always":
-            for k, v in req.items():
-                sidecars[k] = sidecars.get(k, 0) + v
-                total[k] = total.get(k, 0) + v
-        else:
-            for k, v in req.items():
-                total[k] = max(total.get(k, 0), sidecars.get(k, 0) + v)
-    for k, v in (spec.get("overhead") or {}).items():
-        total[k] = total.get(k, 0) + quantity(v)
+        for k, v in _requests(c).items():
+            total[k] = max(total.get(k, 0), v)
     return total
 
 
