@@ -111,7 +111,8 @@ COMMANDS: dict[str, dict[int, str]] = {
               2: "no answer: --address unreachable, the auth token refused, or S3 did not answer the storage check "
                  "in time",
               4: "Ray could not start", 5: "--require-efa and the fabric was not efa",
-              6: "the cluster is too small for --workers, or has no GPU node yet (--use-gpu without --workers)",
+              6: "the cluster is too small for --workers (still, after --wait-for-workers-s), or has no GPU node yet "
+                 "(--use-gpu without --workers)",
               64: "usage error (bad arguments, an unknown --preset, a --name that would leave --storage-path, "
                   "--use-gpu without --address, more local --workers than this machine holds, a --preset/"
                   "--batch-size/--workers that cannot fit the GPU's memory): refused before Ray starts",

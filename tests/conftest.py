@@ -14,6 +14,7 @@ REHEARSAL_FILES = frozenset({
     "tests/components/test_storage_access.py", "tests/components/test_autoscaling_rehearsal.py",
     "tests/components/test_metrics_scrape.py", "tests/efacheck/test_gate_rehearsal.py",
     "tests/efacheck/test_local_cluster_start.py", "tests/tools/test_rayjob_rehearsal.py",
+    "tests/tools/test_rayjob_queue_rehearsal.py",
     "tests/training/test_lifecycle.py", "tests/training/test_checkpoints.py", "tests/training/test_worker_constraints.py",
 })
 """Files whose tests start local Ray clusters or run whole rehearsals (most of the suite's time): marked

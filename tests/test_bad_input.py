@@ -198,6 +198,10 @@ CASES: list[Case] = [
     Case("train-address-bad-port", ["train", "--address", "127.0.0.1:notaport"], 64, ("--address", "notaport"),
          "wrong type"),
     Case("train-address-closed", ["train", "--address", "127.0.0.1:1"], 2, ("127.0.0.1:1",), "unreachable"),
+    Case("train-wait-negative", ["train", "--wait-for-workers-s", "-1"], 64,
+         ("--wait-for-workers-s", "-1", "seconds from 0"), "negative"),
+    Case("train-wait-no-workers", ["train", "--address", "auto", "--use-gpu", "--wait-for-workers-s", "60"], 64,
+         ("--wait-for-workers-s", "needs --workers"), "conflicting flags"),
     Case("train-json-usage", ["train", "--json", "--steps", "0"], 64, ("--steps", '"exit_code": 64'), "json usage"),
     # -- submit (the job's code, 2 unreachable, 64 usage) ----------------------------------------------------------
     Case("submit-preset-unknown", ["submit", "--", "--preset", "70b"], 64, ("--preset", "70b", "tiny"),

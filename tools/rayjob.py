@@ -169,6 +169,36 @@ def follow(api: KubeApi, ns: str, name: str, timeout_s: float, poll_s: float) ->
         time.sleep(min(poll_s, left))
 
 
+def job_topology(train: list[str], nodes: int, gpus_per_node: int, wait_s: int) -> list[str]:
+    """The training args with the job's shape: ``--use-gpu`` takes one rank per GPU of all ``nodes`` nodes
+    (``--workers nodes x gpus_per_node``) and waits up to ``wait_s`` for them (``--wait-for-workers-s``).
+
+    Each worker pod requests all of its node's GPUs and Ray counts a node's GPUs from its pod's limit, so these ranks
+    (one GPU each, training/trainer.py) fit on no fewer than ``nodes`` nodes: the run starts no step on one node of a
+    two-node job. Without it, ``--use-gpu`` takes the GPUs the cluster offers when the driver starts, one node's if
+    the other's raylet has not registered yet. Ray Train's ``placement_strategy`` cannot say this: ``SPREAD`` is
+    best-effort, and ``STRICT_SPREAD`` puts each rank (bundle) on its own node, which a node with several GPUs breaks.
+    """
+    if "--use-gpu" not in train:
+        return list(train)
+    want = nodes * gpus_per_node
+    out, i, given = list(train), 0, None
+    while i < len(out):
+        if out[i] == "--workers" and i + 1 < len(out):
+            given = out[i + 1]
+        elif out[i].startswith("--workers="):
+            given = out[i].partition("=")[2]
+        i += 1
+    if given is not None and given != str(want):
+        raise UsageError(f"--workers {given} after --: the job's {nodes} node(s) hold {want} GPUs and a rank takes "
+                         f"one, so the job runs {want} ranks; omit --workers (or change --nodes)")
+    if given is None:
+        out += ["--workers", str(want)]
+    if not any(x == "--wait-for-workers-s" or x.startswith("--wait-for-workers-s=") for x in out):
+        out += ["--wait-for-workers-s", str(wait_s)]
+    return out
+
+
 def parser(prog: str) -> ArgumentParser:
     p = ArgumentParser(prog=prog, exit_codes="rayjob",
                        usage="%(prog)s --queue TEAM --bucket BUCKET [options] [-- TRAIN_ARGS...]",
@@ -216,6 +246,7 @@ def build(a: argparse.Namespace, train: list[str]) -> list[dict[str, Any]]:
         whose = "its quota plus what the others lend" if team.borrow else "its quota; no :borrow"
         raise UsageError(f"--nodes {a.nodes}: the job needs {a.nodes * gpus} GPUs and team {team.name} can have at "
                          f"most {most} ({whose}): Kueue would never admit it; use fewer --nodes or raise the quota")
+    train = job_topology(train, a.nodes, gpus, cfg.efa_check_wait_s)
     with tempfile.TemporaryDirectory(prefix="ray-efa-eks-rayjob-") as tmp:
         root = stage_package(Path(tmp))
         code = {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*.py"))}
@@ -233,7 +264,9 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     p = parser(prog or "python -m ray_efa_eks.tools.rayjob")
     a = p.parse_args(own)
     tp = train_parser(prog=f"{p.prog} ... --")
-    if check_train_args(tp, tp.parse_args(train), local=False).address is not None:
+    shaped = train if "--use-gpu" not in train or any(x == "--workers" or x.startswith("--workers=") for x in train) \
+        else [*train, "--workers", "1"]  # job_topology sets the job's --workers
+    if check_train_args(tp, tp.parse_args(shaped), local=False).address is not None:
         tp.error("--address after -- is set by the job (--address auto)")
     for option, value in (("--request-timeout-s", a.request_timeout_s), ("--timeout-s", a.timeout_s),
                           ("--poll-s", a.poll_s)):

@@ -124,6 +124,9 @@ def _train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--require-efa", action="store_true",
                    help=f"stop right after NCCL initialisation (exit {EXIT_WRONG_FABRIC}, nothing checkpointed) "
                         "unless the fabric verdict is efa; for production runs")
+    p.add_argument("--wait-for-workers-s", type=float, default=0.0,
+                   help="with --address and --workers: wait up to this long for the cluster to offer every rank's "
+                        "CPUs/GPUs (nodes still joining) before training starts; default 0: exit 6 at once")
     p.add_argument("--json", action="store_true", help="last stdout line is a JSON summary (or {'error': ...})")
 
 
@@ -142,6 +145,10 @@ MAX_BATCH_SIZE = 4096
 """A bound on --batch-size (sequences per rank per step); a larger one only fails later with out-of-memory."""
 LOCAL_WORKER_GIB = 1.0
 """Memory one local worker node takes (raylet, agent, a worker importing torch), GiB; measured ~0.8 on the tiny model."""
+MAX_WAIT_FOR_WORKERS_S = 86400.0
+"""A bound on --wait-for-workers-s: a day covers any node start; more only means a job that never ends."""
+WAIT_POLL_S = 2.0
+"""How often --wait-for-workers-s reads the cluster's resources."""
 RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 """A run name is one directory under --storage-path: never ``..``, a path separator or an option."""
 
@@ -186,6 +193,11 @@ def check_train_args(p: argparse.ArgumentParser, args: argparse.Namespace,
         p.error(f"--steps {args.steps}: at most {MAX_STEPS:,}; e.g. --steps 1000")
     if args.batch_size > MAX_BATCH_SIZE:
         p.error(f"--batch-size {args.batch_size}: at most {MAX_BATCH_SIZE} sequences per rank; e.g. --batch-size 8")
+    if not 0 <= args.wait_for_workers_s <= MAX_WAIT_FOR_WORKERS_S:
+        p.error(f"--wait-for-workers-s {args.wait_for_workers_s:g}: seconds from 0 to {MAX_WAIT_FOR_WORKERS_S:g}")
+    if args.wait_for_workers_s and args.workers is None:
+        p.error("--wait-for-workers-s needs --workers: with --use-gpu alone the run takes the GPUs the cluster "
+                "offers when it starts, so there is nothing to wait for; e.g. --workers 8")
     if args.max_failures < -1:
         p.error(f"--max-failures must be >= 0 (or -1 for unlimited), got {args.max_failures}")
     from .model import PRESETS
@@ -361,6 +373,29 @@ def check_cluster_fits(resources: dict, workers: int, use_gpu: bool) -> None:
                                        f"{' --use-gpu' if use_gpu else ''} needs {workers} (one per worker): wait "
                                        f"until its {'GPU ' if use_gpu else ''}nodes have joined (`ray status`) or "
                                        "lower --workers")
+
+
+def wait_for_workers(resources: Any, workers: int, use_gpu: bool, wait_s: float) -> None:
+    """:func:`check_cluster_fits`, retried for up to ``wait_s`` seconds while the cluster's nodes join.
+
+    A job whose ranks need every node's GPUs (``ray-efa-eks rayjob``: one rank per GPU of each of its nodes, and each
+    node holds exactly its own GPUs) cannot place them on fewer nodes; Ray Train would wait without end for the rest
+    (check_cluster_fits), so the run waits here with a deadline and starts no step until every rank fits.
+    """
+    deadline, said = time.monotonic() + wait_s, False
+    while True:
+        try:
+            check_cluster_fits(resources(), workers, use_gpu)
+            return
+        except CliError as e:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise CliError(e.code, f"{e} (waited {wait_s:g} s: --wait-for-workers-s)" if wait_s else str(e)) \
+                    from None
+            if not said:
+                print(f"[train] waiting up to {wait_s:g} s for the cluster's nodes: {e}", flush=True)
+                said = True
+            time.sleep(min(WAIT_POLL_S, left))
 
 
 # -- reaching a cluster ---------------------------------------------------------------------------------------
@@ -660,7 +695,7 @@ def main_train(args: argparse.Namespace) -> int:
             if args.use_gpu:
                 place_gpu_ranks(args, ray.nodes())
                 gpu_memory_problem(None, args, os.environ)  # now that the rank count is known
-            check_cluster_fits(ray.cluster_resources(), args.workers, args.use_gpu)
+            wait_for_workers(ray.cluster_resources, args.workers, args.use_gpu, args.wait_for_workers_s)
         else:
             from ..efacheck.local_cluster import local_cluster
 

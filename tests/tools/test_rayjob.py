@@ -63,8 +63,9 @@ def test_rayjob_is_queued_whole_on_its_own_cluster(printed):
 def test_same_image_entrypoint_env_and_team_storage(printed):
     _, job = printed
     spec = job["spec"]
+    # the job's shape: a rank per GPU of both 4-GPU nodes, waiting (up to efaCheckWaitSeconds) for all of them
     assert spec["entrypoint"] == ("python -m ray_efa_eks.training --address auto --use-gpu --require-efa "
-                                  "--steps 20")
+                                  "--steps 20 --workers 8 --wait-for-workers-s 1320")
     cluster = spec["rayClusterSpec"]
     pods = [cluster["headGroupSpec"]["template"]["spec"], cluster["workerGroupSpecs"][0]["template"]["spec"]]
     submitter = spec["submitterPodTemplate"]["spec"]["containers"][0]
@@ -114,6 +115,9 @@ def test_the_code_is_the_training_package_mounted_as_working_dir(printed):
     (["--config", 'jobQueues=["vision:1nodes", "nlp:1nodes:borrow"]', "--dry-run"],
      "the job needs 8 GPUs and team vision can have at most 4 (its quota; no :borrow): Kueue would never admit it"),
     (["--dry-run", "--", "--address", "auto"], "--address after -- is set by the job"),
+    (["--dry-run", "--", "--use-gpu", "--workers", "4"],
+     "--workers 4 after --: the job's 2 node(s) hold 8 GPUs and a rank takes one, so the job runs 8 ranks"),
+    (["--dry-run", "--", "--use-gpu", "--workers=2"], "--workers 2 after --"),
 ])
 def test_refused_before_anything_is_applied(capsys, monkeypatch, args, fragment):
     monkeypatch.delenv("KUBE_SERVER", raising=False)

@@ -8,8 +8,8 @@ own JobInfo (status, message) and the training run's fabric verdict on a 2-worke
 What is modelled: the pod (the working_dir is the ConfigMap written to a folder, the pods' env a runtime-env
 ``env_vars``), and KubeRay and Kueue: the fake Kubernetes API (tests/helpers/fake_kube.py) reports the status KubeRay
 would write (``jobStatus``, and ``message`` = Ray's JobInfo.message, rayjob_controller.go). Kueue's queueing
-(over-quota waits, whole admission) is not rehearsed here: no Kueue runs offline (docs/team-jobs.md says what
-it guarantees and from which source).
+(over-quota waits) and a two-node job's wait for its second node are rehearsed in
+tests/tools/test_rayjob_queue_rehearsal.py.
 
 Slow (a local Ray cluster with the dashboard and two training jobs): run it with the Ray lock,
 ``flock /work/ray.lock .venv/bin/python -m pytest -q tests/tools/test_rayjob_rehearsal.py``.
