@@ -16,15 +16,23 @@ REHEARSAL_FILES = frozenset({
     "tests/efacheck/test_local_cluster_start.py", "tests/tools/test_rayjob_rehearsal.py",
     "tests/tools/test_rayjob_queue_rehearsal.py",
     "tests/training/test_lifecycle.py", "tests/training/test_checkpoints.py", "tests/training/test_worker_constraints.py",
+    # sequences of stacks under mocks (deploy, change, upgrade), the docs' commands run as written, waits that run
+    # to their deadlines, the mutation tool's own pytest runs, Kueue's admission over rendered stacks
+    "tests/components/test_lifecycle_cluster.py", "tests/components/test_lifecycle_nodes.py",
+    "tests/components/test_change_rehearsal.py", "tests/test_docs_commands.py", "tests/test_deadlines.py",
+    "tests/tools/test_mutate.py", "tests/tools/test_queue_admission.py",
 })
 """Files whose tests start local Ray clusters or run whole rehearsals (most of the suite's time): marked
 ``rehearsal``, so ``pytest -m "not rehearsal"`` is the fast lane. A test elsewhere that starts Ray carries
 ``@pytest.mark.rehearsal`` itself."""
 
+REHEARSAL_TESTS = ("tests/components/test_config_reference.py::test_declared_effects_are_what_the_rehearsal_shows",)
+"""Tests (node id prefixes) of otherwise fast files that rehearse a stack change per key."""
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        if item.nodeid.split("::", 1)[0] in REHEARSAL_FILES:
+        if item.nodeid.split("::", 1)[0] in REHEARSAL_FILES or item.nodeid.startswith(REHEARSAL_TESTS):
             item.add_marker(pytest.mark.rehearsal)
 
 
