@@ -71,6 +71,10 @@ MODULES: dict[str, list[str]] = {
         "tests/efacheck/test_nccl_log.py", "tests/efacheck/test_nccl_log_branches.py",
         "tests/efacheck/test_verdict_properties.py",
     ],
+    **{module: [
+        "tests/efacheck/test_nccl_log.py", "tests/efacheck/test_nccl_log_branches.py",
+        "tests/efacheck/test_verdict_properties.py",
+    ] for module in ("efacheck/nccl_verdict.py", "efacheck/nccl_parse.py", "efacheck/nccl_input.py")},
     "efacheck/verdict.py": [
         "tests/efacheck/test_verdict_branches.py", "tests/efacheck/test_efa_check.py",
         "tests/efacheck/test_exporter_witness.py",

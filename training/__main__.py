@@ -63,8 +63,9 @@ EXIT_TOO_SMALL = 6
 """The cluster (--address) has fewer CPUs, or GPUs with --use-gpu, than --workers needs: nothing was started."""
 EXIT_INTERRUPTED = 130
 """Ctrl-C (128 + SIGINT); with --json the last stdout line says so."""
-EFACHECK_FILES = ("__init__.py", "cli.py", "exit_codes.py", "storage_uri.py", "nccl_log.py", "efa_counters.py",
-                  "verdict_metrics.py", "local_cluster.py")
+EFACHECK_FILES = ("__init__.py", "cli.py", "exit_codes.py", "storage_uri.py", "nccl_log.py", "nccl_input.py",
+                  "nccl_parse.py", "nccl_report.py", "nccl_verdict.py", "efa_counters.py", "verdict_metrics.py",
+                  "local_cluster.py")
 """The efacheck modules training imports (``training/fabric.py``: the gate's verdict code; the run's verdict as a
 metric; the local Ray cluster), closed under their own imports; ``submit`` ships them next to ``training``
 (tests/test_architecture.py checks both)."""
