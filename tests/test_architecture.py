@@ -31,10 +31,10 @@ CROSS_EDGES = {
     ("training.fabric", "efacheck.nccl_log"): "a run's fabric verdict is judged by the gate's NCCL log rules",
     ("training.fabric", "efacheck.efa_counters"): "the second witness: EFA hardware counters, read as the gate does",
     ("training.cli", "efacheck.cli"): "one exit-code table and entry point (run_cli) for every command",
-    ("training.__main__", "efacheck"): "submit ships efacheck's files beside training (importlib.resources)",
-    ("training.__main__", "efacheck.local_cluster"): "a run without --address starts the shared local Ray cluster",
-    ("training.__main__", "efacheck.verdict_metrics"): "a run's fabric verdict as a metric on the head, as the gate's",
-    ("training.__main__", "efacheck.storage_uri"): "one storage-path grammar for train, submit and the gate's proof",
+    ("training.submit", "efacheck"): "submit ships efacheck's files beside training (importlib.resources)",
+    ("training.run", "efacheck.local_cluster"): "a run without --address starts the shared local Ray cluster",
+    ("training.run", "efacheck.verdict_metrics"): "a run's fabric verdict as a metric on the head, as the gate's",
+    ("training.request", "efacheck.storage_uri"): "one storage-path grammar for train, submit and the gate's proof",
 }
 """Every module edge from training into efacheck, with its reason (tools' edges follow PACKAGE_EDGES alone: tools
 is the top layer, and nothing it imports can import it back)."""
@@ -156,7 +156,7 @@ def test_shipped_packages_import_only_themselves_relatively(package):
 def test_training_reaches_efacheck_only_through_its_namespace_and_ships_what_it_imports():
     """training imports efacheck as ``..efacheck`` (both live in ray_efa_eks, installed or submitted), and submit
     ships every efacheck module training imports, closed under efacheck's own imports."""
-    from ray_efa_eks.training.__main__ import EFACHECK_FILES
+    from ray_efa_eks.training.submit import EFACHECK_FILES
 
     for name, tree in modules("training").items():
         for level, mod in imports(tree):

@@ -32,7 +32,8 @@ from ..components.config import ConfigError, StackConfig
 from ..components.job_queues import TEAM_PREFIX, TEAM_SERVICE_ACCOUNT
 from ..components.node_agent import exporter_url
 from ..components.rayjob import RayJobArgs, manifests
-from ..training.__main__ import check_train_args, stage_package, submit_entrypoint, train_parser
+from ..training.parser import check_train_args, train_parser
+from ..training.submit import stage_package, submit_entrypoint
 from .cli import ArgumentParser
 from .plan_model import PlanError, UsageError
 from .stack_file import parse_overrides, read_stack

@@ -115,7 +115,9 @@ def test_unexpected_exception_is_one_line_and_a_trace_file(capsys, monkeypatch, 
 def test_train_sigterm_says_how_to_resume_like_ctrl_c(tmp_path, capsys):
     """SIGTERM inside fit() (a scheduler stopping the driver) runs Ray Train's abort like Ctrl-C and exits 143 with
     the resume hint (before: exit 134/1, no JSON line, no hint). Stand-in trainer as in test_bad_input's Ctrl-C case."""
-    from ray_efa_eks.training import __main__ as cli
+    from ray_efa_eks.training.errors import CliError
+    from ray_efa_eks.training.request import TrainRequest
+    from ray_efa_eks.training.run import run_training
 
     class RayLikeTrainer:
         def _register_sigint_handler(self, controller):
@@ -127,12 +129,12 @@ def test_train_sigterm_says_how_to_resume_like_ctrl_c(tmp_path, capsys):
             time.sleep(5)
             raise AssertionError("SIGTERM did not arrive")
 
-    args = cli.train_parser().parse_args(["--storage-path", str(tmp_path), "--name", "sched"])
+    req = TrainRequest(storage_path=str(tmp_path), name="sched")
 
     def main(argv, prog):
         try:
-            cli.run_training(args)
-        except cli.CliError as e:
+            run_training(req)
+        except CliError as e:
             print(e, file=sys.stderr)
             return e.code
         return 0
