@@ -110,6 +110,8 @@ MODULES: dict[str, list[str]] = {
     "efacheck/stack_probe.py": ["tests/efacheck/test_stack_probe.py", "tests/efacheck/test_stack_probe_branches.py"],
     "efacheck/worker_pods.py": ["tests/efacheck/test_worker_pods.py"],
     "efacheck/node_check.py": ["tests/efacheck/test_node_check.py"],
+    "efacheck/node_findings.py": ["tests/efacheck/test_node_check.py"],
+    "efacheck/node_api.py": ["tests/efacheck/test_node_check.py"],
     "components/values.py": ["tests/components/test_values.py", "tests/components/test_values_branches.py"],
     "components/config_fields.py": ["tests/components/test_config_fields.py", "tests/components/test_config.py"],
     "components/config.py": [
@@ -120,6 +122,10 @@ MODULES: dict[str, list[str]] = {
         "tests/tools/test_preflight_branches.py", "tests/tools/test_preflight_quota.py",
         "tests/tools/test_preflight_args.py",
     ],
+    **{module: [
+        "tests/tools/test_preflight_branches.py", "tests/tools/test_preflight_quota.py",
+        "tests/tools/test_preflight_args.py",
+    ] for module in ("tools/preflight_checks.py", "tools/preflight_aws.py")},
     "components/capacity.py": ["tests/components/test_capacity_branches.py"],
     "components/cost.py": ["tests/components/test_cost_branches.py"],
     "tools/aws_rules.py": ["tests/tools/test_aws_rules_branches.py"],
