@@ -68,7 +68,7 @@ from .cli import run_cli
 from . import report as _report
 from . import stack_probe as _probe
 from . import sweep as _sweep
-from .check_args import CheckRequest, manifest_text, parse, parser, usage_problem  # noqa: F401
+from .check_args import CheckRequest, manifest_text, parse, parser, usage_problem  # noqa: F401 - the CLI's names
 from .failures import CheckFailed, failure_result
 from .ranks import run_check
 from .stale import check_stale, pod_stack

@@ -67,11 +67,18 @@ import urllib.error
 from typing import Any, Callable
 
 from .cli import ArgumentParser, run_cli
-from .node_api import (CONDITION, PROVIDER_FAILED, STARTUP_TAINT, TAINT_KEY, TOKEN_DIR, Api,  # noqa: F401
-                       _write, add_startup_taint, current_condition, on_record, remove_startup_taint, report)
-from .node_findings import (EFA_RESOURCE, INSTANCE_TYPE_LABEL, PROVIDER_LEFT_TO_WORKERS, READ_BUDGET_S,  # noqa: F401
-                            Finding, decide, expected_for, libfabric_lists_efa, parse_expected)
+from .node_api import (CONDITION, PROVIDER_FAILED, STARTUP_TAINT, TAINT_KEY, TOKEN_DIR, Api, _write,
+                       add_startup_taint, current_condition, on_record, remove_startup_taint, report)
+from .node_findings import (EFA_RESOURCE, INSTANCE_TYPE_LABEL, PROVIDER_LEFT_TO_WORKERS, READ_BUDGET_S, Finding,
+                            decide, expected_for, libfabric_lists_efa, parse_expected)
 from .worker_pods import list_workers, provider_failures
+
+__all__ = ["CONDITION", "EFA_RESOURCE", "EXIT_API", "EXIT_PROVEN", "EXIT_UNPROVEN", "INSTANCE_TYPE_LABEL", "INTERVAL_S",
+           "POD_INTERVAL_S", "PROVIDER_FAILED", "PROVIDER_LEFT_TO_WORKERS", "READ_BUDGET_S", "STARTUP_TAINT",
+           "TAINT_KEY", "TOKEN_DIR", "Api", "Finding", "add_startup_taint", "current_condition", "decide",
+           "expected_for", "fail_provider", "libfabric_lists_efa", "main", "on_record", "parse_expected",
+           "remove_startup_taint", "report", "run_check", "run_loop", "watch_workers"]
+"""The public names, importable from here (the findings live in node_findings, the API calls in node_api)."""
 
 EXIT_PROVEN, EXIT_UNPROVEN, EXIT_API = 0, 1, 2
 """Exit codes (efacheck/exit_codes.py ``node-check``, docs/cli.md): the node proved itself (taint removed); a check

@@ -48,11 +48,17 @@ from botocore.config import Config
 
 from ..training.cli import url_problem
 from .cli import ArgumentParser, positive_int, run_cli
-from .preflight_aws import (DENIED_CODES, QUOTA_G_VT, QUOTA_P, QUOTA_STANDARD, PreflightError,  # noqa: F401
-                            Unanswered, capacity_block_offerings, eks_refuses_cluster_subnets, offered_azs,
-                            quota_code_for, recommend_az, reservation_az, zone_ids)
-from .preflight_checks import (EXIT_FAILED, EXIT_OK, EXIT_UNDETERMINED, FAILED, OK, UNKNOWN,  # noqa: F401
-                               PreflightResult, run_preflight)
+from .preflight_aws import (DENIED_CODES, QUOTA_G_VT, QUOTA_P, QUOTA_STANDARD, PreflightError, Unanswered,
+                            capacity_block_offerings, eks_refuses_cluster_subnets, offered_azs, quota_code_for,
+                            recommend_az, reservation_az, zone_ids)
+from .preflight_checks import (EXIT_FAILED, EXIT_OK, EXIT_UNDETERMINED, FAILED, OK, UNKNOWN, PreflightResult,
+                               run_preflight)
+
+__all__ = ["DENIED_CODES", "EXIT_FAILED", "EXIT_OK", "EXIT_UNDETERMINED", "FAILED", "OK", "QUOTA_G_VT", "QUOTA_P",
+           "QUOTA_STANDARD", "UNKNOWN", "PreflightError", "PreflightResult", "Unanswered", "capacity_block_offerings",
+           "eks_refuses_cluster_subnets", "format_table", "main", "offered_azs", "quota_code_for", "recommend_az",
+           "reservation_az", "run_preflight", "usage_problem", "zone_ids"]
+"""The public names, importable from here (the AWS calls live in preflight_aws, the checks in preflight_checks)."""
 
 
 def format_table(res: PreflightResult) -> str:

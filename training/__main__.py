@@ -35,17 +35,27 @@ import sys
 from typing import Optional, Sequence
 
 from .cli import EXIT_INTERNAL, EXIT_USAGE, internal_error, interrupted_code, interruption, run_cli
-from .errors import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_RAY_START, EXIT_TOO_SMALL,  # noqa: F401
-                     EXIT_UNREACHABLE, EXIT_WRONG_FABRIC, CliError)
+from .errors import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_RAY_START, EXIT_TOO_SMALL, EXIT_UNREACHABLE,
+                     EXIT_WRONG_FABRIC, CliError)
 from .parser import check_train_args, submit_parser, train_parser
-from .reach import (PROBE_TIMEOUT_S, check_cluster_fits, check_storage_reachable, place_gpu_ranks,  # noqa: F401
-                    probe, probe_ray_address)
-from .request import (MAX_BATCH_SIZE, MAX_STEPS, TrainRequest, address_problem, gpu_memory_problem,  # noqa: F401
-                      run_name_problem, storage_problem)
-from .run import (CONNECT_TIMEOUT_S, CURRENT_RUN, fabric_words, main_train, publish_fabric,  # noqa: F401
-                  refusal_message, resume_hint, run_training, supervise_train)
-from .submit import (EFACHECK_FILES, NAMESPACE, REQUEST_TIMEOUT_S, UPLOAD_TIMEOUT_S, SubmitRequest,  # noqa: F401
-                     _token_env, job_exit_code, main_submit, stage_package, submit_entrypoint)
+from .reach import (PROBE_TIMEOUT_S, check_cluster_fits, check_storage_reachable, place_gpu_ranks, probe,
+                    probe_ray_address)
+from .request import (MAX_BATCH_SIZE, MAX_STEPS, TrainRequest, address_problem, gpu_memory_problem, run_name_problem,
+                      storage_problem)
+from .run import (CONNECT_TIMEOUT_S, CURRENT_RUN, fabric_words, main_train, publish_fabric, refusal_message,
+                  resume_hint, run_training, supervise_train)
+from .submit import (EFACHECK_FILES, NAMESPACE, REQUEST_TIMEOUT_S, UPLOAD_TIMEOUT_S, SubmitRequest, _token_env,
+                     job_exit_code, main_submit, stage_package, submit_entrypoint)
+
+__all__ = ["CONNECT_TIMEOUT_S", "EFACHECK_FILES", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_RAY_START",
+           "EXIT_TOO_SMALL", "EXIT_UNREACHABLE", "EXIT_WRONG_FABRIC", "MAX_BATCH_SIZE", "MAX_STEPS", "NAMESPACE",
+           "PROBE_TIMEOUT_S", "REQUEST_TIMEOUT_S", "UPLOAD_TIMEOUT_S", "CliError", "SubmitRequest", "TrainRequest",
+           "address_problem", "check_cluster_fits", "check_storage_reachable", "check_train_args", "fabric_words",
+           "gpu_memory_problem", "job_exit_code", "main", "main_submit", "main_train", "place_gpu_ranks", "probe",
+           "probe_ray_address", "publish_fabric", "refusal_message", "resume_hint", "run_name_problem",
+           "run_training", "stage_package", "storage_problem", "submit_entrypoint", "submit_parser",
+           "supervise_train", "train_parser"]
+"""The command's public names, importable from here as before the run, submit and argument code moved out."""
 
 DEBUG_ENV = "RAY_EFA_EKS_DEBUG"
 """Set to 1 to get the traceback of an unexpected error (the CLI prints one line otherwise)."""
