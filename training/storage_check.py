@@ -1,6 +1,6 @@
 """Can this run write its checkpoints? Asked of the storage itself, before Ray starts.
 
-The form of a storage path is checked with the other arguments (``storage_problem`` in ``training/__main__.py``).
+The form of a storage path is checked with the other arguments (``storage_problem`` in ``training/request.py``).
 That cannot see a bucket that does not exist, a role that may not write the prefix, or an S3 endpoint that does not
 answer: Ray Train meets those at the first checkpoint, after the cluster started and the model trained for
 ``--checkpoint-every`` steps. :func:`check` meets them first, in bounded time.
@@ -37,7 +37,7 @@ EXIT_STORAGE = 73
 """The checkpoint storage cannot be written (sysexits EX_CANTCREAT: "a (user specified) output file cannot be
 created"); tools/exit_status.py's STORAGE."""
 EXIT_NO_ANSWER = 2
-"""S3 did not answer in time: train's "no answer" code (EXIT_UNREACHABLE in training/__main__.py)."""
+"""S3 did not answer in time: train's "no answer" code (EXIT_UNREACHABLE in training/errors.py)."""
 PROBE_NAME = ".ray-efa-eks-write-check"
 """The object (or file) written and removed under the storage path."""
 TIMEOUT_S = 20.0
