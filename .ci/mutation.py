@@ -71,6 +71,10 @@ MODULES: dict[str, list[str]] = {
         "tests/efacheck/test_nccl_log.py", "tests/efacheck/test_nccl_log_branches.py",
         "tests/efacheck/test_verdict_properties.py",
     ],
+    **{module: [
+        "tests/efacheck/test_nccl_log.py", "tests/efacheck/test_nccl_log_branches.py",
+        "tests/efacheck/test_verdict_properties.py",
+    ] for module in ("efacheck/nccl_verdict.py", "efacheck/nccl_parse.py", "efacheck/nccl_input.py")},
     "efacheck/verdict.py": [
         "tests/efacheck/test_verdict_cases.py", "tests/efacheck/test_efa_check.py",
         "tests/efacheck/test_exporter_witness.py",
@@ -106,6 +110,8 @@ MODULES: dict[str, list[str]] = {
     "efacheck/stack_probe.py": ["tests/efacheck/test_stack_probe.py", "tests/efacheck/test_stack_probe_cases.py"],
     "efacheck/worker_pods.py": ["tests/efacheck/test_worker_pods.py"],
     "efacheck/node_check.py": ["tests/efacheck/test_node_check.py"],
+    "efacheck/node_findings.py": ["tests/efacheck/test_node_check.py"],
+    "efacheck/node_api.py": ["tests/efacheck/test_node_check.py"],
     "components/values.py": ["tests/components/test_values.py", "tests/components/test_values_cases.py"],
     "components/config_fields.py": ["tests/components/test_config_fields.py", "tests/components/test_config.py"],
     "components/config.py": [
@@ -116,6 +122,10 @@ MODULES: dict[str, list[str]] = {
         "tests/tools/test_preflight_branches.py", "tests/tools/test_preflight_quota.py",
         "tests/tools/test_preflight_args.py",
     ],
+    **{module: [
+        "tests/tools/test_preflight_branches.py", "tests/tools/test_preflight_quota.py",
+        "tests/tools/test_preflight_args.py",
+    ] for module in ("tools/preflight_checks.py", "tools/preflight_aws.py")},
     "components/capacity.py": ["tests/components/test_capacity_cases.py"],
     "components/cost.py": ["tests/components/test_cost_cases.py"],
     "tools/aws_rules.py": ["tests/tools/test_aws_rules_branches.py"],

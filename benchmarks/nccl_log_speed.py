@@ -73,7 +73,8 @@ def main() -> int:
     import json
     import statistics
 
-    from ray_efa_eks.tools.cli import ArgumentParser, positive_int
+    from ray_efa_eks.efacheck.cli import ArgumentParser
+    from ray_efa_eks.tools.cli import positive_int
 
     ap = ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeats", type=positive_int, default=3, help="timed passes of each reader (median reported)")

@@ -26,7 +26,8 @@ CONFIG = ["--config", "gpuNodeCount=64"]
 
 
 def main() -> int:
-    from ray_efa_eks.tools.cli import ArgumentParser, positive_int
+    from ray_efa_eks.efacheck.cli import ArgumentParser
+    from ray_efa_eks.tools.cli import positive_int
 
     p = ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--runs", type=positive_int, default=3)

@@ -119,7 +119,8 @@ def main() -> None:
 
     from ray_efa_eks.efacheck.local_cluster import local_cluster
 
-    from ray_efa_eks.tools.cli import ArgumentParser, positive_int
+    from ray_efa_eks.efacheck.cli import ArgumentParser
+    from ray_efa_eks.tools.cli import positive_int
 
     p = ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", type=positive_int, default=120)

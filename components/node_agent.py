@@ -60,7 +60,7 @@ HOST_SYSFS_PATHS = ("/sys/class/infiniband", "/sys/devices")
 MODULE_VERSION_FILE = "/sys/module/efa/version"
 CODE_MOUNT = "/opt/ray-efa-eks"
 SHIPPED = ("__init__.py", "cli.py", "efa_counters.py", "efa_exporter.py", "exit_codes.py", "node_check.py",
-           "worker_pods.py")
+           "node_api.py", "node_findings.py", "worker_pods.py")
 """The efacheck modules the exporter and the fabric proof need (stdlib only)."""
 EXPORTER_MODULE = f"{payload.ROOT}.efacheck.efa_exporter"
 PROOF_MODULE = f"{payload.ROOT}.efacheck.node_check"

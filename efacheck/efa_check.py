@@ -68,7 +68,7 @@ from .cli import EXIT_INTERRUPTED, run_cli  # noqa: F401 - the check's Ctrl-C co
 from . import report as _report
 from . import stack_probe as _probe
 from . import sweep as _sweep
-from .check_args import manifest_text, parser, usage_problem
+from .check_args import CheckRequest, manifest_text, parse, parser, usage_problem  # noqa: F401 - the CLI's names
 from .failures import CheckFailed, failure_result
 from .gate_steps import CHECK_JOB_PREFIX  # noqa: F401 - the gate's Ray jobs (the GPU holders' names)
 from .ranks import run_check
@@ -153,7 +153,7 @@ def _connect(address: str, wait_s: float) -> None:
 
 
 
-def socket_comparison(backend: str, lo: int, hi: int, a, nodes: list[dict], gpu: bool,
+def socket_comparison(backend: str, lo: int, hi: int, a: CheckRequest, nodes: list[dict], gpu: bool,
                       efa_rows: list[dict]) -> dict:
     """The NCCL_NET=Socket sweep in fresh ranks and its EFA/Socket ratios: {"socket_rows", "comparison"}.
 
@@ -180,15 +180,15 @@ def socket_comparison(backend: str, lo: int, hi: int, a, nodes: list[dict], gpu:
         return {"socket_rows": [], "comparison": {"error": {"stage": "internal", "reason": f"{type(e).__name__}: {e}"}}}
 
 
-def image_of(a) -> dict:
+def image_of(a: CheckRequest) -> dict:
     """The image the check vouches for: the reference, and the digest the pods run (``--image-digest``, from the
     gate's image audit; else the reference's own when it pins one)."""
     ref = a.image or os.environ.get("RAY_EFA_EKS_IMAGE")
     m = re.search(r"@(sha256:[a-f0-9]{64}|sha512:[a-f0-9]{128})$", ref or "")
-    return {"reference": ref, "digest": getattr(a, "image_digest", None) or (m.group(1) if m else None)}
+    return {"reference": ref, "digest": a.image_digest or (m.group(1) if m else None)}
 
 
-def check(a) -> dict:
+def check(a: CheckRequest) -> dict:
     """Wait for the topology, run, judge; CheckFailed is turned into a result by the caller."""
     expected = {"nodes": a.expect_nodes, "gpus_per_node": a.expect_gpus_per_node, "nics": a.expect_nics,
                 "gdrdma": a.expect_gdrdma}
@@ -207,7 +207,7 @@ def check(a) -> dict:
     gpu = backend == "nccl"
     lo = a.min_bytes or (1 << 20 if gpu else 64 << 10)
     hi = a.max_bytes or (1 << 30 if gpu else 4 << 20)
-    transport = getattr(a, "expect_transport", "efa")
+    transport = a.expect_transport
     extra: dict[str, Any] = {"storage_proof": True, "storage_path": a.storage_path} if a.storage_proof else {}
     if transport == "intra-node":
         extra["min_nodes"] = 1
@@ -252,16 +252,7 @@ def check(a) -> dict:
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    ap = parser(prog)
-    a = ap.parse_args(argv)
-    problem = usage_problem(a)
-    if problem:
-        ap.error(problem)
-    if a.expect_transport == "intra-node" and a.expect_nodes != 1:
-        ap.error(f"--expect-transport intra-node checks one node: --expect-nodes must be 1, not {a.expect_nodes}")
-    if a.expect_transport != "intra-node" and a.expect_nodes < 2:
-        ap.error(f"--expect-transport {a.expect_transport} needs >= 2 nodes (--expect-nodes "
-                 f"{a.expect_nodes}); one GPU node: --expect-transport intra-node")
+    a = parse(argv, prog)
     try:
         return _main(a)
     except KeyboardInterrupt:
@@ -281,7 +272,7 @@ def _publish(r: dict) -> None:
         print(f"efa_check: verdict not exported as a metric: {why}", file=sys.stderr, flush=True)
 
 
-def _main(a) -> int:
+def _main(a: CheckRequest) -> int:
     expected = {"nodes": a.expect_nodes, "gpus_per_node": a.expect_gpus_per_node, "nics": a.expect_nics,
                 "gdrdma": a.expect_gdrdma}
     try:

@@ -55,220 +55,36 @@ Stdlib only: shipped in the node agent's ConfigMap like the exporter, run by a s
 libfabric, so the agent runs with ``--skip-provider``: the ``provider`` finding then names the check that covers it,
 each Ray worker's ``efa-provider-check`` (the DLC's own libfabric, device-level), whose failure puts the taint back.
 """
-
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import json
 import math
 import os
 import ssl
-import subprocess
 import sys
 import time
 import urllib.error
-import urllib.request
-from dataclasses import dataclass
 from typing import Any, Callable
 
 from .cli import ArgumentParser, run_cli
-from .efa_counters import read_ports
+# Exit codes (efacheck/exit_codes.py ``node-check``, docs/cli.md): the node proved itself (taint removed); a check
+# failed or a Ray worker's provider check failed (taint kept or put back, condition and Event written); the API server
+# could not be reached or refused a call (nothing proven). Usage errors are 64 (efacheck/cli.py), not argparse's 2.
+from .exit_codes import EXIT_FAILED as EXIT_UNPROVEN
+from .exit_codes import EXIT_NO_ANSWER as EXIT_API
+from .exit_codes import EXIT_OK as EXIT_PROVEN
+from .node_api import (CONDITION, PROVIDER_FAILED, STARTUP_TAINT, TAINT_KEY, TOKEN_DIR, Api, _write,
+                       add_startup_taint, current_condition, on_record, remove_startup_taint, report)
+from .node_findings import (EFA_RESOURCE, INSTANCE_TYPE_LABEL, PROVIDER_LEFT_TO_WORKERS, READ_BUDGET_S, Finding,
+                            decide, expected_for, libfabric_lists_efa, parse_expected)
 from .worker_pods import list_workers, provider_failures
 
-TAINT_KEY = "startup-taint.cluster-autoscaler.kubernetes.io/efa-unproven"
-CONDITION = "EfaFabricProven"
-EFA_RESOURCE = "vpc.amazonaws.com/efa"
-TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
-STARTUP_TAINT = {"key": TAINT_KEY, "value": "true", "effect": "NoSchedule"}
-"""The taint as the node group puts it on a new node (components/node_groups.py ``startup_taint``), and as it is put
-back after a provider failure."""
-PROVIDER_FAILED = "ProviderCheckFailed"
-"""The condition reason that records a worker's failed provider check: the node stays tainted while it is there."""
-EXIT_PROVEN, EXIT_UNPROVEN, EXIT_API = 0, 1, 2
-"""Exit codes (efacheck/exit_codes.py ``node-check``, docs/cli.md): the node proved itself (taint removed); a check
-failed or a Ray worker's provider check failed (taint kept or put back, condition and Event written); the API server
-could not be reached or refused a call (nothing proven). Usage errors are 64 (efacheck/cli.py), not argparse's 2."""
-
-
-READ_BUDGET_S = 30.0
-"""How long one read of the node's sysfs may take (efa_counters.read_ports: bounded files, regular files only)."""
-
-
-@dataclass(frozen=True)
-class Finding:
-    check: str
-    ok: bool
-    detail: str
-
-
-def libfabric_lists_efa(run: Callable[..., Any] = subprocess.run) -> tuple[bool, str]:
-    """(listed, what fi_info said): ``fi_info -l`` names ``efa:`` when the image's libfabric has the provider.
-
-    Needs no device (module docstring): the provider registers without one, and ``-l`` asks for the registered
-    providers only (``FI_PROV_ATTR_ONLY``)."""
-    try:
-        r = run(["fi_info", "-l"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return False, f"fi_info could not run: {e}"
-    lines = [ln.strip() for ln in (r.stdout or "").splitlines()]
-    if r.returncode == 0 and "efa:" in lines:
-        after = lines[lines.index("efa:") + 1:lines.index("efa:") + 2]
-        version = after[0].removeprefix("version:").strip() if after and after[0].startswith("version:") else "?"
-        return True, f"the image's libfabric has the efa provider (version {version}); the device itself is " \
-                     "checked by each Ray worker's efa-provider-check init container"
-    names = [ln[:-1] for ln in lines if ln.endswith(":")]
-    said = f"providers {', '.join(names)}" if names else ((r.stderr or "").strip() or f"exit {r.returncode}")
-    return False, f"fi_info -l does not list efa ({said})"
-
-
-PROVIDER_LEFT_TO_WORKERS = (True, "not checked here (--skip-provider: the agent's image has no libfabric); each Ray "
-                            "worker's efa-provider-check init container runs fi_info -p efa from the DLC with the "
-                            "device, and its failure puts the startup taint back")
-"""The ``provider`` finding with ``--skip-provider``."""
-
-
-def decide(sysfs: str, expected_devices: int, allocatable: dict[str, str], provider: tuple[bool, str],
-           module_root: str | None = None) -> list[Finding]:
-    """The five checks (module docstring) on a sysfs root (``<root>/class/infiniband``) and ``module_root``
-    (default ``<root>/module``; in the agent the container's own ``/sys/module``, which is not namespaced)."""
-    problems: dict[str, str] = {}
-    ports = read_ports(os.path.join(sysfs, "class", "infiniband"), time.monotonic() + READ_BUDGET_S, problems)
-    found = len(ports)
-    said = f"the catalogue says {expected_devices}" if expected_devices >= 0 else \
-        "the catalogue has no count for this node's instance type"
-    out = [Finding("devices", found == expected_devices,
-                   f"{found} EFA device(s) ({', '.join(sorted(ports)) or 'none'}); {said}")]
-    errors = [f"{dev}: {path}: {why}" for dev, e in ports.items() for path, why in e["errors"].items()]
-    errors += [f"{path}: {why}" for path, why in problems.items()]
-    unread = [dev for dev, e in ports.items() if not any({"tx_bytes", "rx_bytes"} <= set(v) for v in e["ports"].values())]
-    out.append(Finding("counters", bool(ports) and not errors and not unread,
-                       "; ".join(errors + [f"{d}: no tx_bytes/rx_bytes" for d in unread]) or
-                       ("no device to read" if not ports else "every port's hw_counters readable")))
-    module = os.path.isdir(os.path.join(module_root or os.path.join(sysfs, "module"), "efa"))
-    out.append(Finding("module", module, "efa kernel module loaded" if module else "no /sys/module/efa: the efa "
-                       "kernel module is not loaded"))
-    advertised = allocatable.get(EFA_RESOURCE)
-    out.append(Finding("plugin", advertised == str(expected_devices),
-                       f"the node's allocatable {EFA_RESOURCE} is {advertised!r}; expected {expected_devices!r} "
-                       "(the EFA device plugin advertises one per device)"))
-    out.append(Finding("provider", provider[0], provider[1]))
-    return out
-
-
-class Api:
-    """The few Kubernetes API calls the check makes, with the pod's projected token (stdlib HTTP)."""
-
-    def __init__(self, base: str, token: str | None = None, ca_file: str | None = None, timeout: float = 10.0,
-                 token_file: str | None = None):
-        self.base = base.rstrip("/")
-        self.token = token
-        self.token_file = token_file
-        """Read again on every call: the kubelet rotates a projected token (an hour by default) under a loop that
-        runs for the node's life."""
-        self.ctx = ssl.create_default_context(cafile=ca_file) if base.startswith("https") else None
-        self.timeout = timeout
-
-    def call(self, method: str, path: str, body: Any = None, content_type: str = "application/json") -> Any:
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.base + path, data=data, method=method)
-        req.add_header("Accept", "application/json")
-        if data is not None:
-            req.add_header("Content-Type", content_type)
-        token = self.token
-        if self.token_file:
-            with open(self.token_file, encoding="ascii") as f:
-                token = f.read().strip()
-        if token:
-            req.add_header("Authorization", f"Bearer {token}")
-        with urllib.request.urlopen(req, timeout=self.timeout, context=self.ctx) as r:
-            raw = r.read()
-        return json.loads(raw) if raw else None
-
-    @classmethod
-    def in_cluster(cls, token_dir: str | None = None) -> "Api":
-        token_dir = token_dir or TOKEN_DIR
-        host, port = os.environ["KUBERNETES_SERVICE_HOST"], os.environ.get("KUBERNETES_SERVICE_PORT", "443")
-        return cls(f"https://{host}:{port}", None, os.path.join(token_dir, "ca.crt"),
-                   token_file=os.path.join(token_dir, "token"))
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def remove_startup_taint(api: Api, node: dict[str, Any], key: str = TAINT_KEY) -> bool:
-    """Remove taint ``key`` from ``node`` (its own), guarded by a JSON-patch ``test``; False when it has none."""
-    taints = (node.get("spec") or {}).get("taints") or []
-    index = next((i for i, t in enumerate(taints) if t.get("key") == key), None)
-    if index is None:
-        return False
-    name = node["metadata"]["name"]
-    api.call("PATCH", f"/api/v1/nodes/{name}",
-             [{"op": "test", "path": f"/spec/taints/{index}", "value": taints[index]},
-              {"op": "remove", "path": f"/spec/taints/{index}"}], "application/json-patch+json")
-    return True
-
-
-def _message(findings: list[Finding]) -> tuple[str, str, str]:
-    """(condition status, reason, message) of a set of findings."""
-    failed = [f for f in findings if not f.ok]
-    if not failed:
-        return "True", "FabricProven", "EFA devices, counters, module, device plugin and libfabric's efa provider checked"
-    return "False", "FabricCheckFailed", "; ".join(f"{f.check}: {f.detail}" for f in failed)[:1024]
-
-
-def current_condition(node: dict[str, Any]) -> dict[str, Any] | None:
-    """The node's ``EfaFabricProven`` condition, if it has one."""
-    return next((c for c in (node.get("status") or {}).get("conditions") or [] if c.get("type") == CONDITION), None)
-
-
-def report(api: Api, name: str, uid: str | None, findings: list[Finding],
-           previous: dict[str, Any] | None = None) -> bool:
-    """Write the Node condition (strategic merge by condition type) when it changed from ``previous``, and a Warning
-    Event on the Node when a check fails and the condition was not already this failure; True when it wrote."""
-    return _write(api, name, uid, *_message(findings), previous)
-
-
-def _write(api: Api, name: str, uid: str | None, status: str, reason: str, message: str,
-           previous: dict[str, Any] | None) -> bool:
-    if previous and (previous.get("status"), previous.get("reason"), previous.get("message")) == (status, reason,
-                                                                                                    message):
-        return False  # nothing new: no write every interval
-    now = _now()
-    api.call("PATCH", f"/api/v1/nodes/{name}/status", {"status": {"conditions": [{
-        "type": CONDITION, "status": status, "reason": reason, "message": message,
-        "lastHeartbeatTime": now, "lastTransitionTime": now}]}}, "application/strategic-merge-patch+json")
-    if status == "False":
-        api.call("POST", "/api/v1/namespaces/default/events", {
-            "apiVersion": "v1", "kind": "Event",
-            "metadata": {"generateName": f"{name}.efa-unproven."},
-            "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": name, **({"uid": uid} if uid else {})},
-            "reason": reason, "message": message, "type": "Warning",
-            "source": {"component": "ray-efa-eks-node-check", "host": name},
-            "firstTimestamp": now, "lastTimestamp": now, "count": 1})
-    return True
-
-
-def add_startup_taint(api: Api, node: dict[str, Any]) -> bool:
-    """Put :data:`STARTUP_TAINT` back on ``node`` (its own) with one JSON patch; False when it already has it.
-
-    The ``test`` of the whole list makes the API server refuse the patch if the taints changed since the read, so
-    the patch adds exactly one taint to exactly the list that was read (the admission policy checks the same)."""
-    taints = (node.get("spec") or {}).get("taints")
-    if any(t.get("key") == TAINT_KEY for t in taints or []):
-        return False
-    ops = ([{"op": "test", "path": "/spec/taints", "value": taints},
-            {"op": "add", "path": "/spec/taints/-", "value": dict(STARTUP_TAINT)}] if taints else
-           [{"op": "add", "path": "/spec/taints", "value": [dict(STARTUP_TAINT)]}])
-    api.call("PATCH", f"/api/v1/nodes/{node['metadata']['name']}", ops, "application/json-patch+json")
-    return True
-
-
-def on_record(previous: dict[str, Any] | None) -> bool:
-    """A worker's provider failure is recorded on the node (its condition's reason)."""
-    return bool(previous) and previous.get("status") == "False" and previous.get("reason") == PROVIDER_FAILED
-
+__all__ = ["CONDITION", "EFA_RESOURCE", "EXIT_API", "EXIT_PROVEN", "EXIT_UNPROVEN", "INSTANCE_TYPE_LABEL", "INTERVAL_S",
+           "POD_INTERVAL_S", "PROVIDER_FAILED", "PROVIDER_LEFT_TO_WORKERS", "READ_BUDGET_S", "STARTUP_TAINT",
+           "TAINT_KEY", "TOKEN_DIR", "Api", "Finding", "add_startup_taint", "current_condition", "decide",
+           "expected_for", "fail_provider", "libfabric_lists_efa", "main", "on_record", "parse_expected",
+           "remove_startup_taint", "report", "run_check", "run_loop", "watch_workers"]
+"""The public names, importable from here (the findings live in node_findings, the API calls in node_api)."""
 
 def fail_provider(api: Api, node: dict[str, Any], failures: list[str], log: Callable[[str], None]) -> int:
     """Record a worker's provider failure (condition, Event) unless already recorded, then make sure the startup
@@ -304,28 +120,6 @@ def watch_workers(api: Api, node_name: str, namespace: str, log: Callable[[str],
         log(f"[node-check] cannot read node {node_name} or its Ray workers: {e}")
         return EXIT_API
     return fail_provider(api, node, failures, log)
-
-
-INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
-
-
-def parse_expected(text: str) -> dict[str, int]:
-    """``g6.12xlarge=1,p5.48xlarge=32`` -> {type: EFA devices} (the node agent passes the stack's types)."""
-    out: dict[str, int] = {}
-    for part in text.split(","):
-        name, sep, count = part.strip().partition("=")
-        if not sep or not name or not count.isdigit():
-            raise ValueError(f"--expect-devices {text!r}: expected TYPE=COUNT[,TYPE=COUNT...], e.g. g6.12xlarge=1")
-        out[name] = int(count)
-    return out
-
-
-def expected_for(node: dict[str, Any], expected: int | dict[str, int]) -> int:
-    """The catalogue's EFA device count for this node's type; -1 (fails ``devices``) for a type it does not know."""
-    if isinstance(expected, int):
-        return expected
-    itype = ((node.get("metadata") or {}).get("labels") or {}).get(INSTANCE_TYPE_LABEL)  # None: not in ``expected``
-    return expected.get(itype, -1)
 
 
 def run_check(api: Api, node_name: str, sysfs: str, expected_devices: int | dict[str, int],

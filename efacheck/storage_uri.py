@@ -1,5 +1,5 @@
 """The form of a checkpoint storage path, one grammar for every place one enters: ``train``/``submit``
-``--storage-path`` and ``$RAY_EFA_EKS_STORAGE_PATH`` (training/__main__.py), and the gate's ``efa-check
+``--storage-path`` and ``$RAY_EFA_EKS_STORAGE_PATH`` (training/request.py), and the gate's ``efa-check
 --storage-path`` (efacheck/check_args.py).
 
 Only ``s3://bucket[/prefix]`` (what the stack's pods reach through Pod Identity) or a path: another scheme

@@ -32,11 +32,18 @@ PACKAGE_EDGES = {
 CROSS_EDGES = {
     ("training.fabric", "efacheck.nccl_log"): "a run's fabric verdict is judged by the gate's NCCL log rules",
     ("training.fabric", "efacheck.efa_counters"): "the second witness: EFA hardware counters, read as the gate does",
-    ("training.cli", "efacheck.cli"): "one exit-code table and entry point (run_cli) for every command",
-    ("training.__main__", "components.payload"): "submit ships its code with the one payload builder (stdlib only)",
-    ("training.__main__", "efacheck.local_cluster"): "a run without --address starts the shared local Ray cluster",
-    ("training.__main__", "efacheck.verdict_metrics"): "a run's fabric verdict as a metric on the head, as the gate's",
-    ("training.__main__", "efacheck.storage_uri"): "one storage-path grammar for train, submit and the gate's proof",
+    ("training.__main__", "efacheck.cli"): "one entry point (run_cli) for every command",
+    ("training.parser", "efacheck.cli"): "one ArgumentParser: usage errors exit 64 in every command",
+    ("training.run", "efacheck.cli"): "one reading of Ctrl-C and SIGTERM (interrupted_code) for every command",
+    ("training.__main__", "efacheck.exit_codes"): "the one exit-code table (its codes by name)",
+    ("training.reach", "efacheck.exit_codes"): "the one exit-code table (its codes by name)",
+    ("training.request", "efacheck.exit_codes"): "the one exit-code table (its codes by name)",
+    ("training.submit", "efacheck.exit_codes"): "the one exit-code table (its codes by name)",
+    ("training.submit", "components.payload"): "submit ships its code with the one payload builder (stdlib only)",
+    ("training.run", "efacheck.local_cluster"): "a run without --address starts the shared local Ray cluster",
+    ("training.run", "efacheck.verdict_metrics"): "a run's fabric verdict as a metric on the head, as the gate's",
+    ("training.request", "efacheck.storage_uri"): "one storage-path grammar for train, submit and the gate's proof",
+    ("training.errors", "efacheck.exit_codes"): "the one exit-code table (its codes by name)",
     ("training.checkpoints", "efacheck.exit_codes"): "the one exit-code table (its codes by name)",
     ("training.lease", "efacheck.exit_codes"): "the one exit-code table (its codes by name)",
     ("training.lifecycle", "efacheck.exit_codes"): "the one exit-code table (its codes by name)",
@@ -164,7 +171,7 @@ def test_shipped_packages_import_only_themselves_relatively(package):
 def test_training_reaches_efacheck_only_through_its_namespace_and_ships_what_it_imports():
     """training imports efacheck as ``..efacheck`` (both live in ray_efa_eks, installed or submitted), and submit
     ships every efacheck module training imports, closed under efacheck's own imports."""
-    from ray_efa_eks.training.__main__ import EFACHECK_FILES
+    from ray_efa_eks.training.submit import EFACHECK_FILES
 
     for name, tree in modules("training").items():
         for level, mod in imports(tree):
@@ -299,10 +306,6 @@ def test_a_checkout_folder_run_by_its_short_name_prints_the_command_to_use(modul
 EXIT_TABLE = "efacheck/exit_codes.py"
 """The one module that writes an exit code as a number (ExitStatus); the CLI kernel is efacheck/cli.py beside it:
 both stdlib only, in every pod payload (the gate ships efacheck, the node agent and submit ship both files)."""
-NOT_YET_ON_THE_TABLE = {"training/__main__.py", "efacheck/nccl_log.py", "efacheck/node_check.py",
-                        "tools/preflight.py"}
-"""Modules being split into parser/verdict/CLI modules that still write their own codes or import the kernel
-through training/cli.py or tools/cli.py: each leaves this set as its CLI module imports the table."""
 KERNEL_NAMES = {"ArgumentParser", "run_cli", "internal_error", "interrupted_code", "interruption", "terminated",
                 "write_trace"}
 
@@ -344,11 +347,9 @@ def test_each_exit_code_is_written_once():
     """Every code is a member of the table's ExitStatus; a module names it (``EXIT_USAGE``, or ``EXIT_IN_USE as
     EXIT_NAME_IN_USE``) and imports kernel and codes from efacheck, not through another package's re-export."""
     numbers = {m: lines for m, lines in exit_code_numbers().items() if m != EXIT_TABLE}
-    assert set(numbers) <= NOT_YET_ON_THE_TABLE, {m: v for m, v in numbers.items() if m not in NOT_YET_ON_THE_TABLE}
+    assert not numbers, f"exit codes written as numbers outside {EXIT_TABLE}: {numbers}"
     through = kernel_through_a_reexport()
-    assert through <= NOT_YET_ON_THE_TABLE, through - NOT_YET_ON_THE_TABLE
-    done = NOT_YET_ON_THE_TABLE - set(numbers) - through
-    assert not done, f"on the table now: remove {sorted(done)} from NOT_YET_ON_THE_TABLE"
+    assert not through, f"kernel or codes imported through training/cli.py or tools/cli.py: {sorted(through)}"
 
 
 def test_the_gate_ships_a_self_contained_efa_proof(tmp_path):

@@ -270,8 +270,8 @@ def guards(monkeypatch):
     import boto3.session
     import ray
 
-    from ray_efa_eks.training import __main__ as train_cli
     from ray_efa_eks.efacheck import local_cluster
+    from ray_efa_eks.training import reach
 
     def started(what):
         def boom(*a, **k):
@@ -281,14 +281,14 @@ def guards(monkeypatch):
     monkeypatch.setattr(ray, "init", started("ray.init"))
     monkeypatch.setattr(local_cluster, "local_cluster", started("local Ray cluster"))
     monkeypatch.setattr(boto3.session, "Session", started("AWS session"))
-    real_probe = train_cli.probe
+    real_probe = reach.probe
 
     def probe(host, port, what, timeout=2.0):
         if "Jobs API" in what:
             raise Started("Jobs API probe")
         return real_probe(host, port, what, timeout)
 
-    monkeypatch.setattr(train_cli, "probe", probe)
+    monkeypatch.setattr(reach, "probe", probe)
 
 
 def make_files(tmp: Path, files: dict[str, bytes | str]) -> None:
@@ -338,7 +338,7 @@ def test_storage_path_tilde_with_home_unset(tmp_path, capsys, guards, monkeypatc
 
 
 def test_name_cannot_leave_the_storage_path(tmp_path):
-    from ray_efa_eks.training.__main__ import run_name_problem
+    from ray_efa_eks.training.request import run_name_problem
 
     for bad in ("../../x", "/abs", "a/b", "..", ".", "", "-x", "a\x00b", "x" * 200):
         assert run_name_problem(bad), bad
@@ -347,7 +347,8 @@ def test_name_cannot_leave_the_storage_path(tmp_path):
 
 
 def test_use_gpu_on_a_cluster_without_gpus_fails_fast():
-    from ray_efa_eks.training.__main__ import EXIT_TOO_SMALL, CliError, check_cluster_fits
+    from ray_efa_eks.training.errors import EXIT_TOO_SMALL, CliError
+    from ray_efa_eks.training.reach import check_cluster_fits
 
     with pytest.raises(CliError) as e:
         check_cluster_fits({"CPU": 2.0}, workers=2, use_gpu=True)
@@ -415,7 +416,9 @@ def test_ctrl_c_during_fit_is_interrupted_not_success(tmp_path):
     In process with a stand-in trainer that registers a handler the way DataParallelTrainer does; the real run
     (a local cluster, SIGINT after a ``[train]`` line) is tests/training/test_cli_interrupt.py.
     """
-    from ray_efa_eks.training import __main__ as cli
+    from ray_efa_eks.training.errors import CliError
+    from ray_efa_eks.training.request import TrainRequest
+    from ray_efa_eks.training.run import run_training
 
     class RayLikeTrainer:
         def _register_sigint_handler(self, controller):
@@ -428,12 +431,12 @@ def test_ctrl_c_during_fit_is_interrupted_not_success(tmp_path):
             raise AssertionError("SIGINT did not arrive")
 
     saved = signal.getsignal(signal.SIGINT)
-    args = cli.train_parser().parse_args(["--storage-path", str(tmp_path), "--name", "ctrl-c"])
+    req = TrainRequest(storage_path=str(tmp_path), name="ctrl-c")
     try:
         with pytest.MonkeyPatch.context() as m:
             m.setattr("ray_efa_eks.training.trainer.build_trainer", lambda **kw: RayLikeTrainer())
-            with pytest.raises(cli.CliError) as e:
-                cli.run_training(args)
+            with pytest.raises(CliError) as e:
+                run_training(req)
     finally:
         signal.signal(signal.SIGINT, saved)
     assert e.value.code == 130 and "interrupted" in str(e.value) and "--name ctrl-c" in str(e.value)

@@ -63,9 +63,10 @@ def test_preflight_against_a_silent_endpoint_is_exit_2_in_its_deadline(silent):
 
 
 def test_node_check_against_a_silent_api_server_is_exit_2(silent, tmp_path, monkeypatch, capsys):
+    from ray_efa_eks.efacheck import node_api
     from ray_efa_eks.efacheck import node_check as nc
 
-    monkeypatch.setattr(nc, "TOKEN_DIR", str(_ca(tmp_path)))
+    monkeypatch.setattr(node_api, "TOKEN_DIR", str(_ca(tmp_path)))
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
     monkeypatch.setenv("KUBERNETES_SERVICE_PORT", str(silent))
     t0 = time.monotonic()

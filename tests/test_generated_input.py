@@ -61,7 +61,7 @@ def guards(monkeypatch, tmp_path):
     from ray_efa_eks.efacheck import efa_exporter
     from ray_efa_eks.efacheck import report as efa_report
     from ray_efa_eks.tools import config_schema, gen_catalogue, mutate
-    from ray_efa_eks.training import __main__ as train_cli
+    from ray_efa_eks.training import reach
     from ray_efa_eks.training import storage_check
     from ray_efa_eks.efacheck import local_cluster
 
@@ -71,7 +71,7 @@ def guards(monkeypatch, tmp_path):
         return boom
 
     for target, name in [(ray, "init"), (local_cluster, "local_cluster"), (boto3.session, "Session"),
-                         (train_cli, "probe"), (efa_exporter, "serve"), (mutate, "copy_tree"),
+                         (reach, "probe"), (efa_exporter, "serve"), (mutate, "copy_tree"),
                          (storage_check, "check"),  # asks the storage, creating a directory: tested on its own
                          (gen_catalogue, "write"), (gen_catalogue, "stale"), (config_schema, "write"),
                          (efa_report, "write_report")]:  # --report DIR writes where the user asked: accepted

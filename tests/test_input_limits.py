@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import io
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
-from ray_efa_eks.efacheck import nccl_log
+from ray_efa_eks.efacheck import nccl_input, nccl_log
 from ray_efa_eks.tools import files
 
 BOMB = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
@@ -91,14 +92,14 @@ def test_nccl_verdict_decides_binary_on_the_first_chunk(tmp_path, monkeypatch):
             read.append(len(data))
             return data
 
-    monkeypatch.setattr(nccl_log, "open", lambda p, mode="rb": io.BufferedReader(Counting(p, "r")), raising=False)
+    monkeypatch.setattr(nccl_input, "open", lambda p, mode="rb": io.BufferedReader(Counting(p, "r")), raising=False)
     with pytest.raises(nccl_log.UnreadableInput, match="binary"):
         nccl_log.analyze_paths([str(big)])
-    assert sum(read) <= 2 * nccl_log.HEAD_BYTES, sum(read)
+    assert sum(read) <= 2 * nccl_input.HEAD_BYTES, sum(read)
 
 
 def test_nccl_verdict_stops_reading_stdin_at_the_limit(monkeypatch, capsys):
-    monkeypatch.setattr(nccl_log, "MAX_LOG_BYTES", 3 << 20)
+    monkeypatch.setattr(nccl_input, "MAX_LOG_BYTES", 3 << 20)
 
     class Endless(io.RawIOBase):
         def readable(self):
@@ -108,7 +109,7 @@ def test_nccl_verdict_stops_reading_stdin_at_the_limit(monkeypatch, capsys):
             b[:] = b"x" * len(b)
             return len(b)
 
-    monkeypatch.setattr(nccl_log.sys, "stdin", io.TextIOWrapper(io.BufferedReader(Endless())))
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BufferedReader(Endless())))
     from ray_efa_eks.tools import command
 
     assert command.main(["nccl-verdict", "-"]) == nccl_log.EXIT["unreadable"]

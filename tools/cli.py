@@ -1,15 +1,10 @@
 """The tools' own argparse types. The CLI kernel (``ArgumentParser``: usage errors exit 64, never a verdict's code;
-``run_cli``) and the exit codes are efacheck/cli.py's and efacheck/exit_codes.py's: import them from there (the
-names below stay for the modules not yet moved over, tests/test_architecture.py ``NOT_YET_ON_THE_TABLE``).
-"""
+``run_cli``) and the exit codes are efacheck/cli.py's and efacheck/exit_codes.py's: every package imports them from
+there."""
 
 from __future__ import annotations
 
 import argparse
-
-from ..efacheck.cli import ArgumentParser, run_cli
-
-__all__ = ["ArgumentParser", "positive_int", "run_cli"]
 
 
 def positive_int(text: str) -> int:

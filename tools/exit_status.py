@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from ..efacheck.exit_codes import COMMANDS, COMMON, MEANING, ExitStatus, codes
-from ..training import cli as training_cli
+from ..efacheck import cli as efacheck_cli
 from ..efacheck.cli import ArgumentParser
 
 __all__ = ["COMMANDS", "COMMON", "MEANING", "ExitStatus", "codes", "render", "page_text", "check_consistent"]
@@ -61,10 +61,8 @@ def page_text(current: str | None) -> str:
 
 def check_consistent() -> list[str]:
     """Problems between this table and the codes the CLIs define (each must be defined once, the same)."""
-    from ..efacheck import cli as efacheck_cli
-
     problems = []
-    for mod in (training_cli, efacheck_cli):
+    for mod in (efacheck_cli,):
         for name, status in (("EXIT_USAGE", ExitStatus.USAGE), ("EXIT_INTERNAL", ExitStatus.INTERNAL),
                              ("EXIT_INTERRUPTED", ExitStatus.INTERRUPTED), ("EXIT_PIPE", ExitStatus.PIPE),
                              ("EXIT_TERMINATED", ExitStatus.TERMINATED)):
@@ -116,4 +114,4 @@ def help_codes(help_text: str) -> set[int]:
 
 
 if __name__ == "__main__":
-    sys.exit(training_cli.run_cli(main, None, "python -m ray_efa_eks.tools.exit_status"))
+    sys.exit(efacheck_cli.run_cli(main, None, "python -m ray_efa_eks.tools.exit_status"))

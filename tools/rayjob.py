@@ -32,7 +32,8 @@ from ..components.config import ConfigError, StackConfig
 from ..components.job_queues import TEAM_PREFIX, TEAM_SERVICE_ACCOUNT
 from ..components.node_agent import exporter_url
 from ..components.rayjob import RayJobArgs, manifests
-from ..training.__main__ import check_train_args, stage_package, submit_entrypoint, train_parser
+from ..training.parser import check_train_args, train_parser
+from ..training.submit import stage_package, submit_entrypoint
 from ..efacheck.cli import ArgumentParser, run_cli
 from ..efacheck.exit_codes import EXIT_FAILED, EXIT_NO_ANSWER, EXIT_OK, EXIT_UNREADABLE, EXIT_USAGE
 from .plan_model import PlanError, UsageError

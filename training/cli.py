@@ -1,14 +1,8 @@
-"""The URL check of the training CLIs. The exit codes and the one entry point every command runs through are
-efacheck's (efacheck/cli.py: usage errors 64, Ctrl-C 130, SIGTERM 143, an unexpected exception one line and a trace
-file; efacheck/exit_codes.py: the table), which ``submit`` ships beside ``training`` (``EFACHECK_FILES``); the names
-below stay only for the modules not yet moved over (tests/test_architecture.py ``NOT_YET_ON_THE_TABLE``).
-"""
+"""The URL check of the training CLIs (``submit --address``, and the tools that take a URL). The exit codes and the
+one entry point every command runs through are efacheck's (efacheck/cli.py, efacheck/exit_codes.py), which
+``submit`` ships beside ``training`` (``EFACHECK_FILES``)."""
 
 from __future__ import annotations
-
-from ..efacheck.cli import (EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_PIPE, EXIT_TERMINATED, EXIT_USAGE,  # noqa: F401
-                            ArgumentParser, internal_error, interrupted_code, interruption, run_cli, terminated,
-                            write_trace)
 
 
 def url_problem(url: str, option: str, schemes: tuple[str, ...] = ("http", "https"),

@@ -31,7 +31,7 @@ user put in ``~/.nccl.conf`` is overridden by the run's environment (the environ
 
 The verdict is the gate's own code: ``efacheck.nccl_log`` and ``efacheck.efa_counters``, imported plainly (training
 may use the proof; the proof never imports training: tests/test_architecture.py). ``submit`` ships those modules
-next to ``training`` (``training/__main__.py``'s ``EFACHECK_FILES``).
+next to ``training`` (``training/submit.py``'s ``EFACHECK_FILES``).
 
 Everything except :class:`Probe` is pure: plain dicts and bytes in and out.
 """

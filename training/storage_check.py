@@ -1,6 +1,6 @@
 """Can this run write its checkpoints? Asked of the storage itself, before Ray starts.
 
-The form of a storage path is checked with the other arguments (``storage_problem`` in ``training/__main__.py``).
+The form of a storage path is checked with the other arguments (``storage_problem`` in ``training/request.py``).
 That cannot see a bucket that does not exist, a role that may not write the prefix, or an S3 endpoint that does not
 answer: Ray Train meets those at the first checkpoint, after the cluster started and the model trained for
 ``--checkpoint-every`` steps. :func:`check` meets them first, in bounded time.

@@ -180,7 +180,7 @@ def test_verdict_series_from_a_local_ray_cluster(tmp_path):
 
 def test_a_run_is_not_failed_when_its_verdict_cannot_be_exported(capsys):
     """Without a Ray connection the training CLI's publish says why, in one line, and returns."""
-    from ray_efa_eks.training.__main__ import publish_fabric
+    from ray_efa_eks.training.run import publish_fabric
 
     why = publish_fabric("r1", {"verdict": "efa", "efa_bytes": {"n1": {"sent": 5, "received": None}}}, 10.0)
     assert why == "not connected to a Ray cluster"

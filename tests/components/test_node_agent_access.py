@@ -14,6 +14,7 @@ import kubernetes_validate
 import pytest
 
 from ray_efa_eks.components import eks_versions, node_agent
+from ray_efa_eks.efacheck import node_api
 from ray_efa_eks.efacheck import node_check as nc
 from tests.efacheck.test_node_check import GPU_TAINT, STARTUP, FakeApi, _node
 from tests.helpers.sysfs import kernel_sysfs
@@ -33,7 +34,7 @@ def test_names_shared_with_the_proof_stay_equal():
     assert node_agent.FABRIC_STARTUP_TAINT == nc.TAINT_KEY
     assert node_agent.FABRIC_CONDITION == nc.CONDITION
     assert node_agent.TOKEN_DIR == nc.TOKEN_DIR
-    assert node_agent.EVENTS_NAMESPACE == "default" and "/namespaces/default/events" in open(nc.__file__).read()
+    assert node_agent.EVENTS_NAMESPACE == "default" and "/namespaces/default/events" in open(node_api.__file__).read()
     assert node_agent.NODE_NAME_EXTRA == "authentication.kubernetes.io/node-name"
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import stat
@@ -249,10 +250,7 @@ def test_wrong_collective_results_fail_the_check_naming_collective_and_size() ->
 
 
 def _args(**kw):
-    a = efa_check.parser().parse_args(["--compare-socket", "--expect-nodes", "2", "--iters", "1"])
-    for k, v in kw.items():
-        setattr(a, k, v)
-    return a
+    return dataclasses.replace(efa_check.parse(["--compare-socket", "--expect-nodes", "2", "--iters", "1"]), **kw)
 
 
 def test_failed_socket_comparison_is_reported_and_the_efa_verdict_stands(monkeypatch) -> None:
@@ -302,7 +300,7 @@ def _shape_run(monkeypatch, logs: dict[str, bytes], argv: list[str], ok: bool = 
 
     monkeypatch.setattr(efa_check, "wait_topology", lambda *a, **k: ("nccl", [{}]))
     monkeypatch.setattr(efa_check, "run_check", run_check)
-    r = efa_check.check(efa_check.parser().parse_args(argv))
+    r = efa_check.check(efa_check.CheckRequest.from_namespace(efa_check.parser().parse_args(argv)))
     r["_calls"] = calls
     return r
 

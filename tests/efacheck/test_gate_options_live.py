@@ -64,7 +64,7 @@ def outcome(monkeypatch, argv: list[str], counters: bool = True) -> dict[str, An
     monkeypatch.setattr(efa_check, "check_stale", lambda pods, expect: asked.setdefault("stale", expect))
     monkeypatch.setattr(efa_check, "pod_stack", lambda: {})
     monkeypatch.setattr(efa_check, "_probe", None)
-    a = efa_check.parser().parse_args(argv)
+    a = efa_check.CheckRequest.from_namespace(efa_check.parser().parse_args(argv))
     r = efa_check.check(a)
     return {"verdict": r["verdict"], "code": r["code"], "failure": r.get("failure"), "reasons": list(r["reasons"]),
             "line_rate": copy.deepcopy(r.get("line_rate")), "expected": r.get("expected"), "asked": asked}

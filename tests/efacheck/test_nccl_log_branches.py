@@ -136,7 +136,7 @@ import sys  # noqa: E402
 
 import pytest  # noqa: E402
 
-from ray_efa_eks.efacheck import nccl_log  # noqa: E402
+from ray_efa_eks.efacheck import nccl_input, nccl_log  # noqa: E402
 
 EFA_JOB = "\n".join(_efa("h1", 1) + _efa("h2", 2) + [_chan("h1", 1), _chan("h2", 2)]) + "\n"
 
@@ -172,7 +172,7 @@ def test_main_unreadable_inputs_exit_3(tmp_path, capsys):
 
 
 def test_too_many_files_under_a_directory_is_unreadable(tmp_path, monkeypatch):
-    monkeypatch.setattr(nccl_log, "MAX_FILES", 1)
+    monkeypatch.setattr(nccl_input, "MAX_FILES", 1)
     for n in ("a.log", "b.log"):
         (tmp_path / n).write_text(EFA_JOB)
     with pytest.raises(nccl_log.UnreadableInput, match="more than 1 files under it"):
@@ -186,7 +186,7 @@ def test_a_fifo_and_an_oversized_file_are_not_read(tmp_path, monkeypatch):
     os.mkfifo(fifo)
     rep = nccl_log.analyze_paths([str(good), str(fifo)])
     assert rep.verdict == "undetermined" and "not a regular file" in rep.silent[0]
-    monkeypatch.setattr(nccl_log, "MAX_LOG_BYTES", 10)
+    monkeypatch.setattr(nccl_input, "MAX_LOG_BYTES", 10)
     with pytest.raises(nccl_log.UnreadableInput, match="more than 0 GiB"):
         nccl_log.analyze_paths([str(good)])
 
@@ -197,7 +197,7 @@ def test_usage_errors_and_interrupts(tmp_path, monkeypatch, capsys):
     with pytest.raises(SystemExit) as e:
         nccl_log.main(["--expect-nodes", "0", str(log)])
     assert e.value.code == nccl_log.EXIT["usage"]
-    assert nccl_log._positive("3") == 3
+    assert nccl_log.main(["--expect-nodes", "2", str(log)]) == 0
 
     def interrupted(a):
         raise KeyboardInterrupt
@@ -228,14 +228,14 @@ def test_run_as_a_module(tmp_path, monkeypatch, capsys):
 
 
 def test_input_is_read_in_chunks_and_stops_past_the_limit(monkeypatch):
-    monkeypatch.setattr(nccl_log, "HEAD_BYTES", 16)
-    monkeypatch.setattr(nccl_log, "CHUNK_BYTES", 16)
-    assert nccl_log._read_bounded(io.BytesIO(EFA_JOB.encode())) == EFA_JOB.encode()
+    monkeypatch.setattr(nccl_input, "HEAD_BYTES", 16)
+    monkeypatch.setattr(nccl_input, "CHUNK_BYTES", 16)
+    assert nccl_input._read_bounded(io.BytesIO(EFA_JOB.encode())) == EFA_JOB.encode()
     # a regular file (its size known) is read again from the start in one call past its head
-    assert nccl_log._read_bounded(io.BytesIO(EFA_JOB.encode()), len(EFA_JOB)) == EFA_JOB.encode()
-    monkeypatch.setattr(nccl_log, "MAX_LOG_BYTES", 40)
+    assert nccl_input._read_bounded(io.BytesIO(EFA_JOB.encode()), len(EFA_JOB)) == EFA_JOB.encode()
+    monkeypatch.setattr(nccl_input, "MAX_LOG_BYTES", 40)
     with pytest.raises(OSError, match="not one rank's log"):
-        nccl_log._read_bounded(io.BytesIO(EFA_JOB.encode()))
+        nccl_input._read_bounded(io.BytesIO(EFA_JOB.encode()))
 
 
 def test_with_verdict_adds_the_reason_and_a_cause_once():
@@ -309,7 +309,7 @@ def test_hidden_files_and_directories_under_a_log_directory_are_not_read(tmp_pat
 
 
 def test_a_directory_of_exactly_max_files_is_read_and_one_more_is_refused_saying_why(tmp_path, monkeypatch):
-    monkeypatch.setattr(nccl_log, "MAX_FILES", 2)
+    monkeypatch.setattr(nccl_input, "MAX_FILES", 2)
     for n in ("a.log", "b.log"):
         (tmp_path / n).write_text(EFA_JOB)
     assert nccl_log.analyze_paths([str(tmp_path)]).verdict == "efa"
@@ -345,7 +345,7 @@ def test_a_fifo_is_named_with_the_fix(tmp_path):
 def test_a_log_of_exactly_the_limit_is_read_and_a_larger_one_is_refused_before_reading(tmp_path, monkeypatch):
     log = tmp_path / "job.log"
     log.write_text(EFA_JOB)
-    monkeypatch.setattr(nccl_log, "MAX_LOG_BYTES", len(EFA_JOB))
+    monkeypatch.setattr(nccl_input, "MAX_LOG_BYTES", len(EFA_JOB))
     assert nccl_log.analyze_paths([str(log)]).verdict == "efa"
     monkeypatch.undo()
     huge = tmp_path / "huge.log"
@@ -378,22 +378,22 @@ def test_an_endless_input_is_read_in_chunks_and_refused_past_one_gib():
     """Chunks of 1 MiB (one object, so the test holds 1 MiB): refused once 1 GiB is crossed, never read whole."""
     for size_hint in (0, 100_000):  # stdin, or a regular file that grew past the size stat gave
         with pytest.raises(OSError) as e:
-            nccl_log._read_bounded(_Endless(), size_hint)
+            nccl_input._read_bounded(_Endless(), size_hint)
         assert e.value.strerror == "more than 1 GiB: not one rank's log"
 
 
 def test_a_read_of_head_and_one_chunk_returns_both(monkeypatch):
-    monkeypatch.setattr(nccl_log, "HEAD_BYTES", 16)
-    assert nccl_log._read_bounded(io.BytesIO(EFA_JOB.encode())) == EFA_JOB.encode()  # head + one 1 MiB chunk
+    monkeypatch.setattr(nccl_input, "HEAD_BYTES", 16)
+    assert nccl_input._read_bounded(io.BytesIO(EFA_JOB.encode())) == EFA_JOB.encode()  # head + one 1 MiB chunk
 
 
 def test_a_file_of_exactly_the_limit_read_again_from_its_start_is_not_refused(monkeypatch):
-    monkeypatch.setattr(nccl_log, "HEAD_BYTES", 16)
-    monkeypatch.setattr(nccl_log, "MAX_LOG_BYTES", len(EFA_JOB))
+    monkeypatch.setattr(nccl_input, "HEAD_BYTES", 16)
+    monkeypatch.setattr(nccl_input, "MAX_LOG_BYTES", len(EFA_JOB))
     data = EFA_JOB.encode()
-    assert nccl_log._read_bounded(io.BytesIO(data), len(data)) == data
+    assert nccl_input._read_bounded(io.BytesIO(data), len(data)) == data
     with pytest.raises(OSError, match="not one rank's log"):
-        nccl_log._read_bounded(io.BytesIO(data + b"x"), len(data) + 1)
+        nccl_input._read_bounded(io.BytesIO(data + b"x"), len(data) + 1)
 
 
 def test_empty_stdin_is_an_empty_input_not_a_seek_error(monkeypatch, capsys):
@@ -798,9 +798,17 @@ def test_the_last_reasons_and_evidence_word_for_word():
 
 def test_binary_is_a_nul_or_more_than_one_byte_in_20_of_control_in_the_first_64_kib():
     line = b"h1:1:1 [0] NCCL INFO Using network Libfabric\n"
-    assert nccl_log._is_binary(line + b"\x00") and not nccl_log._is_binary(line)
+
+    def binary(data: bytes) -> bool:
+        try:
+            nccl_log.analyze_bytes([("a.log", data)])
+        except nccl_log.UnreadableInput as e:
+            return "binary data" in str(e)
+        return False
+
+    assert binary(line + b"\x00") and not binary(line)
     text = (line * 10)[:420]
-    assert not nccl_log._is_binary(text[:399] + b"\x01" * 21) and nccl_log._is_binary(text[:398] + b"\x01" * 22)
+    assert not binary(text[:399] + b"\x01" * 21) and binary(text[:398] + b"\x01" * 22)
     padded = line + b"#" * (65536 - len(line)) + b"\x00"  # the NUL is byte 65537
     assert nccl_log.analyze_bytes([("a.log", padded)]).ranks == 1
     with pytest.raises(nccl_log.UnreadableInput) as e:

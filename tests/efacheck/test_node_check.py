@@ -14,6 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from ray_efa_eks.efacheck import node_api, node_findings
 from ray_efa_eks.efacheck import node_check as nc
 from ray_efa_eks.efacheck import worker_pods as wp
 from tests.helpers.sysfs import P5_48XLARGE, kernel_sysfs
@@ -342,7 +343,7 @@ def test_without_an_api_server_to_ask_it_exits_2_in_one_line(monkeypatch, capsys
     assert err == f"{PROG}: error: no Kubernetes API to ask (run it in a pod with a service account token): " \
                   "$KUBERNETES_SERVICE_HOST is not set\n"
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")  # in a pod, but no CA file at TOKEN_DIR here
-    monkeypatch.setattr(nc, "TOKEN_DIR", "/nonexistent")
+    monkeypatch.setattr(node_api, "TOKEN_DIR", "/nonexistent")
     assert nc.run_cli(nc.main, ["--expect-devices", "1", "--node", "n"], PROG) == 2
     assert "no Kubernetes API to ask" in capsys.readouterr().err
 
@@ -736,7 +737,7 @@ def _dev(errors=None, **ports):
 def test_each_finding_says_what_it_saw(monkeypatch, tmp_path):
     roots = []
     devices = {"d0": _dev(**{"1": {"tx_bytes": 1, "rx_bytes": 2}})}
-    monkeypatch.setattr(nc, "read_ports", lambda root, *a: roots.append(root) or devices)
+    monkeypatch.setattr(node_findings, "read_ports", lambda root, *a: roots.append(root) or devices)
     (tmp_path / "module" / "efa").mkdir(parents=True)
     got = nc.decide(str(tmp_path), 1, {nc.EFA_RESOURCE: "1"}, (True, "listed"))
     assert roots == [str(tmp_path / "class" / "infiniband")]
@@ -764,9 +765,9 @@ def test_each_finding_says_what_it_saw(monkeypatch, tmp_path):
 
 
 def test_the_condition_of_a_set_of_findings():
-    assert nc._message([nc.Finding("devices", True, "x")]) == (
+    assert node_api._message([nc.Finding("devices", True, "x")]) == (
         "True", "FabricProven", "EFA devices, counters, module, device plugin and libfabric's efa provider checked")
-    status, reason, message = nc._message([nc.Finding("devices", False, "a"), nc.Finding("module", True, "b"),
+    status, reason, message = node_api._message([nc.Finding("devices", False, "a"), nc.Finding("module", True, "b"),
                                            nc.Finding("plugin", False, "c" * 2000)])
     assert (status, reason) == ("False", "FabricCheckFailed")
     assert message == ("devices: a; plugin: " + "c" * 2000)[:1024] and len(message) == 1024  # the API's limit
@@ -793,30 +794,30 @@ def _event(name, reason, message, uid=None, t=T):
 
 
 def test_the_condition_and_the_event_as_written(monkeypatch):
-    monkeypatch.setattr(nc, "_now", lambda: T)
+    monkeypatch.setattr(node_api, "_now", lambda: T)
     api = Calls()
-    assert nc._write(api, "gpu-a", "uid-1", "False", "R", "m", None) is True
+    assert node_api._write(api, "gpu-a", "uid-1", "False", "R", "m", None) is True
     assert api.calls == [("PATCH", "/api/v1/nodes/gpu-a/status", _condition("False", "R", "m"),
                           "application/strategic-merge-patch+json"),
                          ("POST", "/api/v1/namespaces/default/events", _event("gpu-a", "R", "m", "uid-1"),
                           "application/json")]
     api = Calls()
-    assert nc._write(api, "gpu-b", None, "False", "R", "m", {"status": "True", "reason": "R", "message": "m"})
+    assert node_api._write(api, "gpu-b", None, "False", "R", "m", {"status": "True", "reason": "R", "message": "m"})
     assert api.calls[1][2] == _event("gpu-b", "R", "m")  # no uid known: none named
     api = Calls()
-    assert nc._write(api, "gpu-a", "u", "True", "FabricProven", "ok", None) is True
+    assert node_api._write(api, "gpu-a", "u", "True", "FabricProven", "ok", None) is True
     assert [c[0] for c in api.calls] == ["PATCH"]  # a proof is no Warning
     previous = {"status": "False", "reason": "R", "message": "m"}
-    assert nc._write(api, "gpu-a", "u", "False", "R", "m", previous) is False  # nothing new: nothing written
+    assert node_api._write(api, "gpu-a", "u", "False", "R", "m", previous) is False  # nothing new: nothing written
     for changed in ({"status": "True"}, {"reason": "X"}, {"message": "n"}):
-        assert nc._write(api, "gpu-a", "u", "False", "R", "m", {**previous, **changed}) is True
+        assert node_api._write(api, "gpu-a", "u", "False", "R", "m", {**previous, **changed}) is True
 
 
 def test_now_is_utc_in_the_apis_format(monkeypatch):
     monkeypatch.setenv("TZ", "Asia/Tokyo")  # a node whose local time is not UTC still writes UTC
     time.tzset()
     try:
-        now = nc._now()
+        now = node_api._now()
     finally:
         monkeypatch.undo()
         time.tzset()
@@ -834,7 +835,7 @@ def test_a_node_without_taints_has_nothing_to_remove():
 
 
 def test_a_provider_failure_is_recorded_word_for_word(monkeypatch):
-    monkeypatch.setattr(nc, "_now", lambda: T)
+    monkeypatch.setattr(node_api, "_now", lambda: T)
     node, logs = _node("gpu-a", [GPU_TAINT]), []
     api = Calls(node)
     assert nc.fail_provider(api, node, ["pod ray/a: x", "pod ray/b: y"], logs.append) == nc.EXIT_UNPROVEN
@@ -950,7 +951,7 @@ def test_each_call_is_one_json_request_with_the_token(monkeypatch, tmp_path):
 def test_in_cluster_is_the_pods_service_account(monkeypatch, tmp_path):
     cafiles = []
     monkeypatch.setattr(nc.ssl, "create_default_context", lambda cafile=None: cafiles.append(cafile) or "ctx")
-    monkeypatch.setattr(nc, "TOKEN_DIR", str(tmp_path))
+    monkeypatch.setattr(node_api, "TOKEN_DIR", str(tmp_path))
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
     monkeypatch.delenv("KUBERNETES_SERVICE_PORT", raising=False)
     api = nc.Api.in_cluster()
@@ -996,7 +997,7 @@ def test_the_loops_defaults_and_its_log_goes_out_at_once(monkeypatch):
 
 def test_an_unreadable_service_account_is_named_in_one_line(monkeypatch, capsys):
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
-    monkeypatch.setattr(nc, "TOKEN_DIR", "/nonexistent")
+    monkeypatch.setattr(node_api, "TOKEN_DIR", "/nonexistent")
     assert nc.run_cli(nc.main, ["--expect-devices", "1", "--node", "n", "--once"], PROG) == nc.EXIT_API
     assert capsys.readouterr().err == f"{PROG}: error: no Kubernetes API to ask (run it in a pod with a service " \
                                       "account token): [Errno 2] No such file or directory\n"

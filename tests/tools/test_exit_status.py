@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from ray_efa_eks.tools import command, exit_status
-from ray_efa_eks.training import cli as training_cli
+from ray_efa_eks.efacheck import cli as efacheck_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent / "ray-efa-eks"
@@ -91,10 +91,10 @@ def test_sigterm_takes_ctrl_c_path_and_exits_143(capsys):
         raise AssertionError("SIGTERM did not arrive")
 
     before = signal.getsignal(signal.SIGTERM)
-    assert training_cli.run_cli(main, [], "demo") == 143
+    assert efacheck_cli.run_cli(main, [], "demo") == 143
     assert "demo: interrupted (SIGTERM)" in capsys.readouterr().err
     assert signal.getsignal(signal.SIGTERM) is before, "run_cli restores the handler it replaced"
-    assert training_cli.run_cli(lambda a, p: 130, [], "demo") == 130, "a later Ctrl-C is not read as SIGTERM"
+    assert efacheck_cli.run_cli(lambda a, p: 130, [], "demo") == 130, "a later Ctrl-C is not read as SIGTERM"
 
 
 def test_unexpected_exception_is_one_line_and_a_trace_file(capsys, monkeypatch, tmp_path):
@@ -117,7 +117,9 @@ def test_unexpected_exception_is_one_line_and_a_trace_file(capsys, monkeypatch, 
 def test_train_sigterm_says_how_to_resume_like_ctrl_c(tmp_path, capsys):
     """SIGTERM inside fit() (a scheduler stopping the driver) runs Ray Train's abort like Ctrl-C and exits 143 with
     the resume hint (before: exit 134/1, no JSON line, no hint). Stand-in trainer as in test_bad_input's Ctrl-C case."""
-    from ray_efa_eks.training import __main__ as cli
+    from ray_efa_eks.training.errors import CliError
+    from ray_efa_eks.training.request import TrainRequest
+    from ray_efa_eks.training.run import run_training
 
     class RayLikeTrainer:
         def _register_sigint_handler(self, controller):
@@ -129,12 +131,12 @@ def test_train_sigterm_says_how_to_resume_like_ctrl_c(tmp_path, capsys):
             time.sleep(5)
             raise AssertionError("SIGTERM did not arrive")
 
-    args = cli.train_parser().parse_args(["--storage-path", str(tmp_path), "--name", "sched"])
+    req = TrainRequest(storage_path=str(tmp_path), name="sched")
 
     def main(argv, prog):
         try:
-            cli.run_training(args)
-        except cli.CliError as e:
+            run_training(req)
+        except CliError as e:
             print(e, file=sys.stderr)
             return e.code
         return 0
@@ -143,7 +145,7 @@ def test_train_sigterm_says_how_to_resume_like_ctrl_c(tmp_path, capsys):
     try:
         with pytest.MonkeyPatch.context() as m:
             m.setattr("ray_efa_eks.training.trainer.build_trainer", lambda **kw: RayLikeTrainer())
-            code = training_cli.run_cli(main, [], "train")
+            code = efacheck_cli.run_cli(main, [], "train")
     finally:
         signal.signal(signal.SIGINT, saved)
     err = capsys.readouterr().err

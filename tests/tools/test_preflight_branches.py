@@ -14,6 +14,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from ray_efa_eks.tools import preflight as pf
+from ray_efa_eks.tools import preflight_aws as aws
 from tests.helpers.preflight_ec2 import EC2, ITYPE, R, RID, err, g6, odcr
 
 class SQ:
@@ -41,10 +42,10 @@ def row(res, name):
 def test_clients_from_a_session_or_a_dict():
     made = []
     session = SimpleNamespace(client=lambda name: made.append(name) or f"<{name}>")
-    assert pf._clients(session) == ("<ec2>", "<service-quotas>") and made == ["ec2", "service-quotas"]
-    assert pf._clients({"ec2": "e", "servicequotas": "s"}) == ("e", "s")
-    assert pf._clients({"ec2": "e", "service-quotas": "s", "servicequotas": "t"}) == ("e", "s")
-    assert pf._clients({"ec2": "e"}) == ("e", None)
+    assert aws._clients(session) == ("<ec2>", "<service-quotas>") and made == ["ec2", "service-quotas"]
+    assert aws._clients({"ec2": "e", "servicequotas": "s"}) == ("e", "s")
+    assert aws._clients({"ec2": "e", "service-quotas": "s", "servicequotas": "t"}) == ("e", "s")
+    assert aws._clients({"ec2": "e"}) == ("e", None)
 
 
 @pytest.mark.parametrize("code", sorted(pf.DENIED_CODES))
@@ -52,7 +53,7 @@ def test_each_denial_is_unanswered_naming_the_action(code):
     def denied():
         raise err(code, 403)
     with pytest.raises(pf.Unanswered) as e:
-        pf._ask("ec2:Describe", denied)
+        aws._ask("ec2:Describe", denied)
     assert e.value.action == "ec2:Describe" and str(e.value) == "denied: ec2:Describe"
 
 
@@ -65,15 +66,15 @@ def test_an_endpoint_that_does_not_answer_is_unanswered(code, status, why):
     def fails():
         raise err(code, status)
     with pytest.raises(pf.Unanswered, match=rf"^not answered by the endpoint \({why}\): ec2:X$"):
-        pf._ask("ec2:X", fails)
+        aws._ask("ec2:X", fails)
 
 
 def test_any_other_error_is_no_answer_to_hide_and_an_answer_is_returned():
     def throttled():
         raise err("RequestLimitExceeded", 499)
     with pytest.raises(ClientError):
-        pf._ask("ec2:X", throttled)
-    assert pf._ask("ec2:X", lambda a, b=0: (a, b), 1, b=2) == (1, 2)
+        aws._ask("ec2:X", throttled)
+    assert aws._ask("ec2:X", lambda a, b=0: (a, b), 1, b=2) == (1, 2)
 
 
 # --- offerings and AZs
@@ -195,7 +196,7 @@ def test_describe_instance_types_asks_100_types_at_a_time():
         asked.append(InstanceTypes)
         return [{"InstanceTypes": [{"InstanceType": t} for t in InstanceTypes]}]
     types = [f"m7i.{n}xlarge" for n in range(201)]
-    got = pf._describe_types(EC2(describe_instance_types=answer), types + types[:5])
+    got = aws._describe_types(EC2(describe_instance_types=answer), types + types[:5])
     assert [len(a) for a in asked] == [100, 100, 1] and sorted(got) == sorted(types)
     assert asked[0] == sorted(types)[:100]
 
@@ -212,17 +213,17 @@ def test_running_vcpus_count_on_demand_instances_of_the_same_quota_only():
         describe_instance_types=lambda InstanceTypes: [{"InstanceTypes": [
             {"InstanceType": t, "VCpuInfo": {"DefaultVCpus": {"g5.xlarge": 4, "g6.12xlarge": 48,
                                                               "gr6.4xlarge": 16}[t]}} for t in InstanceTypes]}])
-    assert pf._running_vcpus(ec2, pf.QUOTA_G_VT) == 4 + 48 + 16  # the spot g5 has the Spot quota
+    assert aws._running_vcpus(ec2, pf.QUOTA_G_VT) == 4 + 48 + 16  # the spot g5 has the Spot quota
     assert ec2.calls[0] == ("describe_instances", {"Filters": [{"Name": "instance-state-name",
                                                                 "Values": ["running", "pending"]}]})
     assert ec2.calls[1] == ("describe_instance_types", {"InstanceTypes": ["g5.xlarge", "g6.12xlarge", "gr6.4xlarge"]})
-    assert pf._running_vcpus(EC2(describe_instances=ec2.answers["describe_instances"]), pf.QUOTA_P) == 0
+    assert aws._running_vcpus(EC2(describe_instances=ec2.answers["describe_instances"]), pf.QUOTA_P) == 0
 
 
 def test_a_running_type_ec2_does_not_describe_counts_no_vcpus():
     ec2 = EC2(describe_instances=[{"Reservations": [{"Instances": [{"InstanceType": "g5.xlarge"}, {}]}]}],
               describe_instance_types=[{"InstanceTypes": []}])
-    assert pf._running_vcpus(ec2, pf.QUOTA_G_VT) == 0
+    assert aws._running_vcpus(ec2, pf.QUOTA_G_VT) == 0
 
 
 def test_spot_instances_do_not_make_the_on_demand_quota_too_small():
@@ -712,7 +713,7 @@ def test_an_unparseable_answer_is_unanswered_naming_the_action():
     def html():
         raise ResponseParserError("Unable to parse response (syntax error), invalid XML received")
     with pytest.raises(pf.Unanswered) as e:
-        pf._ask("ec2:DescribeInstances", html)
+        aws._ask("ec2:DescribeInstances", html)
     assert e.value.action == "ec2:DescribeInstances"
     assert str(e.value) == "not answered by the endpoint (unparseable response): ec2:DescribeInstances"
 

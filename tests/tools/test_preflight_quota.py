@@ -9,6 +9,8 @@ import pytest
 from botocore.exceptions import ClientError
 
 from ray_efa_eks.tools import preflight as pf
+from ray_efa_eks.tools import preflight_aws as aws
+from ray_efa_eks.tools import preflight_checks as checks
 from tests.helpers import preflight_ec2 as stub
 
 
@@ -43,7 +45,7 @@ class SQ:
 
 def _quota(ec2, sq, itype="g6.12xlarge", count=2, vcpus=48):
     res = pf.PreflightResult(region="us-east-1", instance_type=itype, count=count, efa=True)
-    pf._check_quota(res, ec2, sq, itype, count, vcpus)
+    checks._check_quota(res, ec2, sq, itype, count, vcpus)
     return res
 
 
@@ -89,7 +91,7 @@ def test_a_quota_without_a_value_or_not_returned_is_undetermined_never_ok():
 def test_running_vcpus_unanswered_keeps_the_quota_value_but_no_verdict(monkeypatch):
     def denied(*a):
         raise pf.Unanswered("ec2:DescribeInstances", "denied")
-    monkeypatch.setattr(pf, "_running_vcpus", denied)
+    monkeypatch.setattr(checks, "_running_vcpus", denied)
     res = _quota(EC2(), SQ(value=500.0))
     assert res.quota["status"] == pf.UNKNOWN and res.quota["value"] == 500 and res.quota["running_vcpus"] is None
     assert len([c for c in res.checks if c["name"] == "vcpu-quota"]) == 1
@@ -100,12 +102,12 @@ def test_server_errors_and_unparseable_answers_are_unanswered():
     def server(**kw):
         raise ClientError({"Error": {"Code": "Throttled"}, "ResponseMetadata": {"HTTPStatusCode": 503}}, "X")
     with pytest.raises(pf.Unanswered, match="not answered by the endpoint \\(Throttled\\)"):
-        pf._ask("ec2:X", server)
+        aws._ask("ec2:X", server)
 
     def unparseable(**kw):
-        raise pf.ResponseParserError("html")
+        raise aws.ResponseParserError("html")
     with pytest.raises(pf.Unanswered, match="unparseable response"):
-        pf._ask("ec2:X", unparseable)
+        aws._ask("ec2:X", unparseable)
 
 
 # -- mutmut's survivors (2026-12-05 run, 1906 mutants, 103 survived) --
@@ -158,23 +160,23 @@ def test_a_describe_instances_page_without_reservations_adds_nothing():
     ec2 = stub.EC2(describe_instances=[META, {"Reservations": [{"Instances": [{"InstanceType": "g6.xlarge"}]}]}],
                   describe_instance_types=[{"InstanceTypes": [{"InstanceType": "g6.xlarge",
                                                                "VCpuInfo": {"DefaultVCpus": 4}}]}])
-    assert pf._running_vcpus(ec2, pf.QUOTA_G_VT) == 4
+    assert aws._running_vcpus(ec2, pf.QUOTA_G_VT) == 4
 
 
 def test_placement_group_rows_read_as_the_user_sees_them():
     res = _result()
-    pf._check_placement_group(res, stub.EC2(create_placement_group=stub.err("DryRunOperation", 412)), True)
+    checks._check_placement_group(res, stub.EC2(create_placement_group=stub.err("DryRunOperation", 412)), True)
     assert res.checks == [{"name": "placement-group", "status": "ok",
                            "detail": "a cluster placement group may be created (dry run)"}]
     res = _result()
-    pf._check_placement_group(res, stub.EC2(create_placement_group=stub.err("PlacementGroupLimitExceeded")), True)
+    checks._check_placement_group(res, stub.EC2(create_placement_group=stub.err("PlacementGroupLimitExceeded")), True)
     assert res.checks == [{"name": "placement-group", "status": "failed",
                            "detail": "a cluster placement group cannot be created: PlacementGroupLimitExceeded"}]
 
 
 def _reservation(ec2, reservation_id=stub.RID, az=None, count=2):
     res = _result(count=count)
-    pf._check_reservations(res, ec2, "g6.12xlarge", count, az, reservation_id)
+    checks._check_reservations(res, ec2, "g6.12xlarge", count, az, reservation_id)
     return res
 
 
@@ -225,13 +227,13 @@ def test_capacity_block_rows_read_as_the_user_sees_them():
              "StartDate": datetime(2026, 12, 7, 11, 30, tzinfo=timezone.utc), "UpfrontFee": "2000.00",
              "CurrencyCode": "USD"}
     res = _result(itype="p5.48xlarge")
-    pf._check_capacity_blocks(res, stub.EC2(describe_capacity_block_offerings={"CapacityBlockOfferings": [offer]}),
+    checks._check_capacity_blocks(res, stub.EC2(describe_capacity_block_offerings={"CapacityBlockOfferings": [offer]}),
                               "p5.48xlarge", 2, None)
     assert res.checks == [{"name": "capacity-blocks", "status": "ok",
                            "detail": "1 offering(s) of 2 x p5.48xlarge for 24 h in us-east-1; earliest "
                                      "2026-12-07 11:30:00+00:00 in us-east-1a"}]
     res = _result(itype="p5.48xlarge")
-    pf._check_capacity_blocks(res, stub.EC2(describe_capacity_block_offerings=stub.err("UnauthorizedOperation")),
+    checks._check_capacity_blocks(res, stub.EC2(describe_capacity_block_offerings=stub.err("UnauthorizedOperation")),
                               "p5.48xlarge", 2, None)
     assert res.checks == [{"name": "capacity-blocks", "status": "unknown",
                            "detail": "Capacity Block offerings for 2 x p5.48xlarge unknown (denied: "

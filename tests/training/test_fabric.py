@@ -12,7 +12,8 @@ import pytest
 
 from ray_efa_eks.efacheck.nccl_log import analyze_paths
 from ray_efa_eks.training import fabric
-from ray_efa_eks.training.__main__ import EXIT_WRONG_FABRIC, refusal_message
+from ray_efa_eks.training.errors import EXIT_WRONG_FABRIC
+from ray_efa_eks.training.run import refusal_message
 
 REPO = Path(__file__).resolve().parents[2]
 LOG_DIRS = [d for d in (REPO / "tests/fixtures/nccl-logs", Path("/work/shared/nccl-logs")) if d.is_dir()]
@@ -240,7 +241,7 @@ def test_a_users_own_nccl_debug_beside_the_stacks_is_kept(tmp_path):
 
 
 def test_the_summary_says_whose_settings_applied():
-    from ray_efa_eks.training.__main__ import fabric_words
+    from ray_efa_eks.training.run import fabric_words
 
     run = {"by": "run", "replaced": {"NCCL_DEBUG": "WARN"}}
     mine = {"by": "user", "kept": {"NCCL_DEBUG": "WARN"}}

@@ -2,7 +2,6 @@
 cross_entropy, the docs table, and the refusal before Ray starts."""
 from __future__ import annotations
 
-import argparse
 import re
 from pathlib import Path
 
@@ -164,29 +163,30 @@ def test_train_refuses_a_preset_that_cannot_fit_before_ray(monkeypatch, capsys):
 
 
 def test_without_workers_the_check_runs_once_the_ranks_are_known():
-    from ray_efa_eks.training.__main__ import EXIT_USAGE, CliError, gpu_memory_problem
+    from ray_efa_eks.efacheck.exit_codes import EXIT_USAGE
+    from ray_efa_eks.training.errors import CliError
+    from ray_efa_eks.training.request import TrainRequest, gpu_memory_problem
 
-    args = argparse.Namespace(workers=1, preset="1b", batch_size=8)
+    req = TrainRequest(workers=1, preset="1b", batch_size=8)
     with pytest.raises(CliError) as e:
-        gpu_memory_problem(None, args, {memory.GPU_MEMORY_ENV: "16384", memory.GPU_MODEL_ENV: "T4"})
+        gpu_memory_problem(None, req, {memory.GPU_MEMORY_ENV: "16384", memory.GPU_MODEL_ENV: "T4"})
     assert e.value.code == EXIT_USAGE and "at least 5 ranks" in str(e.value)
-    gpu_memory_problem(None, argparse.Namespace(workers=8, preset="1b", batch_size=8), {memory.GPU_MEMORY_ENV: "16384"})
+    gpu_memory_problem(None, TrainRequest(workers=8, preset="1b", batch_size=8), {memory.GPU_MEMORY_ENV: "16384"})
 
 
 def test_one_rank_per_gpu_from_the_node_table(capsys):
-    from ray_efa_eks.training.__main__ import EXIT_TOO_SMALL, CliError, place_gpu_ranks
+    from ray_efa_eks.training.errors import EXIT_TOO_SMALL, CliError
+    from ray_efa_eks.training.reach import place_gpu_ranks
+    from ray_efa_eks.training.request import TrainRequest
     from ray_efa_eks.training.trainer import gpu_ranks, gpus_per_node
 
     nodes = [{"Alive": True, "Resources": {"CPU": 46.0, "GPU": 4.0}}, {"Alive": True, "Resources": {"GPU": 4.0}},
              {"Alive": True, "Resources": {"CPU": 0.0}}, {"Alive": False, "Resources": {"GPU": 4.0}}]
     assert gpus_per_node(nodes) == [4, 4] and gpu_ranks([4, 4]) == (8, "2 node(s) x 4 GPUs")
     assert gpu_ranks([8, 4]) == (12, "8 + 4 GPUs on 2 nodes") and gpu_ranks([])[0] == 0
-    args = argparse.Namespace(workers=None)
-    place_gpu_ranks(args, nodes)
-    assert args.workers == 8 and "8 ranks, one per GPU" in capsys.readouterr().err
-    args = argparse.Namespace(workers=8)
-    place_gpu_ranks(args, nodes)
+    assert place_gpu_ranks(TrainRequest(workers=None), nodes).workers == 8 and "8 ranks, one per GPU" in capsys.readouterr().err
+    assert place_gpu_ranks(TrainRequest(workers=8), nodes).workers == 8
     assert "warning" not in capsys.readouterr().err
     with pytest.raises(CliError) as e:
-        place_gpu_ranks(argparse.Namespace(workers=None), nodes[2:])
+        place_gpu_ranks(TrainRequest(workers=None), nodes[2:])
     assert e.value.code == EXIT_TOO_SMALL and "no GPUs yet" in str(e.value)

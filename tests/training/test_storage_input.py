@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from ray_efa_eks.tools import command
-from ray_efa_eks.training.__main__ import storage_problem
+from ray_efa_eks.training.request import storage_problem
 
 
 class Started(BaseException):

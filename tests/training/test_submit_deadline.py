@@ -10,7 +10,7 @@ import pytest
 from tests.helpers.silent_server import silent_server as listening
 
 from ray_efa_eks.tools import command
-from ray_efa_eks.training import __main__ as train_cli
+from ray_efa_eks.training import reach, run, submit
 
 
 @pytest.fixture
@@ -22,7 +22,7 @@ def silent_server():
 
 def test_submit_to_a_server_that_never_answers_exits_2_in_time(silent_server, capsys, monkeypatch):
     # the figure is docs/cli.md's (30 s); 3 s keeps the test short
-    monkeypatch.setattr(train_cli, "REQUEST_TIMEOUT_S", 3.0, raising=False)
+    monkeypatch.setattr(submit, "REQUEST_TIMEOUT_S", 3.0)
     t0 = time.monotonic()
     code = command.main(["submit", "--address", f"http://127.0.0.1:{silent_server}", "--", "--steps", "5"])
     took = time.monotonic() - t0
@@ -37,7 +37,7 @@ def test_train_address_that_never_answers_exits_2_in_time(silent_server, capsys,
     run is stopped after CONNECT_TIMEOUT_S (60 s; 5 s here) and the command exits 2."""
     from ray_efa_eks.training import lifecycle
 
-    monkeypatch.setattr(train_cli, "CONNECT_TIMEOUT_S", 5.0, raising=False)
+    monkeypatch.setattr(run, "CONNECT_TIMEOUT_S", 5.0)
     monkeypatch.setattr(lifecycle, "GRACE_S", 3.0)
     t0 = time.monotonic()
     code = command.main(["train", "--address", f"127.0.0.1:{silent_server}", "--steps", "5", "--json",
@@ -53,6 +53,5 @@ def test_the_documented_figures_are_the_code_s():
     from pathlib import Path
 
     text = (Path(__file__).resolve().parents[2] / "docs/cli.md").read_text()
-    for figure in (train_cli.PROBE_TIMEOUT_S, train_cli.REQUEST_TIMEOUT_S, train_cli.UPLOAD_TIMEOUT_S,
-                   train_cli.CONNECT_TIMEOUT_S):
+    for figure in (reach.PROBE_TIMEOUT_S, submit.REQUEST_TIMEOUT_S, submit.UPLOAD_TIMEOUT_S, run.CONNECT_TIMEOUT_S):
         assert f"{figure:g} s" in text, figure

@@ -99,7 +99,7 @@ def test_new_run_resumes_after_all_workers_killed(baseline, tmp_path):
 
 
 def test_storage_path_resolution(tmp_path, monkeypatch):
-    from ray_efa_eks.training.__main__ import submit_entrypoint
+    from ray_efa_eks.training.submit import submit_entrypoint
     from ray_efa_eks.training.trainer import STORAGE_PATH_ENV, default_storage_path, resolve_storage_path
 
     env = {STORAGE_PATH_ENV: "s3://bucket/ray-train"}
@@ -156,9 +156,9 @@ def test_cli_require_efa_on_cpu_stops_at_the_first_collective(cluster, tmp_path)
 def test_submit_ships_the_training_package_alone(tmp_path):
     import importlib.resources
 
-    from ray_efa_eks.training.__main__ import stage_package
+    from ray_efa_eks.training.submit import stage_package
 
-    from ray_efa_eks.training.__main__ import EFACHECK_FILES
+    from ray_efa_eks.training.submit import EFACHECK_FILES
 
     wd = stage_package(tmp_path)
     # not the repo, not site-packages: training, and the efacheck modules it imports, in their installed layout
@@ -244,12 +244,9 @@ def test_use_gpu_runs_one_rank_per_gpu_and_warns_when_fewer(cluster, gpu_nodes, 
     assert (out["world_size"], out["nodes"], out["ranks_per_node"]) == (8, 2, [4, 4])
     assert "[train] --use-gpu: 8 ranks, one per GPU the cluster offers (2 node(s) x 4 GPUs)" in proc.stderr
     assert "warning:" not in proc.stderr
-    import argparse
+    from ray_efa_eks.training.reach import place_gpu_ranks
+    from ray_efa_eks.training.request import TrainRequest
 
-    from ray_efa_eks.training.__main__ import place_gpu_ranks
-
-    args = argparse.Namespace(workers=2)
-    place_gpu_ranks(args, ray.nodes())
-    assert args.workers == 2
+    assert place_gpu_ranks(TrainRequest(workers=2), ray.nodes()).workers == 2
     assert "warning: --workers 2 uses 2 of the 8 GPUs the cluster offers (2 node(s) x 4 GPUs); 6 sit idle: omit " \
         "--workers for one rank per GPU" in capsys.readouterr().err

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from ray_efa_eks.training import __main__ as cli
+from ray_efa_eks.training.errors import CliError
+from ray_efa_eks.training.request import TrainRequest, gpu_memory_problem
 from ray_efa_eks.training.fabric import plan_capture
 from ray_efa_eks.training.memory import min_ranks
 from ray_efa_eks.training.model import get_config
@@ -39,10 +40,9 @@ def test_the_fabric_capture_reads_the_rendered_nccl_env(name, value):
 
 
 def refusal(env: dict[str, str], workers: int) -> str | None:
-    args = cli.train_parser().parse_args(["--preset", "1b", "--workers", str(workers), "--storage-path", "/tmp/x"])
     try:
-        cli.gpu_memory_problem(None, args, env)
-    except cli.CliError as e:
+        gpu_memory_problem(None, TrainRequest(preset="1b", workers=workers, storage_path="/tmp/x"), env)
+    except CliError as e:
         return str(e)
     return None
 
