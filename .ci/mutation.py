@@ -106,9 +106,9 @@ MODULES: dict[str, list[str]] = {
     "efacheck/stack_probe.py": ["tests/efacheck/test_stack_probe.py", "tests/efacheck/test_stack_probe_branches.py"],
     "efacheck/worker_pods.py": ["tests/efacheck/test_worker_pods.py"],
     "efacheck/node_check.py": ["tests/efacheck/test_node_check.py"],
-    "components/values.py": ["tests/components/test_values.py", "tests/components/test_values_branches.py"],
-    "components/config_fields.py": ["tests/components/test_config_fields.py", "tests/components/test_config.py"],
-    "components/config.py": [
+    "components/config/values.py": ["tests/components/test_values.py", "tests/components/test_values_branches.py"],
+    "components/config/config_fields.py": ["tests/components/test_config_fields.py", "tests/components/test_config.py"],
+    "components/config/config.py": [
         "tests/components/test_config.py", "tests/components/test_config_branches.py",
         "tests/components/test_values.py",
     ],
@@ -116,8 +116,8 @@ MODULES: dict[str, list[str]] = {
         "tests/tools/test_preflight_branches.py", "tests/tools/test_preflight_quota.py",
         "tests/tools/test_preflight_args.py",
     ],
-    "components/capacity.py": ["tests/components/test_capacity_branches.py"],
-    "components/cost.py": ["tests/components/test_cost_branches.py"],
+    "components/nodes/capacity.py": ["tests/components/test_capacity_branches.py"],
+    "components/nodes/cost.py": ["tests/components/test_cost_branches.py"],
     "tools/aws_rules.py": ["tests/tools/test_aws_rules_branches.py"],
     "tools/security_rules.py": ["tests/tools/test_security_rules_branches.py"],
     "tools/layout.py": ["tests/tools/test_layout_branches.py"],

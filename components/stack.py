@@ -22,33 +22,33 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
-from .capacity import (BLOCK_TERMINATION_LEAD_MINUTES, CAPACITY_BLOCK, PENDING_BLOCK_STATES, RESERVATION, GpuCapacity,
+from .nodes.capacity import (BLOCK_TERMINATION_LEAD_MINUTES, CAPACITY_BLOCK, PENDING_BLOCK_STATES, RESERVATION, GpuCapacity,
                        block_problem, read_capacity_block)
-from .checkpoint_bucket import CheckpointBucket, CheckpointBucketArgs
-from .cluster import Cluster, ClusterArgs, access_plan
-from .cluster_autoscaler import ClusterAutoscaler, ClusterAutoscalerArgs
-from .config import LARGE_NODE_COUNT, ConfigError, StackConfig, stack_error
-from .cost import estimate
-from .device_plugins import DevicePlugins, DevicePluginsArgs
-from .efa_check import Deadlines, EfaCheckJob, EfaCheckJobArgs, gate_transport
-from .errors import ArgError
-from .eks_versions import version_warning
-from .job_queues import JobQueues, JobQueuesArgs
-from .kuberay import KubeRayOperator, KubeRayOperatorArgs
-from .live_cluster import lagging_warning, read_live_cluster, upgrade_problem
-from .kuberay_versions import unverified_note
-from .launch_template import FAST_IMAGE_PULL_MIN_MIBPS, Gp3Performance, NodeHardening, fingerprint
-from .image_cache import ImageCache, ImageCacheArgs, UPSTREAM_REGISTRY, cache_prefix, cached_reference
-from .image_prepull import ImagePrePull, ImagePrePullArgs
-from .network import Network, NetworkArgs
-from .metrics_rules import AlertThresholds
-from .node_agent import FABRIC_STARTUP_TAINT, NodeAgent, NodeAgentArgs
-from .observability import Observability, ObservabilityArgs
-from .node_groups import EfaGpuNodeGroup, EfaGpuNodeGroupArgs, SystemNodeGroup, SystemNodeGroupArgs, startup_taint
-from .placement import cluster_azs, gpu_az_note, resolve_gpu_az
-from .pod_identity import PodStorageAccess, PodStorageAccessArgs
-from .ray_autoscaler import AutoscalerArgs
-from .raycluster import METRICS_NAMESPACE, RayCluster, RayClusterArgs, WorkerGroupArgs
+from .storage.checkpoint_bucket import CheckpointBucket, CheckpointBucketArgs
+from .cluster.cluster import Cluster, ClusterArgs, access_plan
+from .addons.cluster_autoscaler import ClusterAutoscaler, ClusterAutoscalerArgs
+from .config.config import LARGE_NODE_COUNT, ConfigError, StackConfig, stack_error
+from .nodes.cost import estimate
+from .addons.device_plugins import DevicePlugins, DevicePluginsArgs
+from .addons.efa_check import Deadlines, EfaCheckJob, EfaCheckJobArgs, gate_transport
+from .config.errors import ArgError
+from .cluster.eks_versions import version_warning
+from .queues.job_queues import JobQueues, JobQueuesArgs
+from .ray.kuberay import KubeRayOperator, KubeRayOperatorArgs
+from .cluster.live_cluster import lagging_warning, read_live_cluster, upgrade_problem
+from .ray.kuberay_versions import unverified_note
+from .nodes.launch_template import FAST_IMAGE_PULL_MIN_MIBPS, Gp3Performance, NodeHardening, fingerprint
+from .addons.image_cache import ImageCache, ImageCacheArgs, UPSTREAM_REGISTRY, cache_prefix, cached_reference
+from .addons.image_prepull import ImagePrePull, ImagePrePullArgs
+from .network.network import Network, NetworkArgs
+from .observability.metrics_rules import AlertThresholds
+from .addons.node_agent import FABRIC_STARTUP_TAINT, NodeAgent, NodeAgentArgs
+from .observability.observability import Observability, ObservabilityArgs
+from .nodes.node_groups import EfaGpuNodeGroup, EfaGpuNodeGroupArgs, SystemNodeGroup, SystemNodeGroupArgs, startup_taint
+from .network.placement import cluster_azs, gpu_az_note, resolve_gpu_az
+from .cluster.pod_identity import PodStorageAccess, PodStorageAccessArgs
+from .ray.ray_autoscaler import AutoscalerArgs
+from .ray.raycluster import METRICS_NAMESPACE, RayCluster, RayClusterArgs, WorkerGroupArgs
 
 RAY_NAMESPACE = "ray"
 RAY_SERVICE_ACCOUNT = "ray-train"
@@ -65,7 +65,7 @@ class EfaRayClusterArgs(TypedDict, total=False):
     region: str
     """AWS region of the stack (the `aws:region` config; default us-east-1)."""
     gpuInstanceType: str
-    """GPU worker instance type; must be in the catalogue (components/instances.py)."""
+    """GPU worker instance type; must be in the catalogue (components/nodes/instances.py)."""
     gpuNodeCount: int
     """GPU nodes (one Ray worker pod each). 0 parks the GPU node group and stops its cost."""
     gpuWorkersToDelete: list[str]
@@ -306,7 +306,7 @@ class EfaRayCluster(pulumi.ComponentResource):
             enable_network_policy=cfg.networkPolicy, admin_arns=cfg.clusterAdminArns,
             viewer_arns=cfg.clusterViewerArns, creator_admin=access.creator_admin, creator_arn=access.creator_arn,
             tags=tags), opts=child)
-        # Images from ECR Public come through the account's pull-through cache (components/image_cache.py); the Ray
+        # Images from ECR Public come through the account's pull-through cache (components/addons/image_cache.py); the Ray
         # head on the system node pulls the DLC first, so the cache is filled before any GPU worker needs it.
         dlc_image, agent_image, cache = cfg.dlcImage, cfg.nodeAgentImage, None
         if cfg.ecrPullThroughCache and any(i.startswith(UPSTREAM_REGISTRY + "/") for i in (dlc_image, agent_image)):
@@ -370,7 +370,7 @@ class EfaRayCluster(pulumi.ComponentResource):
         team_namespaces = queues.namespace_names if queues else []
         operators: list[KubeRayOperator] = []
 
-        # The CRDs Helm installed on a stack's first up are upserted and taken over (components/kuberay.py).
+        # The CRDs Helm installed on a stack's first up are upserted and taken over (components/ray/kuberay.py).
         crd_provider = k8s.Provider("kuberay-crds-k8s", kubeconfig=cluster.eks.kubeconfig_json,
                                     enable_server_side_apply=True, upsert_existing_objects=True,
                                     enable_patch_force=True,

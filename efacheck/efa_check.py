@@ -76,7 +76,7 @@ from .topology import ask_autoscaler, busy_probe, wait_topology
 from .verdict import judge, summarize_sweep, wrong_results
 
 CHECK_JOB_PREFIX = "efa-check-"
-"""Submission ids of the gate's Ray jobs (components/efa_check.py check_script and STOP_EARLIER)."""
+"""Submission ids of the gate's Ray jobs (components/addons/efa_check.py check_script and STOP_EARLIER)."""
 
 EXIT_INTERRUPTED = 130
 """Ctrl-C (128 + SIGINT)."""

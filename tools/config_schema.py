@@ -1,6 +1,6 @@
 """One source of truth for the stack's settings: ``StackConfig`` -> Pulumi.yaml, EfaRayClusterArgs and docs/configuration.md.
 
-``StackConfig`` (components/config.py) declares every key with its type, default and docstring. Two
+``StackConfig`` (components/config/config.py) declares every key with its type, default and docstring. Two
 copies must exist as text because their readers parse files, not Python objects: the ``config:``
 block of ``Pulumi.yaml`` (``pulumi config`` shows its types, defaults and descriptions) and the
 ``EfaRayClusterArgs`` TypedDict in components/stack.py (the Pulumi SDK infers the multi-language
@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from .cli import ArgumentParser, run_cli
-from ..components.config import NAMESPACE, StackConfig
-from ..components.config_fields import EFFECTS, Live
+from ..components.config.config import NAMESPACE, StackConfig
+from ..components.config.config_fields import EFFECTS, Live
 
 ROOT = Path(__file__).resolve().parent.parent
 BEGIN = "    # -- generated from StackConfig by `python -m ray_efa_eks.tools.config_schema --write`; do not edit --"
@@ -69,7 +69,7 @@ def keys() -> list[dict[str, Any]]:
                              "description in Pulumi.yaml and in the package schema)")
         live = f.metadata.get("live")
         if f.name not in NOT_IN_PROJECT_CONFIG and not isinstance(live, Live):
-            raise ValueError(f"StackConfig.{f.name} has no live-change note: declare it with components/config_fields.py's "
+            raise ValueError(f"StackConfig.{f.name} has no live-change note: declare it with components/config/config_fields.py's "
                              f"key(DEFAULT, live=live(EFFECT, ..., note=...)), EFFECT one of {', '.join(EFFECTS)} "
                              "(what the next `pulumi up` does to a deployed stack when the key changes; it becomes "
                              f"the last column of {DOCS_FILE})")

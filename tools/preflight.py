@@ -178,7 +178,7 @@ def zone_ids(ec2_client: Any) -> dict[str, str | None]:
 
 def eks_refuses_cluster_subnets(region: str, zone_id: str | None) -> bool:
     """EKS creates no control plane in this zone ID (components/placement.EKS_UNSUPPORTED_ZONE_IDS, network-reqs)."""
-    from ..components.placement import EKS_UNSUPPORTED_ZONE_IDS
+    from ..components.network.placement import EKS_UNSUPPORTED_ZONE_IDS
 
     return zone_id in EKS_UNSUPPORTED_ZONE_IDS.get(region, frozenset())
 
@@ -428,9 +428,9 @@ def _check_quota(res: PreflightResult, ec2: Any, sq: Any, instance_type: str, co
 
 def _check_placement_group(res: PreflightResult, ec2: Any, efa: bool, reservation_id: str | None = None) -> None:
     """Whether a cluster placement group may be created, asked only where the stack creates one: EFA nodes
-    (components/node_groups.py) whose capacity mode gets one (components/capacity.py; a named reservation, ODCR or
+    (components/nodes/node_groups.py) whose capacity mode gets one (components/nodes/capacity.py; a named reservation, ODCR or
     Capacity Block, never does)."""
-    from ..components.capacity import ON_DEMAND, RESERVATION, own_cluster_placement_group
+    from ..components.nodes.capacity import ON_DEMAND, RESERVATION, own_cluster_placement_group
 
     if not (efa and own_cluster_placement_group(ON_DEMAND if reservation_id is None else RESERVATION)):
         why = "no EFA" if not efa else "a capacity reservation is targeted"
@@ -641,7 +641,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
 
 def usage_problem(a: argparse.Namespace) -> str | None:
     """The first argument no AWS call could answer (None when all are well-formed); checked before any call."""
-    from ..components.capacity import RESERVATION_ID, RESOURCE_GROUP_ARN
+    from ..components.nodes.capacity import RESERVATION_ID, RESOURCE_GROUP_ARN
 
     if a.region is not None and not REGION.fullmatch(a.region):
         return (f"--region {a.region!r}: not an AWS region name; e.g. --region us-east-1 (or leave it out to use "

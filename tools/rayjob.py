@@ -28,10 +28,10 @@ from typing import Any
 
 import yaml
 
-from ..components.config import ConfigError, StackConfig
-from ..components.job_queues import TEAM_PREFIX, TEAM_SERVICE_ACCOUNT
-from ..components.node_agent import exporter_url
-from ..components.rayjob import RayJobArgs, manifests
+from ..components.config.config import ConfigError, StackConfig
+from ..components.queues.job_queues import TEAM_PREFIX, TEAM_SERVICE_ACCOUNT
+from ..components.addons.node_agent import exporter_url
+from ..components.ray.rayjob import RayJobArgs, manifests
 from ..training.__main__ import check_train_args, stage_package, submit_entrypoint, train_parser
 from .cli import ArgumentParser
 from .plan_model import PlanError, UsageError

@@ -104,8 +104,8 @@ def shown_config(sf: StackFile, overrides: dict[str, str] | None, region: str) -
 def effective_config(sf: StackFile, overrides: dict[str, str] | None, region: str,
                      stack: str = "<stack>") -> dict[str, list[Any]]:
     """key -> [value, source] for everything the plan runs with: ``Pulumi.<stack>.yaml``, ``--config`` or
-    ``default``; keys the program never reads (:func:`~ray_efa_eks.components.config.unread_keys`) say so."""
-    from ..components.config import KEYS, NAMESPACE, StackConfig, unread_keys
+    ``default``; keys the program never reads (:func:`~ray_efa_eks.components.config.config.unread_keys`) say so."""
+    from ..components.config.config import KEYS, NAMESPACE, StackConfig, unread_keys
 
     overrides = overrides or {}
     defaults = StackConfig()

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from ray_efa_eks.components import config as c
-from ray_efa_eks.components import values as v
-from ray_efa_eks.components.config import REFUSED, ConfigError, StackConfig
+from ray_efa_eks.components.config import config as c
+from ray_efa_eks.components.config import values as v
+from ray_efa_eks.components.config.config import REFUSED, ConfigError, StackConfig
 
 ARN = "arn:aws:iam::123456789012:role/a"
 
@@ -149,7 +149,7 @@ def test_each_refusal_in_full(kw, message):
 
 
 def test_gpu_type_without_efa_in_full(monkeypatch):
-    from ray_efa_eks.components.instances import InstanceType
+    from ray_efa_eks.components.nodes.instances import InstanceType
 
     monkeypatch.setitem(c.CATALOGUE, "g4dn.xlarge", InstanceType("g4dn.xlarge", 4, 16384, 1, "T4", 15360, False, 0, 1))
     with pytest.raises(ConfigError) as e:
@@ -261,7 +261,7 @@ RG = "arn:aws:resource-groups:{}:123456789012:group/odcr-pool"
 
 
 def test_validate_hands_capacity_every_argument_it_judges():
-    """The placement group, the region and the AZ reach the capacity rules (components/capacity.py): a placement
+    """The placement group, the region and the AZ reach the capacity rules (components/nodes/capacity.py): a placement
     group on demand is refused, a reservation's resource group is judged against the stack's own region."""
     with pytest.raises(ConfigError) as e:
         StackConfig(gpuPlacementGroupName="pg-1").validate()

@@ -13,7 +13,9 @@ from pathlib import Path
 import kubernetes_validate
 import pytest
 
-from ray_efa_eks.components import eks_versions, node_agent
+from ray_efa_eks.components.cluster import eks_versions
+
+from ray_efa_eks.components.addons import node_agent
 from ray_efa_eks.efacheck import node_check as nc
 from tests.efacheck.test_node_check import GPU_TAINT, STARTUP, FakeApi, _node
 from tests.helpers.sysfs import kernel_sysfs
