@@ -2,8 +2,9 @@
 
 The modules live in one folder per layer (``config/``, ``network/``, ``cluster/``, ``nodes/``, ``ray/``, ``addons/``,
 ``observability/``, ``storage/``, ``queues/``), the way pulumi-eks keeps ``cluster/``, ``nodes/`` and ``addons/``;
-``stack.py`` (``EfaRayCluster``) composes them. ``from ray_efa_eks.components import Cluster, ClusterArgs`` is the stable path to every component: the names
-below load on first use, so importing a config grammar does not import the Pulumi SDKs."""
+``stack.py`` (``EfaRayCluster``) composes them, and ``kube.py`` holds the labels, tolerations and pod helpers
+they share. ``from ray_efa_eks.components import Cluster, ClusterArgs`` is the stable path to every component: the
+names below load on first use, so importing a config grammar does not import the Pulumi SDKs."""
 
 from __future__ import annotations
 

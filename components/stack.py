@@ -42,13 +42,14 @@ from .addons.image_cache import ImageCache, ImageCacheArgs, UPSTREAM_REGISTRY, c
 from .addons.image_prepull import ImagePrePull, ImagePrePullArgs
 from .network.network import Network, NetworkArgs
 from .observability.metrics_rules import AlertThresholds
-from .addons.node_agent import FABRIC_STARTUP_TAINT, NodeAgent, NodeAgentArgs
+from .addons.node_agent import NodeAgent, NodeAgentArgs
+from .kube import FABRIC_STARTUP_TAINT, METRICS_NAMESPACE, startup_taint
 from .observability.observability import Observability, ObservabilityArgs
-from .nodes.node_groups import EfaGpuNodeGroup, EfaGpuNodeGroupArgs, SystemNodeGroup, SystemNodeGroupArgs, startup_taint
+from .nodes.node_groups import EfaGpuNodeGroup, EfaGpuNodeGroupArgs, SystemNodeGroup, SystemNodeGroupArgs
 from .network.placement import cluster_azs, gpu_az_note, resolve_gpu_az
 from .cluster.pod_identity import PodStorageAccess, PodStorageAccessArgs
 from .ray.ray_autoscaler import AutoscalerArgs
-from .ray.raycluster import METRICS_NAMESPACE, RayCluster, RayClusterArgs, WorkerGroupArgs
+from .ray.raycluster import RayCluster, RayClusterArgs, WorkerGroupArgs
 
 RAY_NAMESPACE = "ray"
 RAY_SERVICE_ACCOUNT = "ray-train"

@@ -43,8 +43,8 @@ COMPONENT_FOLDERS = ("config", "network", "cluster", "nodes", "ray", "addons", "
 """components/ by layer, the way pulumi-eks keeps cluster/, nodes/ and addons/ (each folder's __init__ says what it
 holds); stack.py and provider.py, the umbrella, stay at the top."""
 COMPONENT_LAYERS = {
-    "leaf": {"config.values", "config.config_fields", "config.errors", "nodes.instances", "nodes.node_allocatable",
-             "cluster.eks_versions", "ray.kuberay_versions", "nodes.capacity", "storage.storage_rules", "nodes.cost",
+    "leaf": {"kube", "addons.payload", "config.values", "config.config_fields", "config.errors", "nodes.instances",
+             "nodes.node_allocatable", "cluster.eks_versions", "ray.kuberay_versions", "nodes.capacity", "storage.storage_rules", "nodes.cost",
              "cluster.live_cluster", "observability.metrics_rules", "ray.ray_autoscaler", "nodes.rollout_guards",
              "nodes.ebs_limits", "nodes.cold_start", "queues.team_queues", "network.network_policies",
              *(f"{folder}.__init__" for folder in COMPONENT_FOLDERS)},
@@ -64,7 +64,7 @@ LAYER_EDGES = {"leaf": {"leaf"}, "config": {"leaf", "config"}, "resource": {"lea
                "umbrella": {"leaf", "config", "resource", "umbrella"}}
 
 DYNAMIC_IMPORTS = {
-    ("components.addons.efa_check", "find_spec"): "finds efacheck's source folder to read its files into the gate's "
+    ("components.addons.payload", "find_spec"): "finds efacheck's source folder to read its files into the gate's "
                                             "ConfigMap; the library never imports the proof",
     ("components.__init__", "import_module"): "the package's public names load from their layer modules on first "
                                               "use (EXPORTS, the same imports written out under TYPE_CHECKING)",
@@ -214,6 +214,17 @@ def test_every_edge_inside_the_library_follows_its_layers():
             if target and target != name and layer[target] not in LAYER_EDGES[layer[name]]:
                 bad.append(f"components/{name}.py:{line} ({layer[name]}) imports {target} ({layer[target]})")
     assert not bad, bad
+
+
+def test_no_private_name_crosses_a_library_module():
+    """A module's ``_private`` names are its own: what two components share lives in a leaf both import (the
+    labels, tolerations and pod helpers in kube.py, what the gate and the node agent ship in addons/payload.py)."""
+    crossing = [f"components/{name.replace('.', '/')}.py:{node.lineno} imports {a.name} from {'.' * node.level}"
+                f"{node.module or ''}"
+                for name, tree in modules("components").items() for node in ast.walk(tree)
+                if isinstance(node, ast.ImportFrom) and node.level for a in node.names
+                if a.name.startswith("_") and not a.name.startswith("__")]
+    assert not crossing, crossing
 
 
 def test_config_flows_one_way():

@@ -36,9 +36,8 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
-from ..nodes.node_groups import ROLE_LABEL, SYSTEM_ROLE
+from ..kube import ROLE_LABEL, SYSTEM_ROLE, pod_resources
 from ..cluster.pod_identity import pod_identity_trust_policy
-from ..ray.raycluster import pod_resources
 
 CHART = "cluster-autoscaler"
 CHART_VERSION = "9.59.0"

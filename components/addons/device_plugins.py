@@ -35,7 +35,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from ..nodes.instances import CATALOGUE
-from ..nodes.node_groups import GPU_ROLE, GPU_TOLERATION, ROLE_LABEL, startup_toleration
+from ..kube import GPU_ROLE, GPU_TOLERATION, ROLE_LABEL, merge, startup_toleration
 
 NVIDIA_REPO = "https://nvidia.github.io/k8s-device-plugin"
 EKS_CHARTS_REPO = "https://aws.github.io/eks-charts"
@@ -100,19 +100,6 @@ def check_versions(args: "DevicePluginsArgs") -> None:
 def _efa_types(instance_types: list[str] | None) -> list[str]:
     return instance_types if instance_types is not None else [t.name for t in CATALOGUE.values()
                                                               if t.gpus and t.efa_supported]
-
-
-def merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
-    """Helm's value coalescing: maps merge key by key, anything else (lists, scalars) replaces; None deletes."""
-    out = dict(base)
-    for k, v in override.items():
-        if v is None:
-            out.pop(k, None)
-        elif isinstance(v, dict) and isinstance(out.get(k), dict):
-            out[k] = merge(out[k], v)
-        else:
-            out[k] = v
-    return out
 
 
 def _on_gpu_nodes(startup_taints: list[str] | None = None) -> dict[str, Any]:

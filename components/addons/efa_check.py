@@ -31,11 +31,9 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import importlib.util
 import json
 import shlex
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pulumi
@@ -43,13 +41,10 @@ import pulumi_kubernetes as k8s
 
 from ..nodes import cold_start
 from ..nodes.instances import InstanceType
-from ..nodes.node_groups import ROLE_LABEL, SYSTEM_ROLE
-from ..ray.raycluster import (GATE_LABELS, POD_SECURITY_CONTEXT, check_guaranteed, efa_env, pod_resources,
-                         restricted_container, token_client_env)
+from ..kube import POD_SECURITY_CONTEXT, ROLE_LABEL, SYSTEM_ROLE, check_guaranteed, pod_resources
+from .payload import EFA_PROOF_PACKAGE, config_key, package_dir
+from ..ray.raycluster import GATE_LABELS, efa_env, restricted_container, token_client_env
 
-_ROOT_PACKAGE = ".".join(__package__.split(".")[:-2])  # above components/<layer>
-EFA_PROOF_PACKAGE = f"{_ROOT_PACKAGE}.efacheck".lstrip(".")
-"""The sibling EFA-proof package: ``ray_efa_eks.efacheck`` when installed, ``efacheck`` from a checkout."""
 SHIPPED = {EFA_PROOF_PACKAGE: None}
 """What the Job ships, per package: every module of the EFA proof (None = every ``.py``). Read as files, found
 with ``importlib.util.find_spec`` (the library never imports the package)."""
@@ -207,19 +202,11 @@ class EfaCheckJobArgs:
     counter witness can read it)."""
 
 
-def _package_dir(package: str) -> Path:
-    """Where ``package``'s sources are, found by the import system (installed or a checkout) without importing it."""
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(f"EfaCheckJob: package {package} is not importable here; install ray-efa-eks")
-    return Path(list(spec.submodule_search_locations)[0])
-
-
 def check_files() -> dict[str, str]:
     """The files the Job ships to the Ray job's working_dir: ``efacheck/<module>.py``."""
     files: dict[str, str] = {}
     for package, names in SHIPPED.items():
-        root = _package_dir(package)
+        root = package_dir(package)
         folder = package.rpartition(".")[2]
         wanted = names or sorted(p.name for p in root.iterdir() if p.name.endswith(".py"))
         for n in wanted:
@@ -227,11 +214,6 @@ def check_files() -> dict[str, str]:
     if "efacheck/efa_check.py" not in files or "efacheck/nccl_log.py" not in files:
         raise FileNotFoundError(f"EfaCheckJob: package {EFA_PROOF_PACKAGE} lacks efa_check.py/nccl_log.py")
     return files
-
-
-def _config_key(path: str) -> str:
-    """ConfigMap keys allow no '/': ``efacheck/nccl_log.py`` is stored as ``efacheck.nccl_log.py``."""
-    return path.replace("/", ".")
 
 
 def gate_transport(efa: bool, node_count: int) -> str:
@@ -396,7 +378,7 @@ class EfaCheckJob(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self, provider=args.provider)
         files = check_files()
         code = k8s.core.v1.ConfigMap(f"{name}-code", metadata={"name": f"{name}-code", "namespace": args.namespace},
-                                     data={_config_key(p): t for p, t in files.items()}, opts=child)
+                                     data={config_key(p): t for p, t in files.items()}, opts=child)
         folders = sorted({p.split("/", 1)[0] for p in files})
         transport = gate_transport(args.efa, args.node_count)
         d = dataclasses.replace(args.deadlines, sweeps=2 if args.compare_socket and transport == "efa" else 1)
@@ -461,7 +443,7 @@ class EfaCheckJob(pulumi.ComponentResource):
                         })],
                         "volumes": [{"name": f"code-{d}", "configMap": {
                             "name": f"{name}-code",
-                            "items": [{"key": _config_key(p), "path": p.split("/", 1)[1]}
+                            "items": [{"key": config_key(p), "path": p.split("/", 1)[1]}
                                       for p in files if p.startswith(f"{d}/")]}} for d in folders]
                                    + (token_volumes if pod_extra else []),
                     },

@@ -21,9 +21,8 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from .node_agent import FABRIC_STARTUP_TAINT, container_security, node_affinity, pod_security
-from ..nodes.node_groups import GPU_TOLERATION
-from ..ray.raycluster import check_guaranteed, pod_resources
+from ..kube import (FABRIC_STARTUP_TAINT, GPU_TOLERATION, check_guaranteed, container_security, node_affinity,
+                    pod_resources, pod_security)
 
 NAMESPACE = "image-prepull"
 NAME = "dlc-prepull"

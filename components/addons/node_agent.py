@@ -41,10 +41,10 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from .efa_check import EFA_PROOF_PACKAGE, _config_key, _package_dir
+from .payload import EFA_PROOF_PACKAGE, config_key, package_dir
 from ..network.network_policies import allow_all_egress
-from ..nodes.node_groups import GPU_ROLE, GPU_TOLERATION, ROLE_LABEL
-from ..ray.raycluster import check_guaranteed, pod_resources
+from ..kube import (FABRIC_STARTUP_TAINT, GPU_TOLERATION, check_guaranteed, container_security,
+                    node_affinity, pod_resources, pod_security)
 
 NAMESPACE = "efa-node-agent"
 """The agent's own namespace (Pod Security ``privileged``: hostPath); nothing else runs there."""
@@ -72,15 +72,8 @@ TOKEN_EXPIRATION_S = 3600
 EVENTS_NAMESPACE = "default"
 """Where node_check writes its Node Events (a Node is cluster-scoped; ``kubectl describe node`` finds them there)."""
 POLICY_NAME = "ray-efa-eks-fabric-proof-own-node"
-STARTUP_TAINT_PREFIX = "startup-taint.cluster-autoscaler.kubernetes.io/"
-"""Cluster Autoscaler's startup-taint convention (a taint it ignores in scale-up simulation)."""
-FABRIC_STARTUP_TAINT = STARTUP_TAINT_PREFIX + "efa-unproven"
-"""The taint a GPU node joins with until its fabric is proven; the agent tolerates it, so it runs first."""
-INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 PRIVILEGED_NAMESPACE_LABELS = {"pod-security.kubernetes.io/enforce": "privileged",
                                "pod-security.kubernetes.io/enforce-version": "latest"}
-RUN_AS = 65534
-"""nobody: the port counter files are 0444 (RDMA core hw_stats attributes)."""
 ROLLOUT_TIMEOUT_S = 1200
 """pulumi-kubernetes awaits a DaemonSet's rollout (kstatus, since pulumi/pulumi-kubernetes#2953); the first pod on a
 new GPU node waits for the node's launch and join, then its image (the stack's: a slim Python image, not the DLC;
@@ -136,7 +129,7 @@ class NodeAgentArgs:
 
 def code_files() -> dict[str, str]:
     """``efacheck/<module>.py`` -> source, for the ConfigMap (read as files; the library never imports efacheck)."""
-    root = _package_dir(EFA_PROOF_PACKAGE)
+    root = package_dir(EFA_PROOF_PACKAGE)
     return {f"efacheck/{n}": (root / n).read_text() for n in SHIPPED}
 
 
@@ -151,19 +144,6 @@ def host_sysfs_volumes() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         vols.append({"name": name, "hostPath": {"path": path, "type": "Directory"}})
         mounts.append({"name": name, "mountPath": HOST_SYSFS + path[len("/sys"):], "readOnly": True})
     return vols, mounts
-
-
-def pod_security() -> dict[str, Any]:
-    """The pod-level securityContext of a pod that runs as ``nobody`` (the node agent, the image pre-pull)."""
-    return {"runAsNonRoot": True, "runAsUser": RUN_AS, "runAsGroup": RUN_AS,
-            "seccompProfile": {"type": "RuntimeDefault"}}
-
-
-def container_security() -> dict[str, Any]:
-    """Nothing the exporter does needs a privilege: reading 0444 files and listening on an unprivileged port."""
-    return {"runAsNonRoot": True, "runAsUser": RUN_AS, "runAsGroup": RUN_AS, "privileged": False,
-            "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-            "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}}
 
 
 def exporter_container(image: str, resources: dict[str, dict[str, str]]) -> dict[str, Any]:
@@ -190,14 +170,6 @@ def exporter_container(image: str, resources: dict[str, dict[str, str]]) -> dict
     }
 
 
-def node_affinity(instance_types: list[str]) -> dict[str, Any]:
-    """Our GPU nodes of the stack's EFA types (the EFA device plugin keys its allow-list on the same label)."""
-    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{
-        "matchExpressions": [{"key": ROLE_LABEL, "operator": "In", "values": [GPU_ROLE]},
-                             {"key": INSTANCE_TYPE_LABEL, "operator": "In", "values": sorted(set(instance_types))}],
-    }]}}}
-
-
 def pod_spec(args: NodeAgentArgs, configmap_name: str, files: dict[str, str]) -> dict[str, Any]:
     """The agent's pod spec (validated against the Kubernetes schema and the Pod Security Standards in tests)."""
     if not args.instance_types:
@@ -216,7 +188,7 @@ def pod_spec(args: NodeAgentArgs, configmap_name: str, files: dict[str, str]) ->
                        *([proof_container(args)] if args.efa_devices else []), *args.extra_containers],
         "volumes": [
             {"name": "code-efacheck", "configMap": {"name": configmap_name, "items": [
-                {"key": _config_key(p), "path": p.split("/", 1)[1]} for p in sorted(files)]}},
+                {"key": config_key(p), "path": p.split("/", 1)[1]} for p in sorted(files)]}},
             {"name": "tmp", "emptyDir": {"sizeLimit": "16Mi"}},
             *vols, *([token_volume()] if args.efa_devices else []), *args.extra_volumes,
         ],
@@ -429,7 +401,7 @@ class NodeAgent(pulumi.ComponentResource):
         sa = k8s.core.v1.ServiceAccount(f"{name}-sa", metadata={"name": NAME, **meta},
                                         automount_service_account_token=False, opts=in_ns)
         code = k8s.core.v1.ConfigMap(f"{name}-code", metadata={"name": cm_name, **meta},
-                                     data={_config_key(p): t for p, t in files.items()}, opts=in_ns)
+                                     data={config_key(p): t for p, t in files.items()}, opts=in_ns)
         rbac: list[pulumi.Resource] = []
         if args.efa_devices:  # the fabric proof's token: RBAC, then the admission policy that narrows it
             rbac = self._proof_access(name, args, opts=pulumi.ResourceOptions(parent=self, provider=args.provider))

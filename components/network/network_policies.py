@@ -16,6 +16,7 @@ policies narrow), and ``kube-system``, whose pods we do not own, :func:`allow_al
 from __future__ import annotations
 
 from typing import Any
+from ..kube import NAMESPACE_NAME_LABEL
 
 STRICT = "strict"
 STANDARD = "standard"
@@ -24,7 +25,6 @@ ENFORCING_MODE_ENV = "NETWORK_POLICY_ENFORCING_MODE"
 """The ``aws-node`` container variable (amazon-vpc-cni-k8s README, v1.17.1+), set through the vpc-cni add-on's
 ``configurationValues.env``; pulumi-eks (nodejs/eks/addons/cni-addon.ts ``mergeConfigurationValues``) merges a
 user's ``env`` over the ones it computes."""
-NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 KUBE_SYSTEM = "kube-system"
 
 

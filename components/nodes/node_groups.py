@@ -29,25 +29,7 @@ from .instances import InstanceType
 from .launch_template import (FAST_IMAGE_PULL, Gp3Performance, NodeHardening, NodeLaunchTemplateArgs, data_fingerprint,
                               efa_network_interfaces, launch_template_ref, node_config_user_data, node_launch_template)
 from .rollout_guards import gpu_template_hooks, system_template_hooks, template_tags
-
-ROLE_LABEL = "ray-efa-eks/role"
-SYSTEM_ROLE = "system"
-GPU_ROLE = "gpu"
-GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}
-GPU_TOLERATION = {"key": GPU_TAINT["key"], "operator": "Exists", "effect": "NoSchedule"}
-"""The pod-side match of GPU_TAINT (Kubernetes spells the effect NoSchedule)."""
-POD_EFFECT = {"NO_SCHEDULE": "NoSchedule", "PREFER_NO_SCHEDULE": "PreferNoSchedule", "NO_EXECUTE": "NoExecute"}
-"""The EKS API's taint effects as Kubernetes spells them."""
-
-
-def startup_taint(key: str) -> dict[str, str]:
-    """A startup taint as the node group's EKS API takes it (NoSchedule: it keeps pods off, evicts nothing)."""
-    return {"key": key, "value": "true", "effect": "NO_SCHEDULE"}
-
-
-def startup_toleration(key: str) -> dict[str, str]:
-    """The toleration a DaemonSet that must run on an unproven node carries (that key, any value, NoSchedule)."""
-    return {"key": key, "operator": "Exists", "effect": "NoSchedule"}
+from ..kube import GPU_ROLE, GPU_TAINT, POD_EFFECT, ROLE_LABEL, SYSTEM_ROLE
 
 
 NODE_GROUP_TYPE = "aws:eks/nodeGroup:NodeGroup"

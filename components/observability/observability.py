@@ -3,7 +3,7 @@
 What it installs (``observability: true``, the default):
 
 - kube-prometheus-stack (pinned :data:`KPS_CHART_VERSION`) in namespace ``monitoring`` (Pod Security ``baseline``
-  enforced; ``raycluster.METRICS_NAMESPACE``, which the Ray pods' and the exporter's NetworkPolicies admit): the
+  enforced; ``kube.METRICS_NAMESPACE``, which the Ray pods' and the exporter's NetworkPolicies admit): the
   Prometheus operator, one Prometheus, Grafana and kube-state-metrics, all on the system node. Off, and why:
   Alertmanager (no receiver is configured here: the alerts show in Prometheus and Grafana, and a team that routes
   alerts points its own Alertmanager or AMP's at them; ``extra_values`` turns it back on), node-exporter (a
@@ -53,14 +53,13 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from .dashboard import dashboard
-from ..addons.device_plugins import merge
+from ..kube import (GPU_ROLE, GPU_TOLERATION, METRICS_NAMESPACE, METRICS_PORTS, ROLE_LABEL, SYSTEM_ROLE, merge,
+                    pod_resources, startup_toleration)
 from .metrics_rules import AlertThresholds, alert_groups
 from ..addons.node_agent import APP_LABELS as EXPORTER_LABELS
 from ..addons.node_agent import NAMESPACE as EXPORTER_NAMESPACE
 from ..network.network_policies import (allow_all_egress, default_deny_ingress, from_anywhere, from_namespaces,
                                same_namespace_ingress)
-from ..nodes.node_groups import GPU_ROLE, GPU_TOLERATION, ROLE_LABEL, SYSTEM_ROLE, startup_toleration
-from ..ray.raycluster import METRICS_NAMESPACE, METRICS_PORTS, pod_resources
 from ..config.values import amp_region, looks_like_amp
 
 KPS_CHART = "kube-prometheus-stack"

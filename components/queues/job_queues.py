@@ -29,9 +29,9 @@ import yaml
 
 from ..nodes.instances import InstanceType
 from ..network.network_policies import allow_all_egress, default_deny_ingress, from_anywhere
-from ..nodes.node_groups import GPU_ROLE, ROLE_LABEL, SYSTEM_ROLE
+from ..kube import (GPU_ROLE, METRICS_NAMESPACE, METRICS_PORTS, NAMESPACE_NAME_LABEL, POD_SECURITY_LABELS, ROLE_LABEL,
+                    SYSTEM_ROLE)
 from ..cluster.pod_identity import PodStorageAccess, PodStorageAccessArgs
-from ..ray.raycluster import METRICS_NAMESPACE, METRICS_PORTS, NAMESPACE_NAME_LABEL, POD_SECURITY_LABELS
 from .team_queues import TEAM_LABEL, TeamQueue, team_objects
 
 KUEUE_CHART = "oci://registry.k8s.io/kueue/charts/kueue"

@@ -36,8 +36,7 @@ import pulumi_kubernetes as k8s
 
 from .kuberay_versions import chart_version_problem, crd_urls
 from ..network.network_policies import allow_all_egress, default_deny_ingress
-from ..nodes.node_groups import ROLE_LABEL, SYSTEM_ROLE
-from .raycluster import POD_SECURITY_LABELS as BASELINE_LABELS
+from ..kube import POD_SECURITY_LABELS as BASELINE_LABELS, ROLE_LABEL, SYSTEM_ROLE
 
 KUBERAY_REPO = "https://ray-project.github.io/kuberay-helm/"
 KUBERAY_CHART_VERSION = "1.7.0"

@@ -42,7 +42,7 @@ TOKEN_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
 RESOURCES = {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"cpu": "500m", "memory": "512Mi"}}
 """KubeRay's own default for the sidecar (common/pod.go ``BuildAutoscalerContainer``), requests == limits."""
 SECURITY_CONTEXT = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
-"""As the head's Ray container (raycluster.CONTAINER_SECURITY_CONTEXT): the Ray namespace warns on ``restricted``."""
+"""As the head's Ray container (kube.CONTAINER_SECURITY_CONTEXT): the Ray namespace warns on ``restricted``."""
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,9 @@ import pulumi_random as random
 from ..nodes.instances import InstanceType
 from ..nodes.node_allocatable import allocatable_memory_mib
 from ..network.network_policies import allow_all_egress
-from ..nodes.node_groups import GPU_ROLE, GPU_TOLERATION, ROLE_LABEL, SYSTEM_ROLE
+from ..kube import (CONTAINER_SECURITY_CONTEXT, GPU_ROLE, GPU_TOLERATION, METRICS_NAMESPACE, METRICS_PORTS,
+                    NAMESPACE_NAME_LABEL, POD_SECURITY_CONTEXT, POD_SECURITY_LABELS, ROLE_LABEL, SYSTEM_ROLE,
+                    check_guaranteed, pod_resources)
 from .ray_autoscaler import AutoscalerArgs, autoscaler_options, token_volume
 
 HEAD_PORTS = {"gcs-server": 6379, "dashboard": 8265, "client": 10001}
@@ -57,13 +59,6 @@ GATE_LABELS = {ROLE_LABEL: "efa-check"}
 """Our label on the gate Job's pod template; the head NetworkPolicy admits it to the Jobs API."""
 RAY_CLUSTER_LABEL = "ray.io/cluster"
 """KubeRay's label on every pod of a RayCluster, set to the RayCluster's name (common/pod.go ``labelPod``)."""
-NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
-"""Label the API server sets on every namespace to its name (NamespaceDefaultLabelName)."""
-METRICS_PORTS = {"metrics": 8080, "as-metrics": 44217, "dash-metrics": 44227}
-"""What Prometheus scrapes on a Ray pod: ``metrics-export-port`` (KubeRay sets 8080, utils.DefaultMetricsPort),
-the autoscaler's and the dashboard's metrics (KubeRay config/prometheus/podMonitor.yaml)."""
-METRICS_NAMESPACE = "monitoring"
-"""Default namespace of the metrics scraper (kube-prometheus-stack) admitted to :data:`METRICS_PORTS`."""
 STORAGE_PATH_ENV = "RAY_EFA_EKS_STORAGE_PATH"
 """Where ``python -m ray_efa_eks.training`` puts checkpoints by default (RunConfig.storage_path)."""
 NCCL_SOCKET_IFNAME = "^lo,docker"
@@ -74,14 +69,6 @@ witness (efacheck/efa_counters.py ``EXPORTER_ENV``) reads the node's port counte
 (a pod's own /sys has no port counters, and hostPath would need the ``privileged`` Pod Security level)."""
 NODE_NAME_ENV = "RAY_EFA_EKS_NODE_NAME"
 """On EFA worker containers (downward API ``spec.nodeName``): the exporter must answer for this node."""
-POD_SECURITY_LABELS = {"pod-security.kubernetes.io/enforce": "baseline",
-                       "pod-security.kubernetes.io/enforce-version": "latest",
-                       "pod-security.kubernetes.io/warn": "restricted",
-                       "pod-security.kubernetes.io/warn-version": "latest",
-                       "pod-security.kubernetes.io/audit": "restricted",
-                       "pod-security.kubernetes.io/audit-version": "latest"}
-"""The Ray namespace enforces Pod Security ``baseline`` (no hostPath, host namespaces, privileged); ``restricted``
-is warned and audited. Every pod we create there passes ``baseline`` (tests/components/test_pod_security.py)."""
 AUTH_TOKEN_KEY = "auth_token"
 """The Secret key KubeRay reads the Ray token from (its ``RAY_AUTH_TOKEN_SECRET_KEY``)."""
 AUTH_SECRET_NAME = "ray-auth-token"
@@ -119,27 +106,6 @@ GPU_MODEL_ENV = "RAY_EFA_EKS_GPU_MODEL"
 GPU_MEMORY_ENV = "RAY_EFA_EKS_GPU_MEMORY_MIB"
 """Memory of one worker GPU, MiB (catalogue ``gpu_memory_mib``; the smallest when groups differ), on every Ray
 container: ``python -m training`` refuses a preset/batch/rank combination that cannot fit before any rank starts."""
-POD_SECURITY_CONTEXT = {"seccompProfile": {"type": "RuntimeDefault"}}
-"""Pod-level asks of Pod Security ``restricted`` that the DLC image allows (docs/security.md): the container
-runtime's default seccomp profile. Not ``runAsNonRoot``: the DLC image runs as root (no USER in its build), and a
-numeric non-root ``runAsUser`` would leave Ray, pip (runtime_env) and the EFA/NCCL libraries without a home or
-writable site-packages."""
-CONTAINER_SECURITY_CONTEXT = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
-"""Container-level asks of ``restricted``: no setuid escalation and no capabilities, on every Ray container (head,
-GPU workers, the workers' ``efa-provider-check``) and the gate's. Ray, the Jobs API, ``ray job submit`` and Ray
-Train need none (Ray runs as an unprivileged user in its own images; tests/training/test_worker_constraints.py runs
-a cluster and a training run with no capabilities, no_new_privs and a 64 KiB RLIMIT_MEMLOCK); root without
-capabilities can still write the root-owned files of the image and /tmp/ray.
-
-EFA and NCCL need none either. Opening ``/dev/infiniband/uverbs*`` is file access (the device plugin puts the node
-into the container). Registering host memory with the EFA device pins it through ib_umem_get (Linux
-drivers/infiniband/core/umem.c), which refuses a pin past ``RLIMIT_MEMLOCK`` unless the process has CAP_IPC_LOCK;
-containers never got CAP_IPC_LOCK (it is not among containerd's default capabilities), and Pod Security
-``baseline``, which namespace ``ray`` enforces, does not allow adding it. So the limit is what it was: the one the
-container inherits (the AL2023 node's containerd base runtime spec sets only RLIMIT_NOFILE, amazon-eks-ami
-nodeadm/internal/containerd/base-runtime-spec.json). Dropping the default set removes NET_RAW (raw sockets,
-ARP/ICMP spoofing in the pod network), SETUID/SETGID, DAC_OVERRIDE, CHOWN, FOWNER, MKNOD, KILL and the rest from
-the pods that hold the GPUs, the EFA devices and the S3 credentials."""
 
 
 def restricted_container(container: dict[str, Any]) -> dict[str, Any]:
@@ -202,25 +168,6 @@ def ray_start_params(params: dict[str, Any]) -> dict[str, str]:
             raise ValueError(f"rayStartParams[{key!r}] = {value!r}: must be a scalar (str, int, float, bool)")
         out[key] = str(value).lower() if isinstance(value, bool) else str(value)
     return out
-
-
-def check_guaranteed(resources: dict[str, dict[str, Any]], where: str) -> None:
-    """Requests must equal limits for every resource (Guaranteed QoS); raise otherwise."""
-    req, lim = resources.get("requests", {}), resources.get("limits", {})
-    if not req or not lim:
-        raise ValueError(f"{where}: requests and limits are both required for Guaranteed QoS")
-    if {k: str(v) for k, v in req.items()} != {k: str(v) for k, v in lim.items()}:
-        raise ValueError(f"{where}: requests {req} != limits {lim}; set them equal (Guaranteed QoS) "
-                         "so one throttled rank cannot stall the others")
-    for k in ("cpu", "memory"):
-        if k not in req:
-            raise ValueError(f"{where}: {k} missing from requests/limits (Guaranteed QoS needs cpu and memory)")
-
-
-def pod_resources(cpu: str, memory: str, extra: dict[str, int] | None = None) -> dict[str, dict[str, str]]:
-    """Equal requests and limits."""
-    amounts = {"cpu": cpu, "memory": memory, **{k: str(v) for k, v in (extra or {}).items()}}
-    return {"requests": dict(amounts), "limits": dict(amounts)}
 
 
 def stack_nccl_env(env: list[dict[str, Any]]) -> dict[str, str]:

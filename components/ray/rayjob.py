@@ -26,9 +26,8 @@ from typing import Any
 import yaml
 
 from ..nodes.instances import InstanceType
-from ..nodes.node_groups import ROLE_LABEL, SYSTEM_ROLE
-from .raycluster import (CONTAINER_SECURITY_CONTEXT, POD_SECURITY_CONTEXT, RayClusterArgs, WorkerGroupArgs,
-                         build_spec, pod_resources)
+from ..kube import CONTAINER_SECURITY_CONTEXT, POD_SECURITY_CONTEXT, ROLE_LABEL, SYSTEM_ROLE, pod_resources
+from .raycluster import RayClusterArgs, WorkerGroupArgs, build_spec
 from ..queues.team_queues import QUEUE_LABEL, TEAM_LABEL, TeamQueue
 
 CODE_MOUNT = "/opt/ray-efa-eks/code"

@@ -16,7 +16,7 @@ import yaml
 
 from ray_efa_eks.components.observability import observability
 from ray_efa_eks.components.observability.dashboard import all_exprs
-from ray_efa_eks.components.addons.device_plugins import merge
+from ray_efa_eks.components.kube import merge
 from ray_efa_eks.components.observability.metrics_rules import AlertThresholds, alert_groups
 from ray_efa_eks.tools import rules
 from ray_efa_eks.tools.layout import Resource, from_mockrun

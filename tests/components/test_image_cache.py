@@ -16,6 +16,7 @@ from pathlib import Path
 import kubernetes_validate
 import pytest
 
+from ray_efa_eks.components import kube
 from ray_efa_eks.components.addons import node_agent
 from ray_efa_eks.components.config.config import ConfigError, StackConfig
 from ray_efa_eks.tools.mockrun import run_program
@@ -148,7 +149,7 @@ def test_the_prepull_pod_tolerates_the_startup_taint_and_is_restricted(default_r
     assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
     template = ds["spec"]["template"]
     assert violations(template, "restricted") == []
-    assert {"key": node_agent.FABRIC_STARTUP_TAINT, "operator": "Exists"} in template["spec"]["tolerations"]
+    assert {"key": kube.FABRIC_STARTUP_TAINT, "operator": "Exists"} in template["spec"]["tolerations"]
     agent = default_run.one(DS, "node-agent")["spec"]["template"]["spec"]
     assert template["spec"]["affinity"] == agent["affinity"]
     (pull,) = template["spec"]["initContainers"]

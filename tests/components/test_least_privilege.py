@@ -19,7 +19,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from ray_efa_eks.components.ray.raycluster import METRICS_PORTS
+from ray_efa_eks.components.kube import METRICS_PORTS
 from ray_efa_eks.tools.mockrun import run_program
 from tests.helpers.pod_security import violations
 

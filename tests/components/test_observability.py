@@ -18,7 +18,8 @@ import yaml
 from ray_efa_eks.components.config.config import ConfigError, StackConfig
 from ray_efa_eks.components.observability.dashboard import TOKENS_METRIC, all_exprs, dashboard
 from ray_efa_eks.components.observability.metrics_rules import AlertThresholds
-from ray_efa_eks.components.addons.node_agent import APP_LABELS, FABRIC_STARTUP_TAINT
+from ray_efa_eks.components.addons.node_agent import APP_LABELS
+from ray_efa_eks.components.kube import FABRIC_STARTUP_TAINT
 from ray_efa_eks.components.addons.node_agent import NAMESPACE as AGENT_NS
 from ray_efa_eks.components.observability.observability import (DCGM_CHART_VERSION, DCGM_NAMESPACE, KPS_CHART_VERSION,
                                                   ObservabilityArgs, custom_objects, dcgm_values, kps_values)

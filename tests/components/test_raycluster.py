@@ -10,8 +10,8 @@ import yaml
 
 from ray_efa_eks.components.nodes.instances import CATALOGUE
 from tests.helpers.mockruns import shared_run
-from ray_efa_eks.components.ray.raycluster import (RayClusterArgs, WorkerGroupArgs, build_spec, check_guaranteed, pod_resources,
-                                   ray_start_params)
+from ray_efa_eks.components.ray.raycluster import RayClusterArgs, WorkerGroupArgs, build_spec, ray_start_params
+from ray_efa_eks.components.kube import check_guaranteed, pod_resources
 
 CRD = yaml.load((Path(__file__).parents[1] / "schemas/ray.io_rayclusters.yaml").read_text(),
                 Loader=yaml.CSafeLoader)  # libyaml: the same data as safe_load, 10x faster on the CRD
