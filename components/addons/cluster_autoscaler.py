@@ -84,11 +84,18 @@ class ClusterAutoscalerArgs:
     """Inputs of :class:`ClusterAutoscaler`."""
 
     provider: k8s.Provider
+    """Kubernetes provider of the cluster the chart installs into."""
     cluster_name: pulumi.Input[str]
+    """The EKS cluster: the autoscaler finds its node groups by the cluster's auto-discovery tags, and its Pod
+    Identity association belongs to it."""
     cluster_arn: pulumi.Input[str]
+    """Its ARN: the autoscaler role's trust policy admits ``pods.eks.amazonaws.com`` for this cluster only."""
     region: str
+    """The cluster's region (the autoscaler's AWS API calls and the IAM policy's resources)."""
     chart_version: str = CHART_VERSION
+    """The ``cluster-autoscaler`` chart (kubernetes/autoscaler) version."""
     tags: dict[str, str] = field(default_factory=dict)
+    """AWS tags on the autoscaler's IAM role and Pod Identity association."""
     depends_on: list[pulumi.Resource] = field(default_factory=list)
     """The system node group (its pod runs there) and the Pod Identity agent add-on."""
 

@@ -48,10 +48,17 @@ class DevicePluginsArgs:
     """Inputs of :class:`DevicePlugins` (chart versions pinned; override to upgrade)."""
 
     provider: k8s.Provider
+    """Kubernetes provider of the cluster the charts install into."""
     efa: bool = True
+    """Install the EFA device plugin too (``vpc.amazonaws.com/efa``); False: the NVIDIA one alone."""
     nvidia_chart_version: str = "0.17.1"
+    """The ``nvidia-device-plugin`` chart (NVIDIA/k8s-device-plugin); 0.19.0-0.19.2 only with ``mofedEnabled: false``
+    (their default injects every uverbs device, EFA's included, into every GPU container; docs/security.md)."""
     efa_chart_version: str = "v0.5.30"
+    """The ``aws-efa-k8s-device-plugin`` chart (aws/eks-charts); before v0.5.10 it is refused on p6-b200,
+    whose NVLink RDMA controllers it counts as EFA devices."""
     namespace: str = "kube-system"
+    """Namespace of both Helm releases."""
     instance_types: list[str] | None = None
     """GPU instance types of the stack's GPU nodes (the EFA chart's allow-list).
     None: every EFA GPU type in the catalogue."""

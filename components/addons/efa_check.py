@@ -149,21 +149,30 @@ class EfaCheckJobArgs:
     """Inputs of :class:`EfaCheckJob`."""
 
     provider: k8s.Provider
+    """Kubernetes provider of the cluster the Job runs in."""
     image: str
     """Must be the RayCluster's image: the check runs the same stack it vouches for."""
     namespace: str
+    """The RayCluster's namespace: the Job runs beside the head whose Jobs API it calls."""
     dashboard_address: str
+    """The head's Jobs API address (``RayCluster.dashboard_address``, ``http://<svc>:8265``)."""
     ray_cluster: pulumi.Resource
+    """The RayCluster resource: the Job waits for it, so it never asks a head that does not exist yet."""
     instance_type: InstanceType | None = None
     """GPU node type (catalogue): GPUs, EFA interfaces per node and GPUDirect RDMA the check expects."""
     node_count: int = 2
     """GPU nodes the stack declares; fewer within the deadline fails the check."""
     efa: bool = True
+    """The GPU nodes have EFA: the check expects NCCL on the EFA transport (False: the Socket transport)."""
     nccl_debug: str = "WARN"
+    """``NCCL_DEBUG`` of the check's ranks, as the RayCluster's workers get it."""
     nccl_net_plugin: str = "ofi"
     """As the RayCluster's workers get them (their NCCL env is part of what the check vouches for)."""
     blocking: bool = True
+    """``pulumi up`` waits for the Job and fails with it; False: the Job runs, the update does not wait
+    (``pulumi.com/skipAwait``)."""
     min_busbw_gbps: float = 0.0
+    """Fail below this peak all-reduce bus bandwidth, GB/s (``--min-busbw-gbps``); 0 = off."""
     ttl_seconds_after_finished: int | None = None
     """Seconds Kubernetes keeps the finished Job; None keeps it (the record of the last proof). With a TTL the Job
     disappears, and the next ``pulumi up`` (the project refreshes on every up: Pulumi.yaml ``options.refresh``) would
@@ -176,6 +185,8 @@ class EfaCheckJobArgs:
     compare_socket: bool = False
     """Second sweep with NCCL on TCP sockets (EFA/Socket ratio); the sweep budget doubles."""
     strict_versions: bool = False
+    """A library version that differs from the image manifest fails the check (``--strict-versions``);
+    False: reported only."""
     require_counters: bool = False
     """Unreadable EFA hardware counters make an efa verdict undetermined (``--require-counters``); with EFA only."""
     storage_proof: bool = False

@@ -38,6 +38,7 @@ class ImagePrePullArgs:
     """Inputs of :class:`ImagePrePull`."""
 
     provider: k8s.Provider
+    """Kubernetes provider of the cluster the DaemonSet runs in."""
     image: str
     """The image to pull on every GPU node (the DLC the Ray workers run)."""
     idle_image: str
@@ -49,6 +50,7 @@ class ImagePrePullArgs:
     resources: dict[str, dict[str, str]] = field(default_factory=lambda: pod_resources("10m", "32Mi"))
     """Requests == limits (Guaranteed) of each container: ``true`` and a sleeping Python."""
     namespace: str = NAMESPACE
+    """Its own namespace, at Pod Security ``restricted`` (its pods need nothing else)."""
     network_policy: bool = True
     """A NetworkPolicy that denies its pods all traffic: they need none (the kubelet pulls, not the pod), and under
     the VPC CNI's standard mode a pod no policy selects would be open to every pod."""

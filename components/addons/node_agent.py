@@ -90,12 +90,14 @@ class NodeAgentArgs:
     """Inputs of :class:`NodeAgent`."""
 
     provider: k8s.Provider
+    """Kubernetes provider of the cluster the DaemonSet runs in."""
     image: str
     """The agent's image: ``python`` (3.9 or newer) and nothing else is needed; the stack's is a slim Python image
     pinned by digest."""
     instance_types: list[str]
     """The stack's EFA GPU instance types: with our GPU role label, the nodes the agent runs on."""
     namespace: str = NAMESPACE
+    """The agent's own namespace, at Pod Security ``privileged`` (its exporter mounts host ``/sys``)."""
     resources: dict[str, dict[str, str]] = field(default_factory=lambda: pod_resources("100m", "128Mi"))
     """Requests == limits (Guaranteed): a Python stdlib HTTP server reading a few dozen files per scrape."""
     startup_taints: list[str] = field(default_factory=lambda: [FABRIC_STARTUP_TAINT])
@@ -110,6 +112,7 @@ class NodeAgentArgs:
     proof_resources: dict[str, dict[str, str]] = field(default_factory=lambda: pod_resources("100m", "160Mi"))
     """Requests == limits: a stdlib loop plus one ``fi_info -l`` a minute (libfabric loads its providers)."""
     proof_interval_s: int = 60
+    """Seconds between two fabric proofs on a node (``--interval`` of efacheck/node_check.py)."""
     image_has_libfabric: bool = False
     """The image has libfabric's ``fi_info`` (a DLC does): the proof also checks that it lists the efa provider."""
     workers_namespace: str | None = None
@@ -122,6 +125,7 @@ class NodeAgentArgs:
     extra_containers: list[dict[str, Any]] = field(default_factory=list)
     """More containers in the agent pod."""
     extra_volumes: list[dict[str, Any]] = field(default_factory=list)
+    """More volumes in the agent pod (for ``extra_containers``)."""
     depends_on: list[pulumi.Resource] = field(default_factory=list)
     """What the DaemonSet waits for: the GPU node group, so Pulumi's rollout await counts the nodes' pods (a
     DaemonSet created before its nodes joined is "ready" with none)."""

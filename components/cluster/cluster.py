@@ -158,9 +158,13 @@ class ClusterArgs:
     """Inputs of :class:`Cluster`."""
 
     vpc_id: pulumi.Input[str]
+    """The VPC the cluster and its nodes live in (``Network.vpc_id``)."""
     public_subnet_ids: pulumi.Input[list[str]]
+    """Public subnets (``Network.public_subnet_ids``), given to EKS with the private ones."""
     private_subnet_ids: pulumi.Input[list[str]]
+    """Private subnets (``Network.private_subnet_ids``), where the nodes go."""
     kubernetes_version: str
+    """EKS Kubernetes version, MAJOR.MINOR (one EKS still supports: cluster/eks_versions.py)."""
     endpoint_public_access_cidrs: list[str] = field(default_factory=lambda: ["0.0.0.0/0"])
     """Who may reach the public API endpoint; ignored when ``endpoint_public_access`` is off."""
     endpoint_public_access: bool = True
@@ -197,6 +201,7 @@ class ClusterArgs:
     """Retention of the log group ``/aws/eks/<name>/cluster``, created here before the cluster (EKS would create it
     with no expiry)."""
     tags: dict[str, str] = field(default_factory=dict)
+    """AWS tags on what the component creates (the cluster, its roles, KMS key and log group)."""
 
 
 class Cluster(pulumi.ComponentResource):

@@ -85,16 +85,25 @@ class PodStorageAccessArgs:
     """Inputs of :class:`PodStorageAccess`."""
 
     cluster_name: pulumi.Input[str]
+    """The EKS cluster the Pod Identity association belongs to."""
     cluster_arn: pulumi.Input[str]
+    """Its ARN: the role's trust policy admits ``pods.eks.amazonaws.com`` for this cluster only."""
     namespace: str
+    """Namespace of ``service_account`` (the association binds that namespace and account only)."""
     service_account: str
     """The Kubernetes service account the Ray pods run as (the association binds exactly this one)."""
     bucket_name: pulumi.Input[str]
+    """The checkpoint bucket; ``storage_uri`` is ``s3://<bucket_name>/<prefix>``."""
     bucket_arn: pulumi.Input[str]
+    """Its ARN: the policy grants list, read and write under ``prefix`` and nothing else."""
     prefix: str = "ray-train"
+    """The key prefix the pods may use (S3 key grammar, no leading or trailing ``/``)."""
     kms_key_arn: pulumi.Input[str] | None = None
+    """The bucket's KMS key (SSE-KMS): the role may use it through S3 only; None: SSE-S3, no KMS grant."""
     region: str | None = None
+    """The bucket's region, for the KMS grant's ``kms:ViaService`` condition (``s3.<region>.amazonaws.com``)."""
     tags: dict[str, str] = field(default_factory=dict)
+    """AWS tags on the IAM role."""
 
 
 class PodStorageAccess(pulumi.ComponentResource):

@@ -170,15 +170,19 @@ class NodeLaunchTemplateArgs:
     """Inputs of :func:`node_launch_template`."""
 
     hardening: NodeHardening
+    """IMDS hop limit and root-volume encryption of the nodes."""
     root_volume_gib: int
+    """Size of the gp3 root volume (images, container layers, logs)."""
     network_interfaces: list[dict[str, Any]] | None = None
     """EFA interfaces (:func:`efa_network_interfaces`); None: EKS gives the node its default interface."""
     placement_group_name: pulumi.Input[str] | None = None
+    """Cluster placement group the instances launch into (EFA nodes on demand); None: none."""
     capacity: GpuCapacity | None = None
     """The Capacity Reservation / Capacity Block target (None: on demand)."""
     reservation_id: pulumi.Input[str] | None = None
     """The target id as an output that resolves only once checked against EC2 (else ``capacity.reservation``)."""
     tags: dict[str, str] | None = None
+    """Tags of the template itself (rollout_guards records what the group runs there); None: none."""
     instance_type: str | None = None
     """Set only for a Capacity Block: EKS wants its type in the launch template and none in the node group
     (EKS user guide, "Create a managed node group with Capacity Blocks for ML",

@@ -57,10 +57,15 @@ class SystemNodeGroupArgs:
     """Inputs of :class:`SystemNodeGroup`."""
 
     cluster: eks.Cluster
+    """The pulumi-eks cluster (``Cluster.eks``) the nodes join."""
     node_role: aws.iam.Role
+    """The nodes' IAM role (``Cluster.node_role``), registered with the cluster."""
     subnet_ids: pulumi.Input[list[str]]
+    """Private subnets the node may launch in (``Network.private_subnet_ids``)."""
     instance_type: InstanceType
+    """Catalogue entry of the node type (no GPU: the operator, the Ray head and the add-ons)."""
     node_count: int = 1
+    """Nodes of the group (desired = min; max at least 1, as EKS requires)."""
     root_volume_gib: int = 100
     """The Ray head and the EFA check Job pull the DLC image here (tens of GB, compressed layers plus unpacked)."""
     hardening: NodeHardening = field(default_factory=NodeHardening)
@@ -123,18 +128,27 @@ class EfaGpuNodeGroupArgs:
     """Inputs of :class:`EfaGpuNodeGroup`."""
 
     cluster: eks.Cluster
+    """The pulumi-eks cluster (``Cluster.eks``) the nodes join."""
     node_role: aws.iam.Role
+    """The nodes' IAM role (``Cluster.node_role``), registered with the cluster."""
     cluster_security_group_id: pulumi.Input[str]
     """The EKS cluster security group: the EFA interfaces join it."""
     subnet_ids: pulumi.Input[list[str]]
     """Private subnets; the component keeps only those in ``availability_zone``."""
     instance_type: InstanceType
+    """Catalogue entry of the GPU type: GPUs, EFA interfaces and what the launch template gives them."""
     availability_zone: str
+    """The one AZ of the group: EFA traffic does not cross AZs."""
     node_count: int = 2
+    """GPU nodes (0 parks them); with ``scale_from_zero`` the group's maximum."""
     efa: bool = True
+    """EFA interfaces on every node (the type must support EFA); False: the default network interface only."""
     allow_single_node: bool = False
+    """Accept EFA on one node (no peer, so EFA is never exercised between nodes)."""
     root_volume_gib: int = 200
+    """Size of the gp3 root volume (the DLC image, tens of GB, is pulled here)."""
     extra_labels: dict[str, str] = field(default_factory=dict)
+    """More Kubernetes labels on the nodes, beside the role and instance-type labels."""
     hardening: NodeHardening = field(default_factory=NodeHardening)
     """IMDS hop limit and root-volume encryption, written into the group's own launch template."""
     capacity: GpuCapacity = field(default_factory=GpuCapacity)

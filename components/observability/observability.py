@@ -128,7 +128,9 @@ class ObservabilityArgs:
     """Inputs of :class:`Observability`."""
 
     provider: k8s.Provider
+    """Kubernetes provider of the cluster the charts install into."""
     ray_namespace: str = "ray"
+    """Namespace of the shared RayCluster, whose pods are scraped."""
     team_namespaces: list[str] = field(default_factory=list)
     """Namespaces of the teams' RayJobs (``jobQueues``): their Ray pods are scraped like the shared cluster's, so a
     job's fabric verdict metric reaches Prometheus as the gate's does."""
@@ -138,12 +140,15 @@ class ObservabilityArgs:
     """Also send every sample there (e.g. Amazon Managed Service for Prometheus' ``.../api/v1/remote_write``);
     an ``aps-workspaces`` URL is signed with SigV4 in ``region`` (the service account needs ``aps:RemoteWrite``)."""
     region: Optional[str] = None
+    """AWS region of an ``aps-workspaces`` ``remote_write_url`` (its SigV4 signing region)."""
     efa: bool = True
     """Scrape the EFA exporter (the node agent runs only with EFA)."""
     thresholds: AlertThresholds = field(default_factory=AlertThresholds)
+    """Thresholds of the fabric alert rules (observability/metrics_rules.py)."""
     line_rate_gbps: float = 40.0
     """The GPU type's EFA line rate (catalogue ``efa_gbps``), drawn on the dashboard."""
     namespace: str = METRICS_NAMESPACE
+    """Namespace of Prometheus, Grafana and the operator."""
     extra_values: dict[str, Any] = field(default_factory=dict)
     """``{"kps": {...}, "dcgm": {...}}`` merged over ours the way Helm merges."""
     startup_taints: list[str] = field(default_factory=list)
@@ -151,6 +156,7 @@ class ObservabilityArgs:
     network_policy: bool = True
     """NetworkPolicies in ``namespace`` and ``gpu-metrics`` (:func:`network_policies`)."""
     depends_on: list[pulumi.Resource] = field(default_factory=list)
+    """What the releases wait for: the system node they run on."""
 
 
 def _on_system_node() -> dict[str, Any]:

@@ -132,22 +132,32 @@ class JobQueuesArgs:
     """Inputs of :class:`JobQueues`."""
 
     provider: k8s.Provider
+    """Kubernetes provider of the cluster Kueue installs into."""
     teams: list[TeamQueue]
+    """The teams (``jobQueues``): each gets a namespace, a LocalQueue and ClusterQueue with its GPU quota,
+    RBAC for RayJobs and a storage role on its own prefix."""
     instance_type: InstanceType
     """The GPU node group's type: one ResourceFlavor, its GPUs per node turn node quotas into GPUs."""
     cluster_name: pulumi.Input[str]
+    """The EKS cluster the teams' Pod Identity associations belong to."""
     cluster_arn: pulumi.Input[str]
+    """Its ARN, for the teams' roles' trust policies."""
     bucket_name: pulumi.Input[str]
+    """The checkpoint bucket; each team gets ``teams/<team>`` in it."""
     bucket_arn: pulumi.Input[str]
+    """Its ARN, for the teams' storage policies."""
     kms_key_arn: pulumi.Input[str] | None = None
+    """The bucket's KMS key (SSE-KMS), granted through S3 only; None: SSE-S3."""
     region: str | None = None
+    """The bucket's region, for the KMS grant's ``kms:ViaService`` condition."""
     pods_ready_timeout_s: int = 1200
+    """How long an admitted job may wait for all its pods (nodes from zero included) before Kueue evicts it."""
     network_policy: bool = True
     """A NetworkPolicy in each team namespace (:func:`team_network_policy_spec`)."""
     metrics_from_namespaces: list[str] = field(default_factory=lambda: [METRICS_NAMESPACE])
     """Namespaces that may scrape the team's Ray pods' metrics ports."""
-    """How long an admitted job may wait for all its pods (nodes from zero included) before Kueue evicts it."""
     tags: dict[str, str] = field(default_factory=dict)
+    """AWS tags on the teams' IAM roles."""
     depends_on: list[pulumi.Resource] = field(default_factory=list)
     """What Kueue's release waits for: the system node it runs on."""
 

@@ -51,8 +51,12 @@ class KubeRayOperatorArgs:
     """Inputs of :class:`KubeRayOperator`."""
 
     provider: k8s.Provider
+    """Kubernetes provider of the cluster the operator installs into."""
     chart_version: str = KUBERAY_CHART_VERSION
+    """The ``kuberay-operator`` chart version (one of ray/kuberay_versions.py); its CRDs are applied
+    from the same tag."""
     namespace: str = "kuberay-system"
+    """The operator's own namespace."""
     values: dict[str, Any] = field(default_factory=dict)
     """Extra chart values, merged over the defaults (which pin the operator to the system node)."""
     watch_namespaces: list[str] | None = None

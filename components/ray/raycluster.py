@@ -208,16 +208,22 @@ class WorkerGroupArgs:
     """One GPU worker group: one pod per node, taking the whole node."""
 
     name: str
+    """The group's name in the RayCluster (``workerGroupSpecs[].groupName``)."""
     instance_type: InstanceType
+    """Catalogue entry of the nodes' type: the pod asks for all its GPUs and EFA interfaces."""
     replicas: int
+    """Worker pods, one per node; with ``scale_from_zero`` the maximum."""
     efa: bool = True
+    """The pod asks for the node's EFA interfaces and gets the EFA/NCCL environment."""
     node_selector: dict[str, str] = field(default_factory=lambda: {ROLE_LABEL: GPU_ROLE})
+    """Nodes the workers may run on (our GPU role label)."""
     cpu_reserve: int | None = None
     """vCPUs left for kubelet and daemonsets; default max(2, vcpus // 12)."""
     memory_reserve_mib: int | None = None
     """Memory left for kubelet/daemonsets; default max(8 GiB, 10%, what the kubelet keeps + 1 GiB for the GPU
     node's DaemonSets): a type whose many pod slots make nodeadm reserve more (``node_allocatable``) still fits."""
     ray_start_params: dict[str, Any] = field(default_factory=dict)
+    """More ``ray start`` parameters (flag names without dashes, scalar values)."""
     scale_from_zero: bool = False
     """Ray's autoscaler (``RayClusterArgs.autoscaler``) runs this group from 0 to ``replicas`` workers: the spec
     carries ``minReplicas: 0``, ``maxReplicas: replicas`` and no ``replicas`` (the autoscaler owns it; a value here
@@ -245,14 +251,23 @@ class RayClusterArgs:
     """Inputs of :class:`RayCluster`."""
 
     provider: k8s.Provider
+    """Kubernetes provider of the cluster the RayCluster is created in."""
     image: str
+    """The one image of the head and the workers (the DLC), so every process runs one build."""
     worker_groups: list[WorkerGroupArgs]
+    """The GPU worker groups (the stack has one)."""
     ray_version: str = "2.58.0"
+    """``spec.rayVersion``: must be the image's Ray (2.52 or newer with ``token_auth``)."""
     namespace: str = "ray"
+    """Namespace of the Ray pods, at Pod Security ``baseline`` (:data:`POD_SECURITY_LABELS`)."""
     nccl_debug: str = "WARN"
+    """``NCCL_DEBUG`` of the workers (``WARN``; ``INFO`` logs the transport NCCL picks)."""
     nccl_net_plugin: str = "ofi"
+    """``NCCL_NET_PLUGIN`` of EFA workers (``ofi``: aws-ofi-nccl)."""
     head_cpu: str = "2"
+    """CPU of the head pod (requests == limits); the head runs no training (``num-cpus: 0``)."""
     head_memory: str = "8Gi"
+    """Memory of the head pod (requests == limits): GCS, the dashboard and the Jobs API."""
     service_account_name: str | None = None
     """Service account of every Ray pod (head and workers); pod identity binds IAM to it."""
     create_service_account: bool = True
@@ -286,6 +301,7 @@ class RayClusterArgs:
     """The operator's chart version, recorded on the RayCluster (:data:`CHART_ANNOTATION`): a chart bump and a spec
     change in one update are refused (KubeRay recreates nothing on an operator version change)."""
     depends_on: list[pulumi.Resource] = field(default_factory=list)
+    """What the RayCluster waits for besides its namespace (device plugins, Pod Identity, add-ons)."""
     after_namespace: Callable[[k8s.core.v1.Namespace], list[pulumi.Resource]] | None = None
     """Called with the Ray namespace once it is registered; the RayCluster also waits for what it returns. The
     stack installs the KubeRay operator here: watching only this namespace, its chart creates a Role in it, so the

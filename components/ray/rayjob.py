@@ -41,10 +41,15 @@ class RayJobArgs:
     """What a team's RayJob is made of (``ray-efa-eks rayjob`` fills it from the stack's config)."""
 
     name: str
+    """The RayJob's name (its code ConfigMap is ``<name>-code``)."""
     team: TeamQueue
+    """The team whose namespace, LocalQueue and storage the job uses."""
     image: str
+    """The image of the job's head and workers (the stack's DLC)."""
     ray_version: str
+    """``rayClusterSpec.rayVersion``: the image's Ray."""
     instance_type: InstanceType
+    """Catalogue entry of the GPU nodes: each worker asks for all their GPUs and EFA interfaces."""
     entrypoint: str
     """The driver's command (``python -m ray_efa_eks.training --address auto ...``)."""
     code: dict[str, bytes]
@@ -52,16 +57,23 @@ class RayJobArgs:
     nodes: int = 2
     """GPU workers, one per node."""
     efa: bool = True
+    """The workers ask for EFA interfaces and get the EFA/NCCL environment."""
     nccl_debug: str = "WARN"
+    """``NCCL_DEBUG`` of the workers."""
     region: str | None = None
+    """AWS region of the stack, in every container's environment."""
     storage_path: str | None = None
     """The team's checkpoint URI (``s3://BUCKET/teams/TEAM``), as RAY_EFA_EKS_STORAGE_PATH on every pod."""
     service_account: str = "ray-train"
+    """Service account of the job's pods (the team's storage role is bound to it)."""
     token_auth: bool = True
+    """Ray token authentication on the job's cluster (KubeRay creates the Secret)."""
     efa_exporter_url: str | None = None
+    """The node agent's exporter URL for EFA workers' counter witness; None: none."""
     active_deadline_s: int | None = None
     """KubeRay ``activeDeadlineSeconds``: the job fails once running longer (None: no limit)."""
     labels: dict[str, str] = field(default_factory=dict)
+    """More labels on the RayJob, beside the queue and team labels."""
 
 
 def code_configmap(name: str, namespace: str, code: dict[str, bytes]) -> dict[str, Any]:

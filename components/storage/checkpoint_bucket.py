@@ -41,6 +41,7 @@ class CheckpointBucketArgs:
     abort_multipart_days: int = 7
     """Abort incomplete multipart uploads (half-written checkpoint shards) after this many days."""
     tags: dict[str, str] = field(default_factory=dict)
+    """AWS tags on the bucket and its KMS key."""
 
     def validate(self, name: str) -> None:
         if self.encryption not in ENCRYPTIONS:
