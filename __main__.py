@@ -9,7 +9,7 @@ from ray_efa_eks.components.provider import serve, started_as_plugin
 if started_as_plugin():
     serve()
 else:
-    from ray_efa_eks.components.config import StackConfig
+    from ray_efa_eks.components.config.config import StackConfig
     from ray_efa_eks.components.stack import EfaRayCluster
 
     cfg = StackConfig.from_pulumi()  # raises on bad config before anything is registered

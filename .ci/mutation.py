@@ -112,9 +112,9 @@ MODULES: dict[str, list[str]] = {
     "efacheck/node_check.py": ["tests/efacheck/test_node_check.py"],
     "efacheck/node_findings.py": ["tests/efacheck/test_node_check.py"],
     "efacheck/node_api.py": ["tests/efacheck/test_node_check.py"],
-    "components/values.py": ["tests/components/test_values.py", "tests/components/test_values_cases.py"],
-    "components/config_fields.py": ["tests/components/test_config_fields.py", "tests/components/test_config.py"],
-    "components/config.py": [
+    "components/config/values.py": ["tests/components/test_values.py", "tests/components/test_values_cases.py"],
+    "components/config/config_fields.py": ["tests/components/test_config_fields.py", "tests/components/test_config.py"],
+    "components/config/config.py": [
         "tests/components/test_config.py", "tests/components/test_config_rules.py",
         "tests/components/test_values.py",
     ],
@@ -126,8 +126,8 @@ MODULES: dict[str, list[str]] = {
         "tests/tools/test_preflight_branches.py", "tests/tools/test_preflight_quota.py",
         "tests/tools/test_preflight_args.py",
     ] for module in ("tools/preflight_checks.py", "tools/preflight_aws.py")},
-    "components/capacity.py": ["tests/components/test_capacity_cases.py"],
-    "components/cost.py": ["tests/components/test_cost_cases.py"],
+    "components/nodes/capacity.py": ["tests/components/test_capacity_cases.py"],
+    "components/nodes/cost.py": ["tests/components/test_cost_cases.py"],
     "tools/aws_rules.py": ["tests/tools/test_aws_rules_branches.py"],
     "tools/security_rules.py": ["tests/tools/test_security_rules_branches.py", "tests/tools/test_rules_unknowns.py"],
     "tools/layout.py": ["tests/tools/test_layout_branches.py"],

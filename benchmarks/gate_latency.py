@@ -2,7 +2,7 @@
 
     python benchmarks/gate_latency.py [--runs 3] [--json]
 
-Runs the gate Job's own shell script, as the stack renders it (``components.efa_check.check_script`` with
+Runs the gate Job's own shell script, as the stack renders it (``components.addons.efa_check.check_script`` with
 ``check_args``, the way tests/efacheck/test_gate_rehearsal.py does): the ConfigMap's files (``check_files()``)
 laid out in a mount dir as the Ray job's working_dir, against a local Ray cluster shaped like the deployed one
 (``efacheck.local_cluster``: a 0-CPU head with the dashboard and Jobs API, where the check's driver lands, plus
@@ -195,7 +195,7 @@ def main() -> int:
     if a.runs < 1:
         ap.error("--runs must be >= 1")
 
-    from ray_efa_eks.components.efa_check import Deadlines, check_args, check_files, check_script
+    from ray_efa_eks.components.addons.efa_check import Deadlines, check_args, check_files, check_script
     from ray_efa_eks.efacheck.local_cluster import local_cluster
 
     with tempfile.TemporaryDirectory(prefix="gate-") as tmp:

@@ -2,7 +2,7 @@
 
     python benchmarks/worker_start.py [--runs 3] [--json]
 
-A GPU node from zero (docs/gpus.md "Cold start", components/cold_start.py) spends minutes on EC2, EKS and the image
+A GPU node from zero (docs/gpus.md "Cold start", components/nodes/cold_start.py) spends minutes on EC2, EKS and the image
 pull, none of which runs here; three of its parts do:
 
   join       a worker node joining a running local head (``efacheck.local_cluster.add_worker_node``: the raylet and
@@ -77,7 +77,7 @@ def _proof(runs: int) -> list[float]:
 
 
 def _agent(runs: int) -> list[float]:
-    from ray_efa_eks.components.node_agent import code_files
+    from ray_efa_eks.components.addons.node_agent import code_files
 
     out = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -2,8 +2,8 @@
 ``ray_efa_eks/<package>/<module>.py``, so the pod runs ``python -m ray_efa_eks.efacheck.efa_check`` exactly as a
 user's install does, with no path edits.
 
-One builder for every pod that carries code: the gate Job and its image audit (components/efa_check.py), the node
-agent (components/node_agent.py) and ``submit``'s working_dir (training/__main__.py). The sources are read as files
+One builder for every pod that carries code: the gate Job and its image audit (components/addons/efa_check.py), the node
+agent (components/addons/node_agent.py) and ``submit``'s working_dir (training/__main__.py). The sources are read as files
 from the folder the import system finds for ``ray_efa_eks.<package>`` (an install or an editable checkout), without
 importing the package: the library imports none of the others. The payload's ``ray_efa_eks/__init__.py`` makes the
 root a regular package, so in the pod (its working directory or a Ray job's working_dir, first on ``sys.path``) the

@@ -17,7 +17,7 @@ pulumi/provider/server.py):
 - an input sent as an output value (an SDK's ``Output``, a secret, a value with dependencies, an unknown) is refused as
   an input property error naming the key, before the SDK's ``map_input_properties`` calls ``int()`` on it
   (a ``TypeError`` and a traceback for every integer input);
-- every input is parsed by its key's grammar (``config.GRAMMARS``, components/values.py) first, so a value the
+- every input is parsed by its key's grammar (``config.GRAMMARS``, components/config/values.py) first, so a value the
   stack config refuses is refused here with the same words;
 - a bad stack setting (``ConfigError``) is an input property error (``gpuNodeCount`` with value ``2.5``: "must be
   a whole number"), which the engine shows as "property X with value V has a problem: ...", not a Python traceback:
@@ -37,8 +37,8 @@ from pulumi.provider.provider import ConstructResult
 from pulumi.provider.server import ComponentInitError
 from pulumi.runtime import known_types
 
-from . import values
-from .config import KEYS, ConfigError, grammar
+from .config import values
+from .config.config import KEYS, ConfigError, grammar
 from .stack import EfaRayCluster
 
 PACKAGE = "ray-efa-eks"

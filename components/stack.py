@@ -16,39 +16,42 @@ by the earlier program keeps every resource. One EfaRayCluster per stack: it own
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any, Optional, TypedDict
 
 import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
-from .capacity import (BLOCK_TERMINATION_LEAD_MINUTES, CAPACITY_BLOCK, PENDING_BLOCK_STATES, RESERVATION, GpuCapacity,
-                       block_problem, read_capacity_block)
-from .checkpoint_bucket import CheckpointBucket, CheckpointBucketArgs
-from .cluster import Cluster, ClusterArgs, access_plan
-from .cluster_autoscaler import ClusterAutoscaler, ClusterAutoscalerArgs
-from .config import LARGE_NODE_COUNT, ConfigError, StackConfig, stack_error
-from .cost import estimate
-from .device_plugins import DevicePlugins, DevicePluginsArgs
-from .efa_check import Deadlines, EfaCheckJob, EfaCheckJobArgs, gate_transport
-from .errors import ArgError
-from .eks_versions import version_warning
-from .job_queues import JobQueues, JobQueuesArgs
-from .kuberay import KubeRayOperator, KubeRayOperatorArgs
-from .live_cluster import lagging_warning, read_live_cluster, upgrade_problem
-from .kuberay_versions import unverified_note
-from .launch_template import FAST_IMAGE_PULL_MIN_MIBPS, Gp3Performance, NodeHardening, fingerprint
-from .image_cache import ImageCache, ImageCacheArgs, UPSTREAM_REGISTRY, cache_prefix, cached_reference
-from .image_prepull import ImagePrePull, ImagePrePullArgs
-from .network import Network, NetworkArgs
-from .metrics_rules import AlertThresholds
-from .node_agent import FABRIC_STARTUP_TAINT, NodeAgent, NodeAgentArgs
-from .observability import Observability, ObservabilityArgs
-from .node_groups import EfaGpuNodeGroup, EfaGpuNodeGroupArgs, SystemNodeGroup, SystemNodeGroupArgs, startup_taint
-from .placement import cluster_azs, gpu_az_note, resolve_gpu_az
-from .pod_identity import PodStorageAccess, PodStorageAccessArgs
-from .ray_autoscaler import AutoscalerArgs
-from .raycluster import METRICS_NAMESPACE, RayCluster, RayClusterArgs, WorkerGroupArgs
+# config, then the layers in the order the stack builds them
+from .config.config import LARGE_NODE_COUNT, ConfigError, StackConfig, stack_error
+from .config.errors import ArgError
+from .kube import FABRIC_STARTUP_TAINT, METRICS_NAMESPACE, startup_taint
+from .network.network import Network, NetworkArgs
+from .network.placement import cluster_azs, gpu_az_note, resolve_gpu_az
+from .cluster.cluster import AccessPlan, Cluster, ClusterArgs, access_plan
+from .cluster.eks_versions import version_warning
+from .cluster.live_cluster import lagging_warning, read_live_cluster, upgrade_problem
+from .cluster.pod_identity import PodStorageAccess, PodStorageAccessArgs
+from .nodes.capacity import (BLOCK_TERMINATION_LEAD_MINUTES, CAPACITY_BLOCK, PENDING_BLOCK_STATES, RESERVATION,
+                             CapacityBlock, GpuCapacity, block_problem, read_capacity_block)
+from .nodes.cost import estimate
+from .nodes.launch_template import FAST_IMAGE_PULL_MIN_MIBPS, Gp3Performance, NodeHardening, fingerprint
+from .nodes.node_groups import EfaGpuNodeGroup, EfaGpuNodeGroupArgs, SystemNodeGroup, SystemNodeGroupArgs
+from .addons.cluster_autoscaler import ClusterAutoscaler, ClusterAutoscalerArgs
+from .addons.device_plugins import DevicePlugins, DevicePluginsArgs
+from .addons.efa_check import Deadlines, EfaCheckJob, EfaCheckJobArgs, gate_transport
+from .addons.image_cache import UPSTREAM_REGISTRY, ImageCache, ImageCacheArgs, cache_prefix, cached_reference
+from .addons.image_prepull import ImagePrePull, ImagePrePullArgs
+from .addons.node_agent import NodeAgent, NodeAgentArgs
+from .storage.checkpoint_bucket import CheckpointBucket, CheckpointBucketArgs
+from .queues.job_queues import JobQueues, JobQueuesArgs
+from .ray.kuberay import KubeRayOperator, KubeRayOperatorArgs
+from .ray.kuberay_versions import unverified_note
+from .ray.ray_autoscaler import AutoscalerArgs
+from .ray.raycluster import RayCluster, RayClusterArgs, WorkerGroupArgs
+from .observability.metrics_rules import AlertThresholds
+from .observability.observability import Observability, ObservabilityArgs
 
 RAY_NAMESPACE = "ray"
 RAY_SERVICE_ACCOUNT = "ray-train"
@@ -65,7 +68,7 @@ class EfaRayClusterArgs(TypedDict, total=False):
     region: str
     """AWS region of the stack (the `aws:region` config; default us-east-1)."""
     gpuInstanceType: str
-    """GPU worker instance type; must be in the catalogue (components/instances.py)."""
+    """GPU worker instance type; must be in the catalogue (components/nodes/instances.py)."""
     gpuNodeCount: int
     """GPU nodes (one Ray worker pod each). 0 parks the GPU node group and stops its cost."""
     gpuWorkersToDelete: list[str]
@@ -199,6 +202,336 @@ def _in_stack_keys() -> Iterator[None]:
         raise stack_error(e) from None
 
 
+@dataclass
+class _Checked:
+    """What the stack learns before it registers anything: the GPU AZ, its capacity, the live cluster it changes."""
+    gpu_az: str
+    capacity: GpuCapacity
+    block: Optional[CapacityBlock]
+    access: AccessPlan
+
+
+def _check_before_any_resource(name: str, cfg: StackConfig) -> _Checked:
+    """Every refusal AWS or EKS would give later, raised now (preview included), and the warnings of the config."""
+    with _in_stack_keys():  # components name their own arguments; the stack names its keys
+        gpu_az = resolve_gpu_az(cfg.gpuInstanceType, cfg.availabilityZone, cfg.region)
+    capacity = GpuCapacity(cfg.gpuCapacity, cfg.gpuCapacityReservationId, cfg.gpuPlacementGroupName)
+    block = read_capacity_block(cfg.gpuCapacityReservationId) if capacity.mode == CAPACITY_BLOCK else None
+    problem = block and block_problem(block, cfg.gpuInstanceType, gpu_az, cfg.gpuNodeCount)
+    if problem:  # the block is elsewhere, of another type, too small or over: refuse before any resource
+        raise stack_error(problem)
+    if block and block.state in PENDING_BLOCK_STATES and cfg.gpuNodeCount > 0:
+        pulumi.log.warn(f"Capacity Block {block.id} is {block.state} until {block.start_date}: its nodes cannot "
+                        f"launch before, so the node group waits and may time out; deploy with gpuNodeCount 0 "
+                        "and raise it once the block is active")
+    if cfg.scale_to_zero and capacity.mode == RESERVATION:
+        pulumi.log.warn("gpuScaleToZero with gpuCapacity reservation: the ODCR bills every reserved instance at "
+                        "the on-demand rate whether a node runs in it or not, so idle GPU nodes going away saves "
+                        "nothing; only the node-group churn remains (docs/gpus.md)")
+    live = read_live_cluster(name)  # what this update changes from: EKS's view, whoever runs it
+    if live is not None:
+        problem = upgrade_problem(live.version, cfg.kubernetesVersion)
+        if problem:  # EKS refuses it; before any resource, preview included
+            raise ConfigError("kubernetesVersion", cfg.kubernetesVersion, problem)
+        lagging = lagging_warning(live, cfg.kubernetesVersion)
+        if lagging:
+            pulumi.log.warn(lagging)
+    with _in_stack_keys():
+        access = access_plan(name, cfg.clusterAdminArns, cfg.clusterViewerArns, cfg.clusterCreatorArn, live)
+    for note in access.warnings:
+        pulumi.log.warn(note)
+    chart_note = unverified_note(cfg.kuberayChartVersion)
+    if chart_note:
+        pulumi.log.warn(chart_note)
+    version_note = version_warning(cfg.kubernetesVersion)
+    if version_note:  # extended support: $0.60/h instead of $0.10/h
+        pulumi.log.warn(version_note)
+    if cfg.gpuFastImagePull and cfg.gpuRootVolumeThroughputMiBps < FAST_IMAGE_PULL_MIN_MIBPS:
+        pulumi.log.warn(f"gpuFastImagePull with gpuRootVolumeThroughputMiBps {cfg.gpuRootVolumeThroughputMiBps}: "
+                        f"nodeadm's docs recommend at least {FAST_IMAGE_PULL_MIN_MIBPS} MiB/s, below which the "
+                        "parallel pull may be slower than the default one; raise the throughput or set "
+                        "gpuFastImagePull: false")
+    return _Checked(gpu_az, capacity, block, access)
+
+
+@dataclass
+class _Build:
+    """One EfaRayCluster under construction: its config and what every child shares. Each layer's builder below
+    takes it and the layers it stands on, and returns its components."""
+    owner: pulumi.ComponentResource
+    name: str
+    cfg: StackConfig
+    checked: _Checked
+    tags: dict[str, str] = field(default_factory=lambda: {"project": "ray-efa-eks", "stack": pulumi.get_stack()})
+
+    @property
+    def child(self) -> pulumi.ResourceOptions:
+        """Direct children keep the URNs the earlier root-level program gave them."""
+        return pulumi.ResourceOptions(parent=self.owner, aliases=[pulumi.Alias(parent=pulumi.ROOT_STACK_RESOURCE)])
+
+    def opts(self, **kw: Any) -> pulumi.ResourceOptions:
+        return pulumi.ResourceOptions.merge(self.child, pulumi.ResourceOptions(**kw))
+
+    @property
+    def unproven(self) -> list[str]:
+        """Every GPU node proves its fabric before Ray may use it: it joins with the startup taint, which only the
+        node agent's fabric proof removes; so only with EFA, where the agent runs. Fixed fleet too: its nodes are
+        replaced as well (node repair, version updates, a new launch template) and join unproven."""
+        return [FABRIC_STARTUP_TAINT] if self.cfg.efa else []
+
+
+def _network(b: _Build) -> Network:
+    cfg, gpu_az = b.cfg, b.checked.gpu_az
+    with _in_stack_keys():
+        azs = cluster_azs(gpu_az, cfg.region)  # by zone ID: the GPU AZ may be one EKS refuses for the cluster
+    outside = gpu_az_note(gpu_az, azs, cfg.region)
+    if outside:
+        pulumi.log.warn(outside, resource=b.owner)
+    return Network("net", NetworkArgs(cidr=cfg.vpcCidr, availability_zones=azs, gpu_availability_zone=gpu_az,
+                                      cluster_name=b.name, s3_gateway_endpoint=cfg.s3GatewayEndpoint,
+                                      region=cfg.region, ecr_interface_endpoints=cfg.ecrPullThroughCache),
+                   opts=b.child)
+
+
+def _cluster(b: _Build, network: Network) -> Cluster:
+    cfg, access = b.cfg, b.checked.access
+    return Cluster(b.name, ClusterArgs(
+        vpc_id=network.vpc_id, public_subnet_ids=network.public_subnet_ids,
+        private_subnet_ids=network.private_subnet_ids, kubernetes_version=cfg.kubernetesVersion,
+        endpoint_public_access=cfg.endpointPublicAccess, endpoint_public_access_cidrs=cfg.endpointPublicAccessCidrs,
+        encrypt_secrets=cfg.encryptSecrets, pod_identity_agent=cfg.checkpointBucket or cfg.scale_to_zero,
+        enable_network_policy=cfg.networkPolicy, admin_arns=cfg.clusterAdminArns,
+        viewer_arns=cfg.clusterViewerArns, creator_admin=access.creator_admin, creator_arn=access.creator_arn,
+        tags=b.tags), opts=b.child)
+
+
+@dataclass
+class _Images:
+    dlc: str
+    agent: str
+    cache: Optional[ImageCache]
+
+    @property
+    def pulled_after(self) -> list[pulumi.Resource]:
+        """What a pod pulling these images waits for: the pull-through cache rule, when there is one."""
+        return [self.cache] if self.cache else []
+
+
+def _images(b: _Build, cluster: Cluster) -> _Images:
+    """Images from ECR Public come through the account's pull-through cache (components/addons/image_cache.py); the
+    Ray head on the system node pulls the DLC first, so the cache is filled before any GPU worker needs it."""
+    cfg = b.cfg
+    dlc_image, agent_image = cfg.dlcImage, cfg.nodeAgentImage
+    if not (cfg.ecrPullThroughCache and any(i.startswith(UPSTREAM_REGISTRY + "/") for i in (dlc_image, agent_image))):
+        return _Images(dlc_image, agent_image, None)
+    account = aws.get_caller_identity().account_id
+    prefix = cache_prefix(b.name)
+    dlc_image, agent_image = (cached_reference(i, account, cfg.region, prefix) for i in (dlc_image, agent_image))
+    cache = ImageCache("image-cache", ImageCacheArgs(account_id=account, region=cfg.region, prefix=prefix,
+                                                     node_role_name=cluster.node_role.name), opts=b.child)
+    return _Images(dlc_image, agent_image, cache)
+
+
+@dataclass
+class _Nodes:
+    system: SystemNodeGroup
+    gpu: EfaGpuNodeGroup
+    plugins: DevicePlugins
+    autoscaler: Optional[ClusterAutoscaler]
+
+
+def _nodes(b: _Build, network: Network, cluster: Cluster) -> _Nodes:
+    """The system node, the EFA GPU nodes, their device plugins, the Cluster Autoscaler (scale to zero) and EKS's
+    node monitoring agent."""
+    cfg = b.cfg
+    hardening = NodeHardening(imds_hop_limit=cfg.imdsHopLimit, encrypt_root_volume=cfg.encryptRootVolumes)
+    system = SystemNodeGroup("system", SystemNodeGroupArgs(
+        cluster=cluster.eks, node_role=cluster.node_role, subnet_ids=network.private_subnet_ids,
+        instance_type=cfg.system_type, root_volume_gib=cfg.systemRootVolumeGiB, hardening=hardening,
+        kubernetes_version=cfg.kubernetesVersion), opts=b.child)
+    gpu = EfaGpuNodeGroup("gpu", EfaGpuNodeGroupArgs(
+        cluster=cluster.eks, node_role=cluster.node_role, cluster_security_group_id=cluster.security_group_id,
+        subnet_ids=network.gpu_subnet_id.apply(lambda s: [s]), instance_type=cfg.gpu_type,
+        availability_zone=b.checked.gpu_az, node_count=cfg.gpuNodeCount, efa=cfg.efa,
+        allow_single_node=cfg.allowSingleEfaNode, root_volume_gib=cfg.gpuRootVolumeGiB, hardening=hardening,
+        root_volume_performance=Gp3Performance(cfg.gpuRootVolumeIops, cfg.gpuRootVolumeThroughputMiBps),
+        fast_image_pull=cfg.gpuFastImagePull,
+        capacity=b.checked.capacity, kubernetes_version=cfg.kubernetesVersion,
+        workers_to_delete=len(cfg.gpuWorkersToDelete), autoscaled=cfg.scale_to_zero,
+        scale_from_zero=cfg.scale_to_zero and cfg.gpuNodeCount > 0,  # 0 parks: max 1 must not be used
+        startup_taints=[startup_taint(k) for k in b.unproven], error_as=stack_error),
+        opts=b.child)
+    plugins = DevicePlugins("device-plugins", DevicePluginsArgs(provider=cluster.provider, efa=cfg.efa,
+                                                               instance_types=[cfg.gpuInstanceType],
+                                                               startup_taints=b.unproven),
+                            opts=b.opts(depends_on=[gpu]))
+    autoscaler = None
+    if cfg.scale_to_zero:  # GPU nodes follow Ray's pending worker pods
+        autoscaler = ClusterAutoscaler("cluster-autoscaler", ClusterAutoscalerArgs(
+            provider=cluster.provider, cluster_name=cluster.name, cluster_arn=cluster.arn, region=cfg.region,
+            tags=b.tags, depends_on=[system, *cluster.addons]), opts=b.child)
+    # EKS node monitoring agent: sets the Node conditions (AcceleratedHardwareReady, NetworkingReady, ...) that
+    # node auto repair (nodeRepairConfig on both node groups, node_groups.node_repair) acts on. After the nodes:
+    # a DaemonSet add-on with no node to run on does not become ACTIVE.
+    aws.eks.Addon("node-monitoring-agent", cluster_name=cluster.name, addon_name="eks-node-monitoring-agent",
+                  tags=b.tags, opts=b.opts(depends_on=[system, gpu]))
+    return _Nodes(system, gpu, plugins, autoscaler)
+
+
+def _storage(b: _Build, cluster: Cluster) -> tuple[Optional[CheckpointBucket], Optional[PodStorageAccess]]:
+    """The checkpoint bucket and the Ray pods' Pod Identity role on it (checkpointBucket)."""
+    cfg = b.cfg
+    if not cfg.checkpointBucket:
+        return None, None
+    bucket = CheckpointBucket(f"{b.name}-checkpoints", CheckpointBucketArgs(
+        encryption=cfg.checkpointEncryption, retain_on_delete=cfg.checkpointRetainOnDelete,
+        noncurrent_version_days=cfg.checkpointNoncurrentVersionDays, tags=b.tags), opts=b.child)
+    storage = PodStorageAccess("ray-storage", PodStorageAccessArgs(
+        cluster_name=cluster.name, cluster_arn=cluster.arn, namespace=RAY_NAMESPACE,
+        service_account=RAY_SERVICE_ACCOUNT, bucket_name=bucket.name, bucket_arn=bucket.arn,
+        prefix=cfg.checkpointPrefix, kms_key_arn=bucket.kms_key_arn, region=cfg.region, tags=b.tags),
+        opts=b.child)
+    return bucket, storage
+
+
+def _queues(b: _Build, cluster: Cluster, nodes: _Nodes, bucket: Optional[CheckpointBucket]) -> Optional[JobQueues]:
+    """Kueue, the teams' namespaces, queues, RBAC and storage (jobQueues; docs/team-jobs.md)."""
+    cfg = b.cfg
+    if not (cfg.jobQueues and bucket is not None):
+        return None
+    return JobQueues("job-queues", JobQueuesArgs(
+        provider=cluster.provider, teams=cfg.job_queues, instance_type=cfg.gpu_type,
+        cluster_name=cluster.name, cluster_arn=cluster.arn, bucket_name=bucket.name, bucket_arn=bucket.arn,
+        kms_key_arn=bucket.kms_key_arn, region=cfg.region, pods_ready_timeout_s=cfg.efa_check_wait_s,
+        network_policy=cfg.networkPolicy, tags=b.tags, depends_on=[nodes.system]), opts=b.child)
+
+
+@dataclass
+class _Ray:
+    ray: RayCluster
+    operator: KubeRayOperator
+    agent: Optional[NodeAgent]
+
+
+def _ray(b: _Build, cluster: Cluster, nodes: _Nodes, images: _Images, storage: Optional[PodStorageAccess],
+         queues: Optional[JobQueues]) -> _Ray:
+    """The KubeRay operator, the node agent (EFA), the DLC pre-pull and the RayCluster."""
+    cfg = b.cfg
+    team_namespaces = queues.namespace_names if queues else []
+    operators: list[KubeRayOperator] = []
+    # The CRDs Helm installed on a stack's first up are upserted and taken over (components/ray/kuberay.py).
+    crd_provider = k8s.Provider("kuberay-crds-k8s", kubeconfig=cluster.eks.kubeconfig_json,
+                                enable_server_side_apply=True, upsert_existing_objects=True,
+                                enable_patch_force=True,
+                                opts=pulumi.ResourceOptions(parent=b.owner, depends_on=cluster.access_grants))
+
+    def install_operator(ray_ns: pulumi.Resource) -> list[pulumi.Resource]:
+        """The KubeRay operator, watching only the Ray namespace (its chart puts a Role there)."""
+        operators.append(KubeRayOperator("kuberay", KubeRayOperatorArgs(
+            provider=cluster.provider, chart_version=cfg.kuberayChartVersion, crd_provider=crd_provider,
+            watch_namespaces=[RAY_NAMESPACE, *team_namespaces], network_policy=cfg.networkPolicy,
+            depends_on=[ray_ns, *(queues.namespaces if queues else [])]), opts=b.opts(depends_on=[nodes.system])))
+        # the node agent's read of its node's Ray workers (a failed provider check puts its taint back)
+        return [operators[-1], *(agent.grant_worker_read(ray_ns) if agent else [])]
+
+    agent = None
+    if cfg.efa:  # the one reader of the hosts' EFA counters (the Ray pods mount no host path)
+        agent = NodeAgent("node-agent", NodeAgentArgs(
+            provider=cluster.provider, image=images.agent, instance_types=[cfg.gpuInstanceType],
+            network_policy=cfg.networkPolicy,
+            allowed_namespaces=[RAY_NAMESPACE, METRICS_NAMESPACE, *team_namespaces],
+            startup_taints=b.unproven, efa_devices={cfg.gpuInstanceType: cfg.gpu_type.max_efa_interfaces},
+            workers_namespace=RAY_NAMESPACE, kubernetes_version=cfg.kubernetesVersion,
+            depends_on=[nodes.gpu, *images.pulled_after]), opts=b.child)
+    # The DLC pulled on each joining GPU node while its fabric is proven (the taint keeps Ray off until then).
+    ImagePrePull("image-prepull", ImagePrePullArgs(
+        provider=cluster.provider, image=images.dlc, idle_image=images.agent, instance_types=[cfg.gpuInstanceType],
+        startup_taints=b.unproven, network_policy=cfg.networkPolicy),
+        opts=b.opts(depends_on=[nodes.gpu, *images.pulled_after]))
+    ray = RayCluster("ray", RayClusterArgs(
+        provider=cluster.provider, image=images.dlc, ray_version=cfg.rayVersion, nccl_debug=cfg.ncclDebug,
+        namespace=RAY_NAMESPACE, service_account_name=RAY_SERVICE_ACCOUNT,
+        storage_path=storage.storage_uri if storage else None, network_policy=cfg.networkPolicy,
+        token_auth=cfg.rayTokenAuth, region=cfg.region, efa_exporter_url=agent.exporter_url if agent else None,
+        kuberay_chart_version=cfg.kuberayChartVersion,
+        worker_groups=[WorkerGroupArgs(name="gpu", instance_type=cfg.gpu_type, replicas=cfg.gpuNodeCount,
+                                       efa=cfg.efa, scale_from_zero=cfg.scale_to_zero,
+                                       workers_to_delete=list(cfg.gpuWorkersToDelete))],
+        autoscaler=AutoscalerArgs(idle_timeout_s=cfg.gpuIdleTimeoutSeconds) if cfg.scale_to_zero else None,
+        # Pod identity is injected at pod start: the association and the agent must exist before the pods.
+        depends_on=[nodes.plugins, *([storage] if storage else []), *cluster.addons, *images.pulled_after],
+        after_namespace=install_operator),
+        opts=b.child)
+    (operator,) = operators
+    return _Ray(ray, operator, agent)
+
+
+def _observability(b: _Build, cluster: Cluster, nodes: _Nodes, queues: Optional[JobQueues]) -> Optional[Observability]:
+    """Prometheus + Grafana on the system node, DCGM on the GPU nodes, alerts, dashboard (observability)."""
+    cfg = b.cfg
+    if not cfg.observability:
+        return None
+    line_rate_gbps = cfg.gpu_type.efa_gbps or 0.0
+    return Observability("observability", ObservabilityArgs(
+        provider=cluster.provider, ray_namespace=RAY_NAMESPACE,
+        team_namespaces=queues.namespace_names if queues else [], retention=cfg.metricsRetention,
+        remote_write_url=cfg.metricsRemoteWriteUrl, region=cfg.region, efa=cfg.efa, line_rate_gbps=line_rate_gbps,
+        thresholds=AlertThresholds(line_rate_bytes_per_s=line_rate_gbps * 1e9 / 8, ray_namespace=RAY_NAMESPACE),
+        startup_taints=b.unproven, network_policy=cfg.networkPolicy, depends_on=[nodes.system]), opts=b.child)
+
+
+def _gate(b: _Build, cluster: Cluster, nodes: _Nodes, images: _Images, ray: _Ray) -> Optional[EfaCheckJob]:
+    """The post-deploy EFA gate (efaCheck, with GPU nodes), after every node's exporter is up."""
+    cfg = b.cfg
+    if not (cfg.efaCheck and cfg.gpuNodeCount > 0):
+        return None
+    shape = gate_transport(cfg.efa, cfg.gpuNodeCount)
+    if shape == "socket":
+        pulumi.log.warn("efaCheck with efa: false: the gate checks that NCCL works across the GPU nodes over "
+                        "its Socket transport (TCP); it does not prove EFA", resource=b.owner)
+    elif shape == "intra-node":
+        pulumi.log.warn("efaCheck with one GPU node: the gate checks NCCL inside the node only; EFA (and any "
+                        "inter-node path) is not exercised. Use gpuNodeCount >= 2 for the EFA proof",
+                        resource=b.owner)
+    return EfaCheckJob("efa-check", EfaCheckJobArgs(
+        provider=cluster.provider, image=images.dlc, namespace=ray.ray.namespace,
+        dashboard_address=ray.ray.dashboard_address, ray_cluster=ray.ray.custom_resource,
+        blocking=cfg.efaCheckBlocking, min_busbw_gbps=cfg.efaCheckMinBusbwGbps,
+        instance_type=cfg.gpu_type, node_count=cfg.gpuNodeCount, efa=cfg.efa, nccl_debug=cfg.ncclDebug,
+        min_busbw_fraction=cfg.efaCheckMinBusbwFraction, compare_socket=cfg.efaCheckCompareSocket,
+        strict_versions=cfg.efaCheckStrictVersions, require_counters=cfg.efaCheckRequireCounters and cfg.efa,
+        storage_proof=cfg.checkpointBucket,
+        deadlines=Deadlines(topology_wait_s=cfg.efa_check_wait_s),
+        auth_secret_name=ray.ray.auth_secret_name, spec_hash=ray.ray.spec_hash, ray_cluster_name=ray.ray.name,
+        node_identity=pulumi.Output.all(nodes.gpu.template_fingerprint, nodes.system.template_fingerprint,
+                                        cfg.kubernetesVersion).apply(fingerprint),
+        depends_on=[ray.agent.daemonset] if ray.agent else []), opts=b.child)  # every node's exporter up first
+
+
+def _teardown(b: _Build, bucket: Optional[CheckpointBucket]) -> list[Any]:
+    """The teardownOrder output: how to stop the cost, GPU nodes first, and what each capacity mode leaves billed."""
+    block, capacity = b.checked.block, b.checked.capacity
+    teardown: list[Any] = [
+        "pulumi config set --type int gpuNodeCount 0 && pulumi up   # GPU nodes first: the expensive part",
+        "pulumi destroy   # then everything else",
+    ]
+    if block is not None:
+        teardown.insert(0, f"# Capacity Block {block.id} ends {block.end_date or '(unknown)'}: EC2 terminates its "
+                           f"instances from {BLOCK_TERMINATION_LEAD_MINUTES} min before; park the GPU nodes first")
+        teardown.append(f"# Capacity Block {block.id} was paid up front: parking and destroy stop the other costs, "
+                        "not the block's")
+    if capacity.mode == RESERVATION:
+        how = (f"cancel each reservation in {capacity.reservation}" if capacity.is_group
+               else f"aws ec2 cancel-capacity-reservation --capacity-reservation-id {capacity.reservation}")
+        teardown.append(f"# the ODCR bills at the on-demand rate until cancelled, GPU nodes or not; when no one "
+                        f"needs it: {how}")
+    if bucket is not None and b.cfg.checkpointRetainOnDelete:
+        teardown.append(pulumi.Output.concat(
+            "# kept on purpose: checkpoint bucket ", bucket.name,
+            " (and its KMS key); delete by hand when the checkpoints are no longer needed"))
+    return teardown
+
+
 class EfaRayCluster(pulumi.ComponentResource):
     """VPC, EKS, a system node (KubeRay operator + GPU-less Ray head), EFA GPU nodes in one AZ, device plugins,
     a RayCluster from one DLC image, the S3 checkpoint bucket with Pod Identity, and the post-deploy EFA gate."""
@@ -240,247 +573,50 @@ class EfaRayCluster(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: EfaRayClusterArgs, opts: Optional[pulumi.ResourceOptions] = None):
         cfg = stack_config(args)  # raises on bad config before anything is registered
-        with _in_stack_keys():  # components name their own arguments; the stack names its keys
-            gpu_az = resolve_gpu_az(cfg.gpuInstanceType, cfg.availabilityZone, cfg.region)
-        capacity = GpuCapacity(cfg.gpuCapacity, cfg.gpuCapacityReservationId, cfg.gpuPlacementGroupName)
-        block = read_capacity_block(cfg.gpuCapacityReservationId) if capacity.mode == CAPACITY_BLOCK else None
-        problem = block and block_problem(block, cfg.gpuInstanceType, gpu_az, cfg.gpuNodeCount)
-        if problem:  # the block is elsewhere, of another type, too small or over: refuse before any resource
-            raise stack_error(problem)
-        if block and block.state in PENDING_BLOCK_STATES and cfg.gpuNodeCount > 0:
-            pulumi.log.warn(f"Capacity Block {block.id} is {block.state} until {block.start_date}: its nodes cannot "
-                            f"launch before, so the node group waits and may time out; deploy with gpuNodeCount 0 "
-                            "and raise it once the block is active")
-        if cfg.scale_to_zero and capacity.mode == RESERVATION:
-            pulumi.log.warn("gpuScaleToZero with gpuCapacity reservation: the ODCR bills every reserved instance at "
-                            "the on-demand rate whether a node runs in it or not, so idle GPU nodes going away saves "
-                            "nothing; only the node-group churn remains (docs/gpus.md)")
-        live = read_live_cluster(name)  # what this update changes from: EKS's view, whoever runs it
-        if live is not None:
-            problem = upgrade_problem(live.version, cfg.kubernetesVersion)
-            if problem:  # EKS refuses it; before any resource, preview included
-                raise ConfigError("kubernetesVersion", cfg.kubernetesVersion, problem)
-            lagging = lagging_warning(live, cfg.kubernetesVersion)
-            if lagging:
-                pulumi.log.warn(lagging)
-        with _in_stack_keys():
-            access = access_plan(name, cfg.clusterAdminArns, cfg.clusterViewerArns, cfg.clusterCreatorArn, live)
-        for note in access.warnings:
-            pulumi.log.warn(note)
-        chart_note = unverified_note(cfg.kuberayChartVersion)
-        if chart_note:
-            pulumi.log.warn(chart_note)
-        version_note = version_warning(cfg.kubernetesVersion)
-        if version_note:  # extended support: $0.60/h instead of $0.10/h
-            pulumi.log.warn(version_note)
-        if cfg.gpuFastImagePull and cfg.gpuRootVolumeThroughputMiBps < FAST_IMAGE_PULL_MIN_MIBPS:
-            pulumi.log.warn(f"gpuFastImagePull with gpuRootVolumeThroughputMiBps {cfg.gpuRootVolumeThroughputMiBps}: "
-                            f"nodeadm's docs recommend at least {FAST_IMAGE_PULL_MIN_MIBPS} MiB/s, below which the "
-                            "parallel pull may be slower than the default one; raise the throughput or set "
-                            "gpuFastImagePull: false")
+        checked = _check_before_any_resource(name, cfg)
         super().__init__(TOKEN, name, None, opts)
         self.config = cfg
-        tags = {"project": "ray-efa-eks", "stack": pulumi.get_stack()}
-        hardening = NodeHardening(imds_hop_limit=cfg.imdsHopLimit, encrypt_root_volume=cfg.encryptRootVolumes)
-        # Direct children keep the URNs the earlier root-level program gave them.
-        child = pulumi.ResourceOptions(parent=self, aliases=[pulumi.Alias(parent=pulumi.ROOT_STACK_RESOURCE)])
-
-        def opts_with(**kw: Any) -> pulumi.ResourceOptions:
-            return pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(**kw))
-
-        with _in_stack_keys():
-            azs = cluster_azs(gpu_az, cfg.region)  # by zone ID: the GPU AZ may be one EKS refuses for the cluster
-        outside = gpu_az_note(gpu_az, azs, cfg.region)
-        if outside:
-            pulumi.log.warn(outside, resource=self)
-        network = Network("net", NetworkArgs(cidr=cfg.vpcCidr, availability_zones=azs,
-                                             gpu_availability_zone=gpu_az, cluster_name=name,
-                                             s3_gateway_endpoint=cfg.s3GatewayEndpoint, region=cfg.region,
-                                             ecr_interface_endpoints=cfg.ecrPullThroughCache),
-                          opts=child)
-        cluster = Cluster(name, ClusterArgs(
-            vpc_id=network.vpc_id, public_subnet_ids=network.public_subnet_ids,
-            private_subnet_ids=network.private_subnet_ids, kubernetes_version=cfg.kubernetesVersion,
-            endpoint_public_access=cfg.endpointPublicAccess, endpoint_public_access_cidrs=cfg.endpointPublicAccessCidrs,
-            encrypt_secrets=cfg.encryptSecrets, pod_identity_agent=cfg.checkpointBucket or cfg.scale_to_zero,
-            enable_network_policy=cfg.networkPolicy, admin_arns=cfg.clusterAdminArns,
-            viewer_arns=cfg.clusterViewerArns, creator_admin=access.creator_admin, creator_arn=access.creator_arn,
-            tags=tags), opts=child)
-        # Images from ECR Public come through the account's pull-through cache (components/image_cache.py); the Ray
-        # head on the system node pulls the DLC first, so the cache is filled before any GPU worker needs it.
-        dlc_image, agent_image, cache = cfg.dlcImage, cfg.nodeAgentImage, None
-        if cfg.ecrPullThroughCache and any(i.startswith(UPSTREAM_REGISTRY + "/") for i in (dlc_image, agent_image)):
-            account = aws.get_caller_identity().account_id
-            prefix = cache_prefix(name)
-            dlc_image, agent_image = (cached_reference(i, account, cfg.region, prefix) for i in (dlc_image, agent_image))
-            cache = ImageCache("image-cache", ImageCacheArgs(account_id=account, region=cfg.region, prefix=prefix,
-                                                             node_role_name=cluster.node_role.name), opts=child)
-        pulled_after = [cache] if cache else []
-        system = SystemNodeGroup("system", SystemNodeGroupArgs(
-            cluster=cluster.eks, node_role=cluster.node_role, subnet_ids=network.private_subnet_ids,
-            instance_type=cfg.system_type, root_volume_gib=cfg.systemRootVolumeGiB, hardening=hardening,
-            kubernetes_version=cfg.kubernetesVersion), opts=child)
-        # Every GPU node proves its fabric before Ray may use it: it joins with the startup taint, which
-        # only the node agent's fabric proof removes; so only with EFA, where the agent runs. Fixed fleet too: its
-        # nodes are replaced as well (node repair, version updates, a new launch template) and join unproven.
-        unproven = [FABRIC_STARTUP_TAINT] if cfg.efa else []
-        gpu = EfaGpuNodeGroup("gpu", EfaGpuNodeGroupArgs(
-            cluster=cluster.eks, node_role=cluster.node_role, cluster_security_group_id=cluster.security_group_id,
-            subnet_ids=network.gpu_subnet_id.apply(lambda s: [s]), instance_type=cfg.gpu_type,
-            availability_zone=gpu_az, node_count=cfg.gpuNodeCount, efa=cfg.efa,
-            allow_single_node=cfg.allowSingleEfaNode, root_volume_gib=cfg.gpuRootVolumeGiB, hardening=hardening,
-            root_volume_performance=Gp3Performance(cfg.gpuRootVolumeIops, cfg.gpuRootVolumeThroughputMiBps),
-            fast_image_pull=cfg.gpuFastImagePull,
-            capacity=capacity, kubernetes_version=cfg.kubernetesVersion,
-            workers_to_delete=len(cfg.gpuWorkersToDelete), autoscaled=cfg.scale_to_zero,
-            scale_from_zero=cfg.scale_to_zero and cfg.gpuNodeCount > 0,  # 0 parks: max 1 must not be used
-            startup_taints=[startup_taint(k) for k in unproven], error_as=stack_error),
-            opts=child)
-        plugins = DevicePlugins("device-plugins", DevicePluginsArgs(provider=cluster.provider, efa=cfg.efa,
-                                                                   instance_types=[cfg.gpuInstanceType],
-                                                                   startup_taints=unproven),
-                                opts=opts_with(depends_on=[gpu]))
-        autoscaler = None
-        if cfg.scale_to_zero:  # GPU nodes follow Ray's pending worker pods
-            autoscaler = ClusterAutoscaler("cluster-autoscaler", ClusterAutoscalerArgs(
-                provider=cluster.provider, cluster_name=cluster.name, cluster_arn=cluster.arn, region=cfg.region,
-                tags=tags, depends_on=[system, *cluster.addons]), opts=child)
-        # EKS node monitoring agent: sets the Node conditions (AcceleratedHardwareReady, NetworkingReady, ...) that
-        # node auto repair (nodeRepairConfig on both node groups, node_groups.node_repair) acts on. After the nodes:
-        # a DaemonSet add-on with no node to run on does not become ACTIVE.
-        aws.eks.Addon("node-monitoring-agent", cluster_name=cluster.name, addon_name="eks-node-monitoring-agent",
-                      tags=tags, opts=opts_with(depends_on=[system, gpu]))
-        bucket = storage = None
-        if cfg.checkpointBucket:
-            bucket = CheckpointBucket(f"{name}-checkpoints", CheckpointBucketArgs(
-                encryption=cfg.checkpointEncryption, retain_on_delete=cfg.checkpointRetainOnDelete,
-                noncurrent_version_days=cfg.checkpointNoncurrentVersionDays, tags=tags), opts=child)
-            storage = PodStorageAccess("ray-storage", PodStorageAccessArgs(
-                cluster_name=cluster.name, cluster_arn=cluster.arn, namespace=RAY_NAMESPACE,
-                service_account=RAY_SERVICE_ACCOUNT, bucket_name=bucket.name, bucket_arn=bucket.arn,
-                prefix=cfg.checkpointPrefix, kms_key_arn=bucket.kms_key_arn, region=cfg.region, tags=tags),
-                opts=child)
-        queues = None
-        if cfg.jobQueues and bucket is not None:  # Kueue, the teams' namespaces, queues, RBAC, storage (team-jobs.md)
-            queues = JobQueues("job-queues", JobQueuesArgs(
-                provider=cluster.provider, teams=cfg.job_queues, instance_type=cfg.gpu_type,
-                cluster_name=cluster.name, cluster_arn=cluster.arn, bucket_name=bucket.name, bucket_arn=bucket.arn,
-                kms_key_arn=bucket.kms_key_arn, region=cfg.region, pods_ready_timeout_s=cfg.efa_check_wait_s,
-                network_policy=cfg.networkPolicy, tags=tags, depends_on=[system]), opts=child)
-        team_namespaces = queues.namespace_names if queues else []
-        operators: list[KubeRayOperator] = []
-
-        # The CRDs Helm installed on a stack's first up are upserted and taken over (components/kuberay.py).
-        crd_provider = k8s.Provider("kuberay-crds-k8s", kubeconfig=cluster.eks.kubeconfig_json,
-                                    enable_server_side_apply=True, upsert_existing_objects=True,
-                                    enable_patch_force=True,
-                                    opts=pulumi.ResourceOptions(parent=self, depends_on=cluster.access_grants))
-
-        def install_operator(ray_ns: pulumi.Resource) -> list[pulumi.Resource]:
-            """The KubeRay operator, watching only the Ray namespace (its chart puts a Role there)."""
-            operators.append(KubeRayOperator("kuberay", KubeRayOperatorArgs(
-                provider=cluster.provider, chart_version=cfg.kuberayChartVersion, crd_provider=crd_provider,
-                watch_namespaces=[RAY_NAMESPACE, *team_namespaces], network_policy=cfg.networkPolicy,
-                depends_on=[ray_ns, *(queues.namespaces if queues else [])]), opts=opts_with(depends_on=[system])))
-            # the node agent's read of its node's Ray workers (a failed provider check puts its taint back)
-            return [operators[-1], *(agent.grant_worker_read(ray_ns) if agent else [])]
-
-        agent = None
-        if cfg.efa:  # the one reader of the hosts' EFA counters (the Ray pods mount no host path)
-            agent = NodeAgent("node-agent", NodeAgentArgs(
-                provider=cluster.provider, image=agent_image, instance_types=[cfg.gpuInstanceType],
-                network_policy=cfg.networkPolicy,
-                allowed_namespaces=[RAY_NAMESPACE, METRICS_NAMESPACE, *team_namespaces],
-                startup_taints=unproven, efa_devices={cfg.gpuInstanceType: cfg.gpu_type.max_efa_interfaces},
-                workers_namespace=RAY_NAMESPACE, kubernetes_version=cfg.kubernetesVersion,
-                depends_on=[gpu, *pulled_after]), opts=child)
-        # The DLC pulled on each joining GPU node while its fabric is proven (the taint keeps Ray off until then).
-        ImagePrePull("image-prepull", ImagePrePullArgs(
-            provider=cluster.provider, image=dlc_image, idle_image=agent_image, instance_types=[cfg.gpuInstanceType],
-            startup_taints=unproven, network_policy=cfg.networkPolicy),
-            opts=opts_with(depends_on=[gpu, *pulled_after]))
-        ray = RayCluster("ray", RayClusterArgs(
-            provider=cluster.provider, image=dlc_image, ray_version=cfg.rayVersion, nccl_debug=cfg.ncclDebug,
-            namespace=RAY_NAMESPACE, service_account_name=RAY_SERVICE_ACCOUNT,
-            storage_path=storage.storage_uri if storage else None, network_policy=cfg.networkPolicy,
-            token_auth=cfg.rayTokenAuth, region=cfg.region, efa_exporter_url=agent.exporter_url if agent else None,
-            kuberay_chart_version=cfg.kuberayChartVersion,
-            worker_groups=[WorkerGroupArgs(name="gpu", instance_type=cfg.gpu_type, replicas=cfg.gpuNodeCount,
-                                           efa=cfg.efa, scale_from_zero=cfg.scale_to_zero,
-                                           workers_to_delete=list(cfg.gpuWorkersToDelete))],
-            autoscaler=AutoscalerArgs(idle_timeout_s=cfg.gpuIdleTimeoutSeconds) if cfg.scale_to_zero else None,
-            # Pod identity is injected at pod start: the association and the agent must exist before the pods.
-            depends_on=[plugins, *([storage] if storage else []), *cluster.addons, *pulled_after],
-            after_namespace=install_operator),
-            opts=child)
-        (operator,) = operators
-        metrics = None
-        if cfg.observability:  # Prometheus + Grafana on the system node, DCGM on the GPU nodes, alerts, dashboard
-            metrics = Observability("observability", ObservabilityArgs(
-                provider=cluster.provider, ray_namespace=RAY_NAMESPACE, team_namespaces=team_namespaces,
-                retention=cfg.metricsRetention,
-                remote_write_url=cfg.metricsRemoteWriteUrl, region=cfg.region, efa=cfg.efa,
-                line_rate_gbps=cfg.gpu_type.efa_gbps or 0.0,
-                thresholds=AlertThresholds(line_rate_bytes_per_s=(cfg.gpu_type.efa_gbps or 0.0) * 1e9 / 8,
-                                           ray_namespace=RAY_NAMESPACE),
-                startup_taints=unproven, network_policy=cfg.networkPolicy, depends_on=[system]), opts=child)
-        check = None
-        if cfg.efaCheck and cfg.gpuNodeCount > 0:
-            shape = gate_transport(cfg.efa, cfg.gpuNodeCount)
-            if shape == "socket":
-                pulumi.log.warn("efaCheck with efa: false: the gate checks that NCCL works across the GPU nodes over "
-                                "its Socket transport (TCP); it does not prove EFA", resource=self)
-            elif shape == "intra-node":
-                pulumi.log.warn("efaCheck with one GPU node: the gate checks NCCL inside the node only; EFA (and any "
-                                "inter-node path) is not exercised. Use gpuNodeCount >= 2 for the EFA proof",
-                                resource=self)
-            check = EfaCheckJob("efa-check", EfaCheckJobArgs(
-                provider=cluster.provider, image=dlc_image, namespace=ray.namespace,
-                dashboard_address=ray.dashboard_address, ray_cluster=ray.custom_resource,
-                blocking=cfg.efaCheckBlocking, min_busbw_gbps=cfg.efaCheckMinBusbwGbps,
-                instance_type=cfg.gpu_type, node_count=cfg.gpuNodeCount, efa=cfg.efa, nccl_debug=cfg.ncclDebug,
-                min_busbw_fraction=cfg.efaCheckMinBusbwFraction, compare_socket=cfg.efaCheckCompareSocket,
-                strict_versions=cfg.efaCheckStrictVersions, require_counters=cfg.efaCheckRequireCounters and cfg.efa,
-                storage_proof=cfg.checkpointBucket,
-                deadlines=Deadlines(topology_wait_s=cfg.efa_check_wait_s),
-                auth_secret_name=ray.auth_secret_name, spec_hash=ray.spec_hash, ray_cluster_name=ray.name,
-                node_identity=pulumi.Output.all(gpu.template_fingerprint, system.template_fingerprint,
-                                                cfg.kubernetesVersion).apply(fingerprint),
-                depends_on=[agent.daemonset] if agent else []), opts=child)  # every node's exporter up first
-
-        teardown: list[Any] = [
-            "pulumi config set --type int gpuNodeCount 0 && pulumi up   # GPU nodes first: the expensive part",
-            "pulumi destroy   # then everything else",
-        ]
-        if block is not None:
-            teardown.insert(0, f"# Capacity Block {block.id} ends {block.end_date or '(unknown)'}: EC2 terminates its "
-                               f"instances from {BLOCK_TERMINATION_LEAD_MINUTES} min before; park the GPU nodes first")
-            teardown.append(f"# Capacity Block {block.id} was paid up front: parking and destroy stop the other costs, "
-                            "not the block's")
-        if capacity.mode == RESERVATION:
-            how = (f"cancel each reservation in {capacity.reservation}" if capacity.is_group
-                   else f"aws ec2 cancel-capacity-reservation --capacity-reservation-id {capacity.reservation}")
-            teardown.append(f"# the ODCR bills at the on-demand rate until cancelled, GPU nodes or not; when no one "
-                            f"needs it: {how}")
-        if bucket is not None and cfg.checkpointRetainOnDelete:
-            teardown.append(pulumi.Output.concat(
-                "# kept on purpose: checkpoint bucket ", bucket.name,
-                " (and its KMS key); delete by hand when the checkpoints are no longer needed"))
+        b = _Build(self, name, cfg, checked)
+        network = _network(b)
+        cluster = _cluster(b, network)
+        images = _images(b, cluster)
+        nodes = _nodes(b, network, cluster)
+        bucket, storage = _storage(b, cluster)
+        queues = _queues(b, cluster, nodes, bucket)
+        ray = _ray(b, cluster, nodes, images, storage, queues)
+        metrics = _observability(b, cluster, nodes, queues)
+        check = _gate(b, cluster, nodes, images, ray)
 
         # The building blocks, for Python callers that want to extend the stack (not part of the schema).
-        self.network, self.cluster, self.system, self.gpu = network, cluster, system, gpu
-        self.device_plugins, self.operator, self.ray, self.check = plugins, operator, ray, check
-        self.bucket, self.storage, self.cluster_autoscaler = bucket, storage, autoscaler
+        self.network, self.cluster, self.system, self.gpu = network, cluster, nodes.system, nodes.gpu
+        self.device_plugins, self.operator, self.ray, self.check = nodes.plugins, ray.operator, ray.ray, check
+        self.bucket, self.storage, self.cluster_autoscaler = bucket, storage, nodes.autoscaler
         self.observability = metrics
         self.job_queues = queues
 
         out = pulumi.Output.from_input
         self.cluster_name = cluster.name
         self.kubeconfig = pulumi.Output.secret(cluster.kubeconfig)
-        self.gpu_availability_zone = out(gpu_az)
+        self.gpu_availability_zone = out(checked.gpu_az)
         self.gpu_node_count = out(cfg.gpuNodeCount)
         self.gpu_instance_type = out(cfg.gpuInstanceType)
-        self.efa_interfaces_per_node = out(gpu.efa_interfaces_per_node)
+        self.efa_interfaces_per_node = out(nodes.gpu.efa_interfaces_per_node)
+        self._price(b, network, nodes.gpu)
+        self.teardown_order = pulumi.Output.all(*_teardown(b, bucket))
+        self.head_service_name = out(ray.ray.head_service_name)
+        self.ray_dashboard = out(f"kubectl -n {ray.ray.namespace} port-forward svc/{ray.ray.head_service_name} "
+                                 "8265:8265")
+        self.checkpoint_bucket = bucket.name if bucket is not None else None
+        self.checkpoint_storage_uri = storage.storage_uri if storage is not None else None
+        self.efa_check_logs_command = out(check.logs_command) if check is not None else None
+        self.ray_auth_token = ray.ray.auth_token
+        block = checked.block
+        self.gpu_capacity_block_end = out(block.end_date) if block is not None and block.end_date else None
+        self.register_outputs({k: v for k, v in self.outputs().items()})
+
+    def _price(self, b: _Build, network: Network, gpu: EfaGpuNodeGroup) -> None:
+        """estimatedHourlyUsd, estimatedIdleHourlyUsd and costNotes, and the warnings a large or unpriced stack gets."""
+        cfg, capacity, block, out = b.cfg, b.checked.capacity, b.checked.block, pulumi.Output.from_input
 
         def priced(reserved: Any = None, idle: bool = False) -> Any:
             """The estimate for this capacity mode, the control plane at the version's rate today; ``idle``: with
@@ -512,15 +648,6 @@ class EfaRayCluster(pulumi.ComponentResource):
             idle = priced(idle=True).hourly_usd
             self.estimated_idle_hourly_usd = out(idle) if idle is not None else None
             self.cost_notes = out(cost.notes)
-        self.teardown_order = pulumi.Output.all(*teardown)
-        self.head_service_name = out(ray.head_service_name)
-        self.ray_dashboard = out(f"kubectl -n {ray.namespace} port-forward svc/{ray.head_service_name} 8265:8265")
-        self.checkpoint_bucket = bucket.name if bucket is not None else None
-        self.checkpoint_storage_uri = storage.storage_uri if storage is not None else None
-        self.efa_check_logs_command = out(check.logs_command) if check is not None else None
-        self.ray_auth_token = ray.auth_token
-        self.gpu_capacity_block_end = out(block.end_date) if block is not None and block.end_date else None
-        self.register_outputs({k: v for k, v in self.outputs().items()})
 
     def outputs(self) -> dict[str, pulumi.Output[Any]]:
         """The stack outputs by their schema (camelCase) names; outputs that do not apply are left out."""

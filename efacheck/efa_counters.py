@@ -14,7 +14,7 @@ for the init network namespace's view of an RDMA device
 Linux commit a1ecb30f9085 "RDMA/core: Dont expose hw_counters outside of init net
 namespace"). A worker pod has its own network namespace, so its own
 ``/sys/class/infiniband/<dev>`` has ports but no port counters. One pod per EFA node
-reads the host's view instead: the node agent's EFA exporter (components/node_agent.py,
+reads the host's view instead: the node agent's EFA exporter (components/addons/node_agent.py,
 efa_exporter.py; the only pod that mounts host ``/sys``, read-only), and a pod reads its own
 node's counters over HTTP through the node-local Service (``$RAY_EFA_EKS_EFA_EXPORTER``,
 :func:`read_exporter`), checking that the exporter answered for its own node
@@ -43,7 +43,7 @@ SYSFS_ROOT = "/sys/class/infiniband"
 """The pod's own view: port counters exist here only in the init network namespace (hostNetwork, bare metal)."""
 EXPORTER_ENV = "RAY_EFA_EKS_EFA_EXPORTER"
 """The node agent exporter's URL (``http://efa-exporter.<ns>.svc.cluster.local:9810/metrics``, node-local), set on
-the EFA worker containers by components/raycluster.py."""
+the EFA worker containers by components/ray/raycluster.py."""
 NODE_ENV = "RAY_EFA_EKS_NODE_NAME"
 """The pod's node (downward API ``spec.nodeName``): the exporter's ``node`` label must be this."""
 EXPORTER_TIMEOUT_S = 5.0

@@ -1,6 +1,6 @@
 """The node agent's EFA exporter: every EFA port ``hw_counters`` file, in the Prometheus text format.
 
-One reader of host counters: the node agent DaemonSet (components/node_agent.py) runs this on every EFA
+One reader of host counters: the node agent DaemonSet (components/addons/node_agent.py) runs this on every EFA
 node with the host's ``/sys/class/infiniband`` and ``/sys/devices`` mounted read-only under ``--sysfs`` (the class
 entries are symlinks into ``../../devices``; a pod's own ``/sys`` has no port counters, see efa_counters.py). Ray
 pods and Prometheus read the counters over HTTP instead of mounting the host's sysfs.

@@ -1,4 +1,4 @@
-"""The gate Job's steps around the check, run by its shell script (components/efa_check.py ``check_script``) as
+"""The gate Job's steps around the check, run by its shell script (components/addons/efa_check.py ``check_script``) as
 ``python -m ray_efa_eks.efacheck.gate_steps STEP ...`` from the payload the Job mounts (its working directory).
 
     stop-earlier ADDRESS              stop every earlier efa-check-* Ray job still pending or running: a check

@@ -8,7 +8,7 @@ PodSpec, as it may have been resolved by the runtime"). Nothing inside the conta
 exposes no container status, Ray's node labels carry no image, and the image cannot contain its own digest.
 
 So the stack reads it where it lives, with the least privilege that can: the audit runs in the gate Job's pod
-(components/efa_check.py) as its own ServiceAccount, allowed only ``get``/``list`` of pods in the Ray namespace, as a
+(components/addons/efa_check.py) as its own ServiceAccount, allowed only ``get``/``list`` of pods in the Ray namespace, as a
 non-root user, and :func:`fleet` fails stage ``image-fleet`` when the pods do not all run one digest, naming the
 pods and digests. The gate's own container still has no API token. When ``dlcImage`` is pinned by digest the
 kubelet pulls exactly that digest and containerd verifies it, so the fleet cannot be mixed; the audit then confirms
@@ -47,7 +47,7 @@ client-go's in-cluster config (rest.InClusterConfig) builds it."""
 RAY_CLUSTER_LABEL = "ray.io/cluster"
 """KubeRay's label on every pod of a RayCluster (ray-operator common/pod.go ``labelPod``)."""
 RAY_CONTAINERS = ("ray-head", "ray-worker")
-"""The Ray container of the head and worker pods (components/raycluster.py)."""
+"""The Ray container of the head and worker pods (components/ray/raycluster.py)."""
 _DIGEST = re.compile(r"(sha256:[a-f0-9]{64}|sha512:[a-f0-9]{128})$")
 EXIT = {"ok": 0, "mixed": 1, "undetermined": 2}
 

@@ -17,7 +17,7 @@ TAINT_KEY = "startup-taint.cluster-autoscaler.kubernetes.io/efa-unproven"
 CONDITION = "EfaFabricProven"
 TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 STARTUP_TAINT = {"key": TAINT_KEY, "value": "true", "effect": "NoSchedule"}
-"""The taint as the node group puts it on a new node (components/node_groups.py ``startup_taint``), and as it is put
+"""The taint as the node group puts it on a new node (components/nodes/node_groups.py ``startup_taint``), and as it is put
 back after a provider failure."""
 PROVIDER_FAILED = "ProviderCheckFailed"
 """The condition reason that records a worker's failed provider check: the node stays tainted while it is there."""

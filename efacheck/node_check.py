@@ -19,7 +19,7 @@ interface (g6.12xlarge has one) from the Ray worker for the agent pod's whole li
 provider libfabric registered (src/fabric.c ``ofi_getprovinfo``), and the efa provider registers itself even
 without a device (efa_prov.c returns ``&efa_prov`` when the device list fails), so it proves the library, not the
 device. The device-level ``fi_info -p efa`` runs in each Ray worker pod's ``efa-provider-check`` init container,
-which holds the worker's EFA device (components/raycluster.py): a node whose provider fails never starts Ray.
+which holds the worker's EFA device (components/ray/raycluster.py): a node whose provider fails never starts Ray.
 
 All pass: it removes the startup taint from its own node only, with a JSON patch whose ``test`` operation makes the
 API server refuse the removal unless that exact taint is still at that index (no other taint is ever touched, and
@@ -39,7 +39,7 @@ One failure does put the taint back: a Ray worker pod on this node whose ``efa-p
 (the device-level ``fi_info -p efa``, which the agent cannot run) terminated non-zero (efacheck/worker_pods.py
 :func:`provider_failures`). Such a pod never started Ray, so no work is lost, and without the taint KubeRay's next
 worker pod lands on the same node and fails the same way, for ever: with autoscaler v2 (the stack's,
-components/ray_autoscaler.py) KubeRay sets every worker's ``restartPolicy: Never`` (kuberay v1.7.0
+components/ray/ray_autoscaler.py) KubeRay sets every worker's ``restartPolicy: Never`` (kuberay v1.7.0
 ray-operator/controllers/ray/common/pod.go ``DefaultWorkerPodTemplate``), so the failed init container makes the
 pod ``Failed``; ``reconcilePods`` deletes a ``Failed`` worker (raycluster_controller.go ``shouldDeletePod``: "a
 terminal state. KubeRay will delete the Pod and create new Pods in the next reconciliation if necessary") and

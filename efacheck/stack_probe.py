@@ -48,7 +48,7 @@ _DRIVER_API_RE = re.compile(r"cudaDriverVersion (\d+)")
 _PLUGIN_RE = re.compile(r"Successfully loaded external (?:network )?plugin (\S+)")
 EFA_DRIVER_FILE = "sys/module/efa/version"
 """The EFA kernel driver's version, relative to the probe's root: the pod's own sysfs, which shows the node's modules
-(``/sys/module`` is not namespaced). Nothing mounts the host's /sys into Ray pods (components/raycluster.py)."""
+(``/sys/module`` is not namespaced). Nothing mounts the host's /sys into Ray pods (components/ray/raycluster.py)."""
 _NVRM_RE = re.compile(r"Kernel Module(?: for \w+)?\s+(\d+\.\d+(?:\.\d+)?)")
 
 

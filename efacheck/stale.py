@@ -9,7 +9,7 @@ from .failures import CheckFailed
 
 IMAGE_ENV = "RAY_EFA_EKS_IMAGE"
 SPEC_HASH_ENV = "RAY_EFA_EKS_SPEC_HASH"
-"""Set by the stack on every Ray container (components/raycluster.py): its image and the RayCluster spec hash."""
+"""Set by the stack on every Ray container (components/ray/raycluster.py): its image and the RayCluster spec hash."""
 
 
 def pod_stack(env: dict[str, str] | None = None) -> dict[str, str | None]:

@@ -33,7 +33,7 @@ import uuid
 from typing import Any, Callable
 
 STORAGE_PATH_ENV = "RAY_EFA_EKS_STORAGE_PATH"
-"""Set on every Ray pod to the checkpoint prefix (components/raycluster.py STORAGE_PATH_ENV)."""
+"""Set on every Ray pod to the checkpoint prefix (components/ray/raycluster.py STORAGE_PATH_ENV)."""
 PROOF_DIR = ".efa-check"
 """The proof's objects live here, under the checkpoint prefix the pods' role may use."""
 PAYLOAD_BYTES = 4096

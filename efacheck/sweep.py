@@ -202,10 +202,9 @@ def summarize(per_rank_timings: list[list[dict[str, Any]]], world: int) -> list[
     return out
 
 
-def _large(rows: list[dict[str, Any]], collective: str, sizes: set[int] | None = None) -> dict[str, Any] | None:
-    """The row at the largest power-of-two size of ``collective`` (within ``sizes`` when given)."""
-    cand = [r for r in rows if r["collective"] == collective and r.get("source", "pow2") == "pow2"
-            and (sizes is None or r["bytes"] in sizes)]
+def _large(rows: list[dict[str, Any]], collective: str) -> dict[str, Any] | None:
+    """The row at the largest power-of-two size of ``collective``."""
+    cand = [r for r in rows if r["collective"] == collective and r.get("source", "pow2") == "pow2"]
     return max(cand, key=lambda r: r["bytes"], default=None)
 
 

@@ -10,7 +10,7 @@ No Pushgateway, nothing to install: Ray already runs the exporter. The series (R
 - ``ray_efa_eks_run_efa_bytes{run, source}``: EFA bytes the run's nodes moved during it (counter deltas);
 - ``ray_efa_eks_train_tokens_per_second{run}``: a training run's steady global tokens/s.
 
-The names are components/metrics_rules.py's and components/dashboard.py's (a test keeps them equal). Publishing
+The names are components/observability/metrics_rules.py's and components/observability/dashboard.py's (a test keeps them equal). Publishing
 never fails a run: :func:`publish` returns why it could not, and the caller prints that.
 """
 

@@ -1,7 +1,7 @@
 """The Ray worker pods on one node, read for the one thing the node agent cannot check itself.
 
 Each Ray worker pod's init container ``efa-provider-check`` runs ``fi_info -p efa -t FI_EP_RDM`` on the worker's own
-EFA device (components/raycluster.py ``PROVIDER_CHECK``); the node agent holds no device, so it reads that result
+EFA device (components/ray/raycluster.py ``PROVIDER_CHECK``); the node agent holds no device, so it reads that result
 from the pod's status instead (efacheck/node_check.py puts the node's startup taint back on a failure).
 
 KubeRay labels every worker pod it creates ``ray.io/node-type=worker`` (ray-operator v1.7.0
@@ -16,10 +16,10 @@ from typing import Any, Protocol
 
 PROVIDER_CONTAINER = "efa-provider-check"
 """The Ray worker pod's init container that runs ``fi_info -p efa`` on the worker's EFA device
-(components/raycluster.py ``PROVIDER_CHECK``; a test keeps them equal)."""
+(components/ray/raycluster.py ``PROVIDER_CHECK``; a test keeps them equal)."""
 WORKER_SELECTOR = "ray.io/node-type=worker"
 """KubeRay's label on every worker pod (module docstring; a test keeps it equal to the label the stack's
-PodMonitor selects workers by, components/observability.py ``RAY_NODE_TYPE``)."""
+PodMonitor selects workers by, components/observability/observability.py ``RAY_NODE_TYPE``)."""
 
 
 class Caller(Protocol):

@@ -51,7 +51,7 @@ def p5_run() -> MockRun:
 def catalogue_runs() -> dict[str, tuple[str, MockRun]]:
     """Every catalogue GPU type's default stack under mocks, in a region that offers it: type -> (region, run).
     One run each (~0.5 s), shared by the catalogue and device plugin tests."""
-    from ray_efa_eks.components.instances import CATALOGUE
+    from ray_efa_eks.components.nodes.instances import CATALOGUE
 
     out = {}
     for name in sorted(n for n, t in CATALOGUE.items() if t.gpus):

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ray_efa_eks.components.efa_check import check_files
+from ray_efa_eks.components.addons.efa_check import check_files
 from ray_efa_eks.tools.command import SUBCOMMANDS, main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,17 +52,24 @@ CROSS_EDGES = {
 """Every module edge from training into efacheck or components, with its reason (tools' edges follow PACKAGE_EDGES
 alone: tools is the top layer, and nothing it imports can import it back)."""
 
+COMPONENT_FOLDERS = ("config", "network", "cluster", "nodes", "ray", "addons", "observability", "storage", "queues")
+"""components/ by layer, the way pulumi-eks keeps cluster/, nodes/ and addons/ (each folder's __init__ says what it
+holds); stack.py and provider.py, the umbrella, stay at the top."""
 COMPONENT_LAYERS = {
-    "leaf": {"values", "config_fields", "errors", "instances", "node_allocatable", "eks_versions", "kuberay_versions",
-             "capacity", "storage_rules", "cost", "live_cluster", "metrics_rules", "ray_autoscaler", "rollout_guards",
-             "ebs_limits", "cold_start", "team_queues", "network_policies", "payload"},
-    "config": {"config"},
-    "resource": {"network", "cluster", "placement", "launch_template", "node_groups", "device_plugins", "kuberay",
-                 "raycluster", "efa_check", "checkpoint_bucket", "pod_identity", "node_agent", "dashboard",
-                 "observability", "cluster_autoscaler", "job_queues", "rayjob", "image_cache", "image_prepull"},
+    "leaf": {"kube", "payload", "config.values", "config.config_fields", "config.errors", "nodes.instances",
+             "nodes.node_allocatable", "cluster.eks_versions", "ray.kuberay_versions", "nodes.capacity", "storage.storage_rules", "nodes.cost",
+             "cluster.live_cluster", "observability.metrics_rules", "ray.ray_autoscaler", "nodes.rollout_guards",
+             "nodes.ebs_limits", "nodes.cold_start", "queues.team_queues", "network.network_policies",
+             *(f"{folder}.__init__" for folder in COMPONENT_FOLDERS)},
+    "config": {"config.config"},
+    "resource": {"network.network", "cluster.cluster", "network.placement", "nodes.launch_template",
+                 "nodes.node_groups", "addons.device_plugins", "ray.kuberay", "ray.raycluster", "addons.efa_check",
+                 "storage.checkpoint_bucket", "cluster.pod_identity", "addons.node_agent", "observability.dashboard",
+                 "observability.observability", "addons.cluster_autoscaler", "queues.job_queues", "ray.rayjob",
+                 "addons.image_cache", "addons.image_prepull"},
     "umbrella": {"stack", "provider", "__init__"},
 }
-"""Each library module's layer. Leaves (value grammars, catalogue, capacity and cost rules) import leaves only.
+"""Each library module's layer (by its path under components/). Leaves (value grammars, catalogue, capacity and cost rules) import leaves only.
 config (StackConfig: stack keys, ConfigError) imports leaves. Resource components import leaves and each other,
 never config: they raise their own errors naming their own arguments, and the umbrella (stack.py) maps those to
 stack keys. The umbrella imports anything. A new module must be given a layer here."""
@@ -72,6 +79,8 @@ LAYER_EDGES = {"leaf": {"leaf"}, "config": {"leaf", "config"}, "resource": {"lea
 DYNAMIC_IMPORTS = {
     ("components.payload", "find_spec"): "finds a package's source folder to read its files into a pod's payload "
                                          "(gate, node agent, submit); the library never imports the others",
+    ("components.__init__", "import_module"): "the package's public names load from their layer modules on first "
+                                              "use (EXPORTS, the same imports written out under TYPE_CHECKING)",
     ("tools.command", "import_module"): "SUBCOMMANDS names each subcommand's module (tools may import every "
                                         "package); test_one_command_lists_every_subcommand runs them",
     ("tools.sdk_lazy", "import_module"): "the offline plan imports the Pulumi SDKs' class modules by the name "
@@ -87,7 +96,14 @@ runpy.run_module, importlib.resources.files, ..."""
 
 
 def modules(package: str) -> dict[str, ast.Module]:
-    return {p.stem: ast.parse(p.read_text()) for p in sorted((ROOT / package).glob("*.py"))}
+    """Every module of ``package`` by its dotted path inside it (``stack``, ``nodes.capacity``, ``nodes.__init__``)."""
+    return {".".join(p.relative_to(ROOT / package).with_suffix("").parts): ast.parse(p.read_text())
+            for p in sorted((ROOT / package).rglob("*.py"))}
+
+
+def is_module(dotted: str) -> bool:
+    """Whether ``pkg.a.b`` names a module file (``pkg/a/b.py``) of ours."""
+    return (ROOT / (dotted.replace(".", "/") + ".py")).exists()
 
 
 def imports(tree: ast.Module) -> list[tuple[int, str]]:
@@ -102,20 +118,29 @@ def imports(tree: ast.Module) -> list[tuple[int, str]]:
 
 
 def _target(parts: list[str], name: str | None) -> str | None:
-    """``package.module`` (or ``package``) of our own that ``parts`` (+ an imported ``name``) point at, else None."""
+    """``package.module`` (``components.nodes.capacity``), or ``package`` (or one of its folders), of our own that
+    ``parts`` (+ an imported ``name``) point at, else None."""
     if parts[:1] == ["ray_efa_eks"]:
         parts = parts[1:]
     if not parts and name in PACKAGES:
         return name
     if not parts or parts[0] not in PACKAGES:
         return None
-    if len(parts) >= 2:
-        return f"{parts[0]}.{parts[1]}"
-    return f"{parts[0]}.{name}" if name and (ROOT / parts[0] / f"{name}.py").exists() else parts[0]
+    for n in range(len(parts), 1, -1):  # the longest prefix that is a module file
+        if is_module(".".join(parts[:n])):
+            return ".".join(parts[:n])
+    dotted = ".".join(parts)
+    return f"{dotted}.{name}" if name and is_module(f"{dotted}.{name}") else dotted
 
 
-def edges(package: str, tree: ast.Module) -> Iterator[tuple[int, str]]:
-    """(line, ``package.module`` or ``package``) of every import of ours in a module of ``package``."""
+def _base(package: str, name: str, level: int) -> list[str]:
+    """The package a relative import of ``level`` dots in module ``name`` of ``package`` starts from."""
+    here = [package, *name.split(".")][:-1]  # the folder the module (or __init__) is in
+    return here[:len(here) - (level - 1)] if level <= len(here) else here[:0]
+
+
+def edges(package: str, name: str, tree: ast.Module) -> Iterator[tuple[int, str]]:
+    """(line, ``package.module`` or ``package``) of every import of ours in module ``name`` of ``package``."""
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for a in node.names:
@@ -124,7 +149,9 @@ def edges(package: str, tree: ast.Module) -> Iterator[tuple[int, str]]:
                     yield node.lineno, t
         elif isinstance(node, ast.ImportFrom):
             mod = (node.module or "").split(".") if node.module else []
-            parts = mod if node.level == 0 else ([package] + mod if node.level == 1 else mod)
+            parts = mod if node.level == 0 else _base(package, name, node.level) + mod
+            if node.level > len(name.split(".")) + 1:  # past the top of the four packages
+                parts = mod
             for a in node.names:
                 t = _target(parts, a.name)
                 if t:
@@ -133,7 +160,7 @@ def edges(package: str, tree: ast.Module) -> Iterator[tuple[int, str]]:
 
 def all_edges() -> set[tuple[str, str]]:
     return {(f"{pkg}.{name}", t) for pkg in PACKAGES for name, tree in modules(pkg).items()
-            for _, t in edges(pkg, tree) if t != f"{pkg}.{name}"}
+            for _, t in edges(pkg, name, tree) if t != f"{pkg}.{name}"}
 
 
 def test_each_package_holds_only_its_own_concern():
@@ -162,8 +189,9 @@ def test_shipped_packages_import_only_themselves_relatively(package):
     """The gate ships ``efacheck`` alone (with ``ray_efa_eks/__init__.py``) and other repos import ``components``: a
     relative import beyond the package, or an absolute one of ours, would break there."""
     for name, tree in modules(package).items():
+        depth = name.count(".")  # a module in a folder of components/ reaches its siblings' folders with ..
         for level, mod in imports(tree):
-            assert level <= 1, f"{package}/{name}.py: relative import beyond its package ({'.' * level}{mod})"
+            assert level <= 1 + depth, f"{package}/{name}.py: relative import beyond its package ({'.' * level}{mod})"
             assert not (level == 0 and (mod.split(".")[0] in PACKAGES or mod.startswith("ray_efa_eks"))), \
                 f"{package}/{name}.py imports {mod}"
 
@@ -184,7 +212,7 @@ def test_training_reaches_efacheck_only_through_its_namespace_and_ships_what_it_
     assert used <= shipped, f"training imports efacheck modules submit does not ship: {used - shipped}"
     efacheck = modules("efacheck")
     for name in shipped:
-        for _, t in edges("efacheck", efacheck[name]):
+        for _, t in edges("efacheck", name, efacheck[name]):
             assert t.split(".")[-1] in shipped, f"efacheck/{name}.py imports {t}, which submit does not ship"
 
 
@@ -194,24 +222,38 @@ def test_every_edge_inside_the_library_follows_its_layers():
     assert set(mods) == set(layer), f"give each library module a layer in COMPONENT_LAYERS: {set(mods) ^ set(layer)}"
     bad = []
     for name, tree in mods.items():
-        for line, t in edges("components", tree):
+        for line, t in edges("components", name, tree):
             target = t.partition(".")[2]
+            if target in COMPONENT_FOLDERS:
+                target = f"{target}.__init__"
             if target and target != name and layer[target] not in LAYER_EDGES[layer[name]]:
                 bad.append(f"components/{name}.py:{line} ({layer[name]}) imports {target} ({layer[target]})")
     assert not bad, bad
+
+
+def test_no_private_name_crosses_a_library_module():
+    """A module's ``_private`` names are its own: what two components share lives in a leaf both import (the
+    labels, tolerations and pod helpers in kube.py, what the gate and the node agent ship in addons/payload.py)."""
+    crossing = [f"components/{name.replace('.', '/')}.py:{node.lineno} imports {a.name} from {'.' * node.level}"
+                f"{node.module or ''}"
+                for name, tree in modules("components").items() for node in ast.walk(tree)
+                if isinstance(node, ast.ImportFrom) and node.level for a in node.names
+                if a.name.startswith("_") and not a.name.startswith("__")]
+    assert not crossing, crossing
 
 
 def test_config_flows_one_way():
     """Only the umbrella turns StackConfig into component args; config.py imports no component."""
     readers = {name for name, tree in modules("components").items()
                if any(isinstance(n, ast.Name) and n.id == "StackConfig" for n in ast.walk(tree))}
-    assert readers <= {"stack", "config"} and "stack" in readers  # config.py defines it (a ClassDef, not a Name)
-    config_imports = {t.partition(".")[2] for _, t in edges("components", modules("components")["config"])}
-    assert config_imports <= {"capacity", "instances", "storage_rules", "eks_versions", "config_fields", "values",
-                              "kuberay_versions", "errors", "ebs_limits", "team_queues", "cold_start"}, \
-        config_imports
+    assert readers <= {"stack", "config.config"} and "stack" in readers  # config.py defines it (a ClassDef)
+    config_imports = {t.partition(".")[2]
+                      for _, t in edges("components", "config.config", modules("components")["config.config"])}
+    assert config_imports <= {"nodes.capacity", "nodes.instances", "storage.storage_rules", "cluster.eks_versions",
+                              "config.config_fields", "config.values", "ray.kuberay_versions", "config.errors",
+                              "nodes.ebs_limits", "queues.team_queues", "nodes.cold_start"}, config_imports
     # values.py (the value grammars every key, component and CLI option uses) is a leaf: it imports no component
-    assert not [mod for level, mod in imports(modules("components")["values"]) if level], "values.py is a leaf"
+    assert not [mod for level, mod in imports(modules("components")["config.values"]) if level], "values.py is a leaf"
 
 
 def dynamic_imports() -> list[tuple[str, int, str, str]]:
@@ -258,9 +300,9 @@ def second_names() -> list[str]:
     ours = "|".join(PACKAGES)
     found = []
     for folder in CODE_FOLDERS:
-        for path in sorted((ROOT / folder).glob("*.py")):
+        for path in sorted((ROOT / folder).rglob("*.py")):
             tree = ast.parse(path.read_text())
-            where = f"{folder}/{path.name}"
+            where = str(path.relative_to(ROOT))
             for node in ast.walk(tree):
                 line = getattr(node, "lineno", 0)
                 run = re.search(rf"-m (?:{ours})\b[\w.]*", node.value) \
@@ -412,25 +454,12 @@ def test_diff_refuses_an_option_after_the_double_dash(monkeypatch, capsys):
     assert "'--stack' is not a git ref or a saved plan" in capsys.readouterr().err
 
 
-def _module_imports(pkg: str, path: Path) -> set[str]:
-    """``pkg.module`` names ``path`` imports from the four packages, at any depth of the file (a function-level
-    import included: it is still an arrow, only a late one)."""
-    deps: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if not isinstance(node, ast.ImportFrom) or not node.level:
-            continue
-        parts = (node.module or "").split(".") if node.module else []
-        if node.level == 1:
-            deps |= {f"{pkg}.{parts[0]}"} if parts else {f"{pkg}.{a.name}" for a in node.names}
-        elif node.level == 2 and parts:
-            deps |= {f"{parts[0]}.{parts[1]}"} if len(parts) > 1 else {f"{parts[0]}.{a.name}" for a in node.names}
-    return deps - {f"{pkg}.{path.stem}"}
-
-
 def test_no_import_cycle_between_modules():
     """Two modules that import each other (one of them inside a function, to dodge the cycle at import time) are
-    one concern split in two: the shared part belongs in a module both import."""
-    graph = {f"{pkg}.{p.stem}": _module_imports(pkg, p) for pkg in PACKAGES for p in (ROOT / pkg).glob("*.py")}
+    one concern split in two: the shared part belongs in a module both import. Every import counts, a
+    function-level one included: it is still an arrow, only a late one."""
+    graph = {f"{pkg}.{name}": {t for _, t in edges(pkg, name, tree)} - {f"{pkg}.{name}"}
+             for pkg in PACKAGES for name, tree in modules(pkg).items()}
     seen: dict[str, int] = {}
     cycles: list[list[str]] = []
 

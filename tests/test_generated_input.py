@@ -1,7 +1,7 @@
 """Generated bad input: random and boundary values at every config key and every CLI option.
 
 Not a table of cases fixed one by one: Hypothesis draws values (any Unicode text, huge and negative numbers, nan/inf,
-lists, mappings, None, and each grammar's own edge values from components/values.py) and throws them at
+lists, mappings, None, and each grammar's own edge values from components/config/values.py) and throws them at
 
 - every stack key through ``StackConfig.from_mapping`` (the path the stack, the plan and the provider share): the
   answer is a config value or a :class:`ConfigError` naming that key, nothing else;
@@ -28,7 +28,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ray_efa_eks.components.config import KEYS, ConfigError, StackConfig, grammar
+from ray_efa_eks.components.config.config import KEYS, ConfigError, StackConfig, grammar
 from ray_efa_eks.tools import command, exit_status
 
 ROOT = Path(__file__).resolve().parents[1]

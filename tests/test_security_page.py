@@ -8,8 +8,8 @@ from pathlib import Path
 
 import yaml
 
-from ray_efa_eks.components.device_plugins import DevicePluginsArgs
-from ray_efa_eks.components.raycluster import METRICS_PORTS
+from ray_efa_eks.components.addons.device_plugins import DevicePluginsArgs
+from ray_efa_eks.components.kube import METRICS_PORTS
 from ray_efa_eks.tools import rules
 
 PAGE = (Path(__file__).resolve().parents[1] / "docs" / "security.md").read_text()
@@ -69,7 +69,7 @@ def test_every_namespace_is_listed_with_the_level_it_enforces(default_run):
 def test_every_host_user_is_listed_and_the_charts_say_so(default_run):
     """Our DaemonSet's hostPath, and each chart release whose pinned values make its pod privileged or mount the
     host: the page lists each one, in its namespace."""
-    from ray_efa_eks.components.device_plugins import merge
+    from ray_efa_eks.components.kube import merge
 
     listed = {row[0].split("`")[1]: (row[1].strip("`"), row[2]) for row in _rows("Every pod of the stack")}
     for ds in default_run.of_type("kubernetes:apps/v1:DaemonSet"):

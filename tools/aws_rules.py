@@ -179,7 +179,7 @@ def _whole(v: Any) -> int | None:
 
 
 def _gp3_volumes(name: str, inputs: dict[str, Any], acct: Account) -> str | None:
-    from ..components.ebs_limits import GP3_MAX_GIB, gp3_problem
+    from ..components.nodes.ebs_limits import GP3_MAX_GIB, gp3_problem
 
     for m in inputs.get("blockDeviceMappings") or []:
         ebs = m.get("ebs") if isinstance(m, dict) else None
@@ -202,7 +202,7 @@ def _gp3_volumes(name: str, inputs: dict[str, Any], acct: Account) -> str | None
 # -- EKS clusters and access entries -------------------------------------------------------------------------------
 
 def eks_unsupported_zone_ids(region: str) -> frozenset[str]:
-    from ..components.placement import EKS_UNSUPPORTED_ZONE_IDS
+    from ..components.network.placement import EKS_UNSUPPORTED_ZONE_IDS
 
     return EKS_UNSUPPORTED_ZONE_IDS.get(region, frozenset())
 
@@ -238,7 +238,7 @@ def _one_entry_per_principal(name: str, inputs: dict[str, Any], acct: Account) -
 
 
 def _cluster_version_step(name: str, inputs: dict[str, Any], acct: Account) -> str | None:
-    from ..components.live_cluster import upgrade_problem
+    from ..components.cluster.live_cluster import upgrade_problem
 
     live = acct.world.clusters.get(inputs.get("name") or name) if acct.world is not None else None
     wanted = inputs.get("version")

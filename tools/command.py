@@ -33,7 +33,7 @@ SUBCOMMANDS: dict[str, Subcommand] = {
                        positionals_after="--diff"),
     "check-rules": Subcommand("tools.plan", ("--check",), "only the layout rules: one line per broken rule"),
     "preflight": Subcommand("tools.preflight", (), "read-only AWS checks before `pulumi up` (quota, AZ, capacity)"),
-    "config-schema": Subcommand("tools.config_schema", (), "check or rewrite what is generated from StackConfig"),
+    "config-schema": Subcommand("tools.config_schema", (), "check or rewrite the references generated from the code"),
     "catalogue": Subcommand("tools.gen_catalogue", (), "check or regenerate the instance catalogue from EC2's data"),
     "train": Subcommand("training.__main__", (), "train the FSDP model (local Ray cluster, or --address)"),
     "submit": Subcommand("training.__main__", ("submit",), "submit the training job to a RayCluster's Jobs API"),

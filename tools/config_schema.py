@@ -1,11 +1,12 @@
 """One source of truth for the stack's settings: ``StackConfig`` -> Pulumi.yaml, EfaRayClusterArgs and docs/configuration.md.
 
-``StackConfig`` (components/config.py) declares every key with its type, default and docstring. Two
+``StackConfig`` (components/config/config.py) declares every key with its type, default and docstring. Two
 copies must exist as text because their readers parse files, not Python objects: the ``config:``
 block of ``Pulumi.yaml`` (``pulumi config`` shows its types, defaults and descriptions) and the
 ``EfaRayClusterArgs`` TypedDict in components/stack.py (the Pulumi SDK infers the multi-language
 schema from its annotations and docstrings in the source); the table in docs/configuration.md is the third. This tool writes them from StackConfig
-and checks that they are up to date (a test runs the check).
+and checks that they are up to date (a test runs the check). It also renders docs/components-reference.md from the
+components' ``*Args`` classes (tools/components_reference.py), so one command keeps every generated reference current.
 
     python -m ray_efa_eks.tools.config_schema --check   # exit 1 and the differences when out of date
     python -m ray_efa_eks.tools.config_schema --write   # rewrite both copies
@@ -22,9 +23,10 @@ from dataclasses import MISSING, fields
 from pathlib import Path
 from typing import Any
 
+from . import components_reference
 from ..efacheck.cli import ArgumentParser, run_cli
-from ..components.config import NAMESPACE, StackConfig
-from ..components.config_fields import EFFECTS, Live
+from ..components.config.config import NAMESPACE, StackConfig
+from ..components.config.config_fields import EFFECTS, Live
 
 ROOT = Path(__file__).resolve().parent.parent
 BEGIN = "    # -- generated from StackConfig by `python -m ray_efa_eks.tools.config_schema --write`; do not edit --"
@@ -69,7 +71,7 @@ def keys() -> list[dict[str, Any]]:
                              "description in Pulumi.yaml and in the package schema)")
         live = f.metadata.get("live")
         if f.name not in NOT_IN_PROJECT_CONFIG and not isinstance(live, Live):
-            raise ValueError(f"StackConfig.{f.name} has no live-change note: declare it with components/config_fields.py's "
+            raise ValueError(f"StackConfig.{f.name} has no live-change note: declare it with components/config/config_fields.py's "
                              f"key(DEFAULT, live=live(EFFECT, ..., note=...)), EFFECT one of {', '.join(EFFECTS)} "
                              "(what the next `pulumi up` does to a deployed stack when the key changes; it becomes "
                              f"the last column of {DOCS_FILE})")
@@ -207,7 +209,9 @@ def _replace_docs(text: str) -> str:
     return pattern.sub(lambda _: DOCS_BEGIN + block + DOCS_END, text, count=1)
 
 
-TARGETS = {"Pulumi.yaml": _replace_pulumi_yaml, "components/stack.py": _replace_args, DOCS_FILE: _replace_docs}
+TARGETS = {"Pulumi.yaml": _replace_pulumi_yaml, "components/stack.py": _replace_args, DOCS_FILE: _replace_docs,
+           components_reference.DOCS_FILE: components_reference.replace}
+"""Each generated copy and how it is rendered (the components reference from the ``*Args`` classes)."""
 
 
 def project_root(start: Path) -> Path | None:
@@ -236,7 +240,8 @@ def write(root: Path = ROOT) -> list[str]:
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     p = ArgumentParser(prog=prog or "python -m ray_efa_eks.tools.config_schema",
-                       description="Keep Pulumi.yaml's config block and EfaRayClusterArgs equal to StackConfig.",
+                       description="Keep Pulumi.yaml's config block, EfaRayClusterArgs and the configuration and "
+                                   "components references equal to what the code declares.",
                        exit_codes="config-schema")
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--check", action="store_true", help="exit 1 when a copy is out of date")
@@ -261,7 +266,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if bad:
-        print(f"out of date with StackConfig ({NAMESPACE}:): {', '.join(bad)}; "
+        print(f"out of date with the code (StackConfig, {NAMESPACE}:, and the *Args classes): {', '.join(bad)}; "
               "run python -m ray_efa_eks.tools.config_schema --write", file=sys.stderr)
         return 1
     print("up to date")

@@ -1,6 +1,6 @@
 """Generate the instance catalogue from AWS's own instance data, not by hand.
 
-The library (``components/instances.py``) reads ``components/catalogue.json`` at run time; this tool writes it from
+The library (``components/nodes/instances.py``) reads ``components/nodes/catalogue.json`` at run time; this tool writes it from
 EC2 ``DescribeInstanceTypes`` as moto ships it (``moto/ec2/resources/instance_types.json.gz``, AWS's output: vCPUs,
 memory, GPUs, ``EfaSupported``, ``MaximumEfaInterfaces``, ``NetworkCards`` with their interface types and bandwidth,
 ``NetworkPerformance``, ``SupportedUsageClasses``) for **every EFA-capable GPU type** plus the system-node types,
@@ -16,7 +16,7 @@ guessed; a type the pinned image cannot drive is written to the catalogue's ``re
 ``gpuInstanceType`` set to it is refused by name.
 
     ray-efa-eks catalogue --check   # exit 1 and the stale files when the committed data differ from the generator
-    ray-efa-eks catalogue --write   # regenerate components/catalogue.json, tools/offerings.json, docs/instance-types.md
+    ray-efa-eks catalogue --write   # regenerate components/nodes/catalogue.json, tools/offerings.json, docs/instance-types.md
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import Any, NamedTuple
 from ..efacheck.cli import ArgumentParser, run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
-CATALOGUE_FILE = "components/catalogue.json"
+CATALOGUE_FILE = "components/nodes/catalogue.json"
 OFFERINGS_FILE = "tools/offerings.json"
 DOCS_FILE = "docs/instance-types.md"
 """The page whose table of supported types is generated between the markers below."""
@@ -51,7 +51,7 @@ MIN_COMPUTE_CAPABILITY_SOURCE = (
     "NVIDIA blog 'Navigating GPU Architecture Support' (https://developer.nvidia.com/blog/"
     "navigating-gpu-architecture-support-a-guide-for-nvidia-cuda-developers): CC < 7.5 needs CUDA 12.x")
 ARCHITECTURE = "x86_64"
-"""The GPU node group's AMI (``AL2023_x86_64_NVIDIA``, components/node_groups.py) is x86_64 only."""
+"""The GPU node group's AMI (``AL2023_x86_64_NVIDIA``, components/nodes/node_groups.py) is x86_64 only."""
 
 
 class Fact(NamedTuple):

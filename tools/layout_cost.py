@@ -4,9 +4,9 @@ Block)."""
 from __future__ import annotations
 
 
-from ..components import eks_versions
-from ..components.cost import CAPACITY_BLOCK, ON_DEMAND, RESERVATION, capacity_notes, control_plane_note, hourly_usd
-from ..components.instances import CATALOGUE, NoPrice
+from ..components.cluster import eks_versions
+from ..components.nodes.cost import CAPACITY_BLOCK, ON_DEMAND, RESERVATION, capacity_notes, control_plane_note, hourly_usd
+from ..components.nodes.instances import CATALOGUE, NoPrice
 from .layout import CAPACITY_RESERVATION, EKS_CLUSTER, EKS_COMPONENT, NAT_GATEWAY, Stack, dig
 from .layout_node_groups import NodeGroup, node_groups
 

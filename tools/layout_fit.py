@@ -6,7 +6,7 @@ AL2023 AMI leaves. Every pod of ``tools/layout_fit_pods.py`` (the stack's, the c
 placed: a DaemonSet's pod on every node it admits, any other pod on the first node that admits it and still has
 room. What does not fit is a :class:`Unplaced` with the node group, the resource and the figures.
 
-Allocatable is EKS's AL2023 AMI's (kube-reserved, eviction threshold, maxPods; ``components/node_allocatable.py``
+Allocatable is EKS's AL2023 AMI's (kube-reserved, eviction threshold, maxPods; ``components/nodes/node_allocatable.py``
 cites nodeadm and names its one assumption).
 
 Requests (kubernetes.io/docs/concepts/workloads/pods/init-containers/#resource-sharing-within-containers and
@@ -22,15 +22,15 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from ..components.instances import CATALOGUE
-from ..components.node_allocatable import allocatable_cpu_m, allocatable_memory_mib
+from ..components.nodes.instances import CATALOGUE
+from ..components.nodes.node_allocatable import allocatable_cpu_m, allocatable_memory_mib
 from .layout import EFA_RESOURCE, EKS_CLUSTER, EKS_COMPONENT, GPU_RESOURCE, UNKNOWN, Stack, dig
 from .layout_fit_pods import FitPod, all_pods
 from .layout_node_groups import node_groups
 from .layout_pods import container_resources, quantity
 
 STARTUP_TAINT_PREFIX = "startup-taint.cluster-autoscaler.kubernetes.io/"
-"""A taint the node agent removes once the node is proven (components/node_agent.py): pods that do not tolerate it
+"""A taint the node agent removes once the node is proven (components/addons/node_agent.py): pods that do not tolerate it
 are placed on the proven node, so it does not keep them off; pods that do (the node agent) run before the proof."""
 RESOURCES = ("cpu", "memory", "pods", GPU_RESOURCE, EFA_RESOURCE)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..components.instances import CATALOGUE
+from ..components.nodes.instances import CATALOGUE
 from .layout import (GPU_RESOURCE, LAUNCH_TEMPLATE, MNG, NODE_GROUP, PLACEMENT_GROUP, SUBNET, UNKNOWN, Resource, Stack,
                      dig)
 
@@ -123,7 +123,7 @@ def node_groups(stack: Stack) -> list[NodeGroup]:
         efa_input = mng.props.get("enableEfaSupport") is True
         placement_az = mng.props.get("placementGroupAvailabilityZone")
         itypes = _str_list(props.get("instanceTypes"))
-        # Our own launch template (components/launch_template.py) is the MNG's sibling: the mocks name it in the
+        # Our own launch template (components/nodes/launch_template.py) is the MNG's sibling: the mocks name it in the
         # MNG's launchTemplate input, a preview in the aws:eks/nodeGroup child's (by id, or by its dependency).
         template = template or _template_of(stack, child_ng if child_ng is not None else mng)
         if not itypes and template is not None and isinstance(dig(template.props, "instanceType"), str):

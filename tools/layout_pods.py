@@ -213,7 +213,7 @@ def node_groups_for(pod: Pod, groups: list[NodeGroup]) -> list[NodeGroup]:
 
 def image_problem(image: Any) -> str | None:
     """Why ``image`` is not reproducible (None if pinned by a tag other than latest, or by digest)."""
-    from ..components.config import image_tag
+    from ..components.config.config import image_tag
 
     if image is UNKNOWN:
         return None

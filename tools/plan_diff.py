@@ -56,7 +56,7 @@ def eks_refusals(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
     """The change EKS refuses between two plans' settings, worded as ``pulumi up`` refuses it: a Kubernetes version
     that skips a minor or goes down (components/live_cluster.upgrade_problem, the same check the program makes
     against the live cluster). Plans of a program that declared no version, or several, are not judged."""
-    from ..components.live_cluster import upgrade_problem
+    from ..components.cluster.live_cluster import upgrade_problem
 
     a, b = (str(s.get("kubernetesVersion")) for s in (before, after))
     if not all(v.replace(".", "").isdigit() and v.count(".") == 1 for v in (a, b)):
@@ -72,10 +72,10 @@ RAY_CLUSTER = "kubernetes:ray.io/v1:RayCluster"
 def hook_verdicts(before: dict[str, Any], after: dict[str, Any]) -> tuple[list[str], list[str]]:
     """(refusals, warnings) of the program's ``before_update`` resource hooks for every resource both plans hold
     with other inputs: the same functions on the same recorded inputs as ``pulumi up`` runs them
-    (components/rollout_guards.py on the launch templates, components/raycluster.py ``chart_bump_problem`` on the
+    (components/nodes/rollout_guards.py on the launch templates, components/ray/raycluster.py ``chart_bump_problem`` on the
     RayCluster), so the diff and the update refuse alike."""
-    from ..components import rollout_guards
-    from ..components.raycluster import chart_bump_problem
+    from ..components.nodes import rollout_guards
+    from ..components.ray.raycluster import chart_bump_problem
 
     refusals: list[str] = []
     warnings: list[str] = []

@@ -43,7 +43,7 @@ def make_plan(resources: list[Resource], *, source: str, stack: str, region: str
 
 
 HOOKED_TYPES = ("aws:ec2/launchTemplate:LaunchTemplate", "kubernetes:ray.io/v1:RayCluster")
-"""Resources the program guards with ``before_update`` hooks (components/rollout_guards.py, raycluster.py)."""
+"""Resources the program guards with ``before_update`` hooks (components/nodes/rollout_guards.py, raycluster.py)."""
 
 
 def plan_tree(root: Path | None = None, *, stack: str = "dev", overrides: dict[str, str] | None = None,
@@ -80,9 +80,9 @@ def plan_tree(root: Path | None = None, *, stack: str = "dev", overrides: dict[s
 
 
 def cold_start_lines(config: dict[str, Any], region: str) -> list[str]:
-    """The cold-start model's path for the planned stack's GPU type and image size (components/cold_start.py)."""
-    from ..components import cold_start
-    from ..components.config import NAMESPACE, StackConfig
+    """The cold-start model's path for the planned stack's GPU type and image size (components/nodes/cold_start.py)."""
+    from ..components.nodes import cold_start
+    from ..components.config.config import NAMESPACE, StackConfig
 
     prefix = NAMESPACE + ":"
     cfg = StackConfig.from_mapping({k[len(prefix):]: v for k, v in config.items() if k.startswith(prefix)}, region)

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from . import layout, layout_cost, layout_fit, layout_network, layout_node_groups, layout_pods
-from ..components.rollout_guards import NOT_DATA
+from ..components.nodes.rollout_guards import NOT_DATA
 from .layout import UNKNOWN, Stack
 
 
@@ -74,7 +74,7 @@ def _template_fingerprint(st: Stack, g: layout_node_groups.NodeGroup) -> str:
     template = layout_node_groups._template_of(st, g.resource)
     if template is None:
         return "(none)"
-    # the template's own tags record what the group runs (components/rollout_guards.py): not data, no new version
+    # the template's own tags record what the group runs (components/nodes/rollout_guards.py): not data, no new version
     data = {k: v for k, v in layout.plain(template.props).items() if k not in NOT_DATA}
     blob = json.dumps(data, sort_keys=True, default=lambda o: f"<{type(o).__name__}>")
     return hashlib.sha256(blob.encode()).hexdigest()[:8]
@@ -142,7 +142,7 @@ def settings_of(st: Stack, region: str) -> dict[str, Any]:
             "efa": layout_pods.efa_requested(p),
             "guaranteedQoS": "yes" if all(layout_pods.qos_problem(c) is None for c in p.containers) else "no",
         }
-    from ..components.config import image_tag
+    from ..components.config.config import image_tag
 
     images = sorted({v["image"] for v in pods.values() if isinstance(v["image"], str)})
     cost, missing = layout_cost.hourly_cost(st, region)

@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
 
 def usage_problem(a: argparse.Namespace) -> str | None:
     """The first argument no AWS call could answer (None when all are well-formed); checked before any call."""
-    from ..components.capacity import RESERVATION_ID, RESOURCE_GROUP_ARN
+    from ..components.nodes.capacity import RESERVATION_ID, RESOURCE_GROUP_ARN
 
     if a.region is not None and not REGION.fullmatch(a.region):
         return (f"--region {a.region!r}: not an AWS region name; e.g. --region us-east-1 (or leave it out to use "

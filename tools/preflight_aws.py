@@ -92,7 +92,7 @@ def zone_ids(ec2_client: Any) -> dict[str, str | None]:
 
 def eks_refuses_cluster_subnets(region: str, zone_id: str | None) -> bool:
     """EKS creates no control plane in this zone ID (components/placement.EKS_UNSUPPORTED_ZONE_IDS, network-reqs)."""
-    from ..components.placement import EKS_UNSUPPORTED_ZONE_IDS
+    from ..components.network.placement import EKS_UNSUPPORTED_ZONE_IDS
 
     return zone_id in EKS_UNSUPPORTED_ZONE_IDS.get(region, frozenset())
 

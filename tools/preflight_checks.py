@@ -217,9 +217,9 @@ def _check_quota(res: PreflightResult, ec2: Any, sq: Any, instance_type: str, co
 
 def _check_placement_group(res: PreflightResult, ec2: Any, efa: bool, reservation_id: str | None = None) -> None:
     """Whether a cluster placement group may be created, asked only where the stack creates one: EFA nodes
-    (components/node_groups.py) whose capacity mode gets one (components/capacity.py; a named reservation, ODCR or
+    (components/nodes/node_groups.py) whose capacity mode gets one (components/nodes/capacity.py; a named reservation, ODCR or
     Capacity Block, never does)."""
-    from ..components.capacity import ON_DEMAND, RESERVATION, own_cluster_placement_group
+    from ..components.nodes.capacity import ON_DEMAND, RESERVATION, own_cluster_placement_group
 
     if not (efa and own_cluster_placement_group(ON_DEMAND if reservation_id is None else RESERVATION)):
         why = "no EFA" if not efa else "a capacity reservation is targeted"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..components.team_queues import GPU_RESOURCE
+from ..components.queues.team_queues import GPU_RESOURCE
 from . import layout_node_groups
 from .layout import UNKNOWN, Resource, Stack, dig
 from .violations import violation

@@ -28,10 +28,10 @@ from typing import Any
 
 import yaml
 
-from ..components.config import ConfigError, StackConfig
-from ..components.job_queues import TEAM_PREFIX, TEAM_SERVICE_ACCOUNT
-from ..components.node_agent import exporter_url
-from ..components.rayjob import RayJobArgs, manifests
+from ..components.config.config import ConfigError, StackConfig
+from ..components.queues.job_queues import TEAM_PREFIX, TEAM_SERVICE_ACCOUNT
+from ..components.addons.node_agent import exporter_url
+from ..components.ray.rayjob import RayJobArgs, manifests
 from ..training.parser import check_train_args, train_parser
 from ..training.submit import stage_package, submit_entrypoint
 from ..efacheck.cli import ArgumentParser, run_cli

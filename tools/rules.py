@@ -231,7 +231,7 @@ def _private_dashboard(stack: Stack) -> list[Violation]:
 
 # -- host-access ---------------------------------------------------------------------------------------------------
 
-HOST_ACCESS_FIX = ("read host state through the node agent (components/node_agent.py: the EFA exporter, the only "
+HOST_ACCESS_FIX = ("read host state through the node agent (components/addons/node_agent.py: the EFA exporter, the only "
                    "pod that mounts host paths, alone in a namespace labelled pod-security.kubernetes.io/enforce: "
                    "privileged); Ray pods read its node-local Service (RAY_EFA_EKS_EFA_EXPORTER) and need no host "
                    "access, so their namespace can enforce Pod Security baseline")
@@ -297,7 +297,7 @@ def _pods_fit(stack: Stack) -> list[Violation]:
 
 POD_TRUST_SCOPE_FIX = ("condition the pods.eks.amazonaws.com statement on aws:RequestTag/eks-cluster-arn (or "
                        "eks-cluster-name), aws:RequestTag/kubernetes-namespace and "
-                       "aws:RequestTag/kubernetes-service-account (components/pod_identity.py does)")
+                       "aws:RequestTag/kubernetes-service-account (components/cluster/pod_identity.py does)")
 POD_TRUST_KEYS_FIX = ("condition only on the session tags Pod Identity adds (EKS user guide, pod-id-abac) and "
                       "aws:SourceAccount / aws:SourceOrgID; a required condition on a key the request lacks denies "
                       "every AssumeRole")

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
-from ..components.device_plugins import EFA_MIN_CHART, NVIDIA_MOFED_DEFAULT_ON, chart_version
-from ..components.raycluster import RAY_CLUSTER_LABEL
+from ..components.addons.device_plugins import EFA_MIN_CHART, NVIDIA_MOFED_DEFAULT_ON, chart_version
+from ..components.ray.raycluster import RAY_CLUSTER_LABEL
 from . import pod_security
 from .layout import HELM_CHART_V4, HELM_RELEASE, UNKNOWN, Resource, Stack, dig
 from .violations import WARNING, Violation, violation
@@ -69,7 +69,7 @@ def _v(rule: str, r: Resource, problem: str, fix: str) -> Violation:
 # -- gate-no-api-token ---------------------------------------------------------------------------------------------
 
 GATE_TOKEN_FIX = ("set automountServiceAccountToken: false on the Job's pod template and mount no token into its "
-                  "containers (components/efa_check.py): the gate talks to Ray's Jobs API only; a token an init "
+                  "containers (components/addons/efa_check.py): the gate talks to Ray's Jobs API only; a token an init "
                   "container needs (the image audit) is projected into that container alone, of a dedicated "
                   "ServiceAccount")
 
@@ -111,7 +111,7 @@ def gate_no_api_token(stack: Stack) -> list:
 
 # -- ray-pods-network-policy ---------------------------------------------------------------------------------------
 
-NETPOL_FIX = ("where the stack has NetworkPolicies, select every Ray pod with a NetworkPolicy (components/raycluster.py ray_pods_network_policy_spec selects "
+NETPOL_FIX = ("where the stack has NetworkPolicies, select every Ray pod with a NetworkPolicy (components/ray/raycluster.py ray_pods_network_policy_spec selects "
               "ray.io/cluster: <name>, the label KubeRay puts on every pod of the cluster): a pod no policy selects "
               "accepts connections from any pod of the cluster")
 
@@ -144,7 +144,7 @@ def ray_pods_network_policy(stack: Stack) -> list:
 # -- kuberay-single-namespace --------------------------------------------------------------------------------------
 
 KUBERAY_FIX = ("install the kuberay-operator chart with singleNamespaceInstall: true and watchNamespace: [<the Ray "
-               "namespace>] (components/kuberay.py watch_values): the chart then creates a Role in that namespace "
+               "namespace>] (components/ray/kuberay.py watch_values): the chart then creates a Role in that namespace "
                "instead of a ClusterRole that creates pods and reads Secrets in every namespace")
 
 
@@ -174,7 +174,7 @@ def kuberay_single_namespace(stack: Stack) -> list:
 # -- ray-pods-region -----------------------------------------------------------------------------------------------
 
 REGION_FIX = ("set AWS_REGION, AWS_DEFAULT_REGION and AWS_EC2_METADATA_DISABLED=true on every Ray container "
-              "(components/raycluster.py aws_env): with IMDS hop limit 1 an SDK that probes IMDS for its region or "
+              "(components/ray/raycluster.py aws_env): with IMDS hop limit 1 an SDK that probes IMDS for its region or "
               "credentials waits for timeouts (Arrow's S3 filesystem: 12 s, apache/arrow#46723)")
 
 
@@ -198,7 +198,7 @@ def ray_pods_region(stack: Stack) -> list:
 # -- device-plugin-versions ----------------------------------------------------------------------------------------
 
 PLUGINS_FIX = ("use aws-efa-k8s-device-plugin chart v0.5.10 or later (image >= v0.5.6) on p6-b200, and an NVIDIA "
-               "device plugin outside 0.19.0-0.19.2 or mofedEnabled: false (components/device_plugins.py)")
+               "device plugin outside 0.19.0-0.19.2 or mofedEnabled: false (components/addons/device_plugins.py)")
 
 
 def device_plugin_versions(stack: Stack) -> list:
@@ -254,7 +254,7 @@ MONITORING_FIX = ("keep prometheus.prometheusSpec.reloadStrategy: ProcessSignal 
                   "HTTP, the default, prometheus-operator starts Prometheus with --web.enable-lifecycle: any pod that "
                   "reaches port 9090 can POST /-/quit), dcgm-exporter without SYS_ADMIN or privileged (only its "
                   "DCGM_FI_PROF_* counters need it), and a NetworkPolicy over every pod of both namespaces "
-                  "(components/observability.py)")
+                  "(components/observability/observability.py)")
 
 
 def _release_values(stack: Stack, chart_name: str) -> Iterator[tuple[Resource, dict[str, Any]]]:
@@ -302,7 +302,7 @@ def monitoring_hardened(stack: Stack) -> list:
 
 NODE_ROLE_FIX = ("attach AmazonEKSWorkerNodePolicy and AmazonEC2ContainerRegistryPullOnly to the node role, and "
                  "AmazonEKS_CNI_Policy to the VPC CNI's own role (kube-system/aws-node through Pod Identity, "
-                 "components/cluster.py CNI_POLICY), as the EKS best-practices guide does")
+                 "components/cluster/cluster.py CNI_POLICY), as the EKS best-practices guide does")
 NODE_ROLE_EXTRA = {"AmazonEKS_CNI_Policy": "the VPC CNI's ENI and IP rights, usable by any pod that reaches the "
                                            "instance credentials",
                    "AmazonEC2ContainerRegistryReadOnly": "lists and describes every ECR repository and image of "

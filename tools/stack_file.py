@@ -105,7 +105,7 @@ def effective_config(sf: StackFile, overrides: dict[str, str] | None, region: st
                      stack: str = "<stack>") -> dict[str, list[Any]]:
     """key -> [value, source] for everything the plan runs with: ``Pulumi.<stack>.yaml``, ``--config`` or
     ``default``; keys the program never reads (:func:`~ray_efa_eks.components.config.unread_keys`) say so."""
-    from ..components.config import KEYS, NAMESPACE, StackConfig, unread_keys
+    from ..components.config.config import KEYS, NAMESPACE, StackConfig, unread_keys
 
     overrides = overrides or {}
     defaults = StackConfig()

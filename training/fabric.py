@@ -50,9 +50,9 @@ DEBUG_KEYS = ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE")
 CAPTURE_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET"}
 """What the run sets (with a per-rank NCCL_DEBUG_FILE): INIT and NET are the lines the verdict reads."""
 STACK_NCCL_ENV = "RAY_EFA_EKS_STACK_NCCL_ENV"
-"""JSON of the NCCL_* values the stack rendered on the pod (components/raycluster.py ``STACK_NCCL_ENV``)."""
+"""JSON of the NCCL_* values the stack rendered on the pod (components/ray/raycluster.py ``STACK_NCCL_ENV``)."""
 IMAGE_ENV = "RAY_EFA_EKS_IMAGE"
-"""Every Ray container's image reference (components/raycluster.py ``IMAGE_ENV``)."""
+"""Every Ray container's image reference (components/ray/raycluster.py ``IMAGE_ENV``)."""
 _DIGEST = re.compile(r"@(sha256:[a-f0-9]{64}|sha512:[a-f0-9]{128})$")
 VERDICTS = ("efa", "fallback", "undetermined", "not-nccl")
 FABRIC_FILE = "fabric.json"

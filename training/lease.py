@@ -10,7 +10,7 @@ Atomic on both kinds of storage: a local file is created with ``O_CREAT | O_EXCL
 the record is written with ``PutObject`` ``If-None-Match: *`` (create only) and renewed or taken over with
 ``If-Match: <ETag>`` (replace only what was read): S3 answers 412 Precondition Failed to the loser
 (https://docs.aws.amazon.com/AmazonS3/latest/userguide/conditional-writes.html). The pods' role may put and delete
-objects under the checkpoint prefix (components/pod_identity.py ``bucket_prefix_policy``), which is all this needs.
+objects under the checkpoint prefix (components/cluster/pod_identity.py ``bucket_prefix_policy``), which is all this needs.
 """
 from __future__ import annotations
 

@@ -34,7 +34,7 @@ cuBLAS workspaces."""
 USABLE_FRACTION = 0.95
 """Of the GPU's memory, what tensors can use after the caching allocator's fragmentation."""
 GPU_MEMORY_ENV = "RAY_EFA_EKS_GPU_MEMORY_MIB"
-"""Set by the stack on every Ray pod (components/raycluster.py): one worker GPU's memory, MiB, from the catalogue."""
+"""Set by the stack on every Ray pod (components/ray/raycluster.py): one worker GPU's memory, MiB, from the catalogue."""
 GPU_MODEL_ENV = "RAY_EFA_EKS_GPU_MODEL"
 """Set by the stack beside it: the worker GPUs' model (e.g. ``L4``)."""
 

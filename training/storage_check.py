@@ -7,7 +7,7 @@ answer: Ray Train meets those at the first checkpoint, after the cluster started
 
 S3 (``s3://bucket[/prefix]``): HeadBucket, then PutObject and DeleteObject of one empty object,
 ``<prefix>/.ray-efa-eks-write-check``. These are the only calls made, and the pods' role grants each of them
-(components/pod_identity.py ``bucket_prefix_policy``): HeadBucket is authorized as ``s3:ListBucket`` without an
+(components/cluster/pod_identity.py ``bucket_prefix_policy``): HeadBucket is authorized as ``s3:ListBucket`` without an
 ``s3:prefix`` key, which ``StringLikeIfExists`` admits, and the object is under ``<prefix>/*``
 (https://docs.aws.amazon.com/AmazonS3/latest/API/API_HeadBucket.html, "Permissions"). The put also proves the
 bucket's KMS key (SSE-KMS needs ``kms:GenerateDataKey``, which the role has through S3). The key is fixed, so

@@ -2,14 +2,10 @@
 
 import pulumi
 
-from ray_efa_eks.components.cluster import Cluster, ClusterArgs
-from ray_efa_eks.components.device_plugins import DevicePlugins, DevicePluginsArgs
-from ray_efa_eks.components.instances import lookup
-from ray_efa_eks.components.kuberay import KubeRayOperator, KubeRayOperatorArgs
-from ray_efa_eks.components.network import Network, NetworkArgs
-from ray_efa_eks.components.node_agent import NodeAgent, NodeAgentArgs
-from ray_efa_eks.components.node_groups import EfaGpuNodeGroup, EfaGpuNodeGroupArgs, SystemNodeGroup, SystemNodeGroupArgs
-from ray_efa_eks.components.raycluster import RayCluster, RayClusterArgs, WorkerGroupArgs
+from ray_efa_eks.components import (Cluster, ClusterArgs, DevicePlugins, DevicePluginsArgs, EfaGpuNodeGroup,
+                                    EfaGpuNodeGroupArgs, KubeRayOperator, KubeRayOperatorArgs, Network, NetworkArgs,
+                                    NodeAgent, NodeAgentArgs, RayCluster, RayClusterArgs, SystemNodeGroup,
+                                    SystemNodeGroupArgs, WorkerGroupArgs, lookup)
 
 config = pulumi.Config()
 gpu_type = lookup(config.get("gpuInstanceType") or "p5.48xlarge")

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from ray_efa_eks.components import cost
-from ray_efa_eks.components.config import ConfigError
-from ray_efa_eks.components.instances import CATALOGUE
+from ray_efa_eks.components.nodes import cost
+from ray_efa_eks.components.config.config import ConfigError
+from ray_efa_eks.components.nodes.instances import CATALOGUE
 from ray_efa_eks.tools.mockrun import MockRun, run_program
 
 ACCESS_ENTRY = "aws:eks/accessEntry:AccessEntry"
@@ -150,7 +150,7 @@ def test_a_region_without_prices_says_so_in_the_output_and_the_plan():
 
 
 def test_no_copied_prices_and_nat_counted_per_gateway():
-    from ray_efa_eks.components.instances import NoPrice
+    from ray_efa_eks.components.nodes.instances import NoPrice
 
     g6, m7i = CATALOGUE["g6.12xlarge"], CATALOGUE["m7i.xlarge"]
     with pytest.raises(NoPrice, match="no price for eu-west-1"):

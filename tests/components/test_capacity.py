@@ -12,11 +12,11 @@ from pathlib import Path
 import moto
 import pytest
 
-from ray_efa_eks.components.capacity import GpuCapacity, config_problem
-from ray_efa_eks.components.errors import ArgError
-from ray_efa_eks.components.config import ConfigError, StackConfig, stack_error
-from ray_efa_eks.components.instances import CATALOGUE
-from ray_efa_eks.components.launch_template import efa_network_interfaces
+from ray_efa_eks.components.nodes.capacity import GpuCapacity, config_problem
+from ray_efa_eks.components.config.errors import ArgError
+from ray_efa_eks.components.config.config import ConfigError, StackConfig, stack_error
+from ray_efa_eks.components.nodes.instances import CATALOGUE
+from ray_efa_eks.components.nodes.launch_template import efa_network_interfaces
 from ray_efa_eks.tools.mockrun import CAPACITY_BLOCKS, MockRun, run_program
 from tests.helpers.mockruns import shared_run
 
@@ -262,10 +262,10 @@ def test_capacity_object_refuses_what_config_refuses():
 
 PROGRAM = '''
 import pulumi
-from ray_efa_eks.components.cluster import Cluster, ClusterArgs
-from ray_efa_eks.components.instances import lookup
-from ray_efa_eks.components.network import Network, NetworkArgs
-from ray_efa_eks.components.node_groups import EfaGpuNodeGroup, EfaGpuNodeGroupArgs
+from ray_efa_eks.components.cluster.cluster import Cluster, ClusterArgs
+from ray_efa_eks.components.nodes.instances import lookup
+from ray_efa_eks.components.network.network import Network, NetworkArgs
+from ray_efa_eks.components.nodes.node_groups import EfaGpuNodeGroup, EfaGpuNodeGroupArgs
 
 az = pulumi.Config().get("gpuAz") or "us-east-1b"
 net = Network("n", NetworkArgs(cidr="10.0.0.0/16", availability_zones=["us-east-1a", "us-east-1b"],

@@ -1,4 +1,4 @@
-"""Every condition of components/capacity.py, each with its outcome asserted: which capacity mode takes
+"""Every condition of components/nodes/capacity.py, each with its outcome asserted: which capacity mode takes
 which target, which placement group, and what EC2's description of a reservation or Capacity Block refuses.
 Pure functions, no Pulumi program (the program's use of them is tests/components/test_capacity.py)."""
 
@@ -9,9 +9,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from ray_efa_eks.components import capacity as cap
-from ray_efa_eks.components.errors import ArgError
-from ray_efa_eks.components.instances import CATALOGUE
+from ray_efa_eks.components.nodes import capacity as cap
+from ray_efa_eks.components.config.errors import ArgError
+from ray_efa_eks.components.nodes.instances import CATALOGUE
 
 ID8, ID17 = "cr-0123abcd", "cr-0123456789abcdef0"
 GROUP = "arn:aws:resource-groups:us-east-1:123456789012:group/odcr-pool"

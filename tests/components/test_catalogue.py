@@ -10,9 +10,9 @@ import shutil
 
 import pytest
 
-from ray_efa_eks.components.capacity import CAPACITY_BLOCK, config_problem
-from ray_efa_eks.components.config import ConfigError, StackConfig
-from ray_efa_eks.components.instances import CATALOGUE, PRICED_REGIONS, REFUSED, NoPrice, lookup
+from ray_efa_eks.components.nodes.capacity import CAPACITY_BLOCK, config_problem
+from ray_efa_eks.components.config.config import ConfigError, StackConfig
+from ray_efa_eks.components.nodes.instances import CATALOGUE, PRICED_REGIONS, REFUSED, NoPrice, lookup
 from ray_efa_eks.tools import gen_catalogue as gen
 from ray_efa_eks.tools import layout, mockrun
 from ray_efa_eks.tools.plan_run import make_plan, plan_tree

@@ -27,7 +27,7 @@ import json
 
 import pytest
 
-from ray_efa_eks.components.rollout_guards import template_changes
+from ray_efa_eks.components.nodes.rollout_guards import template_changes
 from ray_efa_eks.tools import layout
 from ray_efa_eks.tools.mockrun import MockRun
 from ray_efa_eks.tools.plan_diff import diff_plans

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ray_efa_eks.components import cluster_autoscaler as ca
+from ray_efa_eks.components.addons import cluster_autoscaler as ca
 from ray_efa_eks.tools.mockrun import run_program
 
 CHART = Path(__file__).parents[1] / "fixtures" / "charts" / "cluster-autoscaler-9.59.0"

@@ -14,10 +14,10 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from ray_efa_eks.components import observability
-from ray_efa_eks.components.dashboard import all_exprs
-from ray_efa_eks.components.device_plugins import merge
-from ray_efa_eks.components.metrics_rules import AlertThresholds, alert_groups
+from ray_efa_eks.components.observability import observability
+from ray_efa_eks.components.observability.dashboard import all_exprs
+from ray_efa_eks.components.kube import merge
+from ray_efa_eks.components.observability.metrics_rules import AlertThresholds, alert_groups
 from ray_efa_eks.tools import rules
 from ray_efa_eks.tools.layout import Resource, from_mockrun
 from ray_efa_eks.tools.mockrun import run_program

@@ -19,11 +19,11 @@ import pulumi
 import pytest
 import yaml
 
-from ray_efa_eks.components import cold_start
-from ray_efa_eks.components.config import ConfigError, StackConfig
-from ray_efa_eks.components.efa_check import Deadlines
-from ray_efa_eks.components.ray_autoscaler import ALLOCATE_TIMEOUT_S
-from ray_efa_eks.components.launch_template import node_config_user_data
+from ray_efa_eks.components.nodes import cold_start
+from ray_efa_eks.components.config.config import ConfigError, StackConfig
+from ray_efa_eks.components.addons.efa_check import Deadlines
+from ray_efa_eks.components.ray.ray_autoscaler import ALLOCATE_TIMEOUT_S
+from ray_efa_eks.components.nodes.launch_template import node_config_user_data
 from ray_efa_eks.tools.config_schema import docstrings
 from ray_efa_eks.tools.mockrun import run_program
 from tests.helpers.mockruns import shared_run
@@ -109,7 +109,7 @@ def test_fast_image_pull_below_600_mibps_warns_not_refuses(monkeypatch):
     assert not any("gpuFastImagePull" in w for w in seen)
 
 
-# -- the wait budget from zero nodes (components/cold_start.py) -----------------------------------------------------
+# -- the wait budget from zero nodes (components/nodes/cold_start.py) -----------------------------------------------------
 
 GPUS_PAGE = Path(__file__).resolve().parents[2] / "docs" / "gpus.md"
 

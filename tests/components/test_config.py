@@ -2,7 +2,7 @@
 
 import pytest
 
-from ray_efa_eks.components.config import ConfigError, StackConfig, image_tag
+from ray_efa_eks.components.config.config import ConfigError, StackConfig, image_tag
 from ray_efa_eks.tools.mockrun import MockRun, run_program
 
 BAD = [
@@ -57,7 +57,7 @@ def test_integral_doubles_for_integer_keys():
 
 
 def test_efa_on_type_without_efa():
-    from ray_efa_eks.components import instances
+    from ray_efa_eks.components.nodes import instances
 
     instances.CATALOGUE["g4dn.xlarge"] = instances.InstanceType("g4dn.xlarge", 4, 16384, 1, "T4", 15360, False, 0, 1)
     try:
@@ -122,7 +122,7 @@ def test_gpu_scale_to_zero_follows_the_capacity_mode():
 
 
 def test_gp3_ratios_between_keys_are_refused_naming_the_key_to_change():
-    """EC2's gp3 ratios (500 IOPS per GiB, 0.25 MiB/s per IOPS; components/ebs_limits.py) span two keys;
+    """EC2's gp3 ratios (500 IOPS per GiB, 0.25 MiB/s per IOPS; components/nodes/ebs_limits.py) span two keys;
     the refusal names the key whose value breaks it and the other key's least value that would fix it."""
     with pytest.raises(ConfigError, match=r"gpuRootVolumeIops = 60000 is invalid: EC2 refuses gp3 IOPS 60000 on 100 "
                                           r"GiB .*raise gpuRootVolumeGiB to at least 120"):

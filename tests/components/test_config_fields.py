@@ -1,4 +1,4 @@
-"""How a StackConfig key is declared (components/config_fields.py): the live-change note refuses an effect the
+"""How a StackConfig key is declared (components/config/config_fields.py): the live-change note refuses an effect the
 reference cannot show, and ``key`` keeps the default, the factory and the metadata the generator reads."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from ray_efa_eks.components import config_fields as cf
+from ray_efa_eks.components.config import config_fields as cf
 
 
 def test_live_takes_known_effects_in_order_with_a_note():

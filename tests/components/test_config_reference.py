@@ -1,6 +1,6 @@
 """docs/configuration.md: generated from StackConfig, checked for drift, and its "on a live stack" column rehearsed.
 
-Every key of the project config declares what changing it does to a deployed stack (components/config_fields.py).
+Every key of the project config declares what changing it does to a deployed stack (components/config/config_fields.py).
 The effects the offline rehearsal can see are checked here against the registrations: the program runs with a
 config and then with one key changed, and :func:`observed` reads from the two runs which node groups roll, whether
 KubeRay recreates the Ray pods, whether the gate Job is replaced, what else changes. What only AWS decides (a VPC
@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from ray_efa_eks.components.capacity import CAPACITY_MODES
-from ray_efa_eks.components.config import ConfigError, StackConfig
-from ray_efa_eks.components.config_fields import EFFECTS, Live
+from ray_efa_eks.components.nodes.capacity import CAPACITY_MODES
+from ray_efa_eks.components.config.config import ConfigError, StackConfig
+from ray_efa_eks.components.config.config_fields import EFFECTS, Live
 from ray_efa_eks.tools import config_schema
 from ray_efa_eks.tools.mockrun import MockRun
 from tests.components.test_change_rehearsal import _plain, kuberay_recreates, run, steps
@@ -160,7 +160,7 @@ def test_every_key_declares_what_it_changes_on_a_live_stack(name):
     f = next(f for f in fields(StackConfig) if f.name == name)
     assert isinstance(f.metadata.get("live"), Live), (
         f"StackConfig.{name} has no live-change note: declare it as {name}: TYPE = key(DEFAULT, allowed=..., "
-        f"live=live(EFFECT, ..., note=...)) (components/config_fields.py; EFFECT one of {', '.join(EFFECTS)})")
+        f"live=live(EFFECT, ..., note=...)) (components/config/config_fields.py; EFFECT one of {', '.join(EFFECTS)})")
 
 
 def test_the_generator_refuses_a_key_without_a_note_naming_it(monkeypatch):

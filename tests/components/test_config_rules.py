@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from ray_efa_eks.components import config as c
-from ray_efa_eks.components import values as v
-from ray_efa_eks.components.config import REFUSED, ConfigError, StackConfig
+from ray_efa_eks.components.config import config as c
+from ray_efa_eks.components.config import values as v
+from ray_efa_eks.components.config.config import REFUSED, ConfigError, StackConfig
 
 ARN = "arn:aws:iam::123456789012:role/a"
 
@@ -25,7 +25,7 @@ ARN = "arn:aws:iam::123456789012:role/a"
     (dict(clusterAdminArns=[ARN], clusterViewerArns=[ARN]), "clusterViewerArns", "is also in clusterAdminArns"),
     (dict(kuberayChartVersion="1.5.1"), "kuberayChartVersion", "is older than 1.6.0"),
     (dict(gpuCapacity="capacity-block"), "gpuCapacityReservationId", "is not set: gpuCapacity capacity-block"),
-    # the placement group, the region and the AZ reach the capacity rules (components/capacity.py)
+    # the placement group, the region and the AZ reach the capacity rules (components/nodes/capacity.py)
     (dict(gpuPlacementGroupName="pg-1"), "gpuPlacementGroupName", "only for gpuCapacity reservation (the stack creates"),
     (dict(gpuCapacity="reservation", availabilityZone="us-east-1a",
           gpuCapacityReservationId="arn:aws:resource-groups:eu-west-1:123456789012:group/odcr-pool"),
@@ -155,7 +155,7 @@ def test_each_refusal_in_full(kw, message):
 
 
 def test_gpu_type_without_efa_in_full(monkeypatch):
-    from ray_efa_eks.components.instances import InstanceType
+    from ray_efa_eks.components.nodes.instances import InstanceType
 
     monkeypatch.setitem(c.CATALOGUE, "g4dn.xlarge", InstanceType("g4dn.xlarge", 4, 16384, 1, "T4", 15360, False, 0, 1))
     with pytest.raises(ConfigError) as e:

@@ -1,4 +1,4 @@
-"""Every condition of components/cost.py through its public functions, each with its figure or the note's
+"""Every condition of components/nodes/cost.py through its public functions, each with its figure or the note's
 figures and words asserted (tables of cases): what each capacity mode
 bills per hour, the control plane's rate by support state, what the figure leaves out, and a region without prices.
 Pure arithmetic on the catalogue, no Pulumi program (the program's outputs are test_versions_and_cost.py's)."""
@@ -9,8 +9,8 @@ from datetime import date
 
 import pytest
 
-from ray_efa_eks.components import cost
-from ray_efa_eks.components.instances import CATALOGUE, NoPrice
+from ray_efa_eks.components.nodes import cost
+from ray_efa_eks.components.nodes.instances import CATALOGUE, NoPrice
 
 G6, M7I = CATALOGUE["g6.12xlarge"], CATALOGUE["m7i.xlarge"]
 GPU_H, SYS_H, NAT_H, PLANE = 4.6016, 0.2016, 0.045, 0.10  # us-east-1, catalogue.json and instances.py

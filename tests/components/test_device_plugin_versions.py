@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ray_efa_eks.components.device_plugins import DevicePluginsArgs
+from ray_efa_eks.components.addons.device_plugins import DevicePluginsArgs
 
 CHARTS = Path(__file__).parents[1] / "fixtures" / "charts"
 
@@ -27,7 +27,7 @@ def chart_version(text: str) -> tuple[int, ...]:
 
 
 def check_versions(args):
-    from ray_efa_eks.components.device_plugins import check_versions as check
+    from ray_efa_eks.components.addons.device_plugins import check_versions as check
 
     return check(args)
 

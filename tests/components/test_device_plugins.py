@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from ray_efa_eks.components.instances import CATALOGUE
+from ray_efa_eks.components.nodes.instances import CATALOGUE
 from ray_efa_eks.tools.mockrun import MockRun
 
 CHARTS = Path(__file__).parents[1] / "fixtures" / "charts"

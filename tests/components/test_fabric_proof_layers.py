@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from ray_efa_eks.components import node_agent, raycluster
+from ray_efa_eks.components import kube
+from ray_efa_eks.components.ray import raycluster
 from ray_efa_eks.tools.mockrun import run_program
 
-STARTUP = node_agent.FABRIC_STARTUP_TAINT
+STARTUP = kube.FABRIC_STARTUP_TAINT
 
 
 def _tolerates(tolerations) -> bool:

@@ -1,4 +1,4 @@
-"""The gate Job's shell script (components/efa_check.py check_script) with a stand-in ``ray`` CLI on PATH.
+"""The gate Job's shell script (components/addons/efa_check.py check_script) with a stand-in ``ray`` CLI on PATH.
 
 Fast and deterministic: the stand-in records every call and ``ray job logs --follow`` blocks as a running check does,
 so the script's signal handling is exercised exactly as bash runs it in the Job's pod (bash is PID 1 there and
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from ray_efa_eks.components.efa_check import TERMINATION_GRACE_S, Deadlines, check_args, check_script
-from ray_efa_eks.components.instances import CATALOGUE
+from ray_efa_eks.components.addons.efa_check import TERMINATION_GRACE_S, Deadlines, check_args, check_script
+from ray_efa_eks.components.nodes.instances import CATALOGUE
 from ray_efa_eks.efacheck import efa_check
 
 FAKE_RAY = """#!/bin/bash
@@ -91,7 +91,7 @@ def test_the_pod_leaves_the_trap_time_to_stop_the_job():
 
 
 def test_the_stopper_and_the_holders_agree_on_the_check_job_prefix():
-    from ray_efa_eks.components import efa_check as job
+    from ray_efa_eks.components.addons import efa_check as job
 
     assert f'"{efa_check.CHECK_JOB_PREFIX}' in job.check_script("http://h:8265", [])  # id="efa-check-..."
     assert "python -m ray_efa_eks.efacheck.gate_steps stop-earlier" in job.check_script("http://h:8265", [])

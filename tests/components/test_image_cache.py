@@ -16,8 +16,9 @@ from pathlib import Path
 import kubernetes_validate
 import pytest
 
-from ray_efa_eks.components import node_agent
-from ray_efa_eks.components.config import ConfigError, StackConfig
+from ray_efa_eks.components import kube
+from ray_efa_eks.components.addons import node_agent
+from ray_efa_eks.components.config.config import ConfigError, StackConfig
 from ray_efa_eks.tools.mockrun import run_program
 from tests.helpers.mockruns import shared_run
 from tests.helpers.pod_security import violations
@@ -62,7 +63,7 @@ def test_each_stack_gets_its_own_cache_prefix_within_ecrs_rules(stack, prefix):
     """A pull-through rule's prefix is unique per account and region: two stacks must not ask for the same one."""
     import re
 
-    from ray_efa_eks.components.image_cache import cache_prefix
+    from ray_efa_eks.components.addons.image_cache import cache_prefix
 
     got = cache_prefix(stack)
     assert got == prefix and 2 <= len(got) <= 30
@@ -113,7 +114,7 @@ def test_what_the_node_agent_runs_imports_the_stdlib_only():
     """A slim Python image has nothing but the stdlib: what every shipped module imports when loaded (its module-level
     statements; a function's own import runs only where that function is called, never in the agent) is the stdlib
     or a shipped sibling."""
-    root = Path(node_agent.code_files.__code__.co_filename).parents[1] / "efacheck"
+    root = Path(node_agent.code_files.__code__.co_filename).parents[2] / "efacheck"
 
     def loaded(body):
         for node in body:
@@ -148,7 +149,7 @@ def test_the_prepull_pod_tolerates_the_startup_taint_and_is_restricted(default_r
     assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
     template = ds["spec"]["template"]
     assert violations(template, "restricted") == []
-    assert {"key": node_agent.FABRIC_STARTUP_TAINT, "operator": "Exists"} in template["spec"]["tolerations"]
+    assert {"key": kube.FABRIC_STARTUP_TAINT, "operator": "Exists"} in template["spec"]["tolerations"]
     agent = default_run.one(DS, "node-agent")["spec"]["template"]["spec"]
     assert template["spec"]["affinity"] == agent["affinity"]
     (pull,) = template["spec"]["initContainers"]

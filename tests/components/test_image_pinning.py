@@ -2,7 +2,7 @@
 
 A tag can move: a node added later pulls whatever the tag names then. A digest (``repo@sha256:<64 hex>``) is the
 content itself, so every node that starts a Ray pod runs the bits the gate checked. The grammar is
-components/values.py's (OCI distribution reference + go-digest's encoding rule); these tests hold the stack to it.
+components/config/values.py's (OCI distribution reference + go-digest's encoding rule); these tests hold the stack to it.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from ray_efa_eks.components.config import ConfigError, StackConfig
+from ray_efa_eks.components.config.config import ConfigError, StackConfig
 from ray_efa_eks.tools.mockrun import run_program
 
 REPO = "public.ecr.aws/deep-learning-containers/ray"
@@ -90,7 +90,7 @@ def test_gate_passes_the_audited_digest_to_the_check_and_combines_the_audit(tmp_
     import os
     import subprocess
 
-    from ray_efa_eks.components.efa_check import Deadlines, check_args, check_files, check_script
+    from ray_efa_eks.components.addons.efa_check import Deadlines, check_args, check_files, check_script
 
     fleet = tmp_path / "image-fleet.json"
     if audit:

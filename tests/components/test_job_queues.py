@@ -10,7 +10,7 @@ import jsonschema
 import pytest
 import yaml
 
-from ray_efa_eks.components.config import ConfigError, StackConfig
+from ray_efa_eks.components.config.config import ConfigError, StackConfig
 from tests.helpers.crd import plain, validate
 from tests.helpers.mockruns import shared_run
 

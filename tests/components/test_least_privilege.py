@@ -19,7 +19,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from ray_efa_eks.components.raycluster import METRICS_PORTS
+from ray_efa_eks.components.kube import METRICS_PORTS
 from ray_efa_eks.tools.mockrun import run_program
 from tests.helpers.pod_security import violations
 
@@ -312,7 +312,7 @@ def test_kuberay_release_waits_for_the_namespace_it_puts_a_role_in(run):
 
 
 def test_watch_values_refuse_an_empty_list():
-    from ray_efa_eks.components.kuberay import watch_values
+    from ray_efa_eks.components.ray.kuberay import watch_values
 
     assert watch_values(None) == {}
     with pytest.raises(ValueError, match="watch_namespaces"):

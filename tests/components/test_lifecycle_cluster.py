@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import pytest
 
-from ray_efa_eks.components.cluster import no_creator_admin
-from ray_efa_eks.components.config import ConfigError
+from ray_efa_eks.components.cluster.cluster import no_creator_admin
+from ray_efa_eks.components.config.config import ConfigError
 from ray_efa_eks.tools.aws_rules import AwsRejected
 from ray_efa_eks.tools.mock_account import MockAccount, child_access_config
 from ray_efa_eks.tools.mockrun import MockRun, run_program
@@ -132,7 +132,7 @@ def test_eks_itself_refuses_the_skip_when_the_program_does_not_check(monkeypatch
 def test_node_groups_left_behind_are_what_the_old_code_did(monkeypatch, warnings):
     """The model can fail: node groups registered without a version stay on their creation version (PE; EKS
     changes a node group's version only when asked), and the next upgrade warns that they lag."""
-    from ray_efa_eks.components import node_groups
+    from ray_efa_eks.components.nodes import node_groups
 
     acct = MockAccount()
     up(acct, kubernetesVersion="1.34")
@@ -221,7 +221,7 @@ def test_old_model_caller_as_creator_would_be_refused(monkeypatch):
     """The model can fail: filtering the *caller* out as the creator (what the code once did) makes B's run ask
     EKS for a second entry for A, and the strict mocks refuse it with 409 (CA)."""
     from ray_efa_eks.components import stack
-    from ray_efa_eks.components.cluster import AccessPlan
+    from ray_efa_eks.components.cluster.cluster import AccessPlan
 
     acct = MockAccount()
     callers = iter([A, B])

@@ -41,10 +41,10 @@ import pulumi
 import pytest
 import yaml
 
-from ray_efa_eks.components.config import ConfigError, StackConfig
-from ray_efa_eks.components.kuberay_versions import CRD_FILES, CRD_URL
-from ray_efa_eks.components.raycluster import SPEC_HASH_ENV, STORAGE_PATH_ENV
-from ray_efa_eks.components.rollout_guards import template_changes
+from ray_efa_eks.components.config.config import ConfigError, StackConfig
+from ray_efa_eks.components.ray.kuberay_versions import CRD_FILES, CRD_URL
+from ray_efa_eks.components.ray.raycluster import SPEC_HASH_ENV, STORAGE_PATH_ENV
+from ray_efa_eks.components.nodes.rollout_guards import template_changes
 from ray_efa_eks.tools import layout
 from ray_efa_eks.tools.mockrun import HookRefused, MockRun, run_program
 from ray_efa_eks.tools.plan_diff import diff_plans
@@ -280,7 +280,7 @@ def test_the_autoscaled_fleet_scales_down_without_names():
 def test_the_crds_are_never_deleted_by_pulumi():
     """The CRD ConfigGroup's transform (the engine runs it on each child; the mocks record it) retains every CRD:
     deleting a CRD deletes every RayCluster. Other kinds pass unchanged."""
-    from ray_efa_eks.components.kuberay import retain_crds
+    from ray_efa_eks.components.ray.kuberay import retain_crds
 
     cg = up({}).one(CG, "kuberay-crds")
     assert cg.transforms, "the ConfigGroup carries the transform"
@@ -294,7 +294,7 @@ def test_the_crds_are_never_deleted_by_pulumi():
 def test_chart_pre_releases_plan_but_not_below_the_upgrade_strategy_crd():
     """KubeRay publishes release candidates (tags v1.x.0-rc.N, with crds/ at the tag): an exact pre-release plans (and
     is warned as unverified); SemVer orders 1.6.0-rc.1 before 1.6.0, the first CRD with spec.upgradeStrategy."""
-    from ray_efa_eks.components.kuberay_versions import chart_version_problem, unverified_note
+    from ray_efa_eks.components.ray.kuberay_versions import chart_version_problem, unverified_note
 
     assert chart_version_problem("1.8.0-rc.1") is None and "not verified" in unverified_note("1.8.0-rc.1")
     assert "older than 1.6.0" in chart_version_problem("1.6.0-rc.1")

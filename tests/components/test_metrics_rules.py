@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ray_efa_eks.components.metrics_rules import AlertThresholds, alert_groups, alert_names
+from ray_efa_eks.components.observability.metrics_rules import AlertThresholds, alert_groups, alert_names
 
 PROMTOOL = shutil.which("promtool")
 needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed (Debian package `prometheus`; "

@@ -26,7 +26,7 @@ from typing import Iterator
 import pytest
 import yaml
 
-from ray_efa_eks.components import dashboard, metrics_rules
+from ray_efa_eks.components.observability import dashboard, metrics_rules
 from ray_efa_eks.efacheck import verdict_metrics
 from tests.helpers.sysfs import kernel_sysfs, write_counter
 

@@ -14,8 +14,8 @@ from typing import Any, Iterator
 import kubernetes_validate
 import pytest
 
-from ray_efa_eks.components import node_agent
-from ray_efa_eks.components.node_groups import GPU_TOLERATION, ROLE_LABEL
+from ray_efa_eks.components.addons import node_agent
+from ray_efa_eks.components.kube import GPU_TOLERATION, ROLE_LABEL
 from ray_efa_eks.efacheck import efa_counters, efa_exporter
 from ray_efa_eks.tools.mockrun import run_program
 from tests.helpers.pod_security import violations

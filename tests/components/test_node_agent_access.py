@@ -13,7 +13,9 @@ from pathlib import Path
 import kubernetes_validate
 import pytest
 
-from ray_efa_eks.components import eks_versions, node_agent
+from ray_efa_eks.components import kube
+from ray_efa_eks.components.addons import node_agent
+from ray_efa_eks.components.cluster import eks_versions
 from ray_efa_eks.efacheck import node_api
 from ray_efa_eks.efacheck import node_check as nc
 from tests.efacheck.test_node_check import GPU_TAINT, STARTUP, FakeApi, _node
@@ -31,7 +33,7 @@ def _objects(run, prefix: str) -> dict[str, dict]:
 
 
 def test_names_shared_with_the_proof_stay_equal():
-    assert node_agent.FABRIC_STARTUP_TAINT == nc.TAINT_KEY
+    assert kube.FABRIC_STARTUP_TAINT == nc.TAINT_KEY
     assert node_agent.FABRIC_CONDITION == nc.CONDITION
     assert node_agent.TOKEN_DIR == nc.TOKEN_DIR
     assert node_agent.EVENTS_NAMESPACE == "default" and "/namespaces/default/events" in open(node_api.__file__).read()

@@ -15,12 +15,13 @@ import jsonschema
 import pytest
 import yaml
 
-from ray_efa_eks.components.config import ConfigError, StackConfig
-from ray_efa_eks.components.dashboard import TOKENS_METRIC, all_exprs, dashboard
-from ray_efa_eks.components.metrics_rules import AlertThresholds
-from ray_efa_eks.components.node_agent import APP_LABELS, FABRIC_STARTUP_TAINT
-from ray_efa_eks.components.node_agent import NAMESPACE as AGENT_NS
-from ray_efa_eks.components.observability import (DCGM_CHART_VERSION, DCGM_NAMESPACE, KPS_CHART_VERSION,
+from ray_efa_eks.components.config.config import ConfigError, StackConfig
+from ray_efa_eks.components.observability.dashboard import TOKENS_METRIC, all_exprs, dashboard
+from ray_efa_eks.components.observability.metrics_rules import AlertThresholds
+from ray_efa_eks.components.addons.node_agent import APP_LABELS
+from ray_efa_eks.components.kube import FABRIC_STARTUP_TAINT
+from ray_efa_eks.components.addons.node_agent import NAMESPACE as AGENT_NS
+from ray_efa_eks.components.observability.observability import (DCGM_CHART_VERSION, DCGM_NAMESPACE, KPS_CHART_VERSION,
                                                   ObservabilityArgs, custom_objects, dcgm_values, kps_values)
 from ray_efa_eks.tools.mockrun import run_program
 
@@ -226,7 +227,7 @@ def test_bad_metrics_config_is_refused_naming_the_key(key, value, words):
 
 
 def test_both_node_groups_repair_and_the_monitoring_agent_runs(default_run):
-    from ray_efa_eks.components.node_groups import node_repair
+    from ray_efa_eks.components.nodes.node_groups import node_repair
 
     mngs = default_run.of_type("eks:index:ManagedNodeGroup")
     assert len(mngs) == 2 and all(node_repair in m.transforms for m in mngs)
@@ -237,7 +238,7 @@ def test_both_node_groups_repair_and_the_monitoring_agent_runs(default_run):
 def test_node_repair_sets_only_the_eks_node_group_child():
     import pulumi
 
-    from ray_efa_eks.components.node_groups import node_repair
+    from ray_efa_eks.components.nodes.node_groups import node_repair
 
     def args(typ, props):
         return pulumi.ResourceTransformArgs(custom=True, type_=typ, name="gpu-mng", props=props,

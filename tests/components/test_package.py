@@ -17,7 +17,7 @@ import yaml
 from pulumi.provider.experimental.component import ComponentProvider
 
 from ray_efa_eks.tools import config_schema
-from ray_efa_eks.components.config import ConfigError, StackConfig
+from ray_efa_eks.components.config.config import ConfigError, StackConfig
 from ray_efa_eks.tools.mockrun import run_program
 from ray_efa_eks.components.stack import TOKEN, EfaRayCluster, stack_config
 
@@ -163,7 +163,7 @@ def test_installed_wheel_is_namespaced_and_not_shadowed(tmp_path):
     wheel = next(wheels.glob("ray_efa_eks-*.whl"))
     tops = {n.split("/", 1)[0] for n in zipfile.ZipFile(wheel).namelist()}
     # the generated data the library and the mock runner read at run time (pyproject package-data)
-    assert {"ray_efa_eks/components/catalogue.json", "ray_efa_eks/tools/offerings.json"} <= set(
+    assert {"ray_efa_eks/components/nodes/catalogue.json", "ray_efa_eks/tools/offerings.json"} <= set(
         zipfile.ZipFile(wheel).namelist())
     assert {t for t in tops if not t.endswith(".dist-info")} == {"ray_efa_eks"}
     site = tmp_path / "site"
@@ -173,7 +173,7 @@ def test_installed_wheel_is_namespaced_and_not_shadowed(tmp_path):
     user_repo = tmp_path / "user-infra"
     (user_repo / "components").mkdir(parents=True)
     (user_repo / "components" / "__init__.py").write_text("MINE = True\n")
-    code = ("import components, ray_efa_eks.components.stack as s, ray_efa_eks.components.efa_check as e\n"
+    code = ("import components, ray_efa_eks.components.stack as s, ray_efa_eks.components.addons.efa_check as e\n"
             "assert components.MINE\n"
             "print(s.__file__); print(sorted(e.check_files()))")
     env = {**os.environ, "PYTHONPATH": f"{user_repo}{os.pathsep}{site}", "PYTHONNOUSERSITE": "1"}
@@ -224,3 +224,28 @@ def test_typescript_example_sets_only_schema_properties_with_the_right_types(sch
     mapped = provider.map_inputs(values, provider._component_defs["EfaRayCluster"])
     cfg = stack_config(mapped)
     assert (cfg.gpuInstanceType, cfg.gpuNodeCount, cfg.efaCheckWaitSeconds) == ("g6.12xlarge", 2, 1800)
+
+
+def test_every_component_is_exported_from_the_package():
+    """``from ray_efa_eks.components import X`` is the stable path: each exported name is its layer module's own
+    object, every ComponentResource and ``*Args`` class of the library is exported, and a leaf (a config grammar)
+    still imports without the Pulumi SDKs."""
+    import ray_efa_eks.components as pkg
+    from importlib import import_module
+
+    assert sorted(pkg.__all__) == sorted(n for names in pkg.EXPORTS.values() for n in names)
+    for module, names in pkg.EXPORTS.items():
+        for name in names:
+            assert getattr(pkg, name) is getattr(import_module(f"ray_efa_eks.components.{module}"), name), name
+    public = {p.stem: p for p in (ROOT / "components").rglob("*.py")}
+    declared = {line.split("class ", 1)[1].split("(")[0].split(":")[0]
+                for p in public.values() for line in p.read_text().splitlines()
+                if line.startswith("class ") and ("ComponentResource" in line or line.split("(")[0].endswith("Args"))}
+    declared -= {"NodeLaunchTemplateArgs", "RayJobArgs"}  # plain data the components above build from, not inputs
+    assert declared <= set(pkg.__all__), sorted(declared - set(pkg.__all__))
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        pkg.Nope  # noqa: B018
+    code = ("import sys, ray_efa_eks.components.config.values as v, ray_efa_eks.components as c; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pulumi', 'pulumi_aws')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr[-2000:]

@@ -8,10 +8,10 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from ray_efa_eks.components.instances import CATALOGUE
+from ray_efa_eks.components.nodes.instances import CATALOGUE
 from tests.helpers.mockruns import shared_run
-from ray_efa_eks.components.raycluster import (RayClusterArgs, WorkerGroupArgs, build_spec, check_guaranteed, pod_resources,
-                                   ray_start_params)
+from ray_efa_eks.components.ray.raycluster import RayClusterArgs, WorkerGroupArgs, build_spec, ray_start_params
+from ray_efa_eks.components.kube import check_guaranteed, pod_resources
 
 CRD = yaml.load((Path(__file__).parents[1] / "schemas/ray.io_rayclusters.yaml").read_text(),
                 Loader=yaml.CSafeLoader)  # libyaml: the same data as safe_load, 10x faster on the CRD
@@ -303,7 +303,7 @@ def test_token_auth_off():
 
 
 def test_token_auth_needs_ray_2_52():
-    from ray_efa_eks.components.config import ConfigError, StackConfig
+    from ray_efa_eks.components.config.config import ConfigError, StackConfig
 
     with pytest.raises(ConfigError, match=r"rayTokenAuth = True is invalid: needs Ray >= 2\.52 \(rayVersion is 2\.51"):
         StackConfig.from_mapping({"rayVersion": "2.51.0"})
@@ -315,7 +315,7 @@ def test_token_auth_needs_ray_2_52():
 
 def test_efa_workers_read_their_nodes_exporter_not_the_host(default_run):
     """No Ray pod mounts a host path; EFA workers get their node's exporter URL and their node's name."""
-    from ray_efa_eks.components.node_agent import exporter_url
+    from ray_efa_eks.components.addons.node_agent import exporter_url
     from ray_efa_eks.efacheck import efa_counters
 
     spec = raycluster(default_run)["spec"]
@@ -405,7 +405,7 @@ def test_upgrade_strategy_is_recreate_and_validated():
 
 
 def test_spec_hash_ignores_scaling_like_kuberay_and_follows_everything_else():
-    from ray_efa_eks.components.raycluster import spec_hash
+    from ray_efa_eks.components.ray.raycluster import spec_hash
 
     def h(**kw):
         spec = build_spec(_args(**kw))

@@ -11,9 +11,9 @@ import json
 import kubernetes_validate
 import pytest
 
-from ray_efa_eks.components.launch_template import NodeHardening
+from ray_efa_eks.components.nodes.launch_template import NodeHardening
 from ray_efa_eks.tools.mockrun import run_program
-from ray_efa_eks.components.pod_identity import bucket_prefix_policy, check_prefix
+from ray_efa_eks.components.cluster.pod_identity import bucket_prefix_policy, check_prefix
 from tests.helpers.iam_eval import allowed, as_list, trust_allows
 
 MNG = "eks:index:ManagedNodeGroup"
@@ -170,7 +170,7 @@ def test_pods_start_after_their_identity_exists(run):
 
 
 def test_storage_path_reaches_every_ray_pod(run):
-    from ray_efa_eks.components.raycluster import STORAGE_PATH_ENV as POD_ENV
+    from ray_efa_eks.components.ray.raycluster import STORAGE_PATH_ENV as POD_ENV
     from ray_efa_eks.training.trainer import STORAGE_PATH_ENV as CLI_ENV
 
     assert POD_ENV == CLI_ENV == "RAY_EFA_EKS_STORAGE_PATH"  # the pods set what the training CLI reads
@@ -229,7 +229,7 @@ def test_every_launch_template_gets_imdsv2_hop1_and_encrypted_root(run, group):
     # pulumi-eks builds its own template (and refuses ours) when any of these is set.
     for key in ("enableEfaSupport", "enableIMDSv2", "diskSize", "userData", "amiId", "kubeletExtraArgs"):
         assert key not in ng.inputs, key
-    # Transforms: the KubeRay CRDs' (retain on delete, components/kuberay.py) on a ConfigGroup of ours, and node auto
+    # Transforms: the KubeRay CRDs' (retain on delete, components/ray/kuberay.py) on a ConfigGroup of ours, and node auto
     # repair on each ManagedNodeGroup's aws.eks.NodeGroup child (pulumi-eks 4.4.0 exposes no nodeRepairConfig). None
     # touches a launch template: the hardening above is the component's own template, not a patch.
     allowed = {("kubernetes:yaml/v2:ConfigGroup", "retain_crds"), ("eks:index:ManagedNodeGroup", "node_repair")}
@@ -248,7 +248,7 @@ def test_hardening_defaults_keep_pods_off_imds():
     """What a repo building the node groups without ``hardening`` gets (examples/other_instance_type does): IMDSv2
     required and hop limit 1, so a pod (one hop further than the node) cannot read the node role's credentials
     (EC2 User Guide, "Configure the instance metadata options": hop limit 1 keeps IMDS from containers)."""
-    from ray_efa_eks.components.node_groups import EfaGpuNodeGroupArgs, SystemNodeGroupArgs
+    from ray_efa_eks.components.nodes.node_groups import EfaGpuNodeGroupArgs, SystemNodeGroupArgs
 
     want = {"http_endpoint": "enabled", "http_tokens": "required", "http_put_response_hop_limit": 1}
     assert NodeHardening().metadata_options() == want
@@ -315,7 +315,7 @@ def test_network_policy_escape_hatch():
 
 
 def test_network_policy_extra_namespace_gets_the_dashboard_port_only():
-    from ray_efa_eks.components.raycluster import head_network_policy_spec
+    from ray_efa_eks.components.ray.raycluster import head_network_policy_spec
 
     spec = head_network_policy_spec(["tools"])
     extra = spec["ingress"][1]

@@ -2,7 +2,7 @@
 
 import pytest
 
-from ray_efa_eks.components.config import DEFAULT_KUBERNETES_VERSION
+from ray_efa_eks.components.config.config import DEFAULT_KUBERNETES_VERSION
 from ray_efa_eks.tools.mockrun import run_program
 
 MNG = "eks:index:ManagedNodeGroup"

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from ray_efa_eks.components.pod_identity import bucket_prefix_policy
+from ray_efa_eks.components.cluster.pod_identity import bucket_prefix_policy
 from tests.helpers.iam_eval import allowed
 from tests.helpers.s3_emulator import PodIdentityS3, iam_requests
 

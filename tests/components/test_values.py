@@ -1,4 +1,4 @@
-"""Value grammars (components/values.py): each config value refused by the rule of the service it reaches.
+"""Value grammars (components/config/values.py): each config value refused by the rule of the service it reaches.
 
 The worst-ten items 1 and 4 through the real entry point (``ray-efa-eks plan --check --config KEY=VALUE``: exit 2
 with the key, the value and the rule), the same values through the component provider, and each grammar's own
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from ray_efa_eks.components import values as v
-from ray_efa_eks.components.config import GRAMMARS, ConfigError, StackConfig
+from ray_efa_eks.components.config import values as v
+from ray_efa_eks.components.config.config import GRAMMARS, ConfigError, StackConfig
 from ray_efa_eks.tools import command
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -101,7 +101,7 @@ def test_the_provider_refuses_with_the_same_words(key, value, says):
 
 def test_a_wildcard_prefix_never_reaches_the_pods_policy():
     """Before: bucket_prefix_policy(..., '*') granted bucket/*/* and s3:prefix '*': the whole bucket."""
-    from ray_efa_eks.components.pod_identity import bucket_prefix_policy
+    from ray_efa_eks.components.cluster.pod_identity import bucket_prefix_policy
 
     for bad in ("*", "a/*", "a/../b", "${aws:username}", "a?"):
         with pytest.raises(ValueError, match="prefix"):
@@ -110,9 +110,9 @@ def test_a_wildcard_prefix_never_reaches_the_pods_policy():
 
 
 def test_every_stack_key_has_a_grammar():
-    """A new StackConfig key gets its service's grammar in config.GRAMMARS (components/values.py has them)."""
+    """A new StackConfig key gets its service's grammar in config.GRAMMARS (components/config/values.py has them)."""
     missing = [f.name for f in dataclasses.fields(StackConfig) if f.name not in GRAMMARS]
-    assert not missing, f"add a grammar for {missing} to components/config.py GRAMMARS"
+    assert not missing, f"add a grammar for {missing} to components/config/config.py GRAMMARS"
     stale = sorted(set(GRAMMARS) - {f.name for f in dataclasses.fields(StackConfig)})
     assert not stale, stale
 

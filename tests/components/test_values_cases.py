@@ -1,4 +1,4 @@
-"""components/values.py conditions its own tests did not reach, each outcome asserted through the grammars'
+"""components/config/values.py conditions its own tests did not reach, each outcome asserted through the grammars'
 ``check``/``parse`` and ``problems`` (tables of values; a fix pinned whole only where it shows how a key's own fix
 is joined to the grammar's words)."""
 
@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from ray_efa_eks.components import values as v
+from ray_efa_eks.components.config import values as v
 
 
 @pytest.mark.parametrize("url, says", [
@@ -588,7 +588,7 @@ def test_network_and_aws_boundaries():
 
 def test_every_boundary_straddles_its_grammar():
     """Each grammar's edges hold values it takes and values it refuses (else they try nothing)."""
-    from ray_efa_eks.components.config import GRAMMARS
+    from ray_efa_eks.components.config.config import GRAMMARS
 
     # plain Text grammars whose pattern no generic edge matches (the generated tests take valid ones from elsewhere)
     no_valid_edge = {"region", "gpuInstanceType", "systemInstanceType", "rayVersion", "kuberayChartVersion"}

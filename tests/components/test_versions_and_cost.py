@@ -1,7 +1,7 @@
 """Kubernetes version support and price, cost by capacity mode, the system node's disk.
 
-What AWS bills and refuses, from the EKS and EC2 documents cited in components/eks_versions.py, components/cost.py
-and components/cluster.py; "today" is pinned to 2026-12-04 where a figure depends on it.
+What AWS bills and refuses, from the EKS and EC2 documents cited in components/cluster/eks_versions.py, components/nodes/cost.py
+and components/cluster/cluster.py; "today" is pinned to 2026-12-04 where a figure depends on it.
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from datetime import date
 
 import pytest
 
-from ray_efa_eks.components import eks_versions
-from ray_efa_eks.components.config import DEFAULT_KUBERNETES_VERSION, ConfigError, StackConfig
-from ray_efa_eks.components.instances import CATALOGUE
+from ray_efa_eks.components.cluster import eks_versions
+from ray_efa_eks.components.config.config import DEFAULT_KUBERNETES_VERSION, ConfigError, StackConfig
+from ray_efa_eks.components.nodes.instances import CATALOGUE
 from ray_efa_eks.tools.layout import from_mockrun
 from ray_efa_eks.tools.mockrun import CAPACITY_RESERVATIONS, MockRun, run_program
 from ray_efa_eks.tools.plan_run import make_plan
@@ -72,7 +72,7 @@ def test_default_version_is_in_standard_support_today():
     assert DEFAULT_KUBERNETES_VERSION == "1.35" == eks_versions.DEFAULT_VERSION
     assert eks_versions.support(DEFAULT_KUBERNETES_VERSION) == "standard"
     assert eks_versions.support(DEFAULT_KUBERNETES_VERSION, date.today()) in ("standard", "extended"), \
-        "the default left standard support: add the newest version to components/eks_versions.py"
+        "the default left standard support: add the newest version to components/cluster/eks_versions.py"
 
 
 def test_a_version_past_extended_support_is_refused_before_any_resource():

@@ -358,7 +358,7 @@ def test_stale_pods_are_named_with_what_differs() -> None:
 
 
 def test_pod_stack_reads_the_env_the_stack_sets() -> None:
-    from ray_efa_eks.components import raycluster
+    from ray_efa_eks.components.ray import raycluster
 
     assert (stale.IMAGE_ENV, stale.SPEC_HASH_ENV) == (raycluster.IMAGE_ENV, raycluster.SPEC_HASH_ENV)
     assert stale.pod_stack({stale.IMAGE_ENV: "i", stale.SPEC_HASH_ENV: "h"}) == {"image": "i", "spec_hash": "h"}

@@ -222,9 +222,9 @@ def test_tree_share_margin_on_2_nodes_x_8_gpus() -> None:
 
 
 def test_the_node_agents_volumes_make_the_counters_readable(tmp_path: Path) -> None:
-    """The hostPath volumes components/node_agent.py gives the exporter, applied to a kernel-shaped host sysfs: both
+    """The hostPath volumes components/addons/node_agent.py gives the exporter, applied to a kernel-shaped host sysfs: both
     trees make the port counters readable, the class tree alone does not (its entries point into ../../devices)."""
-    from ray_efa_eks.components.node_agent import HOST_SYSFS, host_sysfs_volumes
+    from ray_efa_eks.components.addons.node_agent import HOST_SYSFS, host_sysfs_volumes
     from ray_efa_eks.efacheck import efa_counters
     from tests.helpers.sysfs import as_mounted, kernel_sysfs
 

@@ -1,4 +1,4 @@
-"""Deploy-path rehearsal of the EFA gate: the Job's own shell script, as components/efa_check.py
+"""Deploy-path rehearsal of the EFA gate: the Job's own shell script, as components/addons/efa_check.py
 renders it, run against a local Ray cluster's Jobs API with the ConfigMap's files (``check_files()``) laid out
 as the working dir.
 
@@ -29,9 +29,9 @@ import pytest
 pytest.importorskip("ray.job_submission")
 pytest.importorskip("aiohttp")  # ray[default]: dashboard + Jobs API
 
-from ray_efa_eks.components.efa_check import (  # noqa: E402
+from ray_efa_eks.components.addons.efa_check import (  # noqa: E402
     IMAGE_FLEET_FILE, MOUNT, Deadlines, check_args, check_script, check_files)
-from ray_efa_eks.components.instances import CATALOGUE, InstanceType  # noqa: E402
+from ray_efa_eks.components.nodes.instances import CATALOGUE, InstanceType  # noqa: E402
 from ray_efa_eks.tools.mockrun import run_program  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -198,7 +198,7 @@ def test_the_stack_renders_the_rehearsed_script(tmp_path):
     run = run_program()
     job = run.one("kubernetes:batch/v1:Job")
     cmd = job["spec"]["template"]["spec"]["containers"][0]["command"]
-    from ray_efa_eks.components.instances import CATALOGUE
+    from ray_efa_eks.components.nodes.instances import CATALOGUE
 
     image = job["spec"]["template"]["spec"]["containers"][0]["image"]
     env = {e["name"]: e["value"] for e in run.one("kubernetes:ray.io/v1:RayCluster")["spec"]["headGroupSpec"][

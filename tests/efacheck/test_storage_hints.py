@@ -1,7 +1,7 @@
 """The storage proof's hints name the trust policy the stack builds.
 
 Every condition key a hint or the gate's docs name for the Pod Identity trust policy is one the stack's own
-policy (components/pod_identity.py) uses, and the hint names all of them; a policy written from the hint passes
+policy (components/cluster/pod_identity.py) uses, and the hint names all of them; a policy written from the hint passes
 tools/aws_rules.py ``pod-identity-trust`` and raises neither layout warning (``pod-identity-trust-scoped``,
 ``pod-identity-trust-keys``). The hint once recommended ``aws:SourceArn``, which Pod Identity is not documented
 to send: a policy following it would have been flagged.
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ray_efa_eks.components.pod_identity import pod_identity_trust_policy
+from ray_efa_eks.components.cluster.pod_identity import pod_identity_trust_policy
 from ray_efa_eks.efacheck.storage_proof import CAUSES
 from ray_efa_eks.tools import aws_rules
 

@@ -98,10 +98,11 @@ def test_an_empty_answer_is_no_pod(answer):
 
 
 def test_the_names_are_the_worker_pods_init_container_and_kuberays_worker_label():
-    """The init container is the stack's own (components/raycluster.py); the label is the one the stack's PodMonitor
+    """The init container is the stack's own (components/ray/raycluster.py); the label is the one the stack's PodMonitor
     selects KubeRay's worker pods by (ray-operator v1.7.0 utils/constant.go ``RayNodeTypeLabelKey`` = ray.io/node-type,
     apis/ray/v1/raycluster_types.go ``WorkerNode`` = worker)."""
-    from ray_efa_eks.components import observability, raycluster
+    from ray_efa_eks.components.observability import observability
+    from ray_efa_eks.components.ray import raycluster
 
     assert wp.PROVIDER_CONTAINER == raycluster.PROVIDER_CHECK
     assert wp.WORKER_SELECTOR == f"{observability.RAY_NODE_TYPE}=worker"

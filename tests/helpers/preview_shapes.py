@@ -20,7 +20,7 @@ from typing import Any
 from pulumi_policy import PolicyCustomTimeouts, PolicyResource, PolicyResourceOptions
 from pulumi_policy.proxy import UNKNOWN_STRING_VALUE, unknown_checking_proxy
 
-from ray_efa_eks.components.instances import CATALOGUE
+from ray_efa_eks.components.nodes.instances import CATALOGUE
 from ray_efa_eks.tools.layout import (LAUNCH_TEMPLATE, MNG, NODE_GROUP, PLACEMENT_GROUP, RAY_CLUSTER, SG_EGRESS, SUBNET)
 
 UNKNOWN_STR = UNKNOWN_STRING_VALUE
@@ -42,7 +42,7 @@ def efa_interfaces(count: int, sg: str = CLUSTER_SG) -> list[dict[str, Any]]:
 
 def ray_spec(instance_type: str = "g6.12xlarge", efa: bool = True, replicas: int = 2) -> dict[str, Any]:
     """A RayCluster spec from the real builder (plain data, no Pulumi resources)."""
-    from ray_efa_eks.components.raycluster import RayClusterArgs, WorkerGroupArgs, build_spec
+    from ray_efa_eks.components.ray.raycluster import RayClusterArgs, WorkerGroupArgs, build_spec
 
     return build_spec(RayClusterArgs(  # type: ignore[arg-type]
         provider=None, image=IMAGE, region="us-east-1", worker_groups=[

@@ -279,7 +279,7 @@ class Deploy:
         itype = node["metadata"]["labels"]["node.kubernetes.io/instance-type"]
         devices = () if index in self.failing else self._devices(itype)
         # the device plugins (NVIDIA's, the EFA one: chart pods, not run here) advertise what the node has
-        from ray_efa_eks.components.instances import CATALOGUE
+        from ray_efa_eks.components.nodes.instances import CATALOGUE
 
         node["status"]["allocatable"] = {"nvidia.com/gpu": str(CATALOGUE[itype].gpus),
                                          **({"vpc.amazonaws.com/efa": str(len(devices))} if devices else {})}
@@ -311,7 +311,7 @@ class Deploy:
 
     @staticmethod
     def _devices(itype: str) -> tuple:
-        from ray_efa_eks.components.instances import CATALOGUE
+        from ray_efa_eks.components.nodes.instances import CATALOGUE
 
         n = CATALOGUE[itype].max_efa_interfaces or 0
         return tuple(fake_sysfs.efa_device(0x10 + i, 0) for i in range(n))

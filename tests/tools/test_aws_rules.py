@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 
-from ray_efa_eks.components.launch_template import node_config_user_data
+from ray_efa_eks.components.nodes.launch_template import node_config_user_data
 from ray_efa_eks.tools import aws_rules
 from ray_efa_eks.tools.aws_rules import AwsRejected
 from ray_efa_eks.tools.mock_account import EksCluster, MockAccount

@@ -155,7 +155,7 @@ def test_check_prints_one_line_per_broken_rule_and_exits_1(capsys, tmp_path):
 
 
 def test_check_names_the_aws_rule_a_program_breaks(capsys, monkeypatch):
-    from ray_efa_eks.components import pod_identity
+    from ray_efa_eks.components.cluster import pod_identity
 
     monkeypatch.setattr(pod_identity, "pod_identity_trust_policy", lambda *a: json.dumps({
         "Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Principal": {"Service": "pods.eks.amazonaws.com"},

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from ray_efa_eks.components import rollout_guards
-from ray_efa_eks.components.raycluster import CHART_ANNOTATION
+from ray_efa_eks.components.nodes import rollout_guards
+from ray_efa_eks.components.ray.raycluster import CHART_ANNOTATION
 from ray_efa_eks.tools import plan_diff as pd
 from ray_efa_eks.tools.plan_model import Plan
 

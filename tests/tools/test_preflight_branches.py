@@ -809,7 +809,7 @@ def test_unknowns_name_the_action_only_where_one_would_answer():
 
 
 def test_the_placement_group_is_asked_only_where_the_stack_creates_one():
-    """components/node_groups.py creates a cluster placement group for EFA nodes on demand only
+    """components/nodes/node_groups.py creates a cluster placement group for EFA nodes on demand only
     (capacity.cluster_placement_group): without EFA, or with a reservation named, preflight asked EC2 anyway and
     failed or went undetermined on a group the stack never makes (found by mutmut: ``efa`` was never read)."""
     for kw in ({"efa": False}, {"capacity_reservation_id": RID}):

@@ -8,7 +8,7 @@ from typing import Any, Callable
 import pytest
 
 from ray_efa_eks.tools import layout, layout_network, layout_node_groups, rules
-from ray_efa_eks.components.config import ConfigError, StackConfig
+from ray_efa_eks.components.config.config import ConfigError, StackConfig
 from ray_efa_eks.tools.layout import (INGRESS, MNG, RAY_CLUSTER, SERVICE, SG_EGRESS, SUBNET, Resource, from_mockrun,
                                from_policy)
 from ray_efa_eks.tools.mockrun import run_program

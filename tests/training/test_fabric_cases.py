@@ -456,9 +456,9 @@ def test_counters_without_the_expected_bytes_judge_nothing():
 def test_the_env_the_stack_renders_is_replaced_by_the_capture_and_nothing_else_touched(tmp_path):
     """test_fabric.py's deployed-worker test without its two whole-stack mock runs (which .ci/mutation.py deselects:
     they cost each mutant's fork 5.5 s CPU and ran past mutmut's wall limit): the GPU worker's NCCL env from the stack's own functions
-    (components/raycluster.py ``efa_env``, ``stack_nccl_env``)."""
-    from ray_efa_eks.components import raycluster
-    from ray_efa_eks.components.instances import CATALOGUE
+    (components/ray/raycluster.py ``efa_env``, ``stack_nccl_env``)."""
+    from ray_efa_eks.components.ray import raycluster
+    from ray_efa_eks.components.nodes.instances import CATALOGUE
 
     nccl = raycluster.efa_env(CATALOGUE["p5.48xlarge"], True, "WARN", "ofi")
     env = {e["name"]: e["value"] for e in nccl + [raycluster.stack_nccl_env(nccl)]}

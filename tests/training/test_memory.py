@@ -128,7 +128,7 @@ def test_1b_fits_an_l4_from_two_ranks_and_not_on_one():
 
 
 def _catalogue_gpus() -> list[tuple[str, float, str]]:
-    from ray_efa_eks.components.instances import CATALOGUE
+    from ray_efa_eks.components.nodes.instances import CATALOGUE
 
     by: dict[tuple[str, int], set[str]] = {}
     for it in CATALOGUE.values():

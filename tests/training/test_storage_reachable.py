@@ -7,7 +7,7 @@ process's own credentials, in bounded time, and exits 73 (the storage said no) o
 
 S3 is moto on loopback (tests/helpers/s3_emulator.py) reached with EKS Pod Identity credentials only, as a Ray pod
 reaches it; for the denied prefix the emulator authorizes each request against the pods' own role policy
-(components/pod_identity.py). Ray is replaced by a stand-in that fails to start (exit 4): reaching it means the
+(components/cluster/pod_identity.py). Ray is replaced by a stand-in that fails to start (exit 4): reaching it means the
 storage check passed.
 """
 
@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from ray_efa_eks.components.pod_identity import bucket_prefix_policy
+from ray_efa_eks.components.cluster.pod_identity import bucket_prefix_policy
 from ray_efa_eks.tools import command
 from ray_efa_eks.training import storage_check
 from tests.helpers.iam_eval import allowed

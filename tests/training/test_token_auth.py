@@ -29,8 +29,8 @@ import pytest
 pytest.importorskip("ray.job_submission")
 pytest.importorskip("aiohttp")  # ray[default]: the dashboard and the Jobs API
 
-from ray_efa_eks.components.efa_check import Deadlines, check_script  # noqa: E402
-from ray_efa_eks.components.raycluster import AUTH_TOKEN_KEY, TOKEN_LENGTH  # noqa: E402
+from ray_efa_eks.components.addons.efa_check import Deadlines, check_script  # noqa: E402
+from ray_efa_eks.components.ray.raycluster import AUTH_TOKEN_KEY, TOKEN_LENGTH  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = str(Path(sys.executable).parent)

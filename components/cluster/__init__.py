@@ -1,0 +1,1 @@
+"""The cluster layer: the EKS control plane, its supported versions, the live cluster's state and Pod Identity roles."""

@@ -1,0 +1,1 @@
+"""The network layer: the VPC, the NetworkPolicy specs every namespace shares, and where the GPU nodes go."""
