@@ -125,7 +125,7 @@ MODULES: dict[str, list[str]] = {
     "tools/layout_pods.py": ["tests/tools/test_layout_cases.py"],
     "tools/layout_network.py": ["tests/tools/test_layout_cases.py"],
     "tools/plan_diff.py": ["tests/tools/test_plan_diff_branches.py"],
-    "tools/plan_run.py": ["tests/tools/test_plan_run_branches.py"],
+    "tools/plan_run.py": ["tests/tools/test_plan_run_cases.py"],
 }
 
 STATUS = {1: "killed", 3: "killed", 0: "survived", 5: "no tests", 33: "no tests", 34: "skipped", 36: "timeout",
