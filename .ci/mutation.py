@@ -124,7 +124,7 @@ MODULES: dict[str, list[str]] = {
     "tools/layout_node_groups.py": ["tests/tools/test_layout_cases.py"],
     "tools/layout_pods.py": ["tests/tools/test_layout_cases.py"],
     "tools/layout_network.py": ["tests/tools/test_layout_cases.py"],
-    "tools/plan_diff.py": ["tests/tools/test_plan_diff_branches.py"],
+    "tools/plan_diff.py": ["tests/tools/test_plan_diff_cases.py"],
     "tools/plan_run.py": ["tests/tools/test_plan_run_cases.py"],
 }
 
