@@ -57,7 +57,7 @@ FAST_TESTS = [
     "tests/tools/test_preflight.py", "tests/tools/test_preflight_quota.py", "tests/tools/test_preflight_args.py",
     "tests/tools/test_preflight_branches.py",
     "tests/components/test_capacity_branches.py", "tests/components/test_cost_branches.py",
-    "tests/tools/test_aws_rules_cases.py", "tests/tools/test_security_rules_branches.py",
+    "tests/tools/test_aws_rules_cases.py", "tests/tools/test_security_rules_cases.py",
     "tests/tools/test_layout_cases.py", "tests/tools/test_plan_diff_cases.py",
     "tests/tools/test_plan_run_cases.py",
     "tests/efacheck/test_node_check.py", "tests/efacheck/test_worker_pods.py",

@@ -119,7 +119,7 @@ MODULES: dict[str, list[str]] = {
     "components/capacity.py": ["tests/components/test_capacity_branches.py"],
     "components/cost.py": ["tests/components/test_cost_branches.py"],
     "tools/aws_rules.py": ["tests/tools/test_aws_rules_cases.py"],
-    "tools/security_rules.py": ["tests/tools/test_security_rules_branches.py"],
+    "tools/security_rules.py": ["tests/tools/test_security_rules_cases.py"],
     "tools/layout.py": ["tests/tools/test_layout_cases.py"],
     "tools/layout_node_groups.py": ["tests/tools/test_layout_cases.py"],
     "tools/layout_pods.py": ["tests/tools/test_layout_cases.py"],
