@@ -592,7 +592,8 @@ def res(limits=None, requests=None):
     (res({"cpu": "2"}), "no memory limit"),
     (res({"memory": "1Gi"}), "no cpu limit"),
     (res({}), "no cpu or memory limit"),
-    (res({"cpu": "2", "memory": "8Gi"}, {"ephemeral-storage": "1Gi"}), "ephemeral-storage requested (1Gi) without a limit"),
+    (res({"cpu": "2", "memory": "8Gi"}, {"ephemeral-storage": "1Gi"}),
+     "ephemeral-storage requested (1Gi) without a limit"),
     (res({"cpu": "2", "memory": "8Gi", "x": "odd"}, {"x": "odd"}), None),  # unparseable but the same text
     (res({"cpu": "2", "memory": "8Gi", "x": "odd"}, {"x": "other"}), "requests.x=other != limits.x=odd"),
     (res({"cpu": "2", "memory": UNKNOWN}), None),
@@ -669,8 +670,10 @@ def test_image_problem(image, want):
 def test_efa_intent_each_reason():
     g = mng(instanceTypes=["g6.12xlarge"], enableEfaSupport=True)
     efa_pod = R("kubernetes:core/v1:Pod", "p", spec={"containers": [res({L.EFA_RESOURCE: 1})]})
-    env_pod = R("kubernetes:core/v1:Pod", "q", spec={"containers": [{"env": [{"name": "FI_PROVIDER", "value": "efa"}]}]})
-    tcp_pod = R("kubernetes:core/v1:Pod", "s", spec={"containers": [{"env": [{"name": "FI_PROVIDER", "value": "tcp"}]}]})
+    env_pod = R("kubernetes:core/v1:Pod", "q", spec={"containers": [{"env": [{"name": "FI_PROVIDER",
+                                                                               "value": "efa"}]}]})
+    tcp_pod = R("kubernetes:core/v1:Pod", "s", spec={"containers": [{"env": [{"name": "FI_PROVIDER",
+                                                                               "value": "tcp"}]}]})
     plugin = R(L.HELM_RELEASE, "efa", chart="oci://x/aws-efa-k8s-device-plugin")
     other = R(L.HELM_RELEASE, "kr", chart="kuberay-operator")
     assert N.efa_intent(Stack([g, efa_pod, env_pod, tcp_pod, plugin, other])) == [
@@ -877,7 +880,8 @@ def test_dashboard_exposure_of_an_ingress():
     head = {"service": {"name": "ray-head-svc"}}
     assert exposures(ingress("a", rules=rules), ingress("b", defaultBackend=head)) == [  # and each Ingress is read
         ("a", how.format("x")), ("b", how.format("ray-head-svc"))]
-    assert exposures(ingress(rules=[{"http": {"paths": [{"backend": {"service": {"port": {"name": "dashboard"}}}}]}}])) == [
+    unnamed = [{"http": {"paths": [{"backend": {"service": {"port": {"name": "dashboard"}}}}]}}]
+    assert exposures(ingress(rules=unnamed)) == [
         ("ing", how.format(""))]
     assert exposures(ingress(annotations={"alb.ingress.kubernetes.io/scheme": "internal"},
                              defaultBackend={"service": {"name": "ray-head-svc"}})) == []

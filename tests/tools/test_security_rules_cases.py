@@ -209,7 +209,8 @@ def test_kuberay_single_namespace_each_condition():
     rc = ray_cluster(ns="ray")
     ok = {"singleNamespaceInstall": True, "watchNamespace": ["ray"]}
     assert sr.kuberay_single_namespace(Stack([rc, kuberay(ok)])) == []
-    assert sr.kuberay_single_namespace(Stack([rc, kuberay(ok, chart="oci://x/kuberay-operator", typ=HELM_CHART_V4)])) == []
+    oci = kuberay(ok, chart="oci://x/kuberay-operator", typ=HELM_CHART_V4)
+    assert sr.kuberay_single_namespace(Stack([rc, oci])) == []
     cluster_wide = sr.kuberay_single_namespace(Stack([rc, kuberay({"watchNamespace": ["ray"]})]))
     said(cluster_wide, *CLUSTER_WIDE)
     assert cluster_wide[0].fix == sr.KUBERAY_FIX and cluster_wide[0].rule == "kuberay-single-namespace"
