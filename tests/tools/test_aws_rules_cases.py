@@ -142,7 +142,7 @@ CASES: list[Case] = [
     bad("cb-type-on-group-only", MNG, mng(capacityType="CAPACITY_BLOCK", instanceTypes=["p5.48xlarge"]), NO_TYPE,
         "capacity-block-type-in-template", "with instanceTypes ['p5.48xlarge']"),
     bad("cb-no-template", MNG, {"capacityType": "CAPACITY_BLOCK"}, P5, "capacity-block-type-in-template",
-        "needs a custom launch template"),
+        "capacityType CAPACITY_BLOCK needs a custom launch template"),
     bad("cb-template-id-of-a-subnet", MNG, {"capacityType": "CAPACITY_BLOCK", "launchTemplate": {"id": "sub"}},
         holding(lt(instanceType="p5.48xlarge"), rec(SUBNET, "sub")), "capacity-block-type-in-template",
         "needs a custom launch template"),
@@ -383,12 +383,13 @@ def test_pod_identity_statements(raw, want):
 @pytest.mark.parametrize("cond, required_only, want", [
     (None, False, set()),
     ({"StringEquals": {"aws:SourceAccount": "1"}, "StringEqualsIfExists": {"aws:RequestTag/x": "y"},
-      "Null": {"aws:RequestTag/z": "false"}, "Bool": None}, False,
+      "Null": {"aws:RequestTag/z": "false"}, "Bool": None}, None,
      {"aws:sourceaccount", "aws:requesttag/x", "aws:requesttag/z"}),
     ({"StringEquals": {"aws:SourceAccount": "1"}, "StringEqualsIfExists": {"aws:RequestTag/x": "y"},
       "Null": {"aws:RequestTag/z": "false"}, "Bool": None}, True, {"aws:sourceaccount"}),
     ({"StringEqualsIfExists": {"aws:RequestTag/x": "y"}, "StringEquals": {"aws:RequestTag/Team": "ml"}}, True,
      {"aws:requesttag/team"}),
-], ids=["none", "all", "required", "required-after-optional"])
+], ids=["none", "all-by-default", "required", "required-after-optional"])
 def test_condition_keys(cond, required_only, want):
-    assert condition_keys(st(cond=cond), required_only=required_only) == want
+    kw = {} if required_only is None else {"required_only": required_only}
+    assert condition_keys(st(cond=cond), **kw) == want
