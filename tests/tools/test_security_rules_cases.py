@@ -46,7 +46,7 @@ def said(violations, *fragments: str) -> None:
 
 
 TOKEN_DEFAULT = ("mount a Kubernetes API token", "automountServiceAccountToken None", "service account default")
-CLUSTER_WIDE = ("every namespace", "ClusterRole", "singleNamespaceInstall is not true")
+CLUSTER_WIDE = ("the operator watches every namespace", "ClusterRole (singleNamespaceInstall is not true)")
 
 
 # -- ray_pods and the label selectors of ray-pods-network-policy ------------------------------------------------------
@@ -154,7 +154,8 @@ def test_gate_no_api_token_projected_volumes():
     assert sr.gate_no_api_token(Stack([init_only])) == []
     # ... of the default account: refused
     default_sa = job(automountServiceAccountToken=False, volumes=[TOKEN_VOL])
-    said(sr.gate_no_api_token(Stack([default_sa])), "token of the namespace's default ServiceAccount", "projected")
+    said(sr.gate_no_api_token(Stack([default_sa])), "token of the namespace's default ServiceAccount",
+         "is projected into its pods")
     # a projected volume of config maps only is no token
     cm = {"name": "cm", "projected": {"sources": [{"configMap": {"name": "x"}}, None]}}
     no_token = job(automountServiceAccountToken=False, volumes=[cm, {"name": "e", "emptyDir": {}}],
@@ -416,3 +417,25 @@ def test_every_violation_carries_its_rules_id_and_fix():
     assert [(v.problem.split(" ")[0], v.rule, v.fix) for v in got] == [
         ("container", "gate-no-api-token", sr.GATE_TOKEN_FIX), ("a", "gate-no-api-token", sr.GATE_TOKEN_FIX),
         ("chart", "device-plugin-versions", sr.PLUGINS_FIX)]
+
+
+def test_every_violation_names_the_resource_it_judged():
+    """The resource (and its URN) is where the plan and CrossGuard point the reader: each way each rule reports."""
+    rc = ray_cluster(workers=[{"groupName": "gpu", "template": tmpl()}])
+    mounted = job(automountServiceAccountToken=False, serviceAccountName="a", volumes=[TOKEN_VOL],
+                  containers=[{"name": "gate", "volumeMounts": [{"name": "tok"}]}])
+    default_sa = job(automountServiceAccountToken=False, volumes=[TOKEN_VOL])
+    efa, mofed = chart("aws-efa-k8s-device-plugin", "v0.5.9"), chart("nvidia-device-plugin", "0.19.0", {})
+    wide = kuberay({"watchNamespace": ["ray"]})
+    cases = [
+        (sr.gate_no_api_token(Stack([job()])), job()),
+        (sr.gate_no_api_token(Stack([mounted])), mounted),
+        (sr.gate_no_api_token(Stack([default_sa])), default_sa),
+        (sr.ray_pods_network_policy(Stack([rc, netpol(podSelector={"matchLabels": {"x": "y"}})])), rc),
+        (sr.kuberay_single_namespace(Stack([rc, wide])), wide),
+        (sr.ray_pods_region(Stack([with_env([])])), with_env([])),
+        (sr.device_plugin_versions(Stack([P6, efa])), efa),
+        (sr.device_plugin_versions(Stack([mofed])), mofed),
+    ]
+    for got, judged in cases:
+        assert got and all((v.resource, v.urn) == (judged.label, judged.urn) for v in got), (judged.label, got)
