@@ -167,14 +167,14 @@ def test_plan_git_ref_runs_the_refs_own_code_and_stack_file(repo, monkeypatch):
 
 def test_plan_git_ref_errors_are_the_base_plans_not_a_crash(repo):
     missing = pr.plan_git_ref("base", repo, stack="prod")
-    assert "Pulumi.prod.yaml does not exist at base" in missing.error
+    assert "Pulumi.prod.yaml does not exist at base" in missing.error and missing.absent is True
     assert missing.region == "us-east-1" and missing.exit_code == 2
     assert pr.plan_git_ref("base", repo, stack="prod", region="eu-west-1").region == "eu-west-1"
     assert pr.plan_git_ref("base", repo, stack="prod", defaults=True).error is None  # defaults: planned anyway
     gone = pr.plan_git_ref("base", repo, program="sub/__main__.py", defaults=True)
-    assert "sub/__main__.py does not exist at base" in gone.error
+    assert "sub/__main__.py does not exist at base" in gone.error and gone.absent is True
     failed = pr.plan_git_ref("base", repo, overrides={"ray-efa-eks:fail": "bad config"})
-    assert failed.error == "the base program failed: bad config" and failed.resources == []
+    assert failed.error == "the base program failed: bad config" and failed.resources == [] and not failed.absent
 
 
 def test_plan_git_ref_without_records_is_an_error(repo):
@@ -384,14 +384,16 @@ def test_plan_git_ref_archive_failure_says_how_to_fetch(repo, monkeypatch):
     failing_archive(monkeypatch, b"fatal: not a tree object\n")
     with pytest.raises(PlanError) as e:
         pr.plan_git_ref("base", repo)
-    for fragment in ("git archive 'base' failed: fatal: not a tree object", "fetch", "fetch-depth: 0"):
+    for fragment in ("git archive 'base' failed: fatal: not a tree object", "fetch the ref first; in CI use",
+                     "fetch-depth: 0"):
         assert fragment in str(e.value)
 
 
 def test_resolve_ref_messages_say_what_to_name(tmp_path, repo):
     with pytest.raises(UsageError) as e:
         pr.resolve_ref("-x", tmp_path)
-    for fragment in ("--diff '-x'", "not a git ref", "--diff origin/main", "--diff old.json new.json"):
+    for fragment in ("--diff '-x'", "not a git ref", "so it cannot be read as an option", "--diff origin/main",
+                     "or a saved plan: --diff old.json new.json"):
         assert fragment in str(e.value)
     with pytest.raises(PlanError) as e:
         pr.resolve_ref("nope", repo)
@@ -421,7 +423,7 @@ def test_a_base_program_that_hangs_is_the_base_plans_error(repo, monkeypatch):
     git(repo, "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qam", "hangs")
     monkeypatch.setattr(pr, "BASE_PLAN_TIMEOUT_S", 1)
     plan = pr.plan_git_ref("HEAD", repo)
-    assert "the program at HEAD ran past 1 s" in plan.error and "stopped" in plan.error
+    assert "the program at HEAD ran past 1 s under the mocks and was stopped" in plan.error
     assert (plan.source, plan.stack, plan.region, plan.exit_code) == ("git HEAD", "dev", "us-west-2", 2)
 
 
@@ -433,6 +435,7 @@ def test_git_that_never_answers_is_the_plans_error_with_its_deadline(tmp_path, m
     """Every git call of a diff has a deadline (GIT_TIMEOUT_S): a git that hangs (a lock, a slow filesystem) ends the
     plan with an error naming the step and the figure, not a wait for ever."""
     def git(argv, *a, **kw):
+        assert kw.get("timeout") == pr.GIT_TIMEOUT_S, argv  # every git call carries the deadline
         if hangs in argv:
             raise subprocess.TimeoutExpired(argv, kw.get("timeout"))
         return SimpleNamespace(returncode=0, stdout="0" * 40 + "\n", stderr="")  # rev-parse: a commit
