@@ -1,8 +1,9 @@
-"""Every condition of the least-privilege layout rules (tools/security_rules.py) with its outcome asserted.
+"""Every condition of the least-privilege layout rules (tools/security_rules.py), through the rule functions.
 
 test_security_rules.py breaks each rule on the stack the program builds; here each rule gets the smallest set of
-resources that reaches one condition (a preview's unknown value included), and the test asserts the violation's
-wording or that the rule stays silent. No Pulumi engine: milliseconds.
+resources that reaches one condition (a preview's unknown value included), and the test asserts what the violation
+decides (the container, the missing variables, the namespaces left out; long prose by its fragments) or that
+the rule stays silent. No Pulumi engine: milliseconds.
 """
 
 from __future__ import annotations
@@ -37,7 +38,18 @@ def problems(violations) -> list[str]:
     return [v.problem for v in violations]
 
 
-# -- ray_pods and _matches -------------------------------------------------------------------------------------------
+def said(violations, *fragments: str) -> None:
+    """One violation, whose problem says each fragment (the decided values; not the whole wording)."""
+    assert len(violations) == 1, problems(violations)
+    for f in fragments:
+        assert f in violations[0].problem
+
+
+TOKEN_DEFAULT = ("mount a Kubernetes API token", "automountServiceAccountToken None", "service account default")
+CLUSTER_WIDE = ("the operator watches every namespace", "ClusterRole (singleNamespaceInstall is not true)")
+
+
+# -- ray_pods and the label selectors of ray-pods-network-policy ------------------------------------------------------
 
 def test_ray_pods_yields_head_and_each_worker_group_with_kuberays_labels():
     workers = [{"groupName": "gpu", "template": tmpl({"app": "w"})}, {"template": tmpl()}, "junk",
@@ -79,8 +91,13 @@ def test_ray_pods_skips_what_it_cannot_read():
     ({"matchLabels": {"a": "1"}, "matchExpressions": [{"key": "b", "operator": "Exists"}]}, {"a": "1"}, False),
     ({"matchLabels": {"a": "1"}, "matchExpressions": [{"key": "b", "operator": "Exists"}]}, {"a": "1", "b": ""}, True),
 ])
-def test_matches_is_the_label_selector_semantics(selector, labels, want):
-    assert sr._matches(selector, labels) is want
+def test_network_policy_selects_by_the_label_selector_semantics(selector, labels, want):
+    """A NetworkPolicy of the head's namespace selects the head pod (labelled ``labels`` plus KubeRay's) as a
+    Kubernetes label selector does; a selector only ``up`` knows may select it (the rule stays silent)."""
+    v = sr.ray_pods_network_policy(Stack([ray_cluster(head=tmpl(labels)), netpol(podSelector=selector)]))
+    assert len(v) == (0 if want in (True, None) else 1)
+    if v:
+        assert "namespace ray" in v[0].problem and "head pods" in v[0].problem
 
 
 # -- gate-no-api-token -----------------------------------------------------------------------------------------------
@@ -111,8 +128,7 @@ def test_gate_no_api_token_silent_on_the_stacks_gate():
 
 def test_gate_no_api_token_each_way_a_token_gets_in():
     v = sr.gate_no_api_token(Stack([job()]))
-    assert problems(v) == ["its pods mount a Kubernetes API token (automountServiceAccountToken None, service "
-                           "account default)"]
+    said(v, *TOKEN_DEFAULT)
     assert v[0].rule == "gate-no-api-token" and v[0].resource == f"{sr.JOB} gate" and v[0].fix == sr.GATE_TOKEN_FIX
     assert v[0].urn == "urn:pulumi:dev::p::kubernetes:batch/v1:Job::gate"
     assert problems(sr.gate_no_api_token(Stack([job(automountServiceAccountToken=True, serviceAccountName="g"),
@@ -138,13 +154,12 @@ def test_gate_no_api_token_projected_volumes():
     assert sr.gate_no_api_token(Stack([init_only])) == []
     # ... of the default account: refused
     default_sa = job(automountServiceAccountToken=False, volumes=[TOKEN_VOL])
-    assert problems(sr.gate_no_api_token(Stack([default_sa]))) == [
-        "a token of the namespace's default ServiceAccount is projected into its pods"]
+    said(sr.gate_no_api_token(Stack([default_sa])), "token of the namespace's default ServiceAccount",
+         "is projected into its pods")
     # a projected volume of config maps only is no token
     cm = {"name": "cm", "projected": {"sources": [{"configMap": {"name": "x"}}, None]}}
     no_token = job(automountServiceAccountToken=False, volumes=[cm, {"name": "e", "emptyDir": {}}],
                    containers=[{"name": "gate", "volumeMounts": [{"name": "cm"}]}])
-    assert sr._token_volumes(no_token.props["spec"]["template"]["spec"]) == set()
     assert sr.gate_no_api_token(Stack([no_token])) == []
 
 
@@ -195,10 +210,10 @@ def test_kuberay_single_namespace_each_condition():
     rc = ray_cluster(ns="ray")
     ok = {"singleNamespaceInstall": True, "watchNamespace": ["ray"]}
     assert sr.kuberay_single_namespace(Stack([rc, kuberay(ok)])) == []
-    assert sr.kuberay_single_namespace(Stack([rc, kuberay(ok, chart="oci://x/kuberay-operator", typ=HELM_CHART_V4)])) == []
+    oci = kuberay(ok, chart="oci://x/kuberay-operator", typ=HELM_CHART_V4)
+    assert sr.kuberay_single_namespace(Stack([rc, oci])) == []
     cluster_wide = sr.kuberay_single_namespace(Stack([rc, kuberay({"watchNamespace": ["ray"]})]))
-    assert problems(cluster_wide) == ["the operator watches every namespace with a ClusterRole "
-                                      "(singleNamespaceInstall is not true)"]
+    said(cluster_wide, *CLUSTER_WIDE)
     assert cluster_wide[0].fix == sr.KUBERAY_FIX and cluster_wide[0].rule == "kuberay-single-namespace"
     assert len(sr.kuberay_single_namespace(Stack([rc, kuberay({"singleNamespaceInstall": "true"})]))) == 1
     missing = sr.kuberay_single_namespace(Stack([rc, ray_cluster("b", ns="b"),
@@ -322,12 +337,11 @@ def test_pod_security_baseline_judges_the_head_and_jobs_only():
                                            res(sr.JOB, "s", spec={"template": {"spec": UNKNOWN}})])) == []
 
 
-# -- each rule reads on past what it passes over (mutmut survivors, `continue` -> `break`) -----------------
+# -- each rule reads on past what it passes over ---------------------------------------------------------------------
 
 def test_gate_no_api_token_judges_the_jobs_after_one_it_cannot_read():
     unread = [res(sr.JOB, "a", spec={"template": "?"}), job("b", automountServiceAccountToken=UNKNOWN)]
-    assert problems(sr.gate_no_api_token(Stack([*unread, job("c")]))) == [
-        "its pods mount a Kubernetes API token (automountServiceAccountToken None, service account default)"]
+    said(sr.gate_no_api_token(Stack([*unread, job("c")])), *TOKEN_DEFAULT)
     # a container only up knows, then one that mounts the token
     later = job(automountServiceAccountToken=False, serviceAccountName="a", volumes=[TOKEN_VOL],
                 containers=[UNKNOWN, {"name": "gate", "volumeMounts": [{"name": "tok"}]}])
@@ -340,8 +354,7 @@ def test_gate_no_api_token_an_unnamed_service_account_is_not_the_pods_default():
     account of a pod that names none: that pod runs as ``default``, which mounts a token."""
     unnamed = res("kubernetes:core/v1:ServiceAccount", "x", metadata={"namespace": "ray"},
                   automountServiceAccountToken=False)
-    assert problems(sr.gate_no_api_token(Stack([job(), unnamed]))) == [
-        "its pods mount a Kubernetes API token (automountServiceAccountToken None, service account default)"]
+    said(sr.gate_no_api_token(Stack([job(), unnamed])), *TOKEN_DEFAULT)
 
 
 def test_kuberay_single_namespace_judges_the_releases_after_one_it_passes_over():
@@ -350,8 +363,7 @@ def test_kuberay_single_namespace_judges_the_releases_after_one_it_passes_over()
     passed_over = (kuberay({}, chart="kuberay-apiserver"), kuberay(UNKNOWN),
                    kuberay({"singleNamespaceInstall": UNKNOWN}))
     for first in passed_over:
-        assert problems(sr.kuberay_single_namespace(Stack([rc, first, bad]))) == [
-            "the operator watches every namespace with a ClusterRole (singleNamespaceInstall is not true)"]
+        said(sr.kuberay_single_namespace(Stack([rc, first, bad])), *CLUSTER_WIDE)
 
 
 def test_ray_pods_region_judges_the_containers_after_one_without_env():
@@ -369,8 +381,8 @@ def test_device_plugin_versions_judges_the_charts_after_one_it_cannot_read():
 
 def test_nvidia_plugin_mofed_message_names_the_issue():
     v = sr.device_plugin_versions(Stack([chart("nvidia-device-plugin", "0.19.0", {})]))
-    assert problems(v) == ["chart 0.19.0 with mofedEnabled None injects every /dev/infiniband/uverbs* (EFA's "
-                           "included) into every GPU container (NVIDIA/k8s-device-plugin#1692)"]
+    said(v, "chart 0.19.0 with mofedEnabled None", "/dev/infiniband/uverbs*", "every GPU container",
+         "NVIDIA/k8s-device-plugin#1692")
 
 
 def test_pod_security_baseline_judges_the_jobs_after_one_it_cannot_read():
@@ -405,3 +417,25 @@ def test_every_violation_carries_its_rules_id_and_fix():
     assert [(v.problem.split(" ")[0], v.rule, v.fix) for v in got] == [
         ("container", "gate-no-api-token", sr.GATE_TOKEN_FIX), ("a", "gate-no-api-token", sr.GATE_TOKEN_FIX),
         ("chart", "device-plugin-versions", sr.PLUGINS_FIX)]
+
+
+def test_every_violation_names_the_resource_it_judged():
+    """The resource (and its URN) is where the plan and CrossGuard point the reader: each way each rule reports."""
+    rc = ray_cluster(workers=[{"groupName": "gpu", "template": tmpl()}])
+    mounted = job(automountServiceAccountToken=False, serviceAccountName="a", volumes=[TOKEN_VOL],
+                  containers=[{"name": "gate", "volumeMounts": [{"name": "tok"}]}])
+    default_sa = job(automountServiceAccountToken=False, volumes=[TOKEN_VOL])
+    efa, mofed = chart("aws-efa-k8s-device-plugin", "v0.5.9"), chart("nvidia-device-plugin", "0.19.0", {})
+    wide = kuberay({"watchNamespace": ["ray"]})
+    cases = [
+        (sr.gate_no_api_token(Stack([job()])), job()),
+        (sr.gate_no_api_token(Stack([mounted])), mounted),
+        (sr.gate_no_api_token(Stack([default_sa])), default_sa),
+        (sr.ray_pods_network_policy(Stack([rc, netpol(podSelector={"matchLabels": {"x": "y"}})])), rc),
+        (sr.kuberay_single_namespace(Stack([rc, wide])), wide),
+        (sr.ray_pods_region(Stack([with_env([])])), with_env([])),
+        (sr.device_plugin_versions(Stack([P6, efa])), efa),
+        (sr.device_plugin_versions(Stack([mofed])), mofed),
+    ]
+    for got, judged in cases:
+        assert got and all((v.resource, v.urn) == (judged.label, judged.urn) for v in got), (judged.label, got)

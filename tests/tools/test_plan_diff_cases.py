@@ -7,6 +7,8 @@ new program fails; else 1 when the new plan breaks a rule or a GPU group would r
 
 from __future__ import annotations
 
+from html import escape
+
 import pytest
 
 from ray_efa_eks.components.nodes import rollout_guards
@@ -171,9 +173,38 @@ def test_hook_warnings_are_notes_not_a_failure():
 
 # -- render_diff -----------------------------------------------------------------------------------------------------
 
-def test_cell_and_md():
-    assert pd._cell(1234.5) == "1,234.50" and pd._cell("a|b\nc") == "a\\|b c" and pd._cell(None) == "None"
-    assert pd._md("<b> & </b>") == "&lt;b&gt; &amp; &lt;/b&gt;"
+@pytest.mark.parametrize("before, after, row", [
+    (1234.5, 2, "| x | 1,234.50 | 2 |"),  # a float: thousands and cents
+    ("a|b\nc", "d", "| x | a\\|b c | d |"),  # a pipe and a newline would break the table
+    (None, 1, "| x | None | 1 |"),
+    ("<b> & </b>", "", "| x | &lt;b&gt; &amp; &lt;/b&gt; |  |"),  # GitHub would drop an unknown tag
+    ("1.33", "<1.35>", "| x | 1.33 | &lt;1.35&gt; |"),
+], ids=["float", "pipe-newline", "none", "markup-before", "markup-after"])
+def test_render_diff_table_cells_show_the_value_as_written(before, after, row):
+    text = pd.render_diff(pd.diff_plans(plan(settings={"x": before}), plan(settings={"x": after})))
+    assert f"| setting | before | after |\n|---|---|---|\n{row}\n" in text
+
+
+@pytest.mark.parametrize("where", ["before error", "after error", "violation", "refusal", "note", "rollout"])
+def test_render_diff_escapes_markup_in_every_line_it_quotes(where):
+    tag = "<img src=x>"
+    before, after = plan(), plan()
+    if where == "before error":
+        before = plan(error=f"boom {tag}")
+    elif where == "after error":
+        after = plan(error=f"boom {tag}")
+    elif where == "violation":
+        after = plan(violations=[v(problem=tag)])
+    elif where == "refusal":
+        before, after = plan(hooked={f"{LT} {tag}": tpl("gpu")}), plan(hooked={f"{LT} {tag}": tpl("gpu", image="b")})
+    elif where == "note":
+        before, after = (plan(hooked={f"{LT} {tag}": tpl("system")}),
+                         plan(hooked={f"{LT} {tag}": tpl("system", image="b")}))
+    else:
+        before, after = plan(settings={"nodeGroups": {tag: GPU["nodeGroups"]["gpu"]}}), plan(
+            settings={"nodeGroups": {tag: {**GPU["nodeGroups"]["gpu"], "instanceTypes": "g6.48xlarge"}}})
+    text = pd.render_diff(pd.diff_plans(before, after))
+    assert tag not in text and "&lt;img src=x&gt;" in text
 
 
 def test_render_diff_of_a_change_with_everything():
@@ -217,7 +248,7 @@ def test_render_diff_when_a_program_failed():
     assert "- ❌ [efa-sg] aws:ec2/securityGroup:SecurityGroup sg: p. Fix: f\n" in kept and "_(new)_" not in kept
 
 
-# -- the whole comment, line by line (mutmut survivors in blank lines, fences and the note) ----------------
+# -- the whole comment, line by line: the Markdown GitHub renders (blank lines, fences, the note) is the contract ---
 
 NOTE = ("_Pulumi mocks, no cloud credentials: what the program declares, not what AWS will do. `ray-efa-eks diff` "
         "reproduces this locally._")
@@ -238,15 +269,16 @@ def test_render_diff_of_a_change_with_everything_is_exactly_this_comment():
         "<details><summary>Resources: 1 added, 1 removed</summary>", "", "```diff", "+ t b", "- t a", "```",
         "</details>", "",
         "**EKS would refuse this change, or carry it out destructively (1); `pulumi up` stops before it:**",
-        f"- ⛔ {pd._md(d.refusals[0])}", "",
-        "**What this update replaces or stops (1); `pulumi up` warns the same:**", f"- ⚠️ {pd._md(d.notes[0])}", "",
+        f"- ⛔ {escape(d.refusals[0], quote=False)}", "",
+        "**What this update replaces or stops (1); `pulumi up` warns the same:**",
+        f"- ⚠️ {escape(d.notes[0], quote=False)}", "",
         "**Layout rules broken (1), warnings (1):**",
         "- ❌ [efa-sg] aws:ec2/securityGroup:SecurityGroup sg: new &lt;one&gt;. Fix: f _(new)_",
         "- ❌ [pref (warning)] aws:ec2/securityGroup:SecurityGroup sg: p. Fix: f _(new)_",
         "- ✅ fixed: [efa-sg] aws:ec2/securityGroup:SecurityGroup sg: fixed one. Fix: f", "",
-        "**GPU node group rollouts in a reservation (1):**", f"- ⚠️ {pd._md(d.rollouts[0])}"]) + "\n"
-    assert d.refusals[0].startswith("kubernetesVersion 1.33 -> 1.35: ") and pd._md(d.refusals[0]).startswith(
-        "kubernetesVersion 1.33 -&gt; 1.35: ")
+        "**GPU node group rollouts in a reservation (1):**", f"- ⚠️ {escape(d.rollouts[0], quote=False)}"]) + "\n"
+    assert d.refusals[0].startswith("kubernetesVersion 1.33 -> 1.35: ")
+    assert "- ⛔ kubernetesVersion 1.33 -&gt; 1.35: " in pd.render_diff(d)
 
 
 def test_render_diff_of_no_change_is_exactly_this_comment():
@@ -288,8 +320,6 @@ def test_hook_verdicts_name_a_resource_whose_name_holds_a_space():
     refusals, _ = pd.hook_verdicts({f"{LT} gpu nodes": tpl("gpu")}, {f"{LT} gpu nodes": tpl("gpu", image="ami-2")})
     assert len(refusals) == 1 and refusals[0].startswith("gpu nodes: GPU node group (reservation) would roll")
 
-
-# -- what mutmut's first run of plan_diff (2026-12-05 08:49) found unasserted ----------------------------------------
 
 def test_render_diff_lists_resources_only_added_or_only_removed():
     a, b = plan(resources=[("t", "a")]), plan(resources=[("t", "a"), ("t", "b")])
