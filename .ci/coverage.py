@@ -53,7 +53,7 @@ FLOORS: dict[str, float] = {
 """Module -> the least branch coverage (%) its tests must keep."""
 
 FAST_TESTS = [
-    "tests/efacheck/test_nccl_log.py", "tests/efacheck/test_nccl_log_branches.py",
+    "tests/efacheck/test_nccl_log.py", "tests/efacheck/test_nccl_log_cases.py",
     "tests/efacheck/test_verdict_properties.py", "tests/efacheck/test_verdict_cases.py",
     "tests/efacheck/test_efa_counters.py", "tests/efacheck/test_efa_counters_cases.py",
     "tests/efacheck/test_exporter_witness.py", "tests/efacheck/test_efa_exporter.py",
@@ -63,7 +63,7 @@ FAST_TESTS = [
     "tests/components/test_config.py", "tests/components/test_config_rules.py", "tests/components/test_values.py",
     "tests/components/test_values_cases.py", "tests/components/test_config_fields.py",
     "tests/tools/test_preflight.py", "tests/tools/test_preflight_quota.py", "tests/tools/test_preflight_args.py",
-    "tests/tools/test_preflight_branches.py",
+    "tests/tools/test_preflight_cases.py",
     "tests/components/test_capacity_cases.py", "tests/components/test_cost_cases.py",
     "tests/tools/test_aws_rules_cases.py", "tests/tools/test_security_rules_cases.py",
     "tests/tools/test_rules_unknowns.py",

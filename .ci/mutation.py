@@ -68,11 +68,11 @@ MODULES: dict[str, list[str]] = {
     # module (path in the checkout) -> pytest arguments that select its fast tests (no Ray cluster); each engineer
     # adds the rows of the modules they own
     "efacheck/nccl_log.py": [
-        "tests/efacheck/test_nccl_log.py", "tests/efacheck/test_nccl_log_branches.py",
+        "tests/efacheck/test_nccl_log.py", "tests/efacheck/test_nccl_log_cases.py",
         "tests/efacheck/test_verdict_properties.py",
     ],
     **{module: [
-        "tests/efacheck/test_nccl_log.py", "tests/efacheck/test_nccl_log_branches.py",
+        "tests/efacheck/test_nccl_log.py", "tests/efacheck/test_nccl_log_cases.py",
         "tests/efacheck/test_verdict_properties.py",
     ] for module in ("efacheck/nccl_verdict.py", "efacheck/nccl_parse.py", "efacheck/nccl_input.py")},
     "efacheck/verdict.py": [
@@ -119,11 +119,11 @@ MODULES: dict[str, list[str]] = {
         "tests/components/test_values.py",
     ],
     "tools/preflight.py": [
-        "tests/tools/test_preflight_branches.py", "tests/tools/test_preflight_quota.py",
+        "tests/tools/test_preflight_cases.py", "tests/tools/test_preflight_quota.py",
         "tests/tools/test_preflight_args.py",
     ],
     **{module: [
-        "tests/tools/test_preflight_branches.py", "tests/tools/test_preflight_quota.py",
+        "tests/tools/test_preflight_cases.py", "tests/tools/test_preflight_quota.py",
         "tests/tools/test_preflight_args.py",
     ] for module in ("tools/preflight_checks.py", "tools/preflight_aws.py")},
     "components/nodes/capacity.py": ["tests/components/test_capacity_cases.py"],
