@@ -127,12 +127,14 @@ def test_any_other_ofi_warning_is_ofi_error():
 
 # --- the command, in process (its exit codes and output are the gate's contract) ---
 
+import contextlib  # noqa: E402
 import io  # noqa: E402
 import itertools  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import runpy  # noqa: E402
 import sys  # noqa: E402
+from types import SimpleNamespace  # noqa: E402
 
 import pytest  # noqa: E402
 
@@ -227,15 +229,39 @@ def test_run_as_a_module(tmp_path, monkeypatch, capsys):
     assert e.value.code == 0 and "verdict: efa" in capsys.readouterr().out
 
 
-def test_input_is_read_in_chunks_and_stops_past_the_limit(monkeypatch):
-    monkeypatch.setattr(nccl_input, "HEAD_BYTES", 16)
-    monkeypatch.setattr(nccl_input, "CHUNK_BYTES", 16)
-    assert nccl_input._read_bounded(io.BytesIO(EFA_JOB.encode())) == EFA_JOB.encode()
-    # a regular file (its size known) is read again from the start in one call past its head
-    assert nccl_input._read_bounded(io.BytesIO(EFA_JOB.encode()), len(EFA_JOB)) == EFA_JOB.encode()
-    monkeypatch.setattr(nccl_input, "MAX_LOG_BYTES", 40)
-    with pytest.raises(OSError, match="not one rank's log"):
-        nccl_input._read_bounded(io.BytesIO(EFA_JOB.encode()))
+def _verdict_cli(monkeypatch, capsys, tmp_path, data: bytes, via: str):
+    """``nccl-verdict`` on ``data`` read from stdin (``-``, size unknown) or a regular file (its size known)."""
+    if via == "stdin":
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
+        arg = "-"
+    else:
+        (tmp_path / "job.log").write_bytes(data)
+        arg = str(tmp_path / "job.log")
+    code = nccl_log.main([arg])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# head and chunk sizes small, so a log of a few hundred bytes crosses them; MAX None keeps 1 GiB
+READS = [  # (via, HEAD_BYTES, CHUNK_BYTES, MAX_LOG_BYTES, extra bytes, exit code, output fragment)
+    ("stdin", 16, 16, None, b"", 0, "verdict: efa"),  # head + many chunks, joined
+    ("file", 16, 16, None, b"", 0, "verdict: efa"),  # read again from the start in one call past its head
+    ("stdin", 16, 1 << 20, None, b"", 0, "verdict: efa"),  # head + one chunk: both kept
+    ("file", 16, 16, "len", b"", 0, "verdict: efa"),  # exactly the limit: not refused
+    ("stdin", 16, 16, 40, b"", 3, "more than 0 GiB: not one rank's log"),  # stdin refused as the limit is crossed
+    ("stdin", 16, 16, "len", b"x", 3, "more than 0 GiB: not one rank's log"),  # one byte past the limit
+]
+
+
+@pytest.mark.parametrize("via, head, chunk, limit, extra, code, says", READS)
+def test_input_is_read_in_chunks_and_stops_past_the_limit(monkeypatch, capsys, tmp_path, via, head, chunk, limit,
+                                                           extra, code, says):
+    monkeypatch.setattr(nccl_input, "HEAD_BYTES", head)
+    monkeypatch.setattr(nccl_input, "CHUNK_BYTES", chunk)
+    if limit is not None:
+        monkeypatch.setattr(nccl_input, "MAX_LOG_BYTES", len(EFA_JOB) if limit == "len" else limit)
+    got, out, err = _verdict_cli(monkeypatch, capsys, tmp_path, EFA_JOB.encode() + extra, via)
+    assert got == code and says in (out if code == 0 else err)
 
 
 def test_with_verdict_adds_the_reason_and_a_cause_once():
@@ -374,26 +400,20 @@ class _Endless:
         pass
 
 
-def test_an_endless_input_is_read_in_chunks_and_refused_past_one_gib():
-    """Chunks of 1 MiB (one object, so the test holds 1 MiB): refused once 1 GiB is crossed, never read whole."""
-    for size_hint in (0, 100_000):  # stdin, or a regular file that grew past the size stat gave
-        with pytest.raises(OSError) as e:
-            nccl_input._read_bounded(_Endless(), size_hint)
-        assert e.value.strerror == "more than 1 GiB: not one rank's log"
-
-
-def test_a_read_of_head_and_one_chunk_returns_both(monkeypatch):
-    monkeypatch.setattr(nccl_input, "HEAD_BYTES", 16)
-    assert nccl_input._read_bounded(io.BytesIO(EFA_JOB.encode())) == EFA_JOB.encode()  # head + one 1 MiB chunk
-
-
-def test_a_file_of_exactly_the_limit_read_again_from_its_start_is_not_refused(monkeypatch):
-    monkeypatch.setattr(nccl_input, "HEAD_BYTES", 16)
-    monkeypatch.setattr(nccl_input, "MAX_LOG_BYTES", len(EFA_JOB))
-    data = EFA_JOB.encode()
-    assert nccl_input._read_bounded(io.BytesIO(data), len(data)) == data
-    with pytest.raises(OSError, match="not one rank's log"):
-        nccl_input._read_bounded(io.BytesIO(data + b"x"), len(data) + 1)
+@pytest.mark.parametrize("via", ["stdin", "file"])
+def test_an_endless_input_is_read_in_chunks_and_refused_past_one_gib(monkeypatch, capsys, tmp_path, via):
+    """Chunks of 1 MiB (one object, so the test holds 1 MiB): refused once 1 GiB is crossed, never read whole:
+    ``yes | nccl-verdict -``, or a regular file that grew past the size stat gave."""
+    if via == "stdin":
+        monkeypatch.setattr(sys, "stdin", SimpleNamespace(buffer=_Endless()))
+        arg = "-"
+    else:
+        log = tmp_path / "growing.log"
+        log.write_bytes(_Endless.LINE * 2000)  # stat sees ~100 kB; the open file never ends
+        monkeypatch.setattr(nccl_input, "open", lambda *a, **kw: contextlib.nullcontext(_Endless()), raising=False)
+        arg = str(log)
+    assert nccl_log.main([arg]) == 3
+    assert capsys.readouterr().err.endswith("more than 1 GiB: not one rank's log\n")
 
 
 def test_empty_stdin_is_an_empty_input_not_a_seek_error(monkeypatch, capsys):
