@@ -322,6 +322,8 @@ PROG = "python -m ray_efa_eks.efacheck.node_check"
     (["--expect-devices", "1"], "--node or $NODE_NAME is required"),
     (["--expect-devices", "1", "--node", "n", "--interval", "0"], "--interval: must be a positive number"),
     (["--expect-devices", "1", "--node", "n", "--interval", "nan"], "--interval: must be a positive number"),
+    (["--expect-devices", "1", "--node", "n", "--interval", "-1"], "--interval: must be a positive number of seconds, "
+                                                                   "got '-1'"),
     (["--expect-devices", "1", "--node", "n", "--pod-interval", "inf"], "--pod-interval: must be a positive number"),
     (["--expect-devices", "1", "--node", "n", "--pod-interval", "soon"], "'soon' is not a number of seconds"),
     (["--expect-devices", "g6", "--node", "n"], "TYPE=COUNT"),
@@ -906,16 +908,6 @@ def test_the_expected_counts_as_written():
     assert str(e.value) == "--expect-devices 'a=1=2': expected TYPE=COUNT[,TYPE=COUNT...], e.g. g6.12xlarge=1"
     assert nc.expected_for({}, {"g6.12xlarge": 1}) == -1  # a Node without labels is of no known type
     assert nc.expected_for({"metadata": {"labels": None}}, 3) == 3
-
-
-def test_seconds_are_positive_and_finite():
-    assert nc._seconds("2.5") == 2.5
-    for text, says in (("0", "must be a positive number of seconds, got '0'"),
-                       ("-1", "must be a positive number of seconds, got '-1'"),
-                       ("soon", "'soon' is not a number of seconds")):
-        with pytest.raises(nc.argparse.ArgumentTypeError) as e:
-            nc._seconds(text)
-        assert str(e.value) == says
 
 
 class _Answer:
