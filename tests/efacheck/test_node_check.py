@@ -766,13 +766,31 @@ def test_each_finding_says_what_it_saw(monkeypatch, tmp_path):
     assert got[1] == nc.Finding("counters", False, "no device to read")
 
 
-def test_the_condition_of_a_set_of_findings():
-    assert node_api._message([nc.Finding("devices", True, "x")]) == (
-        "True", "FabricProven", "EFA devices, counters, module, device plugin and libfabric's efa provider checked")
-    status, reason, message = node_api._message([nc.Finding("devices", False, "a"), nc.Finding("module", True, "b"),
-                                           nc.Finding("plugin", False, "c" * 2000)])
-    assert (status, reason) == ("False", "FabricCheckFailed")
-    assert message == ("devices: a; plugin: " + "c" * 2000)[:1024] and len(message) == 1024  # the API's limit
+PROVEN = "EFA devices, counters, module, device plugin and libfabric's efa provider checked"
+BAD = [nc.Finding("devices", False, "a"), nc.Finding("module", True, "b"), nc.Finding("plugin", False, "c" * 2000)]
+
+
+def _reported(findings, previous=None, uid=None, name="gpu-a"):
+    """What ``report`` wrote: (wrote?, the calls, the time it stamped, which both of its times carry)."""
+    api = Calls()
+    wrote = node_api.report(api, name, uid, findings, previous)
+    conditions = api.calls[0][2]["status"]["conditions"] if api.calls else [{}]
+    stamps = {conditions[0].get("lastHeartbeatTime"), conditions[0].get("lastTransitionTime")}
+    assert len(stamps) == 1
+    return wrote, api.calls, stamps.pop()
+
+
+@pytest.mark.parametrize("findings, status, reason, message", [
+    ([nc.Finding("devices", True, "x")], "True", "FabricProven", PROVEN),
+    ([], "True", "FabricProven", PROVEN),
+    (BAD, "False", "FabricCheckFailed", ("devices: a; plugin: " + "c" * 2000)[:1024]),  # the API's 1024 limit
+    (BAD[:1], "False", "FabricCheckFailed", "devices: a"),
+])
+def test_the_condition_of_a_set_of_findings(findings, status, reason, message):
+    _, calls, _ = _reported(findings)
+    (condition,) = calls[0][2]["status"]["conditions"]
+    assert (condition["status"], condition["reason"], condition["message"]) == (status, reason, message)
+    assert len(condition["message"]) <= 1024
 
 
 def _condition(status, reason, message, t=T):
@@ -795,31 +813,37 @@ def _event(name, reason, message, uid=None, t=T):
             "firstTimestamp": t, "lastTimestamp": t, "count": 1}
 
 
-def test_the_condition_and_the_event_as_written(monkeypatch):
-    monkeypatch.setattr(node_api, "_now", lambda: T)
-    api = Calls()
-    assert node_api._write(api, "gpu-a", "uid-1", "False", "R", "m", None) is True
-    assert api.calls == [("PATCH", "/api/v1/nodes/gpu-a/status", _condition("False", "R", "m"),
-                          "application/strategic-merge-patch+json"),
-                         ("POST", "/api/v1/namespaces/default/events", _event("gpu-a", "R", "m", "uid-1"),
-                          "application/json")]
-    api = Calls()
-    assert node_api._write(api, "gpu-b", None, "False", "R", "m", {"status": "True", "reason": "R", "message": "m"})
-    assert api.calls[1][2] == _event("gpu-b", "R", "m")  # no uid known: none named
-    api = Calls()
-    assert node_api._write(api, "gpu-a", "u", "True", "FabricProven", "ok", None) is True
-    assert [c[0] for c in api.calls] == ["PATCH"]  # a proof is no Warning
-    previous = {"status": "False", "reason": "R", "message": "m"}
-    assert node_api._write(api, "gpu-a", "u", "False", "R", "m", previous) is False  # nothing new: nothing written
-    for changed in ({"status": "True"}, {"reason": "X"}, {"message": "n"}):
-        assert node_api._write(api, "gpu-a", "u", "False", "R", "m", {**previous, **changed}) is True
+FAILED_A = [nc.Finding("devices", False, "m")]
+SAME = {"status": "False", "reason": "FabricCheckFailed", "message": "devices: m"}
+
+
+@pytest.mark.parametrize("findings, uid, previous, wrote, writes", [
+    (FAILED_A, "uid-1", None, True, ["PATCH", "POST"]),  # a failure: the condition and a Warning Event
+    (FAILED_A, None, {"status": "True", "reason": "FabricProven", "message": PROVEN}, True, ["PATCH", "POST"]),
+    ([nc.Finding("devices", True, "ok")], "u", None, True, ["PATCH"]),  # a proof is no Warning
+    (FAILED_A, "u", SAME, False, []),  # nothing new: nothing written
+    (FAILED_A, "u", {**SAME, "status": "True"}, True, ["PATCH", "POST"]),
+    (FAILED_A, "u", {**SAME, "reason": "X"}, True, ["PATCH", "POST"]),
+    (FAILED_A, "u", {**SAME, "message": "n"}, True, ["PATCH", "POST"]),
+])
+def test_the_condition_and_the_event_as_written(findings, uid, previous, wrote, writes):
+    got, calls, t = _reported(findings, previous, uid)
+    assert got is wrote and [c[0] for c in calls] == writes
+    if not calls:
+        return
+    status, reason, message = (calls[0][2]["status"]["conditions"][0][k] for k in ("status", "reason", "message"))
+    assert calls[0] == ("PATCH", "/api/v1/nodes/gpu-a/status", _condition(status, reason, message, t),
+                        "application/strategic-merge-patch+json")
+    if "POST" in writes:
+        assert calls[1] == ("POST", "/api/v1/namespaces/default/events", _event("gpu-a", reason, message, uid, t),
+                            "application/json")  # a uid of None: none named
 
 
 def test_now_is_utc_in_the_apis_format(monkeypatch):
     monkeypatch.setenv("TZ", "Asia/Tokyo")  # a node whose local time is not UTC still writes UTC
     time.tzset()
     try:
-        now = node_api._now()
+        _, _, now = _reported(FAILED_A)
     finally:
         monkeypatch.undo()
         time.tzset()
