@@ -14,7 +14,6 @@ import pytest
 from botocore.exceptions import ClientError
 
 from ray_efa_eks.tools import preflight as pf
-from ray_efa_eks.tools import preflight_aws as aws
 from tests.helpers.preflight_ec2 import EC2, ITYPE, R, RID, err, g6, odcr
 
 class SQ:
@@ -37,24 +36,30 @@ def row(res, name):
     return r
 
 
-# --- clients, _ask
+# --- the clients passed in, and the questions left unanswered
 
 def test_clients_from_a_session_or_a_dict():
-    made = []
-    session = SimpleNamespace(client=lambda name: made.append(name) or f"<{name}>")
-    assert aws._clients(session) == ("<ec2>", "<service-quotas>") and made == ["ec2", "service-quotas"]
-    assert aws._clients({"ec2": "e", "servicequotas": "s"}) == ("e", "s")
-    assert aws._clients({"ec2": "e", "service-quotas": "s", "servicequotas": "t"}) == ("e", "s")
-    assert aws._clients({"ec2": "e"}) == ("e", None)
+    made, ec2, sq = [], EC2(), SQ()
+    session = SimpleNamespace(client=lambda name: made.append(name) or {"ec2": ec2, "service-quotas": sq}[name])
+    assert pf.run_preflight(session, ITYPE, 2).ok and made == ["ec2", "service-quotas"] and sq.calls
+    for clients, asked in (({"ec2": EC2(), "servicequotas": SQ()}, "servicequotas"),
+                           ({"ec2": EC2(), "service-quotas": SQ(), "servicequotas": SQ()}, "service-quotas")):
+        assert pf.run_preflight(clients, ITYPE, 2).ok
+        assert [k for k in ("service-quotas", "servicequotas") if clients.get(k) and clients[k].calls] == [asked]
+
+
+OFFERINGS = "ec2:DescribeInstanceTypeOfferings"
+
+
+def _offerings_row(error):
+    """The offerings row when DescribeInstanceTypeOfferings answers ``error``."""
+    return row(run(EC2(describe_instance_type_offerings=error)), "offerings")
 
 
 @pytest.mark.parametrize("code", sorted(pf.DENIED_CODES))
 def test_each_denial_is_unanswered_naming_the_action(code):
-    def denied():
-        raise err(code, 403)
-    with pytest.raises(pf.Unanswered) as e:
-        aws._ask("ec2:Describe", denied)
-    assert e.value.action == "ec2:Describe" and str(e.value) == "denied: ec2:Describe"
+    assert _offerings_row(err(code, 403)) == {"name": "offerings", "status": "unknown", "needs": OFFERINGS,
+                                              "detail": f"AZ offerings of {ITYPE} unknown (denied: {OFFERINGS})"}
 
 
 @pytest.mark.parametrize("code, status, why", [
@@ -63,18 +68,14 @@ def test_each_denial_is_unanswered_naming_the_action(code):
     ("UnsupportedOperation", 400, "UnsupportedOperation"), ("Throttling", 500, "Throttling"),
     ("", 503, "server error")])
 def test_an_endpoint_that_does_not_answer_is_unanswered(code, status, why):
-    def fails():
-        raise err(code, status)
-    with pytest.raises(pf.Unanswered, match=rf"^not answered by the endpoint \({why}\): ec2:X$"):
-        aws._ask("ec2:X", fails)
+    r = _offerings_row(err(code, status))
+    assert (r["status"], r["needs"]) == ("unknown", OFFERINGS)
+    assert r["detail"].endswith(f"unknown (not answered by the endpoint ({why}): {OFFERINGS})")
 
 
-def test_any_other_error_is_no_answer_to_hide_and_an_answer_is_returned():
-    def throttled():
-        raise err("RequestLimitExceeded", 499)
-    with pytest.raises(ClientError):
-        aws._ask("ec2:X", throttled)
-    assert aws._ask("ec2:X", lambda a, b=0: (a, b), 1, b=2) == (1, 2)
+def test_any_other_error_is_no_answer_to_hide():
+    with pytest.raises(pf.PreflightError, match="^AWS API error in Op: RequestLimitExceeded: "):
+        _offerings_row(err("RequestLimitExceeded", 499))
 
 
 # --- offerings and AZs
@@ -190,18 +191,29 @@ def test_efa_and_gpus_decide_the_instance_type_row(efa, info, status, detail):
 
 
 def test_describe_instance_types_asks_100_types_at_a_time():
+    """201 running types of the planned type's quota (206 instances): described 100 at a time, each type once."""
     asked = []
 
     def answer(InstanceTypes):
         asked.append(InstanceTypes)
-        return [{"InstanceTypes": [{"InstanceType": t} for t in InstanceTypes]}]
+        return [{"InstanceTypes": [{"InstanceType": t, "VCpuInfo": {"DefaultVCpus": 2}} for t in InstanceTypes]}]
     types = [f"m7i.{n}xlarge" for n in range(201)]
-    got = aws._describe_types(EC2(describe_instance_types=answer), types + types[:5])
-    assert [len(a) for a in asked] == [100, 100, 1] and sorted(got) == sorted(types)
-    assert asked[0] == sorted(types)[:100]
+    running = [{"Reservations": [{"Instances": [{"InstanceType": t} for t in types + types[:5]]}]}]
+    res = run(EC2(describe_instance_types=answer, describe_instances=running), itype="m7i.48xlarge", efa=False)
+    assert asked[0] == ["m7i.48xlarge"]  # the planned type, then the running ones
+    assert [len(a) for a in asked[1:]] == [100, 100, 1] and sorted(sum(asked[1:], [])) == sorted(types)
+    assert asked[1] == sorted(types)[:100]
+    assert res.quota["running_vcpus"] == 206 * 2
 
 
 # --- quota arithmetic (test_preflight_quota.py has the boundary)
+
+def _described(vcpus):
+    """describe_instance_types answering what is asked: ``vcpus``' types with their vCPUs, any other as a g6."""
+    return lambda InstanceTypes: [{"InstanceTypes": [
+        {"InstanceType": t, "VCpuInfo": {"DefaultVCpus": vcpus[t]}} if t in vcpus else g6(InstanceType=t)
+        for t in InstanceTypes]}]
+
 
 def test_running_vcpus_count_on_demand_instances_of_the_same_quota_only():
     ec2 = EC2(describe_instances=[
@@ -210,20 +222,21 @@ def test_running_vcpus_count_on_demand_instances_of_the_same_quota_only():
         {"Reservations": [{"Instances": [{"InstanceType": "g6.12xlarge"}, {"InstanceType": "gr6.4xlarge",
                                                                            "InstanceLifecycle": "capacity-block"}]},
                           {}]}],
-        describe_instance_types=lambda InstanceTypes: [{"InstanceTypes": [
-            {"InstanceType": t, "VCpuInfo": {"DefaultVCpus": {"g5.xlarge": 4, "g6.12xlarge": 48,
-                                                              "gr6.4xlarge": 16}[t]}} for t in InstanceTypes]}])
-    assert aws._running_vcpus(ec2, pf.QUOTA_G_VT) == 4 + 48 + 16  # the spot g5 has the Spot quota
-    assert ec2.calls[0] == ("describe_instances", {"Filters": [{"Name": "instance-state-name",
-                                                                "Values": ["running", "pending"]}]})
-    assert ec2.calls[1] == ("describe_instance_types", {"InstanceTypes": ["g5.xlarge", "g6.12xlarge", "gr6.4xlarge"]})
-    assert aws._running_vcpus(EC2(describe_instances=ec2.answers["describe_instances"]), pf.QUOTA_P) == 0
+        describe_instance_types=_described({"g5.xlarge": 4, "gr6.4xlarge": 16}))
+    assert run(ec2).quota["running_vcpus"] == 4 + 48 + 16  # the spot g5 has the Spot quota
+    assert ("describe_instances", {"Filters": [{"Name": "instance-state-name", "Values": ["running", "pending"]}]}) \
+        in ec2.calls
+    assert [kw for op, kw in ec2.calls if op == "describe_instance_types"] == [
+        {"InstanceTypes": [ITYPE]}, {"InstanceTypes": ["g5.xlarge", "g6.12xlarge", "gr6.4xlarge"]}]
+    p5 = EC2(describe_instances=ec2.answers["describe_instances"], describe_instance_types=_described({}))
+    assert run(p5, itype="p5.48xlarge").quota["running_vcpus"] == 0
 
 
 def test_a_running_type_ec2_does_not_describe_counts_no_vcpus():
     ec2 = EC2(describe_instances=[{"Reservations": [{"Instances": [{"InstanceType": "g5.xlarge"}, {}]}]}],
-              describe_instance_types=[{"InstanceTypes": []}])
-    assert aws._running_vcpus(ec2, pf.QUOTA_G_VT) == 0
+              describe_instance_types=lambda InstanceTypes: [{"InstanceTypes": [
+                  g6() for t in InstanceTypes if t == ITYPE]}])
+    assert run(ec2).quota["running_vcpus"] == 0
 
 
 def test_spot_instances_do_not_make_the_on_demand_quota_too_small():
@@ -710,12 +723,11 @@ def test_an_unparseable_answer_is_unanswered_naming_the_action():
     """An emulator's HTML error page (botocore's ResponseParserError) is "not answered", with the action to ask."""
     from botocore.parsers import ResponseParserError
 
-    def html():
-        raise ResponseParserError("Unable to parse response (syntax error), invalid XML received")
-    with pytest.raises(pf.Unanswered) as e:
-        aws._ask("ec2:DescribeInstances", html)
-    assert e.value.action == "ec2:DescribeInstances"
-    assert str(e.value) == "not answered by the endpoint (unparseable response): ec2:DescribeInstances"
+    html = ResponseParserError("Unable to parse response (syntax error), invalid XML received")
+    assert row(run(EC2(describe_instances=html)), "vcpu-quota") == {
+        "name": "vcpu-quota", "status": "unknown", "needs": "ec2:DescribeInstances",
+        "detail": f"running vCPUs in quota {pf.QUOTA_G_VT} unknown (not answered by the endpoint (unparseable "
+                  "response): ec2:DescribeInstances)"}
 
 
 def test_an_error_answer_without_code_or_message_is_named_as_it_came():
