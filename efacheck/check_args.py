@@ -4,10 +4,9 @@ cluster start-up)."""
 
 from __future__ import annotations
 
-import argparse
 import os
-from dataclasses import dataclass, fields
 
+from ..components.gate_request import CheckRequest
 from . import fsdp_shapes
 from . import stack_probe as _probe
 from .storage_uri import uri_problem
@@ -21,73 +20,6 @@ MIN_SWEEP_BYTES = 4
 """One float32 element: the smallest message a collective of the sweep can move."""
 MAX_SWEEP_BYTES = 16 << 30
 """16 GiB, the largest message the sweep allocates (twice, per rank); nccl-tests' own sweeps stop at 8-16 GiB."""
-
-
-@dataclass(frozen=True)
-class CheckRequest:
-    """One EFA check as its command line asked for it (defaults: the parser's; ``--help`` says more of each)."""
-
-    address: str = "auto"
-    """The Ray address (auto inside a Ray job)."""
-    local: bool = False
-    """Start a local 2-worker-node Ray cluster."""
-    backend: str = "auto"
-    """auto, nccl or gloo (auto: nccl when GPU nodes are expected or present)."""
-    expect_nodes: int = 2
-    """GPU nodes the stack declares."""
-    expect_gpus_per_node: int = 0
-    """GPUs per node the stack declares (> 0 means NCCL, never gloo)."""
-    expect_nics: int | None = None
-    """EFA interfaces per node, for the NCCL log verdict."""
-    expect_gdrdma: bool = False
-    """The instance type supports GPUDirect RDMA."""
-    wait_s: float = 900.0
-    """Deadline for the declared topology (s)."""
-    timeout_s: float = 600.0
-    """Deadline for the collective sweep, NCCL init included (s)."""
-    preset: str | None = None
-    """Also time the FSDP shard sizes of this model preset."""
-    min_bytes: int | None = None
-    """Smallest message size of the sweep (None: the sweep's default)."""
-    max_bytes: int | None = None
-    """Largest message size of the sweep (None: the sweep's default)."""
-    iters: int = 5
-    """Timed calls per message size."""
-    min_busbw_gbps: float | None = None
-    """Fail below this peak all-reduce busbw (GB/s)."""
-    efa_gbps: float | None = None
-    """EFA line rate per node (Gbit/s), for the fraction."""
-    min_busbw_fraction: float | None = None
-    """Fail when large-message busbw of any collective is below this fraction of ``efa_gbps``."""
-    expect_transport: str = "efa"
-    """efa, socket or intra-node (verdict.TRANSPORTS)."""
-    require_counters: bool = False
-    """Unreadable EFA hardware counters make an efa verdict undetermined."""
-    storage_proof: bool = False
-    """Write, list, read back and delete an object under the checkpoint prefix from a GPU worker pod."""
-    storage_path: str | None = None
-    """Checkpoint prefix for the storage proof (None: the worker pod's $RAY_EFA_EKS_STORAGE_PATH)."""
-    compare_socket: bool = False
-    """Run the sweep again over NCCL_NET=Socket and report EFA/Socket busbw ratios."""
-    manifest: str | None = None
-    """The image's version manifest as JSON, or a file holding it."""
-    image: str | None = None
-    """Image reference, to pick a known manifest (None: $RAY_EFA_EKS_IMAGE)."""
-    spec_hash: str | None = None
-    """RayCluster spec hash every Ray pod's $RAY_EFA_EKS_SPEC_HASH must equal."""
-    image_digest: str | None = None
-    """The digest every Ray pod runs (the parser's default: $RAY_EFA_EKS_IMAGE_DIGEST)."""
-    strict_versions: bool = False
-    """A version that differs from the manifest fails."""
-    report: str | None = None
-    """Directory for report.md and busbw.png."""
-    json: bool = False
-    """Print one JSON object."""
-
-    @classmethod
-    def from_namespace(cls, ns: argparse.Namespace) -> "CheckRequest":
-        """The request the parser's namespace holds (the command line's only hand-over)."""
-        return cls(**{f.name: getattr(ns, f.name) for f in fields(cls)})
 
 
 def parse(argv: list[str] | None = None, prog: str | None = None) -> CheckRequest:

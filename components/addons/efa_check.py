@@ -40,13 +40,15 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from .. import payload
+from ..gate_request import CheckRequest
 from ..nodes import cold_start
 from ..nodes.instances import InstanceType
 from ..kube import POD_SECURITY_CONTEXT, ROLE_LABEL, SYSTEM_ROLE, check_guaranteed, pod_resources
 from ..ray.raycluster import GATE_LABELS, efa_env, restricted_container, token_client_env
 
-SHIPPED = {"efacheck": None}
-"""What the Job ships (components/payload.py), per package: every module of the EFA proof (None = every ``.py``)."""
+SHIPPED = {"efacheck": None, "components": ("__init__.py", "gate_request.py")}
+"""What the Job ships (components/payload.py), per package: every module of the EFA proof (None = every ``.py``), and
+the check's typed options (gate_request.py, with the package's lazy ``__init__``: no Pulumi in the pod)."""
 CHECK_MODULE = f"{payload.ROOT}.efacheck.efa_check"
 IMAGE_FLEET_MODULE = f"{payload.ROOT}.efacheck.image_fleet"
 GATE_STEPS = f"python -m {payload.ROOT}.efacheck.gate_steps"
@@ -193,6 +195,12 @@ def check_files() -> dict[str, str]:
     return files
 
 
+GATE_ALWAYS = ("address", "expect_nodes", "wait_s", "timeout_s")
+"""The check's options the gate writes even at their defaults (:meth:`CheckRequest.argv`), so the Job's command
+states the address, the topology and both deadlines it was rendered for; the others are written where they differ
+from the check's default."""
+
+
 def gate_transport(efa: bool, node_count: int) -> str:
     """What the gate can prove for a shape the config accepts: ``efa`` across >= 2 EFA nodes; ``socket`` across
     >= 2 nodes without EFA (NCCL's Socket transport); ``intra-node`` on one GPU node (no peer: EFA is not
@@ -214,37 +222,21 @@ def check_args(instance_type: InstanceType | None, node_count: int, deadlines: D
     interfaces, GPUDirect RDMA, line-rate fraction, counters or Socket comparison): the gate demands only what the
     shape can have."""
     efa = transport == "efa"
-    args = ["--json", "--address", "auto", "--expect-nodes", str(node_count),
-            "--wait-s", str(deadlines.topology_wait_s), "--timeout-s", str(deadlines.sweep_timeout_s)]
-    if not efa:
-        args += ["--expect-transport", transport]
-        min_busbw_fraction, compare_socket, require_counters = 0.0, False, False
-    if instance_type is not None:
-        args += ["--expect-gpus-per-node", str(instance_type.gpus)]
-        if efa and instance_type.max_efa_interfaces:
-            args += ["--expect-nics", str(instance_type.max_efa_interfaces)]
-        if efa and instance_type.gpudirect_rdma:
-            args.append("--expect-gdrdma")
-        gbps = getattr(instance_type, "efa_gbps", None)
-        if gbps and efa:
-            args += ["--efa-gbps", f"{gbps:g}"]
-    if image:
-        args += ["--image", image]
-    if spec_hash:
-        args += ["--spec-hash", spec_hash]
-    if min_busbw_gbps > 0:
-        args += ["--min-busbw-gbps", str(min_busbw_gbps)]
-    if min_busbw_fraction > 0:
-        args += ["--min-busbw-fraction", str(min_busbw_fraction)]
-    if compare_socket:
-        args.append("--compare-socket")
-    if strict_versions:
-        args.append("--strict-versions")
-    if require_counters:
-        args.append("--require-counters")
-    if storage_proof:
-        args.append("--storage-proof")
-    return args + list(extra or [])
+    it = instance_type
+    gbps = getattr(it, "efa_gbps", None) if efa else None
+    if gbps and float(gbps).is_integer():
+        gbps = int(gbps)  # 3200, not 3200.0: the line rate as the gate writes it (the Job's name hashes its command)
+    request = CheckRequest(
+        json=True, expect_nodes=node_count, wait_s=deadlines.topology_wait_s, timeout_s=deadlines.sweep_timeout_s,
+        expect_transport=transport, expect_gpus_per_node=it.gpus if it is not None else 0,
+        expect_nics=(it.max_efa_interfaces or None) if efa and it is not None else None,
+        expect_gdrdma=bool(efa and it is not None and it.gpudirect_rdma), efa_gbps=gbps or None,
+        image=image or None, spec_hash=spec_hash or None, min_busbw_gbps=min_busbw_gbps if min_busbw_gbps > 0 else None,
+        min_busbw_fraction=min_busbw_fraction if efa and min_busbw_fraction > 0 else None,
+        compare_socket=efa and compare_socket, strict_versions=strict_versions,
+        require_counters=efa and require_counters, storage_proof=storage_proof)
+    gpus = ("expect_gpus_per_node",) if it is not None else ()  # the declared GPUs, 0 included
+    return request.argv(always=GATE_ALWAYS + gpus) + list(extra or [])
 
 
 def _fail_json(stage: str, reason: str) -> str:

@@ -266,9 +266,11 @@ def sleeper(tmp_path_factory) -> tuple[Path, Path]:
     """A Job code mount whose stand-in check records where it runs, then sleeps past any budget; and that record."""
     root = tmp_path_factory.mktemp("sleeper")
     record = root / "driver.json"
-    (root / "efacheck").mkdir()
-    (root / "efacheck" / "__init__.py").write_text("")
-    (root / "efacheck" / "efa_check.py").write_text(
+    check = root / "ray_efa_eks" / "efacheck"  # where the script's python -m finds the check (CHECK_MODULE)
+    check.mkdir(parents=True)
+    (root / "ray_efa_eks" / "__init__.py").write_text("")
+    (check / "__init__.py").write_text("")
+    (check / "efa_check.py").write_text(
         "import json, os, time\n"
         f"with open({str(record)!r}, 'w') as f:\n"
         "    json.dump({'pid': os.getpid(), 'ray_address': os.environ.get('RAY_ADDRESS')}, f)\n"
