@@ -169,7 +169,15 @@ def test_each_package_holds_only_its_own_concern():
     assert not training & {"nccl_log", "efa_check", "sweep", "efa_counters", "stack_probe", "report", "local_cluster"}
     assert {"efa_check", "nccl_log", "sweep", "efa_counters", "stack_probe", "report", "fsdp_shapes",
             "local_cluster"} <= set(modules("efacheck"))
-    assert {"plan", "layout", "rules", "mockrun", "preflight", "config_schema", "command"} <= set(modules("tools"))
+    assert {"plan", "layout", "rules", "mockrun", "preflight", "dev.config_schema", "command"} <= set(modules("tools"))
+
+
+def test_the_users_commands_import_no_developer_tool():
+    """tools/dev/ (reference generators, the mutation check) sits apart: only the dispatcher names it, by module path."""
+    assert {"dev.config_schema", "dev.gen_catalogue", "dev.exit_status", "dev.mutate"} <= set(modules("tools"))
+    bad = sorted(f"{a} -> {b}" for a, b in all_edges()
+                 if (b == "tools.dev" or b.startswith("tools.dev.")) and not a.startswith("tools.dev."))
+    assert not bad, f"the user's commands import a developer tool: {bad}"
 
 
 def test_every_edge_between_the_packages_is_allowed():
