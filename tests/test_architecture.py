@@ -428,6 +428,10 @@ def test_one_command_lists_every_subcommand():
                  "config-schema"):
         assert f"\n  {name} " in out.stdout, name
     assert set(SUBCOMMANDS) >= {"plan", "preflight", "train"}
+    commands, dev = out.stdout.split("\ndeveloper tools")
+    for name, sub in SUBCOMMANDS.items():  # the project's own tools (tools/dev/) listed apart from the user's
+        assert f"\n  {name} " in (dev if sub.module.startswith("tools.dev.") else commands), name
+    assert {"config-schema", "catalogue", "mutate"} <= {n for n in SUBCOMMANDS if f"\n  {n} " in dev}
 
 
 def test_command_usage_errors_are_64(capsys):
