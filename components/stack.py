@@ -61,10 +61,10 @@ TOKEN = "ray-efa-eks:index:EfaRayCluster"
 class EfaRayClusterArgs(TypedDict, total=False):
     """Every key is optional; an absent key takes the reference layout's default (see ``StackConfig``).
 
-    Keys, types and docstrings are generated from ``StackConfig`` (tools/config_schema.py; a test keeps them equal).
+    Keys, types and docstrings are generated from ``StackConfig`` (tools/dev/config_schema.py; a test keeps them equal).
     """
 
-    # -- generated from StackConfig by `python -m ray_efa_eks.tools.config_schema --write`; do not edit --
+    # -- generated from StackConfig by `python -m ray_efa_eks.tools.dev.config_schema --write`; do not edit --
     region: str
     """AWS region of the stack (the `aws:region` config; default us-east-1)."""
     gpuInstanceType: str

@@ -2,7 +2,7 @@
 
 This is the one source for both renderings. Each command's ``--help`` epilog is rendered from it
 (:func:`epilog`, through ``ArgumentParser(exit_codes=...)`` in ``efacheck/cli.py``), and so is ``docs/cli.md``
-(tools/exit_status.py). They cannot drift apart. Every code is written here once (:class:`ExitStatus`, and the
+(tools/dev/exit_status.py). They cannot drift apart. Every code is written here once (:class:`ExitStatus`, and the
 ``EXIT_*`` names every module imports). The table and the CLI kernel (efacheck/cli.py) live in ``efacheck``
 because every package with a CLI can import it (training and tools may import efacheck, efacheck nothing outside
 itself) and every pod payload carries it: the gate ships efacheck whole, the node agent and ``submit`` ship both
@@ -165,10 +165,10 @@ COMMANDS: dict[str, dict[int, str]] = {
 """Per subcommand: the codes it returns besides :data:`COMMON`, and what each means for it."""
 
 MODULE_COMMANDS = {f"ray_efa_eks.{module}": command for module, command in {
-    "tools.plan": "plan", "tools.preflight": "preflight", "tools.config_schema": "config-schema",
-    "tools.gen_catalogue": "catalogue", "training": "train", "training.__main__": "train",
+    "tools.plan": "plan", "tools.preflight": "preflight", "tools.dev.config_schema": "config-schema",
+    "tools.dev.gen_catalogue": "catalogue", "training": "train", "training.__main__": "train",
     "efacheck.efa_check": "efa-check", "efacheck.image_fleet": "image-fleet", "efacheck.efa_exporter": "efa-exporter",
-    "efacheck.nccl_log": "nccl-verdict", "efacheck.node_check": "node-check", "tools.mutate": "mutate",
+    "efacheck.nccl_log": "nccl-verdict", "efacheck.node_check": "node-check", "tools.dev.mutate": "mutate",
     "tools.rayjob": "rayjob"}.items()}
 """``python -m ray_efa_eks.<module>``: the subcommand whose codes it has (``ray-efa-eks NAME`` runs the same)."""
 

@@ -171,7 +171,15 @@ def test_each_package_holds_only_its_own_concern():
     assert not training & {"nccl_log", "efa_check", "sweep", "efa_counters", "stack_probe", "report", "local_cluster"}
     assert {"efa_check", "nccl_log", "sweep", "efa_counters", "stack_probe", "report", "fsdp_shapes",
             "local_cluster"} <= set(modules("efacheck"))
-    assert {"plan", "layout", "rules", "mockrun", "preflight", "config_schema", "command"} <= set(modules("tools"))
+    assert {"plan", "layout", "rules", "mockrun", "preflight", "dev.config_schema", "command"} <= set(modules("tools"))
+
+
+def test_the_users_commands_import_no_developer_tool():
+    """tools/dev/ (reference generators, the mutation check) sits apart: only the dispatcher names it, by module path."""
+    assert {"dev.config_schema", "dev.gen_catalogue", "dev.exit_status", "dev.mutate"} <= set(modules("tools"))
+    bad = sorted(f"{a} -> {b}" for a, b in all_edges()
+                 if (b == "tools.dev" or b.startswith("tools.dev.")) and not a.startswith("tools.dev."))
+    assert not bad, f"the user's commands import a developer tool: {bad}"
 
 
 def test_every_edge_between_the_packages_is_allowed():
@@ -424,6 +432,10 @@ def test_one_command_lists_every_subcommand():
                  "config-schema"):
         assert f"\n  {name} " in out.stdout, name
     assert set(SUBCOMMANDS) >= {"plan", "preflight", "train"}
+    commands, dev = out.stdout.split("\ndeveloper tools")
+    for name, sub in SUBCOMMANDS.items():  # the project's own tools (tools/dev/) listed apart from the user's
+        assert f"\n  {name} " in (dev if sub.module.startswith("tools.dev.") else commands), name
+    assert {"config-schema", "catalogue", "mutate"} <= {n for n in SUBCOMMANDS if f"\n  {n} " in dev}
 
 
 def test_command_usage_errors_are_64(capsys):

@@ -8,7 +8,7 @@ lists, mappings, None, and each grammar's own edge values from components/config
 - a sample of them through ``ray-efa-eks plan --check --config KEY=VALUE``;
 - every option of every subcommand (read from its own ``--help``): ``ray-efa-eks SUB OPTION VALUE [OPTION VALUE]``.
 
-Each answer must be a code in that command's row of tools/exit_status.py, never 70 (an internal error, i.e. a bug),
+Each answer must be a code in that command's row of tools/dev/exit_status.py, never 70 (an internal error, i.e. a bug),
 never a traceback, and nothing may be written outside the temporary directory. In process, with Ray, AWS, the Jobs
 API, the exporter's server and the mutation runs replaced by guards (:class:`Started`): valid arguments that would
 start one end there, which counts as an answer. The counts are printed (``pytest -s``) and asserted.
@@ -29,7 +29,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ray_efa_eks.components.config.config import KEYS, ConfigError, StackConfig, grammar
-from ray_efa_eks.tools import command, exit_status
+from ray_efa_eks.tools import command
+from ray_efa_eks.tools.dev import exit_status
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACEBACK = re.compile(r"Traceback \(most recent call last\)")
@@ -60,7 +61,7 @@ def guards(monkeypatch, tmp_path):
 
     from ray_efa_eks.efacheck import efa_exporter
     from ray_efa_eks.efacheck import report as efa_report
-    from ray_efa_eks.tools import config_schema, gen_catalogue, mutate
+    from ray_efa_eks.tools.dev import config_schema, gen_catalogue, mutate
     from ray_efa_eks.training import reach
     from ray_efa_eks.training import storage_check
     from ray_efa_eks.efacheck import local_cluster

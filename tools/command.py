@@ -2,7 +2,7 @@
 
 Each subcommand hands its arguments to that module's ``main`` unchanged, so its options and exit codes are the
 module's own (``python -m ray_efa_eks.<package>.<module>`` stays as an alias). ``ray-efa-eks SUBCOMMAND --help``
-shows them; tools/exit_status.py tables every code (docs/cli.md). Both run through ``run_cli``
+shows them; tools/dev/exit_status.py tables every code (docs/cli.md). Both run through ``run_cli``
 (training/cli.py): 64 usage, Ctrl-C 130, SIGTERM 143, an unexpected exception one line and a trace file (70).
 """
 
@@ -33,8 +33,9 @@ SUBCOMMANDS: dict[str, Subcommand] = {
                        positionals_after="--diff"),
     "check-rules": Subcommand("tools.plan", ("--check",), "only the layout rules: one line per broken rule"),
     "preflight": Subcommand("tools.preflight", (), "read-only AWS checks before `pulumi up` (quota, AZ, capacity)"),
-    "config-schema": Subcommand("tools.config_schema", (), "check or rewrite the references generated from the code"),
-    "catalogue": Subcommand("tools.gen_catalogue", (), "check or regenerate the instance catalogue from EC2's data"),
+    "config-schema": Subcommand("tools.dev.config_schema", (), "check or rewrite the references generated from the "
+                                "code"),
+    "catalogue": Subcommand("tools.dev.gen_catalogue", (), "check or regenerate the instance catalogue from EC2's data"),
     "train": Subcommand("training.__main__", (), "train the FSDP model (local Ray cluster, or --address)"),
     "submit": Subcommand("training.__main__", ("submit",), "submit the training job to a RayCluster's Jobs API"),
     "rayjob": Subcommand("tools.rayjob", (), "a team's training run as a RayJob in its Kueue queue: print, apply, "
@@ -47,7 +48,8 @@ SUBCOMMANDS: dict[str, Subcommand] = {
     "node-check": Subcommand("efacheck.node_check", (), "prove a node's EFA path and remove its startup taint "
                              "(the node agent)"),
     "nccl-verdict": Subcommand("efacheck.nccl_log", (), "judge NCCL_DEBUG=INFO logs: efa, fallback or undetermined"),
-    "mutate": Subcommand("tools.mutate", (), "plant each bug of tools/mutations.toml in a copy; its tests must fail"),
+    "mutate": Subcommand("tools.dev.mutate", (), "plant each bug of tools/dev/mutations.toml in a copy; its tests "
+                         "must fail"),
 }
 PROG = "ray-efa-eks"
 _PLAN_VALUE_OPTIONS = ("--stack", "--config", "--program")
@@ -71,15 +73,23 @@ def _positionals_last(args: list[str], flag: str) -> list[str]:
     return [*options, flag, *positionals] if positionals else [*options, flag]
 
 
+DEV_PREFIX = "tools.dev."
+"""Modules under tools/dev/: the project's own developer tools, listed apart from the user's commands."""
+
+
 def usage() -> str:
     width = max(map(len, SUBCOMMANDS))
-    rows = "\n".join(f"  {name:<{width}}  {sub.summary}" for name, sub in SUBCOMMANDS.items())
-    return (f"usage: {PROG} SUBCOMMAND [ARGS ...]\n\nsubcommands:\n{rows}\n\n"
+
+    def rows(dev: bool) -> str:
+        return "\n".join(f"  {name:<{width}}  {sub.summary}" for name, sub in SUBCOMMANDS.items()
+                         if sub.module.startswith(DEV_PREFIX) == dev)
+    return (f"usage: {PROG} SUBCOMMAND [ARGS ...]\n\ncommands:\n{rows(False)}\n\n"
+            f"developer tools (this repository's checks and generated references):\n{rows(True)}\n\n"
             f"`{PROG} SUBCOMMAND --help` lists a subcommand's options and exit codes; 64 is always a usage error.\n")
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``ray-efa-eks ARGS``: the subcommand's exit code (tools/exit_status.py), never a traceback."""
+    """``ray-efa-eks ARGS``: the subcommand's exit code (tools/dev/exit_status.py), never a traceback."""
     return run_cli(_dispatch, argv, PROG)
 
 

@@ -1,6 +1,6 @@
 """Instance catalogue: the EC2 facts every other module sizes from.
 
-The figures are generated, not typed: ``tools/gen_catalogue.py`` (``ray-efa-eks catalogue --write``) writes
+The figures are generated, not typed: ``tools/dev/gen_catalogue.py`` (``ray-efa-eks catalogue --write``) writes
 ``catalogue.json`` beside this module from EC2 ``DescribeInstanceTypes`` as moto ships it (AWS's own output), for
 every EFA-capable GPU type the pinned image can drive plus the system-node types; the few facts EC2 does not publish
 (GPU compute capability, GPUDirect RDMA, an EFA line rate above the cards' bandwidth) come from one hand table there,
@@ -92,7 +92,7 @@ class InstanceType:
     """EC2 sells Capacity Blocks for ML of this type (``SupportedUsageClasses`` has ``capacity-block``)."""
     gpu_compute_capability: float | None = None
     max_pods: int = 0
-    """The kubelet's maxPods on the EKS AL2023 AMI with the VPC CNI's defaults (``tools/gen_catalogue.max_pods``);
+    """The kubelet's maxPods on the EKS AL2023 AMI with the VPC CNI's defaults (``tools/dev/gen_catalogue.max_pods``);
     it also sizes the memory the kubelet reserves."""
 
     @property
@@ -138,5 +138,5 @@ def lookup(name: str, *, key: str = "instance type") -> InstanceType:
         raise ValueError(
             f"{key}: unknown instance type {name!r}; supported: {', '.join(sorted(CATALOGUE))}. "
             "The catalogue is generated from EC2's instance data: `ray-efa-eks catalogue --write` "
-            "(tools/gen_catalogue.py)."
+            "(tools/dev/gen_catalogue.py)."
         ) from None

@@ -13,7 +13,7 @@ import pytest
 from ray_efa_eks.components.nodes.capacity import CAPACITY_BLOCK, config_problem
 from ray_efa_eks.components.config.config import ConfigError, StackConfig
 from ray_efa_eks.components.nodes.instances import CATALOGUE, PRICED_REGIONS, REFUSED, NoPrice, lookup
-from ray_efa_eks.tools import gen_catalogue as gen
+from ray_efa_eks.tools.dev import gen_catalogue as gen
 from ray_efa_eks.tools import layout, mockrun
 from ray_efa_eks.tools.plan_run import make_plan, plan_tree
 from ray_efa_eks.tools.preflight import QUOTA_G_VT, QUOTA_P, quota_code_for

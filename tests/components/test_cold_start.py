@@ -24,7 +24,7 @@ from ray_efa_eks.components.config.config import ConfigError, StackConfig
 from ray_efa_eks.components.addons.efa_check import Deadlines
 from ray_efa_eks.components.ray.ray_autoscaler import ALLOCATE_TIMEOUT_S
 from ray_efa_eks.components.nodes.launch_template import node_config_user_data
-from ray_efa_eks.tools.config_schema import docstrings
+from ray_efa_eks.tools.dev.config_schema import docstrings
 from ray_efa_eks.tools.mockrun import run_program
 from tests.helpers.mockruns import shared_run
 

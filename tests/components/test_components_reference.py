@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ray_efa_eks.tools import components_reference, config_schema
+from ray_efa_eks.tools.dev import components_reference, config_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / components_reference.DOCS_FILE

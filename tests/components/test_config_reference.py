@@ -20,7 +20,7 @@ import pytest
 from ray_efa_eks.components.nodes.capacity import CAPACITY_MODES
 from ray_efa_eks.components.config.config import ConfigError, StackConfig
 from ray_efa_eks.components.config.config_fields import EFFECTS, Live
-from ray_efa_eks.tools import config_schema
+from ray_efa_eks.tools.dev import config_schema
 from ray_efa_eks.tools.mockrun import MockRun
 from tests.components.test_change_rehearsal import _plain, kuberay_recreates, run, steps
 

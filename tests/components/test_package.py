@@ -16,7 +16,7 @@ import pytest
 import yaml
 from pulumi.provider.experimental.component import ComponentProvider
 
-from ray_efa_eks.tools import config_schema
+from ray_efa_eks.tools.dev import config_schema
 from ray_efa_eks.components.config.config import ConfigError, StackConfig
 from ray_efa_eks.tools.mockrun import run_program
 from ray_efa_eks.components.stack import TOKEN, EfaRayCluster, stack_config
@@ -71,7 +71,7 @@ def test_schema_token_inputs_and_outputs(schema):
 
 def test_generated_copies_match_stack_config():
     """Pulumi.yaml's config block and EfaRayClusterArgs are what StackConfig says (one source of truth)."""
-    assert config_schema.stale() == [], "run: python -m ray_efa_eks.tools.config_schema --write"
+    assert config_schema.stale() == [], "run: python -m ray_efa_eks.tools.dev.config_schema --write"
 
 
 def test_pulumi_yaml_declares_every_key_with_type_default_and_description():

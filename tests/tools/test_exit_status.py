@@ -1,4 +1,4 @@
-"""One entry point, one exit-status table: tools/exit_status.py, run_cli, docs/cli.md.
+"""One entry point, one exit-status table: tools/dev/exit_status.py, run_cli, docs/cli.md.
 
 Every subcommand's ``--help`` lists the codes the table gives it; docs/cli.md is the table rendered; SIGTERM takes
 Ctrl-C's path and exits 143 (train with its resume hint and JSON line, diff removing its temporary plan); an
@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from ray_efa_eks.tools import command, exit_status
+from ray_efa_eks.tools import command
+from ray_efa_eks.tools.dev import exit_status
 from ray_efa_eks.efacheck import cli as efacheck_cli
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,7 +30,7 @@ TRACEBACK = re.compile(r"Traceback \(most recent call last\)")
 
 def test_docs_cli_md_is_the_table():
     current = exit_status.PAGE.read_text(encoding="utf-8")
-    assert current == exit_status.page_text(current), "docs/cli.md is stale: python -m ray_efa_eks.tools.exit_status --write"
+    assert current == exit_status.page_text(current), "docs/cli.md is stale: python -m ray_efa_eks.tools.dev.exit_status --write"
     for status in exit_status.ExitStatus:
         assert f"| {int(status)} | {exit_status.MEANING[status]} |" in current
 
@@ -228,7 +229,7 @@ def test_diff_and_check_rules_have_their_own_help():
 
 def test_catalogue_checks_the_checkout_it_runs_in(tmp_path, monkeypatch, capsys):
     """Before: `catalogue --check` judged the installed package wherever it ran; now the checkout of the cwd."""
-    from ray_efa_eks.tools import gen_catalogue
+    from ray_efa_eks.tools.dev import gen_catalogue
 
     seen = []
     monkeypatch.setattr(gen_catalogue, "stale", lambda root: seen.append(root) or [])

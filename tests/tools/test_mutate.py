@@ -1,4 +1,4 @@
-"""The mutation check itself (tools/mutate.py), fast: a tiny tree with one module and one test, the real list's
+"""The mutation check itself (tools/dev/mutate.py), fast: a tiny tree with one module and one test, the real list's
 shape, and the copy of this tree importing as ``ray_efa_eks`` from the copy. The mutations themselves run by hand
 (``ray-efa-eks mutate``), not here."""
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ray_efa_eks.tools import mutate
-from ray_efa_eks.tools.mutate import ERROR, KILLED, SURVIVED, Mutation, MutationFileError
+from ray_efa_eks.tools.dev import mutate
+from ray_efa_eks.tools.dev.mutate import ERROR, KILLED, SURVIVED, Mutation, MutationFileError
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,7 +1,7 @@
 """The plan diff's decisions (tools/plan_diff.py): each exit code's condition, what EKS and the update hooks refuse,
 what changed, and every branch of the PR comment, asserted on hand-made plans. No Pulumi engine.
 
-Exit codes (docs/cli.md, tools/exit_status.py): 2 when the change is refused (EKS, or a before_update hook) or the
+Exit codes (docs/cli.md, tools/dev/exit_status.py): 2 when the change is refused (EKS, or a before_update hook) or the
 new program fails; else 1 when the new plan breaks a rule or a GPU group would roll inside a reservation; else 0.
 """
 

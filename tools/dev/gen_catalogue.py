@@ -28,9 +28,9 @@ import sys
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ..efacheck.cli import ArgumentParser, run_cli
+from ...efacheck.cli import ArgumentParser, run_cli
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CATALOGUE_FILE = "components/nodes/catalogue.json"
 OFFERINGS_FILE = "tools/offerings.json"
 DOCS_FILE = "docs/instance-types.md"
@@ -203,7 +203,7 @@ def refusal(name: str, aws: dict[str, Any]) -> str | None:
     cc = HAND_FACTS["compute_capability"].get(model)
     if cc is None:
         raise CatalogueError(name, f"no compute capability for GPU model {model!r}; add it to HAND_FACTS"
-                                   "['compute_capability'] in tools/gen_catalogue.py with its source")
+                                   "['compute_capability'] in tools/dev/gen_catalogue.py with its source")
     if cc.value < MIN_COMPUTE_CAPABILITY:
         return (f"its {model} GPUs (compute capability {cc.value:.1f}) cannot run the pinned image's CUDA "
                 f"{IMAGE_CUDA}, which needs compute capability {MIN_COMPUTE_CAPABILITY:g} or newer (CUDA 13 dropped "
@@ -273,7 +273,7 @@ def build(data: dict[str, dict[str, Any]], prices: dict[str, dict[str, float]] =
         types[name] = describe(name, data[name], prices)
     return {
         "generated": f"by `ray-efa-eks catalogue --write` from EC2 DescribeInstanceTypes as moto {version} ships it "
-                     "(tools/gen_catalogue.py); do not edit",
+                     "(tools/dev/gen_catalogue.py); do not edit",
         "image_cuda": IMAGE_CUDA, "min_compute_capability": MIN_COMPUTE_CAPABILITY,
         "price_source": PRICE_SOURCE, "priced_regions": sorted(prices),
         "types": types, "refused": refused,
@@ -384,7 +384,7 @@ def checkout_root(start: Path) -> Path | None:
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    p = ArgumentParser(prog=prog or "python -m ray_efa_eks.tools.gen_catalogue",
+    p = ArgumentParser(prog=prog or "python -m ray_efa_eks.tools.dev.gen_catalogue",
                        description="Generate the instance catalogue, AZ offerings and docs table from EC2's "
                                    "instance data (moto's copy).", exit_codes="catalogue")
     g = p.add_mutually_exclusive_group(required=True)
@@ -417,4 +417,4 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(run_cli(main, None, "python -m ray_efa_eks.tools.gen_catalogue"))
+    sys.exit(run_cli(main, None, "python -m ray_efa_eks.tools.dev.gen_catalogue"))

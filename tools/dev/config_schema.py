@@ -6,10 +6,10 @@ block of ``Pulumi.yaml`` (``pulumi config`` shows its types, defaults and descri
 ``EfaRayClusterArgs`` TypedDict in components/stack.py (the Pulumi SDK infers the multi-language
 schema from its annotations and docstrings in the source); the table in docs/configuration.md is the third. This tool writes them from StackConfig
 and checks that they are up to date (a test runs the check). It also renders docs/components-reference.md from the
-components' ``*Args`` classes (tools/components_reference.py), so one command keeps every generated reference current.
+components' ``*Args`` classes (tools/dev/components_reference.py), so one command keeps every generated reference current.
 
-    python -m ray_efa_eks.tools.config_schema --check   # exit 1 and the differences when out of date
-    python -m ray_efa_eks.tools.config_schema --write   # rewrite both copies
+    python -m ray_efa_eks.tools.dev.config_schema --check   # exit 1 and the differences when out of date
+    python -m ray_efa_eks.tools.dev.config_schema --write   # rewrite both copies
 """
 
 from __future__ import annotations
@@ -24,12 +24,12 @@ from pathlib import Path
 from typing import Any
 
 from . import components_reference
-from ..efacheck.cli import ArgumentParser, run_cli
-from ..components.config.config import NAMESPACE, StackConfig
-from ..components.config.config_fields import EFFECTS, Live
+from ...efacheck.cli import ArgumentParser, run_cli
+from ...components.config.config import NAMESPACE, StackConfig
+from ...components.config.config_fields import EFFECTS, Live
 
-ROOT = Path(__file__).resolve().parent.parent
-BEGIN = "    # -- generated from StackConfig by `python -m ray_efa_eks.tools.config_schema --write`; do not edit --"
+ROOT = Path(__file__).resolve().parents[2]
+BEGIN = "    # -- generated from StackConfig by `python -m ray_efa_eks.tools.dev.config_schema --write`; do not edit --"
 END = "    # -- end of generated keys --"
 DOCS_FILE = "docs/configuration.md"
 """The configuration reference page; its table is generated between the markers below."""
@@ -139,7 +139,7 @@ def render_args_block() -> str:
     return "\n".join(lines) + "\n"
 
 
-PULUMI_YAML_MARK = "  # Declared keys: generated from StackConfig (python -m ray_efa_eks.tools.config_schema --write)\n"
+PULUMI_YAML_MARK = "  # Declared keys: generated from StackConfig (python -m ray_efa_eks.tools.dev.config_schema --write)\n"
 
 
 def _replace_pulumi_yaml(text: str) -> str:
@@ -239,7 +239,7 @@ def write(root: Path = ROOT) -> list[str]:
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    p = ArgumentParser(prog=prog or "python -m ray_efa_eks.tools.config_schema",
+    p = ArgumentParser(prog=prog or "python -m ray_efa_eks.tools.dev.config_schema",
                        description="Keep Pulumi.yaml's config block, EfaRayClusterArgs and the configuration and "
                                    "components references equal to what the code declares.",
                        exit_codes="config-schema")
@@ -267,11 +267,11 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         return 2
     if bad:
         print(f"out of date with the code (StackConfig, {NAMESPACE}:, and the *Args classes): {', '.join(bad)}; "
-              "run python -m ray_efa_eks.tools.config_schema --write", file=sys.stderr)
+              "run python -m ray_efa_eks.tools.dev.config_schema --write", file=sys.stderr)
         return 1
     print("up to date")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(run_cli(main, None, "python -m ray_efa_eks.tools.config_schema"))
+    sys.exit(run_cli(main, None, "python -m ray_efa_eks.tools.dev.config_schema"))

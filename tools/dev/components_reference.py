@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOCS_FILE = "docs/components-reference.md"
 BEGIN = "<!-- components reference: generated from the *Args classes by config-schema --write -->\n"
 END = "<!-- end of components reference -->\n"

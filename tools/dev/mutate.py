@@ -1,4 +1,4 @@
-"""Mutation check: plant each bug listed in ``tools/mutations.toml`` in a copy of the tree, one at a time, run only
+"""Mutation check: plant each bug listed in ``tools/dev/mutations.toml`` in a copy of the tree, one at a time, run only
 the tests that bug names, and say whether they noticed (killed) or not (survived).
 
 Each mutation is an exact text edit: ``old`` must occur exactly once in ``file`` and is replaced by ``new``. The
@@ -17,7 +17,7 @@ gap in the tests is recorded; writing the test that kills it closes it.
 
 Slow (it runs real test files, local Ray clusters included): run it by hand, not in ``.ci/run``::
 
-    ray-efa-eks mutate                    # every mutation in tools/mutations.toml
+    ray-efa-eks mutate                    # every mutation in tools/dev/mutations.toml
     ray-efa-eks mutate --only gate-job-expect-gdrdma --only hardening-imds-hop-limit-default
     ray-efa-eks mutate --list             # names, files and tests, nothing run
     ray-efa-eks mutate --check            # every old text found exactly once, nothing run (fast)
@@ -38,12 +38,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..efacheck.cli import EXIT_USAGE, ArgumentParser, run_cli
-from ..efacheck.exit_codes import EXIT_FAILED as EXIT_SURVIVED, EXIT_NO_ANSWER as EXIT_ERROR
-from .files import FileProblem, confined, load_toml
+from ...efacheck.cli import EXIT_USAGE, ArgumentParser, run_cli
+from ...efacheck.exit_codes import EXIT_FAILED as EXIT_SURVIVED, EXIT_NO_ANSWER as EXIT_ERROR
+from ..files import FileProblem, confined, load_toml
 
-ROOT = Path(__file__).resolve().parents[1]
-MUTATIONS = ROOT / "tools" / "mutations.toml"
+ROOT = Path(__file__).resolve().parents[2]
+MUTATIONS = ROOT / "tools" / "dev" / "mutations.toml"
 PACKAGES = ("components", "efacheck", "training", "tools")
 KILLED, SURVIVED, ERROR = "killed", "survived", "error"
 IMPORT_MARKER = "ray_efa_eks.components from "
@@ -129,7 +129,7 @@ def problem(m: Mutation, root: Path) -> str | None:
         return f"file {m.file} not found"
     count = target.read_text().count(m.old)
     if count == 0:
-        return f"old text not found in {m.file} (the code moved? update the entry in tools/mutations.toml)"
+        return f"old text not found in {m.file} (the code moved? update the entry in tools/dev/mutations.toml)"
     if count > 1:
         return f"old text occurs {count} times in {m.file}; make it unique (add surrounding lines)"
     for t in m.tests:
@@ -257,10 +257,10 @@ def exit_code(outcomes: list[Outcome]) -> int:
 
 
 def parser(prog: str | None = None) -> ArgumentParser:
-    ap = ArgumentParser(prog=prog or "python -m ray_efa_eks.tools.mutate",
+    ap = ArgumentParser(prog=prog or "python -m ray_efa_eks.tools.dev.mutate",
                         description="plant each listed bug in a copy of the tree and run the tests it names",
                         exit_codes="mutate")
-    ap.add_argument("--file", default=str(MUTATIONS), help="the mutation list (default tools/mutations.toml)")
+    ap.add_argument("--file", default=str(MUTATIONS), help="the mutation list (default tools/dev/mutations.toml)")
     ap.add_argument("--root", default=str(ROOT), help="the tree to copy (default: this checkout)")
     ap.add_argument("--only", action="append", default=[], metavar="NAME", help="run only this mutation (repeatable)")
     ap.add_argument("--list", action="store_true", help="print the mutations, run nothing")
@@ -333,4 +333,4 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(run_cli(main, None, "python -m ray_efa_eks.tools.mutate"))
+    sys.exit(run_cli(main, None, "python -m ray_efa_eks.tools.dev.mutate"))
