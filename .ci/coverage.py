@@ -53,26 +53,45 @@ FLOORS: dict[str, float] = {
 """Module -> the least branch coverage (%) its tests must keep."""
 
 FAST_TESTS = [
-    "tests/efacheck/test_nccl_log.py", "tests/efacheck/test_nccl_log_cases.py",
-    "tests/efacheck/test_verdict_properties.py", "tests/efacheck/test_verdict_cases.py",
-    "tests/efacheck/test_efa_counters.py", "tests/efacheck/test_efa_counters_cases.py",
-    "tests/efacheck/test_exporter_witness.py", "tests/efacheck/test_efa_exporter.py",
-    "tests/efacheck/test_stack_probe.py", "tests/efacheck/test_stack_probe_cases.py",
-    "tests/efacheck/test_sweep_cases.py", "tests/efacheck/test_storage_proof_cases.py",
-    "tests/training/test_fabric.py", "tests/training/test_fabric_cases.py",
-    "tests/components/test_config.py", "tests/components/test_config_rules.py", "tests/components/test_values.py",
-    "tests/components/test_values_cases.py", "tests/components/test_config_fields.py",
-    "tests/tools/test_preflight.py", "tests/tools/test_preflight_quota.py", "tests/tools/test_preflight_args.py",
+    "tests/efacheck/test_nccl_log.py",
+    "tests/efacheck/test_nccl_log_cases.py",
+    "tests/efacheck/test_verdict_properties.py",
+    "tests/efacheck/test_verdict_cases.py",
+    "tests/efacheck/test_efa_counters.py",
+    "tests/efacheck/test_efa_counters_cases.py",
+    "tests/efacheck/test_exporter_witness.py",
+    "tests/efacheck/test_efa_exporter.py",
+    "tests/efacheck/test_stack_probe.py",
+    "tests/efacheck/test_stack_probe_cases.py",
+    "tests/efacheck/test_sweep_cases.py",
+    "tests/efacheck/test_storage_proof_cases.py",
+    "tests/training/test_fabric.py",
+    "tests/training/test_fabric_cases.py",
+    "tests/components/test_config.py",
+    "tests/components/test_config_rules.py",
+    "tests/components/test_values.py",
+    "tests/components/test_values_cases.py",
+    "tests/components/test_config_fields.py",
+    "tests/tools/test_preflight.py",
+    "tests/tools/test_preflight_quota.py",
+    "tests/tools/test_preflight_args.py",
     "tests/tools/test_preflight_cases.py",
-    "tests/components/test_capacity_cases.py", "tests/components/test_cost_cases.py",
-    "tests/tools/test_aws_rules_cases.py", "tests/tools/test_security_rules_cases.py",
+    "tests/components/test_capacity_cases.py",
+    "tests/components/test_cost_cases.py",
+    "tests/tools/test_aws_rules_cases.py",
+    "tests/tools/test_security_rules_cases.py",
     "tests/tools/test_rules_unknowns.py",
-    "tests/tools/test_layout_cases.py", "tests/tools/test_plan_diff_cases.py",
+    "tests/tools/test_layout_cases.py",
+    "tests/tools/test_plan_diff_cases.py",
     "tests/tools/test_plan_run_cases.py",
-    "tests/efacheck/test_node_check.py", "tests/efacheck/test_worker_pods.py",
-    "tests/efacheck/test_exporter_hostile.py", "tests/components/test_job_queues.py",
-    "tests/components/test_image_cache.py", "tests/components/test_cold_start.py",
-    "tests/components/test_cluster_hardening.py", "tests/components/test_observability.py",
+    "tests/efacheck/test_node_check.py",
+    "tests/efacheck/test_worker_pods.py",
+    "tests/efacheck/test_exporter_hostile.py",
+    "tests/components/test_job_queues.py",
+    "tests/components/test_image_cache.py",
+    "tests/components/test_cold_start.py",
+    "tests/components/test_cluster_hardening.py",
+    "tests/components/test_observability.py",
 ]
 """The decision modules' own unit tests (seconds each; no Ray cluster)."""
 
@@ -89,16 +108,57 @@ def main(argv: list[str]) -> int:
         with open(rc, "w") as f:
             f.write(RC)
         t0 = time.monotonic()
-        run = subprocess.run([py, "-m", "coverage", "run", f"--rcfile={rc}", f"--data-file={data}", "-m", "pytest",
-                              "-q", "-p", "no:cacheprovider", *FAST_TESTS], cwd=ROOT)
+        run = subprocess.run(
+            [
+                py,
+                "-m",
+                "coverage",
+                "run",
+                f"--rcfile={rc}",
+                f"--data-file={data}",
+                "-m",
+                "pytest",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                *FAST_TESTS,
+            ],
+            cwd=ROOT,
+        )
         took = time.monotonic() - t0
-        subprocess.run([py, "-m", "coverage", "report", f"--rcfile={rc}", f"--data-file={data}", "-m",
-                        f"--include={','.join(FLOORS)}"], cwd=ROOT, check=True)
+        subprocess.run(
+            [
+                py,
+                "-m",
+                "coverage",
+                "report",
+                f"--rcfile={rc}",
+                f"--data-file={data}",
+                "-m",
+                f"--include={','.join(FLOORS)}",
+            ],
+            cwd=ROOT,
+            check=True,
+        )
         low = []
         for mod, floor in FLOORS.items():
-            out = subprocess.run([py, "-m", "coverage", "report", f"--rcfile={rc}", f"--data-file={data}",
-                                  f"--include={mod}", "--format=total", "--precision=1"],
-                                 cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+            out = subprocess.run(
+                [
+                    py,
+                    "-m",
+                    "coverage",
+                    "report",
+                    f"--rcfile={rc}",
+                    f"--data-file={data}",
+                    f"--include={mod}",
+                    "--format=total",
+                    "--precision=1",
+                ],
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.strip()
             if float(out) < floor:
                 low.append(f"{mod}: {out}% < {floor}%")
     print(f".ci/coverage.py: {len(FAST_TESTS)} test files under coverage in {took:.0f} s")
@@ -106,8 +166,10 @@ def main(argv: list[str]) -> int:
         print(f".ci/coverage.py: the decision modules' tests failed (exit {run.returncode})", file=sys.stderr)
         return run.returncode
     if low and "--report-only" not in argv:
-        print("branch coverage below the floor (add the tests; see the Missing column above):\n  " + "\n  ".join(low),
-              file=sys.stderr)
+        print(
+            "branch coverage below the floor (add the tests; see the Missing column above):\n  " + "\n  ".join(low),
+            file=sys.stderr,
+        )
         return 1
     return 0
 

@@ -18,6 +18,7 @@ file writes at start-up, not per step (not measured here: no GPU on this machine
 
 Run: python benchmarks/fabric_overhead.py [--steps 120 --warmup 20 --repeats 5]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,15 +34,22 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from train_overhead import settle  # noqa: E402  (same directory)
 
 
-def one_run(fabric_on: bool, steps: int, warmup: int, batch: int, storage: str,
-            name: str) -> tuple[float, float, float, float]:
+def one_run(
+    fabric_on: bool, steps: int, warmup: int, batch: int, storage: str, name: str
+) -> tuple[float, float, float, float]:
     """(steady global tokens/s, end-to-end tokens/s, fit wall s, rank 0's seconds in the capture) of one
     TorchTrainer run on the running local cluster."""
     from ray_efa_eks.training.model import get_config
     from ray_efa_eks.training.trainer import build_trainer
 
-    cfg = {"steps": steps, "batch_size": batch, "report_every": warmup, "checkpoint_every": 0,
-           "fabric": fabric_on, "fabric_dir": os.path.join(storage, name, "nccl-logs")}
+    cfg = {
+        "steps": steps,
+        "batch_size": batch,
+        "report_every": warmup,
+        "checkpoint_every": 0,
+        "fabric": fabric_on,
+        "fabric_dir": os.path.join(storage, name, "nccl-logs"),
+    }
     t0 = time.perf_counter()
     res = build_trainer(num_workers=2, storage_path=storage, name=name, train_config=cfg).fit()
     wall = time.perf_counter() - t0
@@ -72,23 +80,40 @@ def main() -> None:
                 settle()
                 runs[on].append(one_run(on, a.steps, a.warmup, a.batch_size, tmp, f"fab-{i}-{int(on)}"))
             (s1, e1, w1, c1), (s0, e0, _, _) = runs[True][-1], runs[False][-1]
-            print(f"[bench] pair {i + 1}/{a.repeats}: capture on {s1:.0f} / {e1:.0f} tok/s, off {s0:.0f} / {e0:.0f} "
-                  f"tok/s (steady / end-to-end), on/off {s1 / s0:.3f} / {e1 / e0:.3f}; capture {c1 * 1e3:.1f} ms "
-                  f"of {w1:.1f} s", flush=True)
+            print(
+                f"[bench] pair {i + 1}/{a.repeats}: capture on {s1:.0f} / {e1:.0f} tok/s, off {s0:.0f} / {e0:.0f} "
+                f"tok/s (steady / end-to-end), on/off {s1 / s0:.3f} / {e1 / e0:.3f}; capture {c1 * 1e3:.1f} ms "
+                f"of {w1:.1f} s",
+                flush=True,
+            )
     med = {on: tuple(statistics.median(r[k] for r in runs[on]) for k in (0, 1)) for on in (True, False)}
     pair_steady = [x[0] / y[0] for x, y in zip(runs[True], runs[False])]
     pair_e2e = [x[1] / y[1] for x, y in zip(runs[True], runs[False])]
     print(f"{'median global tokens/s':>26}  {'capture on':>10}  {'off':>8}  {'on/off':>7}  {'median pair on/off':>18}")
     for k, label, pairs in ((0, "steady (train_func)", pair_steady), (1, "end-to-end (fit wall)", pair_e2e)):
-        print(f"{label:>26}  {med[True][k]:10.0f}  {med[False][k]:8.0f}  {med[True][k] / med[False][k]:7.3f}  "
-              f"{statistics.median(pairs):18.3f}")
+        print(
+            f"{label:>26}  {med[True][k]:10.0f}  {med[False][k]:8.0f}  {med[True][k] / med[False][k]:7.3f}  "
+            f"{statistics.median(pairs):18.3f}"
+        )
     shares = [r[3] / r[2] for r in runs[True]]
-    print(f"{'capture itself (rank 0)':>26}  median {statistics.median(r[3] for r in runs[True]) * 1e3:.1f} ms per run "
-          f"= {statistics.median(shares):.3%} of the run's wall time (max {max(shares):.3%})")
+    print(
+        f"{'capture itself (rank 0)':>26}  median {statistics.median(r[3] for r in runs[True]) * 1e3:.1f} ms per run "
+        f"= {statistics.median(shares):.3%} of the run's wall time (max {max(shares):.3%})"
+    )
     if a.json:
-        print(json.dumps({"capture_share_of_wall": statistics.median(shares), "steady_on": med[True][0], "steady_off": med[False][0], "e2e_on": med[True][1],
-                          "e2e_off": med[False][1], "pair_ratios_steady": [round(x, 3) for x in pair_steady],
-                          "pair_ratios_e2e": [round(x, 3) for x in pair_e2e]}))
+        print(
+            json.dumps(
+                {
+                    "capture_share_of_wall": statistics.median(shares),
+                    "steady_on": med[True][0],
+                    "steady_off": med[False][0],
+                    "e2e_on": med[True][1],
+                    "e2e_off": med[False][1],
+                    "pair_ratios_steady": [round(x, 3) for x in pair_steady],
+                    "pair_ratios_e2e": [round(x, 3) for x in pair_e2e],
+                }
+            )
+        )
 
 
 if __name__ == "__main__":

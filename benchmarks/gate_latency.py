@@ -136,8 +136,9 @@ def one_run(script: str, env: dict[str, str], calls_log: Path, timeout_s: float)
     ru = resource.getrusage(resource.RUSAGE_CHILDREN)
     ru_before = ru.ru_utime + ru.ru_stime
     t0 = time.time()
-    p = subprocess.Popen(["bash", "-c", script], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                         text=True, cwd=ROOT)
+    p = subprocess.Popen(
+        ["bash", "-c", script], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT
+    )
 
     def pump() -> None:
         for ln in p.stdout:
@@ -176,20 +177,32 @@ def one_run(script: str, env: dict[str, str], calls_log: Path, timeout_s: float)
         stages["driver"] = t_up - submit["end"]
         stages["check"] = t_verdict - t_up
         stages["tail"] = t_exit - t_verdict
-    return {"rc": p.returncode, "verdict": (v or {}).get("verdict"), "stage": ((v or {}).get("failure") or {}).get(
-        "stage"), "backend": (v or {}).get("backend"), "world": (v or {}).get("world"),
-        "reasons": (v or {}).get("reasons"), "total": (t_verdict - t0) if t_verdict else None,
-        "exit": t_exit - t0, "cpu_s": cpu, "stages": stages, "tail": out[-3000:],
+    return {
+        "rc": p.returncode,
+        "verdict": (v or {}).get("verdict"),
+        "stage": ((v or {}).get("failure") or {}).get("stage"),
+        "backend": (v or {}).get("backend"),
+        "world": (v or {}).get("world"),
+        "reasons": (v or {}).get("reasons"),
+        "total": (t_verdict - t0) if t_verdict else None,
+        "exit": t_exit - t0,
+        "cpu_s": cpu,
+        "stages": stages,
+        "tail": out[-3000:],
         "timeline": [(round(t - t0, 2), ln.rstrip()) for t, ln in lines],
-        "calls": [(round(c["start"] - t0, 2), round(c["end"] - t0, 2), c["rc"], c["args"][:60]) for c in calls]}
+        "calls": [(round(c["start"] - t0, 2), round(c["end"] - t0, 2), c["rc"], c["args"][:60]) for c in calls],
+    }
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=3, help="gate runs on one cluster (median and spread reported)")
     ap.add_argument("--timeout-s", type=float, default=600, help="give up on one run after this long")
-    ap.add_argument("--timeline", action="store_true",
-                    help="print each run's output lines and `ray` calls with their times from the script's start")
+    ap.add_argument(
+        "--timeline",
+        action="store_true",
+        help="print each run's output lines and `ray` calls with their times from the script's start",
+    )
     ap.add_argument("--json", action="store_true", help="last stdout line is a JSON summary")
     a = ap.parse_args()
     if a.runs < 1:
@@ -213,8 +226,11 @@ def main() -> int:
         # as the rehearsal: the venv's `ray` and `python` first on PATH (the Job image has them), a fresh HOME, no
         # inherited Ray address/auth, CUDA_VISIBLE_DEVICES unset as in a pod
         env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_AUTH", "RAY_ADDRESS"))}
-        env.update(HOME=str(tmpd / "home"), PATH=f"{wrap}{os.pathsep}{BIN}{os.pathsep}{env.get('PATH', '')}",
-                   RAY_USAGE_STATS_ENABLED="0")
+        env.update(
+            HOME=str(tmpd / "home"),
+            PATH=f"{wrap}{os.pathsep}{BIN}{os.pathsep}{env.get('PATH', '')}",
+            RAY_USAGE_STATS_ENABLED="0",
+        )
         env.pop("CUDA_VISIBLE_DEVICES", None)
         d = Deadlines(head_wait_s=300, topology_wait_s=120, sweep_timeout_s=300)
         args = check_args(None, 2, d)  # two CPU nodes declared, no GPU: the check runs on gloo
@@ -233,9 +249,13 @@ def main() -> int:
                 r = one_run(script, env, calls_log, a.timeout_s)
                 runs.append(r)
                 s = r["stages"]
-                print(f"[gate] run {i + 1}/{a.runs}: verdict {r['verdict']} (exit {r['rc']}, backend {r['backend']},"
-                      f" ranks {r['world']}) at {_f(r['total'])} s: " + ", ".join(f"{k} {_f(s[k])}" for k in STAGES)
-                      + f"; exit at {r['exit']:.1f} s; CPU {r['cpu_s']:.1f} s", flush=True)
+                print(
+                    f"[gate] run {i + 1}/{a.runs}: verdict {r['verdict']} (exit {r['rc']}, backend {r['backend']},"
+                    f" ranks {r['world']}) at {_f(r['total'])} s: "
+                    + ", ".join(f"{k} {_f(s[k])}" for k in STAGES)
+                    + f"; exit at {r['exit']:.1f} s; CPU {r['cpu_s']:.1f} s",
+                    flush=True,
+                )
                 if a.timeline:
                     for start, end, rc, call in r["calls"]:
                         print(f"    {start:7.2f}..{end:7.2f} s  ray {call} (exit {rc})")
@@ -244,8 +264,11 @@ def main() -> int:
                 if r["total"] is None or r["verdict"] != "undetermined" or r["stage"] is not None:
                     # a failed stage (timeout, rank error, ...) is not the gate's latency: show why and stop
                     sys.stderr.write(r["tail"] + "\n")
-                    print(f"the check did not reach its verdict as expected (verdict {r['verdict']}, failure "
-                          f"stage {r['stage']}); see its output above", file=sys.stderr)
+                    print(
+                        f"the check did not reach its verdict as expected (verdict {r['verdict']}, failure "
+                        f"stage {r['stage']}); see its output above",
+                        file=sys.stderr,
+                    )
                     return 2
 
     def med(key: str, stage: bool = False) -> tuple[float, float, float]:
@@ -254,22 +277,43 @@ def main() -> int:
         return (statistics.median(xs), min(xs), max(xs)) if xs else (float("nan"),) * 3
 
     total, exit_, cpu = med("total"), med("exit"), med("cpu_s")
-    print(f"gate script start -> verdict, {a.runs} run(s) on one cluster, {os.cpu_count()} CPUs "
-          f"(verdict {runs[0]['verdict']}: {(runs[0]['reasons'] or ['?'])[0]}):")
+    print(
+        f"gate script start -> verdict, {a.runs} run(s) on one cluster, {os.cpu_count()} CPUs "
+        f"(verdict {runs[0]['verdict']}: {(runs[0]['reasons'] or ['?'])[0]}):"
+    )
     print(f"  {'stage':<36} {'median s':>9} {'min..max s':>14}")
-    labels = {"head": "head wait (`ray job list` answers)", "submit": "submit (`ray job submit`)",
-              "driver": "driver up (connected to Ray)", "check": "check (ranks, sweep, verdict)",
-              "tail": "after the verdict: log end, status"}
+    labels = {
+        "head": "head wait (`ray job list` answers)",
+        "submit": "submit (`ray job submit`)",
+        "driver": "driver up (connected to Ray)",
+        "check": "check (ranks, sweep, verdict)",
+        "tail": "after the verdict: log end, status",
+    }
     rows = [("start -> verdict", total)] + [(f"  {labels[k]}", med(k, True)) for k in STAGES[:-1]]
-    rows += [("start -> script exit", exit_), (f"  {labels['tail']}", med("tail", True)),
-             ("CPU s, cluster + script", cpu)]
+    rows += [
+        ("start -> script exit", exit_),
+        (f"  {labels['tail']}", med("tail", True)),
+        ("CPU s, cluster + script", cpu),
+    ]
     for name, (m, lo, hi) in rows:
         print(f"  {name:<36} {m:9.2f} {lo:6.2f}..{hi:<6.2f}")
     if a.json:
-        print(json.dumps({"runs": a.runs, "verdict": runs[0]["verdict"], "backend": runs[0]["backend"],
-                          "total_median_s": total[0], "total_min_s": total[1], "total_max_s": total[2],
-                          "exit_median_s": exit_[0], "stages_median_s": {k: med(k, True)[0] for k in STAGES},
-                          "cpu_median_s": cpu[0], "totals_s": [round(r["total"], 2) for r in runs]}))
+        print(
+            json.dumps(
+                {
+                    "runs": a.runs,
+                    "verdict": runs[0]["verdict"],
+                    "backend": runs[0]["backend"],
+                    "total_median_s": total[0],
+                    "total_min_s": total[1],
+                    "total_max_s": total[2],
+                    "exit_median_s": exit_[0],
+                    "stages_median_s": {k: med(k, True)[0] for k in STAGES},
+                    "cpu_median_s": cpu[0],
+                    "totals_s": [round(r["total"], 2) for r in runs],
+                }
+            )
+        )
     return 0
 
 

@@ -42,13 +42,19 @@ def write_log(path: str) -> None:
                 f.write(f"{pre}NET/OFI Selected provider is efa, fabric is efa-direct (found 4 nics)\n")
                 f.write(f"{pre}Initialized NET plugin Libfabric\n{pre}Assigned NET plugin Libfabric to comm\n")
                 f.write(f"{pre}Using network Libfabric\n")
-                f.write(f"{pre}comm 0x5a08c708f110 rank {rank} nRanks {NODES * GPUS} nNodes {NODES} localRanks {GPUS} "
-                        f"localRank {g} MNNVL 0\n")
+                f.write(
+                    f"{pre}comm 0x5a08c708f110 rank {rank} nRanks {NODES * GPUS} nNodes {NODES} localRanks {GPUS} "
+                    f"localRank {g} MNNVL 0\n"
+                )
                 for rep in range(16):  # several communicators
                     for c in range(CHANNELS):
                         peer = (rank + GPUS) % (NODES * GPUS)
-                        f.write(f"{pre}Channel {c:02d}/0 : {rank}[{g}] -> {peer}[{g}] [send] via NET/Libfabric/{g // 2}/GDRDMA\n")
-                        f.write(f"{pre}Channel {c:02d}/0 : {rank}[{g}] -> {rank + 1}[{(g + 1) % 8}] via P2P/CUMEM/read\n")
+                        f.write(
+                            f"{pre}Channel {c:02d}/0 : {rank}[{g}] -> {peer}[{g}] [send] via NET/Libfabric/{g // 2}/GDRDMA\n"
+                        )
+                        f.write(
+                            f"{pre}Channel {c:02d}/0 : {rank}[{g}] -> {rank + 1}[{(g + 1) % 8}] via P2P/CUMEM/read\n"
+                        )
 
 
 _LINE = re.compile(r"^(.*?)NCCL (INFO|WARN) (.*)$")
@@ -100,20 +106,36 @@ def main() -> int:
         assert rep.verdict == "efa" and rep.ranks == NODES * GPUS and rep.nodes == NODES, rep.reasons
         # CPU-time figures too: on a shared 2-core VM the wall clock measures the neighbours as much as the reader.
         print(f"nccl_log: {mb / o:.0f} MB/s ({o:.2f} s, median of {args.repeats}; {mb / oc:.0f} MB/s of CPU time)")
-        print(f"naive per-line regex: {mb / b:.0f} MB/s ({b:.2f} s, median of {args.repeats}; {mb / bc:.0f} MB/s of CPU time)")
+        print(
+            f"naive per-line regex: {mb / b:.0f} MB/s ({b:.2f} s, median of {args.repeats}; {mb / bc:.0f} MB/s of CPU time)"
+        )
         pairs = [nb / no for no, nb in zip(ours, base)]
         pairs_cpu = [nb / no for no, nb in zip(ours_cpu, base_cpu)]
         ratio, ratio_cpu = statistics.median(pairs), statistics.median(pairs_cpu)
-        print(f"nccl_log / naive: {ratio:.2f}x median of {len(pairs)} pairs ({min(pairs):.2f}..{max(pairs):.2f}); "
-              f"CPU time {ratio_cpu:.2f}x ({min(pairs_cpu):.2f}..{max(pairs_cpu):.2f})")
+        print(
+            f"nccl_log / naive: {ratio:.2f}x median of {len(pairs)} pairs ({min(pairs):.2f}..{max(pairs):.2f}); "
+            f"CPU time {ratio_cpu:.2f}x ({min(pairs_cpu):.2f}..{max(pairs_cpu):.2f})"
+        )
         met = ratio >= TARGET_RATIO
         print(f"target >= {TARGET_RATIO:.0f}x the naive regex in the same run: {'met' if met else 'MISSED'}")
         if args.json:
-            print(json.dumps({"mb": round(mb, 1), "ranks": rep.ranks, "verdict": rep.verdict,
-                              "nccl_log_mb_s": mb / o, "naive_mb_s": mb / b,
-                              "nccl_log_cpu_mb_s": mb / oc, "naive_cpu_mb_s": mb / bc,
-                              "pair_ratios": pairs, "pair_median": ratio,
-                              "pair_ratios_cpu": pairs_cpu, "pair_median_cpu": ratio_cpu}))
+            print(
+                json.dumps(
+                    {
+                        "mb": round(mb, 1),
+                        "ranks": rep.ranks,
+                        "verdict": rep.verdict,
+                        "nccl_log_mb_s": mb / o,
+                        "naive_mb_s": mb / b,
+                        "nccl_log_cpu_mb_s": mb / oc,
+                        "naive_cpu_mb_s": mb / bc,
+                        "pair_ratios": pairs,
+                        "pair_median": ratio,
+                        "pair_ratios_cpu": pairs_cpu,
+                        "pair_median_cpu": ratio_cpu,
+                    }
+                )
+            )
     return 0 if met else 1
 
 

@@ -38,8 +38,15 @@ def expected(readme: str) -> dict[str, str]:
         if concl.startswith("not EFA") and "one host" in concl:
             out[cells[0]] = "undetermined"
             continue
-        out[cells[0]] = ("fallback" if concl.startswith("not EFA") else "efa" if concl.startswith("EFA")
-                         else "undetermined" if concl.startswith("undetermined") else f"? {concl[:30]}")
+        out[cells[0]] = (
+            "fallback"
+            if concl.startswith("not EFA")
+            else "efa"
+            if concl.startswith("EFA")
+            else "undetermined"
+            if concl.startswith("undetermined")
+            else f"? {concl[:30]}"
+        )
     return out
 
 
@@ -57,14 +64,18 @@ def main() -> int:
         with open(os.path.join(a.dir, name), errors="replace") as f:
             lines = f.read().splitlines()
         shuffled = random.Random(25).sample(lines, len(lines))
-        orders = {o: analyze_text("\n".join(x) + "\n").verdict for o, x in
-                  (("reversed", lines[::-1]), ("shuffled", shuffled))}
+        orders = {
+            o: analyze_text("\n".join(x) + "\n").verdict for o, x in (("reversed", lines[::-1]), ("shuffled", shuffled))
+        }
         moved = {o: v for o, v in orders.items() if v != rep.verdict}
         ok = rep.verdict == want.get(name) and not moved
         right += ok
         line = rep.evidence[0].removeprefix(os.path.join(a.dir, "")) if rep.evidence else "(no line)"
-        print(f"{'ok ' if ok else 'BAD'} {name}: {rep.verdict} (README: {want.get(name, 'no row')})"
-              + (f" but {', '.join(f'{v} {o}' for o, v in moved.items())}" if moved else "") + f"\n      {line[:150]}")
+        print(
+            f"{'ok ' if ok else 'BAD'} {name}: {rep.verdict} (README: {want.get(name, 'no row')})"
+            + (f" but {', '.join(f'{v} {o}' for o, v in moved.items())}" if moved else "")
+            + f"\n      {line[:150]}"
+        )
     print(f"{right} of {len(logs)} logs judged as their README concludes")
     if a.json:
         print(json.dumps({"right": right, "total": len(logs), "dir": a.dir}))

@@ -39,7 +39,9 @@ def main() -> int:
     for _ in range(args.runs):
         r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "ray_efa_eks.tools.plan", *CONFIG], cwd=ROOT, capture_output=True, text=True)
+        proc = subprocess.run(
+            [sys.executable, "-m", "ray_efa_eks.tools.plan", *CONFIG], cwd=ROOT, capture_output=True, text=True
+        )
         cli.append(time.perf_counter() - t0)
         r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu.append(r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime)
@@ -59,14 +61,26 @@ def main() -> int:
     assert str(plan.settings["nodeGroups"]["gpu-mng"]["nodes"]).split("..")[-1] == "64", plan.settings["nodeGroups"]
     best, med = min(cli), statistics.median(cli)
     print(f"offline plan, gpuNodeCount=64 ({plan.settings['estimatedHourlyUsd']:.2f} USD/hour), {os.cpu_count()} CPUs:")
-    print(f"  command (ray-efa-eks plan): median {med:.2f} s ({best:.2f}..{max(cli):.2f} s over {args.runs}), "
-          f"CPU median {statistics.median(cpu):.2f} s")
+    print(
+        f"  command (ray-efa-eks plan): median {med:.2f} s ({best:.2f}..{max(cli):.2f} s over {args.runs}), "
+        f"CPU median {statistics.median(cpu):.2f} s"
+    )
     print(f"  in-process plan, imports warm: median {statistics.median(warm):.2f} s, best {min(warm):.2f} s")
     print(f"  target < {TARGET_S:.0f} s (median of the command): {'met' if med < TARGET_S else 'MISSED'}")
     if args.json:
-        print(json.dumps({"command_best_s": best, "command_median_s": med, "command_max_s": max(cli),
-                          "command_cpu_median_s": statistics.median(cpu), "warm_best_s": min(warm),
-                          "warm_median_s": statistics.median(warm), "resources": len(plan.resources)}))
+        print(
+            json.dumps(
+                {
+                    "command_best_s": best,
+                    "command_median_s": med,
+                    "command_max_s": max(cli),
+                    "command_cpu_median_s": statistics.median(cpu),
+                    "warm_best_s": min(warm),
+                    "warm_median_s": statistics.median(warm),
+                    "resources": len(plan.resources),
+                }
+            )
+        )
     return 0 if med < TARGET_S else 1
 
 

@@ -54,16 +54,27 @@ def _spread(xs: list[float]) -> str:
 def _train_job(j: dict, wall: float) -> list[Row]:
     ok = wall < TRAIN_JOB_S and j["nodes"] == 2 and j["loss_last"] < j["loss_first"]
     fabric = (j.get("fabric") or {}).get("verdict", "off")
-    return [("local main job, start to finish", f"< {TRAIN_JOB_S:.0f} s",
-             f"{wall:.1f} s (nodes={j['nodes']}, loss {j['loss_first']:.2f} -> {j['loss_last']:.2f}, "
-             f"fabric {fabric})", ok)]
+    return [
+        (
+            "local main job, start to finish",
+            f"< {TRAIN_JOB_S:.0f} s",
+            f"{wall:.1f} s (nodes={j['nodes']}, loss {j['loss_first']:.2f} -> {j['loss_last']:.2f}, fabric {fabric})",
+            ok,
+        )
+    ]
 
 
 def _train_overhead(j: dict, wall: float) -> list[Row]:
     med = j.get("pair_median", j["ratio"])
-    return [("Ray Train / bare FSDP tokens/s", f">= {TRAIN_RATIO}",
-             f"{med:.3f} median of {len(j['pair_ratios'])} pairs ({_spread(j['pair_ratios'])}; medians "
-             f"{j['ray_tokens_per_s']:.0f} / {j['bare_tokens_per_s']:.0f} = {j['ratio']:.3f})", med >= TRAIN_RATIO)]
+    return [
+        (
+            "Ray Train / bare FSDP tokens/s",
+            f">= {TRAIN_RATIO}",
+            f"{med:.3f} median of {len(j['pair_ratios'])} pairs ({_spread(j['pair_ratios'])}; medians "
+            f"{j['ray_tokens_per_s']:.0f} / {j['bare_tokens_per_s']:.0f} = {j['ratio']:.3f})",
+            med >= TRAIN_RATIO,
+        )
+    ]
 
 
 def _fabric_overhead(j: dict, wall: float) -> list[Row]:
@@ -71,49 +82,85 @@ def _fabric_overhead(j: dict, wall: float) -> list[Row]:
 
     steady, e2e = j["pair_ratios_steady"], j["pair_ratios_e2e"]
     med = statistics.median(steady)
-    return [("fabric capture on/off, steady tokens/s", f">= {FABRIC_RATIO}",
-             f"{med:.3f} median of {len(steady)} pairs ({_spread(steady)}); end-to-end "
-             f"{statistics.median(e2e):.3f} ({_spread(e2e)})", med >= FABRIC_RATIO)]
+    return [
+        (
+            "fabric capture on/off, steady tokens/s",
+            f">= {FABRIC_RATIO}",
+            f"{med:.3f} median of {len(steady)} pairs ({_spread(steady)}); end-to-end "
+            f"{statistics.median(e2e):.3f} ({_spread(e2e)})",
+            med >= FABRIC_RATIO,
+        )
+    ]
 
 
 def _nccl_log_speed(j: dict, wall: float) -> list[Row]:
     med, pairs = j["pair_median"], j["pair_ratios"]
     cpu = j.get("pair_ratios_cpu") or []
-    return [("NCCL log reading / naive regex, 512 ranks", f">= {NCCL_LOG_RATIO:.0f}x, same run",
-             f"{med:.2f}x median of {len(pairs)} pairs ({_spread(pairs)}; CPU time "
-             f"{j.get('pair_median_cpu', float('nan')):.2f}x, {_spread(cpu)}); {j['nccl_log_mb_s']:.0f} vs "
-             f"{j['naive_mb_s']:.0f} MB/s on {j['mb']} MB", med >= NCCL_LOG_RATIO)]
+    return [
+        (
+            "NCCL log reading / naive regex, 512 ranks",
+            f">= {NCCL_LOG_RATIO:.0f}x, same run",
+            f"{med:.2f}x median of {len(pairs)} pairs ({_spread(pairs)}; CPU time "
+            f"{j.get('pair_median_cpu', float('nan')):.2f}x, {_spread(cpu)}); {j['nccl_log_mb_s']:.0f} vs "
+            f"{j['naive_mb_s']:.0f} MB/s on {j['mb']} MB",
+            med >= NCCL_LOG_RATIO,
+        )
+    ]
 
 
 def _nccl_log_verdicts(j: dict, wall: float) -> list[Row]:
-    return [("EFA verdict on the published NCCL logs", "all right",
-             f"{j['right']} of {j['total']} as their README concludes, deciding line cited",
-             j["right"] == j["total"] > 0)]
+    return [
+        (
+            "EFA verdict on the published NCCL logs",
+            "all right",
+            f"{j['right']} of {j['total']} as their README concludes, deciding line cited",
+            j["right"] == j["total"] > 0,
+        )
+    ]
 
 
 def _plan_speed(j: dict, wall: float) -> list[Row]:
     med = j.get("command_median_s", j["command_best_s"])
     cpu = j.get("command_cpu_median_s")
-    return [("offline plan, gpuNodeCount=64", f"< {PLAN_S:.0f} s",
-             f"{med:.2f} s median whole command ({j['command_best_s']:.2f}..{j.get('command_max_s', med):.2f}"
-             + (f", CPU {cpu:.2f} s" if cpu is not None else "") + f"; {j['warm_best_s']:.2f} s warm, "
-             f"{j['resources']} resources)", med < PLAN_S)]
+    return [
+        (
+            "offline plan, gpuNodeCount=64",
+            f"< {PLAN_S:.0f} s",
+            f"{med:.2f} s median whole command ({j['command_best_s']:.2f}..{j.get('command_max_s', med):.2f}"
+            + (f", CPU {cpu:.2f} s" if cpu is not None else "")
+            + f"; {j['warm_best_s']:.2f} s warm, "
+            f"{j['resources']} resources)",
+            med < PLAN_S,
+        )
+    ]
 
 
 def _gate_latency(j: dict, wall: float) -> list[Row]:
     st = j["stages_median_s"]
-    return [("gate: Job start -> verdict (local rehearsal)", "reported",
-             f"{j['total_median_s']:.1f} s median of {j['runs']} ({j['total_min_s']:.1f}..{j['total_max_s']:.1f}; "
-             f"head {st['head']:.1f}, submit {st['submit']:.1f}, driver {st['driver']:.1f}, check "
-             f"{st['check']:.1f}; exit {j['exit_median_s']:.1f}; CPU {j['cpu_median_s']:.1f} s; "
-             f"{j['backend']}: {j['verdict']})", None)]
+    return [
+        (
+            "gate: Job start -> verdict (local rehearsal)",
+            "reported",
+            f"{j['total_median_s']:.1f} s median of {j['runs']} ({j['total_min_s']:.1f}..{j['total_max_s']:.1f}; "
+            f"head {st['head']:.1f}, submit {st['submit']:.1f}, driver {st['driver']:.1f}, check "
+            f"{st['check']:.1f}; exit {j['exit_median_s']:.1f}; CPU {j['cpu_median_s']:.1f} s; "
+            f"{j['backend']}: {j['verdict']})",
+            None,
+        )
+    ]
 
 
 def _worker_start(j: dict, wall: float) -> list[Row]:
     join, cli, proof = j["join"], j["cli"], j["proof"]
-    return [("cold start: a Ray worker joins a running head (local)", "reported",
-             f"{join['median_s']:.1f} s median of {j['runs']} ({join['min_s']:.1f}..{join['max_s']:.1f}); ray CLI "
-             f"start {cli['median_s']:.1f} s; node proof on 32 EFA devices {proof['median_s'] * 1000:.0f} ms", None)]
+    return [
+        (
+            "cold start: a Ray worker joins a running head (local)",
+            "reported",
+            f"{join['median_s']:.1f} s median of {j['runs']} ({join['min_s']:.1f}..{join['max_s']:.1f}); ray CLI "
+            f"start {cli['median_s']:.1f} s; node proof on 32 EFA devices {proof['median_s'] * 1000:.0f} ms",
+            None,
+        )
+    ]
 
 
 @dataclass(frozen=True)
@@ -132,14 +179,39 @@ class Bench:
 
 
 BENCHES: tuple[Bench, ...] = (
-    Bench("train_job", None, ("-m", "ray_efa_eks.tools.command", "train", "--storage-path", "{tmp}"),
-          ("-m", "ray_efa_eks.tools.command", "train", "--storage-path", "{tmp}"), 600, _train_job),
-    Bench("train_overhead", "train_overhead.py", ("--repeats", "5"),
-          ("--repeats", "1", "--steps", "40", "--warmup", "20"), 2400, _train_overhead),
-    Bench("fabric_overhead", "fabric_overhead.py", ("--repeats", "5"),
-          ("--repeats", "1", "--steps", "40", "--warmup", "20"), 2400, _fabric_overhead),
-    Bench("nccl_log_speed", "nccl_log_speed.py", ("--repeats", "5"), ("--repeats", "1"), 900, _nccl_log_speed,
-          missed_exit=1),
+    Bench(
+        "train_job",
+        None,
+        ("-m", "ray_efa_eks.tools.command", "train", "--storage-path", "{tmp}"),
+        ("-m", "ray_efa_eks.tools.command", "train", "--storage-path", "{tmp}"),
+        600,
+        _train_job,
+    ),
+    Bench(
+        "train_overhead",
+        "train_overhead.py",
+        ("--repeats", "5"),
+        ("--repeats", "1", "--steps", "40", "--warmup", "20"),
+        2400,
+        _train_overhead,
+    ),
+    Bench(
+        "fabric_overhead",
+        "fabric_overhead.py",
+        ("--repeats", "5"),
+        ("--repeats", "1", "--steps", "40", "--warmup", "20"),
+        2400,
+        _fabric_overhead,
+    ),
+    Bench(
+        "nccl_log_speed",
+        "nccl_log_speed.py",
+        ("--repeats", "5"),
+        ("--repeats", "1"),
+        900,
+        _nccl_log_speed,
+        missed_exit=1,
+    ),
     Bench("nccl_log_verdicts", "nccl_log_verdicts.py", (), (), 600, _nccl_log_verdicts, missed_exit=1),
     Bench("plan_speed", "plan_speed.py", ("--runs", "5"), ("--runs", "1"), 600, _plan_speed, missed_exit=1),
     Bench("gate_latency", "gate_latency.py", ("--runs", "3"), ("--runs", "1"), 1800, _gate_latency),
@@ -158,8 +230,11 @@ def run(b: Bench, quick: bool) -> tuple[list[Row], float, float]:
         try:
             proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=b.timeout_s)
         except subprocess.TimeoutExpired:
-            return [(b.name, "finishes", f"killed after {b.timeout_s} s", False)], time.perf_counter() - t0, \
-                float("nan")
+            return (
+                [(b.name, "finishes", f"killed after {b.timeout_s} s", False)],
+                time.perf_counter() - t0,
+                float("nan"),
+            )
         wall = time.perf_counter() - t0
         r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime
@@ -187,8 +262,13 @@ def run(b: Bench, quick: bool) -> tuple[list[Row], float, float]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer, shorter repeats (a smoke run, not figures to quote)")
-    ap.add_argument("--only", nargs="+", metavar="NAME", choices=[b.name for b in BENCHES],
-                    help="run only these: " + ", ".join(b.name for b in BENCHES))
+    ap.add_argument(
+        "--only",
+        nargs="+",
+        metavar="NAME",
+        choices=[b.name for b in BENCHES],
+        help="run only these: " + ", ".join(b.name for b in BENCHES),
+    )
     try:
         a = ap.parse_args(argv)
     except SystemExit as e:
@@ -203,8 +283,10 @@ def main(argv: list[str] | None = None) -> int:
             table.append((row, wall if i == 0 else float("nan"), cpu if i == 0 else float("nan")))
         print(f"[run_all] {b.name}: {wall:.0f} s, CPU {cpu:.0f} s", flush=True)
     load = os.getloadavg()
-    print(f"\n{os.cpu_count()} CPUs, load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} (1/5/15 min), "
-          f"{time.strftime('%Y-%m-%d %H:%M %Z')}{', --quick (smoke run)' if a.quick else ''}")
+    print(
+        f"\n{os.cpu_count()} CPUs, load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} (1/5/15 min), "
+        f"{time.strftime('%Y-%m-%d %H:%M %Z')}{', --quick (smoke run)' if a.quick else ''}"
+    )
     w = max(len(r[0][0]) for r in table)
     g = max(len(r[0][1]) for r in table)
     print(f"{'target':<{w}}  {'goal':<{g}}  {'met':<6}  {'wall s':>6}  {'CPU s':>6}  measured")

@@ -16,6 +16,7 @@ and the ratio of the two medians beside it. Target: >= 0.97.
 
 Run: python benchmarks/train_overhead.py [--steps 120 --warmup 20 --repeats 5]
 """
+
 from __future__ import annotations
 
 import json
@@ -69,6 +70,7 @@ def _bare_worker(rank: int, world: int, steps: int, warmup: int, batch: int, por
 
 def _cpu_busy(interval: float = 1.0) -> float:
     """Fraction of all CPUs busy over ``interval`` seconds (from /proc/stat)."""
+
     def snap() -> tuple[int, int]:
         with open("/proc/stat") as f:
             v = [int(x) for x in f.readline().split()[1:]]
@@ -99,8 +101,9 @@ def bare(steps: int, warmup: int, batch: int, world: int = 2) -> float:
     os.environ["OMP_NUM_THREADS"] = "1"
     ctx = mp.get_context("spawn")
     q = ctx.SimpleQueue()
-    mp.start_processes(_bare_worker, args=(world, steps, warmup, batch, _free_port(), q), nprocs=world,
-                       start_method="spawn")
+    mp.start_processes(
+        _bare_worker, args=(world, steps, warmup, batch, _free_port(), q), nprocs=world, start_method="spawn"
+    )
     return q.get()
 
 
@@ -130,8 +133,10 @@ def main() -> None:
     p.add_argument("--json", action="store_true", help="last stdout line is a JSON summary")
     a = p.parse_args()
     if a.steps % a.warmup or a.steps < 2 * a.warmup:
-        p.error(f"--steps {a.steps} must be a multiple of --warmup {a.warmup} and at least twice it, e.g. --steps "
-                f"{4 * a.warmup}")
+        p.error(
+            f"--steps {a.steps} must be a multiple of --warmup {a.warmup} and at least twice it, e.g. --steps "
+            f"{4 * a.warmup}"
+        )
     bares, rays = [], []
     # No log monitor on the worker nodes: on these 2 cores it takes ~3% of the ranks' CPU (0.944 vs 0.973 median pair
     # ratio, 2026-12-04), which a deployed GPU node's spare cores absorb; the bare loop has none either.
@@ -141,18 +146,32 @@ def main() -> None:
             bares.append(bare(a.steps, a.warmup, a.batch_size))
             settle()
             rays.append(ray_train(a.steps, a.warmup, a.batch_size, tmp, f"bench-{i}"))
-            print(f"[bench] run {i + 1}/{a.repeats}: bare {bares[-1]:.0f} tok/s  ray {rays[-1]:.0f} tok/s  "
-                  f"ratio {rays[-1] / bares[-1]:.3f}", flush=True)
+            print(
+                f"[bench] run {i + 1}/{a.repeats}: bare {bares[-1]:.0f} tok/s  ray {rays[-1]:.0f} tok/s  "
+                f"ratio {rays[-1] / bares[-1]:.3f}",
+                flush=True,
+            )
     b, r = statistics.median(bares), statistics.median(rays)
     pairs = [x / y for x, y in zip(rays, bares)]
     print(f"{'':>24}  {'bare':>8}  {'ray':>8}  {'ray/bare':>8}")
     print(f"{'median global tokens/s':>24}  {b:8.0f}  {r:8.0f}  {r / b:8.3f}")
     print(f"{'min..max':>24}  {min(bares):.0f}..{max(bares):.0f}  {min(rays):.0f}..{max(rays):.0f}")
-    print(f"median of the {len(pairs)} pairs' ray/bare: {statistics.median(pairs):.3f} (pairs {min(pairs):.3f}.."
-          f"{max(pairs):.3f}); target >= {TARGET}: {'met' if statistics.median(pairs) >= TARGET else 'MISSED'}")
+    print(
+        f"median of the {len(pairs)} pairs' ray/bare: {statistics.median(pairs):.3f} (pairs {min(pairs):.3f}.."
+        f"{max(pairs):.3f}); target >= {TARGET}: {'met' if statistics.median(pairs) >= TARGET else 'MISSED'}"
+    )
     if a.json:
-        print(json.dumps({"bare_tokens_per_s": b, "ray_tokens_per_s": r, "ratio": r / b,
-                          "pair_median": statistics.median(pairs), "pair_ratios": [round(x, 3) for x in pairs]}))
+        print(
+            json.dumps(
+                {
+                    "bare_tokens_per_s": b,
+                    "ray_tokens_per_s": r,
+                    "ratio": r / b,
+                    "pair_median": statistics.median(pairs),
+                    "pair_ratios": [round(x, 3) for x in pairs],
+                }
+            )
+        )
 
 
 if __name__ == "__main__":

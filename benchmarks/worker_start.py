@@ -104,8 +104,13 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     if a.runs < 1:
         ap.error("--runs must be >= 1")
-    result = {"runs": a.runs, "join": _summary(_join(a.runs)), "cli": _summary(_cli(a.runs)),
-              "agent": _summary(_agent(a.runs)), "proof": _summary(_proof(20 * a.runs))}
+    result = {
+        "runs": a.runs,
+        "join": _summary(_join(a.runs)),
+        "cli": _summary(_cli(a.runs)),
+        "agent": _summary(_agent(a.runs)),
+        "proof": _summary(_proof(20 * a.runs)),
+    }
     if not a.json:
         for part in ("join", "cli", "agent", "proof"):
             s = result[part]

@@ -97,4 +97,3 @@ class CheckRequest:
             elif value is not None and (value != f.default or f.name in always):
                 out += [flag, str(value)]
         return out
-

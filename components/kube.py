@@ -38,10 +38,20 @@ INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 
 def node_affinity(instance_types: list[str]) -> dict[str, Any]:
     """Our GPU nodes of the stack's EFA types (the EFA device plugin keys its allow-list on the same label)."""
-    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{
-        "matchExpressions": [{"key": ROLE_LABEL, "operator": "In", "values": [GPU_ROLE]},
-                             {"key": INSTANCE_TYPE_LABEL, "operator": "In", "values": sorted(set(instance_types))}],
-    }]}}}
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchExpressions": [
+                            {"key": ROLE_LABEL, "operator": "In", "values": [GPU_ROLE]},
+                            {"key": INSTANCE_TYPE_LABEL, "operator": "In", "values": sorted(set(instance_types))},
+                        ],
+                    }
+                ]
+            }
+        }
+    }
 
 
 RUN_AS = 65534
@@ -51,16 +61,27 @@ RUN_AS = 65534
 
 def pod_security() -> dict[str, Any]:
     """The pod-level securityContext of a pod that runs as ``nobody`` (the node agent, the image pre-pull)."""
-    return {"runAsNonRoot": True, "runAsUser": RUN_AS, "runAsGroup": RUN_AS,
-            "seccompProfile": {"type": "RuntimeDefault"}}
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": RUN_AS,
+        "runAsGroup": RUN_AS,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
 
 
 def container_security() -> dict[str, Any]:
     """The container securityContext of a ``nobody`` pod that needs no privilege: the node agent's exporter reads
     0444 files and listens on an unprivileged port; the image pre-pull only waits."""
-    return {"runAsNonRoot": True, "runAsUser": RUN_AS, "runAsGroup": RUN_AS, "privileged": False,
-            "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-            "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}}
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": RUN_AS,
+        "runAsGroup": RUN_AS,
+        "privileged": False,
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
 
 
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
@@ -70,12 +91,14 @@ METRICS_PORTS = {"metrics": 8080, "as-metrics": 44217, "dash-metrics": 44227}
 the autoscaler's and the dashboard's metrics (KubeRay config/prometheus/podMonitor.yaml)."""
 METRICS_NAMESPACE = "monitoring"
 """Default namespace of the metrics scraper (kube-prometheus-stack) admitted to :data:`METRICS_PORTS`."""
-POD_SECURITY_LABELS = {"pod-security.kubernetes.io/enforce": "baseline",
-                       "pod-security.kubernetes.io/enforce-version": "latest",
-                       "pod-security.kubernetes.io/warn": "restricted",
-                       "pod-security.kubernetes.io/warn-version": "latest",
-                       "pod-security.kubernetes.io/audit": "restricted",
-                       "pod-security.kubernetes.io/audit-version": "latest"}
+POD_SECURITY_LABELS = {
+    "pod-security.kubernetes.io/enforce": "baseline",
+    "pod-security.kubernetes.io/enforce-version": "latest",
+    "pod-security.kubernetes.io/warn": "restricted",
+    "pod-security.kubernetes.io/warn-version": "latest",
+    "pod-security.kubernetes.io/audit": "restricted",
+    "pod-security.kubernetes.io/audit-version": "latest",
+}
 """The Ray namespace enforces Pod Security ``baseline`` (no hostPath, host namespaces, privileged); ``restricted``
 is warned and audited. Every pod we create there passes ``baseline`` (tests/components/test_pod_security.py)."""
 POD_SECURITY_CONTEXT = {"seccompProfile": {"type": "RuntimeDefault"}}
@@ -107,8 +130,10 @@ def check_guaranteed(resources: dict[str, dict[str, Any]], where: str) -> None:
     if not req or not lim:
         raise ValueError(f"{where}: requests and limits are both required for Guaranteed QoS")
     if {k: str(v) for k, v in req.items()} != {k: str(v) for k, v in lim.items()}:
-        raise ValueError(f"{where}: requests {req} != limits {lim}; set them equal (Guaranteed QoS) "
-                         "so one throttled rank cannot stall the others")
+        raise ValueError(
+            f"{where}: requests {req} != limits {lim}; set them equal (Guaranteed QoS) "
+            "so one throttled rank cannot stall the others"
+        )
     for k in ("cpu", "memory"):
         if k not in req:
             raise ValueError(f"{where}: {k} missing from requests/limits (Guaranteed QoS needs cpu and memory)")

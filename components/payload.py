@@ -27,8 +27,9 @@ def package_dir(package: str) -> Path:
     """Where ``ray_efa_eks.<package>``'s sources are, found by the import system without importing the package."""
     spec = importlib.util.find_spec(f"{ROOT}.{package}")
     if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(f"package {ROOT}.{package} is not importable here; install ray-efa-eks "
-                                "(pip install -e . in a checkout)")
+        raise FileNotFoundError(
+            f"package {ROOT}.{package} is not importable here; install ray-efa-eks (pip install -e . in a checkout)"
+        )
     return Path(list(spec.submodule_search_locations)[0])
 
 
@@ -40,8 +41,11 @@ def build(packages: Mapping[str, Iterable[str] | None]) -> dict[str, str]:
     files = {f"{ROOT}/__init__.py": ROOT_INIT}
     for package, names in packages.items():
         root = package_dir(package)
-        wanted = sorted(str(p.relative_to(root)) for p in root.rglob("*.py") if "__pycache__" not in p.parts) \
-            if names is None else list(names)
+        wanted = (
+            sorted(str(p.relative_to(root)) for p in root.rglob("*.py") if "__pycache__" not in p.parts)
+            if names is None
+            else list(names)
+        )
         for n in wanted:
             if not (root / n).is_file():
                 raise FileNotFoundError(f"package {ROOT}.{package} at {root} has no {n} to ship")
@@ -63,8 +67,13 @@ def config_map_data(files: Mapping[str, str]) -> dict[str, str]:
 def volume(name: str, config_map: str, files: Iterable[str]) -> dict[str, Any]:
     """A ``configMap`` volume laying the payload out under the folder mounted by :func:`mount` (Kubernetes API
     reference, ConfigMapVolumeSource: ``items[].path`` is relative and may hold '/')."""
-    return {"name": name, "configMap": {"name": config_map, "items": [
-        {"key": config_key(p), "path": p.split("/", 1)[1]} for p in sorted(files)]}}
+    return {
+        "name": name,
+        "configMap": {
+            "name": config_map,
+            "items": [{"key": config_key(p), "path": p.split("/", 1)[1]} for p in sorted(files)],
+        },
+    }
 
 
 def mount(name: str, base: str, read_only: bool = False) -> dict[str, Any]:

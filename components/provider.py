@@ -42,8 +42,10 @@ from .config.config import KEYS, ConfigError, grammar
 from .stack import EfaRayCluster
 
 PACKAGE = "ray-efa-eks"
-PLAIN_FIX = ("must be a plain value known at preview (a literal or a config value), not a resource output or a "
-             "secret: it decides which resources exist")
+PLAIN_FIX = (
+    "must be a plain value known at preview (a literal or a config value), not a resource output or a "
+    "secret: it decides which resources exist"
+)
 
 
 def package_version() -> str:
@@ -71,8 +73,9 @@ class EfaRayClusterProvider(ComponentProvider):
     def __init__(self) -> None:
         super().__init__([EfaRayCluster], PACKAGE, version=package_version())
 
-    def construct(self, name: str, resource_type: str, inputs: dict[str, Any],
-                  options: Optional[pulumi.ResourceOptions] = None) -> ConstructResult:
+    def construct(
+        self, name: str, resource_type: str, inputs: dict[str, Any], options: Optional[pulumi.ResourceOptions] = None
+    ) -> ConstructResult:
         for key, value in inputs.items():
             if _is_output(value):
                 raise InputPropertyError(key, PLAIN_FIX)

@@ -33,8 +33,16 @@ from .cluster.cluster import AccessPlan, Cluster, ClusterArgs, access_plan
 from .cluster.eks_versions import version_warning
 from .cluster.live_cluster import lagging_warning, read_live_cluster, upgrade_problem
 from .cluster.pod_identity import PodStorageAccess, PodStorageAccessArgs
-from .nodes.capacity import (BLOCK_TERMINATION_LEAD_MINUTES, CAPACITY_BLOCK, PENDING_BLOCK_STATES, RESERVATION,
-                             CapacityBlock, GpuCapacity, block_problem, read_capacity_block)
+from .nodes.capacity import (
+    BLOCK_TERMINATION_LEAD_MINUTES,
+    CAPACITY_BLOCK,
+    PENDING_BLOCK_STATES,
+    RESERVATION,
+    CapacityBlock,
+    GpuCapacity,
+    block_problem,
+    read_capacity_block,
+)
 from .nodes.cost import estimate
 from .nodes.launch_template import FAST_IMAGE_PULL_MIN_MIBPS, Gp3Performance, NodeHardening, fingerprint
 from .nodes.node_groups import EfaGpuNodeGroup, EfaGpuNodeGroupArgs, SystemNodeGroup, SystemNodeGroupArgs
@@ -186,11 +194,12 @@ def stack_config(args: "EfaRayClusterArgs | StackConfig") -> StackConfig:
     values = dict(args or {})
     for key, value in values.items():
         if isinstance(value, pulumi.Output):
-            raise TypeError(f"EfaRayCluster: {key} must be a plain value known at preview (a literal or a config "
-                            "value), not a resource output: it decides which resources exist")
+            raise TypeError(
+                f"EfaRayCluster: {key} must be a plain value known at preview (a literal or a config "
+                "value), not a resource output: it decides which resources exist"
+            )
     region = values.pop("region", None) or pulumi.Config("aws").get("region") or "us-east-1"
     return StackConfig.from_mapping(values, region=region)
-
 
 
 @contextmanager
@@ -205,6 +214,7 @@ def _in_stack_keys() -> Iterator[None]:
 @dataclass
 class _Checked:
     """What the stack learns before it registers anything: the GPU AZ, its capacity, the live cluster it changes."""
+
     gpu_az: str
     capacity: GpuCapacity
     block: Optional[CapacityBlock]
@@ -221,13 +231,17 @@ def _check_before_any_resource(name: str, cfg: StackConfig) -> _Checked:
     if problem:  # the block is elsewhere, of another type, too small or over: refuse before any resource
         raise stack_error(problem)
     if block and block.state in PENDING_BLOCK_STATES and cfg.gpuNodeCount > 0:
-        pulumi.log.warn(f"Capacity Block {block.id} is {block.state} until {block.start_date}: its nodes cannot "
-                        f"launch before, so the node group waits and may time out; deploy with gpuNodeCount 0 "
-                        "and raise it once the block is active")
+        pulumi.log.warn(
+            f"Capacity Block {block.id} is {block.state} until {block.start_date}: its nodes cannot "
+            f"launch before, so the node group waits and may time out; deploy with gpuNodeCount 0 "
+            "and raise it once the block is active"
+        )
     if cfg.scale_to_zero and capacity.mode == RESERVATION:
-        pulumi.log.warn("gpuScaleToZero with gpuCapacity reservation: the ODCR bills every reserved instance at "
-                        "the on-demand rate whether a node runs in it or not, so idle GPU nodes going away saves "
-                        "nothing; only the node-group churn remains (docs/gpus.md)")
+        pulumi.log.warn(
+            "gpuScaleToZero with gpuCapacity reservation: the ODCR bills every reserved instance at "
+            "the on-demand rate whether a node runs in it or not, so idle GPU nodes going away saves "
+            "nothing; only the node-group churn remains (docs/gpus.md)"
+        )
     live = read_live_cluster(name)  # what this update changes from: EKS's view, whoever runs it
     if live is not None:
         problem = upgrade_problem(live.version, cfg.kubernetesVersion)
@@ -247,10 +261,12 @@ def _check_before_any_resource(name: str, cfg: StackConfig) -> _Checked:
     if version_note:  # extended support: $0.60/h instead of $0.10/h
         pulumi.log.warn(version_note)
     if cfg.gpuFastImagePull and cfg.gpuRootVolumeThroughputMiBps < FAST_IMAGE_PULL_MIN_MIBPS:
-        pulumi.log.warn(f"gpuFastImagePull with gpuRootVolumeThroughputMiBps {cfg.gpuRootVolumeThroughputMiBps}: "
-                        f"nodeadm's docs recommend at least {FAST_IMAGE_PULL_MIN_MIBPS} MiB/s, below which the "
-                        "parallel pull may be slower than the default one; raise the throughput or set "
-                        "gpuFastImagePull: false")
+        pulumi.log.warn(
+            f"gpuFastImagePull with gpuRootVolumeThroughputMiBps {cfg.gpuRootVolumeThroughputMiBps}: "
+            f"nodeadm's docs recommend at least {FAST_IMAGE_PULL_MIN_MIBPS} MiB/s, below which the "
+            "parallel pull may be slower than the default one; raise the throughput or set "
+            "gpuFastImagePull: false"
+        )
     return _Checked(gpu_az, capacity, block, access)
 
 
@@ -258,6 +274,7 @@ def _check_before_any_resource(name: str, cfg: StackConfig) -> _Checked:
 class _Build:
     """One EfaRayCluster under construction: its config and what every child shares. Each layer's builder below
     takes it and the layers it stands on, and returns its components."""
+
     owner: pulumi.ComponentResource
     name: str
     cfg: StackConfig
@@ -287,22 +304,43 @@ def _network(b: _Build) -> Network:
     outside = gpu_az_note(gpu_az, azs, cfg.region)
     if outside:
         pulumi.log.warn(outside, resource=b.owner)
-    return Network("net", NetworkArgs(cidr=cfg.vpcCidr, availability_zones=azs, gpu_availability_zone=gpu_az,
-                                      cluster_name=b.name, s3_gateway_endpoint=cfg.s3GatewayEndpoint,
-                                      region=cfg.region, ecr_interface_endpoints=cfg.ecrPullThroughCache),
-                   opts=b.child)
+    return Network(
+        "net",
+        NetworkArgs(
+            cidr=cfg.vpcCidr,
+            availability_zones=azs,
+            gpu_availability_zone=gpu_az,
+            cluster_name=b.name,
+            s3_gateway_endpoint=cfg.s3GatewayEndpoint,
+            region=cfg.region,
+            ecr_interface_endpoints=cfg.ecrPullThroughCache,
+        ),
+        opts=b.child,
+    )
 
 
 def _cluster(b: _Build, network: Network) -> Cluster:
     cfg, access = b.cfg, b.checked.access
-    return Cluster(b.name, ClusterArgs(
-        vpc_id=network.vpc_id, public_subnet_ids=network.public_subnet_ids,
-        private_subnet_ids=network.private_subnet_ids, kubernetes_version=cfg.kubernetesVersion,
-        endpoint_public_access=cfg.endpointPublicAccess, endpoint_public_access_cidrs=cfg.endpointPublicAccessCidrs,
-        encrypt_secrets=cfg.encryptSecrets, pod_identity_agent=cfg.checkpointBucket or cfg.scale_to_zero,
-        enable_network_policy=cfg.networkPolicy, admin_arns=cfg.clusterAdminArns,
-        viewer_arns=cfg.clusterViewerArns, creator_admin=access.creator_admin, creator_arn=access.creator_arn,
-        tags=b.tags), opts=b.child)
+    return Cluster(
+        b.name,
+        ClusterArgs(
+            vpc_id=network.vpc_id,
+            public_subnet_ids=network.public_subnet_ids,
+            private_subnet_ids=network.private_subnet_ids,
+            kubernetes_version=cfg.kubernetesVersion,
+            endpoint_public_access=cfg.endpointPublicAccess,
+            endpoint_public_access_cidrs=cfg.endpointPublicAccessCidrs,
+            encrypt_secrets=cfg.encryptSecrets,
+            pod_identity_agent=cfg.checkpointBucket or cfg.scale_to_zero,
+            enable_network_policy=cfg.networkPolicy,
+            admin_arns=cfg.clusterAdminArns,
+            viewer_arns=cfg.clusterViewerArns,
+            creator_admin=access.creator_admin,
+            creator_arn=access.creator_arn,
+            tags=b.tags,
+        ),
+        opts=b.child,
+    )
 
 
 @dataclass
@@ -327,8 +365,11 @@ def _images(b: _Build, cluster: Cluster) -> _Images:
     account = aws.get_caller_identity().account_id
     prefix = cache_prefix(b.name)
     dlc_image, agent_image = (cached_reference(i, account, cfg.region, prefix) for i in (dlc_image, agent_image))
-    cache = ImageCache("image-cache", ImageCacheArgs(account_id=account, region=cfg.region, prefix=prefix,
-                                                     node_role_name=cluster.node_role.name), opts=b.child)
+    cache = ImageCache(
+        "image-cache",
+        ImageCacheArgs(account_id=account, region=cfg.region, prefix=prefix, node_role_name=cluster.node_role.name),
+        opts=b.child,
+    )
     return _Images(dlc_image, agent_image, cache)
 
 
@@ -345,36 +386,76 @@ def _nodes(b: _Build, network: Network, cluster: Cluster) -> _Nodes:
     node monitoring agent."""
     cfg = b.cfg
     hardening = NodeHardening(imds_hop_limit=cfg.imdsHopLimit, encrypt_root_volume=cfg.encryptRootVolumes)
-    system = SystemNodeGroup("system", SystemNodeGroupArgs(
-        cluster=cluster.eks, node_role=cluster.node_role, subnet_ids=network.private_subnet_ids,
-        instance_type=cfg.system_type, root_volume_gib=cfg.systemRootVolumeGiB, hardening=hardening,
-        kubernetes_version=cfg.kubernetesVersion), opts=b.child)
-    gpu = EfaGpuNodeGroup("gpu", EfaGpuNodeGroupArgs(
-        cluster=cluster.eks, node_role=cluster.node_role, cluster_security_group_id=cluster.security_group_id,
-        subnet_ids=network.gpu_subnet_id.apply(lambda s: [s]), instance_type=cfg.gpu_type,
-        availability_zone=b.checked.gpu_az, node_count=cfg.gpuNodeCount, efa=cfg.efa,
-        allow_single_node=cfg.allowSingleEfaNode, root_volume_gib=cfg.gpuRootVolumeGiB, hardening=hardening,
-        root_volume_performance=Gp3Performance(cfg.gpuRootVolumeIops, cfg.gpuRootVolumeThroughputMiBps),
-        fast_image_pull=cfg.gpuFastImagePull,
-        capacity=b.checked.capacity, kubernetes_version=cfg.kubernetesVersion,
-        workers_to_delete=len(cfg.gpuWorkersToDelete), autoscaled=cfg.scale_to_zero,
-        scale_from_zero=cfg.scale_to_zero and cfg.gpuNodeCount > 0,  # 0 parks: max 1 must not be used
-        startup_taints=[startup_taint(k) for k in b.unproven], error_as=stack_error),
-        opts=b.child)
-    plugins = DevicePlugins("device-plugins", DevicePluginsArgs(provider=cluster.provider, efa=cfg.efa,
-                                                               instance_types=[cfg.gpuInstanceType],
-                                                               startup_taints=b.unproven),
-                            opts=b.opts(depends_on=[gpu]))
+    system = SystemNodeGroup(
+        "system",
+        SystemNodeGroupArgs(
+            cluster=cluster.eks,
+            node_role=cluster.node_role,
+            subnet_ids=network.private_subnet_ids,
+            instance_type=cfg.system_type,
+            root_volume_gib=cfg.systemRootVolumeGiB,
+            hardening=hardening,
+            kubernetes_version=cfg.kubernetesVersion,
+        ),
+        opts=b.child,
+    )
+    gpu = EfaGpuNodeGroup(
+        "gpu",
+        EfaGpuNodeGroupArgs(
+            cluster=cluster.eks,
+            node_role=cluster.node_role,
+            cluster_security_group_id=cluster.security_group_id,
+            subnet_ids=network.gpu_subnet_id.apply(lambda s: [s]),
+            instance_type=cfg.gpu_type,
+            availability_zone=b.checked.gpu_az,
+            node_count=cfg.gpuNodeCount,
+            efa=cfg.efa,
+            allow_single_node=cfg.allowSingleEfaNode,
+            root_volume_gib=cfg.gpuRootVolumeGiB,
+            hardening=hardening,
+            root_volume_performance=Gp3Performance(cfg.gpuRootVolumeIops, cfg.gpuRootVolumeThroughputMiBps),
+            fast_image_pull=cfg.gpuFastImagePull,
+            capacity=b.checked.capacity,
+            kubernetes_version=cfg.kubernetesVersion,
+            workers_to_delete=len(cfg.gpuWorkersToDelete),
+            autoscaled=cfg.scale_to_zero,
+            scale_from_zero=cfg.scale_to_zero and cfg.gpuNodeCount > 0,  # 0 parks: max 1 must not be used
+            startup_taints=[startup_taint(k) for k in b.unproven],
+            error_as=stack_error,
+        ),
+        opts=b.child,
+    )
+    plugins = DevicePlugins(
+        "device-plugins",
+        DevicePluginsArgs(
+            provider=cluster.provider, efa=cfg.efa, instance_types=[cfg.gpuInstanceType], startup_taints=b.unproven
+        ),
+        opts=b.opts(depends_on=[gpu]),
+    )
     autoscaler = None
     if cfg.scale_to_zero:  # GPU nodes follow Ray's pending worker pods
-        autoscaler = ClusterAutoscaler("cluster-autoscaler", ClusterAutoscalerArgs(
-            provider=cluster.provider, cluster_name=cluster.name, cluster_arn=cluster.arn, region=cfg.region,
-            tags=b.tags, depends_on=[system, *cluster.addons]), opts=b.child)
+        autoscaler = ClusterAutoscaler(
+            "cluster-autoscaler",
+            ClusterAutoscalerArgs(
+                provider=cluster.provider,
+                cluster_name=cluster.name,
+                cluster_arn=cluster.arn,
+                region=cfg.region,
+                tags=b.tags,
+                depends_on=[system, *cluster.addons],
+            ),
+            opts=b.child,
+        )
     # EKS node monitoring agent: sets the Node conditions (AcceleratedHardwareReady, NetworkingReady, ...) that
     # node auto repair (nodeRepairConfig on both node groups, node_groups.node_repair) acts on. After the nodes:
     # a DaemonSet add-on with no node to run on does not become ACTIVE.
-    aws.eks.Addon("node-monitoring-agent", cluster_name=cluster.name, addon_name="eks-node-monitoring-agent",
-                  tags=b.tags, opts=b.opts(depends_on=[system, gpu]))
+    aws.eks.Addon(
+        "node-monitoring-agent",
+        cluster_name=cluster.name,
+        addon_name="eks-node-monitoring-agent",
+        tags=b.tags,
+        opts=b.opts(depends_on=[system, gpu]),
+    )
     return _Nodes(system, gpu, plugins, autoscaler)
 
 
@@ -383,14 +464,32 @@ def _storage(b: _Build, cluster: Cluster) -> tuple[Optional[CheckpointBucket], O
     cfg = b.cfg
     if not cfg.checkpointBucket:
         return None, None
-    bucket = CheckpointBucket(f"{b.name}-checkpoints", CheckpointBucketArgs(
-        encryption=cfg.checkpointEncryption, retain_on_delete=cfg.checkpointRetainOnDelete,
-        noncurrent_version_days=cfg.checkpointNoncurrentVersionDays, tags=b.tags), opts=b.child)
-    storage = PodStorageAccess("ray-storage", PodStorageAccessArgs(
-        cluster_name=cluster.name, cluster_arn=cluster.arn, namespace=RAY_NAMESPACE,
-        service_account=RAY_SERVICE_ACCOUNT, bucket_name=bucket.name, bucket_arn=bucket.arn,
-        prefix=cfg.checkpointPrefix, kms_key_arn=bucket.kms_key_arn, region=cfg.region, tags=b.tags),
-        opts=b.child)
+    bucket = CheckpointBucket(
+        f"{b.name}-checkpoints",
+        CheckpointBucketArgs(
+            encryption=cfg.checkpointEncryption,
+            retain_on_delete=cfg.checkpointRetainOnDelete,
+            noncurrent_version_days=cfg.checkpointNoncurrentVersionDays,
+            tags=b.tags,
+        ),
+        opts=b.child,
+    )
+    storage = PodStorageAccess(
+        "ray-storage",
+        PodStorageAccessArgs(
+            cluster_name=cluster.name,
+            cluster_arn=cluster.arn,
+            namespace=RAY_NAMESPACE,
+            service_account=RAY_SERVICE_ACCOUNT,
+            bucket_name=bucket.name,
+            bucket_arn=bucket.arn,
+            prefix=cfg.checkpointPrefix,
+            kms_key_arn=bucket.kms_key_arn,
+            region=cfg.region,
+            tags=b.tags,
+        ),
+        opts=b.child,
+    )
     return bucket, storage
 
 
@@ -399,11 +498,25 @@ def _queues(b: _Build, cluster: Cluster, nodes: _Nodes, bucket: Optional[Checkpo
     cfg = b.cfg
     if not (cfg.jobQueues and bucket is not None):
         return None
-    return JobQueues("job-queues", JobQueuesArgs(
-        provider=cluster.provider, teams=cfg.job_queues, instance_type=cfg.gpu_type,
-        cluster_name=cluster.name, cluster_arn=cluster.arn, bucket_name=bucket.name, bucket_arn=bucket.arn,
-        kms_key_arn=bucket.kms_key_arn, region=cfg.region, pods_ready_timeout_s=cfg.efa_check_wait_s,
-        network_policy=cfg.networkPolicy, tags=b.tags, depends_on=[nodes.system]), opts=b.child)
+    return JobQueues(
+        "job-queues",
+        JobQueuesArgs(
+            provider=cluster.provider,
+            teams=cfg.job_queues,
+            instance_type=cfg.gpu_type,
+            cluster_name=cluster.name,
+            cluster_arn=cluster.arn,
+            bucket_name=bucket.name,
+            bucket_arn=bucket.arn,
+            kms_key_arn=bucket.kms_key_arn,
+            region=cfg.region,
+            pods_ready_timeout_s=cfg.efa_check_wait_s,
+            network_policy=cfg.networkPolicy,
+            tags=b.tags,
+            depends_on=[nodes.system],
+        ),
+        opts=b.child,
+    )
 
 
 @dataclass
@@ -413,55 +526,110 @@ class _Ray:
     agent: Optional[NodeAgent]
 
 
-def _ray(b: _Build, cluster: Cluster, nodes: _Nodes, images: _Images, storage: Optional[PodStorageAccess],
-         queues: Optional[JobQueues]) -> _Ray:
+def _ray(
+    b: _Build,
+    cluster: Cluster,
+    nodes: _Nodes,
+    images: _Images,
+    storage: Optional[PodStorageAccess],
+    queues: Optional[JobQueues],
+) -> _Ray:
     """The KubeRay operator, the node agent (EFA), the DLC pre-pull and the RayCluster."""
     cfg = b.cfg
     team_namespaces = queues.namespace_names if queues else []
     operators: list[KubeRayOperator] = []
     # The CRDs Helm installed on a stack's first up are upserted and taken over (components/ray/kuberay.py).
-    crd_provider = k8s.Provider("kuberay-crds-k8s", kubeconfig=cluster.eks.kubeconfig_json,
-                                enable_server_side_apply=True, upsert_existing_objects=True,
-                                enable_patch_force=True,
-                                opts=pulumi.ResourceOptions(parent=b.owner, depends_on=cluster.access_grants))
+    crd_provider = k8s.Provider(
+        "kuberay-crds-k8s",
+        kubeconfig=cluster.eks.kubeconfig_json,
+        enable_server_side_apply=True,
+        upsert_existing_objects=True,
+        enable_patch_force=True,
+        opts=pulumi.ResourceOptions(parent=b.owner, depends_on=cluster.access_grants),
+    )
 
     def install_operator(ray_ns: pulumi.Resource) -> list[pulumi.Resource]:
         """The KubeRay operator, watching only the Ray namespace (its chart puts a Role there)."""
-        operators.append(KubeRayOperator("kuberay", KubeRayOperatorArgs(
-            provider=cluster.provider, chart_version=cfg.kuberayChartVersion, crd_provider=crd_provider,
-            watch_namespaces=[RAY_NAMESPACE, *team_namespaces], network_policy=cfg.networkPolicy,
-            depends_on=[ray_ns, *(queues.namespaces if queues else [])]), opts=b.opts(depends_on=[nodes.system])))
+        operators.append(
+            KubeRayOperator(
+                "kuberay",
+                KubeRayOperatorArgs(
+                    provider=cluster.provider,
+                    chart_version=cfg.kuberayChartVersion,
+                    crd_provider=crd_provider,
+                    watch_namespaces=[RAY_NAMESPACE, *team_namespaces],
+                    network_policy=cfg.networkPolicy,
+                    depends_on=[ray_ns, *(queues.namespaces if queues else [])],
+                ),
+                opts=b.opts(depends_on=[nodes.system]),
+            )
+        )
         # the node agent's read of its node's Ray workers (a failed provider check puts its taint back)
         return [operators[-1], *(agent.grant_worker_read(ray_ns) if agent else [])]
 
     agent = None
     if cfg.efa:  # the one reader of the hosts' EFA counters (the Ray pods mount no host path)
-        agent = NodeAgent("node-agent", NodeAgentArgs(
-            provider=cluster.provider, image=images.agent, instance_types=[cfg.gpuInstanceType],
-            network_policy=cfg.networkPolicy,
-            allowed_namespaces=[RAY_NAMESPACE, METRICS_NAMESPACE, *team_namespaces],
-            startup_taints=b.unproven, efa_devices={cfg.gpuInstanceType: cfg.gpu_type.max_efa_interfaces},
-            workers_namespace=RAY_NAMESPACE, kubernetes_version=cfg.kubernetesVersion,
-            depends_on=[nodes.gpu, *images.pulled_after]), opts=b.child)
+        agent = NodeAgent(
+            "node-agent",
+            NodeAgentArgs(
+                provider=cluster.provider,
+                image=images.agent,
+                instance_types=[cfg.gpuInstanceType],
+                network_policy=cfg.networkPolicy,
+                allowed_namespaces=[RAY_NAMESPACE, METRICS_NAMESPACE, *team_namespaces],
+                startup_taints=b.unproven,
+                efa_devices={cfg.gpuInstanceType: cfg.gpu_type.max_efa_interfaces},
+                workers_namespace=RAY_NAMESPACE,
+                kubernetes_version=cfg.kubernetesVersion,
+                depends_on=[nodes.gpu, *images.pulled_after],
+            ),
+            opts=b.child,
+        )
     # The DLC pulled on each joining GPU node while its fabric is proven (the taint keeps Ray off until then).
-    ImagePrePull("image-prepull", ImagePrePullArgs(
-        provider=cluster.provider, image=images.dlc, idle_image=images.agent, instance_types=[cfg.gpuInstanceType],
-        startup_taints=b.unproven, network_policy=cfg.networkPolicy),
-        opts=b.opts(depends_on=[nodes.gpu, *images.pulled_after]))
-    ray = RayCluster("ray", RayClusterArgs(
-        provider=cluster.provider, image=images.dlc, ray_version=cfg.rayVersion, nccl_debug=cfg.ncclDebug,
-        namespace=RAY_NAMESPACE, service_account_name=RAY_SERVICE_ACCOUNT,
-        storage_path=storage.storage_uri if storage else None, network_policy=cfg.networkPolicy,
-        token_auth=cfg.rayTokenAuth, region=cfg.region, efa_exporter_url=agent.exporter_url if agent else None,
-        kuberay_chart_version=cfg.kuberayChartVersion,
-        worker_groups=[WorkerGroupArgs(name="gpu", instance_type=cfg.gpu_type, replicas=cfg.gpuNodeCount,
-                                       efa=cfg.efa, scale_from_zero=cfg.scale_to_zero,
-                                       workers_to_delete=list(cfg.gpuWorkersToDelete))],
-        autoscaler=AutoscalerArgs(idle_timeout_s=cfg.gpuIdleTimeoutSeconds) if cfg.scale_to_zero else None,
-        # Pod identity is injected at pod start: the association and the agent must exist before the pods.
-        depends_on=[nodes.plugins, *([storage] if storage else []), *cluster.addons, *images.pulled_after],
-        after_namespace=install_operator),
-        opts=b.child)
+    ImagePrePull(
+        "image-prepull",
+        ImagePrePullArgs(
+            provider=cluster.provider,
+            image=images.dlc,
+            idle_image=images.agent,
+            instance_types=[cfg.gpuInstanceType],
+            startup_taints=b.unproven,
+            network_policy=cfg.networkPolicy,
+        ),
+        opts=b.opts(depends_on=[nodes.gpu, *images.pulled_after]),
+    )
+    ray = RayCluster(
+        "ray",
+        RayClusterArgs(
+            provider=cluster.provider,
+            image=images.dlc,
+            ray_version=cfg.rayVersion,
+            nccl_debug=cfg.ncclDebug,
+            namespace=RAY_NAMESPACE,
+            service_account_name=RAY_SERVICE_ACCOUNT,
+            storage_path=storage.storage_uri if storage else None,
+            network_policy=cfg.networkPolicy,
+            token_auth=cfg.rayTokenAuth,
+            region=cfg.region,
+            efa_exporter_url=agent.exporter_url if agent else None,
+            kuberay_chart_version=cfg.kuberayChartVersion,
+            worker_groups=[
+                WorkerGroupArgs(
+                    name="gpu",
+                    instance_type=cfg.gpu_type,
+                    replicas=cfg.gpuNodeCount,
+                    efa=cfg.efa,
+                    scale_from_zero=cfg.scale_to_zero,
+                    workers_to_delete=list(cfg.gpuWorkersToDelete),
+                )
+            ],
+            autoscaler=AutoscalerArgs(idle_timeout_s=cfg.gpuIdleTimeoutSeconds) if cfg.scale_to_zero else None,
+            # Pod identity is injected at pod start: the association and the agent must exist before the pods.
+            depends_on=[nodes.plugins, *([storage] if storage else []), *cluster.addons, *images.pulled_after],
+            after_namespace=install_operator,
+        ),
+        opts=b.child,
+    )
     (operator,) = operators
     return _Ray(ray, operator, agent)
 
@@ -472,12 +640,24 @@ def _observability(b: _Build, cluster: Cluster, nodes: _Nodes, queues: Optional[
     if not cfg.observability:
         return None
     line_rate_gbps = cfg.gpu_type.efa_gbps or 0.0
-    return Observability("observability", ObservabilityArgs(
-        provider=cluster.provider, ray_namespace=RAY_NAMESPACE,
-        team_namespaces=queues.namespace_names if queues else [], retention=cfg.metricsRetention,
-        remote_write_url=cfg.metricsRemoteWriteUrl, region=cfg.region, efa=cfg.efa, line_rate_gbps=line_rate_gbps,
-        thresholds=AlertThresholds(line_rate_bytes_per_s=line_rate_gbps * 1e9 / 8, ray_namespace=RAY_NAMESPACE),
-        startup_taints=b.unproven, network_policy=cfg.networkPolicy, depends_on=[nodes.system]), opts=b.child)
+    return Observability(
+        "observability",
+        ObservabilityArgs(
+            provider=cluster.provider,
+            ray_namespace=RAY_NAMESPACE,
+            team_namespaces=queues.namespace_names if queues else [],
+            retention=cfg.metricsRetention,
+            remote_write_url=cfg.metricsRemoteWriteUrl,
+            region=cfg.region,
+            efa=cfg.efa,
+            line_rate_gbps=line_rate_gbps,
+            thresholds=AlertThresholds(line_rate_bytes_per_s=line_rate_gbps * 1e9 / 8, ray_namespace=RAY_NAMESPACE),
+            startup_taints=b.unproven,
+            network_policy=cfg.networkPolicy,
+            depends_on=[nodes.system],
+        ),
+        opts=b.child,
+    )
 
 
 def _gate(b: _Build, cluster: Cluster, nodes: _Nodes, images: _Images, ray: _Ray) -> Optional[EfaCheckJob]:
@@ -487,25 +667,47 @@ def _gate(b: _Build, cluster: Cluster, nodes: _Nodes, images: _Images, ray: _Ray
         return None
     shape = gate_transport(cfg.efa, cfg.gpuNodeCount)
     if shape == "socket":
-        pulumi.log.warn("efaCheck with efa: false: the gate checks that NCCL works across the GPU nodes over "
-                        "its Socket transport (TCP); it does not prove EFA", resource=b.owner)
+        pulumi.log.warn(
+            "efaCheck with efa: false: the gate checks that NCCL works across the GPU nodes over "
+            "its Socket transport (TCP); it does not prove EFA",
+            resource=b.owner,
+        )
     elif shape == "intra-node":
-        pulumi.log.warn("efaCheck with one GPU node: the gate checks NCCL inside the node only; EFA (and any "
-                        "inter-node path) is not exercised. Use gpuNodeCount >= 2 for the EFA proof",
-                        resource=b.owner)
-    return EfaCheckJob("efa-check", EfaCheckJobArgs(
-        provider=cluster.provider, image=images.dlc, namespace=ray.ray.namespace,
-        dashboard_address=ray.ray.dashboard_address, ray_cluster=ray.ray.custom_resource,
-        blocking=cfg.efaCheckBlocking, min_busbw_gbps=cfg.efaCheckMinBusbwGbps,
-        instance_type=cfg.gpu_type, node_count=cfg.gpuNodeCount, efa=cfg.efa, nccl_debug=cfg.ncclDebug,
-        min_busbw_fraction=cfg.efaCheckMinBusbwFraction, compare_socket=cfg.efaCheckCompareSocket,
-        strict_versions=cfg.efaCheckStrictVersions, require_counters=cfg.efaCheckRequireCounters and cfg.efa,
-        storage_proof=cfg.checkpointBucket,
-        deadlines=Deadlines(topology_wait_s=cfg.efa_check_wait_s),
-        auth_secret_name=ray.ray.auth_secret_name, spec_hash=ray.ray.spec_hash, ray_cluster_name=ray.ray.name,
-        node_identity=pulumi.Output.all(nodes.gpu.template_fingerprint, nodes.system.template_fingerprint,
-                                        cfg.kubernetesVersion).apply(fingerprint),
-        depends_on=[ray.agent.daemonset] if ray.agent else []), opts=b.child)  # every node's exporter up first
+        pulumi.log.warn(
+            "efaCheck with one GPU node: the gate checks NCCL inside the node only; EFA (and any "
+            "inter-node path) is not exercised. Use gpuNodeCount >= 2 for the EFA proof",
+            resource=b.owner,
+        )
+    return EfaCheckJob(
+        "efa-check",
+        EfaCheckJobArgs(
+            provider=cluster.provider,
+            image=images.dlc,
+            namespace=ray.ray.namespace,
+            dashboard_address=ray.ray.dashboard_address,
+            ray_cluster=ray.ray.custom_resource,
+            blocking=cfg.efaCheckBlocking,
+            min_busbw_gbps=cfg.efaCheckMinBusbwGbps,
+            instance_type=cfg.gpu_type,
+            node_count=cfg.gpuNodeCount,
+            efa=cfg.efa,
+            nccl_debug=cfg.ncclDebug,
+            min_busbw_fraction=cfg.efaCheckMinBusbwFraction,
+            compare_socket=cfg.efaCheckCompareSocket,
+            strict_versions=cfg.efaCheckStrictVersions,
+            require_counters=cfg.efaCheckRequireCounters and cfg.efa,
+            storage_proof=cfg.checkpointBucket,
+            deadlines=Deadlines(topology_wait_s=cfg.efa_check_wait_s),
+            auth_secret_name=ray.ray.auth_secret_name,
+            spec_hash=ray.ray.spec_hash,
+            ray_cluster_name=ray.ray.name,
+            node_identity=pulumi.Output.all(
+                nodes.gpu.template_fingerprint, nodes.system.template_fingerprint, cfg.kubernetesVersion
+            ).apply(fingerprint),
+            depends_on=[ray.agent.daemonset] if ray.agent else [],
+        ),
+        opts=b.child,
+    )  # every node's exporter up first
 
 
 def _teardown(b: _Build, bucket: Optional[CheckpointBucket]) -> list[Any]:
@@ -516,19 +718,31 @@ def _teardown(b: _Build, bucket: Optional[CheckpointBucket]) -> list[Any]:
         "pulumi destroy   # then everything else",
     ]
     if block is not None:
-        teardown.insert(0, f"# Capacity Block {block.id} ends {block.end_date or '(unknown)'}: EC2 terminates its "
-                           f"instances from {BLOCK_TERMINATION_LEAD_MINUTES} min before; park the GPU nodes first")
-        teardown.append(f"# Capacity Block {block.id} was paid up front: parking and destroy stop the other costs, "
-                        "not the block's")
+        teardown.insert(
+            0,
+            f"# Capacity Block {block.id} ends {block.end_date or '(unknown)'}: EC2 terminates its "
+            f"instances from {BLOCK_TERMINATION_LEAD_MINUTES} min before; park the GPU nodes first",
+        )
+        teardown.append(
+            f"# Capacity Block {block.id} was paid up front: parking and destroy stop the other costs, not the block's"
+        )
     if capacity.mode == RESERVATION:
-        how = (f"cancel each reservation in {capacity.reservation}" if capacity.is_group
-               else f"aws ec2 cancel-capacity-reservation --capacity-reservation-id {capacity.reservation}")
-        teardown.append(f"# the ODCR bills at the on-demand rate until cancelled, GPU nodes or not; when no one "
-                        f"needs it: {how}")
+        how = (
+            f"cancel each reservation in {capacity.reservation}"
+            if capacity.is_group
+            else f"aws ec2 cancel-capacity-reservation --capacity-reservation-id {capacity.reservation}"
+        )
+        teardown.append(
+            f"# the ODCR bills at the on-demand rate until cancelled, GPU nodes or not; when no one needs it: {how}"
+        )
     if bucket is not None and b.cfg.checkpointRetainOnDelete:
-        teardown.append(pulumi.Output.concat(
-            "# kept on purpose: checkpoint bucket ", bucket.name,
-            " (and its KMS key); delete by hand when the checkpoints are no longer needed"))
+        teardown.append(
+            pulumi.Output.concat(
+                "# kept on purpose: checkpoint bucket ",
+                bucket.name,
+                " (and its KMS key); delete by hand when the checkpoints are no longer needed",
+            )
+        )
     return teardown
 
 
@@ -604,8 +818,9 @@ class EfaRayCluster(pulumi.ComponentResource):
         self._price(b, network, nodes.gpu)
         self.teardown_order = pulumi.Output.all(*_teardown(b, bucket))
         self.head_service_name = out(ray.ray.head_service_name)
-        self.ray_dashboard = out(f"kubectl -n {ray.ray.namespace} port-forward svc/{ray.ray.head_service_name} "
-                                 "8265:8265")
+        self.ray_dashboard = out(
+            f"kubectl -n {ray.ray.namespace} port-forward svc/{ray.ray.head_service_name} 8265:8265"
+        )
         self.checkpoint_bucket = bucket.name if bucket is not None else None
         self.checkpoint_storage_uri = storage.storage_uri if storage is not None else None
         self.efa_check_logs_command = out(check.logs_command) if check is not None else None
@@ -622,22 +837,33 @@ class EfaRayCluster(pulumi.ComponentResource):
             """The estimate for this capacity mode, the control plane at the version's rate today; ``idle``: with
             no job (GPU nodes that scale from zero are gone)."""
             from_zero = cfg.scale_to_zero and cfg.gpuNodeCount > 0
-            return estimate(cfg.region, cfg.gpu_type, 0 if idle and from_zero else cfg.gpuNodeCount,
-                            cfg.system_type, scale_from_zero=from_zero and not idle,
-                            s3_gateway_endpoint=cfg.s3GatewayEndpoint, capacity_mode=capacity.mode,
-                            reserved=int(reserved) if reserved is not None else None,
-                            reservation=capacity.reservation, block_end=block.end_date if block else None,
-                            kubernetes_version=cfg.kubernetesVersion, image_gib=cfg.dlcImageGiB,
-                            ecr_endpoint_azs=2 * len(network.ecr_subnet_azs))
+            return estimate(
+                cfg.region,
+                cfg.gpu_type,
+                0 if idle and from_zero else cfg.gpuNodeCount,
+                cfg.system_type,
+                scale_from_zero=from_zero and not idle,
+                s3_gateway_endpoint=cfg.s3GatewayEndpoint,
+                capacity_mode=capacity.mode,
+                reserved=int(reserved) if reserved is not None else None,
+                reservation=capacity.reservation,
+                block_end=block.end_date if block else None,
+                kubernetes_version=cfg.kubernetesVersion,
+                image_gib=cfg.dlcImageGiB,
+                ecr_endpoint_azs=2 * len(network.ecr_subnet_azs),
+            )
 
         cost = priced()
         if cost.missing:
             pulumi.log.warn(f"estimatedHourlyUsd left out: {cost.missing}", resource=self)
         if cfg.gpuNodeCount > LARGE_NODE_COUNT:
             price = f" (about ${cost.hourly_usd:,.0f}/h for the stack)" if cost.hourly_usd is not None else ""
-            pulumi.log.warn(f"gpuNodeCount {cfg.gpuNodeCount} x {cfg.gpuInstanceType}{price}: more than "
-                            f"{LARGE_NODE_COUNT} GPU nodes; check your vCPU quota and capacity first (ray-efa-eks "
-                            "preflight) and that this is not a typo", resource=self)
+            pulumi.log.warn(
+                f"gpuNodeCount {cfg.gpuNodeCount} x {cfg.gpuInstanceType}{price}: more than "
+                f"{LARGE_NODE_COUNT} GPU nodes; check your vCPU quota and capacity first (ray-efa-eks "
+                "preflight) and that this is not a typo",
+                resource=self,
+            )
         if gpu.reserved_instances is not None:  # an ODCR bills every reserved instance: priced once EC2 says how many
             by_count = gpu.reserved_instances.apply(priced)
             self.estimated_hourly_usd = by_count.apply(lambda c: c.hourly_usd)
@@ -652,15 +878,22 @@ class EfaRayCluster(pulumi.ComponentResource):
     def outputs(self) -> dict[str, pulumi.Output[Any]]:
         """The stack outputs by their schema (camelCase) names; outputs that do not apply are left out."""
         names = {
-            "clusterName": self.cluster_name, "kubeconfig": self.kubeconfig,
-            "gpuAvailabilityZone": self.gpu_availability_zone, "gpuNodeCount": self.gpu_node_count,
-            "gpuInstanceType": self.gpu_instance_type, "efaInterfacesPerNode": self.efa_interfaces_per_node,
-            "estimatedHourlyUsd": self.estimated_hourly_usd, "estimatedIdleHourlyUsd": self.estimated_idle_hourly_usd,
+            "clusterName": self.cluster_name,
+            "kubeconfig": self.kubeconfig,
+            "gpuAvailabilityZone": self.gpu_availability_zone,
+            "gpuNodeCount": self.gpu_node_count,
+            "gpuInstanceType": self.gpu_instance_type,
+            "efaInterfacesPerNode": self.efa_interfaces_per_node,
+            "estimatedHourlyUsd": self.estimated_hourly_usd,
+            "estimatedIdleHourlyUsd": self.estimated_idle_hourly_usd,
             "costNotes": self.cost_notes,
             "teardownOrder": self.teardown_order,
-            "headServiceName": self.head_service_name, "rayDashboard": self.ray_dashboard,
-            "checkpointBucket": self.checkpoint_bucket, "checkpointStorageUri": self.checkpoint_storage_uri,
-            "efaCheckLogsCommand": self.efa_check_logs_command, "gpuCapacityBlockEnd": self.gpu_capacity_block_end,
+            "headServiceName": self.head_service_name,
+            "rayDashboard": self.ray_dashboard,
+            "checkpointBucket": self.checkpoint_bucket,
+            "checkpointStorageUri": self.checkpoint_storage_uri,
+            "efaCheckLogsCommand": self.efa_check_logs_command,
+            "gpuCapacityBlockEnd": self.gpu_capacity_block_end,
             "rayAuthToken": self.ray_auth_token,
         }
         return {k: v for k, v in names.items() if v is not None}

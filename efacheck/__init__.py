@@ -6,6 +6,9 @@ outside itself, so the gate ships it alone (the FSDP message sizes are data: fsd
 if __name__ == "efacheck":  # a checkout's folder, imported by the wrong name (``python -m efacheck.efa_check``)
     import sys
 
-    print("efacheck is the package ray_efa_eks.efacheck: run `python -m ray_efa_eks.efacheck.<module>` "
-          "(in a checkout, `pip install -e .` once)", file=sys.stderr)
+    print(
+        "efacheck is the package ray_efa_eks.efacheck: run `python -m ray_efa_eks.efacheck.<module>` "
+        "(in a checkout, `pip install -e .` once)",
+        file=sys.stderr,
+    )
     raise SystemExit(64)

@@ -21,8 +21,20 @@ from typing import Any, Callable, Sequence
 from . import exit_codes as _exit_codes
 from .exit_codes import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_PIPE, EXIT_TERMINATED, EXIT_USAGE
 
-__all__ = ["EXIT_INTERNAL", "EXIT_INTERRUPTED", "EXIT_PIPE", "EXIT_TERMINATED", "EXIT_USAGE", "ArgumentParser",
-           "internal_error", "interrupted_code", "interruption", "run_cli", "terminated", "write_trace"]
+__all__ = [
+    "EXIT_INTERNAL",
+    "EXIT_INTERRUPTED",
+    "EXIT_PIPE",
+    "EXIT_TERMINATED",
+    "EXIT_USAGE",
+    "ArgumentParser",
+    "internal_error",
+    "interrupted_code",
+    "interruption",
+    "run_cli",
+    "terminated",
+    "write_trace",
+]
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -95,8 +107,10 @@ def write_trace(prog: str) -> str:
 def internal_error(prog: str, e: BaseException) -> str:
     """One line for an unexpected exception, naming the file that holds its trace."""
     first = (str(e).strip().splitlines() or [""])[0][:300]
-    return (f"{prog}: internal error: {type(e).__name__}{': ' + first if first else ''} (a bug: the full trace is in "
-            f"{write_trace(prog)}; please report it with that file)")
+    return (
+        f"{prog}: internal error: {type(e).__name__}{': ' + first if first else ''} (a bug: the full trace is in "
+        f"{write_trace(prog)}; please report it with that file)"
+    )
 
 
 def run_cli(main: Callable[..., Any], argv: Sequence[str] | None, prog: str) -> int:

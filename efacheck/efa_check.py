@@ -77,21 +77,26 @@ from .topology import ask_autoscaler, busy_probe, wait_topology
 from .verdict import judge, summarize_sweep, wrong_results
 
 
-
-
 def _table(r: dict) -> str:
     out = [f"{'collective':>24} {'size':>12} {'time(us)':>12} {'algbw(GB/s)':>12} {'busbw(GB/s)':>12}"]
-    out += [f"{s.get('collective', 'all_reduce'):>24} {s['bytes']:>12} {s['time_us']:>12.1f} {s['algbw_gbps']:>12.3f} "
-            f"{s['busbw_gbps']:>12.3f}" for s in r.get("sweep") or []]
-    out.append(f"verdict: {r['verdict']} (exit {r['code']})  backend={r.get('backend')} ranks={r.get('world')} "
-               f"nodes={r.get('nodes')} network={r.get('network')} provider={r.get('provider')}")
+    out += [
+        f"{s.get('collective', 'all_reduce'):>24} {s['bytes']:>12} {s['time_us']:>12.1f} {s['algbw_gbps']:>12.3f} "
+        f"{s['busbw_gbps']:>12.3f}"
+        for s in r.get("sweep") or []
+    ]
+    out.append(
+        f"verdict: {r['verdict']} (exit {r['code']})  backend={r.get('backend')} ranks={r.get('world')} "
+        f"nodes={r.get('nodes')} network={r.get('network')} provider={r.get('provider')}"
+    )
     if r.get("failure"):
         out.append(f"  failure [{r['failure']['stage']}]: {r['failure']['reason']}")
     out += [f"  reason: {x}" for x in r["reasons"]] + [f"  hint: {h}" for h in r["hints"]]
     for p in r.get("probes") or []:
-        out.append(f"  probe {p['host']}: efa_devices={p['efa_devices']} fi_info={p['fi_info_efa']} "
-                   f"plugins={p['ofi_plugin_libs']} "
-                   f"env={ {k: v for k, v in p['env'].items() if k != 'LD_LIBRARY_PATH'} }")
+        out.append(
+            f"  probe {p['host']}: efa_devices={p['efa_devices']} fi_info={p['fi_info_efa']} "
+            f"plugins={p['ofi_plugin_libs']} "
+            f"env={ {k: v for k, v in p['env'].items() if k != 'LD_LIBRARY_PATH'} }"
+        )
     return "\n".join(out)
 
 
@@ -148,13 +153,15 @@ def _connect(address: str, wait_s: float) -> None:
     try:
         ray.init(address=address, log_to_driver=False)
     except Exception as e:  # noqa: BLE001 - ConnectionError, RuntimeError, ValueError from ray.init
-        raise CheckFailed("unreachable", f"could not connect to Ray at {address!r}: {type(e).__name__}: "
-                                         f"{str(e).splitlines()[0] if str(e) else ''}") from None
+        raise CheckFailed(
+            "unreachable",
+            f"could not connect to Ray at {address!r}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
+        ) from None
 
 
-
-def socket_comparison(backend: str, lo: int, hi: int, a: CheckRequest, nodes: list[dict], gpu: bool,
-                      efa_rows: list[dict]) -> dict:
+def socket_comparison(
+    backend: str, lo: int, hi: int, a: CheckRequest, nodes: list[dict], gpu: bool, efa_rows: list[dict]
+) -> dict:
     """The NCCL_NET=Socket sweep in fresh ranks and its EFA/Socket ratios: {"socket_rows", "comparison"}.
 
     Its own failure (a hung or failing Socket sweep, wrong values over Socket) is reported as
@@ -162,8 +169,17 @@ def socket_comparison(backend: str, lo: int, hi: int, a: CheckRequest, nodes: li
     not a witness."""
     try:
         # fresh actors: NCCL reads NCCL_NET at communicator init, so the Socket sweep needs new processes
-        sock = run_check(backend, lo, hi, a.iters, nodes=nodes, gpus_per_node=a.expect_gpus_per_node if gpu else 0,
-                         timeout_s=a.timeout_s, preset=a.preset, env_vars=dict(_sweep.SOCKET_ENV))
+        sock = run_check(
+            backend,
+            lo,
+            hi,
+            a.iters,
+            nodes=nodes,
+            gpus_per_node=a.expect_gpus_per_node if gpu else 0,
+            timeout_s=a.timeout_s,
+            preset=a.preset,
+            env_vars=dict(_sweep.SOCKET_ENV),
+        )
         errors = [(o.get("rank"), o["error"]) for o in sock["outs"] if o.get("error")]
         if errors:
             raise CheckFailed("rank_error", "; ".join(f"rank {r}: {e}" for r, e in errors[:4]))
@@ -171,8 +187,11 @@ def socket_comparison(backend: str, lo: int, hi: int, a: CheckRequest, nodes: li
         wrong = wrong_results(sock["outs"])
         comparison = _sweep.compare(efa_rows, rows)
         if wrong:
-            comparison["error"] = {"stage": "wrong_result", "reason": "wrong values over Socket: " + "; ".join(
-                f"{w['collective']} of {w['bytes']} bytes" for w in wrong[:6])}
+            comparison["error"] = {
+                "stage": "wrong_result",
+                "reason": "wrong values over Socket: "
+                + "; ".join(f"{w['collective']} of {w['bytes']} bytes" for w in wrong[:6]),
+            }
         return {"socket_rows": rows, "comparison": comparison}
     except CheckFailed as e:
         return {"socket_rows": [], "comparison": {"error": {"stage": e.stage, "reason": e.reason}}}
@@ -190,8 +209,12 @@ def image_of(a: CheckRequest) -> dict:
 
 def check(a: CheckRequest) -> dict:
     """Wait for the topology, run, judge; CheckFailed is turned into a result by the caller."""
-    expected = {"nodes": a.expect_nodes, "gpus_per_node": a.expect_gpus_per_node, "nics": a.expect_nics,
-                "gdrdma": a.expect_gdrdma}
+    expected = {
+        "nodes": a.expect_nodes,
+        "gpus_per_node": a.expect_gpus_per_node,
+        "nics": a.expect_nics,
+        "gdrdma": a.expect_gdrdma,
+    }
 
     def log(m: str) -> None:
         print(m, file=sys.stderr, flush=True)
@@ -200,10 +223,19 @@ def check(a: CheckRequest) -> dict:
     if expect_stack:  # the driver runs on the head: its pod's env says which spec the head was created from
         import ray
 
-        check_stale([{"role": "head", "host": socket.gethostname(), "ip": ray.util.get_node_ip_address(),
-                      **pod_stack()}], expect_stack)
-    backend, nodes = wait_topology(a.expect_nodes, a.expect_gpus_per_node, a.wait_s, a.backend, log=log,
-                                   busy=None if a.local else busy_probe, ask=None if a.local else ask_autoscaler)
+        check_stale(
+            [{"role": "head", "host": socket.gethostname(), "ip": ray.util.get_node_ip_address(), **pod_stack()}],
+            expect_stack,
+        )
+    backend, nodes = wait_topology(
+        a.expect_nodes,
+        a.expect_gpus_per_node,
+        a.wait_s,
+        a.backend,
+        log=log,
+        busy=None if a.local else busy_probe,
+        ask=None if a.local else ask_autoscaler,
+    )
     gpu = backend == "nccl"
     lo = a.min_bytes or (1 << 20 if gpu else 64 << 10)
     hi = a.max_bytes or (1 << 30 if gpu else 4 << 20)
@@ -211,10 +243,23 @@ def check(a: CheckRequest) -> dict:
     extra: dict[str, Any] = {"storage_proof": True, "storage_path": a.storage_path} if a.storage_proof else {}
     if transport == "intra-node":
         extra["min_nodes"] = 1
-    data = run_check(backend, lo, hi, a.iters, nodes=nodes, gpus_per_node=a.expect_gpus_per_node if gpu else 0,
-                     timeout_s=a.timeout_s, preset=a.preset, expect_stack=expect_stack, **extra)
-    expect = {"expect_nodes": a.expect_nodes, "expect_nics": a.expect_nics, "expect_gdrdma": a.expect_gdrdma or None} \
-        if transport == "efa" else {}
+    data = run_check(
+        backend,
+        lo,
+        hi,
+        a.iters,
+        nodes=nodes,
+        gpus_per_node=a.expect_gpus_per_node if gpu else 0,
+        timeout_s=a.timeout_s,
+        preset=a.preset,
+        expect_stack=expect_stack,
+        **extra,
+    )
+    expect = (
+        {"expect_nodes": a.expect_nodes, "expect_nics": a.expect_nics, "expect_gdrdma": a.expect_gdrdma or None}
+        if transport == "efa"
+        else {}
+    )
     r = judge(data, backend, a.min_busbw_gbps, expect, require_counters=a.require_counters, transport=transport)
     r["expected"] = expected
     r["rows"] = r["sweep"]
@@ -225,8 +270,10 @@ def check(a: CheckRequest) -> dict:
         r.update(socket_comparison(backend, lo, hi, a, nodes, gpu, r["rows"]))
         if r["comparison"].get("error"):
             err = r["comparison"]["error"]
-            r["reasons"].append(f"the Socket comparison failed ({err['stage']}): {err['reason']}; the EFA verdict "
-                                "above stands, only the EFA/Socket ratio is missing")
+            r["reasons"].append(
+                f"the Socket comparison failed ({err['stage']}): {err['reason']}; the EFA verdict "
+                "above stands, only the EFA/Socket ratio is missing"
+            )
     if _sweep is not None:
         r["line_rate"] = _sweep.line_rate(r["rows"], a.efa_gbps)
         why = _sweep.below_floor(r["line_rate"], a.min_busbw_fraction)
@@ -235,8 +282,11 @@ def check(a: CheckRequest) -> dict:
     if _probe is not None:
         r["stack_probes"] = [o.get("stack") or {} for o in data["outs"]]
         try:
-            manifest = _probe.parse_manifest(manifest_text(a.manifest)) if a.manifest else _probe.manifest_for(
-                a.image or os.environ.get("RAY_EFA_EKS_IMAGE"))
+            manifest = (
+                _probe.parse_manifest(manifest_text(a.manifest))
+                if a.manifest
+                else _probe.manifest_for(a.image or os.environ.get("RAY_EFA_EKS_IMAGE"))
+            )
         except ValueError as e:
             manifest = None
             r["reasons"].append(f"--manifest: {e}")
@@ -250,7 +300,6 @@ def check(a: CheckRequest) -> dict:
     return r
 
 
-
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     a = parse(argv, prog)
     try:
@@ -258,8 +307,16 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     except KeyboardInterrupt:
         print("efa_check: interrupted", file=sys.stderr, flush=True)
         if a.json:
-            print(json.dumps({"verdict": "interrupted", "code": EXIT_INTERRUPTED,
-                              "failure": {"stage": "interrupted", "reason": "interrupted (Ctrl-C)"}}), flush=True)
+            print(
+                json.dumps(
+                    {
+                        "verdict": "interrupted",
+                        "code": EXIT_INTERRUPTED,
+                        "failure": {"stage": "interrupted", "reason": "interrupted (Ctrl-C)"},
+                    }
+                ),
+                flush=True,
+            )
         return EXIT_INTERRUPTED
 
 
@@ -273,8 +330,12 @@ def _publish(r: dict) -> None:
 
 
 def _main(a: CheckRequest) -> int:
-    expected = {"nodes": a.expect_nodes, "gpus_per_node": a.expect_gpus_per_node, "nics": a.expect_nics,
-                "gdrdma": a.expect_gdrdma}
+    expected = {
+        "nodes": a.expect_nodes,
+        "gpus_per_node": a.expect_gpus_per_node,
+        "nics": a.expect_nics,
+        "gdrdma": a.expect_gdrdma,
+    }
     try:
         if a.local:
             from .local_cluster import local_cluster  # imports ray: only for --local
@@ -289,8 +350,9 @@ def _main(a: CheckRequest) -> int:
         r = failure_result(e, expected)
     except Exception as e:  # noqa: BLE001 - the contract is JSON + exit code, never a traceback
         tb = traceback.extract_tb(e.__traceback__)[-1]
-        r = failure_result(CheckFailed("internal", f"{type(e).__name__}: {e} ({os.path.basename(tb.filename)}:"
-                                                   f"{tb.lineno})"), expected)
+        r = failure_result(
+            CheckFailed("internal", f"{type(e).__name__}: {e} ({os.path.basename(tb.filename)}:{tb.lineno})"), expected
+        )
     r.setdefault("image", image_of(a))  # a failed check says which image it failed on, too
     if a.report and _report is not None:
         try:

@@ -165,8 +165,10 @@ def list_names(path: str, limit: int) -> tuple[list[str], list[str]]:
     seen = seen[:limit]
     odd = [n for n in seen if not NAME.fullmatch(n)]
     if odd:
-        problems.append(f"{len(odd)} entr{'y' if len(odd) == 1 else 'ies'} with a name no kernel gives "
-                        f"(e.g. {_shown(odd[0])}): not read")
+        problems.append(
+            f"{len(odd)} entr{'y' if len(odd) == 1 else 'ies'} with a name no kernel gives "
+            f"(e.g. {_shown(odd[0])}): not read"
+        )
     return sorted(n for n in seen if NAME.fullmatch(n)), problems
 
 
@@ -175,8 +177,13 @@ def _shown(name: str) -> str:
 
 
 def _kind(mode: int) -> str:
-    for test, what in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory")):
+    for test, what in (
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISDIR, "a directory"),
+    ):
         if test(mode):
             return what
     return "not a file"
@@ -240,8 +247,9 @@ def is_efa(root: str, dev: str) -> bool:
         return True
 
 
-def read_ports(root: str = SYSFS_ROOT, deadline: float | None = None,
-               problems: dict[str, str] | None = None) -> dict[str, dict[str, Any]]:
+def read_ports(
+    root: str = SYSFS_ROOT, deadline: float | None = None, problems: dict[str, str] | None = None
+) -> dict[str, dict[str, Any]]:
     """Every file of every port's ``hw_counters`` of every EFA device under ``root`` (the node agent's exporter).
 
     {dev: {"ports": {port: {file: int}}, "errors": {path: why}}}; no devices (or no ``root``) gives ``{}``. Like
@@ -312,8 +320,10 @@ def _exposition(text: str) -> dict[str, list[tuple[dict[str, str], str]]]:
     for line in text.splitlines():
         m = _SAMPLE_RE.match(line)
         if m:
-            labels = {k: re.sub(r"\\(.)", lambda x: "\n" if x.group(1) == "n" else x.group(1), v)
-                      for k, v in _LABEL_RE.findall(m.group(2) or "")}
+            labels = {
+                k: re.sub(r"\\(.)", lambda x: "\n" if x.group(1) == "n" else x.group(1), v)
+                for k, v in _LABEL_RE.findall(m.group(2) or "")
+            }
             out.setdefault(m.group(1), []).append((labels, m.group(3)))
     return out
 
@@ -326,8 +336,9 @@ def _number(text: str) -> int:
         return int(float(text))
 
 
-def read_exporter(url: str, node: str | None = None,
-                  timeout: float = EXPORTER_TIMEOUT_S) -> tuple[dict[str, dict[str, Any]], str | None]:
+def read_exporter(
+    url: str, node: str | None = None, timeout: float = EXPORTER_TIMEOUT_S
+) -> tuple[dict[str, dict[str, Any]], str | None]:
     """The node agent exporter's port-1 counters, in :func:`read_counters`' shape, and why not (None when read).
 
     ``node``: the node this pod runs on; an exporter that answers for another node is refused (the Service must keep
@@ -336,8 +347,10 @@ def read_exporter(url: str, node: str | None = None,
     import urllib.error
     import urllib.request
 
-    where = (f"(the node agent's efa-exporter pod on this node: kubectl -n efa-node-agent get pods -o wide"
-             f"{' --field-selector spec.nodeName=' + node if node else ''})")
+    where = (
+        f"(the node agent's efa-exporter pod on this node: kubectl -n efa-node-agent get pods -o wide"
+        f"{' --field-selector spec.nodeName=' + node if node else ''})"
+    )
     try:
         with urllib.request.urlopen(url, timeout=timeout) as r:
             body = r.read(EXPORTER_MAX_BYTES + 1)
@@ -350,8 +363,10 @@ def read_exporter(url: str, node: str | None = None,
     samples = _exposition(text)
     nodes = sorted({labels.get("node", "") for series in samples.values() for labels, _ in series} - {""})
     if node and nodes and nodes != [node]:
-        return {}, (f"it answered for node {', '.join(nodes)}, this pod runs on {node}: the Service must keep "
-                    "traffic on the node (internalTrafficPolicy: Local)")
+        return {}, (
+            f"it answered for node {', '.join(nodes)}, this pod runs on {node}: the Service must keep "
+            "traffic on the node (internalTrafficPolicy: Local)"
+        )
     out: dict[str, dict[str, Any]] = {}
     for name in COUNTERS:
         for labels, value in samples.get(f"efa_{name}_total", []):
@@ -367,8 +382,10 @@ def read_exporter(url: str, node: str | None = None,
     devices = sum(_number(v) for _, v in samples.get("efa_devices", []))
     if not out and devices:
         errors = sum(_number(v) for _, v in samples.get("efa_exporter_scrape_errors", []))
-        return {}, (f"{devices} EFA device(s), no readable port counter ({errors} read error(s) on the node; "
-                    f"the exporter needs the host's /sys/class/infiniband and /sys/devices) {where}")
+        return {}, (
+            f"{devices} EFA device(s), no readable port counter ({errors} read error(s) on the node; "
+            f"the exporter needs the host's /sys/class/infiniband and /sys/devices) {where}"
+        )
     if not out:
         return {}, f"no EFA device on node {', '.join(nodes) or '?'}"
     return out, None
@@ -384,7 +401,7 @@ def read_view(views: tuple[tuple[str, str], ...] | None = None) -> dict[str, Any
     """
     tried: list[str] = []
     fallback: tuple[str | None, dict[str, dict[str, Any]]] = (None, {})
-    for name, root in (default_views() if views is None else views):
+    for name, root in default_views() if views is None else views:
         if root.startswith(("http://", "https://")):
             snap, why = read_exporter(root, os.environ.get(NODE_ENV) or None)
             if why is None and _readable(snap):
@@ -400,8 +417,14 @@ def read_view(views: tuple[tuple[str, str], ...] | None = None) -> dict[str, Any
         if fallback[0] is None:
             fallback = (root, snap)
         why = "; ".join(sorted({w for e in snap.values() for w in e.get("errors", {}).values()}))
-        extra = (" (a pod's network namespace gets no port counters: the node agent's EFA exporter reads them, "
-                 f"reached through ${EXPORTER_ENV})") if name == "pod" else ""
+        extra = (
+            (
+                " (a pod's network namespace gets no port counters: the node agent's EFA exporter reads them, "
+                f"reached through ${EXPORTER_ENV})"
+            )
+            if name == "pod"
+            else ""
+        )
         tried.append(f"{name} view {root}: {len(snap)} device(s), no readable port counter ({why}){extra}")
     return {"view": None, "root": fallback[0], "snapshot": fallback[1], "unreadable": "; ".join(tried)}
 
@@ -432,12 +455,14 @@ def counter_delta(before: dict[str, dict[str, Any]], after: dict[str, dict[str, 
 
 def _moved(entry: dict[str, Any]) -> tuple[int | None, int | None]:
     """(sent, received) bytes of one device delta: the larger of tx/rx_bytes and the sum of the message/RDMA parts."""
+
     def side(total: tuple[str, ...], parts: tuple[str, ...]) -> int | None:
         vals = [entry[k] for k in total if isinstance(entry.get(k), int)]
         part = [entry[k] for k in parts if isinstance(entry.get(k), int)]
         if not vals and not part:
             return None
         return max(vals + ([sum(part)] if part else []))
+
     return side(TX, SENT_PARTS), side(RX, RECV_PARTS)
 
 
@@ -451,7 +476,9 @@ def node_bytes(deltas: dict[str, dict[str, Any]]) -> dict[str, dict[str, int | N
 
 
 def judge_counters(
-    deltas_by_node: dict[str, dict[str, dict[str, Any]]], expected_bytes_per_node: float, log_verdict: str,
+    deltas_by_node: dict[str, dict[str, dict[str, Any]]],
+    expected_bytes_per_node: float,
+    log_verdict: str,
     unreadable: dict[str, str] | None = None,
 ) -> tuple[bool | None, list[str]]:
     """Did the EFA hardware move the inter-node bytes the collectives had to send, on every node?
@@ -482,15 +509,21 @@ def judge_counters(
         recv = [v["received"] for v in per_dev.values() if v["received"] is not None]
         devs = ", ".join(
             f"{dev} sent {_gb(v['sent']) if v['sent'] is not None else '?'} received "
-            f"{_gb(v['received']) if v['received'] is not None else '?'}" for dev, v in sorted(per_dev.items()))
+            f"{_gb(v['received']) if v['received'] is not None else '?'}"
+            for dev, v in sorted(per_dev.items())
+        )
         if not sent and not recv:
-            reasons.append(f"node {node}: no readable EFA counter ({unreadable.get(node) or '; '.join(errs) or 'none'})")
+            reasons.append(
+                f"node {node}: no readable EFA counter ({unreadable.get(node) or '; '.join(errs) or 'none'})"
+            )
             verdicts.append(None)
             continue
         moved = max(sum(sent), sum(recv))
         share = moved / expected_bytes_per_node
-        head = (f"node {node}: EFA moved {_gb(moved)} = {share:.0%} of the {_gb(expected_bytes_per_node)} the "
-                f"collectives had to send across nodes ({devs})")
+        head = (
+            f"node {node}: EFA moved {_gb(moved)} = {share:.0%} of the {_gb(expected_bytes_per_node)} the "
+            f"collectives had to send across nodes ({devs})"
+        )
         if errs:
             head += f"; unreadable: {'; '.join(errs)}"
         if share >= TOLERANCE:
@@ -536,9 +569,11 @@ def combine(log_report: Any, counter_judgement: tuple[bool | None, list[str]], r
     elif ok is None:
         verdict = "undetermined" if require and log_report.verdict == "efa" else log_report.verdict
         rep = with_verdict(log_report, verdict, "", "counters_unavailable" if log_report.verdict == "efa" else None)
-        first = ("the EFA hardware counters could not be read, so the second witness is missing"
-                 + (" and efaCheckRequireCounters makes the verdict undetermined" if verdict != log_report.verdict
-                    else "") + f": {' | '.join(reasons)}")
+        first = (
+            "the EFA hardware counters could not be read, so the second witness is missing"
+            + (" and efaCheckRequireCounters makes the verdict undetermined" if verdict != log_report.verdict else "")
+            + f": {' | '.join(reasons)}"
+        )
         rep = replace(rep, reasons=[first] + [r for r in rep.reasons if r])
     else:
         rep = with_verdict(log_report, log_report.verdict, text)

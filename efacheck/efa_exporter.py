@@ -85,7 +85,7 @@ def counter_metric(file: str) -> str:
 def counter_file(metric: str) -> str | None:
     """``efa_tx_bytes_total`` -> ``tx_bytes``; None for a metric that is not a per-file counter."""
     if metric.startswith("efa_") and metric.endswith("_total") and metric != "efa_exporter_read_errors_total":
-        return metric[len("efa_"):-len("_total")]
+        return metric[len("efa_") : -len("_total")]
     return None
 
 
@@ -123,8 +123,9 @@ class Exporter:
     Scrapes that arrive while a read is in flight share that read (200 at once cost one tree walk), and a read stops
     at ``budget_s`` (what it read so far is served, ``efa_exporter_scrape_truncated`` 1)."""
 
-    def __init__(self, sysfs: str, node: str, module_version_file: str | None = None,
-                 budget_s: float = SCRAPE_BUDGET_S) -> None:
+    def __init__(
+        self, sysfs: str, node: str, module_version_file: str | None = None, budget_s: float = SCRAPE_BUDGET_S
+    ) -> None:
         self.sysfs = sysfs
         self.class_root = os.path.join(sysfs, CLASS_PATH)
         self.version_file = module_version_file or os.path.join(sysfs, MODULE_VERSION_PATH)
@@ -155,22 +156,45 @@ class Exporter:
                 labels = {"node": self.node, "device": dev, "port": port}
                 for file, value in values.items():
                     if file == LIFESPAN:
-                        series.append(("efa_hw_counters_lifespan_seconds", "gauge", "How long the kernel caches the "
-                                       "EFA port's hardware counters (hw_counters/lifespan, ms in sysfs).", labels,
-                                       repr(value / 1000)))
+                        series.append(
+                            (
+                                "efa_hw_counters_lifespan_seconds",
+                                "gauge",
+                                "How long the kernel caches the "
+                                "EFA port's hardware counters (hw_counters/lifespan, ms in sysfs).",
+                                labels,
+                                repr(value / 1000),
+                            )
+                        )
                         continue
                     metric = counter_metric(file)
                     if metric in OWN_METRICS or (metric, dev, port) in seen:
-                        errors.append(f"{os.path.join(self.class_root, dev, 'ports', port, 'hw_counters', file)}: "
-                                      f"its metric {metric} is already served for this port: not served")
+                        errors.append(
+                            f"{os.path.join(self.class_root, dev, 'ports', port, 'hw_counters', file)}: "
+                            f"its metric {metric} is already served for this port: not served"
+                        )
                         continue
                     seen.add((metric, dev, port))
-                    series.append((metric, "counter", f"EFA port hw_counters/{file}, read from sysfs at each scrape.",
-                                   labels, str(value)))
+                    series.append(
+                        (
+                            metric,
+                            "counter",
+                            f"EFA port hw_counters/{file}, read from sysfs at each scrape.",
+                            labels,
+                            str(value),
+                        )
+                    )
         with self._lock:
             self.read_errors += len(errors)
-        return {"series": series, "devices": len(ports), "loaded": loaded, "version": version, "errors": errors,
-                "truncated": efa_counters.BUDGET in problems, "seconds": time.monotonic() - t0}
+        return {
+            "series": series,
+            "devices": len(ports),
+            "loaded": loaded,
+            "version": version,
+            "errors": errors,
+            "truncated": efa_counters.BUDGET in problems,
+            "seconds": time.monotonic() - t0,
+        }
 
     def _shared(self) -> dict[str, Any]:
         """The read in flight when one is (waiting at most its budget and a second for it), else a new one."""
@@ -208,18 +232,48 @@ class Exporter:
         for name, kind, help_, labels, value in c["series"]:
             add(name, kind, help_, labels, value)
         add("efa_devices", "gauge", "EFA devices under /sys/class/infiniband.", node, c["devices"])
-        add("efa_info", "gauge", "The efa kernel module's version (unknown: the module states none).",
-            {**node, "driver_version": c["version"] or "unknown"}, 1)
-        add("efa_module_loaded", "gauge", "1 when the efa kernel module is loaded (/sys/module/efa).", node,
-            int(c["loaded"]))
-        add("efa_exporter_read_errors_total", "counter", "Counter files or directories the exporter could not "
-            "read, since it started.", node, total_errors)
-        add("efa_exporter_scrape_errors", "gauge", "Files or directories the last scrape could not read.", node,
-            len(c["errors"]))
-        add("efa_exporter_scrape_truncated", "gauge", f"1 when the last sysfs read stopped at its time budget "
-            f"({self.budget_s:g} s) before reading every file.", node, int(c["truncated"]))
-        add("efa_exporter_scrape_duration_seconds", "gauge", "Time the last sysfs read took.", node,
-            f"{c['seconds']:.6f}")
+        add(
+            "efa_info",
+            "gauge",
+            "The efa kernel module's version (unknown: the module states none).",
+            {**node, "driver_version": c["version"] or "unknown"},
+            1,
+        )
+        add(
+            "efa_module_loaded",
+            "gauge",
+            "1 when the efa kernel module is loaded (/sys/module/efa).",
+            node,
+            int(c["loaded"]),
+        )
+        add(
+            "efa_exporter_read_errors_total",
+            "counter",
+            "Counter files or directories the exporter could not read, since it started.",
+            node,
+            total_errors,
+        )
+        add(
+            "efa_exporter_scrape_errors",
+            "gauge",
+            "Files or directories the last scrape could not read.",
+            node,
+            len(c["errors"]),
+        )
+        add(
+            "efa_exporter_scrape_truncated",
+            "gauge",
+            f"1 when the last sysfs read stopped at its time budget ({self.budget_s:g} s) before reading every file.",
+            node,
+            int(c["truncated"]),
+        )
+        add(
+            "efa_exporter_scrape_duration_seconds",
+            "gauge",
+            "Time the last sysfs read took.",
+            node,
+            f"{c['seconds']:.6f}",
+        )
         return _render(families)
 
     def failed(self, error: BaseException) -> str:
@@ -228,11 +282,20 @@ class Exporter:
             self.read_errors += 1
             total = self.read_errors
         node = {"node": self.node}
-        return _render({
-            "efa_exporter_read_errors_total": ("counter", "Counter files or directories the exporter could not "
-                                               "read, since it started.", [(node, str(total))]),
-            "efa_exporter_scrape_errors": ("gauge", "Files or directories the last scrape could not read.",
-                                           [(node, "1")])})
+        return _render(
+            {
+                "efa_exporter_read_errors_total": (
+                    "counter",
+                    "Counter files or directories the exporter could not read, since it started.",
+                    [(node, str(total))],
+                ),
+                "efa_exporter_scrape_errors": (
+                    "gauge",
+                    "Files or directories the last scrape could not read.",
+                    [(node, "1")],
+                ),
+            }
+        )
 
 
 def _render(families: dict[str, tuple[str, str, list[tuple[dict[str, str], str]]]]) -> str:
@@ -285,12 +348,21 @@ class _Server(ThreadingHTTPServer):
         """A client that went away (or timed out) is not worth a traceback on the node agent's log."""
         error = sys.exc_info()[1]
         if not isinstance(error, (ConnectionError, TimeoutError)):
-            print(f"efa-exporter: request from {client_address[0]}: {type(error).__name__}: {error}",
-                  file=sys.stderr, flush=True)
+            print(
+                f"efa-exporter: request from {client_address[0]}: {type(error).__name__}: {error}",
+                file=sys.stderr,
+                flush=True,
+            )
 
 
-def serve(exporter: Exporter, host: str = "0.0.0.0", port: int = DEFAULT_PORT, *,
-          idle_timeout_s: float = IDLE_TIMEOUT_S, backlog: int = LISTEN_BACKLOG) -> ThreadingHTTPServer:
+def serve(
+    exporter: Exporter,
+    host: str = "0.0.0.0",
+    port: int = DEFAULT_PORT,
+    *,
+    idle_timeout_s: float = IDLE_TIMEOUT_S,
+    backlog: int = LISTEN_BACKLOG,
+) -> ThreadingHTTPServer:
     """A bound server (not yet serving); ``port`` 0 picks a free one (``server.server_address[1]``).
 
     ``backlog``: the listen queue (the kernel caps it at net.core.somaxconn); ``idle_timeout_s``: a connection that
@@ -317,17 +389,24 @@ def _port(text: str) -> int:
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    p = ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0],
-                       exit_codes="efa-exporter")
-    p.add_argument("--sysfs", default="/sys", metavar="ROOT",
-                   help="sysfs root holding class/infiniband and the devices its entries point to (default /sys; "
-                        "the node agent mounts the host's at /host/sys)")
+    p = ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0], exit_codes="efa-exporter")
+    p.add_argument(
+        "--sysfs",
+        default="/sys",
+        metavar="ROOT",
+        help="sysfs root holding class/infiniband and the devices its entries point to (default /sys; "
+        "the node agent mounts the host's at /host/sys)",
+    )
     p.add_argument("--port", type=_port, default=DEFAULT_PORT, help=f"TCP port (default {DEFAULT_PORT}; 0: any)")
     p.add_argument("--host", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")
     p.add_argument("--node", default=None, help=f"the node label (default ${NODE_ENV}, else the host name)")
-    p.add_argument("--module-version-file", default=None, metavar="PATH",
-                   help=f"the efa module's version file (default ROOT/{MODULE_VERSION_PATH}; /sys/module is not "
-                        "namespaced, so the node agent reads its own /sys/module/efa/version)")
+    p.add_argument(
+        "--module-version-file",
+        default=None,
+        metavar="PATH",
+        help=f"the efa module's version file (default ROOT/{MODULE_VERSION_PATH}; /sys/module is not "
+        "namespaced, so the node agent reads its own /sys/module/efa/version)",
+    )
     a = p.parse_args(argv)
     if not os.path.isdir(a.sysfs):
         print(f"{p.prog}: error: --sysfs {a.sysfs}: not a directory", file=sys.stderr)

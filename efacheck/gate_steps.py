@@ -33,8 +33,10 @@ def stop_earlier(address: str) -> int:
 
     client = JobSubmissionClient(address)
     for job in client.list_jobs():
-        if (job.submission_id or "").startswith(CHECK_JOB_PREFIX) and \
-                job.status in (JobStatus.PENDING, JobStatus.RUNNING):
+        if (job.submission_id or "").startswith(CHECK_JOB_PREFIX) and job.status in (
+            JobStatus.PENDING,
+            JobStatus.RUNNING,
+        ):
             print(f"stopping earlier EFA check job {job.submission_id}", flush=True)
             client.stop_job(job.submission_id)
     return EXIT_OK
@@ -56,30 +58,51 @@ def combine(path: str, after: str, check: str) -> int:
     try:
         audit = json.load(open(path))["image_fleet"]
         if audit.get("at", float("inf")) < float(after):
-            audit = {**audit, "verdict": "undetermined", "failure": {
-                "stage": "image-fleet", "reason": "the image audit took no pass after the check ended (its last "
-                                                  "listed the pods before); see the image-audit container's log"}}
+            audit = {
+                **audit,
+                "verdict": "undetermined",
+                "failure": {
+                    "stage": "image-fleet",
+                    "reason": "the image audit took no pass after the check ended (its last "
+                    "listed the pods before); see the image-audit container's log",
+                },
+            }
     except (OSError, ValueError, KeyError, TypeError) as e:
-        audit = {"verdict": "undetermined",
-                 "failure": {"stage": "image-fleet", "reason": f"the image audit left no verdict: {e}"}}
+        audit = {
+            "verdict": "undetermined",
+            "failure": {"stage": "image-fleet", "reason": f"the image audit left no verdict: {e}"},
+        }
     print(json.dumps({"image_fleet": audit}, sort_keys=True))
     code = {"ok": EXIT_OK, "mixed": EXIT_FAILED}.get(audit.get("verdict"), EXIT_NO_ANSWER)
     if int(check) == EXIT_OK and code:
-        print(json.dumps({"verdict": "undetermined" if code == EXIT_NO_ANSWER else "fallback", "code": code,
-                          "failure": audit["failure"]}))
+        print(
+            json.dumps(
+                {
+                    "verdict": "undetermined" if code == EXIT_NO_ANSWER else "fallback",
+                    "code": code,
+                    "failure": audit["failure"],
+                }
+            )
+        )
         print(f"EFA check passed but the image audit did not (exit {code}): see the image_fleet JSON above")
     return int(check) or code
 
 
-STEPS = {"stop-earlier": (stop_earlier, 1), "read-digest": (read_digest, 1), "audit-ready": (audit_ready, 2),
-         "combine": (combine, 3)}
+STEPS = {
+    "stop-earlier": (stop_earlier, 1),
+    "read-digest": (read_digest, 1),
+    "audit-ready": (audit_ready, 2),
+    "combine": (combine, 3),
+}
 
 
 def main(argv: list[str]) -> int:
     step = STEPS.get(argv[0]) if argv else None
     if step is None or len(argv) - 1 != step[1]:
-        print(f"usage: python -m ray_efa_eks.efacheck.gate_steps {{{','.join(STEPS)}}} ARGS (see the docstring)",
-              file=sys.stderr)
+        print(
+            f"usage: python -m ray_efa_eks.efacheck.gate_steps {{{','.join(STEPS)}}} ARGS (see the docstring)",
+            file=sys.stderr,
+        )
         return EXIT_USAGE
     return step[0](*argv[1:])
 

@@ -76,9 +76,16 @@ def pod_records(pod_list: dict[str, Any]) -> list[dict[str, Any]]:
         for cs in status.get("containerStatuses") or []:
             if cs.get("name") not in RAY_CONTAINERS:
                 continue
-            out.append({"pod": meta.get("name"), "node": spec.get("nodeName"), "phase": status.get("phase"),
-                        "image": cs.get("image"), "image_id": cs.get("imageID") or None,
-                        "digest": digest_of(cs.get("imageID"))})
+            out.append(
+                {
+                    "pod": meta.get("name"),
+                    "node": spec.get("nodeName"),
+                    "phase": status.get("phase"),
+                    "image": cs.get("image"),
+                    "image_id": cs.get("imageID") or None,
+                    "digest": digest_of(cs.get("imageID")),
+                }
+            )
     return sorted(out, key=lambda r: r["pod"] or "")
 
 
@@ -91,12 +98,23 @@ def fleet(records: list[dict[str, Any]], expect_pods: int | None = None) -> dict
             by_digest.setdefault(r["digest"], []).append(r["pod"])
     out: dict[str, Any] = {"pods": records, "digests": by_digest}
     if len(by_digest) > 1:
-        parts = "; ".join(f"{', '.join(pods)} run {d}" for d, pods in sorted(by_digest.items(), key=lambda kv: -len(kv[1])))
-        out.update(verdict="mixed", failure={"stage": "image-fleet", "reason": f"the Ray pods run {len(by_digest)} "
-                   f"different images: {parts}. Pin dlcImage by digest (repo@sha256:...) and let the nodes pull it"})
+        parts = "; ".join(
+            f"{', '.join(pods)} run {d}" for d, pods in sorted(by_digest.items(), key=lambda kv: -len(kv[1]))
+        )
+        out.update(
+            verdict="mixed",
+            failure={
+                "stage": "image-fleet",
+                "reason": f"the Ray pods run {len(by_digest)} "
+                f"different images: {parts}. Pin dlcImage by digest (repo@sha256:...) and let the nodes pull it",
+            },
+        )
     elif unknown or not records or (expect_pods is not None and len(records) < expect_pods):
-        why = (f"no digest reported for {', '.join(unknown)}" if unknown else
-               f"{len(records)} Ray pod(s) running, {expect_pods} expected")
+        why = (
+            f"no digest reported for {', '.join(unknown)}"
+            if unknown
+            else f"{len(records)} Ray pod(s) running, {expect_pods} expected"
+        )
         out.update(verdict="undetermined", failure={"stage": "image-fleet", "reason": why})
     else:
         (digest,) = by_digest
@@ -115,15 +133,23 @@ def in_cluster_api() -> str:
     return f"https://{host}:{port}" if host else API
 
 
-def list_pods(namespace: str, cluster: str, sa_dir: str | None = None, api: str | None = None,
-              opener: Callable[..., Any] | None = None, timeout_s: float = API_TIMEOUT_S) -> dict[str, Any]:
+def list_pods(
+    namespace: str,
+    cluster: str,
+    sa_dir: str | None = None,
+    api: str | None = None,
+    opener: Callable[..., Any] | None = None,
+    timeout_s: float = API_TIMEOUT_S,
+) -> dict[str, Any]:
     """GET the RayCluster's pods with the pod's own ServiceAccount token (in-cluster config: :data:`SA_DIR`,
     :func:`in_cluster_api`)."""
     sa_dir, api = sa_dir or SA_DIR, api or in_cluster_api()
     token = open(os.path.join(sa_dir, "token")).read().strip()
     selector = urllib.parse.quote(f"{RAY_CLUSTER_LABEL}={cluster}", safe="")
-    req = urllib.request.Request(f"{api}/api/v1/namespaces/{namespace}/pods?labelSelector={selector}",
-                                 headers={"Authorization": f"Bearer {token}", "Accept": "application/json"})
+    req = urllib.request.Request(
+        f"{api}/api/v1/namespaces/{namespace}/pods?labelSelector={selector}",
+        headers={"Authorization": f"Bearer {token}", "Accept": "application/json"},
+    )
     ctx = ssl.create_default_context(cafile=os.path.join(sa_dir, "ca.crt"))
     with (opener or urllib.request.urlopen)(req, timeout=timeout_s, context=ctx) as resp:
         return json.loads(resp.read())
@@ -145,18 +171,27 @@ def _undetermined(reason: str) -> dict[str, Any]:
     return {"verdict": "undetermined", "failure": {"stage": "image-fleet", "reason": reason}}
 
 
-def main(argv: list[str] | None = None, prog: str | None = None,
-         list_fn: Callable[[str, str], dict[str, Any]] | None = None,
-         sleep: Callable[[float], None] = time.sleep) -> int:
-    ap = ArgumentParser(prog=prog or "python -m ray_efa_eks.efacheck.image_fleet", description=__doc__.split("\n\n")[0],
-                        exit_codes="image-fleet")
+def main(
+    argv: list[str] | None = None,
+    prog: str | None = None,
+    list_fn: Callable[[str, str], dict[str, Any]] | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> int:
+    ap = ArgumentParser(
+        prog=prog or "python -m ray_efa_eks.efacheck.image_fleet",
+        description=__doc__.split("\n\n")[0],
+        exit_codes="image-fleet",
+    )
     ap.add_argument("--namespace", required=True, help="the RayCluster's namespace (the audit's Role is there)")
     ap.add_argument("--cluster", required=True, help="the RayCluster's name (its pods' ray.io/cluster label)")
     ap.add_argument("--expect-pods", type=int, required=True, help="head + workers the stack declares")
     ap.add_argument("--wait-s", type=float, default=1800, help="how long to wait for every Ray pod to run (once)")
-    ap.add_argument("--watch", action="store_true",
-                    help="keep auditing until stopped (SIGTERM), rewriting --out after each pass with the verdict "
-                         "over every Ray pod seen running (the gate pod's sidecar)")
+    ap.add_argument(
+        "--watch",
+        action="store_true",
+        help="keep auditing until stopped (SIGTERM), rewriting --out after each pass with the verdict "
+        "over every Ray pod seen running (the gate pod's sidecar)",
+    )
     ap.add_argument("--poll-s", type=float, default=10, help="seconds between two lists of the pods (default 10)")
     ap.add_argument("--out", help="also write the JSON line to this file (the gate's container reads the digest)")
     ap.add_argument("--token-dir", default=SA_DIR, help=f"where the projected token and ca.crt are (default {SA_DIR})")
@@ -170,9 +205,15 @@ def main(argv: list[str] | None = None, prog: str | None = None,
         return watch(args, list_fn or (lambda ns, cluster: list_pods(ns, cluster, sa_dir=args.token_dir)), sleep)
     end = time.monotonic() + args.wait_s
     if list_fn is None:
+
         def list_fn(namespace: str, cluster: str) -> dict[str, Any]:
-            return list_pods(namespace, cluster, sa_dir=args.token_dir,
-                             timeout_s=max(1.0, min(API_TIMEOUT_S, end - time.monotonic())))
+            return list_pods(
+                namespace,
+                cluster,
+                sa_dir=args.token_dir,
+                timeout_s=max(1.0, min(API_TIMEOUT_S, end - time.monotonic())),
+            )
+
     while True:
         try:
             records = [r for r in pod_records(list_fn(args.namespace, args.cluster)) if r["phase"] == "Running"]
@@ -205,8 +246,9 @@ class _Stopped(Exception):
     pass
 
 
-def watch(args: Any, list_fn: Callable[[str, str], dict[str, Any]], sleep: Callable[[float], None],
-          passes: int | None = None) -> int:
+def watch(
+    args: Any, list_fn: Callable[[str, str], dict[str, Any]], sleep: Callable[[float], None], passes: int | None = None
+) -> int:
     """The sidecar: every ``--poll-s`` list the Ray pods, remember every one seen running (a pod seen on two digests
     keeps both), and rewrite ``--out`` with :func:`fleet` over them; until SIGTERM (exit 0: a sidecar's exit is not
     the Job's verdict, the gate's script reads the file), or ``passes`` (tests)."""

@@ -1,4 +1,5 @@
 """Local Ray cluster shaped like the deployed one: CPU-less head + 2 worker nodes."""
+
 from __future__ import annotations
 
 import os
@@ -37,8 +38,13 @@ _LIGHT_ENV = {
 }
 
 
-def add_worker_node(cluster: Cluster, num_cpus: int = 1, num_gpus: int = 0,
-                    object_store_memory: int = 80 * 1024**2, log_monitor: bool = True):
+def add_worker_node(
+    cluster: Cluster,
+    num_cpus: int = 1,
+    num_gpus: int = 0,
+    object_store_memory: int = 80 * 1024**2,
+    log_monitor: bool = True,
+):
     """Add a worker node with its own Ray temp dir, as a pod has its own disk; removed by ``local_cluster``.
 
     Nodes sharing the head's temp dir share one ``runtime_resources`` dir, and each node's runtime-env agent
@@ -49,15 +55,27 @@ def add_worker_node(cluster: Cluster, num_cpus: int = 1, num_gpus: int = 0,
     cluster.__dict__.setdefault("_node_temp_dirs", []).append(temp_dir)
     # ray.cluster_utils starts added nodes without a log monitor, so nothing their workers print (the ranks'
     # [train] and [fabric] lines) would reach the driver; a pod's raylet runs one.
-    return cluster.add_node(num_cpus=num_cpus, num_gpus=num_gpus, object_store_memory=object_store_memory,
-                            temp_dir=temp_dir, dashboard_agent_listen_port=0, include_log_monitor=log_monitor)
+    return cluster.add_node(
+        num_cpus=num_cpus,
+        num_gpus=num_gpus,
+        object_store_memory=object_store_memory,
+        temp_dir=temp_dir,
+        dashboard_agent_listen_port=0,
+        include_log_monitor=log_monitor,
+    )
 
 
 @contextmanager
-def local_cluster(worker_nodes: int = 2, cpus_per_node: int = 1,
-                  object_store_memory: int = 80 * 1024**2, dashboard: bool = False,
-                  dashboard_port: int = 0, num_gpus: int = 0, log_monitor: bool = True,
-                  head_args: Optional[dict] = None) -> Iterator[Cluster]:
+def local_cluster(
+    worker_nodes: int = 2,
+    cpus_per_node: int = 1,
+    object_store_memory: int = 80 * 1024**2,
+    dashboard: bool = False,
+    dashboard_port: int = 0,
+    num_gpus: int = 0,
+    log_monitor: bool = True,
+    head_args: Optional[dict] = None,
+) -> Iterator[Cluster]:
     """Start head (num_cpus=0) + ``worker_nodes`` nodes, connect ray, tear down on exit.
 
     Args:
@@ -87,7 +105,7 @@ def local_cluster(worker_nodes: int = 2, cpus_per_node: int = 1,
     # root /tmp/ray that file is machine-wide: every Cluster() writes its address there and deletes the file on
     # shutdown, whoever wrote it last. With another local cluster on the machine (a test before, a session beside)
     # the driver joined THAT cluster, and failed with "Failed to connect to GCS within 60 seconds" once it stopped
-    #. A private temp root per cluster, inherited by every process it starts, keeps the file its own.
+    # . A private temp root per cluster, inherited by every process it starts, keeps the file its own.
     saved_tmpdir = os.environ.get("RAY_TMPDIR")
     # Inside the user's RAY_TMPDIR when set (Ray's files stay where they asked; one that is not a directory fails
     # here, "Ray could not start", exit 4); short: Ray's unix socket paths live under it.
@@ -105,8 +123,13 @@ def local_cluster(worker_nodes: int = 2, cpus_per_node: int = 1,
     common = {"object_store_memory": object_store_memory}
     # Every node's dashboard agent listens on 52365 by default: with a second local cluster on the machine (tests
     # side by side) the head's agent cannot bind it and the Jobs API answers "No available agent" forever.
-    head = {"num_cpus": 0, "include_dashboard": dashboard, "dashboard_agent_listen_port": 0,
-            "gcs_server_port": gcs_port, **common}
+    head = {
+        "num_cpus": 0,
+        "include_dashboard": dashboard,
+        "dashboard_agent_listen_port": 0,
+        "gcs_server_port": gcs_port,
+        **common,
+    }
     if dashboard:
         head["dashboard_port"] = dashboard_port
     head.update(head_args or {})
@@ -154,8 +177,12 @@ def _start_head(head: dict, ray_tmp: str) -> Cluster:
             _stop_leftovers(ray_tmp)  # the failed try's GCS and raylet: their command lines name its temp dir
             if attempt == HEAD_START_TRIES:
                 raise
-            print(f"local cluster: the head's raylet did not register within Ray's 30 s (try {attempt} of "
-                  f"{HEAD_START_TRIES}); starting the head again", file=sys.stderr, flush=True)
+            print(
+                f"local cluster: the head's raylet did not register within Ray's 30 s (try {attempt} of "
+                f"{HEAD_START_TRIES}); starting the head again",
+                file=sys.stderr,
+                flush=True,
+            )
             attempt += 1
             head["gcs_server_port"] = _free_port()
             os.environ["RAY_ADDRESS"] = f"{ray.util.get_node_ip_address()}:{head['gcs_server_port']}"

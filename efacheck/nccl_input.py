@@ -57,11 +57,16 @@ def _iter_files(paths: Iterable[str]) -> list[str]:
         if p != "-" and os.path.isdir(p):
             for root, dirs, files in os.walk(p):
                 dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-                out.extend(os.path.join(root, f) for f in sorted(files)
-                           if not f.startswith(".") and not f.lower().endswith(NOT_LOGS))
+                out.extend(
+                    os.path.join(root, f)
+                    for f in sorted(files)
+                    if not f.startswith(".") and not f.lower().endswith(NOT_LOGS)
+                )
                 if len(out) > MAX_FILES:
-                    raise UnreadableInput(f"{p}: more than {MAX_FILES} files under it; name the directory that holds "
-                                          "the job's logs (one file per rank)")
+                    raise UnreadableInput(
+                        f"{p}: more than {MAX_FILES} files under it; name the directory that holds "
+                        "the job's logs (one file per rank)"
+                    )
         else:
             out.append(p)  # a missing file is reported by analyze_paths, not fatal among many
     return out

@@ -44,16 +44,31 @@ from .nccl_parse import Collector, Rank
 from .nccl_report import EXIT, HINTS, Report, format_report, with_verdict
 from .nccl_verdict import Expect, judge
 
-__all__ = ["EXIT", "EXIT_INTERRUPTED", "HINTS", "NOT_LOGS", "Rank", "Report", "UnreadableInput", "analyze_bytes",
-           "analyze_paths", "analyze_text", "format_report", "main", "with_verdict"]
+__all__ = [
+    "EXIT",
+    "EXIT_INTERRUPTED",
+    "HINTS",
+    "NOT_LOGS",
+    "Rank",
+    "Report",
+    "UnreadableInput",
+    "analyze_bytes",
+    "analyze_paths",
+    "analyze_text",
+    "format_report",
+    "main",
+    "with_verdict",
+]
 """The verdict's public names, importable from here as the docs and the gate use them (the code lives in
 nccl_input, nccl_parse, nccl_verdict and nccl_report)."""
 
 
-
 def analyze_bytes(
-    items: Iterable[tuple[str, bytes | None]], expect_nodes: int | None = None, expect_nics: int | None = None,
-    expect_gdrdma: bool = False, _why_missing: dict[str, str] | None = None,
+    items: Iterable[tuple[str, bytes | None]],
+    expect_nodes: int | None = None,
+    expect_nics: int | None = None,
+    expect_gdrdma: bool = False,
+    _why_missing: dict[str, str] | None = None,
 ) -> Report:
     """Judge several (source, content) pairs as one job; content None = the rank's log is missing.
 
@@ -85,8 +100,9 @@ def analyze_paths(paths: Iterable[str], **expect) -> Report:
     """Judge files and directories of files (every file one rank's or one host's log) as one job."""
     files = _iter_files(paths)
     if not files:
-        raise UnreadableInput(f"no log files in {', '.join(paths)} (a directory's {', '.join(NOT_LOGS)} files "
-                              "are not logs)")
+        raise UnreadableInput(
+            f"no log files in {', '.join(paths)} (a directory's {', '.join(NOT_LOGS)} files are not logs)"
+        )
     items: list[tuple[str, bytes | None]] = []
     errors: dict[str, str] = {}
     for f in files:
@@ -115,14 +131,22 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         prog=prog or "python -m ray_efa_eks.efacheck.nccl_log",
         description=__doc__.split("\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="A FILE of - reads stdin.", exit_codes="nccl-verdict",
+        epilog="A FILE of - reads stdin.",
+        exit_codes="nccl-verdict",
     )
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     ap.add_argument("--expect-nodes", type=_positive, metavar="N", help="nodes that must take part (fewer: exit 1)")
-    ap.add_argument("--expect-nics", type=_positive, metavar="K",
-                    help="EFA interfaces each node must use, e.g. 32 on p5.48xlarge (fewer: exit 1)")
-    ap.add_argument("--expect-gdrdma", action="store_true",
-                    help="every NET connection must be /GDRDMA (instance types with GPUDirect RDMA)")
+    ap.add_argument(
+        "--expect-nics",
+        type=_positive,
+        metavar="K",
+        help="EFA interfaces each node must use, e.g. 32 on p5.48xlarge (fewer: exit 1)",
+    )
+    ap.add_argument(
+        "--expect-gdrdma",
+        action="store_true",
+        help="every NET connection must be /GDRDMA (instance types with GPUDirect RDMA)",
+    )
     ap.add_argument("paths", nargs="+", metavar="FILE_OR_DIR")
     a = ap.parse_args(argv)
     try:
@@ -134,8 +158,9 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
 
 def _main(a: argparse.Namespace) -> int:
     try:
-        rep = analyze_paths(a.paths, expect_nodes=a.expect_nodes, expect_nics=a.expect_nics,
-                            expect_gdrdma=a.expect_gdrdma)
+        rep = analyze_paths(
+            a.paths, expect_nodes=a.expect_nodes, expect_nics=a.expect_nics, expect_gdrdma=a.expect_gdrdma
+        )
     except UnreadableInput as e:
         print(f"nccl_log: unreadable input: {e}", file=sys.stderr)
         return EXIT["unreadable"]

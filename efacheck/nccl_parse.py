@@ -38,7 +38,9 @@ _FACT_RE = re.compile(rb"(.*?)NCCL (INFO|WARN) (.*?)\s*$")
 _CANDIDATE_RE = re.compile(rb"NCCL (?:WARN |INFO (?!Channel \d|Ring \d))")
 _RAY_REPEAT_RE = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
 _NETDEV_RE = re.compile(r"^(.+?)/(\d+)(?:\(\d+\))?(/GDRDMA)?")
-_PROVIDER_RE = re.compile(r"Selected [Pp]rovider is ([A-Za-z0-9_;\-]+)(?:,\s*fabric is ([^\s(,]+))?(?:.*?found (\d+) nics)?")
+_PROVIDER_RE = re.compile(
+    r"Selected [Pp]rovider is ([A-Za-z0-9_;\-]+)(?:,\s*fabric is ([^\s(,]+))?(?:.*?found (\d+) nics)?"
+)
 _IFACE_RE = re.compile(r"Using (?:\[\d+\])?([A-Za-z0-9_.\-]+):([0-9a-fA-F.:%]+)")
 _NNODES_RE = re.compile(r"nRanks (\d+) nNodes (\d+)")
 _NET_ASSIGNED_RE = re.compile(r"^(?:Using network|Assigned NET plugin) (.+?)(?: to comm.*)?$")
@@ -172,7 +174,7 @@ class Collector:
                 self._note(f"network:{net}@{r.host}", source, pos)
             return
         if body.startswith("Initialized NET plugin"):
-            name = body[len("Initialized NET plugin"):].strip()
+            name = body[len("Initialized NET plugin") :].strip()
             if _is_ofi(name):
                 r.plugin = "loaded"
             return
@@ -211,7 +213,9 @@ class Collector:
                     r.plugin = "loaded"  # also after "Could not find: <another candidate name>"
             elif r.plugin in ("loaded", "init_failed"):
                 pass
-            elif any(s in low for s in ("no plugin", "could not find", "returned", "failed", "cannot open", "internal")):
+            elif any(
+                s in low for s in ("no plugin", "could not find", "returned", "failed", "cannot open", "internal")
+            ):
                 r.plugin = "failed"
                 self._note("plugin_failed", source, pos)
             return

@@ -141,8 +141,10 @@ class Report:
 
 
 def format_report(rep: Report) -> str:
-    lines = [f"verdict: {rep.verdict}  network: {rep.network}  provider: {rep.provider}  ranks: {rep.ranks}  "
-             f"hosts: {len(rep.hosts)}  nodes: {rep.nodes if rep.nodes is not None else '?'}"]
+    lines = [
+        f"verdict: {rep.verdict}  network: {rep.network}  provider: {rep.provider}  ranks: {rep.ranks}  "
+        f"hosts: {len(rep.hosts)}  nodes: {rep.nodes if rep.nodes is not None else '?'}"
+    ]
     lines += [f"  reason: {r}" for r in rep.reasons]
     lines += [f"  evidence: {e}" for e in rep.evidence]
     lines += [f"  not read: {s}" for s in rep.silent]
@@ -154,4 +156,3 @@ def with_verdict(rep: Report, verdict: str, reason: str, cause: str | None = Non
     """A copy of ``rep`` with another verdict and one more reason (and cause); for combining witnesses."""
     causes = list(rep.causes) + ([cause] if cause and cause not in rep.causes else [])
     return replace(rep, verdict=verdict, reasons=list(rep.reasons) + [reason], causes=causes)
-

@@ -102,18 +102,28 @@ def facts(col: Collector, silent: list[str]) -> Facts:
     # chose another network or named no provider is no proof). An excerpt with no host name, node count or
     # connection line gets no such rule: the same lines from one node read the same, in any order (NCCL prints
     # "Using network Libfabric" on single-node runs too).
-    efa_hosts = {r.host for r in ranks if r.host and r.provider == "efa" and r.networks
-                 and all(_is_ofi(n) for n in r.networks)}
+    efa_hosts = {
+        r.host for r in ranks if r.host and r.provider == "efa" and r.networks and all(_is_ofi(n) for n in r.networks)
+    }
     # Every named host must name its provider: another host's "Selected provider is efa" says nothing of the
     # provider this host's NET lines ran on (tcp too is FI_EP_RDM).
     unproven = sorted({r.host for r in ranks if r.host} - {r.host for r in ranks if r.host and r.provider})
     return Facts(
-        ranks=ranks, hosts=hosts, silent=list(silent), nets=nets, providers=providers, chan_nets=chan_nets,
-        ofi_devs=ofi_devs, ofi_lines=ofi_lines, ofi_gdr=ofi_gdr,
+        ranks=ranks,
+        hosts=hosts,
+        silent=list(silent),
+        nets=nets,
+        providers=providers,
+        chan_nets=chan_nets,
+        ofi_devs=ofi_devs,
+        ofi_lines=ofi_lines,
+        ofi_gdr=ofi_gdr,
         network=", ".join(sorted(nets)) or (", ".join(sorted(chan_nets)) or None),
         provider=", ".join(sorted(providers)) or None,
-        max_nodes=max_nodes, nodes=max_nodes if max_nodes is not None else (len(hosts) or None),
-        nics_by_host=nics_by_host, loopback=loopback,
+        max_nodes=max_nodes,
+        nodes=max_nodes if max_nodes is not None else (len(hosts) or None),
+        nics_by_host=nics_by_host,
+        loopback=loopback,
         plugin_failed=any(r.plugin in ("failed", "init_failed") for r in ranks),
         ofi_init_failed=any(r.plugin == "init_failed" for r in ranks),
         single=(max_nodes == 1) or loopback or (len(hosts) <= 1 and intra and not chan_nets and max_nodes is None),
@@ -122,8 +132,9 @@ def facts(col: Collector, silent: list[str]) -> Facts:
         one_host=one_host,
         crossed_by_conn=bool(ofi_lines) and max_nodes != 1 and not one_host,
         crossed_by_count=(max_nodes or 0) > 1 and bool(nets) and all(_is_ofi(n) for n in nets),
-        crossed_by_hosts=(len(hosts) >= 2 and efa_hosts == set(hosts) and max_nodes != 1
-                          and all(_is_ofi(n) for n in nets)),
+        crossed_by_hosts=(
+            len(hosts) >= 2 and efa_hosts == set(hosts) and max_nodes != 1 and all(_is_ofi(n) for n in nets)
+        ),
         unproven=unproven,
         # The provider must be named: "AWS Libfabric" (the early plugin) also ran on the tcp and sockets providers
         # (aws-ofi-nccl v1.0 README: any provider with FI_EP_RDM; v1.1 documents OFI_NCCL_USE_IPV6_TCP).
@@ -163,8 +174,19 @@ class Case:
 
     def report(self, verdict: str) -> Report:
         f = self.f
-        return Report(verdict, f.network, f.provider, len(f.ranks), f.hosts, self.reasons, list(self.col.causes),
-                      self.evidence, f.nodes, f.nics_by_host, f.silent)
+        return Report(
+            verdict,
+            f.network,
+            f.provider,
+            len(f.ranks),
+            f.hosts,
+            self.reasons,
+            list(self.col.causes),
+            self.evidence,
+            f.nodes,
+            f.nics_by_host,
+            f.silent,
+        )
 
 
 Rule = Callable[[Facts, Case, Expect], Optional[str]]
@@ -242,16 +264,22 @@ def topology_unmet(f: Facts, c: Case, expect: Expect) -> Optional[str]:
         if low_hosts:
             for h, n in sorted(low_hosts.items()):
                 # nics come with a provider line, and any provider but efa was a fallback above (wrong_network)
-                topo.append(f"host {h}: aws-ofi-nccl found {n} EFA interface(s), expected {expect.nics}: "
-                            f"{c.cite(f'provider:efa@{h}')}")
+                topo.append(
+                    f"host {h}: aws-ofi-nccl found {n} EFA interface(s), expected {expect.nics}: "
+                    f"{c.cite(f'provider:efa@{h}')}"
+                )
             c.cause("fewer_nics")
         elif not f.nics_by_host and f.ofi_devs and len(f.ofi_devs) < expect.nics:
-            topo.append(f"NET connections use {len(f.ofi_devs)} EFA device(s) ({sorted(f.ofi_devs)}), expected "
-                        f"{expect.nics}: {c.cite(*c.ofi_chan_kinds())}")
+            topo.append(
+                f"NET connections use {len(f.ofi_devs)} EFA device(s) ({sorted(f.ofi_devs)}), expected "
+                f"{expect.nics}: {c.cite(*c.ofi_chan_kinds())}"
+            )
             c.cause("fewer_nics")
     if expect.gdrdma and f.ofi_lines and f.ofi_gdr < f.ofi_lines:
-        topo.append(f"{f.ofi_lines - f.ofi_gdr} of {f.ofi_lines} NET connection line(s) without /GDRDMA where the "
-                    f"instance supports GPUDirect RDMA: {c.cite(*c.ofi_chan_kinds())}")
+        topo.append(
+            f"{f.ofi_lines - f.ofi_gdr} of {f.ofi_lines} NET connection line(s) without /GDRDMA where the "
+            f"instance supports GPUDirect RDMA: {c.cite(*c.ofi_chan_kinds())}"
+        )
         c.cause("no_gdrdma")
     if not topo:
         return None
@@ -263,23 +291,37 @@ def topology_unmet(f: Facts, c: Case, expect: Expect) -> Optional[str]:
 
 def efa_by_hosts(f: Facts, c: Case, expect: Expect) -> Optional[str]:
     """Two or more distinct hosts, each on Libfabric with provider efa, and nothing contradicting: efa."""
-    if not (f.crossed_by_hosts and f.provider_ok and not (f.crossed_by_conn or f.crossed_by_count)
-            and not f.plugin_failed and not f.silent):
+    if not (
+        f.crossed_by_hosts
+        and f.provider_ok
+        and not (f.crossed_by_conn or f.crossed_by_count)
+        and not f.plugin_failed
+        and not f.silent
+    ):
         return None
     for h in f.hosts:
         r = next(r for r in f.ranks if r.host == h and r.provider == "efa")
-        c.reasons.append(f"host {h}: network {r.network} with provider efa: "
-                         f"{c.cite(*(f'network:{n}@{h}' for n in sorted(r.networks)), f'provider:efa@{h}')}")
-    c.reasons.append(f"{len(f.hosts)} distinct hosts each selected Libfabric with provider efa and nothing "
-                     "contradicts it: the inter-node transport was Libfabric over EFA")
+        c.reasons.append(
+            f"host {h}: network {r.network} with provider efa: "
+            f"{c.cite(*(f'network:{n}@{h}' for n in sorted(r.networks)), f'provider:efa@{h}')}"
+        )
+    c.reasons.append(
+        f"{len(f.hosts)} distinct hosts each selected Libfabric with provider efa and nothing "
+        "contradicts it: the inter-node transport was Libfabric over EFA"
+    )
     return "efa"
 
 
 def efa_by_traffic(f: Facts, c: Case, expect: Expect) -> Optional[str]:
     """Libfabric connection lines across nodes, or NCCL's node count > 1 with every communicator on Libfabric, with
     provider efa on every host and nothing contradicting: efa."""
-    if not (f.ofi_nets and (f.crossed_by_conn or f.crossed_by_count) and f.provider_ok and not f.plugin_failed
-            and not f.silent):
+    if not (
+        f.ofi_nets
+        and (f.crossed_by_conn or f.crossed_by_count)
+        and f.provider_ok
+        and not f.plugin_failed
+        and not f.silent
+    ):
         return None
     for n in sorted(f.nets):
         c.reasons.append(f"network {n} on {sum(n in r.networks for r in f.ranks)} rank(s): {c.cite(f'network:{n}')}")
@@ -295,8 +337,9 @@ def undetermined(f: Facts, c: Case, expect: Expect) -> Optional[str]:
     """Nothing above decided: undetermined, with the reason (a silent rank, one node, a host with no provider line,
     one host's NET lines, no provider at all, an unattributed excerpt, or no connection line)."""
     if f.silent:
-        c.reasons.append(f"{len(f.silent)} rank log(s) gave no NCCL line, so not every rank spoke: "
-                         f"{'; '.join(f.silent)}")
+        c.reasons.append(
+            f"{len(f.silent)} rank log(s) gave no NCCL line, so not every rank spoke: {'; '.join(f.silent)}"
+        )
         c.cause("rank_silent")
 
     def nets_cited() -> str:
@@ -310,34 +353,45 @@ def undetermined(f: Facts, c: Case, expect: Expect) -> Optional[str]:
             c.reasons.append(f"NCCL is bound to loopback, so only one node took part: {c.cite('loopback')}")
         else:
             n_intra = sum(b.count(lit) for b in c.col.intra_bufs for lit in _INTRA)
-            c.reasons.append(f"one host ({f.hosts[0] if f.hosts else 'unnamed'}), only intra-node connections "
-                             f"({n_intra} P2P/SHM lines), nothing crossed nodes: {c.cite('intra')}")
+            c.reasons.append(
+                f"one host ({f.hosts[0] if f.hosts else 'unnamed'}), only intra-node connections "
+                f"({n_intra} P2P/SHM lines), nothing crossed nodes: {c.cite('intra')}"
+            )
         c.cause("single_node")
     elif f.ofi_nets and f.providers == {"efa"} and f.unproven and crossed:
-        c.reasons.append(f"no 'Selected provider' line from host(s) {', '.join(f.unproven)}: another host's efa "
-                         f"provider says nothing of theirs: {c.cite('provider:efa')}")
+        c.reasons.append(
+            f"no 'Selected provider' line from host(s) {', '.join(f.unproven)}: another host's efa "
+            f"provider says nothing of theirs: {c.cite('provider:efa')}"
+        )
         c.cause("no_provider_line")
     elif f.ofi_lines and f.one_host:
-        c.reasons.append(f"NET connection lines from one host ({f.hosts[0]}) and no node count: NCCL also uses NET "
-                         f"within a node (P2P/SHM off), so nothing shows traffic crossed nodes: "
-                         f"{c.cite(*c.ofi_chan_kinds())}")
+        c.reasons.append(
+            f"NET connection lines from one host ({f.hosts[0]}) and no node count: NCCL also uses NET "
+            f"within a node (P2P/SHM off), so nothing shows traffic crossed nodes: "
+            f"{c.cite(*c.ofi_chan_kinds())}"
+        )
         c.cause("single_node")
     elif f.ofi_nets and not f.providers and crossed:
-        c.reasons.append(f"Libfabric network but no 'Selected provider' line to show efa (aws-ofi-nccl, the early "
-                         f"'AWS Libfabric' plugin too, also runs on the tcp and sockets providers): "
-                         f"{c.cite(*(k for n in sorted(f.ofi_nets) for k in (f'network:{n}', f'chan:{n}')))}")
+        c.reasons.append(
+            f"Libfabric network but no 'Selected provider' line to show efa (aws-ofi-nccl, the early "
+            f"'AWS Libfabric' plugin too, also runs on the tcp and sockets providers): "
+            f"{c.cite(*(k for n in sorted(f.ofi_nets) for k in (f'network:{n}', f'chan:{n}')))}"
+        )
         c.cause("no_provider_line")
     elif not f.silent and not f.hosts and f.max_nodes is None and not f.chan_nets:
         what = ", ".join(f"{n}" for n in sorted(f.nets)) or "no network"
-        c.reasons.append(f"an unattributed excerpt: no host name, node count or connection line ({what} selected "
-                         f"by {len(f.ranks)} rank(s)), and the same lines from one node read the same in any order, "
-                         "so nothing shows traffic crossed nodes" + nets_cited())
+        c.reasons.append(
+            f"an unattributed excerpt: no host name, node count or connection line ({what} selected "
+            f"by {len(f.ranks)} rank(s)), and the same lines from one node read the same in any order, "
+            "so nothing shows traffic crossed nodes" + nets_cited()
+        )
         c.cause("no_connections" if f.nets else "no_net_info")
     elif not f.silent:
         what = ", ".join(f"{n}" for n in sorted(f.nets)) or "no network"
-        c.reasons.append(f"no inter-node connection line and no node count > 1 ({what} selected, "
-                         f"{len(f.hosts) or 'no'} host name(s) seen): nothing shows traffic crossed nodes"
-                         + nets_cited())
+        c.reasons.append(
+            f"no inter-node connection line and no node count > 1 ({what} selected, "
+            f"{len(f.hosts) or 'no'} host name(s) seen): nothing shows traffic crossed nodes" + nets_cited()
+        )
         c.cause("no_connections" if f.nets else "no_net_info")
     if "provider:efa" in c.ev and f.ofi_nets and not f.silent:
         c.cite("provider:efa")
@@ -346,8 +400,15 @@ def undetermined(f: Facts, c: Case, expect: Expect) -> Optional[str]:
     return "undetermined"
 
 
-RULES: tuple[Rule, ...] = (run_failed, wrong_network, plugin_fell_back, topology_unmet, efa_by_hosts,
-                           efa_by_traffic, undetermined)
+RULES: tuple[Rule, ...] = (
+    run_failed,
+    wrong_network,
+    plugin_fell_back,
+    topology_unmet,
+    efa_by_hosts,
+    efa_by_traffic,
+    undetermined,
+)
 """The decisions in the order they are asked; the first verdict wins (``undetermined`` always answers)."""
 
 

@@ -26,8 +26,14 @@ PROVIDER_FAILED = "ProviderCheckFailed"
 class Api:
     """The few Kubernetes API calls the check makes, with the pod's projected token (stdlib HTTP)."""
 
-    def __init__(self, base: str, token: str | None = None, ca_file: str | None = None, timeout: float = 10.0,
-                 token_file: str | None = None):
+    def __init__(
+        self,
+        base: str,
+        token: str | None = None,
+        ca_file: str | None = None,
+        timeout: float = 10.0,
+        token_file: str | None = None,
+    ):
         self.base = base.rstrip("/")
         self.token = token
         self.token_file = token_file
@@ -56,8 +62,12 @@ class Api:
     def in_cluster(cls, token_dir: str | None = None) -> "Api":
         token_dir = token_dir or TOKEN_DIR
         host, port = os.environ["KUBERNETES_SERVICE_HOST"], os.environ.get("KUBERNETES_SERVICE_PORT", "443")
-        return cls(f"https://{host}:{port}", None, os.path.join(token_dir, "ca.crt"),
-                   token_file=os.path.join(token_dir, "token"))
+        return cls(
+            f"https://{host}:{port}",
+            None,
+            os.path.join(token_dir, "ca.crt"),
+            token_file=os.path.join(token_dir, "token"),
+        )
 
 
 def _now() -> str:
@@ -71,9 +81,15 @@ def remove_startup_taint(api: Api, node: dict[str, Any], key: str = TAINT_KEY) -
     if index is None:
         return False
     name = node["metadata"]["name"]
-    api.call("PATCH", f"/api/v1/nodes/{name}",
-             [{"op": "test", "path": f"/spec/taints/{index}", "value": taints[index]},
-              {"op": "remove", "path": f"/spec/taints/{index}"}], "application/json-patch+json")
+    api.call(
+        "PATCH",
+        f"/api/v1/nodes/{name}",
+        [
+            {"op": "test", "path": f"/spec/taints/{index}", "value": taints[index]},
+            {"op": "remove", "path": f"/spec/taints/{index}"},
+        ],
+        "application/json-patch+json",
+    )
     return True
 
 
@@ -81,7 +97,11 @@ def _message(findings: list[Finding]) -> tuple[str, str, str]:
     """(condition status, reason, message) of a set of findings."""
     failed = [f for f in findings if not f.ok]
     if not failed:
-        return "True", "FabricProven", "EFA devices, counters, module, device plugin and libfabric's efa provider checked"
+        return (
+            "True",
+            "FabricProven",
+            "EFA devices, counters, module, device plugin and libfabric's efa provider checked",
+        )
     return "False", "FabricCheckFailed", "; ".join(f"{f.check}: {f.detail}" for f in failed)[:1024]
 
 
@@ -90,30 +110,61 @@ def current_condition(node: dict[str, Any]) -> dict[str, Any] | None:
     return next((c for c in (node.get("status") or {}).get("conditions") or [] if c.get("type") == CONDITION), None)
 
 
-def report(api: Api, name: str, uid: str | None, findings: list[Finding],
-           previous: dict[str, Any] | None = None) -> bool:
+def report(
+    api: Api, name: str, uid: str | None, findings: list[Finding], previous: dict[str, Any] | None = None
+) -> bool:
     """Write the Node condition (strategic merge by condition type) when it changed from ``previous``, and a Warning
     Event on the Node when a check fails and the condition was not already this failure; True when it wrote."""
     return _write(api, name, uid, *_message(findings), previous)
 
 
-def _write(api: Api, name: str, uid: str | None, status: str, reason: str, message: str,
-           previous: dict[str, Any] | None) -> bool:
-    if previous and (previous.get("status"), previous.get("reason"), previous.get("message")) == (status, reason,
-                                                                                                    message):
+def _write(
+    api: Api, name: str, uid: str | None, status: str, reason: str, message: str, previous: dict[str, Any] | None
+) -> bool:
+    if previous and (previous.get("status"), previous.get("reason"), previous.get("message")) == (
+        status,
+        reason,
+        message,
+    ):
         return False  # nothing new: no write every interval
     now = _now()
-    api.call("PATCH", f"/api/v1/nodes/{name}/status", {"status": {"conditions": [{
-        "type": CONDITION, "status": status, "reason": reason, "message": message,
-        "lastHeartbeatTime": now, "lastTransitionTime": now}]}}, "application/strategic-merge-patch+json")
+    api.call(
+        "PATCH",
+        f"/api/v1/nodes/{name}/status",
+        {
+            "status": {
+                "conditions": [
+                    {
+                        "type": CONDITION,
+                        "status": status,
+                        "reason": reason,
+                        "message": message,
+                        "lastHeartbeatTime": now,
+                        "lastTransitionTime": now,
+                    }
+                ]
+            }
+        },
+        "application/strategic-merge-patch+json",
+    )
     if status == "False":
-        api.call("POST", "/api/v1/namespaces/default/events", {
-            "apiVersion": "v1", "kind": "Event",
-            "metadata": {"generateName": f"{name}.efa-unproven."},
-            "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": name, **({"uid": uid} if uid else {})},
-            "reason": reason, "message": message, "type": "Warning",
-            "source": {"component": "ray-efa-eks-node-check", "host": name},
-            "firstTimestamp": now, "lastTimestamp": now, "count": 1})
+        api.call(
+            "POST",
+            "/api/v1/namespaces/default/events",
+            {
+                "apiVersion": "v1",
+                "kind": "Event",
+                "metadata": {"generateName": f"{name}.efa-unproven."},
+                "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": name, **({"uid": uid} if uid else {})},
+                "reason": reason,
+                "message": message,
+                "type": "Warning",
+                "source": {"component": "ray-efa-eks-node-check", "host": name},
+                "firstTimestamp": now,
+                "lastTimestamp": now,
+                "count": 1,
+            },
+        )
     return True
 
 
@@ -125,9 +176,14 @@ def add_startup_taint(api: Api, node: dict[str, Any]) -> bool:
     taints = (node.get("spec") or {}).get("taints")
     if any(t.get("key") == TAINT_KEY for t in taints or []):
         return False
-    ops = ([{"op": "test", "path": "/spec/taints", "value": taints},
-            {"op": "add", "path": "/spec/taints/-", "value": dict(STARTUP_TAINT)}] if taints else
-           [{"op": "add", "path": "/spec/taints", "value": [dict(STARTUP_TAINT)]}])
+    ops = (
+        [
+            {"op": "test", "path": "/spec/taints", "value": taints},
+            {"op": "add", "path": "/spec/taints/-", "value": dict(STARTUP_TAINT)},
+        ]
+        if taints
+        else [{"op": "add", "path": "/spec/taints", "value": [dict(STARTUP_TAINT)]}]
+    )
     api.call("PATCH", f"/api/v1/nodes/{node['metadata']['name']}", ops, "application/json-patch+json")
     return True
 

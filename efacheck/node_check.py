@@ -55,6 +55,7 @@ Stdlib only: shipped in the node agent's ConfigMap like the exporter, run by a s
 libfabric, so the agent runs with ``--skip-provider``: the ``provider`` finding then names the check that covers it,
 each Ray worker's ``efa-provider-check`` (the DLC's own libfabric, device-level), whose failure puts the taint back.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -67,24 +68,74 @@ import urllib.error
 from typing import Any, Callable
 
 from .cli import ArgumentParser, run_cli
+
 # Exit codes (efacheck/exit_codes.py ``node-check``, docs/cli.md): the node proved itself (taint removed); a check
 # failed or a Ray worker's provider check failed (taint kept or put back, condition and Event written); the API server
 # could not be reached or refused a call (nothing proven). Usage errors are 64 (efacheck/cli.py), not argparse's 2.
 from .exit_codes import EXIT_FAILED as EXIT_UNPROVEN
 from .exit_codes import EXIT_NO_ANSWER as EXIT_API
 from .exit_codes import EXIT_OK as EXIT_PROVEN
-from .node_api import (CONDITION, PROVIDER_FAILED, STARTUP_TAINT, TAINT_KEY, TOKEN_DIR, Api, _write,
-                       add_startup_taint, current_condition, on_record, remove_startup_taint, report)
-from .node_findings import (EFA_RESOURCE, INSTANCE_TYPE_LABEL, PROVIDER_LEFT_TO_WORKERS, READ_BUDGET_S, Finding,
-                            decide, expected_for, libfabric_lists_efa, parse_expected)
+from .node_api import (
+    CONDITION,
+    PROVIDER_FAILED,
+    STARTUP_TAINT,
+    TAINT_KEY,
+    TOKEN_DIR,
+    Api,
+    _write,
+    add_startup_taint,
+    current_condition,
+    on_record,
+    remove_startup_taint,
+    report,
+)
+from .node_findings import (
+    EFA_RESOURCE,
+    INSTANCE_TYPE_LABEL,
+    PROVIDER_LEFT_TO_WORKERS,
+    READ_BUDGET_S,
+    Finding,
+    decide,
+    expected_for,
+    libfabric_lists_efa,
+    parse_expected,
+)
 from .worker_pods import list_workers, provider_failures
 
-__all__ = ["CONDITION", "EFA_RESOURCE", "EXIT_API", "EXIT_PROVEN", "EXIT_UNPROVEN", "INSTANCE_TYPE_LABEL", "INTERVAL_S",
-           "POD_INTERVAL_S", "PROVIDER_FAILED", "PROVIDER_LEFT_TO_WORKERS", "READ_BUDGET_S", "STARTUP_TAINT",
-           "TAINT_KEY", "TOKEN_DIR", "Api", "Finding", "add_startup_taint", "current_condition", "decide",
-           "expected_for", "fail_provider", "libfabric_lists_efa", "main", "on_record", "parse_expected",
-           "remove_startup_taint", "report", "run_check", "run_loop", "watch_workers"]
+__all__ = [
+    "CONDITION",
+    "EFA_RESOURCE",
+    "EXIT_API",
+    "EXIT_PROVEN",
+    "EXIT_UNPROVEN",
+    "INSTANCE_TYPE_LABEL",
+    "INTERVAL_S",
+    "POD_INTERVAL_S",
+    "PROVIDER_FAILED",
+    "PROVIDER_LEFT_TO_WORKERS",
+    "READ_BUDGET_S",
+    "STARTUP_TAINT",
+    "TAINT_KEY",
+    "TOKEN_DIR",
+    "Api",
+    "Finding",
+    "add_startup_taint",
+    "current_condition",
+    "decide",
+    "expected_for",
+    "fail_provider",
+    "libfabric_lists_efa",
+    "main",
+    "on_record",
+    "parse_expected",
+    "remove_startup_taint",
+    "report",
+    "run_check",
+    "run_loop",
+    "watch_workers",
+]
 """The public names, importable from here (the findings live in node_findings, the API calls in node_api)."""
+
 
 def fail_provider(api: Api, node: dict[str, Any], failures: list[str], log: Callable[[str], None]) -> int:
     """Record a worker's provider failure (condition, Event) unless already recorded, then make sure the startup
@@ -100,8 +151,10 @@ def fail_provider(api: Api, node: dict[str, Any], failures: list[str], log: Call
             # not on record: ``previous`` is never this failure, so the condition is always written
             _write(api, name, node["metadata"].get("uid"), "False", PROVIDER_FAILED, message, None)
         if add_startup_taint(api, node):
-            log(f"[node-check] node {name}: a Ray worker's provider check failed; put back taint {TAINT_KEY} "
-                f"(recorded as {CONDITION}=False reason {PROVIDER_FAILED}: it is not proven again while that is there)")
+            log(
+                f"[node-check] node {name}: a Ray worker's provider check failed; put back taint {TAINT_KEY} "
+                f"(recorded as {CONDITION}=False reason {PROVIDER_FAILED}: it is not proven again while that is there)"
+            )
     except (urllib.error.URLError, OSError, ValueError) as e:
         log(f"[node-check] the API server refused or failed a call for node {name}: {e}")
         return EXIT_API
@@ -122,9 +175,16 @@ def watch_workers(api: Api, node_name: str, namespace: str, log: Callable[[str],
     return fail_provider(api, node, failures, log)
 
 
-def run_check(api: Api, node_name: str, sysfs: str, expected_devices: int | dict[str, int],
-              provider: Callable[[], tuple[bool, str]] = libfabric_lists_efa, log: Callable[[str], None] = print,
-              module_root: str | None = None, workers_namespace: str | None = None) -> int:
+def run_check(
+    api: Api,
+    node_name: str,
+    sysfs: str,
+    expected_devices: int | dict[str, int],
+    provider: Callable[[], tuple[bool, str]] = libfabric_lists_efa,
+    log: Callable[[str], None] = print,
+    module_root: str | None = None,
+    workers_namespace: str | None = None,
+) -> int:
     """Check this node once, then remove its startup taint or record why not; an exit code (module constants).
 
     With ``workers_namespace`` it first reads the node's Ray worker pods there: a failed provider check, or one on
@@ -137,8 +197,13 @@ def run_check(api: Api, node_name: str, sysfs: str, expected_devices: int | dict
         return EXIT_API
     if failures or on_record(current_condition(node)):
         return fail_provider(api, node, failures, log)
-    findings = decide(sysfs, expected_for(node, expected_devices), (node.get("status") or {}).get("allocatable") or {},
-                      provider(), module_root)
+    findings = decide(
+        sysfs,
+        expected_for(node, expected_devices),
+        (node.get("status") or {}).get("allocatable") or {},
+        provider(),
+        module_root,
+    )
     previous = current_condition(node)
     tainted = any(t.get("key") == TAINT_KEY for t in (node.get("spec") or {}).get("taints") or [])
     proven = all(f.ok for f in findings)
@@ -157,8 +222,10 @@ def run_check(api: Api, node_name: str, sysfs: str, expected_devices: int | dict
     if tainted:
         log(f"[node-check] node {node_name} NOT proven: it keeps {TAINT_KEY}; see its {CONDITION} condition")
     else:
-        log(f"[node-check] node {node_name} was proven and now fails: {CONDITION}=False and an Event; not tainted "
-            "again (a running Ray worker would not move; each run's --require-efa judges the fabric it used)")
+        log(
+            f"[node-check] node {node_name} was proven and now fails: {CONDITION}=False and an Event; not tainted "
+            "again (a running Ray worker would not move; each run's --require-efa judges the fabric it used)"
+        )
     return EXIT_UNPROVEN
 
 
@@ -171,11 +238,20 @@ reconcile (it deletes terminal pods at once), so a minute would miss most of the
 selector on one node's pods every 5 s is about what the node's kubelet itself asks of the API server."""
 
 
-def run_loop(api: Api, node_name: str, sysfs: str, expected_devices: int | dict[str, int], interval_s: float = INTERVAL_S,
-             provider: Callable[[], tuple[bool, str]] = libfabric_lists_efa, log: Callable[[str], None] = print,
-             module_root: str | None = None, sleep: Callable[[float], None] = time.sleep,
-             rounds: int | None = None, workers_namespace: str | None = None,
-             pod_interval_s: float = POD_INTERVAL_S) -> int:
+def run_loop(
+    api: Api,
+    node_name: str,
+    sysfs: str,
+    expected_devices: int | dict[str, int],
+    interval_s: float = INTERVAL_S,
+    provider: Callable[[], tuple[bool, str]] = libfabric_lists_efa,
+    log: Callable[[str], None] = print,
+    module_root: str | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    rounds: int | None = None,
+    workers_namespace: str | None = None,
+    pod_interval_s: float = POD_INTERVAL_S,
+) -> int:
     """:func:`run_check` every ``interval_s`` seconds, for ever (``rounds``: that many, for tests), and in between
     :func:`watch_workers` every ``pod_interval_s`` when ``workers_namespace`` is given; an API error is retried at
     the next round (the container never crash-loops on a passing API fault)."""
@@ -206,50 +282,85 @@ def _seconds(text: str) -> float:
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     """The ``fabric-proof`` container's command; codes in efacheck/exit_codes.py (``node-check``)."""
-    p = ArgumentParser(prog=prog, exit_codes="node-check",
-                       description="Prove this node's EFA path, then remove its startup taint; by default again "
-                                   "every --interval seconds, until stopped (the node agent's fabric-proof container).")
+    p = ArgumentParser(
+        prog=prog,
+        exit_codes="node-check",
+        description="Prove this node's EFA path, then remove its startup taint; by default again "
+        "every --interval seconds, until stopped (the node agent's fabric-proof container).",
+    )
     p.add_argument("--node", default=os.environ.get("NODE_NAME"), help="this node's name (default $NODE_NAME)")
     p.add_argument("--sysfs", default="/sys", help="sysfs root holding class/infiniband (default /sys)")
     p.add_argument("--module-root", default=None, help="where the efa module's directory is (default <sysfs>/module)")
-    p.add_argument("--expect-devices", required=True,
-                   help="EFA devices the catalogue gives the type: COUNT, or TYPE=COUNT[,TYPE=COUNT...] read against "
-                        f"the node's {INSTANCE_TYPE_LABEL} label")
-    p.add_argument("--interval", type=_seconds, default=INTERVAL_S,
-                   help=f"seconds between proofs (default {INTERVAL_S})")
-    p.add_argument("--workers-namespace", default=None,
-                   help="namespace of the Ray worker pods to read: a failed efa-provider-check init container in one "
-                        "on this node puts the startup taint back (default: none, not read)")
-    p.add_argument("--pod-interval", type=_seconds, default=POD_INTERVAL_S,
-                   help=f"seconds between two reads of this node's Ray worker pods between proofs (default "
-                        f"{POD_INTERVAL_S})")
-    p.add_argument("--token-dir", default=None,
-                   help=f"where the projected token and ca.crt are (default {TOKEN_DIR})")
-    p.add_argument("--skip-provider", action="store_true",
-                   help="do not run fi_info -l (an image without libfabric): the Ray workers' efa-provider-check "
-                        "init containers check the DLC's provider instead")
+    p.add_argument(
+        "--expect-devices",
+        required=True,
+        help="EFA devices the catalogue gives the type: COUNT, or TYPE=COUNT[,TYPE=COUNT...] read against "
+        f"the node's {INSTANCE_TYPE_LABEL} label",
+    )
+    p.add_argument(
+        "--interval", type=_seconds, default=INTERVAL_S, help=f"seconds between proofs (default {INTERVAL_S})"
+    )
+    p.add_argument(
+        "--workers-namespace",
+        default=None,
+        help="namespace of the Ray worker pods to read: a failed efa-provider-check init container in one "
+        "on this node puts the startup taint back (default: none, not read)",
+    )
+    p.add_argument(
+        "--pod-interval",
+        type=_seconds,
+        default=POD_INTERVAL_S,
+        help=f"seconds between two reads of this node's Ray worker pods between proofs (default {POD_INTERVAL_S})",
+    )
+    p.add_argument("--token-dir", default=None, help=f"where the projected token and ca.crt are (default {TOKEN_DIR})")
+    p.add_argument(
+        "--skip-provider",
+        action="store_true",
+        help="do not run fi_info -l (an image without libfabric): the Ray workers' efa-provider-check "
+        "init containers check the DLC's provider instead",
+    )
     p.add_argument("--once", action="store_true", help="prove once and stop, answering with the proof's status")
     a = p.parse_args(argv)
     if not a.node:
         p.error("--node or $NODE_NAME is required")
     try:
-        expected: int | dict[str, int] = int(a.expect_devices) if a.expect_devices.isdigit() else \
-            parse_expected(a.expect_devices)
+        expected: int | dict[str, int] = (
+            int(a.expect_devices) if a.expect_devices.isdigit() else parse_expected(a.expect_devices)
+        )
     except ValueError as e:
         p.error(str(e))
     try:
         api = Api.in_cluster(a.token_dir)
     except (KeyError, OSError, ssl.SSLError) as e:
-        print(f"{p.prog}: error: no Kubernetes API to ask (run it in a pod with a service account token): "
-              f"{'$' + str(e.args[0]) + ' is not set' if isinstance(e, KeyError) else e}", file=sys.stderr)
+        print(
+            f"{p.prog}: error: no Kubernetes API to ask (run it in a pod with a service account token): "
+            f"{'$' + str(e.args[0]) + ' is not set' if isinstance(e, KeyError) else e}",
+            file=sys.stderr,
+        )
         return EXIT_API
     provider = (lambda: PROVIDER_LEFT_TO_WORKERS) if a.skip_provider else libfabric_lists_efa
     if a.once:
-        return run_check(api, a.node, a.sysfs, expected, provider=provider, module_root=a.module_root,
-                         workers_namespace=a.workers_namespace)
-    return run_loop(api, a.node, a.sysfs, expected, a.interval, provider=provider, module_root=a.module_root,
-                    log=lambda m: print(m, flush=True), workers_namespace=a.workers_namespace,
-                    pod_interval_s=a.pod_interval)
+        return run_check(
+            api,
+            a.node,
+            a.sysfs,
+            expected,
+            provider=provider,
+            module_root=a.module_root,
+            workers_namespace=a.workers_namespace,
+        )
+    return run_loop(
+        api,
+        a.node,
+        a.sysfs,
+        expected,
+        a.interval,
+        provider=provider,
+        module_root=a.module_root,
+        log=lambda m: print(m, flush=True),
+        workers_namespace=a.workers_namespace,
+        pod_interval_s=a.pod_interval,
+    )
 
 
 if __name__ == "__main__":  # pragma: no cover - run as the shipped copy: tests/components/test_node_agent_access.py

@@ -24,8 +24,14 @@ STARTUP_S = 150.0
 """Budget for rank placement, actor start-up, the CUDA check and counter reads, after the topology is there
 (components/efa_check.Deadlines.startup_s adds job submission on top)."""
 
-ENV_VARS = ("FI_PROVIDER", "NCCL_NET_PLUGIN", "NCCL_SOCKET_IFNAME", "FI_EFA_USE_DEVICE_RDMA", "NCCL_NET",
-            "LD_LIBRARY_PATH")
+ENV_VARS = (
+    "FI_PROVIDER",
+    "NCCL_NET_PLUGIN",
+    "NCCL_SOCKET_IFNAME",
+    "FI_EFA_USE_DEVICE_RDMA",
+    "NCCL_NET",
+    "LD_LIBRARY_PATH",
+)
 
 
 OFI_PLUGIN_DIRS = ("/opt/amazon/ofi-nccl/lib64", "/opt/amazon/ofi-nccl/lib")
@@ -43,8 +49,9 @@ def sizes(min_bytes: int, max_bytes: int) -> list[int]:
     return out
 
 
-def probe_env(env: dict[str, str] | None = None, dev_dir: str = "/dev/infiniband",
-              plugin_dirs: tuple[str, ...] = OFI_PLUGIN_DIRS) -> dict[str, Any]:
+def probe_env(
+    env: dict[str, str] | None = None, dev_dir: str = "/dev/infiniband", plugin_dirs: tuple[str, ...] = OFI_PLUGIN_DIRS
+) -> dict[str, Any]:
     """What this pod has for EFA: devices, libfabric efa provider, OFI plugin library, relevant env."""
     env = dict(os.environ if env is None else env)
     devices = sorted(os.path.basename(p) for p in glob.glob(os.path.join(dev_dir, "uverbs*")))
@@ -71,16 +78,20 @@ def probe_env(env: dict[str, str] | None = None, dev_dir: str = "/dev/infiniband
     }
 
 
-
 class _Rank:
     """One torch.distributed rank; a Ray actor on one GPU (or one CPU slot)."""
 
     def preflight(self, backend: str) -> dict:
         import ray
 
-        out = {"host": socket.gethostname(), "ip": ray.util.get_node_ip_address(),
-               "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "cuda": None, "devices": 0,
-               **pod_stack()}
+        out = {
+            "host": socket.gethostname(),
+            "ip": ray.util.get_node_ip_address(),
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+            "cuda": None,
+            "devices": 0,
+            **pod_stack(),
+        }
         if backend == "nccl":
             import torch
 
@@ -117,11 +128,26 @@ class _Rank:
 
             return storage_proof.prove(storage_path)
         except Exception as e:  # noqa: BLE001
-            return {"ok": False, "host": socket.gethostname(), "step": "internal", "storage_path": storage_path,
-                    "error": f"{type(e).__name__}: {e}", "causes": ["unknown"]}
+            return {
+                "ok": False,
+                "host": socket.gethostname(),
+                "step": "internal",
+                "storage_path": storage_path,
+                "error": f"{type(e).__name__}: {e}",
+                "causes": ["unknown"],
+            }
 
-    def run(self, rank: int, world: int, master: tuple[str, int], backend: str, sz: list[int], iters: int,
-            timeout_s: float, entries: list[dict] | None = None) -> dict:
+    def run(
+        self,
+        rank: int,
+        world: int,
+        master: tuple[str, int],
+        backend: str,
+        sz: list[int],
+        iters: int,
+        timeout_s: float,
+        entries: list[dict] | None = None,
+    ) -> dict:
         """Init the group, sweep, return timings + this rank's NCCL logs; errors come back as data (with the logs)."""
         import torch
         import torch.distributed as dist
@@ -138,8 +164,13 @@ class _Rank:
                 dev = torch.device("cuda", 0)
                 torch.cuda.set_device(dev)
                 sync = torch.cuda.synchronize
-            dist.init_process_group(backend, init_method=f"tcp://{master[0]}:{master[1]}", rank=rank,
-                                    world_size=world, timeout=timedelta(seconds=timeout_s))
+            dist.init_process_group(
+                backend,
+                init_method=f"tcp://{master[0]}:{master[1]}",
+                rank=rank,
+                world_size=world,
+                timeout=timedelta(seconds=timeout_s),
+            )
             try:
                 if entries is not None and _sweep is not None:
                     results = _sweep.run_sweep(entries, dev, iters=iters, sync=sync)
@@ -155,8 +186,9 @@ class _Rank:
                             dist.all_reduce(t)
                         if sync:
                             sync()
-                        results.append({"collective": "all_reduce", "bytes": n,
-                                        "time_s": (time.perf_counter() - t0) / iters})
+                        results.append(
+                            {"collective": "all_reduce", "bytes": n, "time_s": (time.perf_counter() - t0) / iters}
+                        )
             finally:
                 dist.destroy_process_group()
         except Exception as e:  # noqa: BLE001 - the driver reports it with the NCCL logs
@@ -184,8 +216,11 @@ def _get(refs, timeout: float, stage_what: str, actors=()):
     except GetTimeoutError:
         for a in actors:
             ray.kill(a)
-        raise CheckFailed("timeout", f"{stage_what} did not finish within {timeout:g} s (a hung collective or a "
-                                     "rank that cannot reach its peers); the ranks were killed") from None
+        raise CheckFailed(
+            "timeout",
+            f"{stage_what} did not finish within {timeout:g} s (a hung collective or a "
+            "rank that cannot reach its peers); the ranks were killed",
+        ) from None
     except RayActorError as e:
         raise CheckFailed("actor_died", f"a rank's actor died during {stage_what}: {str(e).splitlines()[0]}") from None
     except ray.exceptions.RayTaskError as e:
@@ -198,11 +233,23 @@ def _sweep_plan(backend: str, lo: int, hi: int, world: int, preset: str | None) 
     return _sweep.plan(lo, hi, world, preset=preset)
 
 
-def run_check(backend: str, min_bytes: int, max_bytes: int, iters: int = 5, *, nodes: list[dict] | None = None,
-              gpus_per_node: int = 0, timeout_s: float = 600.0, wait_s: float = STARTUP_S, preset: str | None = None,
-              env_vars: dict[str, str] | None = None, storage_proof: bool = False,
-              storage_path: str | None = None, min_nodes: int = 2,
-              expect_stack: dict[str, str | None] | None = None) -> dict:
+def run_check(
+    backend: str,
+    min_bytes: int,
+    max_bytes: int,
+    iters: int = 5,
+    *,
+    nodes: list[dict] | None = None,
+    gpus_per_node: int = 0,
+    timeout_s: float = 600.0,
+    wait_s: float = STARTUP_S,
+    preset: str | None = None,
+    env_vars: dict[str, str] | None = None,
+    storage_proof: bool = False,
+    storage_path: str | None = None,
+    min_nodes: int = 2,
+    expect_stack: dict[str, str | None] | None = None,
+) -> dict:
     """Place one rank per GPU (per node for gloo) across ``nodes``, check CUDA, sweep; raise CheckFailed on failure.
 
     storage_proof: rank 0 (in a GPU worker pod) first proves checkpoint storage (``storage_path``, default its
@@ -228,8 +275,9 @@ def run_check(backend: str, min_bytes: int, max_bytes: int, iters: int = 5, *, n
         try:
             ray.get(pg.ready(), timeout=left())
         except ray.exceptions.GetTimeoutError:
-            raise CheckFailed("placement", f"could not reserve {per_node} {res} on {len(per_node)} distinct nodes "
-                                           f"within {wait_s:g} s") from None
+            raise CheckFailed(
+                "placement", f"could not reserve {per_node} {res} on {len(per_node)} distinct nodes within {wait_s:g} s"
+            ) from None
         Actor = ray.remote(_Rank)
         for b, k in enumerate(per_node):
             for _ in range(k):
@@ -244,13 +292,20 @@ def run_check(backend: str, min_bytes: int, max_bytes: int, iters: int = 5, *, n
         if backend == "nccl":
             bad = [p for p in pre if not p["cuda"]]
             if bad:
-                raise CheckFailed("no_cuda", "Ray declares GPUs but CUDA is not available in "
-                                  f"{len(bad)} of {len(pre)} ranks: " + "; ".join(
-                                      f"{p['host']} ({p['ip']}) CUDA_VISIBLE_DEVICES={p['cuda_visible_devices']}"
-                                      f" torch.cuda.is_available()=False{' ' + p['error'] if p.get('error') else ''}"
-                                      for p in bad[:4]), backend=backend)
-        storage = _get(actors[0].storage.remote(storage_path), left(), "storage proof", actors) \
-            if storage_proof else None
+                raise CheckFailed(
+                    "no_cuda",
+                    "Ray declares GPUs but CUDA is not available in "
+                    f"{len(bad)} of {len(pre)} ranks: "
+                    + "; ".join(
+                        f"{p['host']} ({p['ip']}) CUDA_VISIBLE_DEVICES={p['cuda_visible_devices']}"
+                        f" torch.cuda.is_available()=False{' ' + p['error'] if p.get('error') else ''}"
+                        for p in bad[:4]
+                    ),
+                    backend=backend,
+                )
+        storage = (
+            _get(actors[0].storage.remote(storage_path), left(), "storage proof", actors) if storage_proof else None
+        )
         first = {}
         for i, p in enumerate(pre):
             first.setdefault(p["ip"], i)
@@ -258,14 +313,27 @@ def run_check(backend: str, min_bytes: int, max_bytes: int, iters: int = 5, *, n
         master = _get(actors[0].addr.remote(), left(), "rank address", actors)
         entries = _sweep_plan(backend, min_bytes, max_bytes, len(actors), preset)
         sz = sizes(min_bytes, max_bytes)
-        outs = _get([a.run.remote(i, len(actors), master, backend, sz, iters, timeout_s, entries)
-                     for i, a in enumerate(actors)], timeout_s, "the collective sweep", actors)
+        outs = _get(
+            [
+                a.run.remote(i, len(actors), master, backend, sz, iters, timeout_s, entries)
+                for i, a in enumerate(actors)
+            ],
+            timeout_s,
+            "the collective sweep",
+            actors,
+        )
         after = _get([actors[i].counters.remote() for i in first.values()], STARTUP_S, "EFA counter read", actors)
     finally:
         for a in actors:
             ray.kill(a)
         remove_placement_group(pg)
-    return {"world": len(actors), "nodes": len(nodes), "outs": outs, "preflight": pre,
-            "counters": {"before": before, "after": after}, "sweep_module": entries is not None, "iters": iters,
-            "storage": storage}
-
+    return {
+        "world": len(actors),
+        "nodes": len(nodes),
+        "outs": outs,
+        "preflight": pre,
+        "counters": {"before": before, "after": after},
+        "sweep_module": entries is not None,
+        "iters": iters,
+        "storage": storage,
+    }

@@ -36,13 +36,17 @@ def _f(x: float | None, fmt: str = ".3f") -> str:
 
 
 def _sweep_table(rows: list[dict[str, Any]], collective: str) -> list[str]:
-    out = ["| size | bytes | source | dtype | time (us) | algbw (GB/s) | busbw (GB/s) | ok |",
-           "|---:|---:|---|---|---:|---:|---:|---|"]
+    out = [
+        "| size | bytes | source | dtype | time (us) | algbw (GB/s) | busbw (GB/s) | ok |",
+        "|---:|---:|---|---|---:|---:|---:|---|",
+    ]
     for r in rows:
         if r["collective"] == collective:
-            out.append(f"| {human_bytes(r['bytes'])} | {r['bytes']} | {r.get('source', 'pow2')} | {r.get('dtype', '')} "
-                       f"| {r['time_us']:.1f} | {r['algbw_gbps']:.3f} | {r['busbw_gbps']:.3f} "
-                       f"| {'yes' if r.get('ok', True) else '**NO**'} |")
+            out.append(
+                f"| {human_bytes(r['bytes'])} | {r['bytes']} | {r.get('source', 'pow2')} | {r.get('dtype', '')} "
+                f"| {r['time_us']:.1f} | {r['algbw_gbps']:.3f} | {r['busbw_gbps']:.3f} "
+                f"| {'yes' if r.get('ok', True) else '**NO**'} |"
+            )
     return out
 
 
@@ -55,15 +59,20 @@ def render_markdown(result: dict[str, Any], png: str | None = None, plot_note: s
     (stack_probe.compare_versions), ``stack_probes`` (stack_probe.probe per rank; ``probes`` is efa_check's env probe)."""
     r = result
     out = [f"# {r.get('title', 'EFA check report')}", ""]
-    out.append(f"**Verdict: {r['verdict']}** (exit {r.get('code', '?')}) — backend {r.get('backend', '?')}, "
-               f"{r.get('world', '?')} ranks on {r.get('nodes', '?')} node(s)"
-               + (f", {r['instance_type']}" if r.get("instance_type") else "")
-               + (f", network {r['network']}" if r.get("network") else "")
-               + (f", provider {r['provider']}" if r.get("provider") else ""))
+    out.append(
+        f"**Verdict: {r['verdict']}** (exit {r.get('code', '?')}) — backend {r.get('backend', '?')}, "
+        f"{r.get('world', '?')} ranks on {r.get('nodes', '?')} node(s)"
+        + (f", {r['instance_type']}" if r.get("instance_type") else "")
+        + (f", network {r['network']}" if r.get("network") else "")
+        + (f", provider {r['provider']}" if r.get("provider") else "")
+    )
     img = r.get("image") or {}
     if img.get("reference") or img.get("digest"):
-        out += ["", f"Image: {img.get('reference') or '?'}" + (f" (digest {img['digest']})" if img.get("digest")
-                                                                else " (digest not known: pinned by tag)")]
+        out += [
+            "",
+            f"Image: {img.get('reference') or '?'}"
+            + (f" (digest {img['digest']})" if img.get("digest") else " (digest not known: pinned by tag)"),
+        ]
     out.append("")
     for x in r.get("reasons", []):
         out.append(f"- {x}")
@@ -72,22 +81,28 @@ def render_markdown(result: dict[str, Any], png: str | None = None, plot_note: s
     out += ["", "## Headline", ""]
     cmp = r.get("comparison")
     if cmp and cmp.get("headline_ratio"):
-        out.append(f"- EFA/Socket busbw ratio at large messages: **{cmp['headline_ratio']:.2f}x** "
-                   "(geometric mean over the collectives of the median ratio at sizes both runs timed from "
-                   f"{human_bytes(cmp['headline_bytes'])} up: "
-                   + ", ".join(f"{c} {v['ratio']:.2f}x" for c, v in cmp["large"].items())
-                   + ")")
+        out.append(
+            f"- EFA/Socket busbw ratio at large messages: **{cmp['headline_ratio']:.2f}x** "
+            "(geometric mean over the collectives of the median ratio at sizes both runs timed from "
+            f"{human_bytes(cmp['headline_bytes'])} up: "
+            + ", ".join(f"{c} {v['ratio']:.2f}x" for c, v in cmp["large"].items())
+            + ")"
+        )
     elif cmp and cmp.get("error"):
-        out.append(f"- EFA/Socket ratio: the Socket comparison failed ({cmp['error']['stage']}): "
-                   f"{cmp['error']['reason']}; the verdict above stands")
+        out.append(
+            f"- EFA/Socket ratio: the Socket comparison failed ({cmp['error']['stage']}): "
+            f"{cmp['error']['reason']}; the verdict above stands"
+        )
     else:
         out.append("- EFA/Socket ratio: not measured (run with --compare-socket)")
     rate = r.get("line_rate")
     if rate and rate.get("fraction") is not None:
-        out.append(f"- Large-message busbw vs the EFA line rate ({rate['efa_gbps']:g} Gbit/s = "
-                   f"{rate['efa_gbps'] / 8:g} GB/s per node): **{rate['fraction']:.1%}** for the weakest collective ("
-                   + ", ".join(f"{c} {v['busbw_gbps']:.2f} GB/s = {v['fraction']:.1%}" for c, v in rate["large"].items())
-                   + ")")
+        out.append(
+            f"- Large-message busbw vs the EFA line rate ({rate['efa_gbps']:g} Gbit/s = "
+            f"{rate['efa_gbps'] / 8:g} GB/s per node): **{rate['fraction']:.1%}** for the weakest collective ("
+            + ", ".join(f"{c} {v['busbw_gbps']:.2f} GB/s = {v['fraction']:.1%}" for c, v in rate["large"].items())
+            + ")"
+        )
     else:
         out.append("- Fraction of the EFA line rate: unknown (no --efa-gbps for this instance type)")
     if png:
@@ -96,8 +111,13 @@ def render_markdown(result: dict[str, Any], png: str | None = None, plot_note: s
         out += ["", f"_No plot: {plot_note}_"]
     ver = r.get("versions")
     if ver:
-        out += ["", f"## Versions ({ver['status']}{', strict' if ver.get('strict') else ''})", "",
-                "| layer | image manifest | loaded (ranks) | status |", "|---|---|---|---|"]
+        out += [
+            "",
+            f"## Versions ({ver['status']}{', strict' if ver.get('strict') else ''})",
+            "",
+            "| layer | image manifest | loaded (ranks) | status |",
+            "|---|---|---|---|",
+        ]
         for t in ver["table"]:
             vals = "; ".join(f"{'unknown' if v == 'None' else v} (ranks {ranks})" for v, ranks in t["values"].items())
             out.append(f"| {t['key']} | {t['expected'] or '—'} | {vals} | {t['status']} |")
@@ -105,28 +125,48 @@ def render_markdown(result: dict[str, Any], png: str | None = None, plot_note: s
             out.append(f"- {x}")
         probes = r.get("stack_probes") or []
         if probes:
-            out += ["", "Where each version came from (rank 0): "
-                    + "; ".join(f"{k}: {v}" for k, v in probes[0].get("sources", {}).items())]
+            out += [
+                "",
+                "Where each version came from (rank 0): "
+                + "; ".join(f"{k}: {v}" for k, v in probes[0].get("sources", {}).items()),
+            ]
     if cmp and cmp.get("rows"):
-        out += ["", "## EFA / Socket busbw ratio", "", "| collective | size | source | EFA busbw (GB/s) | Socket busbw "
-                "(GB/s) | ratio |", "|---|---:|---|---:|---:|---:|"]
+        out += [
+            "",
+            "## EFA / Socket busbw ratio",
+            "",
+            "| collective | size | source | EFA busbw (GB/s) | Socket busbw (GB/s) | ratio |",
+            "|---|---:|---|---:|---:|---:|",
+        ]
         for x in cmp["rows"]:
-            out.append(f"| {x['collective']} | {human_bytes(x['bytes'])} | {x['source']} | {x['efa_busbw_gbps']:.3f} "
-                       f"| {x['socket_busbw_gbps']:.3f} | {_f(x['ratio'], '.2f')} |")
+            out.append(
+                f"| {x['collective']} | {human_bytes(x['bytes'])} | {x['source']} | {x['efa_busbw_gbps']:.3f} "
+                f"| {x['socket_busbw_gbps']:.3f} | {_f(x['ratio'], '.2f')} |"
+            )
     for label, rows in (("sweep", r.get("rows")), ("Socket sweep", r.get("socket_rows"))):
         if not rows:
             continue
         for c in COLLECTIVES:
             if any(x["collective"] == c for x in rows):
                 out += ["", f"## {c} {label}", ""] + _sweep_table(rows, c)
-    out += ["", "busbw = algbw x 2(n-1)/n for all_reduce, x (n-1)/n for all_gather_into_tensor and "
-            "reduce_scatter_tensor (nccl-tests); sizes are whole arrays; GB/s = 1e9 bytes/s. "
-            "Sources: pow2 = the power-of-two sweep, fsdp:<preset> = the training model's FSDP unit messages.", ""]
+    out += [
+        "",
+        "busbw = algbw x 2(n-1)/n for all_reduce, x (n-1)/n for all_gather_into_tensor and "
+        "reduce_scatter_tensor (nccl-tests); sizes are whole arrays; GB/s = 1e9 bytes/s. "
+        "Sources: pow2 = the power-of-two sweep, fsdp:<preset> = the training model's FSDP unit messages.",
+        "",
+    ]
     return "\n".join(out)
 
 
-def plot(path: str, rows: list[dict[str, Any]], socket_rows: list[dict[str, Any]] | None = None,
-         efa_gbps: float | None = None, title: str = "", labels: tuple[str, str] | None = None) -> None:
+def plot(
+    path: str,
+    rows: list[dict[str, Any]],
+    socket_rows: list[dict[str, Any]] | None = None,
+    efa_gbps: float | None = None,
+    title: str = "",
+    labels: tuple[str, str] | None = None,
+) -> None:
     """busbw against message size: one panel per transport (EFA, Socket), one line per collective, FSDP message
     sizes as big markers, the EFA line rate (Gbit/s / 8) as a dashed line. Raises ImportError without matplotlib.
 
@@ -149,13 +189,25 @@ def plot(path: str, rows: list[dict[str, Any]], socket_rows: list[dict[str, Any]
     ymax = max([x["busbw_gbps"] for _, rs in panels for x in rs] + [efa_gbps / 8 if efa_gbps else 0]) or 1.0
     for ax, (name, rs) in zip(axes[0], panels):
         for c in COLLECTIVES:
-            pts = sorted((x["bytes"], x["busbw_gbps"]) for x in rs if x["collective"] == c and x.get("source", "pow2") == "pow2")
+            pts = sorted(
+                (x["bytes"], x["busbw_gbps"]) for x in rs if x["collective"] == c and x.get("source", "pow2") == "pow2"
+            )
             if pts:
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=3, lw=1.6, color=_COLOURS[c])
-            fs = sorted((x["bytes"], x["busbw_gbps"]) for x in rs if x["collective"] == c and x.get("source", "pow2") != "pow2")
+            fs = sorted(
+                (x["bytes"], x["busbw_gbps"]) for x in rs if x["collective"] == c and x.get("source", "pow2") != "pow2"
+            )
             if fs:
-                ax.plot([p[0] for p in fs], [p[1] for p in fs], ls="none", marker="D", ms=7, mfc="white",
-                        mew=1.6, color=_COLOURS[c])
+                ax.plot(
+                    [p[0] for p in fs],
+                    [p[1] for p in fs],
+                    ls="none",
+                    marker="D",
+                    ms=7,
+                    mfc="white",
+                    mew=1.6,
+                    color=_COLOURS[c],
+                )
         if efa_gbps:
             ax.axhline(efa_gbps / 8, color="black", ls="--", lw=1)
         ax.set_xscale("log", base=2)
@@ -170,11 +222,30 @@ def plot(path: str, rows: list[dict[str, Any]], socket_rows: list[dict[str, Any]
         ax.grid(True, which="major", alpha=0.3)
     axes[0][0].set_ylabel("bus bandwidth (GB/s)")
     handles = [Line2D([], [], color=_COLOURS[c], marker="o", ms=3, label=c) for c in COLLECTIVES]
-    handles.append(Line2D([], [], ls="none", marker="D", ms=7, mfc="white", mew=1.6, color="grey",
-                          label="the model's FSDP message sizes"))
+    handles.append(
+        Line2D(
+            [],
+            [],
+            ls="none",
+            marker="D",
+            ms=7,
+            mfc="white",
+            mew=1.6,
+            color="grey",
+            label="the model's FSDP message sizes",
+        )
+    )
     if efa_gbps:
-        handles.append(Line2D([], [], color="black", ls="--", lw=1,
-                              label=f"EFA line rate {efa_gbps:g} Gbit/s = {efa_gbps / 8:g} GB/s per node"))
+        handles.append(
+            Line2D(
+                [],
+                [],
+                color="black",
+                ls="--",
+                lw=1,
+                label=f"EFA line rate {efa_gbps:g} Gbit/s = {efa_gbps / 8:g} GB/s per node",
+            )
+        )
     fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=8, frameon=False)
     if title:
         fig.suptitle(title, fontsize=11)

@@ -37,8 +37,19 @@ MANIFESTS: dict[str, dict[str, str]] = {
 }
 """Versions each DLC tag was released with (AWS DLC release notes), keyed by image tag."""
 
-KEYS = ("torch", "cuda", "driver", "efa_driver", "nccl", "net_plugin", "aws_ofi_nccl", "libfabric", "ray", "pyarrow",
-        "image")
+KEYS = (
+    "torch",
+    "cuda",
+    "driver",
+    "efa_driver",
+    "nccl",
+    "net_plugin",
+    "aws_ofi_nccl",
+    "libfabric",
+    "ray",
+    "pyarrow",
+    "image",
+)
 """Versions table rows, in order."""
 
 _NCCL_RE = re.compile(r"NCCL version (\d+\.\d+\.\d+)")
@@ -100,8 +111,12 @@ def _run(argv: list[str]) -> str | None:
     return r.stdout if r.returncode == 0 else None
 
 
-def probe(nccl_log: str = "", env: dict[str, str] | None = None, root: str = "/",
-          run: Callable[[list[str]], str | None] = _run) -> dict[str, Any]:
+def probe(
+    nccl_log: str = "",
+    env: dict[str, str] | None = None,
+    root: str = "/",
+    run: Callable[[list[str]], str | None] = _run,
+) -> dict[str, Any]:
     """This rank's versions (``KEYS``; None where unknown) and ``sources`` saying where each came from.
 
     Args:
@@ -153,8 +168,10 @@ def probe(nccl_log: str = "", env: dict[str, str] | None = None, root: str = "/"
     if text and text.strip():
         v["efa_driver"], src["efa_driver"] = text.strip(), f"/{EFA_DRIVER_FILE} (the node's module, seen from the pod)"
     else:
-        src["efa_driver"] = (f"not visible: no /{EFA_DRIVER_FILE} in this pod (the efa module is not loaded on the "
-                             "node, or the pod has no /sys)")
+        src["efa_driver"] = (
+            f"not visible: no /{EFA_DRIVER_FILE} in this pod (the efa module is not loaded on the "
+            "node, or the pod has no /sys)"
+        )
     try:
         import pyarrow
 
@@ -189,12 +206,16 @@ def parse_manifest(text: str) -> dict[str, str]:
     try:
         m = json.loads(text)
     except ValueError as e:
-        raise ValueError(f"--manifest {text!r}: not JSON ({e}); e.g. '{json.dumps(MANIFESTS['train-ml-cuda-v1.1'])}'") from None
+        raise ValueError(
+            f"--manifest {text!r}: not JSON ({e}); e.g. '{json.dumps(MANIFESTS['train-ml-cuda-v1.1'])}'"
+        ) from None
     if not isinstance(m, dict):
         raise ValueError(f"--manifest {text!r}: must be a JSON object of layer -> version")
     bad = sorted(k for k in m if k not in KEYS or not isinstance(m[k], str))
     if bad:
-        raise ValueError(f"--manifest: {bad[0]!r} is not a known layer with a string version; layers: {', '.join(KEYS)}")
+        raise ValueError(
+            f"--manifest: {bad[0]!r} is not a known layer with a string version; layers: {', '.join(KEYS)}"
+        )
     return m
 
 
@@ -222,8 +243,9 @@ def _ranks(idx: list[int]) -> str:
     return ",".join(out)
 
 
-def compare_versions(probes: list[dict[str, Any]], manifest: dict[str, str] | None = None,
-                     strict: bool = False) -> dict[str, Any]:
+def compare_versions(
+    probes: list[dict[str, Any]], manifest: dict[str, str] | None = None, strict: bool = False
+) -> dict[str, Any]:
     """Judge every rank's ``probe`` (list index = rank).
 
     Returns ``status`` ("ok" | "warning" | "failure"), ``reasons``, and ``table``: one row per ``KEYS`` entry with
@@ -243,8 +265,10 @@ def compare_versions(probes: list[dict[str, Any]], manifest: dict[str, str] | No
         if len(by_val) > 1:
             status = "failure"
             hosts = {val: sorted({str(probes[r].get("host")) for r in rs}) for val, rs in by_val.items()}
-            reasons_fail.append(f"ranks disagree on {key}: " + "; ".join(
-                f"{val} on ranks {values[val]} ({', '.join(hosts[val])})" for val in by_val))
+            reasons_fail.append(
+                f"ranks disagree on {key}: "
+                + "; ".join(f"{val} on ranks {values[val]} ({', '.join(hosts[val])})" for val in by_val)
+            )
         want = manifest.get(key)
         if not known:
             status = "unknown"  # no rank could tell (e.g. NCCL on a CPU run): reported, not judged
@@ -253,7 +277,8 @@ def compare_versions(probes: list[dict[str, Any]], manifest: dict[str, str] | No
                 status = "failure" if strict else "warning"
                 (reasons_fail if strict else reasons_warn).append(
                     f"{key} {known[0]} differs from the image manifest's {want}"
-                    + ("" if strict else " (a warning; --strict-versions makes it a failure)"))
+                    + ("" if strict else " (a warning; --strict-versions makes it a failure)")
+                )
         table.append({"key": key, "expected": want, "values": values, "status": status})
     overall = "failure" if reasons_fail else "warning" if reasons_warn else "ok"
     return {"status": overall, "reasons": reasons_fail + reasons_warn, "table": table, "strict": strict}

@@ -23,8 +23,11 @@ def stale_pods(seen: list[dict], expect: dict[str, str | None]) -> list[str]:
     checked); a pod without the variables was created before the stack set them, so it is stale too."""
     out: list[str] = []
     for p in seen:
-        diffs = [f"{key} {p.get(key) or '(unset)'} (expected {want})" for key, want in expect.items()
-                 if want is not None and p.get(key) != want]
+        diffs = [
+            f"{key} {p.get(key) or '(unset)'} (expected {want})"
+            for key, want in expect.items()
+            if want is not None and p.get(key) != want
+        ]
         line = f"{p.get('role', 'worker')} pod {p.get('host')} on node {p.get('ip')}: " + ", ".join(diffs)
         if diffs and line not in out:
             out.append(line)
@@ -35,6 +38,6 @@ def check_stale(seen: list[dict], expect: dict[str, str | None], backend: str | 
     """Raise CheckFailed('stale') naming every pod that runs another image or spec than the gate was rendered for."""
     bad = stale_pods(seen, expect)
     if bad:
-        raise CheckFailed("stale", f"{len(bad)} Ray pod(s) run another spec than this gate checks: " + "; ".join(bad),
-                          backend=backend)
-
+        raise CheckFailed(
+            "stale", f"{len(bad)} Ray pod(s) run another spec than this gate checks: " + "; ".join(bad), backend=backend
+        )

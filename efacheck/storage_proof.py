@@ -82,8 +82,9 @@ def _ms(t0: float) -> float:
     return round((time.perf_counter() - t0) * 1000, 1)
 
 
-def credential_source(env: dict[str, str], timeout_s: float = 5.0,
-                      fetch: Callable[[str, str, float], tuple[int, str]] | None = None) -> dict[str, Any]:
+def credential_source(
+    env: dict[str, str], timeout_s: float = 5.0, fetch: Callable[[str, str, float], tuple[int, str]] | None = None
+) -> dict[str, Any]:
     """Where the pod's AWS credentials come from, and for Pod Identity whether the agent hands them out.
 
     Returns ``source`` (pod_identity | web_identity | static | none), ``ok`` (None when not checked) and, for a
@@ -96,8 +97,12 @@ def credential_source(env: dict[str, str], timeout_s: float = 5.0,
             with open(token_file, encoding="utf-8") as f:
                 token = f.read().strip()
         except OSError as e:
-            return {"source": "pod_identity", "ok": False, "status": None,
-                    "error": f"token file {token_file!r}: {e.strerror or e}"}
+            return {
+                "source": "pod_identity",
+                "ok": False,
+                "status": None,
+                "error": f"token file {token_file!r}: {e.strerror or e}",
+            }
         status, body = (fetch or _fetch)(uri, token, timeout_s)
         ok = status == 200 and '"AccessKeyId"' in body
         out: dict[str, Any] = {"source": "pod_identity", "ok": ok, "status": status}
@@ -133,15 +138,43 @@ def likely_causes(error: str, creds: dict[str, Any] | None = None) -> list[str]:
         out.append("trust_policy" if creds.get("status") else "credential_chain")
     if "kms" in low:
         out.append("kms")
-    if "nosuchbucket" in low or "no_such_bucket" in low or "bucket does not exist" in low \
-            or "permanentredirect" in low or "http status 301" in low:
+    if (
+        "nosuchbucket" in low
+        or "no_such_bucket" in low
+        or "bucket does not exist" in low
+        or "permanentredirect" in low
+        or "http status 301" in low
+    ):
         out.append("no_bucket")
-    if any(s in low for s in ("curlcode", "couldn't resolve", "could not resolve", "connection refused", "timed out",
-                              "network_connection", "unable to connect", "connect timeout")):
+    if any(
+        s in low
+        for s in (
+            "curlcode",
+            "couldn't resolve",
+            "could not resolve",
+            "connection refused",
+            "timed out",
+            "network_connection",
+            "unable to connect",
+            "connect timeout",
+        )
+    ):
         out.append("network")
-    if any(s in low for s in ("invalidaccesskeyid", "expiredtoken", "invalidtoken", "signaturedoesnotmatch",
-                              "credentials", "no response body", "invalid_access_key_id")) \
-            or creds.get("source") == "none":
+    if (
+        any(
+            s in low
+            for s in (
+                "invalidaccesskeyid",
+                "expiredtoken",
+                "invalidtoken",
+                "signaturedoesnotmatch",
+                "credentials",
+                "no response body",
+                "invalid_access_key_id",
+            )
+        )
+        or creds.get("source") == "none"
+    ):
         out.append("credential_chain")
     if any(s in low for s in ("access_denied", "accessdenied", "access denied", "http status 403", "forbidden")):
         out += ["bucket_policy", "credential_chain"]
@@ -161,8 +194,11 @@ def _filesystem(storage_path: str):
     return get_fs_and_path(storage_path)
 
 
-def prove(storage_path: str | None = None, env: dict[str, str] | None = None,
-          fetch: Callable[[str, str, float], tuple[int, str]] | None = None) -> dict[str, Any]:
+def prove(
+    storage_path: str | None = None,
+    env: dict[str, str] | None = None,
+    fetch: Callable[[str, str, float], tuple[int, str]] | None = None,
+) -> dict[str, Any]:
     """Write, list, read back and delete one small object under the checkpoint prefix (see the module docstring).
 
     storage_path: the checkpoint prefix (default ``$RAY_EFA_EKS_STORAGE_PATH``); env: the process environment
@@ -171,8 +207,16 @@ def prove(storage_path: str | None = None, env: dict[str, str] | None = None,
     env = dict(os.environ if env is None else env)
     storage_path = storage_path or env.get(STORAGE_PATH_ENV)
     host = socket.gethostname()
-    result: dict[str, Any] = {"ok": False, "host": host, "storage_path": storage_path, "object": None, "steps": [],
-                              "step": None, "error": None, "causes": []}
+    result: dict[str, Any] = {
+        "ok": False,
+        "host": host,
+        "storage_path": storage_path,
+        "object": None,
+        "steps": [],
+        "step": None,
+        "error": None,
+        "causes": [],
+    }
 
     def fail(step: str, error: str, causes: list[str]) -> dict[str, Any]:
         result.update(step=step, error=error, causes=causes, hints=[CAUSES[c] for c in causes])
@@ -186,8 +230,13 @@ def prove(storage_path: str | None = None, env: dict[str, str] | None = None,
     result["credentials"] = creds
     if creds.get("ok") is False:
         status = creds.get("status")
-        said = ("EKS Pod Identity token file not readable" if status is None else
-                "EKS Pod Identity agent unreachable" if status == 0 else f"EKS Pod Identity agent: HTTP {status}")
+        said = (
+            "EKS Pod Identity token file not readable"
+            if status is None
+            else "EKS Pod Identity agent unreachable"
+            if status == 0
+            else f"EKS Pod Identity agent: HTTP {status}"
+        )
         return fail("credentials", f"{said}: {creds.get('error')}", likely_causes(str(creds.get("error")), creds))
     result["steps"].append({"step": "credentials", "ok": True, "ms": _ms(t0), "source": creds["source"]})
     step = "resolve"
@@ -220,7 +269,9 @@ def prove(storage_path: str | None = None, env: dict[str, str] | None = None,
         with fs.open_input_stream(obj) as f:
             back = f.read()
         if back != payload:
-            return fail(step, f"read back {len(back)} bytes that differ from the {len(payload)} written", ["wrong_data"])
+            return fail(
+                step, f"read back {len(back)} bytes that differ from the {len(payload)} written", ["wrong_data"]
+            )
         result["steps"].append({"step": step, "ok": True, "ms": _ms(t0)})
 
         step, t0 = "delete", time.perf_counter()
@@ -229,8 +280,9 @@ def prove(storage_path: str | None = None, env: dict[str, str] | None = None,
             return fail(step, f"{obj} still exists after delete_file", ["unknown"])
         result["steps"].append({"step": step, "ok": True, "ms": _ms(t0)})
     except ImportError as e:
-        return fail(step, f"ImportError: {e} (pyarrow is Ray Train's storage layer; the image must have it)",
-                    ["unknown"])
+        return fail(
+            step, f"ImportError: {e} (pyarrow is Ray Train's storage layer; the image must have it)", ["unknown"]
+        )
     except Exception as e:  # noqa: BLE001 - pyarrow raises OSError with the AWS error; others are reported as-is
         msg = f"{type(e).__name__}: {e}".strip()[:2000]
         return fail(step, msg, likely_causes(msg, creds))
@@ -241,9 +293,13 @@ def prove(storage_path: str | None = None, env: dict[str, str] | None = None,
 def summary(r: dict[str, Any]) -> str:
     """One line for a reason: what worked, or which step failed with the AWS error and the likely cause."""
     if r.get("ok"):
-        return (f"storage proof: wrote, listed, read back and deleted {r['object']} on {r.get('filesystem')} from "
-                f"{r.get('host')} (credentials: {(r.get('credentials') or {}).get('source')})")
+        return (
+            f"storage proof: wrote, listed, read back and deleted {r['object']} on {r.get('filesystem')} from "
+            f"{r.get('host')} (credentials: {(r.get('credentials') or {}).get('source')})"
+        )
     causes = r.get("causes") or ["unknown"]
-    return (f"storage proof failed at {r.get('step')} from {r.get('host')} under {r.get('storage_path')}: "
-            f"{r.get('error')}; likely cause: {causes[0]} ({CAUSES[causes[0]]})"
-            + (f"; else: {', '.join(causes[1:])}" if len(causes) > 1 else ""))
+    return (
+        f"storage proof failed at {r.get('step')} from {r.get('host')} under {r.get('storage_path')}: "
+        f"{r.get('error')}; likely cause: {causes[0]} ({CAUSES[causes[0]]})"
+        + (f"; else: {', '.join(causes[1:])}" if len(causes) > 1 else "")
+    )

@@ -26,12 +26,16 @@ def uri_problem(value: str, option: str) -> str | None:
         return None
     scheme, _, rest = value.partition("://")
     if scheme != "s3":
-        return (f"{option} {value!r}: {scheme}:// storage is not supported here (the stack's pods reach S3 only, "
-                f"and pyarrow would wait for {scheme} credentials); {FIX}")
+        return (
+            f"{option} {value!r}: {scheme}:// storage is not supported here (the stack's pods reach S3 only, "
+            f"and pyarrow would wait for {scheme} credentials); {FIX}"
+        )
     bucket, _, prefix = rest.partition("/")
     if not S3_BUCKET.fullmatch(bucket) or ".." in bucket:
-        return (f"{option} {value!r}: {bucket!r} is not an S3 bucket name (3-63 lowercase letters, digits, '.' "
-                "and '-'; bucketnamingrules.html); e.g. s3://my-bucket/ray-train")
+        return (
+            f"{option} {value!r}: {bucket!r} is not an S3 bucket name (3-63 lowercase letters, digits, '.' "
+            "and '-'; bucketnamingrules.html); e.g. s3://my-bucket/ray-train"
+        )
     if any(seg in (".", "..") for seg in prefix.partition("?")[0].split("/")):
         return f"{option} {value!r}: '.' and '..' are not S3 key segments; {FIX}"
     return None

@@ -76,12 +76,19 @@ def fsdp_units(preset: str, world: int) -> list[dict[str, Any]]:
     """One entry per FSDP unit of the training model for ``preset``, as ``train_func`` shards it (each block, then
     the root with the remaining parameters): ``unit``, ``params`` (numel) and ``numel`` (padded, what goes on the
     wire). From :mod:`.fsdp_shapes` (the model's parameter shapes as data): no model is built, no torch needed."""
-    return [{"unit": unit, "params": sum(math.prod(s) for s in shapes),
-             "numel": sum(_padded_numel(s, world) for s in shapes)} for unit, shapes in fsdp_shapes.units(preset)]
+    return [
+        {
+            "unit": unit,
+            "params": sum(math.prod(s) for s in shapes),
+            "numel": sum(_padded_numel(s, world) for s in shapes),
+        }
+        for unit, shapes in fsdp_shapes.units(preset)
+    ]
 
 
-def fsdp_message_sizes(preset: str, world: int, param_dtype: str = "bfloat16",
-                       reduce_dtype: str = "float32") -> dict[str, list[int]]:
+def fsdp_message_sizes(
+    preset: str, world: int, param_dtype: str = "bfloat16", reduce_dtype: str = "float32"
+) -> dict[str, list[int]]:
     """Distinct message sizes (bytes, whole array) FSDP2 sends per step for ``preset`` on ``world`` ranks:
     all-gather in ``param_dtype``, reduce-scatter in ``reduce_dtype`` (train_func's MixedPrecisionPolicy on GPU:
     bf16 / fp32), all-reduce in ``reduce_dtype`` (what HSDP's replica all-reduce would send)."""
@@ -93,8 +100,9 @@ def fsdp_message_sizes(preset: str, world: int, param_dtype: str = "bfloat16",
     }
 
 
-def plan(min_bytes: int, max_bytes: int, world: int, preset: str | None = None,
-         collectives: Iterable[str] = COLLECTIVES) -> list[dict[str, Any]]:
+def plan(
+    min_bytes: int, max_bytes: int, world: int, preset: str | None = None, collectives: Iterable[str] = COLLECTIVES
+) -> list[dict[str, Any]]:
     """What to time: per collective, powers of two (float32) plus ``preset``'s FSDP sizes (their own dtype).
 
     Each entry: ``collective``, ``bytes`` (whole array, rounded down to a multiple of world * element so every
@@ -115,8 +123,14 @@ def plan(min_bytes: int, max_bytes: int, world: int, preset: str | None = None,
     return out
 
 
-def run_sweep(entries: list[dict[str, Any]], device: Any, iters: int = 5, warmup: int = 1,
-              sync: Callable[[], None] | None = None, group: Any = None) -> list[dict[str, Any]]:
+def run_sweep(
+    entries: list[dict[str, Any]],
+    device: Any,
+    iters: int = 5,
+    warmup: int = 1,
+    sync: Callable[[], None] | None = None,
+    group: Any = None,
+) -> list[dict[str, Any]]:
     """Time each ``plan`` entry on this rank inside an initialised process group; returns this rank's rows
     (the entry + ``time_s`` per iteration and ``ok``: the warm-up result had the right values).
 
@@ -162,6 +176,7 @@ def run_sweep(entries: list[dict[str, Any]], device: Any, iters: int = 5, warmup
 
             def check(out=out):
                 return bool((out == world).all())
+
         op()  # first call: connection setup, and the values are checked once
         sync()
         ok = check()
@@ -193,12 +208,20 @@ def summarize(per_rank_timings: list[list[dict[str, Any]]], world: int) -> list[
     for (c, b, src), rs in sorted(keyed.items(), key=lambda kv: (order.get(kv[0][0], 99), kv[0][1], kv[0][2])):
         t = statistics.fmean(r["time_s"] for r in rs)
         alg = b / t / 1e9 if t > 0 else 0.0
-        out.append({
-            "collective": c, "bytes": b, "source": src, "dtype": rs[0].get("dtype", "float32"),
-            "time_us": t * 1e6, "time_us_max": max(r["time_s"] for r in rs) * 1e6,
-            "algbw_gbps": alg, "busbw_gbps": alg * bus_factor(c, world),
-            "ok": all(r.get("ok", True) for r in rs), "ranks": len(rs),
-        })
+        out.append(
+            {
+                "collective": c,
+                "bytes": b,
+                "source": src,
+                "dtype": rs[0].get("dtype", "float32"),
+                "time_us": t * 1e6,
+                "time_us_max": max(r["time_s"] for r in rs) * 1e6,
+                "algbw_gbps": alg,
+                "busbw_gbps": alg * bus_factor(c, world),
+                "ok": all(r.get("ok", True) for r in rs),
+                "ranks": len(rs),
+            }
+        )
     return out
 
 
@@ -219,8 +242,16 @@ def compare(efa_rows: list[dict[str, Any]], socket_rows: list[dict[str, Any]]) -
         if s is None:
             continue
         ratio = r["busbw_gbps"] / s["busbw_gbps"] if s["busbw_gbps"] > 0 else None
-        rows.append({"collective": r["collective"], "bytes": r["bytes"], "source": r.get("source", "pow2"),
-                     "efa_busbw_gbps": r["busbw_gbps"], "socket_busbw_gbps": s["busbw_gbps"], "ratio": ratio})
+        rows.append(
+            {
+                "collective": r["collective"],
+                "bytes": r["bytes"],
+                "source": r.get("source", "pow2"),
+                "efa_busbw_gbps": r["busbw_gbps"],
+                "socket_busbw_gbps": s["busbw_gbps"],
+                "ratio": ratio,
+            }
+        )
     per: dict[str, dict[str, Any]] = {}
     for c in COLLECTIVES:
         common = [x for x in rows if x["collective"] == c and x["source"] == "pow2" and x["ratio"]]
@@ -228,11 +259,18 @@ def compare(efa_rows: list[dict[str, Any]], socket_rows: list[dict[str, Any]]) -
             continue
         floor = min(LARGE_BYTES, max(x["bytes"] for x in common))
         large = [x for x in common if x["bytes"] >= floor]  # median over the large sizes: one noisy size can't swing it
-        per[c] = {"bytes": min(x["bytes"] for x in large), "ratio": statistics.median(x["ratio"] for x in large),
-                  "sizes": len(large)}
+        per[c] = {
+            "bytes": min(x["bytes"] for x in large),
+            "ratio": statistics.median(x["ratio"] for x in large),
+            "sizes": len(large),
+        }
     headline = math.exp(statistics.fmean(math.log(v["ratio"]) for v in per.values())) if per else None
-    return {"rows": rows, "large": per, "headline_ratio": headline,
-            "headline_bytes": min((v["bytes"] for v in per.values()), default=None)}
+    return {
+        "rows": rows,
+        "large": per,
+        "headline_ratio": headline,
+        "headline_bytes": min((v["bytes"] for v in per.values()), default=None),
+    }
 
 
 def line_rate(rows: list[dict[str, Any]], efa_gbps: float | None) -> dict[str, Any] | None:
@@ -244,10 +282,12 @@ def line_rate(rows: list[dict[str, Any]], efa_gbps: float | None) -> dict[str, A
     for c in COLLECTIVES:
         big = _large(rows, c)
         if big:
-            per[c] = {"bytes": big["bytes"], "busbw_gbps": big["busbw_gbps"],
-                      "fraction": big["busbw_gbps"] * 8 / efa_gbps}
-    return {"efa_gbps": efa_gbps, "large": per,
-            "fraction": min((v["fraction"] for v in per.values()), default=None)}
+            per[c] = {
+                "bytes": big["bytes"],
+                "busbw_gbps": big["busbw_gbps"],
+                "fraction": big["busbw_gbps"] * 8 / efa_gbps,
+            }
+    return {"efa_gbps": efa_gbps, "large": per, "fraction": min((v["fraction"] for v in per.values()), default=None)}
 
 
 def below_floor(rate: dict[str, Any] | None, min_fraction: float | None) -> str | None:
@@ -259,6 +299,8 @@ def below_floor(rate: dict[str, Any] | None, min_fraction: float | None) -> str 
     if rate["fraction"] >= min_fraction:
         return None
     worst = min(rate["large"].items(), key=lambda kv: kv[1]["fraction"])
-    return (f"large-message busbw of {worst[0]} is {worst[1]['busbw_gbps']:.2f} GB/s at {worst[1]['bytes']} B = "
-            f"{worst[1]['fraction']:.1%} of the {rate['efa_gbps']:g} Gbit/s EFA line rate, below the floor "
-            f"{min_fraction:.0%}")
+    return (
+        f"large-message busbw of {worst[0]} is {worst[1]['busbw_gbps']:.2f} GB/s at {worst[1]['bytes']} B = "
+        f"{worst[1]['fraction']:.1%} of the {rate['efa_gbps']:g} Gbit/s EFA line rate, below the floor "
+        f"{min_fraction:.0%}"
+    )

@@ -15,8 +15,12 @@ ray.util.state ``DEFAULT_RPC_TIMEOUT``, said here so the figure is ours)."""
 
 def _node_view(n: dict) -> dict:
     res = n.get("Resources") or {}
-    return {"node_id": n.get("NodeID", "")[:12], "ip": n.get("NodeManagerAddress"), "cpus": res.get("CPU", 0),
-            "gpus": int(res.get("GPU", 0))}
+    return {
+        "node_id": n.get("NodeID", "")[:12],
+        "ip": n.get("NodeManagerAddress"),
+        "cpus": res.get("CPU", 0),
+        "gpus": int(res.get("GPU", 0)),
+    }
 
 
 def choose_backend(nodes: list[dict], expect_gpus_per_node: int, requested: str = "auto") -> str:
@@ -28,8 +32,9 @@ def choose_backend(nodes: list[dict], expect_gpus_per_node: int, requested: str 
     return "gloo"
 
 
-def assess(nodes: list[dict], backend: str, expect_nodes: int,
-           expect_gpus_per_node: int) -> tuple[list[dict], str | None]:
+def assess(
+    nodes: list[dict], backend: str, expect_nodes: int, expect_gpus_per_node: int
+) -> tuple[list[dict], str | None]:
     """The nodes the ranks will use and, while the topology is short of what was declared, why (None = ready)."""
     alive = [n for n in nodes if n.get("Alive")]
     if backend == "nccl":
@@ -38,12 +43,17 @@ def assess(nodes: list[dict], backend: str, expect_nodes: int,
         full = [n for n in gpu if (n.get("Resources") or {}).get("GPU", 0) >= want]
         views = ", ".join(f"{v['ip']} ({v['gpus']} GPU, {v['cpus']:g} CPU)" for v in map(_node_view, alive)) or "none"
         if not gpu:
-            return [], (f"no GPU nodes: {len(alive)} alive Ray node(s) [{views}] declare no GPU; expected "
-                        f"{expect_nodes} node(s) with {want} GPU(s) each")
+            return [], (
+                f"no GPU nodes: {len(alive)} alive Ray node(s) [{views}] declare no GPU; expected "
+                f"{expect_nodes} node(s) with {want} GPU(s) each"
+            )
         if len(full) < expect_nodes:
             short = [f"{v['ip']} has {v['gpus']}" for v in map(_node_view, gpu) if v["gpus"] < want]
-            return full, (f"{len(full)} of {expect_nodes} expected GPU nodes with {want} GPU(s) each are up"
-                          + (f" ({'; '.join(short)})" if short else "") + f"; alive nodes: [{views}]")
+            return full, (
+                f"{len(full)} of {expect_nodes} expected GPU nodes with {want} GPU(s) each are up"
+                + (f" ({'; '.join(short)})" if short else "")
+                + f"; alive nodes: [{views}]"
+            )
         return full, None
     cpu = [n for n in alive if (n.get("Resources") or {}).get("CPU", 0) >= 1]
     if len(cpu) < expect_nodes:
@@ -73,8 +83,12 @@ def gpu_holders(own_job_id: str | None = None) -> list[dict]:
         if job and n:
             held[job] = held.get(job, 0.0) + n
 
-    kw: dict[str, Any] = {"detail": True, "limit": 10000, "raise_on_missing_output": False,
-                          "timeout": STATE_API_TIMEOUT_S}
+    kw: dict[str, Any] = {
+        "detail": True,
+        "limit": 10000,
+        "raise_on_missing_output": False,
+        "timeout": STATE_API_TIMEOUT_S,
+    }
     for pg in list_placement_groups(filters=[("state", "=", "CREATED")], **kw):
         add(pg.creator_job_id, sum((b.get("unit_resources") or {}).get("GPU", 0) for b in pg.bundles or []))
     for a in list_actors(filters=[("state", "=", "ALIVE")], **kw):
@@ -92,8 +106,15 @@ def gpu_holders(own_job_id: str | None = None) -> list[dict]:
         if job_id == own_job_id:
             continue
         status = getattr(j, "status", None)
-        out.append({"job_id": job_id, "submission_id": sid, "entrypoint": getattr(j, "entrypoint", None),
-                    "status": getattr(status, "value", status), "gpus": n})
+        out.append(
+            {
+                "job_id": job_id,
+                "submission_id": sid,
+                "entrypoint": getattr(j, "entrypoint", None),
+                "status": getattr(status, "value", status),
+                "gpus": n,
+            }
+        )
     return out
 
 
@@ -127,8 +148,16 @@ def ask_autoscaler(bundles: list[dict[str, float]]) -> None:
     request_resources(bundles=bundles)
 
 
-def wait_topology(expect_nodes: int, expect_gpus_per_node: int, wait_s: float, requested: str = "auto",
-                  poll_s: float = 1.0, log=print, busy=None, ask=None) -> tuple[str, list[dict]]:
+def wait_topology(
+    expect_nodes: int,
+    expect_gpus_per_node: int,
+    wait_s: float,
+    requested: str = "auto",
+    poll_s: float = 1.0,
+    log=print,
+    busy=None,
+    ask=None,
+) -> tuple[str, list[dict]]:
     """Poll ray.nodes() until the declared topology is there or ``wait_s`` passes; (backend, nodes).
 
     ``busy(need)`` (e.g. :func:`busy_probe`): with the topology there, the check also waits, within the same
@@ -151,12 +180,15 @@ def wait_topology(expect_nodes: int, expect_gpus_per_node: int, wait_s: float, r
             try:
                 ask([])
             except Exception as e:  # noqa: BLE001
-                log(f"[efa_check] could not withdraw the node request ({type(e).__name__}: {e}): idle GPU nodes "
-                    "stay until `ray.autoscaler.sdk.request_resources(bundles=[])` is called")
+                log(
+                    f"[efa_check] could not withdraw the node request ({type(e).__name__}: {e}): idle GPU nodes "
+                    "stay until `ray.autoscaler.sdk.request_resources(bundles=[])` is called"
+                )
 
 
-def _wait_topology(expect_nodes: int, expect_gpus_per_node: int, wait_s: float, requested: str, poll_s: float,
-                   log, busy) -> tuple[str, list[dict]]:
+def _wait_topology(
+    expect_nodes: int, expect_gpus_per_node: int, wait_s: float, requested: str, poll_s: float, log, busy
+) -> tuple[str, list[dict]]:
     import ray
 
     deadline = time.monotonic() + wait_s
@@ -169,24 +201,37 @@ def _wait_topology(expect_nodes: int, expect_gpus_per_node: int, wait_s: float, 
             held = busy(expect_nodes * max(expect_gpus_per_node, 1))
             if held is not None:
                 if time.monotonic() >= deadline:
-                    raise CheckFailed("busy", f"after waiting {wait_s:g} s: {held}", backend=backend,
-                                      nodes=[_node_view(n) for n in nodes if n.get("Alive")])
+                    raise CheckFailed(
+                        "busy",
+                        f"after waiting {wait_s:g} s: {held}",
+                        backend=backend,
+                        nodes=[_node_view(n) for n in nodes if n.get("Alive")],
+                    )
                 if held != last:
-                    log(f"[efa_check] the cluster is busy, waiting ({max(0, deadline - time.monotonic()):.0f} s "
-                        f"left): {held}")
+                    log(
+                        f"[efa_check] the cluster is busy, waiting ({max(0, deadline - time.monotonic()):.0f} s "
+                        f"left): {held}"
+                    )
                     last = held
                 time.sleep(2 * poll_s)  # each busy probe asks the state API: not every second
                 continue
         if short is None:
             return backend, use
         if time.monotonic() >= deadline:
-            stage = "no_gpu" if backend == "nccl" and not any((n.get("Resources") or {}).get("GPU", 0) >= 1
-                                                              for n in nodes if n.get("Alive")) else "topology"
-            raise CheckFailed(stage, f"after waiting {wait_s:g} s: {short}", backend=backend,
-                              nodes=[_node_view(n) for n in nodes if n.get("Alive")])
+            stage = (
+                "no_gpu"
+                if backend == "nccl"
+                and not any((n.get("Resources") or {}).get("GPU", 0) >= 1 for n in nodes if n.get("Alive"))
+                else "topology"
+            )
+            raise CheckFailed(
+                stage,
+                f"after waiting {wait_s:g} s: {short}",
+                backend=backend,
+                nodes=[_node_view(n) for n in nodes if n.get("Alive")],
+            )
         if short != last:
             left = max(0, deadline - time.monotonic())
             log(f"[efa_check] waiting for the declared topology ({left:.0f} s left): {short}")
             last = short
         time.sleep(poll_s)
-

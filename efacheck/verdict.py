@@ -21,7 +21,6 @@ def busbw(algbw: float, world: int) -> float:
     return algbw * 2 * (world - 1) / world if world > 0 else 0.0
 
 
-
 def _analyze(logs: list[tuple[str, bytes]], expect: dict[str, Any]):
     """nccl_log.analyze_bytes with the expected topology where the installed nccl_log accepts it."""
     params = inspect.signature(analyze_bytes).parameters
@@ -36,21 +35,31 @@ def summarize_sweep(outs: list[dict], world: int) -> list[dict]:
     for i, r0 in enumerate(outs[0]["results"]):
         t = max(o["results"][i]["time_s"] for o in outs)
         alg = r0["bytes"] / t / 1e9
-        sweep.append({"collective": "all_reduce", "bytes": r0["bytes"], "time_us": t * 1e6, "algbw_gbps": alg,
-                      "busbw_gbps": busbw(alg, world)})
+        sweep.append(
+            {
+                "collective": "all_reduce",
+                "bytes": r0["bytes"],
+                "time_us": t * 1e6,
+                "algbw_gbps": alg,
+                "busbw_gbps": busbw(alg, world),
+            }
+        )
     return sweep
 
 
 def _counter_witness(data: dict, sweep: list[dict], log_verdict: str):
     """The second witness: EFA counter deltas per node against the bytes the all-reduces had to move."""
-    snaps = (data.get("counters") or {})
+    snaps = data.get("counters") or {}
     if not snaps.get("before"):
         return None
     before = {s["host"]: s.get("snapshot") for s in snaps["before"] if s}
     after = {s["host"]: s.get("snapshot") for s in snaps.get("after") or [] if s}
     deltas = {h: _counters.counter_delta(before[h] or {}, after.get(h) or {}) for h in before if h in after}
-    unreadable = {s["host"]: s.get("unreadable") or s.get("error") for s in [*snaps["before"], *(snaps.get("after") or [])]
-                  if s and (s.get("unreadable") or s.get("error"))}
+    unreadable = {
+        s["host"]: s.get("unreadable") or s.get("error")
+        for s in [*snaps["before"], *(snaps.get("after") or [])]
+        if s and (s.get("unreadable") or s.get("error"))
+    }
     iters = data.get("iters", 5) + 1  # run_sweep: one checked call + iters timed
     reduced = sum(r["bytes"] * iters for r in sweep if r.get("collective") == "all_reduce")
     expected = _counters.allreduce_bytes_per_node(reduced, data["world"], data["nodes"])
@@ -71,8 +80,16 @@ def wrong_results(outs: list[dict]) -> list[dict]:
         for r in o.get("results") or []:
             if r.get("ok") is False:
                 key = (r.get("collective", "all_reduce"), r["bytes"], r.get("source", "pow2"))
-                row = bad.setdefault(key, {"collective": key[0], "bytes": key[1], "source": key[2],
-                                           "dtype": r.get("dtype", "float32"), "ranks": []})
+                row = bad.setdefault(
+                    key,
+                    {
+                        "collective": key[0],
+                        "bytes": key[1],
+                        "source": key[2],
+                        "dtype": r.get("dtype", "float32"),
+                        "ranks": [],
+                    },
+                )
                 row["ranks"].append(r.get("rank", o.get("rank")))
     return [bad[k] for k in sorted(bad)]
 
@@ -93,22 +110,52 @@ def shape_verdict(transport: str, rep: Any, world: int) -> tuple[str, int, str]:
     network = rep.network or ""
     if transport == "socket":
         if nodes > 1 and "Socket" in network and "libfabric" not in network.lower():
-            return "socket", 0, (f"NCCL crossed {nodes} nodes over its Socket transport, as configured (efa: false), "
-                                 f"and every collective gave the right values; EFA was not exercised")
+            return (
+                "socket",
+                0,
+                (
+                    f"NCCL crossed {nodes} nodes over its Socket transport, as configured (efa: false), "
+                    f"and every collective gave the right values; EFA was not exercised"
+                ),
+            )
         if nodes > 1:
-            return "undetermined", 2, (f"efa: false expects NCCL's Socket transport across nodes, but NCCL used "
-                                       f"{network or 'an unnamed network'}")
-        return "undetermined", 2, ("efa: false: nothing in the NCCL logs shows traffic crossed nodes over Socket "
-                                   f"({nodes or 'no'} node(s) counted)")
+            return (
+                "undetermined",
+                2,
+                (
+                    f"efa: false expects NCCL's Socket transport across nodes, but NCCL used "
+                    f"{network or 'an unnamed network'}"
+                ),
+            )
+        return (
+            "undetermined",
+            2,
+            (
+                "efa: false: nothing in the NCCL logs shows traffic crossed nodes over Socket "
+                f"({nodes or 'no'} node(s) counted)"
+            ),
+        )
     if nodes <= 1:
         what = f"{world} ranks" + (f", network {network}" if network else "") if world > 1 else "one rank, no peer"
-        return "intra_node", 0, (f"NCCL ran inside one node ({what}) and every collective gave the right values; "
-                                 "EFA was not exercised: one GPU node has no peer to reach over it")
+        return (
+            "intra_node",
+            0,
+            (
+                f"NCCL ran inside one node ({what}) and every collective gave the right values; "
+                "EFA was not exercised: one GPU node has no peer to reach over it"
+            ),
+        )
     return "undetermined", 2, f"one GPU node expected, but the NCCL logs count {nodes} nodes"
 
 
-def judge(data: dict, backend: str, min_busbw_gbps: float | None, expect: dict[str, Any] | None = None,
-          require_counters: bool = False, transport: str = "efa") -> dict:
+def judge(
+    data: dict,
+    backend: str,
+    min_busbw_gbps: float | None,
+    expect: dict[str, Any] | None = None,
+    require_counters: bool = False,
+    transport: str = "efa",
+) -> dict:
     """Turn gathered rank outputs into one verdict dict (never 'efa' without NCCL logs saying so).
 
     require_counters: EFA hardware counters that cannot be read make an efa log ``undetermined`` (the stack's
@@ -132,10 +179,17 @@ def judge(data: dict, backend: str, min_busbw_gbps: float | None, expect: dict[s
         hints.append(FAILURE_HINTS["rank_error"])
     wrong = wrong_results(outs) if not errors else []
     if wrong:  # a transport that corrupts data never passes, whatever the logs say
-        failure = {"stage": "wrong_result", "reason": "wrong collective results: " + "; ".join(
-            f"{w['collective']} of {w['bytes']} bytes ({_fmt_bytes(w['bytes'])}, {w['dtype']}, {w['source']}) on "
-            f"rank(s) {', '.join(str(x) for x in sorted(w['ranks']))}" for w in wrong[:6])
-            + (f" (and {len(wrong) - 6} more)" if len(wrong) > 6 else ""), "rows": wrong}
+        failure = {
+            "stage": "wrong_result",
+            "reason": "wrong collective results: "
+            + "; ".join(
+                f"{w['collective']} of {w['bytes']} bytes ({_fmt_bytes(w['bytes'])}, {w['dtype']}, {w['source']}) on "
+                f"rank(s) {', '.join(str(x) for x in sorted(w['ranks']))}"
+                for w in wrong[:6]
+            )
+            + (f" (and {len(wrong) - 6} more)" if len(wrong) > 6 else ""),
+            "rows": wrong,
+        }
         reasons.append(failure["reason"])
         hints.append(FAILURE_HINTS["wrong_result"])
     if not logs:
@@ -170,8 +224,13 @@ def judge(data: dict, backend: str, min_busbw_gbps: float | None, expect: dict[s
             reasons.insert(0, line)
             hints.append(FAILURE_HINTS["storage"])
             if failure is None:
-                failure = {"stage": "storage", "reason": line, "step": storage.get("step"),
-                           "error": storage.get("error"), "causes": storage.get("causes")}
+                failure = {
+                    "stage": "storage",
+                    "reason": line,
+                    "step": storage.get("step"),
+                    "error": storage.get("error"),
+                    "causes": storage.get("causes"),
+                }
     code = 0 if verdict in ("socket", "intra_node") else EXIT[verdict]  # EXIT holds every other verdict
     if backend != "nccl":  # no NCCL, no EFA and no other NCCL shape, whatever logs lie in the log directory
         verdict, code = "undetermined", 2
@@ -186,10 +245,21 @@ def judge(data: dict, backend: str, min_busbw_gbps: float | None, expect: dict[s
         if code == 0:
             verdict, code = "fallback", EXIT["fallback"]
     return {
-        "verdict": verdict, "code": code, "failure": failure, "backend": backend, "world": world,
-        "nodes": data["nodes"], "network": network, "provider": provider, "sweep": sweep, "reasons": reasons,
-        "hints": hints, "probes": [o["probe"] for o in outs], "counters": data.get("counters"),
-        "witness": witness_state, "storage": storage, "transport": transport,
+        "verdict": verdict,
+        "code": code,
+        "failure": failure,
+        "backend": backend,
+        "world": world,
+        "nodes": data["nodes"],
+        "network": network,
+        "provider": provider,
+        "sweep": sweep,
+        "reasons": reasons,
+        "hints": hints,
+        "probes": [o["probe"] for o in outs],
+        "counters": data.get("counters"),
+        "witness": witness_state,
+        "storage": storage,
+        "transport": transport,
         "efa_exercised": transport == "efa",
     }
-

@@ -38,17 +38,27 @@ class Verdicts:
     def __init__(self) -> None:
         from ray.util.metrics import Gauge
 
-        self.verdict = Gauge(VERDICT, "Fabric verdict of a gate or training run: 1 latest, 0 replaced",
-                             tag_keys=("run", "source", "verdict"))
-        self.when = Gauge(VERDICT_TIME, "When the run's fabric verdict was reached (Unix seconds)",
-                          tag_keys=("run", "source"))
-        self.bytes = Gauge(RUN_EFA_BYTES, "EFA bytes the run's nodes moved during the run",
-                           tag_keys=("run", "source"))
+        self.verdict = Gauge(
+            VERDICT,
+            "Fabric verdict of a gate or training run: 1 latest, 0 replaced",
+            tag_keys=("run", "source", "verdict"),
+        )
+        self.when = Gauge(
+            VERDICT_TIME, "When the run's fabric verdict was reached (Unix seconds)", tag_keys=("run", "source")
+        )
+        self.bytes = Gauge(RUN_EFA_BYTES, "EFA bytes the run's nodes moved during the run", tag_keys=("run", "source"))
         self.tokens = Gauge(TOKENS, "Training run's steady global tokens per second", tag_keys=("run",))
         self.latest: dict[tuple[str, str], str] = {}
 
-    def record(self, run: str, source: str, verdict: Optional[str], efa_bytes: Optional[float],
-               tokens_per_s: Optional[float], at: float) -> bool:
+    def record(
+        self,
+        run: str,
+        source: str,
+        verdict: Optional[str],
+        efa_bytes: Optional[float],
+        tokens_per_s: Optional[float],
+        at: float,
+    ) -> bool:
         key = (run, source)
         if verdict:
             old = self.latest.pop(key, None)
@@ -82,12 +92,23 @@ def _head_strategy(ray: Any) -> Any:
 def actor(ray: Any) -> Any:
     """The cluster's verdict actor, created on first use (``get_if_exists``: one per cluster, whoever asks)."""
     cls = ray.remote(num_cpus=0, max_restarts=-1)(Verdicts)
-    return cls.options(name=ACTOR_NAME, namespace=RAY_NAMESPACE, lifetime="detached", get_if_exists=True,
-                       scheduling_strategy=_head_strategy(ray)).remote()
+    return cls.options(
+        name=ACTOR_NAME,
+        namespace=RAY_NAMESPACE,
+        lifetime="detached",
+        get_if_exists=True,
+        scheduling_strategy=_head_strategy(ray),
+    ).remote()
 
 
-def publish(run: str, source: str, verdict: Optional[str] = None, efa_bytes: Optional[float] = None,
-            tokens_per_s: Optional[float] = None, timeout_s: float = 30.0) -> Optional[str]:
+def publish(
+    run: str,
+    source: str,
+    verdict: Optional[str] = None,
+    efa_bytes: Optional[float] = None,
+    tokens_per_s: Optional[float] = None,
+    timeout_s: float = 30.0,
+) -> Optional[str]:
     """Record a run's verdict (and its EFA bytes, tokens/s) on the cluster it is connected to.
 
     None when recorded; otherwise why not (Ray not connected, the actor unreachable): never raises."""

@@ -53,8 +53,10 @@ def provider_failures(pods: list[dict[str, Any]]) -> list[str]:
                 code = term.get("exitCode")
                 if isinstance(code, int) and code != 0:
                     said = " ".join(str(term.get("message") or "").split())[:200]
-                    out.append(f"pod {meta.get('namespace', '?')}/{meta.get('name', '?')}: init container "
-                               f"{PROVIDER_CONTAINER} exited {code} (fi_info -p efa on the worker's own EFA device)"
-                               + (f": {said}" if said else ""))
+                    out.append(
+                        f"pod {meta.get('namespace', '?')}/{meta.get('name', '?')}: init container "
+                        f"{PROVIDER_CONTAINER} exited {code} (fi_info -p efa on the worker's own EFA device)"
+                        + (f": {said}" if said else "")
+                    )
                     break
     return out

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import sys
 
-from pulumi_policy import (EnforcementLevel, PolicyPack, ReportViolation, StackValidationArgs,
-                           StackValidationPolicy)
+from pulumi_policy import EnforcementLevel, PolicyPack, ReportViolation, StackValidationArgs, StackValidationPolicy
 
 INSTALL = "policy/venv/bin/pip install --no-deps -e ."
 """How the pack's venv gets ``ray_efa_eks`` (the checkout, without Ray or PyTorch: the rules need the stdlib only)."""
@@ -35,11 +34,14 @@ def validator(rule: rules.Rule):
 
 
 POLICIES = [
-    StackValidationPolicy(name=rule.id, description=rule.title, validate=validator(rule),
-                          # a warning rule is a preference AWS does not enforce: advisory, the preview goes on
-                          enforcement_level=(EnforcementLevel.ADVISORY if rule.severity == rules.WARNING
-                                             else EnforcementLevel.MANDATORY),
-                          remediation_steps=rule.fix)
+    StackValidationPolicy(
+        name=rule.id,
+        description=rule.title,
+        validate=validator(rule),
+        # a warning rule is a preference AWS does not enforce: advisory, the preview goes on
+        enforcement_level=(EnforcementLevel.ADVISORY if rule.severity == rules.WARNING else EnforcementLevel.MANDATORY),
+        remediation_steps=rule.fix,
+    )
     for rule in rules.RULES
 ]
 

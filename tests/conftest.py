@@ -9,19 +9,32 @@ from tests.helpers.catalogue import catalogue_gpu_region
 from tests.helpers.mockruns import shared_run
 
 
-REHEARSAL_FILES = frozenset({
-    "tests/training/test_training.py", "tests/training/test_token_auth.py", "tests/training/test_cli_interrupt.py",
-    "tests/components/test_storage_access.py", "tests/components/test_autoscaling_rehearsal.py",
-    "tests/components/test_metrics_scrape.py", "tests/efacheck/test_gate_rehearsal.py",
-    "tests/efacheck/test_local_cluster_start.py", "tests/tools/test_rayjob_rehearsal.py",
-    "tests/tools/test_rayjob_queue_rehearsal.py",
-    "tests/training/test_lifecycle.py", "tests/training/test_checkpoints.py", "tests/training/test_worker_constraints.py",
-    # sequences of stacks under mocks (deploy, change, upgrade), the docs' commands run as written, waits that run
-    # to their deadlines, the mutation tool's own pytest runs, Kueue's admission over rendered stacks
-    "tests/components/test_lifecycle_cluster.py", "tests/components/test_lifecycle_nodes.py",
-    "tests/components/test_change_rehearsal.py", "tests/test_docs_commands.py", "tests/test_deadlines.py",
-    "tests/tools/test_mutate.py", "tests/tools/test_queue_admission.py",
-})
+REHEARSAL_FILES = frozenset(
+    {
+        "tests/training/test_training.py",
+        "tests/training/test_token_auth.py",
+        "tests/training/test_cli_interrupt.py",
+        "tests/components/test_storage_access.py",
+        "tests/components/test_autoscaling_rehearsal.py",
+        "tests/components/test_metrics_scrape.py",
+        "tests/efacheck/test_gate_rehearsal.py",
+        "tests/efacheck/test_local_cluster_start.py",
+        "tests/tools/test_rayjob_rehearsal.py",
+        "tests/tools/test_rayjob_queue_rehearsal.py",
+        "tests/training/test_lifecycle.py",
+        "tests/training/test_checkpoints.py",
+        "tests/training/test_worker_constraints.py",
+        # sequences of stacks under mocks (deploy, change, upgrade), the docs' commands run as written, waits that run
+        # to their deadlines, the mutation tool's own pytest runs, Kueue's admission over rendered stacks
+        "tests/components/test_lifecycle_cluster.py",
+        "tests/components/test_lifecycle_nodes.py",
+        "tests/components/test_change_rehearsal.py",
+        "tests/test_docs_commands.py",
+        "tests/test_deadlines.py",
+        "tests/tools/test_mutate.py",
+        "tests/tools/test_queue_admission.py",
+    }
+)
 """Files whose tests start local Ray clusters or run whole rehearsals (most of the suite's time): marked
 ``rehearsal``, so ``pytest -m "not rehearsal"`` is the fast lane. A test elsewhere that starts Ray carries
 ``@pytest.mark.rehearsal`` itself."""

@@ -49,7 +49,7 @@ CROSS_EDGES = {
     ("training.lifecycle", "efacheck.exit_codes"): "the one exit-code table (its codes by name)",
     ("training.storage_check", "efacheck.exit_codes"): "the one exit-code table (its codes by name)",
     ("efacheck.check_args", "components.gate_request"): "the check parses the typed options the gate renders "
-                                                        "(a stdlib-only leaf the gate's payload ships)",
+    "(a stdlib-only leaf the gate's payload ships)",
 }
 """Every module edge from training into efacheck or components, and from efacheck into components, with its reason (tools' edges follow PACKAGE_EDGES
 alone: tools is the top layer, and nothing it imports can import it back)."""
@@ -58,49 +58,98 @@ COMPONENT_FOLDERS = ("config", "network", "cluster", "nodes", "ray", "addons", "
 """components/ by layer, the way pulumi-eks keeps cluster/, nodes/ and addons/ (each folder's __init__ says what it
 holds); stack.py and provider.py, the umbrella, stay at the top."""
 COMPONENT_LAYERS = {
-    "leaf": {"kube", "payload", "gate_request", "config.values", "config.config_fields", "config.errors", "nodes.instances",
-             "nodes.node_allocatable", "cluster.eks_versions", "ray.kuberay_versions", "nodes.capacity", "storage.storage_rules", "nodes.cost",
-             "cluster.live_cluster", "observability.metrics_rules", "ray.ray_autoscaler", "nodes.rollout_guards",
-             "nodes.ebs_limits", "nodes.cold_start", "queues.team_queues", "network.network_policies",
-             *(f"{folder}.__init__" for folder in COMPONENT_FOLDERS)},
+    "leaf": {
+        "kube",
+        "payload",
+        "gate_request",
+        "config.values",
+        "config.config_fields",
+        "config.errors",
+        "nodes.instances",
+        "nodes.node_allocatable",
+        "cluster.eks_versions",
+        "ray.kuberay_versions",
+        "nodes.capacity",
+        "storage.storage_rules",
+        "nodes.cost",
+        "cluster.live_cluster",
+        "observability.metrics_rules",
+        "ray.ray_autoscaler",
+        "nodes.rollout_guards",
+        "nodes.ebs_limits",
+        "nodes.cold_start",
+        "queues.team_queues",
+        "network.network_policies",
+        *(f"{folder}.__init__" for folder in COMPONENT_FOLDERS),
+    },
     "config": {"config.config"},
-    "resource": {"network.network", "cluster.cluster", "network.placement", "nodes.launch_template",
-                 "nodes.node_groups", "addons.device_plugins", "ray.kuberay", "ray.raycluster", "addons.efa_check",
-                 "storage.checkpoint_bucket", "cluster.pod_identity", "addons.node_agent", "observability.dashboard",
-                 "observability.observability", "addons.cluster_autoscaler", "queues.job_queues", "ray.rayjob",
-                 "addons.image_cache", "addons.image_prepull"},
+    "resource": {
+        "network.network",
+        "cluster.cluster",
+        "network.placement",
+        "nodes.launch_template",
+        "nodes.node_groups",
+        "addons.device_plugins",
+        "ray.kuberay",
+        "ray.raycluster",
+        "addons.efa_check",
+        "storage.checkpoint_bucket",
+        "cluster.pod_identity",
+        "addons.node_agent",
+        "observability.dashboard",
+        "observability.observability",
+        "addons.cluster_autoscaler",
+        "queues.job_queues",
+        "ray.rayjob",
+        "addons.image_cache",
+        "addons.image_prepull",
+    },
     "umbrella": {"stack", "provider", "__init__"},
 }
 """Each library module's layer (by its path under components/). Leaves (value grammars, catalogue, capacity and cost rules) import leaves only.
 config (StackConfig: stack keys, ConfigError) imports leaves. Resource components import leaves and each other,
 never config: they raise their own errors naming their own arguments, and the umbrella (stack.py) maps those to
 stack keys. The umbrella imports anything. A new module must be given a layer here."""
-LAYER_EDGES = {"leaf": {"leaf"}, "config": {"leaf", "config"}, "resource": {"leaf", "resource"},
-               "umbrella": {"leaf", "config", "resource", "umbrella"}}
+LAYER_EDGES = {
+    "leaf": {"leaf"},
+    "config": {"leaf", "config"},
+    "resource": {"leaf", "resource"},
+    "umbrella": {"leaf", "config", "resource", "umbrella"},
+}
 
 DYNAMIC_IMPORTS = {
     ("components.payload", "find_spec"): "finds a package's source folder to read its files into a pod's payload "
-                                         "(gate, node agent, submit); the library never imports the others",
+    "(gate, node agent, submit); the library never imports the others",
     ("components.__init__", "import_module"): "the package's public names load from their layer modules on first "
-                                              "use (EXPORTS, the same imports written out under TYPE_CHECKING)",
+    "use (EXPORTS, the same imports written out under TYPE_CHECKING)",
     ("tools.command", "import_module"): "SUBCOMMANDS names each subcommand's module (tools may import every "
-                                        "package); test_one_command_lists_every_subcommand runs them",
+    "package); test_one_command_lists_every_subcommand runs them",
     ("tools.sdk_lazy", "import_module"): "the offline plan imports the Pulumi SDKs' class modules by the name "
-                                         "the program asks for (tests/tools/test_sdk_lazy.py), not their packages' "
-                                         "whole __init__",
+    "the program asks for (tests/tools/test_sdk_lazy.py), not their packages' "
+    "whole __init__",
     ("tools.sdk_lazy", "find_spec"): "locates those SDK packages (PathFinder) without running their LazyLoader stubs",
 }
 """The only calls that find or import a module by a name computed at run time, each with its reason."""
-IMPORT_CALLS = {"import_module", "__import__", "find_spec", "run_module", "files", "spec_from_file_location",
-                "find_loader", "load_module"}
+IMPORT_CALLS = {
+    "import_module",
+    "__import__",
+    "find_spec",
+    "run_module",
+    "files",
+    "spec_from_file_location",
+    "find_loader",
+    "load_module",
+}
 """What loads or locates a module by name: importlib.import_module, __import__, importlib.util.find_spec,
 runpy.run_module, importlib.resources.files, ..."""
 
 
 def modules(package: str) -> dict[str, ast.Module]:
     """Every module of ``package`` by its dotted path inside it (``stack``, ``nodes.capacity``, ``nodes.__init__``)."""
-    return {".".join(p.relative_to(ROOT / package).with_suffix("").parts): ast.parse(p.read_text())
-            for p in sorted((ROOT / package).rglob("*.py"))}
+    return {
+        ".".join(p.relative_to(ROOT / package).with_suffix("").parts): ast.parse(p.read_text())
+        for p in sorted((ROOT / package).rglob("*.py"))
+    }
 
 
 def is_module(dotted: str) -> bool:
@@ -138,7 +187,7 @@ def _target(parts: list[str], name: str | None) -> str | None:
 def _base(package: str, name: str, level: int) -> list[str]:
     """The package a relative import of ``level`` dots in module ``name`` of ``package`` starts from."""
     here = [package, *name.split(".")][:-1]  # the folder the module (or __init__) is in
-    return here[:len(here) - (level - 1)] if level <= len(here) else here[:0]
+    return here[: len(here) - (level - 1)] if level <= len(here) else here[:0]
 
 
 def edges(package: str, name: str, tree: ast.Module) -> Iterator[tuple[int, str]]:
@@ -161,37 +210,63 @@ def edges(package: str, name: str, tree: ast.Module) -> Iterator[tuple[int, str]
 
 
 def all_edges() -> set[tuple[str, str]]:
-    return {(f"{pkg}.{name}", t) for pkg in PACKAGES for name, tree in modules(pkg).items()
-            for _, t in edges(pkg, name, tree) if t != f"{pkg}.{name}"}
+    return {
+        (f"{pkg}.{name}", t)
+        for pkg in PACKAGES
+        for name, tree in modules(pkg).items()
+        for _, t in edges(pkg, name, tree)
+        if t != f"{pkg}.{name}"
+    }
 
 
 def test_each_package_holds_only_its_own_concern():
     components, training = set(modules("components")), set(modules("training"))
     assert not components & {"plan", "layout", "rules", "mockrun", "preflight", "config_schema", "cli"}
     assert not training & {"nccl_log", "efa_check", "sweep", "efa_counters", "stack_probe", "report", "local_cluster"}
-    assert {"efa_check", "nccl_log", "sweep", "efa_counters", "stack_probe", "report", "fsdp_shapes",
-            "local_cluster"} <= set(modules("efacheck"))
+    assert {
+        "efa_check",
+        "nccl_log",
+        "sweep",
+        "efa_counters",
+        "stack_probe",
+        "report",
+        "fsdp_shapes",
+        "local_cluster",
+    } <= set(modules("efacheck"))
     assert {"plan", "layout", "rules", "mockrun", "preflight", "dev.config_schema", "command"} <= set(modules("tools"))
 
 
 def test_the_users_commands_import_no_developer_tool():
     """tools/dev/ (reference generators, the mutation check) sits apart: only the dispatcher names it, by module path."""
     assert {"dev.config_schema", "dev.gen_catalogue", "dev.exit_status", "dev.mutate"} <= set(modules("tools"))
-    bad = sorted(f"{a} -> {b}" for a, b in all_edges()
-                 if (b == "tools.dev" or b.startswith("tools.dev.")) and not a.startswith("tools.dev."))
+    bad = sorted(
+        f"{a} -> {b}"
+        for a, b in all_edges()
+        if (b == "tools.dev" or b.startswith("tools.dev.")) and not a.startswith("tools.dev.")
+    )
     assert not bad, f"the user's commands import a developer tool: {bad}"
 
 
 def test_every_edge_between_the_packages_is_allowed():
-    bad = sorted(f"{a} -> {b}" for a, b in all_edges()
-                 if a.split(".")[0] != b.split(".")[0] and b.split(".")[0] not in PACKAGE_EDGES[a.split(".")[0]])
+    bad = sorted(
+        f"{a} -> {b}"
+        for a, b in all_edges()
+        if a.split(".")[0] != b.split(".")[0] and b.split(".")[0] not in PACKAGE_EDGES[a.split(".")[0]]
+    )
     assert not bad, f"imports against PACKAGE_EDGES: {bad}"
-    training = {(a, b) for a, b in all_edges() if a.split(".")[0] != b.split(".")[0]
-                and a.split(".")[0] in ("training", "efacheck") and b.split(".")[0] in ("efacheck", "components")}
-    assert training == set(CROSS_EDGES), ("training -> efacheck/components edges differ from CROSS_EDGES (add a new "
-                                          "one there, "
-                                          f"with its reason): new {sorted(training - set(CROSS_EDGES))}, "
-                                          f"gone {sorted(set(CROSS_EDGES) - training)}")
+    training = {
+        (a, b)
+        for a, b in all_edges()
+        if a.split(".")[0] != b.split(".")[0]
+        and a.split(".")[0] in ("training", "efacheck")
+        and b.split(".")[0] in ("efacheck", "components")
+    }
+    assert training == set(CROSS_EDGES), (
+        "training -> efacheck/components edges differ from CROSS_EDGES (add a new "
+        "one there, "
+        f"with its reason): new {sorted(training - set(CROSS_EDGES))}, "
+        f"gone {sorted(set(CROSS_EDGES) - training)}"
+    )
 
 
 @pytest.mark.parametrize("package", ["components", "efacheck"])
@@ -203,8 +278,9 @@ def test_shipped_packages_import_only_themselves_relatively(package):
         for level, mod in imports(tree):
             beyond = level > 1 + depth and (f"{package}.{name}", mod) not in CROSS_EDGES
             assert not beyond, f"{package}/{name}.py: relative import beyond its package ({'.' * level}{mod})"
-            assert not (level == 0 and (mod.split(".")[0] in PACKAGES or mod.startswith("ray_efa_eks"))), \
+            assert not (level == 0 and (mod.split(".")[0] in PACKAGES or mod.startswith("ray_efa_eks"))), (
                 f"{package}/{name}.py imports {mod}"
+            )
 
 
 def test_training_reaches_efacheck_only_through_its_namespace_and_ships_what_it_imports():
@@ -214,10 +290,12 @@ def test_training_reaches_efacheck_only_through_its_namespace_and_ships_what_it_
 
     for name, tree in modules("training").items():
         for level, mod in imports(tree):
-            assert level <= 1 or (level == 2 and mod.split(".")[0] in ("efacheck", "components")), \
+            assert level <= 1 or (level == 2 and mod.split(".")[0] in ("efacheck", "components")), (
                 f"training/{name}.py: from {'.' * level}{mod} reaches past efacheck"
-            assert not (level == 0 and (mod.split(".")[0] in PACKAGES or mod.startswith("ray_efa_eks"))), \
+            )
+            assert not (level == 0 and (mod.split(".")[0] in PACKAGES or mod.startswith("ray_efa_eks"))), (
                 f"training/{name}.py imports {mod} absolutely: a submitted job has another layout"
+            )
     shipped = {f.removesuffix(".py") for f in EFACHECK_FILES}
     used = {b.split(".")[1] for a, b in CROSS_EDGES if b.startswith("efacheck.")} | {"__init__"}
     assert used <= shipped, f"training imports efacheck modules submit does not ship: {used - shipped}"
@@ -245,24 +323,42 @@ def test_every_edge_inside_the_library_follows_its_layers():
 def test_no_private_name_crosses_a_library_module():
     """A module's ``_private`` names are its own: what two components share lives in a leaf both import (the
     labels, tolerations and pod helpers in kube.py, what the gate and the node agent ship in addons/payload.py)."""
-    crossing = [f"components/{name.replace('.', '/')}.py:{node.lineno} imports {a.name} from {'.' * node.level}"
-                f"{node.module or ''}"
-                for name, tree in modules("components").items() for node in ast.walk(tree)
-                if isinstance(node, ast.ImportFrom) and node.level for a in node.names
-                if a.name.startswith("_") and not a.name.startswith("__")]
+    crossing = [
+        f"components/{name.replace('.', '/')}.py:{node.lineno} imports {a.name} from {'.' * node.level}"
+        f"{node.module or ''}"
+        for name, tree in modules("components").items()
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.level
+        for a in node.names
+        if a.name.startswith("_") and not a.name.startswith("__")
+    ]
     assert not crossing, crossing
 
 
 def test_config_flows_one_way():
     """Only the umbrella turns StackConfig into component args; config.py imports no component."""
-    readers = {name for name, tree in modules("components").items()
-               if any(isinstance(n, ast.Name) and n.id == "StackConfig" for n in ast.walk(tree))}
+    readers = {
+        name
+        for name, tree in modules("components").items()
+        if any(isinstance(n, ast.Name) and n.id == "StackConfig" for n in ast.walk(tree))
+    }
     assert readers <= {"stack", "config.config"} and "stack" in readers  # config.py defines it (a ClassDef)
-    config_imports = {t.partition(".")[2]
-                      for _, t in edges("components", "config.config", modules("components")["config.config"])}
-    assert config_imports <= {"nodes.capacity", "nodes.instances", "storage.storage_rules", "cluster.eks_versions",
-                              "config.config_fields", "config.values", "ray.kuberay_versions", "config.errors",
-                              "nodes.ebs_limits", "queues.team_queues", "nodes.cold_start"}, config_imports
+    config_imports = {
+        t.partition(".")[2] for _, t in edges("components", "config.config", modules("components")["config.config"])
+    }
+    assert config_imports <= {
+        "nodes.capacity",
+        "nodes.instances",
+        "storage.storage_rules",
+        "cluster.eks_versions",
+        "config.config_fields",
+        "config.values",
+        "ray.kuberay_versions",
+        "config.errors",
+        "nodes.ebs_limits",
+        "queues.team_queues",
+        "nodes.cold_start",
+    }, config_imports
     # values.py (the value grammars every key, component and CLI option uses) is a leaf: it imports no component
     assert not [mod for level, mod in imports(modules("components")["config.values"]) if level], "values.py is a leaf"
 
@@ -293,8 +389,9 @@ def dynamic_imports() -> list[tuple[str, int, str, str]]:
 
 
 def test_no_import_hides_in_a_string():
-    hidden = [f"{m}:{line} {call}({arg})" for m, line, call, arg in dynamic_imports()
-              if (m, call) not in DYNAMIC_IMPORTS]
+    hidden = [
+        f"{m}:{line} {call}({arg})" for m, line, call, arg in dynamic_imports() if (m, call) not in DYNAMIC_IMPORTS
+    ]
     assert not hidden, f"imports the AST cannot see (import plainly, or add to DYNAMIC_IMPORTS with a reason): {hidden}"
     assert {(m, call) for m, _, call, _ in dynamic_imports()} == set(DYNAMIC_IMPORTS), "DYNAMIC_IMPORTS has stale rows"
 
@@ -316,26 +413,45 @@ def second_names() -> list[str]:
             where = str(path.relative_to(ROOT))
             for node in ast.walk(tree):
                 line = getattr(node, "lineno", 0)
-                run = re.search(rf"-m (?:{ours})\b[\w.]*", node.value) \
-                    if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
+                run = (
+                    re.search(rf"-m (?:{ours})\b[\w.]*", node.value)
+                    if isinstance(node, ast.Constant) and isinstance(node.value, str)
+                    else None
+                )
                 if run:
                     found.append(f"{where}:{line} a string runs {run[0]}")
-                elif isinstance(node, ast.Constant) and isinstance(node.value, str) and \
-                        re.search(r"sys\.path\.(insert|append|extend)|from ray_efa_eks\.", node.value):
+                elif (
+                    isinstance(node, ast.Constant)
+                    and isinstance(node.value, str)
+                    and re.search(r"sys\.path\.(insert|append|extend)|from ray_efa_eks\.", node.value)
+                ):
                     found.append(f"{where}:{line} a program in a string reaches our modules")
-                elif isinstance(node, ast.Constant) and isinstance(node.value, str) and \
-                        re.search(r"\bpython3? -c ", node.value):
+                elif (
+                    isinstance(node, ast.Constant)
+                    and isinstance(node.value, str)
+                    and re.search(r"\bpython3? -c ", node.value)
+                ):
                     found.append(f"{where}:{line} a shell line runs a program held in a string (python -c)")
                 elif isinstance(node, (ast.List, ast.Tuple)):
                     vals = [e.value if isinstance(e, ast.Constant) else None for e in node.elts]
-                    found += [f"{where}:{line} argv runs -m {m}" for flag, m in zip(vals, vals[1:])
-                              if flag == "-m" and isinstance(m, str) and m.split(".")[0] in PACKAGES]
-                elif isinstance(node, ast.Attribute) and ast.unparse(node) in ("sys.path.insert", "sys.path.append",
-                                                                                 "sys.path.extend"):
+                    found += [
+                        f"{where}:{line} argv runs -m {m}"
+                        for flag, m in zip(vals, vals[1:])
+                        if flag == "-m" and isinstance(m, str) and m.split(".")[0] in PACKAGES
+                    ]
+                elif isinstance(node, ast.Attribute) and ast.unparse(node) in (
+                    "sys.path.insert",
+                    "sys.path.append",
+                    "sys.path.extend",
+                ):
                     found.append(f"{where}:{line} edits sys.path")
-                elif isinstance(node, ast.Subscript) and ast.unparse(node.value) == "sys.modules" and \
-                        isinstance(node.ctx, ast.Store) and isinstance(node.slice, ast.Constant) and \
-                        str(node.slice.value).split(".")[0] in (*PACKAGES, "ray_efa_eks"):
+                elif (
+                    isinstance(node, ast.Subscript)
+                    and ast.unparse(node.value) == "sys.modules"
+                    and isinstance(node.ctx, ast.Store)
+                    and isinstance(node.slice, ast.Constant)
+                    and str(node.slice.value).split(".")[0] in (*PACKAGES, "ray_efa_eks")
+                ):
                     found.append(f"{where}:{line} plants {node.slice.value} in sys.modules")
     return found
 
@@ -345,13 +461,19 @@ def test_one_name_per_module():
     assert not second_names(), second_names()
 
 
-@pytest.mark.parametrize("module, args, fix", [("training", ["--json"], "python -m ray_efa_eks.training --json"),
-                                               ("efacheck.efa_check", ["--help"], "python -m ray_efa_eks.efacheck.")])
+@pytest.mark.parametrize(
+    "module, args, fix",
+    [
+        ("training", ["--json"], "python -m ray_efa_eks.training --json"),
+        ("efacheck.efa_check", ["--help"], "python -m ray_efa_eks.efacheck."),
+    ],
+)
 def test_a_checkout_folder_run_by_its_short_name_prints_the_command_to_use(module, args, fix):
     """``python -m training --json`` in a checkout, the obvious command: one line naming the real one, exit 64."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    out = subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                         timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", module, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 64 and "Traceback" not in out.stderr and not out.stdout, out.stderr[-2000:]
     assert len(out.stderr.strip().splitlines()) == 1 and fix in out.stderr, out.stderr
 
@@ -359,8 +481,15 @@ def test_a_checkout_folder_run_by_its_short_name_prints_the_command_to_use(modul
 EXIT_TABLE = "efacheck/exit_codes.py"
 """The one module that writes an exit code as a number (ExitStatus); the CLI kernel is efacheck/cli.py beside it:
 both stdlib only, in every pod payload (the gate ships efacheck, the node agent and submit ship both files)."""
-KERNEL_NAMES = {"ArgumentParser", "run_cli", "internal_error", "interrupted_code", "interruption", "terminated",
-                "write_trace"}
+KERNEL_NAMES = {
+    "ArgumentParser",
+    "run_cli",
+    "internal_error",
+    "interrupted_code",
+    "interruption",
+    "terminated",
+    "write_trace",
+}
 
 
 def exit_code_numbers() -> dict[str, list[int]]:
@@ -372,11 +501,16 @@ def exit_code_numbers() -> dict[str, list[int]]:
                 if not isinstance(node, (ast.Assign, ast.AnnAssign)) or node.value is None:
                     continue
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                names = [n.id for t in targets for n in (t.elts if isinstance(t, ast.Tuple) else [t])
-                         if isinstance(n, ast.Name)]
+                names = [
+                    n.id
+                    for t in targets
+                    for n in (t.elts if isinstance(t, ast.Tuple) else [t])
+                    if isinstance(n, ast.Name)
+                ]
                 values = node.value.elts if isinstance(node.value, ast.Tuple) else [node.value]
-                if any(n.startswith("EXIT_") for n in names) and \
-                        any(isinstance(v, ast.Constant) and type(v.value) is int for v in values):
+                if any(n.startswith("EXIT_") for n in names) and any(
+                    isinstance(v, ast.Constant) and type(v.value) is int for v in values
+                ):
                     found.setdefault(f"{pkg}/{name}.py", []).append(node.lineno)
     return found
 
@@ -390,8 +524,11 @@ def kernel_through_a_reexport() -> set[str]:
                 if isinstance(node, ast.ImportFrom) and node.level:
                     target = f"{pkg}.{node.module}" if node.level == 1 else node.module
                     wanted = {a.name for a in node.names}
-                    if target in ("training.cli", "tools.cli") and f"{pkg}.{name}" != target and \
-                            wanted & (KERNEL_NAMES | {n for n in wanted if n.startswith("EXIT_")}):
+                    if (
+                        target in ("training.cli", "tools.cli")
+                        and f"{pkg}.{name}" != target
+                        and wanted & (KERNEL_NAMES | {n for n in wanted if n.startswith("EXIT_")})
+                    ):
                         found.add(f"{pkg}/{name}.py")
     return found
 
@@ -414,11 +551,19 @@ def test_the_gate_ships_a_self_contained_efa_proof(tmp_path):
     for path, text in files.items():
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / path).write_text(text)
-    code = ("import sys, ray_efa_eks.efacheck.efa_check, ray_efa_eks.efacheck.check_args, "
-            "ray_efa_eks.efacheck.sweep as s; print(s.__file__); print(len(s.fsdp_units('tiny', 2))); "
-            "print(sorted(m for m in sys.modules if m.startswith(('ray_efa_eks.training', 'training', 'pulumi'))))")
-    out = subprocess.run([sys.executable, "-S", "-c", code], cwd=tmp_path, capture_output=True, text=True,
-                         timeout=120, env={"PATH": "/usr/bin:/bin"})
+    code = (
+        "import sys, ray_efa_eks.efacheck.efa_check, ray_efa_eks.efacheck.check_args, "
+        "ray_efa_eks.efacheck.sweep as s; print(s.__file__); print(len(s.fsdp_units('tiny', 2))); "
+        "print(sorted(m for m in sys.modules if m.startswith(('ray_efa_eks.training', 'training', 'pulumi'))))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-S", "-c", code],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": "/usr/bin:/bin"},
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     where, units, training = out.stdout.splitlines()
     assert where.startswith(str(tmp_path)) and int(units) == 3 and training == "[]"
@@ -428,8 +573,17 @@ def test_one_command_lists_every_subcommand():
     exe = Path(sys.executable).with_name("ray-efa-eks")
     out = subprocess.run([str(exe), "--help"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0
-    for name in ("plan", "diff", "check-rules", "preflight", "train", "submit", "efa-check", "nccl-verdict",
-                 "config-schema"):
+    for name in (
+        "plan",
+        "diff",
+        "check-rules",
+        "preflight",
+        "train",
+        "submit",
+        "efa-check",
+        "nccl-verdict",
+        "config-schema",
+    ):
         assert f"\n  {name} " in out.stdout, name
     assert set(SUBCOMMANDS) >= {"plan", "preflight", "train"}
     commands, dev = out.stdout.split("\ndeveloper tools")
@@ -445,14 +599,20 @@ def test_command_usage_errors_are_64(capsys):
     assert "ray-efa-eks plan" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("argv, plan_gets", [
-    (["--stack", "prod", "origin/main"], ["--stack", "prod", "--diff", "origin/main"]),
-    (["origin/main", "--stack", "prod"], ["--stack", "prod", "--diff", "origin/main"]),  # a value stays with its option
-    (["a.json", "b.json", "--json"], ["--json", "--diff", "a.json", "b.json"]),
-    (["--json"], ["--json", "--diff"]),  # no ref: the flag alone (plan names what is missing)
-    (["--", "main"], ["--diff", "main"]),
-    (["--stack"], ["--stack", "--diff"]),  # an option without its value is plan's to refuse
-])
+@pytest.mark.parametrize(
+    "argv, plan_gets",
+    [
+        (["--stack", "prod", "origin/main"], ["--stack", "prod", "--diff", "origin/main"]),
+        (
+            ["origin/main", "--stack", "prod"],
+            ["--stack", "prod", "--diff", "origin/main"],
+        ),  # a value stays with its option
+        (["a.json", "b.json", "--json"], ["--json", "--diff", "a.json", "b.json"]),
+        (["--json"], ["--json", "--diff"]),  # no ref: the flag alone (plan names what is missing)
+        (["--", "main"], ["--diff", "main"]),
+        (["--stack"], ["--stack", "--diff"]),  # an option without its value is plan's to refuse
+    ],
+)
 def test_diff_takes_options_before_or_after_the_ref(monkeypatch, argv, plan_gets):
     from ray_efa_eks.tools import plan
 
@@ -474,8 +634,11 @@ def test_no_import_cycle_between_modules():
     """Two modules that import each other (one of them inside a function, to dodge the cycle at import time) are
     one concern split in two: the shared part belongs in a module both import. Every import counts, a
     function-level one included: it is still an arrow, only a late one."""
-    graph = {f"{pkg}.{name}": {t for _, t in edges(pkg, name, tree)} - {f"{pkg}.{name}"}
-             for pkg in PACKAGES for name, tree in modules(pkg).items()}
+    graph = {
+        f"{pkg}.{name}": {t for _, t in edges(pkg, name, tree)} - {f"{pkg}.{name}"}
+        for pkg in PACKAGES
+        for name, tree in modules(pkg).items()
+    }
     seen: dict[str, int] = {}
     cycles: list[list[str]] = []
 
@@ -485,7 +648,7 @@ def test_no_import_cycle_between_modules():
             if dep not in graph:
                 continue
             if seen.get(dep) == 1:
-                cycles.append(path[path.index(dep):] + [dep])
+                cycles.append(path[path.index(dep) :] + [dep])
             elif dep not in seen:
                 visit(dep, path + [dep])
         seen[mod] = 2

@@ -72,8 +72,14 @@ def plan_cfg(key_value: str, *says: str, code: int = 2, kind: str = "config valu
 
 def stack_value(id: str, yaml_text: str, code: int, *says: str) -> Case:
     """A value written in Pulumi.dev.yaml (as a user would), planned with the real program beside it."""
-    return Case(f"plan-yaml-{id}", ["plan", "--check", "--program", "{tmp}/__main__.py"], code, says,
-                "stack file value", {"__main__.py": (ROOT / "__main__.py").read_text(), "Pulumi.dev.yaml": yaml_text})
+    return Case(
+        f"plan-yaml-{id}",
+        ["plan", "--check", "--program", "{tmp}/__main__.py"],
+        code,
+        says,
+        "stack file value",
+        {"__main__.py": (ROOT / "__main__.py").read_text(), "Pulumi.dev.yaml": yaml_text},
+    )
 
 
 CASES: list[Case] = [
@@ -82,40 +88,111 @@ CASES: list[Case] = [
     Case("command-unknown-sub", ["deploy"], 64, ("deploy", "unknown subcommand", "plan"), "unknown subcommand"),
     # -- plan / diff / check-rules ---------------------------------------------------------------------------------
     Case("plan-unknown-flag", ["plan", "--stak", "dev"], 64, ("--stak",), "unknown flag"),
-    Case("plan-config-no-equals", ["plan", "--config", "gpuNodeCount"], 64, ("gpuNodeCount", "KEY=VALUE"),
-         "wrong type"),
+    Case(
+        "plan-config-no-equals", ["plan", "--config", "gpuNodeCount"], 64, ("gpuNodeCount", "KEY=VALUE"), "wrong type"
+    ),
     Case("plan-missing-stack", ["plan", "--stack", "prdo"], 3, ("prdo", "--stack", "--defaults"), "missing file"),
-    Case("plan-stack-list", ["plan", "--program", "{tmp}/__main__.py"], 3, ("Pulumi.dev.yaml", "mapping"),
-         "wrong type", stack("- a\n- b\n")),
-    Case("plan-stack-config-5", ["plan", "--program", "{tmp}/__main__.py"], 3, ("Pulumi.dev.yaml", "config", "5"),
-         "wrong type", stack("config: 5\n")),
-    Case("plan-stack-non-utf8", ["plan", "--program", "{tmp}/__main__.py"], 3, ("Pulumi.dev.yaml", "UTF-8"),
-         "non-UTF-8 file", stack(NON_UTF8)),
-    Case("plan-stack-binary", ["plan", "--program", "{tmp}/__main__.py"], 3, ("Pulumi.dev.yaml",),
-         "binary file", stack(b"\x00\x01\x02\x89PNG\r\n")),
-    Case("plan-stack-bad-yaml", ["plan", "--program", "{tmp}/__main__.py"], 3, ("Pulumi.dev.yaml", "YAML"),
-         "bad file", stack("config: [\n")),
-    Case("plan-stack-dir", ["plan", "--program", "{tmp}/__main__.py"], 3, ("Pulumi.dev.yaml", "directory"),
-         "a directory", {**EMPTY_PROGRAM, "Pulumi.dev.yaml": "<dir>"}),
-    Case("plan-stack-key-list", ["plan", "--program", "{tmp}/__main__.py"], 3, ("Pulumi.dev.yaml", "config"),
-         "wrong type", stack("config:\n  - ray-efa-eks:gpuNodeCount\n")),
-    Case("plan-program-missing", ["plan", "--defaults", "--program", "{tmp}/nope.py"], 3, ("nope.py",),
-         "missing file"),
-    Case("plan-program-device", ["plan", "--defaults", "--program", "/dev/null"], 3, ("--program", "regular file"),
-         "a device"),
-    Case("plan-program-dir", ["plan", "--defaults", "--program", "{tmp}"], 3, ("--program", "directory"),
-         "a directory"),
+    Case(
+        "plan-stack-list",
+        ["plan", "--program", "{tmp}/__main__.py"],
+        3,
+        ("Pulumi.dev.yaml", "mapping"),
+        "wrong type",
+        stack("- a\n- b\n"),
+    ),
+    Case(
+        "plan-stack-config-5",
+        ["plan", "--program", "{tmp}/__main__.py"],
+        3,
+        ("Pulumi.dev.yaml", "config", "5"),
+        "wrong type",
+        stack("config: 5\n"),
+    ),
+    Case(
+        "plan-stack-non-utf8",
+        ["plan", "--program", "{tmp}/__main__.py"],
+        3,
+        ("Pulumi.dev.yaml", "UTF-8"),
+        "non-UTF-8 file",
+        stack(NON_UTF8),
+    ),
+    Case(
+        "plan-stack-binary",
+        ["plan", "--program", "{tmp}/__main__.py"],
+        3,
+        ("Pulumi.dev.yaml",),
+        "binary file",
+        stack(b"\x00\x01\x02\x89PNG\r\n"),
+    ),
+    Case(
+        "plan-stack-bad-yaml",
+        ["plan", "--program", "{tmp}/__main__.py"],
+        3,
+        ("Pulumi.dev.yaml", "YAML"),
+        "bad file",
+        stack("config: [\n"),
+    ),
+    Case(
+        "plan-stack-dir",
+        ["plan", "--program", "{tmp}/__main__.py"],
+        3,
+        ("Pulumi.dev.yaml", "directory"),
+        "a directory",
+        {**EMPTY_PROGRAM, "Pulumi.dev.yaml": "<dir>"},
+    ),
+    Case(
+        "plan-stack-key-list",
+        ["plan", "--program", "{tmp}/__main__.py"],
+        3,
+        ("Pulumi.dev.yaml", "config"),
+        "wrong type",
+        stack("config:\n  - ray-efa-eks:gpuNodeCount\n"),
+    ),
+    Case("plan-program-missing", ["plan", "--defaults", "--program", "{tmp}/nope.py"], 3, ("nope.py",), "missing file"),
+    Case(
+        "plan-program-device",
+        ["plan", "--defaults", "--program", "/dev/null"],
+        3,
+        ("--program", "regular file"),
+        "a device",
+    ),
+    Case(
+        "plan-program-dir", ["plan", "--defaults", "--program", "{tmp}"], 3, ("--program", "directory"), "a directory"
+    ),
     Case("diff-ref-option", ["plan", "--diff=--output={tmp}/x.tar"], 64, ("--output", "ref"), "option-looking ref"),
-    Case("diff-ref-option-after-dashdash", ["diff", "--", "--output={tmp}/x.tar"], 64, ("--output",),
-         "option-looking ref"),
+    Case(
+        "diff-ref-option-after-dashdash",
+        ["diff", "--", "--output={tmp}/x.tar"],
+        64,
+        ("--output",),
+        "option-looking ref",
+    ),
     Case("diff-ref-unknown", ["diff", "no-such-ref-xyz"], 3, ("no-such-ref-xyz", "fetch"), "missing ref"),
     Case("diff-three", ["diff", "a.json", "b.json", "c.json"], 64, ("--diff",), "wrong arity"),
-    Case("diff-json-empty", ["diff", "{tmp}/a.json", "{tmp}/b.json"], 3, ("a.json",), "empty file",
-         {"a.json": "", "b.json": "{}"}),
-    Case("diff-json-not-object", ["diff", "{tmp}/a.json", "{tmp}/b.json"], 3, ("a.json", "plan"), "wrong type",
-         {"a.json": "[1, 2]", "b.json": "[]"}),
-    Case("diff-json-non-utf8", ["diff", "{tmp}/a.json", "{tmp}/b.json"], 3, ("a.json",), "non-UTF-8 file",
-         {"a.json": b"\xff\xfe{}", "b.json": "{}"}),
+    Case(
+        "diff-json-empty",
+        ["diff", "{tmp}/a.json", "{tmp}/b.json"],
+        3,
+        ("a.json",),
+        "empty file",
+        {"a.json": "", "b.json": "{}"},
+    ),
+    Case(
+        "diff-json-not-object",
+        ["diff", "{tmp}/a.json", "{tmp}/b.json"],
+        3,
+        ("a.json", "plan"),
+        "wrong type",
+        {"a.json": "[1, 2]", "b.json": "[]"},
+    ),
+    Case(
+        "diff-json-non-utf8",
+        ["diff", "{tmp}/a.json", "{tmp}/b.json"],
+        3,
+        ("a.json",),
+        "non-UTF-8 file",
+        {"a.json": b"\xff\xfe{}", "b.json": "{}"},
+    ),
     Case("check-rules-unknown-flag", ["check-rules", "--jsn"], 64, ("--jsn",), "unknown flag"),
     plan_cfg("vpcCidr=10.0.0.0/8", "/16", "/28"),
     plan_cfg("vpcCidr=10.0.0.0/30", "/28"),
@@ -141,10 +218,16 @@ CASES: list[Case] = [
     plan_cfg("gpuCapacity=spot", "on-demand"),
     plan_cfg("gpuCapacity=reservation", "gpuCapacityReservationId"),
     plan_cfg("gpuNodCount=2", "gpuNodeCount"),
-    Case("plan-region-mars", ["plan", "--check", "--config", "aws:region=mars-1"], 2, ("aws:region", "mars-1"),
-         "config value"),
-    stack_value("k8s-float", "config:\n  ray-efa-eks:kubernetesVersion: 1.30\n", 2,
-                "kubernetesVersion", "1.3", '"1.30"'),
+    Case(
+        "plan-region-mars",
+        ["plan", "--check", "--config", "aws:region=mars-1"],
+        2,
+        ("aws:region", "mars-1"),
+        "config value",
+    ),
+    stack_value(
+        "k8s-float", "config:\n  ray-efa-eks:kubernetesVersion: 1.30\n", 2, "kubernetesVersion", "1.3", '"1.30"'
+    ),
     stack_value("node-count-list", "config:\n  ray-efa-eks:gpuNodeCount: [1, 2]\n", 2, "gpuNodeCount"),
     # -- preflight (exit 0 ok, 1 failed, 2 undetermined, 64 usage) ---------------------------------------------------
     Case("preflight-count-0", ["preflight", "--count", "0"], 64, ("--count", "0"), "zero"),
@@ -152,115 +235,264 @@ CASES: list[Case] = [
     Case("preflight-count-word", ["preflight", "--count", "two"], 64, ("--count", "two"), "wrong type"),
     Case("preflight-region-empty", ["preflight", "--region", ""], 64, ("--region", "us-east-1"), "empty"),
     Case("preflight-region-bad", ["preflight", "--region", "mars-1"], 64, ("--region", "mars-1"), "wrong value"),
-    Case("preflight-az-bad", ["preflight", "--region", "us-east-1", "--az", "eu-west-1a"], 64,
-         ("--az", "eu-west-1a", "us-east-1"), "wrong value"),
-    Case("preflight-type-bad", ["preflight", "--region", "us-east-1", "--instance-type", "g6 12xlarge"], 64,
-         ("--instance-type", "g6 12xlarge", "g6.12xlarge"), "wrong value"),
-    Case("preflight-count-huge", ["preflight", "--region", "us-east-1", "--count", "100000"], 64,
-         ("--count", "100000"), "huge"),
-    Case("preflight-endpoint-bad", ["preflight", "--region", "us-east-1", "--endpoint-url", "not a url"], 64,
-         ("--endpoint-url", "not a url"), "wrong value"),
-    Case("preflight-cr-bad", ["preflight", "--region", "us-east-1", "--capacity-reservation-id", "../x"], 64,
-         ("--capacity-reservation-id", "../x", "cr-"), "wrong value"),
+    Case(
+        "preflight-az-bad",
+        ["preflight", "--region", "us-east-1", "--az", "eu-west-1a"],
+        64,
+        ("--az", "eu-west-1a", "us-east-1"),
+        "wrong value",
+    ),
+    Case(
+        "preflight-type-bad",
+        ["preflight", "--region", "us-east-1", "--instance-type", "g6 12xlarge"],
+        64,
+        ("--instance-type", "g6 12xlarge", "g6.12xlarge"),
+        "wrong value",
+    ),
+    Case(
+        "preflight-count-huge",
+        ["preflight", "--region", "us-east-1", "--count", "100000"],
+        64,
+        ("--count", "100000"),
+        "huge",
+    ),
+    Case(
+        "preflight-endpoint-bad",
+        ["preflight", "--region", "us-east-1", "--endpoint-url", "not a url"],
+        64,
+        ("--endpoint-url", "not a url"),
+        "wrong value",
+    ),
+    Case(
+        "preflight-cr-bad",
+        ["preflight", "--region", "us-east-1", "--capacity-reservation-id", "../x"],
+        64,
+        ("--capacity-reservation-id", "../x", "cr-"),
+        "wrong value",
+    ),
     Case("preflight-unknown-flag", ["preflight", "--zone", "x"], 64, ("--zone",), "unknown flag"),
     # -- config-schema (0 up to date, 1 stale, 2 not a project, 64 usage) -----------------------------------------
     Case("config-schema-no-args", ["config-schema"], 64, ("--check", "--write"), "no args"),
     Case("config-schema-both", ["config-schema", "--check", "--write"], 64, ("--write",), "conflicting flags"),
-    Case("config-schema-not-a-checkout", ["config-schema", "--write", "--root", "{tmp}"], 2,
-         ("not a ray-efa-eks checkout", "--root"), "wrong directory"),
+    Case(
+        "config-schema-not-a-checkout",
+        ["config-schema", "--write", "--root", "{tmp}"],
+        2,
+        ("not a ray-efa-eks checkout", "--root"),
+        "wrong directory",
+    ),
     # -- train (0 ok, 1 failed, 2 unreachable, 4 Ray could not start, 6 cluster too small, 64 usage, 130 Ctrl-C) -
     Case("train-unknown-flag", ["train", "--step", "5", "--wrkers", "2"], 64, ("--wrkers",), "unknown flag"),
     Case("train-steps-word", ["train", "--steps", "five"], 64, ("--steps", "five"), "wrong type"),
     Case("train-steps-0", ["train", "--steps", "0"], 64, ("--steps", "0", ">= 1"), "zero"),
     Case("train-steps-huge", ["train", "--steps", str(10**12)], 64, ("--steps", str(10**12)), "huge"),
     Case("train-workers-neg", ["train", "--workers", "-2"], 64, ("--workers", "-2"), "negative"),
-    Case("train-workers-huge", ["train", "--workers", "1000"], 64, ("--workers", "1000", "--address", "CPU"),
-         "huge"),
+    Case("train-workers-huge", ["train", "--workers", "1000"], 64, ("--workers", "1000", "--address", "CPU"), "huge"),
     Case("train-batch-huge", ["train", "--batch-size", str(10**9)], 64, ("--batch-size", str(10**9)), "huge"),
     Case("train-preset-unknown", ["train", "--preset", "70b"], 64, ("--preset", "70b", "tiny"), "wrong value"),
-    Case("train-name-traversal", ["train", "--name", "../../x", "--storage-path", "{tmp}/store"], 64,
-         ("--name", "../../x", "storage"), "path traversal"),
+    Case(
+        "train-name-traversal",
+        ["train", "--name", "../../x", "--storage-path", "{tmp}/store"],
+        64,
+        ("--name", "../../x", "storage"),
+        "path traversal",
+    ),
     Case("train-name-absolute", ["train", "--name", "/etc/x"], 64, ("--name", "/etc/x"), "path traversal"),
     Case("train-name-empty", ["train", "--name", ""], 64, ("--name",), "empty"),
     Case("train-name-option", ["train", "--name", "--json"], 64, ("--name",), "option-looking value"),
-    Case("train-storage-file", ["train", "--storage-path", "{tmp}/f"], 64, ("--storage-path", "not a directory"),
-         "a file for a dir", {"f": "x"}),
+    Case(
+        "train-storage-file",
+        ["train", "--storage-path", "{tmp}/f"],
+        64,
+        ("--storage-path", "not a directory"),
+        "a file for a dir",
+        {"f": "x"},
+    ),
     Case("train-storage-empty", ["train", "--storage-path", ""], 64, ("--storage-path", "empty"), "empty"),
-    Case("train-storage-newline", ["train", "--storage-path", "{tmp}/new\nline"], 64,
-         ("--storage-path", "control character", "\\n"), "control character"),
-    Case("train-storage-s3-empty-segment", ["train", "--storage-path", "s3://bucket//x"], 64,
-         ("--storage-path", "s3://bucket//x", "empty s3 key segment"), "empty segment"),
-    Case("train-use-gpu-local", ["train", "--use-gpu", "--steps", "5"], 64, ("--use-gpu", "GPU", "--address"),
-         "no GPUs"),
-    Case("train-fail-before-ckpt", ["train", "--fail-at-step", "3"], 64, ("--fail-at-step", "--checkpoint-every"),
-         "wrong value"),
+    Case(
+        "train-storage-newline",
+        ["train", "--storage-path", "{tmp}/new\nline"],
+        64,
+        ("--storage-path", "control character", "\\n"),
+        "control character",
+    ),
+    Case(
+        "train-storage-s3-empty-segment",
+        ["train", "--storage-path", "s3://bucket//x"],
+        64,
+        ("--storage-path", "s3://bucket//x", "empty s3 key segment"),
+        "empty segment",
+    ),
+    Case(
+        "train-use-gpu-local", ["train", "--use-gpu", "--steps", "5"], 64, ("--use-gpu", "GPU", "--address"), "no GPUs"
+    ),
+    Case(
+        "train-fail-before-ckpt",
+        ["train", "--fail-at-step", "3"],
+        64,
+        ("--fail-at-step", "--checkpoint-every"),
+        "wrong value",
+    ),
     Case("train-max-failures", ["train", "--max-failures", "-7"], 64, ("--max-failures", "-7"), "negative"),
-    Case("train-address-bad-port", ["train", "--address", "127.0.0.1:notaport"], 64, ("--address", "notaport"),
-         "wrong type"),
+    Case(
+        "train-address-bad-port",
+        ["train", "--address", "127.0.0.1:notaport"],
+        64,
+        ("--address", "notaport"),
+        "wrong type",
+    ),
     Case("train-address-closed", ["train", "--address", "127.0.0.1:1"], 2, ("127.0.0.1:1",), "unreachable"),
-    Case("train-wait-negative", ["train", "--wait-for-workers-s", "-1"], 64,
-         ("--wait-for-workers-s", "-1", "seconds from 0"), "negative"),
-    Case("train-wait-no-workers", ["train", "--address", "auto", "--use-gpu", "--wait-for-workers-s", "60"], 64,
-         ("--wait-for-workers-s", "needs --workers"), "conflicting flags"),
+    Case(
+        "train-wait-negative",
+        ["train", "--wait-for-workers-s", "-1"],
+        64,
+        ("--wait-for-workers-s", "-1", "seconds from 0"),
+        "negative",
+    ),
+    Case(
+        "train-wait-no-workers",
+        ["train", "--address", "auto", "--use-gpu", "--wait-for-workers-s", "60"],
+        64,
+        ("--wait-for-workers-s", "needs --workers"),
+        "conflicting flags",
+    ),
     Case("train-json-usage", ["train", "--json", "--steps", "0"], 64, ("--steps", '"exit_code": 64'), "json usage"),
     # -- submit (the job's code, 2 unreachable, 64 usage) ----------------------------------------------------------
-    Case("submit-preset-unknown", ["submit", "--", "--preset", "70b"], 64, ("--preset", "70b", "tiny"),
-         "wrong value"),
+    Case("submit-preset-unknown", ["submit", "--", "--preset", "70b"], 64, ("--preset", "70b", "tiny"), "wrong value"),
     Case("submit-workers-0", ["submit", "--", "--workers", "0"], 64, ("--workers", "0"), "zero"),
     Case("submit-name-traversal", ["submit", "--", "--name", "../x"], 64, ("--name", "../x"), "path traversal"),
-    Case("submit-address-not-url", ["submit", "--address", "127.0.0.1:8265"], 64, ("--address", "http://"),
-         "wrong value"),
+    Case(
+        "submit-address-not-url", ["submit", "--address", "127.0.0.1:8265"], 64, ("--address", "http://"), "wrong value"
+    ),
     Case("submit-env-bad", ["submit", "--env", "NOEQUALS"], 64, ("--env", "NOEQUALS", "KEY=VALUE"), "wrong type"),
     Case("submit-train-address", ["submit", "--", "--address", "auto"], 64, ("--address",), "conflicting flags"),
-    Case("submit-prog-once", ["submit", "--", "--steps", "x"], 64, ("ray-efa-eks submit ... --: error", "--steps"),
-         "wrong type"),
+    Case(
+        "submit-prog-once",
+        ["submit", "--", "--steps", "x"],
+        64,
+        ("ray-efa-eks submit ... --: error", "--steps"),
+        "wrong type",
+    ),
     Case("submit-unknown-flag", ["submit", "--adress", "http://x"], 64, ("--adress",), "unknown flag"),
     # -- efa-check (0 efa, 1 fallback/failed, 2 undetermined, 3 logs unreadable, 64 usage) ------------------------
     Case("efa-check-iters-0", ["efa-check", "--local", "--iters", "0"], 64, ("--iters", "0", ">= 1"), "zero"),
-    Case("efa-check-bytes-order", ["efa-check", "--local", "--min-bytes", "4096", "--max-bytes", "1024"], 64,
-         ("--min-bytes", "--max-bytes", "4096", "1024"), "wrong order"),
+    Case(
+        "efa-check-bytes-order",
+        ["efa-check", "--local", "--min-bytes", "4096", "--max-bytes", "1024"],
+        64,
+        ("--min-bytes", "--max-bytes", "4096", "1024"),
+        "wrong order",
+    ),
     Case("efa-check-bytes-0", ["efa-check", "--local", "--min-bytes", "0"], 64, ("--min-bytes", "0"), "zero"),
-    Case("efa-check-bytes-huge", ["efa-check", "--local", "--max-bytes", str(1 << 40)], 64,
-         ("--max-bytes", str(1 << 40)), "huge"),
-    Case("efa-check-fraction-2", ["efa-check", "--local", "--min-busbw-fraction", "2"], 64,
-         ("--min-busbw-fraction", "2", "0", "1"), "out of range"),
-    Case("efa-check-fraction-nan", ["efa-check", "--local", "--min-busbw-fraction", "nan"], 64,
-         ("--min-busbw-fraction", "nan"), "nan"),
-    Case("efa-check-gbps-neg", ["efa-check", "--local", "--min-busbw-gbps", "-5"], 64, ("--min-busbw-gbps", "-5"),
-         "negative"),
+    Case(
+        "efa-check-bytes-huge",
+        ["efa-check", "--local", "--max-bytes", str(1 << 40)],
+        64,
+        ("--max-bytes", str(1 << 40)),
+        "huge",
+    ),
+    Case(
+        "efa-check-fraction-2",
+        ["efa-check", "--local", "--min-busbw-fraction", "2"],
+        64,
+        ("--min-busbw-fraction", "2", "0", "1"),
+        "out of range",
+    ),
+    Case(
+        "efa-check-fraction-nan",
+        ["efa-check", "--local", "--min-busbw-fraction", "nan"],
+        64,
+        ("--min-busbw-fraction", "nan"),
+        "nan",
+    ),
+    Case(
+        "efa-check-gbps-neg",
+        ["efa-check", "--local", "--min-busbw-gbps", "-5"],
+        64,
+        ("--min-busbw-gbps", "-5"),
+        "negative",
+    ),
     Case("efa-check-wait-inf", ["efa-check", "--local", "--wait-s", "inf"], 64, ("--wait-s", "inf"), "huge"),
-    Case("efa-check-manifest-missing", ["efa-check", "--local", "--manifest", "{tmp}/none.json"], 64,
-         ("--manifest", "none.json"), "missing file"),
-    Case("efa-check-manifest-bad", ["efa-check", "--local", "--manifest", "{not json"], 64,
-         ("--manifest", "not JSON"), "wrong type"),
-    Case("efa-check-preset-unknown", ["efa-check", "--local", "--preset", "70b"], 64, ("--preset", "70b", "tiny"),
-         "wrong value"),
+    Case(
+        "efa-check-manifest-missing",
+        ["efa-check", "--local", "--manifest", "{tmp}/none.json"],
+        64,
+        ("--manifest", "none.json"),
+        "missing file",
+    ),
+    Case(
+        "efa-check-manifest-bad",
+        ["efa-check", "--local", "--manifest", "{not json"],
+        64,
+        ("--manifest", "not JSON"),
+        "wrong type",
+    ),
+    Case(
+        "efa-check-preset-unknown",
+        ["efa-check", "--local", "--preset", "70b"],
+        64,
+        ("--preset", "70b", "tiny"),
+        "wrong value",
+    ),
     Case("efa-check-nics-0", ["efa-check", "--local", "--expect-nics", "0"], 64, ("--expect-nics", "0"), "zero"),
     Case("efa-check-nodes-0", ["efa-check", "--local", "--expect-nodes", "0"], 64, ("--expect-nodes", "0"), "zero"),
-    Case("efa-check-report-file", ["efa-check", "--local", "--report", "{tmp}/f"], 64, ("--report", "directory"),
-         "a file for a dir", {"f": "x"}),
+    Case(
+        "efa-check-report-file",
+        ["efa-check", "--local", "--report", "{tmp}/f"],
+        64,
+        ("--report", "directory"),
+        "a file for a dir",
+        {"f": "x"},
+    ),
     Case("efa-check-unknown-flag", ["efa-check", "--lcoal"], 64, ("--lcoal",), "unknown flag"),
-    Case("efa-check-address-closed", ["efa-check", "--address", "127.0.0.1:1", "--json"], 2, ("127.0.0.1:1",),
-         "unreachable"),
+    Case(
+        "efa-check-address-closed",
+        ["efa-check", "--address", "127.0.0.1:1", "--json"],
+        2,
+        ("127.0.0.1:1",),
+        "unreachable",
+    ),
     # -- nccl-verdict (0 efa, 1 fallback, 2 undetermined, 3 unreadable, 64 usage) ---------------------------------
     Case("nccl-no-args", ["nccl-verdict"], 64, ("FILE_OR_DIR",), "no args"),
     Case("nccl-missing", ["nccl-verdict", "{tmp}/none.log"], 3, ("none.log", "no such file"), "missing file"),
     Case("nccl-empty", ["nccl-verdict", "{tmp}/e.log"], 3, ("e.log", "empty"), "empty file", {"e.log": ""}),
-    Case("nccl-binary", ["nccl-verdict", "{tmp}/b.log"], 3, ("b.log", "binary"), "binary file",
-         {"b.log": bytes(range(256)) * 8}),
-    Case("nccl-non-utf8", ["nccl-verdict", "{tmp}/n.log"], 3, ("n.log",), "non-UTF-8 file",
-         {"n.log": b"\xff\xfe caf\xe9 no nccl here\n" * 20}),
+    Case(
+        "nccl-binary",
+        ["nccl-verdict", "{tmp}/b.log"],
+        3,
+        ("b.log", "binary"),
+        "binary file",
+        {"b.log": bytes(range(256)) * 8},
+    ),
+    Case(
+        "nccl-non-utf8",
+        ["nccl-verdict", "{tmp}/n.log"],
+        3,
+        ("n.log",),
+        "non-UTF-8 file",
+        {"n.log": b"\xff\xfe caf\xe9 no nccl here\n" * 20},
+    ),
     Case("nccl-dir-empty", ["nccl-verdict", "{tmp}/d"], 3, ("d", "no "), "a directory", {"d": "<dir>"}),
-    Case("nccl-dir-readme", ["nccl-verdict", "{tmp}/d"], 0, ("efa",), "a directory",
-         {"d": "<dir>", "d/README.md": "# notes\n", "d/verdict.json": "{}", "d/rank0.log": EFA_LOG}),
+    Case(
+        "nccl-dir-readme",
+        ["nccl-verdict", "{tmp}/d"],
+        0,
+        ("efa",),
+        "a directory",
+        {"d": "<dir>", "d/README.md": "# notes\n", "d/verdict.json": "{}", "d/rank0.log": EFA_LOG},
+    ),
     Case("nccl-nodes-0", ["nccl-verdict", "--expect-nodes", "0", "x.log"], 64, ("--expect-nodes", "0"), "zero"),
-    Case("nccl-nics-word", ["nccl-verdict", "--expect-nics", "many", "x.log"], 64, ("--expect-nics", "many"),
-         "wrong type"),
+    Case(
+        "nccl-nics-word",
+        ["nccl-verdict", "--expect-nics", "many", "x.log"],
+        64,
+        ("--expect-nics", "many"),
+        "wrong type",
+    ),
     Case("nccl-unknown-flag", ["nccl-verdict", "--jsn", "x.log"], 64, ("--jsn",), "unknown flag"),
     Case("nccl-root-dir", ["nccl-verdict", "/"], 3, ("/", "more than 10000 files"), "huge directory"),
     Case("nccl-device", ["nccl-verdict", "/dev/null"], 3, ("/dev/null", "not a regular file"), "a device"),
-    Case("nccl-huge", ["nccl-verdict", "{tmp}/big.log"], 3, ("big.log",), "huge file",
-         {"big.log": b"x" * (8 << 20)}),
+    Case("nccl-huge", ["nccl-verdict", "{tmp}/big.log"], 3, ("big.log",), "huge file", {"big.log": b"x" * (8 << 20)}),
 ]
 
 
@@ -276,6 +508,7 @@ def guards(monkeypatch):
     def started(what):
         def boom(*a, **k):
             raise Started(f"{what} before the arguments were checked")
+
         return boom
 
     monkeypatch.setattr(ray, "init", started("ray.init"))
@@ -360,14 +593,16 @@ def test_use_gpu_on_a_cluster_without_gpus_fails_fast():
 
 # -- what needs a process ---------------------------------------------------------------------------------------
 
+
 def _env() -> dict[str, str]:
     return {**os.environ, "PYTHONUNBUFFERED": "1", "RAY_USAGE_STATS_ENABLED": "0"}
 
 
 def _interrupt(argv: list[str], after: str | float, timeout: float = 120) -> tuple[int, str, str]:
     """Start ``argv``, send SIGINT once stdout/stderr shows ``after`` (or after that many seconds), collect."""
-    proc = subprocess.Popen(argv, cwd=ROOT, env=_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)  # stdin stays open: `-` waits on it
+    proc = subprocess.Popen(
+        argv, cwd=ROOT, env=_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )  # stdin stays open: `-` waits on it
     seen: list[str] = []
     deadline = time.monotonic() + timeout
     try:
@@ -393,8 +628,7 @@ def test_fifo_and_stdin_do_not_hang(tmp_path):
     os.mkfifo(fifo)
     r = subprocess.run([str(BIN), "nccl-verdict", str(fifo)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 3 and "pipe.log" in r.stderr and "not a regular file" in r.stderr, r.stderr
-    r = subprocess.run([str(BIN), "nccl-verdict", "-"], input=EFA_LOG, capture_output=True,
-                       timeout=60)
+    r = subprocess.run([str(BIN), "nccl-verdict", "-"], input=EFA_LOG, capture_output=True, timeout=60)
     assert r.returncode == 0 and b"verdict: efa" in r.stdout, r.stdout + r.stderr
     assert not TRACEBACK.search(r.stderr.decode())
 
@@ -403,8 +637,10 @@ def test_ctrl_c_plan_and_nccl_verdict_exit_130():
     """The ``python -m`` aliases handle Ctrl-C themselves (``ray-efa-eks`` does too)."""
     # plan: once its program runs (its first warning; a fixed delay raced the plan's end once it got faster);
     # nccl-verdict '-' waits on stdin for ever
-    for argv, after in (([PY, "-m", "ray_efa_eks.tools.plan"], "the EKS API endpoint is open"),
-                        ([PY, "-m", "ray_efa_eks.efacheck.nccl_log", "-"], 1.5)):
+    for argv, after in (
+        ([PY, "-m", "ray_efa_eks.tools.plan"], "the EKS API endpoint is open"),
+        ([PY, "-m", "ray_efa_eks.efacheck.nccl_log", "-"], 1.5),
+    ):
         code, text, _ = _interrupt(argv, after)
         assert code == 130, (argv, code, text)
         assert "interrupted" in text and not TRACEBACK.search(text), text
@@ -443,8 +679,9 @@ def test_ctrl_c_during_fit_is_interrupted_not_success(tmp_path):
 
 
 def test_benchmark_and_policy_entry_points():
-    r = subprocess.run([PY, "benchmarks/plan_speed.py", "--runs", "0"], cwd=ROOT, capture_output=True, text=True,
-                       timeout=120)
+    r = subprocess.run(
+        [PY, "benchmarks/plan_speed.py", "--runs", "0"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert r.returncode == 64 and "--runs" in r.stderr and not TRACEBACK.search(r.stderr), r.stderr
     r = subprocess.run([PY, "policy/__main__.py", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and "pulumi preview --policy-pack" in r.stdout, r.stdout + r.stderr
@@ -480,8 +717,11 @@ def test_docs_figures_are_what_the_commands_print(monkeypatch):
     doc = (ROOT / "benchmarks/run_all.py").read_text().split('"""')[1]
     targets = [ln for ln in doc.splitlines() if ln.startswith("| ") and not ln.startswith("| target")]
     section = (ROOT / "docs/benchmarks.md").read_text()
-    rows = [ln for ln in section.split("| target | measured |", 1)[1].split("\n\n", 1)[0].splitlines()
-            if ln.startswith("| ") and not ln.startswith("|---")]
+    rows = [
+        ln
+        for ln in section.split("| target | measured |", 1)[1].split("\n\n", 1)[0].splitlines()
+        if ln.startswith("| ") and not ln.startswith("|---")
+    ]
     assert len(rows) == len(targets), (len(rows), len(targets))
     said = re.search(r"measures the (\w+) targets", readme)
     assert not said or WORDS.get(said.group(1)) == len(targets), said.group(0)

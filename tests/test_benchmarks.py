@@ -74,24 +74,50 @@ def test_run_all_table_rows_from_summaries() -> None:
     rows = {b.name: b.rows for b in ra.BENCHES}
     job = {"nodes": 2, "loss_first": 7.0, "loss_last": 4.5}
     assert rows["train_job"](job, 44.0)[0][3] is True and rows["train_job"](job, 46.0)[0][3] is False
-    tr = {"bare_tokens_per_s": 100.0, "ray_tokens_per_s": 99.0, "ratio": 0.99, "pair_median": 0.965,
-          "pair_ratios": [0.9, 0.965, 1.0]}
+    tr = {
+        "bare_tokens_per_s": 100.0,
+        "ray_tokens_per_s": 99.0,
+        "ratio": 0.99,
+        "pair_median": 0.965,
+        "pair_ratios": [0.9, 0.965, 1.0],
+    }
     assert rows["train_overhead"](tr, 1)[0][3] is False  # judged on the pairs' median, not the medians' ratio
     fab = {"pair_ratios_steady": [0.98, 0.995, 1.01], "pair_ratios_e2e": [0.9, 0.95, 0.97]}
     row = rows["fabric_overhead"](fab, 1)[0]
     assert row[3] is True and "0.995" in row[2] and "0.980..1.010" in row[2]
-    nl = {"mb": 60.9, "nccl_log_mb_s": 300.0, "naive_mb_s": 100.0, "pair_ratios": [1.5, 1.9, 3.5],
-          "pair_median": 1.9, "pair_ratios_cpu": [2.1, 2.2, 2.3], "pair_median_cpu": 2.2}
+    nl = {
+        "mb": 60.9,
+        "nccl_log_mb_s": 300.0,
+        "naive_mb_s": 100.0,
+        "pair_ratios": [1.5, 1.9, 3.5],
+        "pair_median": 1.9,
+        "pair_ratios_cpu": [2.1, 2.2, 2.3],
+        "pair_median_cpu": 2.2,
+    }
     assert rows["nccl_log_speed"](nl, 1)[0][3] is False  # the pairs' median in the same run, not MB/s
     assert rows["nccl_log_speed"]({**nl, "pair_median": 2.0}, 1)[0][3] is True
     assert rows["nccl_log_verdicts"]({"right": 10, "total": 10}, 1)[0][3] is True
     assert rows["nccl_log_verdicts"]({"right": 0, "total": 0}, 1)[0][3] is False
-    pl = {"command_best_s": 2.5, "command_median_s": 3.1, "command_max_s": 4.0, "command_cpu_median_s": 2.0,
-          "warm_best_s": 0.3, "resources": 64}
+    pl = {
+        "command_best_s": 2.5,
+        "command_median_s": 3.1,
+        "command_max_s": 4.0,
+        "command_cpu_median_s": 2.0,
+        "warm_best_s": 0.3,
+        "resources": 64,
+    }
     assert rows["plan_speed"](pl, 1)[0][3] is False  # the median counts
-    gl = {"runs": 3, "verdict": "undetermined", "backend": "gloo", "total_median_s": 20.0, "total_min_s": 18.0,
-          "total_max_s": 30.0, "exit_median_s": 28.0, "cpu_median_s": 8.0,
-          "stages_median_s": {"head": 1.0, "submit": 2.0, "driver": 3.0, "check": 14.0, "tail": 8.0}}
+    gl = {
+        "runs": 3,
+        "verdict": "undetermined",
+        "backend": "gloo",
+        "total_median_s": 20.0,
+        "total_min_s": 18.0,
+        "total_max_s": 30.0,
+        "exit_median_s": 28.0,
+        "cpu_median_s": 8.0,
+        "stages_median_s": {"head": 1.0, "submit": 2.0, "driver": 3.0, "check": 14.0, "tail": 8.0},
+    }
     assert rows["gate_latency"](gl, 1)[0][3] is None  # reported, no target set
 
 

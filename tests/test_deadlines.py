@@ -41,8 +41,9 @@ def test_efa_check_against_a_silent_gcs_is_unreachable_within_its_wait(silent, h
     t0 = time.monotonic()
     where = f"127.0.0.1:{silent}"
     argv, env = (["--address", where], os.environ) if how == "--address" else ([], {**os.environ, "RAY_ADDRESS": where})
-    r = subprocess.run([str(EXE), "efa-check", "--json", *argv, "--wait-s", "5"],
-                       capture_output=True, text=True, timeout=120, env=env)
+    r = subprocess.run(
+        [str(EXE), "efa-check", "--json", *argv, "--wait-s", "5"], capture_output=True, text=True, timeout=120, env=env
+    )
     took = time.monotonic() - t0
     assert r.returncode == 2, r.stdout + r.stderr
     failure = json.loads(r.stdout)["failure"]
@@ -53,10 +54,20 @@ def test_efa_check_against_a_silent_gcs_is_unreachable_within_its_wait(silent, h
 
 def test_preflight_against_a_silent_endpoint_is_exit_2_in_its_deadline(silent):
     t0 = time.monotonic()
-    env = {**os.environ, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-           "AWS_CONFIG_FILE": os.devnull, "AWS_SHARED_CREDENTIALS_FILE": os.devnull}
-    r = subprocess.run([str(EXE), "preflight", "--region", "us-east-1", "--endpoint-url", f"http://127.0.0.1:{silent}"],
-                       capture_output=True, text=True, timeout=180, env=env)
+    env = {
+        **os.environ,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_CONFIG_FILE": os.devnull,
+        "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+    }
+    r = subprocess.run(
+        [str(EXE), "preflight", "--region", "us-east-1", "--endpoint-url", f"http://127.0.0.1:{silent}"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
+    )
     took = time.monotonic() - t0
     assert r.returncode == 2 and "timeout" in (r.stdout + r.stderr).lower(), r.stdout + r.stderr
     assert took < 45 and "Traceback" not in r.stderr
@@ -81,8 +92,9 @@ def test_image_fleet_against_a_silent_api_server_ends_within_its_wait(silent, tm
     monkeypatch.setattr(image_fleet, "SA_DIR", str(_ca(tmp_path)))
     monkeypatch.setattr(image_fleet, "API", f"https://127.0.0.1:{silent}")
     t0 = time.monotonic()
-    code = image_fleet.main(["--namespace", "ray", "--cluster", "ray", "--expect-pods", "2", "--wait-s", "3",
-                             "--poll-s", "1"])
+    code = image_fleet.main(
+        ["--namespace", "ray", "--cluster", "ray", "--expect-pods", "2", "--wait-s", "3", "--poll-s", "1"]
+    )
     took = time.monotonic() - t0
     out = json.loads(capsys.readouterr().out)["image_fleet"]
     assert out["verdict"] == "undetermined" and "cannot list the Ray pods" in out["failure"]["reason"]

@@ -43,8 +43,10 @@ NEEDS = {
     "efa": "a node with EFA devices",
 }
 """The words ``needs:`` takes, and what each means (docs/testing.md lists the same)."""
-MARKER = re.compile(r"\b(needs: (?P<needs>[a-z]+)|run by: (?P<run_by>[^\s,;()]+)|(?P<slow>slow):|(?P<server>server):"
-                    r"|exit (?P<exit>\d+))")
+MARKER = re.compile(
+    r"\b(needs: (?P<needs>[a-z]+)|run by: (?P<run_by>[^\s,;()]+)|(?P<slow>slow):|(?P<server>server):"
+    r"|exit (?P<exit>\d+))"
+)
 FENCE = re.compile(r"^(?P<fence>`{3,})(?P<tag>[\w-]*)\n(?P<body>.*?)^(?P=fence)\s*$", re.S | re.M)
 
 
@@ -72,7 +74,9 @@ def _comment(line: str) -> str:
         words = list(lex)
     except ValueError:
         words = line.split()
-    return " ".join(words[words.index("#"):]) if "#" in words else (line.strip() if line.lstrip().startswith("#") else "")
+    return (
+        " ".join(words[words.index("#") :]) if "#" in words else (line.strip() if line.lstrip().startswith("#") else "")
+    )
 
 
 def _markers(comment: str) -> dict:
@@ -96,7 +100,7 @@ def commands(pages: list[Path] = PAGES) -> list[list[Command]]:
         for m in FENCE.finditer(text):
             if m.group("tag") not in SHELL_TAGS:
                 continue
-            first = text[:m.start("body")].count("\n") + 1
+            first = text[: m.start("body")].count("\n") + 1
             cmds: list[Command] = []
             inherited: dict = {}
             lines = m.group("body").splitlines()
@@ -135,8 +139,9 @@ _RAN: dict[str, subprocess.CompletedProcess] = {}
 def _run(cmd: Command, timeout: int = 120) -> subprocess.CompletedProcess:
     key = cmd.text.split(" #")[0].strip()
     if key not in _RAN:
-        _RAN[key] = subprocess.run(["bash", "-c", cmd.text], cwd=ROOT, env=_env(), capture_output=True, text=True,
-                                   timeout=timeout)
+        _RAN[key] = subprocess.run(
+            ["bash", "-c", cmd.text], cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=timeout
+        )
     return _RAN[key]
 
 
@@ -151,13 +156,21 @@ def _run_block(block: list[Command]) -> None:
             if cmd.needs or cmd.run_by or (cmd.slow and not os.environ.get("RAY_EFA_EKS_DOCS_SLOW")):
                 continue
             if cmd.server:
-                server = subprocess.Popen(["bash", "-c", f"exec {cmd.text}"], cwd=ROOT, env=_env(),
-                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                server = subprocess.Popen(
+                    ["bash", "-c", f"exec {cmd.text}"],
+                    cwd=ROOT,
+                    env=_env(),
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                )
                 time.sleep(3)
                 assert server.poll() is None, f"{cmd} exited at once: {server.communicate()[1][-2000:]}"
                 continue
             r = _run(cmd, timeout=900 if cmd.slow else 120)
-            assert r.returncode == cmd.exit, f"{cmd}\nexit {r.returncode} (want {cmd.exit})\n{r.stdout[-1500:]}\n{r.stderr[-3000:]}"
+            assert r.returncode == cmd.exit, (
+                f"{cmd}\nexit {r.returncode} (want {cmd.exit})\n{r.stdout[-1500:]}\n{r.stderr[-3000:]}"
+            )
         if server is not None:
             server.send_signal(signal.SIGTERM)
             out, err = server.communicate(timeout=30)
@@ -170,7 +183,9 @@ def _run_block(block: list[Command]) -> None:
 BLOCKS = [b for b in commands() if b]
 
 
-@pytest.mark.parametrize("block", [b for b in BLOCKS if _runnable(b, slow=False)], ids=lambda b: f"{b[0].page}:{b[0].line}")
+@pytest.mark.parametrize(
+    "block", [b for b in BLOCKS if _runnable(b, slow=False)], ids=lambda b: f"{b[0].page}:{b[0].line}"
+)
 def test_docs_commands_run_as_written(block):
     _run_block(block)
 
@@ -188,13 +203,20 @@ def test_every_command_is_run_or_marked():
     for c in ALL:
         assert c.needs is None or c.needs in NEEDS, f"{c}: unknown 'needs: {c.needs}' (one of {', '.join(NEEDS)})"
         if c.text.split(" #")[0].rstrip().endswith("&") and not (c.needs or c.server):
-            pytest.fail(f"{c}: runs in the background, where a failure goes unseen: mark it (needs: ... or server: ...)")
+            pytest.fail(
+                f"{c}: runs in the background, where a failure goes unseen: mark it (needs: ... or server: ...)"
+            )
         if c.run_by:
             runner = ROOT / c.run_by
-            assert runner.is_file() and c.text.split(" #")[0].strip() in runner.read_text(), \
+            assert runner.is_file() and c.text.split(" #")[0].strip() in runner.read_text(), (
                 f"{c}: {c.run_by} does not run this line as written"
-    counts = {"run": sum(not (c.needs or c.run_by or c.slow) for c in ALL), "slow": sum(c.slow for c in ALL),
-              "run by": sum(bool(c.run_by) for c in ALL), "needs": sum(bool(c.needs) for c in ALL)}
+            )
+    counts = {
+        "run": sum(not (c.needs or c.run_by or c.slow) for c in ALL),
+        "slow": sum(c.slow for c in ALL),
+        "run by": sum(bool(c.run_by) for c in ALL),
+        "needs": sum(bool(c.needs) for c in ALL),
+    }
     print(f"docs commands: {counts}")
     assert counts["run"] > 0
 
@@ -210,20 +232,30 @@ def test_testing_page_lists_the_markers():
 def test_the_parser_sees_markers_and_continuations(tmp_path):
     """The convention can fail: an unmarked AWS command would run (and fail), a marked one is left out."""
     page = tmp_path / "p.md"
-    page.write_text("```bash\n# needs: aws\npulumi up\n# still aws\nkubectl get pods\n# local; exit 1\nray-efa-eks plan \\\n    --json   # exit 1\n```\n"
-                    "```python\nprint(1)\n```\n```\nserve --port 1   # server: a test server\n```\n")
+    page.write_text(
+        "```bash\n# needs: aws\npulumi up\n# still aws\nkubectl get pods\n# local; exit 1\nray-efa-eks plan \\\n    --json   # exit 1\n```\n"
+        "```python\nprint(1)\n```\n```\nserve --port 1   # server: a test server\n```\n"
+    )
     blocks = [[(c.text, c.needs, c.exit, c.server) for c in b] for b in commands([page]) if b]
-    assert blocks == [[("pulumi up", "aws", 0, False), ("kubectl get pods", "aws", 0, False),
-                       ("ray-efa-eks plan --json   # exit 1", None, 1, False)],
-                      [("serve --port 1   # server: a test server", None, 0, True)]]
+    assert blocks == [
+        [
+            ("pulumi up", "aws", 0, False),
+            ("kubectl get pods", "aws", 0, False),
+            ("ray-efa-eks plan --json   # exit 1", None, 1, False),
+        ],
+        [("serve --port 1   # server: a test server", None, 0, True)],
+    ]
 
 
-OUTPUT = re.compile(r"^<!-- output of: (?P<cmd>.+?) -->\n(?P<fence>`{3,})text\n(?P<body>.*?)^(?P=fence)\s*$", re.S | re.M)
+OUTPUT = re.compile(
+    r"^<!-- output of: (?P<cmd>.+?) -->\n(?P<fence>`{3,})text\n(?P<body>.*?)^(?P=fence)\s*$", re.S | re.M
+)
 
 
 def shown_outputs(pages: list[Path] = PAGES) -> list[tuple[str, str, list[str]]]:
-    return [(_name(p), m.group("cmd"), m.group("body").splitlines()) for p in pages
-            for m in OUTPUT.finditer(p.read_text())]
+    return [
+        (_name(p), m.group("cmd"), m.group("body").splitlines()) for p in pages for m in OUTPUT.finditer(p.read_text())
+    ]
 
 
 VARIES = [(re.compile(r"priced on \d{4}-\d{2}-\d{2}"), "priced on <the day it runs>")]
@@ -257,8 +289,10 @@ def _follows(shown: list[str], real: list[str]) -> str | None:
 def test_shown_output_is_what_the_command_prints(page, cmd, shown):
     r = _run(Command(page, 0, cmd))
     bad = _follows(shown, r.stdout.splitlines())
-    assert bad is None, (f"{page}: the output shown for `{cmd}` is stale at: {bad}; refresh it with "
-                         f"`.venv/bin/python tests/test_docs_commands.py --refresh`\n--- real output:\n{r.stdout[-4000:]}")
+    assert bad is None, (
+        f"{page}: the output shown for `{cmd}` is stale at: {bad}; refresh it with "
+        f"`.venv/bin/python tests/test_docs_commands.py --refresh`\n--- real output:\n{r.stdout[-4000:]}"
+    )
 
 
 def refreshed(shown: list[str], real: list[str]) -> list[str]:
@@ -267,10 +301,10 @@ def refreshed(shown: list[str], real: list[str]) -> list[str]:
     if "..." not in [s.strip() for s in shown]:
         return real
     cut = [s.strip() for s in shown].index("...")
-    head, tail = shown[:cut], shown[cut + 1:]
+    head, tail = shown[:cut], shown[cut + 1 :]
     if "..." in [s.strip() for s in tail] or not tail or tail[0] not in real:
         raise ValueError(f"cannot refresh a shown output shortened this way (tail {tail[:1]}); edit it by hand")
-    return real[:len(head)] + ["..."] + real[real.index(tail[0]):]
+    return real[: len(head)] + ["..."] + real[real.index(tail[0]) :]
 
 
 def refresh(pages: list[Path] = PAGES) -> list[str]:

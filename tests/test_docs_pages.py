@@ -24,7 +24,9 @@ def _anchor(heading: str) -> str:
 
 def test_readme_is_a_landing_page():
     lines = README.read_text().count("\n")
-    assert lines <= README_MAX_LINES, f"README.md has {lines} lines; move sections into docs/ (at most {README_MAX_LINES})"
+    assert lines <= README_MAX_LINES, (
+        f"README.md has {lines} lines; move sections into docs/ (at most {README_MAX_LINES})"
+    )
 
 
 @pytest.mark.parametrize("index", [README, INDEX], ids=lambda p: str(p.relative_to(ROOT)))
@@ -40,8 +42,12 @@ def test_every_topic_page_is_linked(index):
 def test_each_page_reads_alone(page):
     """A title, then one line that says what the page covers."""
     lines = page.read_text().splitlines()
-    assert lines[0].startswith("# ") and not lines[1] and lines[2] and not lines[2].startswith(("#", "|", "```", "- ", "<")), \
-        f"{page.name}: start with '# Title', a blank line, then one sentence saying what the page covers"
+    assert (
+        lines[0].startswith("# ")
+        and not lines[1]
+        and lines[2]
+        and not lines[2].startswith(("#", "|", "```", "- ", "<"))
+    ), f"{page.name}: start with '# Title', a blank line, then one sentence saying what the page covers"
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
@@ -68,8 +74,9 @@ def test_no_paragraph_is_said_twice():
     seen: dict[str, str] = {}
     for page in PAGES:
         for para in _paragraphs(page):
-            assert para not in seen, f"{page.relative_to(ROOT)} repeats a paragraph of {seen[para]}: link to it " \
-                                     f"instead ({para[:100]}...)"
+            assert para not in seen, (
+                f"{page.relative_to(ROOT)} repeats a paragraph of {seen[para]}: link to it instead ({para[:100]}...)"
+            )
             seen[para] = str(page.relative_to(ROOT))
 
 
@@ -80,8 +87,7 @@ def _readme_subcommand_rows() -> list[tuple[list[str], list[str]]]:
     rows = []
     for line in table.splitlines()[2:]:
         first, modules = line.split("|")[1:3]
-        rows.append((re.findall(r"`([a-z][a-z-]*)(?: [A-Z]+)?`", first),
-                     re.findall(r"`([a-z_]+\.[a-z_.]+)`", modules)))
+        rows.append((re.findall(r"`([a-z][a-z-]*)(?: [A-Z]+)?`", first), re.findall(r"`([a-z_]+\.[a-z_.]+)`", modules)))
     return rows
 
 

@@ -35,8 +35,12 @@ from ray_efa_eks.tools.dev import exit_status
 ROOT = Path(__file__).resolve().parents[1]
 TRACEBACK = re.compile(r"Traceback \(most recent call last\)")
 TRIED: Counter = Counter()
-SETTINGS = dict(deadline=None, derandomize=True, database=None,
-                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+SETTINGS = dict(
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
 
 class Started(BaseException):
@@ -45,12 +49,23 @@ class Started(BaseException):
 
 BOUNDARY = sorted({b for k in KEYS for b in grammar(k).boundary() if isinstance(b, str)}, key=lambda s: (len(s), s))
 TEXT = st.text(st.characters(exclude_categories=("Cs",)), max_size=60)
-ARG_TEXT = st.one_of(TEXT.filter(lambda s: "\x00" not in s), st.sampled_from(BOUNDARY).filter(lambda s: "\x00" not in s),
-                     st.integers(-(10**20), 10**20).map(str), st.floats().map(str))
+ARG_TEXT = st.one_of(
+    TEXT.filter(lambda s: "\x00" not in s),
+    st.sampled_from(BOUNDARY).filter(lambda s: "\x00" not in s),
+    st.integers(-(10**20), 10**20).map(str),
+    st.floats().map(str),
+)
 """What a user can type as one argument (argv cannot hold NUL)."""
-VALUES = st.one_of(TEXT, st.sampled_from(BOUNDARY), st.integers(-(10**30), 10**30),
-                   st.floats(allow_nan=True, allow_infinity=True), st.booleans(), st.none(),
-                   st.lists(st.one_of(TEXT, st.integers()), max_size=4), st.dictionaries(TEXT, TEXT, max_size=2))
+VALUES = st.one_of(
+    TEXT,
+    st.sampled_from(BOUNDARY),
+    st.integers(-(10**30), 10**30),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.booleans(),
+    st.none(),
+    st.lists(st.one_of(TEXT, st.integers()), max_size=4),
+    st.dictionaries(TEXT, TEXT, max_size=2),
+)
 """What a stack file (YAML) or another language's program can hand a key."""
 
 
@@ -69,13 +84,22 @@ def guards(monkeypatch, tmp_path):
     def started(what):
         def boom(*a, **k):
             raise Started(what)
+
         return boom
 
-    for target, name in [(ray, "init"), (local_cluster, "local_cluster"), (boto3.session, "Session"),
-                         (reach, "probe"), (efa_exporter, "serve"), (mutate, "copy_tree"),
-                         (storage_check, "check"),  # asks the storage, creating a directory: tested on its own
-                         (gen_catalogue, "write"), (gen_catalogue, "stale"), (config_schema, "write"),
-                         (efa_report, "write_report")]:  # --report DIR writes where the user asked: accepted
+    for target, name in [
+        (ray, "init"),
+        (local_cluster, "local_cluster"),
+        (boto3.session, "Session"),
+        (reach, "probe"),
+        (efa_exporter, "serve"),
+        (mutate, "copy_tree"),
+        (storage_check, "check"),  # asks the storage, creating a directory: tested on its own
+        (gen_catalogue, "write"),
+        (gen_catalogue, "stale"),
+        (config_schema, "write"),
+        (efa_report, "write_report"),
+    ]:  # --report DIR writes where the user asked: accepted
         monkeypatch.setattr(target, name, started(f"{target.__name__}.{name}"))
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path))  # trace files and temporary plans
     monkeypatch.setenv("TMPDIR", str(tmp_path))
@@ -86,8 +110,9 @@ def guards(monkeypatch, tmp_path):
 
 
 def _written() -> str:
-    return subprocess.run(["git", "status", "--porcelain", "--ignored=no"], cwd=ROOT, capture_output=True,
-                          text=True).stdout
+    return subprocess.run(
+        ["git", "status", "--porcelain", "--ignored=no"], cwd=ROOT, capture_output=True, text=True
+    ).stdout
 
 
 def _run(argv: list[str]) -> tuple[int | None, str]:
@@ -101,6 +126,7 @@ def _run(argv: list[str]) -> tuple[int | None, str]:
 
 
 # -- config keys --------------------------------------------------------------------------------------------------
+
 
 @settings(max_examples=1500, **SETTINGS)
 @given(key=st.sampled_from(sorted(KEYS - {"region"})), value=VALUES)
@@ -133,6 +159,7 @@ def test_plan_answers_every_config_value(guards, key, value):
 
 
 # -- CLI options --------------------------------------------------------------------------------------------------
+
 
 def _options(sub: str) -> list[str]:
     code, text = _run([sub, "--help"])

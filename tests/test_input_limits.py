@@ -17,7 +17,8 @@ from ray_efa_eks.efacheck import nccl_input, nccl_log
 from ray_efa_eks.tools import files
 
 BOMB = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
-    f"{c}: &{c} [{', '.join(['*' + p] * 10)}]\n" for p, c in zip("abcdefgh", "bcdefghi"))
+    f"{c}: &{c} [{', '.join(['*' + p] * 10)}]\n" for p, c in zip("abcdefgh", "bcdefghi")
+)
 """Nine levels of ten aliases each: 10**9 nodes once expanded, 400 bytes on disk."""
 
 
@@ -27,13 +28,16 @@ def write(tmp_path: Path, name: str, data: str | bytes) -> Path:
     return p
 
 
-@pytest.mark.parametrize("text, says", [
-    (BOMB, "alias bomb"),
-    ("a: &a [*a]\n", "nested more than"),  # a recursive alias: infinite once expanded
-    ("x: " + "[" * 200 + "]" * 200 + "\n", "nested more than"),
-    ("config:\n  k: 1\n  k: 2\n", "'k' appears twice (lines 2 and 3)"),
-    ("config: [\n", "not valid YAML"),
-])
+@pytest.mark.parametrize(
+    "text, says",
+    [
+        (BOMB, "alias bomb"),
+        ("a: &a [*a]\n", "nested more than"),  # a recursive alias: infinite once expanded
+        ("x: " + "[" * 200 + "]" * 200 + "\n", "nested more than"),
+        ("config:\n  k: 1\n  k: 2\n", "'k' appears twice (lines 2 and 3)"),
+        ("config: [\n", "not valid YAML"),
+    ],
+)
 def test_yaml_limits(tmp_path, text, says):
     with pytest.raises(files.FileProblem, match=r"Pulumi\.dev\.yaml") as e:
         files.load_yaml(write(tmp_path, "Pulumi.dev.yaml", text), what="stack file")
@@ -42,16 +46,21 @@ def test_yaml_limits(tmp_path, text, says):
 
 def test_yaml_with_a_few_aliases_still_loads(tmp_path):
     text = "base: &b {x: 1}\nconfig:\n  a: *b\n  b: *b\n"
-    assert files.load_yaml(write(tmp_path, "s.yaml", text)) == {"base": {"x": 1}, "config": {"a": {"x": 1},
-                                                                                              "b": {"x": 1}}}
+    assert files.load_yaml(write(tmp_path, "s.yaml", text)) == {
+        "base": {"x": 1},
+        "config": {"a": {"x": 1}, "b": {"x": 1}},
+    }
 
 
-@pytest.mark.parametrize("data, says", [
-    (b"\xff\xfe{}", "not UTF-8"),
-    (b"\x00\x01\x02", "binary"),
-    (b"[" * 5000 + b"]" * 5000, "nested more than"),
-    (b"{", "not JSON"),
-])
+@pytest.mark.parametrize(
+    "data, says",
+    [
+        (b"\xff\xfe{}", "not UTF-8"),
+        (b"\x00\x01\x02", "binary"),
+        (b"[" * 5000 + b"]" * 5000, "nested more than"),
+        (b"{", "not JSON"),
+    ],
+)
 def test_json_limits(tmp_path, data, says):
     with pytest.raises(files.FileProblem, match=says):
         files.load_json(write(tmp_path, "plan.json", data), what="saved plan")
@@ -120,8 +129,14 @@ def test_nccl_verdict_stops_reading_stdin_at_the_limit(monkeypatch, capsys):
 # -- through the real entry point -------------------------------------------------------------------------------
 
 ROOT = Path(__file__).resolve().parents[1]
-SAVED = {"source": "x", "stack": "dev", "region": "us-east-1", "resources": [], "settings": {},
-         "rules": {"violations": [], "checked": []}}
+SAVED = {
+    "source": "x",
+    "stack": "dev",
+    "region": "us-east-1",
+    "resources": [],
+    "settings": {},
+    "rules": {"violations": [], "checked": []},
+}
 
 
 def _plan(argv, capsys, monkeypatch):
@@ -133,10 +148,13 @@ def _plan(argv, capsys, monkeypatch):
     return code, out.out + out.err
 
 
-@pytest.mark.parametrize("yaml_text, says", [
-    (BOMB.replace("\n", "\n", 1) + "config:\n  ray-efa-eks:endpointPublicAccessCidrs: *i\n", "alias bomb"),
-    ("config:\n  ray-efa-eks:gpuNodeCount: 2\n  ray-efa-eks:gpuNodeCount: 7\n", "appears twice"),
-])
+@pytest.mark.parametrize(
+    "yaml_text, says",
+    [
+        (BOMB.replace("\n", "\n", 1) + "config:\n  ray-efa-eks:endpointPublicAccessCidrs: *i\n", "alias bomb"),
+        ("config:\n  ray-efa-eks:gpuNodeCount: 2\n  ray-efa-eks:gpuNodeCount: 7\n", "appears twice"),
+    ],
+)
 def test_plan_refuses_a_stack_file_pulumi_refuses(tmp_path, capsys, monkeypatch, yaml_text, says):
     """Before: the alias bomb ran out of memory (a hang, then a traceback); the repeated key planned with 7."""
     (tmp_path / "__main__.py").write_text("raise SystemExit('the program must not run')\n")
@@ -146,14 +164,17 @@ def test_plan_refuses_a_stack_file_pulumi_refuses(tmp_path, capsys, monkeypatch,
     assert "Traceback" not in text
 
 
-@pytest.mark.parametrize("change, says", [
-    ({"resources": [1]}, "resources[0]"),
-    ({"resources": 5}, "'resources' is a int"),
-    ({"rules": {"violations": [{}], "checked": []}}, "rules.violations[0]"),
-    ({"rules": {"violations": [], "checked": "x"}}, "rules.checked"),
-    ({"stack": 3}, "'stack' is a int"),
-    ({"settings": []}, "'settings' is a list"),
-])
+@pytest.mark.parametrize(
+    "change, says",
+    [
+        ({"resources": [1]}, "resources[0]"),
+        ({"resources": 5}, "'resources' is a int"),
+        ({"rules": {"violations": [{}], "checked": []}}, "rules.violations[0]"),
+        ({"rules": {"violations": [], "checked": "x"}}, "rules.checked"),
+        ({"stack": 3}, "'stack' is a int"),
+        ({"settings": []}, "'settings' is a list"),
+    ],
+)
 def test_diff_of_a_malformed_saved_plan_exits_3(tmp_path, capsys, monkeypatch, change, says):
     """Before: a TypeError/KeyError traceback and exit 1 (the README says 3)."""
     import json

@@ -19,8 +19,13 @@ MINIMAL = {"containers": [{"name": "app", "image": "busybox"}]}
 
 RESTRICTED_OK = {
     "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
-    "containers": [{"name": "app", "image": "busybox", "securityContext": {
-        "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}}],
+    "containers": [
+        {
+            "name": "app",
+            "image": "busybox",
+            "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+        }
+    ],
     "volumes": [{"name": "v", "emptyDir": {}}, {"name": "c", "configMap": {"name": "x"}}],
 }
 """What the Restricted table asks for: non-root, RuntimeDefault seccomp, no escalation, drop ALL, core volumes."""
@@ -48,8 +53,11 @@ def controls(found: list[str]) -> set[str]:
 def test_minimal_pod_passes_baseline_and_fails_restricted_on_its_asks():
     assert violations(MINIMAL, "baseline") == []
     assert controls(violations(MINIMAL, "restricted")) == {
-        "restricted Privilege Escalation", "restricted Running as Non-root", "restricted Seccomp",
-        "restricted Capabilities"}
+        "restricted Privilege Escalation",
+        "restricted Running as Non-root",
+        "restricted Seccomp",
+        "restricted Capabilities",
+    }
 
 
 def test_restricted_example_passes_both_levels_and_privileged_allows_everything():
@@ -72,23 +80,47 @@ BASELINE_ROWS = [
     ("Capabilities", "containers.0.securityContext.capabilities.add", ["NET_RAW"], ["AUDIT_WRITE"]),
     ("HostPath Volumes", "volumes", [{"name": "h", "hostPath": {"path": "/sys"}}], [{"name": "e", "emptyDir": {}}]),
     ("Host Ports", "containers.0.ports", [{"containerPort": 80, "hostPort": 80}], [{"containerPort": 80}]),
-    ("Host Probes / Lifecycle Hooks", "containers.0.livenessProbe", {"httpGet": {"host": "10.0.0.1", "port": 80}},
-     {"httpGet": {"port": 80}}),
-    ("Host Probes / Lifecycle Hooks", "containers.0.lifecycle", {"preStop": {"tcpSocket": {"host": "1.2.3.4", "port": 1}}},
-     {"preStop": {"exec": {"command": ["true"]}}}),
+    (
+        "Host Probes / Lifecycle Hooks",
+        "containers.0.livenessProbe",
+        {"httpGet": {"host": "10.0.0.1", "port": 80}},
+        {"httpGet": {"port": 80}},
+    ),
+    (
+        "Host Probes / Lifecycle Hooks",
+        "containers.0.lifecycle",
+        {"preStop": {"tcpSocket": {"host": "1.2.3.4", "port": 1}}},
+        {"preStop": {"exec": {"command": ["true"]}}},
+    ),
     ("AppArmor", "securityContext.appArmorProfile", {"type": "Unconfined"}, {"type": "RuntimeDefault"}),
-    ("AppArmor", "containers.0.securityContext.appArmorProfile", {"type": "Unconfined"}, {"type": "Localhost",
-                                                                                          "localhostProfile": "p"}),
-    ("AppArmor", "metadata.annotations", {"container.apparmor.security.beta.kubernetes.io/app": "unconfined"},
-     {"container.apparmor.security.beta.kubernetes.io/app": "runtime/default"}),
+    (
+        "AppArmor",
+        "containers.0.securityContext.appArmorProfile",
+        {"type": "Unconfined"},
+        {"type": "Localhost", "localhostProfile": "p"},
+    ),
+    (
+        "AppArmor",
+        "metadata.annotations",
+        {"container.apparmor.security.beta.kubernetes.io/app": "unconfined"},
+        {"container.apparmor.security.beta.kubernetes.io/app": "runtime/default"},
+    ),
     ("SELinux", "securityContext.seLinuxOptions", {"type": "spc_t"}, {"type": "container_t"}),
     ("SELinux", "containers.0.securityContext.seLinuxOptions", {"user": "system_u"}, {"level": "s0:c123,c456"}),
     ("/proc Mount Type", "containers.0.securityContext.procMount", "Unmasked", "Default"),
     ("Seccomp", "securityContext.seccompProfile", {"type": "Unconfined"}, {"type": "RuntimeDefault"}),
-    ("Seccomp", "containers.0.securityContext.seccompProfile", {"type": "Unconfined"}, {"type": "Localhost",
-                                                                                        "localhostProfile": "p"}),
-    ("Sysctls", "securityContext.sysctls", [{"name": "kernel.msgmax", "value": "1"}],
-     [{"name": "net.ipv4.ip_local_port_range", "value": "1024 65535"}]),
+    (
+        "Seccomp",
+        "containers.0.securityContext.seccompProfile",
+        {"type": "Unconfined"},
+        {"type": "Localhost", "localhostProfile": "p"},
+    ),
+    (
+        "Sysctls",
+        "securityContext.sysctls",
+        [{"name": "kernel.msgmax", "value": "1"}],
+        [{"name": "net.ipv4.ip_local_port_range", "value": "1024 65535"}],
+    ),
 ]
 
 
@@ -110,20 +142,37 @@ def test_init_and_ephemeral_containers_are_checked_too():
 
 
 RESTRICTED_ROWS = [
-    ("Volume Types", "volumes", [{"name": "n", "nfs": {"server": "s", "path": "/"}}],
-     [{"name": "p", "persistentVolumeClaim": {"claimName": "c"}}, {"name": "d", "downwardAPI": {}},
-      {"name": "s", "secret": {"secretName": "s"}}, {"name": "pr", "projected": {"sources": []}},
-      {"name": "eph", "ephemeral": {}}, {"name": "csi", "csi": {"driver": "d"}}]),
+    (
+        "Volume Types",
+        "volumes",
+        [{"name": "n", "nfs": {"server": "s", "path": "/"}}],
+        [
+            {"name": "p", "persistentVolumeClaim": {"claimName": "c"}},
+            {"name": "d", "downwardAPI": {}},
+            {"name": "s", "secret": {"secretName": "s"}},
+            {"name": "pr", "projected": {"sources": []}},
+            {"name": "eph", "ephemeral": {}},
+            {"name": "csi", "csi": {"driver": "d"}},
+        ],
+    ),
     ("Privilege Escalation", "containers.0.securityContext.allowPrivilegeEscalation", True, False),
     ("Running as Non-root", "securityContext.runAsNonRoot", False, True),
     ("Running as Non-root", "containers.0.securityContext.runAsNonRoot", False, True),
     ("Running as Non-root user", "securityContext.runAsUser", 0, 1000),
     ("Running as Non-root user", "containers.0.securityContext.runAsUser", 0, 65534),
     ("Seccomp", "securityContext.seccompProfile", {}, {"type": "Localhost", "localhostProfile": "p"}),
-    ("Capabilities", "containers.0.securityContext.capabilities", {"drop": ["NET_RAW"]},
-     {"drop": ["ALL"], "add": ["NET_BIND_SERVICE"]}),
-    ("Capabilities", "containers.0.securityContext.capabilities", {"drop": ["ALL"], "add": ["CHOWN"]},
-     {"drop": ["ALL"]}),
+    (
+        "Capabilities",
+        "containers.0.securityContext.capabilities",
+        {"drop": ["NET_RAW"]},
+        {"drop": ["ALL"], "add": ["NET_BIND_SERVICE"]},
+    ),
+    (
+        "Capabilities",
+        "containers.0.securityContext.capabilities",
+        {"drop": ["ALL"], "add": ["CHOWN"]},
+        {"drop": ["ALL"]},
+    ),
 ]
 
 
@@ -140,8 +189,13 @@ def test_container_level_fields_may_carry_what_the_pod_does_not():
     pod["securityContext"] = {}
     pod["containers"][0]["securityContext"].update(runAsNonRoot=True, seccompProfile={"type": "RuntimeDefault"})
     assert violations(pod, "restricted") == []
-    pod["containers"].append({"name": "second", "image": "i", "securityContext": {
-        "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}})
+    pod["containers"].append(
+        {
+            "name": "second",
+            "image": "i",
+            "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+        }
+    )
     assert controls(violations(pod, "restricted")) == {"restricted Running as Non-root", "restricted Seccomp"}
 
 

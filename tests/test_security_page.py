@@ -13,11 +13,23 @@ from ray_efa_eks.components.kube import METRICS_PORTS
 from ray_efa_eks.tools import rules
 
 PAGE = (Path(__file__).resolve().parents[1] / "docs" / "security.md").read_text()
-TABLE = PAGE[PAGE.index("## Least privilege, item by item"):PAGE.index("## The node agent's token")]
-HOSTS = PAGE[PAGE.index("## Host access, namespaces and NetworkPolicies"):]
-ITEMS = ("EFA gate Job", "NetworkPolicy over every Ray pod", "KubeRay operator", "Ray pods' AWS SDKs",
-         "storage proof hints", "image pinning", "device plugins", "Pod Security of the head and the gate",
-         "host `/sys` mount", "GPU worker pods", "monitoring", "NetworkPolicy enforcing mode", "audit trail")
+TABLE = PAGE[PAGE.index("## Least privilege, item by item") : PAGE.index("## The node agent's token")]
+HOSTS = PAGE[PAGE.index("## Host access, namespaces and NetworkPolicies") :]
+ITEMS = (
+    "EFA gate Job",
+    "NetworkPolicy over every Ray pod",
+    "KubeRay operator",
+    "Ray pods' AWS SDKs",
+    "storage proof hints",
+    "image pinning",
+    "device plugins",
+    "Pod Security of the head and the gate",
+    "host `/sys` mount",
+    "GPU worker pods",
+    "monitoring",
+    "NetworkPolicy enforcing mode",
+    "audit trail",
+)
 
 
 def test_one_row_per_item():
@@ -33,16 +45,23 @@ def test_quoted_names_ports_versions_and_rules_are_the_stacks(default_run):
     assert f"chart {args.efa_chart_version}" in TABLE and f"plugin {args.nvidia_chart_version}" in TABLE
     named = set(re.findall(r"rule `([a-z-]+)`", TABLE))
     assert named and named <= set(rules.RULE_IDS)
-    assert {"gate-no-api-token", "ray-pods-network-policy", "kuberay-single-namespace", "ray-pods-region",
-            "device-plugin-versions", "pod-security-baseline", "monitoring-hardened"} <= named
+    assert {
+        "gate-no-api-token",
+        "ray-pods-network-policy",
+        "kuberay-single-namespace",
+        "ray-pods-region",
+        "device-plugin-versions",
+        "pod-security-baseline",
+        "monitoring-hardened",
+    } <= named
     release = next(r for r in default_run.of_type("kubernetes:helm.sh/v3:Release") if r["chart"] == "kuberay-operator")
     assert f"watchNamespace: [{release['values']['watchNamespace'][0]}]" in TABLE
 
 
 def _rows(heading: str) -> list[list[str]]:
     """The cells of the table that follows ``heading`` (a line of the host-access section) in that section."""
-    part = HOSTS[HOSTS.index(heading):]
-    lines = part[part.index("\n|"):].strip().splitlines()
+    part = HOSTS[HOSTS.index(heading) :]
+    lines = part[part.index("\n|") :].strip().splitlines()
     table = []
     for ln in lines:
         if not ln.startswith("|"):
@@ -53,15 +72,19 @@ def _rows(heading: str) -> list[list[str]]:
 
 
 def test_every_network_policy_of_the_stack_is_listed_with_its_namespace(default_run):
-    rendered = {(r["metadata"]["namespace"], r["metadata"]["name"])
-                for r in default_run.of_type("kubernetes:networking.k8s.io/v1:NetworkPolicy")}
+    rendered = {
+        (r["metadata"]["namespace"], r["metadata"]["name"])
+        for r in default_run.of_type("kubernetes:networking.k8s.io/v1:NetworkPolicy")
+    }
     listed = {(row[0].strip("`"), row[1].strip("`")) for row in _rows("NetworkPolicies (with")}
     assert listed == rendered
 
 
 def test_every_namespace_is_listed_with_the_level_it_enforces(default_run):
-    rendered = {r["metadata"]["name"]: r["metadata"]["labels"]["pod-security.kubernetes.io/enforce"]
-                for r in default_run.of_type("kubernetes:core/v1:Namespace")}
+    rendered = {
+        r["metadata"]["name"]: r["metadata"]["labels"]["pod-security.kubernetes.io/enforce"]
+        for r in default_run.of_type("kubernetes:core/v1:Namespace")
+    }
     listed = {row[0].strip("`"): row[1] for row in _rows("Pod Security level enforced")}
     assert listed == rendered
 

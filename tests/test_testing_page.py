@@ -21,8 +21,14 @@ SCORES = ROOT / ".ci/mutation_scores.json"
 
 
 def mutation(root: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(root / ".ci/mutation.py"), *args], cwd=root, capture_output=True,
-                          text=True, timeout=60, check=False)
+    return subprocess.run(
+        [sys.executable, str(root / ".ci/mutation.py"), *args],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 @pytest.fixture
@@ -65,13 +71,21 @@ def _drop_the_markers(root: Path) -> None:
     page.write_text(re.sub(r"<!-- (BEGIN|END) mutation-scores[^>]*-->\n", "", page.read_text()))
 
 
-@pytest.mark.parametrize("edit,says", [
-    (_edit_page_figure, "--render"),
-    (_edit_recorded_figure, "docs/testing.md differs"),
-    (_blank_a_reason, "survived with no reason"),
-    (_drop_the_markers, "--render"),
-], ids=["a figure typed into the page", "a figure typed into the scores", "a survivor without a reason",
-        "the markers removed"])
+@pytest.mark.parametrize(
+    "edit,says",
+    [
+        (_edit_page_figure, "--render"),
+        (_edit_recorded_figure, "docs/testing.md differs"),
+        (_blank_a_reason, "survived with no reason"),
+        (_drop_the_markers, "--render"),
+    ],
+    ids=[
+        "a figure typed into the page",
+        "a figure typed into the scores",
+        "a survivor without a reason",
+        "the markers removed",
+    ],
+)
 def test_check_fails_on_a_stale_page(tree, edit, says):
     assert mutation(tree, "--check").returncode == 0
     edit(tree)
@@ -86,8 +100,13 @@ def test_a_run_records_its_figures_keeps_reasons_and_lists_new_survivors(tree):
     prefix = "ray_efa_eks.efacheck.verdict."
     meta = tree / ".mutation/efacheck.verdict/mutants/src/ray_efa_eks/efacheck/verdict.py.meta"
     meta.parent.mkdir(parents=True)
-    codes = {kept["mutants"][0]: 0, "x_judge__mutmut_1": 1, "x_judge__mutmut_2": 36, "x_judge__mutmut_3": 0,
-             "x_judge__mutmut_4": None}
+    codes = {
+        kept["mutants"][0]: 0,
+        "x_judge__mutmut_1": 1,
+        "x_judge__mutmut_2": 36,
+        "x_judge__mutmut_3": 0,
+        "x_judge__mutmut_4": None,
+    }
     meta.write_text(json.dumps({"exit_code_by_key": {prefix + name: code for name, code in codes.items()}}))
 
     r = mutation(tree, "efacheck/verdict.py", "--report-only")
@@ -98,10 +117,16 @@ def test_a_run_records_its_figures_keeps_reasons_and_lists_new_survivors(tree):
     assert r.returncode == 0 and "recorded" in r.stdout, r.stdout + r.stderr
     after = json.loads((tree / ".ci/mutation_scores.json").read_text())
     assert after["efacheck/verdict.py"] == {
-        "mutants": 5, "killed": 1, "timeout": 1, "survived": 2, "score": 50.0,
-        "survivors": [kept, {"mutants": ["x_judge__mutmut_3"], "reason": ""}]}
-    assert {k: v for k, v in after.items() if k != "efacheck/verdict.py"} == \
-        {k: v for k, v in before.items() if k != "efacheck/verdict.py"}
+        "mutants": 5,
+        "killed": 1,
+        "timeout": 1,
+        "survived": 2,
+        "score": 50.0,
+        "survivors": [kept, {"mutants": ["x_judge__mutmut_3"], "reason": ""}],
+    }
+    assert {k: v for k, v in after.items() if k != "efacheck/verdict.py"} == {
+        k: v for k, v in before.items() if k != "efacheck/verdict.py"
+    }
     page = (tree / "docs/testing.md").read_text()
     assert "| efacheck/verdict.py | 5 | 1 | 1 | 2 | 50.0% |" in page
     assert "- `x_judge__mutmut_3`: (no reason yet)" in page
@@ -138,5 +163,6 @@ def test_docs_carry_no_history(page):
     text = GENERATED.sub("", page.read_text())
     issues = [m.group(0) for m in ISSUE.finditer(text) if not re.sub(r"^\W+", "", m.group(1) or "")[:1].isupper()]
     times = RUN_TIME.findall(text)
-    assert not issues and not times, f"{page.relative_to(ROOT)}: history in prose ({(issues + times)[:3]}): say the " \
-                                     "fact, leave the history to git"
+    assert not issues and not times, (
+        f"{page.relative_to(ROOT)}: history in prose ({(issues + times)[:3]}): say the fact, leave the history to git"
+    )

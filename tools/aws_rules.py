@@ -28,8 +28,14 @@ IAM_ROLE = "aws:iam/role:Role"
 SUBNET = "aws:ec2/subnet:Subnet"
 
 POD_IDENTITY_PRINCIPAL = "pods.eks.amazonaws.com"
-POD_IDENTITY_SESSION_TAGS = ("eks-cluster-arn", "eks-cluster-name", "kubernetes-namespace",
-                             "kubernetes-service-account", "kubernetes-pod-name", "kubernetes-pod-uid")
+POD_IDENTITY_SESSION_TAGS = (
+    "eks-cluster-arn",
+    "eks-cluster-name",
+    "kubernetes-namespace",
+    "kubernetes-service-account",
+    "kubernetes-pod-name",
+    "kubernetes-pod-uid",
+)
 """Session tags EKS Pod Identity adds to its AssumeRole request ("pod-id-abac": Enable or disable session tags)."""
 POD_IDENTITY_TAG_KEYS = frozenset(f"aws:requesttag/{t}" for t in POD_IDENTITY_SESSION_TAGS)
 """The session-tag condition keys (lower case: IAM compares condition key names case-insensitively)."""
@@ -44,8 +50,10 @@ class AwsRejected(Exception):
 
     def __init__(self, rule: "AwsRule", resource: str, problem: str):
         self.rule, self.resource, self.problem = rule, resource, problem
-        super().__init__(f"{rule.service} would refuse {resource}: {problem} [aws-rule {rule.id}; source: "
-                         f"{rule.source_title} <{rule.source_url}>]")
+        super().__init__(
+            f"{rule.service} would refuse {resource}: {problem} [aws-rule {rule.id}; source: "
+            f"{rule.source_title} <{rule.source_url}>]"
+        )
 
 
 @dataclass
@@ -108,13 +116,16 @@ def _template(inputs: dict[str, Any], acct: Account) -> Any:
 
 # -- EKS managed node groups ---------------------------------------------------------------------------------------
 
+
 def _capacity_block_type(name: str, inputs: dict[str, Any], acct: Account) -> str | None:
     if inputs.get("capacityType") != "CAPACITY_BLOCK":
         return None
     lt = _template(inputs, acct)
     if _types(inputs.get("instanceTypes")):
-        return (f"capacityType CAPACITY_BLOCK with instanceTypes {_types(inputs.get('instanceTypes'))} on the node "
-                "group: the instance type belongs in the launch template only")
+        return (
+            f"capacityType CAPACITY_BLOCK with instanceTypes {_types(inputs.get('instanceTypes'))} on the node "
+            "group: the instance type belongs in the launch template only"
+        )
     if lt is None:
         return "capacityType CAPACITY_BLOCK needs a custom launch template"
     if not lt.inputs.get("instanceType"):
@@ -125,8 +136,10 @@ def _capacity_block_type(name: str, inputs: dict[str, Any], acct: Account) -> st
 def _type_in_one_place(name: str, inputs: dict[str, Any], acct: Account) -> str | None:
     lt = _template(inputs, acct)
     if lt is not None and lt.inputs.get("instanceType") and _types(inputs.get("instanceTypes")):
-        return (f"instance type both in launch template {lt.name} ({lt.inputs['instanceType']}) and in the node "
-                f"group's instanceTypes {_types(inputs.get('instanceTypes'))}")
+        return (
+            f"instance type both in launch template {lt.name} ({lt.inputs['instanceType']}) and in the node "
+            f"group's instanceTypes {_types(inputs.get('instanceTypes'))}"
+        )
     return None
 
 
@@ -147,8 +160,10 @@ def _no_top_level_sgs_with_interfaces(name: str, inputs: dict[str, Any], acct: A
         return None
     top = [k for k in ("vpcSecurityGroupIds", "securityGroupNames") if lt.inputs.get(k)]
     if top:
-        return (f"launch template {lt.name} has network interfaces and top-level {', '.join(top)}: put the security "
-                "groups on the interfaces")
+        return (
+            f"launch template {lt.name} has network interfaces and top-level {', '.join(top)}: put the security "
+            "groups on the interfaces"
+        )
     return None
 
 
@@ -162,12 +177,15 @@ def _user_data_mime(name: str, inputs: dict[str, Any], acct: Account) -> str | N
     except (ValueError, TypeError):
         return f"launch template {lt.name}'s userData is not base64"
     if not email.message_from_string(text).is_multipart():
-        return (f"launch template {lt.name}'s user data is not a MIME multi-part archive (EKS merges it with its own "
-                "bootstrap)")
+        return (
+            f"launch template {lt.name}'s user data is not a MIME multi-part archive (EKS merges it with its own "
+            "bootstrap)"
+        )
     return None
 
 
 # -- EC2 launch templates ------------------------------------------------------------------------------------------
+
 
 def _whole(v: Any) -> int | None:
     """A number as the engine records it (JSON: 3000.0), or a numeric string, as an int; else None."""
@@ -201,6 +219,7 @@ def _gp3_volumes(name: str, inputs: dict[str, Any], acct: Account) -> str | None
 
 # -- EKS clusters and access entries -------------------------------------------------------------------------------
 
+
 def eks_unsupported_zone_ids(region: str) -> frozenset[str]:
     from ..components.network.placement import EKS_UNSUPPORTED_ZONE_IDS
 
@@ -208,8 +227,11 @@ def eks_unsupported_zone_ids(region: str) -> frozenset[str]:
 
 
 def _cluster_subnets_in_azs(name: str, inputs: dict[str, Any], acct: Account) -> str | None:
-    ids = [*_types(inputs.get("publicSubnetIds")), *_types(inputs.get("privateSubnetIds")),
-           *_types(inputs.get("subnetIds"))]
+    ids = [
+        *_types(inputs.get("publicSubnetIds")),
+        *_types(inputs.get("privateSubnetIds")),
+        *_types(inputs.get("subnetIds")),
+    ]
     bad = []
     for sid in ids:
         rec = acct.resources_by_id(sid)
@@ -218,8 +240,10 @@ def _cluster_subnets_in_azs(name: str, inputs: dict[str, Any], acct: Account) ->
         if zone_type and zone_type != "availability-zone":
             bad.append(f"{rec.name} in {az} ({zone_type})")
         elif az and acct.zone_ids.get(az) in eks_unsupported_zone_ids(acct.region):
-            bad.append(f"{rec.name} in {az}, zone ID {acct.zone_ids[az]}, where EKS creates no control plane "
-                       "(UnsupportedAvailabilityZoneException)")
+            bad.append(
+                f"{rec.name} in {az}, zone ID {acct.zone_ids[az]}, where EKS creates no control plane "
+                "(UnsupportedAvailabilityZoneException)"
+            )
     if bad:
         return f"cluster subnets outside availability zones EKS supports: {', '.join(bad)}"
     return None
@@ -231,10 +255,18 @@ def _one_entry_per_principal(name: str, inputs: dict[str, Any], acct: Account) -
     if c is None or principal not in c.entries or c.entries[principal] == acct.urn:
         return None  # no such cluster known, no entry yet, or this resource's own (an update, not a create)
     holder = c.entries[principal]
-    who = ("EKS's own entry for the principal that created the cluster (bootstrapClusterCreatorAdminPermissions, "
-           f"created by {c.creator_arn})") if holder is None else f"the entry {holder.split('::')[-1]} made"
-    return (f"an access entry for {principal} on cluster {cname}, which already has one ({who}): CreateAccessEntry "
-            "answers 409 ResourceInUseException")
+    who = (
+        (
+            "EKS's own entry for the principal that created the cluster (bootstrapClusterCreatorAdminPermissions, "
+            f"created by {c.creator_arn})"
+        )
+        if holder is None
+        else f"the entry {holder.split('::')[-1]} made"
+    )
+    return (
+        f"an access entry for {principal} on cluster {cname}, which already has one ({who}): CreateAccessEntry "
+        "answers 409 ResourceInUseException"
+    )
 
 
 def _cluster_version_step(name: str, inputs: dict[str, Any], acct: Account) -> str | None:
@@ -267,6 +299,7 @@ def _node_group_not_above_control_plane(name: str, inputs: dict[str, Any], acct:
 
 
 # -- IAM: Pod Identity trust policy --------------------------------------------------------------------------------
+
 
 def pod_identity_statements(raw: Any) -> list[dict[str, Any]]:
     """The statements of trust policy ``raw`` (JSON text) that let ``pods.eks.amazonaws.com`` in; [] if none or unread."""
@@ -311,68 +344,128 @@ def _pod_identity_trust(name: str, inputs: dict[str, Any], acct: Account) -> str
         actions = set(actions if isinstance(actions, list) else [actions])
         if not ({"sts:AssumeRole", "sts:TagSession"} <= actions or "sts:*" in actions or "*" in actions):
             return f"a Pod Identity trust statement without {sorted({'sts:AssumeRole', 'sts:TagSession'} - actions)}"
-        absent = sorted(k for k in condition_keys(st, required_only=True)
-                        if k.startswith("aws:requesttag/") and k not in POD_IDENTITY_TAG_KEYS)
+        absent = sorted(
+            k
+            for k in condition_keys(st, required_only=True)
+            if k.startswith("aws:requesttag/") and k not in POD_IDENTITY_TAG_KEYS
+        )
         if absent:
-            return (f"the trust policy requires session tag(s) {absent}, which EKS Pod Identity never adds: every "
-                    f"AssumeRole is denied. The tags it adds: {', '.join(POD_IDENTITY_SESSION_TAGS)}")
+            return (
+                f"the trust policy requires session tag(s) {absent}, which EKS Pod Identity never adds: every "
+                f"AssumeRole is denied. The tags it adds: {', '.join(POD_IDENTITY_SESSION_TAGS)}"
+            )
     return None
 
 
-LAUNCH_TEMPLATES_DOC = ("EKS user guide: Customize managed nodes with launch templates",
-                        "https://docs.aws.amazon.com/eks/latest/userguide/launch-templates.html")
+LAUNCH_TEMPLATES_DOC = (
+    "EKS user guide: Customize managed nodes with launch templates",
+    "https://docs.aws.amazon.com/eks/latest/userguide/launch-templates.html",
+)
 
 RULES: tuple[AwsRule, ...] = (
-    AwsRule("capacity-block-type-in-template", "EKS", MNG,
-            "a CAPACITY_BLOCK node group whose instance type is not in its launch template (or is in the node group)",
-            "EKS user guide: Create a managed node group with Capacity Blocks for ML",
-            "https://docs.aws.amazon.com/eks/latest/userguide/capacity-blocks-mng.html", _capacity_block_type),
-    AwsRule("instance-type-in-one-place", "EKS", MNG,
-            "an instance type in both the launch template and the node group", *LAUNCH_TEMPLATES_DOC,
-            _type_in_one_place),
-    AwsRule("no-subnet-in-launch-template", "EKS", MNG,
-            "a SubnetId on a launch template's network interfaces (subnets belong to the node group)",
-            *LAUNCH_TEMPLATES_DOC, _no_subnet_in_template),
-    AwsRule("interface-security-groups", "EC2", MNG,
-            "top-level security groups next to network interfaces in a launch template",
-            "EC2 API reference: RequestLaunchTemplateData (SecurityGroupIds)",
-            "https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_RequestLaunchTemplateData.html",
-            _no_top_level_sgs_with_interfaces),
-    AwsRule("user-data-mime-multipart", "EKS", MNG,
-            "launch-template user data that is not a MIME multi-part archive on a node group running an EKS AMI "
-            "type (no imageId): EKS merges it with its own bootstrap", *LAUNCH_TEMPLATES_DOC, _user_data_mime),
-    AwsRule("gp3-limits", "EC2", LAUNCH_TEMPLATE,
-            "a gp3 volume outside 3,000-80,000 IOPS or 125-2,000 MiB/s, above 500 IOPS per GiB, or above 0.25 MiB/s "
-            "of throughput per provisioned IOPS (the 3,000 baseline when unset); throughput on another volume type",
-            "EBS user guide: General Purpose SSD volumes (gp3); EC2 API reference: LaunchTemplateEbsBlockDeviceRequest",
-            "https://docs.aws.amazon.com/ebs/latest/userguide/general-purpose.html", _gp3_volumes),
-    AwsRule("cluster-subnets-in-azs", "EKS", EKS_CLUSTER,
-            "cluster subnets in a Local Zone or Wavelength Zone (zone-type other than availability-zone), or in an AZ "
-            "whose zone ID EKS does not support (use1-az3, usw1-az2, cac1-az3)",
-            "EKS user guide: View Amazon EKS networking requirements for VPC and subnets",
-            "https://docs.aws.amazon.com/eks/latest/userguide/network-reqs.html", _cluster_subnets_in_azs),
-    AwsRule("one-entry-per-principal", "EKS", ACCESS_ENTRY,
-            "an access entry for a principal that already has one on the cluster, EKS's creator entry "
-            "(bootstrapClusterCreatorAdminPermissions; the creator is who created the cluster, not who runs this "
-            "update) included (409 ResourceInUseException)",
-            "EKS API reference: CreateAccessConfigRequest (bootstrapClusterCreatorAdminPermissions) and "
-            "CreateAccessEntry", "https://docs.aws.amazon.com/eks/latest/APIReference/API_CreateAccessConfigRequest.html",
-            _one_entry_per_principal),
-    AwsRule("one-minor-at-a-time", "EKS", EKS_CLUSTER,
-            "a control-plane version update that skips a minor version or goes down",
-            "EKS user guide: Update existing cluster to new Kubernetes version",
-            "https://docs.aws.amazon.com/eks/latest/userguide/update-cluster.html", _cluster_version_step),
-    AwsRule("node-group-not-above-control-plane", "EKS", MNG,
-            "a managed node group version newer than its control plane's",
-            "EKS user guide: Update a managed node group for your cluster",
-            "https://docs.aws.amazon.com/eks/latest/userguide/update-managed-node-group.html",
-            _node_group_not_above_control_plane),
-    AwsRule("pod-identity-trust", "IAM", IAM_ROLE,
-            "(denies every AssumeRole of) a Pod Identity trust policy without sts:AssumeRole and sts:TagSession, or "
-            "requiring a session tag Pod Identity never adds",
-            "EKS user guide: Create IAM role with trust policy required by EKS Pod Identity; Grant Pods access to "
-            "AWS resources based on tags", "https://docs.aws.amazon.com/eks/latest/userguide/pod-id-role.html",
-            _pod_identity_trust),
+    AwsRule(
+        "capacity-block-type-in-template",
+        "EKS",
+        MNG,
+        "a CAPACITY_BLOCK node group whose instance type is not in its launch template (or is in the node group)",
+        "EKS user guide: Create a managed node group with Capacity Blocks for ML",
+        "https://docs.aws.amazon.com/eks/latest/userguide/capacity-blocks-mng.html",
+        _capacity_block_type,
+    ),
+    AwsRule(
+        "instance-type-in-one-place",
+        "EKS",
+        MNG,
+        "an instance type in both the launch template and the node group",
+        *LAUNCH_TEMPLATES_DOC,
+        _type_in_one_place,
+    ),
+    AwsRule(
+        "no-subnet-in-launch-template",
+        "EKS",
+        MNG,
+        "a SubnetId on a launch template's network interfaces (subnets belong to the node group)",
+        *LAUNCH_TEMPLATES_DOC,
+        _no_subnet_in_template,
+    ),
+    AwsRule(
+        "interface-security-groups",
+        "EC2",
+        MNG,
+        "top-level security groups next to network interfaces in a launch template",
+        "EC2 API reference: RequestLaunchTemplateData (SecurityGroupIds)",
+        "https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_RequestLaunchTemplateData.html",
+        _no_top_level_sgs_with_interfaces,
+    ),
+    AwsRule(
+        "user-data-mime-multipart",
+        "EKS",
+        MNG,
+        "launch-template user data that is not a MIME multi-part archive on a node group running an EKS AMI "
+        "type (no imageId): EKS merges it with its own bootstrap",
+        *LAUNCH_TEMPLATES_DOC,
+        _user_data_mime,
+    ),
+    AwsRule(
+        "gp3-limits",
+        "EC2",
+        LAUNCH_TEMPLATE,
+        "a gp3 volume outside 3,000-80,000 IOPS or 125-2,000 MiB/s, above 500 IOPS per GiB, or above 0.25 MiB/s "
+        "of throughput per provisioned IOPS (the 3,000 baseline when unset); throughput on another volume type",
+        "EBS user guide: General Purpose SSD volumes (gp3); EC2 API reference: LaunchTemplateEbsBlockDeviceRequest",
+        "https://docs.aws.amazon.com/ebs/latest/userguide/general-purpose.html",
+        _gp3_volumes,
+    ),
+    AwsRule(
+        "cluster-subnets-in-azs",
+        "EKS",
+        EKS_CLUSTER,
+        "cluster subnets in a Local Zone or Wavelength Zone (zone-type other than availability-zone), or in an AZ "
+        "whose zone ID EKS does not support (use1-az3, usw1-az2, cac1-az3)",
+        "EKS user guide: View Amazon EKS networking requirements for VPC and subnets",
+        "https://docs.aws.amazon.com/eks/latest/userguide/network-reqs.html",
+        _cluster_subnets_in_azs,
+    ),
+    AwsRule(
+        "one-entry-per-principal",
+        "EKS",
+        ACCESS_ENTRY,
+        "an access entry for a principal that already has one on the cluster, EKS's creator entry "
+        "(bootstrapClusterCreatorAdminPermissions; the creator is who created the cluster, not who runs this "
+        "update) included (409 ResourceInUseException)",
+        "EKS API reference: CreateAccessConfigRequest (bootstrapClusterCreatorAdminPermissions) and CreateAccessEntry",
+        "https://docs.aws.amazon.com/eks/latest/APIReference/API_CreateAccessConfigRequest.html",
+        _one_entry_per_principal,
+    ),
+    AwsRule(
+        "one-minor-at-a-time",
+        "EKS",
+        EKS_CLUSTER,
+        "a control-plane version update that skips a minor version or goes down",
+        "EKS user guide: Update existing cluster to new Kubernetes version",
+        "https://docs.aws.amazon.com/eks/latest/userguide/update-cluster.html",
+        _cluster_version_step,
+    ),
+    AwsRule(
+        "node-group-not-above-control-plane",
+        "EKS",
+        MNG,
+        "a managed node group version newer than its control plane's",
+        "EKS user guide: Update a managed node group for your cluster",
+        "https://docs.aws.amazon.com/eks/latest/userguide/update-managed-node-group.html",
+        _node_group_not_above_control_plane,
+    ),
+    AwsRule(
+        "pod-identity-trust",
+        "IAM",
+        IAM_ROLE,
+        "(denies every AssumeRole of) a Pod Identity trust policy without sts:AssumeRole and sts:TagSession, or "
+        "requiring a session tag Pod Identity never adds",
+        "EKS user guide: Create IAM role with trust policy required by EKS Pod Identity; Grant Pods access to "
+        "AWS resources based on tags",
+        "https://docs.aws.amazon.com/eks/latest/userguide/pod-id-role.html",
+        _pod_identity_trust,
+    ),
 )
 RULE_IDS = tuple(r.id for r in RULES)
 

@@ -29,27 +29,38 @@ class Subcommand(NamedTuple):
 
 SUBCOMMANDS: dict[str, Subcommand] = {
     "plan": Subcommand("tools.plan", (), "offline plan of a stack: resources, settings, layout rules, cost"),
-    "diff": Subcommand("tools.plan", (), "plan of this tree against a git ref, or two saved --json plans",
-                       positionals_after="--diff"),
+    "diff": Subcommand(
+        "tools.plan", (), "plan of this tree against a git ref, or two saved --json plans", positionals_after="--diff"
+    ),
     "check-rules": Subcommand("tools.plan", ("--check",), "only the layout rules: one line per broken rule"),
     "preflight": Subcommand("tools.preflight", (), "read-only AWS checks before `pulumi up` (quota, AZ, capacity)"),
-    "config-schema": Subcommand("tools.dev.config_schema", (), "check or rewrite the references generated from the "
-                                "code"),
-    "catalogue": Subcommand("tools.dev.gen_catalogue", (), "check or regenerate the instance catalogue from EC2's data"),
+    "config-schema": Subcommand(
+        "tools.dev.config_schema", (), "check or rewrite the references generated from the code"
+    ),
+    "catalogue": Subcommand(
+        "tools.dev.gen_catalogue", (), "check or regenerate the instance catalogue from EC2's data"
+    ),
     "train": Subcommand("training.__main__", (), "train the FSDP model (local Ray cluster, or --address)"),
     "submit": Subcommand("training.__main__", ("submit",), "submit the training job to a RayCluster's Jobs API"),
-    "rayjob": Subcommand("tools.rayjob", (), "a team's training run as a RayJob in its Kueue queue: print, apply, "
-                         "follow to its result"),
+    "rayjob": Subcommand(
+        "tools.rayjob", (), "a team's training run as a RayJob in its Kueue queue: print, apply, follow to its result"
+    ),
     "efa-check": Subcommand("efacheck.efa_check", (), "the EFA proof: collective sweep + NCCL log verdict on Ray"),
-    "image-fleet": Subcommand("efacheck.image_fleet", (), "which image digest every Ray pod runs, and whether they "
-                              "agree (in a pod: the gate's image audit)"),
-    "efa-exporter": Subcommand("efacheck.efa_exporter", (), "serve a sysfs tree's EFA port counters to Prometheus "
-                               "(the node agent)"),
-    "node-check": Subcommand("efacheck.node_check", (), "prove a node's EFA path and remove its startup taint "
-                             "(the node agent)"),
+    "image-fleet": Subcommand(
+        "efacheck.image_fleet",
+        (),
+        "which image digest every Ray pod runs, and whether they agree (in a pod: the gate's image audit)",
+    ),
+    "efa-exporter": Subcommand(
+        "efacheck.efa_exporter", (), "serve a sysfs tree's EFA port counters to Prometheus (the node agent)"
+    ),
+    "node-check": Subcommand(
+        "efacheck.node_check", (), "prove a node's EFA path and remove its startup taint (the node agent)"
+    ),
     "nccl-verdict": Subcommand("efacheck.nccl_log", (), "judge NCCL_DEBUG=INFO logs: efa, fallback or undetermined"),
-    "mutate": Subcommand("tools.dev.mutate", (), "plant each bug of tools/dev/mutations.toml in a copy; its tests "
-                         "must fail"),
+    "mutate": Subcommand(
+        "tools.dev.mutate", (), "plant each bug of tools/dev/mutations.toml in a copy; its tests must fail"
+    ),
 }
 PROG = "ray-efa-eks"
 _PLAN_VALUE_OPTIONS = ("--stack", "--config", "--program")
@@ -62,10 +73,10 @@ def _positionals_last(args: list[str], flag: str) -> list[str]:
     while i < len(args):
         a = args[i]
         if a == "--":
-            positionals += args[i + 1:]
+            positionals += args[i + 1 :]
             break
         if a in _PLAN_VALUE_OPTIONS and i + 1 < len(args):
-            options += args[i:i + 2]
+            options += args[i : i + 2]
             i += 2
             continue
         (options if a.startswith("-") else positionals).append(a)
@@ -81,11 +92,17 @@ def usage() -> str:
     width = max(map(len, SUBCOMMANDS))
 
     def rows(dev: bool) -> str:
-        return "\n".join(f"  {name:<{width}}  {sub.summary}" for name, sub in SUBCOMMANDS.items()
-                         if sub.module.startswith(DEV_PREFIX) == dev)
-    return (f"usage: {PROG} SUBCOMMAND [ARGS ...]\n\ncommands:\n{rows(False)}\n\n"
-            f"developer tools (this repository's checks and generated references):\n{rows(True)}\n\n"
-            f"`{PROG} SUBCOMMAND --help` lists a subcommand's options and exit codes; 64 is always a usage error.\n")
+        return "\n".join(
+            f"  {name:<{width}}  {sub.summary}"
+            for name, sub in SUBCOMMANDS.items()
+            if sub.module.startswith(DEV_PREFIX) == dev
+        )
+
+    return (
+        f"usage: {PROG} SUBCOMMAND [ARGS ...]\n\ncommands:\n{rows(False)}\n\n"
+        f"developer tools (this repository's checks and generated references):\n{rows(True)}\n\n"
+        f"`{PROG} SUBCOMMAND --help` lists a subcommand's options and exit codes; 64 is always a usage error.\n"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -106,10 +123,13 @@ def _dispatch(argv: list[str], prog: str) -> int:
     args = _positionals_last(rest, sub.positionals_after) if sub.positionals_after else rest
     if sub.positionals_after:
         flag = args.index(sub.positionals_after)
-        odd = [a for a in args[flag + 1:] if a.startswith("-")]
+        odd = [a for a in args[flag + 1 :] if a.startswith("-")]
         if odd:  # came after `--`: a ref is never an option (tools.plan.resolve_ref)
-            print(f"{PROG} {name}: error: {odd[0]!r} is not a git ref or a saved plan (a ref never starts with "
-                  f"'-'); e.g. {PROG} {name} origin/main", file=sys.stderr)
+            print(
+                f"{PROG} {name}: error: {odd[0]!r} is not a git ref or a saved plan (a ref never starts with "
+                f"'-'); e.g. {PROG} {name} origin/main",
+                file=sys.stderr,
+            )
             return EXIT_USAGE
     prog = f"{PROG} {name}"
     return run_cli(lambda a, p: module.main(a, prog=p), [*sub.prefix, *args], prog)

@@ -65,12 +65,19 @@ def read_text(path: str | os.PathLike[str], *, what: str = "file", max_bytes: in
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise FileProblem(f"{what} {path}: not UTF-8 text (byte {e.start}: {data[e.start:e.start + 1]!r}); save it "
-                          "as UTF-8") from None
+        raise FileProblem(
+            f"{what} {path}: not UTF-8 text (byte {e.start}: {data[e.start : e.start + 1]!r}); save it as UTF-8"
+        ) from None
 
 
-def load_yaml(path: str | os.PathLike[str], *, what: str = "YAML file", max_bytes: int = MAX_STACK_FILE,
-              max_nodes: int = MAX_YAML_NODES, max_depth: int = MAX_DEPTH) -> Any:
+def load_yaml(
+    path: str | os.PathLike[str],
+    *,
+    what: str = "YAML file",
+    max_bytes: int = MAX_STACK_FILE,
+    max_nodes: int = MAX_YAML_NODES,
+    max_depth: int = MAX_DEPTH,
+) -> Any:
     """One YAML document, safely: bounded size, alias expansion and depth; duplicate keys refused."""
     return parse_yaml(read_text(path, what=what, max_bytes=max_bytes), f"{what} {path}", max_nodes, max_depth)
 
@@ -87,8 +94,9 @@ def parse_yaml(text: str, name: str, max_nodes: int = MAX_YAML_NODES, max_depth:
         _check_nodes(node, name, max_nodes, max_depth)
         return loader.construct_document(node)
     except yaml.YAMLError as e:
-        raise FileProblem(f"{name}: not valid YAML ({str(e).splitlines()[0] if str(e) else type(e).__name__}"
-                          f"{_where(e)})") from None
+        raise FileProblem(
+            f"{name}: not valid YAML ({str(e).splitlines()[0] if str(e) else type(e).__name__}{_where(e)})"
+        ) from None
     finally:
         loader.dispose()
 
@@ -108,8 +116,10 @@ def _check_nodes(root: Any, name: str, max_nodes: int, max_depth: int) -> None:
         node, depth = stack.pop()
         count += 1
         if count > max_nodes:
-            raise FileProblem(f"{name}: its aliases expand to more than {max_nodes} nodes (an alias bomb?); "
-                              "Pulumi refuses such a file too ('excessive aliasing'): write the values out")
+            raise FileProblem(
+                f"{name}: its aliases expand to more than {max_nodes} nodes (an alias bomb?); "
+                "Pulumi refuses such a file too ('excessive aliasing'): write the values out"
+            )
         if depth > max_depth:
             raise FileProblem(f"{name}: nested more than {max_depth} levels deep")
         if isinstance(node, yaml.MappingNode):
@@ -117,16 +127,19 @@ def _check_nodes(root: Any, name: str, max_nodes: int, max_depth: int) -> None:
             for k, v in node.value:
                 if isinstance(k, yaml.ScalarNode):
                     if k.value in seen:
-                        raise FileProblem(f"{name}: key {k.value!r} appears twice (lines {seen[k.value]} and "
-                                          f"{k.start_mark.line + 1}); Pulumi refuses a repeated key: keep one")
+                        raise FileProblem(
+                            f"{name}: key {k.value!r} appears twice (lines {seen[k.value]} and "
+                            f"{k.start_mark.line + 1}); Pulumi refuses a repeated key: keep one"
+                        )
                     seen[k.value] = k.start_mark.line + 1
                 stack += [(k, depth + 1), (v, depth + 1)]
         elif isinstance(node, yaml.SequenceNode):
             stack += [(c, depth + 1) for c in node.value]
 
 
-def load_json(path: str | os.PathLike[str], *, what: str = "JSON file", max_bytes: int = MAX_PLAN_FILE,
-              max_depth: int = MAX_DEPTH) -> Any:
+def load_json(
+    path: str | os.PathLike[str], *, what: str = "JSON file", max_bytes: int = MAX_PLAN_FILE, max_depth: int = MAX_DEPTH
+) -> Any:
     """One JSON document: bounded size and depth (a deeply nested one would exhaust the parser's recursion)."""
     text = read_text(path, what=what, max_bytes=max_bytes)
     depth = deepest = 0

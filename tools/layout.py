@@ -56,8 +56,8 @@ KUBERAY_CHART = "kuberay-operator"
 EFA_PLUGIN_CHART = "aws-efa-k8s-device-plugin"
 
 
-
 # -- unknown values ------------------------------------------------------------------------------------------------
+
 
 class _Unknown:
     """A value only ``pulumi up`` will know (computed from a resource not created yet)."""
@@ -79,15 +79,17 @@ class _Unknown:
 UNKNOWN: Any = _Unknown()
 
 # The sentinels Pulumi's engine puts in place of unknown values (pulumi_policy/proxy.py, pulumi/runtime/rpc.py).
-_UNKNOWN_SENTINELS = frozenset({
-    "04da6b54-80e4-46f7-96ec-b56ff0331ba9",  # string (also the Python SDK's UNKNOWN)
-    "1c4a061d-8072-4f0a-a4cb-0ff528b18fe7",  # boolean
-    "3eeb2bf0-c639-47a8-9e75-3b44932eb421",  # number
-    "6a19a0b0-7e62-4c92-b797-7f8e31da9cc2",  # array
-    "030794c1-ac77-496b-92df-f27374a8bd58",  # asset
-    "e48ece36-62e2-4504-bad9-02848725956a",  # archive
-    "dd056dcd-154b-4c76-9bd3-c8f88648b5ff",  # object
-})
+_UNKNOWN_SENTINELS = frozenset(
+    {
+        "04da6b54-80e4-46f7-96ec-b56ff0331ba9",  # string (also the Python SDK's UNKNOWN)
+        "1c4a061d-8072-4f0a-a4cb-0ff528b18fe7",  # boolean
+        "3eeb2bf0-c639-47a8-9e75-3b44932eb421",  # number
+        "6a19a0b0-7e62-4c92-b797-7f8e31da9cc2",  # array
+        "030794c1-ac77-496b-92df-f27374a8bd58",  # asset
+        "e48ece36-62e2-4504-bad9-02848725956a",  # archive
+        "dd056dcd-154b-4c76-9bd3-c8f88648b5ff",  # object
+    }
+)
 
 
 def is_unknown(value: Any) -> bool:
@@ -129,6 +131,7 @@ def plain(value: Any) -> Any:
 
 # -- the neutral resource view -------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Resource:
     """One resource as both the mocks and CrossGuard can describe it."""
@@ -149,13 +152,26 @@ class Resource:
         return f"{self.type} {self.name}"
 
     def to_json(self) -> dict[str, Any]:
-        return {"type": self.type, "name": self.name, "urn": self.urn, "parent": self.parent,
-                "id": self.id, "props": _jsonable(self.props)}
+        return {
+            "type": self.type,
+            "name": self.name,
+            "urn": self.urn,
+            "parent": self.parent,
+            "id": self.id,
+            "props": _jsonable(self.props),
+        }
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "Resource":
-        return cls(d["type"], d["name"], d.get("urn") or f"{d['type']}::{d['name']}", d.get("parent"),
-                   plain(d.get("props") or {}), d.get("id"), {k: list(v) for k, v in (d.get("deps") or {}).items()})
+        return cls(
+            d["type"],
+            d["name"],
+            d.get("urn") or f"{d['type']}::{d['name']}",
+            d.get("parent"),
+            plain(d.get("props") or {}),
+            d.get("id"),
+            {k: list(v) for k, v in (d.get("deps") or {}).items()},
+        )
 
 
 def _jsonable(value: Any) -> Any:
@@ -171,15 +187,21 @@ def _jsonable(value: Any) -> Any:
 def from_mockrun(run: Any) -> list[Resource]:
     """The records of ``tools.mockrun.run_program`` (inputs as props)."""
     ids = getattr(run, "ids", {})
-    return [Resource(r.type, r.name, r.urn or f"{r.type}::{r.name}", r.parent, plain(r.inputs), ids.get(r.urn))
-            for r in run.resources]
+    return [
+        Resource(r.type, r.name, r.urn or f"{r.type}::{r.name}", r.parent, plain(r.inputs), ids.get(r.urn))
+        for r in run.resources
+    ]
 
 
 def from_policy(resources: Iterable[Any]) -> list[Resource]:
     """``pulumi_policy.PolicyResource`` objects (outputs as props, unknowns kept as UNKNOWN)."""
     out = []
     for r in resources:
-        parent = r.parent.urn if getattr(r, "parent", None) is not None else getattr(getattr(r, "opts", None), "parent", None)
+        parent = (
+            r.parent.urn
+            if getattr(r, "parent", None) is not None
+            else getattr(getattr(r, "opts", None), "parent", None)
+        )
         props = plain(r.props) if r.props is not None else {}
         rid = props.get("id") if isinstance(props.get("id"), str) else None
         deps = {k: [d.urn for d in v] for k, v in (getattr(r, "property_dependencies", None) or {}).items()}

@@ -5,7 +5,14 @@ from __future__ import annotations
 
 
 from ..components.cluster import eks_versions
-from ..components.nodes.cost import CAPACITY_BLOCK, ON_DEMAND, RESERVATION, capacity_notes, control_plane_note, hourly_usd
+from ..components.nodes.cost import (
+    CAPACITY_BLOCK,
+    ON_DEMAND,
+    RESERVATION,
+    capacity_notes,
+    control_plane_note,
+    hourly_usd,
+)
 from ..components.nodes.instances import CATALOGUE, NoPrice
 from .layout import CAPACITY_RESERVATION, EKS_CLUSTER, EKS_COMPONENT, NAT_GATEWAY, Stack, dig
 from .layout_node_groups import NodeGroup, node_groups
@@ -44,8 +51,11 @@ def cluster_versions(stack: Stack) -> list[str | None]:
 
 def interface_endpoint_azs(stack: Stack) -> int:
     """Interface VPC endpoints x their subnets (one network interface, one hourly charge, per AZ)."""
-    return sum(len(subnets) for r in stack.of_type(VPC_ENDPOINT) if dig(r.props, "vpcEndpointType") == "Interface"
-               and isinstance(subnets := dig(r.props, "subnetIds"), list))
+    return sum(
+        len(subnets)
+        for r in stack.of_type(VPC_ENDPOINT)
+        if dig(r.props, "vpcEndpointType") == "Interface" and isinstance(subnets := dig(r.props, "subnetIds"), list)
+    )
 
 
 def hourly_cost(stack: Stack, region: str, idle: bool = False) -> tuple[float | None, list[str]]:
@@ -70,11 +80,17 @@ def hourly_cost(stack: Stack, region: str, idle: bool = False) -> tuple[float | 
         nodes.append((types[0], count))
     if missing:
         return None, missing
-    planes = sum(eks_versions.control_plane_usd_hour(v) if v else eks_versions.STANDARD_USD_HOUR
-                 for v in cluster_versions(stack))
+    planes = sum(
+        eks_versions.control_plane_usd_hour(v) if v else eks_versions.STANDARD_USD_HOUR for v in cluster_versions(stack)
+    )
     try:
-        return round(hourly_usd(region, nodes, 0, len(stack.of_type(NAT_GATEWAY)),
-                                interface_endpoint_azs=interface_endpoint_azs(stack)) + planes, 4), []
+        return round(
+            hourly_usd(
+                region, nodes, 0, len(stack.of_type(NAT_GATEWAY)), interface_endpoint_azs=interface_endpoint_azs(stack)
+            )
+            + planes,
+            4,
+        ), []
     except NoPrice as e:  # a region without figures: say so, never borrow another region's
         return None, [str(e)]
 
@@ -88,9 +104,15 @@ def cost_notes(stack: Stack, region: str) -> list[str]:
         if not g.gpu or not types or (mode == ON_DEMAND and not isinstance(g.nodes, int)):
             continue
         count = g.max_nodes if g.max_nodes is not None else (g.nodes if isinstance(g.nodes, int) else 0)
-        notes += capacity_notes(mode, types[0], region, count, reserved_instances(stack, g),
-                                g.reservation if isinstance(g.reservation, str) else None,
-                                scale_from_zero=g.max_nodes is not None)
+        notes += capacity_notes(
+            mode,
+            types[0],
+            region,
+            count,
+            reserved_instances(stack, g),
+            g.reservation if isinstance(g.reservation, str) else None,
+            scale_from_zero=g.max_nodes is not None,
+        )
     notes += [control_plane_note(v) for v in cluster_versions(stack)]
     warnings = [w for v in cluster_versions(stack) if v and (w := eks_versions.version_warning(v))]
     return notes + [f"warning: {w}" for w in warnings]

@@ -40,12 +40,17 @@ def allocatable(instance_type: str) -> dict[str, Decimal] | None:
     it = CATALOGUE.get(instance_type)
     if it is None or not it.max_pods:
         return None
-    return {"cpu": Decimal(allocatable_cpu_m(it)) / 1000, "memory": Decimal(allocatable_memory_mib(it)) * 2 ** 20,
-            "pods": Decimal(it.max_pods),
-            GPU_RESOURCE: Decimal(it.gpus), EFA_RESOURCE: Decimal(it.max_efa_interfaces if it.efa_supported else 0)}
+    return {
+        "cpu": Decimal(allocatable_cpu_m(it)) / 1000,
+        "memory": Decimal(allocatable_memory_mib(it)) * 2**20,
+        "pods": Decimal(it.max_pods),
+        GPU_RESOURCE: Decimal(it.gpus),
+        EFA_RESOURCE: Decimal(it.max_efa_interfaces if it.efa_supported else 0),
+    }
 
 
 # -- requests ------------------------------------------------------------------------------------------------------
+
 
 def _requests(c: dict[str, Any]) -> dict[str, Decimal]:
     requests, _ = container_resources(c)
@@ -86,6 +91,7 @@ def effective_requests(spec: dict[str, Any]) -> dict[str, Decimal]:
 
 # -- admission -----------------------------------------------------------------------------------------------------
 
+
 def _expr_ok(labels: dict[str, str], e: dict[str, Any]) -> bool:
     key, op, values = e.get("key"), e.get("operator"), e.get("values") or []
     if UNKNOWN in (key, op, e.get("values")) or (isinstance(values, list) and UNKNOWN in values):
@@ -125,11 +131,16 @@ def why_not(spec: dict[str, Any], labels: dict[str, str], taints: list[dict[str,
     wrong = {k: v for k, v in sel.items() if labels.get(k) != v and v is not UNKNOWN} if isinstance(sel, dict) else {}
     if wrong:
         return "its nodeSelector " + ", ".join(f"{k}={v}" for k, v in sorted(wrong.items())) + " does not match"
-    terms = dig(spec, "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution",
-                "nodeSelectorTerms")
-    if isinstance(terms, list) and terms and not any(
+    terms = dig(spec, "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms")
+    if (
+        isinstance(terms, list)
+        and terms
+        and not any(
             all(_expr_ok(labels, e) for e in (t.get("matchExpressions") or []) if isinstance(e, dict))
-            for t in terms if isinstance(t, dict)):
+            for t in terms
+            if isinstance(t, dict)
+        )
+    ):
         return "its required node affinity matches no label of the node"
     tolerations = spec.get("tolerations")
     if tolerations is UNKNOWN or (isinstance(tolerations, list) and UNKNOWN in tolerations):
@@ -232,17 +243,28 @@ def _nodes(stack: Stack) -> tuple[list[GroupFit], list[str]]:
         alloc = allocatable(itype) if itype else None
         unknown = [k for k in ("labels", "taints") if g.props.get(k) is UNKNOWN]
         if alloc is None or not isinstance(count, int) or unknown:
-            skipped.append(f"node group {g.resource.name} ({', '.join(g.instance_types) or 'no instance type'}, "
-                           f"{count if count is not UNKNOWN else 'unknown'} nodes"
-                           f"{', unknown ' + ' and '.join(unknown) if unknown else ''})")
+            skipped.append(
+                f"node group {g.resource.name} ({', '.join(g.instance_types) or 'no instance type'}, "
+                f"{count if count is not UNKNOWN else 'unknown'} nodes"
+                f"{', unknown ' + ' and '.join(unknown) if unknown else ''})"
+            )
             continue
-        labels = {**{k: v for k, v in g.labels.items() if isinstance(v, str)},
-                  "node.kubernetes.io/instance-type": itype, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"}
+        labels = {
+            **{k: v for k, v in g.labels.items() if isinstance(v, str)},
+            "node.kubernetes.io/instance-type": itype,
+            "kubernetes.io/os": "linux",
+            "kubernetes.io/arch": "amd64",
+        }
         taints = _taints(g.props)
         if isinstance(g.efa_interfaces, int):
             alloc = {**alloc, EFA_RESOURCE: Decimal(g.efa_interfaces)}
-        groups.append(GroupFit(g.resource.name, itype, [Node(g.resource.name, i, itype, labels, taints, dict(alloc))
-                                                       for i in range(count)]))
+        groups.append(
+            GroupFit(
+                g.resource.name,
+                itype,
+                [Node(g.resource.name, i, itype, labels, taints, dict(alloc)) for i in range(count)],
+            )
+        )
     return groups, skipped
 
 
@@ -254,8 +276,11 @@ def _placement_taints(node: Node) -> list[dict[str, str]]:
 def _own_cluster(stack: Stack) -> tuple[bool, list[str]]:
     """Whether the stack creates its EKS cluster, and the nodes it has that no node group here describes."""
     clusters = stack.of_type(EKS_COMPONENT, EKS_CLUSTER)
-    default_group = [f"{c.name}: pulumi-eks's default node group" for c in stack.of_type(EKS_COMPONENT)
-                     if c.props.get("skipDefaultNodeGroup") is not True]
+    default_group = [
+        f"{c.name}: pulumi-eks's default node group"
+        for c in stack.of_type(EKS_COMPONENT)
+        if c.props.get("skipDefaultNodeGroup") is not True
+    ]
     return bool(clusters), default_group
 
 
@@ -276,15 +301,32 @@ def fit(stack: Stack) -> Fit:
                 _place(p, req, [n], unplaced)
             continue
         if not admitting and p.replicas > 0:
-            reasons = [f"{g.name}: {why_not(p.spec, g.nodes[0].labels, _placement_taints(g.nodes[0]))}"
-                       for g in groups if g.nodes]
-            unplaced.append(Unplaced(p.name, p.source, None, None, None, None, None,
-                                     reasons or ["the stack has no node (every node group is empty)"]))
+            reasons = [
+                f"{g.name}: {why_not(p.spec, g.nodes[0].labels, _placement_taints(g.nodes[0]))}"
+                for g in groups
+                if g.nodes
+            ]
+            unplaced.append(
+                Unplaced(
+                    p.name,
+                    p.source,
+                    None,
+                    None,
+                    None,
+                    None,
+                    None,
+                    reasons or ["the stack has no node (every node group is empty)"],
+                )
+            )
             continue
         for _ in range(p.replicas):
             _place(p, req, admitting, unplaced)
-    return Fit(groups, unplaced, [f"chart {c}: its pods are not known here" for c in unknown_charts] + skipped,
-               own and not skipped)
+    return Fit(
+        groups,
+        unplaced,
+        [f"chart {c}: its pods are not known here" for c in unknown_charts] + skipped,
+        own and not skipped,
+    )
 
 
 def _place(p: FitPod, req: dict[str, Decimal], candidates: list[Node], unplaced: list[Unplaced]) -> None:
@@ -294,11 +336,23 @@ def _place(p: FitPod, req: dict[str, Decimal], candidates: list[Node], unplaced:
             return
     best = max(candidates, key=lambda n: n.free("cpu"))  # the node that came closest, for the message
     short = best.short(req) or "cpu"
-    unplaced.append(Unplaced(p.name, p.source, best.group, short, req.get(short), best.free(short),
-                             best.allocatable.get(short), [], f"{best.group}[{best.index}]"))
+    unplaced.append(
+        Unplaced(
+            p.name,
+            p.source,
+            best.group,
+            short,
+            req.get(short),
+            best.free(short),
+            best.allocatable.get(short),
+            [],
+            f"{best.group}[{best.index}]",
+        )
+    )
 
 
 # -- figures -------------------------------------------------------------------------------------------------------
+
 
 def show(resource: str, value: Decimal | None) -> str:
     """``3920m`` for CPU, ``14.2Gi`` for memory, a count for the rest."""
@@ -307,7 +361,7 @@ def show(resource: str, value: Decimal | None) -> str:
     if resource == "cpu":
         return f"{int(value * 1000)}m"
     if resource == "memory":
-        return f"{value / 2 ** 30:.2f}Gi"
+        return f"{value / 2**30:.2f}Gi"
     return str(int(value))
 
 
@@ -316,9 +370,11 @@ def problem_line(u: Unplaced) -> str:
     if u.group is None:
         return f"pod {u.pod} ({u.source}) fits no node group: " + "; ".join(u.reasons)
     used = (u.allocatable or 0) - (u.free or 0)
-    return (f"pod {u.pod} ({u.source}) does not fit on node group {u.group}: it requests {u.resource} "
-            f"{show(u.resource, u.requested)}, the other pods there already request {show(u.resource, used)} of "
-            f"{show(u.resource, u.allocatable)} allocatable ({show(u.resource, u.free)} free)")
+    return (
+        f"pod {u.pod} ({u.source}) does not fit on node group {u.group}: it requests {u.resource} "
+        f"{show(u.resource, u.requested)}, the other pods there already request {show(u.resource, used)} of "
+        f"{show(u.resource, u.allocatable)} allocatable ({show(u.resource, u.free)} free)"
+    )
 
 
 def summary(f: Fit) -> dict[str, Any]:
@@ -329,9 +385,14 @@ def summary(f: Fit) -> dict[str, Any]:
             "instanceType": g.instance_type,
             "nodes": len(g.nodes),
             "allocatablePerNode": {k: show(k, g.allocatable.get(k)) for k in ("cpu", "memory", "pods")},
-            "perNode": [{"cpu": show("cpu", n.used.get("cpu", Decimal(0))),
-                         "memory": show("memory", n.used.get("memory", Decimal(0))),
-                         "pods": sorted(n.pods)} for n in g.nodes],
+            "perNode": [
+                {
+                    "cpu": show("cpu", n.used.get("cpu", Decimal(0))),
+                    "memory": show("memory", n.used.get("memory", Decimal(0))),
+                    "pods": sorted(n.pods),
+                }
+                for n in g.nodes
+            ],
         }
     if f.unplaced:
         out["(unplaced)"] = [problem_line(u) for u in f.unplaced]

@@ -49,8 +49,14 @@ def _res(requests: dict[str, str] | None = None, limits: dict[str, str] | None =
     return out
 
 
-def _spec(containers: list[dict], *, init: list[dict] | None = None, node_selector: Any = None,
-          affinity: Any = None, tolerations: Any = None) -> dict[str, Any]:
+def _spec(
+    containers: list[dict],
+    *,
+    init: list[dict] | None = None,
+    node_selector: Any = None,
+    affinity: Any = None,
+    tolerations: Any = None,
+) -> dict[str, Any]:
     spec: dict[str, Any] = {"containers": containers}
     if init:
         spec["initContainers"] = init
@@ -70,6 +76,7 @@ def _v(values: dict, *path: str, default: Any = None) -> Any:
 
 
 # -- the stack's own pod templates ---------------------------------------------------------------------------------
+
 
 def _replicas(value: Any) -> int:
     """A template's pod count at its largest: ``replicas``, or the top of an autoscaled ``min..max`` range."""
@@ -94,8 +101,10 @@ def stack_pods(stack: Stack) -> list[FitPod]:
             sidecar = _c("autoscaler (KubeRay sidecar)", given if isinstance(given, dict) else AUTOSCALER_DEFAULT)
             spec["containers"] = [*spec.get("containers", []), sidecar]
         elif p.role.startswith("worker "):
-            spec["initContainers"] = [*(spec.get("initContainers") or []),
-                                      _c("wait-gcs-ready (KubeRay)", WAIT_GCS_READY)]
+            spec["initContainers"] = [
+                *(spec.get("initContainers") or []),
+                _c("wait-gcs-ready (KubeRay)", WAIT_GCS_READY),
+            ]
         daemonset = p.resource.type == "kubernetes:apps/v1:DaemonSet"
         name = p.resource.name if p.role == "pod" else p.label
         out.append(FitPod(name, spec, 1 if daemonset else _replicas(p.replicas), daemonset))
@@ -104,36 +113,75 @@ def stack_pods(stack: Stack) -> list[FitPod]:
 
 # -- Helm charts ---------------------------------------------------------------------------------------------------
 
+
 def _kuberay(values: dict) -> list[FitPod]:
     """kuberay-operator 1.7.0: one Deployment; values.yaml ``resources`` sets limits 100m / 512Mi only (requests
     default to them), ``nodeSelector``/``affinity``/``tolerations`` empty; the template adds none."""
     res = _v(values, "resources", default={"limits": {"cpu": "100m", "memory": "512Mi"}})
-    return [FitPod("kuberay-operator", _spec([_c("kuberay-operator", res)], node_selector=_v(values, "nodeSelector"),
-                                             affinity=_v(values, "affinity"), tolerations=_v(values, "tolerations")),
-                   int(_v(values, "replicas", default=1)))]
+    return [
+        FitPod(
+            "kuberay-operator",
+            _spec(
+                [_c("kuberay-operator", res)],
+                node_selector=_v(values, "nodeSelector"),
+                affinity=_v(values, "affinity"),
+                tolerations=_v(values, "tolerations"),
+            ),
+            int(_v(values, "replicas", default=1)),
+        )
+    ]
 
 
 def _cluster_autoscaler(values: dict) -> list[FitPod]:
     """cluster-autoscaler 9.59.0: one Deployment (``replicaCount: 1``), ``resources: {}``, no scheduling defaults."""
-    return [FitPod("cluster-autoscaler", _spec([_c("cluster-autoscaler", _v(values, "resources"))],
-                                               node_selector=_v(values, "nodeSelector"),
-                                               affinity=_v(values, "affinity"), tolerations=_v(values, "tolerations")),
-                   int(_v(values, "replicaCount", default=1)))]
+    return [
+        FitPod(
+            "cluster-autoscaler",
+            _spec(
+                [_c("cluster-autoscaler", _v(values, "resources"))],
+                node_selector=_v(values, "nodeSelector"),
+                affinity=_v(values, "affinity"),
+                tolerations=_v(values, "tolerations"),
+            ),
+            int(_v(values, "replicaCount", default=1)),
+        )
+    ]
 
 
 def _nvidia_plugin(values: dict) -> list[FitPod]:
     """nvidia-device-plugin 0.17.1: a DaemonSet, ``resources: {}``; its default affinity wants NFD's GPU labels and
     its default tolerations are CriticalAddonsOnly and nvidia.com/gpu (values.yaml lines 61-92)."""
-    nfd = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-        {"matchExpressions": [{"key": "feature.node.kubernetes.io/pci-10de.present", "operator": "In",
-                               "values": ["true"]}]},
-        {"matchExpressions": [{"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}]}]}}}
-    tolerations = _v(values, "tolerations", default=[CRITICAL_ADDONS, {"key": "nvidia.com/gpu", "operator": "Exists",
-                                                                       "effect": "NoSchedule"}])
-    return [FitPod("nvidia-device-plugin", _spec([_c("nvidia-device-plugin", _v(values, "resources"))],
-                                                 node_selector=_v(values, "nodeSelector"),
-                                                 affinity=_v(values, "affinity", default=nfd), tolerations=tolerations),
-                   daemonset=True)]
+    nfd = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchExpressions": [
+                            {"key": "feature.node.kubernetes.io/pci-10de.present", "operator": "In", "values": ["true"]}
+                        ]
+                    },
+                    {"matchExpressions": [{"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}]},
+                ]
+            }
+        }
+    }
+    tolerations = _v(
+        values,
+        "tolerations",
+        default=[CRITICAL_ADDONS, {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+    )
+    return [
+        FitPod(
+            "nvidia-device-plugin",
+            _spec(
+                [_c("nvidia-device-plugin", _v(values, "resources"))],
+                node_selector=_v(values, "nodeSelector"),
+                affinity=_v(values, "affinity", default=nfd),
+                tolerations=tolerations,
+            ),
+            daemonset=True,
+        )
+    ]
 
 
 def _efa_plugin(values: dict) -> list[FitPod]:
@@ -144,23 +192,56 @@ def _efa_plugin(values: dict) -> list[FitPod]:
     types = _v(values, "supportedInstanceLabels", "values", default=None)
     affinity = None
     if isinstance(types, list) and isinstance(keys, list):
-        affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-            {"matchExpressions": [{"key": k, "operator": "In", "values": types} for k in keys]}]}}}
+        affinity = {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": k, "operator": "In", "values": types} for k in keys]}
+                    ]
+                }
+            }
+        }
     res = _v(values, "resources", default={"requests": {"cpu": "10m", "memory": "20Mi"}})
     tolerations = [*(_v(values, "tolerations", default=[]) or []), CRITICAL_ADDONS]
-    return [FitPod("aws-efa-k8s-device-plugin", _spec([_c("efa-plugin", res)], node_selector=_v(values, "nodeSelector"),
-                                                      affinity=affinity, tolerations=tolerations), daemonset=True)]
+    return [
+        FitPod(
+            "aws-efa-k8s-device-plugin",
+            _spec(
+                [_c("efa-plugin", res)],
+                node_selector=_v(values, "nodeSelector"),
+                affinity=affinity,
+                tolerations=tolerations,
+            ),
+            daemonset=True,
+        )
+    ]
 
 
 def _dcgm(values: dict) -> list[FitPod]:
     """dcgm-exporter 4.8.2: a DaemonSet requesting 100m / 128Mi (limits 200m / 512Mi, values.yaml lines 120-126); its
     default toleration is the control plane's only (153-156)."""
-    res = _v(values, "resources", default={"requests": {"cpu": "100m", "memory": "128Mi"},
-                                           "limits": {"cpu": "200m", "memory": "512Mi"}})
-    tolerations = _v(values, "tolerations", default=[{"key": "node-role.kubernetes.io/control-plane",
-                                                       "operator": "Exists", "effect": "NoSchedule"}])
-    return [FitPod("dcgm-exporter", _spec([_c("exporter", res)], node_selector=_v(values, "nodeSelector"),
-                                          affinity=_v(values, "affinity"), tolerations=tolerations), daemonset=True)]
+    res = _v(
+        values,
+        "resources",
+        default={"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"cpu": "200m", "memory": "512Mi"}},
+    )
+    tolerations = _v(
+        values,
+        "tolerations",
+        default=[{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"}],
+    )
+    return [
+        FitPod(
+            "dcgm-exporter",
+            _spec(
+                [_c("exporter", res)],
+                node_selector=_v(values, "nodeSelector"),
+                affinity=_v(values, "affinity"),
+                tolerations=tolerations,
+            ),
+            daemonset=True,
+        )
+    ]
 
 
 def _kps(values: dict) -> list[FitPod]:
@@ -172,41 +253,79 @@ def _kps(values: dict) -> list[FitPod]:
     out = []
     op = _v(values, "prometheusOperator", default={}) or {}
     if _v(op, "enabled", default=True) is not False:
-        out.append(FitPod("prometheus-operator", _spec([_c("operator", _v(op, "resources"))],
-                                                       node_selector=_v(op, "nodeSelector"),
-                                                       affinity=_v(op, "affinity"), tolerations=_v(op, "tolerations"))))
+        out.append(
+            FitPod(
+                "prometheus-operator",
+                _spec(
+                    [_c("operator", _v(op, "resources"))],
+                    node_selector=_v(op, "nodeSelector"),
+                    affinity=_v(op, "affinity"),
+                    tolerations=_v(op, "tolerations"),
+                ),
+            )
+        )
     prom = _v(values, "prometheus", "prometheusSpec", default={}) or {}
     if _v(values, "prometheus", "enabled", default=True) is not False:
         reloader = _v(op, "prometheusConfigReloader", "resources")
         containers = [_c("prometheus", _v(prom, "resources")), _c("config-reloader", reloader)]
-        out.append(FitPod("prometheus", _spec(containers,
-                                              init=[_c("init-config-reloader", reloader)],
-                                              node_selector=_v(prom, "nodeSelector"), affinity=_v(prom, "affinity"),
-                                              tolerations=_v(prom, "tolerations")),
-                          int(_v(prom, "replicas", default=1)) * int(_v(prom, "shards", default=1))))
-    for key, sub, name in (("grafana", "grafana", "grafana"), ("kubeStateMetrics", "kube-state-metrics",
-                                                                "kube-state-metrics")):
+        out.append(
+            FitPod(
+                "prometheus",
+                _spec(
+                    containers,
+                    init=[_c("init-config-reloader", reloader)],
+                    node_selector=_v(prom, "nodeSelector"),
+                    affinity=_v(prom, "affinity"),
+                    tolerations=_v(prom, "tolerations"),
+                ),
+                int(_v(prom, "replicas", default=1)) * int(_v(prom, "shards", default=1)),
+            )
+        )
+    for key, sub, name in (
+        ("grafana", "grafana", "grafana"),
+        ("kubeStateMetrics", "kube-state-metrics", "kube-state-metrics"),
+    ):
         block = _v(values, key, default={}) or {}
         if _v(block, "enabled", default=True) is False:
             continue
         subvalues = _v(values, sub, default={}) or {}
-        out.append(FitPod(name, _spec([_c(name, _v(subvalues, "resources"))],
-                                      node_selector=_v(subvalues, "nodeSelector"), affinity=_v(subvalues, "affinity"),
-                                      tolerations=_v(subvalues, "tolerations")),
-                          int(_v(subvalues, "replicas", default=1))))
+        out.append(
+            FitPod(
+                name,
+                _spec(
+                    [_c(name, _v(subvalues, "resources"))],
+                    node_selector=_v(subvalues, "nodeSelector"),
+                    affinity=_v(subvalues, "affinity"),
+                    tolerations=_v(subvalues, "tolerations"),
+                ),
+                int(_v(subvalues, "replicas", default=1)),
+            )
+        )
     if _v(values, "nodeExporter", "enabled", default=True) is not False:
         ne = _v(values, "prometheus-node-exporter", default={}) or {}
-        out.append(FitPod("node-exporter", _spec([_c("node-exporter", _v(ne, "resources"))],
-                                                 node_selector=_v(ne, "nodeSelector"), affinity=_v(ne, "affinity"),
-                                                 tolerations=_v(ne, "tolerations", default=[
-                                                     {"effect": "NoSchedule", "operator": "Exists"}])),
-                          daemonset=True))
+        out.append(
+            FitPod(
+                "node-exporter",
+                _spec(
+                    [_c("node-exporter", _v(ne, "resources"))],
+                    node_selector=_v(ne, "nodeSelector"),
+                    affinity=_v(ne, "affinity"),
+                    tolerations=_v(ne, "tolerations", default=[{"effect": "NoSchedule", "operator": "Exists"}]),
+                ),
+                daemonset=True,
+            )
+        )
     return out
 
 
-CHARTS = {"kuberay-operator": _kuberay, "cluster-autoscaler": _cluster_autoscaler,
-          "nvidia-device-plugin": _nvidia_plugin, "aws-efa-k8s-device-plugin": _efa_plugin,
-          "dcgm-exporter": _dcgm, "kube-prometheus-stack": _kps}
+CHARTS = {
+    "kuberay-operator": _kuberay,
+    "cluster-autoscaler": _cluster_autoscaler,
+    "nvidia-device-plugin": _nvidia_plugin,
+    "aws-efa-k8s-device-plugin": _efa_plugin,
+    "dcgm-exporter": _dcgm,
+    "kube-prometheus-stack": _kps,
+}
 """Charts whose pods are known; another chart's pods are not placed (``chart_pods`` names it)."""
 
 
@@ -229,6 +348,7 @@ def chart_pods(stack: Stack) -> tuple[list[FitPod], list[str]]:
 
 # -- EKS's own add-ons ---------------------------------------------------------------------------------------------
 
+
 def eks_addon_pods(stack: Stack) -> list[FitPod]:
     """What EKS runs on every cluster (CoreDNS, kube-proxy, the VPC CNI's aws-node), and the add-ons the stack
     installs (``aws:eks/addon``) whose pods are known.
@@ -242,20 +362,47 @@ def eks_addon_pods(stack: Stack) -> list[FitPod]:
     charts/eks-node-monitoring-agent/values.yaml ``nodeAgent.resources``); every DaemonSet tolerates every taint.
     Check a live cluster with ``kubectl -n kube-system get deploy,ds -o yaml``."""
     coredns_tol = [CRITICAL_ADDONS, {"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}]
-    out = [FitPod("coredns", _spec([_c("coredns", _res({"cpu": "100m", "memory": "70Mi"}, {"memory": "170Mi"}))],
-                                   tolerations=coredns_tol), 2, source="EKS add-on coredns"),
-           FitPod("kube-proxy", _spec([_c("kube-proxy", _res({"cpu": "100m"}))], tolerations=TOLERATE_ALL),
-                  daemonset=True, source="EKS add-on kube-proxy"),
-           FitPod("aws-node", _spec([_c("aws-node", _res({"cpu": "25m"})), _c("aws-eks-nodeagent", {})],
-                                    init=[_c("aws-vpc-cni-init", {})], tolerations=TOLERATE_ALL),
-                  daemonset=True, source="EKS add-on vpc-cni")]
-    known = {"eks-pod-identity-agent": _res(), "eks-node-monitoring-agent": _res({"cpu": "10m", "memory": "30Mi"},
-                                                                                  {"cpu": "250m", "memory": "200Mi"})}
+    out = [
+        FitPod(
+            "coredns",
+            _spec(
+                [_c("coredns", _res({"cpu": "100m", "memory": "70Mi"}, {"memory": "170Mi"}))], tolerations=coredns_tol
+            ),
+            2,
+            source="EKS add-on coredns",
+        ),
+        FitPod(
+            "kube-proxy",
+            _spec([_c("kube-proxy", _res({"cpu": "100m"}))], tolerations=TOLERATE_ALL),
+            daemonset=True,
+            source="EKS add-on kube-proxy",
+        ),
+        FitPod(
+            "aws-node",
+            _spec(
+                [_c("aws-node", _res({"cpu": "25m"})), _c("aws-eks-nodeagent", {})],
+                init=[_c("aws-vpc-cni-init", {})],
+                tolerations=TOLERATE_ALL,
+            ),
+            daemonset=True,
+            source="EKS add-on vpc-cni",
+        ),
+    ]
+    known = {
+        "eks-pod-identity-agent": _res(),
+        "eks-node-monitoring-agent": _res({"cpu": "10m", "memory": "30Mi"}, {"cpu": "250m", "memory": "200Mi"}),
+    }
     for r in stack.of_type("aws:eks/addon:Addon"):
         name = r.props.get("addonName")
         if name in known:
-            out.append(FitPod(name, _spec([_c(name, known[name])], tolerations=TOLERATE_ALL), daemonset=True,
-                              source=f"EKS add-on {name}"))
+            out.append(
+                FitPod(
+                    name,
+                    _spec([_c(name, known[name])], tolerations=TOLERATE_ALL),
+                    daemonset=True,
+                    source=f"EKS add-on {name}",
+                )
+            )
     return out
 
 

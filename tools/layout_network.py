@@ -6,13 +6,29 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .layout import (DASHBOARD_PORT, EFA_PLUGIN_CHART, EFA_RESOURCE, HELM_CHART_V4, HELM_RELEASE, INGRESS,
-                     SECURITY_GROUP, SERVICE, SG_EGRESS, SG_INGRESS, SG_RULE, UNKNOWN, Resource, Stack, dig)
+from .layout import (
+    DASHBOARD_PORT,
+    EFA_PLUGIN_CHART,
+    EFA_RESOURCE,
+    HELM_CHART_V4,
+    HELM_RELEASE,
+    INGRESS,
+    SECURITY_GROUP,
+    SERVICE,
+    SG_EGRESS,
+    SG_INGRESS,
+    SG_RULE,
+    UNKNOWN,
+    Resource,
+    Stack,
+    dig,
+)
 from .layout_node_groups import gpu_node_groups
 from .layout_pods import efa_requested, pod_env, pods, ray_specs
 
 
 # -- EFA intent, security group self rules -------------------------------------------------------------------------
+
 
 def efa_intent(stack: Stack) -> list[str]:
     """Why the stack means to use EFA (empty when it does not)."""
@@ -58,13 +74,19 @@ def self_rules(stack: Stack) -> list[SelfRule]:
     out = []
     for r in stack.of_type(SG_EGRESS, SG_INGRESS):
         p = r.props
-        if _all_protocols(p.get("ipProtocol")) and _same(p.get("securityGroupId"), p.get("referencedSecurityGroupId"),
-                                                         r, "securityGroupId", "referencedSecurityGroupId"):
+        if _all_protocols(p.get("ipProtocol")) and _same(
+            p.get("securityGroupId"),
+            p.get("referencedSecurityGroupId"),
+            r,
+            "securityGroupId",
+            "referencedSecurityGroupId",
+        ):
             out.append(SelfRule(r, "egress" if r.type == SG_EGRESS else "ingress", p.get("securityGroupId")))
     for r in stack.of_type(SG_RULE):
         p = r.props
-        is_self = p.get("self") is True or _same(p.get("securityGroupId"), p.get("sourceSecurityGroupId"),
-                                                 r, "securityGroupId", "sourceSecurityGroupId")
+        is_self = p.get("self") is True or _same(
+            p.get("securityGroupId"), p.get("sourceSecurityGroupId"), r, "securityGroupId", "sourceSecurityGroupId"
+        )
         if _all_protocols(p.get("protocol")) and is_self and p.get("type") in ("ingress", "egress", UNKNOWN):
             out.append(SelfRule(r, p.get("type"), p.get("securityGroupId")))
     for r in stack.of_type(SECURITY_GROUP):
@@ -76,6 +98,7 @@ def self_rules(stack: Stack) -> list[SelfRule]:
 
 
 # -- Helm, dashboard exposure --------------------------------------------------------------------------------------
+
 
 def helm_releases(stack: Stack) -> list[dict[str, Any]]:
     """``{"name", "chart", "version"}`` of every Helm release / v4 chart."""
@@ -106,8 +129,11 @@ def _open_to_world(spec: Any) -> bool:
 
 
 def _dashboard_port(port: Any) -> bool:
-    return isinstance(port, dict) and (port.get("port") == DASHBOARD_PORT or port.get("targetPort") in (DASHBOARD_PORT, "dashboard")
-                                       or port.get("name") == "dashboard")
+    return isinstance(port, dict) and (
+        port.get("port") == DASHBOARD_PORT
+        or port.get("targetPort") in (DASHBOARD_PORT, "dashboard")
+        or port.get("name") == "dashboard"
+    )
 
 
 def dashboard_exposures(stack: Stack) -> list[tuple[Resource, str]]:
@@ -123,24 +149,42 @@ def dashboard_exposures(stack: Stack) -> list[tuple[Resource, str]]:
             continue
         svc = head.get("headService")  # dig reads anything: a missing or unknown service has no annotations
         annotations = dig(svc, "metadata", "annotations")
-        if head.get("serviceType") == "LoadBalancer" and not _internal(annotations) and _open_to_world(dig(svc, "spec")):
-            out.append((r, f"headGroupSpec.serviceType is LoadBalancer with dashboard-host {host}: the dashboard "
-                           f"(port {DASHBOARD_PORT}, which can submit jobs) is on an internet-facing load balancer"))
+        if (
+            head.get("serviceType") == "LoadBalancer"
+            and not _internal(annotations)
+            and _open_to_world(dig(svc, "spec"))
+        ):
+            out.append(
+                (
+                    r,
+                    f"headGroupSpec.serviceType is LoadBalancer with dashboard-host {host}: the dashboard "
+                    f"(port {DASHBOARD_PORT}, which can submit jobs) is on an internet-facing load balancer",
+                )
+            )
         if head.get("enableIngress") is True:
             out.append((r, "headGroupSpec.enableIngress makes KubeRay create an Ingress to the dashboard"))
     for r in stack.of_type(SERVICE):
         spec = dig(r.props, "spec") or {}
-        if spec.get("type") == "LoadBalancer" and any(_dashboard_port(p) for p in spec.get("ports") or []) \
-                and not _internal(dig(r.props, "metadata", "annotations")) and _open_to_world(spec):
-            out.append((r, f"Service of type LoadBalancer exposes the Ray dashboard port {DASHBOARD_PORT} to the internet"))
+        if (
+            spec.get("type") == "LoadBalancer"
+            and any(_dashboard_port(p) for p in spec.get("ports") or [])
+            and not _internal(dig(r.props, "metadata", "annotations"))
+            and _open_to_world(spec)
+        ):
+            out.append(
+                (r, f"Service of type LoadBalancer exposes the Ray dashboard port {DASHBOARD_PORT} to the internet")
+            )
     for r in stack.of_type(INGRESS):
         if _internal(dig(r.props, "metadata", "annotations")):
             continue
         for backend in _ingress_backends(dig(r.props, "spec") or {}):
             name = dig(backend, "name") or ""
             port = dig(backend, "port") or {}
-            if port.get("number") == DASHBOARD_PORT or port.get("name") == "dashboard" or (
-                    isinstance(name, str) and name.endswith("-head-svc")):
+            if (
+                port.get("number") == DASHBOARD_PORT
+                or port.get("name") == "dashboard"
+                or (isinstance(name, str) and name.endswith("-head-svc"))
+            ):
                 out.append((r, f"Ingress routes to the Ray head service {name} (dashboard) without an internal scheme"))
                 break
     return out
@@ -152,4 +196,3 @@ def _ingress_backends(spec: dict[str, Any]) -> list[Any]:
         for path in dig(rule, "http", "paths") or []:
             backends.append(dig(path, "backend", "service"))
     return [b for b in backends if isinstance(b, dict)]
-

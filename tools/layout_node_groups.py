@@ -7,8 +7,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..components.nodes.instances import CATALOGUE
-from .layout import (GPU_RESOURCE, LAUNCH_TEMPLATE, MNG, NODE_GROUP, PLACEMENT_GROUP, SUBNET, UNKNOWN, Resource, Stack,
-                     dig)
+from .layout import (
+    GPU_RESOURCE,
+    LAUNCH_TEMPLATE,
+    MNG,
+    NODE_GROUP,
+    PLACEMENT_GROUP,
+    SUBNET,
+    UNKNOWN,
+    Resource,
+    Stack,
+    dig,
+)
 
 
 @dataclass
@@ -72,7 +82,8 @@ def _looks_gpu(props: dict[str, Any], instance_types: list[str]) -> bool:
         return gpus > 0
     ami, taints = dig(props, "amiType"), dig(props, "taints")
     return (isinstance(ami, str) and ("NVIDIA" in ami or "GPU" in ami)) or any(
-        isinstance(t, dict) and t.get("key") == GPU_RESOURCE for t in (taints if isinstance(taints, list) else []))
+        isinstance(t, dict) and t.get("key") == GPU_RESOURCE for t in (taints if isinstance(taints, list) else [])
+    )
 
 
 def _efa_interfaces_of(template: Resource) -> tuple[Any, Any]:
@@ -152,10 +163,17 @@ def node_groups(stack: Stack) -> list[NodeGroup]:
         if child_ng is not None:
             subnet_ids = child_ng.props.get("subnetIds")
             subnets = _subnets_for(stack, subnet_ids, child_ng)
-            pinned = pg is not None or (template is not None and dig(
-                template.props, "capacityReservationSpecification", "capacityReservationTarget") not in (None, {}))
-            if pinned and not _known_list(subnet_ids) and subnets is not UNKNOWN and len(
-                    {dig(s.props, "availabilityZone") for s in subnets}) > 1:
+            pinned = pg is not None or (
+                template is not None
+                and dig(template.props, "capacityReservationSpecification", "capacityReservationTarget")
+                not in (None, {})
+            )
+            if (
+                pinned
+                and not _known_list(subnet_ids)
+                and subnets is not UNKNOWN
+                and len({dig(s.props, "availabilityZone") for s in subnets}) > 1
+            ):
                 # candidates only: pulumi-eks (placement AZ) or EfaGpuNodeGroup (GPU AZ) filters them, unseen here
                 subnets = UNKNOWN
         else:
@@ -164,8 +182,9 @@ def node_groups(stack: Stack) -> list[NodeGroup]:
         if efa_input and isinstance(placement_az, str) and subnets is not UNKNOWN:
             # pulumi-eks keeps only the subnets in placementGroupAvailabilityZone (filterEfaSubnets).
             subnets = [s for s in subnets if dig(s.props, "availabilityZone") in (placement_az, UNKNOWN)]
-        groups.append(_node_group(mng, props, itypes, efa, source, placement_az, strategy, sgs, subnets, subnet_ids,
-                                  template))
+        groups.append(
+            _node_group(mng, props, itypes, efa, source, placement_az, strategy, sgs, subnets, subnet_ids, template)
+        )
     for ng in stack.of_type(NODE_GROUP):
         parent = stack.parent_of(ng)
         if parent is not None and parent.type == MNG:
@@ -185,8 +204,21 @@ def node_groups(stack: Stack) -> list[NodeGroup]:
         else:
             efa, sgs, strategy = UNKNOWN, UNKNOWN, UNKNOWN
         subnets = _subnets_for(stack, props.get("subnetIds"), ng)
-        groups.append(_node_group(ng, props, itypes, efa, "launch template", None, strategy, sgs, subnets,
-                                  props.get("subnetIds"), template))
+        groups.append(
+            _node_group(
+                ng,
+                props,
+                itypes,
+                efa,
+                "launch template",
+                None,
+                strategy,
+                sgs,
+                subnets,
+                props.get("subnetIds"),
+                template,
+            )
+        )
     return groups
 
 
@@ -217,8 +249,19 @@ def _template_of(stack: Stack, ng: Resource) -> Resource | None:
     return None
 
 
-def _node_group(r: Resource, props: dict, itypes: list[str], efa: Any, source: str, placement_az: Any,
-                strategy: Any, sgs: Any, subnets: Any, subnet_ids: Any, template: Resource | None = None) -> NodeGroup:
+def _node_group(
+    r: Resource,
+    props: dict,
+    itypes: list[str],
+    efa: Any,
+    source: str,
+    placement_az: Any,
+    strategy: Any,
+    sgs: Any,
+    subnets: Any,
+    subnet_ids: Any,
+    template: Resource | None = None,
+) -> NodeGroup:
     desired = dig(props, "scalingConfig", "desiredSize")
     labels = props.get("labels") if isinstance(props.get("labels"), dict) else {}
     lt = template.props if template is not None else {}
@@ -228,10 +271,26 @@ def _node_group(r: Resource, props: dict, itypes: list[str], efa: Any, source: s
         reservation = next((v for v in named if v), UNKNOWN if any(v is UNKNOWN for v in named) else None)
     else:
         reservation = UNKNOWN if target is UNKNOWN else None
-    return NodeGroup(r, props, itypes, desired if desired is not None else UNKNOWN, labels, _looks_gpu(props, itypes),
-                     _instance_gpus(itypes), efa, source, placement_az if isinstance(placement_az, str) else None,
-                     strategy, sgs, subnets, subnet_ids, props.get("capacityType", "ON_DEMAND"),
-                     dig(lt, "instanceMarketOptions", "marketType"), reservation, _scaled_max(props))
+    return NodeGroup(
+        r,
+        props,
+        itypes,
+        desired if desired is not None else UNKNOWN,
+        labels,
+        _looks_gpu(props, itypes),
+        _instance_gpus(itypes),
+        efa,
+        source,
+        placement_az if isinstance(placement_az, str) else None,
+        strategy,
+        sgs,
+        subnets,
+        subnet_ids,
+        props.get("capacityType", "ON_DEMAND"),
+        dig(lt, "instanceMarketOptions", "marketType"),
+        reservation,
+        _scaled_max(props),
+    )
 
 
 def _scaled_max(props: dict) -> int | None:
@@ -251,4 +310,3 @@ def _str_list(value: Any) -> list[str]:
 
 def gpu_node_groups(stack: Stack) -> list[NodeGroup]:
     return [g for g in node_groups(stack) if g.gpu]
-

@@ -29,6 +29,7 @@ _RAY_SPEC_PATHS: dict[str, tuple[str, ...]] = {
 
 # -- pods ----------------------------------------------------------------------------------------------------------
 
+
 @dataclass
 class Pod:
     """One pod template of a workload: a Ray head or worker group, a Job, a Deployment..."""
@@ -97,11 +98,24 @@ def pods(stack: Stack) -> list[Pod]:
 
 
 # Kubernetes quantities: https://kubernetes.io/docs/reference/kubernetes-api/common-definitions/quantity/
-_SUFFIX = {"n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": Decimal(1),
-           "k": Decimal(10) ** 3, "M": Decimal(10) ** 6, "G": Decimal(10) ** 9, "T": Decimal(10) ** 12,
-           "P": Decimal(10) ** 15, "E": Decimal(10) ** 18,
-           "Ki": Decimal(2) ** 10, "Mi": Decimal(2) ** 20, "Gi": Decimal(2) ** 30, "Ti": Decimal(2) ** 40,
-           "Pi": Decimal(2) ** 50, "Ei": Decimal(2) ** 60}
+_SUFFIX = {
+    "n": Decimal("1e-9"),
+    "u": Decimal("1e-6"),
+    "m": Decimal("1e-3"),
+    "": Decimal(1),
+    "k": Decimal(10) ** 3,
+    "M": Decimal(10) ** 6,
+    "G": Decimal(10) ** 9,
+    "T": Decimal(10) ** 12,
+    "P": Decimal(10) ** 15,
+    "E": Decimal(10) ** 18,
+    "Ki": Decimal(2) ** 10,
+    "Mi": Decimal(2) ** 20,
+    "Gi": Decimal(2) ** 30,
+    "Ti": Decimal(2) ** 40,
+    "Pi": Decimal(2) ** 50,
+    "Ei": Decimal(2) ** 60,
+}
 
 
 def _unit(text: str) -> str:
@@ -211,6 +225,7 @@ def node_groups_for(pod: Pod, groups: list[NodeGroup]) -> list[NodeGroup]:
 
 # -- images --------------------------------------------------------------------------------------------------------
 
+
 def image_problem(image: Any) -> str | None:
     """Why ``image`` is not reproducible (None if pinned by a tag other than latest, or by digest)."""
     from ..components.config.config import image_tag
@@ -227,4 +242,3 @@ def image_problem(image: Any) -> str | None:
     if tag == "latest":
         return f"image {image} uses the mutable :latest tag"
     return None
-

@@ -68,8 +68,14 @@ class MockAccount:
         if live is not None:
             return live
         bootstrap = bool(child_access_config(rec).get("bootstrapClusterCreatorAdminPermissions", True))
-        return EksCluster(name, str(rec.inputs.get("version") or ""), bootstrap, caller_arn,
-                          {caller_arn: None} if bootstrap else {}, urn=rec.urn)
+        return EksCluster(
+            name,
+            str(rec.inputs.get("version") or ""),
+            bootstrap,
+            caller_arn,
+            {caller_arn: None} if bootstrap else {},
+            urn=rec.urn,
+        )
 
     # -- after a successful run --------------------------------------------------------------------------------------
 
@@ -80,8 +86,10 @@ class MockAccount:
         for rec in run.of_type(EKS_CLUSTER):
             c = self.cluster_as_requested(rec, caller_arn)
             if c.name not in self.clusters:
-                notes.append(f"created {c.name} {c.version} (creator {c.creator_arn}, creator entry "
-                             f"{'yes' if c.bootstrap_creator_admin else 'no'})")
+                notes.append(
+                    f"created {c.name} {c.version} (creator {c.creator_arn}, creator entry "
+                    f"{'yes' if c.bootstrap_creator_admin else 'no'})"
+                )
                 self.clusters[c.name] = c
             elif rec.inputs.get("version") and rec.inputs["version"] != c.version:
                 notes.append(f"updated {c.name} {c.version} -> {rec.inputs['version']}")
@@ -121,12 +129,23 @@ def child_access_config(rec: Any) -> dict[str, Any]:
     the component's children; the mock engine does not, so they run here)."""
     import pulumi
 
-    props: dict[str, Any] = {"accessConfig": {"authenticationMode": rec.inputs.get("authenticationMode"),
-                                              "bootstrapClusterCreatorAdminPermissions": True},
-                             "version": rec.inputs.get("version")}
+    props: dict[str, Any] = {
+        "accessConfig": {
+            "authenticationMode": rec.inputs.get("authenticationMode"),
+            "bootstrapClusterCreatorAdminPermissions": True,
+        },
+        "version": rec.inputs.get("version"),
+    }
     for t in rec.transforms or []:
-        out = t(pulumi.ResourceTransformArgs(custom=True, type_=PULUMI_EKS_CHILD, name=f"{rec.name}-eksCluster",
-                                             props=props, opts=pulumi.ResourceOptions()))
+        out = t(
+            pulumi.ResourceTransformArgs(
+                custom=True,
+                type_=PULUMI_EKS_CHILD,
+                name=f"{rec.name}-eksCluster",
+                props=props,
+                opts=pulumi.ResourceOptions(),
+            )
+        )
         if out is not None:
             props = dict(out.props)
     return dict(props.get("accessConfig") or {})

@@ -72,17 +72,35 @@ DEPLOYER_ARN = "arn:aws:iam::123456789012:user/mock"
 """Who runs the program (GetCallerIdentity); EKS gives this principal the cluster creator's access entry."""
 
 CAPACITY_BLOCKS: dict[str, dict[str, Any]] = {
-    "cr-0123456789abcdef0": {"availabilityZone": "us-east-1a", "instanceType": "p5.48xlarge", "instanceCount": 4,
-                             "startDate": "2026-12-01T11:30:00Z", "endDate": "2026-12-15T11:30:00Z",
-                             "state": "active", "reservationType": "capacity-block"},
+    "cr-0123456789abcdef0": {
+        "availabilityZone": "us-east-1a",
+        "instanceType": "p5.48xlarge",
+        "instanceCount": 4,
+        "startDate": "2026-12-01T11:30:00Z",
+        "endDate": "2026-12-15T11:30:00Z",
+        "state": "active",
+        "reservationType": "capacity-block",
+    },
 }
 """Capacity Blocks EC2 answers for (getCapacityBlockReservation); other ids answer empty fields (not judged)."""
 CAPACITY_RESERVATIONS: dict[str, dict[str, Any]] = {
-    "cr-0a1b2c3d4e5f60718": {"availabilityZone": "us-east-1c", "instanceType": "g6e.48xlarge", "instanceCount": 4,
-                             "instancePlatform": "Linux/UNIX", "tenancy": "default", "endDateType": "unlimited"},
-    "cr-0fedcba9876543210": {"availabilityZone": "us-east-1a", "instanceType": "p5.48xlarge", "instanceCount": 2,
-                             "instancePlatform": "Linux/UNIX", "tenancy": "default", "endDateType": "unlimited",
-                             "placementGroupArn": "arn:aws:ec2:us-east-1:123456789012:placement-group/p5-odcr-pg"},
+    "cr-0a1b2c3d4e5f60718": {
+        "availabilityZone": "us-east-1c",
+        "instanceType": "g6e.48xlarge",
+        "instanceCount": 4,
+        "instancePlatform": "Linux/UNIX",
+        "tenancy": "default",
+        "endDateType": "unlimited",
+    },
+    "cr-0fedcba9876543210": {
+        "availabilityZone": "us-east-1a",
+        "instanceType": "p5.48xlarge",
+        "instanceCount": 2,
+        "instancePlatform": "Linux/UNIX",
+        "tenancy": "default",
+        "endDateType": "unlimited",
+        "placementGroupArn": "arn:aws:ec2:us-east-1:123456789012:placement-group/p5-odcr-pg",
+    },
 }
 """ODCRs as EC2 describes them, for ``aws.ec2.CapacityReservation.get`` (a read); other ids read empty (not judged)."""
 
@@ -203,16 +221,22 @@ class ParentAwareMonitor(MockMonitor):
 
     def RegisterResource(self, request):  # noqa: N802 - gRPC method name
         # Registrations run on executor threads: keep "current" per thread.
-        options = {"retain_on_delete": bool(request.retainOnDelete), "protect": bool(request.protect),
-                   "dependencies": list(request.dependencies)}
+        options = {
+            "retain_on_delete": bool(request.retainOnDelete),
+            "protect": bool(request.protect),
+            "dependencies": list(request.dependencies),
+        }
         if request.HasField("hooks") and request.hooks.before_update:
             options["before_update"] = list(request.hooks.before_update)
         if request.HasField("customTimeouts"):
             options["custom_timeouts"] = (request.customTimeouts.create, request.customTimeouts.update)
         if request.deleteBeforeReplace:
             options["delete_before_replace"] = True
-        self._local.current = (request.parent or None, self.make_urn(request.parent, request.type, request.name),
-                               options)
+        self._local.current = (
+            request.parent or None,
+            self.make_urn(request.parent, request.type, request.name),
+            options,
+        )
         _IN_REGISTRATION.active = True  # resource refs in these inputs stay refs (see ResourceRef)
         try:
             return super().RegisterResource(request)
@@ -220,17 +244,27 @@ class ParentAwareMonitor(MockMonitor):
             _IN_REGISTRATION.active = False
 
     def ReadResource(self, request):  # noqa: N802 - gRPC method name; ``Resource.get`` of an existing resource
-        self._local.current = (request.parent or None, self.make_urn(request.parent, request.type, request.name),
-                               {"read": True, "dependencies": list(request.dependencies)})
+        self._local.current = (
+            request.parent or None,
+            self.make_urn(request.parent, request.type, request.name),
+            {"read": True, "dependencies": list(request.dependencies)},
+        )
         return super().ReadResource(request)
 
 
 class RecordingMocks(pulumi.runtime.Mocks):
     """Mocks that record each resource and answer invokes deterministically."""
 
-    def __init__(self, run: MockRun, region: str, offerings: dict[str, list[str]] | None = None,
-                 caller_arn: str = DEPLOYER_ARN, strict: bool = True, account: MockAccount | None = None,
-                 previous: MockRun | None = None):
+    def __init__(
+        self,
+        run: MockRun,
+        region: str,
+        offerings: dict[str, list[str]] | None = None,
+        caller_arn: str = DEPLOYER_ARN,
+        strict: bool = True,
+        account: MockAccount | None = None,
+        previous: MockRun | None = None,
+    ):
         self.run = run
         self.previous = {r.urn: r for r in previous.resources} if previous is not None else {}
         """The deployed stack (an earlier run): a resource whose inputs differ is an update, and its
@@ -247,14 +281,29 @@ class RecordingMocks(pulumi.runtime.Mocks):
         """EKS state across runs: the live clusters this run reads and changes (tools/mock_account.py)."""
         by_urn = {}
         self.by_urn = by_urn
-        self.account = aws_rules.Account(self.by_id.get, region_zones(region), issuer_arn(caller_arn), self.world,
-                                         by_urn=by_urn.get, region=region,
-                                         zone_ids={**region_zone_ids(region), **self.world.zone_ids})
+        self.account = aws_rules.Account(
+            self.by_id.get,
+            region_zones(region),
+            issuer_arn(caller_arn),
+            self.world,
+            by_urn=by_urn.get,
+            region=region,
+            zone_ids={**region_zone_ids(region), **self.world.zone_ids},
+        )
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs):
         parent, urn, options = self.monitor.current if self.monitor else (None, "", {})
-        rec = Recorded(args.typ, args.name, dict(args.inputs), parent, bool(args.custom), args.provider, urn,
-                       options, list(args.transforms))
+        rec = Recorded(
+            args.typ,
+            args.name,
+            dict(args.inputs),
+            parent,
+            bool(args.custom),
+            args.provider,
+            urn,
+            options,
+            list(args.transforms),
+        )
         self.run.resources.append(rec)
         # A ResourceRef cannot be serialized back; the resource's state keeps the referenced URN.
         state = {k: v.urn if isinstance(v, ResourceRef) else v for k, v in args.inputs.items()}
@@ -288,7 +337,9 @@ class RecordingMocks(pulumi.runtime.Mocks):
             state["arn"] = f"arn:aws:kms:{self.region}:123456789012:key/{args.name}"
         self.run.ids[urn] = rid
         if rid not in self.by_id or args.typ in (aws_rules.LAUNCH_TEMPLATE, aws_rules.SUBNET):
-            self.by_id[rid] = rec  # ids are ``<name>-id``: an Eip and its NAT gateway share one; keep the kinds rules read
+            self.by_id[rid] = (
+                rec  # ids are ``<name>-id``: an Eip and its NAT gateway share one; keep the kinds rules read
+            )
         self.by_urn[urn] = rec
         if args.typ == aws_rules.EKS_CLUSTER:  # the cluster as this request leaves it (created now: by this caller)
             c = self.world.cluster_as_requested(rec, self.account.caller_arn)
@@ -306,10 +357,12 @@ class RecordingMocks(pulumi.runtime.Mocks):
         """Call a registered hook through the SDK's own callback service, with the request the engine sends."""
         token, _on_dry_run = getattr(self.monitor, "hooks", {})[hook]
         servicer = next(s for s in _CallbackServicer._servicers if token in s._callbacks)
-        request = resource_pb2.ResourceHookRequest(urn=urn, id=rid, name=args.name, type=args.typ,
-                                                   new_inputs=_struct(new), old_inputs=_struct(old))
-        future = asyncio.run_coroutine_threadsafe(servicer._callbacks[token](request.SerializeToString()),
-                                                  servicer._loop)
+        request = resource_pb2.ResourceHookRequest(
+            urn=urn, id=rid, name=args.name, type=args.typ, new_inputs=_struct(new), old_inputs=_struct(old)
+        )
+        future = asyncio.run_coroutine_threadsafe(
+            servicer._callbacks[token](request.SerializeToString()), servicer._loop
+        )
         response = future.result(timeout=120)
         if response.error:
             raise HookRefused(hook, f"{args.typ} {args.name}", response.error)
@@ -320,16 +373,28 @@ class RecordingMocks(pulumi.runtime.Mocks):
             if self.offerings is not None:
                 azs = self.offerings.get(self.region, [])
             else:
-                wanted = [v for f in args.args.get("filters") or [] if f.get("name") == "instance-type"
-                          for v in f.get("values") or []]
+                wanted = [
+                    v
+                    for f in args.args.get("filters") or []
+                    if f.get("name") == "instance-type"
+                    for v in f.get("values") or []
+                ]
                 azs = sorted({az for t in wanted for az in offered_azs(self.region, t)})
-            return {"id": self.region, "locations": azs, "locationTypes": ["availability-zone"] * len(azs),
-                    "instanceTypes": [""] * len(azs)}, []
+            return {
+                "id": self.region,
+                "locations": azs,
+                "locationTypes": ["availability-zone"] * len(azs),
+                "instanceTypes": [""] * len(azs),
+            }, []
         if args.token == "aws:ec2/getSubnets:getSubnets":  # DescribeSubnets over the subnets registered so far
             want = {f["name"]: list(f.get("values") or []) for f in args.args.get("filters") or []}
-            ids = [self.run.ids[r.urn] for r in self.run.of_type("aws:ec2/subnet:Subnet")
-                   if self.run.ids.get(r.urn) in want.get("subnet-id", [self.run.ids.get(r.urn)])
-                   and r.inputs.get("availabilityZone") in want.get("availability-zone", [r.inputs.get("availabilityZone")])]
+            ids = [
+                self.run.ids[r.urn]
+                for r in self.run.of_type("aws:ec2/subnet:Subnet")
+                if self.run.ids.get(r.urn) in want.get("subnet-id", [self.run.ids.get(r.urn)])
+                and r.inputs.get("availabilityZone")
+                in want.get("availability-zone", [r.inputs.get("availabilityZone")])
+            ]
             return {"id": self.region, "ids": ids, "filters": args.args.get("filters")}, []
         if args.token == "aws:ec2/getCapacityBlockReservation:getCapacityBlockReservation":
             rid = args.args.get("id", "")
@@ -347,29 +412,51 @@ class RecordingMocks(pulumi.runtime.Mocks):
             return {"id": self.region, "names": sorted(self.world.clusters)}, []
         if args.token == "aws:eks/getCluster:getCluster":
             name = args.args["name"]
-            out = {"id": name, "name": name, "arn": f"arn:aws:eks:{self.region}:123456789012:cluster/{name}",
-                   "vpcConfig": {"clusterSecurityGroupId": f"sg-{name}-cluster"}}
+            out = {
+                "id": name,
+                "name": name,
+                "arn": f"arn:aws:eks:{self.region}:123456789012:cluster/{name}",
+                "vpcConfig": {"clusterSecurityGroupId": f"sg-{name}-cluster"},
+            }
             live = self.world.clusters.get(name)
             if live is not None:  # DescribeCluster of a cluster that exists
-                out.update(version=live.version, accessConfigs=[{
-                    "authenticationMode": "API",
-                    "bootstrapClusterCreatorAdminPermissions": live.bootstrap_creator_admin}])
+                out.update(
+                    version=live.version,
+                    accessConfigs=[
+                        {
+                            "authenticationMode": "API",
+                            "bootstrapClusterCreatorAdminPermissions": live.bootstrap_creator_admin,
+                        }
+                    ],
+                )
             return out, []
         if args.token == "aws:eks/getNodeGroups:getNodeGroups":
             live = self.world.clusters.get(args.args.get("clusterName"))
-            return {"id": str(args.args.get("clusterName")), "clusterName": args.args.get("clusterName"),
-                    "names": sorted(live.node_groups) if live else []}, []
+            return {
+                "id": str(args.args.get("clusterName")),
+                "clusterName": args.args.get("clusterName"),
+                "names": sorted(live.node_groups) if live else [],
+            }, []
         if args.token == "aws:eks/getNodeGroup:getNodeGroup":
             live = self.world.clusters.get(args.args.get("clusterName"))
             ng = args.args.get("nodeGroupName")
-            return {"id": f"{args.args.get('clusterName')}:{ng}", "clusterName": args.args.get("clusterName"),
-                    "nodeGroupName": ng, "version": live.node_groups.get(ng) if live else None}, []
+            return {
+                "id": f"{args.args.get('clusterName')}:{ng}",
+                "clusterName": args.args.get("clusterName"),
+                "nodeGroupName": ng,
+                "version": live.node_groups.get(ng) if live else None,
+            }, []
         if args.token == "aws:index/getCallerIdentity:getCallerIdentity":
             return {"accountId": "123456789012", "arn": self.caller_arn, "id": "mock", "userId": "mock"}, []
         if args.token == "aws:iam/getSessionContext:getSessionContext":
             arn = args.args.get("arn", "")
-            return {"id": arn, "arn": arn, "issuerArn": issuer_arn(arn), "issuerId": "mock",
-                    "issuerName": issuer_arn(arn).rsplit("/", 1)[-1]}, []
+            return {
+                "id": arn,
+                "arn": arn,
+                "issuerArn": issuer_arn(arn),
+                "issuerId": "mock",
+                "issuerName": issuer_arn(arn).rsplit("/", 1)[-1],
+            }, []
         return {}, []
 
 
@@ -439,8 +526,9 @@ def run_program(
     _settings.ROOT.set(None)
     _rpc.deserialize_resource = resource_ref  # idempotent; a no-op outside mock registrations
     pulumi.runtime.set_all_config(all_config)
-    mocks = RecordingMocks(run, region, offerings, caller_arn=caller_arn, strict=strict, account=account,
-                           previous=previous)
+    mocks = RecordingMocks(
+        run, region, offerings, caller_arn=caller_arn, strict=strict, account=account, previous=previous
+    )
     mocks.monitor = ParentAwareMonitor(mocks)
     pulumi.runtime.set_mocks(mocks, project="ray-efa-eks", stack=stack, preview=False, monitor=mocks.monitor)
 

@@ -51,32 +51,49 @@ from .plan_run import plan_git_ref, plan_tree, resolve_ref  # noqa: E402
 from .stack_file import StackFile, config_warnings, parse_overrides, read_stack  # noqa: E402
 
 
-
 def _side(spec: str, args: argparse.Namespace, overrides: dict[str, str], region: str | None) -> Plan:
     """A ``--diff`` operand: a saved ``--json`` plan, or a git ref."""
     if spec.endswith(".json") or _is_file(spec):
         return load_plan(spec)
     program = os.path.relpath(Path(args.program_rel).resolve(), Path.cwd())  # the same file inside the ref's tree
-    return plan_git_ref(spec, stack=args.stack, overrides=overrides, region=region, program=program,
-                        defaults=args.defaults)
+    return plan_git_ref(
+        spec, stack=args.stack, overrides=overrides, region=region, program=program, defaults=args.defaults
+    )
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    p = ArgumentParser(prog=prog or "python -m ray_efa_eks.tools.plan", description=_description(prog),
-                       usage=_USAGE.get((prog or "").rpartition(" ")[2]),
-                       formatter_class=argparse.RawDescriptionHelpFormatter,
-                       exit_codes=command_for(prog or "plan"))
+    p = ArgumentParser(
+        prog=prog or "python -m ray_efa_eks.tools.plan",
+        description=_description(prog),
+        usage=_USAGE.get((prog or "").rpartition(" ")[2]),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        exit_codes=command_for(prog or "plan"),
+    )
     p.add_argument("--stack", default="dev", help="stack whose Pulumi.<stack>.yaml is read (default dev; must exist)")
-    p.add_argument("--defaults", action="store_true",
-                   help="plan a stack that has no Pulumi.<stack>.yaml: every key at its default")
-    p.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a ray-efa-eks: key (or aws:region); repeatable")
-    p.add_argument("--program", default="__main__.py", dest="program_rel",
-                   help="program file (default ./__main__.py: run from the project root, like pulumi)")
+    p.add_argument(
+        "--defaults", action="store_true", help="plan a stack that has no Pulumi.<stack>.yaml: every key at its default"
+    )
+    p.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a ray-efa-eks: key (or aws:region); repeatable",
+    )
+    p.add_argument(
+        "--program",
+        default="__main__.py",
+        dest="program_rel",
+        help="program file (default ./__main__.py: run from the project root, like pulumi)",
+    )
     p.add_argument("--json", action="store_true", help="print the plan (or the diff) as one JSON object")
     p.add_argument("--check", action="store_true", help="print only the rule results: one line per broken rule")
-    p.add_argument("--diff", nargs="+", metavar="REF_OR_JSON",
-                   help="BASE_REF (this tree vs a git ref) or OLD.json NEW.json (two saved --json plans)")
+    p.add_argument(
+        "--diff",
+        nargs="+",
+        metavar="REF_OR_JSON",
+        help="BASE_REF (this tree vs a git ref) or OLD.json NEW.json (two saved --json plans)",
+    )
     args = p.parse_args(argv)
     try:
         return _run(p, args)
@@ -103,20 +120,26 @@ def _is_file(path: str) -> bool:
         return False
 
 
-_USAGE = {"diff": "%(prog)s [--stack S] [--config KEY=VALUE] [--program P] [--json] BASE_REF | OLD.json NEW.json",
-          "check-rules": "%(prog)s [--stack S] [--config KEY=VALUE] [--program P] [--defaults]"}
+_USAGE = {
+    "diff": "%(prog)s [--stack S] [--config KEY=VALUE] [--program P] [--json] BASE_REF | OLD.json NEW.json",
+    "check-rules": "%(prog)s [--stack S] [--config KEY=VALUE] [--program P] [--defaults]",
+}
 """``ray-efa-eks diff`` and ``check-rules`` are this module with preset arguments: their own usage lines."""
 
 
 def _description(prog: str | None) -> str:
     name = (prog or "").rpartition(" ")[2]
     if name == "diff":
-        return ("Plan this tree against BASE_REF (a git ref: its own code and Pulumi.<stack>.yaml), or compare two "
-                "saved `plan --json` files: changed settings, added/removed resources, new and fixed rule breaks. "
-                "REF is any git ref (origin/main, a tag, a commit); it never starts with '-'.")
+        return (
+            "Plan this tree against BASE_REF (a git ref: its own code and Pulumi.<stack>.yaml), or compare two "
+            "saved `plan --json` files: changed settings, added/removed resources, new and fixed rule breaks. "
+            "REF is any git ref (origin/main, a tag, a commit); it never starts with '-'."
+        )
     if name == "check-rules":
-        return ("Only the layout rules and the AWS API rules of the offline plan: one line per broken rule, exit 1 "
-                "when one is broken (the same as `plan --check`).")
+        return (
+            "Only the layout rules and the AWS API rules of the offline plan: one line per broken rule, exit 1 "
+            "when one is broken (the same as `plan --check`)."
+        )
     return __doc__.split("\n\n")[0]
 
 
@@ -129,12 +152,16 @@ def _check_program(path: str) -> None:
         raise PlanError(f"--program {path[:80]!r}: cannot be read ({getattr(e, 'strerror', None) or e})") from None
     program = Path(path)
     if program.is_dir():
-        raise PlanError(f"--program {path}: is a directory; name the program file, e.g. --program {program / '__main__.py'}")
+        raise PlanError(
+            f"--program {path}: is a directory; name the program file, e.g. --program {program / '__main__.py'}"
+        )
     if program.exists() and not program.is_file():
         raise PlanError(f"--program {path}: not a regular file; name the program file, e.g. --program __main__.py")
     if not program.is_file():
-        raise PlanError(f"--program {path}: no such file; run from the project root (where __main__.py and "
-                        "Pulumi.<stack>.yaml are) or name the program with --program")
+        raise PlanError(
+            f"--program {path}: no such file; run from the project root (where __main__.py and "
+            "Pulumi.<stack>.yaml are) or name the program with --program"
+        )
 
 
 def _run(p: ArgumentParser, args: argparse.Namespace) -> int:
@@ -151,29 +178,50 @@ def _run(p: ArgumentParser, args: argparse.Namespace) -> int:
             if len(args.diff) == 2:
                 after = _side(args.diff[1], args, overrides, region)
             else:
-                after = plan_tree(stack=args.stack, overrides=overrides, region=region,
-                                  program=Path(args.program_rel).resolve(), defaults=args.defaults)
+                after = plan_tree(
+                    stack=args.stack,
+                    overrides=overrides,
+                    region=region,
+                    program=Path(args.program_rel).resolve(),
+                    defaults=args.defaults,
+                )
             try:
                 d = diff_plans(before, after)
             except (KeyError, TypeError, AttributeError, ValueError) as e:  # a saved plan's settings in a shape
                 saved = [s for s in args.diff if s.endswith(".json") or _is_file(s)]  # no plan --json writes
                 if not saved:
                     raise
-                raise PlanError(f"{' or '.join(saved)}: a saved plan whose settings are malformed "
-                                f"({type(e).__name__}: {e}); save it again with: ray-efa-eks plan --json > "
-                                "plan.json") from None
+                raise PlanError(
+                    f"{' or '.join(saved)}: a saved plan whose settings are malformed "
+                    f"({type(e).__name__}: {e}); save it again with: ray-efa-eks plan --json > "
+                    "plan.json"
+                ) from None
             if args.json:
-                print(json.dumps({"before": before.to_json(), "after": after.to_json(),
-                                  "changed": [{"setting": k, "before": a, "after": b} for k, a, b in d.changed],
-                                  "added": d.added, "removed": d.removed}, indent=2))
+                print(
+                    json.dumps(
+                        {
+                            "before": before.to_json(),
+                            "after": after.to_json(),
+                            "changed": [{"setting": k, "before": a, "after": b} for k, a, b in d.changed],
+                            "added": d.added,
+                            "removed": d.removed,
+                        },
+                        indent=2,
+                    )
+                )
             else:
                 print(render_diff(d), end="")
             return d.exit_code
         _check_program(args.program_rel)
         for warning in _config_warnings(args, overrides):
             print(f"plan: warning: {warning}", file=sys.stderr)
-        plan = plan_tree(stack=args.stack, overrides=overrides, region=region, program=Path(args.program_rel).resolve(),
-                         defaults=args.defaults)
+        plan = plan_tree(
+            stack=args.stack,
+            overrides=overrides,
+            region=region,
+            program=Path(args.program_rel).resolve(),
+            defaults=args.defaults,
+        )
     except UsageError as e:
         p.print_usage(sys.stderr)
         print(f"plan: {e}", file=sys.stderr)

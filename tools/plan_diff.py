@@ -102,16 +102,26 @@ def hook_verdicts(before: dict[str, Any], after: dict[str, Any]) -> tuple[list[s
 
 def diff_plans(before: Plan, after: Plan) -> PlanDiff:
     a, b = ({**flatten(p.settings), **{f"config `{k}`": v for k, v in p.config.items()}} for p in (before, after))
-    changed = [(k, a.get(k, "—"), b.get(k, "—")) for k in list(a) + [k for k in b if k not in a] if a.get(k) != b.get(k)]
+    changed = [
+        (k, a.get(k, "—"), b.get(k, "—")) for k in list(a) + [k for k in b if k not in a] if a.get(k) != b.get(k)
+    ]
     ra = {f"{r['type']} {r['name']}" for r in before.resources}
     rb = {f"{r['type']} {r['name']}" for r in after.resources}
     lines_a = {violation_line(v): v for v in before.violations}
     lines_b = {violation_line(v): v for v in after.violations}
     hooked, notes = hook_verdicts(before.hooked, after.hooked)
-    return PlanDiff(before, after, changed, sorted(rb - ra), sorted(ra - rb),
-                    [v for k, v in lines_b.items() if k not in lines_a], [v for k, v in lines_a.items() if k not in lines_b],
-                    rollout_risks(before.settings, after.settings),
-                    eks_refusals(before.settings, after.settings) + hooked, notes)
+    return PlanDiff(
+        before,
+        after,
+        changed,
+        sorted(rb - ra),
+        sorted(ra - rb),
+        [v for k, v in lines_b.items() if k not in lines_a],
+        [v for k, v in lines_a.items() if k not in lines_b],
+        rollout_risks(before.settings, after.settings),
+        eks_refusals(before.settings, after.settings) + hooked,
+        notes,
+    )
 
 
 def _cell(value: Any) -> str:
@@ -128,9 +138,13 @@ def _md(text: str) -> str:
 def render_diff(d: PlanDiff) -> str:
     """Markdown for a PR comment: changed settings, added/removed resources, rules broken and fixed."""
     after = d.after
-    out = [f"### Offline plan: `{d.before.source}` → `{after.source}` (stack `{after.stack}`, {after.region})", "",
-           "_Pulumi mocks, no cloud credentials: what the program declares, not what AWS will do. "
-           "`ray-efa-eks diff` reproduces this locally._", ""]
+    out = [
+        f"### Offline plan: `{d.before.source}` → `{after.source}` (stack `{after.stack}`, {after.region})",
+        "",
+        "_Pulumi mocks, no cloud credentials: what the program declares, not what AWS will do. "
+        "`ray-efa-eks diff` reproduces this locally._",
+        "",
+    ]
     for label, plan in (("before", d.before), ("after", after)):
         if plan.error:
             out += [f"**The {label} program failed:** {_md(plan.error)}", ""]
@@ -141,22 +155,29 @@ def render_diff(d: PlanDiff) -> str:
     elif not (d.before.error or after.error):
         out += ["No setting changed.", ""]
     if d.added or d.removed:
-        out += ["<details><summary>Resources: " f"{len(d.added)} added, {len(d.removed)} removed</summary>", "", "```diff"]
+        out += [f"<details><summary>Resources: {len(d.added)} added, {len(d.removed)} removed</summary>", "", "```diff"]
         out += [f"+ {r}" for r in d.added] + [f"- {r}" for r in d.removed] + ["```", "</details>", ""]
     else:
         out += [f"Resources: none added or removed ({len(after.resources)} in all).", ""]
     if d.refusals:
-        out += [f"**EKS would refuse this change, or carry it out destructively ({len(d.refusals)}); `pulumi up` "
-                "stops before it:**"]
+        out += [
+            f"**EKS would refuse this change, or carry it out destructively ({len(d.refusals)}); `pulumi up` "
+            "stops before it:**"
+        ]
         out += [f"- ⛔ {_md(r)}" for r in d.refusals] + [""]
     if d.notes:
         out += [f"**What this update replaces or stops ({len(d.notes)}); `pulumi up` warns the same:**"]
         out += [f"- ⚠️ {_md(r)}" for r in d.notes] + [""]
     if after.violations:
         warned = len(after.violations) - len(after.errors)
-        out.append(f"**Layout rules broken ({len(after.errors)}):**" if not warned else
-                   f"**Layout rules broken ({len(after.errors)}), warnings ({warned}):**")
-        out += [f"- ❌ {_md(violation_line(v))}" + (" _(new)_" if v in d.new_violations else "") for v in after.violations]
+        out.append(
+            f"**Layout rules broken ({len(after.errors)}):**"
+            if not warned
+            else f"**Layout rules broken ({len(after.errors)}), warnings ({warned}):**"
+        )
+        out += [
+            f"- ❌ {_md(violation_line(v))}" + (" _(new)_" if v in d.new_violations else "") for v in after.violations
+        ]
     elif not after.error:
         out.append(f"Layout rules: ✅ all {len(after.checked)} pass.")
     out += [f"- ✅ fixed: {_md(violation_line(v))}" for v in d.fixed_violations]

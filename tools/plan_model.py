@@ -45,9 +45,18 @@ class Plan:
     says which, and nothing failed, so a diff against it is not a failed base (not saved with ``--json``)."""
 
     def to_json(self) -> dict[str, Any]:
-        return {"source": self.source, "stack": self.stack, "region": self.region, "error": self.error,
-                "config": self.config, "effective": self.effective, "resources": self.resources, "settings": self.settings,
-                "rules": {"checked": self.checked, "violations": self.violations}, "hooked": self.hooked}
+        return {
+            "source": self.source,
+            "stack": self.stack,
+            "region": self.region,
+            "error": self.error,
+            "config": self.config,
+            "effective": self.effective,
+            "resources": self.resources,
+            "settings": self.settings,
+            "rules": {"checked": self.checked, "violations": self.violations},
+            "hooked": self.hooked,
+        }
 
     @classmethod
     def from_json(cls, d: dict[str, Any], source: str | None = None) -> "Plan":
@@ -56,9 +65,19 @@ class Plan:
             raise PlanError(f"not a plan made by `python -m ray_efa_eks.tools.plan --json` ({problem})")
         try:
             hooked = d.get("hooked") if isinstance(d.get("hooked"), dict) else {}  # plans saved before it: none
-            return cls(source or d["source"], d["stack"], d["region"], d["resources"], d["settings"],
-                       d["rules"]["violations"], d["rules"]["checked"], d.get("error"), d.get("config", {}),
-                       d.get("effective") if isinstance(d.get("effective"), dict) else {}, hooked)
+            return cls(
+                source or d["source"],
+                d["stack"],
+                d["region"],
+                d["resources"],
+                d["settings"],
+                d["rules"]["violations"],
+                d["rules"]["checked"],
+                d.get("error"),
+                d.get("config", {}),
+                d.get("effective") if isinstance(d.get("effective"), dict) else {},
+                hooked,
+            )
         except (KeyError, TypeError) as e:
             raise PlanError(f"not a plan made by `python -m ray_efa_eks.tools.plan --json` (missing {e})") from None
 
@@ -73,8 +92,16 @@ class Plan:
 
 
 _STR_OR_NONE = (str, type(None))
-PLAN_SHAPE: dict[str, Any] = {"source": str, "stack": str, "region": str, "error": _STR_OR_NONE, "config": dict,
-                              "resources": list, "settings": dict, "rules": dict}
+PLAN_SHAPE: dict[str, Any] = {
+    "source": str,
+    "stack": str,
+    "region": str,
+    "error": _STR_OR_NONE,
+    "config": dict,
+    "resources": list,
+    "settings": dict,
+    "rules": dict,
+}
 """Each key of a saved plan and its JSON type (what :meth:`Plan.to_json` writes)."""
 VIOLATION_KEYS = ("rule", "resource", "problem", "fix")
 
@@ -93,8 +120,12 @@ def _shape_problem(d: Any) -> str | None:
         if not isinstance(d[key], kind) or isinstance(d[key], bool):
             return f"{key!r} is a {type(d[key]).__name__}"
     for i, r in enumerate(d["resources"]):
-        if not (isinstance(r, dict) and isinstance(r.get("type"), str) and isinstance(r.get("name"), str)
-                and isinstance(r.get("parent"), _STR_OR_NONE)):
+        if not (
+            isinstance(r, dict)
+            and isinstance(r.get("type"), str)
+            and isinstance(r.get("name"), str)
+            and isinstance(r.get("parent"), _STR_OR_NONE)
+        ):
             return f"resources[{i}] is not {{type, name, parent}} strings"
     rules_ = d["rules"]
     if not isinstance(rules_.get("checked"), list) or not all(isinstance(c, str) for c in rules_["checked"]):
@@ -105,8 +136,9 @@ def _shape_problem(d: Any) -> str | None:
         if not (isinstance(v, dict) and all(isinstance(v.get(k), str) for k in VIOLATION_KEYS)):
             return f"rules.violations[{i}] is not {{{', '.join(VIOLATION_KEYS)}}} strings"
     for k, v in d["settings"].items():
-        if isinstance(v, dict) and not all(isinstance(f, (dict, str, int, float, bool, list, type(None)))
-                                           for f in v.values()):
+        if isinstance(v, dict) and not all(
+            isinstance(f, (dict, str, int, float, bool, list, type(None))) for f in v.values()
+        ):
             return f"settings.{k} holds a value that is no JSON value"
     return None
 

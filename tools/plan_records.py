@@ -25,16 +25,26 @@ def _fake_id(r) -> str:
 
 def main(argv: list[str]) -> int:
     """``argv[0]``: JSON with the stack's ``config``, ``region``, ``program`` and ``stack``."""
-    if os.path.exists(os.path.join("components", "mockrun.py")) and \
-            not os.path.exists(os.path.join("tools", "mockrun.py")):
+    if os.path.exists(os.path.join("components", "mockrun.py")) and not os.path.exists(
+        os.path.join("tools", "mockrun.py")
+    ):
         from ray_efa_eks.components.mockrun import run_program
     else:
         from ray_efa_eks.tools.mockrun import run_program
     a = json.loads(argv[0])
     run = run_program(a["config"], region=a["region"], program=a["program"], stack=a["stack"])
     ids = getattr(run, "ids", {})
-    recs = [{"type": r.type, "name": r.name, "urn": r.urn, "parent": r.parent, "id": ids.get(r.urn) or _fake_id(r),
-             "props": r.inputs} for r in run.resources]
+    recs = [
+        {
+            "type": r.type,
+            "name": r.name,
+            "urn": r.urn,
+            "parent": r.parent,
+            "id": ids.get(r.urn) or _fake_id(r),
+            "props": r.inputs,
+        }
+        for r in run.resources
+    ]
     print("\n" + RECORDS_MARKER + json.dumps(recs, default=lambda o: f"<{type(o).__name__}>"))
     return 0
 

@@ -34,21 +34,38 @@ def make_plan(resources: list[Resource], *, source: str, stack: str, region: str
     """The plan of a list of resources (from the mocks, a base ref, or a preview)."""
     st = Stack(resources)
     labels = {r.urn: r.label for r in st.resources}
-    tree = [{"type": r.type, "name": r.name, "parent": labels.get(r.parent) or layout.urn_label(r.parent)}
-            for r in sorted(st.resources, key=lambda r: (r.type, r.name))]
+    tree = [
+        {"type": r.type, "name": r.name, "parent": labels.get(r.parent) or layout.urn_label(r.parent)}
+        for r in sorted(st.resources, key=lambda r: (r.type, r.name))
+    ]
     violations = rules.check(st)
     hooked = {f"{r.type} {r.name}": layout.plain(r.props) for r in st.resources if r.type in HOOKED_TYPES}
-    return Plan(source, stack, region, tree, settings_of(st, region), [v.to_json() for v in violations],
-                list(rules.RULE_IDS), hooked=hooked)
+    return Plan(
+        source,
+        stack,
+        region,
+        tree,
+        settings_of(st, region),
+        [v.to_json() for v in violations],
+        list(rules.RULE_IDS),
+        hooked=hooked,
+    )
 
 
 HOOKED_TYPES = ("aws:ec2/launchTemplate:LaunchTemplate", "kubernetes:ray.io/v1:RayCluster")
 """Resources the program guards with ``before_update`` hooks (components/nodes/rollout_guards.py, raycluster.py)."""
 
 
-def plan_tree(root: Path | None = None, *, stack: str = "dev", overrides: dict[str, str] | None = None,
-              region: str | None = None, program: Path | None = None, source: str = "working tree",
-              defaults: bool = False) -> Plan:
+def plan_tree(
+    root: Path | None = None,
+    *,
+    stack: str = "dev",
+    overrides: dict[str, str] | None = None,
+    region: str | None = None,
+    program: Path | None = None,
+    source: str = "working tree",
+    defaults: bool = False,
+) -> Plan:
     """Plan ``program`` (default ``root/__main__.py``) in this process, with the code imported here.
 
     Config comes from ``Pulumi.<stack>.yaml`` beside the program (:class:`MissingStack` without one,
@@ -66,8 +83,14 @@ def plan_tree(root: Path | None = None, *, stack: str = "dev", overrides: dict[s
     try:
         run = mockrun.run_program(config, region=region, program=program, stack=stack)
     except Exception as e:  # noqa: BLE001 - any program failure is the plan's answer, not a crash
-        return Plan(source, stack, region, error=f"{type(e).__name__}: {e}{_where_offered(e)}", config=shown,
-                    effective=effective)
+        return Plan(
+            source,
+            stack,
+            region,
+            error=f"{type(e).__name__}: {e}{_where_offered(e)}",
+            config=shown,
+            effective=effective,
+        )
     finally:
         if pulumi_config is not None:
             os.environ["PULUMI_CONFIG"] = pulumi_config
@@ -85,7 +108,7 @@ def cold_start_lines(config: dict[str, Any], region: str) -> list[str]:
     from ..components.config.config import NAMESPACE, StackConfig
 
     prefix = NAMESPACE + ":"
-    cfg = StackConfig.from_mapping({k[len(prefix):]: v for k, v in config.items() if k.startswith(prefix)}, region)
+    cfg = StackConfig.from_mapping({k[len(prefix) :]: v for k, v in config.items() if k.startswith(prefix)}, region)
     return cold_start.plan_lines(cfg.cold_start_layout, cfg.efaCheckWaitSeconds)
 
 
@@ -94,12 +117,18 @@ def _where_offered(error: Exception) -> str:
     from . import mockrun
 
     itype = getattr(error, "value", None)
-    if getattr(error, "key", None) != "gpuInstanceType" or "is not offered in any AZ" not in str(error) \
-            or not isinstance(itype, str):
+    if (
+        getattr(error, "key", None) != "gpuInstanceType"
+        or "is not offered in any AZ" not in str(error)
+        or not isinstance(itype, str)
+    ):
         return ""
     regions = [r for r in mockrun.OFFERINGS if mockrun.offered_azs(r, itype)]
-    return (f" (EC2's offerings data, tools/offerings.json, lists it in: {', '.join(regions)})" if regions
-            else " (EC2's offerings data, tools/offerings.json, lists it in no region)")
+    return (
+        f" (EC2's offerings data, tools/offerings.json, lists it in: {', '.join(regions)})"
+        if regions
+        else " (EC2's offerings data, tools/offerings.json, lists it in no region)"
+    )
 
 
 def resolve_ref(ref: str, root: Path | None = None) -> str:
@@ -110,35 +139,56 @@ def resolve_ref(ref: str, root: Path | None = None) -> str:
     after it is an option. :class:`UsageError` for an option-looking ref, :class:`PlanError` for an unknown one.
     """
     if not ref or ref.startswith("-") or "\x00" in ref or any(c.isspace() for c in ref):
-        raise UsageError(f"--diff {ref!r}: not a git ref (a ref never starts with '-' or holds spaces, so it "
-                         "cannot be read as an option); name a branch, tag or commit, e.g. --diff origin/main, or a "
-                         "saved plan: --diff old.json new.json")
+        raise UsageError(
+            f"--diff {ref!r}: not a git ref (a ref never starts with '-' or holds spaces, so it "
+            "cannot be read as an option); name a branch, tag or commit, e.g. --diff origin/main, or a "
+            "saved plan: --diff old.json new.json"
+        )
     try:
-        found = subprocess.run(["git", "-C", str(root or Path.cwd()), "rev-parse", "--verify", "--end-of-options",
-                                f"{ref}^{{commit}}"], capture_output=True, text=True, timeout=GIT_TIMEOUT_S)
+        found = subprocess.run(
+            ["git", "-C", str(root or Path.cwd()), "rev-parse", "--verify", "--end-of-options", f"{ref}^{{commit}}"],
+            capture_output=True,
+            text=True,
+            timeout=GIT_TIMEOUT_S,
+        )
     except subprocess.TimeoutExpired:
         raise PlanError(f"--diff {ref!r}: git rev-parse did not answer within {GIT_TIMEOUT_S} s") from None
     if found.returncode != 0:  # git's own message (stderr) is not shown: ours says what to do
-        raise PlanError(f"--diff {ref!r}: no such commit in this repository (fetch the ref first: git fetch origin "
-                        f"{ref}; in CI use actions/checkout with fetch-depth: 0)")
+        raise PlanError(
+            f"--diff {ref!r}: no such commit in this repository (fetch the ref first: git fetch origin "
+            f"{ref}; in CI use actions/checkout with fetch-depth: 0)"
+        )
     return found.stdout.strip()
 
 
-def plan_git_ref(ref: str, root: Path | None = None, *, stack: str = "dev", overrides: dict[str, str] | None = None,
-                 region: str | None = None, program: str = "__main__.py", defaults: bool = False) -> Plan:
+def plan_git_ref(
+    ref: str,
+    root: Path | None = None,
+    *,
+    stack: str = "dev",
+    overrides: dict[str, str] | None = None,
+    region: str | None = None,
+    program: str = "__main__.py",
+    defaults: bool = False,
+) -> Plan:
     """Plan the program as it is at git ``ref``: its own code, its own ``Pulumi.<stack>.yaml``, in a subprocess.
 
     A stack file missing at ``ref`` (a stack the change adds) makes the base plan an error, not the defaults.
     """
     commit = resolve_ref(ref, root)
     try:
-        archive = subprocess.run(["git", "-C", str(root or Path.cwd()), "archive", "--format=tar", "--end-of-options",
-                                  commit], capture_output=True, timeout=GIT_TIMEOUT_S)
+        archive = subprocess.run(
+            ["git", "-C", str(root or Path.cwd()), "archive", "--format=tar", "--end-of-options", commit],
+            capture_output=True,
+            timeout=GIT_TIMEOUT_S,
+        )
     except subprocess.TimeoutExpired:
         raise PlanError(f"git archive {ref!r} did not finish within {GIT_TIMEOUT_S} s") from None
     if archive.returncode != 0:
-        raise PlanError(f"git archive {ref!r} failed: {archive.stderr.decode(errors='replace').strip()} "
-                        "(fetch the ref first; in CI use actions/checkout with fetch-depth: 0)")
+        raise PlanError(
+            f"git archive {ref!r} failed: {archive.stderr.decode(errors='replace').strip()} "
+            "(fetch the ref first; in CI use actions/checkout with fetch-depth: 0)"
+        )
     with tempfile.TemporaryDirectory(prefix="plan-base-") as tmp:
         with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
             tar.extractall(tmp, filter=_inside_tree)
@@ -147,8 +197,13 @@ def plan_git_ref(ref: str, root: Path | None = None, *, stack: str = "dev", over
         try:
             sf = read_stack((base / program).parent, stack, defaults=defaults)
         except MissingStack:
-            return Plan(source, stack, region or DEFAULT_REGION,
-                        error=f"Pulumi.{stack}.yaml does not exist at {ref} (a stack this change adds?)", absent=True)
+            return Plan(
+                source,
+                stack,
+                region or DEFAULT_REGION,
+                error=f"Pulumi.{stack}.yaml does not exist at {ref} (a stack this change adds?)",
+                absent=True,
+            )
         config = {**sf.values, **(overrides or {})}
         region = region or sf.region
         if not (base / program).exists():
@@ -158,16 +213,27 @@ def plan_git_ref(ref: str, root: Path | None = None, *, stack: str = "dev", over
         # PYTHONPATH (replacing ours): a process the base program starts imports the base code as well
         env = {**{k: v for k, v in os.environ.items() if k != "PULUMI_CONFIG"}, "PYTHONPATH": tmp}
         try:
-            proc = subprocess.run([sys.executable, "-P", str(BASE_RECORDS), args], cwd=tmp, env=env,
-                                  capture_output=True, text=True, timeout=BASE_PLAN_TIMEOUT_S)
+            proc = subprocess.run(
+                [sys.executable, "-P", str(BASE_RECORDS), args],
+                cwd=tmp,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=BASE_PLAN_TIMEOUT_S,
+            )
         except subprocess.TimeoutExpired:
-            return Plan(source, stack, region, error=f"the program at {ref} ran past {BASE_PLAN_TIMEOUT_S} s under "
-                        "the mocks and was stopped (a whole stack plans in seconds: it waits on something)")
+            return Plan(
+                source,
+                stack,
+                region,
+                error=f"the program at {ref} ran past {BASE_PLAN_TIMEOUT_S} s under "
+                "the mocks and was stopped (a whole stack plans in seconds: it waits on something)",
+            )
         marker = [ln for ln in proc.stdout.splitlines() if ln.startswith(RECORDS_MARKER)]
         if proc.returncode != 0 or not marker:
             last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
             return Plan(source, stack, region, error=last)
-        records = json.loads(marker[-1][len(RECORDS_MARKER):])
+        records = json.loads(marker[-1][len(RECORDS_MARKER) :])
     plan = make_plan([Resource.from_json(r) for r in records], source=source, stack=stack, region=region)
     plan.config = shown_config(sf, overrides, region)
     return plan

@@ -11,16 +11,39 @@ from ..components.nodes.rollout_guards import NOT_DATA
 from .layout import UNKNOWN, Stack
 
 
-SECTION_NAMES = {"nodeGroups": "node group", "pods": "pod", "gpuSubnets": "GPU subnet", "helmCharts": "Helm chart",
-                 "podFit": "pod fit"}
-FIELD_NAMES = {"instanceTypes": "instance type", "nodes": "nodes", "gpusPerNode": "GPUs/node", "subnetAzs": "subnet AZs",
-               "efaInterfacesPerNode": "EFA interfaces/node", "placement": "placement strategy", "capacity": "capacity",
-               "launchTemplate": "launch template", "replicas": "replicas",
-               "image": "image", "cpu": "CPU", "memory": "memory", "gpu": "GPU", "efa": "EFA interfaces",
-               "guaranteedQoS": "Guaranteed QoS", "kuberayChartVersion": "KubeRay chart version",
-               "imageTags": "image tags", "estimatedHourlyUsd": "estimated $/hour", "estimatedIdleHourlyUsd": "estimated $/hour idle", "kubernetesVersion": "Kubernetes version",
-               "costNotes": "cost notes", "instanceType": "instance type", "allocatablePerNode": "allocatable per node",
-               "perNode": "requested per node"}
+SECTION_NAMES = {
+    "nodeGroups": "node group",
+    "pods": "pod",
+    "gpuSubnets": "GPU subnet",
+    "helmCharts": "Helm chart",
+    "podFit": "pod fit",
+}
+FIELD_NAMES = {
+    "instanceTypes": "instance type",
+    "nodes": "nodes",
+    "gpusPerNode": "GPUs/node",
+    "subnetAzs": "subnet AZs",
+    "efaInterfacesPerNode": "EFA interfaces/node",
+    "placement": "placement strategy",
+    "capacity": "capacity",
+    "launchTemplate": "launch template",
+    "replicas": "replicas",
+    "image": "image",
+    "cpu": "CPU",
+    "memory": "memory",
+    "gpu": "GPU",
+    "efa": "EFA interfaces",
+    "guaranteedQoS": "Guaranteed QoS",
+    "kuberayChartVersion": "KubeRay chart version",
+    "imageTags": "image tags",
+    "estimatedHourlyUsd": "estimated $/hour",
+    "estimatedIdleHourlyUsd": "estimated $/hour idle",
+    "kubernetesVersion": "Kubernetes version",
+    "costNotes": "cost notes",
+    "instanceType": "instance type",
+    "allocatablePerNode": "allocatable per node",
+    "perNode": "requested per node",
+}
 
 
 def _show(value: Any) -> Any:
@@ -42,8 +65,12 @@ def _capacity(g: layout_node_groups.NodeGroup) -> str:
     return f"{mode} {_show(g.reservation)}" if g.reservation is not None else mode
 
 
-_GATE_FLAGS = {"--expect-nodes": "nodes", "--expect-gpus-per-node": "gpusPerNode", "--expect-nics": "efaInterfaces",
-               "--efa-gbps": "lineRateGbps"}
+_GATE_FLAGS = {
+    "--expect-nodes": "nodes",
+    "--expect-gpus-per-node": "gpusPerNode",
+    "--expect-nics": "efaInterfaces",
+    "--efa-gbps": "lineRateGbps",
+}
 
 
 def efa_gate(st: Stack) -> dict[str, Any] | str:
@@ -54,8 +81,14 @@ def efa_gate(st: Stack) -> dict[str, Any] | str:
         containers = layout.dig(job.props, "spec", "template", "spec", "containers", default=[])
         for c in containers if isinstance(containers, list) else []:
             command = c.get("command") if isinstance(c, dict) else None
-            script = next((a for a in (command if isinstance(command, list) else [])
-                           if isinstance(a, str) and "efacheck.efa_check" in a), "")
+            script = next(
+                (
+                    a
+                    for a in (command if isinstance(command, list) else [])
+                    if isinstance(a, str) and "efacheck.efa_check" in a
+                ),
+                "",
+            )
             line = next((ln for ln in script.splitlines() if "efacheck.efa_check" in ln and " -- " in ln), "")
             if not line:
                 continue
@@ -81,8 +114,10 @@ def _template_fingerprint(st: Stack, g: layout_node_groups.NodeGroup) -> str:
 
 
 RESERVED = ("reservation", "capacity-block")
-ROLLOUT_FIX = ("set gpuNodeCount 0 and `pulumi up` first (the group parks, nothing to roll), then apply this change "
-               "with gpuNodeCount 0, then raise gpuNodeCount again (docs/gpus.md)")
+ROLLOUT_FIX = (
+    "set gpuNodeCount 0 and `pulumi up` first (the group parks, nothing to roll), then apply this change "
+    "with gpuNodeCount 0, then raise gpuNodeCount again (docs/gpus.md)"
+)
 
 
 def rollout_risks(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
@@ -104,9 +139,11 @@ def rollout_risks(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
         changed = [k for k in sorted(set(a) & set(b)) if k != "nodes" and a[k] != b[k]]  # keys both plans know
         if reserved and running and changed:
             what = ", ".join(FIELD_NAMES.get(k, k) for k in changed)
-            out.append(f"GPU node group `{name}` ({reserved[0]}) changes its {what} while {a.get('nodes')} node(s) "
-                       "run: EKS rolls the group by launching new nodes first, which the reservation cannot hold, "
-                       f"so the update fails. Fix: {ROLLOUT_FIX}")
+            out.append(
+                f"GPU node group `{name}` ({reserved[0]}) changes its {what} while {a.get('nodes')} node(s) "
+                "run: EKS rolls the group by launching new nodes first, which the reservation cannot hold, "
+                f"so the update fails. Fix: {ROLLOUT_FIX}"
+            )
     return out
 
 

@@ -21,20 +21,44 @@ from typing import Any, Iterator
 PAGE = "https://kubernetes.io/docs/concepts/security/pod-security-standards/"
 LEVELS = ("privileged", "baseline", "restricted")
 
-BASELINE_CAPABILITIES = frozenset({
-    "AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD", "NET_BIND_SERVICE", "SETFCAP",
-    "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT"})
+BASELINE_CAPABILITIES = frozenset(
+    {
+        "AUDIT_WRITE",
+        "CHOWN",
+        "DAC_OVERRIDE",
+        "FOWNER",
+        "FSETID",
+        "KILL",
+        "MKNOD",
+        "NET_BIND_SERVICE",
+        "SETFCAP",
+        "SETGID",
+        "SETPCAP",
+        "SETUID",
+        "SYS_CHROOT",
+    }
+)
 """Baseline "Capabilities": the only values allowed in ``capabilities.add``."""
-SAFE_SYSCTLS = frozenset({
-    "kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range", "net.ipv4.ip_unprivileged_port_start",
-    "net.ipv4.tcp_syncookies", "net.ipv4.ping_group_range", "net.ipv4.ip_local_reserved_ports",
-    "net.ipv4.tcp_keepalive_time", "net.ipv4.tcp_fin_timeout", "net.ipv4.tcp_keepalive_intvl",
-    "net.ipv4.tcp_keepalive_probes"})
+SAFE_SYSCTLS = frozenset(
+    {
+        "kernel.shm_rmid_forced",
+        "net.ipv4.ip_local_port_range",
+        "net.ipv4.ip_unprivileged_port_start",
+        "net.ipv4.tcp_syncookies",
+        "net.ipv4.ping_group_range",
+        "net.ipv4.ip_local_reserved_ports",
+        "net.ipv4.tcp_keepalive_time",
+        "net.ipv4.tcp_fin_timeout",
+        "net.ipv4.tcp_keepalive_intvl",
+        "net.ipv4.tcp_keepalive_probes",
+    }
+)
 """Baseline "Sysctls": the safe set (the last five since Kubernetes 1.27/1.29)."""
 SELINUX_TYPES = frozenset({"", "container_t", "container_init_t", "container_kvm_t", "container_engine_t"})
 """Baseline "SELinux": allowed ``seLinuxOptions.type`` values (``user`` and ``role`` must be unset)."""
-RESTRICTED_VOLUMES = frozenset({
-    "configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim", "projected", "secret"})
+RESTRICTED_VOLUMES = frozenset(
+    {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim", "projected", "secret"}
+)
 """Restricted "Volume Types": the only volume sources allowed."""
 APPARMOR_TYPES = frozenset({"RuntimeDefault", "Localhost"})
 SECCOMP_TYPES = frozenset({"RuntimeDefault", "Localhost"})
@@ -83,7 +107,10 @@ def _baseline(meta: dict[str, Any], spec: dict[str, Any]) -> list[str]:
             bad("Privileged Containers", f"container {c['name']!r} securityContext.privileged is true")
         added = set((sc.get("capabilities") or {}).get("add") or []) - BASELINE_CAPABILITIES
         if added:
-            bad("Capabilities", f"container {c['name']!r} adds {sorted(added)} (allowed: {sorted(BASELINE_CAPABILITIES)})")
+            bad(
+                "Capabilities",
+                f"container {c['name']!r} adds {sorted(added)} (allowed: {sorted(BASELINE_CAPABILITIES)})",
+            )
         for p in c.get("ports") or []:
             if p.get("hostPort"):
                 bad("Host Ports", f"container {c['name']!r} hostPort {p['hostPort']}")
@@ -94,7 +121,10 @@ def _baseline(meta: dict[str, Any], spec: dict[str, Any]) -> list[str]:
         for hook in ("postStart", "preStop"):
             for handler in ("httpGet", "tcpSocket"):
                 if (((c.get("lifecycle") or {}).get(hook) or {}).get(handler) or {}).get("host"):
-                    bad("Host Probes / Lifecycle Hooks", f"container {c['name']!r} lifecycle.{hook}.{handler}.host is set")
+                    bad(
+                        "Host Probes / Lifecycle Hooks",
+                        f"container {c['name']!r} lifecycle.{hook}.{handler}.host is set",
+                    )
         if sc.get("procMount") not in (None, "Default"):
             bad("/proc Mount Type", f"container {c['name']!r} procMount is {sc['procMount']!r} (allowed: Default)")
     for v in spec.get("volumes") or []:

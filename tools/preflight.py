@@ -50,22 +50,66 @@ from ..training.cli import url_problem
 from ..efacheck.cli import ArgumentParser, run_cli
 from ..efacheck.exit_codes import EXIT_INTERRUPTED
 from .cli import positive_int
-from .preflight_aws import (DENIED_CODES, QUOTA_G_VT, QUOTA_P, QUOTA_STANDARD, PreflightError, Unanswered,
-                            capacity_block_offerings, eks_refuses_cluster_subnets, offered_azs, quota_code_for,
-                            recommend_az, reservation_az, zone_ids)
-from .preflight_checks import (EXIT_FAILED, EXIT_OK, EXIT_UNDETERMINED, FAILED, OK, UNKNOWN, PreflightResult,
-                               run_preflight)
+from .preflight_aws import (
+    DENIED_CODES,
+    QUOTA_G_VT,
+    QUOTA_P,
+    QUOTA_STANDARD,
+    PreflightError,
+    Unanswered,
+    capacity_block_offerings,
+    eks_refuses_cluster_subnets,
+    offered_azs,
+    quota_code_for,
+    recommend_az,
+    reservation_az,
+    zone_ids,
+)
+from .preflight_checks import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_UNDETERMINED,
+    FAILED,
+    OK,
+    UNKNOWN,
+    PreflightResult,
+    run_preflight,
+)
 
-__all__ = ["DENIED_CODES", "EXIT_FAILED", "EXIT_OK", "EXIT_UNDETERMINED", "FAILED", "OK", "QUOTA_G_VT", "QUOTA_P",
-           "QUOTA_STANDARD", "UNKNOWN", "PreflightError", "PreflightResult", "Unanswered", "capacity_block_offerings",
-           "eks_refuses_cluster_subnets", "format_table", "main", "offered_azs", "quota_code_for", "recommend_az",
-           "reservation_az", "run_preflight", "usage_problem", "zone_ids"]
+__all__ = [
+    "DENIED_CODES",
+    "EXIT_FAILED",
+    "EXIT_OK",
+    "EXIT_UNDETERMINED",
+    "FAILED",
+    "OK",
+    "QUOTA_G_VT",
+    "QUOTA_P",
+    "QUOTA_STANDARD",
+    "UNKNOWN",
+    "PreflightError",
+    "PreflightResult",
+    "Unanswered",
+    "capacity_block_offerings",
+    "eks_refuses_cluster_subnets",
+    "format_table",
+    "main",
+    "offered_azs",
+    "quota_code_for",
+    "recommend_az",
+    "reservation_az",
+    "run_preflight",
+    "usage_problem",
+    "zone_ids",
+]
 """The public names, importable from here (the AWS calls live in preflight_aws, the checks in preflight_checks)."""
 
 
 def format_table(res: PreflightResult) -> str:
-    lines = [f"Preflight {res.instance_type} x{res.count} in {res.region} (EFA {'on' if res.efa else 'off'})",
-             f"{'AZ':<20} {'ZONE ID':<10} OFFERED  EKS CLUSTER SUBNETS"]
+    lines = [
+        f"Preflight {res.instance_type} x{res.count} in {res.region} (EFA {'on' if res.efa else 'off'})",
+        f"{'AZ':<20} {'ZONE ID':<10} OFFERED  EKS CLUSTER SUBNETS",
+    ]
     for z, row in res.azs.items():
         mark = " <- recommended" if z == res.recommended_az else ""
         eks = {True: "yes", False: "no (EKS refuses this zone ID)", None: "?"}[row.get("eks_cluster_subnets")]
@@ -76,9 +120,11 @@ def format_table(res: PreflightResult) -> str:
         lines.append(f"{c['name']:<{width}}  {c['status'].upper():<7}  {c['detail']}{needs}")
     for w in res.warnings:
         lines.append(f"NOTE: {w}")
-    verdict = {"ok": "OK (every check passed)",
-               "failed": f"FAILED ({len(res.problems)} check(s) failed)",
-               "undetermined": f"UNDETERMINED ({len(res.unknowns)} check(s) could not be answered; not OK)"}
+    verdict = {
+        "ok": "OK (every check passed)",
+        "failed": f"FAILED ({len(res.problems)} check(s) failed)",
+        "undetermined": f"UNDETERMINED ({len(res.unknowns)} check(s) could not be answered; not OK)",
+    }
     lines.append("RESULT: " + verdict[res.status])
     return "\n".join(lines)
 
@@ -92,17 +138,30 @@ MAX_NODES_PER_NODE_GROUP = 450
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    p = ArgumentParser(prog=prog or "python -m ray_efa_eks.tools.preflight", description=__doc__.split("\n\n")[0],
-                       exit_codes="preflight")
-    p.add_argument("--region", help="AWS region (default: $AWS_REGION, then $AWS_DEFAULT_REGION or your profile's "
-                                    "region; boto3 alone reads only the latter two)")
+    p = ArgumentParser(
+        prog=prog or "python -m ray_efa_eks.tools.preflight",
+        description=__doc__.split("\n\n")[0],
+        exit_codes="preflight",
+    )
+    p.add_argument(
+        "--region",
+        help="AWS region (default: $AWS_REGION, then $AWS_DEFAULT_REGION or your profile's "
+        "region; boto3 alone reads only the latter two)",
+    )
     p.add_argument("--instance-type", default="g6.12xlarge", help="the GPU instance type (default g6.12xlarge)")
     p.add_argument("--count", type=positive_int, default=2, help="GPU nodes to launch (>= 1)")
     p.add_argument("--az", help="check this availability zone of the region only (e.g. us-east-1a)")
-    p.add_argument("--efa", action=argparse.BooleanOptionalAction, default=True,
-                   help="check EFA support and the EFA interfaces the type takes (default on)")
-    p.add_argument("--capacity-reservation-id", metavar="cr-...",
-                   help="check this ODCR / Capacity Block: type, AZ, state, available count")
+    p.add_argument(
+        "--efa",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="check EFA support and the EFA interfaces the type takes (default on)",
+    )
+    p.add_argument(
+        "--capacity-reservation-id",
+        metavar="cr-...",
+        help="check this ODCR / Capacity Block: type, AZ, state, available count",
+    )
     p.add_argument("--json", action="store_true", help="print the checks as one JSON object")
     p.add_argument("--endpoint-url", help="an EC2/Service Quotas endpoint to call instead of AWS's (e.g. moto)")
     a = p.parse_args(argv)
@@ -125,26 +184,34 @@ def usage_problem(a: argparse.Namespace) -> str | None:
     from ..components.nodes.capacity import RESERVATION_ID, RESOURCE_GROUP_ARN
 
     if a.region is not None and not REGION.fullmatch(a.region):
-        return (f"--region {a.region!r}: not an AWS region name; e.g. --region us-east-1 (or leave it out to use "
-                "AWS_REGION / your profile's region)")
+        return (
+            f"--region {a.region!r}: not an AWS region name; e.g. --region us-east-1 (or leave it out to use "
+            "AWS_REGION / your profile's region)"
+        )
     if a.az is not None:
         region = a.region or boto3.session.Session().region_name
         if not re.fullmatch(r"[a-z]{2}(-[a-z]+)+-\d+[a-z]", a.az) or (region and not a.az.startswith(region)):
-            return (f"--az {a.az!r}: not an availability zone of {region or 'the region'}; e.g. --az "
-                    f"{region or 'us-east-1'}a")
+            return (
+                f"--az {a.az!r}: not an availability zone of {region or 'the region'}; e.g. --az "
+                f"{region or 'us-east-1'}a"
+            )
     if not INSTANCE_TYPE.fullmatch(a.instance_type):
         return f"--instance-type {a.instance_type!r}: not an EC2 instance type name; e.g. --instance-type g6.12xlarge"
     if a.count > MAX_NODES_PER_NODE_GROUP:
-        return (f"--count {a.count}: an EKS managed node group holds at most {MAX_NODES_PER_NODE_GROUP} nodes (EKS "
-                "service quotas: 'Nodes per managed node group'); e.g. --count 2")
+        return (
+            f"--count {a.count}: an EKS managed node group holds at most {MAX_NODES_PER_NODE_GROUP} nodes (EKS "
+            "service quotas: 'Nodes per managed node group'); e.g. --count 2"
+        )
     if a.endpoint_url is not None:
         why = url_problem(a.endpoint_url, "--endpoint-url", example="http://127.0.0.1:5000")
         if why:
             return why
     cr = a.capacity_reservation_id
     if cr is not None and not (RESERVATION_ID.fullmatch(cr) or RESOURCE_GROUP_ARN.fullmatch(cr)):
-        return (f"--capacity-reservation-id {cr!r}: expected cr- and 8 or 17 hex digits (an ODCR or Capacity Block), "
-                "or a reservation resource group ARN")
+        return (
+            f"--capacity-reservation-id {cr!r}: expected cr- and 8 or 17 hex digits (an ODCR or Capacity Block), "
+            "or a reservation resource group ARN"
+        )
     return None
 
 
@@ -155,19 +222,22 @@ exit 2 in about 25 s (the first call without an answer stops it: "nothing was ch
 
 
 def _main(a: argparse.Namespace) -> int:
-    cfg = Config(connect_timeout=AWS_CONNECT_TIMEOUT_S, read_timeout=AWS_READ_TIMEOUT_S,
-                 retries={"total_max_attempts": AWS_ATTEMPTS, "mode": "standard"})
+    cfg = Config(
+        connect_timeout=AWS_CONNECT_TIMEOUT_S,
+        read_timeout=AWS_READ_TIMEOUT_S,
+        retries={"total_max_attempts": AWS_ATTEMPTS, "mode": "standard"},
+    )
     try:
         session = boto3.session.Session(region_name=a.region)
         if session.region_name is None:
             raise PreflightError("no AWS region: pass --region or set AWS_REGION")
         clients = {
             "ec2": session.client("ec2", endpoint_url=a.endpoint_url, config=cfg),
-            "service-quotas": session.client("service-quotas",
-                                             endpoint_url=a.endpoint_url, config=cfg),
+            "service-quotas": session.client("service-quotas", endpoint_url=a.endpoint_url, config=cfg),
         }
-        res = run_preflight(clients, a.instance_type, a.count, az=a.az, efa=a.efa,
-                            capacity_reservation_id=a.capacity_reservation_id)
+        res = run_preflight(
+            clients, a.instance_type, a.count, az=a.az, efa=a.efa, capacity_reservation_id=a.capacity_reservation_id
+        )
     except (PreflightError, botocore.exceptions.BotoCoreError, ValueError) as e:
         print(f"preflight error: {e} (nothing was checked)", file=sys.stderr)
         return EXIT_UNDETERMINED

@@ -55,9 +55,7 @@ def _clients(session_or_clients: Any) -> tuple[Any, Any]:
     """Accept a boto3 Session or a dict {"ec2": client, "service-quotas": client}."""
     if isinstance(session_or_clients, dict):
         ec2 = session_or_clients["ec2"]
-        sq = session_or_clients.get("service-quotas") or session_or_clients.get(
-            "servicequotas"
-        )
+        sq = session_or_clients.get("service-quotas") or session_or_clients.get("servicequotas")
         return ec2, sq
     return (
         session_or_clients.client("ec2"),
@@ -83,11 +81,10 @@ def offered_azs(ec2_client: Any, instance_type: str) -> list[str]:
 def zone_ids(ec2_client: Any) -> dict[str, str | None]:
     """AZ name -> zone ID (``zone-type availability-zone``), as DescribeAvailabilityZones answers for this account:
     the same name is another zone ID in another account."""
-    resp = ec2_client.describe_availability_zones(
-        Filters=[{"Name": "zone-type", "Values": ["availability-zone"]}]
-    )
-    return {z["ZoneName"]: z.get("ZoneId") for z in sorted(resp.get("AvailabilityZones", []),
-                                                           key=lambda z: z["ZoneName"])}
+    resp = ec2_client.describe_availability_zones(Filters=[{"Name": "zone-type", "Values": ["availability-zone"]}])
+    return {
+        z["ZoneName"]: z.get("ZoneId") for z in sorted(resp.get("AvailabilityZones", []), key=lambda z: z["ZoneName"])
+    }
 
 
 def eks_refuses_cluster_subnets(region: str, zone_id: str | None) -> bool:
@@ -107,9 +104,7 @@ def _describe_types(ec2_client: Any, types: list[str]) -> dict[str, dict]:
     out: dict[str, dict] = {}
     types = sorted(set(types))
     for i in range(0, len(types), 100):
-        pages = ec2_client.get_paginator("describe_instance_types").paginate(
-            InstanceTypes=types[i : i + 100]
-        )
+        pages = ec2_client.get_paginator("describe_instance_types").paginate(InstanceTypes=types[i : i + 100])
         for page in pages:
             for t in page.get("InstanceTypes", []):
                 out[t["InstanceType"]] = t
@@ -156,8 +151,10 @@ def _ask(action: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         code = _code(e)
         if _is_denied(e):
             raise Unanswered(action, "denied") from None
-        if code in ("InternalError", "InternalFailure", "NotImplemented", "InvalidAction", "UnsupportedOperation") \
-                or e.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) >= 500:
+        if (
+            code in ("InternalError", "InternalFailure", "NotImplemented", "InvalidAction", "UnsupportedOperation")
+            or e.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) >= 500
+        ):
             raise Unanswered(action, f"not answered by the endpoint ({code or 'server error'})") from None
         raise
     except ResponseParserError:  # e.g. an emulator that does not implement the action (HTTP 500 page)
@@ -191,8 +188,9 @@ def capacity_block_offerings(ec2: Any, instance_type: str, count: int, hours: in
     found, token = [], None
     while True:
         kw = {"NextToken": token} if token else {}
-        page = ec2.describe_capacity_block_offerings(InstanceType=instance_type, InstanceCount=count,
-                                                     CapacityDurationHours=hours, **kw)
+        page = ec2.describe_capacity_block_offerings(
+            InstanceType=instance_type, InstanceCount=count, CapacityDurationHours=hours, **kw
+        )
         found += page.get("CapacityBlockOfferings", [])
         token = page.get("NextToken")
         if not token:

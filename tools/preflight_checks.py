@@ -12,9 +12,23 @@ from botocore.parsers import ResponseParserError
 
 from ..efacheck.exit_codes import EXIT_FAILED, EXIT_OK
 from ..efacheck.exit_codes import EXIT_NO_ANSWER as EXIT_UNDETERMINED
-from .preflight_aws import (QUOTA_G_VT, QUOTA_P, PreflightError, Unanswered, _ask, _clients, _code,
-                            _describe_reservation, _describe_types, _running_vcpus, capacity_block_offerings,
-                            eks_refuses_cluster_subnets, offered_azs, quota_code_for, zone_ids)
+from .preflight_aws import (
+    QUOTA_G_VT,
+    QUOTA_P,
+    PreflightError,
+    Unanswered,
+    _ask,
+    _clients,
+    _code,
+    _describe_reservation,
+    _describe_types,
+    _running_vcpus,
+    capacity_block_offerings,
+    eks_refuses_cluster_subnets,
+    offered_azs,
+    quota_code_for,
+    zone_ids,
+)
 
 OK, FAILED, UNKNOWN = "ok", "failed", "unknown"
 
@@ -71,8 +85,9 @@ def run_preflight(
 ) -> PreflightResult:
     """Run all checks; raises PreflightError when AWS cannot be reached at all (credentials, endpoint)."""
     if count < 1:
-        raise ValueError(f"count must be >= 1 (got {count}): preflight checks nodes to launch; "
-                         "0 parked nodes need no capacity")
+        raise ValueError(
+            f"count must be >= 1 (got {count}): preflight checks nodes to launch; 0 parked nodes need no capacity"
+        )
     try:
         return _run(session_or_clients, instance_type, count, az, efa, capacity_reservation_id)
     except botocore.exceptions.NoCredentialsError as e:
@@ -82,8 +97,7 @@ def run_preflight(
     except botocore.exceptions.ClientError as e:
         op = e.operation_name  # botocore's ClientError always has it (its __init__)
         raise PreflightError(
-            f"AWS API error in {op}: {_code(e)}: "
-            f"{e.response.get('Error', {}).get('Message', '')}"
+            f"AWS API error in {op}: {_code(e)}: {e.response.get('Error', {}).get('Message', '')}"
         ) from None
     except (botocore.exceptions.BotoCoreError, ResponseParserError) as e:
         raise PreflightError(f"AWS client error: {str(e).splitlines()[0]}") from None
@@ -91,9 +105,7 @@ def run_preflight(
 
 def _run(session_or_clients, instance_type, count, az, efa, reservation_id) -> PreflightResult:
     ec2, sq = _clients(session_or_clients)
-    res = PreflightResult(
-        region=ec2.meta.region_name, instance_type=instance_type, count=count, efa=efa
-    )
+    res = PreflightResult(region=ec2.meta.region_name, instance_type=instance_type, count=count, efa=efa)
 
     # --- offerings per AZ
     offered: list[str] | None = None
@@ -109,8 +121,11 @@ def _run(session_or_clients, instance_type, count, az, efa, reservation_id) -> P
             res.warnings.append(f"{u.action} not answered; only offering AZs listed, without zone IDs")
         for z in sorted(set(zones) | set(offered)):
             zid = zones.get(z)
-            res.azs[z] = {"offered": z in offered, "zone_id": zid,
-                          "eks_cluster_subnets": None if zid is None else not eks_refuses_cluster_subnets(res.region, zid)}
+            res.azs[z] = {
+                "offered": z in offered,
+                "zone_id": zid,
+                "eks_cluster_subnets": None if zid is None else not eks_refuses_cluster_subnets(res.region, zid),
+            }
         if not offered:
             res.check("offerings", FAILED, f"{instance_type} is not offered in any AZ of {res.region}")
         elif az is not None and az not in offered:
@@ -124,7 +139,8 @@ def _run(session_or_clients, instance_type, count, az, efa, reservation_id) -> P
                     f"{res.recommended_az} is zone ID {chosen['zone_id']} in this account, where EKS creates no "
                     "cluster subnets (UnsupportedAvailabilityZoneException; EKS user guide, network-reqs): the stack "
                     "puts the cluster in two other AZs and gives the GPU nodes their own subnet here, which no EKS "
-                    "document confirms for managed node groups; another AZ avoids the question")
+                    "document confirms for managed node groups; another AZ avoids the question"
+                )
 
     # --- instance type details
     vcpus: int | None = None
@@ -156,8 +172,11 @@ def _run(session_or_clients, instance_type, count, az, efa, reservation_id) -> P
         elif quota_code_for(instance_type) in (QUOTA_G_VT, QUOTA_P) and gpus == 0:
             res.check("instance-type", FAILED, f"{instance_type} is a GPU family type but has no GPUs")
         else:
-            res.check("instance-type", OK, f"{gpus} GPU(s), {vcpus} vCPUs, EFA "
-                                           f"{'yes' if res.instance['efa_supported'] else 'no'}")
+            res.check(
+                "instance-type",
+                OK,
+                f"{gpus} GPU(s), {vcpus} vCPUs, EFA {'yes' if res.instance['efa_supported'] else 'no'}",
+            )
 
     _check_quota(res, ec2, sq, instance_type, count, vcpus)
     _check_placement_group(res, ec2, efa, reservation_id)
@@ -174,12 +193,20 @@ def _check_quota(res: PreflightResult, ec2: Any, sq: Any, instance_type: str, co
     qcode = quota_code_for(instance_type)
     res.quota = {"code": qcode, "status": UNKNOWN, "value": None, "running_vcpus": None, "required_vcpus": None}
     if qcode is None:
-        res.check("vcpu-quota", UNKNOWN, f"no On-Demand vCPU quota code known for {instance_type}",
-                  "servicequotas:ListServiceQuotas (find the family's quota code)")
+        res.check(
+            "vcpu-quota",
+            UNKNOWN,
+            f"no On-Demand vCPU quota code known for {instance_type}",
+            "servicequotas:ListServiceQuotas (find the family's quota code)",
+        )
         return
     if vcpus is None:
-        res.check("vcpu-quota", UNKNOWN, "vCPUs per node unknown, so the quota cannot be compared",
-                  "ec2:DescribeInstanceTypes")
+        res.check(
+            "vcpu-quota",
+            UNKNOWN,
+            "vCPUs per node unknown, so the quota cannot be compared",
+            "ec2:DescribeInstanceTypes",
+        )
         return
     running = value = None
     try:
@@ -196,8 +223,12 @@ def _check_quota(res: PreflightResult, ec2: Any, sq: Any, instance_type: str, co
     except botocore.exceptions.ClientError as e:
         if _code(e) != "NoSuchResourceException":
             raise
-        res.check("vcpu-quota", UNKNOWN, f"quota {qcode} unknown: not returned by Service Quotas",
-                  "servicequotas:GetServiceQuota (ServiceCode ec2) on AWS")
+        res.check(
+            "vcpu-quota",
+            UNKNOWN,
+            f"quota {qcode} unknown: not returned by Service Quotas",
+            "servicequotas:GetServiceQuota (ServiceCode ec2) on AWS",
+        )
     if value is None or running is None:
         if value is not None:
             res.quota["value"] = int(value)
@@ -211,8 +242,12 @@ def _check_quota(res: PreflightResult, ec2: Any, sq: Any, instance_type: str, co
         res.check("vcpu-quota", OK, f"quota {qcode} {value} vCPUs >= {res.quota['required_vcpus']} needed")
     else:
         res.quota["status"] = "too_small"
-        res.check("vcpu-quota", FAILED, f"vCPU quota {qcode} too small: need {count} x {vcpus} + {running} running = "
-                                        f"{res.quota['required_vcpus']} vCPUs, quota is {value}")
+        res.check(
+            "vcpu-quota",
+            FAILED,
+            f"vCPU quota {qcode} too small: need {count} x {vcpus} + {running} running = "
+            f"{res.quota['required_vcpus']} vCPUs, quota is {value}",
+        )
 
 
 def _check_placement_group(res: PreflightResult, ec2: Any, efa: bool, reservation_id: str | None = None) -> None:
@@ -246,12 +281,17 @@ def _check_placement_group(res: PreflightResult, ec2: Any, efa: bool, reservatio
         res.check("placement-group", FAILED, f"a cluster placement group cannot be created: {_code(e)}")
 
 
-def _check_reservations(res: PreflightResult, ec2: Any, instance_type: str, count: int, az: str | None,
-                        reservation_id: str | None) -> None:
+def _check_reservations(
+    res: PreflightResult, ec2: Any, instance_type: str, count: int, az: str | None, reservation_id: str | None
+) -> None:
     if reservation_id:
         if not reservation_id.startswith("cr-"):
-            res.check("capacity-reservation", UNKNOWN, f"{reservation_id} is a resource group: its reservations are "
-                      "not checked", "resource-groups:ListGroupResources + ec2:DescribeCapacityReservations")
+            res.check(
+                "capacity-reservation",
+                UNKNOWN,
+                f"{reservation_id} is a resource group: its reservations are not checked",
+                "resource-groups:ListGroupResources + ec2:DescribeCapacityReservations",
+            )
             return
         try:
             r = _ask("ec2:DescribeCapacityReservations", _describe_reservation, ec2, reservation_id)
@@ -260,7 +300,9 @@ def _check_reservations(res: PreflightResult, ec2: Any, instance_type: str, coun
             res.check("capacity-reservation", UNKNOWN, f"{reservation_id} unknown ({u})", u.action)
             return
         if r is None:
-            res.check("capacity-reservation", FAILED, f"capacity reservation {reservation_id} not found in {res.region}")
+            res.check(
+                "capacity-reservation", FAILED, f"capacity reservation {reservation_id} not found in {res.region}"
+            )
             return
         r_az, r_type = r.get("AvailabilityZone"), r.get("InstanceType")
         available, state = int(r.get("AvailableInstanceCount", 0)), r.get("State")
@@ -271,9 +313,15 @@ def _check_reservations(res: PreflightResult, ec2: Any, instance_type: str, coun
         upcoming = block and state in ("scheduled", "payment-pending")
         if upcoming:
             available = max(available, int(r.get("TotalInstanceCount") or 0))
-        res.capacity_reservations = {"id": reservation_id, "availability_zone": r_az, "instance_type": r_type,
-                                     "state": state, "available": available,
-                                     "total": r.get("TotalInstanceCount"), "end_date": str(r.get("EndDate") or "")}
+        res.capacity_reservations = {
+            "id": reservation_id,
+            "availability_zone": r_az,
+            "instance_type": r_type,
+            "state": state,
+            "available": available,
+            "total": r.get("TotalInstanceCount"),
+            "end_date": str(r.get("EndDate") or ""),
+        }
         bad = []
         if r_type != instance_type:
             bad.append(f"is for {r_type}, not {instance_type}")
@@ -291,14 +339,23 @@ def _check_reservations(res: PreflightResult, ec2: Any, instance_type: str, coun
             start = str(r.get("StartDate") or "(start unknown)")
             res.recommended_az = r_az
             res.capacity_reservations["start_date"] = start
-            res.check("capacity-reservation", OK, f"Capacity Block {reservation_id} is {state}: {available} x {r_type} "
-                                                  f"in {r_az} from {start} (availabilityZone must be {r_az})")
-            res.warnings.append(f"Capacity Block {reservation_id} starts {start}: deploy with gpuNodeCount 0 (EKS "
-                                "accepts the node group now) and raise it once the block is active")
+            res.check(
+                "capacity-reservation",
+                OK,
+                f"Capacity Block {reservation_id} is {state}: {available} x {r_type} "
+                f"in {r_az} from {start} (availabilityZone must be {r_az})",
+            )
+            res.warnings.append(
+                f"Capacity Block {reservation_id} starts {start}: deploy with gpuNodeCount 0 (EKS "
+                "accepts the node group now) and raise it once the block is active"
+            )
         else:
             res.recommended_az = r_az
-            res.check("capacity-reservation", OK, f"{reservation_id}: {available} x {r_type} available in {r_az} "
-                                                  f"(availabilityZone must be {r_az})")
+            res.check(
+                "capacity-reservation",
+                OK,
+                f"{reservation_id}: {available} x {r_type} available in {r_az} (availabilityZone must be {r_az})",
+            )
         return
     filters = [{"Name": "instance-type", "Values": [instance_type]}, {"Name": "state", "Values": ["active"]}]
     if az:
@@ -312,22 +369,35 @@ def _check_reservations(res: PreflightResult, ec2: Any, instance_type: str, coun
         found = _ask("ec2:DescribeCapacityReservations", active)
     except Unanswered as u:
         res.capacity_reservations = {"status": UNKNOWN}
-        res.check("capacity-reservations", UNKNOWN, f"capacity reservations for {instance_type} unknown ({u})",
-                  u.action)
+        res.check(
+            "capacity-reservations", UNKNOWN, f"capacity reservations for {instance_type} unknown ({u})", u.action
+        )
         return
-    rows = [{"id": r.get("CapacityReservationId"), "availability_zone": r.get("AvailabilityZone"),
-             "available": int(r.get("AvailableInstanceCount", 0))} for r in found]
+    rows = [
+        {
+            "id": r.get("CapacityReservationId"),
+            "availability_zone": r.get("AvailabilityZone"),
+            "available": int(r.get("AvailableInstanceCount", 0)),
+        }
+        for r in found
+    ]
     res.capacity_reservations = {"status": OK, "active": rows}
     where = az or res.region
     if rows:
         best = max(rows, key=lambda r: r["available"])
-        res.check("capacity-reservations", OK, f"{len(rows)} active for {instance_type} in {where}; the largest, "
-                                               f"{best['id']} in {best['availability_zone']}, has {best['available']} "
-                                               "available (use it: --capacity-reservation-id)")
+        res.check(
+            "capacity-reservations",
+            OK,
+            f"{len(rows)} active for {instance_type} in {where}; the largest, "
+            f"{best['id']} in {best['availability_zone']}, has {best['available']} "
+            "available (use it: --capacity-reservation-id)",
+        )
     else:
         res.check("capacity-reservations", OK, f"none active for {instance_type} in {where}")
-        res.warnings.append(f"no capacity reservation for {instance_type} in {where}: on-demand launches compete for "
-                            "free capacity (InsufficientInstanceCapacity is possible)")
+        res.warnings.append(
+            f"no capacity reservation for {instance_type} in {where}: on-demand launches compete for "
+            "free capacity (InsufficientInstanceCapacity is possible)"
+        )
 
 
 def _check_capacity_blocks(res: PreflightResult, ec2: Any, instance_type: str, count: int, az: str | None) -> None:
@@ -341,16 +411,33 @@ def _check_capacity_blocks(res: PreflightResult, ec2: Any, instance_type: str, c
         found = _ask("ec2:DescribeCapacityBlockOfferings", capacity_block_offerings, ec2, instance_type, count)
     except Unanswered as u:
         res.capacity_blocks = {"status": UNKNOWN}
-        res.check("capacity-blocks", UNKNOWN, f"Capacity Block offerings for {count} x {instance_type} unknown ({u})",
-                  u.action)
+        res.check(
+            "capacity-blocks",
+            UNKNOWN,
+            f"Capacity Block offerings for {count} x {instance_type} unknown ({u})",
+            u.action,
+        )
         return
     if az:
         found = [o for o in found if o.get("AvailabilityZone") == az]
-    rows = sorted(({"id": o.get("CapacityBlockOfferingId"), "availability_zone": o.get("AvailabilityZone"),
-                    "start": str(o.get("StartDate")), "upfront_fee": o.get("UpfrontFee"),
-                    "currency": o.get("CurrencyCode")} for o in found), key=lambda o: o["start"])
+    rows = sorted(
+        (
+            {
+                "id": o.get("CapacityBlockOfferingId"),
+                "availability_zone": o.get("AvailabilityZone"),
+                "start": str(o.get("StartDate")),
+                "upfront_fee": o.get("UpfrontFee"),
+                "currency": o.get("CurrencyCode"),
+            }
+            for o in found
+        ),
+        key=lambda o: o["start"],
+    )
     res.capacity_blocks = {"status": OK, "offerings": rows}
-    detail = (f"{len(rows)} offering(s) of {count} x {instance_type} for 24 h in {az or res.region}; earliest "
-              f"{rows[0]['start']} in {rows[0]['availability_zone']}" if rows else
-              f"no Capacity Block offering of {count} x {instance_type} for 24 h in {az or res.region}")
+    detail = (
+        f"{len(rows)} offering(s) of {count} x {instance_type} for 24 h in {az or res.region}; earliest "
+        f"{rows[0]['start']} in {rows[0]['availability_zone']}"
+        if rows
+        else f"no Capacity Block offering of {count} x {instance_type} for 24 h in {az or res.region}"
+    )
     res.check("capacity-blocks", OK, detail)

@@ -18,8 +18,10 @@ from .violations import violation
 
 CLUSTER_QUEUE = "kubernetes:kueue.x-k8s.io/v1beta2:ClusterQueue"
 RESOURCE_FLAVOR = "kubernetes:kueue.x-k8s.io/v1beta2:ResourceFlavor"
-QUEUE_QUOTA_FIX = ("lower the teams' GPU quotas (ray-efa-eks:jobQueues; :borrow lends idle quota without a larger "
-                   "nominal quota) or raise the GPU node group's size (gpuNodeCount)")
+QUEUE_QUOTA_FIX = (
+    "lower the teams' GPU quotas (ray-efa-eks:jobQueues; :borrow lends idle quota without a larger "
+    "nominal quota) or raise the GPU node group's size (gpuNodeCount)"
+)
 
 
 def _name(r: Resource) -> Any:
@@ -65,12 +67,26 @@ def queue_quota_fits(stack: Stack) -> list[Any]:
                 continue
             used.setdefault(flavor, []).append((cq, int(quota)))
             if quota > cap:
-                out.append(violation("queue-quota-fits", cq, f"its GPU quota ({int(quota)}) exceeds what the node groups "
-                                                      f"of flavor {flavor} can hold ({cap} GPUs)", QUEUE_QUOTA_FIX))
+                out.append(
+                    violation(
+                        "queue-quota-fits",
+                        cq,
+                        f"its GPU quota ({int(quota)}) exceeds what the node groups "
+                        f"of flavor {flavor} can hold ({cap} GPUs)",
+                        QUEUE_QUOTA_FIX,
+                    )
+                )
     for flavor, queues in used.items():
         cap, total = _capacity(stack, flavors[flavor]), sum(q for _, q in queues)
         if cap is not None and total > cap and len(queues) > 1:
             names = ", ".join(f"{_name(cq)} {q}" for cq, q in queues)
-            out.append(violation("queue-quota-fits", None, f"the ClusterQueues on flavor {flavor} promise {total} GPUs "
-                                                    f"({names}) and its node groups hold {cap}", QUEUE_QUOTA_FIX))
+            out.append(
+                violation(
+                    "queue-quota-fits",
+                    None,
+                    f"the ClusterQueues on flavor {flavor} promise {total} GPUs "
+                    f"({names}) and its node groups hold {cap}",
+                    QUEUE_QUOTA_FIX,
+                )
+            )
     return out

@@ -63,8 +63,9 @@ class KubeApi:
         self.context = ssl.create_default_context(cafile=ca_file) if server.startswith("https") else None
 
     def call(self, method: str, path: str, body: dict | None = None, raw: bool = False) -> tuple[int, Any]:
-        req = urllib.request.Request(self.server + path, method=method,
-                                     data=json.dumps(body).encode() if body is not None else None)
+        req = urllib.request.Request(
+            self.server + path, method=method, data=json.dumps(body).encode() if body is not None else None
+        )
         req.add_header("Accept", "application/json")
         if body is not None:
             req.add_header("Content-Type", "application/json")
@@ -82,14 +83,20 @@ class KubeApi:
             return e.code, detail
         except (urllib.error.URLError, OSError, ValueError) as e:
             reason = getattr(e, "reason", e)
-            raise Failure(EXIT_NO_ANSWER, f"the Kubernetes API at {self.server} did not answer {method} {path} "
-                                          f"within {self.timeout_s:g} s: {reason}") from None
+            raise Failure(
+                EXIT_NO_ANSWER,
+                f"the Kubernetes API at {self.server} did not answer {method} {path} "
+                f"within {self.timeout_s:g} s: {reason}",
+            ) from None
 
 
 def _refused(status: int, detail: Any, what: str) -> Failure:
     msg = detail.get("message", "") if isinstance(detail, dict) else ""
-    hint = (" (who you are: the token; what you may do: the team's Role, bound to group ray-efa-eks:team:TEAM)"
-            if status in (401, 403) else "")
+    hint = (
+        " (who you are: the token; what you may do: the team's Role, bound to group ray-efa-eks:team:TEAM)"
+        if status in (401, 403)
+        else ""
+    )
     return Failure(EXIT_NO_ANSWER, f"the Kubernetes API refused {what}: HTTP {status} {msg}{hint}".rstrip())
 
 
@@ -112,8 +119,10 @@ def describe(obj: dict[str, Any]) -> str:
     st, spec = obj.get("status") or {}, obj.get("spec") or {}
     dep, job = st.get("jobDeploymentStatus") or "", st.get("jobStatus") or ""
     if spec.get("suspend") and dep not in TERMINAL:
-        return (f"queued: waiting for its quota in {obj['metadata'].get('labels', {}).get('kueue.x-k8s.io/queue-name')}"
-                " (Kueue keeps it suspended until the whole job fits)")
+        return (
+            f"queued: waiting for its quota in {obj['metadata'].get('labels', {}).get('kueue.x-k8s.io/queue-name')}"
+            " (Kueue keeps it suspended until the whole job fits)"
+        )
     return f"{dep or 'admitted'}{': Ray job ' + job if job else ''}"
 
 
@@ -165,8 +174,11 @@ def follow(api: KubeApi, ns: str, name: str, timeout_s: float, poll_s: float) ->
             return code
         left = deadline - time.monotonic()
         if left <= 0:
-            raise Failure(EXIT_NO_ANSWER, f"RayJob {ns}/{name} is still '{state}' after --timeout-s {timeout_s:g}; "
-                                          f"it keeps its place: kubectl -n {ns} get rayjob {name}")
+            raise Failure(
+                EXIT_NO_ANSWER,
+                f"RayJob {ns}/{name} is still '{state}' after --timeout-s {timeout_s:g}; "
+                f"it keeps its place: kubectl -n {ns} get rayjob {name}",
+            )
         time.sleep(min(poll_s, left))
 
 
@@ -191,8 +203,10 @@ def job_topology(train: list[str], nodes: int, gpus_per_node: int, wait_s: int) 
             given = out[i].partition("=")[2]
         i += 1
     if given is not None and given != str(want):
-        raise UsageError(f"--workers {given} after --: the job's {nodes} node(s) hold {want} GPUs and a rank takes "
-                         f"one, so the job runs {want} ranks; omit --workers (or change --nodes)")
+        raise UsageError(
+            f"--workers {given} after --: the job's {nodes} node(s) hold {want} GPUs and a rank takes "
+            f"one, so the job runs {want} ranks; omit --workers (or change --nodes)"
+        )
     if given is None:
         out += ["--workers", str(want)]
     if not any(x == "--wait-for-workers-s" or x.startswith("--wait-for-workers-s=") for x in out):
@@ -201,26 +215,39 @@ def job_topology(train: list[str], nodes: int, gpus_per_node: int, wait_s: int) 
 
 
 def parser(prog: str) -> ArgumentParser:
-    p = ArgumentParser(prog=prog, exit_codes="rayjob",
-                       usage="%(prog)s --queue TEAM --bucket BUCKET [options] [-- TRAIN_ARGS...]",
-                       description="Run training as a RayJob in a team's Kueue queue: print it (--dry-run), or "
-                                   "apply it and follow it to its result. TRAIN_ARGS go to the job unchanged.")
+    p = ArgumentParser(
+        prog=prog,
+        exit_codes="rayjob",
+        usage="%(prog)s --queue TEAM --bucket BUCKET [options] [-- TRAIN_ARGS...]",
+        description="Run training as a RayJob in a team's Kueue queue: print it (--dry-run), or "
+        "apply it and follow it to its result. TRAIN_ARGS go to the job unchanged.",
+    )
     p.add_argument("--queue", required=True, help="the team (a name in jobQueues)")
-    p.add_argument("--bucket", required=True, help="the stack's checkpoint bucket (pulumi stack output "
-                                                   "checkpointBucket); the job writes under teams/TEAM/")
+    p.add_argument(
+        "--bucket",
+        required=True,
+        help="the stack's checkpoint bucket (pulumi stack output checkpointBucket); the job writes under teams/TEAM/",
+    )
     p.add_argument("--name", default=None, help="RayJob name (default train-<UTC time>)")
     p.add_argument("--nodes", type=int, default=2, help="GPU nodes for the job (one Ray worker each; default 2)")
     p.add_argument("--stack", default="dev", help="stack whose Pulumi.<stack>.yaml is read (default dev)")
     p.add_argument("--defaults", action="store_true", help="no Pulumi.<stack>.yaml: every key at its default")
     p.add_argument("--config", action="append", default=[], metavar="KEY=VALUE", help="override a stack key")
     p.add_argument("--dry-run", action="store_true", help="print the ConfigMap and the RayJob as YAML and exit")
-    p.add_argument("--server", default=os.environ.get("KUBE_SERVER"),
-                   help="Kubernetes API URL (default $KUBE_SERVER; aws eks describe-cluster ... endpoint)")
+    p.add_argument(
+        "--server",
+        default=os.environ.get("KUBE_SERVER"),
+        help="Kubernetes API URL (default $KUBE_SERVER; aws eks describe-cluster ... endpoint)",
+    )
     p.add_argument("--token-file", default=None, help="file with the bearer token (default $KUBE_TOKEN)")
     p.add_argument("--ca-file", default=None, help="the cluster's CA certificate (PEM)")
     p.add_argument("--request-timeout-s", type=float, default=10.0, help="deadline of each API call (default 10)")
-    p.add_argument("--timeout-s", type=float, default=86400.0,
-                   help="stop following after this long, queued time included (default a day; the job stays)")
+    p.add_argument(
+        "--timeout-s",
+        type=float,
+        default=86400.0,
+        help="stop following after this long, queued time included (default a day; the job stays)",
+    )
     p.add_argument("--poll-s", type=float, default=5.0, help="seconds between status reads (default 5)")
     return p
 
@@ -228,49 +255,73 @@ def parser(prog: str) -> ArgumentParser:
 def build(a: argparse.Namespace, train: list[str]) -> list[dict[str, Any]]:
     overrides, region = parse_overrides(a.config)
     sf = read_stack(Path.cwd(), a.stack, defaults=a.defaults)
-    values = {k.partition(":")[2]: v for k, v in {**sf.values, **overrides}.items()
-              if k.startswith("ray-efa-eks:")}
+    values = {k.partition(":")[2]: v for k, v in {**sf.values, **overrides}.items() if k.startswith("ray-efa-eks:")}
     cfg = StackConfig.from_mapping(values, region=region or sf.region)
     teams = {t.name: t for t in cfg.job_queues}
     if a.queue not in teams:
-        raise UsageError(f"--queue {a.queue!r}: not a team of this stack's jobQueues "
-                         f"({', '.join(teams) or 'none: set ray-efa-eks:jobQueues'})")
+        raise UsageError(
+            f"--queue {a.queue!r}: not a team of this stack's jobQueues "
+            f"({', '.join(teams) or 'none: set ray-efa-eks:jobQueues'})"
+        )
     name = a.name or time.strftime("train-%Y%m%d-%H%M%S", time.gmtime())
     if not NAME.fullmatch(name):
-        raise UsageError(f"--name {name!r}: a lowercase DNS label of at most 40 characters (KubeRay derives the "
-                         "cluster's and the submitter's names from it)")
+        raise UsageError(
+            f"--name {name!r}: a lowercase DNS label of at most 40 characters (KubeRay derives the "
+            "cluster's and the submitter's names from it)"
+        )
     if not 1 <= a.nodes <= cfg.gpuNodeCount:
         raise UsageError(f"--nodes {a.nodes}: between 1 and the GPU node group's size ({cfg.gpuNodeCount})")
     team, gpus = teams[a.queue], cfg.gpu_type.gpus
     most = sum(t.gpus(gpus) for t in teams.values()) if team.borrow else team.gpus(gpus)
     if a.nodes * gpus > most:
         whose = "its quota plus what the others lend" if team.borrow else "its quota; no :borrow"
-        raise UsageError(f"--nodes {a.nodes}: the job needs {a.nodes * gpus} GPUs and team {team.name} can have at "
-                         f"most {most} ({whose}): Kueue would never admit it; use fewer --nodes or raise the quota")
+        raise UsageError(
+            f"--nodes {a.nodes}: the job needs {a.nodes * gpus} GPUs and team {team.name} can have at "
+            f"most {most} ({whose}): Kueue would never admit it; use fewer --nodes or raise the quota"
+        )
     train = job_topology(train, a.nodes, gpus, cfg.efa_check_wait_s)
     with tempfile.TemporaryDirectory(prefix="ray-efa-eks-rayjob-") as tmp:
         root = stage_package(Path(tmp))
         code = {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*.py"))}
-    return manifests(RayJobArgs(
-        name=name, team=team, image=cfg.dlcImage, ray_version=cfg.rayVersion, instance_type=cfg.gpu_type,
-        entrypoint=submit_entrypoint(train), code=code, nodes=a.nodes, efa=cfg.efa, nccl_debug=cfg.ncclDebug,
-        region=cfg.region, storage_path=f"s3://{a.bucket}/{TEAM_PREFIX.format(team=team.name)}",
-        service_account=TEAM_SERVICE_ACCOUNT, token_auth=cfg.rayTokenAuth,
-        efa_exporter_url=exporter_url() if cfg.efa else None))
+    return manifests(
+        RayJobArgs(
+            name=name,
+            team=team,
+            image=cfg.dlcImage,
+            ray_version=cfg.rayVersion,
+            instance_type=cfg.gpu_type,
+            entrypoint=submit_entrypoint(train),
+            code=code,
+            nodes=a.nodes,
+            efa=cfg.efa,
+            nccl_debug=cfg.ncclDebug,
+            region=cfg.region,
+            storage_path=f"s3://{a.bucket}/{TEAM_PREFIX.format(team=team.name)}",
+            service_account=TEAM_SERVICE_ACCOUNT,
+            token_auth=cfg.rayTokenAuth,
+            efa_exporter_url=exporter_url() if cfg.efa else None,
+        )
+    )
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    own, train = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
+    own, train = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
     p = parser(prog or "python -m ray_efa_eks.tools.rayjob")
     a = p.parse_args(own)
     tp = train_parser(prog=f"{p.prog} ... --")
-    shaped = train if "--use-gpu" not in train or any(x == "--workers" or x.startswith("--workers=") for x in train) \
-        else [*train, "--workers", "1"]  # job_topology sets the job's --workers
+    shaped = (
+        train
+        if "--use-gpu" not in train or any(x == "--workers" or x.startswith("--workers=") for x in train)
+        else [*train, "--workers", "1"]
+    )  # job_topology sets the job's --workers
     if check_train_args(tp, tp.parse_args(shaped), local=False).address is not None:
         tp.error("--address after -- is set by the job (--address auto)")
-    for option, value in (("--request-timeout-s", a.request_timeout_s), ("--timeout-s", a.timeout_s),
-                          ("--poll-s", a.poll_s)):
+    for option, value in (
+        ("--request-timeout-s", a.request_timeout_s),
+        ("--timeout-s", a.timeout_s),
+        ("--poll-s", a.poll_s),
+    ):
         if not 0 < value <= 7 * 86400:
             p.error(f"{option} {value:g}: seconds above 0, at most a week")
     if not a.dry_run and not a.server:
@@ -305,5 +356,4 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
 
 
 if __name__ == "__main__":
-
     sys.exit(run_cli(main, None, "python -m ray_efa_eks.tools.rayjob"))

@@ -20,10 +20,19 @@ import sys
 import types
 
 PACKAGES = (
-    "pulumi_aws.ec2", "pulumi_aws.s3", "pulumi_aws.iam", "pulumi_aws.eks", "pulumi_aws.kms", "pulumi_aws.vpc",
+    "pulumi_aws.ec2",
+    "pulumi_aws.s3",
+    "pulumi_aws.iam",
+    "pulumi_aws.eks",
+    "pulumi_aws.kms",
+    "pulumi_aws.vpc",
     "pulumi_aws.autoscaling",
-    "pulumi_kubernetes.core.v1", "pulumi_kubernetes.apps.v1", "pulumi_kubernetes.batch.v1",
-    "pulumi_kubernetes.networking.v1", "pulumi_kubernetes.rbac.v1", "pulumi_kubernetes.meta.v1",
+    "pulumi_kubernetes.core.v1",
+    "pulumi_kubernetes.apps.v1",
+    "pulumi_kubernetes.batch.v1",
+    "pulumi_kubernetes.networking.v1",
+    "pulumi_kubernetes.rbac.v1",
+    "pulumi_kubernetes.meta.v1",
     "pulumi_kubernetes.admissionregistration.v1",
 )
 """The subpackages the stack uses whose ``__init__`` imports hundreds of classes."""
@@ -42,7 +51,7 @@ def _candidates(name: str) -> list[str]:
             base = base[: -len(suffix)]
             break
     if base.startswith("AwaitableGet") and base.endswith("Result"):
-        base = base[len("Awaitable"):]
+        base = base[len("Awaitable") :]
     if base.startswith("Get") and base.endswith("Result"):
         base = base[: -len("Result")]
     return [*dict.fromkeys((base, _CAMEL.sub("_", base).lower())), *_STARRED]
@@ -75,8 +84,12 @@ class _LazyPackage(types.ModuleType):
         """The import system binds each imported submodule here: do what the ``__init__``'s ``from .mod import *``
         would do right after (``get_subnets`` is the function, not its module), whoever imported it."""
         super().__setattr__(name, value)
-        if (isinstance(value, types.ModuleType) and value.__name__ == f"{self.__name__}.{name}"
-                and name not in (*_STARRED, "outputs") and not self.__dict__.get("_sdk_lazy_full")):
+        if (
+            isinstance(value, types.ModuleType)
+            and value.__name__ == f"{self.__name__}.{name}"
+            and name not in (*_STARRED, "outputs")
+            and not self.__dict__.get("_sdk_lazy_full")
+        ):
             # the __init__ star-imports _inputs after every resource module: on a clash its name wins
             inputs = sys.modules.get(f"{self.__name__}._inputs")
             shadow = set(getattr(inputs, "__all__", ())) if inputs is not None else set()

@@ -37,12 +37,18 @@ def ray_pods(stack: Stack) -> Iterator[tuple[Resource, str, str, dict[str, str],
         if not isinstance(spec, dict) or not isinstance(name, str):
             continue
         groups = [("head", dig(spec, "headGroupSpec", "template"))]
-        groups += [(f"worker {g.get('groupName', '?')}", g.get("template"))
-                   for g in spec.get("workerGroupSpecs") or [] if isinstance(g, dict)]
+        groups += [
+            (f"worker {g.get('groupName', '?')}", g.get("template"))
+            for g in spec.get("workerGroupSpecs") or []
+            if isinstance(g, dict)
+        ]
         for role, tmpl in groups:
             if isinstance(tmpl, dict) and isinstance(tmpl.get("spec"), dict):
-                labels = {**(dig(tmpl, "metadata", "labels") or {}), RAY_CLUSTER_LABEL: name,
-                          "ray.io/node-type": role.split()[0]}
+                labels = {
+                    **(dig(tmpl, "metadata", "labels") or {}),
+                    RAY_CLUSTER_LABEL: name,
+                    "ray.io/node-type": role.split()[0],
+                }
                 yield r, role, ns, labels, tmpl
 
 
@@ -55,8 +61,12 @@ def _matches(selector: Any, labels: dict[str, str]) -> bool | None:
             return False
     for e in selector.get("matchExpressions") or []:
         has, val, values = e.get("key") in labels, labels.get(e.get("key")), e.get("values") or []
-        ok = {"In": has and val in values, "NotIn": not has or val not in values, "Exists": has,
-              "DoesNotExist": not has}.get(e.get("operator"))
+        ok = {
+            "In": has and val in values,
+            "NotIn": not has or val not in values,
+            "Exists": has,
+            "DoesNotExist": not has,
+        }.get(e.get("operator"))
         if not ok:
             return False
     return True
@@ -68,21 +78,29 @@ def _v(rule: str, r: Resource, problem: str, fix: str) -> Violation:
 
 # -- gate-no-api-token ---------------------------------------------------------------------------------------------
 
-GATE_TOKEN_FIX = ("set automountServiceAccountToken: false on the Job's pod template and mount no token into its "
-                  "containers (components/addons/efa_check.py): the gate talks to Ray's Jobs API only; a token an init "
-                  "container needs (the image audit) is projected into that container alone, of a dedicated "
-                  "ServiceAccount")
+GATE_TOKEN_FIX = (
+    "set automountServiceAccountToken: false on the Job's pod template and mount no token into its "
+    "containers (components/addons/efa_check.py): the gate talks to Ray's Jobs API only; a token an init "
+    "container needs (the image audit) is projected into that container alone, of a dedicated "
+    "ServiceAccount"
+)
 
 
 def _token_volumes(spec: dict[str, Any]) -> set[str]:
-    return {v.get("name") for v in spec.get("volumes") or [] if isinstance(v, dict)
-            and any("serviceAccountToken" in (src or {}) for src in dig(v, "projected", "sources") or [])}
+    return {
+        v.get("name")
+        for v in spec.get("volumes") or []
+        if isinstance(v, dict)
+        and any("serviceAccountToken" in (src or {}) for src in dig(v, "projected", "sources") or [])
+    }
 
 
 def gate_no_api_token(stack: Stack) -> list:
     out = []
-    accounts = {(_meta(a).get("namespace"), _meta(a).get("name")): a.props.get("automountServiceAccountToken")
-                for a in stack.of_type("kubernetes:core/v1:ServiceAccount")}
+    accounts = {
+        (_meta(a).get("namespace"), _meta(a).get("name")): a.props.get("automountServiceAccountToken")
+        for a in stack.of_type("kubernetes:core/v1:ServiceAccount")
+    }
     for r in stack.of_type(JOB):
         spec = dig(r.props, "spec", "template", "spec")
         if not isinstance(spec, dict):
@@ -93,27 +111,48 @@ def gate_no_api_token(stack: Stack) -> list:
         sa = spec.get("serviceAccountName") or spec.get("serviceAccount")
         inherited = accounts.get((_meta(r).get("namespace"), sa)) if sa else None
         if mount is not False and not (mount is None and inherited is False):
-            out.append(_v("gate-no-api-token", r, f"its pods mount a Kubernetes API token (automountServiceAccountToken "
-                                                  f"{mount!r}, service account {sa or 'default'})", GATE_TOKEN_FIX))
+            out.append(
+                _v(
+                    "gate-no-api-token",
+                    r,
+                    f"its pods mount a Kubernetes API token (automountServiceAccountToken "
+                    f"{mount!r}, service account {sa or 'default'})",
+                    GATE_TOKEN_FIX,
+                )
+            )
         tokens = _token_volumes(spec)
         for c in spec.get("containers") or []:
             if not isinstance(c, dict):  # a container only ``up`` knows (a preview's unknown): nothing to read
                 continue
             mounted = sorted(tokens & {m.get("name") for m in c.get("volumeMounts") or [] if isinstance(m, dict)})
             if mounted:
-                out.append(_v("gate-no-api-token", r, f"container {c.get('name', '?')} mounts the projected token "
-                                                      f"volume {mounted}", GATE_TOKEN_FIX))
+                out.append(
+                    _v(
+                        "gate-no-api-token",
+                        r,
+                        f"container {c.get('name', '?')} mounts the projected token volume {mounted}",
+                        GATE_TOKEN_FIX,
+                    )
+                )
         if tokens and not sa:
-            out.append(_v("gate-no-api-token", r, "a token of the namespace's default ServiceAccount is projected "
-                                                  "into its pods", GATE_TOKEN_FIX))
+            out.append(
+                _v(
+                    "gate-no-api-token",
+                    r,
+                    "a token of the namespace's default ServiceAccount is projected into its pods",
+                    GATE_TOKEN_FIX,
+                )
+            )
     return out
 
 
 # -- ray-pods-network-policy ---------------------------------------------------------------------------------------
 
-NETPOL_FIX = ("where the stack has NetworkPolicies, select every Ray pod with a NetworkPolicy (components/ray/raycluster.py ray_pods_network_policy_spec selects "
-              "ray.io/cluster: <name>, the label KubeRay puts on every pod of the cluster): a pod no policy selects "
-              "accepts connections from any pod of the cluster")
+NETPOL_FIX = (
+    "where the stack has NetworkPolicies, select every Ray pod with a NetworkPolicy (components/ray/raycluster.py ray_pods_network_policy_spec selects "
+    "ray.io/cluster: <name>, the label KubeRay puts on every pod of the cluster): a pod no policy selects "
+    "accepts connections from any pod of the cluster"
+)
 
 
 def _ingress_policies(stack: Stack) -> list[tuple[str, Any]]:
@@ -124,8 +163,11 @@ def _ingress_policies(stack: Stack) -> list[tuple[str, Any]]:
 def _selected(policies: list[tuple[str, Any]], ns: str, labels: dict[str, Any]) -> bool:
     """Whether an ingress NetworkPolicy of ``ns`` selects (or, with a value only ``up`` knows, may select) pods
     labelled ``labels``."""
-    chosen = [_matches(dig(spec, "podSelector"), labels) for pns, spec in policies
-              if pns == ns and isinstance(spec, dict) and "Ingress" in (spec.get("policyTypes") or ["Ingress"])]
+    chosen = [
+        _matches(dig(spec, "podSelector"), labels)
+        for pns, spec in policies
+        if pns == ns and isinstance(spec, dict) and "Ingress" in (spec.get("policyTypes") or ["Ingress"])
+    ]
     return None in chosen or True in chosen
 
 
@@ -136,16 +178,24 @@ def ray_pods_network_policy(stack: Stack) -> list:
         if _selected(policies, ns, labels):
             continue
         if policies:  # without any (networkPolicy: false, the documented opt-out) there is nothing to hold
-            out.append(_v("ray-pods-network-policy", r, f"no NetworkPolicy of namespace {ns} selects the {role} pods",
-                          NETPOL_FIX))
+            out.append(
+                _v(
+                    "ray-pods-network-policy",
+                    r,
+                    f"no NetworkPolicy of namespace {ns} selects the {role} pods",
+                    NETPOL_FIX,
+                )
+            )
     return out
 
 
 # -- kuberay-single-namespace --------------------------------------------------------------------------------------
 
-KUBERAY_FIX = ("install the kuberay-operator chart with singleNamespaceInstall: true and watchNamespace: [<the Ray "
-               "namespace>] (components/ray/kuberay.py watch_values): the chart then creates a Role in that namespace "
-               "instead of a ClusterRole that creates pods and reads Secrets in every namespace")
+KUBERAY_FIX = (
+    "install the kuberay-operator chart with singleNamespaceInstall: true and watchNamespace: [<the Ray "
+    "namespace>] (components/ray/kuberay.py watch_values): the chart then creates a Role in that namespace "
+    "instead of a ClusterRole that creates pods and reads Secrets in every namespace"
+)
 
 
 def kuberay_single_namespace(stack: Stack) -> list:
@@ -162,20 +212,34 @@ def kuberay_single_namespace(stack: Stack) -> list:
         if single is UNKNOWN or watched is UNKNOWN:
             continue
         if single is not True:
-            out.append(_v("kuberay-single-namespace", r, "the operator watches every namespace with a ClusterRole "
-                                                         "(singleNamespaceInstall is not true)", KUBERAY_FIX))
+            out.append(
+                _v(
+                    "kuberay-single-namespace",
+                    r,
+                    "the operator watches every namespace with a ClusterRole (singleNamespaceInstall is not true)",
+                    KUBERAY_FIX,
+                )
+            )
         elif isinstance(watched, list) and not set(ray_ns) <= set(watched):
-            out.append(_v("kuberay-single-namespace", r, f"watchNamespace {watched} leaves out the RayCluster "
-                                                         f"namespace(s) {sorted(set(ray_ns) - set(watched))}",
-                          KUBERAY_FIX))
+            out.append(
+                _v(
+                    "kuberay-single-namespace",
+                    r,
+                    f"watchNamespace {watched} leaves out the RayCluster "
+                    f"namespace(s) {sorted(set(ray_ns) - set(watched))}",
+                    KUBERAY_FIX,
+                )
+            )
     return out
 
 
 # -- ray-pods-region -----------------------------------------------------------------------------------------------
 
-REGION_FIX = ("set AWS_REGION, AWS_DEFAULT_REGION and AWS_EC2_METADATA_DISABLED=true on every Ray container "
-              "(components/ray/raycluster.py aws_env): with IMDS hop limit 1 an SDK that probes IMDS for its region or "
-              "credentials waits for timeouts (Arrow's S3 filesystem: 12 s, apache/arrow#46723)")
+REGION_FIX = (
+    "set AWS_REGION, AWS_DEFAULT_REGION and AWS_EC2_METADATA_DISABLED=true on every Ray container "
+    "(components/ray/raycluster.py aws_env): with IMDS hop limit 1 an SDK that probes IMDS for its region or "
+    "credentials waits for timeouts (Arrow's S3 filesystem: 12 s, apache/arrow#46723)"
+)
 
 
 def ray_pods_region(stack: Stack) -> list:
@@ -190,15 +254,23 @@ def ray_pods_region(stack: Stack) -> list:
             if names.get("AWS_EC2_METADATA_DISABLED") not in ("true", UNKNOWN):
                 missing.append("AWS_EC2_METADATA_DISABLED=true")
             if missing:
-                out.append(_v("ray-pods-region", r, f"container {c.get('name', '?')} ({role}) lacks {', '.join(missing)}",
-                              REGION_FIX))
+                out.append(
+                    _v(
+                        "ray-pods-region",
+                        r,
+                        f"container {c.get('name', '?')} ({role}) lacks {', '.join(missing)}",
+                        REGION_FIX,
+                    )
+                )
     return out
 
 
 # -- device-plugin-versions ----------------------------------------------------------------------------------------
 
-PLUGINS_FIX = ("use aws-efa-k8s-device-plugin chart v0.5.10 or later (image >= v0.5.6) on p6-b200, and an NVIDIA "
-               "device plugin outside 0.19.0-0.19.2 or mofedEnabled: false (components/addons/device_plugins.py)")
+PLUGINS_FIX = (
+    "use aws-efa-k8s-device-plugin chart v0.5.10 or later (image >= v0.5.6) on p6-b200, and an NVIDIA "
+    "device plugin outside 0.19.0-0.19.2 or mofedEnabled: false (components/addons/device_plugins.py)"
+)
 
 
 def device_plugin_versions(stack: Stack) -> list:
@@ -224,16 +296,25 @@ def device_plugin_versions(stack: Stack) -> list:
             lo, hi = NVIDIA_MOFED_DEFAULT_ON
             mofed = values.get("mofedEnabled") if isinstance(values, dict) else None
             if lo <= v <= hi and mofed is not False and mofed is not UNKNOWN:
-                out.append(_v("device-plugin-versions", r, f"chart {version} with mofedEnabled {mofed!r} injects every "
-                                                           "/dev/infiniband/uverbs* (EFA's included) into every GPU "
-                                                           "container (NVIDIA/k8s-device-plugin#1692)", PLUGINS_FIX))
+                out.append(
+                    _v(
+                        "device-plugin-versions",
+                        r,
+                        f"chart {version} with mofedEnabled {mofed!r} injects every "
+                        "/dev/infiniband/uverbs* (EFA's included) into every GPU "
+                        "container (NVIDIA/k8s-device-plugin#1692)",
+                        PLUGINS_FIX,
+                    )
+                )
     return out
 
 
 # -- pod-security-baseline -----------------------------------------------------------------------------------------
 
-PSS_FIX = ("keep the Ray head and the gate Job within Pod Security baseline (no host namespaces, privilege, added "
-           "capabilities, hostPath...; https://kubernetes.io/docs/concepts/security/pod-security-standards/)")
+PSS_FIX = (
+    "keep the Ray head and the gate Job within Pod Security baseline (no host namespaces, privilege, added "
+    "capabilities, hostPath...; https://kubernetes.io/docs/concepts/security/pod-security-standards/)"
+)
 
 
 def pod_security_baseline(stack: Stack) -> list:
@@ -250,11 +331,13 @@ def pod_security_baseline(stack: Stack) -> list:
 
 # -- monitoring-hardened -------------------------------------------------------------------------------------------
 
-MONITORING_FIX = ("keep prometheus.prometheusSpec.reloadStrategy: ProcessSignal in kube-prometheus-stack (with "
-                  "HTTP, the default, prometheus-operator starts Prometheus with --web.enable-lifecycle: any pod that "
-                  "reaches port 9090 can POST /-/quit), dcgm-exporter without SYS_ADMIN or privileged (only its "
-                  "DCGM_FI_PROF_* counters need it), and a NetworkPolicy over every pod of both namespaces "
-                  "(components/observability/observability.py)")
+MONITORING_FIX = (
+    "keep prometheus.prometheusSpec.reloadStrategy: ProcessSignal in kube-prometheus-stack (with "
+    "HTTP, the default, prometheus-operator starts Prometheus with --web.enable-lifecycle: any pod that "
+    "reaches port 9090 can POST /-/quit), dcgm-exporter without SYS_ADMIN or privileged (only its "
+    "DCGM_FI_PROF_* counters need it), and a NetworkPolicy over every pod of both namespaces "
+    "(components/observability/observability.py)"
+)
 
 
 def _release_values(stack: Stack, chart_name: str) -> Iterator[tuple[Resource, dict[str, Any]]]:
@@ -270,9 +353,16 @@ def monitoring_hardened(stack: Stack) -> list:
     for r, values in _release_values(stack, "kube-prometheus-stack"):
         strategy = dig(values, "prometheus", "prometheusSpec", "reloadStrategy")
         if strategy not in ("ProcessSignal", UNKNOWN):
-            out.append(_v("monitoring-hardened", r, f"reloadStrategy {strategy or 'HTTP (the chart default)'!r}: "
-                                                    "prometheus-operator starts Prometheus with --web.enable-lifecycle "
-                                                    "(POST /-/quit, /-/reload)", MONITORING_FIX))
+            out.append(
+                _v(
+                    "monitoring-hardened",
+                    r,
+                    f"reloadStrategy {strategy or 'HTTP (the chart default)'!r}: "
+                    "prometheus-operator starts Prometheus with --web.enable-lifecycle "
+                    "(POST /-/quit, /-/reload)",
+                    MONITORING_FIX,
+                )
+            )
         namespaces.append((r, r.props.get("namespace")))
     for r, values in _release_values(stack, "dcgm-exporter"):
         ctx = values.get("securityContext")
@@ -282,9 +372,15 @@ def monitoring_hardened(stack: Stack) -> list:
         if isinstance(ctx, dict) and ctx.get("privileged") is True:
             out.append(_v("monitoring-hardened", r, "the exporter runs privileged", MONITORING_FIX))
         elif added is None or (isinstance(added, list) and "SYS_ADMIN" in added):
-            out.append(_v("monitoring-hardened", r, "the exporter gets SYS_ADMIN (the chart's default "
-                                                    "securityContext adds it for DCGM_FI_PROF_* counters)",
-                          MONITORING_FIX))
+            out.append(
+                _v(
+                    "monitoring-hardened",
+                    r,
+                    "the exporter gets SYS_ADMIN (the chart's default "
+                    "securityContext adds it for DCGM_FI_PROF_* counters)",
+                    MONITORING_FIX,
+                )
+            )
         namespaces.append((r, r.props.get("namespace")))
     policies = _ingress_policies(stack)
     if not policies:  # networkPolicy: false, the documented opt-out
@@ -293,20 +389,24 @@ def monitoring_hardened(stack: Stack) -> list:
         if not isinstance(ns, str):
             continue
         if not _selected(policies, ns, {}):
-            out.append(_v("monitoring-hardened", r, f"no NetworkPolicy of namespace {ns} selects its pods",
-                          MONITORING_FIX))
+            out.append(
+                _v("monitoring-hardened", r, f"no NetworkPolicy of namespace {ns} selects its pods", MONITORING_FIX)
+            )
     return out
 
 
 # -- node-role-least-privilege -------------------------------------------------------------------------------------
 
-NODE_ROLE_FIX = ("attach AmazonEKSWorkerNodePolicy and AmazonEC2ContainerRegistryPullOnly to the node role, and "
-                 "AmazonEKS_CNI_Policy to the VPC CNI's own role (kube-system/aws-node through Pod Identity, "
-                 "components/cluster/cluster.py CNI_POLICY), as the EKS best-practices guide does")
-NODE_ROLE_EXTRA = {"AmazonEKS_CNI_Policy": "the VPC CNI's ENI and IP rights, usable by any pod that reaches the "
-                                           "instance credentials",
-                   "AmazonEC2ContainerRegistryReadOnly": "lists and describes every ECR repository and image of "
-                                                         "the account (AmazonEC2ContainerRegistryPullOnly pulls)"}
+NODE_ROLE_FIX = (
+    "attach AmazonEKSWorkerNodePolicy and AmazonEC2ContainerRegistryPullOnly to the node role, and "
+    "AmazonEKS_CNI_Policy to the VPC CNI's own role (kube-system/aws-node through Pod Identity, "
+    "components/cluster/cluster.py CNI_POLICY), as the EKS best-practices guide does"
+)
+NODE_ROLE_EXTRA = {
+    "AmazonEKS_CNI_Policy": "the VPC CNI's ENI and IP rights, usable by any pod that reaches the instance credentials",
+    "AmazonEC2ContainerRegistryReadOnly": "lists and describes every ECR repository and image of "
+    "the account (AmazonEC2ContainerRegistryPullOnly pulls)",
+}
 
 
 def _trusts_ec2(policy: Any) -> bool:
@@ -317,8 +417,9 @@ def _trusts_ec2(policy: Any) -> bool:
     except ValueError:
         return False
     statements = doc.get("Statement") if isinstance(doc, dict) else None
-    return any("ec2.amazonaws.com" in str(dig(st, "Principal", "Service")) for st in statements or []
-               if isinstance(st, dict))
+    return any(
+        "ec2.amazonaws.com" in str(dig(st, "Principal", "Service")) for st in statements or [] if isinstance(st, dict)
+    )
 
 
 def node_role_least_privilege(stack: Stack) -> list:
@@ -331,6 +432,14 @@ def node_role_least_privilege(stack: Stack) -> list:
         policy, role = a.props.get("policyArn"), a.props.get("role")
         if isinstance(policy, str) and role in roles - {None} and policy.rsplit("/", 1)[-1] in NODE_ROLE_EXTRA:
             name = policy.rsplit("/", 1)[-1]
-            out.append(Violation("node-role-least-privilege", a.label,
-                                 f"the node role holds {name}: {NODE_ROLE_EXTRA[name]}", NODE_ROLE_FIX, a.urn, WARNING))
+            out.append(
+                Violation(
+                    "node-role-least-privilege",
+                    a.label,
+                    f"the node role holds {name}: {NODE_ROLE_EXTRA[name]}",
+                    NODE_ROLE_FIX,
+                    a.urn,
+                    WARNING,
+                )
+            )
     return out

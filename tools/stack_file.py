@@ -37,15 +37,19 @@ def read_stack(root: Path, stack: str, *, defaults: bool = False) -> StackFile:
     program's config, so the program uses that key's default.
     """
     if not STACK_NAME.fullmatch(stack):
-        raise UsageError(f"--stack {stack[:80]!r}{'...' if len(stack) > 80 else ''}: not a Pulumi stack name (1-100 "
-                         "letters, digits, '-', '_' or '.'; pulumi/sdk/go/common/tokens ValidateStackName)")
+        raise UsageError(
+            f"--stack {stack[:80]!r}{'...' if len(stack) > 80 else ''}: not a Pulumi stack name (1-100 "
+            "letters, digits, '-', '_' or '.'; pulumi/sdk/go/common/tokens ValidateStackName)"
+        )
     path = root / f"Pulumi.{stack}.yaml"
     if not path.exists():
         if defaults:
             return StackFile({}, DEFAULT_REGION, {}, [])
-        have = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in root.glob("Pulumi.*.yaml"))
-        raise MissingStack(f"stack {stack!r} has no {path.name} in {root} (stacks here: {', '.join(have) or 'none'}); "
-                           f"check --stack, or pass --defaults to plan a stack without config")
+        have = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in root.glob("Pulumi.*.yaml"))
+        raise MissingStack(
+            f"stack {stack!r} has no {path.name} in {root} (stacks here: {', '.join(have) or 'none'}); "
+            f"check --stack, or pass --defaults to plan a stack without config"
+        )
     data = _load_stack_yaml(path)
     values, shown, secrets, region = {}, {}, [], DEFAULT_REGION
     for key, value in data.items():
@@ -84,8 +88,9 @@ def _load_stack_yaml(path: Path) -> dict[str, Any]:
     if config is None:
         return {}
     if not isinstance(config, dict):
-        raise PlanError(f"{path}: config is {config!r} (a {type(config).__name__}), not a mapping of keys to "
-                        f"values; {fix}")
+        raise PlanError(
+            f"{path}: config is {config!r} (a {type(config).__name__}), not a mapping of keys to values; {fix}"
+        )
     return config
 
 
@@ -101,8 +106,9 @@ def shown_config(sf: StackFile, overrides: dict[str, str] | None, region: str) -
     return dict(sorted(shown.items()))
 
 
-def effective_config(sf: StackFile, overrides: dict[str, str] | None, region: str,
-                     stack: str = "<stack>") -> dict[str, list[Any]]:
+def effective_config(
+    sf: StackFile, overrides: dict[str, str] | None, region: str, stack: str = "<stack>"
+) -> dict[str, list[Any]]:
     """key -> [value, source] for everything the plan runs with: ``Pulumi.<stack>.yaml``, ``--config`` or
     ``default``; keys the program never reads (:func:`~ray_efa_eks.components.config.unread_keys`) say so."""
     from ..components.config.config import KEYS, NAMESPACE, StackConfig, unread_keys
@@ -137,8 +143,10 @@ def config_warnings(sf: StackFile, overrides: dict[str, str] | None) -> list[str
 
     out = []
     if os.environ.get("PULUMI_CONFIG"):
-        out.append("PULUMI_CONFIG is set in this environment: `pulumi up` replaces it with the stack's config, so the "
-                   "plan ignores it too; put the values in Pulumi.<stack>.yaml or pass --config")
+        out.append(
+            "PULUMI_CONFIG is set in this environment: `pulumi up` replaces it with the stack's config, so the "
+            "plan ignores it too; put the values in Pulumi.<stack>.yaml or pass --config"
+        )
     return out
 
 

@@ -31,8 +31,13 @@ class Violation:
         return f"[{tag}] {self.resource}: {self.problem}. Fix: {self.fix}"
 
     def to_json(self) -> dict[str, str | None]:
-        return {"rule": self.rule, "resource": self.resource, "problem": self.problem, "fix": self.fix,
-                "severity": self.severity}
+        return {
+            "rule": self.rule,
+            "resource": self.resource,
+            "problem": self.problem,
+            "fix": self.fix,
+            "severity": self.severity,
+        }
 
 
 @dataclass(frozen=True)
@@ -52,11 +57,11 @@ class Rule:
 
 def errors(violations: Iterable[Violation | dict]) -> list:
     """The violations that fail a plan (warnings left out); plain dicts (a plan's JSON) without severity count."""
-    return [v for v in violations
-            if (v.get("severity", ERROR) if isinstance(v, dict) else v.severity) != WARNING]
+    return [v for v in violations if (v.get("severity", ERROR) if isinstance(v, dict) else v.severity) != WARNING]
 
 
 def violation(rule: str, r: Any, problem: str, fix: str, severity: str = ERROR) -> Violation:
     """A violation of ``rule`` on resource ``r`` (a :class:`~.layout.Resource`; None for the stack as a whole)."""
-    return Violation(rule, r.label if r is not None else "stack", problem, fix, r.urn if r is not None else None,
-                     severity)
+    return Violation(
+        rule, r.label if r is not None else "stack", problem, fix, r.urn if r is not None else None, severity
+    )

@@ -36,26 +36,102 @@ from typing import Optional, Sequence
 
 from ..efacheck.cli import internal_error, interrupted_code, interruption, run_cli
 from ..efacheck.exit_codes import EXIT_INTERNAL, EXIT_USAGE
-from .errors import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_RAY_START, EXIT_TOO_SMALL, EXIT_UNREACHABLE,
-                     EXIT_WRONG_FABRIC, CliError)
+from .errors import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_RAY_START,
+    EXIT_TOO_SMALL,
+    EXIT_UNREACHABLE,
+    EXIT_WRONG_FABRIC,
+    CliError,
+)
 from .parser import check_train_args, submit_parser, train_parser
-from .reach import (PROBE_TIMEOUT_S, check_cluster_fits, check_storage_reachable, place_gpu_ranks, probe,
-                    probe_ray_address)
-from .request import (MAX_BATCH_SIZE, MAX_STEPS, TrainRequest, address_problem, gpu_memory_problem, run_name_problem,
-                      storage_problem)
-from .run import (CONNECT_TIMEOUT_S, CURRENT_RUN, fabric_words, main_train, publish_fabric, refusal_message,
-                  resume_hint, run_training, supervise_train)
-from .submit import (EFACHECK_FILES, NAMESPACE, REQUEST_TIMEOUT_S, UPLOAD_TIMEOUT_S, SubmitRequest, _token_env,
-                     job_exit_code, main_submit, stage_package, submit_entrypoint)
+from .reach import (
+    PROBE_TIMEOUT_S,
+    check_cluster_fits,
+    check_storage_reachable,
+    place_gpu_ranks,
+    probe,
+    probe_ray_address,
+)
+from .request import (
+    MAX_BATCH_SIZE,
+    MAX_STEPS,
+    TrainRequest,
+    address_problem,
+    gpu_memory_problem,
+    run_name_problem,
+    storage_problem,
+)
+from .run import (
+    CONNECT_TIMEOUT_S,
+    CURRENT_RUN,
+    fabric_words,
+    main_train,
+    publish_fabric,
+    refusal_message,
+    resume_hint,
+    run_training,
+    supervise_train,
+)
+from .submit import (
+    EFACHECK_FILES,
+    NAMESPACE,
+    REQUEST_TIMEOUT_S,
+    UPLOAD_TIMEOUT_S,
+    SubmitRequest,
+    _token_env,
+    job_exit_code,
+    main_submit,
+    stage_package,
+    submit_entrypoint,
+)
 
-__all__ = ["CONNECT_TIMEOUT_S", "EFACHECK_FILES", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_RAY_START",
-           "EXIT_TOO_SMALL", "EXIT_UNREACHABLE", "EXIT_WRONG_FABRIC", "MAX_BATCH_SIZE", "MAX_STEPS", "NAMESPACE",
-           "PROBE_TIMEOUT_S", "REQUEST_TIMEOUT_S", "UPLOAD_TIMEOUT_S", "CliError", "SubmitRequest", "TrainRequest",
-           "address_problem", "check_cluster_fits", "check_storage_reachable", "check_train_args", "fabric_words",
-           "gpu_memory_problem", "job_exit_code", "main", "main_submit", "main_train", "place_gpu_ranks", "probe",
-           "probe_ray_address", "publish_fabric", "refusal_message", "resume_hint", "run_name_problem",
-           "run_training", "stage_package", "storage_problem", "submit_entrypoint", "submit_parser",
-           "supervise_train", "train_parser"]
+__all__ = [
+    "CONNECT_TIMEOUT_S",
+    "EFACHECK_FILES",
+    "EXIT_FAILED",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EXIT_RAY_START",
+    "EXIT_TOO_SMALL",
+    "EXIT_UNREACHABLE",
+    "EXIT_WRONG_FABRIC",
+    "MAX_BATCH_SIZE",
+    "MAX_STEPS",
+    "NAMESPACE",
+    "PROBE_TIMEOUT_S",
+    "REQUEST_TIMEOUT_S",
+    "UPLOAD_TIMEOUT_S",
+    "CliError",
+    "SubmitRequest",
+    "TrainRequest",
+    "address_problem",
+    "check_cluster_fits",
+    "check_storage_reachable",
+    "check_train_args",
+    "fabric_words",
+    "gpu_memory_problem",
+    "job_exit_code",
+    "main",
+    "main_submit",
+    "main_train",
+    "place_gpu_ranks",
+    "probe",
+    "probe_ray_address",
+    "publish_fabric",
+    "refusal_message",
+    "resume_hint",
+    "run_name_problem",
+    "run_training",
+    "stage_package",
+    "storage_problem",
+    "submit_entrypoint",
+    "submit_parser",
+    "supervise_train",
+    "train_parser",
+]
 """The command's public names, importable from here as before the run, submit and argument code moved out."""
 
 DEBUG_ENV = "RAY_EFA_EKS_DEBUG"
@@ -66,7 +142,7 @@ def _split_submit(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     rest = list(argv)
     if "--" in rest:
         i = rest.index("--")
-        return rest[:i], rest[i + 1:]
+        return rest[:i], rest[i + 1 :]
     return rest, []
 
 
@@ -96,8 +172,9 @@ def _main(argv: list[str], prog: str) -> int:
         job = check_train_args(tp, tp.parse_args(train), local=False)  # fails here, not minutes later in the job
         if job.address is not None:
             tp.error("--address after -- is set by submit (the job connects with --address auto)")
-        return main_submit(SubmitRequest(address=args.address, pip=tuple(args.pip), env=tuple(args.env),
-                                         no_wait=args.no_wait), train)
+        return main_submit(
+            SubmitRequest(address=args.address, pip=tuple(args.pip), env=tuple(args.env), no_wait=args.no_wait), train
+        )
     name = _option(argv, "--name")
     if name and not run_name_problem(name):  # the parser and its checks import torch and Ray: seconds
         CURRENT_RUN[:] = [name, resume_hint(name, _option(argv, "--storage-path"))]

@@ -20,6 +20,7 @@ byte range it lists lies inside its file (a truncated or deleted shard); and eac
 checkpoint's world size, no other rank's shard is, and every file has the size (and, on a local path, the SHA-256)
 its rank wrote (a zeroed or swapped shard). Checkpoints written before manifests existed are verified without them.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -117,8 +118,9 @@ def verify(fs: Any, path: str, local: bool) -> tuple[int, Optional[str]]:
             return -1, f"manifests disagree on the world size ({sorted(worlds)}): ranks of different runs"
         world = worlds.pop()
         if sorted(records) != list(range(world)):
-            return -1, (f"{MANIFEST.format(rank='*')}: ranks {sorted(records)} of a {world}-rank checkpoint "
-                        "(wrong rank count)")
+            return -1, (
+                f"{MANIFEST.format(rank='*')}: ranks {sorted(records)} of a {world}-rank checkpoint (wrong rank count)"
+            )
         for name in sizes:
             shard = SHARD_RE.fullmatch(name)
             if shard and int(shard.group(1)) >= world:
@@ -168,9 +170,11 @@ def choose(storage_path: str, name: str) -> Choice:
     if info.type != pyarrow.fs.FileType.Directory:
         return Choice()
     entries = fs.get_file_info(pyarrow.fs.FileSelector(run, recursive=False))
-    dirs = sorted((e.base_name for e in entries
-                   if e.type == pyarrow.fs.FileType.Directory and STEP_DIR.fullmatch(e.base_name)),
-                  key=_step_of, reverse=True)
+    dirs = sorted(
+        (e.base_name for e in entries if e.type == pyarrow.fs.FileType.Directory and STEP_DIR.fullmatch(e.base_name)),
+        key=_step_of,
+        reverse=True,
+    )
     choice = Choice(existing=dirs)
     if not dirs:
         return choice
@@ -196,13 +200,15 @@ def choose(storage_path: str, name: str) -> Choice:
             f"training run {name!r}: none of its {len(dirs)} checkpoint(s) under {where} verifies ("
             f"{'; '.join(skipped[:4])}); nothing was started or overwritten. Move the damaged step_* directories "
             "out of the run's directory to start over from the ones left (or from step 0), or train under a new "
-            "--name")
+            "--name"
+        )
     if not has_snapshot:
-        choice.notes.append(f"[checkpoint] {where}/{SNAPSHOT} is missing but {len(dirs)} checkpoint(s) exist: "
-                            f"resuming from {d} (step {choice.step}), not from 0")
+        choice.notes.append(
+            f"[checkpoint] {where}/{SNAPSHOT} is missing but {len(dirs)} checkpoint(s) exist: "
+            f"resuming from {d} (step {choice.step}), not from 0"
+        )
     elif skipped:
-        choice.notes.append(f"[checkpoint] resuming from {d} (step {choice.step}), the newest checkpoint that "
-                            "verifies")
+        choice.notes.append(f"[checkpoint] resuming from {d} (step {choice.step}), the newest checkpoint that verifies")
     return choice
 
 

@@ -5,8 +5,9 @@ one entry point every command runs through are efacheck's (efacheck/cli.py, efac
 from __future__ import annotations
 
 
-def url_problem(url: str, option: str, schemes: tuple[str, ...] = ("http", "https"),
-                example: str = "http://127.0.0.1:8265") -> str | None:
+def url_problem(
+    url: str, option: str, schemes: tuple[str, ...] = ("http", "https"), example: str = "http://127.0.0.1:8265"
+) -> str | None:
     """Why ``url`` is no usable ``scheme://host[:port]`` URL for ``option`` (None when it is one).
 
     urllib parses lazily: ``urlsplit("http://[::1")`` raises ValueError and ``.port`` raises for 99999, so both are

@@ -5,6 +5,7 @@ checkpoint at step N sees exactly the batches it would have seen without the
 failure. Tokens follow a fixed per-seed bigram table so there is structure to
 learn and the loss can actually go down.
 """
+
 from __future__ import annotations
 
 import torch

@@ -5,12 +5,28 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ..efacheck.exit_codes import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_RAY_START, EXIT_TOO_SMALL,
-                                   EXIT_WRONG_FABRIC)
+from ..efacheck.exit_codes import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_RAY_START,
+    EXIT_TOO_SMALL,
+    EXIT_WRONG_FABRIC,
+)
 from ..efacheck.exit_codes import EXIT_NO_ANSWER as EXIT_UNREACHABLE
 
-__all__ = ["EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_RAY_START", "EXIT_TOO_SMALL", "EXIT_UNREACHABLE",
-           "EXIT_WRONG_FABRIC", "CliError", "first_line", "last_line"]
+__all__ = [
+    "EXIT_FAILED",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EXIT_RAY_START",
+    "EXIT_TOO_SMALL",
+    "EXIT_UNREACHABLE",
+    "EXIT_WRONG_FABRIC",
+    "CliError",
+    "first_line",
+    "last_line",
+]
 """The codes training's commands end with, by the names its modules use (their meaning: the exit-code table)."""
 
 

@@ -35,6 +35,7 @@ next to ``training`` (``training/submit.py``'s ``EFACHECK_FILES``).
 
 Everything except :class:`Probe` is pure: plain dicts and bytes in and out.
 """
+
 from __future__ import annotations
 
 import json
@@ -109,8 +110,12 @@ def plan_capture(backend: str, environ: Mapping[str, str], log_dir: str, rank: i
     ``NCCL_DEBUG`` is INFO or TRACE and ``NCCL_DEBUG_FILE`` is set.
     """
     if backend != "nccl":
-        return {"env": {}, "log": None, "note": f"backend {backend}: the collectives do not use NCCL",
-                "capture": {"by": "none"}}
+        return {
+            "env": {},
+            "log": None,
+            "note": f"backend {backend}: the collectives do not use NCCL",
+            "capture": {"by": "none"},
+        }
     stack = stack_nccl_env(environ)
     present = {k: environ[k] for k in DEBUG_KEYS if k in environ}
     replaced = {k: v for k, v in present.items() if stack.get(k) == v}
@@ -118,21 +123,40 @@ def plan_capture(backend: str, environ: Mapping[str, str], log_dir: str, rank: i
     if not user:
         path = os.path.join(log_dir, f"nccl-rank{rank}-{host}-{pid}.log")
         level = "TRACE" if replaced.get("NCCL_DEBUG", "").strip().upper() == "TRACE" else CAPTURE_ENV["NCCL_DEBUG"]
-        return {"env": {**CAPTURE_ENV, "NCCL_DEBUG": level, "NCCL_DEBUG_FILE": path}, "log": path, "note": None,
-                "user": {}, "capture": {"by": "run", "replaced": replaced}}
+        return {
+            "env": {**CAPTURE_ENV, "NCCL_DEBUG": level, "NCCL_DEBUG_FILE": path},
+            "log": path,
+            "note": None,
+            "user": {},
+            "capture": {"by": "run", "replaced": replaced},
+        }
     capture = {"by": "user", "kept": user}
     shown = " ".join(f"{k}={v}" for k, v in user.items())
     level = user.get("NCCL_DEBUG", replaced.get("NCCL_DEBUG", "")).strip().upper()
     if level in ("INFO", "TRACE") and user.get("NCCL_DEBUG_FILE"):
-        return {"env": {}, "log": expand_debug_file(user["NCCL_DEBUG_FILE"], host, pid), "note": None, "user": user,
-                "capture": capture}
+        return {
+            "env": {},
+            "log": expand_debug_file(user["NCCL_DEBUG_FILE"], host, pid),
+            "note": None,
+            "user": user,
+            "capture": capture,
+        }
     if level in ("INFO", "TRACE"):
         why = "NCCL writes its lines to the job's stdout, which the run does not read"
     else:
-        why = f"NCCL_DEBUG is {user.get('NCCL_DEBUG', replaced.get('NCCL_DEBUG', 'unset'))!s}, so NCCL logs no INFO lines"
-    return {"env": {}, "log": None, "user": user, "capture": capture,
-            "note": (f"your own NCCL logging settings are kept ({shown}): {why}; unset the NCCL_DEBUG* variables "
-                     "(or add NCCL_DEBUG=INFO NCCL_DEBUG_FILE=/path/nccl.%h.%p.log) for a verdict")}
+        why = (
+            f"NCCL_DEBUG is {user.get('NCCL_DEBUG', replaced.get('NCCL_DEBUG', 'unset'))!s}, so NCCL logs no INFO lines"
+        )
+    return {
+        "env": {},
+        "log": None,
+        "user": user,
+        "capture": capture,
+        "note": (
+            f"your own NCCL logging settings are kept ({shown}): {why}; unset the NCCL_DEBUG* variables "
+            "(or add NCCL_DEBUG=INFO NCCL_DEBUG_FILE=/path/nccl.%h.%p.log) for a verdict"
+        ),
+    }
 
 
 def capture_text(capture: Optional[Mapping[str, Any]]) -> str:
@@ -181,18 +205,29 @@ def _efa_bytes(counter_deltas: Optional[Mapping[str, Any]]) -> tuple[Optional[di
         sent = [v["sent"] for v in per_dev.values() if v["sent"] is not None]
         recv = [v["received"] for v in per_dev.values() if v["received"] is not None]
         if sent or recv:
-            out[node] = {"sent": sum(sent) if sent else None, "received": sum(recv) if recv else None,
-                         "devices": len(per_dev)}
+            out[node] = {
+                "sent": sum(sent) if sent else None,
+                "received": sum(recv) if recv else None,
+                "devices": len(per_dev),
+            }
     if not out:
         return None, f"no EFA device with readable counters under {efa_counters.SYSFS_ROOT} on any node"
     return out, None
 
 
-def summarize(backend: str, logs: Mapping[str, Optional[bytes]], *, notes: Optional[list[str]] = None,
-              counter_deltas: Optional[Mapping[str, Any]] = None, expected_bytes_per_node: Optional[float] = None,
-              previous: Optional[Mapping[str, Any]] = None, log_dir: Optional[str] = None,
-              at: str = "end", capture: Optional[Mapping[str, Any]] = None,
-              images: Optional[Mapping[str, Optional[str]]] = None) -> dict:
+def summarize(
+    backend: str,
+    logs: Mapping[str, Optional[bytes]],
+    *,
+    notes: Optional[list[str]] = None,
+    counter_deltas: Optional[Mapping[str, Any]] = None,
+    expected_bytes_per_node: Optional[float] = None,
+    previous: Optional[Mapping[str, Any]] = None,
+    log_dir: Optional[str] = None,
+    at: str = "end",
+    capture: Optional[Mapping[str, Any]] = None,
+    images: Optional[Mapping[str, Optional[str]]] = None,
+) -> dict:
     """The run's ``fabric``: verdict, network, provider, nodes, the deciding line and the reasons.
 
     backend: the process group's backend (anything but nccl is ``not-nccl``). logs: {source: bytes or None} with
@@ -204,32 +239,57 @@ def summarize(backend: str, logs: Mapping[str, Optional[bytes]], *, notes: Optio
     of the ranks' :func:`plan_capture`), kept as ``capture`` with its words in ``capture_text``. images: {host:
     image reference} of the ranks, kept as ``image`` (:func:`image_record`: references and, when pinned, the digest).
     """
-    fab: dict[str, Any] = {"verdict": "undetermined", "backend": backend, "network": None, "provider": None,
-                           "nodes": None, "ranks": len(logs), "deciding": None, "reasons": [], "hints": [],
-                           "at": at, "log_dir": log_dir}
+    fab: dict[str, Any] = {
+        "verdict": "undetermined",
+        "backend": backend,
+        "network": None,
+        "provider": None,
+        "nodes": None,
+        "ranks": len(logs),
+        "deciding": None,
+        "reasons": [],
+        "hints": [],
+        "at": at,
+        "log_dir": log_dir,
+    }
     if capture is not None:
         fab["capture"], fab["capture_text"] = dict(capture), capture_text(capture)
     if images is not None:
         fab["image"] = image_record(images)
     notes = [n for n in (notes or []) if n]
     if backend != "nccl":
-        fab.update(verdict="not-nccl", ranks=None, log_dir=None,
-                   reasons=[f"backend {backend}: the collectives do not use NCCL (a CPU run), so no network "
-                            "carries them that NCCL chose; run with --use-gpu for a fabric verdict"])
+        fab.update(
+            verdict="not-nccl",
+            ranks=None,
+            log_dir=None,
+            reasons=[
+                f"backend {backend}: the collectives do not use NCCL (a CPU run), so no network "
+                "carries them that NCCL chose; run with --use-gpu for a fabric verdict"
+            ],
+        )
     else:
         try:
             rep = nccl_log.analyze_bytes(list(logs.items()))
         except nccl_log.UnreadableInput as e:
             fab["reasons"] = list(dict.fromkeys(notes)) or [
-                f"no rank's NCCL log has an NCCL line ({e}): NCCL did not log (yet)"]
+                f"no rank's NCCL log has an NCCL line ({e}): NCCL did not log (yet)"
+            ]
         else:
             if counter_deltas and expected_bytes_per_node:
-                rep = efa_counters.combine(rep, efa_counters.judge_counters(
-                    dict(counter_deltas), expected_bytes_per_node, rep.verdict))
-            fab.update(verdict=rep.verdict, network=rep.network, provider=rep.provider, nodes=rep.nodes,
-                       ranks=rep.ranks, deciding=rep.evidence[0] if rep.evidence else None,
-                       reasons=list(rep.reasons) + [n for n in dict.fromkeys(notes) if n not in rep.reasons],
-                       hints=list(rep.hints), evidence=list(rep.evidence))
+                rep = efa_counters.combine(
+                    rep, efa_counters.judge_counters(dict(counter_deltas), expected_bytes_per_node, rep.verdict)
+                )
+            fab.update(
+                verdict=rep.verdict,
+                network=rep.network,
+                provider=rep.provider,
+                nodes=rep.nodes,
+                ranks=rep.ranks,
+                deciding=rep.evidence[0] if rep.evidence else None,
+                reasons=list(rep.reasons) + [n for n in dict.fromkeys(notes) if n not in rep.reasons],
+                hints=list(rep.hints),
+                evidence=list(rep.evidence),
+            )
     efa_bytes, why = _efa_bytes(counter_deltas)
     fab["efa_bytes"] = efa_bytes
     if efa_bytes is None:
@@ -249,7 +309,8 @@ def image_record(images: Mapping[str, Optional[str]]) -> dict:
     out: dict[str, Any] = {"references": refs, "digest": digest}
     if len(refs) > 1:
         out["note"] = "ranks ran different image references: " + "; ".join(
-            f"{h}: {r}" for h, r in sorted(images.items()) if r)
+            f"{h}: {r}" for h, r in sorted(images.items()) if r
+        )
     elif refs and digest is None:
         out["note"] = "pinned by tag: the run cannot see the digest (the gate's image audit records it)"
     return out
@@ -268,16 +329,20 @@ def line(fab: Mapping[str, Any]) -> str:
     """The ``[fabric]`` log line: verdict, network, provider, nodes, and the deciding line or first reason."""
     parts = [f"[fabric] {fab['verdict']}"]
     if fab["verdict"] != "not-nccl":
-        parts.append(f"network={fab.get('network')} provider={fab.get('provider')} nodes={fab.get('nodes')} "
-                     f"ranks={fab.get('ranks')}")
+        parts.append(
+            f"network={fab.get('network')} provider={fab.get('provider')} nodes={fab.get('nodes')} "
+            f"ranks={fab.get('ranks')}"
+        )
     if fab.get("capture_text") and fab["verdict"] != "not-nccl":
         parts.append(f"capture={fab['capture_text']}")
     moved = changed(fab)
     if moved:
         parts.append(moved)
     if fab.get("efa_bytes"):
-        parts.append("efa_bytes " + ", ".join(f"{n}: sent {v['sent']} received {v['received']}"
-                                              for n, v in fab["efa_bytes"].items()))
+        parts.append(
+            "efa_bytes "
+            + ", ".join(f"{n}: sent {v['sent']} received {v['received']}" for n, v in fab["efa_bytes"].items())
+        )
     why = fab.get("deciding") if fab["verdict"] == "efa" else ((fab.get("reasons") or [None])[0] or fab.get("deciding"))
     if why:
         parts.append(f"({why})")
@@ -306,14 +371,24 @@ def previous_verdict(checkpoint: Any) -> Optional[dict]:
 class Probe:
     """One rank's side: set the capture env before NCCL's first line, read counters, gather to rank 0, judge."""
 
-    def __init__(self, backend: str, rank: int, local_rank: int, log_dir: Optional[str],
-                 environ: Optional[dict] = None, enabled: bool = True) -> None:
+    def __init__(
+        self,
+        backend: str,
+        rank: int,
+        local_rank: int,
+        log_dir: Optional[str],
+        environ: Optional[dict] = None,
+        enabled: bool = True,
+    ) -> None:
         self.backend, self.rank, self.local_rank = backend, rank, local_rank
         self.enabled = enabled
         self.host = nccl_hostname()
         env = os.environ if environ is None else environ
-        self.plan = (plan_capture(backend, env, log_dir or "", rank, self.host, os.getpid()) if enabled
-                     else {"env": {}, "log": None, "note": "fabric capture off", "capture": {"by": "off"}})
+        self.plan = (
+            plan_capture(backend, env, log_dir or "", rank, self.host, os.getpid())
+            if enabled
+            else {"env": {}, "log": None, "note": "fabric capture off", "capture": {"by": "off"}}
+        )
         self.log_dir = os.path.dirname(self.plan["log"]) if self.plan.get("log") else None
         if self.plan["env"]:
             os.makedirs(log_dir or ".", exist_ok=True)
@@ -331,19 +406,30 @@ class Probe:
             return None
 
     def _payload(self, final: bool) -> dict:
-        out: dict[str, Any] = {"source": f"{socket.gethostname()}:{self.plan.get('log')}" if self.plan.get("log")
-                               else f"{socket.gethostname()}:rank{self.rank}",
-                               "log": read_log(self.plan.get("log")),
-                               "note": self.plan.get("note"), "host": socket.gethostname(),
-                               "capture": self.plan.get("capture"), "image": os.environ.get(IMAGE_ENV)}
+        out: dict[str, Any] = {
+            "source": f"{socket.gethostname()}:{self.plan.get('log')}"
+            if self.plan.get("log")
+            else f"{socket.gethostname()}:rank{self.rank}",
+            "log": read_log(self.plan.get("log")),
+            "note": self.plan.get("note"),
+            "host": socket.gethostname(),
+            "capture": self.plan.get("capture"),
+            "image": os.environ.get(IMAGE_ENV),
+        }
         if final and self.counters_before is not None:
             after = self._counters()
             if after is not None:
                 out["counters"] = efa_counters.counter_delta(self.counters_before, after)
         return out
 
-    def judge(self, dist: Any, final: bool, previous: Optional[dict] = None,
-              expected_bytes_per_node: Optional[float] = None, broadcast: bool = False) -> Optional[dict]:
+    def judge(
+        self,
+        dist: Any,
+        final: bool,
+        previous: Optional[dict] = None,
+        expected_bytes_per_node: Optional[float] = None,
+        broadcast: bool = False,
+    ) -> Optional[dict]:
         """Collective: every rank calls it. Rank 0 gets the ``fabric`` dict (every rank with ``broadcast``)."""
         if not self.enabled:
             return None
@@ -358,11 +444,18 @@ class Probe:
             logs = {p["source"]: p["log"] for p in gathered}
             notes = [p["note"] for p in gathered if p["log"] is None and p["note"]]
             deltas = {p["host"]: p["counters"] for p in gathered if p.get("counters") is not None}
-            fab = summarize(self.backend, logs, notes=notes, counter_deltas=deltas or None,
-                            expected_bytes_per_node=expected_bytes_per_node, previous=previous,
-                            log_dir=self.log_dir, at="end" if final else "init",
-                            capture=merge_captures([p.get("capture") or {} for p in gathered]),
-                            images={p["host"]: p.get("image") for p in gathered})
+            fab = summarize(
+                self.backend,
+                logs,
+                notes=notes,
+                counter_deltas=deltas or None,
+                expected_bytes_per_node=expected_bytes_per_node,
+                previous=previous,
+                log_dir=self.log_dir,
+                at="end" if final else "init",
+                capture=merge_captures([p.get("capture") or {} for p in gathered]),
+                images={p["host"]: p.get("image") for p in gathered},
+            )
         if broadcast:
             box = [fab]
             dist.broadcast_object_list(box, src=0)

@@ -12,6 +12,7 @@ the record is written with ``PutObject`` ``If-None-Match: *`` (create only) and 
 (https://docs.aws.amazon.com/AmazonS3/latest/userguide/conditional-writes.html). The pods' role may put and delete
 objects under the checkpoint prefix (components/cluster/pod_identity.py ``bucket_prefix_policy``), which is all this needs.
 """
+
 from __future__ import annotations
 
 import json
@@ -123,11 +124,16 @@ class Lease:
         from botocore.exceptions import ClientError
 
         try:
-            r = self.client.put_object(Bucket=self.bucket, Key=self.key, Body=self._body(),
-                                       ContentType="application/json", **condition)
+            r = self.client.put_object(
+                Bucket=self.bucket, Key=self.key, Body=self._body(), ContentType="application/json", **condition
+            )
         except ClientError as e:
-            if e.response.get("Error", {}).get("Code") in ("PreconditionFailed", "ConditionalRequestConflict",
-                                                           "412", "409"):
+            if e.response.get("Error", {}).get("Code") in (
+                "PreconditionFailed",
+                "ConditionalRequestConflict",
+                "412",
+                "409",
+            ):
                 return False
             raise
         self._etag = r.get("ETag")
@@ -142,8 +148,11 @@ class Lease:
         """Why ``record``'s owner is gone (None while it may still run)."""
         if not record:
             return "the record is unreadable"
-        if record.get("host") == socket.gethostname() and isinstance(record.get("pid"), int) \
-                and not _pid_alive(record["pid"]):
+        if (
+            record.get("host") == socket.gethostname()
+            and isinstance(record.get("pid"), int)
+            and not _pid_alive(record["pid"])
+        ):
             return f"its process {record['pid']} on this host is gone"
         expires = record.get("expires")
         if not isinstance(expires, (int, float)) or expires < time.time():
@@ -166,21 +175,31 @@ class Lease:
                     f"run name {self.name!r} is in use: another run (host {r.get('host')}, pid {r.get('pid')}) owns "
                     f"{self.where()} and renewed it {age:.0f} s ago; two runs under one name would write the same "
                     f"checkpoints. Wait for it to end, or pick another --name; a record not renewed for {TTL_S:g} s "
-                    "is taken over")
+                    "is taken over"
+                )
             if self._replace(version):
                 r = record or {}
-                print(f"[train] warning: taking over run name {self.name!r} from host {r.get('host')} pid "
-                      f"{r.get('pid')}: {why} ({self.where()})", file=sys.stderr, flush=True)
+                print(
+                    f"[train] warning: taking over run name {self.name!r} from host {r.get('host')} pid "
+                    f"{r.get('pid')}: {why} ({self.where()})",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 return
-        raise NameInUse(f"run name {self.name!r}: another run took {self.where()} at the same moment; pick another "
-                        "--name or retry")
+        raise NameInUse(
+            f"run name {self.name!r}: another run took {self.where()} at the same moment; pick another --name or retry"
+        )
 
     def renew(self) -> bool:
         """Extend the lease; False (and a warning) when another run took it meanwhile."""
         record, version = self._read()
         if not record or record.get("owner") != self.me["owner"]:
-            print(f"[train] warning: run name {self.name!r} is no longer ours ({self.where()} names host "
-                  f"{(record or {}).get('host')} pid {(record or {}).get('pid')})", file=sys.stderr, flush=True)
+            print(
+                f"[train] warning: run name {self.name!r} is no longer ours ({self.where()} names host "
+                f"{(record or {}).get('host')} pid {(record or {}).get('pid')})",
+                file=sys.stderr,
+                flush=True,
+            )
             return False
         return self._replace(version)
 
@@ -199,8 +218,12 @@ class Lease:
                 except OSError:
                     pass
         except Exception as e:  # noqa: BLE001 - the run is over; an unreleased record expires after TTL_S
-            print(f"[train] warning: could not release {self.where()} ({type(e).__name__}: {e}); it expires in "
-                  f"{TTL_S:g} s", file=sys.stderr, flush=True)
+            print(
+                f"[train] warning: could not release {self.where()} ({type(e).__name__}: {e}); it expires in "
+                f"{TTL_S:g} s",
+                file=sys.stderr,
+                flush=True,
+            )
 
 
 def _parse(body: bytes) -> Optional[dict]:

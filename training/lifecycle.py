@@ -92,7 +92,7 @@ def _stat(pid: int) -> Optional[tuple[int, str]]:
         text = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    fields = text[text.rfind(")") + 2:].split()
+    fields = text[text.rfind(")") + 2 :].split()
     return int(fields[1]), fields[19]
 
 
@@ -126,7 +126,7 @@ def _zombie(pid: int) -> bool:
         text = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return True
-    return text[text.rfind(")") + 2:].startswith("Z")
+    return text[text.rfind(")") + 2 :].startswith("Z")
 
 
 def _kill_all(seen: dict[int, str], child: int) -> None:
@@ -182,9 +182,16 @@ class _Relay(threading.Thread):
                 self.wake.set()
 
 
-def supervise(cmd: list[str], *, name: str, resume: str, as_json: bool,
-              tick: Optional[Callable[[], Optional[tuple[int, str]]]] = None, tick_every: float = 10.0,
-              connect_within: Optional[tuple[float, int, str]] = None) -> int:
+def supervise(
+    cmd: list[str],
+    *,
+    name: str,
+    resume: str,
+    as_json: bool,
+    tick: Optional[Callable[[], Optional[tuple[int, str]]]] = None,
+    tick_every: float = 10.0,
+    connect_within: Optional[tuple[float, int, str]] = None,
+) -> int:
     """Run ``cmd`` (the run) to its end and return the command's exit code; see the module docstring.
 
     ``resume``: the hint an interrupted run ends with. ``tick``: called every ``tick_every`` seconds while the run
@@ -209,8 +216,9 @@ def supervise(cmd: list[str], *, name: str, resume: str, as_json: bool,
     try:
         if signals:
             return _interrupted(signals, name, resume, as_json)
-        proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                start_new_session=True, preexec_fn=_in_child)
+        proc = subprocess.Popen(
+            cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, start_new_session=True, preexec_fn=_in_child
+        )
         started = time.monotonic()
         relay = _Relay(proc.stdout, closed, wake)
         relay.start()
@@ -231,8 +239,12 @@ def supervise(cmd: list[str], *, name: str, resume: str, as_json: bool,
                 stop_at = min(stop_at, now)
             if stop_at is not None and now >= stop_at:
                 break
-            if (lost is None and connect_within is not None and now - started > connect_within[0]
-                    and not Path(f"{result}.connected").exists()):
+            if (
+                lost is None
+                and connect_within is not None
+                and now - started > connect_within[0]
+                and not Path(f"{result}.connected").exists()
+            ):
                 ticks.append(connect_within[1:])
             if lost is None and ticks:
                 lost = ticks[0]
@@ -246,8 +258,11 @@ def supervise(cmd: list[str], *, name: str, resume: str, as_json: bool,
         relay.join(max(0.1, min(1.0, end - time.monotonic())))
         if closed.is_set() and not signals:
             _stdout_gone()
-            print(f"error: stdout was closed by its reader: training run {name!r} was stopped; {resume}",
-                  file=sys.stderr, flush=True)
+            print(
+                f"error: stdout was closed by its reader: training run {name!r} was stopped; {resume}",
+                file=sys.stderr,
+                flush=True,
+            )
             return EXIT_PIPE
         if signals:
             return _interrupted(signals, name, resume, as_json)
@@ -266,15 +281,19 @@ def supervise(cmd: list[str], *, name: str, resume: str, as_json: bool,
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _ticker(tick: Callable[[], Optional[tuple[int, str]]], every: float, out: list, wake: threading.Event,
-            done: threading.Event) -> None:
+def _ticker(
+    tick: Callable[[], Optional[tuple[int, str]]], every: float, out: list, wake: threading.Event, done: threading.Event
+) -> None:
     """Call ``tick`` every ``every`` seconds until ``done``; its first (code, message) ends the run."""
     while not done.wait(every):
         try:
             result = tick()
         except Exception as e:  # noqa: BLE001 - a renewal that failed is reported, the run goes on until it expires
-            print(f"[train] warning: renewing the run's owner record failed: {type(e).__name__}: {e}",
-                  file=sys.stderr, flush=True)
+            print(
+                f"[train] warning: renewing the run's owner record failed: {type(e).__name__}: {e}",
+                file=sys.stderr,
+                flush=True,
+            )
             continue
         if result is not None:
             out.append(result)
@@ -328,8 +347,12 @@ def _outcome(result: Path, returncode: int, name: str, resume: str, as_json: boo
         code = int(record["code"])
     except (OSError, ValueError, KeyError, TypeError):
         how = f"signal {-returncode}" if returncode < 0 else f"exit {returncode}"
-        return _say(EXIT_FAILED, f"training run {name!r}: the run's process ended ({how}) without a result; "
-                                 f"{resume}", {}, as_json)
+        return _say(
+            EXIT_FAILED,
+            f"training run {name!r}: the run's process ended ({how}) without a result; {resume}",
+            {},
+            as_json,
+        )
     if record.get("message"):
         print(f"error: {record['message']}", file=sys.stderr, flush=True)
     if as_json and record.get("json") is not None:

@@ -21,6 +21,7 @@ NCCL and cuBLAS workspaces) stays within :data:`USABLE_FRACTION` of it (the cach
 The model is checked against torch's own ``FSDPMemTracker`` on CPU for small shapes (tests/training/test_memory.py).
 Pure: no torch import, so the CLI can refuse before Ray starts.
 """
+
 from __future__ import annotations
 
 from typing import Any, Mapping, Optional
@@ -68,20 +69,34 @@ def estimate(cfg: ModelConfig, world: int, batch_size: int, compute_bytes: int =
     logits = tokens * cfg.vocab_size * c
     phases = {
         # end of forward: the root unsharded, every block's activations, the logits, the loss's gradient, a chunk
-        "forward": state["params"] + state["optimizer"] + root * c + activations + 2 * logits
+        "forward": state["params"]
+        + state["optimizer"]
+        + root * c
+        + activations
+        + 2 * logits
         + 2 * chunk * cfg.vocab_size * 4,
         # backward: every activation still held, the root unsharded and the head's weight gradient; first the loss's
         # gradient of the logits, then (once the head consumed it) two blocks gathered, one block's gradients and
         # their fp32 reduce-scatter input, and the gradient flowing between blocks. Sharded gradients grow only as
         # activations are freed, so the start of backward is its peak.
-        "backward": state["params"] + state["optimizer"] + root * c + cfg.vocab_size * cfg.d_model * c
-        + activations + max(logits, 2 * block * c + block * (c + reduce_scatter) + 2 * tokens * cfg.d_model * c),
+        "backward": state["params"]
+        + state["optimizer"]
+        + root * c
+        + cfg.vocab_size * cfg.d_model * c
+        + activations
+        + max(logits, 2 * block * c + block * (c + reduce_scatter) + 2 * tokens * cfg.d_model * c),
         # optimizer step: sharded params, gradients and moments, and AdamW's temporaries (about one more copy)
         "step": sum(state.values()) + params * 4 / world,
     }
     peak = max(phases, key=phases.get)
-    return {**state, "activations": activations, "logits": logits, **{f"{k}_peak": v for k, v in phases.items()},
-            "peak_phase": peak, "total": phases[peak]}
+    return {
+        **state,
+        "activations": activations,
+        "logits": logits,
+        **{f"{k}_peak": v for k, v in phases.items()},
+        "peak_phase": peak,
+        "total": phases[peak],
+    }
 
 
 def budget_bytes(gpu_memory_mib: float) -> float:
@@ -122,14 +137,19 @@ def problem(preset: str, cfg: ModelConfig, world: int, batch_size: int, gpu: Map
     if ok:
         return None
     fewest = min_ranks(cfg, batch_size, gpu["memory_mib"])
-    fix = (f"use at least {fewest} ranks (--workers {fewest}, on enough GPUs)" if fewest
-           else "no number of ranks fits at this batch size")
+    fix = (
+        f"use at least {fewest} ranks (--workers {fewest}, on enough GPUs)"
+        if fewest
+        else "no number of ranks fits at this batch size"
+    )
     smaller = next((b for b in range(batch_size - 1, 0, -1) if fits(cfg, world, b, gpu["memory_mib"])[0]), None)
     if smaller:
         fix += f", or --batch-size {smaller}"
-    return (f"--preset {preset} with {world} rank(s) and --batch-size {batch_size} needs about {need:.1f} GiB per "
-            f"GPU and a {gpu['model']} ({gpu['memory_mib'] / 1024:.1f} GiB) leaves {budget:.1f} GiB to tensors: it "
-            f"would run out of memory; {fix} (estimate: training/memory.py, table in docs/training.md)")
+    return (
+        f"--preset {preset} with {world} rank(s) and --batch-size {batch_size} needs about {need:.1f} GiB per "
+        f"GPU and a {gpu['model']} ({gpu['memory_mib'] / 1024:.1f} GiB) leaves {budget:.1f} GiB to tensors: it "
+        f"would run out of memory; {fix} (estimate: training/memory.py, table in docs/training.md)"
+    )
 
 
 TABLE_RANKS = (1, 2, 4, 8, 16)
@@ -139,18 +159,30 @@ TABLE_RANKS = (1, 2, 4, 8, 16)
 def markdown_tables(presets: Mapping[str, ModelConfig], gpus: list[tuple[str, float, str]], batch_size: int = 8) -> str:
     """The docs/training.md tables: GiB per rank of each preset by rank count, then the fewest ranks each preset
     needs on each GPU. gpus: (model, memory MiB, instance families) from the catalogue."""
-    lines = [f"| preset (`--batch-size {batch_size}`) | " + " | ".join(f"{w} rank{'s' * (w > 1)}" for w in TABLE_RANKS)
-             + " |", "|---" * (len(TABLE_RANKS) + 1) + "|"]
+    lines = [
+        f"| preset (`--batch-size {batch_size}`) | "
+        + " | ".join(f"{w} rank{'s' * (w > 1)}" for w in TABLE_RANKS)
+        + " |",
+        "|---" * (len(TABLE_RANKS) + 1) + "|",
+    ]
     for name, cfg in presets.items():
         cells = []
         for w in TABLE_RANKS:
             e = estimate(cfg, w, batch_size)
             cells.append(f"{e['total'] / GIB:.2f} ({e['peak_phase']})")
         lines.append(f"| `{name}` | " + " | ".join(cells) + " |")
-    lines += ["", "| GPU | memory GiB | budget GiB | instance families | "
-              + " | ".join(f"`{n}`: fewest ranks" for n in presets) + " |", "|---" * (4 + len(presets)) + "|"]
+    lines += [
+        "",
+        "| GPU | memory GiB | budget GiB | instance families | "
+        + " | ".join(f"`{n}`: fewest ranks" for n in presets)
+        + " |",
+        "|---" * (4 + len(presets)) + "|",
+    ]
     for model, mib, families in gpus:
         fewest = [min_ranks(cfg, batch_size, mib) for cfg in presets.values()]
-        lines.append(f"| {model} | {mib / 1024:.2f} | {budget_bytes(mib) / GIB:.2f} | {families} | "
-                     + " | ".join(str(f) if f else "none" for f in fewest) + " |")
+        lines.append(
+            f"| {model} | {mib / 1024:.2f} | {budget_bytes(mib) / GIB:.2f} | {families} | "
+            + " | ".join(str(f) if f else "none" for f in fewest)
+            + " |"
+        )
     return "\n".join(lines)

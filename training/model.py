@@ -3,6 +3,7 @@
 Blocks live in an ``nn.ModuleList`` so FSDP2 can ``fully_shard`` each block
 separately (per-block all-gather / reduce-scatter) before sharding the root.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
@@ -123,7 +124,7 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
             for s in range(0, t - 1, chunk):
                 e = min(s + chunk, t - 1)
                 x = logits[i, s:e].float()
-                target = tokens[i, s + 1:e + 1]
+                target = tokens[i, s + 1 : e + 1]
                 lse = torch.logsumexp(x, dim=-1)
                 total += (lse - x.gather(1, target[:, None]).squeeze(1)).sum()
                 g = x.sub_(lse[:, None]).exp_()  # softmax, in place of the chunk's fp32 copy
@@ -154,13 +155,16 @@ def count_params(model: nn.Module) -> int:
 
 def approx_params(cfg: ModelConfig) -> int:
     per_block = 4 * cfg.d_model**2 + 2 * cfg.d_model * cfg.d_ff + 4 * cfg.d_model
-    return (
-        cfg.n_layers * per_block
-        + 2 * cfg.vocab_size * cfg.d_model
-        + cfg.seq_len * cfg.d_model
-        + 2 * cfg.d_model
-    )
+    return cfg.n_layers * per_block + 2 * cfg.vocab_size * cfg.d_model + cfg.seq_len * cfg.d_model + 2 * cfg.d_model
 
 
-__all__ = ["ModelConfig", "PRESETS", "get_config", "DecoderLM", "lm_loss", "count_params", "approx_params",
-           "LOSS_CHUNK_TOKENS"]
+__all__ = [
+    "ModelConfig",
+    "PRESETS",
+    "get_config",
+    "DecoderLM",
+    "lm_loss",
+    "count_params",
+    "approx_params",
+    "LOSS_CHUNK_TOKENS",
+]

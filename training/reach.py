@@ -26,8 +26,11 @@ def probe(host: str, port: int, what: str, timeout: float = PROBE_TIMEOUT_S) -> 
         with socket.create_connection((host, port), timeout=timeout):
             return
     except OSError as e:
-        raise CliError(EXIT_UNREACHABLE, f"cannot reach {what} at {host}:{port}: {e.strerror or e}; is the "
-                                         "cluster up (and `kubectl port-forward` running)?") from None
+        raise CliError(
+            EXIT_UNREACHABLE,
+            f"cannot reach {what} at {host}:{port}: {e.strerror or e}; is the "
+            "cluster up (and `kubectl port-forward` running)?",
+        ) from None
 
 
 def probe_ray_address(address: str) -> None:
@@ -55,10 +58,13 @@ def check_cluster_fits(resources: dict, workers: int, use_gpu: bool) -> None:
     need = "GPU" if use_gpu else "CPU"
     have = float(resources.get(need, 0))
     if have < workers:
-        raise CliError(EXIT_TOO_SMALL, f"the cluster has {have:g} {need}s and --workers {workers}"
-                                       f"{' --use-gpu' if use_gpu else ''} needs {workers} (one per worker): wait "
-                                       f"until its {'GPU ' if use_gpu else ''}nodes have joined (`ray status`) or "
-                                       "lower --workers")
+        raise CliError(
+            EXIT_TOO_SMALL,
+            f"the cluster has {have:g} {need}s and --workers {workers}"
+            f"{' --use-gpu' if use_gpu else ''} needs {workers} (one per worker): wait "
+            f"until its {'GPU ' if use_gpu else ''}nodes have joined (`ray status`) or "
+            "lower --workers",
+        )
 
 
 def wait_for_workers(resources: Any, workers: int, use_gpu: bool, wait_s: float) -> None:
@@ -76,8 +82,9 @@ def wait_for_workers(resources: Any, workers: int, use_gpu: bool, wait_s: float)
         except CliError as e:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise CliError(e.code, f"{e} (waited {wait_s:g} s: --wait-for-workers-s)" if wait_s else str(e)) \
-                    from None
+                raise CliError(
+                    e.code, f"{e} (waited {wait_s:g} s: --wait-for-workers-s)" if wait_s else str(e)
+                ) from None
             if not said:
                 print(f"[train] waiting up to {wait_s:g} s for the cluster's nodes: {e}", flush=True)
                 said = True
@@ -93,16 +100,23 @@ def place_gpu_ranks(req: TrainRequest, nodes: list[dict]) -> TrainRequest:
     offered, how = gpu_ranks(gpus_per_node(nodes))
     if req.workers is None:
         if not offered:
-            raise CliError(EXIT_TOO_SMALL, "--use-gpu: the cluster offers no GPUs yet (no GPU node has joined: "
-                                           "`ray status`); wait for the GPU nodes, or pass --workers N to wait for "
-                                           "N GPUs")
-        print(f"[train] --use-gpu: {offered} ranks, one per GPU the cluster offers ({how})", file=sys.stderr,
-              flush=True)
+            raise CliError(
+                EXIT_TOO_SMALL,
+                "--use-gpu: the cluster offers no GPUs yet (no GPU node has joined: "
+                "`ray status`); wait for the GPU nodes, or pass --workers N to wait for "
+                "N GPUs",
+            )
+        print(
+            f"[train] --use-gpu: {offered} ranks, one per GPU the cluster offers ({how})", file=sys.stderr, flush=True
+        )
         return replace(req, workers=offered)
     if req.workers < offered:
-        print(f"warning: --workers {req.workers} uses {req.workers} of the {offered} GPUs the cluster offers "
-              f"({how}); {offered - req.workers} sit idle: omit --workers for one rank per GPU", file=sys.stderr,
-              flush=True)
+        print(
+            f"warning: --workers {req.workers} uses {req.workers} of the {offered} GPUs the cluster offers "
+            f"({how}); {offered - req.workers} sit idle: omit --workers for one rank per GPU",
+            file=sys.stderr,
+            flush=True,
+        )
     return req
 
 
@@ -120,8 +134,11 @@ def check_storage_reachable(req: TrainRequest, environ: Any) -> None:
     from .trainer import STORAGE_PATH_ENV, resolve_storage_path
 
     storage = resolve_storage_path(req.storage_path, environ)
-    option = "--storage-path" if req.storage_path else (STORAGE_PATH_ENV if environ.get(STORAGE_PATH_ENV)
-                                                         else "the default storage path")
+    option = (
+        "--storage-path"
+        if req.storage_path
+        else (STORAGE_PATH_ENV if environ.get(STORAGE_PATH_ENV) else "the default storage path")
+    )
     is_s3 = storage.startswith("s3://")
     if (is_s3 and (req.address or "").startswith("ray://")) or (not is_s3 and req.address):
         return

@@ -73,8 +73,10 @@ class TrainRequest:
 def run_name_problem(name: str) -> str | None:
     """Why ``name`` cannot name a run (None when it can): it must stay one directory inside the storage path."""
     if not RUN_NAME.fullmatch(name or "") or name in (".", ".."):
-        return (f"--name {name!r}: a run name is one directory inside --storage-path: 1-128 letters, digits, '.', "
-                "'_' or '-', starting with a letter or digit (no '/', '..' or leading '-'), e.g. --name fsdp-lm-1")
+        return (
+            f"--name {name!r}: a run name is one directory inside --storage-path: 1-128 letters, digits, '.', "
+            "'_' or '-', starting with a letter or digit (no '/', '..' or leading '-'), e.g. --name fsdp-lm-1"
+        )
     return None
 
 
@@ -86,8 +88,10 @@ def local_worker_limit() -> tuple[int, str]:
     except (ValueError, OSError, AttributeError):
         gib = float("inf")
     limit = max(2, min(cpus, int(gib // LOCAL_WORKER_GIB)))
-    return limit, (f"a local run starts one 1-CPU Ray node per worker (about {LOCAL_WORKER_GIB:g} GiB each); this "
-                   f"machine has {cpus} CPUs and {gib:.0f} GiB, so at most {limit}")
+    return limit, (
+        f"a local run starts one 1-CPU Ray node per worker (about {LOCAL_WORKER_GIB:g} GiB each); this "
+        f"machine has {cpus} CPUs and {gib:.0f} GiB, so at most {limit}"
+    )
 
 
 def gpu_memory_problem(p: Optional[argparse.ArgumentParser], req: TrainRequest, environ: Any) -> None:
@@ -122,7 +126,7 @@ def storage_problem(value: str, option: str, on_this_host: bool = True) -> str |
     fix = FIX
     if not value.strip():
         return f"{option} {value!r}: empty; name a directory or s3://bucket/prefix, or omit it for the default"
-    bad = next((c for c in value if c != "\x00" and (ord(c) < 0x20 or ord(c) == 0x7f)), None)
+    bad = next((c for c in value if c != "\x00" and (ord(c) < 0x20 or ord(c) == 0x7F)), None)
     if bad is not None:  # a newline or tab in a directory name is a typo (a pasted line), never a place to train
         return f"{option} {value!r}: contains the control character {bad!r}; {fix}"
     if "\x00" in value or "://" in value:
@@ -132,8 +136,10 @@ def storage_problem(value: str, option: str, on_this_host: bool = True) -> str |
             why = f"{option} {value!r}: an empty S3 key segment ('//'); e.g. s3://my-bucket/ray-train"
         return why
     if value.startswith("~") and value.partition("/")[0] == "~" and not os.environ.get("HOME"):
-        return (f"{option} {value!r}: '~' with HOME unset would mean the account's home from /etc/passwd, not "
-                f"yours; write the directory out in full; {fix}")
+        return (
+            f"{option} {value!r}: '~' with HOME unset would mean the account's home from /etc/passwd, not "
+            f"yours; write the directory out in full; {fix}"
+        )
     if not on_this_host:  # submit: the path is the cluster's, not this machine's
         return None
     try:
@@ -158,6 +164,7 @@ def address_problem(address: str) -> str | None:
     except ValueError:  # "[::1" or a port outside 0..65535
         parts, port = urlsplit(""), -1
     if (parts.scheme not in ("", "ray")) or not parts.hostname or port == -1 or (parts.scheme == "" and port is None):
-        return (f"--address {address!r}: expected auto, HOST:PORT of the Ray GCS (e.g. 127.0.0.1:6379) or "
-                "ray://HOST:10001")
+        return (
+            f"--address {address!r}: expected auto, HOST:PORT of the Ray GCS (e.g. 127.0.0.1:6379) or ray://HOST:10001"
+        )
     return None

@@ -9,6 +9,7 @@ items this rank's (sharded) state dict asks for. :class:`ArrowReader` gives it p
 local ones, so each rank reads its own shards (and only what resharding needs when the world size changed) and
 nothing is copied to the node's disk.
 """
+
 from __future__ import annotations
 
 import contextlib

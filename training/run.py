@@ -15,8 +15,16 @@ from typing import Any, Optional
 
 from ..efacheck import verdict_metrics
 from ..efacheck.cli import interrupted_code, interruption
-from .errors import (EXIT_FAILED, EXIT_OK, EXIT_RAY_START, EXIT_UNREACHABLE, EXIT_WRONG_FABRIC, CliError, first_line,
-                     last_line)
+from .errors import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_RAY_START,
+    EXIT_UNREACHABLE,
+    EXIT_WRONG_FABRIC,
+    CliError,
+    first_line,
+    last_line,
+)
 from .lease import EXIT_NAME_IN_USE, RENEW_S
 from .reach import check_storage_reachable, place_gpu_ranks, probe_ray_address, wait_for_workers
 from .request import TrainRequest, gpu_memory_problem
@@ -31,8 +39,9 @@ def failure_summary(e: BaseException) -> str:
     """One line for a Ray Train failure: each failed rank (or the controller) and its error's last line."""
     per_rank = getattr(e, "worker_failures", None)
     if per_rank:
-        return "; ".join(f"rank {rank}: {type(err).__name__}: {last_line(err)}"
-                         for rank, err in sorted(per_rank.items()))
+        return "; ".join(
+            f"rank {rank}: {type(err).__name__}: {last_line(err)}" for rank, err in sorted(per_rank.items())
+        )
     cause = getattr(e, "controller_failure", None)
     if cause is not None:
         return f"controller: {type(cause).__name__}: {last_line(cause)}"
@@ -84,9 +93,15 @@ def run_training(req: TrainRequest) -> dict:
         "fail_at_step": req.fail_at_step,
         **json.loads(os.environ.get(RESUME_ENV) or "{}"),  # the checkpoint the command verified
     }
-    trainer = build_trainer(num_workers=req.workers, use_gpu=req.use_gpu, train_config=train_cfg,
-                            backend=resolve_backend(req.use_gpu, os.environ),
-                            storage_path=storage, name=name, max_failures=req.max_failures)
+    trainer = build_trainer(
+        num_workers=req.workers,
+        use_gpu=req.use_gpu,
+        train_config=train_cfg,
+        backend=resolve_backend(req.use_gpu, os.environ),
+        storage_path=storage,
+        name=name,
+        max_failures=req.max_failures,
+    )
     t0 = time.perf_counter()
     resume = resume_hint(name, storage)
     interrupted = note_sigint(trainer)
@@ -94,23 +109,31 @@ def run_training(req: TrainRequest) -> dict:
         result = trainer.fit()
     except BaseException as e:  # noqa: BLE001 - Ray's Ctrl-C handler ends fit() with SystemExit
         if interrupted or isinstance(e, KeyboardInterrupt):  # Ctrl-C, or SIGTERM (run_cli: the same path)
-            raise CliError(interrupted_code(), f"interrupted ({interruption()}): training run {name!r} was stopped; "
-                                               f"{resume}") from None
+            raise CliError(
+                interrupted_code(), f"interrupted ({interruption()}): training run {name!r} was stopped; {resume}"
+            ) from None
         if not isinstance(e, Exception):
             raise
         from ray.exceptions import RayActorError
         from ray.train import TrainingFailedError
 
         if isinstance(e, TrainingFailedError):
-            raise CliError(EXIT_FAILED, f"training run {name!r} failed after --max-failures {req.max_failures} "
-                                        f"restart(s): {failure_summary(e)}; {resume}") from None
+            raise CliError(
+                EXIT_FAILED,
+                f"training run {name!r} failed after --max-failures {req.max_failures} "
+                f"restart(s): {failure_summary(e)}; {resume}",
+            ) from None
         if isinstance(e, RayActorError):  # the Ray Train controller itself died (its node or process went away)
-            raise CliError(EXIT_FAILED, f"training run {name!r} failed: the Ray Train controller died "
-                                        f"({type(e).__name__}: {last_line(e)}); {resume}") from None
+            raise CliError(
+                EXIT_FAILED,
+                f"training run {name!r} failed: the Ray Train controller died "
+                f"({type(e).__name__}: {last_line(e)}); {resume}",
+            ) from None
         raise
     if interrupted:
-        raise CliError(interrupted_code(), f"interrupted ({interruption()}): training run {name!r} was stopped; "
-                                           f"{resume}")
+        raise CliError(
+            interrupted_code(), f"interrupted ({interruption()}): training run {name!r} was stopped; {resume}"
+        )
     wall = time.perf_counter() - t0
     m = result.return_value  # rank 0's last metrics (Result.metrics only holds checkpointed ones)
     publish_fabric(name, m.get("fabric"), None if m.get("refused") else m.get("steady_global_tokens_per_s"))
@@ -161,8 +184,10 @@ def refusal_message(fab: dict, name: str) -> str:
 
     why = "; ".join((fab.get("reasons") or [])[:2]) or fab.get("deciding") or "no reason given"
     was = changed(fab)
-    return (f"--require-efa: run {name!r} stopped after its first collective (NCCL initialisation): the fabric is {fab['verdict']}, not "
-            f"efa{f' ({was})' if was else ''}: {why}; nothing was checkpointed")
+    return (
+        f"--require-efa: run {name!r} stopped after its first collective (NCCL initialisation): the fabric is {fab['verdict']}, not "
+        f"efa{f' ({was})' if was else ''}: {why}; nothing was checkpointed"
+    )
 
 
 def resume_hint(name: str, storage: Optional[str]) -> str:
@@ -190,18 +215,32 @@ def supervise_train(req: TrainRequest, argv: list[str]) -> int:
     cmd = [sys.executable, "-m", f"{NAMESPACE}.training", *argv, "--name", name, "--storage-path", storage]
     if not storage.startswith("s3://") and req.address not in (None, "auto", "local"):
         # a directory of a remote cluster's (its nodes write it): this host can neither own nor verify it
-        return lifecycle.supervise(cmd, name=name, resume=resume_hint(name, storage), as_json=req.json,
-                                   connect_within=(CONNECT_TIMEOUT_S, EXIT_UNREACHABLE, _no_connect(req.address)))
+        return lifecycle.supervise(
+            cmd,
+            name=name,
+            resume=resume_hint(name, storage),
+            as_json=req.json,
+            connect_within=(CONNECT_TIMEOUT_S, EXIT_UNREACHABLE, _no_connect(req.address)),
+        )
     lease = own_name(storage, name)
     try:
         os.environ[RESUME_ENV] = json.dumps(resume_choice(storage, name))
-        return lifecycle.supervise(cmd, name=name, resume=resume_hint(name, storage), as_json=req.json,
-                                   tick=lambda: None if lease.renew() else (
-                                       EXIT_NAME_IN_USE, f"training run {name!r} lost its name to another run "
-                                                         f"({lease.where()}) and was stopped"),
-                                   tick_every=RENEW_S,
-                                   connect_within=(CONNECT_TIMEOUT_S, EXIT_UNREACHABLE, _no_connect(req.address))
-                                   if req.address else None)
+        return lifecycle.supervise(
+            cmd,
+            name=name,
+            resume=resume_hint(name, storage),
+            as_json=req.json,
+            tick=lambda: (
+                None
+                if lease.renew()
+                else (
+                    EXIT_NAME_IN_USE,
+                    f"training run {name!r} lost its name to another run ({lease.where()}) and was stopped",
+                )
+            ),
+            tick_every=RENEW_S,
+            connect_within=(CONNECT_TIMEOUT_S, EXIT_UNREACHABLE, _no_connect(req.address)) if req.address else None,
+        )
     finally:
         os.environ.pop(RESUME_ENV, None)
         lease.release()
@@ -221,16 +260,19 @@ def resume_choice(storage: str, name: str) -> dict:
     except DamagedCheckpoints as e:
         raise CliError(e.code, str(e)) from None
     except OSError as e:  # pyarrow: the storage refused a listing or a read
-        raise CliError(EXIT_STORAGE, f"--storage-path {storage}: cannot read run {name!r}'s checkpoints: "
-                                     f"{first_line(e)}") from None
+        raise CliError(
+            EXIT_STORAGE, f"--storage-path {storage}: cannot read run {name!r}'s checkpoints: {first_line(e)}"
+        ) from None
     for note in choice.notes:
         print(note, file=sys.stderr, flush=True)
     return {"resume_from": choice.resume_from, "existing": choice.existing, "run_tag": f"r{int(time.time())}"}
 
 
 def _no_connect(address: str) -> str:
-    return (f"--address {address}: the Ray cluster did not answer within {CONNECT_TIMEOUT_S:g} s (ray.init retries a "
-            "GCS that accepts the connection and never answers); check the address and the cluster's head")
+    return (
+        f"--address {address}: the Ray cluster did not answer within {CONNECT_TIMEOUT_S:g} s (ray.init retries a "
+        "GCS that accepts the connection and never answers); check the address and the cluster's head"
+    )
 
 
 def own_name(storage: str, name: str) -> Any:
@@ -244,8 +286,9 @@ def own_name(storage: str, name: str) -> Any:
     except NameInUse as e:
         raise CliError(e.code, str(e)) from None
     except OSError as e:
-        raise CliError(EXIT_STORAGE, f"--storage-path {storage}: cannot write the run's owner record: "
-                                     f"{e.strerror or e}") from None
+        raise CliError(
+            EXIT_STORAGE, f"--storage-path {storage}: cannot write the run's owner record: {e.strerror or e}"
+        ) from None
     except Exception as e:  # botocore: the same answers as the storage check's
         try:
             code, why = _explain(e, storage, "--storage-path", os.environ)
@@ -277,8 +320,7 @@ def main_train(req: TrainRequest) -> int:
             try:
                 ray.init(address=req.address)
             except Exception as e:  # ConnectionError, auth errors, version mismatch...
-                raise CliError(EXIT_UNREACHABLE,
-                               f"ray.init(address={req.address!r}) failed: {first_line(e)}") from None
+                raise CliError(EXIT_UNREACHABLE, f"ray.init(address={req.address!r}) failed: {first_line(e)}") from None
             if lifecycle.is_run():
                 lifecycle.mark_connected()
             stack.callback(ray.shutdown)
@@ -292,14 +334,18 @@ def main_train(req: TrainRequest) -> int:
             try:
                 stack.enter_context(local_cluster(worker_nodes=req.workers))
             except Exception as e:
-                raise CliError(EXIT_RAY_START, f"Ray could not start the local cluster: {type(e).__name__}: "
-                                               f"{first_line(e)}") from None
+                raise CliError(
+                    EXIT_RAY_START, f"Ray could not start the local cluster: {type(e).__name__}: {first_line(e)}"
+                ) from None
         summary = run_training(req)
     summary["wall_s"] = round(time.perf_counter() - t0, 2)
-    print(f"[summary] steps={summary['steps']} loss {summary['loss_first']:.4f} -> {summary['loss_last']:.4f} "
-          f"world={summary['world_size']} nodes={summary['nodes']} tok/s={summary['tokens_per_s']:.0f} "
-          f"resumed_from={summary['resumed_from_step']} wall={summary['wall_s']}s "
-          f"fabric={fabric_words(summary.get('fabric'))}", flush=True)
+    print(
+        f"[summary] steps={summary['steps']} loss {summary['loss_first']:.4f} -> {summary['loss_last']:.4f} "
+        f"world={summary['world_size']} nodes={summary['nodes']} tok/s={summary['tokens_per_s']:.0f} "
+        f"resumed_from={summary['resumed_from_step']} wall={summary['wall_s']}s "
+        f"fabric={fabric_words(summary.get('fabric'))}",
+        flush=True,
+    )
     if lifecycle.is_run():
         lifecycle.write_result(EXIT_OK, None, summary if req.json else None)
     elif req.json:

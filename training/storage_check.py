@@ -53,8 +53,9 @@ class StorageError(Exception):
         self.code = code
 
 
-def check(value: str, option: str, environ: Optional[Mapping[str, str]] = None,
-          timeout: Optional[float] = None) -> None:
+def check(
+    value: str, option: str, environ: Optional[Mapping[str, str]] = None, timeout: Optional[float] = None
+) -> None:
     """Raise :class:`StorageError` unless this process can write under the storage path ``value``.
 
     ``option`` names where the value came from (``--storage-path`` or ``$RAY_EFA_EKS_STORAGE_PATH``), for the
@@ -73,17 +74,23 @@ def _check_directory(value: str, option: str) -> None:
     try:
         path.mkdir(parents=True, exist_ok=True)
     except (OSError, ValueError) as e:  # ValueError: a name the filesystem encoding cannot hold
-        raise StorageError(EXIT_STORAGE, f"{option} {value}: cannot create the directory: "
-                                         f"{getattr(e, 'strerror', None) or e}; name a "
-                                         "directory this user can create and write, or s3://bucket/prefix") from None
+        raise StorageError(
+            EXIT_STORAGE,
+            f"{option} {value}: cannot create the directory: "
+            f"{getattr(e, 'strerror', None) or e}; name a "
+            "directory this user can create and write, or s3://bucket/prefix",
+        ) from None
     probe = path / f"{PROBE_NAME}-{os.getpid()}"
     try:
         probe.write_bytes(b"")
         probe.unlink()
     except (OSError, ValueError) as e:
-        raise StorageError(EXIT_STORAGE, f"{option} {value}: this user cannot write there: "
-                                         f"{getattr(e, 'strerror', None) or e}; name "
-                                         "a directory this user can write, or s3://bucket/prefix") from None
+        raise StorageError(
+            EXIT_STORAGE,
+            f"{option} {value}: this user cannot write there: "
+            f"{getattr(e, 'strerror', None) or e}; name "
+            "a directory this user can write, or s3://bucket/prefix",
+        ) from None
 
 
 def split_s3(value: str) -> tuple[str, str, dict[str, str]]:
@@ -92,7 +99,7 @@ def split_s3(value: str) -> tuple[str, str, dict[str, str]]:
     The query is pyarrow's (``FileSystem.from_uri``: ``endpoint_override``, ``region``, ``scheme``), which Ray Train
     accepts in a storage path; the check honours the same three.
     """
-    rest = value[len("s3://"):]
+    rest = value[len("s3://") :]
     rest, _, query = rest.partition("?")
     bucket, _, prefix = rest.partition("/")
     opts = {k: v[-1] for k, v in parse_qs(query).items()}
@@ -105,18 +112,26 @@ def _check_s3(value: str, option: str, environ: Mapping[str, str], timeout: floa
     except ImportError:  # an image without boto3: pyarrow still works; say what was not checked
         import sys
 
-        print(f"[train] warning: boto3 is not installed: {option} {value} is not checked before Ray starts "
-              "(the first checkpoint will tell)", file=sys.stderr, flush=True)
+        print(
+            f"[train] warning: boto3 is not installed: {option} {value} is not checked before Ray starts "
+            "(the first checkpoint will tell)",
+            file=sys.stderr,
+            flush=True,
+        )
         return
     outcome: list[BaseException | None] = []
-    worker = threading.Thread(target=_run_into, args=(outcome, lambda: _s3_calls(value, environ)),
-                              name="storage-check", daemon=True)
+    worker = threading.Thread(
+        target=_run_into, args=(outcome, lambda: _s3_calls(value, environ)), name="storage-check", daemon=True
+    )
     worker.start()
     worker.join(timeout)
     if not outcome:  # the thread is a daemon: it cannot keep the process alive after the exit below
-        raise StorageError(EXIT_NO_ANSWER, f"{option} {value}: S3 did not answer within {timeout:g} s (endpoint "
-                                           f"{_endpoint_words(value, environ)}); check the network route to S3 "
-                                           "(VPC endpoint, NAT, proxy) and AWS_ENDPOINT_URL_S3, then retry")
+        raise StorageError(
+            EXIT_NO_ANSWER,
+            f"{option} {value}: S3 did not answer within {timeout:g} s (endpoint "
+            f"{_endpoint_words(value, environ)}); check the network route to S3 "
+            "(VPC endpoint, NAT, proxy) and AWS_ENDPOINT_URL_S3, then retry",
+        )
     err = outcome[0]
     if err is not None:
         raise StorageError(*_explain(err, value, option, environ)) from None
@@ -141,8 +156,11 @@ def _session_and_client(value: str, environ: Mapping[str, str]):
     if endpoint and "://" not in endpoint:
         endpoint = f"{opts.get('scheme', 'https')}://{endpoint}"
     session = boto3.session.Session(region_name=region)
-    config = Config(connect_timeout=CONNECT_TIMEOUT_S, read_timeout=READ_TIMEOUT_S,
-                    retries={"total_max_attempts": ATTEMPTS, "mode": "standard"})
+    config = Config(
+        connect_timeout=CONNECT_TIMEOUT_S,
+        read_timeout=READ_TIMEOUT_S,
+        retries={"total_max_attempts": ATTEMPTS, "mode": "standard"},
+    )
     return session, session.client("s3", endpoint_url=endpoint or None, config=config)
 
 
@@ -157,8 +175,12 @@ def _s3_calls(value: str, environ: Mapping[str, str]) -> None:
 
 def _endpoint_words(value: str, environ: Mapping[str, str]) -> str:
     _, _, opts = split_s3(value)
-    return (opts.get("endpoint_override") or environ.get("AWS_ENDPOINT_URL_S3") or environ.get("AWS_ENDPOINT_URL")
-            or "S3's regional endpoint")
+    return (
+        opts.get("endpoint_override")
+        or environ.get("AWS_ENDPOINT_URL_S3")
+        or environ.get("AWS_ENDPOINT_URL")
+        or "S3's regional endpoint"
+    )
 
 
 def _explain(err: BaseException, value: str, option: str, environ: Mapping[str, str]) -> tuple[int, str]:
@@ -168,13 +190,18 @@ def _explain(err: BaseException, value: str, option: str, environ: Mapping[str, 
     bucket, prefix, _ = split_s3(value)
     where = f"{option} {value}"
     if isinstance(err, (bx.NoCredentialsError, bx.PartialCredentialsError, bx.CredentialRetrievalError)):
-        return EXIT_STORAGE, (f"{where}: no usable AWS credentials ({err}); in a Ray pod they come from EKS Pod "
-                              "Identity (the ray-train service account), elsewhere from AWS_PROFILE or the "
-                              "environment")
-    if isinstance(err, (bx.ConnectTimeoutError, bx.ReadTimeoutError, bx.EndpointConnectionError,
-                        bx.ConnectionClosedError)):
-        return EXIT_NO_ANSWER, (f"{where}: S3 did not answer ({type(err).__name__}: {err}); check the network route "
-                                "to S3 (VPC endpoint, NAT, proxy) and AWS_ENDPOINT_URL_S3, then retry")
+        return EXIT_STORAGE, (
+            f"{where}: no usable AWS credentials ({err}); in a Ray pod they come from EKS Pod "
+            "Identity (the ray-train service account), elsewhere from AWS_PROFILE or the "
+            "environment"
+        )
+    if isinstance(
+        err, (bx.ConnectTimeoutError, bx.ReadTimeoutError, bx.EndpointConnectionError, bx.ConnectionClosedError)
+    ):
+        return EXIT_NO_ANSWER, (
+            f"{where}: S3 did not answer ({type(err).__name__}: {err}); check the network route "
+            "to S3 (VPC endpoint, NAT, proxy) and AWS_ENDPOINT_URL_S3, then retry"
+        )
     if isinstance(err, bx.ClientError):
         error = err.response.get("Error", {})
         code = str(error.get("Code", ""))
@@ -184,22 +211,40 @@ def _explain(err: BaseException, value: str, option: str, environ: Mapping[str, 
         if (status or 0) >= 500 or code in ("SlowDown", "ServiceUnavailable", "InternalError"):
             return EXIT_NO_ANSWER, f"{where}: S3 answered {said}; retry later"
         if code in ("NoSuchBucket", "404") or (op == "HeadBucket" and status == 404):
-            return EXIT_STORAGE, (f"{where}: bucket {bucket!r} does not exist ({said}); the stack's bucket is "
-                                  "`pulumi stack output checkpointStorageUri`")
+            return EXIT_STORAGE, (
+                f"{where}: bucket {bucket!r} does not exist ({said}); the stack's bucket is "
+                "`pulumi stack output checkpointStorageUri`"
+            )
         if code.startswith("KMS") or "kms" in str(error.get("Message", "")).lower():
-            return EXIT_STORAGE, (f"{where}: the bucket's KMS key refused ({said}); the role needs kms:GenerateDataKey "
-                                  "and kms:Decrypt on it via S3")
-        if code in ("AccessDenied", "403", "AllAccessDisabled", "InvalidAccessKeyId", "SignatureDoesNotMatch",
-                    "ExpiredToken") or status == 403:
+            return EXIT_STORAGE, (
+                f"{where}: the bucket's KMS key refused ({said}); the role needs kms:GenerateDataKey "
+                "and kms:Decrypt on it via S3"
+            )
+        if (
+            code
+            in (
+                "AccessDenied",
+                "403",
+                "AllAccessDisabled",
+                "InvalidAccessKeyId",
+                "SignatureDoesNotMatch",
+                "ExpiredToken",
+            )
+            or status == 403
+        ):
             target = f"s3://{bucket}/{prefix + '/' if prefix else ''}*"
             creds = _credential_source(value, environ)
-            return EXIT_STORAGE, (f"{where}: access denied ({said}; credentials: {creds}): they may not write "
-                                  f"{target}; the pods' role may write only under checkpointPrefix "
-                                  "(`pulumi stack output checkpointStorageUri`)")
+            return EXIT_STORAGE, (
+                f"{where}: access denied ({said}; credentials: {creds}): they may not write "
+                f"{target}; the pods' role may write only under checkpointPrefix "
+                "(`pulumi stack output checkpointStorageUri`)"
+            )
         if code in ("PermanentRedirect", "301", "AuthorizationHeaderMalformed") or status == 301:
-            return EXIT_STORAGE, (f"{where}: bucket {bucket!r} is in another region than "
-                                  f"{environ.get('AWS_REGION') or environ.get('AWS_DEFAULT_REGION') or 'the default'}"
-                                  f" ({said}); set AWS_REGION to the bucket's region")
+            return EXIT_STORAGE, (
+                f"{where}: bucket {bucket!r} is in another region than "
+                f"{environ.get('AWS_REGION') or environ.get('AWS_DEFAULT_REGION') or 'the default'}"
+                f" ({said}); set AWS_REGION to the bucket's region"
+            )
         return EXIT_STORAGE, f"{where}: S3 refused {said} (credentials: {_credential_source(value, environ)})"
     if isinstance(err, bx.BotoCoreError):
         return EXIT_STORAGE, f"{where}: {type(err).__name__}: {err}"

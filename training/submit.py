@@ -21,9 +21,20 @@ from ..efacheck.exit_codes import EXIT_USAGE
 from .cli import url_problem
 from .errors import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, CliError, first_line
 
-EFACHECK_FILES = ("__init__.py", "cli.py", "exit_codes.py", "storage_uri.py", "nccl_log.py", "nccl_input.py",
-                  "nccl_parse.py", "nccl_report.py", "nccl_verdict.py", "efa_counters.py", "verdict_metrics.py",
-                  "local_cluster.py")
+EFACHECK_FILES = (
+    "__init__.py",
+    "cli.py",
+    "exit_codes.py",
+    "storage_uri.py",
+    "nccl_log.py",
+    "nccl_input.py",
+    "nccl_parse.py",
+    "nccl_report.py",
+    "nccl_verdict.py",
+    "efa_counters.py",
+    "verdict_metrics.py",
+    "local_cluster.py",
+)
 """The efacheck modules training imports (``training/fabric.py``: the gate's verdict code; the run's verdict as a
 metric; the local Ray cluster), closed under their own imports; ``submit`` ships them next to ``training``
 (tests/test_architecture.py checks both)."""
@@ -31,8 +42,10 @@ NAMESPACE = "ray_efa_eks"
 """The package ``training`` and ``efacheck`` live in; a submitted job keeps that layout (components/payload.py)."""
 AGENT_WAIT_S = 60.0
 """How long submit retries while a freshly started head has no job agent yet ("No available agent")."""
-TOKEN_HINT = ("the cluster runs Ray token auth: export RAY_AUTH_TOKEN=$(pulumi stack output rayAuthToken "
-              "--show-secrets) (or RAY_AUTH_TOKEN_PATH=<file>) and retry")
+TOKEN_HINT = (
+    "the cluster runs Ray token auth: export RAY_AUTH_TOKEN=$(pulumi stack output rayAuthToken "
+    "--show-secrets) (or RAY_AUTH_TOKEN_PATH=<file>) and retry"
+)
 
 
 def submit_entrypoint(train_args: Sequence[str]) -> str:
@@ -93,8 +106,9 @@ def main_submit(sub: SubmitRequest, train: Sequence[str]) -> int:
     if why:
         raise CliError(EXIT_USAGE, f"{why} (the Jobs API URL)")
     parts = urlsplit(sub.address)
-    reach.probe(parts.hostname, parts.port or (443 if parts.scheme == "https" else 80),
-          f"the Ray Jobs API ({sub.address})")
+    reach.probe(
+        parts.hostname, parts.port or (443 if parts.scheme == "https" else 80), f"the Ray Jobs API ({sub.address})"
+    )
     from ray.exceptions import AuthenticationError
     from ray.job_submission import JobSubmissionClient
 
@@ -112,21 +126,26 @@ def main_submit(sub: SubmitRequest, train: Sequence[str]) -> int:
             deadline = time.monotonic() + AGENT_WAIT_S
             while True:
                 try:
-                    job_id = bounded(f"{jobs}: the package upload and job submission",
-                                     lambda: client.submit_job(entrypoint=entry, runtime_env=env), UPLOAD_TIMEOUT_S)
+                    job_id = bounded(
+                        f"{jobs}: the package upload and job submission",
+                        lambda: client.submit_job(entrypoint=entry, runtime_env=env),
+                        UPLOAD_TIMEOUT_S,
+                    )
                     break
                 except RuntimeError as e:  # a head that just started has no job agent yet (HTTP 500)
                     if "No available agent" not in str(e) or time.monotonic() > deadline:
                         raise
                     time.sleep(2)
     except AuthenticationError as e:
-        raise CliError(EXIT_UNREACHABLE, f"the Ray Jobs API at {sub.address} refused the request "
-                                         f"({first_line(e)}); {TOKEN_HINT}") from None
+        raise CliError(
+            EXIT_UNREACHABLE, f"the Ray Jobs API at {sub.address} refused the request ({first_line(e)}); {TOKEN_HINT}"
+        ) from None
     except ConnectionError as e:
         raise CliError(EXIT_UNREACHABLE, f"cannot reach the Ray Jobs API at {sub.address}: {first_line(e)}") from None
     except RuntimeError as e:  # the SDK's "Request failed with status code ..."
-        raise CliError(EXIT_UNREACHABLE, f"the Ray Jobs API at {sub.address} did not take the job: "
-                                         f"{first_line(e)}") from None
+        raise CliError(
+            EXIT_UNREACHABLE, f"the Ray Jobs API at {sub.address} did not take the job: {first_line(e)}"
+        ) from None
     print(f"submitted {job_id}: {entry}", flush=True)
     if sub.no_wait:
         return EXIT_OK
@@ -150,14 +169,19 @@ def main_submit(sub: SubmitRequest, train: Sequence[str]) -> int:
             logs.join(1.0)
             info = bounded(status_of, lambda: client.get_job_info(job_id))
     except (ConnectionError, RuntimeError) as e:
-        raise CliError(EXIT_UNREACHABLE, f"{jobs} stopped answering about {job_id} ({first_line(e)}); the job "
-                                         f"may still run: `ray job status {job_id}`") from None
+        raise CliError(
+            EXIT_UNREACHABLE,
+            f"{jobs} stopped answering about {job_id} ({first_line(e)}); the job "
+            f"may still run: `ray job status {job_id}`",
+        ) from None
     logs.join(LOG_DRAIN_S)  # the rest of the log, once the job has ended
     status = str(info.status.value if hasattr(info.status, "value") else info.status)
     code = job_exit_code(status, info.driver_exit_code)
     detail = f" ({first_line(Exception(info.message))})" if info.message and code else ""
-    print(f"job {job_id}: {status}, exit {info.driver_exit_code if info.driver_exit_code is not None else '-'}"
-          f"{detail}", flush=True)
+    print(
+        f"job {job_id}: {status}, exit {info.driver_exit_code if info.driver_exit_code is not None else '-'}{detail}",
+        flush=True,
+    )
     return code
 
 
@@ -187,8 +211,11 @@ def bounded(what: str, call: Any, timeout: Optional[float] = None) -> Any:
     worker.start()
     worker.join(limit)
     if not outcome:
-        raise CliError(EXIT_UNREACHABLE, f"{what}: no answer within {limit:g} s; is the cluster up (and `kubectl "
-                                         "port-forward` alive)? Retry once it answers")
+        raise CliError(
+            EXIT_UNREACHABLE,
+            f"{what}: no answer within {limit:g} s; is the cluster up (and `kubectl "
+            "port-forward` alive)? Retry once it answers",
+        )
     ok, value = outcome[0]
     if not ok:
         raise value

@@ -9,6 +9,7 @@ controller has collected that report from *every* rank (Ray Train V2 polls each
 worker every ``RAY_TRAIN_HEALTH_CHECK_INTERVAL_S``); a rank that dies before that
 poll takes its report with it and the run resumes from the previous checkpoint.
 """
+
 from __future__ import annotations
 
 import os
@@ -124,8 +125,15 @@ def _resume_checkpoint(cfg: dict) -> Optional[ray.train.Checkpoint]:
     return ckpt  # reported by this run (a restart after a worker failure)
 
 
-def _report(metrics: dict, model: torch.nn.Module, opt: torch.optim.Optimizer, rank: int,
-            checkpoint: bool, fabric: Optional[dict] = None, dir_name: str = "") -> None:
+def _report(
+    metrics: dict,
+    model: torch.nn.Module,
+    opt: torch.optim.Optimizer,
+    rank: int,
+    checkpoint: bool,
+    fabric: Optional[dict] = None,
+    dir_name: str = "",
+) -> None:
     """Report on every rank; with ``checkpoint`` each rank also saves its DCP shard (rank 0 adds meta.pt) and its
     manifest under a shared ``dir_name`` so Ray merges all ranks' files into one checkpoint directory."""
     if not checkpoint:
@@ -141,8 +149,7 @@ def _report(metrics: dict, model: torch.nn.Module, opt: torch.optim.Optimizer, r
                 with open(os.path.join(tmp, _fabric.FABRIC_FILE), "wb") as f:
                     f.write(_fabric.checkpoint_record(fabric, metrics["step"]))
         _checkpoints.write_manifest(tmp, rank, int(metrics["world_size"]))
-        ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(tmp),
-                         checkpoint_dir_name=dir_name)
+        ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(tmp), checkpoint_dir_name=dir_name)
 
 
 def train_func(config: Optional[dict]) -> dict:
@@ -160,12 +167,21 @@ def train_func(config: Optional[dict]) -> dict:
 
     # Set NCCL's capture env before its first line (the first collective, just below), then judge the fabric.
     t_probe = time.perf_counter()
-    probe = _fabric.Probe(dist.get_backend(), rank, ctx.get_local_rank(), cfg["fabric_dir"],
-                          enabled=bool(cfg["fabric"] or cfg["require_efa"]))
+    probe = _fabric.Probe(
+        dist.get_backend(),
+        rank,
+        ctx.get_local_rank(),
+        cfg["fabric_dir"],
+        enabled=bool(cfg["fabric"] or cfg["require_efa"]),
+    )
     dist.all_reduce(torch.zeros(1, device=device))  # NCCL creates its communicator and logs INIT/NET here
     ckpt = _resume_checkpoint(cfg)
-    fabric = probe.judge(dist, final=False, previous=_fabric.previous_verdict(ckpt) if rank == 0 else None,
-                         broadcast=bool(cfg["require_efa"]))
+    fabric = probe.judge(
+        dist,
+        final=False,
+        previous=_fabric.previous_verdict(ckpt) if rank == 0 else None,
+        broadcast=bool(cfg["require_efa"]),
+    )
     capture_s = time.perf_counter() - t_probe  # rank 0's time in the capture (the all-reduce would run anyway)
     if rank == 0 and fabric is not None:
         print(_fabric.line(fabric), flush=True)
@@ -190,10 +206,20 @@ def train_func(config: Optional[dict]) -> dict:
     node_id = ray.get_runtime_context().get_node_id()
     dist.all_gather_object(nodes, {"rank": rank, "node_id": node_id, "hostname": socket.gethostname()})
     metrics: dict[str, Any] = {
-        "step": resumed_from, "loss": loss_val, "loss_first": loss_first,
-        "tokens_per_s": 0.0, "global_tokens_per_s": 0.0, "steady_global_tokens_per_s": 0.0,
-        "backend": dist.get_backend(), "world_size": world, "rank": rank, "node_id": node_id, "steps": steps,
-        "nodes": nodes, "shard_fraction": shard_fraction(model), "resumed_from_step": resumed_from,
+        "step": resumed_from,
+        "loss": loss_val,
+        "loss_first": loss_first,
+        "tokens_per_s": 0.0,
+        "global_tokens_per_s": 0.0,
+        "steady_global_tokens_per_s": 0.0,
+        "backend": dist.get_backend(),
+        "world_size": world,
+        "rank": rank,
+        "node_id": node_id,
+        "steps": steps,
+        "nodes": nodes,
+        "shard_fraction": shard_fraction(model),
+        "resumed_from_step": resumed_from,
         "fabric": fabric,
     }
     tokens_per_step = cfg["batch_size"] * mcfg.seq_len
@@ -223,11 +249,24 @@ def train_func(config: Optional[dict]) -> dict:
         if steady_t is None:  # the first window holds warm-up; steady state starts after it
             steady_t, steady_step = now, step
         steady = tokens_per_step * (step - steady_step) / (now - steady_t) if step > steady_step else tps
-        metrics.update(step=step, loss=loss_val, loss_first=loss_first, tokens_per_s=tps,
-                       global_tokens_per_s=tps * world, steady_global_tokens_per_s=steady * world)
+        metrics.update(
+            step=step,
+            loss=loss_val,
+            loss_first=loss_first,
+            tokens_per_s=tps,
+            global_tokens_per_s=tps * world,
+            steady_global_tokens_per_s=steady * world,
+        )
         # the [train] progress line is printed by the controller (trainer.Progress), where the driver sees it
-        _report({k: v for k, v in metrics.items() if k != "fabric"}, model, opt, rank, checkpoint=ckpt_due,
-                fabric=fabric, dir_name=checkpoint_dir_name(step, cfg))  # a copy: Ray queues it as is
+        _report(
+            {k: v for k, v in metrics.items() if k != "fabric"},
+            model,
+            opt,
+            rank,
+            checkpoint=ckpt_due,
+            fabric=fabric,
+            dir_name=checkpoint_dir_name(step, cfg),
+        )  # a copy: Ray queues it as is
         window_t, window_start = now, step
     # The whole run's verdict: every rank's log now, and what each node's EFA counters moved since the start.
     # Lower bound of the inter-node bytes per node: FSDP all-gathers every parameter at least once per step, and a

@@ -1,4 +1,5 @@
 """Builds the TorchTrainer for the cluster shape (one rank per GPU, or per node on CPU)."""
+
 from __future__ import annotations
 
 import os
@@ -49,8 +50,10 @@ def resolve_backend(use_gpu: bool, env: Mapping[str, str]) -> str:
     """The process group's backend: $RAY_EFA_EKS_TRAIN_BACKEND when set, else nccl with --use-gpu, else gloo."""
     value = (env.get(BACKEND_ENV) or ("nccl" if use_gpu else "gloo")).strip().lower()
     if value not in BACKENDS:
-        raise ValueError(f"{BACKEND_ENV}={env.get(BACKEND_ENV)!r}: expected one of {', '.join(BACKENDS)} (gloo "
-                         "rehearses --use-gpu on logical GPUs, on CPU)")
+        raise ValueError(
+            f"{BACKEND_ENV}={env.get(BACKEND_ENV)!r}: expected one of {', '.join(BACKENDS)} (gloo "
+            "rehearses --use-gpu on logical GPUs, on CPU)"
+        )
     if value == "nccl" and not use_gpu:
         raise ValueError(f"{BACKEND_ENV}=nccl needs --use-gpu (NCCL runs on GPUs)")
     return value
@@ -81,9 +84,12 @@ class Progress(UserCallback):
     def after_report(self, run_context: Any, metrics: list, checkpoint: Any) -> None:
         m = metrics[0] if metrics else {}
         if "step" in m:
-            print(f"[train] step {m['step']}/{m.get('steps', '?')} loss {m['loss']:.4f} global_tok/s "
-                  f"{m.get('global_tokens_per_s', 0):.0f} world {m.get('world_size', '?')}"
-                  f"{' checkpoint' if checkpoint is not None else ''}", flush=True)
+            print(
+                f"[train] step {m['step']}/{m.get('steps', '?')} loss {m['loss']:.4f} global_tok/s "
+                f"{m.get('global_tokens_per_s', 0):.0f} world {m.get('world_size', '?')}"
+                f"{' checkpoint' if checkpoint is not None else ''}",
+                flush=True,
+            )
 
 
 def build_trainer(

@@ -44,10 +44,17 @@ CHART_VERSION = "9.59.0"
 CHART_REPO = "https://kubernetes.github.io/autoscaler"
 NAMESPACE = "kube-system"
 SERVICE_ACCOUNT = "cluster-autoscaler"
-DESCRIBE_ACTIONS = ("autoscaling:DescribeAutoScalingGroups", "autoscaling:DescribeAutoScalingInstances",
-                    "autoscaling:DescribeLaunchConfigurations", "autoscaling:DescribeScalingActivities",
-                    "autoscaling:DescribeTags", "ec2:DescribeImages", "ec2:DescribeInstanceTypes",
-                    "ec2:DescribeLaunchTemplateVersions", "ec2:GetInstanceTypesFromInstanceRequirements")
+DESCRIBE_ACTIONS = (
+    "autoscaling:DescribeAutoScalingGroups",
+    "autoscaling:DescribeAutoScalingInstances",
+    "autoscaling:DescribeLaunchConfigurations",
+    "autoscaling:DescribeScalingActivities",
+    "autoscaling:DescribeTags",
+    "ec2:DescribeImages",
+    "ec2:DescribeInstanceTypes",
+    "ec2:DescribeLaunchTemplateVersions",
+    "ec2:GetInstanceTypesFromInstanceRequirements",
+)
 """Read-only calls (cloudprovider/aws/README.md "IAM Policy", plus DescribeTags for auto-discovery and
 DescribeLaunchTemplateVersions for launch-template ASGs, as it says)."""
 SCALE_ACTIONS = ("autoscaling:SetDesiredCapacity", "autoscaling:TerminateInstanceInAutoScalingGroup")
@@ -56,13 +63,29 @@ SCALE_ACTIONS = ("autoscaling:SetDesiredCapacity", "autoscaling:TerminateInstanc
 
 def autoscaler_policy(cluster_name: str, region: str, account_id: str) -> str:
     """The Cluster Autoscaler's IAM policy, scoped to ``cluster_name`` where AWS allows it (module docstring)."""
-    return json.dumps({"Version": "2012-10-17", "Statement": [
-        {"Sid": "Describe", "Effect": "Allow", "Action": list(DESCRIBE_ACTIONS), "Resource": "*"},
-        {"Sid": "ScaleOwnGroups", "Effect": "Allow", "Action": list(SCALE_ACTIONS), "Resource": "*",
-         "Condition": {"StringEquals": {f"aws:ResourceTag/k8s.io/cluster-autoscaler/{cluster_name}": "owned"}}},
-        {"Sid": "DescribeOwnNodegroups", "Effect": "Allow", "Action": "eks:DescribeNodegroup",
-         "Resource": f"arn:aws:eks:{region}:{account_id}:nodegroup/{cluster_name}/*/*"},
-    ]})
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {"Sid": "Describe", "Effect": "Allow", "Action": list(DESCRIBE_ACTIONS), "Resource": "*"},
+                {
+                    "Sid": "ScaleOwnGroups",
+                    "Effect": "Allow",
+                    "Action": list(SCALE_ACTIONS),
+                    "Resource": "*",
+                    "Condition": {
+                        "StringEquals": {f"aws:ResourceTag/k8s.io/cluster-autoscaler/{cluster_name}": "owned"}
+                    },
+                },
+                {
+                    "Sid": "DescribeOwnNodegroups",
+                    "Effect": "Allow",
+                    "Action": "eks:DescribeNodegroup",
+                    "Resource": f"arn:aws:eks:{region}:{account_id}:nodegroup/{cluster_name}/*/*",
+                },
+            ],
+        }
+    )
 
 
 def chart_values(cluster_name: str, region: str) -> dict[str, Any]:
@@ -111,17 +134,35 @@ class ClusterAutoscaler(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         account = aws.get_caller_identity_output(opts=pulumi.InvokeOutputOptions(parent=self)).account_id
         trust = pulumi.Output.all(account, args.cluster_arn).apply(
-            lambda a: pod_identity_trust_policy(a[0], a[1], NAMESPACE, SERVICE_ACCOUNT))
+            lambda a: pod_identity_trust_policy(a[0], a[1], NAMESPACE, SERVICE_ACCOUNT)
+        )
         self.role = aws.iam.Role(f"{name}-role", assume_role_policy=trust, tags=args.tags, opts=child)
-        aws.iam.RolePolicy(f"{name}-policy", role=self.role.id, policy=pulumi.Output.all(
-            args.cluster_name, account).apply(lambda a: autoscaler_policy(a[0], args.region, a[1])), opts=child)
+        aws.iam.RolePolicy(
+            f"{name}-policy",
+            role=self.role.id,
+            policy=pulumi.Output.all(args.cluster_name, account).apply(
+                lambda a: autoscaler_policy(a[0], args.region, a[1])
+            ),
+            opts=child,
+        )
         association = aws.eks.PodIdentityAssociation(
-            f"{name}-pod-identity", cluster_name=args.cluster_name, namespace=NAMESPACE,
-            service_account=SERVICE_ACCOUNT, role_arn=self.role.arn, tags=args.tags, opts=child)
+            f"{name}-pod-identity",
+            cluster_name=args.cluster_name,
+            namespace=NAMESPACE,
+            service_account=SERVICE_ACCOUNT,
+            role_arn=self.role.arn,
+            tags=args.tags,
+            opts=child,
+        )
         self.release = k8s.helm.v3.Release(
-            f"{name}-release", chart=CHART, version=args.chart_version, repository_opts={"repo": CHART_REPO},
+            f"{name}-release",
+            chart=CHART,
+            version=args.chart_version,
+            repository_opts={"repo": CHART_REPO},
             namespace=NAMESPACE,
             values=pulumi.Output.from_input(args.cluster_name).apply(lambda c: chart_values(c, args.region)),
-            opts=pulumi.ResourceOptions(parent=self, provider=args.provider,
-                                        depends_on=[association, *args.depends_on]))
+            opts=pulumi.ResourceOptions(
+                parent=self, provider=args.provider, depends_on=[association, *args.depends_on]
+            ),
+        )
         self.register_outputs({"chartVersion": args.chart_version})

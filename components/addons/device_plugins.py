@@ -69,9 +69,14 @@ class DevicePluginsArgs:
     the EFA plugin's allocatable (a plugin waiting for the proof would hold the node unproven for ever)."""
 
 
-EFA_MIN_CHART = {"p6-b200.48xlarge": ((0, 5, 10), "EFA device plugin images before v0.5.6 (charts before v0.5.10) "
-                                   "count its two ibp* NVLink RDMA controllers as EFA devices (10 instead of 8) and "
-                                   "NCCL fails (aws/sagemaker-hyperpod-cli#282)")}
+EFA_MIN_CHART = {
+    "p6-b200.48xlarge": (
+        (0, 5, 10),
+        "EFA device plugin images before v0.5.6 (charts before v0.5.10) "
+        "count its two ibp* NVLink RDMA controllers as EFA devices (10 instead of 8) and "
+        "NCCL fails (aws/sagemaker-hyperpod-cli#282)",
+    )
+}
 """Instance type -> (first EFA chart version that works on it, why older ones do not)."""
 NVIDIA_MOFED_DEFAULT_ON = ((0, 19, 0), (0, 19, 2))
 """NVIDIA device plugin versions whose ``mofed-enabled`` defaults to true (NVIDIA/k8s-device-plugin#1692)."""
@@ -92,43 +97,55 @@ def check_versions(args: "DevicePluginsArgs") -> None:
         for t in _efa_types(args.instance_types):
             floor = EFA_MIN_CHART.get(t)
             if floor and efa < floor[0]:
-                raise ValueError(f"DevicePlugins: efa_chart_version {args.efa_chart_version} on {t}: {floor[1]}; use "
-                                 f"chart v{'.'.join(map(str, floor[0]))} or later (the default is v0.5.30)")
+                raise ValueError(
+                    f"DevicePlugins: efa_chart_version {args.efa_chart_version} on {t}: {floor[1]}; use "
+                    f"chart v{'.'.join(map(str, floor[0]))} or later (the default is v0.5.30)"
+                )
     nvidia = chart_version(args.nvidia_chart_version)
     lo, hi = NVIDIA_MOFED_DEFAULT_ON
     mofed = merge(nvidia_values(), args.extra_values.get("nvidia", {})).get("mofedEnabled")
     if lo <= nvidia <= hi and mofed is not False:
-        raise ValueError(f"DevicePlugins: nvidia_chart_version {args.nvidia_chart_version} with mofedEnabled "
-                         f"{mofed!r}: plugin 0.19.0-0.19.2 inject every /dev/infiniband/uverbs* device, EFA's included, "
-                         "into every GPU container (NVIDIA/k8s-device-plugin#1692); keep mofedEnabled false or use "
-                         "0.19.3 or later")
+        raise ValueError(
+            f"DevicePlugins: nvidia_chart_version {args.nvidia_chart_version} with mofedEnabled "
+            f"{mofed!r}: plugin 0.19.0-0.19.2 inject every /dev/infiniband/uverbs* device, EFA's included, "
+            "into every GPU container (NVIDIA/k8s-device-plugin#1692); keep mofedEnabled false or use "
+            "0.19.3 or later"
+        )
 
 
 def _efa_types(instance_types: list[str] | None) -> list[str]:
-    return instance_types if instance_types is not None else [t.name for t in CATALOGUE.values()
-                                                              if t.gpus and t.efa_supported]
+    return (
+        instance_types
+        if instance_types is not None
+        else [t.name for t in CATALOGUE.values() if t.gpus and t.efa_supported]
+    )
 
 
 def _on_gpu_nodes(startup_taints: list[str] | None = None) -> dict[str, Any]:
-    return {"nodeSelector": {ROLE_LABEL: GPU_ROLE},
-            "tolerations": [dict(GPU_TOLERATION), *(startup_toleration(k) for k in startup_taints or [])]}
+    return {
+        "nodeSelector": {ROLE_LABEL: GPU_ROLE},
+        "tolerations": [dict(GPU_TOLERATION), *(startup_toleration(k) for k in startup_taints or [])],
+    }
 
 
 def nvidia_values(startup_taints: list[str] | None = None) -> dict[str, Any]:
     """Overrides for nvidia-device-plugin: our GPU label replaces the chart's NFD/forced-label affinity terms."""
     term = {"matchExpressions": [{"key": ROLE_LABEL, "operator": "In", "values": [GPU_ROLE]}]}
-    return {**_on_gpu_nodes(startup_taints),
-            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-                "nodeSelectorTerms": [term]}}},
-            "mofedEnabled": False}
+    return {
+        **_on_gpu_nodes(startup_taints),
+        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}},
+        "mofedEnabled": False,
+    }
 
 
 def efa_values(instance_types: list[str] | None = None, startup_taints: list[str] | None = None) -> dict[str, Any]:
     """Overrides for aws-efa-k8s-device-plugin: the allow-list is exactly our GPU types; tolerate the GPU taint and
     the startup taints."""
     types = _efa_types(instance_types)
-    return {**_on_gpu_nodes(startup_taints),
-            "supportedInstanceLabels": {"keys": [INSTANCE_TYPE_LABEL], "values": sorted(set(types))}}
+    return {
+        **_on_gpu_nodes(startup_taints),
+        "supportedInstanceLabels": {"keys": [INSTANCE_TYPE_LABEL], "values": sorted(set(types))},
+    }
 
 
 class DevicePlugins(pulumi.ComponentResource):
@@ -140,23 +157,29 @@ class DevicePlugins(pulumi.ComponentResource):
         check_versions(args)  # before anything is registered
         super().__init__("ray-efa-eks:index:DevicePlugins", name, None, opts)
         child = pulumi.ResourceOptions(parent=self, provider=args.provider)
-        self.releases = [k8s.helm.v3.Release(
-            f"{name}-nvidia",
-            chart="nvidia-device-plugin",
-            version=args.nvidia_chart_version,
-            repository_opts={"repo": NVIDIA_REPO},
-            namespace=args.namespace,
-            values=merge(nvidia_values(args.startup_taints), args.extra_values.get("nvidia", {})),
-            opts=child,
-        )]
-        if args.efa:
-            self.releases.append(k8s.helm.v3.Release(
-                f"{name}-efa",
-                chart="aws-efa-k8s-device-plugin",
-                version=args.efa_chart_version,
-                repository_opts={"repo": EKS_CHARTS_REPO},
+        self.releases = [
+            k8s.helm.v3.Release(
+                f"{name}-nvidia",
+                chart="nvidia-device-plugin",
+                version=args.nvidia_chart_version,
+                repository_opts={"repo": NVIDIA_REPO},
                 namespace=args.namespace,
-                values=merge(efa_values(args.instance_types, args.startup_taints), args.extra_values.get("efa", {})),
+                values=merge(nvidia_values(args.startup_taints), args.extra_values.get("nvidia", {})),
                 opts=child,
-            ))
+            )
+        ]
+        if args.efa:
+            self.releases.append(
+                k8s.helm.v3.Release(
+                    f"{name}-efa",
+                    chart="aws-efa-k8s-device-plugin",
+                    version=args.efa_chart_version,
+                    repository_opts={"repo": EKS_CHARTS_REPO},
+                    namespace=args.namespace,
+                    values=merge(
+                        efa_values(args.instance_types, args.startup_taints), args.extra_values.get("efa", {})
+                    ),
+                    opts=child,
+                )
+            )
         self.register_outputs({})

@@ -210,11 +210,22 @@ def gate_transport(efa: bool, node_count: int) -> str:
     return "efa" if efa else "socket"
 
 
-def check_args(instance_type: InstanceType | None, node_count: int, deadlines: Deadlines,
-               min_busbw_gbps: float = 0.0, extra: list[str] | None = None, *, image: str | None = None,
-               min_busbw_fraction: float = 0.0, compare_socket: bool = False,
-               strict_versions: bool = False, require_counters: bool = False,
-               storage_proof: bool = False, transport: str = "efa", spec_hash: str | None = None) -> list[str]:
+def check_args(
+    instance_type: InstanceType | None,
+    node_count: int,
+    deadlines: Deadlines,
+    min_busbw_gbps: float = 0.0,
+    extra: list[str] | None = None,
+    *,
+    image: str | None = None,
+    min_busbw_fraction: float = 0.0,
+    compare_socket: bool = False,
+    strict_versions: bool = False,
+    require_counters: bool = False,
+    storage_proof: bool = False,
+    transport: str = "efa",
+    spec_hash: str | None = None,
+) -> list[str]:
     """The check's arguments (:data:`CHECK_MODULE`): the declared topology and the deadlines, from the catalogue and
     config.
 
@@ -227,14 +238,24 @@ def check_args(instance_type: InstanceType | None, node_count: int, deadlines: D
     if gbps and float(gbps).is_integer():
         gbps = int(gbps)  # 3200, not 3200.0: the line rate as the gate writes it (the Job's name hashes its command)
     request = CheckRequest(
-        json=True, expect_nodes=node_count, wait_s=deadlines.topology_wait_s, timeout_s=deadlines.sweep_timeout_s,
-        expect_transport=transport, expect_gpus_per_node=it.gpus if it is not None else 0,
+        json=True,
+        expect_nodes=node_count,
+        wait_s=deadlines.topology_wait_s,
+        timeout_s=deadlines.sweep_timeout_s,
+        expect_transport=transport,
+        expect_gpus_per_node=it.gpus if it is not None else 0,
         expect_nics=(it.max_efa_interfaces or None) if efa and it is not None else None,
-        expect_gdrdma=bool(efa and it is not None and it.gpudirect_rdma), efa_gbps=gbps or None,
-        image=image or None, spec_hash=spec_hash or None, min_busbw_gbps=min_busbw_gbps if min_busbw_gbps > 0 else None,
+        expect_gdrdma=bool(efa and it is not None and it.gpudirect_rdma),
+        efa_gbps=gbps or None,
+        image=image or None,
+        spec_hash=spec_hash or None,
+        min_busbw_gbps=min_busbw_gbps if min_busbw_gbps > 0 else None,
         min_busbw_fraction=min_busbw_fraction if efa and min_busbw_fraction > 0 else None,
-        compare_socket=efa and compare_socket, strict_versions=strict_versions,
-        require_counters=efa and require_counters, storage_proof=storage_proof)
+        compare_socket=efa and compare_socket,
+        strict_versions=strict_versions,
+        require_counters=efa and require_counters,
+        storage_proof=storage_proof,
+    )
     gpus = ("expect_gpus_per_node",) if it is not None else ()  # the declared GPUs, 0 included
     return request.argv(always=GATE_ALWAYS + gpus) + list(extra or [])
 
@@ -244,8 +265,13 @@ def _fail_json(stage: str, reason: str) -> str:
     return shlex.quote(json.dumps({"verdict": "undetermined", "code": 2, "failure": failure}))
 
 
-def check_script(dashboard_address: str, args: list[str] | float | None = None, deadlines: Deadlines = Deadlines(),
-                 working_dir: str = MOUNT, image_fleet_file: str | None = None) -> str:
+def check_script(
+    dashboard_address: str,
+    args: list[str] | float | None = None,
+    deadlines: Deadlines = Deadlines(),
+    working_dir: str = MOUNT,
+    image_fleet_file: str | None = None,
+) -> str:
     """Shell run by the Job: wait for the head, submit, follow the log, exit with the check's own exit code.
 
     ``args``: the check's arguments (:func:`check_args`); a number is taken as ``min_busbw_gbps`` with the
@@ -260,14 +286,19 @@ def check_script(dashboard_address: str, args: list[str] | float | None = None, 
     cmd = " ".join(shlex.quote(a) for a in ["python", "-m", CHECK_MODULE, *args])
     # The image audit (sidecar) wrote the digest the Ray pods seen so far run; the check records it (its
     # $RAY_EFA_EKS_IMAGE_DIGEST, set through the Ray job's runtime env so the check's own arguments stay as rendered).
-    read_digest = (f"renv=$({GATE_STEPS} read-digest {shlex.quote(image_fleet_file)} 2>/dev/null)"
-                   if image_fleet_file else 'renv=""')
-    head = _fail_json("unreachable", f"Ray Jobs API at {dashboard_address} did not answer within "
-                                     f"{deadlines.head_wait_s} s")
+    read_digest = (
+        f"renv=$({GATE_STEPS} read-digest {shlex.quote(image_fleet_file)} 2>/dev/null)"
+        if image_fleet_file
+        else 'renv=""'
+    )
+    head = _fail_json(
+        "unreachable", f"Ray Jobs API at {dashboard_address} did not answer within {deadlines.head_wait_s} s"
+    )
     submit = _fail_json("submit", f"ray job submit failed for {SUBMIT_RETRY_S} s (see above)")
     overrun = _fail_json("timeout", f"the check did not finish within {deadlines.check_s} s; job stopped")
-    stopped = _fail_json("stopped", "the gate Job was stopped (SIGTERM) before the check finished; its Ray job "
-                                    "was stopped")
+    stopped = _fail_json(
+        "stopped", "the gate Job was stopped (SIGTERM) before the check finished; its Ray job was stopped"
+    )
     if image_fleet_file:  # the audit sidecar's verdict over every Ray pod it saw, from a pass after the check ended
         f = shlex.quote(image_fleet_file)
         audit = f"""done_at=$(date +%s); end=$((done_at + {AUDIT_FINAL_S}))
@@ -321,13 +352,26 @@ fi
 {audit}"""
 
 
-def vouched(image: str, instance_type: InstanceType | None, node_count: int, efa: bool,
-            nccl_env: list[dict[str, str]], args: list[str], node_identity: str | None = None) -> str:
+def vouched(
+    image: str,
+    instance_type: InstanceType | None,
+    node_count: int,
+    efa: bool,
+    nccl_env: list[dict[str, str]],
+    args: list[str],
+    node_identity: str | None = None,
+) -> str:
     """Short hash of what the check vouches for; part of the Job's name, so a change re-runs the check.
 
     ``args`` carry the resolved spec hash of the Ray pods; ``node_identity`` what the nodes under them are."""
-    what = {"image": image, "type": instance_type.name if instance_type else None, "nodes": node_count,
-            "efa": efa, "nccl_env": nccl_env, "args": args}
+    what = {
+        "image": image,
+        "type": instance_type.name if instance_type else None,
+        "nodes": node_count,
+        "efa": efa,
+        "nccl_env": nccl_env,
+        "args": args,
+    }
     if node_identity:
         what["node_identity"] = node_identity
     blob = json.dumps(what, sort_keys=True)
@@ -347,24 +391,41 @@ class EfaCheckJob(pulumi.ComponentResource):
         check_guaranteed(resources, "EFA check container")
         child = pulumi.ResourceOptions(parent=self, provider=args.provider)
         files = check_files()
-        code = k8s.core.v1.ConfigMap(f"{name}-code", metadata={"name": f"{name}-code", "namespace": args.namespace},
-                                     data=payload.config_map_data(files), opts=child)
+        code = k8s.core.v1.ConfigMap(
+            f"{name}-code",
+            metadata={"name": f"{name}-code", "namespace": args.namespace},
+            data=payload.config_map_data(files),
+            opts=child,
+        )
         transport = gate_transport(args.efa, args.node_count)
         d = dataclasses.replace(args.deadlines, sweeps=2 if args.compare_socket and transport == "efa" else 1)
         self.transport = transport
-        nccl_env = efa_env(args.instance_type, args.efa, args.nccl_debug, args.nccl_net_plugin) \
-            if args.instance_type is not None else []
+        nccl_env = (
+            efa_env(args.instance_type, args.efa, args.nccl_debug, args.nccl_net_plugin)
+            if args.instance_type is not None
+            else []
+        )
         annotations = {"pulumi.com/replaceUnready": "true"}
         if not args.blocking:
             annotations["pulumi.com/skipAwait"] = "true"
 
         def render(spec_hash: str | None, node_identity: str | None) -> tuple[str, str]:
             """(Job name, script) for the resolved spec hash and node identity."""
-            cargs = check_args(args.instance_type, args.node_count, d, args.min_busbw_gbps, args.extra_check_args,
-                               image=args.image, min_busbw_fraction=args.min_busbw_fraction,
-                               compare_socket=args.compare_socket, strict_versions=args.strict_versions,
-                               require_counters=args.require_counters and args.efa,
-                               storage_proof=args.storage_proof, transport=transport, spec_hash=spec_hash)
+            cargs = check_args(
+                args.instance_type,
+                args.node_count,
+                d,
+                args.min_busbw_gbps,
+                args.extra_check_args,
+                image=args.image,
+                min_busbw_fraction=args.min_busbw_fraction,
+                compare_socket=args.compare_socket,
+                strict_versions=args.strict_versions,
+                require_counters=args.require_counters and args.efa,
+                storage_proof=args.storage_proof,
+                transport=transport,
+                spec_hash=spec_hash,
+            )
             digest = vouched(args.image, args.instance_type, args.node_count, args.efa, nccl_env, cargs, node_identity)
             fleet = IMAGE_FLEET_FILE if args.image_audit and args.ray_cluster_name else None  # as pod_extra below
             return f"{name}-{digest}", check_script(args.dashboard_address, cargs, d, image_fleet_file=fleet)
@@ -386,8 +447,11 @@ class EfaCheckJob(pulumi.ComponentResource):
             metadata={"name": self.job_name, "namespace": args.namespace, "annotations": annotations},
             spec={
                 "backoffLimit": 0,
-                **({"ttlSecondsAfterFinished": args.ttl_seconds_after_finished}
-                   if args.ttl_seconds_after_finished is not None else {}),
+                **(
+                    {"ttlSecondsAfterFinished": args.ttl_seconds_after_finished}
+                    if args.ttl_seconds_after_finished is not None
+                    else {}
+                ),
                 "activeDeadlineSeconds": d.active_deadline_s,
                 "template": {
                     "metadata": {"labels": dict(GATE_LABELS)},
@@ -400,34 +464,51 @@ class EfaCheckJob(pulumi.ComponentResource):
                         "restartPolicy": "Never",
                         "terminationGracePeriodSeconds": TERMINATION_GRACE_S,
                         "nodeSelector": {ROLE_LABEL: SYSTEM_ROLE},
-                        "containers": [restricted_container({
-                            "name": "efa-check",
-                            "image": args.image,
-                            "command": ["/bin/bash", "-c", script],
-                            "workingDir": MOUNT,  # where the payload's ray_efa_eks is (GATE_STEPS)
-                            "resources": resources,
-                            **({"env": token_client_env(args.auth_secret_name)} if args.auth_secret_name else {}),
-                            "volumeMounts": [payload.mount(CODE_VOLUME, MOUNT)]
-                            + ([{"name": "image-fleet", "mountPath": IMAGE_FLEET_DIR, "readOnly": True}]
-                               if pod_extra else []),
-                        })],
+                        "containers": [
+                            restricted_container(
+                                {
+                                    "name": "efa-check",
+                                    "image": args.image,
+                                    "command": ["/bin/bash", "-c", script],
+                                    "workingDir": MOUNT,  # where the payload's ray_efa_eks is (GATE_STEPS)
+                                    "resources": resources,
+                                    **(
+                                        {"env": token_client_env(args.auth_secret_name)}
+                                        if args.auth_secret_name
+                                        else {}
+                                    ),
+                                    "volumeMounts": [payload.mount(CODE_VOLUME, MOUNT)]
+                                    + (
+                                        [{"name": "image-fleet", "mountPath": IMAGE_FLEET_DIR, "readOnly": True}]
+                                        if pod_extra
+                                        else []
+                                    ),
+                                }
+                            )
+                        ],
                         "volumes": [payload.volume(CODE_VOLUME, f"{name}-code", files)]
-                                   + (token_volumes if pod_extra else []),
+                        + (token_volumes if pod_extra else []),
                     },
                 },
             },
             opts=pulumi.ResourceOptions(
-                parent=self, provider=args.provider, depends_on=[args.ray_cluster, code, *args.depends_on, *audit],
+                parent=self,
+                provider=args.provider,
+                depends_on=[args.ray_cluster, code, *args.depends_on, *audit],
                 delete_before_replace=True,
-                custom_timeouts=pulumi.CustomTimeouts(create=f"{d.pulumi_timeout_s}s",
-                                                      update=f"{d.pulumi_timeout_s}s")),
+                custom_timeouts=pulumi.CustomTimeouts(create=f"{d.pulumi_timeout_s}s", update=f"{d.pulumi_timeout_s}s"),
+            ),
         )
-        self.logs_command = pulumi.Output.concat(f"kubectl -n {args.namespace} logs job/", self.job_name) \
-            if isinstance(self.job_name, pulumi.Output) else f"kubectl -n {args.namespace} logs job/{self.job_name}"
+        self.logs_command = (
+            pulumi.Output.concat(f"kubectl -n {args.namespace} logs job/", self.job_name)
+            if isinstance(self.job_name, pulumi.Output)
+            else f"kubectl -n {args.namespace} logs job/{self.job_name}"
+        )
         self.register_outputs({"jobName": self.job_name, "logsCommand": self.logs_command})
 
-    def _image_audit(self, name: str, args: EfaCheckJobArgs, child: pulumi.ResourceOptions,
-                     files: dict[str, str], d: Deadlines) -> tuple[dict[str, Any], list[dict[str, Any]], list]:
+    def _image_audit(
+        self, name: str, args: EfaCheckJobArgs, child: pulumi.ResourceOptions, files: dict[str, str], d: Deadlines
+    ) -> tuple[dict[str, Any], list[dict[str, Any]], list]:
         """The image audit (efacheck/image_fleet.py ``--watch``) as the gate pod's native sidecar: (container,
         volumes, resources to wait for).
 
@@ -448,29 +529,70 @@ class EfaCheckJob(pulumi.ComponentResource):
         ``startupProbe`` holds the gate's container until the first pass is written (the head's digest is then
         known to the check's ``--image-digest``)."""
         ns, sa = args.namespace, f"{name}-image-audit"
-        account = k8s.core.v1.ServiceAccount(f"{name}-audit-sa", metadata={"name": sa, "namespace": ns},
-                                             automount_service_account_token=False, opts=child)
-        role = k8s.rbac.v1.Role(f"{name}-audit-role", metadata={"name": sa, "namespace": ns}, rules=AUDIT_RULES,
-                                opts=child)
+        account = k8s.core.v1.ServiceAccount(
+            f"{name}-audit-sa",
+            metadata={"name": sa, "namespace": ns},
+            automount_service_account_token=False,
+            opts=child,
+        )
+        role = k8s.rbac.v1.Role(
+            f"{name}-audit-role", metadata={"name": sa, "namespace": ns}, rules=AUDIT_RULES, opts=child
+        )
         binding = k8s.rbac.v1.RoleBinding(
-            f"{name}-audit-binding", metadata={"name": sa, "namespace": ns},
+            f"{name}-audit-binding",
+            metadata={"name": sa, "namespace": ns},
             role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": sa},
-            subjects=[{"kind": "ServiceAccount", "name": sa, "namespace": ns}], opts=child)
-        cmd = ["python", "-m", IMAGE_FLEET_MODULE, "--namespace", ns, "--cluster", str(args.ray_cluster_name),
-               "--expect-pods", str(1 + args.node_count), "--watch", "--poll-s", str(AUDIT_POLL_S),
-               "--out", IMAGE_FLEET_FILE, "--token-dir", SA_TOKEN_DIR]
-        init = restricted_container({
-            "name": "image-audit", "image": args.image, "command": cmd, "workingDir": MOUNT,
-            "restartPolicy": "Always",
-            "startupProbe": {"exec": {"command": ["test", "-s", IMAGE_FLEET_FILE]}, "periodSeconds": 1,
-                             "failureThreshold": AUDIT_STARTUP_S},
-            "resources": pod_resources("100m", "256Mi"),
-            "volumeMounts": [payload.mount(CODE_VOLUME, MOUNT),
-                             {"name": AUDIT_TOKEN_VOLUME, "mountPath": SA_TOKEN_DIR, "readOnly": True},
-                             {"name": "image-fleet", "mountPath": IMAGE_FLEET_DIR}]})
+            subjects=[{"kind": "ServiceAccount", "name": sa, "namespace": ns}],
+            opts=child,
+        )
+        cmd = [
+            "python",
+            "-m",
+            IMAGE_FLEET_MODULE,
+            "--namespace",
+            ns,
+            "--cluster",
+            str(args.ray_cluster_name),
+            "--expect-pods",
+            str(1 + args.node_count),
+            "--watch",
+            "--poll-s",
+            str(AUDIT_POLL_S),
+            "--out",
+            IMAGE_FLEET_FILE,
+            "--token-dir",
+            SA_TOKEN_DIR,
+        ]
+        init = restricted_container(
+            {
+                "name": "image-audit",
+                "image": args.image,
+                "command": cmd,
+                "workingDir": MOUNT,
+                "restartPolicy": "Always",
+                "startupProbe": {
+                    "exec": {"command": ["test", "-s", IMAGE_FLEET_FILE]},
+                    "periodSeconds": 1,
+                    "failureThreshold": AUDIT_STARTUP_S,
+                },
+                "resources": pod_resources("100m", "256Mi"),
+                "volumeMounts": [
+                    payload.mount(CODE_VOLUME, MOUNT),
+                    {"name": AUDIT_TOKEN_VOLUME, "mountPath": SA_TOKEN_DIR, "readOnly": True},
+                    {"name": "image-fleet", "mountPath": IMAGE_FLEET_DIR},
+                ],
+            }
+        )
         init["securityContext"].update(runAsNonRoot=True, runAsUser=NOBODY, runAsGroup=NOBODY)
-        token = {"name": AUDIT_TOKEN_VOLUME, "projected": {"defaultMode": 0o444, "sources": [
-            {"serviceAccountToken": {"path": "token", "expirationSeconds": 3600}},
-            {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}}]}}
+        token = {
+            "name": AUDIT_TOKEN_VOLUME,
+            "projected": {
+                "defaultMode": 0o444,
+                "sources": [
+                    {"serviceAccountToken": {"path": "token", "expirationSeconds": 3600}},
+                    {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                ],
+            },
+        }
         result = {"name": "image-fleet", "emptyDir": {"sizeLimit": "1Mi"}}
         return init, [token, result], [account, role, binding]

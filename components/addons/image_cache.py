@@ -37,8 +37,10 @@ PREFIX_MAX = 30
 def cache_prefix(stack: str) -> str:
     """``<stack>-ecr-public``: a rule's prefix is unique in an account and region (a second rule for the same prefix is
     refused), so each stack gets its own, within ECR's 30 characters and its character set."""
-    base = re.sub(r"[^a-z0-9]+", "-", stack.lower()).strip("-")[:PREFIX_MAX - len(CACHE_PREFIX) - 1].rstrip("-")
+    base = re.sub(r"[^a-z0-9]+", "-", stack.lower()).strip("-")[: PREFIX_MAX - len(CACHE_PREFIX) - 1].rstrip("-")
     return f"{base}-{CACHE_PREFIX}" if base else CACHE_PREFIX
+
+
 IMPORT_ACTIONS = ("ecr:BatchImportUpstreamImage", "ecr:CreateRepository")
 """What the first pull through the rule needs beyond pulling (pull-through-cache-iam.html)."""
 
@@ -53,14 +55,24 @@ def cached_reference(image: str, account_id: str, region: str, prefix: str = CAC
     head = UPSTREAM_REGISTRY + "/"
     if not image.startswith(head):
         return image
-    return f"{registry_host(account_id, region)}/{prefix}/{image[len(head):]}"
+    return f"{registry_host(account_id, region)}/{prefix}/{image[len(head) :]}"
 
 
 def import_policy(account_id: str, region: str, prefix: str = CACHE_PREFIX) -> str:
     """The node role's extra actions, on the rule's repositories only."""
-    return json.dumps({"Version": "2012-10-17", "Statement": [{
-        "Sid": "PullThroughCacheImport", "Effect": "Allow", "Action": list(IMPORT_ACTIONS),
-        "Resource": f"arn:aws:ecr:{region}:{account_id}:repository/{prefix}/*"}]})
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Sid": "PullThroughCacheImport",
+                    "Effect": "Allow",
+                    "Action": list(IMPORT_ACTIONS),
+                    "Resource": f"arn:aws:ecr:{region}:{account_id}:repository/{prefix}/*",
+                }
+            ],
+        }
+    )
 
 
 @dataclass
@@ -85,8 +97,13 @@ class ImageCache(pulumi.ComponentResource):
     def __init__(self, name: str, args: ImageCacheArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("ray-efa-eks:index:ImageCache", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
-        self.rule = aws.ecr.PullThroughCacheRule(f"{name}-ecr-public", ecr_repository_prefix=args.prefix,
-                                                 upstream_registry_url=UPSTREAM_REGISTRY, opts=child)
-        aws.iam.RolePolicy(f"{name}-node-import", role=args.node_role_name,
-                           policy=import_policy(args.account_id, args.region, args.prefix), opts=child)
+        self.rule = aws.ecr.PullThroughCacheRule(
+            f"{name}-ecr-public", ecr_repository_prefix=args.prefix, upstream_registry_url=UPSTREAM_REGISTRY, opts=child
+        )
+        aws.iam.RolePolicy(
+            f"{name}-node-import",
+            role=args.node_role_name,
+            policy=import_policy(args.account_id, args.region, args.prefix),
+            opts=child,
+        )
         self.register_outputs({"prefix": args.prefix})

@@ -21,14 +21,23 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from ..kube import (FABRIC_STARTUP_TAINT, GPU_TOLERATION, check_guaranteed, container_security, node_affinity,
-                    pod_resources, pod_security)
+from ..kube import (
+    FABRIC_STARTUP_TAINT,
+    GPU_TOLERATION,
+    check_guaranteed,
+    container_security,
+    node_affinity,
+    pod_resources,
+    pod_security,
+)
 
 NAMESPACE = "image-prepull"
 NAME = "dlc-prepull"
 LABELS = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/part-of": "ray-efa-eks"}
-RESTRICTED_NAMESPACE_LABELS = {"pod-security.kubernetes.io/enforce": "restricted",
-                               "pod-security.kubernetes.io/enforce-version": "latest"}
+RESTRICTED_NAMESPACE_LABELS = {
+    "pod-security.kubernetes.io/enforce": "restricted",
+    "pod-security.kubernetes.io/enforce-version": "latest",
+}
 WAIT = ["python", "-c", "import signal; signal.pause()"]
 """Sleep until SIGTERM (Python's default handler for it ends the process)."""
 
@@ -63,8 +72,9 @@ DENY_ALL = {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}
 def pod_spec(args: ImagePrePullArgs) -> dict[str, Any]:
     """The pre-pull pod (validated against the Kubernetes schema and Pod Security ``restricted`` in tests)."""
     if not args.instance_types:
-        raise ValueError("ImagePrePull: instance_types is empty; give the stack's GPU instance types "
-                         "(e.g. ['g6.12xlarge'])")
+        raise ValueError(
+            "ImagePrePull: instance_types is empty; give the stack's GPU instance types (e.g. ['g6.12xlarge'])"
+        )
     check_guaranteed(args.resources, "image pre-pull containers")
     common = {"imagePullPolicy": "IfNotPresent", "resources": args.resources, "securityContext": container_security()}
     return {
@@ -88,21 +98,28 @@ class ImagePrePull(pulumi.ComponentResource):
         super().__init__("ray-efa-eks:index:ImagePrePull", name, None, opts)
         spec = pod_spec(args)  # validates before anything is registered
         ns = k8s.core.v1.Namespace(
-            f"{name}-ns", metadata={"name": args.namespace, "labels": dict(RESTRICTED_NAMESPACE_LABELS)},
-            opts=pulumi.ResourceOptions(parent=self, provider=args.provider))
+            f"{name}-ns",
+            metadata={"name": args.namespace, "labels": dict(RESTRICTED_NAMESPACE_LABELS)},
+            opts=pulumi.ResourceOptions(parent=self, provider=args.provider),
+        )
         meta = {"name": NAME, "namespace": args.namespace, "labels": dict(LABELS)}
         if args.network_policy:
-            k8s.networking.v1.NetworkPolicy(f"{name}-deny-all", metadata={"name": "deny-all",
-                                                                          "namespace": args.namespace},
-                                            spec=DENY_ALL, opts=pulumi.ResourceOptions(parent=self,
-                                                                                       provider=args.provider,
-                                                                                       depends_on=[ns]))
+            k8s.networking.v1.NetworkPolicy(
+                f"{name}-deny-all",
+                metadata={"name": "deny-all", "namespace": args.namespace},
+                spec=DENY_ALL,
+                opts=pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[ns]),
+            )
         # No rollout await: a GPU node's pull takes minutes, and nodes that scale from zero come later; the worker
         # pod's own pull is the fallback when this one has not finished.
         self.daemonset = k8s.apps.v1.DaemonSet(
-            f"{name}-daemonset", metadata={**meta, "annotations": {"pulumi.com/skipAwait": "true"}},
-            spec={"selector": {"matchLabels": dict(LABELS)},
-                  "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "100%"}},
-                  "template": {"metadata": {"labels": dict(LABELS)}, "spec": spec}},
-            opts=pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[ns]))
+            f"{name}-daemonset",
+            metadata={**meta, "annotations": {"pulumi.com/skipAwait": "true"}},
+            spec={
+                "selector": {"matchLabels": dict(LABELS)},
+                "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "100%"}},
+                "template": {"metadata": {"labels": dict(LABELS)}, "spec": spec},
+            },
+            opts=pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[ns]),
+        )
         self.register_outputs({"namespace": args.namespace})

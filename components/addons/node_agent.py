@@ -43,8 +43,15 @@ import pulumi_kubernetes as k8s
 
 from .. import payload
 from ..network.network_policies import allow_all_egress
-from ..kube import (FABRIC_STARTUP_TAINT, GPU_TOLERATION, check_guaranteed, container_security,
-                    node_affinity, pod_resources, pod_security)
+from ..kube import (
+    FABRIC_STARTUP_TAINT,
+    GPU_TOLERATION,
+    check_guaranteed,
+    container_security,
+    node_affinity,
+    pod_resources,
+    pod_security,
+)
 
 NAMESPACE = "efa-node-agent"
 """The agent's own namespace (Pod Security ``privileged``: hostPath); nothing else runs there."""
@@ -59,8 +66,17 @@ HOST_SYSFS_PATHS = ("/sys/class/infiniband", "/sys/devices")
 """Exactly what the kernel layout needs: the class entries and the device tree they point into."""
 MODULE_VERSION_FILE = "/sys/module/efa/version"
 CODE_MOUNT = "/opt/ray-efa-eks"
-SHIPPED = ("__init__.py", "cli.py", "efa_counters.py", "efa_exporter.py", "exit_codes.py", "node_check.py",
-           "node_api.py", "node_findings.py", "worker_pods.py")
+SHIPPED = (
+    "__init__.py",
+    "cli.py",
+    "efa_counters.py",
+    "efa_exporter.py",
+    "exit_codes.py",
+    "node_check.py",
+    "node_api.py",
+    "node_findings.py",
+    "worker_pods.py",
+)
 """The efacheck modules the exporter and the fabric proof need (stdlib only)."""
 EXPORTER_MODULE = f"{payload.ROOT}.efacheck.efa_exporter"
 PROOF_MODULE = f"{payload.ROOT}.efacheck.node_check"
@@ -75,8 +91,10 @@ TOKEN_EXPIRATION_S = 3600
 EVENTS_NAMESPACE = "default"
 """Where node_check writes its Node Events (a Node is cluster-scoped; ``kubectl describe node`` finds them there)."""
 POLICY_NAME = "ray-efa-eks-fabric-proof-own-node"
-PRIVILEGED_NAMESPACE_LABELS = {"pod-security.kubernetes.io/enforce": "privileged",
-                               "pod-security.kubernetes.io/enforce-version": "latest"}
+PRIVILEGED_NAMESPACE_LABELS = {
+    "pod-security.kubernetes.io/enforce": "privileged",
+    "pod-security.kubernetes.io/enforce-version": "latest",
+}
 ROLLOUT_TIMEOUT_S = 1200
 """pulumi-kubernetes awaits a DaemonSet's rollout (kstatus, since pulumi/pulumi-kubernetes#2953); the first pod on a
 new GPU node waits for the node's launch and join, then its image (the stack's: a slim Python image, not the DLC;
@@ -148,7 +166,7 @@ def host_sysfs_volumes() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     for path in HOST_SYSFS_PATHS:
         name = "host-sys-" + path.rsplit("/", 1)[-1]
         vols.append({"name": name, "hostPath": {"path": path, "type": "Directory"}})
-        mounts.append({"name": name, "mountPath": HOST_SYSFS + path[len("/sys"):], "readOnly": True})
+        mounts.append({"name": name, "mountPath": HOST_SYSFS + path[len("/sys") :], "readOnly": True})
     return vols, mounts
 
 
@@ -160,27 +178,42 @@ def exporter_container(image: str, resources: dict[str, dict[str, str]]) -> dict
         "name": "efa-exporter",
         "image": image,
         "imagePullPolicy": "IfNotPresent",
-        "command": ["python", "-m", EXPORTER_MODULE, "--sysfs", HOST_SYSFS, "--port", str(EXPORTER_PORT),
-                    "--module-version-file", MODULE_VERSION_FILE],
+        "command": [
+            "python",
+            "-m",
+            EXPORTER_MODULE,
+            "--sysfs",
+            HOST_SYSFS,
+            "--port",
+            str(EXPORTER_PORT),
+            "--module-version-file",
+            MODULE_VERSION_FILE,
+        ],
         "workingDir": CODE_MOUNT,
-        "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
-                {"name": "PYTHONPATH", "value": CODE_MOUNT},
-                {"name": "PYTHONDONTWRITEBYTECODE", "value": "1"}],
+        "env": [
+            {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+            {"name": "PYTHONPATH", "value": CODE_MOUNT},
+            {"name": "PYTHONDONTWRITEBYTECODE", "value": "1"},
+        ],
         "ports": [{"name": "metrics", "containerPort": EXPORTER_PORT, "protocol": "TCP"}],
         "readinessProbe": probe,
         "livenessProbe": {**probe, "failureThreshold": 6},
         "resources": resources,
         "securityContext": container_security(),
-        "volumeMounts": [payload.mount(CODE_VOLUME, CODE_MOUNT, read_only=True),
-                         {"name": "tmp", "mountPath": "/tmp"}, *mounts],
+        "volumeMounts": [
+            payload.mount(CODE_VOLUME, CODE_MOUNT, read_only=True),
+            {"name": "tmp", "mountPath": "/tmp"},
+            *mounts,
+        ],
     }
 
 
 def pod_spec(args: NodeAgentArgs, configmap_name: str, files: dict[str, str]) -> dict[str, Any]:
     """The agent's pod spec (validated against the Kubernetes schema and the Pod Security Standards in tests)."""
     if not args.instance_types:
-        raise ValueError("NodeAgent: instance_types is empty; give the stack's EFA GPU instance types "
-                         "(e.g. ['g6.12xlarge'])")
+        raise ValueError(
+            "NodeAgent: instance_types is empty; give the stack's EFA GPU instance types (e.g. ['g6.12xlarge'])"
+        )
     vols, _ = host_sysfs_volumes()
     return {
         "serviceAccountName": NAME,
@@ -190,12 +223,17 @@ def pod_spec(args: NodeAgentArgs, configmap_name: str, files: dict[str, str]) ->
         "securityContext": pod_security(),
         "affinity": node_affinity(args.instance_types),
         "tolerations": [dict(GPU_TOLERATION)] + [{"key": k, "operator": "Exists"} for k in args.startup_taints],
-        "containers": [exporter_container(args.image, args.resources),
-                       *([proof_container(args)] if args.efa_devices else []), *args.extra_containers],
+        "containers": [
+            exporter_container(args.image, args.resources),
+            *([proof_container(args)] if args.efa_devices else []),
+            *args.extra_containers,
+        ],
         "volumes": [
             payload.volume(CODE_VOLUME, configmap_name, files),
             {"name": "tmp", "emptyDir": {"sizeLimit": "16Mi"}},
-            *vols, *([token_volume()] if args.efa_devices else []), *args.extra_volumes,
+            *vols,
+            *([token_volume()] if args.efa_devices else []),
+            *args.extra_volumes,
         ],
     }
 
@@ -203,9 +241,15 @@ def pod_spec(args: NodeAgentArgs, configmap_name: str, files: dict[str, str]) ->
 def token_volume() -> dict[str, Any]:
     """The pod's service account token, projected (bound to the pod, rotated by the kubelet) with the API server's
     CA: mounted only into the proof container."""
-    return {"name": "fabric-proof-token", "projected": {"sources": [
-        {"serviceAccountToken": {"path": "token", "expirationSeconds": TOKEN_EXPIRATION_S}},
-        {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}}]}}
+    return {
+        "name": "fabric-proof-token",
+        "projected": {
+            "sources": [
+                {"serviceAccountToken": {"path": "token", "expirationSeconds": TOKEN_EXPIRATION_S}},
+                {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+            ]
+        },
+    }
 
 
 def proof_container(args: NodeAgentArgs) -> dict[str, Any]:
@@ -217,20 +261,38 @@ def proof_container(args: NodeAgentArgs) -> dict[str, Any]:
         "name": PROOF_CONTAINER,
         "image": args.image,
         "imagePullPolicy": "IfNotPresent",
-        "command": ["python", "-m", PROOF_MODULE, "--sysfs", HOST_SYSFS, "--module-root", "/sys/module",
-                    "--expect-devices", expect, "--interval", str(args.proof_interval_s), "--token-dir", TOKEN_DIR,
-                    *([] if args.image_has_libfabric else ["--skip-provider"]),
-                    *(["--workers-namespace", args.workers_namespace] if args.workers_namespace else [])],
+        "command": [
+            "python",
+            "-m",
+            PROOF_MODULE,
+            "--sysfs",
+            HOST_SYSFS,
+            "--module-root",
+            "/sys/module",
+            "--expect-devices",
+            expect,
+            "--interval",
+            str(args.proof_interval_s),
+            "--token-dir",
+            TOKEN_DIR,
+            *([] if args.image_has_libfabric else ["--skip-provider"]),
+            *(["--workers-namespace", args.workers_namespace] if args.workers_namespace else []),
+        ],
         "workingDir": CODE_MOUNT,
-        "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
-                {"name": "PYTHONPATH", "value": CODE_MOUNT},
-                {"name": "PYTHONDONTWRITEBYTECODE", "value": "1"},
-                {"name": "PYTHONUNBUFFERED", "value": "1"}],
+        "env": [
+            {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+            {"name": "PYTHONPATH", "value": CODE_MOUNT},
+            {"name": "PYTHONDONTWRITEBYTECODE", "value": "1"},
+            {"name": "PYTHONUNBUFFERED", "value": "1"},
+        ],
         "resources": args.proof_resources,
         "securityContext": container_security(),
-        "volumeMounts": [payload.mount(CODE_VOLUME, CODE_MOUNT, read_only=True),
-                         {"name": "tmp", "mountPath": "/tmp"}, *mounts,
-                         {"name": "fabric-proof-token", "mountPath": TOKEN_DIR, "readOnly": True}],
+        "volumeMounts": [
+            payload.mount(CODE_VOLUME, CODE_MOUNT, read_only=True),
+            {"name": "tmp", "mountPath": "/tmp"},
+            *mounts,
+            {"name": "fabric-proof-token", "mountPath": TOKEN_DIR, "readOnly": True},
+        ],
     }
 
 
@@ -240,9 +302,13 @@ def rbac_rules() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     Nodes are cluster-scoped and their names are not known in advance, so RBAC cannot say "my node"
     (``resourceNames`` is a fixed list): get and patch on every node and its status, create Events in one
     namespace. The ValidatingAdmissionPolicy (:func:`own_node_policy`) cuts that down to the own node."""
-    return ([{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]},
-             {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]}],
-            [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}])
+    return (
+        [
+            {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]},
+            {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]},
+        ],
+        [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}],
+    )
 
 
 WORKER_POD_RULES = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]
@@ -266,11 +332,36 @@ authenticator hands it to admission as ``request.userInfo.extra``."""
 
 
 NODE_FIELDS: dict[str, tuple[str, ...]] = {
-    "metadata": ("annotations", "creationTimestamp", "deletionGracePeriodSeconds", "deletionTimestamp", "finalizers",
-                 "generateName", "labels", "name", "namespace", "ownerReferences", "selfLink", "uid"),
+    "metadata": (
+        "annotations",
+        "creationTimestamp",
+        "deletionGracePeriodSeconds",
+        "deletionTimestamp",
+        "finalizers",
+        "generateName",
+        "labels",
+        "name",
+        "namespace",
+        "ownerReferences",
+        "selfLink",
+        "uid",
+    ),
     "spec": ("configSource", "externalID", "podCIDR", "podCIDRs", "providerID", "taints", "unschedulable"),
-    "status": ("addresses", "allocatable", "capacity", "conditions", "config", "daemonEndpoints", "features", "images",
-               "nodeInfo", "phase", "runtimeHandlers", "volumesAttached", "volumesInUse"),
+    "status": (
+        "addresses",
+        "allocatable",
+        "capacity",
+        "conditions",
+        "config",
+        "daemonEndpoints",
+        "features",
+        "images",
+        "nodeInfo",
+        "phase",
+        "runtimeHandlers",
+        "volumesAttached",
+        "volumesInUse",
+    ),
 }
 """The Node's fields the own-node policy holds equal (but the taint and the condition it may write), as the Node
 schema of Kubernetes 1.32 lists them (ObjectMeta, NodeSpec, NodeStatus); a test pins the list to the schema of every
@@ -306,8 +397,12 @@ def _same_part(part: str, fields: dict[str, tuple[str, ...]], allowed: str = "")
     return f"(has(object.{part}) == has(oldObject.{part}) && (!has(object.{part}) || ({keys})))"
 
 
-def own_node_policy(namespace: str = NAMESPACE, taint: str = FABRIC_STARTUP_TAINT,
-                    condition: str = FABRIC_CONDITION, kubernetes_version: str | None = None) -> dict[str, Any]:
+def own_node_policy(
+    namespace: str = NAMESPACE,
+    taint: str = FABRIC_STARTUP_TAINT,
+    condition: str = FABRIC_CONDITION,
+    kubernetes_version: str | None = None,
+) -> dict[str, Any]:
     """ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1, GA in Kubernetes 1.30): the node agent's token may
     change only the node its pod runs on, and there exactly one thing per request: remove ``taint`` or add exactly it
     back (``<taint>=true:NoSchedule``, after a Ray worker's provider check failed), or write the ``condition`` in the
@@ -325,61 +420,106 @@ def own_node_policy(namespace: str = NAMESPACE, taint: str = FABRIC_STARTUP_TAIN
 
     node = "request.resource.resource == 'nodes'"
     same_meta = _same_part("metadata", fields)
-    removes = (f"({taints('oldObject')}.exists(t, t.key == '{taint}') && "
-               f"{taints('object')} == {taints('oldObject')}.filter(t, t.key != '{taint}'))")
+    removes = (
+        f"({taints('oldObject')}.exists(t, t.key == '{taint}') && "
+        f"{taints('object')} == {taints('oldObject')}.filter(t, t.key != '{taint}'))"
+    )
     # put back after a Ray worker's provider check failed: the old list plus exactly one NoSchedule taint, value true
-    adds = (f"(!{taints('oldObject')}.exists(t, t.key == '{taint}') && "
-            f"size({taints('object')}) == size({taints('oldObject')}) + 1 && "
-            f"{taints('object')}.filter(t, t.key != '{taint}') == {taints('oldObject')} && "
-            f"{taints('object')}.exists(t, t.key == '{taint}' && t.effect == 'NoSchedule' && "
-            "has(t.value) && t.value == 'true' && !has(t.timeAdded)))")
+    adds = (
+        f"(!{taints('oldObject')}.exists(t, t.key == '{taint}') && "
+        f"size({taints('object')}) == size({taints('oldObject')}) + 1 && "
+        f"{taints('object')}.filter(t, t.key != '{taint}') == {taints('oldObject')} && "
+        f"{taints('object')}.exists(t, t.key == '{taint}' && t.effect == 'NoSchedule' && "
+        "has(t.value) && t.value == 'true' && !has(t.timeAdded)))"
+    )
     return {
         "failurePolicy": "Fail",
-        "matchConstraints": {"resourceRules": [
-            {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"],
-             "resources": ["nodes", "nodes/status"]},
-            {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["events"]}]},
-        "matchConditions": [{"name": "the-node-agent", "expression":
-                             f"request.userInfo.username == '{service_account_user(namespace)}'"}],
-        "variables": [{"name": "own", "expression":
-                       f"'{NODE_NAME_EXTRA}' in request.userInfo.extra && "
-                       f"size(request.userInfo.extra['{NODE_NAME_EXTRA}']) == 1 ? "
-                       f"request.userInfo.extra['{NODE_NAME_EXTRA}'][0] : ''"}],
+        "matchConstraints": {
+            "resourceRules": [
+                {
+                    "apiGroups": [""],
+                    "apiVersions": ["v1"],
+                    "operations": ["UPDATE"],
+                    "resources": ["nodes", "nodes/status"],
+                },
+                {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["events"]},
+            ]
+        },
+        "matchConditions": [
+            {
+                "name": "the-node-agent",
+                "expression": f"request.userInfo.username == '{service_account_user(namespace)}'",
+            }
+        ],
+        "variables": [
+            {
+                "name": "own",
+                "expression": f"'{NODE_NAME_EXTRA}' in request.userInfo.extra && "
+                f"size(request.userInfo.extra['{NODE_NAME_EXTRA}']) == 1 ? "
+                f"request.userInfo.extra['{NODE_NAME_EXTRA}'][0] : ''",
+            }
+        ],
         "validations": [
-            {"expression": "variables.own != ''", "reason": "Forbidden",
-             "message": f"the token names no node ({NODE_NAME_EXTRA}: Kubernetes >= 1.30 puts it in a pod's token)"},
-            {"expression": f"!({node}) || object.metadata.name == variables.own", "reason": "Forbidden",
-             "message": "the node agent may change only the node its pod runs on"},
-            {"expression": f"!({node} && request.subResource == '') || "
-                           f"(({removes} || {adds}) && {same_meta} && {_same_part('spec', fields, 'taints')} && "
-                           f"{_same_part('status', fields)})",
-             "reason": "Forbidden",
-             "message": f"on its node the node agent may only remove the taint {taint} or put it back"},
-            {"expression": f"!({node} && request.subResource == 'status') || "
-                           f"({conds('object')}.filter(c, c.type != '{condition}') == "
-                           f"{conds('oldObject')}.filter(c, c.type != '{condition}') && "
-                           f"{_same_part('status', fields, 'conditions')} && {same_meta} && "
-                           f"{_same_part('spec', fields)})",
-             "reason": "Forbidden", "message": f"in its node's status the node agent may only write {condition}"},
-            {"expression": "request.resource.resource != 'events' || "
-                           "(object.involvedObject.kind == 'Node' && object.involvedObject.name == variables.own)",
-             "reason": "Forbidden", "message": "the node agent may only write Events about its own node"},
+            {
+                "expression": "variables.own != ''",
+                "reason": "Forbidden",
+                "message": f"the token names no node ({NODE_NAME_EXTRA}: Kubernetes >= 1.30 puts it in a pod's token)",
+            },
+            {
+                "expression": f"!({node}) || object.metadata.name == variables.own",
+                "reason": "Forbidden",
+                "message": "the node agent may change only the node its pod runs on",
+            },
+            {
+                "expression": f"!({node} && request.subResource == '') || "
+                f"(({removes} || {adds}) && {same_meta} && {_same_part('spec', fields, 'taints')} && "
+                f"{_same_part('status', fields)})",
+                "reason": "Forbidden",
+                "message": f"on its node the node agent may only remove the taint {taint} or put it back",
+            },
+            {
+                "expression": f"!({node} && request.subResource == 'status') || "
+                f"({conds('object')}.filter(c, c.type != '{condition}') == "
+                f"{conds('oldObject')}.filter(c, c.type != '{condition}') && "
+                f"{_same_part('status', fields, 'conditions')} && {same_meta} && "
+                f"{_same_part('spec', fields)})",
+                "reason": "Forbidden",
+                "message": f"in its node's status the node agent may only write {condition}",
+            },
+            {
+                "expression": "request.resource.resource != 'events' || "
+                "(object.involvedObject.kind == 'Node' && object.involvedObject.name == variables.own)",
+                "reason": "Forbidden",
+                "message": "the node agent may only write Events about its own node",
+            },
         ],
     }
 
 
 def service_spec() -> dict[str, Any]:
     """ClusterIP, node-local: a pod reaches only its own node's exporter (never another node's counters)."""
-    return {"selector": dict(APP_LABELS), "internalTrafficPolicy": "Local",
-            "ports": [{"name": "metrics", "port": EXPORTER_PORT, "targetPort": "metrics", "protocol": "TCP"}]}
+    return {
+        "selector": dict(APP_LABELS),
+        "internalTrafficPolicy": "Local",
+        "ports": [{"name": "metrics", "port": EXPORTER_PORT, "targetPort": "metrics", "protocol": "TCP"}],
+    }
 
 
 def network_policy_spec(namespaces: list[str]) -> dict[str, Any]:
     """Ingress to the exporter port from the named namespaces only."""
-    return {"podSelector": {"matchLabels": dict(APP_LABELS)}, "policyTypes": ["Ingress"],
-            "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}}
-                                  for ns in sorted(set(namespaces))],
-                         "ports": [{"protocol": "TCP", "port": EXPORTER_PORT}]}]}
+    return {
+        "podSelector": {"matchLabels": dict(APP_LABELS)},
+        "policyTypes": ["Ingress"],
+        "ingress": [
+            {
+                "from": [
+                    {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}}
+                    for ns in sorted(set(namespaces))
+                ],
+                "ports": [{"protocol": "TCP", "port": EXPORTER_PORT}],
+            }
+        ],
+    }
 
 
 class NodeAgent(pulumi.ComponentResource):
@@ -399,33 +539,51 @@ class NodeAgent(pulumi.ComponentResource):
         self._args, self._name = args, name
         self.namespace = args.namespace
         ns = k8s.core.v1.Namespace(
-            f"{name}-ns", metadata={"name": args.namespace, "labels": dict(PRIVILEGED_NAMESPACE_LABELS)},
-            opts=pulumi.ResourceOptions(parent=self, provider=args.provider))
+            f"{name}-ns",
+            metadata={"name": args.namespace, "labels": dict(PRIVILEGED_NAMESPACE_LABELS)},
+            opts=pulumi.ResourceOptions(parent=self, provider=args.provider),
+        )
         in_ns = pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[ns])
         meta = {"namespace": args.namespace, "labels": dict(APP_LABELS)}
-        sa = k8s.core.v1.ServiceAccount(f"{name}-sa", metadata={"name": NAME, **meta},
-                                        automount_service_account_token=False, opts=in_ns)
-        code = k8s.core.v1.ConfigMap(f"{name}-code", metadata={"name": cm_name, **meta},
-                                     data=payload.config_map_data(files), opts=in_ns)
+        sa = k8s.core.v1.ServiceAccount(
+            f"{name}-sa", metadata={"name": NAME, **meta}, automount_service_account_token=False, opts=in_ns
+        )
+        code = k8s.core.v1.ConfigMap(
+            f"{name}-code", metadata={"name": cm_name, **meta}, data=payload.config_map_data(files), opts=in_ns
+        )
         rbac: list[pulumi.Resource] = []
         if args.efa_devices:  # the fabric proof's token: RBAC, then the admission policy that narrows it
             rbac = self._proof_access(name, args, opts=pulumi.ResourceOptions(parent=self, provider=args.provider))
         self.daemonset = k8s.apps.v1.DaemonSet(
-            f"{name}-daemonset", metadata={"name": NAME, **meta},
-            spec={"selector": {"matchLabels": dict(APP_LABELS)},
-                  "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}},
-                  "template": {"metadata": {"labels": dict(APP_LABELS)}, "spec": spec}},
-            opts=pulumi.ResourceOptions.merge(in_ns, pulumi.ResourceOptions(
-                depends_on=[ns, sa, code, *rbac, *args.depends_on], custom_timeouts=pulumi.CustomTimeouts(
-                    create=f"{ROLLOUT_TIMEOUT_S}s", update=f"{ROLLOUT_TIMEOUT_S}s"))))
-        k8s.core.v1.Service(f"{name}-service", metadata={"name": SERVICE_NAME, **meta}, spec=service_spec(),
-                            opts=in_ns)
+            f"{name}-daemonset",
+            metadata={"name": NAME, **meta},
+            spec={
+                "selector": {"matchLabels": dict(APP_LABELS)},
+                "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}},
+                "template": {"metadata": {"labels": dict(APP_LABELS)}, "spec": spec},
+            },
+            opts=pulumi.ResourceOptions.merge(
+                in_ns,
+                pulumi.ResourceOptions(
+                    depends_on=[ns, sa, code, *rbac, *args.depends_on],
+                    custom_timeouts=pulumi.CustomTimeouts(
+                        create=f"{ROLLOUT_TIMEOUT_S}s", update=f"{ROLLOUT_TIMEOUT_S}s"
+                    ),
+                ),
+            ),
+        )
+        k8s.core.v1.Service(f"{name}-service", metadata={"name": SERVICE_NAME, **meta}, spec=service_spec(), opts=in_ns)
         if args.network_policy:  # strict mode: the proof's API calls
-            k8s.networking.v1.NetworkPolicy(f"{name}-egress", metadata={"name": f"{NAME}-egress", **meta},
-                                            spec=allow_all_egress(), opts=in_ns)
+            k8s.networking.v1.NetworkPolicy(
+                f"{name}-egress", metadata={"name": f"{NAME}-egress", **meta}, spec=allow_all_egress(), opts=in_ns
+            )
         if args.network_policy and args.allowed_namespaces:
-            k8s.networking.v1.NetworkPolicy(f"{name}-ingress", metadata={"name": f"{SERVICE_NAME}-ingress", **meta},
-                                            spec=network_policy_spec(args.allowed_namespaces), opts=in_ns)
+            k8s.networking.v1.NetworkPolicy(
+                f"{name}-ingress",
+                metadata={"name": f"{SERVICE_NAME}-ingress", **meta},
+                spec=network_policy_spec(args.allowed_namespaces),
+                opts=in_ns,
+            )
         self.exporter_url = exporter_url(args.namespace)
         self.register_outputs({"namespace": args.namespace, "exporterUrl": self.exporter_url})
 
@@ -436,14 +594,15 @@ class NodeAgent(pulumi.ComponentResource):
         if not (args.efa_devices and args.workers_namespace):
             return []
         opts = pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[ray_namespace])
-        meta = {"name": f"ray-efa-eks:{NAME}-workers", "namespace": args.workers_namespace,
-                "labels": dict(APP_LABELS)}
+        meta = {"name": f"ray-efa-eks:{NAME}-workers", "namespace": args.workers_namespace, "labels": dict(APP_LABELS)}
         role = k8s.rbac.v1.Role(f"{self._name}-workers-role", metadata=meta, rules=WORKER_POD_RULES, opts=opts)
         binding = k8s.rbac.v1.RoleBinding(
-            f"{self._name}-workers-binding", metadata=meta,
+            f"{self._name}-workers-binding",
+            metadata=meta,
             role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": meta["name"]},
             subjects=[{"kind": "ServiceAccount", "name": NAME, "namespace": args.namespace}],
-            opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[role])))
+            opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[role])),
+        )
         return [role, binding]
 
     def _proof_access(self, name: str, args: NodeAgentArgs, opts: pulumi.ResourceOptions) -> list[pulumi.Resource]:
@@ -453,24 +612,36 @@ class NodeAgent(pulumi.ComponentResource):
         subject = [{"kind": "ServiceAccount", "name": NAME, "namespace": args.namespace}]
         labels = {"labels": dict(APP_LABELS)}
         policy = k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
-            f"{name}-own-node-policy", metadata={"name": POLICY_NAME, **labels},
-            spec=own_node_policy(args.namespace, kubernetes_version=args.kubernetes_version), opts=opts)
+            f"{name}-own-node-policy",
+            metadata={"name": POLICY_NAME, **labels},
+            spec=own_node_policy(args.namespace, kubernetes_version=args.kubernetes_version),
+            opts=opts,
+        )
         binding = k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding(
-            f"{name}-own-node-binding", metadata={"name": POLICY_NAME, **labels},
+            f"{name}-own-node-binding",
+            metadata={"name": POLICY_NAME, **labels},
             spec={"policyName": POLICY_NAME, "validationActions": ["Deny"]},
-            opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[policy])))
+            opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[policy])),
+        )
         first = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[policy, binding]))
         role_name = f"ray-efa-eks:{NAME}"
-        cr = k8s.rbac.v1.ClusterRole(f"{name}-nodes-role", metadata={"name": role_name, **labels},
-                                     rules=cluster_rules, opts=first)
+        cr = k8s.rbac.v1.ClusterRole(
+            f"{name}-nodes-role", metadata={"name": role_name, **labels}, rules=cluster_rules, opts=first
+        )
         crb = k8s.rbac.v1.ClusterRoleBinding(
-            f"{name}-nodes-binding", metadata={"name": role_name, **labels},
+            f"{name}-nodes-binding",
+            metadata={"name": role_name, **labels},
             role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role_name},
-            subjects=subject, opts=pulumi.ResourceOptions.merge(first, pulumi.ResourceOptions(depends_on=[cr])))
+            subjects=subject,
+            opts=pulumi.ResourceOptions.merge(first, pulumi.ResourceOptions(depends_on=[cr])),
+        )
         meta = {"name": role_name, "namespace": EVENTS_NAMESPACE, **labels}
         role = k8s.rbac.v1.Role(f"{name}-events-role", metadata=meta, rules=event_rules, opts=first)
         rb = k8s.rbac.v1.RoleBinding(
-            f"{name}-events-binding", metadata=meta,
+            f"{name}-events-binding",
+            metadata=meta,
             role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role_name},
-            subjects=subject, opts=pulumi.ResourceOptions.merge(first, pulumi.ResourceOptions(depends_on=[role])))
+            subjects=subject,
+            opts=pulumi.ResourceOptions.merge(first, pulumi.ResourceOptions(depends_on=[role])),
+        )
         return [policy, binding, cr, crb, role, rb]

@@ -39,8 +39,30 @@ diagnostics) is left out as it records no actor."""
 LOG_RETENTION_DAYS = 90
 """terraform-aws-eks ``cloudwatch_log_group_retention_in_days`` default (variables.tf): its module, like this one,
 creates the group itself (``create_cloudwatch_log_group``), since EKS would create it never expiring."""
-LOG_RETENTION_VALUES = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922,
-                        3288, 3653)
+LOG_RETENTION_VALUES = (
+    1,
+    3,
+    5,
+    7,
+    14,
+    30,
+    60,
+    90,
+    120,
+    150,
+    180,
+    365,
+    400,
+    545,
+    731,
+    1096,
+    1827,
+    2192,
+    2557,
+    2922,
+    3288,
+    3653,
+)
 """CloudWatch Logs PutRetentionPolicy ``retentionInDays`` values (API reference)."""
 ADMIN_ACCESS_POLICY = "AmazonEKSClusterAdminPolicy"
 """EKS access policy like Kubernetes' cluster-admin: everything, port-forward to the Ray head included."""
@@ -90,8 +112,9 @@ class AccessPlan:
     warnings: list[str] = field(default_factory=list)
 
 
-def access_plan(cluster: str, admin_arns: list[str], viewer_arns: list[str], creator_arn: str | None,
-                live: Any) -> AccessPlan:
+def access_plan(
+    cluster: str, admin_arns: list[str], viewer_arns: list[str], creator_arn: str | None, live: Any
+) -> AccessPlan:
     """Decide the creator entry from EKS's state (``live``: components.live_cluster.LiveCluster or None), never from
     the caller, so every ``pulumi up`` declares the same access entries whoever runs it.
 
@@ -109,32 +132,52 @@ def access_plan(cluster: str, admin_arns: list[str], viewer_arns: list[str], cre
     listed = [*admin_arns, *viewer_arns]
     if live is None:
         if viewer_arns and not admin_arns:
-            raise ArgError("admin_arns", [], lambda n: (
-                f"is empty while {n('viewer_arns')} lists principals: a cluster created with access entries has no "
-                "hidden creator admin (bootstrapClusterCreatorAdminPermissions false), so list its admins too, "
-                "every principal that runs pulumi up among them"))
+            raise ArgError(
+                "admin_arns",
+                [],
+                lambda n: (
+                    f"is empty while {n('viewer_arns')} lists principals: a cluster created with access entries has no "
+                    "hidden creator admin (bootstrapClusterCreatorAdminPermissions false), so list its admins too, "
+                    "every principal that runs pulumi up among them"
+                ),
+            )
         plan = AccessPlan(not listed, None)
     elif not live.bootstrap_creator_admin:
         if not admin_arns:
-            raise ArgError("admin_arns", [], lambda n: (
-                f"cluster {cluster} was created without EKS's creator entry (bootstrapClusterCreatorAdminPermissions "
-                "false), so its admins are the stack's own entries: with none, nobody (whoever runs pulumi up "
-                "included) could reach its Kubernetes API. Keep at least one admin"))
+            raise ArgError(
+                "admin_arns",
+                [],
+                lambda n: (
+                    f"cluster {cluster} was created without EKS's creator entry (bootstrapClusterCreatorAdminPermissions "
+                    "false), so its admins are the stack's own entries: with none, nobody (whoever runs pulumi up "
+                    "included) could reach its Kubernetes API. Keep at least one admin"
+                ),
+            )
         plan = AccessPlan(False, None)
     else:
         if listed and creator_arn is None:
-            raise ArgError("creator_arn", None, lambda n: (
-                f"cluster {cluster} was created with bootstrapClusterCreatorAdminPermissions: EKS holds an admin "
-                "access entry for the principal that created it and refuses a second one for it (409 "
-                "ResourceInUseException), and which principal that is cannot be read from the stack. Set "
-                f"{n('creator_arn')} to it (`aws eks list-access-entries --cluster-name {cluster}` lists it beside "
-                f"the stack's entries; {ACCESS_CONFIG_DOC})"))
+            raise ArgError(
+                "creator_arn",
+                None,
+                lambda n: (
+                    f"cluster {cluster} was created with bootstrapClusterCreatorAdminPermissions: EKS holds an admin "
+                    "access entry for the principal that created it and refuses a second one for it (409 "
+                    "ResourceInUseException), and which principal that is cannot be read from the stack. Set "
+                    f"{n('creator_arn')} to it (`aws eks list-access-entries --cluster-name {cluster}` lists it beside "
+                    f"the stack's entries; {ACCESS_CONFIG_DOC})"
+                ),
+            )
         plan = AccessPlan(True, creator_arn)
     if plan.creator_admin and plan.creator_arn and plan.creator_arn in viewer_arns:
-        raise ArgError("viewer_arns", plan.creator_arn, lambda n: (
-            "created the cluster, so EKS made it cluster admin (bootstrapClusterCreatorAdminPermissions); a viewer "
-            "entry for it would be refused with 409 ResourceInUseException and this stack cannot make it read-only: "
-            f"remove it from {n('viewer_arns')}, or delete its entry with `aws eks delete-access-entry` first"))
+        raise ArgError(
+            "viewer_arns",
+            plan.creator_arn,
+            lambda n: (
+                "created the cluster, so EKS made it cluster admin (bootstrapClusterCreatorAdminPermissions); a viewer "
+                "entry for it would be refused with 409 ResourceInUseException and this stack cannot make it read-only: "
+                f"remove it from {n('viewer_arns')}, or delete its entry with `aws eks delete-access-entry` first"
+            ),
+        )
     if listed:
         caller = deployer_principal()
         may = set(admin_arns) | ({plan.creator_arn} if plan.creator_admin and plan.creator_arn else set())
@@ -143,7 +186,8 @@ def access_plan(cluster: str, admin_arns: list[str], viewer_arns: list[str], cre
                 f"{caller} runs pulumi up but is not in clusterAdminArns"
                 + (" (nor the cluster's creator)" if plan.creator_admin else "")
                 + ": it gets no admin access entry, so the Kubernetes resources of this update fail with Unauthorized;"
-                " add it to clusterAdminArns (docs/upgrades.md: who may run pulumi up)")
+                " add it to clusterAdminArns (docs/upgrades.md: who may run pulumi up)"
+            )
     return plan
 
 
@@ -229,29 +273,47 @@ class Cluster(pulumi.ComponentResource):
     def __init__(self, name: str, args: ClusterArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("ray-efa-eks:index:Cluster", name, None, opts)
         if args.endpoint_public_access and any(c in ("0.0.0.0/0", "::/0") for c in args.endpoint_public_access_cidrs):
-            pulumi.log.warn(f"Cluster {name}: the EKS API endpoint is open to the internet; set "
-                            "ray-efa-eks:endpointPublicAccessCidrs to your office/VPN/CI ranges", resource=self)
+            pulumi.log.warn(
+                f"Cluster {name}: the EKS API endpoint is open to the internet; set "
+                "ray-efa-eks:endpointPublicAccessCidrs to your office/VPN/CI ranges",
+                resource=self,
+            )
         child = pulumi.ResourceOptions(parent=self)
         self.node_role = aws.iam.Role(
             f"{name}-node",
             assume_role_policy='{"Version":"2012-10-17","Statement":[{"Effect":"Allow",'
             '"Principal":{"Service":"ec2.amazonaws.com"},"Action":"sts:AssumeRole"}]}',
-            tags=args.tags, opts=child)
+            tags=args.tags,
+            opts=child,
+        )
         for i, arn in enumerate(NODE_POLICIES if args.cni_pod_identity else (*NODE_POLICIES, CNI_POLICY)):
             aws.iam.RolePolicyAttachment(f"{name}-node-{i}", role=self.node_role.name, policy_arn=arn, opts=child)
         key_arn = None
         if args.encrypt_secrets:
-            key = aws.kms.Key(f"{name}-secrets", description=f"{name} Kubernetes secrets envelope encryption",
-                              enable_key_rotation=True, tags=args.tags, opts=child)
+            key = aws.kms.Key(
+                f"{name}-secrets",
+                description=f"{name} Kubernetes secrets envelope encryption",
+                enable_key_rotation=True,
+                tags=args.tags,
+                opts=child,
+            )
             key_arn = key.arn
         if args.log_retention_days not in LOG_RETENTION_VALUES:
-            raise ValueError(f"Cluster {name}: log_retention_days {args.log_retention_days} is not a CloudWatch Logs "
-                             f"retention; use one of {LOG_RETENTION_VALUES}")
+            raise ValueError(
+                f"Cluster {name}: log_retention_days {args.log_retention_days} is not a CloudWatch Logs "
+                f"retention; use one of {LOG_RETENTION_VALUES}"
+            )
         logs = []
         if args.log_types:  # before the cluster: EKS writes into an existing group and creates none
-            logs.append(aws.cloudwatch.LogGroup(f"{name}-control-plane-logs", name=f"/aws/eks/{name}/cluster",
-                                                retention_in_days=args.log_retention_days, tags=args.tags,
-                                                opts=child))
+            logs.append(
+                aws.cloudwatch.LogGroup(
+                    f"{name}-control-plane-logs",
+                    name=f"/aws/eks/{name}/cluster",
+                    retention_in_days=args.log_retention_days,
+                    tags=args.tags,
+                    opts=child,
+                )
+            )
         self.eks = eks.Cluster(
             f"{name}-eks",
             enabled_cluster_log_types=list(args.log_types) or None,
@@ -269,12 +331,15 @@ class Cluster(pulumi.ComponentResource):
             vpc_cni_options=eks.VpcCniOptionsArgs(
                 enable_network_policy=args.enable_network_policy,
                 configuration_values=cni_configuration(args.network_policy_enforcing_mode)
-                if args.enable_network_policy else None),
+                if args.enable_network_policy
+                else None,
+            ),
             encryption_config_key_arn=key_arn,
             name=name,
             tags=args.tags,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=logs,
-                                        transforms=None if args.creator_admin else [no_creator_admin]),
+            opts=pulumi.ResourceOptions(
+                parent=self, depends_on=logs, transforms=None if args.creator_admin else [no_creator_admin]
+            ),
         )
         self.name = pulumi.Output.from_input(name)
         self.kubeconfig = self.eks.kubeconfig
@@ -284,21 +349,42 @@ class Cluster(pulumi.ComponentResource):
         self.arn = described.arn
         self.addons: list[pulumi.CustomResource] = []
         if args.pod_identity_agent or args.cni_pod_identity:
-            self.addons.append(aws.eks.Addon(
-                f"{name}-pod-identity-agent", cluster_name=name, addon_name="eks-pod-identity-agent",
-                tags=args.tags, opts=pulumi.ResourceOptions(parent=self, depends_on=[self.eks])))
+            self.addons.append(
+                aws.eks.Addon(
+                    f"{name}-pod-identity-agent",
+                    cluster_name=name,
+                    addon_name="eks-pod-identity-agent",
+                    tags=args.tags,
+                    opts=pulumi.ResourceOptions(parent=self, depends_on=[self.eks]),
+                )
+            )
         if args.cni_pod_identity:
             ns, sa = CNI_SERVICE_ACCOUNT
             account_id = aws.get_caller_identity_output(opts=pulumi.InvokeOutputOptions(parent=self)).account_id
             trust = pulumi.Output.all(account_id, self.arn).apply(
-                lambda a: pod_identity_trust_policy(a[0], a[1], ns, sa))
-            cni_role = aws.iam.Role(f"{name}-vpc-cni", assume_role_policy=trust, tags=args.tags,
-                                    description=f"{name}: the VPC CNI ({ns}/{sa}), AmazonEKS_CNI_Policy", opts=child)
-            attach = aws.iam.RolePolicyAttachment(f"{name}-vpc-cni", role=cni_role.name, policy_arn=CNI_POLICY,
-                                                  opts=child)
-            self.addons.append(aws.eks.PodIdentityAssociation(
-                f"{name}-vpc-cni", cluster_name=name, namespace=ns, service_account=sa, role_arn=cni_role.arn,
-                tags=args.tags, opts=pulumi.ResourceOptions(parent=self, depends_on=[self.eks, attach])))
+                lambda a: pod_identity_trust_policy(a[0], a[1], ns, sa)
+            )
+            cni_role = aws.iam.Role(
+                f"{name}-vpc-cni",
+                assume_role_policy=trust,
+                tags=args.tags,
+                description=f"{name}: the VPC CNI ({ns}/{sa}), AmazonEKS_CNI_Policy",
+                opts=child,
+            )
+            attach = aws.iam.RolePolicyAttachment(
+                f"{name}-vpc-cni", role=cni_role.name, policy_arn=CNI_POLICY, opts=child
+            )
+            self.addons.append(
+                aws.eks.PodIdentityAssociation(
+                    f"{name}-vpc-cni",
+                    cluster_name=name,
+                    namespace=ns,
+                    service_account=sa,
+                    role_arn=cni_role.arn,
+                    tags=args.tags,
+                    opts=pulumi.ResourceOptions(parent=self, depends_on=[self.eks, attach]),
+                )
+            )
         self.access_entries = []
         grants: list[pulumi.Resource] = []
         for policy, arns in ((ADMIN_ACCESS_POLICY, args.admin_arns), (VIEW_ACCESS_POLICY, args.viewer_arns)):
@@ -309,23 +395,43 @@ class Cluster(pulumi.ComponentResource):
                 # Named by the ARN, not its position: reordering the list replaces nothing.
                 suffix = hashlib.sha256(arn.encode()).hexdigest()[:8]
                 after_eks = pulumi.ResourceOptions(parent=self, depends_on=[self.eks])
-                entry = aws.eks.AccessEntry(f"{name}-{role}-{suffix}", cluster_name=name, principal_arn=arn,
-                                            type="STANDARD", tags=args.tags, opts=after_eks)
-                grants.append(aws.eks.AccessPolicyAssociation(
-                    f"{name}-{role}-{suffix}", cluster_name=name, principal_arn=entry.principal_arn,
-                    policy_arn=access_policy_arn(policy, arn), access_scope={"type": "cluster"},
-                    opts=pulumi.ResourceOptions(parent=self, depends_on=[entry])))
+                entry = aws.eks.AccessEntry(
+                    f"{name}-{role}-{suffix}",
+                    cluster_name=name,
+                    principal_arn=arn,
+                    type="STANDARD",
+                    tags=args.tags,
+                    opts=after_eks,
+                )
+                grants.append(
+                    aws.eks.AccessPolicyAssociation(
+                        f"{name}-{role}-{suffix}",
+                        cluster_name=name,
+                        principal_arn=entry.principal_arn,
+                        policy_arn=access_policy_arn(policy, arn),
+                        access_scope={"type": "cluster"},
+                        opts=pulumi.ResourceOptions(parent=self, depends_on=[entry]),
+                    )
+                )
                 self.access_entries.append(entry)
         # The deployer reaches the Kubernetes API through its entry: no Kubernetes call before the entries exist.
         self.access_grants = grants
-        self.provider = k8s.Provider(f"{name}-k8s", kubeconfig=self.eks.kubeconfig_json,
-                                     enable_server_side_apply=True,
-                                     opts=pulumi.ResourceOptions(parent=self, depends_on=grants))
+        self.provider = k8s.Provider(
+            f"{name}-k8s",
+            kubeconfig=self.eks.kubeconfig_json,
+            enable_server_side_apply=True,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=grants),
+        )
         if args.enable_network_policy:  # strict mode denies a pod no policy selects: CoreDNS and the charts' pods
             in_kube_system = pulumi.ResourceOptions(parent=self, provider=self.provider)
-            for policy, spec in (("kube-system-ingress", allow_all_ingress()),
-                                 ("kube-system-egress", allow_all_egress())):
-                k8s.networking.v1.NetworkPolicy(f"{name}-{policy}", metadata={"name": f"ray-efa-eks-{policy}",
-                                                                              "namespace": KUBE_SYSTEM},
-                                                spec=spec, opts=in_kube_system)
+            for policy, spec in (
+                ("kube-system-ingress", allow_all_ingress()),
+                ("kube-system-egress", allow_all_egress()),
+            ):
+                k8s.networking.v1.NetworkPolicy(
+                    f"{name}-{policy}",
+                    metadata={"name": f"ray-efa-eks-{policy}", "namespace": KUBE_SYSTEM},
+                    spec=spec,
+                    opts=in_kube_system,
+                )
         self.register_outputs({"name": self.name, "securityGroupId": self.security_group_id})

@@ -23,8 +23,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import date, datetime, timezone
 
-SOURCE = ("Amazon EKS user guide, \"Understand the Kubernetes version lifecycle on EKS\" "
-          "(https://docs.aws.amazon.com/eks/latest/userguide/kubernetes-versions.html)")
+SOURCE = (
+    "Amazon EKS user guide, \"Understand the Kubernetes version lifecycle on EKS\" "
+    "(https://docs.aws.amazon.com/eks/latest/userguide/kubernetes-versions.html)"
+)
 STANDARD_USD_HOUR = 0.10
 """Control plane per cluster hour in standard support (https://aws.amazon.com/eks/pricing/)."""
 EXTENDED_USD_HOUR = 0.60
@@ -95,9 +97,11 @@ def version_problem(version: str, on: date | None = None) -> str | None:
         return None
     row = BY_VERSION.get(version)
     when = f"ended {row.end_of_extended.isoformat()}" if row else "is older than every version EKS offers"
-    return (f"EKS extended support for {version} {when}: EKS creates no cluster on it; use "
-            f"{' or '.join(in_standard(on)) or DEFAULT_VERSION} (standard support, ${STANDARD_USD_HOUR:.2f}/h); "
-            f"dates: {SOURCE}")
+    return (
+        f"EKS extended support for {version} {when}: EKS creates no cluster on it; use "
+        f"{' or '.join(in_standard(on)) or DEFAULT_VERSION} (standard support, ${STANDARD_USD_HOUR:.2f}/h); "
+        f"dates: {SOURCE}"
+    )
 
 
 def version_warning(version: str, on: date | None = None) -> str | None:
@@ -106,12 +110,16 @@ def version_warning(version: str, on: date | None = None) -> str | None:
     state = support(version, on)
     if state == EXTENDED:
         row = BY_VERSION[version]
-        return (f"kubernetesVersion {version} is in EKS extended support since {row.end_of_standard.isoformat()}: the "
-                f"control plane costs ${EXTENDED_USD_HOUR:.2f}/h instead of ${STANDARD_USD_HOUR:.2f}/h, and EKS "
-                f"upgrades it itself after {row.end_of_extended.isoformat()}; use "
-                f"{' or '.join(in_standard(on)) or DEFAULT_VERSION} (standard support)")
+        return (
+            f"kubernetesVersion {version} is in EKS extended support since {row.end_of_standard.isoformat()}: the "
+            f"control plane costs ${EXTENDED_USD_HOUR:.2f}/h instead of ${STANDARD_USD_HOUR:.2f}/h, and EKS "
+            f"upgrades it itself after {row.end_of_extended.isoformat()}; use "
+            f"{' or '.join(in_standard(on)) or DEFAULT_VERSION} (standard support)"
+        )
     if state == NEWER:
-        return (f"kubernetesVersion {version} is newer than the EKS release calendar this stack holds "
-                f"(components/cluster/eks_versions.py, newest {VERSIONS[-1].version}): priced at the standard rate "
-                f"${STANDARD_USD_HOUR:.2f}/h; check that EKS and the AL2023 NVIDIA AMI offer it")
+        return (
+            f"kubernetesVersion {version} is newer than the EKS release calendar this stack holds "
+            f"(components/cluster/eks_versions.py, newest {VERSIONS[-1].version}): priced at the standard rate "
+            f"${STANDARD_USD_HOUR:.2f}/h; check that EKS and the AL2023 NVIDIA AMI offer it"
+        )
     return None

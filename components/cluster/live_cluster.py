@@ -19,10 +19,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-UPDATE_CLUSTER_DOC = ("EKS user guide: Update existing cluster to new Kubernetes version",
-                      "https://docs.aws.amazon.com/eks/latest/userguide/update-cluster.html")
-UPDATE_NODE_GROUP_DOC = ("EKS user guide: Update a managed node group for your cluster",
-                         "https://docs.aws.amazon.com/eks/latest/userguide/update-managed-node-group.html")
+UPDATE_CLUSTER_DOC = (
+    "EKS user guide: Update existing cluster to new Kubernetes version",
+    "https://docs.aws.amazon.com/eks/latest/userguide/update-cluster.html",
+)
+UPDATE_NODE_GROUP_DOC = (
+    "EKS user guide: Update a managed node group for your cluster",
+    "https://docs.aws.amazon.com/eks/latest/userguide/update-managed-node-group.html",
+)
 
 
 @dataclass(frozen=True)
@@ -68,14 +72,18 @@ def upgrade_problem(current: str, wanted: str) -> str | None:
     """Why EKS refuses to move a control plane from ``current`` to ``wanted`` (the order to follow), else None."""
     a, b = _key(current), _key(wanted)
     if b < a:
-        return (f"the cluster runs Kubernetes {current}: EKS cannot downgrade a cluster ({UPDATE_CLUSTER_DOC[0]}, "
-                f"{UPDATE_CLUSTER_DOC[1]}); set kubernetesVersion back to {current}")
+        return (
+            f"the cluster runs Kubernetes {current}: EKS cannot downgrade a cluster ({UPDATE_CLUSTER_DOC[0]}, "
+            f"{UPDATE_CLUSTER_DOC[1]}); set kubernetesVersion back to {current}"
+        )
     if b[0] != a[0] or b[1] > a[1] + 1:
         steps = [f"{a[0]}.{m}" for m in range(a[1] + 1, b[1] + 1)] if b[0] == a[0] else [wanted]
         order = ", then ".join(f"set {s} and pulumi up" for s in steps)
-        return (f"the cluster runs Kubernetes {current}: EKS updates one minor version at a time "
-                f"({UPDATE_CLUSTER_DOC[0]}, {UPDATE_CLUSTER_DOC[1]}); {order} (each update moves the control "
-                "plane, then the node groups)")
+        return (
+            f"the cluster runs Kubernetes {current}: EKS updates one minor version at a time "
+            f"({UPDATE_CLUSTER_DOC[0]}, {UPDATE_CLUSTER_DOC[1]}); {order} (each update moves the control "
+            "plane, then the node groups)"
+        )
     return None
 
 
@@ -95,6 +103,8 @@ def lagging_warning(live: LiveCluster, wanted: str) -> str | None:
     if not behind or _key(wanted) <= _key(live.version):
         return None
     names = ", ".join(f"{ng} ({v})" for ng, v in sorted(behind.items()))
-    return (f"kubernetesVersion {wanted}: node group(s) {names} still run an older minor than the control plane "
-            f"{live.version}; EKS asks for the managed nodes on the control plane's minor before its next update "
-            f"({UPDATE_CLUSTER_DOC[1]}). This update moves them to {wanted} after the control plane")
+    return (
+        f"kubernetesVersion {wanted}: node group(s) {names} still run an older minor than the control plane "
+        f"{live.version}; EKS asks for the managed nodes on the control plane's minor before its next update "
+        f"({UPDATE_CLUSTER_DOC[1]}). This update moves them to {wanted} after the control plane"
+    )

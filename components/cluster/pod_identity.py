@@ -17,8 +17,13 @@ import pulumi_aws as aws
 
 from ..storage.storage_rules import check_prefix
 
-OBJECT_ACTIONS = ("s3:GetObject", "s3:PutObject", "s3:DeleteObject",
-                  "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts")
+OBJECT_ACTIONS = (
+    "s3:GetObject",
+    "s3:PutObject",
+    "s3:DeleteObject",
+    "s3:AbortMultipartUpload",
+    "s3:ListMultipartUploadParts",
+)
 KMS_ACTIONS = ("kms:Decrypt", "kms:GenerateDataKey")
 
 
@@ -31,22 +36,31 @@ def pod_identity_trust_policy(account_id: str, cluster_arn: str, namespace: str,
     No ``aws:SourceArn``: no document says Pod Identity sends it, and a condition on a key that is absent denies
     every AssumeRole.
     """
-    return json.dumps({
-        "Version": "2012-10-17",
-        "Statement": [{
-            "Effect": "Allow",
-            "Principal": {"Service": "pods.eks.amazonaws.com"},
-            "Action": ["sts:AssumeRole", "sts:TagSession"],
-            "Condition": {"StringEquals": {"aws:SourceAccount": account_id,
-                                           "aws:RequestTag/eks-cluster-arn": cluster_arn,
-                                           "aws:RequestTag/kubernetes-namespace": namespace,
-                                           "aws:RequestTag/kubernetes-service-account": service_account}},
-        }],
-    })
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Effect": "Allow",
+                    "Principal": {"Service": "pods.eks.amazonaws.com"},
+                    "Action": ["sts:AssumeRole", "sts:TagSession"],
+                    "Condition": {
+                        "StringEquals": {
+                            "aws:SourceAccount": account_id,
+                            "aws:RequestTag/eks-cluster-arn": cluster_arn,
+                            "aws:RequestTag/kubernetes-namespace": namespace,
+                            "aws:RequestTag/kubernetes-service-account": service_account,
+                        }
+                    },
+                }
+            ],
+        }
+    )
 
 
-def bucket_prefix_policy(bucket_arn: str, prefix: str, kms_key_arn: str | None = None,
-                         region: str | None = None) -> str:
+def bucket_prefix_policy(
+    bucket_arn: str, prefix: str, kms_key_arn: str | None = None, region: str | None = None
+) -> str:
     """Read/write ``bucket/prefix/*`` and nothing else.
 
     Listing is limited to the prefix with ``StringLikeIfExists``: pyarrow's
@@ -72,8 +86,7 @@ def bucket_prefix_policy(bucket_arn: str, prefix: str, kms_key_arn: str | None =
         },
     ]
     if kms_key_arn:
-        kms = {"Sid": "UseBucketKeyThroughS3", "Effect": "Allow", "Action": list(KMS_ACTIONS),
-               "Resource": kms_key_arn}
+        kms = {"Sid": "UseBucketKeyThroughS3", "Effect": "Allow", "Action": list(KMS_ACTIONS), "Resource": kms_key_arn}
         if region:
             kms["Condition"] = {"StringEquals": {"kms:ViaService": f"s3.{region}.amazonaws.com"}}
         statements.append(kms)
@@ -120,15 +133,27 @@ class PodStorageAccess(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         account_id = aws.get_caller_identity_output(opts=pulumi.InvokeOutputOptions(parent=self)).account_id
         trust = pulumi.Output.all(account_id, args.cluster_arn).apply(
-            lambda a: pod_identity_trust_policy(a[0], a[1], args.namespace, args.service_account))
-        self.role = aws.iam.Role(f"{name}-role", assume_role_policy=trust,
-                                 description=f"Ray pods ({args.namespace}/{args.service_account}): checkpoint storage",
-                                 tags=args.tags, opts=child)
+            lambda a: pod_identity_trust_policy(a[0], a[1], args.namespace, args.service_account)
+        )
+        self.role = aws.iam.Role(
+            f"{name}-role",
+            assume_role_policy=trust,
+            description=f"Ray pods ({args.namespace}/{args.service_account}): checkpoint storage",
+            tags=args.tags,
+            opts=child,
+        )
         policy = pulumi.Output.all(args.bucket_arn, args.kms_key_arn).apply(
-            lambda a: bucket_prefix_policy(a[0], args.prefix, a[1], args.region))
+            lambda a: bucket_prefix_policy(a[0], args.prefix, a[1], args.region)
+        )
         aws.iam.RolePolicy(f"{name}-bucket-prefix", role=self.role.id, policy=policy, opts=child)
         self.association = aws.eks.PodIdentityAssociation(
-            f"{name}-association", cluster_name=args.cluster_name, namespace=args.namespace,
-            service_account=args.service_account, role_arn=self.role.arn, tags=args.tags, opts=child)
+            f"{name}-association",
+            cluster_name=args.cluster_name,
+            namespace=args.namespace,
+            service_account=args.service_account,
+            role_arn=self.role.arn,
+            tags=args.tags,
+            opts=child,
+        )
         self.storage_uri = pulumi.Output.concat("s3://", args.bucket_name, "/", args.prefix)
         self.register_outputs({"roleArn": self.role.arn, "storageUri": self.storage_uri})

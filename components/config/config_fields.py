@@ -18,14 +18,23 @@ from typing import Any, Callable
 
 EFFECTS: dict[str, tuple[str, str]] = {
     "gpu-nodes": ("replaces GPU nodes", "a new GPU launch template version or node group: EKS replaces every GPU node"),
-    "system-node": ("replaces the system node", "a new system launch template version or node group: the Ray head and "
-                    "the KubeRay operator restart on the new node, so a running job stops"),
-    "ray-pods": ("recreates Ray pods", "KubeRay (`upgradeStrategy: Recreate`) deletes every Ray pod and creates it from "
-                 "the new spec: a running job stops; submit it again with the same `--name` to resume"),
+    "system-node": (
+        "replaces the system node",
+        "a new system launch template version or node group: the Ray head and "
+        "the KubeRay operator restart on the new node, so a running job stops",
+    ),
+    "ray-pods": (
+        "recreates Ray pods",
+        "KubeRay (`upgradeStrategy: Recreate`) deletes every Ray pod and creates it from "
+        "the new spec: a running job stops; submit it again with the same `--name` to resume",
+    ),
     "scale": ("scales", "adds or removes GPU nodes and Ray workers; the running pods stay"),
     "gate": ("re-runs the gate", "a new EFA gate Job: `pulumi up` waits for its verdict again"),
     "network": ("changes the network", "the VPC or its subnets change (read the note: AWS replaces some of them)"),
-    "cluster": ("changes the cluster", "the EKS cluster changes in a way AWS may refuse on a live cluster (read the note)"),
+    "cluster": (
+        "changes the cluster",
+        "the EKS cluster changes in a way AWS may refuse on a live cluster (read the note)",
+    ),
     "in-place": ("in place", "other resources are updated, created or deleted; nodes and Ray pods keep running"),
     "none": ("nothing", "no resource changes: the value is read by validation only"),
 }
@@ -54,8 +63,13 @@ def live(*effects: str, note: str = "") -> Live:
     return Live(tuple(effects), note)
 
 
-def key(default: Any = MISSING, *, factory: Callable[[], Any] | None = None, live: Live | None = None,
-        allowed: str | tuple[str, ...] | None = None) -> Any:
+def key(
+    default: Any = MISSING,
+    *,
+    factory: Callable[[], Any] | None = None,
+    live: Live | None = None,
+    allowed: str | tuple[str, ...] | None = None,
+) -> Any:
     """A ``StackConfig`` field with its live-change note and allowed values kept as field metadata.
 
     ``allowed`` is a tuple of the exact values the key takes, or a short text (a range, a grammar, a link); booleans

@@ -130,14 +130,16 @@ class Int(Grammar):
     def coerce(self, raw: Any) -> int:
         whole = to_whole(raw)
         if whole is None:
-            raise ValueProblem(f"must be a whole number, e.g. {self.example if self.example is not None else self.lo}",
-                               raw)
+            raise ValueProblem(
+                f"must be a whole number, e.g. {self.example if self.example is not None else self.lo}", raw
+            )
         return whole
 
     def check(self, value: Any) -> None:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueProblem(f"must be a whole number, e.g. {self.example if self.example is not None else self.lo}",
-                               value)
+            raise ValueProblem(
+                f"must be a whole number, e.g. {self.example if self.example is not None else self.lo}", value
+            )
         if value < self.lo:
             raise ValueProblem(self.below or f"must be >= {self.lo} (at most {self.hi})", value)
         if value > self.hi:
@@ -147,8 +149,19 @@ class Int(Grammar):
         return f" ({self.source})" if self.source else ""
 
     def boundary(self) -> list[Any]:
-        return [*super().boundary(), str(self.lo - 1), str(self.lo), str(self.hi), str(self.hi + 1),
-                f"{self.lo}.0", "2.5", str(10**12), str(-(10**12)), "true", "0x10"]
+        return [
+            *super().boundary(),
+            str(self.lo - 1),
+            str(self.lo),
+            str(self.hi),
+            str(self.hi + 1),
+            f"{self.lo}.0",
+            "2.5",
+            str(10**12),
+            str(-(10**12)),
+            "true",
+            "0x10",
+        ]
 
 
 @dataclass(frozen=True)
@@ -209,8 +222,11 @@ class Text(Grammar):
         if len(value) < self.min_len:
             raise ValueProblem(f"is empty; {self.fix}" if not value else self.fix, value)
         if len(value) > self.max_len:
-            raise ValueProblem(f"is {len(value)} characters, at most {self.max_len} are allowed"
-                               f"{' (' + self.source + ')' if self.source else ''}; {self.fix}", value)
+            raise ValueProblem(
+                f"is {len(value)} characters, at most {self.max_len} are allowed"
+                f"{' (' + self.source + ')' if self.source else ''}; {self.fix}",
+                value,
+            )
         if self.ascii_only and not re.fullmatch(r"[ -~]*", value):
             bad = next(c for c in value if not " " <= c <= "~")
             raise ValueProblem(f"contains {bad!r} (U+{ord(bad):04X}), which is not printable ASCII; {self.fix}", value)
@@ -218,8 +234,21 @@ class Text(Grammar):
             raise ValueProblem(self.fix, value)
 
     def boundary(self) -> list[Any]:
-        return [*super().boundary(), "a" * self.max_len, "a" * (self.max_len + 1), "A", "-a", "a-", "a b",
-                "a\nb", "ﬀ", "a" * 64, "a" * 65, "a" * 253, "a" * 254]
+        return [
+            *super().boundary(),
+            "a" * self.max_len,
+            "a" * (self.max_len + 1),
+            "A",
+            "-a",
+            "a-",
+            "a b",
+            "a\nb",
+            "ﬀ",
+            "a" * 64,
+            "a" * 65,
+            "a" * 253,
+            "a" * 254,
+        ]
 
 
 @dataclass(frozen=True)
@@ -241,8 +270,10 @@ class OneOf(Text):
         if value not in self.choices:
             near = [c for c in self.choices if isinstance(value, str) and c.lower() == value.lower()]
             hint = f" (did you mean {near[0]}?)" if near else ""
-            raise ValueProblem(f"must be one of {', '.join(self.choices)}{hint}"
-                               f"{' (' + self.source + ')' if self.source else ''}", value)
+            raise ValueProblem(
+                f"must be one of {', '.join(self.choices)}{hint}{' (' + self.source + ')' if self.source else ''}",
+                value,
+            )
 
     def boundary(self) -> list[Any]:
         return [*super().boundary(), *self.choices, *(c.upper() for c in self.choices), "other"]
@@ -295,8 +326,11 @@ class ListOf(Grammar):
         if not isinstance(value, list):
             raise ValueProblem("must be a list (a YAML/JSON list or comma-separated values)", value)
         if len(value) > self.max_items:
-            raise ValueProblem(f"has {len(value)} entries; at most {self.max_items} are allowed"
-                               f"{' (' + self.max_reason + ')' if self.max_reason else ''}", f"{len(value)} entries")
+            raise ValueProblem(
+                f"has {len(value)} entries; at most {self.max_items} are allowed"
+                f"{' (' + self.max_reason + ')' if self.max_reason else ''}",
+                f"{len(value)} entries",
+            )
         for item in value:
             try:
                 self.item.check(item)
@@ -339,19 +373,35 @@ class Cidr(Grammar):
         except ValueError:
             net = None
         if net is None:
-            raise ValueProblem(f"must be a CIDR such as {self.example} (an address, '/', a prefix length; the bits "
-                               "after the prefix zero)", value)
+            raise ValueProblem(
+                f"must be a CIDR such as {self.example} (an address, '/', a prefix length; the bits "
+                "after the prefix zero)",
+                value,
+            )
         if net.version != self.family:
-            raise ValueProblem(self.wrong_family or f"is IPv{net.version}; use an IPv{self.family} CIDR such as "
-                               f"{self.example}", value)
+            raise ValueProblem(
+                self.wrong_family or f"is IPv{net.version}; use an IPv{self.family} CIDR such as {self.example}", value
+            )
         if not self.min_prefix <= net.prefixlen <= self.max_prefix:
-            raise ValueProblem(self.out_of_range or f"prefix length must be /{self.min_prefix} to /{self.max_prefix}",
-                               value)
+            raise ValueProblem(
+                self.out_of_range or f"prefix length must be /{self.min_prefix} to /{self.max_prefix}", value
+            )
 
     def boundary(self) -> list[Any]:
-        return [*super().boundary(), "0.0.0.0/0", "::/0", "2001:db8::/32", "10.0.0.1/16", "10.0.0.0/33",
-                "256.0.0.0/8", "10.0.0.0", f"10.0.0.0/{self.min_prefix - 1}", f"10.0.0.0/{self.max_prefix}",
-                "10.0.0.0/-1", "banana"]
+        return [
+            *super().boundary(),
+            "0.0.0.0/0",
+            "::/0",
+            "2001:db8::/32",
+            "10.0.0.1/16",
+            "10.0.0.0/33",
+            "256.0.0.0/8",
+            "10.0.0.0",
+            f"10.0.0.0/{self.min_prefix - 1}",
+            f"10.0.0.0/{self.max_prefix}",
+            "10.0.0.0/-1",
+            "banana",
+        ]
 
 
 @dataclass(frozen=True)
@@ -415,38 +465,64 @@ class PrincipalArn(Grammar):
 
     def check(self, arn: Any) -> None:
         if not isinstance(arn, str) or not arn:
-            raise ValueProblem("must be an IAM role or user ARN such as arn:aws:iam::123456789012:role/platform-admins",
-                               arn)
+            raise ValueProblem(
+                "must be an IAM role or user ARN such as arn:aws:iam::123456789012:role/platform-admins", arn
+            )
         if len(arn) > ARN_MAX:
             raise ValueProblem(f"is {len(arn)} characters; IAM ARNs are at most {ARN_MAX} ({IAM_QUOTAS})", arn)
         if not re.fullmatch(r"[ -~]+", arn):
             bad = next(c for c in arn if not " " <= c <= "~")
-            raise ValueProblem(f"contains {bad!r} (U+{ord(bad):04X}); IAM names and paths are ASCII letters, digits "
-                               f"and + = , . @ _ - ({IAM_QUOTAS})", arn)
+            raise ValueProblem(
+                f"contains {bad!r} (U+{ord(bad):04X}); IAM names and paths are ASCII letters, digits "
+                f"and + = , . @ _ - ({IAM_QUOTAS})",
+                arn,
+            )
         sts = re.fullmatch(r"arn:(aws|aws-cn|aws-us-gov):sts::(\d{12}):assumed-role/([\w+=,.@-]+)/.*", arn)
         if sts:
-            raise ValueProblem(f"is an STS session, which access entries do not accept; use the role: "
-                               f"arn:{sts.group(1)}:iam::{sts.group(2)}:role/{sts.group(3)} (add its path if it has one)",
-                               arn)
+            raise ValueProblem(
+                f"is an STS session, which access entries do not accept; use the role: "
+                f"arn:{sts.group(1)}:iam::{sts.group(2)}:role/{sts.group(3)} (add its path if it has one)",
+                arn,
+            )
         m = PRINCIPAL_ARN.fullmatch(arn)
         rest = m.group(4) if m else ""
         path, _, name = rest.rpartition("/")
-        if not m or not re.fullmatch(rf"(?a:{IAM_NAME_CHARS}+)", name) or (
-                path and not re.fullmatch(rf"(?a:(/{IAM_NAME_CHARS}+)+)", path)):
-            raise ValueProblem("is not an IAM role or user ARN; expected arn:aws:iam::<12-digit account>:role/<name> "
-                               "or arn:aws:iam::<account>:user/<name> (groups and wildcards cannot have access entries)",
-                               arn)
+        if (
+            not m
+            or not re.fullmatch(rf"(?a:{IAM_NAME_CHARS}+)", name)
+            or (path and not re.fullmatch(rf"(?a:(/{IAM_NAME_CHARS}+)+)", path))
+        ):
+            raise ValueProblem(
+                "is not an IAM role or user ARN; expected arn:aws:iam::<12-digit account>:role/<name> "
+                "or arn:aws:iam::<account>:user/<name> (groups and wildcards cannot have access entries)",
+                arn,
+            )
         if len(name) > 64:
-            raise ValueProblem(f"the {m.group(3)} name is {len(name)} characters; IAM {m.group(3)} names are at most "
-                               f"64 ({IAM_QUOTAS})", arn)
+            raise ValueProblem(
+                f"the {m.group(3)} name is {len(name)} characters; IAM {m.group(3)} names are at most "
+                f"64 ({IAM_QUOTAS})",
+                arn,
+            )
         if len(path) + 1 > 512:
             raise ValueProblem(f"the path is {len(path) + 1} characters; IAM paths are at most 512 ({IAM_QUOTAS})", arn)
 
     def boundary(self) -> list[Any]:
         base = "arn:aws:iam::123456789012:role/"
-        return [*super().boundary(), base + "admins", base + "*", base + "a" * 64, base + "a" * 65, base + "ädmin",
-                base + "p/" * 300 + "x", "arn:aws:iam::123456789012:group/g", "arn:aws:sts::123456789012:assumed-role/A/s",
-                base, base + "a/", base + "a//b", "arn:aws:iam::12345:role/x"]
+        return [
+            *super().boundary(),
+            base + "admins",
+            base + "*",
+            base + "a" * 64,
+            base + "a" * 65,
+            base + "ädmin",
+            base + "p/" * 300 + "x",
+            "arn:aws:iam::123456789012:group/g",
+            "arn:aws:sts::123456789012:assumed-role/A/s",
+            base,
+            base + "a/",
+            base + "a//b",
+            "arn:aws:iam::12345:role/x",
+        ]
 
 
 S3_KEYS = "docs.aws.amazon.com/AmazonS3/latest/userguide/object-keys.html"
@@ -480,29 +556,59 @@ class S3KeyPrefix(Grammar):
         if not isinstance(prefix, str) or not prefix:
             raise ValueProblem(f"is empty; {fix}", prefix)
         if len(prefix.encode()) > S3_PREFIX_MAX:
-            raise ValueProblem(f"is {len(prefix.encode())} bytes; S3 keys are at most 1024 bytes with the run and file "
-                               f"names Ray appends, so the prefix may take {S3_PREFIX_MAX} ({S3_KEYS})", prefix)
+            raise ValueProblem(
+                f"is {len(prefix.encode())} bytes; S3 keys are at most 1024 bytes with the run and file "
+                f"names Ray appends, so the prefix may take {S3_PREFIX_MAX} ({S3_KEYS})",
+                prefix,
+            )
         wild = sorted({c for c in prefix if c in "*?$"})
         if wild:
-            raise ValueProblem(f"contains {''.join(wild)!r}: IAM reads * and ? as wildcards and ${{...}} as a policy "
-                               f"variable in the pods' policy (bucket/PREFIX/*, s3:prefix), which would widen it past "
-                               f"this prefix ({IAM_WILDCARDS}); {fix}", prefix)
+            raise ValueProblem(
+                f"contains {''.join(wild)!r}: IAM reads * and ? as wildcards and ${{...}} as a policy "
+                f"variable in the pods' policy (bucket/PREFIX/*, s3:prefix), which would widen it past "
+                f"this prefix ({IAM_WILDCARDS}); {fix}",
+                prefix,
+            )
         segments = prefix.split("/")
         if any(s in (".", "..") for s in segments):
-            raise ValueProblem(f"has a '.' or '..' path segment (path traversal: tools and SDKs normalise it, S3 does "
-                               f"not, so reads and writes would disagree on the key; {S3_KEYS}); {fix}", prefix)
+            raise ValueProblem(
+                f"has a '.' or '..' path segment (path traversal: tools and SDKs normalise it, S3 does "
+                f"not, so reads and writes would disagree on the key; {S3_KEYS}); {fix}",
+                prefix,
+            )
         if "" in segments:
-            raise ValueProblem(f"has a leading, trailing or double slash; {fix} (without leading/trailing slashes)",
-                               prefix)
+            raise ValueProblem(
+                f"has a leading, trailing or double slash; {fix} (without leading/trailing slashes)", prefix
+            )
         for s in segments:
             if not re.fullmatch(r"[A-Za-z0-9!_.'()-]+", s):
                 bad = next(c for c in s if not re.fullmatch(r"[A-Za-z0-9!_.'()-]", c))
-                raise ValueProblem(f"contains {bad!r}, outside S3's safe characters (letters, digits, ! - _ . ' ( ); "
-                                   f"{S3_KEYS}); {fix}", prefix)
+                raise ValueProblem(
+                    f"contains {bad!r}, outside S3's safe characters (letters, digits, ! - _ . ' ( ); "
+                    f"{S3_KEYS}); {fix}",
+                    prefix,
+                )
 
     def boundary(self) -> list[Any]:
-        return [*super().boundary(), "ray-train", "a/b", "*", "a/*", "a?", "${aws:username}", "a/../b", "./a", "..",
-                "/a", "a/", "a//b", "a b", "a" * S3_PREFIX_MAX, "a" * (S3_PREFIX_MAX + 1), "é" * 300]
+        return [
+            *super().boundary(),
+            "ray-train",
+            "a/b",
+            "*",
+            "a/*",
+            "a?",
+            "${aws:username}",
+            "a/../b",
+            "./a",
+            "..",
+            "/a",
+            "a/",
+            "a//b",
+            "a b",
+            "a" * S3_PREFIX_MAX,
+            "a" * (S3_PREFIX_MAX + 1),
+            "é" * 300,
+        ]
 
 
 # -- containers and Kubernetes ------------------------------------------------------------------------------------
@@ -536,11 +642,15 @@ def image_reference_problem(image: Any) -> str | None:
     if m is None:
         name, _, tag = image.rpartition("@")[0].rpartition(":") if "@" in image else image.rpartition(":")
         if tag and "/" not in tag and re.fullmatch(_NAME, name) and not re.fullmatch(_TAG, tag, re.ASCII):
-            return (f"the tag {tag[:40]!r}{'...' if len(tag) > 40 else ''} is not a valid tag (letters, digits, "
-                    "'_', '.', '-', at most 128 characters, not starting with '.' or '-')")
-        return ("is not an image reference (OCI distribution grammar: [registry[:port]/]lowercase/path[:tag]"
-                "[@sha256:digest], no spaces or uppercase in the path), e.g. "
-                "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1")
+            return (
+                f"the tag {tag[:40]!r}{'...' if len(tag) > 40 else ''} is not a valid tag (letters, digits, "
+                "'_', '.', '-', at most 128 characters, not starting with '.' or '-')"
+            )
+        return (
+            "is not an image reference (OCI distribution grammar: [registry[:port]/]lowercase/path[:tag]"
+            "[@sha256:digest], no spaces or uppercase in the path), e.g. "
+            "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1"
+        )
     if len(m.group("name")) > NAME_MAX:
         return f"the repository name is {len(m.group('name'))} characters; references allow at most {NAME_MAX}"
     digest = m.group("digest")
@@ -548,13 +658,17 @@ def image_reference_problem(image: Any) -> str | None:
         algorithm, _, encoded = digest.partition(":")
         pattern = DIGEST_ENCODED.get(algorithm)
         if pattern is None:
-            return (f"the digest algorithm {algorithm!r} is not one registries use; pin with @sha256: and 64 "
-                    "lowercase hex digits (opencontainers/go-digest)")
+            return (
+                f"the digest algorithm {algorithm!r} is not one registries use; pin with @sha256: and 64 "
+                "lowercase hex digits (opencontainers/go-digest)"
+            )
         if not pattern.fullmatch(encoded):
             want = 64 if algorithm == "sha256" else 128
-            return (f"the {algorithm} digest has {len(encoded)} characters{' with uppercase' if encoded.lower() != encoded else ''}; "
-                    f"it must be exactly {want} lowercase hex digits (opencontainers/go-digest), as "
-                    "`docker buildx imagetools inspect IMAGE` prints it")
+            return (
+                f"the {algorithm} digest has {len(encoded)} characters{' with uppercase' if encoded.lower() != encoded else ''}; "
+                f"it must be exactly {want} lowercase hex digits (opencontainers/go-digest), as "
+                "`docker buildx imagetools inspect IMAGE` prints it"
+            )
     return None
 
 
@@ -581,21 +695,35 @@ class ImageReference(Text):
             raise ValueProblem(problem, value)
         tag = image_tag(value)  # None when pinned by digest: in a valid reference '@' only starts the digest
         if tag is None and "@" not in value:
-            raise ValueProblem("needs an explicit tag (e.g. ...ray:train-ml-cuda-v1.1) or a digest (@sha256:...)",
-                               value)
+            raise ValueProblem(
+                "needs an explicit tag (e.g. ...ray:train-ml-cuda-v1.1) or a digest (@sha256:...)", value
+            )
         if tag == "latest":
             raise ValueProblem("':latest' is not reproducible; pin a versioned tag", value)
 
     def boundary(self) -> list[Any]:
         d = "a" * 64
-        return [*super().boundary(), "repo/ray", "repo/ray:latest", "repo/ray:1", f"repo/ray@sha256:{d}",
-                f"repo/ray@sha256:{d[:63]}", f"repo/ray@sha256:{d.upper()}", f"repo/ray@md5:{d}", "Repo/ray:1",
-                "repo/ray:" + "t" * 129, "my image:1"]
+        return [
+            *super().boundary(),
+            "repo/ray",
+            "repo/ray:latest",
+            "repo/ray:1",
+            f"repo/ray@sha256:{d}",
+            f"repo/ray@sha256:{d[:63]}",
+            f"repo/ray@sha256:{d.upper()}",
+            f"repo/ray@md5:{d}",
+            "Repo/ray:1",
+            "repo/ray:" + "t" * 129,
+            "my image:1",
+        ]
 
 
-SEMVER = re.compile(r"(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
-                    r"(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?"
-                    r"(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?", re.ASCII)
+SEMVER = re.compile(
+    r"(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
+    r"(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?"
+    r"(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?",
+    re.ASCII,
+)
 """Semantic Versioning 2.0.0 (semver.org, the suggested regular expression)."""
 
 
@@ -651,7 +779,9 @@ class LabelKey(Text):
     <= 63 alphanumerics, '-', '_', '.' with alphanumeric ends."""
 
     pattern: str = rf"(?:{DnsSubdomain.pattern}/)?{_LABEL_NAME}"
-    fix: str = "must be a label key: [dns-prefix/]name, name at most 63 letters, digits, '-', '_', '.', e.g. ray.io/node-type"
+    fix: str = (
+        "must be a label key: [dns-prefix/]name, name at most 63 letters, digits, '-', '_', '.', e.g. ray.io/node-type"
+    )
     max_len: int = 253 + 1 + 63
     source: str = "k8s.io/apimachinery/pkg/util/validation IsQualifiedName"
 
@@ -714,16 +844,29 @@ class HttpUrl(Text):
         if port == 0:
             raise ValueProblem(f"port 0 is no port (1..65535); {self.fix}", value)
         if parts.username or parts.password:
-            raise ValueProblem(f"carries credentials in the URL (they would sit in the Prometheus spec in clear); "
-                               f"{self.fix}", value)
+            raise ValueProblem(
+                f"carries credentials in the URL (they would sit in the Prometheus spec in clear); {self.fix}", value
+            )
 
     def boundary(self) -> list[Any]:
-        return [*super().boundary(), "https://h", "http://h:9090/api/v1/write", "ftp://h", "https://", "https://h:0",
-                "https://h:65536", "http://[::1", "https://u:p@h", "https://h/a b"]
+        return [
+            *super().boundary(),
+            "https://h",
+            "http://h:9090/api/v1/write",
+            "ftp://h",
+            "https://",
+            "https://h:0",
+            "https://h:65536",
+            "http://[::1",
+            "https://u:p@h",
+            "https://h/a b",
+        ]
 
 
-AMP_HOST = re.compile(r"aps-workspaces(?:-fips)?\.(?P<region>[a-z]{2}(?:-[a-z]+)+-[1-9]\d*)\."
-                      r"(?:amazonaws\.com(?:\.cn)?|api\.aws)")
+AMP_HOST = re.compile(
+    r"aps-workspaces(?:-fips)?\.(?P<region>[a-z]{2}(?:-[a-z]+)+-[1-9]\d*)\."
+    r"(?:amazonaws\.com(?:\.cn)?|api\.aws)"
+)
 """An Amazon Managed Service for Prometheus data-plane host: ``aps-workspaces[-fips].<region>.amazonaws.com`` (IPv4),
 ``....api.aws`` (dual-stack), ``....amazonaws.com.cn`` (China) (AWS General Reference, "Amazon Managed Service for
 Prometheus endpoints and quotas"). The region in the host is the one a write must be signed for."""
@@ -752,9 +895,11 @@ class RemoteWriteUrl(HttpUrl):
     """:class:`HttpUrl`; one on an AMP endpoint must name its region in the host the way AWS does, because the write
     is signed (SigV4) for that region and a host without one answers nothing."""
 
-    amp_fix: str = ("an Amazon Managed Service for Prometheus URL names its workspace's region: "
-                    "https://aps-workspaces.REGION.amazonaws.com/workspaces/WORKSPACE_ID/api/v1/remote_write "
-                    "(the remote write URL on the workspace's page)")
+    amp_fix: str = (
+        "an Amazon Managed Service for Prometheus URL names its workspace's region: "
+        "https://aps-workspaces.REGION.amazonaws.com/workspaces/WORKSPACE_ID/api/v1/remote_write "
+        "(the remote write URL on the workspace's page)"
+    )
 
     def check(self, value: Any) -> None:
         super().check(value)
@@ -765,9 +910,11 @@ class RemoteWriteUrl(HttpUrl):
             raise ValueProblem(f"host {host} is no AMP endpoint; {self.amp_fix}", value)
 
     def boundary(self) -> list[Any]:
-        return [*super().boundary(),
-                "https://aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-1/api/v1/remote_write",
-                "https://aps-workspaces.amazonaws.com/workspaces/ws-1/api/v1/remote_write"]
+        return [
+            *super().boundary(),
+            "https://aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-1/api/v1/remote_write",
+            "https://aps-workspaces.amazonaws.com/workspaces/ws-1/api/v1/remote_write",
+        ]
 
 
 PROMETHEUS_DURATION = re.compile(r"(?:\d+y)?(?:\d+w)?(?:\d+d)?(?:\d+h)?(?:\d+m)?(?:\d+s)?(?:\d+ms)?")
@@ -819,4 +966,3 @@ def problems(values: dict[str, Any], grammars: dict[str, Grammar]) -> list[tuple
         except ValueProblem as p:
             out.append((key, value if p.value is None else p.value, p.fix))
     return out
-

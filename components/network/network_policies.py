@@ -59,14 +59,25 @@ def same_namespace_ingress() -> dict[str, Any]:
 
 def from_namespaces(pod_labels: dict[str, str], namespaces: list[str], ports: list[int]) -> dict[str, Any]:
     """Pods labelled ``pod_labels`` (all, when empty) admit ``namespaces``' pods on ``ports`` (TCP) only."""
-    return {"podSelector": {"matchLabels": dict(pod_labels)} if pod_labels else {}, "policyTypes": ["Ingress"],
-            "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: ns}}}
-                                  for ns in sorted(set(namespaces))],
-                         "ports": [{"protocol": "TCP", "port": p} for p in ports]}]}
+    return {
+        "podSelector": {"matchLabels": dict(pod_labels)} if pod_labels else {},
+        "policyTypes": ["Ingress"],
+        "ingress": [
+            {
+                "from": [
+                    {"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: ns}}} for ns in sorted(set(namespaces))
+                ],
+                "ports": [{"protocol": "TCP", "port": p} for p in ports],
+            }
+        ],
+    }
 
 
 def from_anywhere(ports: list[int]) -> dict[str, Any]:
     """Every pod of the namespace admits any source on ``ports`` (TCP) only: an admission webhook, which the API
     server calls from its own addresses (no pod or namespace selector can name it)."""
-    return {"podSelector": {}, "policyTypes": ["Ingress"],
-            "ingress": [{"ports": [{"protocol": "TCP", "port": p} for p in ports]}]}
+    return {
+        "podSelector": {},
+        "policyTypes": ["Ingress"],
+        "ingress": [{"ports": [{"protocol": "TCP", "port": p} for p in ports]}],
+    }

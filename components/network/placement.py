@@ -22,20 +22,26 @@ def resolve_gpu_az(instance_type: str, availability_zone: str | None, region: st
     ``availability_zone``)."""
     azs = offering_azs(instance_type)
     if not azs:
-        raise ArgError("instance_type", instance_type,
-                       f"is not offered in any AZ of {region}; pick another type or region")
+        raise ArgError(
+            "instance_type", instance_type, f"is not offered in any AZ of {region}; pick another type or region"
+        )
     if availability_zone is None:
         return azs[0]
     if availability_zone not in azs:
-        raise ArgError("availability_zone", availability_zone,
-                       f"does not offer {instance_type}; use one of {', '.join(azs)}")
+        raise ArgError(
+            "availability_zone", availability_zone, f"does not offer {instance_type}; use one of {', '.join(azs)}"
+        )
     return availability_zone
 
 
-NETWORK_REQS = ("EKS user guide: View Amazon EKS networking requirements for VPC and subnets",
-                "https://docs.aws.amazon.com/eks/latest/userguide/network-reqs.html")
+NETWORK_REQS = (
+    "EKS user guide: View Amazon EKS networking requirements for VPC and subnets",
+    "https://docs.aws.amazon.com/eks/latest/userguide/network-reqs.html",
+)
 EKS_UNSUPPORTED_ZONE_IDS: dict[str, frozenset[str]] = {
-    "us-east-1": frozenset({"use1-az3"}), "us-west-1": frozenset({"usw1-az2"}), "ca-central-1": frozenset({"cac1-az3"}),
+    "us-east-1": frozenset({"use1-az3"}),
+    "us-west-1": frozenset({"usw1-az2"}),
+    "ca-central-1": frozenset({"cac1-az3"}),
 }
 """Zone IDs where EKS refuses cluster (control-plane) subnets with UnsupportedAvailabilityZoneException (NETWORK_REQS,
 "Subnet requirements for clusters": "The subnets can't reside in the following Availability Zones"). Listed by zone
@@ -44,8 +50,9 @@ ID: which AZ *name* that is differs from account to account."""
 
 def region_zone_ids() -> dict[str, str]:
     """AZ name -> zone ID of every AZ (``zone-type availability-zone``) of the provider's region, in this account."""
-    res = aws.get_availability_zones(state="available",
-                                     filters=[{"name": "zone-type", "values": ["availability-zone"]}])
+    res = aws.get_availability_zones(
+        state="available", filters=[{"name": "zone-type", "values": ["availability-zone"]}]
+    )
     return dict(zip(res.names, res.zone_ids or [None] * len(res.names)))
 
 
@@ -65,10 +72,13 @@ def cluster_azs(gpu_az: str, region: str | None = None) -> list[str]:
     usable = [az for az in sorted(ids) if ids[az] not in refused]
     ordered = ([gpu_az] if gpu_az in usable else []) + [az for az in usable if az != gpu_az]
     if len(ordered) < 2:
-        raise ArgError("gpu_az", gpu_az,
-                       f"the region has fewer than two AZs where EKS creates a control plane (zone IDs "
-                       f"{', '.join(f'{az}={ids[az]}' for az in sorted(ids))}; EKS refuses "
-                       f"{', '.join(sorted(refused)) or 'none'}: {NETWORK_REQS[1]}); EKS needs two")
+        raise ArgError(
+            "gpu_az",
+            gpu_az,
+            f"the region has fewer than two AZs where EKS creates a control plane (zone IDs "
+            f"{', '.join(f'{az}={ids[az]}' for az in sorted(ids))}; EKS refuses "
+            f"{', '.join(sorted(refused)) or 'none'}: {NETWORK_REQS[1]}); EKS needs two",
+        )
     return ordered[:2]
 
 
@@ -83,8 +93,10 @@ def gpu_az_note(gpu_az: str, cluster: list[str], region: str | None = None) -> s
     if gpu_az in cluster:
         return None
     zone = region_zone_ids().get(gpu_az, "?")
-    return (f"GPU AZ {gpu_az} is zone ID {zone} in this account, where EKS creates no cluster subnets "
-            f"({NETWORK_REQS[1]}): the cluster uses {', '.join(cluster)} and the GPU nodes get their own private "
-            f"subnet in {gpu_az}. EKS documents nodes in subnets the cluster does not have, but not this zone ID "
-            "for managed node groups: if CreateNodegroup answers UnsupportedAvailabilityZoneException, pick "
-            "another availabilityZone (ray-efa-eks preflight lists the zone IDs)")
+    return (
+        f"GPU AZ {gpu_az} is zone ID {zone} in this account, where EKS creates no cluster subnets "
+        f"({NETWORK_REQS[1]}): the cluster uses {', '.join(cluster)} and the GPU nodes get their own private "
+        f"subnet in {gpu_az}. EKS documents nodes in subnets the cluster does not have, but not this zone ID "
+        "for managed node groups: if CreateNodegroup answers UnsupportedAvailabilityZoneException, pick "
+        "another availabilityZone (ray-efa-eks preflight lists the zone IDs)"
+    )

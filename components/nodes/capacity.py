@@ -39,7 +39,9 @@ CAPACITY_MODES = (ON_DEMAND, RESERVATION, CAPACITY_BLOCK)
 
 RESERVATION_ID = re.compile(r"cr-(?:[0-9a-f]{8}|[0-9a-f]{17})")
 """EC2 Capacity Reservation ids (ODCRs and Capacity Blocks alike): ``cr-`` + 8 or 17 hex digits."""
-RESOURCE_GROUP_ARN = re.compile(r"arn:aws(?:-[a-z]+)*:resource-groups:([a-z0-9-]+):(\d{12}):group/[A-Za-z0-9._-]{1,300}")
+RESOURCE_GROUP_ARN = re.compile(
+    r"arn:aws(?:-[a-z]+)*:resource-groups:([a-z0-9-]+):(\d{12}):group/[A-Za-z0-9._-]{1,300}"
+)
 """A Capacity Reservation resource group (``AWS::EC2::CapacityReservationPool``): launches use any ODCR in it."""
 
 BLOCK_TERMINATION_LEAD_MINUTES = 30
@@ -100,23 +102,40 @@ def target_problem(mode: str, reservation: str | None) -> ArgError | None:
         return ArgError("mode", mode, f"must be one of {', '.join(CAPACITY_MODES)}")
     if mode == ON_DEMAND:
         if reservation:
-            return ArgError("reservation", reservation, lambda n: f"is set but {n('mode')} is on-demand; set "
-                            f"{n('mode')}: reservation (ODCR) or capacity-block, or remove the id")
+            return ArgError(
+                "reservation",
+                reservation,
+                lambda n: (
+                    f"is set but {n('mode')} is on-demand; set "
+                    f"{n('mode')}: reservation (ODCR) or capacity-block, or remove the id"
+                ),
+            )
         return None
     if not reservation:
-        what = "the Capacity Block's reservation id (cr-...)" if mode == CAPACITY_BLOCK else \
-            "the ODCR id (cr-...) or its resource group ARN (arn:aws:resource-groups:REGION:ACCOUNT:group/NAME)"
+        what = (
+            "the Capacity Block's reservation id (cr-...)"
+            if mode == CAPACITY_BLOCK
+            else "the ODCR id (cr-...) or its resource group ARN (arn:aws:resource-groups:REGION:ACCOUNT:group/NAME)"
+        )
         return ArgError("reservation", reservation, lambda n: f"{n('mode')} {mode} needs {what}")
     if RESERVATION_ID.fullmatch(reservation):
         return None
     if RESOURCE_GROUP_ARN.fullmatch(reservation):
         if mode == CAPACITY_BLOCK:
-            return ArgError("reservation", reservation, "a Capacity Block is targeted by its own id (cr-...), not a "
-                            "resource group; aws ec2 describe-capacity-reservations --filters "
-                            "Name=reservation-type,Values=capacity-block lists them")
+            return ArgError(
+                "reservation",
+                reservation,
+                "a Capacity Block is targeted by its own id (cr-...), not a "
+                "resource group; aws ec2 describe-capacity-reservations --filters "
+                "Name=reservation-type,Values=capacity-block lists them",
+            )
         return None
-    return ArgError("reservation", reservation, "must be a reservation id (cr- + 8 or 17 hex digits) or a resource "
-                    "group ARN (arn:aws:resource-groups:REGION:ACCOUNT:group/NAME)")
+    return ArgError(
+        "reservation",
+        reservation,
+        "must be a reservation id (cr- + 8 or 17 hex digits) or a resource "
+        "group ARN (arn:aws:resource-groups:REGION:ACCOUNT:group/NAME)",
+    )
 
 
 PLACEMENT_GROUP_NAME = re.compile(r"(?!arn:)[!-~](?:[ -~]{0,253}[!-~])?")
@@ -137,19 +156,33 @@ def placement_problem(mode: str, placement_group: str | None) -> ArgError | None
     if placement_group is None:
         return None
     if mode != RESERVATION:
-        why = ("the stack creates its own cluster placement group on demand" if mode == ON_DEMAND
-               else "EC2 places a Capacity Block itself; a placement group conflicts with it")
-        return ArgError("placement_group", placement_group, lambda n: f"only for {n('mode')} reservation ({why}); "
-                        "remove it")
+        why = (
+            "the stack creates its own cluster placement group on demand"
+            if mode == ON_DEMAND
+            else "EC2 places a Capacity Block itself; a placement group conflicts with it"
+        )
+        return ArgError(
+            "placement_group", placement_group, lambda n: f"only for {n('mode')} reservation ({why}); remove it"
+        )
     if not PLACEMENT_GROUP_NAME.fullmatch(placement_group):
-        return ArgError("placement_group", placement_group, "must be a placement group name (up to 255 ASCII "
-                                                            "characters: what follows placement-group/ in the ODCR's "
-                                                            "PlacementGroupArn), not the ARN")
+        return ArgError(
+            "placement_group",
+            placement_group,
+            "must be a placement group name (up to 255 ASCII "
+            "characters: what follows placement-group/ in the ODCR's "
+            "PlacementGroupArn), not the ARN",
+        )
     return None
 
 
-def config_problem(mode: str, reservation: str | None, instance_type: Any, availability_zone: str | None,
-                   region: str, placement_group: str | None = None) -> ArgError | None:
+def config_problem(
+    mode: str,
+    reservation: str | None,
+    instance_type: Any,
+    availability_zone: str | None,
+    region: str,
+    placement_group: str | None = None,
+) -> ArgError | None:
     """The first capacity argument that cannot work with this type/AZ/region (named as here), else None."""
     problem = target_problem(mode, reservation) or placement_problem(mode, placement_group)
     if problem:
@@ -160,15 +193,30 @@ def config_problem(mode: str, reservation: str | None, instance_type: Any, avail
         from .instances import CATALOGUE
 
         have = sorted(n for n, t in CATALOGUE.items() if t.capacity_blocks)
-        return ArgError("mode", mode, lambda n: f"EC2 sells no Capacity Blocks of {instance_type.name}; use one of "
-                        f"{', '.join(have)}, or {n('mode')} reservation/on-demand")
+        return ArgError(
+            "mode",
+            mode,
+            lambda n: (
+                f"EC2 sells no Capacity Blocks of {instance_type.name}; use one of "
+                f"{', '.join(have)}, or {n('mode')} reservation/on-demand"
+            ),
+        )
     if availability_zone is None:
-        return ArgError("availability_zone", None, lambda n: f"{n('mode')} {mode} needs the reservation's AZ here (a "
-                        "reservation lives in one AZ); `ray-efa-eks preflight --capacity-reservation-id ID` prints it")
+        return ArgError(
+            "availability_zone",
+            None,
+            lambda n: (
+                f"{n('mode')} {mode} needs the reservation's AZ here (a "
+                "reservation lives in one AZ); `ray-efa-eks preflight --capacity-reservation-id ID` prints it"
+            ),
+        )
     m = RESOURCE_GROUP_ARN.fullmatch(reservation or "")
     if m and m.group(1) != region:
-        return ArgError("reservation", reservation, f"the resource group is in {m.group(1)}, the stack in {region}; "
-                        f"use a group of {region}")
+        return ArgError(
+            "reservation",
+            reservation,
+            f"the resource group is in {m.group(1)}, the stack in {region}; use a group of {region}",
+        )
     return None
 
 
@@ -185,30 +233,62 @@ class CapacityBlock:
     state: str | None
 
 
-def block_problem(block: CapacityBlock, instance_type: str, availability_zone: str,
-                  node_count: int) -> ArgError | None:
+def block_problem(block: CapacityBlock, instance_type: str, availability_zone: str, node_count: int) -> ArgError | None:
     """The argument that cannot run in this block (``reservation``, ``availability_zone``, ``instance_type``,
     ``node_count``), else None. Unknown fields are not judged."""
     if block.state == "payment-failed":
-        return ArgError("reservation", block.id, lambda n: "the Capacity Block is payment-failed: EC2 never starts "
-                        f"it, so its nodes would never launch; buy a new block or set {n('mode')}: on-demand")
+        return ArgError(
+            "reservation",
+            block.id,
+            lambda n: (
+                "the Capacity Block is payment-failed: EC2 never starts "
+                f"it, so its nodes would never launch; buy a new block or set {n('mode')}: on-demand"
+            ),
+        )
     if block.state in DEAD_BLOCK_STATES:
-        return ArgError("reservation", block.id, lambda n: f"the Capacity Block is {block.state} (ended "
-                        f"{block.end_date}); buy a new block or set {n('mode')}: on-demand")
+        return ArgError(
+            "reservation",
+            block.id,
+            lambda n: (
+                f"the Capacity Block is {block.state} (ended "
+                f"{block.end_date}); buy a new block or set {n('mode')}: on-demand"
+            ),
+        )
     if block.availability_zone and block.availability_zone != availability_zone:
-        return ArgError("availability_zone", availability_zone, lambda n: f"the Capacity Block {block.id} is in "
-                        f"{block.availability_zone}; set {n('availability_zone')}: {block.availability_zone}")
+        return ArgError(
+            "availability_zone",
+            availability_zone,
+            lambda n: (
+                f"the Capacity Block {block.id} is in "
+                f"{block.availability_zone}; set {n('availability_zone')}: {block.availability_zone}"
+            ),
+        )
     if block.instance_type and block.instance_type != instance_type:
-        return ArgError("instance_type", instance_type, lambda n: f"the Capacity Block {block.id} holds "
-                        f"{block.instance_type}; set {n('instance_type')}: {block.instance_type}")
+        return ArgError(
+            "instance_type",
+            instance_type,
+            lambda n: (
+                f"the Capacity Block {block.id} holds "
+                f"{block.instance_type}; set {n('instance_type')}: {block.instance_type}"
+            ),
+        )
     if block.instance_count is not None and node_count > block.instance_count:
-        return ArgError("node_count", node_count, f"the Capacity Block {block.id} holds {block.instance_count} "
-                        f"instances; use at most {block.instance_count}")
+        return ArgError(
+            "node_count",
+            node_count,
+            f"the Capacity Block {block.id} holds {block.instance_count} instances; use at most {block.instance_count}",
+        )
     return None
 
 
-def reservation_problem(reservation_id: str, described: dict[str, Any], instance_type: str, availability_zone: str,
-                        node_count: int, placement_group: str | None) -> ArgError | None:
+def reservation_problem(
+    reservation_id: str,
+    described: dict[str, Any],
+    instance_type: str,
+    availability_zone: str,
+    node_count: int,
+    placement_group: str | None,
+) -> ArgError | None:
     """The argument that cannot launch into this ODCR as EC2 describes it, else None.
 
     ``described``: availability_zone, instance_type, instance_count, placement_group_arn (None = not known, not judged).
@@ -217,16 +297,25 @@ def reservation_problem(reservation_id: str, described: dict[str, Any], instance
     """
     az = described.get("availability_zone")
     if az and az != availability_zone:
-        return ArgError("availability_zone", availability_zone, lambda n: f"the reservation {reservation_id} is in "
-                        f"{az}; set {n('availability_zone')}: {az}")
+        return ArgError(
+            "availability_zone",
+            availability_zone,
+            lambda n: f"the reservation {reservation_id} is in {az}; set {n('availability_zone')}: {az}",
+        )
     itype = described.get("instance_type")
     if itype and itype != instance_type:
-        return ArgError("instance_type", instance_type, lambda n: f"the reservation {reservation_id} holds {itype}; "
-                        f"set {n('instance_type')}: {itype}")
+        return ArgError(
+            "instance_type",
+            instance_type,
+            lambda n: f"the reservation {reservation_id} holds {itype}; set {n('instance_type')}: {itype}",
+        )
     count = described.get("instance_count")
     if count is not None and node_count > int(count):
-        return ArgError("node_count", node_count, f"the reservation {reservation_id} holds {int(count)} instances; "
-                        f"use at most {int(count)}")
+        return ArgError(
+            "node_count",
+            node_count,
+            f"the reservation {reservation_id} holds {int(count)} instances; use at most {int(count)}",
+        )
     pg_arn = described.get("placement_group_arn")
     if pg_arn is not None:
         # arn:aws:ec2:REGION:ACCOUNT:placement-group/NAME; EC2 limits NAME only to 255 ASCII characters
@@ -234,9 +323,15 @@ def reservation_problem(reservation_id: str, described: dict[str, Any], instance
         # so NAME is all the text after the first '/', which may hold another '/'
         group = pg_arn.partition("/")[2] or None
         if group != placement_group:
-            return ArgError("placement_group", placement_group, lambda n: (
-                f"set {n('placement_group')}: {group} (the reservation was made in that cluster placement group)"
-                if group else f"remove {n('placement_group')}: the reservation is in no placement group"))
+            return ArgError(
+                "placement_group",
+                placement_group,
+                lambda n: (
+                    f"set {n('placement_group')}: {group} (the reservation was made in that cluster placement group)"
+                    if group
+                    else f"remove {n('placement_group')}: the reservation is in no placement group"
+                ),
+            )
     return None
 
 
@@ -246,6 +341,12 @@ def read_capacity_block(reservation_id: str) -> CapacityBlock:
 
     r = aws.ec2.get_capacity_block_reservation(id=reservation_id)
     count = r.instance_count
-    return CapacityBlock(reservation_id, r.availability_zone or None, r.instance_type or None,
-                         int(count) if count is not None else None, r.start_date or None, r.end_date or None,
-                         r.state or None)
+    return CapacityBlock(
+        reservation_id,
+        r.availability_zone or None,
+        r.instance_type or None,
+        int(count) if count is not None else None,
+        r.start_date or None,
+        r.end_date or None,
+        r.state or None,
+    )

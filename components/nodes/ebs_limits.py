@@ -34,10 +34,14 @@ def gp3_problem(size_gib: int, iops: int | None, throughput: int | None) -> str 
     if throughput is not None and not GP3_BASELINE_THROUGHPUT <= throughput <= GP3_MAX_THROUGHPUT:
         return f"gp3 throughput {throughput} MiB/s is outside {GP3_BASELINE_THROUGHPUT}..{GP3_MAX_THROUGHPUT}"
     if iops is not None and iops > GP3_IOPS_PER_GIB * size_gib:
-        return (f"gp3 IOPS {iops} on {size_gib} GiB is above {GP3_IOPS_PER_GIB} IOPS per GiB "
-                f"(at most {GP3_IOPS_PER_GIB * size_gib})")
+        return (
+            f"gp3 IOPS {iops} on {size_gib} GiB is above {GP3_IOPS_PER_GIB} IOPS per GiB "
+            f"(at most {GP3_IOPS_PER_GIB * size_gib})"
+        )
     if throughput is not None and throughput > GP3_MIBPS_PER_IOPS * eff_iops:
-        return (f"gp3 throughput {throughput} MiB/s with {eff_iops} IOPS is above {GP3_MIBPS_PER_IOPS} MiB/s per "
-                f"provisioned IOPS (at most {int(GP3_MIBPS_PER_IOPS * eff_iops)} MiB/s; {throughput} needs "
-                f"{throughput * 4} IOPS)")
+        return (
+            f"gp3 throughput {throughput} MiB/s with {eff_iops} IOPS is above {GP3_MIBPS_PER_IOPS} MiB/s per "
+            f"provisioned IOPS (at most {int(GP3_MIBPS_PER_IOPS * eff_iops)} MiB/s; {throughput} needs "
+            f"{throughput * 4} IOPS)"
+        )
     return None

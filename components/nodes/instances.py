@@ -51,8 +51,11 @@ class NoPrice(LookupError):
     def __init__(self, region: str, what: str):
         self.region = region
         self.what = what
-        why = ("the price source has no figure for it" if region in PRICED_REGIONS
-               else f"prices are held for {', '.join(PRICED_REGIONS)} only")
+        why = (
+            "the price source has no figure for it"
+            if region in PRICED_REGIONS
+            else f"prices are held for {', '.join(PRICED_REGIONS)} only"
+        )
         super().__init__(f"no price for {region} ({what}; {why}, see components/nodes/instances.py)")
 
 
@@ -114,11 +117,24 @@ class InstanceType:
 
 def _from_json(name: str, d: dict[str, Any]) -> InstanceType:
     return InstanceType(
-        name, d["vcpus"], d["memory_mib"], d.get("gpus", 0), d.get("gpu_model"), d.get("gpu_memory_mib", 0),
-        d.get("efa_supported", False), d.get("max_efa_interfaces", 0), d["network_cards"],
-        d.get("gpudirect_rdma", False), dict(d.get("price_usd_hour", {})), tuple(d.get("efa_cards", ())),
-        d.get("efa_only_supported", False), float(d.get("efa_gbps", 0.0)), d.get("capacity_blocks", False),
-        d.get("gpu_compute_capability"), d.get("max_pods", 0))
+        name,
+        d["vcpus"],
+        d["memory_mib"],
+        d.get("gpus", 0),
+        d.get("gpu_model"),
+        d.get("gpu_memory_mib", 0),
+        d.get("efa_supported", False),
+        d.get("max_efa_interfaces", 0),
+        d["network_cards"],
+        d.get("gpudirect_rdma", False),
+        dict(d.get("price_usd_hour", {})),
+        tuple(d.get("efa_cards", ())),
+        d.get("efa_only_supported", False),
+        float(d.get("efa_gbps", 0.0)),
+        d.get("capacity_blocks", False),
+        d.get("gpu_compute_capability"),
+        d.get("max_pods", 0),
+    )
 
 
 CATALOGUE: dict[str, InstanceType] = {name: _from_json(name, d) for name, d in _DATA["types"].items()}

@@ -79,20 +79,22 @@ def node_config_user_data(feature_gates: dict[str, bool]) -> str:
     that runs its own AMI type.
     """
     gates = "".join(f"    {name}: {'true' if on else 'false'}\n" for name, on in sorted(feature_gates.items()))
-    doc = ("MIME-Version: 1.0\n"
-           'Content-Type: multipart/mixed; boundary="//"\n'
-           "\n"
-           "--//\n"
-           "Content-Type: application/node.eks.aws\n"
-           "\n"
-           "---\n"
-           "apiVersion: node.eks.aws/v1alpha1\n"
-           "kind: NodeConfig\n"
-           "spec:\n"
-           "  featureGates:\n"
-           f"{gates}"
-           "\n"
-           "--//--\n")
+    doc = (
+        "MIME-Version: 1.0\n"
+        'Content-Type: multipart/mixed; boundary="//"\n'
+        "\n"
+        "--//\n"
+        "Content-Type: application/node.eks.aws\n"
+        "\n"
+        "---\n"
+        "apiVersion: node.eks.aws/v1alpha1\n"
+        "kind: NodeConfig\n"
+        "spec:\n"
+        "  featureGates:\n"
+        f"{gates}"
+        "\n"
+        "--//--\n"
+    )
     return base64.b64encode(doc.encode()).decode()
 
 
@@ -113,8 +115,11 @@ class NodeHardening:
             raise ValueError("kms_key_id needs encrypt_root_volume=True")
 
     def metadata_options(self) -> dict[str, Any]:
-        return {"http_endpoint": "enabled", "http_tokens": "required",
-                "http_put_response_hop_limit": self.imds_hop_limit}
+        return {
+            "http_endpoint": "enabled",
+            "http_tokens": "required",
+            "http_put_response_hop_limit": self.imds_hop_limit,
+        }
 
     def root_volume(self, size_gib: int, performance: Gp3Performance | None = None) -> dict[str, Any]:
         """The root ``block_device_mappings`` entry (the provider types ``encrypted`` as a string); ``performance``
@@ -125,16 +130,21 @@ class NodeHardening:
             problem = gp3_problem(size_gib, performance.iops, performance.throughput_mibps)
             if problem:
                 raise ValueError(f"{problem} ({GP3_DOC})")
-        ebs: dict[str, Any] = {"volume_size": size_gib, "volume_type": "gp3", "delete_on_termination": "true",
-                               "encrypted": "true" if self.encrypt_root_volume else "false",
-                               **(performance.ebs() if performance is not None else {})}
+        ebs: dict[str, Any] = {
+            "volume_size": size_gib,
+            "volume_type": "gp3",
+            "delete_on_termination": "true",
+            "encrypted": "true" if self.encrypt_root_volume else "false",
+            **(performance.ebs() if performance is not None else {}),
+        }
         if self.kms_key_id:
             ebs["kms_key_id"] = self.kms_key_id
         return {"device_name": ROOT_DEVICE, "ebs": ebs}
 
 
-def efa_network_interfaces(instance_type: InstanceType, security_group_ids: pulumi.Input[Sequence[str]]
-                           ) -> list[dict[str, Any]]:
+def efa_network_interfaces(
+    instance_type: InstanceType, security_group_ids: pulumi.Input[Sequence[str]]
+) -> list[dict[str, Any]]:
     """One EFA interface per EFA-capable network card (catalogue ``efa_card_indexes``), efa-only where supported.
 
     AWS, "Maximize network bandwidth on Amazon EC2 instances with multiple network cards"
@@ -150,18 +160,25 @@ def efa_network_interfaces(instance_type: InstanceType, security_group_ids: pulu
     if not instance_type.efa_supported or not cards:
         raise ValueError(f"{instance_type.name} does not support EFA; pick an EFA type or turn EFA off")
     if len(cards) != instance_type.max_efa_interfaces or max(cards) >= instance_type.network_cards:
-        raise ValueError(f"{instance_type.name}: catalogue says {instance_type.max_efa_interfaces} EFA interfaces on "
-                         f"cards {list(cards)} of {instance_type.network_cards}; EC2 allows one EFA per card")
+        raise ValueError(
+            f"{instance_type.name}: catalogue says {instance_type.max_efa_interfaces} EFA interfaces on "
+            f"cards {list(cards)} of {instance_type.network_cards}; EC2 allows one EFA per card"
+        )
     common = {"security_groups": security_group_ids, "delete_on_termination": "true"}
     if instance_type.efa_only_supported:  # ENA primary (no interface_type = "interface"), efa-only everywhere else
-        return [{"network_card_index": 0, "device_index": 0, **common},
-                *({"network_card_index": i, "device_index": 1 if i == 0 else 0, "interface_type": "efa-only",
-                   **common} for i in cards)]
+        return [
+            {"network_card_index": 0, "device_index": 0, **common},
+            *(
+                {"network_card_index": i, "device_index": 1 if i == 0 else 0, "interface_type": "efa-only", **common}
+                for i in cards
+            ),
+        ]
     out: list[dict[str, Any]] = []
     if 0 not in cards:  # the primary interface still has to exist: ENA only
         out.append({"network_card_index": 0, "device_index": 0, **common})
-    out += [{"network_card_index": i, "device_index": 0 if i == 0 else 1, "interface_type": "efa", **common}
-            for i in cards]
+    out += [
+        {"network_card_index": i, "device_index": 0 if i == 0 else 1, "interface_type": "efa", **common} for i in cards
+    ]
     return out
 
 
@@ -199,7 +216,9 @@ class NodeLaunchTemplateArgs:
     """Base64 MIME multi-part user data (:func:`node_config_user_data`); None: EKS's bootstrap alone."""
 
 
-def node_launch_template(name: str, args: NodeLaunchTemplateArgs, opts: pulumi.ResourceOptions) -> aws.ec2.LaunchTemplate:
+def node_launch_template(
+    name: str, args: NodeLaunchTemplateArgs, opts: pulumi.ResourceOptions
+) -> aws.ec2.LaunchTemplate:
     """The launch template a managed node group uses (``launch_template={"id": ..., "version": ...}``)."""
     props = launch_template_data(name, args)
     if args.template_tags:
@@ -237,9 +256,11 @@ def launch_template_data(name: str, args: NodeLaunchTemplateArgs) -> dict[str, A
         props["network_interfaces"] = args.network_interfaces
     if args.placement_group_name is not None:
         if not capacity.cluster_placement_group and args.placement_group_name != capacity.placement_group:
-            raise ValueError(f"{name}: a new cluster placement group conflicts with gpuCapacity {capacity.mode} "
-                             "(launches fail with InsufficientInstanceCapacity); leave it out, or name the group "
-                             "the ODCR was created in (GpuCapacity.placement_group)")
+            raise ValueError(
+                f"{name}: a new cluster placement group conflicts with gpuCapacity {capacity.mode} "
+                "(launches fail with InsufficientInstanceCapacity); leave it out, or name the group "
+                "the ODCR was created in (GpuCapacity.placement_group)"
+            )
         props["placement"] = {"group_name": args.placement_group_name}
     spec = capacity.capacity_reservation_specification()
     if spec and args.reservation_id is not None and not capacity.is_group:

@@ -26,8 +26,17 @@ import pulumi_eks as eks
 from .capacity import CAPACITY_BLOCK, RESERVATION, GpuCapacity, reservation_problem
 from ..config.errors import ArgError
 from .instances import InstanceType
-from .launch_template import (FAST_IMAGE_PULL, Gp3Performance, NodeHardening, NodeLaunchTemplateArgs, data_fingerprint,
-                              efa_network_interfaces, launch_template_ref, node_config_user_data, node_launch_template)
+from .launch_template import (
+    FAST_IMAGE_PULL,
+    Gp3Performance,
+    NodeHardening,
+    NodeLaunchTemplateArgs,
+    data_fingerprint,
+    efa_network_interfaces,
+    launch_template_ref,
+    node_config_user_data,
+    node_launch_template,
+)
 from .rollout_guards import gpu_template_hooks, system_template_hooks, template_tags
 from ..kube import GPU_ROLE, GPU_TAINT, POD_EFFECT, ROLE_LABEL, SYSTEM_ROLE
 
@@ -97,14 +106,18 @@ class SystemNodeGroup(pulumi.ComponentResource):
     def __init__(self, name: str, args: SystemNodeGroupArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("ray-efa-eks:index:SystemNodeGroup", name, None, opts)
         if args.instance_type.gpus:
-            raise ValueError(f"SystemNodeGroup {name}: {args.instance_type.name} has GPUs; use a CPU type for the system node")
+            raise ValueError(
+                f"SystemNodeGroup {name}: {args.instance_type.name} has GPUs; use a CPU type for the system node"
+            )
         self.labels = {ROLE_LABEL: SYSTEM_ROLE}
         n = args.node_count
         child = pulumi.ResourceOptions(parent=self)
         lt_args = NodeLaunchTemplateArgs(
-            hardening=args.hardening, root_volume_gib=args.root_volume_gib,
+            hardening=args.hardening,
+            root_volume_gib=args.root_volume_gib,
             template_tags=template_tags(SYSTEM_ROLE, n, "on-demand", args.kubernetes_version or ""),
-            hooks=system_template_hooks(f"{name}-lt"))
+            hooks=system_template_hooks(f"{name}-lt"),
+        )
         self.launch_template = node_launch_template(f"{name}-lt", lt_args, child)
         self.template_fingerprint = data_fingerprint(f"{name}-lt", lt_args)
         self.node_group = eks.ManagedNodeGroup(
@@ -196,11 +209,15 @@ class EfaGpuNodeGroup(pulumi.ComponentResource):
         if it.gpus == 0:
             raise ValueError(f"EfaGpuNodeGroup {name}: {it.name} has no GPU")
         if args.efa and not it.efa_supported:
-            raise ValueError(f"EfaGpuNodeGroup {name}: {it.name} does not support EFA; pick an EFA type or set efa=False")
+            raise ValueError(
+                f"EfaGpuNodeGroup {name}: {it.name} does not support EFA; pick an EFA type or set efa=False"
+            )
         if args.node_count < 0:
             raise ValueError(f"EfaGpuNodeGroup {name}: node_count must be >= 0, got {args.node_count}")
         if args.efa and args.node_count == 1 and not args.allow_single_node:
-            raise ValueError(f"EfaGpuNodeGroup {name}: EFA on one node has no peer; use >= 2 nodes or allow_single_node=True")
+            raise ValueError(
+                f"EfaGpuNodeGroup {name}: EFA on one node has no peer; use >= 2 nodes or allow_single_node=True"
+            )
         self.labels = {ROLE_LABEL: GPU_ROLE, "ray-efa-eks/instance-type": it.name, **args.extra_labels}
         self.efa_interfaces_per_node = it.max_efa_interfaces if args.efa else 0
         child = pulumi.ResourceOptions(parent=self)
@@ -223,15 +240,20 @@ class EfaGpuNodeGroup(pulumi.ComponentResource):
         if args.efa and args.capacity.cluster_placement_group:
             self.placement_group = aws.ec2.PlacementGroup(f"{name}-pg", strategy="cluster", opts=child)
         lt_args = NodeLaunchTemplateArgs(
-            hardening=args.hardening, root_volume_gib=args.root_volume_gib,
+            hardening=args.hardening,
+            root_volume_gib=args.root_volume_gib,
             network_interfaces=efa_network_interfaces(it, [args.cluster_security_group_id]) if args.efa else None,
             placement_group_name=self.placement_group.name if self.placement_group else args.capacity.placement_group,
-            capacity=args.capacity, reservation_id=checked_reservation(name, it.name, args, child, self),
+            capacity=args.capacity,
+            reservation_id=checked_reservation(name, it.name, args, child, self),
             instance_type=it.name if in_template else None,
-            template_tags=template_tags(GPU_ROLE, n, args.capacity.mode, args.kubernetes_version or "",
-                                        args.workers_to_delete, args.autoscaled),
-            hooks=gpu_template_hooks(f"{name}-lt"), root_volume_performance=args.root_volume_performance,
-            user_data=node_config_user_data({FAST_IMAGE_PULL: True}) if args.fast_image_pull else None)
+            template_tags=template_tags(
+                GPU_ROLE, n, args.capacity.mode, args.kubernetes_version or "", args.workers_to_delete, args.autoscaled
+            ),
+            hooks=gpu_template_hooks(f"{name}-lt"),
+            root_volume_performance=args.root_volume_performance,
+            user_data=node_config_user_data({FAST_IMAGE_PULL: True}) if args.fast_image_pull else None,
+        )
         self.launch_template = node_launch_template(f"{name}-lt", lt_args, child)
         self.template_fingerprint = data_fingerprint(f"{name}-lt", lt_args)
         self.node_group = eks.ManagedNodeGroup(
@@ -250,8 +272,11 @@ class EfaGpuNodeGroup(pulumi.ComponentResource):
             # scale-down terminate the chosen idle instances (EC2 Auto Scaling TerminateInstanceInAutoScalingGroup with
             # --should-decrement-desired-capacity refuses to go below the minimum; docs/upgrades.md).
             # From zero: the Cluster Autoscaler owns desired, pulumi up must not set it back (ignoreScalingChanges).
-            scaling_config=({"desired_size": 0, "min_size": 0, "max_size": max(n, 1)} if args.scale_from_zero
-                            else {"desired_size": n, "min_size": 0, "max_size": max(n, 1)}),
+            scaling_config=(
+                {"desired_size": 0, "min_size": 0, "max_size": max(n, 1)}
+                if args.scale_from_zero
+                else {"desired_size": n, "min_size": 0, "max_size": max(n, 1)}
+            ),
             ignore_scaling_changes=True if args.scale_from_zero else None,
             labels=self.labels,
             taints=[GPU_TAINT, *args.startup_taints],
@@ -260,9 +285,12 @@ class EfaGpuNodeGroup(pulumi.ComponentResource):
         if args.scale_from_zero:
             asg = self.node_group.node_group.apply(_asg_name)
             for key, value in scale_from_zero_tags(it, args.efa, args.startup_taints).items():
-                aws.autoscaling.Tag(f"{name}-ca-" + re.sub(r'[^a-z0-9]+', '-', key[len(CA_TEMPLATE):].lower()),
-                                    autoscaling_group_name=asg,
-                                    tag={"key": key, "value": value, "propagate_at_launch": False}, opts=child)
+                aws.autoscaling.Tag(
+                    f"{name}-ca-" + re.sub(r'[^a-z0-9]+', '-', key[len(CA_TEMPLATE) :].lower()),
+                    autoscaling_group_name=asg,
+                    tag={"key": key, "value": value, "propagate_at_launch": False},
+                    opts=child,
+                )
         self.register_outputs({"labels": self.labels, "efaInterfacesPerNode": self.efa_interfaces_per_node})
 
 
@@ -276,8 +304,9 @@ def _asg_name(node_group: Any) -> Any:
     return node_group.resources.apply(lambda r: r[0].autoscaling_groups[0].name if r else None)
 
 
-def scale_from_zero_tags(it: InstanceType, efa: bool,
-                         startup_taints: list[dict[str, str]] | None = None) -> dict[str, str]:
+def scale_from_zero_tags(
+    it: InstanceType, efa: bool, startup_taints: list[dict[str, str]] | None = None
+) -> dict[str, str]:
     """The Cluster Autoscaler's node-template tags for a GPU group at size 0 (cloudprovider/aws/README.md).
 
     CPU, memory and ``nvidia.com/gpu`` come from the instance type, labels and taints from ``eks:DescribeNodegroup``;
@@ -289,9 +318,11 @@ def scale_from_zero_tags(it: InstanceType, efa: bool,
     before it simulates a pod on it (FAQ, "How does Cluster Autoscaler treat nodes with status/startup/ignore
     taints?"), so the startup taint never blocks the scale-up it is meant to follow.
     """
-    tags = {f"{CA_TEMPLATE}resources/nvidia.com/gpu": str(it.gpus),
-            f"{CA_TEMPLATE}label/{ROLE_LABEL}": GPU_ROLE,
-            f"{CA_TEMPLATE}taint/{GPU_TAINT['key']}": f"{GPU_TAINT['value']}:NoSchedule"}
+    tags = {
+        f"{CA_TEMPLATE}resources/nvidia.com/gpu": str(it.gpus),
+        f"{CA_TEMPLATE}label/{ROLE_LABEL}": GPU_ROLE,
+        f"{CA_TEMPLATE}taint/{GPU_TAINT['key']}": f"{GPU_TAINT['value']}:NoSchedule",
+    }
     for t in startup_taints or []:
         tags[f"{CA_TEMPLATE}taint/{t['key']}"] = f"{t.get('value', '')}:{POD_EFFECT[t['effect']]}"
     if efa:
@@ -299,8 +330,9 @@ def scale_from_zero_tags(it: InstanceType, efa: bool,
     return tags
 
 
-def checked_reservation(name: str, instance_type: str, args: EfaGpuNodeGroupArgs,
-                        opts: pulumi.ResourceOptions, group: Any = None) -> pulumi.Output[str] | None:
+def checked_reservation(
+    name: str, instance_type: str, args: EfaGpuNodeGroupArgs, opts: pulumi.ResourceOptions, group: Any = None
+) -> pulumi.Output[str] | None:
     """An ODCR id that resolves only when EC2's description of it fits the group (AZ, type, count, placement group).
 
     The reservation is read (``CapacityReservation.get``: a read, nothing is created) during preview, and the
@@ -322,32 +354,50 @@ def checked_reservation(name: str, instance_type: str, args: EfaGpuNodeGroupArgs
         az, itype, count, pg_arn = values
         if az is None and itype is None:
             return rid  # EC2 described nothing we can judge (offline plans of unknown ids)
-        problem = reservation_problem(rid, {"availability_zone": az, "instance_type": itype, "instance_count": count,
-                                            "placement_group_arn": pg_arn or ""},  # no group reads as empty
-                                      instance_type, args.availability_zone, args.node_count, cap.placement_group)
+        problem = reservation_problem(
+            rid,
+            {
+                "availability_zone": az,
+                "instance_type": itype,
+                "instance_count": count,
+                "placement_group_arn": pg_arn or "",
+            },  # no group reads as empty
+            instance_type,
+            args.availability_zone,
+            args.node_count,
+            cap.placement_group,
+        )
         if problem:
             raise args.error_as(problem) if args.error_as else problem
         return rid
 
-    return pulumi.Output.all(odcr.availability_zone, odcr.instance_type, odcr.instance_count,
-                             odcr.placement_group_arn).apply(check)
+    return pulumi.Output.all(
+        odcr.availability_zone, odcr.instance_type, odcr.instance_count, odcr.placement_group_arn
+    ).apply(check)
 
 
-def subnets_in_az(name: str, subnet_ids: pulumi.Input[list[str]], availability_zone: str,
-                  opts: pulumi.ResourceOptions) -> pulumi.Output[list[str]]:
+def subnets_in_az(
+    name: str, subnet_ids: pulumi.Input[list[str]], availability_zone: str, opts: pulumi.ResourceOptions
+) -> pulumi.Output[list[str]]:
     """The ids of ``subnet_ids`` in ``availability_zone`` (EC2 DescribeSubnets, as pulumi-eks's filterEfaSubnets).
 
     Fails the deployment when none is left, naming the AZ: a node group without a subnet in the GPU AZ
     would place nodes where neither EFA peers nor the reservation are.
     """
-    found = aws.ec2.get_subnets_output(filters=[{"name": "availability-zone", "values": [availability_zone]},
-                                                {"name": "subnet-id", "values": subnet_ids}],
-                                       opts=pulumi.InvokeOutputOptions(parent=opts.parent))
+    found = aws.ec2.get_subnets_output(
+        filters=[
+            {"name": "availability-zone", "values": [availability_zone]},
+            {"name": "subnet-id", "values": subnet_ids},
+        ],
+        opts=pulumi.InvokeOutputOptions(parent=opts.parent),
+    )
 
     def ids(result: Any) -> list[str]:
         if not result.ids:
-            raise ValueError(f"EfaGpuNodeGroup {name}: none of the subnets is in the GPU AZ {availability_zone}; "
-                             "pass that AZ's private subnet (Network.gpu_subnet_id)")
+            raise ValueError(
+                f"EfaGpuNodeGroup {name}: none of the subnets is in the GPU AZ {availability_zone}; "
+                "pass that AZ's private subnet (Network.gpu_subnet_id)"
+            )
         return sorted(result.ids)
 
     return found.apply(ids)

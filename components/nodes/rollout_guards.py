@@ -58,11 +58,17 @@ class RolloutRefused(Exception):
     """An update EKS would refuse or carry out destructively; the message names the fix."""
 
 
-def template_tags(role: str, nodes: int, capacity: str, kubernetes_version: str,
-                  workers_to_delete: int = 0, autoscaled: bool = False) -> dict[str, str]:
+def template_tags(
+    role: str, nodes: int, capacity: str, kubernetes_version: str, workers_to_delete: int = 0, autoscaled: bool = False
+) -> dict[str, str]:
     """The tags that record, on a node launch template, what its node group runs."""
-    tags = {TAG_ROLE: role, TAG_NODES: str(nodes), TAG_CAPACITY: capacity, TAG_KUBERNETES: kubernetes_version,
-            TAG_SCALING: "autoscaled" if autoscaled else "fixed"}
+    tags = {
+        TAG_ROLE: role,
+        TAG_NODES: str(nodes),
+        TAG_CAPACITY: capacity,
+        TAG_KUBERNETES: kubernetes_version,
+        TAG_SCALING: "autoscaled" if autoscaled else "fixed",
+    }
     if workers_to_delete:
         tags[TAG_WORKERS_TO_DELETE] = str(workers_to_delete)
     return tags
@@ -116,13 +122,15 @@ def gpu_update(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> 
             "managed node group with Capacity Blocks for ML\"), and a rolling update's new nodes have no room in a "
             "block or a fully used reservation. Fix: revert this change, `pulumi config set --type int gpuNodeCount 0 "
             "&& pulumi up` (parks the group), then apply the change with gpuNodeCount 0, then raise gpuNodeCount again "
-            "(docs/gpus.md: Capacity Block parking)")
+            "(docs/gpus.md: Capacity Block parking)"
+        )
     elif why and running:
         warnings.append(
             f"GPU launch template changes ({', '.join(why)}): EKS replaces all {running} GPU node(s) (a rolling "
             "update: new nodes first, then the old ones are drained and terminated); running Ray jobs lose their "
             "workers and resume from their last checkpoint when resubmitted with the same --name; the EFA gate runs "
-            "again on the new nodes (docs/upgrades.md)")
+            "again on the new nodes (docs/upgrades.md)"
+        )
     if not refusals and tnew.get(TAG_SCALING) != "autoscaled":  # the autoscaled fleet removes idle workers itself
         if running and after and after < running:
             named = _int(tnew.get(TAG_WORKERS_TO_DELETE)) or 0
@@ -135,7 +143,8 @@ def gpu_update(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> 
                     f"can lose a worker on a node that stays. gpuWorkersToDelete names {named} pod(s), not "
                     f"{running - after}. Fix: follow docs/upgrades.md \"Scaling the GPU fleet down\" (cordon the idle "
                     "nodes, terminate them with --should-decrement-desired-capacity, name the pods KubeRay recreated "
-                    "in gpuWorkersToDelete), or park the group (gpuNodeCount 0) when no job needs to survive")
+                    "in gpuWorkersToDelete), or park the group (gpuNodeCount 0) when no job needs to survive"
+                )
     return refusals, warnings
 
 
@@ -144,10 +153,12 @@ def system_update(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) 
     why = rolls(old, new)
     if not why:
         return []
-    return [f"system launch template changes ({', '.join(why)}): EKS replaces the system node, so the KubeRay "
-            "operator and the Ray head move to a new node; every running Ray job stops (the head holds the job "
-            "table and the GCS), the workers reconnect to the new head, and the EFA gate runs again. Checkpoints in "
-            "S3 survive: resubmit with the same --name to resume (docs/upgrades.md: what survives)"]
+    return [
+        f"system launch template changes ({', '.join(why)}): EKS replaces the system node, so the KubeRay "
+        "operator and the Ray head move to a new node; every running Ray job stops (the head holds the job "
+        "table and the GCS), the workers reconnect to the new head, and the EFA gate runs again. Checkpoints in "
+        "S3 survive: resubmit with the same --name to resume (docs/upgrades.md: what survives)"
+    ]
 
 
 def _check_gpu(args: pulumi.ResourceHookArgs) -> None:

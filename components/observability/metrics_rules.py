@@ -42,6 +42,8 @@ def rate_sum(names: tuple[str, ...], window: str, by: str = "node", fn: str = "r
     first = f"sum by ({by}) ({fn}({names[0]}[{window}]))"
     rest = [f"(sum by ({by}) ({fn}({n}[{window}])) or {first} * 0)" for n in names[1:]]
     return " + ".join([first, *rest])
+
+
 RUNBOOK = "docs/observability.md#alerts"
 
 
@@ -79,8 +81,7 @@ def _alert(name: str, expr: str, for_: str, severity: str, summary: str, descrip
     if for_:
         rule["for"] = for_
     rule["labels"] = {"severity": severity, "component": "ray-efa-eks"}
-    rule["annotations"] = {"summary": summary, "description": description,
-                           "runbook_url": RUNBOOK}
+    rule["annotations"] = {"summary": summary, "description": description, "runbook_url": RUNBOOK}
     return rule
 
 
@@ -91,61 +92,108 @@ def _g(x: float) -> str:
 def alert_groups(t: AlertThresholds = AlertThresholds()) -> list[dict[str, Any]]:
     """The rule file's ``groups`` (also a PrometheusRule's ``spec.groups``)."""
     ns = t.ray_namespace
-    gpu_busy = ('max by (node) (label_replace(DCGM_FI_DEV_GPU_UTIL, "node", "$1", "Hostname", "(.+)")) > '
-                + _g(t.gpu_busy_percent))
-    tcp = (f'sum by (node) (sum by (namespace, pod) (rate(container_network_transmit_bytes_total{{namespace="{ns}"}}[5m]))'
-           f' * on (namespace, pod) group_left (node) max by (namespace, pod, node) (kube_pod_info{{namespace="{ns}"}}))'
-           f' > {_g(t.tcp_bytes_per_s)}')
+    gpu_busy = 'max by (node) (label_replace(DCGM_FI_DEV_GPU_UTIL, "node", "$1", "Hostname", "(.+)")) > ' + _g(
+        t.gpu_busy_percent
+    )
+    tcp = (
+        f'sum by (node) (sum by (namespace, pod) (rate(container_network_transmit_bytes_total{{namespace="{ns}"}}[5m]))'
+        f' * on (namespace, pod) group_left (node) max by (namespace, pod, node) (kube_pod_info{{namespace="{ns}"}}))'
+        f' > {_g(t.tcp_bytes_per_s)}'
+    )
     efa_flat = f"({rate_sum(EFA_BYTES, '5m')}) < {_g(t.efa_flat_bytes_per_s)}"
     out_1m = rate_sum(EFA_OUT_BYTES, "1m")
     line = t.line_rate_bytes_per_s
     fabric = [
-        _alert("EfaFallbackSuspected", f"({gpu_busy}) and on (node) ({tcp}) and on (node) ({efa_flat})", "10m",
-               "critical", "GPUs busy, Ray pods sending over TCP, EFA flat on {{ $labels.node }}",
-               "NCCL looks fallen back to sockets on {{ $labels.node }}: GPUs busy, the Ray pods' TCP traffic high and "
-               "the node's EFA byte counters flat for 10 minutes. Check the run's [fabric] line."),
-        _alert("EfaRunVerdictFallback", f'max by (run, source) ({VERDICT_METRIC}{{verdict="fallback"}}) == 1', "",
-               "critical", "{{ $labels.source }} {{ $labels.run }}: fabric verdict fallback",
-               "The {{ $labels.source }} '{{ $labels.run }}' judged its NCCL traffic to have gone over TCP, not EFA."),
+        _alert(
+            "EfaFallbackSuspected",
+            f"({gpu_busy}) and on (node) ({tcp}) and on (node) ({efa_flat})",
+            "10m",
+            "critical",
+            "GPUs busy, Ray pods sending over TCP, EFA flat on {{ $labels.node }}",
+            "NCCL looks fallen back to sockets on {{ $labels.node }}: GPUs busy, the Ray pods' TCP traffic high and "
+            "the node's EFA byte counters flat for 10 minutes. Check the run's [fabric] line.",
+        ),
+        _alert(
+            "EfaRunVerdictFallback",
+            f'max by (run, source) ({VERDICT_METRIC}{{verdict="fallback"}}) == 1',
+            "",
+            "critical",
+            "{{ $labels.source }} {{ $labels.run }}: fabric verdict fallback",
+            "The {{ $labels.source }} '{{ $labels.run }}' judged its NCCL traffic to have gone over TCP, not EFA.",
+        ),
     ]
     link = [
-        _alert("EfaRetransmits", f"sum by (node, device) (rate(efa_retrans_pkts_total[5m])) > {_g(t.retrans_pkts_per_s)}",
-               "10m", "warning", "EFA retransmitting on {{ $labels.node }}/{{ $labels.device }}",
-               "{{ $value | humanize }} packets/s retransmitted for 10 minutes: a lossy or congested path."),
-        _alert("EfaRemoteImpaired",
-               f"({rate_sum(REMOTE_EVENTS, '10m', 'node, device', 'increase')}) > 0", "", "warning",
-               "EFA remote connections impaired or unresponsive from {{ $labels.node }}/{{ $labels.device }}",
-               "The device reported impaired or unresponsive remote connections in the last 10 minutes."),
-        _alert("EfaRxDrops", f"sum by (node, device) (rate(efa_rx_drops_total[5m])) > {_g(t.rx_drops_per_s)}", "10m",
-               "warning", "EFA dropping received packets on {{ $labels.node }}/{{ $labels.device }}",
-               "{{ $value | humanize }} packets/s dropped on receive for 10 minutes."),
-        _alert("EfaBelowLineRate",
-               f"(max_over_time(({out_1m})[15m:1m]) < {_g(t.below_line_rate_fraction * line)})"
-               f" and on (node) (avg_over_time(({out_1m})[15m:1m]) > {_g(t.active_efa_bytes_per_s)})", "15m",
-               "warning", "EFA on {{ $labels.node }} far below its line rate",
-               f"For 15 minutes of traffic the busiest minute moved under {t.below_line_rate_fraction:.0%} of the "
-               f"line rate ({line * 8 / 1e9:g} Gbit/s): a degraded link, a throttled path or a misplaced node."),
+        _alert(
+            "EfaRetransmits",
+            f"sum by (node, device) (rate(efa_retrans_pkts_total[5m])) > {_g(t.retrans_pkts_per_s)}",
+            "10m",
+            "warning",
+            "EFA retransmitting on {{ $labels.node }}/{{ $labels.device }}",
+            "{{ $value | humanize }} packets/s retransmitted for 10 minutes: a lossy or congested path.",
+        ),
+        _alert(
+            "EfaRemoteImpaired",
+            f"({rate_sum(REMOTE_EVENTS, '10m', 'node, device', 'increase')}) > 0",
+            "",
+            "warning",
+            "EFA remote connections impaired or unresponsive from {{ $labels.node }}/{{ $labels.device }}",
+            "The device reported impaired or unresponsive remote connections in the last 10 minutes.",
+        ),
+        _alert(
+            "EfaRxDrops",
+            f"sum by (node, device) (rate(efa_rx_drops_total[5m])) > {_g(t.rx_drops_per_s)}",
+            "10m",
+            "warning",
+            "EFA dropping received packets on {{ $labels.node }}/{{ $labels.device }}",
+            "{{ $value | humanize }} packets/s dropped on receive for 10 minutes.",
+        ),
+        _alert(
+            "EfaBelowLineRate",
+            f"(max_over_time(({out_1m})[15m:1m]) < {_g(t.below_line_rate_fraction * line)})"
+            f" and on (node) (avg_over_time(({out_1m})[15m:1m]) > {_g(t.active_efa_bytes_per_s)})",
+            "15m",
+            "warning",
+            "EFA on {{ $labels.node }} far below its line rate",
+            f"For 15 minutes of traffic the busiest minute moved under {t.below_line_rate_fraction:.0%} of the "
+            f"line rate ({line * 8 / 1e9:g} Gbit/s): a degraded link, a throttled path or a misplaced node.",
+        ),
     ]
     nodes = [
-        _alert("GpuNodeUnproven", f'max by (node) (kube_node_spec_taint{{key="{t.startup_taint}"}}) == 1',
-               t.unproven_after, "warning", "GPU node {{ $labels.node }} still unproven",
-               f"{{{{ $labels.node }}}} has carried {t.startup_taint} for {t.unproven_after}: its fabric proof has "
-               "not passed, so nothing schedules there while it costs GPU hours."),
-        _alert("GpuNodeFabricFailing",
-               f'max by (node) (kube_node_status_condition{{condition="{t.fabric_condition}",status="false"}}) == 1',
-               t.fabric_failing_after, "warning", "GPU node {{ $labels.node }} fails its fabric proof",
-               f"{{{{ $labels.node }}}} has reported {t.fabric_condition}=False for {t.fabric_failing_after} (the node "
-               "agent's proof; kubectl describe node shows what failed). A node proven before keeps its Ray worker "
-               "and is not tainted again: runs with --require-efa on it fail; drain it or let it be replaced."),
-        _alert("FabricVerdictStale",
-               f'max(kube_pod_start_time{{namespace="{ns}"}}) > on () '
-               f'(max(max_over_time({VERDICT_TIME_METRIC}[7d])) or on () vector(0))', t.stale_after, "warning",
-               "No fabric verdict since the Ray pods were last recreated",
-               f"Ray pods in '{ns}' started after the last gate or run verdict and none has been reached for "
-               f"{t.stale_after}: EFA is unproven on the current pods."),
+        _alert(
+            "GpuNodeUnproven",
+            f'max by (node) (kube_node_spec_taint{{key="{t.startup_taint}"}}) == 1',
+            t.unproven_after,
+            "warning",
+            "GPU node {{ $labels.node }} still unproven",
+            f"{{{{ $labels.node }}}} has carried {t.startup_taint} for {t.unproven_after}: its fabric proof has "
+            "not passed, so nothing schedules there while it costs GPU hours.",
+        ),
+        _alert(
+            "GpuNodeFabricFailing",
+            f'max by (node) (kube_node_status_condition{{condition="{t.fabric_condition}",status="false"}}) == 1',
+            t.fabric_failing_after,
+            "warning",
+            "GPU node {{ $labels.node }} fails its fabric proof",
+            f"{{{{ $labels.node }}}} has reported {t.fabric_condition}=False for {t.fabric_failing_after} (the node "
+            "agent's proof; kubectl describe node shows what failed). A node proven before keeps its Ray worker "
+            "and is not tainted again: runs with --require-efa on it fail; drain it or let it be replaced.",
+        ),
+        _alert(
+            "FabricVerdictStale",
+            f'max(kube_pod_start_time{{namespace="{ns}"}}) > on () '
+            f'(max(max_over_time({VERDICT_TIME_METRIC}[7d])) or on () vector(0))',
+            t.stale_after,
+            "warning",
+            "No fabric verdict since the Ray pods were last recreated",
+            f"Ray pods in '{ns}' started after the last gate or run verdict and none has been reached for "
+            f"{t.stale_after}: EFA is unproven on the current pods.",
+        ),
     ]
-    return [{"name": "ray-efa-eks.fabric", "rules": fabric}, {"name": "ray-efa-eks.link", "rules": link},
-            {"name": "ray-efa-eks.nodes", "rules": nodes}]
+    return [
+        {"name": "ray-efa-eks.fabric", "rules": fabric},
+        {"name": "ray-efa-eks.link", "rules": link},
+        {"name": "ray-efa-eks.nodes", "rules": nodes},
+    ]
 
 
 def alert_names(groups: list[dict[str, Any]]) -> list[str]:

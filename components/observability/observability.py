@@ -53,13 +53,27 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from .dashboard import dashboard
-from ..kube import (GPU_ROLE, GPU_TOLERATION, METRICS_NAMESPACE, METRICS_PORTS, ROLE_LABEL, SYSTEM_ROLE, merge,
-                    pod_resources, startup_toleration)
+from ..kube import (
+    GPU_ROLE,
+    GPU_TOLERATION,
+    METRICS_NAMESPACE,
+    METRICS_PORTS,
+    ROLE_LABEL,
+    SYSTEM_ROLE,
+    merge,
+    pod_resources,
+    startup_toleration,
+)
 from .metrics_rules import AlertThresholds, alert_groups
 from ..addons.node_agent import APP_LABELS as EXPORTER_LABELS
 from ..addons.node_agent import NAMESPACE as EXPORTER_NAMESPACE
-from ..network.network_policies import (allow_all_egress, default_deny_ingress, from_anywhere, from_namespaces,
-                               same_namespace_ingress)
+from ..network.network_policies import (
+    allow_all_egress,
+    default_deny_ingress,
+    from_anywhere,
+    from_namespaces,
+    same_namespace_ingress,
+)
 from ..config.values import amp_region, looks_like_amp
 
 KPS_CHART = "kube-prometheus-stack"
@@ -79,12 +93,19 @@ RETENTION_SIZE = "8GB"
 """Cap on the TSDB (on the system node's root volume) whatever ``retention`` says."""
 DASHBOARD_LABEL = {"grafana_dashboard": "1"}
 """kube-prometheus-stack's ``grafana.sidecar.dashboards.label`` / ``labelValue`` defaults."""
-BASELINE_LABELS = {"pod-security.kubernetes.io/enforce": "baseline",
-                   "pod-security.kubernetes.io/enforce-version": "latest"}
-PRIVILEGED_LABELS = {"pod-security.kubernetes.io/enforce": "privileged",
-                     "pod-security.kubernetes.io/enforce-version": "latest"}
-RESOURCES = {"prometheus": pod_resources("500m", "2Gi"), "reloader": pod_resources("50m", "64Mi"),
-             "operator": pod_resources("100m", "128Mi")}
+BASELINE_LABELS = {
+    "pod-security.kubernetes.io/enforce": "baseline",
+    "pod-security.kubernetes.io/enforce-version": "latest",
+}
+PRIVILEGED_LABELS = {
+    "pod-security.kubernetes.io/enforce": "privileged",
+    "pod-security.kubernetes.io/enforce-version": "latest",
+}
+RESOURCES = {
+    "prometheus": pod_resources("500m", "2Gi"),
+    "reloader": pod_resources("50m", "64Mi"),
+    "operator": pod_resources("100m", "128Mi"),
+}
 SCRAPE_INTERVAL = "30s"
 RELOAD_STRATEGY = "ProcessSignal"
 """``prometheusSpec.reloadStrategy``: SIGHUP from the config reloader, so Prometheus runs without
@@ -94,8 +115,12 @@ WEBHOOK_PORT = 10250
 target (``admissionWebhooks``, on by default), which the API server calls."""
 DCGM_PORT = 9400
 """dcgm-exporter ``service.port``."""
-DCGM_SECURITY_CONTEXT = {"runAsNonRoot": False, "runAsUser": 0, "allowPrivilegeEscalation": False,
-                         "capabilities": {"add": [], "drop": ["ALL"]}}
+DCGM_SECURITY_CONTEXT = {
+    "runAsNonRoot": False,
+    "runAsUser": 0,
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"add": [], "drop": ["ALL"]},
+}
 """The chart's default (values.yaml ``securityContext``) without ``add: [SYS_ADMIN]``, which it needs only for the
 profiling counters (``DCGM_FI_PROF_*``), none of which :data:`DCGM_COUNTERS` lists. Still root: the chart's own
 non-root variant (uid 1000) is not what its image was verified with here, and the pod-resources socket it mounts is
@@ -189,10 +214,15 @@ def kps_values(args: ObservabilityArgs) -> dict[str, Any]:
     """Overrides of kube-prometheus-stack's values.yaml (every key exists there: tests/components/test_observability.py)."""
     sysnode = _on_system_node()
     spec: dict[str, Any] = {
-        "retention": args.retention, "retentionSize": RETENTION_SIZE, "scrapeInterval": SCRAPE_INTERVAL,
-        "resources": RESOURCES["prometheus"], "reloadStrategy": RELOAD_STRATEGY, **sysnode,
+        "retention": args.retention,
+        "retentionSize": RETENTION_SIZE,
+        "scrapeInterval": SCRAPE_INTERVAL,
+        "resources": RESOURCES["prometheus"],
+        "reloadStrategy": RELOAD_STRATEGY,
+        **sysnode,
         # pick up every ServiceMonitor/PodMonitor/PrometheusRule, not only those labelled with the release
-        "serviceMonitorSelectorNilUsesHelmValues": False, "podMonitorSelectorNilUsesHelmValues": False,
+        "serviceMonitorSelectorNilUsesHelmValues": False,
+        "podMonitorSelectorNilUsesHelmValues": False,
         "ruleSelectorNilUsesHelmValues": False,
     }
     if args.remote_write_url:
@@ -202,39 +232,66 @@ def kps_values(args: ObservabilityArgs) -> dict[str, Any]:
         "alertmanager": {"enabled": False},
         "nodeExporter": {"enabled": False},
         "kubeStateMetrics": {"enabled": True},
-        "kubeEtcd": {"enabled": False}, "kubeScheduler": {"enabled": False},
-        "kubeControllerManager": {"enabled": False}, "kubeProxy": {"enabled": False},
-        "defaultRules": {"rules": {"etcd": False, "kubeSchedulerAlerting": False, "kubeSchedulerRecording": False,
-                                   "kubeControllerManager": False, "kubeProxy": False, "alertmanager": False,
-                                   "nodeExporterAlerting": False, "nodeExporterRecording": False, "windows": False}},
-        "grafana": {"enabled": True, "defaultDashboardsEnabled": False,
-                    "sidecar": {"dashboards": {"enabled": True, "label": "grafana_dashboard", "labelValue": "1"}}},
-        "prometheusOperator": {"resources": RESOURCES["operator"], **sysnode,
-                               "prometheusConfigReloader": {"resources": RESOURCES["reloader"]},
-                               "admissionWebhooks": {"patch": {**sysnode}}},
+        "kubeEtcd": {"enabled": False},
+        "kubeScheduler": {"enabled": False},
+        "kubeControllerManager": {"enabled": False},
+        "kubeProxy": {"enabled": False},
+        "defaultRules": {
+            "rules": {
+                "etcd": False,
+                "kubeSchedulerAlerting": False,
+                "kubeSchedulerRecording": False,
+                "kubeControllerManager": False,
+                "kubeProxy": False,
+                "alertmanager": False,
+                "nodeExporterAlerting": False,
+                "nodeExporterRecording": False,
+                "windows": False,
+            }
+        },
+        "grafana": {
+            "enabled": True,
+            "defaultDashboardsEnabled": False,
+            "sidecar": {"dashboards": {"enabled": True, "label": "grafana_dashboard", "labelValue": "1"}},
+        },
+        "prometheusOperator": {
+            "resources": RESOURCES["operator"],
+            **sysnode,
+            "prometheusConfigReloader": {"resources": RESOURCES["reloader"]},
+            "admissionWebhooks": {"patch": {**sysnode}},
+        },
         "prometheus": {"prometheusSpec": spec},
     }
 
 
 def dcgm_values(startup_taints: list[str] | None = None) -> dict[str, Any]:
     """Overrides of dcgm-exporter's values.yaml: on the GPU nodes only (their taint and startup taints tolerated)."""
-    return {"nodeSelector": {ROLE_LABEL: GPU_ROLE},
-            "tolerations": [dict(GPU_TOLERATION), *(startup_toleration(k) for k in startup_taints or [])],
-            "serviceMonitor": {"enabled": True, "interval": "15s"},
-            "securityContext": json.loads(json.dumps(DCGM_SECURITY_CONTEXT)), "customMetrics": DCGM_COUNTERS}
+    return {
+        "nodeSelector": {ROLE_LABEL: GPU_ROLE},
+        "tolerations": [dict(GPU_TOLERATION), *(startup_toleration(k) for k in startup_taints or [])],
+        "serviceMonitor": {"enabled": True, "interval": "15s"},
+        "securityContext": json.loads(json.dumps(DCGM_SECURITY_CONTEXT)),
+        "customMetrics": DCGM_COUNTERS,
+    }
 
 
 def network_policies(namespace: str) -> dict[str, list[tuple[str, dict[str, Any]]]]:
     """{namespace: [(name, spec)]}: the monitoring namespace admits its own pods and, on the operator's webhook port,
     the API server; the exporter's namespace admits the monitoring namespace on the exporter's port; both allow all
     egress (the VPC CNI's strict mode denies a pod no policy selects, components/network/network_policies.py)."""
-    return {namespace: [(f"{namespace}-default-deny", default_deny_ingress()),
-                        (f"{namespace}-same-namespace", same_namespace_ingress()),
-                        (f"{namespace}-operator-webhook", from_anywhere([WEBHOOK_PORT])),
-                        (f"{namespace}-egress", allow_all_egress())],
-            DCGM_NAMESPACE: [(f"{DCGM_NAMESPACE}-default-deny", default_deny_ingress()),
-                             (f"{DCGM_NAMESPACE}-scrape", from_namespaces({}, [namespace], [DCGM_PORT])),
-                             (f"{DCGM_NAMESPACE}-egress", allow_all_egress())]}
+    return {
+        namespace: [
+            (f"{namespace}-default-deny", default_deny_ingress()),
+            (f"{namespace}-same-namespace", same_namespace_ingress()),
+            (f"{namespace}-operator-webhook", from_anywhere([WEBHOOK_PORT])),
+            (f"{namespace}-egress", allow_all_egress()),
+        ],
+        DCGM_NAMESPACE: [
+            (f"{DCGM_NAMESPACE}-default-deny", default_deny_ingress()),
+            (f"{DCGM_NAMESPACE}-scrape", from_namespaces({}, [namespace], [DCGM_PORT])),
+            (f"{DCGM_NAMESPACE}-egress", allow_all_egress()),
+        ],
+    }
 
 
 def _meta(name: str, namespace: str) -> dict[str, Any]:
@@ -243,11 +300,16 @@ def _meta(name: str, namespace: str) -> dict[str, Any]:
 
 def exporter_pod_monitor(namespace: str) -> dict[str, Any]:
     """The EFA exporter's pods; ``honorLabels`` keeps its ``node`` (else Prometheus renames it ``exported_node``)."""
-    return {"apiVersion": "monitoring.coreos.com/v1", "kind": "PodMonitor",
-            "metadata": _meta("efa-exporter", namespace),
-            "spec": {"namespaceSelector": {"matchNames": [EXPORTER_NAMESPACE]},
-                     "selector": {"matchLabels": {"app.kubernetes.io/name": EXPORTER_LABELS["app.kubernetes.io/name"]}},
-                     "podMetricsEndpoints": [{"port": "metrics", "honorLabels": True, "interval": "15s"}]}}
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PodMonitor",
+        "metadata": _meta("efa-exporter", namespace),
+        "spec": {
+            "namespaceSelector": {"matchNames": [EXPORTER_NAMESPACE]},
+            "selector": {"matchLabels": {"app.kubernetes.io/name": EXPORTER_LABELS["app.kubernetes.io/name"]}},
+            "podMetricsEndpoints": [{"port": "metrics", "honorLabels": True, "interval": "15s"}],
+        },
+    }
 
 
 def _ray_cluster_label() -> list[dict[str, Any]]:
@@ -259,29 +321,53 @@ def ray_pod_monitors(namespace: str, ray_namespace: str, team_namespaces: tuple[
 
     The head container declares only ``metrics`` by name (KubeRay adds it), so the other two go by number."""
     head_eps = [{"port": "metrics", "relabelings": _ray_cluster_label()}]
-    head_eps += [{"portNumber": METRICS_PORTS[p], "relabelings": _ray_cluster_label()}
-                 for p in ("as-metrics", "dash-metrics")]
+    head_eps += [
+        {"portNumber": METRICS_PORTS[p], "relabelings": _ray_cluster_label()} for p in ("as-metrics", "dash-metrics")
+    ]
     ns = {"matchNames": [ray_namespace, *team_namespaces]}
     return [
-        {"apiVersion": "monitoring.coreos.com/v1", "kind": "PodMonitor", "metadata": _meta("ray-head", namespace),
-         "spec": {"namespaceSelector": ns, "selector": {"matchLabels": {RAY_NODE_TYPE: "head"}},
-                  "podMetricsEndpoints": head_eps}},
-        {"apiVersion": "monitoring.coreos.com/v1", "kind": "PodMonitor", "metadata": _meta("ray-workers", namespace),
-         "spec": {"namespaceSelector": ns, "selector": {"matchLabels": {RAY_NODE_TYPE: "worker"}},
-                  "podMetricsEndpoints": [{"port": "metrics", "relabelings": _ray_cluster_label()}]}},
+        {
+            "apiVersion": "monitoring.coreos.com/v1",
+            "kind": "PodMonitor",
+            "metadata": _meta("ray-head", namespace),
+            "spec": {
+                "namespaceSelector": ns,
+                "selector": {"matchLabels": {RAY_NODE_TYPE: "head"}},
+                "podMetricsEndpoints": head_eps,
+            },
+        },
+        {
+            "apiVersion": "monitoring.coreos.com/v1",
+            "kind": "PodMonitor",
+            "metadata": _meta("ray-workers", namespace),
+            "spec": {
+                "namespaceSelector": ns,
+                "selector": {"matchLabels": {RAY_NODE_TYPE: "worker"}},
+                "podMetricsEndpoints": [{"port": "metrics", "relabelings": _ray_cluster_label()}],
+            },
+        },
     ]
 
 
 def prometheus_rule(namespace: str, thresholds: AlertThresholds) -> dict[str, Any]:
-    return {"apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule",
-            "metadata": _meta("ray-efa-eks-fabric", namespace), "spec": {"groups": alert_groups(thresholds)}}
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PrometheusRule",
+        "metadata": _meta("ray-efa-eks-fabric", namespace),
+        "spec": {"groups": alert_groups(thresholds)},
+    }
 
 
 def dashboard_config_map(namespace: str, line_rate_gbps: float) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {**_meta("ray-efa-eks-dashboard", namespace),
-                         "labels": {"app.kubernetes.io/part-of": "ray-efa-eks", **DASHBOARD_LABEL}},
-            "data": {"ray-efa-eks-fabric.json": json.dumps(dashboard(line_rate_gbps), indent=1)}}
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            **_meta("ray-efa-eks-dashboard", namespace),
+            "labels": {"app.kubernetes.io/part-of": "ray-efa-eks", **DASHBOARD_LABEL},
+        },
+        "data": {"ray-efa-eks-fabric.json": json.dumps(dashboard(line_rate_gbps), indent=1)},
+    }
 
 
 def custom_objects(args: ObservabilityArgs) -> list[dict[str, Any]]:
@@ -299,34 +385,57 @@ class Observability(pulumi.ComponentResource):
     def __init__(self, name: str, args: ObservabilityArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("ray-efa-eks:index:Observability", name, None, opts)
         child = pulumi.ResourceOptions(parent=self, provider=args.provider)
-        ns = k8s.core.v1.Namespace(f"{name}-ns", metadata={"name": args.namespace, "labels": dict(BASELINE_LABELS)},
-                                   opts=child)
-        gpu_ns = k8s.core.v1.Namespace(f"{name}-gpu-ns", metadata={"name": DCGM_NAMESPACE,
-                                                                   "labels": dict(PRIVILEGED_LABELS)}, opts=child)
+        ns = k8s.core.v1.Namespace(
+            f"{name}-ns", metadata={"name": args.namespace, "labels": dict(BASELINE_LABELS)}, opts=child
+        )
+        gpu_ns = k8s.core.v1.Namespace(
+            f"{name}-gpu-ns", metadata={"name": DCGM_NAMESPACE, "labels": dict(PRIVILEGED_LABELS)}, opts=child
+        )
         self.kps = k8s.helm.v3.Release(
-            f"{name}-kps", name=KPS_CHART, chart=KPS_CHART, version=KPS_CHART_VERSION,
-            repository_opts={"repo": KPS_REPO}, namespace=args.namespace,
+            f"{name}-kps",
+            name=KPS_CHART,
+            chart=KPS_CHART,
+            version=KPS_CHART_VERSION,
+            repository_opts={"repo": KPS_REPO},
+            namespace=args.namespace,
             values=merge(kps_values(args), args.extra_values.get("kps", {})),
-            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[ns, *args.depends_on])))
+            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[ns, *args.depends_on])),
+        )
         after_crds = pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[self.kps]))
         self.dcgm = k8s.helm.v3.Release(
-            f"{name}-dcgm", name=DCGM_CHART, chart=DCGM_CHART, version=DCGM_CHART_VERSION,
-            repository_opts={"repo": DCGM_REPO}, namespace=DCGM_NAMESPACE,
+            f"{name}-dcgm",
+            name=DCGM_CHART,
+            chart=DCGM_CHART,
+            version=DCGM_CHART_VERSION,
+            repository_opts={"repo": DCGM_REPO},
+            namespace=DCGM_NAMESPACE,
             values=merge(dcgm_values(args.startup_taints), args.extra_values.get("dcgm", {})),
-            opts=pulumi.ResourceOptions.merge(after_crds, pulumi.ResourceOptions(depends_on=[gpu_ns, self.kps])))
+            opts=pulumi.ResourceOptions.merge(after_crds, pulumi.ResourceOptions(depends_on=[gpu_ns, self.kps])),
+        )
         for obj in custom_objects(args):
             k8s.apiextensions.CustomResource(
-                f"{name}-{obj['kind'].lower()}-{obj['metadata']['name']}", api_version=obj["apiVersion"],
-                kind=obj["kind"], metadata=obj["metadata"], spec=obj["spec"], opts=after_crds)
+                f"{name}-{obj['kind'].lower()}-{obj['metadata']['name']}",
+                api_version=obj["apiVersion"],
+                kind=obj["kind"],
+                metadata=obj["metadata"],
+                spec=obj["spec"],
+                opts=after_crds,
+            )
         if args.network_policy:
             for where, policies in network_policies(args.namespace).items():
-                in_ns = pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(
-                    depends_on=[ns if where == args.namespace else gpu_ns]))
+                in_ns = pulumi.ResourceOptions.merge(
+                    child, pulumi.ResourceOptions(depends_on=[ns if where == args.namespace else gpu_ns])
+                )
                 for policy, spec in policies:
-                    k8s.networking.v1.NetworkPolicy(f"{name}-{policy}", metadata=_meta(policy, where), spec=spec,
-                                                    opts=in_ns)
+                    k8s.networking.v1.NetworkPolicy(
+                        f"{name}-{policy}", metadata=_meta(policy, where), spec=spec, opts=in_ns
+                    )
         cm = dashboard_config_map(args.namespace, args.line_rate_gbps)
-        k8s.core.v1.ConfigMap(f"{name}-dashboard", metadata=cm["metadata"], data=cm["data"],
-                              opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[ns])))
+        k8s.core.v1.ConfigMap(
+            f"{name}-dashboard",
+            metadata=cm["metadata"],
+            data=cm["data"],
+            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[ns])),
+        )
         self.grafana_service = GRAFANA_SERVICE
         self.register_outputs({"grafanaService": GRAFANA_SERVICE})

@@ -29,8 +29,15 @@ import yaml
 
 from ..nodes.instances import InstanceType
 from ..network.network_policies import allow_all_egress, default_deny_ingress, from_anywhere
-from ..kube import (GPU_ROLE, METRICS_NAMESPACE, METRICS_PORTS, NAMESPACE_NAME_LABEL, POD_SECURITY_LABELS, ROLE_LABEL,
-                    SYSTEM_ROLE)
+from ..kube import (
+    GPU_ROLE,
+    METRICS_NAMESPACE,
+    METRICS_PORTS,
+    NAMESPACE_NAME_LABEL,
+    POD_SECURITY_LABELS,
+    ROLE_LABEL,
+    SYSTEM_ROLE,
+)
 from ..cluster.pod_identity import PodStorageAccess, PodStorageAccessArgs
 from .team_queues import TEAM_LABEL, TeamQueue, team_objects
 
@@ -82,14 +89,24 @@ def manager_config(pods_ready_timeout_s: int) -> str:
         "metrics": {"bindAddress": ":8443"},
         "webhook": {"port": 9443},
         "leaderElection": {"leaderElect": True, "resourceName": "c1f6bfd2.kueue.x-k8s.io"},
-        "controller": {"groupKindConcurrency": {"Job.batch": 5, "Pod": 5, "Workload.kueue.x-k8s.io": 10,
-                                                "LocalQueue.kueue.x-k8s.io": 5, "ClusterQueue.kueue.x-k8s.io": 5,
-                                                "ResourceFlavor.kueue.x-k8s.io": 1}},
+        "controller": {
+            "groupKindConcurrency": {
+                "Job.batch": 5,
+                "Pod": 5,
+                "Workload.kueue.x-k8s.io": 10,
+                "LocalQueue.kueue.x-k8s.io": 5,
+                "ClusterQueue.kueue.x-k8s.io": 5,
+                "ResourceFlavor.kueue.x-k8s.io": 1,
+            }
+        },
         "clientConnection": {"qps": 300, "burst": 500},
         "integrations": {"frameworks": ["ray.io/rayjob"]},
         "resources": {"quotaCheckStrategy": "IgnoreUndeclared"},
-        "waitForPodsReady": {"timeout": f"{pods_ready_timeout_s}s", "blockAdmission": True,
-                             "requeuingStrategy": {"timestamp": "Eviction"}},
+        "waitForPodsReady": {
+            "timeout": f"{pods_ready_timeout_s}s",
+            "blockAdmission": True,
+            "requeuingStrategy": {"timestamp": "Eviction"},
+        },
         "managedJobsNamespaceSelector": {"matchExpressions": [{"key": TEAM_LABEL, "operator": "Exists"}]},
     }
     return yaml.safe_dump(config, sort_keys=False)
@@ -99,8 +116,9 @@ def kueue_values(pods_ready_timeout_s: int) -> dict[str, Any]:
     """Chart values over the defaults (module docstring)."""
     return {
         "controllerManager": {
-            "manager": {"image": {"repository": KUEUE_IMAGE, "tag": f"v{KUEUE_CHART_VERSION}",
-                                  "pullPolicy": "IfNotPresent"}},
+            "manager": {
+                "image": {"repository": KUEUE_IMAGE, "tag": f"v{KUEUE_CHART_VERSION}", "pullPolicy": "IfNotPresent"}
+            },
             "nodeSelector": {ROLE_LABEL: SYSTEM_ROLE},
         },
         "managerConfig": {"controllerManagerConfigYaml": manager_config(pods_ready_timeout_s)},
@@ -119,11 +137,14 @@ def team_network_policy_spec(metrics_from_namespaces: list[str]) -> dict[str, An
     RDMA traffic bypasses the kernel's IP stack and no NetworkPolicy applies to it."""
     ingress: list[dict[str, Any]] = [{"from": [{"podSelector": {}}]}]
     if metrics_from_namespaces:
-        ingress.append({
-            "from": [{"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: ns}}}
-                     for ns in metrics_from_namespaces],
-            "ports": [{"protocol": "TCP", "port": p} for p in METRICS_PORTS.values()],
-        })
+        ingress.append(
+            {
+                "from": [
+                    {"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: ns}}} for ns in metrics_from_namespaces
+                ],
+                "ports": [{"protocol": "TCP", "port": p} for p in METRICS_PORTS.values()],
+            }
+        )
     return {"podSelector": {}, "policyTypes": ["Ingress"], "ingress": ingress}
 
 
@@ -175,58 +196,95 @@ class JobQueues(pulumi.ComponentResource):
             raise ValueError("JobQueues: teams is empty; list at least one TeamQueue (or create no JobQueues)")
         super().__init__("ray-efa-eks:index:JobQueues", name, None, opts)
         child = pulumi.ResourceOptions(parent=self, provider=args.provider)
-        kns = k8s.core.v1.Namespace(f"{name}-kueue-ns", metadata={"name": KUEUE_NAMESPACE,
-                                                                  "labels": dict(POD_SECURITY_LABELS)}, opts=child)
+        kns = k8s.core.v1.Namespace(
+            f"{name}-kueue-ns", metadata={"name": KUEUE_NAMESPACE, "labels": dict(POD_SECURITY_LABELS)}, opts=child
+        )
         if args.network_policy:  # the VPC CNI's strict mode denies a pod no policy selects (network_policies.py)
             in_kns = pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[kns]))
-            for policy, spec in (("kueue-default-deny", default_deny_ingress()),
-                                 ("kueue-api-server-calls", from_anywhere(KUEUE_API_PORTS)),
-                                 ("kueue-egress", allow_all_egress())):
-                k8s.networking.v1.NetworkPolicy(f"{name}-{policy}",
-                                                metadata={"name": policy, "namespace": KUEUE_NAMESPACE},
-                                                spec=spec, opts=in_kns)
+            for policy, spec in (
+                ("kueue-default-deny", default_deny_ingress()),
+                ("kueue-api-server-calls", from_anywhere(KUEUE_API_PORTS)),
+                ("kueue-egress", allow_all_egress()),
+            ):
+                k8s.networking.v1.NetworkPolicy(
+                    f"{name}-{policy}", metadata={"name": policy, "namespace": KUEUE_NAMESPACE}, spec=spec, opts=in_kns
+                )
         self.release = k8s.helm.v3.Release(
-            f"{name}-kueue", chart=KUEUE_CHART, version=KUEUE_CHART_VERSION, namespace=kns.metadata["name"],
+            f"{name}-kueue",
+            chart=KUEUE_CHART,
+            version=KUEUE_CHART_VERSION,
+            namespace=kns.metadata["name"],
             values=kueue_values(args.pods_ready_timeout_s),
-            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[kns, *args.depends_on])))
+            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[kns, *args.depends_on])),
+        )
         after_kueue = pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[self.release]))
         node_labels = {ROLE_LABEL: GPU_ROLE, "ray-efa-eks/instance-type": args.instance_type.name}
         self.namespaces, self.storage = [], {}
         for t in args.teams:
-            ns = k8s.core.v1.Namespace(f"{name}-{t.name}-ns", metadata={"name": t.namespace,
-                                                                      "labels": team_namespace_labels(t)}, opts=child)
+            ns = k8s.core.v1.Namespace(
+                f"{name}-{t.name}-ns", metadata={"name": t.namespace, "labels": team_namespace_labels(t)}, opts=child
+            )
             self.namespaces.append(ns)
             in_ns = pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[ns]))
             if args.network_policy:
                 k8s.networking.v1.NetworkPolicy(
-                    f"{name}-{t.name}-netpol", metadata={"name": "team-pods", "namespace": t.namespace},
-                    spec=team_network_policy_spec(args.metrics_from_namespaces), opts=in_ns)
+                    f"{name}-{t.name}-netpol",
+                    metadata={"name": "team-pods", "namespace": t.namespace},
+                    spec=team_network_policy_spec(args.metrics_from_namespaces),
+                    opts=in_ns,
+                )
                 k8s.networking.v1.NetworkPolicy(
-                    f"{name}-{t.name}-egress", metadata={"name": "team-egress", "namespace": t.namespace},
-                    spec=allow_all_egress(), opts=in_ns)
-            k8s.core.v1.ServiceAccount(f"{name}-{t.name}-sa", metadata={"name": TEAM_SERVICE_ACCOUNT,
-                                                                        "namespace": t.namespace}, opts=in_ns)
-            role = k8s.rbac.v1.Role(f"{name}-{t.name}-role", metadata={"name": "rayjob-submitter",
-                                                                       "namespace": t.namespace},
-                                    rules=TEAM_RULES, opts=in_ns)
+                    f"{name}-{t.name}-egress",
+                    metadata={"name": "team-egress", "namespace": t.namespace},
+                    spec=allow_all_egress(),
+                    opts=in_ns,
+                )
+            k8s.core.v1.ServiceAccount(
+                f"{name}-{t.name}-sa", metadata={"name": TEAM_SERVICE_ACCOUNT, "namespace": t.namespace}, opts=in_ns
+            )
+            role = k8s.rbac.v1.Role(
+                f"{name}-{t.name}-role",
+                metadata={"name": "rayjob-submitter", "namespace": t.namespace},
+                rules=TEAM_RULES,
+                opts=in_ns,
+            )
             k8s.rbac.v1.RoleBinding(
-                f"{name}-{t.name}-binding", metadata={"name": "rayjob-submitter", "namespace": t.namespace},
+                f"{name}-{t.name}-binding",
+                metadata={"name": "rayjob-submitter", "namespace": t.namespace},
                 role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "rayjob-submitter"},
-                subjects=[{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group",
-                           "name": TEAM_GROUP.format(team=t.name)}],
-                opts=pulumi.ResourceOptions.merge(in_ns, pulumi.ResourceOptions(depends_on=[role])))
-            self.storage[t.name] = PodStorageAccess(f"{name}-{t.name}-storage", PodStorageAccessArgs(
-                cluster_name=args.cluster_name, cluster_arn=args.cluster_arn, namespace=t.namespace,
-                service_account=TEAM_SERVICE_ACCOUNT, bucket_name=args.bucket_name, bucket_arn=args.bucket_arn,
-                prefix=TEAM_PREFIX.format(team=t.name), kms_key_arn=args.kms_key_arn, region=args.region,
-                tags=args.tags), opts=pulumi.ResourceOptions(parent=self))
+                subjects=[
+                    {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": TEAM_GROUP.format(team=t.name)}
+                ],
+                opts=pulumi.ResourceOptions.merge(in_ns, pulumi.ResourceOptions(depends_on=[role])),
+            )
+            self.storage[t.name] = PodStorageAccess(
+                f"{name}-{t.name}-storage",
+                PodStorageAccessArgs(
+                    cluster_name=args.cluster_name,
+                    cluster_arn=args.cluster_arn,
+                    namespace=t.namespace,
+                    service_account=TEAM_SERVICE_ACCOUNT,
+                    bucket_name=args.bucket_name,
+                    bucket_arn=args.bucket_arn,
+                    prefix=TEAM_PREFIX.format(team=t.name),
+                    kms_key_arn=args.kms_key_arn,
+                    region=args.region,
+                    tags=args.tags,
+                ),
+                opts=pulumi.ResourceOptions(parent=self),
+            )
         self.namespace_names = [t.namespace for t in args.teams]
         for obj in team_objects(args.teams, args.instance_type.name, args.instance_type.gpus, node_labels):
             meta = obj["metadata"]
-            deps = [self.release] + [ns for ns, t in zip(self.namespaces, args.teams)
-                                     if meta.get("namespace") == t.namespace]
+            deps = [self.release] + [
+                ns for ns, t in zip(self.namespaces, args.teams) if meta.get("namespace") == t.namespace
+            ]
             k8s.apiextensions.CustomResource(
                 f"{name}-{obj['kind'].lower()}-{meta['name']}",
-                api_version=obj["apiVersion"], kind=obj["kind"], metadata=meta, spec=obj["spec"],
-                opts=pulumi.ResourceOptions.merge(after_kueue, pulumi.ResourceOptions(depends_on=deps)))
+                api_version=obj["apiVersion"],
+                kind=obj["kind"],
+                metadata=meta,
+                spec=obj["spec"],
+                opts=pulumi.ResourceOptions.merge(after_kueue, pulumi.ResourceOptions(depends_on=deps)),
+            )
         self.register_outputs({"namespaces": self.namespace_names})

@@ -65,8 +65,11 @@ def parse_team(text: str) -> TeamQueue:
     if not m:
         raise ValueProblem(f"each team is {FORMAT}; NAME a lowercase DNS label", text)
     if len(m[1]) > MAX_TEAM_NAME:
-        raise ValueProblem(f"team name {m[1]!r} is longer than {MAX_TEAM_NAME} characters (its namespace is "
-                           f"{NAMESPACE_PREFIX}NAME and its IAM role is named after it); use a shorter name", text)
+        raise ValueProblem(
+            f"team name {m[1]!r} is longer than {MAX_TEAM_NAME} characters (its namespace is "
+            f"{NAMESPACE_PREFIX}NAME and its IAM role is named after it); use a shorter name",
+            text,
+        )
     return TeamQueue(m[1], int(m[3]), m[4], bool(m[5]))
 
 
@@ -81,8 +84,16 @@ class TeamQueueText(Grammar):
         parse_team(value)
 
     def boundary(self) -> list[Any]:
-        return ["vision:2nodes", "nlp:16gpus:borrow", "a:1nodes", "Vision:2nodes", "vision:0nodes", "vision:2",
-                "vision:2nodes:lend", f"{'a' * (MAX_TEAM_NAME + 1)}:1nodes"]
+        return [
+            "vision:2nodes",
+            "nlp:16gpus:borrow",
+            "a:1nodes",
+            "Vision:2nodes",
+            "vision:0nodes",
+            "vision:2",
+            "vision:2nodes:lend",
+            f"{'a' * (MAX_TEAM_NAME + 1)}:1nodes",
+        ]
 
 
 def teams_problem(teams: list[TeamQueue], gpus_per_node: int) -> tuple[str, str] | None:
@@ -93,9 +104,11 @@ def teams_problem(teams: list[TeamQueue], gpus_per_node: int) -> tuple[str, str]
             return str(t), f"team {t.name!r} is listed twice; give each team one entry"
         seen.add(t.name)
         if t.unit == "gpus" and t.quota % gpus_per_node:
-            return str(t), (f"{t.quota} GPUs is not a whole number of {gpus_per_node}-GPU nodes: a Ray worker takes a "
-                            f"whole node, so the rest could never be used; use a multiple of {gpus_per_node}, or "
-                            "a quota in nodes")
+            return str(t), (
+                f"{t.quota} GPUs is not a whole number of {gpus_per_node}-GPU nodes: a Ray worker takes a "
+                f"whole node, so the rest could never be used; use a multiple of {gpus_per_node}, or "
+                "a quota in nodes"
+            )
     if len(teams) == 1 and teams[0].borrow:
         return str(teams[0]), "borrow needs another team to borrow from; remove :borrow or add a team"
     return None
@@ -109,8 +122,12 @@ def flavor_name(instance_type: str) -> str:
 def resource_flavor(instance_type: str, node_labels: dict[str, str]) -> dict[str, Any]:
     """The ResourceFlavor of one GPU node group: Kueue adds ``node_labels`` to the nodeSelector of the pods it admits
     on it (site/content/en/docs/concepts/resource_flavor.md, ``spec.nodeLabels``)."""
-    return {"apiVersion": KUEUE_API, "kind": "ResourceFlavor", "metadata": {"name": flavor_name(instance_type)},
-            "spec": {"nodeLabels": dict(node_labels)}}
+    return {
+        "apiVersion": KUEUE_API,
+        "kind": "ResourceFlavor",
+        "metadata": {"name": flavor_name(instance_type)},
+        "spec": {"nodeLabels": dict(node_labels)},
+    }
 
 
 def cluster_queue(team: TeamQueue, instance_type: str, gpus_per_node: int, cohort: bool) -> dict[str, Any]:
@@ -121,8 +138,12 @@ def cluster_queue(team: TeamQueue, instance_type: str, gpus_per_node: int, cohor
     spec: dict[str, Any] = {
         "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": team.namespace}},
         "queueingStrategy": "BestEffortFIFO",
-        "resourceGroups": [{"coveredResources": [GPU_RESOURCE],
-                            "flavors": [{"name": flavor_name(instance_type), "resources": [quota]}]}],
+        "resourceGroups": [
+            {
+                "coveredResources": [GPU_RESOURCE],
+                "flavors": [{"name": flavor_name(instance_type), "resources": [quota]}],
+            }
+        ],
     }
     if cohort:
         spec["cohortName"] = COHORT
@@ -132,13 +153,17 @@ def cluster_queue(team: TeamQueue, instance_type: str, gpus_per_node: int, cohor
 
 def local_queue(team: TeamQueue) -> dict[str, Any]:
     """The team's LocalQueue, named like its namespace, pointing at its ClusterQueue."""
-    return {"apiVersion": KUEUE_API, "kind": "LocalQueue",
-            "metadata": {"name": team.namespace, "namespace": team.namespace},
-            "spec": {"clusterQueue": team.namespace}}
+    return {
+        "apiVersion": KUEUE_API,
+        "kind": "LocalQueue",
+        "metadata": {"name": team.namespace, "namespace": team.namespace},
+        "spec": {"clusterQueue": team.namespace},
+    }
 
 
-def team_objects(teams: list[TeamQueue], instance_type: str, gpus_per_node: int,
-                 node_labels: dict[str, str]) -> list[dict[str, Any]]:
+def team_objects(
+    teams: list[TeamQueue], instance_type: str, gpus_per_node: int, node_labels: dict[str, str]
+) -> list[dict[str, Any]]:
     """Every Kueue object of the queues: the flavor, then each team's ClusterQueue and LocalQueue."""
     cohort = any(t.borrow for t in teams)
     out = [resource_flavor(instance_type, node_labels)]
@@ -156,11 +181,15 @@ def capacity_problem(teams: list[TeamQueue], gpus_per_node: int, max_nodes: int)
     capacity = max_nodes * gpus_per_node
     for t in teams:
         if t.gpus(gpus_per_node) > capacity:
-            return (f"team {t.name}'s quota ({t.gpus(gpus_per_node)} GPUs) exceeds the GPU node group "
-                    f"({max_nodes} nodes x {gpus_per_node} GPUs = {capacity}): lower it or raise gpuNodeCount")
+            return (
+                f"team {t.name}'s quota ({t.gpus(gpus_per_node)} GPUs) exceeds the GPU node group "
+                f"({max_nodes} nodes x {gpus_per_node} GPUs = {capacity}): lower it or raise gpuNodeCount"
+            )
     total = sum(t.gpus(gpus_per_node) for t in teams)
     if total > capacity:
-        return (f"the teams' quotas add up to {total} GPUs, more than the GPU node group holds ({max_nodes} nodes x "
-                f"{gpus_per_node} GPUs = {capacity}): Kueue would admit jobs whose nodes cannot exist; lower the "
-                "quotas (borrowing shares idle quota) or raise gpuNodeCount")
+        return (
+            f"the teams' quotas add up to {total} GPUs, more than the GPU node group holds ({max_nodes} nodes x "
+            f"{gpus_per_node} GPUs = {capacity}): Kueue would admit jobs whose nodes cannot exist; lower the "
+            "quotas (borrowing shares idle quota) or raise gpuNodeCount"
+        )
     return None

@@ -77,8 +77,10 @@ def watch_values(namespaces: list[str] | None) -> dict[str, Any]:
     if namespaces is None:
         return {}
     if not namespaces or any(not isinstance(n, str) or not n for n in namespaces):
-        raise ValueError(f"KubeRayOperator: watch_namespaces {namespaces!r}: list the namespaces of the RayClusters "
-                         "(e.g. ['ray']), or None to watch all")
+        raise ValueError(
+            f"KubeRayOperator: watch_namespaces {namespaces!r}: list the namespaces of the RayClusters "
+            "(e.g. ['ray']), or None to watch all"
+        )
     return {"singleNamespaceInstall": True, "watchNamespace": list(namespaces)}
 
 
@@ -94,19 +96,25 @@ class KubeRayOperator(pulumi.ComponentResource):
             raise ValueError(f"KubeRayOperator {name}: chart_version {args.chart_version!r} {problem}")
         super().__init__("ray-efa-eks:index:KubeRayOperator", name, None, opts)
         child = pulumi.ResourceOptions(parent=self, provider=args.provider)
-        ns = k8s.core.v1.Namespace(f"{name}-ns", metadata={"name": args.namespace, "labels": dict(POD_SECURITY_LABELS)},
-                                   opts=child)
+        ns = k8s.core.v1.Namespace(
+            f"{name}-ns", metadata={"name": args.namespace, "labels": dict(POD_SECURITY_LABELS)}, opts=child
+        )
         if args.network_policy:
             in_ns = pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[ns]))
-            for policy, spec in ((f"{args.namespace}-default-deny", default_deny_ingress()),
-                                 (f"{args.namespace}-egress", allow_all_egress())):
-                k8s.networking.v1.NetworkPolicy(f"{name}-{policy}",
-                                                metadata={"name": policy, "namespace": args.namespace},
-                                                spec=spec, opts=in_ns)
+            for policy, spec in (
+                (f"{args.namespace}-default-deny", default_deny_ingress()),
+                (f"{args.namespace}-egress", allow_all_egress()),
+            ):
+                k8s.networking.v1.NetworkPolicy(
+                    f"{name}-{policy}", metadata={"name": policy, "namespace": args.namespace}, spec=spec, opts=in_ns
+                )
         self.crds = k8s.yaml.v2.ConfigGroup(
-            f"{name}-crds", files=crd_urls(args.chart_version),
-            opts=pulumi.ResourceOptions(parent=self, provider=args.crd_provider or args.provider,
-                                        transforms=[retain_crds]))
+            f"{name}-crds",
+            files=crd_urls(args.chart_version),
+            opts=pulumi.ResourceOptions(
+                parent=self, provider=args.crd_provider or args.provider, transforms=[retain_crds]
+            ),
+        )
         values = {"nodeSelector": {ROLE_LABEL: SYSTEM_ROLE}, **watch_values(args.watch_namespaces), **args.values}
         self.release = k8s.helm.v3.Release(
             f"{name}-release",
@@ -116,8 +124,9 @@ class KubeRayOperator(pulumi.ComponentResource):
             namespace=ns.metadata["name"],
             values=values,
             skip_crds=True,  # applied above, from the same version
-            opts=pulumi.ResourceOptions(parent=self, provider=args.provider,
-                                        depends_on=[ns, self.crds, *args.depends_on]),
+            opts=pulumi.ResourceOptions(
+                parent=self, provider=args.provider, depends_on=[ns, self.crds, *args.depends_on]
+            ),
         )
         self.register_outputs({"chartVersion": args.chart_version})
 
@@ -127,6 +136,6 @@ def retain_crds(args: pulumi.ResourceTransformArgs) -> pulumi.ResourceTransformR
     RayCluster with it)."""
     if args.type_ != "kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition":
         return None
-    return pulumi.ResourceTransformResult(props=args.props,
-                                          opts=pulumi.ResourceOptions.merge(args.opts,
-                                                                            pulumi.ResourceOptions(retain_on_delete=True)))
+    return pulumi.ResourceTransformResult(
+        props=args.props, opts=pulumi.ResourceOptions.merge(args.opts, pulumi.ResourceOptions(retain_on_delete=True))
+    )

@@ -49,11 +49,15 @@ def chart_version_problem(version: str) -> str | None:
     """Why ``kuberayChartVersion`` cannot run this stack, or None."""
     parsed = chart_version(version)
     if parsed is None:
-        return ("must be an exact chart version MAJOR.MINOR.PATCH[-PRERELEASE] (e.g. 1.7.0): the CRDs are applied from the "
-                "matching KubeRay tag, and a range or 'latest' would change them behind the stack's back")
+        return (
+            "must be an exact chart version MAJOR.MINOR.PATCH[-PRERELEASE] (e.g. 1.7.0): the CRDs are applied from the "
+            "matching KubeRay tag, and a range or 'latest' would change them behind the stack's back"
+        )
     if parsed < MIN_CHART or (parsed == MIN_CHART and _is_prerelease(version)):  # SemVer: 1.6.0-rc.1 < 1.6.0
-        return ("is older than 1.6.0, whose RayCluster CRD is the first with spec.upgradeStrategy (the stack sets "
-                "Recreate; an older CRD drops it and no pod would ever be recreated); use 1.6.0 or newer, e.g. 1.7.0")
+        return (
+            "is older than 1.6.0, whose RayCluster CRD is the first with spec.upgradeStrategy (the stack sets "
+            "Recreate; an older CRD drops it and no pod would ever be recreated); use 1.6.0 or newer, e.g. 1.7.0"
+        )
     return None
 
 
@@ -61,9 +65,11 @@ def unverified_note(version: str) -> str | None:
     """A warning for a chart version newer than those read here."""
     if version in VERIFIED or chart_version(version) is None:
         return None
-    return (f"kuberayChartVersion {version} was not verified (verified: {', '.join(VERIFIED)}): its CRD files are "
-            f"expected at {CRD_URL.format(version=version, file='<crd>')} and its controller is assumed to keep "
-            "v1.7.0's upgrade behaviour; rehearse the bump on a test stack first")
+    return (
+        f"kuberayChartVersion {version} was not verified (verified: {', '.join(VERIFIED)}): its CRD files are "
+        f"expected at {CRD_URL.format(version=version, file='<crd>')} and its controller is assumed to keep "
+        "v1.7.0's upgrade behaviour; rehearse the bump on a test stack first"
+    )
 
 
 def crd_urls(version: str) -> list[str]:

@@ -82,7 +82,14 @@ def autoscaler_options(args: AutoscalerArgs) -> dict[str, Any]:
 def token_volume() -> dict[str, Any]:
     """A projected token of the head pod's ServiceAccount, with the cluster CA and namespace (the head pod's volume;
     only the autoscaler container mounts it)."""
-    return {"name": TOKEN_VOLUME, "projected": {"defaultMode": 0o444, "sources": [
-        {"serviceAccountToken": {"path": "token", "expirationSeconds": 3600}},
-        {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
-        {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"fieldPath": "metadata.namespace"}}]}}]}}
+    return {
+        "name": TOKEN_VOLUME,
+        "projected": {
+            "defaultMode": 0o444,
+            "sources": [
+                {"serviceAccountToken": {"path": "token", "expirationSeconds": 3600}},
+                {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"fieldPath": "metadata.namespace"}}]}},
+            ],
+        },
+    }

@@ -47,9 +47,20 @@ import pulumi_random as random
 from ..nodes.instances import InstanceType
 from ..nodes.node_allocatable import allocatable_memory_mib
 from ..network.network_policies import allow_all_egress
-from ..kube import (CONTAINER_SECURITY_CONTEXT, GPU_ROLE, GPU_TOLERATION, METRICS_NAMESPACE, METRICS_PORTS,
-                    NAMESPACE_NAME_LABEL, POD_SECURITY_CONTEXT, POD_SECURITY_LABELS, ROLE_LABEL, SYSTEM_ROLE,
-                    check_guaranteed, pod_resources)
+from ..kube import (
+    CONTAINER_SECURITY_CONTEXT,
+    GPU_ROLE,
+    GPU_TOLERATION,
+    METRICS_NAMESPACE,
+    METRICS_PORTS,
+    NAMESPACE_NAME_LABEL,
+    POD_SECURITY_CONTEXT,
+    POD_SECURITY_LABELS,
+    ROLE_LABEL,
+    SYSTEM_ROLE,
+    check_guaranteed,
+    pod_resources,
+)
 from .ray_autoscaler import AutoscalerArgs, autoscaler_options, token_volume
 
 HEAD_PORTS = {"gcs-server": 6379, "dashboard": 8265, "client": 10001}
@@ -127,8 +138,10 @@ def token_client_env(secret_name: str) -> list[dict[str, Any]]:
     Ray's clients send the token only when ``RAY_AUTH_MODE=token`` (``get_auth_headers_if_auth_enabled``);
     the token itself comes from the Secret, as KubeRay wires it into the Ray pods.
     """
-    return [{"name": "RAY_AUTH_MODE", "value": "token"},
-            {"name": "RAY_AUTH_TOKEN", "valueFrom": {"secretKeyRef": {"name": secret_name, "key": AUTH_TOKEN_KEY}}}]
+    return [
+        {"name": "RAY_AUTH_MODE", "value": "token"},
+        {"name": "RAY_AUTH_TOKEN", "valueFrom": {"secretKeyRef": {"name": secret_name, "key": AUTH_TOKEN_KEY}}},
+    ]
 
 
 def auth_options(token_auth: bool, ray_version: str, secret_name: str) -> dict[str, str] | None:
@@ -136,8 +149,10 @@ def auth_options(token_auth: bool, ray_version: str, secret_name: str) -> dict[s
     if not token_auth:
         return None
     if ray_version_tuple(ray_version)[:2] < MIN_TOKEN_AUTH_RAY:
-        raise ValueError(f"RayCluster: Ray token auth needs Ray >= 2.52, rayVersion is {ray_version}; "
-                         "use a newer image or turn token auth off (rayTokenAuth: false)")
+        raise ValueError(
+            f"RayCluster: Ray token auth needs Ray >= 2.52, rayVersion is {ray_version}; "
+            "use a newer image or turn token auth off (rayTokenAuth: false)"
+        )
     return {"mode": "token", "secretName": secret_name}
 
 
@@ -182,17 +197,21 @@ def gpu_env(instance_types: list[InstanceType]) -> list[dict[str, str]]:
     if not gpus:
         return []
     models = ",".join(dict.fromkeys(str(it.gpu_model) for it in gpus))
-    return [{"name": GPU_MODEL_ENV, "value": models},
-            {"name": GPU_MEMORY_ENV, "value": str(min(it.gpu_memory_mib for it in gpus))}]
+    return [
+        {"name": GPU_MODEL_ENV, "value": models},
+        {"name": GPU_MEMORY_ENV, "value": str(min(it.gpu_memory_mib for it in gpus))},
+    ]
 
 
 def efa_env(instance_type: InstanceType, efa: bool, nccl_debug: str, nccl_net_plugin: str) -> list[dict[str, str]]:
     """NCCL/libfabric environment for training pods; empty of EFA settings when EFA is off."""
     env = [{"name": "NCCL_DEBUG", "value": nccl_debug}, {"name": "NCCL_SOCKET_IFNAME", "value": NCCL_SOCKET_IFNAME}]
     if efa:
-        env += [{"name": "FI_PROVIDER", "value": "efa"},
-                {"name": "NCCL_NET_PLUGIN", "value": nccl_net_plugin},
-                {"name": "FI_EFA_FORK_SAFE", "value": "1"}]
+        env += [
+            {"name": "FI_PROVIDER", "value": "efa"},
+            {"name": "NCCL_NET_PLUGIN", "value": nccl_net_plugin},
+            {"name": "FI_EFA_FORK_SAFE", "value": "1"},
+        ]
         if instance_type.gpudirect_rdma:
             env.append({"name": "FI_EFA_USE_DEVICE_RDMA", "value": "1"})
     return env
@@ -235,9 +254,11 @@ class WorkerGroupArgs:
     def resources(self) -> dict[str, dict[str, str]]:
         it = self.instance_type
         cpu = it.vcpus - (self.cpu_reserve if self.cpu_reserve is not None else max(2, it.vcpus // 12))
-        mem = it.memory_mib - (self.memory_reserve_mib if self.memory_reserve_mib is not None
-                               else max(8192, it.memory_mib // 10,
-                                        it.memory_mib - allocatable_memory_mib(it) + DAEMONSET_MEMORY_MIB))
+        mem = it.memory_mib - (
+            self.memory_reserve_mib
+            if self.memory_reserve_mib is not None
+            else max(8192, it.memory_mib // 10, it.memory_mib - allocatable_memory_mib(it) + DAEMONSET_MEMORY_MIB)
+        )
         if cpu < 1 or mem < 1024:
             raise ValueError(f"worker group {self.name}: reserve leaves cpu={cpu}, memory={mem}Mi on {it.name}")
         extra = {"nvidia.com/gpu": it.gpus}
@@ -310,9 +331,15 @@ class RayClusterArgs:
 
 def _container(name: str, image: str, resources: dict, env: list[dict], ports: list[dict] | None = None) -> dict:
     check_guaranteed(resources, f"container {name}")
-    c = {"name": name, "image": image, "imagePullPolicy": "IfNotPresent", "resources": resources, "env": env,
-         "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
-         "lifecycle": {"preStop": {"exec": {"command": ["/bin/sh", "-c", "ray stop"]}}}}
+    c = {
+        "name": name,
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "resources": resources,
+        "env": env,
+        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+        "lifecycle": {"preStop": {"exec": {"command": ["/bin/sh", "-c", "ray stop"]}}},
+    }
     if ports:
         c["ports"] = ports
     return c
@@ -325,7 +352,8 @@ PROVIDER_CHECK_SCRIPT = (
     '  echo "[efa-provider-check] libfabric opened the efa provider on node $NODE_NAME"; exit 0\n'
     'fi\n'
     'echo "[efa-provider-check] FAIL on node $NODE_NAME: fi_info -p efa -t FI_EP_RDM exited $rc: $out" >&2\n'
-    'exit 1\n')
+    'exit 1\n'
+)
 """The device-level half of a node's fabric proof, in the Ray worker's own pod (components/addons/node_agent.py proves the
 rest). ``fi_info -p efa`` needs ``/dev/infiniband/uverbs*``, which the EFA device plugin mounts only into containers
 that request ``vpc.amazonaws.com/efa`` (rdma-core libibverbs/init.c ``try_access_device``); an init container with
@@ -337,10 +365,15 @@ status and Events name the node and what fi_info said."""
 def provider_check_container(image: str, resources: dict, env: list[dict]) -> dict:
     """Init container: ``fi_info -p efa`` with the worker's image, env, devices and requests (requests == limits, so
     the pod's effective request is the worker's: max(init, sum of app containers))."""
-    return {"name": PROVIDER_CHECK, "image": image, "imagePullPolicy": "IfNotPresent",
-            "command": ["/bin/sh", "-c", PROVIDER_CHECK_SCRIPT], "resources": resources,
-            "env": [*env, {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
-            "terminationMessagePolicy": "FallbackToLogsOnError"}
+    return {
+        "name": PROVIDER_CHECK,
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["/bin/sh", "-c", PROVIDER_CHECK_SCRIPT],
+        "resources": resources,
+        "env": [*env, {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
 
 
 def _shm(size: str) -> list[dict]:
@@ -409,22 +442,34 @@ def _has_output(value: Any) -> bool:
 def build_spec(args: RayClusterArgs) -> dict[str, Any]:
     """The RayCluster ``spec`` as plain data (validated against the KubeRay CRD in tests)."""
     if args.upgrade_strategy not in UPGRADE_STRATEGIES:
-        raise ValueError(f"RayCluster: upgrade_strategy {args.upgrade_strategy!r} is not one of {UPGRADE_STRATEGIES}; "
-                         "use Recreate (a spec change restarts every pod)")
+        raise ValueError(
+            f"RayCluster: upgrade_strategy {args.upgrade_strategy!r} is not one of {UPGRADE_STRATEGIES}; "
+            "use Recreate (a spec change restarts every pod)"
+        )
     if not args.worker_groups:
         raise ValueError("RayCluster: at least one worker group is required")
     names = [g.name for g in args.worker_groups]
     if len(set(names)) != len(names):
         raise ValueError(f"RayCluster: worker group names must be unique, got {names}")
     storage_env = [{"name": STORAGE_PATH_ENV, "value": args.storage_path}] if args.storage_path else []
-    head_env = [{"name": "RAY_RUNTIME_ENV_PIP", "value": ",".join(args.runtime_env_pip)}] if args.runtime_env_pip else []
+    head_env = (
+        [{"name": "RAY_RUNTIME_ENV_PIP", "value": ",".join(args.runtime_env_pip)}] if args.runtime_env_pip else []
+    )
     head_env += storage_env + gpu_env([g.instance_type for g in args.worker_groups]) + aws_env(args.region)
     head_pod: dict[str, Any] = {
         "nodeSelector": {ROLE_LABEL: SYSTEM_ROLE},
         "securityContext": json.loads(json.dumps(POD_SECURITY_CONTEXT)),
-        "containers": [restricted_container(_container(
-            "ray-head", args.image, pod_resources(args.head_cpu, args.head_memory), head_env,
-            [{"name": n, "containerPort": p} for n, p in HEAD_PORTS.items()]))],
+        "containers": [
+            restricted_container(
+                _container(
+                    "ray-head",
+                    args.image,
+                    pod_resources(args.head_cpu, args.head_memory),
+                    head_env,
+                    [{"name": n, "containerPort": p} for n, p in HEAD_PORTS.items()],
+                )
+            )
+        ],
         "volumes": _shm("2Gi"),
     }
     if args.service_account_name:
@@ -446,24 +491,34 @@ def build_spec(args: RayClusterArgs) -> dict[str, Any]:
             "volumes": _shm(f"{max(1, g.instance_type.memory_mib // 1024 // 4)}Gi"),
         }
         if g.efa:  # the node's libfabric must open the efa provider on the worker's own device before Ray starts
-            pod["initContainers"] = [restricted_container(
-                provider_check_container(args.image, res, [dict(e) for e in env]))]
+            pod["initContainers"] = [
+                restricted_container(provider_check_container(args.image, res, [dict(e) for e in env]))
+            ]
         if g.efa and args.efa_exporter_url:  # the EFA counter witness reads its node's exporter
             pod["containers"][0]["env"] += [
                 {"name": EFA_EXPORTER_ENV, "value": args.efa_exporter_url},
-                {"name": NODE_NAME_ENV, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]
+                {"name": NODE_NAME_ENV, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+            ]
         if args.service_account_name:
             pod["serviceAccountName"] = args.service_account_name
         if g.scale_from_zero and args.autoscaler is None:
-            raise ValueError(f"worker group {g.name}: scale_from_zero needs RayClusterArgs.autoscaler (Ray's "
-                             "autoscaler v2 adds and removes its workers)")
+            raise ValueError(
+                f"worker group {g.name}: scale_from_zero needs RayClusterArgs.autoscaler (Ray's "
+                "autoscaler v2 adds and removes its workers)"
+            )
         if g.scale_from_zero and g.workers_to_delete:
-            raise ValueError(f"worker group {g.name}: workers_to_delete is for a fixed group; with scale_from_zero "
-                             "Ray's autoscaler owns scaleStrategy.workersToDelete")
-        scaling = ({"minReplicas": 0, "maxReplicas": g.replicas} if g.scale_from_zero
-                   else {"replicas": g.replicas, "minReplicas": g.replicas, "maxReplicas": g.replicas})
+            raise ValueError(
+                f"worker group {g.name}: workers_to_delete is for a fixed group; with scale_from_zero "
+                "Ray's autoscaler owns scaleStrategy.workersToDelete"
+            )
+        scaling = (
+            {"minReplicas": 0, "maxReplicas": g.replicas}
+            if g.scale_from_zero
+            else {"replicas": g.replicas, "minReplicas": g.replicas, "maxReplicas": g.replicas}
+        )
         group: dict[str, Any] = {
-            "groupName": g.name, **scaling,
+            "groupName": g.name,
+            **scaling,
             "rayStartParams": ray_start_params(g.ray_start_params),
             "template": {"metadata": {"labels": {"ray-efa-eks/worker-group": g.name}}, "spec": pod},
         }
@@ -512,13 +567,19 @@ def ray_pods_network_policy_spec(cluster: str, metrics_from_namespaces: list[str
     pods = {"podSelector": {"matchLabels": {RAY_CLUSTER_LABEL: cluster}}}
     ingress: list[dict[str, Any]] = [{"from": [pods]}]
     if metrics_from_namespaces:
-        ingress.append({
-            "from": [{"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: ns}}}
-                     for ns in metrics_from_namespaces],
-            "ports": [{"protocol": "TCP", "port": p} for p in METRICS_PORTS.values()],
-        })
-    return {"podSelector": {"matchLabels": {RAY_CLUSTER_LABEL: cluster}}, "policyTypes": ["Ingress"],
-            "ingress": ingress}
+        ingress.append(
+            {
+                "from": [
+                    {"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: ns}}} for ns in metrics_from_namespaces
+                ],
+                "ports": [{"protocol": "TCP", "port": p} for p in METRICS_PORTS.values()],
+            }
+        )
+    return {
+        "podSelector": {"matchLabels": {RAY_CLUSTER_LABEL: cluster}},
+        "policyTypes": ["Ingress"],
+        "ingress": ingress,
+    }
 
 
 DEFAULT_DENY_SPEC = {"podSelector": {}, "policyTypes": ["Ingress"]}
@@ -534,13 +595,16 @@ def head_network_policy_spec(from_namespaces: list[str] | None = None) -> dict[s
     reachable that way.
     """
     dashboard = [{"protocol": "TCP", "port": HEAD_PORTS["dashboard"]}]
-    ingress: list[dict[str, Any]] = [{"from": [{"podSelector": {"matchLabels": dict(GATE_LABELS)}}],
-                                      "ports": dashboard}]
+    ingress: list[dict[str, Any]] = [
+        {"from": [{"podSelector": {"matchLabels": dict(GATE_LABELS)}}], "ports": dashboard}
+    ]
     if from_namespaces:
-        ingress.append({
-            "from": [{"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: ns}}} for ns in from_namespaces],
-            "ports": list(dashboard),
-        })
+        ingress.append(
+            {
+                "from": [{"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: ns}}} for ns in from_namespaces],
+                "ports": list(dashboard),
+            }
+        )
     return {"podSelector": {"matchLabels": dict(HEAD_LABELS)}, "policyTypes": ["Ingress"], "ingress": ingress}
 
 
@@ -565,57 +629,100 @@ class RayCluster(pulumi.ComponentResource):
         self.spec = build_spec(args)  # validates before anything is registered
         self.name = name
         self.namespace = args.namespace
-        ns = k8s.core.v1.Namespace(f"{name}-ns", metadata={"name": args.namespace,
-                                                           "labels": dict(POD_SECURITY_LABELS)},
-                                   opts=pulumi.ResourceOptions(parent=self, provider=args.provider))
+        ns = k8s.core.v1.Namespace(
+            f"{name}-ns",
+            metadata={"name": args.namespace, "labels": dict(POD_SECURITY_LABELS)},
+            opts=pulumi.ResourceOptions(parent=self, provider=args.provider),
+        )
         in_ns = pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[ns])
         deps: list[pulumi.Resource] = [ns]
         if args.after_namespace is not None:
             deps += args.after_namespace(ns)
         if args.service_account_name and args.create_service_account:
-            deps.append(k8s.core.v1.ServiceAccount(
-                f"{name}-sa", metadata={"name": args.service_account_name, "namespace": args.namespace},
-                automount_service_account_token=False, opts=in_ns))
+            deps.append(
+                k8s.core.v1.ServiceAccount(
+                    f"{name}-sa",
+                    metadata={"name": args.service_account_name, "namespace": args.namespace},
+                    automount_service_account_token=False,
+                    opts=in_ns,
+                )
+            )
         if args.network_policy:
-            deps.append(k8s.networking.v1.NetworkPolicy(
-                f"{name}-head-ingress", metadata={"name": f"{name}-head-ingress", "namespace": args.namespace},
-                spec=head_network_policy_spec(args.network_policy_from_namespaces), opts=in_ns))
-            deps.append(k8s.networking.v1.NetworkPolicy(
-                f"{name}-default-deny", metadata={"name": f"{name}-default-deny", "namespace": args.namespace},
-                spec=DEFAULT_DENY_SPEC, opts=in_ns))
-            deps.append(k8s.networking.v1.NetworkPolicy(  # strict mode: the pods' DNS, S3 and API calls
-                f"{name}-egress", metadata={"name": f"{name}-egress", "namespace": args.namespace},
-                spec=allow_all_egress(), opts=in_ns))
-            deps.append(k8s.networking.v1.NetworkPolicy(
-                f"{name}-pods-ingress", metadata={"name": f"{name}-pods-ingress", "namespace": args.namespace},
-                spec=ray_pods_network_policy_spec(name, args.metrics_from_namespaces), opts=in_ns))
+            deps.append(
+                k8s.networking.v1.NetworkPolicy(
+                    f"{name}-head-ingress",
+                    metadata={"name": f"{name}-head-ingress", "namespace": args.namespace},
+                    spec=head_network_policy_spec(args.network_policy_from_namespaces),
+                    opts=in_ns,
+                )
+            )
+            deps.append(
+                k8s.networking.v1.NetworkPolicy(
+                    f"{name}-default-deny",
+                    metadata={"name": f"{name}-default-deny", "namespace": args.namespace},
+                    spec=DEFAULT_DENY_SPEC,
+                    opts=in_ns,
+                )
+            )
+            deps.append(
+                k8s.networking.v1.NetworkPolicy(  # strict mode: the pods' DNS, S3 and API calls
+                    f"{name}-egress",
+                    metadata={"name": f"{name}-egress", "namespace": args.namespace},
+                    spec=allow_all_egress(),
+                    opts=in_ns,
+                )
+            )
+            deps.append(
+                k8s.networking.v1.NetworkPolicy(
+                    f"{name}-pods-ingress",
+                    metadata={"name": f"{name}-pods-ingress", "namespace": args.namespace},
+                    spec=ray_pods_network_policy_spec(name, args.metrics_from_namespaces),
+                    opts=in_ns,
+                )
+            )
         self.auth_secret_name = self.auth_token = None
         # No keepers: generated on the first `pulumi up`, then read from state, so the token is stable. Kept with
         # auth off too (module docstring): turning auth off never deletes a Secret that running pods reference.
-        token = random.RandomPassword(f"{name}-auth-token", length=TOKEN_LENGTH, special=False,
-                                      opts=pulumi.ResourceOptions(parent=self))
-        deps.append(k8s.core.v1.Secret(
-            f"{name}-auth-token", metadata={"name": args.auth_secret_name, "namespace": args.namespace},
-            type="Opaque", string_data={AUTH_TOKEN_KEY: token.result}, opts=in_ns))
+        token = random.RandomPassword(
+            f"{name}-auth-token", length=TOKEN_LENGTH, special=False, opts=pulumi.ResourceOptions(parent=self)
+        )
+        deps.append(
+            k8s.core.v1.Secret(
+                f"{name}-auth-token",
+                metadata={"name": args.auth_secret_name, "namespace": args.namespace},
+                type="Opaque",
+                string_data={AUTH_TOKEN_KEY: token.result},
+                opts=in_ns,
+            )
+        )
         if args.token_auth:
             self.auth_secret_name = args.auth_secret_name
             self.auth_token = pulumi.Output.secret(token.result)
         self.spec_hash = self.spec["headGroupSpec"]["template"]["spec"]["containers"][0]["env"][-1]["value"]
-        metadata: dict[str, Any] = {"name": name, "namespace": args.namespace,
-                                    "annotations": dict(PATCH_FORCE_ANNOTATION)}
+        metadata: dict[str, Any] = {
+            "name": name,
+            "namespace": args.namespace,
+            "annotations": dict(PATCH_FORCE_ANNOTATION),
+        }
         hooks = None
         if args.kuberay_chart_version:
             metadata["annotations"][CHART_ANNOTATION] = args.kuberay_chart_version
-            hooks = pulumi.ResourceHookBinding(before_update=[pulumi.ResourceHook(
-                f"{name}-raycluster-chart-bump", _check_chart_bump, pulumi.ResourceHookOptions(on_dry_run=True))])
+            hooks = pulumi.ResourceHookBinding(
+                before_update=[
+                    pulumi.ResourceHook(
+                        f"{name}-raycluster-chart-bump", _check_chart_bump, pulumi.ResourceHookOptions(on_dry_run=True)
+                    )
+                ]
+            )
         self.custom_resource = k8s.apiextensions.CustomResource(
             f"{name}-raycluster",
             api_version="ray.io/v1",
             kind="RayCluster",
             metadata=metadata,
             spec=self.spec,
-            opts=pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[*deps, *args.depends_on],
-                                        hooks=hooks),
+            opts=pulumi.ResourceOptions(
+                parent=self, provider=args.provider, depends_on=[*deps, *args.depends_on], hooks=hooks
+            ),
         )
         # KubeRay names the head service <cluster>-head-svc.
         self.head_service_name = f"{name}-head-svc"
@@ -632,6 +739,7 @@ def chart_bump_problem(old: dict[str, Any] | None, new: dict[str, Any] | None) -
     returns false. A spec change that reaches the new operator together with the chart bump is thereby recorded as
     done: the old pods stay and the gate fails ``stale`` on every run.
     """
+
     def chart(inputs: dict[str, Any] | None) -> str | None:
         return (((inputs or {}).get("metadata") or {}).get("annotations") or {}).get(CHART_ANNOTATION)
 
@@ -647,12 +755,14 @@ def chart_bump_problem(old: dict[str, Any] | None, new: dict[str, Any] | None) -
         same = _plain(old_spec) == _plain(new_spec)
     if same:
         return None
-    return (f"the KubeRay chart moves {before} -> {after} in the same update as a RayCluster spec change: KubeRay "
-            "recreates no pod when the operator version changes (raycluster_controller.go v1.7.0 "
-            "shouldRecreatePodsForUpgrade, lines 1482-1491: it rewrites the head's ray.io/kuberay-version and recreate "
-            "hash instead), so the pods keep the old spec and the EFA gate fails stale. Fix: bump "
-            "kuberayChartVersion alone first (`pulumi up`), then apply the other change in a second `pulumi up` "
-            "(docs/upgrades.md: KubeRay chart and CRDs)")
+    return (
+        f"the KubeRay chart moves {before} -> {after} in the same update as a RayCluster spec change: KubeRay "
+        "recreates no pod when the operator version changes (raycluster_controller.go v1.7.0 "
+        "shouldRecreatePodsForUpgrade, lines 1482-1491: it rewrites the head's ray.io/kuberay-version and recreate "
+        "hash instead), so the pods keep the old spec and the EFA gate fails stale. Fix: bump "
+        "kuberayChartVersion alone first (`pulumi up`), then apply the other change in a second `pulumi up` "
+        "(docs/upgrades.md: KubeRay chart and CRDs)"
+    )
 
 
 def _plain(value: Any) -> Any:

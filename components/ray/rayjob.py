@@ -88,23 +88,40 @@ def code_configmap(name: str, namespace: str, code: dict[str, bytes]) -> dict[st
     if size > MAX_CONFIGMAP_BYTES:
         raise ValueError(f"RayJob code: {size} bytes, more than a ConfigMap holds ({MAX_CONFIGMAP_BYTES})")
     digest = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:10]
-    return {"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": f"{name}-{digest}", "namespace": namespace,
-                         "labels": {"app.kubernetes.io/part-of": "ray-efa-eks"}},
-            "data": data}
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": f"{name}-{digest}",
+            "namespace": namespace,
+            "labels": {"app.kubernetes.io/part-of": "ray-efa-eks"},
+        },
+        "data": data,
+    }
 
 
 def rayjob(args: RayJobArgs, configmap_name: str) -> dict[str, Any]:
     """The RayJob object (validated against KubeRay v1.7.0's RayJob CRD in tests)."""
     if args.nodes < 1:
         raise ValueError(f"RayJob {args.name}: nodes must be >= 1, got {args.nodes}")
-    cluster = build_spec(RayClusterArgs(
-        provider=None,  # type: ignore[arg-type]  # plain data: build_spec registers nothing
-        image=args.image, ray_version=args.ray_version, namespace=args.team.namespace,
-        nccl_debug=args.nccl_debug, service_account_name=args.service_account, create_service_account=False,
-        storage_path=args.storage_path, token_auth=False, region=args.region, efa_exporter_url=args.efa_exporter_url,
-        worker_groups=[WorkerGroupArgs(name="gpu", instance_type=args.instance_type, replicas=args.nodes,
-                                       efa=args.efa)]))
+    cluster = build_spec(
+        RayClusterArgs(
+            provider=None,  # type: ignore[arg-type]  # plain data: build_spec registers nothing
+            image=args.image,
+            ray_version=args.ray_version,
+            namespace=args.team.namespace,
+            nccl_debug=args.nccl_debug,
+            service_account_name=args.service_account,
+            create_service_account=False,
+            storage_path=args.storage_path,
+            token_auth=False,
+            region=args.region,
+            efa_exporter_url=args.efa_exporter_url,
+            worker_groups=[
+                WorkerGroupArgs(name="gpu", instance_type=args.instance_type, replicas=args.nodes, efa=args.efa)
+            ],
+        )
+    )
     cluster.pop("upgradeStrategy", None)  # a one-shot cluster is never upgraded
     if args.token_auth:
         cluster["authOptions"] = {"mode": "token"}  # KubeRay makes the Secret (module docstring)
@@ -114,12 +131,16 @@ def rayjob(args: RayJobArgs, configmap_name: str) -> dict[str, Any]:
             "restartPolicy": "Never",
             "nodeSelector": {ROLE_LABEL: SYSTEM_ROLE},
             "securityContext": json.loads(json.dumps(POD_SECURITY_CONTEXT)),
-            "containers": [{
-                "name": "ray-job-submitter", "image": args.image, "imagePullPolicy": "IfNotPresent",
-                "resources": pod_resources("500m", "1Gi"),
-                "securityContext": json.loads(json.dumps(CONTAINER_SECURITY_CONTEXT)),
-                "volumeMounts": [{"name": "code", "mountPath": CODE_MOUNT, "readOnly": True}],
-            }],
+            "containers": [
+                {
+                    "name": "ray-job-submitter",
+                    "image": args.image,
+                    "imagePullPolicy": "IfNotPresent",
+                    "resources": pod_resources("500m", "1Gi"),
+                    "securityContext": json.loads(json.dumps(CONTAINER_SECURITY_CONTEXT)),
+                    "volumeMounts": [{"name": "code", "mountPath": CODE_MOUNT, "readOnly": True}],
+                }
+            ],
             "volumes": [{"name": "code", "configMap": {"name": configmap_name, "items": items}}],
         },
     }
@@ -135,10 +156,16 @@ def rayjob(args: RayJobArgs, configmap_name: str) -> dict[str, Any]:
     }
     if args.active_deadline_s:
         spec["activeDeadlineSeconds"] = args.active_deadline_s
-    return {"apiVersion": "ray.io/v1", "kind": "RayJob",
-            "metadata": {"name": args.name, "namespace": args.team.namespace,
-                         "labels": {QUEUE_LABEL: args.team.namespace, TEAM_LABEL: args.team.name, **args.labels}},
-            "spec": spec}
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayJob",
+        "metadata": {
+            "name": args.name,
+            "namespace": args.team.namespace,
+            "labels": {QUEUE_LABEL: args.team.namespace, TEAM_LABEL: args.team.name, **args.labels},
+        },
+        "spec": spec,
+    }
 
 
 def manifests(args: RayJobArgs) -> list[dict[str, Any]]:

@@ -52,17 +52,21 @@ class CheckpointBucketArgs:
 
 def tls_only_policy(bucket_arn: str) -> str:
     """Bucket policy that denies every request not made over TLS."""
-    return json.dumps({
-        "Version": "2012-10-17",
-        "Statement": [{
-            "Sid": "DenyInsecureTransport",
-            "Effect": "Deny",
-            "Principal": "*",
-            "Action": "s3:*",
-            "Resource": [bucket_arn, f"{bucket_arn}/*"],
-            "Condition": {"Bool": {"aws:SecureTransport": "false"}},
-        }],
-    })
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Sid": "DenyInsecureTransport",
+                    "Effect": "Deny",
+                    "Principal": "*",
+                    "Action": "s3:*",
+                    "Resource": [bucket_arn, f"{bucket_arn}/*"],
+                    "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+                }
+            ],
+        }
+    )
 
 
 class CheckpointBucket(pulumi.ComponentResource):
@@ -80,38 +84,63 @@ class CheckpointBucket(pulumi.ComponentResource):
         keep = pulumi.ResourceOptions(parent=self, retain_on_delete=args.retain_on_delete)
         self.kms_key_arn = None
         if args.encryption == "kms":
-            key = aws.kms.Key(f"{name}-key", description=f"{name}: Ray Train checkpoints (SSE-KMS)",
-                              enable_key_rotation=True, deletion_window_in_days=30, tags=args.tags, opts=keep)
+            key = aws.kms.Key(
+                f"{name}-key",
+                description=f"{name}: Ray Train checkpoints (SSE-KMS)",
+                enable_key_rotation=True,
+                deletion_window_in_days=30,
+                tags=args.tags,
+                opts=keep,
+            )
             self.kms_key_arn = key.arn
             default = {"sse_algorithm": "aws:kms", "kms_master_key_id": key.arn}
         else:
             default = {"sse_algorithm": "AES256"}
         self.bucket = aws.s3.Bucket(name, force_destroy=not args.retain_on_delete, tags=args.tags, opts=keep)
         bucket_id = self.bucket.id
-        aws.s3.BucketOwnershipControls(f"{name}-ownership", bucket=bucket_id,
-                                       rule={"object_ownership": "BucketOwnerEnforced"}, opts=keep)
+        aws.s3.BucketOwnershipControls(
+            f"{name}-ownership", bucket=bucket_id, rule={"object_ownership": "BucketOwnerEnforced"}, opts=keep
+        )
         public_block = aws.s3.BucketPublicAccessBlock(
-            f"{name}-public-access-block", bucket=bucket_id, block_public_acls=True, block_public_policy=True,
-            ignore_public_acls=True, restrict_public_buckets=True, opts=keep)
-        aws.s3.BucketVersioning(f"{name}-versioning", bucket=bucket_id,
-                                versioning_configuration={"status": "Enabled"}, opts=keep)
+            f"{name}-public-access-block",
+            bucket=bucket_id,
+            block_public_acls=True,
+            block_public_policy=True,
+            ignore_public_acls=True,
+            restrict_public_buckets=True,
+            opts=keep,
+        )
+        aws.s3.BucketVersioning(
+            f"{name}-versioning", bucket=bucket_id, versioning_configuration={"status": "Enabled"}, opts=keep
+        )
         aws.s3.BucketServerSideEncryptionConfiguration(
-            f"{name}-encryption", bucket=bucket_id,
-            rules=[{"apply_server_side_encryption_by_default": default,
-                    "bucket_key_enabled": args.encryption == "kms"}],
-            opts=keep)
+            f"{name}-encryption",
+            bucket=bucket_id,
+            rules=[
+                {"apply_server_side_encryption_by_default": default, "bucket_key_enabled": args.encryption == "kms"}
+            ],
+            opts=keep,
+        )
         aws.s3.BucketLifecycleConfiguration(
-            f"{name}-lifecycle", bucket=bucket_id,
-            rules=[{
-                "id": "expire-old-versions",
-                "status": "Enabled",
-                "filter": {"prefix": ""},
-                "noncurrent_version_expiration": {"noncurrent_days": args.noncurrent_version_days},
-                "abort_incomplete_multipart_upload": {"days_after_initiation": args.abort_multipart_days},
-            }],
-            opts=keep)
-        aws.s3.BucketPolicy(f"{name}-tls-only", bucket=bucket_id, policy=self.bucket.arn.apply(tls_only_policy),
-                            opts=pulumi.ResourceOptions.merge(keep, pulumi.ResourceOptions(depends_on=[public_block])))
+            f"{name}-lifecycle",
+            bucket=bucket_id,
+            rules=[
+                {
+                    "id": "expire-old-versions",
+                    "status": "Enabled",
+                    "filter": {"prefix": ""},
+                    "noncurrent_version_expiration": {"noncurrent_days": args.noncurrent_version_days},
+                    "abort_incomplete_multipart_upload": {"days_after_initiation": args.abort_multipart_days},
+                }
+            ],
+            opts=keep,
+        )
+        aws.s3.BucketPolicy(
+            f"{name}-tls-only",
+            bucket=bucket_id,
+            policy=self.bucket.arn.apply(tls_only_policy),
+            opts=pulumi.ResourceOptions.merge(keep, pulumi.ResourceOptions(depends_on=[public_block])),
+        )
         self.name = self.bucket.bucket
         self.arn = self.bucket.arn
         self.register_outputs({"name": self.name, "arn": self.arn})

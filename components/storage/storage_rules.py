@@ -12,7 +12,6 @@ ENCRYPTIONS = ("kms", "s3")
 """Checkpoint bucket encryption: SSE-KMS with its own key, or SSE-S3."""
 
 
-
 def check_prefix(prefix: str) -> str:
     """A key prefix without leading/trailing slashes (``ray-train``, ``team/a``), by :class:`values.S3KeyPrefix`:
     no IAM wildcard (``*``, ``?``, ``${``) and no ``.``/``..`` segment, since it lands in the pods' IAM policy."""

@@ -27,6 +27,7 @@ def access_run() -> MockRun:
 
 # -- 2. cluster access ------------------------------------------------------------------------------------------
 
+
 def test_no_access_entries_unless_configured(default_run):
     assert default_run.of_type(ACCESS_ENTRY) == [] and default_run.of_type(ASSOCIATION) == []
 
@@ -51,7 +52,7 @@ def _needs(run: MockRun, urn: str, seen: set[str] | None = None) -> set[str]:
     """Every URN ``urn`` waits for: its dependencies, their dependencies, ... (what the engine orders by)."""
     seen = set() if seen is None else seen
     r = run.by_urn(urn)
-    for dep in (r.options.get("dependencies", []) if r else []):
+    for dep in r.options.get("dependencies", []) if r else []:
         if dep not in seen:
             seen.add(dep)
             _needs(run, dep, seen)
@@ -69,14 +70,20 @@ def test_every_kubernetes_provider_waits_for_the_deployers_access(access_run):
         assert not missing, f"{p.name} does not wait for {sorted(missing)}"
 
 
-@pytest.mark.parametrize("key,value,message", [
-    ("clusterAdminArns", "arn:aws:sts::123456789012:assumed-role/Admin/alice",
-     "use the role: arn:aws:iam::123456789012:role/Admin"),
-    ("clusterAdminArns", "arn:aws:iam::123456789012:group/admins", "not an IAM role or user ARN"),
-    ("clusterViewerArns", "arn:aws:iam::1234:role/short-account", "not an IAM role or user ARN"),
-    ("clusterViewerArns", "platform-admins", "not an IAM role or user ARN"),
-    ("clusterAdminArns", "arn:aws:iam::123456789012:role/*", "not an IAM role or user ARN"),
-])
+@pytest.mark.parametrize(
+    "key,value,message",
+    [
+        (
+            "clusterAdminArns",
+            "arn:aws:sts::123456789012:assumed-role/Admin/alice",
+            "use the role: arn:aws:iam::123456789012:role/Admin",
+        ),
+        ("clusterAdminArns", "arn:aws:iam::123456789012:group/admins", "not an IAM role or user ARN"),
+        ("clusterViewerArns", "arn:aws:iam::1234:role/short-account", "not an IAM role or user ARN"),
+        ("clusterViewerArns", "platform-admins", "not an IAM role or user ARN"),
+        ("clusterAdminArns", "arn:aws:iam::123456789012:role/*", "not an IAM role or user ARN"),
+    ],
+)
 def test_bad_arns_are_refused_before_any_resource(key, value, message):
     record = MockRun()
     with pytest.raises(ConfigError, match=f"ray-efa-eks:{key} = .* is invalid: .*") as err:
@@ -92,6 +99,7 @@ def test_a_principal_in_both_lists_is_refused():
 
 # -- 3. S3 gateway endpoint ---------------------------------------------------------------------------------------
 
+
 def test_s3_gateway_endpoint_on_every_private_route_table(default_run):
     (ep,) = [e for e in default_run.of_type(ENDPOINT) if e["vpcEndpointType"] == "Gateway"]
     assert ep["vpcEndpointType"] == "Gateway" and ep["serviceName"] == "com.amazonaws.us-east-1.s3"
@@ -105,21 +113,32 @@ def test_s3_gateway_endpoint_on_every_private_route_table(default_run):
 def test_s3_gateway_endpoint_can_be_turned_off_and_the_cost_note_says_so():
     run = run_program({"s3GatewayEndpoint": "false"})
     assert [e for e in run.of_type(ENDPOINT) if e["vpcEndpointType"] == "Gateway"] == []
-    assert any("through the NAT gateway at $0.045/GB" in n and "s3GatewayEndpoint" in n for n in run.outputs["costNotes"])
+    assert any(
+        "through the NAT gateway at $0.045/GB" in n and "s3GatewayEndpoint" in n for n in run.outputs["costNotes"]
+    )
 
 
 # -- 4. a retained bucket stays protected -------------------------------------------------------------------------
 
+
 def _bucket_children(run):
     bucket = run.one(BUCKET, "checkpoints")
-    return bucket, [r for r in run.resources if r.parent == bucket.parent and r is not bucket and r.type != "aws:kms/key:Key"]
+    return bucket, [
+        r for r in run.resources if r.parent == bucket.parent and r is not bucket and r.type != "aws:kms/key:Key"
+    ]
 
 
 def test_every_protective_setting_of_a_retained_bucket_is_retained(default_run):
     bucket, children = _bucket_children(default_run)
     types = {r.type.split(":")[-1] for r in children}
-    assert {"BucketPublicAccessBlock", "BucketPolicy", "BucketServerSideEncryptionConfiguration", "BucketVersioning",
-            "BucketOwnershipControls", "BucketLifecycleConfiguration"} <= types
+    assert {
+        "BucketPublicAccessBlock",
+        "BucketPolicy",
+        "BucketServerSideEncryptionConfiguration",
+        "BucketVersioning",
+        "BucketOwnershipControls",
+        "BucketLifecycleConfiguration",
+    } <= types
     assert bucket.options["retain_on_delete"] is True
     not_kept = [r.name for r in children if not r.options["retain_on_delete"]]
     assert not_kept == [], f"deleted on `pulumi destroy` while the bucket stays: {not_kept}"
@@ -131,6 +150,7 @@ def test_opting_out_of_retain_deletes_them_all():
 
 
 # -- 5. cost figures that are true ----------------------------------------------------------------------------------
+
 
 def test_default_region_figure_and_notes(default_run):
     # + the ECR interface endpoints: 2 endpoints x 2 AZs x $0.01/h

@@ -76,8 +76,9 @@ def rendered() -> tuple[dict, tuple[int, int]]:
     run = run_program()
     rc = run.one("kubernetes:ray.io/v1:RayCluster")
     script = run.one("kubernetes:batch/v1:Job")["spec"]["template"]["spec"]["containers"][0]["command"][2]
-    nodes, gpus = (int(re.search(rf"--{flag} (\d+)", script).group(1)) for flag in ("expect-nodes",
-                                                                                    "expect-gpus-per-node"))
+    nodes, gpus = (
+        int(re.search(rf"--{flag} (\d+)", script).group(1)) for flag in ("expect-nodes", "expect-gpus-per-node")
+    )
     return {"metadata": dict(rc["metadata"]), "spec": rc["spec"]}, (nodes, gpus)
 
 
@@ -88,11 +89,22 @@ class Rehearsal:
         cfg = tmp / "autoscaling.json"
         cfg.write_text(json.dumps(autoscaling_config(cr, idle_timeout_s=IDLE_S, boot_delay_s=BOOT_S)))
         env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_AUTH", "RAY_ADDRESS"))}
-        env.update(head_env(cr), REHEARSAL_CONFIG=str(cfg), PYTHONPATH=str(REPO), RAY_USAGE_STATS_ENABLED="0",
-                   PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}")
+        env.update(
+            head_env(cr),
+            REHEARSAL_CONFIG=str(cfg),
+            PYTHONPATH=str(REPO),
+            RAY_USAGE_STATS_ENABLED="0",
+            PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
+        )
         self.events: list[str] = []
-        self.proc = subprocess.Popen([sys.executable, "-c", "from tests.helpers.autoscaling import serve; serve()"],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=REPO)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", "from tests.helpers.autoscaling import serve; serve()"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=REPO,
+        )
         info = self.answer()
         self.url, self.session_dir = info["url"], info["session_dir"]
         from ray.job_submission import JobSubmissionClient
@@ -110,7 +122,7 @@ class Rehearsal:
         """The next answer; what the cluster's driver printed in between (autoscaler events) is kept."""
         for line in self.proc.stdout:
             if line.startswith(ANSWER):
-                return json.loads(line[len(ANSWER):])
+                return json.loads(line[len(ANSWER) :])
             self.events.append(line.rstrip())
         raise AssertionError(f"the rehearsal cluster exited ({self.proc.wait()}): {self.events[-20:]}")
 
@@ -174,8 +186,9 @@ def test_gpu_nodes_follow_the_jobs(tmp_path):
         assert not still["ray_nodes"], f"the nodes joined before the gate's job was submitted: {still}"
         statuses = {user: [], gate: []}
         end = time.monotonic() + 120
-        while time.monotonic() < end and not all(s and s[-1] in ("SUCCEEDED", "FAILED", "STOPPED")
-                                                 for s in statuses.values()):
+        while time.monotonic() < end and not all(
+            s and s[-1] in ("SUCCEEDED", "FAILED", "STOPPED") for s in statuses.values()
+        ):
             for j, seen in statuses.items():
                 st = str(r.jobs.get_job_status(j).value)
                 if not seen or seen[-1] != st:
@@ -191,14 +204,18 @@ def test_gpu_nodes_follow_the_jobs(tmp_path):
         worker_env = plain_env(group["template"]["spec"]["containers"][0])
         for x in ranks:  # each node's raylet carries the pod template's env, as KubeRay's pod does
             assert x["env"] == {k: worker_env[k] for k in x["env"]}, x
-        assert json.loads(logs[gate].split("TOPOLOGY ", 1)[1].splitlines()[0]) == {"backend": "nccl",
-                                                                                     "nodes": max_nodes}
+        assert json.loads(logs[gate].split("TOPOLOGY ", 1)[1].splitlines()[0]) == {
+            "backend": "nccl",
+            "nodes": max_nodes,
+        }
         assert f"asked Ray's autoscaler for {max_nodes} node(s) of {gpus} GPU(s)" in logs[gate]
         # the workers go after the idle timeout (the gate's request withdrawn, no job left)
         gone, tl = r.until(lambda tl: _gpu(_last(tl)) == [] and not _last(tl)["ray_nodes"], IDLE_S + 60)
         t_gone = time.monotonic()
-        assert gone, f"GPU nodes still there {t_gone - t_done:.0f} s after the jobs ended: {_last(tl)}; " \
+        assert gone, (
+            f"GPU nodes still there {t_gone - t_done:.0f} s after the jobs ended: {_last(tl)}; "
             f"the autoscaler said {r.said()}"
+        )
     finally:  # what the autoscaler did, printed (pytest shows it with a failure): the timeline and its own log
         tl = r.timeline()
         r.proc.stdin.write("monitor\n")
@@ -212,16 +229,20 @@ def test_gpu_nodes_follow_the_jobs(tmp_path):
             print(t, json.dumps(s))
     launched = {i["instance"] for _, s in tl for i in _gpu(s) if i["state"] == "pending"}
     joined = {n.split(":")[0] for _, s in tl for n in s.get("ray_nodes", [])}
-    assert len(launched) == len(joined) == max_nodes, f"launched {sorted(launched)}, joined {sorted(joined)}: " \
-        f"not {max_nodes} instances, each booted once"
+    assert len(launched) == len(joined) == max_nodes, (
+        f"launched {sorted(launched)}, joined {sorted(joined)}: not {max_nodes} instances, each booted once"
+    )
     for state in ("pending", "running"):  # never more than maxReplicas at once (the report may lag a beat, so
         # a joined instance can still be listed pending: each state is counted on its own)
         most = max(len([i for i in _gpu(s) if (i["state"] == "pending") == (state == "pending")]) for _, s in tl)
         assert most == max_nodes, f"{most} {state} GPU instances at once, maxReplicas {max_nodes}"
     assert max(len(s.get("ray_nodes", [])) for _, s in tl) == max_nodes
     # removed after the idle timeout: from the start of the last streak in which both were idle to their removal
-    full = [k for k, (_, s) in enumerate(tl) if len(_gpu(s)) == max_nodes and all(i["state"] in ("idle", "active")
-                                                                                  for i in _gpu(s))]
+    full = [
+        k
+        for k, (_, s) in enumerate(tl)
+        if len(_gpu(s)) == max_nodes and all(i["state"] in ("idle", "active") for i in _gpu(s))
+    ]
     gone_at = next(k for k in range(full[-1] + 1, len(tl)) if len(_gpu(tl[k][1])) < max_nodes)
     k = gone_at - 1
     while k - 1 in full and all(i["state"] == "idle" for i in _gpu(tl[k - 1][1])):

@@ -28,11 +28,17 @@ BLOCK = "cr-0123456789abcdef0"  # mockrun's Capacity Block: 4 x p5.48xlarge in u
 ODCR = "cr-0a1b2c3d4e5f60718"  # mockrun's ODCR: 4 x g6e.48xlarge in us-east-1c, no placement group
 ODCR_IN_PG = "cr-0fedcba9876543210"  # 2 x p5.48xlarge in us-east-1a, made in cluster placement group p5-odcr-pg
 GROUP = "arn:aws:resource-groups:us-east-1:123456789012:group/p5-odcrs"
-BLOCK_CFG = {"gpuInstanceType": "p5.48xlarge", "gpuCapacity": "capacity-block", "gpuCapacityReservationId": BLOCK,
-             "availabilityZone": "us-east-1a", "efaCheck": "false"}
+BLOCK_CFG = {
+    "gpuInstanceType": "p5.48xlarge",
+    "gpuCapacity": "capacity-block",
+    "gpuCapacityReservationId": BLOCK,
+    "availabilityZone": "us-east-1a",
+    "efaCheck": "false",
+}
 
 
 # -- the catalogue's EFA and capacity figures against AWS's DescribeInstanceTypes (moto's copy) ----------------------
+
 
 @pytest.mark.parametrize("name", sorted(CATALOGUE))
 def test_catalogue_efa_only_capacity_blocks_and_one_efa_per_card(name):
@@ -51,6 +57,7 @@ def test_catalogue_efa_only_capacity_blocks_and_one_efa_per_card(name):
 
 # -- the GPU launch template for each EFA type --------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("itype", sorted(n for n, t in CATALOGUE.items() if t.gpus))
 def test_gpu_launch_template_per_type(itype, catalogue_runs):
     run = catalogue_runs[itype][1]  # every catalogue GPU type's stack, shared (tests/conftest.py)
@@ -64,7 +71,8 @@ def test_gpu_launch_template_per_type(itype, catalogue_runs):
     assert it.efa_only_supported, itype  # every GPU type of the catalogue lists efa-only on its EFA cards
     assert (nis[0]["networkCardIndex"], nis[0]["deviceIndex"], nis[0].get("interfaceType")) == (0, 0, None)
     assert [(n["networkCardIndex"], n["deviceIndex"], n["interfaceType"]) for n in nis[1:]] == [
-        (c, 1 if c == 0 else 0, "efa-only") for c in it.efa_card_indexes]
+        (c, 1 if c == 0 else 0, "efa-only") for c in it.efa_card_indexes
+    ]
     assert len(nis) == it.max_efa_interfaces + 1
     assert all(n["securityGroups"] == ["sg-ray-efa-dev-cluster"] and n["deleteOnTermination"] == "true" for n in nis)
     assert lt["metadataOptions"]["httpPutResponseHopLimit"] == 1 and lt["metadataOptions"]["httpTokens"] == "required"
@@ -90,6 +98,7 @@ def test_secondary_interfaces_fall_back_to_efa_without_efa_only_support():
 
 # -- capacity modes ------------------------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def block_run() -> MockRun:
     return shared_run(BLOCK_CFG)
@@ -112,10 +121,19 @@ def test_capacity_block_stack(block_run):
     assert lookups == [{"id": BLOCK}]
 
 
-@pytest.mark.parametrize("target,key", [(ODCR, "capacityReservationId"), (GROUP, "capacityReservationResourceGroupArn")])
+@pytest.mark.parametrize(
+    "target,key", [(ODCR, "capacityReservationId"), (GROUP, "capacityReservationResourceGroupArn")]
+)
 def test_reservation_stack(target, key):
-    run = shared_run({"gpuInstanceType": "g6e.48xlarge", "gpuCapacity": "reservation",
-                      "gpuCapacityReservationId": target, "availabilityZone": "us-east-1c", "efaCheck": "false"})
+    run = shared_run(
+        {
+            "gpuInstanceType": "g6e.48xlarge",
+            "gpuCapacity": "reservation",
+            "gpuCapacityReservationId": target,
+            "availabilityZone": "us-east-1c",
+            "efaCheck": "false",
+        }
+    )
     lt, ng = run.one(LT, "gpu-lt"), run.one(MNG, "gpu")
     assert lt["capacityReservationSpecification"] == {"capacityReservationTarget": {key: target}}
     assert "instanceMarketOptions" not in lt.inputs and ng["capacityType"] == "ON_DEMAND"
@@ -130,21 +148,41 @@ def test_reservation_stack(target, key):
 
 
 def test_reservation_made_in_a_cluster_placement_group_uses_that_group():
-    run = shared_run({"gpuInstanceType": "p5.48xlarge", "gpuCapacity": "reservation", "efaCheck": "false",
-                      "gpuCapacityReservationId": ODCR_IN_PG, "availabilityZone": "us-east-1a",
-                       "gpuPlacementGroupName": "p5-odcr-pg"})
+    run = shared_run(
+        {
+            "gpuInstanceType": "p5.48xlarge",
+            "gpuCapacity": "reservation",
+            "efaCheck": "false",
+            "gpuCapacityReservationId": ODCR_IN_PG,
+            "availabilityZone": "us-east-1a",
+            "gpuPlacementGroupName": "p5-odcr-pg",
+        }
+    )
     lt = run.one(LT, "gpu-lt")
     assert lt["placement"] == {"groupName": "p5-odcr-pg"} and not run.of_type(PG)
-    assert lt["capacityReservationSpecification"] == {"capacityReservationTarget": {"capacityReservationId": ODCR_IN_PG}}
+    assert lt["capacityReservationSpecification"] == {
+        "capacityReservationTarget": {"capacityReservationId": ODCR_IN_PG}
+    }
 
 
 ODCR_MISMATCHES = [
-    ({"availabilityZone": "us-east-1a"}, f"availabilityZone = 'us-east-1a' is invalid: the reservation {ODCR} is in us-east-1c"),
-    ({"gpuInstanceType": "p5.48xlarge"}, f"gpuInstanceType = 'p5.48xlarge' is invalid: the reservation {ODCR} holds g6e.48xlarge"),
+    (
+        {"availabilityZone": "us-east-1a"},
+        f"availabilityZone = 'us-east-1a' is invalid: the reservation {ODCR} is in us-east-1c",
+    ),
+    (
+        {"gpuInstanceType": "p5.48xlarge"},
+        f"gpuInstanceType = 'p5.48xlarge' is invalid: the reservation {ODCR} holds g6e.48xlarge",
+    ),
     ({"gpuNodeCount": 6}, f"gpuNodeCount = 6 is invalid: the reservation {ODCR} holds 4 instances"),
-    ({"gpuPlacementGroupName": "other-pg"}, "gpuPlacementGroupName = 'other-pg' is invalid: remove gpuPlacementGroupName"),
-    ({"gpuCapacityReservationId": ODCR_IN_PG, "gpuInstanceType": "p5.48xlarge", "availabilityZone": "us-east-1a"},
-     "gpuPlacementGroupName is not set: set gpuPlacementGroupName: p5-odcr-pg"),
+    (
+        {"gpuPlacementGroupName": "other-pg"},
+        "gpuPlacementGroupName = 'other-pg' is invalid: remove gpuPlacementGroupName",
+    ),
+    (
+        {"gpuCapacityReservationId": ODCR_IN_PG, "gpuInstanceType": "p5.48xlarge", "availabilityZone": "us-east-1a"},
+        "gpuPlacementGroupName is not set: set gpuPlacementGroupName: p5-odcr-pg",
+    ),
 ]
 CHECK_RUNS = """
 import json, sys
@@ -165,12 +203,18 @@ def failed_runs(tmp_path_factory) -> list[str]:
     The ODCR mismatches, then the node group test's program with no subnet in the GPU AZ."""
     program = tmp_path_factory.mktemp("subnets") / "__main__.py"
     program.write_text(PROGRAM)
-    base = {"gpuInstanceType": "g6e.48xlarge", "gpuCapacity": "reservation", "gpuCapacityReservationId": ODCR,
-            "availabilityZone": "us-east-1c", "efaCheck": "false"}
+    base = {
+        "gpuInstanceType": "g6e.48xlarge",
+        "gpuCapacity": "reservation",
+        "gpuCapacityReservationId": ODCR,
+        "availabilityZone": "us-east-1c",
+        "efaCheck": "false",
+    }
     runs = [[{k: str(v) for k, v in {**base, **change}.items()}, None] for change, _ in ODCR_MISMATCHES]
     runs.append([{"gpuAz": "us-east-1c"}, str(program)])
-    out = subprocess.run([sys.executable, "-c", CHECK_RUNS, json.dumps(runs)], capture_output=True, text=True,
-                         timeout=600).stdout.splitlines()
+    out = subprocess.run(
+        [sys.executable, "-c", CHECK_RUNS, json.dumps(runs)], capture_output=True, text=True, timeout=600
+    ).stdout.splitlines()
     assert len(out) == len(runs), out
     return out
 
@@ -190,41 +234,89 @@ def test_on_demand_without_efa_has_no_placement_group_and_no_interfaces():
 
 # -- refusals, before any resource exists ----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("cfg,key,fix", [
-    ({"gpuCapacity": "reservation", "availabilityZone": "us-east-1a"}, "gpuCapacityReservationId", "needs the ODCR id"),
-    ({"gpuCapacity": "capacity-block", "gpuCapacityReservationId": BLOCK, "availabilityZone": "us-east-1a"},
-     "gpuCapacity", "EC2 sells no Capacity Blocks of g6.12xlarge"),
-    ({"gpuInstanceType": "p5.48xlarge", "gpuCapacity": "capacity-block", "gpuCapacityReservationId": BLOCK},
-     "availabilityZone", "needs the reservation's AZ"),
-    ({"gpuCapacity": "reservation", "gpuCapacityReservationId": "cr-123", "availabilityZone": "us-east-1a"},
-     "gpuCapacityReservationId", "must be a reservation id"),
-    ({"gpuInstanceType": "p5.48xlarge", "gpuCapacity": "capacity-block", "gpuCapacityReservationId": GROUP,
-      "availabilityZone": "us-east-1a"}, "gpuCapacityReservationId", "not a resource group"),
-    ({"gpuCapacity": "reservation", "availabilityZone": "us-east-1a",
-      "gpuCapacityReservationId": GROUP.replace("us-east-1", "us-west-2")}, "gpuCapacityReservationId", "in us-west-2"),
-    ({"gpuCapacityReservationId": ODCR}, "gpuCapacityReservationId", "gpuCapacity is on-demand"),
-    ({"gpuCapacity": "spot"}, "gpuCapacity", "must be one of on-demand, reservation, capacity-block"),
-    ({"gpuPlacementGroupName": "my-pg"}, "gpuPlacementGroupName", "only for gpuCapacity reservation"),
-    ({**BLOCK_CFG, "gpuPlacementGroupName": "my-pg"}, "gpuPlacementGroupName", "EC2 places a Capacity Block"),
-    ({"gpuCapacity": "reservation", "gpuCapacityReservationId": ODCR, "availabilityZone": "us-east-1a",
-      "gpuPlacementGroupName": "arn:aws:ec2:us-east-1:123456789012:placement-group/pg"}, "gpuPlacementGroupName",
-     "not the ARN"),
-])
+
+@pytest.mark.parametrize(
+    "cfg,key,fix",
+    [
+        (
+            {"gpuCapacity": "reservation", "availabilityZone": "us-east-1a"},
+            "gpuCapacityReservationId",
+            "needs the ODCR id",
+        ),
+        (
+            {"gpuCapacity": "capacity-block", "gpuCapacityReservationId": BLOCK, "availabilityZone": "us-east-1a"},
+            "gpuCapacity",
+            "EC2 sells no Capacity Blocks of g6.12xlarge",
+        ),
+        (
+            {"gpuInstanceType": "p5.48xlarge", "gpuCapacity": "capacity-block", "gpuCapacityReservationId": BLOCK},
+            "availabilityZone",
+            "needs the reservation's AZ",
+        ),
+        (
+            {"gpuCapacity": "reservation", "gpuCapacityReservationId": "cr-123", "availabilityZone": "us-east-1a"},
+            "gpuCapacityReservationId",
+            "must be a reservation id",
+        ),
+        (
+            {
+                "gpuInstanceType": "p5.48xlarge",
+                "gpuCapacity": "capacity-block",
+                "gpuCapacityReservationId": GROUP,
+                "availabilityZone": "us-east-1a",
+            },
+            "gpuCapacityReservationId",
+            "not a resource group",
+        ),
+        (
+            {
+                "gpuCapacity": "reservation",
+                "availabilityZone": "us-east-1a",
+                "gpuCapacityReservationId": GROUP.replace("us-east-1", "us-west-2"),
+            },
+            "gpuCapacityReservationId",
+            "in us-west-2",
+        ),
+        ({"gpuCapacityReservationId": ODCR}, "gpuCapacityReservationId", "gpuCapacity is on-demand"),
+        ({"gpuCapacity": "spot"}, "gpuCapacity", "must be one of on-demand, reservation, capacity-block"),
+        ({"gpuPlacementGroupName": "my-pg"}, "gpuPlacementGroupName", "only for gpuCapacity reservation"),
+        ({**BLOCK_CFG, "gpuPlacementGroupName": "my-pg"}, "gpuPlacementGroupName", "EC2 places a Capacity Block"),
+        (
+            {
+                "gpuCapacity": "reservation",
+                "gpuCapacityReservationId": ODCR,
+                "availabilityZone": "us-east-1a",
+                "gpuPlacementGroupName": "arn:aws:ec2:us-east-1:123456789012:placement-group/pg",
+            },
+            "gpuPlacementGroupName",
+            "not the ARN",
+        ),
+    ],
+)
 def test_bad_combinations_are_refused_before_any_resource(cfg, key, fix):
     with pytest.raises(ConfigError, match=fix) as e:
         StackConfig.from_mapping(cfg)
-    assert e.value.key == key and (f"ray-efa-eks:{key} = " in str(e.value) or f"ray-efa-eks:{key} is not set" in str(e.value))
+    assert e.value.key == key and (
+        f"ray-efa-eks:{key} = " in str(e.value) or f"ray-efa-eks:{key} is not set" in str(e.value)
+    )
     record = MockRun()
     with pytest.raises(ConfigError, match=fix):
         run_program(cfg, record=record)
     assert record.resources == []
 
 
-@pytest.mark.parametrize("change,key,fix", [
-    ({"availabilityZone": "us-east-1b"}, "availabilityZone", f"Capacity Block {BLOCK} is in us-east-1a; set availabilityZone: us-east-1a"),
-    ({"gpuInstanceType": "p5en.48xlarge"}, "gpuInstanceType", "holds p5.48xlarge"),
-    ({"gpuNodeCount": "6"}, "gpuNodeCount", "holds 4 instances"),
-])
+@pytest.mark.parametrize(
+    "change,key,fix",
+    [
+        (
+            {"availabilityZone": "us-east-1b"},
+            "availabilityZone",
+            f"Capacity Block {BLOCK} is in us-east-1a; set availabilityZone: us-east-1a",
+        ),
+        ({"gpuInstanceType": "p5en.48xlarge"}, "gpuInstanceType", "holds p5.48xlarge"),
+        ({"gpuNodeCount": "6"}, "gpuNodeCount", "holds 4 instances"),
+    ],
+)
 def test_the_program_refuses_a_block_that_does_not_fit(change, key, fix):
     """The block's AZ, type and size come from EC2 (an invoke at preview); a mismatch registers nothing."""
     record = MockRun()
@@ -234,10 +326,13 @@ def test_the_program_refuses_a_block_that_does_not_fit(change, key, fix):
     assert record.resources == [], "refused before the component or any child resource was registered"
 
 
-@pytest.mark.parametrize("state,message", [
-    ("expired", "the Capacity Block is expired"),
-    ("payment-failed", "the Capacity Block is payment-failed: EC2 never starts it"),  # nodes would never launch
-])
+@pytest.mark.parametrize(
+    "state,message",
+    [
+        ("expired", "the Capacity Block is expired"),
+        ("payment-failed", "the Capacity Block is payment-failed: EC2 never starts it"),  # nodes would never launch
+    ],
+)
 def test_a_dead_block_is_refused_before_any_resource(monkeypatch, state, message):
     monkeypatch.setitem(CAPACITY_BLOCKS, BLOCK, {**CAPACITY_BLOCKS[BLOCK], "state": state})
     record = MockRun()
@@ -251,10 +346,12 @@ def test_capacity_object_refuses_what_config_refuses():
     with pytest.raises(ArgError, match="^reservation is not set: mode capacity-block needs") as e:  # its own words
         GpuCapacity("capacity-block")
     assert isinstance(e.value, ValueError) and stack_error(e.value).key == "gpuCapacityReservationId"
-    assert str(stack_error(e.value)).startswith("ray-efa-eks:gpuCapacityReservationId is not set: gpuCapacity "
-                                                "capacity-block needs")
+    assert str(stack_error(e.value)).startswith(
+        "ray-efa-eks:gpuCapacityReservationId is not set: gpuCapacity capacity-block needs"
+    )
     assert GpuCapacity("reservation", GROUP).capacity_reservation_specification() == {
-        "capacity_reservation_target": {"capacity_reservation_resource_group_arn": GROUP}}
+        "capacity_reservation_target": {"capacity_reservation_resource_group_arn": GROUP}
+    }
     assert not GpuCapacity("reservation", ODCR).cluster_placement_group and GpuCapacity().cluster_placement_group
 
 
@@ -328,8 +425,11 @@ def test_the_interface_layout_change_replaces_the_gpu_nodes_and_the_plan_diff_sa
     from ray_efa_eks.tools.plan_diff import LAUNCH_TEMPLATE, hook_verdicts
 
     new = dict(default_run.one(LT, "gpu-lt").inputs)
-    old_nis = [{**n, "deviceIndex": 0 if n["networkCardIndex"] == 0 else 1, "interfaceType": "efa"}
-               for n in new["networkInterfaces"] if n.get("interfaceType")]
+    old_nis = [
+        {**n, "deviceIndex": 0 if n["networkCardIndex"] == 0 else 1, "interfaceType": "efa"}
+        for n in new["networkInterfaces"]
+        if n.get("interfaceType")
+    ]
     old = {**new, "networkInterfaces": old_nis}
     assert old_nis != new["networkInterfaces"]
     refusals, warnings = hook_verdicts({f"{LAUNCH_TEMPLATE} gpu-lt": old}, {f"{LAUNCH_TEMPLATE} gpu-lt": new})

@@ -25,6 +25,7 @@ GPU_TYPES = sorted(n for n, t in CATALOGUE.items() if t.gpus)
 
 # -- generated, and checked against the generator ------------------------------------------------------------------
 
+
 def test_committed_files_are_what_the_generator_writes():
     assert gen.stale() == [], "run `ray-efa-eks catalogue --write`"
 
@@ -44,17 +45,31 @@ def test_every_efa_gpu_type_in_aws_data_is_supported_or_refused_by_name():
     efa_gpu = gen.efa_gpu_types(AWS_DATA)
     assert len(efa_gpu) == 37  # moto 5.2.5
     assert set(GPU_TYPES) | set(REFUSED) == set(efa_gpu) and not set(GPU_TYPES) & set(REFUSED)
-    assert {"p6-b200.48xlarge", "p6-b300.48xlarge", "p5e.48xlarge", "p4de.24xlarge", "g6e.24xlarge", "g7.48xlarge",
-            "g7e.48xlarge", "g5.12xlarge"} <= set(GPU_TYPES)
+    assert {
+        "p6-b200.48xlarge",
+        "p6-b300.48xlarge",
+        "p5e.48xlarge",
+        "p4de.24xlarge",
+        "g6e.24xlarge",
+        "g7.48xlarge",
+        "g7e.48xlarge",
+        "g5.12xlarge",
+    } <= set(GPU_TYPES)
     assert set(REFUSED) == {"p3dn.24xlarge"}
-    assert "V100" in REFUSED["p3dn.24xlarge"] and "compute capability 7.0" in REFUSED["p3dn.24xlarge"] \
+    assert (
+        "V100" in REFUSED["p3dn.24xlarge"]
+        and "compute capability 7.0" in REFUSED["p3dn.24xlarge"]
         and "CUDA 13.0" in REFUSED["p3dn.24xlarge"]
+    )
     assert {"m7i.xlarge", "m7i.2xlarge"} <= set(CATALOGUE)
 
 
 def test_a_refused_type_is_refused_by_name_with_its_reason():
-    with pytest.raises(ConfigError, match=r"gpuInstanceType = 'p3dn.24xlarge' is invalid: not supported: its V100 "
-                                          r"GPUs \(compute capability 7.0\) cannot run the pinned image's CUDA 13.0"):
+    with pytest.raises(
+        ConfigError,
+        match=r"gpuInstanceType = 'p3dn.24xlarge' is invalid: not supported: its V100 "
+        r"GPUs \(compute capability 7.0\) cannot run the pinned image's CUDA 13.0",
+    ):
         StackConfig.from_mapping({"gpuInstanceType": "p3dn.24xlarge"})
     with pytest.raises(ValueError, match="p3dn.24xlarge is not supported: its V100"):
         lookup("p3dn.24xlarge")
@@ -89,15 +104,24 @@ def test_efa_gbps_is_network_performance_unless_the_hand_table_says_why(name):
     hand = gen.HAND_FACTS["efa_gbps"].get(name)
     assert ours.efa_gbps == (hand.value if hand else gen.network_gbps(net["NetworkPerformance"]))
     if hand is None:  # never more than the EFA cards can carry together
-        assert ours.efa_gbps <= sum(c["PeakBandwidthInGbps"] for c in net["NetworkCards"]
-                                    if "efa" in c["InterfaceTypes"])
+        assert ours.efa_gbps <= sum(
+            c["PeakBandwidthInGbps"] for c in net["NetworkCards"] if "efa" in c["InterfaceTypes"]
+        )
 
 
 def test_line_rates_of_the_large_types():
-    rates = {n: CATALOGUE[n].efa_gbps for n in ("g6.12xlarge", "g6.48xlarge", "p4de.24xlarge", "p5e.48xlarge",
-                                               "p6-b200.48xlarge", "p6-b300.48xlarge")}
-    assert rates == {"g6.12xlarge": 40.0, "g6.48xlarge": 100.0, "p4de.24xlarge": 400.0, "p5e.48xlarge": 3200.0,
-                     "p6-b200.48xlarge": 3200.0, "p6-b300.48xlarge": 6400.0}
+    rates = {
+        n: CATALOGUE[n].efa_gbps
+        for n in ("g6.12xlarge", "g6.48xlarge", "p4de.24xlarge", "p5e.48xlarge", "p6-b200.48xlarge", "p6-b300.48xlarge")
+    }
+    assert rates == {
+        "g6.12xlarge": 40.0,
+        "g6.48xlarge": 100.0,
+        "p4de.24xlarge": 400.0,
+        "p5e.48xlarge": 3200.0,
+        "p6-b200.48xlarge": 3200.0,
+        "p6-b300.48xlarge": 6400.0,
+    }
     assert gen.network_gbps("4x 100 Gigabit") == 400.0 and gen.network_gbps("Up to 12.5 Gigabit") is None
 
 
@@ -105,8 +129,9 @@ def test_prices_only_where_the_source_has_them():
     """A figure only where held: us-east-1 from the price source, nothing copied to other regions."""
     assert PRICED_REGIONS == ("us-east-1",)
     for name, it in CATALOGUE.items():
-        assert it.price_usd_hour == ({"us-east-1": gen.PRICES["us-east-1"][name]}
-                                     if name in gen.PRICES["us-east-1"] else {})
+        assert it.price_usd_hour == (
+            {"us-east-1": gen.PRICES["us-east-1"][name]} if name in gen.PRICES["us-east-1"] else {}
+        )
     assert CATALOGUE["p5e.48xlarge"].price_usd_hour == {}  # not in the source: "no price", not a guess
     with pytest.raises(NoPrice, match=r"no price for us-east-1 \(p5e.48xlarge; the price source has no figure"):
         CATALOGUE["p5e.48xlarge"].hourly_usd("us-east-1")
@@ -126,6 +151,7 @@ def test_every_hand_fact_names_its_source():
 
 
 # -- the generator refuses what it cannot fully describe --------------------------------------------------------
+
 
 def _with(name: str, **changes):
     data = copy.deepcopy({n: AWS_DATA[n] for n in [*gen.efa_gpu_types(AWS_DATA), *gen.SYSTEM_TYPES]})
@@ -153,8 +179,10 @@ def test_generator_refuses_a_family_without_gdrdma_fact(monkeypatch):
 
 def test_generator_refuses_a_line_rate_the_cards_cannot_carry(monkeypatch):
     monkeypatch.delitem(gen.HAND_FACTS["efa_gbps"], "p6-b200.48xlarge")
-    with pytest.raises(gen.CatalogueError, match="p6-b200.48xlarge: NetworkPerformance says 3200 Gbit/s but its "
-                                                 "EFA cards list 1600 together"):
+    with pytest.raises(
+        gen.CatalogueError,
+        match="p6-b200.48xlarge: NetworkPerformance says 3200 Gbit/s but its EFA cards list 1600 together",
+    ):
         gen.build(_with("p6-b200.48xlarge"))
 
 
@@ -171,11 +199,14 @@ def test_generator_refuses_an_arm_gpu_type_with_its_reason():
 
 # -- every catalogue GPU type, planned offline: the layout rules pass, sized from the catalogue ----------------------
 
+
 @pytest.fixture(scope="module")
 def planned(catalogue_runs):
     """type -> (run, plan): the shared mock run of each catalogue GPU type (tests/conftest.py) and its offline plan."""
-    return {name: (run, make_plan(layout.from_mockrun(run), source="test", stack="dev", region=region))
-            for name, (region, run) in catalogue_runs.items()}
+    return {
+        name: (run, make_plan(layout.from_mockrun(run), source="test", stack="dev", region=region))
+        for name, (region, run) in catalogue_runs.items()
+    }
 
 
 @pytest.mark.parametrize("name", GPU_TYPES)
@@ -184,8 +215,9 @@ def test_every_gpu_type_plans_with_passing_layout_rules(planned, name):
     run, plan = planned[name]
     assert plan.error is None and plan.violations == [], plan.violations
     nis = run.one("aws:ec2/launchTemplate:LaunchTemplate", "gpu-lt")["networkInterfaces"]
-    assert [n["networkCardIndex"] for n in nis if n.get("interfaceType") in ("efa", "efa-only")] \
-        == list(it.efa_card_indexes)
+    assert [n["networkCardIndex"] for n in nis if n.get("interfaceType") in ("efa", "efa-only")] == list(
+        it.efa_card_indexes
+    )
     assert len(list(it.efa_card_indexes)) == it.max_efa_interfaces
     worker = run.one("kubernetes:ray.io/v1:RayCluster")["spec"]["workerGroupSpecs"][0]
     limits = worker["template"]["spec"]["containers"][0]["resources"]["limits"]
@@ -206,19 +238,31 @@ def test_every_gpu_type_plans_with_passing_layout_rules(planned, name):
 
 
 def test_the_large_types_get_their_interfaces_and_line_rate(planned):
-    expect = {"p6-b200.48xlarge": (8, "3200"), "p6-b300.48xlarge": (16, "6400"), "p5e.48xlarge": (32, "3200"),
-              "p4de.24xlarge": (4, "400")}
+    expect = {
+        "p6-b200.48xlarge": (8, "3200"),
+        "p6-b300.48xlarge": (16, "6400"),
+        "p5e.48xlarge": (32, "3200"),
+        "p4de.24xlarge": (4, "400"),
+    }
     for name, (nics, gbps) in expect.items():
         run, plan = planned[name]
         assert run.outputs["efaInterfacesPerNode"] == nics
-        assert f"--expect-nics {nics} --expect-gdrdma --efa-gbps {gbps} " in \
-            run.one("kubernetes:batch/v1:Job")["spec"]["template"]["spec"]["containers"][0]["command"][2]
-        assert plan.settings["efaGate"] == {"nodes": "2", "gpusPerNode": "8", "efaInterfaces": str(nics),
-                                            "lineRateGbps": gbps, "gpudirectRdma": "required"}
+        assert (
+            f"--expect-nics {nics} --expect-gdrdma --efa-gbps {gbps} "
+            in run.one("kubernetes:batch/v1:Job")["spec"]["template"]["spec"]["containers"][0]["command"][2]
+        )
+        assert plan.settings["efaGate"] == {
+            "nodes": "2",
+            "gpusPerNode": "8",
+            "efaInterfaces": str(nics),
+            "lineRateGbps": gbps,
+            "gpudirectRdma": "required",
+        }
         assert plan.settings["nodeGroups"]["gpu-mng"]["efaInterfacesPerNode"] == nics
 
 
 # -- every region ------------------------------------------------------------------------------------------------
+
 
 def test_offerings_cover_every_region_and_only_catalogue_types():
     assert {"us-east-1", "us-east-2", "us-west-2", "eu-west-1", "ap-northeast-1"} <= set(mockrun.OFFERINGS)
@@ -244,4 +288,5 @@ def test_a_type_not_offered_in_the_region_is_said_plainly():
     assert plan.exit_code == 2 and plan.error.endswith(
         "is not offered in any AZ of us-east-1; pick another type or region (EC2's offerings data, "
         "tools/offerings.json, lists it in: ap-southeast-2, ap-southeast-3, eu-north-1, eu-west-2, sa-east-1, "
-        "us-east-2, us-west-2)"), plan.error
+        "us-east-2, us-west-2)"
+    ), plan.error

@@ -52,6 +52,7 @@ def run(config: dict | None = None) -> MockRun:
 
 # -- what a real update would do ------------------------------------------------------------------------------------
 
+
 def _plain(v):
     return json.loads(json.dumps(v, default=lambda o: f"<{type(o).__name__}>"))
 
@@ -72,8 +73,9 @@ def steps(a: MockRun, b: MockRun) -> dict[str, str]:
             old, new = _plain(ra[urn].inputs), _plain(rb[urn].inputs)
             if old == new:
                 out[label] = "same"
-            elif r.type.startswith("kubernetes:") and (old.get("metadata") or {}).get("name") != \
-                    (new.get("metadata") or {}).get("name"):
+            elif r.type.startswith("kubernetes:") and (old.get("metadata") or {}).get("name") != (
+                new.get("metadata") or {}
+            ).get("name"):
                 out[label] = "replace"
             else:
                 out[label] = "update"
@@ -140,7 +142,9 @@ def _pods(spec: dict) -> list[dict]:
     out.append({"role": "head", "image": head["image"], "env": _env(head)})
     for g in spec["workerGroupSpecs"]:
         c = g["template"]["spec"]["containers"][0]
-        out += [{"role": f"worker {g['groupName']}", "image": c["image"], "env": _env(c)}] * int(g.get("replicas", g["maxReplicas"]))  # scaling from zero: at most max
+        out += [{"role": f"worker {g['groupName']}", "image": c["image"], "env": _env(c)}] * int(
+            g.get("replicas", g["maxReplicas"])
+        )  # scaling from zero: at most max
     return out
 
 
@@ -154,7 +158,7 @@ def pods_after(a: MockRun | dict, b: MockRun | dict) -> list[dict]:
     for role in {p["role"] for p in new if p["role"] != "head"}:
         want = sum(p["role"] == role for p in new)
         had = [p for p in old if p["role"] == role][:want]  # scale-down removes pods, the rest stay
-        kept += had + [p for p in new if p["role"] == role][len(had):want]  # scale-up adds pods of the new spec
+        kept += had + [p for p in new if p["role"] == role][len(had) : want]  # scale-up adds pods of the new spec
     return kept
 
 
@@ -178,6 +182,7 @@ def gate_sees_stale(a: MockRun | dict, b: MockRun | dict, args: list[str] | None
 
 # -- the rehearsals ---------------------------------------------------------------------------------------------------
 
+
 def test_every_ray_container_says_its_image_and_spec_and_kuberay_recreates():
     b = run()
     spec = b.one(RC)["spec"]
@@ -200,7 +205,9 @@ def test_a_spec_change_recreates_every_pod_and_the_gate_checks_the_new_spec(chan
     assert s[f"{JOB} efa-check-job"] == "replace", "the gate must run again"
     assert not gate_sees_stale(a, b)
     if "dlcImage" in change:
-        cached = NEW_IMAGE.replace("public.ecr.aws/", "123456789012.dkr.ecr.us-east-1.amazonaws.com/ray-efa-dev-ecr-public/")
+        cached = NEW_IMAGE.replace(
+            "public.ecr.aws/", "123456789012.dkr.ecr.us-east-1.amazonaws.com/ray-efa-dev-ecr-public/"
+        )
         assert _arg(gate_args(b), "--image") == cached  # through the account's pull-through cache
         assert {p["image"] for p in pods_after(a, b)} == {cached}
     else:
@@ -245,8 +252,9 @@ def test_node_count_scales_without_restarting_the_cluster(before, after):
     assert s[f"{RC} ray-raycluster"] == "update" and s[f"{MNG} gpu-mng"] == "update"
     # only the template's tags record the new count: no new template version, nothing rolls
     # (terraform-provider-aws ec2_launch_template.go resourceLaunchTemplateUpdate: updateKeys leave out tags)
-    assert not template_changes(a.one(LT, "gpu-lt").inputs, b.one(LT, "gpu-lt").inputs), \
+    assert not template_changes(a.one(LT, "gpu-lt").inputs, b.one(LT, "gpu-lt").inputs), (
         "scaling must not roll the GPU nodes"
+    )
     assert not kuberay_recreates(a, b), "a scale change must not restart the running pods"
     assert s[f"{JOB} efa-check-job"] == "replace" and _arg(gate_args(b), "--expect-nodes") == str(after)
     assert sum(p["role"] == "worker gpu" for p in pods_after(a, b)) == after
@@ -273,20 +281,27 @@ def test_capacity_mode_change_rolls_the_gpu_nodes_and_the_plan_diff_flags_it():
     assert s[f"{LT} gpu-lt"] == "update", "a new template version: EKS replaces every GPU node"
     # KubeRay recreates nothing, but EKS replaces the nodes under the pods: the gate must prove EFA on the new ones
     assert not kuberay_recreates(a, b) and s[f"{JOB} efa-check-job"] == "replace"
-    plans = [make_plan(layout.from_mockrun(r), source=n, stack="dev", region="us-east-1") for n, r in
-             (("before", a), ("after", b))]
+    plans = [
+        make_plan(layout.from_mockrun(r), source=n, stack="dev", region="us-east-1")
+        for n, r in (("before", a), ("after", b))
+    ]
     d = diff_plans(*plans)
     assert len(d.rollouts) == 1
     assert "gpu-mng" in d.rollouts[0] and "set gpuNodeCount 0 and `pulumi up` first" in d.rollouts[0]
     # ...and `pulumi up` refuses it at the template's before_update hook; the diff says the same (exit 2)
     assert d.exit_code == 2 and [r for r in d.refusals if r.startswith("gpu-lt: GPU node group (reservation)")]
     # parked first (gpuNodeCount 0): the same change rolls nothing and is not flagged
-    parked = [run({**c, "gpuNodeCount": 0}) for c in (ODCR, {**ODCR, "gpuCapacity": "reservation",
-                                                              "gpuCapacityReservationId": "cr-0a1b2c3d4e5f60718"})]
+    parked = [
+        run({**c, "gpuNodeCount": 0})
+        for c in (ODCR, {**ODCR, "gpuCapacity": "reservation", "gpuCapacityReservationId": "cr-0a1b2c3d4e5f60718"})
+    ]
     p2 = [make_plan(layout.from_mockrun(r), source="x", stack="dev", region="us-east-1") for r in parked]
     assert diff_plans(*p2).rollouts == []
     # scaling inside the reservation rolls nothing either
-    c = run({**ODCR, "gpuCapacity": "reservation", "gpuCapacityReservationId": "cr-0a1b2c3d4e5f60718",
-             "gpuNodeCount": 3})
-    assert diff_plans(plans[1], make_plan(layout.from_mockrun(c), source="c", stack="dev",
-                                          region="us-east-1")).rollouts == []
+    c = run(
+        {**ODCR, "gpuCapacity": "reservation", "gpuCapacityReservationId": "cr-0a1b2c3d4e5f60718", "gpuNodeCount": 3}
+    )
+    assert (
+        diff_plans(plans[1], make_plan(layout.from_mockrun(c), source="c", stack="dev", region="us-east-1")).rollouts
+        == []
+    )

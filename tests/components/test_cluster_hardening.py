@@ -42,6 +42,7 @@ def pod(ns: str, **labels: str) -> dict:
 
 # -- monitoring: Prometheus without its lifecycle API --------------------------------------------------------------
 
+
 def test_prometheus_reloads_by_signal_so_it_serves_no_quit_endpoint(default_run):
     """prometheus-operator adds --web.enable-lifecycle whenever the reload strategy is HTTP, the default (the chart's
     ``reloadStrategy: ""``; pkg/prometheus/promcfg.go v0.93.0 line 1245). ``ProcessSignal`` is one of the two enum
@@ -54,6 +55,7 @@ def test_prometheus_reloads_by_signal_so_it_serves_no_quit_endpoint(default_run)
 
 
 # -- monitoring and gpu-metrics NetworkPolicies --------------------------------------------------------------------
+
 
 def test_monitoring_admits_its_own_pods_and_the_webhook_port_only(default_run):
     policies = policies_of(default_run)
@@ -68,8 +70,9 @@ def test_monitoring_admits_its_own_pods_and_the_webhook_port_only(default_run):
             assert not admitted(policies, pod("default"), dst, port)
     assert admitted(policies, grafana, prometheus, 9090)  # Grafana's datasource
     assert admitted(policies, prometheus, grafana, 3000)  # and Prometheus scrapes its own namespace
-    assert admitted(policies, api_server, pod("monitoring", app="kube-prometheus-stack-operator"),
-                    observability.WEBHOOK_PORT)
+    assert admitted(
+        policies, api_server, pod("monitoring", app="kube-prometheus-stack-operator"), observability.WEBHOOK_PORT
+    )
     assert not admitted(policies, ray_worker, prometheus, 9090)  # POST /-/quit from a job: refused twice over
 
 
@@ -80,8 +83,9 @@ def test_dcgm_admits_the_monitoring_namespace_on_its_port_only(default_run):
     assert not admitted(policies, pod("ray", **{"ray.io/cluster": "ray"}), dcgm, observability.DCGM_PORT)
     assert not admitted(policies, pod("monitoring"), dcgm, 5555)
     for p in policies:
-        kubernetes_validate.validate({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", **p},
-                                     K8S_VERSION, strict=True)
+        kubernetes_validate.validate(
+            {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", **p}, K8S_VERSION, strict=True
+        )
 
 
 # -- strict mode: every namespace the stack runs pods in has a policy for every pod --------------------------------
@@ -98,7 +102,8 @@ def test_the_cni_enforces_strict_and_every_pod_has_a_policy_and_its_egress(defau
     assert cni["configurationValues"] == {"env": {"NETWORK_POLICY_ENFORCING_MODE": "strict"}}
     policies = policies_of(default_run)
     namespaces = {r["namespace"] for r in default_run.of_type(HELM)} | {
-        r["metadata"]["namespace"] for r in default_run.of_type("kubernetes:apps/v1:DaemonSet")}
+        r["metadata"]["namespace"] for r in default_run.of_type("kubernetes:apps/v1:DaemonSet")
+    }
     assert namespaces <= set(POD_NAMESPACES) | {"image-prepull"}
     # the pre-pull pods need no network at all (the kubelet pulls): one policy denies them everything
     prepull = [p["spec"] for p in policies if p["metadata"]["namespace"] == "image-prepull"]
@@ -122,6 +127,7 @@ def test_standard_mode_and_no_policies_when_network_policy_is_off():
 
 # -- DCGM without SYS_ADMIN ----------------------------------------------------------------------------------------
 
+
 def test_dcgm_drops_sys_admin_and_lists_no_profiling_counter(default_run):
     values = release(default_run, "dcgm-exporter")["values"]
     defaults = _defaults(f"dcgm-exporter-{observability.DCGM_CHART_VERSION}")
@@ -135,11 +141,14 @@ def test_dcgm_drops_sys_admin_and_lists_no_profiling_counter(default_run):
     read |= set(re.findall(r"DCGM_FI_[A-Z_]+", str(alert_groups(AlertThresholds()))))
     assert read and read <= set(counters)
     # the chart reads customMetrics (templates/metrics-configmap.yaml) though its values.yaml only shows it commented
-    assert "# customMetrics: |" in (CHARTS / f"dcgm-exporter-{observability.DCGM_CHART_VERSION}" / "values.yaml"
-                                    ).read_text()
+    assert (
+        "# customMetrics: |"
+        in (CHARTS / f"dcgm-exporter-{observability.DCGM_CHART_VERSION}" / "values.yaml").read_text()
+    )
 
 
 # -- the audit trail -----------------------------------------------------------------------------------------------
+
 
 def test_audit_and_authenticator_logs_go_to_a_log_group_with_a_retention(default_run):
     cluster = default_run.one("eks:index:Cluster")
@@ -154,14 +163,24 @@ def test_audit_and_authenticator_logs_go_to_a_log_group_with_a_retention(default
 
 # -- Pod Security labels on every namespace ------------------------------------------------------------------------
 
+
 def test_every_namespace_the_stack_creates_enforces_a_pod_security_level(default_run):
-    levels = {r["metadata"]["name"]: (r["metadata"].get("labels") or {}).get(PSS)
-              for r in default_run.of_type("kubernetes:core/v1:Namespace")}
-    assert levels == {"ray": "baseline", "kuberay-system": "baseline", "monitoring": "baseline",
-                      "gpu-metrics": "privileged", "efa-node-agent": "privileged", "image-prepull": "restricted"}
+    levels = {
+        r["metadata"]["name"]: (r["metadata"].get("labels") or {}).get(PSS)
+        for r in default_run.of_type("kubernetes:core/v1:Namespace")
+    }
+    assert levels == {
+        "ray": "baseline",
+        "kuberay-system": "baseline",
+        "monitoring": "baseline",
+        "gpu-metrics": "privileged",
+        "efa-node-agent": "privileged",
+        "image-prepull": "restricted",
+    }
 
 
 # -- the plan rule -------------------------------------------------------------------------------------------------
+
 
 def _with(run, chart: str, values: dict) -> list[Resource]:
     """The run's resources as the plan reads them, ``values`` merged into ``chart``'s release the way a user's
@@ -174,12 +193,19 @@ def _with(run, chart: str, values: dict) -> list[Resource]:
     return out
 
 
-@pytest.mark.parametrize("chart,values,problem", [
-    ("kube-prometheus-stack", {"prometheus": {"prometheusSpec": {"reloadStrategy": "HTTP"}}}, "--web.enable-lifecycle"),
-    ("kube-prometheus-stack", {"prometheus": {"prometheusSpec": {"reloadStrategy": ""}}}, "--web.enable-lifecycle"),
-    ("dcgm-exporter", {"securityContext": {"capabilities": {"add": ["SYS_ADMIN"]}}}, "SYS_ADMIN"),
-    ("dcgm-exporter", {"securityContext": {"privileged": True}}, "privileged"),
-])
+@pytest.mark.parametrize(
+    "chart,values,problem",
+    [
+        (
+            "kube-prometheus-stack",
+            {"prometheus": {"prometheusSpec": {"reloadStrategy": "HTTP"}}},
+            "--web.enable-lifecycle",
+        ),
+        ("kube-prometheus-stack", {"prometheus": {"prometheusSpec": {"reloadStrategy": ""}}}, "--web.enable-lifecycle"),
+        ("dcgm-exporter", {"securityContext": {"capabilities": {"add": ["SYS_ADMIN"]}}}, "SYS_ADMIN"),
+        ("dcgm-exporter", {"securityContext": {"privileged": True}}, "privileged"),
+    ],
+)
 def test_the_monitoring_rule_refuses_overrides_that_bring_it_back(default_run, chart, values, problem):
     assert rules.check(_with(default_run, chart, {}), only=["monitoring-hardened"]) == []
     found = rules.check(_with(default_run, chart, values), only=["monitoring-hardened"])
@@ -187,13 +213,15 @@ def test_the_monitoring_rule_refuses_overrides_that_bring_it_back(default_run, c
 
 
 def test_the_monitoring_rule_wants_a_policy_over_every_monitoring_pod(default_run):
-    kept = [r for r in from_mockrun(default_run)
-            if not (r.type == NP and r.props["metadata"]["namespace"] == "monitoring")]
+    kept = [
+        r for r in from_mockrun(default_run) if not (r.type == NP and r.props["metadata"]["namespace"] == "monitoring")
+    ]
     found = rules.check(kept, only=["monitoring-hardened"])
     assert [v.problem for v in found] == ["no NetworkPolicy of namespace monitoring selects its pods"]
 
 
 # -- the node role -------------------------------------------------------------------------------------------------
+
 
 def test_the_node_role_pulls_images_and_the_cni_has_its_own_pod_identity_role(default_run):
     node = next(r for r in default_run.resources if r.type == "aws:iam/role:Role" and r.name.endswith("-node"))
@@ -201,13 +229,19 @@ def test_the_node_role_pulls_images_and_the_cni_has_its_own_pod_identity_role(de
     for a in default_run.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment"):
         attached[a["role"]].append(a["policyArn"].rsplit("/", 1)[-1])
     assert sorted(attached[node.name]) == ["AmazonEC2ContainerRegistryPullOnly", "AmazonEKSWorkerNodePolicy"]
-    (cni,) = [p for p in default_run.of_type("aws:eks/podIdentityAssociation:PodIdentityAssociation")
-              if p["serviceAccount"] == "aws-node"]
+    (cni,) = [
+        p
+        for p in default_run.of_type("aws:eks/podIdentityAssociation:PodIdentityAssociation")
+        if p["serviceAccount"] == "aws-node"
+    ]
     assert cni["namespace"] == "kube-system"
     role = cni["roleArn"].rsplit("/", 1)[-1]
     assert attached[role] == ["AmazonEKS_CNI_Policy"]
-    trust = next(r for r in default_run.of_type("aws:iam/role:Role") if (r.inputs.get("description") or "").endswith(
-        "AmazonEKS_CNI_Policy"))["assumeRolePolicy"]
+    trust = next(
+        r
+        for r in default_run.of_type("aws:iam/role:Role")
+        if (r.inputs.get("description") or "").endswith("AmazonEKS_CNI_Policy")
+    )["assumeRolePolicy"]
     assert '"kube-system"' in trust and '"aws-node"' in trust and "pods.eks.amazonaws.com" in trust
     assert "eks-pod-identity-agent" in [a["addonName"] for a in default_run.of_type("aws:eks/addon:Addon")]
     assert rules.check(from_mockrun(default_run), only=["node-role-least-privilege"]) == []
@@ -220,9 +254,17 @@ def test_the_node_role_rule_warns_on_the_old_policies(default_run):
             r = replace(r, props={**r.props, "policyArn": "arn:aws:iam::aws:policy/AmazonEC2ContainerRegistryReadOnly"})
         old.append(r)
     node = next(r for r in old if r.type == "aws:iam/role:Role" and r.name.endswith("-node"))
-    old.append(replace(old[-1], name="cni-on-node", type="aws:iam/rolePolicyAttachment:RolePolicyAttachment",
-                       props={"role": node.name, "policyArn": "arn:aws:iam::aws:policy/AmazonEKS_CNI_Policy"}))
+    old.append(
+        replace(
+            old[-1],
+            name="cni-on-node",
+            type="aws:iam/rolePolicyAttachment:RolePolicyAttachment",
+            props={"role": node.name, "policyArn": "arn:aws:iam::aws:policy/AmazonEKS_CNI_Policy"},
+        )
+    )
     found = rules.check(old, only=["node-role-least-privilege"])
     assert sorted(v.problem.split(":")[0] for v in found) == [
-        "the node role holds AmazonEC2ContainerRegistryReadOnly", "the node role holds AmazonEKS_CNI_Policy"]
+        "the node role holds AmazonEC2ContainerRegistryReadOnly",
+        "the node role holds AmazonEKS_CNI_Policy",
+    ]
     assert {v.severity for v in found} == {"warning"}

@@ -54,8 +54,11 @@ def test_gpu_root_volume_is_provisioned_for_the_pull_and_the_system_one_is_not(d
 
 def test_gpu_user_data_turns_on_fast_image_pull_and_nothing_else(default_run):
     (cfg,) = _node_configs(_template(default_run, "gpu")["userData"])
-    assert cfg == {"apiVersion": "node.eks.aws/v1alpha1", "kind": "NodeConfig",
-                   "spec": {"featureGates": {"FastImagePull": True}}}
+    assert cfg == {
+        "apiVersion": "node.eks.aws/v1alpha1",
+        "kind": "NodeConfig",
+        "spec": {"featureGates": {"FastImagePull": True}},
+    }
     assert "userData" not in _template(default_run, "system").inputs
 
 
@@ -71,28 +74,40 @@ def test_the_node_config_part_is_one_nodeadm_reads():
     assert cfg["spec"]["featureGates"] == {"FastImagePull": False, "InstanceIdNodeName": True}
 
 
-@pytest.mark.parametrize("settings,key,fix", [
-    ({"gpuRootVolumeIops": "3000"}, "gpuRootVolumeThroughputMiBps = 1000",
-     "raise gpuRootVolumeIops to at least 4000"),  # 0.25 MiB/s per IOPS
-    ({"gpuRootVolumeIops": "80000", "gpuRootVolumeGiB": "150"}, "gpuRootVolumeIops = 80000",
-     "raise gpuRootVolumeGiB to at least 160"),  # 500 IOPS per GiB
-    ({"gpuRootVolumeIops": "80001"}, "gpuRootVolumeIops = 80001", "3,000 - 80,000"),
-    ({"gpuRootVolumeIops": "2999"}, "gpuRootVolumeIops = 2999", "use 3000..80000"),
-    ({"gpuRootVolumeThroughputMiBps": "2001"}, "gpuRootVolumeThroughputMiBps = 2001", "use 125..2000"),
-    ({"gpuRootVolumeThroughputMiBps": "124"}, "gpuRootVolumeThroughputMiBps = 124", "use 125..2000"),
-    ({"gpuFastImagePull": "sometimes"}, "gpuFastImagePull = 'sometimes'", "true or false"),
-])
+@pytest.mark.parametrize(
+    "settings,key,fix",
+    [
+        (
+            {"gpuRootVolumeIops": "3000"},
+            "gpuRootVolumeThroughputMiBps = 1000",
+            "raise gpuRootVolumeIops to at least 4000",
+        ),  # 0.25 MiB/s per IOPS
+        (
+            {"gpuRootVolumeIops": "80000", "gpuRootVolumeGiB": "150"},
+            "gpuRootVolumeIops = 80000",
+            "raise gpuRootVolumeGiB to at least 160",
+        ),  # 500 IOPS per GiB
+        ({"gpuRootVolumeIops": "80001"}, "gpuRootVolumeIops = 80001", "3,000 - 80,000"),
+        ({"gpuRootVolumeIops": "2999"}, "gpuRootVolumeIops = 2999", "use 3000..80000"),
+        ({"gpuRootVolumeThroughputMiBps": "2001"}, "gpuRootVolumeThroughputMiBps = 2001", "use 125..2000"),
+        ({"gpuRootVolumeThroughputMiBps": "124"}, "gpuRootVolumeThroughputMiBps = 124", "use 125..2000"),
+        ({"gpuFastImagePull": "sometimes"}, "gpuFastImagePull = 'sometimes'", "true or false"),
+    ],
+)
 def test_what_ec2_refuses_is_refused_before_any_resource(settings, key, fix):
     with pytest.raises(ConfigError) as e:
         StackConfig.from_mapping(settings)
     assert f"ray-efa-eks:{key} is invalid" in str(e.value) and fix in str(e.value)
 
 
-@pytest.mark.parametrize("settings", [
-    {"gpuRootVolumeIops": "8000", "gpuRootVolumeThroughputMiBps": "2000"},  # the maximum at the least IOPS it needs
-    {"gpuRootVolumeIops": "3000", "gpuRootVolumeThroughputMiBps": "750"},  # the most the baseline carries
-    {"gpuRootVolumeIops": "80000", "gpuRootVolumeGiB": "160"},
-])
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"gpuRootVolumeIops": "8000", "gpuRootVolumeThroughputMiBps": "2000"},  # the maximum at the least IOPS it needs
+        {"gpuRootVolumeIops": "3000", "gpuRootVolumeThroughputMiBps": "750"},  # the most the baseline carries
+        {"gpuRootVolumeIops": "80000", "gpuRootVolumeGiB": "160"},
+    ],
+)
 def test_the_edges_ec2_accepts_plan(settings):
     StackConfig.from_mapping(settings)
 
@@ -129,13 +144,16 @@ def test_the_gate_and_rays_allocate_timeout_cover_a_node_from_zero():
     assert all(p.low_s <= p.high_s and p.source for p in cold_start.parts() + (cold_start.JOB_START,))
 
 
-@pytest.mark.parametrize("settings,wait", [
-    ({}, 1320),
-    ({"dlcImageGiB": "40"}, 1620),  # 20 GiB more at the default pull's 15.8 s/GiB
-    ({"gpuFastImagePull": "false"}, 1320),  # the high figure is the default pull either way
-    ({"gpuInstanceType": "p5.48xlarge"}, 1320),
-    ({"efaCheckWaitSeconds": "900"}, 900),  # a set value replaces the model's
-])
+@pytest.mark.parametrize(
+    "settings,wait",
+    [
+        ({}, 1320),
+        ({"dlcImageGiB": "40"}, 1620),  # 20 GiB more at the default pull's 15.8 s/GiB
+        ({"gpuFastImagePull": "false"}, 1320),  # the high figure is the default pull either way
+        ({"gpuInstanceType": "p5.48xlarge"}, 1320),
+        ({"efaCheckWaitSeconds": "900"}, 900),  # a set value replaces the model's
+    ],
+)
 def test_the_gates_wait_follows_the_model(settings, wait):
     assert StackConfig.from_mapping(settings).efa_check_wait_s == wait
     job = json.dumps(shared_run(settings).one("kubernetes:batch/v1:Job")["spec"])
@@ -157,8 +175,9 @@ def test_plan_prints_the_model_for_the_planned_type_and_image():
     from ray_efa_eks.tools.plan_render import render_text
     from ray_efa_eks.tools.plan_run import plan_tree
 
-    text = render_text(plan_tree(overrides={"ray-efa-eks:gpuInstanceType": "p5.48xlarge",
-                                            "ray-efa-eks:dlcImageGiB": "30"}))
+    text = render_text(
+        plan_tree(overrides={"ray-efa-eks:gpuInstanceType": "p5.48xlarge", "ray-efa-eks:dlcImageGiB": "30"})
+    )
     lo, hi = cold_start.budget_s(cold_start.parts(cold_start.Layout("p5.48xlarge", 30)))
     assert f"cold start of a p5.48xlarge from zero (30 GiB DLC, account ECR, FastImagePull on): {lo}-{hi} s" in text
     assert "the gate waits 1440 s (the model's budget)" in text
@@ -176,5 +195,7 @@ def test_the_page_shows_the_budget_table_and_its_sum():
     assert f"**{cold_start.wait_budget_s()} s** for the default stack" in page
     assert "1320 s for the default stack" in docstrings()["efaCheckWaitSeconds"]
     assert f"({high} s) plus one Cluster Autoscaler retry" in (GPUS_PAGE.parent / "efa-gate.md").read_text()
-    assert f"about **{minutes} from a job's request to its GPU workers**" in \
-        (GPUS_PAGE.parents[1] / "README.md").read_text()
+    assert (
+        f"about **{minutes} from a job's request to its GPU workers**"
+        in (GPUS_PAGE.parents[1] / "README.md").read_text()
+    )

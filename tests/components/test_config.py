@@ -44,11 +44,24 @@ def test_bad_config_raises_with_key(values, key, fragment):
 
 def test_integral_doubles_for_integer_keys():
     """A protobuf Struct carries every number as a double: gpuNodeCount 2 from YAML/TypeScript arrives as 2.0."""
-    cfg = StackConfig.from_mapping({"gpuNodeCount": 2.0, "gpuRootVolumeGiB": 300.0, "efaCheckWaitSeconds": "900.0",
-                                    "imdsHopLimit": 2.0, "checkpointNoncurrentVersionDays": "7",
-                                    "efa": True, "efaCheckMinBusbwGbps": 10})
-    assert (cfg.gpuNodeCount, cfg.gpuRootVolumeGiB, cfg.efaCheckWaitSeconds, cfg.imdsHopLimit,
-            cfg.checkpointNoncurrentVersionDays) == (2, 300, 900, 2, 7)
+    cfg = StackConfig.from_mapping(
+        {
+            "gpuNodeCount": 2.0,
+            "gpuRootVolumeGiB": 300.0,
+            "efaCheckWaitSeconds": "900.0",
+            "imdsHopLimit": 2.0,
+            "checkpointNoncurrentVersionDays": "7",
+            "efa": True,
+            "efaCheckMinBusbwGbps": 10,
+        }
+    )
+    assert (
+        cfg.gpuNodeCount,
+        cfg.gpuRootVolumeGiB,
+        cfg.efaCheckWaitSeconds,
+        cfg.imdsHopLimit,
+        cfg.checkpointNoncurrentVersionDays,
+    ) == (2, 300, 900, 2, 7)
     assert all(type(v) is int for v in (cfg.gpuNodeCount, cfg.gpuRootVolumeGiB, cfg.imdsHopLimit))
     assert cfg.efa is True and cfg.efaCheckMinBusbwGbps == 10.0
     with pytest.raises(ConfigError) as err:
@@ -82,7 +95,12 @@ def test_single_node_allowed_explicitly():
 
 def test_defaults_are_reference_layout():
     cfg = StackConfig.from_mapping({})
-    assert (cfg.gpuInstanceType, cfg.gpuNodeCount, cfg.systemInstanceType, cfg.efa) == ("g6.12xlarge", 2, "m7i.2xlarge", True)
+    assert (cfg.gpuInstanceType, cfg.gpuNodeCount, cfg.systemInstanceType, cfg.efa) == (
+        "g6.12xlarge",
+        2,
+        "m7i.2xlarge",
+        True,
+    )
     assert cfg.dlcImage == "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1"
 
 
@@ -97,8 +115,12 @@ def test_image_tag():
     assert image_tag("ray@sha256:abc") is None
 
 
-BLOCK = {"gpuInstanceType": "p5.48xlarge", "gpuCapacity": "capacity-block", "availabilityZone": "us-east-1a",
-         "gpuCapacityReservationId": "cr-0123456789abcdef0"}
+BLOCK = {
+    "gpuInstanceType": "p5.48xlarge",
+    "gpuCapacity": "capacity-block",
+    "availabilityZone": "us-east-1a",
+    "gpuCapacityReservationId": "cr-0123456789abcdef0",
+}
 
 
 def test_gpu_scale_to_zero_follows_the_capacity_mode():
@@ -106,14 +128,20 @@ def test_gpu_scale_to_zero_follows_the_capacity_mode():
     Capacity Block is paid up front and stays fixed (refused, naming key, value and fix)."""
     assert StackConfig.from_mapping({}).scale_to_zero is True
     assert StackConfig.from_mapping({"gpuScaleToZero": "false"}).scale_to_zero is False
-    odcr = {"gpuCapacity": "reservation", "availabilityZone": "us-east-1a",
-            "gpuCapacityReservationId": "cr-0123456789abcdef0"}
+    odcr = {
+        "gpuCapacity": "reservation",
+        "availabilityZone": "us-east-1a",
+        "gpuCapacityReservationId": "cr-0123456789abcdef0",
+    }
     assert StackConfig.from_mapping(odcr).scale_to_zero is False
     assert StackConfig.from_mapping({**odcr, "gpuScaleToZero": "true"}).scale_to_zero is True
     assert StackConfig.from_mapping(BLOCK).scale_to_zero is False
     assert StackConfig.from_mapping({**BLOCK, "gpuScaleToZero": False}).scale_to_zero is False
-    with pytest.raises(ConfigError, match=r"ray-efa-eks:gpuScaleToZero = True is invalid: a Capacity Block .*set it "
-                                          r"false"):
+    with pytest.raises(
+        ConfigError,
+        match=r"ray-efa-eks:gpuScaleToZero = True is invalid: a Capacity Block .*set it "
+        r"false",
+    ):
         StackConfig.from_mapping({**BLOCK, "gpuScaleToZero": "true"})
     with pytest.raises(ConfigError, match="gpuIdleTimeoutSeconds = 30 is invalid"):
         StackConfig.from_mapping({"gpuIdleTimeoutSeconds": "30"})
@@ -124,10 +152,16 @@ def test_gpu_scale_to_zero_follows_the_capacity_mode():
 def test_gp3_ratios_between_keys_are_refused_naming_the_key_to_change():
     """EC2's gp3 ratios (500 IOPS per GiB, 0.25 MiB/s per IOPS; components/nodes/ebs_limits.py) span two keys;
     the refusal names the key whose value breaks it and the other key's least value that would fix it."""
-    with pytest.raises(ConfigError, match=r"gpuRootVolumeIops = 60000 is invalid: EC2 refuses gp3 IOPS 60000 on 100 "
-                                          r"GiB .*raise gpuRootVolumeGiB to at least 120"):
+    with pytest.raises(
+        ConfigError,
+        match=r"gpuRootVolumeIops = 60000 is invalid: EC2 refuses gp3 IOPS 60000 on 100 "
+        r"GiB .*raise gpuRootVolumeGiB to at least 120",
+    ):
         StackConfig.from_mapping({"gpuRootVolumeGiB": "100", "gpuRootVolumeIops": "60000"})
-    with pytest.raises(ConfigError, match=r"gpuRootVolumeThroughputMiBps = 2000 is invalid: .*raise gpuRootVolumeIops "
-                                          r"to at least 8000"):
+    with pytest.raises(
+        ConfigError,
+        match=r"gpuRootVolumeThroughputMiBps = 2000 is invalid: .*raise gpuRootVolumeIops "
+        r"to at least 8000",
+    ):
         StackConfig.from_mapping({"gpuRootVolumeIops": "7999", "gpuRootVolumeThroughputMiBps": "2000"})
     assert StackConfig.from_mapping({"gpuRootVolumeIops": "8000", "gpuRootVolumeThroughputMiBps": "2000"})

@@ -29,8 +29,11 @@ PROJECT_KEYS = [f.name for f in fields(StackConfig) if f.name not in config_sche
 ODCR = {"gpuInstanceType": "g6e.48xlarge", "availabilityZone": "us-east-1c"}
 """A type and AZ the mocks' ODCR cr-0a1b2c3d4e5f60718 fits (tools/mockrun.CAPACITY_RESERVATIONS)."""
 RESERVED = {**ODCR, "gpuCapacity": "reservation", "gpuCapacityReservationId": "cr-0a1b2c3d4e5f60718"}
-GROUP = {**ODCR, "gpuCapacity": "reservation",
-         "gpuCapacityReservationId": "arn:aws:resource-groups:us-east-1:123456789012:group/my-odcrs"}
+GROUP = {
+    **ODCR,
+    "gpuCapacity": "reservation",
+    "gpuCapacityReservationId": "arn:aws:resource-groups:us-east-1:123456789012:group/my-odcrs",
+}
 
 SAMPLES: dict[str, tuple[dict, dict]] = {
     "gpuScaleToZero": ({}, {"gpuScaleToZero": False}),
@@ -53,15 +56,24 @@ SAMPLES: dict[str, tuple[dict, dict]] = {
     "gpuCapacityReservationId": (RESERVED, GROUP),
     "gpuPlacementGroupName": (GROUP, {**GROUP, "gpuPlacementGroupName": "my-pg"}),
     "checkpointPrefix": ({}, {"checkpointPrefix": "train2"}),
-    "gpuWorkersToDelete": ({"gpuScaleToZero": False}, {"gpuScaleToZero": False, "gpuWorkersToDelete": ["ray-gpu-worker-abcde"]}),
+    "gpuWorkersToDelete": (
+        {"gpuScaleToZero": False},
+        {"gpuScaleToZero": False, "gpuWorkersToDelete": ["ray-gpu-worker-abcde"]},
+    ),
     "checkpointEncryption": ({}, {"checkpointEncryption": "s3"}),
     "clusterAdminArns": ({}, {"clusterAdminArns": ["arn:aws:iam::123456789012:role/admins"]}),
-    "clusterViewerArns": ({"clusterAdminArns": ["arn:aws:iam::123456789012:role/admins"]},
-                          {"clusterAdminArns": ["arn:aws:iam::123456789012:role/admins"],
-                           "clusterViewerArns": ["arn:aws:iam::123456789012:role/viewers"]}),
+    "clusterViewerArns": (
+        {"clusterAdminArns": ["arn:aws:iam::123456789012:role/admins"]},
+        {
+            "clusterAdminArns": ["arn:aws:iam::123456789012:role/admins"],
+            "clusterViewerArns": ["arn:aws:iam::123456789012:role/viewers"],
+        },
+    ),
     "metricsRetention": ({}, {"metricsRetention": "30d"}),
-    "metricsRemoteWriteUrl": ({}, {"metricsRemoteWriteUrl": "https://aps-workspaces.us-east-1.amazonaws.com/"
-                                                             "workspaces/ws-1/api/v1/remote_write"}),
+    "metricsRemoteWriteUrl": (
+        {},
+        {"metricsRemoteWriteUrl": "https://aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-1/api/v1/remote_write"},
+    ),
 }
 """Key -> (config before, config after) for keys whose change cannot be derived from the default (see :func:`sample`)."""
 
@@ -72,16 +84,25 @@ def sample(name: str) -> tuple[dict, dict]:
         return SAMPLES[name]
     f = next(f for f in fields(StackConfig) if f.name == name)
     default = f.default_factory() if f.default_factory is not MISSING else f.default
-    candidates = ([not default] if isinstance(default, bool) else [default + 1, default - 1, 2 * default]
-                  if isinstance(default, int) else [default + 0.5, default / 2] if isinstance(default, float) else [])
+    candidates = (
+        [not default]
+        if isinstance(default, bool)
+        else [default + 1, default - 1, 2 * default]
+        if isinstance(default, int)
+        else [default + 0.5, default / 2]
+        if isinstance(default, float)
+        else []
+    )
     for value in candidates:
         try:
             StackConfig.from_mapping({name: value})
         except ConfigError:
             continue
         return {}, {name: value}
-    pytest.fail(f"no before/after sample for StackConfig.{name}: add a pair of configs to SAMPLES in {__file__} "
-                "(the rehearsal checks its live-change note against what the program registers)")
+    pytest.fail(
+        f"no before/after sample for StackConfig.{name}: add a pair of configs to SAMPLES in {__file__} "
+        "(the rehearsal checks its live-change note against what the program registers)"
+    )
 
 
 GATE = "ray-efa-eks:index:EfaCheckJob"
@@ -90,8 +111,11 @@ GATE = "ray-efa-eks:index:EfaCheckJob"
 def _changed(a: MockRun, b: MockRun) -> dict[str, str]:
     """``type name`` -> step, for every resource a real update would touch: reads (nothing is changed) and this
     package's own components (no cloud object; pulumi-eks's components stand for what they create) left out."""
-    skip = {f"{r.type} {r.name}" for r in [*a.resources, *b.resources]
-            if r.options.get("read") or (r.type.startswith("ray-efa-eks:") and not r.custom)}
+    skip = {
+        f"{r.type} {r.name}"
+        for r in [*a.resources, *b.resources]
+        if r.options.get("read") or (r.type.startswith("ray-efa-eks:") and not r.custom)
+    }
     return {k: v for k, v in steps(a, b).items() if v != "same" and k not in skip}
 
 
@@ -112,8 +136,9 @@ def _node_group_effects(a: MockRun, b: MockRun, role: str) -> tuple[bool, bool]:
     lt = "aws:ec2/launchTemplate:LaunchTemplate"
     mng = "eks:index:ManagedNodeGroup"
     # a launch template's own tags are tags on the resource, not template data: changing them makes no new version
-    lt_a, lt_b = ({k: v for k, v in (_by_name(r, lt, f"{role}-lt") or {}).items() if k not in ("tags", "tagsAll")}
-                  for r in (a, b))
+    lt_a, lt_b = (
+        {k: v for k, v in (_by_name(r, lt, f"{role}-lt") or {}).items() if k not in ("tags", "tagsAll")} for r in (a, b)
+    )
     ng_a, ng_b = _by_name(a, mng, f"{role}-mng") or {}, _by_name(b, mng, f"{role}-mng") or {}
     rest_a = {k: v for k, v in ng_a.items() if k != "scalingConfig"}
     rest_b = {k: v for k, v in ng_b.items() if k != "scalingConfig"}
@@ -133,19 +158,32 @@ def observed(a: MockRun, b: MockRun) -> set[str]:
     recreated = kuberay_recreates(a, b)
     if recreated:
         out.add("ray-pods")
-    workers = [[g.get("replicas") for g in r.one("kubernetes:ray.io/v1:RayCluster")["spec"]["workerGroupSpecs"]]
-               for r in (a, b)]
+    workers = [
+        [g.get("replicas") for g in r.one("kubernetes:ray.io/v1:RayCluster")["spec"]["workerGroupSpecs"]]
+        for r in (a, b)
+    ]
     if scaled or (workers[0] != workers[1] and not recreated):
         out.add("scale")
-    if any(k.startswith("kubernetes:batch/v1:Job ") and v in ("replace", "create", "delete") for k, v in changed.items()):
+    if any(
+        k.startswith("kubernetes:batch/v1:Job ") and v in ("replace", "create", "delete") for k, v in changed.items()
+    ):
         out.add("gate")
     if any(k.split()[0] in ("aws:ec2/vpc:Vpc", "aws:ec2/subnet:Subnet") for k in changed):
         out.add("network")
-    accounted = ("aws:ec2/vpc:Vpc ", "aws:ec2/subnet:Subnet ", "aws:ec2/launchTemplate:LaunchTemplate ",
-                 "eks:index:ManagedNodeGroup ", "kubernetes:ray.io/v1:RayCluster ")
+    accounted = (
+        "aws:ec2/vpc:Vpc ",
+        "aws:ec2/subnet:Subnet ",
+        "aws:ec2/launchTemplate:LaunchTemplate ",
+        "eks:index:ManagedNodeGroup ",
+        "kubernetes:ray.io/v1:RayCluster ",
+    )
     gate_owned = _gate_owned(a, b)
-    others = {k: v for k, v in changed.items() if not k.startswith(accounted)
-              and not (k in gate_owned and not (k.startswith("kubernetes:batch/v1:Job ") and v == "update"))}
+    others = {
+        k: v
+        for k, v in changed.items()
+        if not k.startswith(accounted)
+        and not (k in gate_owned and not (k.startswith("kubernetes:batch/v1:Job ") and v == "update"))
+    }
     if others:
         out.add("other")
     if any(k.startswith("eks:index:Cluster ") for k in others):
@@ -155,12 +193,14 @@ def observed(a: MockRun, b: MockRun) -> set[str]:
 
 # -- every key says what it changes --------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("name", PROJECT_KEYS)
 def test_every_key_declares_what_it_changes_on_a_live_stack(name):
     f = next(f for f in fields(StackConfig) if f.name == name)
     assert isinstance(f.metadata.get("live"), Live), (
         f"StackConfig.{name} has no live-change note: declare it as {name}: TYPE = key(DEFAULT, allowed=..., "
-        f"live=live(EFFECT, ..., note=...)) (components/config/config_fields.py; EFFECT one of {', '.join(EFFECTS)})")
+        f"live=live(EFFECT, ..., note=...)) (components/config/config_fields.py; EFFECT one of {', '.join(EFFECTS)})"
+    )
 
 
 def test_the_generator_refuses_a_key_without_a_note_naming_it(monkeypatch):
@@ -205,14 +245,27 @@ def test_the_rehearsal_can_tell_the_effects_apart():
 
 # -- allowed values ------------------------------------------------------------------------------------------------
 
-CONTEXT = {"gpuCapacity": {"reservation": RESERVED, "capacity-block": {
-    "gpuInstanceType": "p5.48xlarge", "availabilityZone": "us-east-1a", "gpuCapacityReservationId": "cr-0123456789abcdef0"}}}
+CONTEXT = {
+    "gpuCapacity": {
+        "reservation": RESERVED,
+        "capacity-block": {
+            "gpuInstanceType": "p5.48xlarge",
+            "availabilityZone": "us-east-1a",
+            "gpuCapacityReservationId": "cr-0123456789abcdef0",
+        },
+    }
+}
 """Other keys a value needs to be valid (a reservation needs its id and AZ)."""
 
 
-@pytest.mark.parametrize("name", [n for n in PROJECT_KEYS
-                                  if isinstance(next(f for f in fields(StackConfig) if f.name == n).metadata.get(
-                                      "allowed"), tuple)])
+@pytest.mark.parametrize(
+    "name",
+    [
+        n
+        for n in PROJECT_KEYS
+        if isinstance(next(f for f in fields(StackConfig) if f.name == n).metadata.get("allowed"), tuple)
+    ],
+)
 def test_listed_allowed_values_are_exactly_what_validation_takes(name):
     allowed = next(f for f in fields(StackConfig) if f.name == name).metadata["allowed"]
     for value in allowed:
@@ -224,6 +277,7 @@ def test_listed_allowed_values_are_exactly_what_validation_takes(name):
 
 
 # -- the page is generated and checked --------------------------------------------------------------------------
+
 
 def test_the_page_shows_every_key_with_its_live_change():
     page = (ROOT / config_schema.DOCS_FILE).read_text()

@@ -13,24 +13,37 @@ from ray_efa_eks.components.config.config import REFUSED, ConfigError, StackConf
 ARN = "arn:aws:iam::123456789012:role/a"
 
 
-@pytest.mark.parametrize("kw, key, says", [
-    (dict(region="nowhere-1"), "aws:region", "is not an AWS region name"),
-    (dict(gpuInstanceType=next(iter(REFUSED))), "gpuInstanceType", "not supported: "),
-    (dict(gpuInstanceType="m7i.xlarge"), "gpuInstanceType", "has no GPU; pick one of g4dn.12xlarge"),
-    (dict(gpuWorkersToDelete=["w1"], gpuScaleToZero=True), "gpuWorkersToDelete", "is for the fixed GPU fleet"),
-    (dict(kubernetesVersion="1"), "kubernetesVersion", "must be MAJOR.MINOR"),
-    (dict(kubernetesVersion="1.3"), "kubernetesVersion", 'quote it, kubernetesVersion: "1.30"'),
-    (dict(kubernetesVersion="1.20"), "kubernetesVersion", "EKS creates no cluster on it"),
-    (dict(rayTokenAuth=True, rayVersion="2.51.9"), "rayTokenAuth", "needs Ray >= 2.52 (rayVersion is 2.51.9)"),
-    (dict(clusterAdminArns=[ARN], clusterViewerArns=[ARN]), "clusterViewerArns", "is also in clusterAdminArns"),
-    (dict(kuberayChartVersion="1.5.1"), "kuberayChartVersion", "is older than 1.6.0"),
-    (dict(gpuCapacity="capacity-block"), "gpuCapacityReservationId", "is not set: gpuCapacity capacity-block"),
-    # the placement group, the region and the AZ reach the capacity rules (components/nodes/capacity.py)
-    (dict(gpuPlacementGroupName="pg-1"), "gpuPlacementGroupName", "only for gpuCapacity reservation (the stack creates"),
-    (dict(gpuCapacity="reservation", availabilityZone="us-east-1a",
-          gpuCapacityReservationId="arn:aws:resource-groups:eu-west-1:123456789012:group/odcr-pool"),
-     "gpuCapacityReservationId", "the resource group is in eu-west-1, the stack in us-east-1; use a group of"),
-])
+@pytest.mark.parametrize(
+    "kw, key, says",
+    [
+        (dict(region="nowhere-1"), "aws:region", "is not an AWS region name"),
+        (dict(gpuInstanceType=next(iter(REFUSED))), "gpuInstanceType", "not supported: "),
+        (dict(gpuInstanceType="m7i.xlarge"), "gpuInstanceType", "has no GPU; pick one of g4dn.12xlarge"),
+        (dict(gpuWorkersToDelete=["w1"], gpuScaleToZero=True), "gpuWorkersToDelete", "is for the fixed GPU fleet"),
+        (dict(kubernetesVersion="1"), "kubernetesVersion", "must be MAJOR.MINOR"),
+        (dict(kubernetesVersion="1.3"), "kubernetesVersion", 'quote it, kubernetesVersion: "1.30"'),
+        (dict(kubernetesVersion="1.20"), "kubernetesVersion", "EKS creates no cluster on it"),
+        (dict(rayTokenAuth=True, rayVersion="2.51.9"), "rayTokenAuth", "needs Ray >= 2.52 (rayVersion is 2.51.9)"),
+        (dict(clusterAdminArns=[ARN], clusterViewerArns=[ARN]), "clusterViewerArns", "is also in clusterAdminArns"),
+        (dict(kuberayChartVersion="1.5.1"), "kuberayChartVersion", "is older than 1.6.0"),
+        (dict(gpuCapacity="capacity-block"), "gpuCapacityReservationId", "is not set: gpuCapacity capacity-block"),
+        # the placement group, the region and the AZ reach the capacity rules (components/nodes/capacity.py)
+        (
+            dict(gpuPlacementGroupName="pg-1"),
+            "gpuPlacementGroupName",
+            "only for gpuCapacity reservation (the stack creates",
+        ),
+        (
+            dict(
+                gpuCapacity="reservation",
+                availabilityZone="us-east-1a",
+                gpuCapacityReservationId="arn:aws:resource-groups:eu-west-1:123456789012:group/odcr-pool",
+            ),
+            "gpuCapacityReservationId",
+            "the resource group is in eu-west-1, the stack in us-east-1; use a group of",
+        ),
+    ],
+)
 def test_each_rule_names_its_key_and_fix(kw, key, says):
     with pytest.raises(ConfigError) as e:
         StackConfig(**kw).validate()
@@ -47,12 +60,22 @@ def test_the_boundaries_of_the_rules_pass():
 
 
 def test_an_unset_value_says_not_set():
-    assert str(ConfigError("gpuCapacityReservationId", None, "set it")) == \
-        "ray-efa-eks:gpuCapacityReservationId is not set: set it"
+    assert (
+        str(ConfigError("gpuCapacityReservationId", None, "set it"))
+        == "ray-efa-eks:gpuCapacityReservationId is not set: set it"
+    )
 
 
-@pytest.mark.parametrize("key, grammar", [("efa", v.Bool), ("gpuNodeCount", v.Int), ("clusterAdminArns", v.ListOf),
-                                          ("availabilityZone", v.OrUnset), ("gpuInstanceType", v.Text)])
+@pytest.mark.parametrize(
+    "key, grammar",
+    [
+        ("efa", v.Bool),
+        ("gpuNodeCount", v.Int),
+        ("clusterAdminArns", v.ListOf),
+        ("availabilityZone", v.OrUnset),
+        ("gpuInstanceType", v.Text),
+    ],
+)
 def test_a_key_without_its_own_grammar_gets_its_defaults_type(monkeypatch, key, grammar):
     monkeypatch.delitem(c.GRAMMARS, key)
     assert type(c.grammar(key)) is grammar
@@ -65,12 +88,24 @@ def test_a_float_default_gets_the_float_grammar(monkeypatch):
 
 
 def test_unread_keys_name_the_key_meant():
-    got = dict(c.unread_keys(["aws:gpuNodeCount", "ray-efa-ek:gpuNodeCont", "aws:region", "gpuNodeCount",
-                              "ray-efa-eks:efa", "kubernetes:context", "ray-efa-ekz:zzzzzz"]))
+    got = dict(
+        c.unread_keys(
+            [
+                "aws:gpuNodeCount",
+                "ray-efa-ek:gpuNodeCont",
+                "aws:region",
+                "gpuNodeCount",
+                "ray-efa-eks:efa",
+                "kubernetes:context",
+                "ray-efa-ekz:zzzzzz",
+            ]
+        )
+    )
     assert got == {
         "aws:gpuNodeCount": "the aws namespace holds no gpuNodeCount; this stack reads ray-efa-eks:gpuNodeCount",
         "ray-efa-ek:gpuNodeCont": "namespace 'ray-efa-ek' is not 'ray-efa-eks'; did you mean ray-efa-eks:gpuNodeCount?",
-        "ray-efa-ekz:zzzzzz": "namespace 'ray-efa-ekz' is not 'ray-efa-eks'; did you mean ray-efa-eks:zzzzzz?"}
+        "ray-efa-ekz:zzzzzz": "namespace 'ray-efa-ekz' is not 'ray-efa-eks'; did you mean ray-efa-eks:zzzzzz?",
+    }
 
 
 def test_from_pulumi_warns_of_unread_keys_and_reads_ours(monkeypatch):
@@ -86,8 +121,10 @@ def test_from_pulumi_warns_of_unread_keys_and_reads_ours(monkeypatch):
     finally:
         rc.CONFIG.reset(token)
     assert cfg.gpuNodeCount == 4 and cfg.region == "eu-west-1"
-    assert warned == ["config aws:gpuNodeCount is never read by this program: the aws namespace holds no "
-                      "gpuNodeCount; this stack reads ray-efa-eks:gpuNodeCount"]
+    assert warned == [
+        "config aws:gpuNodeCount is never read by this program: the aws namespace holds no "
+        "gpuNodeCount; this stack reads ray-efa-eks:gpuNodeCount"
+    ]
 
 
 # -- every refusal of validate() in full: the key, the bad value and the fix, word for word (mutmut survivors) --------
@@ -97,57 +134,115 @@ GPU_TYPES = ", ".join(sorted(n for n, t in c.CATALOGUE.items() if t.gpus))
 ALL_TYPES = ", ".join(sorted(c.CATALOGUE))
 
 
-@pytest.mark.parametrize("kw, message", [
-    (dict(region="nowhere-1"), "aws:region = 'nowhere-1' is invalid: is not an AWS region name; set aws:region to one "
-     "such as us-east-1 or eu-west-1 (aws ec2 describe-regions lists yours)"),
-    (dict(gpuInstanceType="p3dn.24xlarge"), "ray-efa-eks:gpuInstanceType = 'p3dn.24xlarge' is invalid: not supported: "
-     f"{REFUSED['p3dn.24xlarge']}; pick a supported type (docs/instance-types.md)"),
-    (dict(gpuInstanceType="g9.mega"), "ray-efa-eks:gpuInstanceType = 'g9.mega' is invalid: unknown instance type; "
-     f"supported: {ALL_TYPES}"),
-    (dict(gpuInstanceType="m7i.xlarge"), f"ray-efa-eks:gpuInstanceType = 'm7i.xlarge' is invalid: has no GPU; pick one "
-     f"of {GPU_TYPES}"),
-    (dict(systemInstanceType="t9.tiny"), "ray-efa-eks:systemInstanceType = 't9.tiny' is invalid: unknown instance "
-     f"type; supported: {ALL_TYPES}"),
-    (dict(gpuWorkersToDelete=["w1"]), "ray-efa-eks:gpuWorkersToDelete = ['w1'] is invalid: is for the fixed GPU fleet; "
-     "with gpuScaleToZero Ray's autoscaler removes idle workers itself (it owns workersToDelete): remove it, or set "
-     "gpuScaleToZero: false"),
-    (dict(kuberayChartVersion="1.5.1"), "ray-efa-eks:kuberayChartVersion = '1.5.1' is invalid: is older than 1.6.0, "
-     "whose RayCluster CRD is the first with spec.upgradeStrategy (the stack sets Recreate; an older CRD drops it and "
-     "no pod would ever be recreated); use 1.6.0 or newer, e.g. 1.7.0"),
-    (dict(gpuNodeCount=1), "ray-efa-eks:gpuNodeCount = 1 is invalid: EFA with one node has no peer; use >= 2, 0 to "
-     "park, or set allowSingleEfaNode: true"),
-    (dict(availabilityZone="us-west-2a"), "ray-efa-eks:availabilityZone = 'us-west-2a' is invalid: is not an AZ of "
-     "region us-east-1 (expected us-east-1a, us-east-1b, ...)"),
-    (dict(gpuCapacity="capacity-block", gpuCapacityReservationId=CR, availabilityZone="us-east-1a"),
-     "ray-efa-eks:gpuCapacity = 'capacity-block' is invalid: EC2 sells no Capacity Blocks of g6.12xlarge; use one of "
-     + ", ".join(sorted(n for n, t in c.CATALOGUE.items() if t.capacity_blocks))
-     + ", or gpuCapacity reservation/on-demand"),
-    (dict(gpuInstanceType="p5.48xlarge", gpuCapacity="capacity-block", gpuCapacityReservationId=CR,
-          availabilityZone="us-east-1a", gpuScaleToZero=True),
-     "ray-efa-eks:gpuScaleToZero = True is invalid: a Capacity Block is paid up front and its nodes stay fixed (EC2 "
-     "holds the instances for the block); remove gpuScaleToZero or set it false"),
-    (dict(kubernetesVersion="1"), "ray-efa-eks:kubernetesVersion = '1' is invalid: must be MAJOR.MINOR, e.g. "
-     f"{c.DEFAULT_VERSION}"),
-    (dict(kubernetesVersion="1.3"), "ray-efa-eks:kubernetesVersion = '1.3' is invalid: EKS has no Kubernetes 1.3; YAML "
-     'reads an unquoted 1.30 as the number 1.3: quote it, kubernetesVersion: "1.30"'),
-    (dict(kubernetesVersion="1.20"), "ray-efa-eks:kubernetesVersion = '1.20' is invalid: "
-     + c.version_problem("1.20")),
-    (dict(rayVersion="2.51.9"), "ray-efa-eks:rayTokenAuth = True is invalid: needs Ray >= 2.52 (rayVersion is "
-     "2.51.9); use a newer dlcImage/rayVersion or set rayTokenAuth: false"),
-    (dict(clusterAdminArns=[ARN, ARN + "z"], clusterViewerArns=[ARN + "z", ARN]), "ray-efa-eks:clusterViewerArns = "
-     f"'{ARN}' is invalid: is also in clusterAdminArns (one access entry per principal; admin already includes view): "
-     "list it in one of the two"),
-    (dict(gpuRootVolumeGiB=100, gpuRootVolumeIops=50001), "ray-efa-eks:gpuRootVolumeIops = 50001 is invalid: EC2 "
-     "refuses gp3 IOPS 50001 on 100 GiB is above 500 IOPS per GiB (at most 50000) "
-     "(https://docs.aws.amazon.com/ebs/latest/userguide/general-purpose.html); lower gpuRootVolumeIops or raise "
-     "gpuRootVolumeGiB to at least 101"),
-    (dict(gpuRootVolumeIops=7999, gpuRootVolumeThroughputMiBps=2000), "ray-efa-eks:gpuRootVolumeThroughputMiBps = 2000 "
-     "is invalid: EC2 refuses gp3 throughput 2000 MiB/s with 7999 IOPS is above 0.25 MiB/s per provisioned IOPS (at "
-     "most 1999 MiB/s; 2000 needs 8000 IOPS) (https://docs.aws.amazon.com/ebs/latest/userguide/general-purpose.html); "
-     "lower gpuRootVolumeThroughputMiBps or raise gpuRootVolumeIops to at least 8000"),
-    (dict(endpointPublicAccessCidrs=[]), "ray-efa-eks:endpointPublicAccessCidrs = [] is invalid: is empty while "
-     "endpointPublicAccess is true; list CIDRs or set endpointPublicAccess: false"),
-])
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        (
+            dict(region="nowhere-1"),
+            "aws:region = 'nowhere-1' is invalid: is not an AWS region name; set aws:region to one "
+            "such as us-east-1 or eu-west-1 (aws ec2 describe-regions lists yours)",
+        ),
+        (
+            dict(gpuInstanceType="p3dn.24xlarge"),
+            "ray-efa-eks:gpuInstanceType = 'p3dn.24xlarge' is invalid: not supported: "
+            f"{REFUSED['p3dn.24xlarge']}; pick a supported type (docs/instance-types.md)",
+        ),
+        (
+            dict(gpuInstanceType="g9.mega"),
+            f"ray-efa-eks:gpuInstanceType = 'g9.mega' is invalid: unknown instance type; supported: {ALL_TYPES}",
+        ),
+        (
+            dict(gpuInstanceType="m7i.xlarge"),
+            f"ray-efa-eks:gpuInstanceType = 'm7i.xlarge' is invalid: has no GPU; pick one of {GPU_TYPES}",
+        ),
+        (
+            dict(systemInstanceType="t9.tiny"),
+            f"ray-efa-eks:systemInstanceType = 't9.tiny' is invalid: unknown instance type; supported: {ALL_TYPES}",
+        ),
+        (
+            dict(gpuWorkersToDelete=["w1"]),
+            "ray-efa-eks:gpuWorkersToDelete = ['w1'] is invalid: is for the fixed GPU fleet; "
+            "with gpuScaleToZero Ray's autoscaler removes idle workers itself (it owns workersToDelete): remove it, or set "
+            "gpuScaleToZero: false",
+        ),
+        (
+            dict(kuberayChartVersion="1.5.1"),
+            "ray-efa-eks:kuberayChartVersion = '1.5.1' is invalid: is older than 1.6.0, "
+            "whose RayCluster CRD is the first with spec.upgradeStrategy (the stack sets Recreate; an older CRD drops it and "
+            "no pod would ever be recreated); use 1.6.0 or newer, e.g. 1.7.0",
+        ),
+        (
+            dict(gpuNodeCount=1),
+            "ray-efa-eks:gpuNodeCount = 1 is invalid: EFA with one node has no peer; use >= 2, 0 to "
+            "park, or set allowSingleEfaNode: true",
+        ),
+        (
+            dict(availabilityZone="us-west-2a"),
+            "ray-efa-eks:availabilityZone = 'us-west-2a' is invalid: is not an AZ of "
+            "region us-east-1 (expected us-east-1a, us-east-1b, ...)",
+        ),
+        (
+            dict(gpuCapacity="capacity-block", gpuCapacityReservationId=CR, availabilityZone="us-east-1a"),
+            "ray-efa-eks:gpuCapacity = 'capacity-block' is invalid: EC2 sells no Capacity Blocks of g6.12xlarge; use one of "
+            + ", ".join(sorted(n for n, t in c.CATALOGUE.items() if t.capacity_blocks))
+            + ", or gpuCapacity reservation/on-demand",
+        ),
+        (
+            dict(
+                gpuInstanceType="p5.48xlarge",
+                gpuCapacity="capacity-block",
+                gpuCapacityReservationId=CR,
+                availabilityZone="us-east-1a",
+                gpuScaleToZero=True,
+            ),
+            "ray-efa-eks:gpuScaleToZero = True is invalid: a Capacity Block is paid up front and its nodes stay fixed (EC2 "
+            "holds the instances for the block); remove gpuScaleToZero or set it false",
+        ),
+        (
+            dict(kubernetesVersion="1"),
+            f"ray-efa-eks:kubernetesVersion = '1' is invalid: must be MAJOR.MINOR, e.g. {c.DEFAULT_VERSION}",
+        ),
+        (
+            dict(kubernetesVersion="1.3"),
+            "ray-efa-eks:kubernetesVersion = '1.3' is invalid: EKS has no Kubernetes 1.3; YAML "
+            'reads an unquoted 1.30 as the number 1.3: quote it, kubernetesVersion: "1.30"',
+        ),
+        (
+            dict(kubernetesVersion="1.20"),
+            "ray-efa-eks:kubernetesVersion = '1.20' is invalid: " + c.version_problem("1.20"),
+        ),
+        (
+            dict(rayVersion="2.51.9"),
+            "ray-efa-eks:rayTokenAuth = True is invalid: needs Ray >= 2.52 (rayVersion is "
+            "2.51.9); use a newer dlcImage/rayVersion or set rayTokenAuth: false",
+        ),
+        (
+            dict(clusterAdminArns=[ARN, ARN + "z"], clusterViewerArns=[ARN + "z", ARN]),
+            "ray-efa-eks:clusterViewerArns = "
+            f"'{ARN}' is invalid: is also in clusterAdminArns (one access entry per principal; admin already includes view): "
+            "list it in one of the two",
+        ),
+        (
+            dict(gpuRootVolumeGiB=100, gpuRootVolumeIops=50001),
+            "ray-efa-eks:gpuRootVolumeIops = 50001 is invalid: EC2 "
+            "refuses gp3 IOPS 50001 on 100 GiB is above 500 IOPS per GiB (at most 50000) "
+            "(https://docs.aws.amazon.com/ebs/latest/userguide/general-purpose.html); lower gpuRootVolumeIops or raise "
+            "gpuRootVolumeGiB to at least 101",
+        ),
+        (
+            dict(gpuRootVolumeIops=7999, gpuRootVolumeThroughputMiBps=2000),
+            "ray-efa-eks:gpuRootVolumeThroughputMiBps = 2000 "
+            "is invalid: EC2 refuses gp3 throughput 2000 MiB/s with 7999 IOPS is above 0.25 MiB/s per provisioned IOPS (at "
+            "most 1999 MiB/s; 2000 needs 8000 IOPS) (https://docs.aws.amazon.com/ebs/latest/userguide/general-purpose.html); "
+            "lower gpuRootVolumeThroughputMiBps or raise gpuRootVolumeIops to at least 8000",
+        ),
+        (
+            dict(endpointPublicAccessCidrs=[]),
+            "ray-efa-eks:endpointPublicAccessCidrs = [] is invalid: is empty while "
+            "endpointPublicAccess is true; list CIDRs or set endpointPublicAccess: false",
+        ),
+    ],
+)
 def test_each_refusal_in_full(kw, message):
     with pytest.raises(ConfigError) as e:
         StackConfig(**kw).validate()
@@ -161,8 +256,10 @@ def test_gpu_type_without_efa_in_full(monkeypatch):
     with pytest.raises(ConfigError) as e:
         StackConfig(gpuInstanceType="g4dn.xlarge").validate()
     # the one whole message pinned: its form (namespaced key = value is invalid: fix) is what every refusal says
-    assert str(e.value) == ("ray-efa-eks:gpuInstanceType = 'g4dn.xlarge' is invalid: does not support EFA; pick an EFA "
-                            "type or set efa: false")
+    assert str(e.value) == (
+        "ray-efa-eks:gpuInstanceType = 'g4dn.xlarge' is invalid: does not support EFA; pick an EFA "
+        "type or set efa: false"
+    )
     StackConfig(gpuInstanceType="g4dn.xlarge", efa=False).validate()
 
 
@@ -174,28 +271,46 @@ def test_the_iops_refusal_rounds_the_least_size_up():
         assert str(e.value).endswith(f"raise gpuRootVolumeGiB to at least {gib}")
 
 
-@pytest.mark.parametrize("kw, message", [
-    # a list whose item is refused names the item; an item that is None still shows the list, never "is not set"
-    (dict(endpointPublicAccessCidrs=["203.0.113.0/24", "::/0"]), "ray-efa-eks:endpointPublicAccessCidrs = '::/0' is "
-     "invalid: is IPv6: EKS takes no IPv6 CIDR blocks for the public endpoint of an IPv4 cluster (EKS API "
-     "VpcConfigRequest.publicAccessCidrs), and this cluster is IPv4; list IPv4 CIDRs such as 203.0.113.0/24"),
-    (dict(clusterAdminArns=[None]), "ray-efa-eks:clusterAdminArns = [None] is invalid: must be an IAM role or user ARN "
-     "such as arn:aws:iam::123456789012:role/platform-admins"),
-    (dict(gpuNodeCount=-1), "ray-efa-eks:gpuNodeCount = -1 is invalid: must be >= 0 (0 parks the GPU nodes)"),
-])
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        # a list whose item is refused names the item; an item that is None still shows the list, never "is not set"
+        (
+            dict(endpointPublicAccessCidrs=["203.0.113.0/24", "::/0"]),
+            "ray-efa-eks:endpointPublicAccessCidrs = '::/0' is "
+            "invalid: is IPv6: EKS takes no IPv6 CIDR blocks for the public endpoint of an IPv4 cluster (EKS API "
+            "VpcConfigRequest.publicAccessCidrs), and this cluster is IPv4; list IPv4 CIDRs such as 203.0.113.0/24",
+        ),
+        (
+            dict(clusterAdminArns=[None]),
+            "ray-efa-eks:clusterAdminArns = [None] is invalid: must be an IAM role or user ARN "
+            "such as arn:aws:iam::123456789012:role/platform-admins",
+        ),
+        (dict(gpuNodeCount=-1), "ray-efa-eks:gpuNodeCount = -1 is invalid: must be >= 0 (0 parks the GPU nodes)"),
+    ],
+)
 def test_a_grammar_refusal_in_validate_names_the_offending_value(kw, message):
     with pytest.raises(ConfigError) as e:
         StackConfig(**kw).validate()
     assert str(e.value) == message
 
 
-@pytest.mark.parametrize("values, message", [
-    ({"gpuWorkersToDelete": [True]}, "ray-efa-eks:gpuWorkersToDelete = True is invalid: must be text, not bool; "
-     "must be a DNS-1123 subdomain: lowercase labels of letters, digits and '-' joined by '.', e.g. ray-train"),
-    ({"gpuWorkersToDelete": [None]}, "ray-efa-eks:gpuWorkersToDelete = [None] is invalid: must be text, not NoneType; "
-     "must be a DNS-1123 subdomain: lowercase labels of letters, digits and '-' joined by '.', e.g. ray-train"),
-    ({"gpuNodeCount": "two"}, "ray-efa-eks:gpuNodeCount = 'two' is invalid: must be a whole number, e.g. 2"),
-])
+@pytest.mark.parametrize(
+    "values, message",
+    [
+        (
+            {"gpuWorkersToDelete": [True]},
+            "ray-efa-eks:gpuWorkersToDelete = True is invalid: must be text, not bool; "
+            "must be a DNS-1123 subdomain: lowercase labels of letters, digits and '-' joined by '.', e.g. ray-train",
+        ),
+        (
+            {"gpuWorkersToDelete": [None]},
+            "ray-efa-eks:gpuWorkersToDelete = [None] is invalid: must be text, not NoneType; "
+            "must be a DNS-1123 subdomain: lowercase labels of letters, digits and '-' joined by '.', e.g. ray-train",
+        ),
+        ({"gpuNodeCount": "two"}, "ray-efa-eks:gpuNodeCount = 'two' is invalid: must be a whole number, e.g. 2"),
+    ],
+)
 def test_a_refusal_while_reading_names_the_offending_value(values, message):
     with pytest.raises(ConfigError) as e:
         StackConfig.from_mapping(values)
@@ -221,14 +336,17 @@ def test_token_auth_reads_only_major_minor_of_a_release_candidate():
     StackConfig(rayTokenAuth=True, rayVersion="2.59.0rc1").validate()
 
 
-@pytest.mark.parametrize("key, want", [
-    ("efa", v.Bool()),
-    ("gpuNodeCount", v.Int(-(2**31), 2**31 - 1, example=2)),
-    ("efaCheckMinBusbwGbps", v.Float(-1e300, 1e300, example=0.0)),
-    ("clusterAdminArns", v.ListOf()),
-    ("availabilityZone", v.OrUnset(inner=v.Text())),
-    ("gpuInstanceType", v.Text()),
-])
+@pytest.mark.parametrize(
+    "key, want",
+    [
+        ("efa", v.Bool()),
+        ("gpuNodeCount", v.Int(-(2**31), 2**31 - 1, example=2)),
+        ("efaCheckMinBusbwGbps", v.Float(-1e300, 1e300, example=0.0)),
+        ("clusterAdminArns", v.ListOf()),
+        ("availabilityZone", v.OrUnset(inner=v.Text())),
+        ("gpuInstanceType", v.Text()),
+    ],
+)
 def test_the_fallback_grammar_in_full(monkeypatch, key, want):
     """A key without a GRAMMARS entry gets exactly the plain grammar of its default's type: an Int bounded to 32 bits
     with the default as its example, an unbounded-in-practice Float, a list of text, unset-or-text."""
@@ -256,12 +374,14 @@ def test_a_namespace_three_quarters_like_ours_is_still_meant_for_us():
 
     assert difflib.SequenceMatcher(None, "ray-efa-exxxx", c.NAMESPACE).ratio() == 0.75
     assert dict(c.unread_keys(["ray-efa-exxxx:zzz", "ray-efa-xxxxx:zzz"])) == {
-        "ray-efa-exxxx:zzz": "namespace 'ray-efa-exxxx' is not 'ray-efa-eks'; did you mean ray-efa-eks:zzz?"}
+        "ray-efa-exxxx:zzz": "namespace 'ray-efa-exxxx' is not 'ray-efa-eks'; did you mean ray-efa-eks:zzz?"
+    }
 
 
 def test_a_namespace_in_capitals_is_compared_in_lowercase():
     assert dict(c.unread_keys(["RAY-EFA-EK:efaa"])) == {
-        "RAY-EFA-EK:efaa": "namespace 'RAY-EFA-EK' is not 'ray-efa-eks'; did you mean ray-efa-eks:efa?"}
+        "RAY-EFA-EK:efaa": "namespace 'RAY-EFA-EK' is not 'ray-efa-eks'; did you mean ray-efa-eks:efa?"
+    }
 
 
 RG = "arn:aws:resource-groups:{}:123456789012:group/odcr-pool"
@@ -273,6 +393,9 @@ def test_validate_hands_capacity_every_argument_it_judges():
     odcr = dict(gpuCapacity="reservation", availabilityZone="us-east-1a")
     StackConfig(**odcr, gpuCapacityReservationId=RG.format("us-east-1")).validate()
     StackConfig(**odcr, gpuCapacityReservationId=CR, gpuPlacementGroupName="pg-1").validate()
-    eu = StackConfig(**{**odcr, "availabilityZone": "eu-west-1a"}, region="eu-west-1",
-                     gpuCapacityReservationId=RG.format("eu-west-1"))
+    eu = StackConfig(
+        **{**odcr, "availabilityZone": "eu-west-1a"},
+        region="eu-west-1",
+        gpuCapacityReservationId=RG.format("eu-west-1"),
+    )
     eu.validate()

@@ -70,7 +70,9 @@ def test_pinned_nvidia_chart_injects_no_infiniband_devices(default_run):
 def test_unknown_key_check_can_fail():
     _, values = fixture("nvidia-device-plugin", "0.17.1")
     assert unknown_keys({"mofedEnable": False, "affinity": {"nodeAfinity": {}}}, values) == [
-        "mofedEnable", "affinity.nodeAfinity"]
+        "mofedEnable",
+        "affinity.nodeAfinity",
+    ]
 
 
 def test_old_efa_chart_refused_on_p6_b200_with_the_reason():
@@ -88,11 +90,13 @@ def test_nvidia_0_19_refused_unless_mofed_stays_off():
     for v in ("0.19.0", "0.19.1", "0.19.2"):
         check_versions(DevicePluginsArgs(provider=None, nvidia_chart_version=v))  # ours sets mofedEnabled: false
         for mofed in (True, None):
-            args = DevicePluginsArgs(provider=None, nvidia_chart_version=v,
-                                     extra_values={"nvidia": {"mofedEnabled": mofed}})
+            args = DevicePluginsArgs(
+                provider=None, nvidia_chart_version=v, extra_values={"nvidia": {"mofedEnabled": mofed}}
+            )
             with pytest.raises(ValueError, match=r"uverbs.*#1692.*0\.19\.3"):
                 check_versions(args)
-    check_versions(DevicePluginsArgs(provider=None, nvidia_chart_version="0.19.3",
-                                     extra_values={"nvidia": {"mofedEnabled": True}}))
+    check_versions(
+        DevicePluginsArgs(provider=None, nvidia_chart_version="0.19.3", extra_values={"nvidia": {"mofedEnabled": True}})
+    )
     with pytest.raises(ValueError, match="MAJOR.MINOR.PATCH"):
         check_versions(DevicePluginsArgs(provider=None, nvidia_chart_version="latest"))

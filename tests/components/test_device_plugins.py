@@ -42,18 +42,29 @@ def chart_defaults(folder: str) -> dict:
 
 def nvidia_pod(values: dict) -> dict:
     """The device-plugin DaemonSet template passes nodeSelector, affinity and tolerations through unchanged."""
-    terms = (((values.get("affinity") or {}).get("nodeAffinity") or {})
-             .get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms")
-    return {"nodeSelector": values.get("nodeSelector") or {}, "terms": terms,
-            "tolerations": values.get("tolerations") or []}
+    terms = (
+        ((values.get("affinity") or {}).get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution")
+        or {}
+    ).get("nodeSelectorTerms")
+    return {
+        "nodeSelector": values.get("nodeSelector") or {},
+        "terms": terms,
+        "tolerations": values.get("tolerations") or [],
+    }
 
 
 def efa_pod(values: dict) -> dict:
     """The EFA DaemonSet template: one required term per allow-list key (key In values, compute-type NotIn auto)."""
     sil = values["supportedInstanceLabels"]
-    terms = [{"matchExpressions": [{"key": k, "operator": "In", "values": sil["values"]},
-                                   {"key": "eks.amazonaws.com/compute-type", "operator": "NotIn", "values": ["auto"]}]}
-             for k in sil["keys"]]
+    terms = [
+        {
+            "matchExpressions": [
+                {"key": k, "operator": "In", "values": sil["values"]},
+                {"key": "eks.amazonaws.com/compute-type", "operator": "NotIn", "values": ["auto"]},
+            ]
+        }
+        for k in sil["keys"]
+    ]
     tolerations = [{"key": "CriticalAddonsOnly", "operator": "Exists"}, *(values.get("tolerations") or [])]
     return {"nodeSelector": values.get("nodeSelector") or {}, "terms": terms, "tolerations": tolerations}
 
@@ -88,8 +99,9 @@ def why_not(pod: dict, node: dict) -> str | None:
     for k, v in pod["nodeSelector"].items():
         if labels.get(k) != v:
             return f"nodeSelector {k}={v} not on node"
-    if pod["terms"] is not None and not any(all(_expr_ok(e, labels) for e in t.get("matchExpressions", []))
-                                            for t in pod["terms"]):
+    if pod["terms"] is not None and not any(
+        all(_expr_ok(e, labels) for e in t.get("matchExpressions", [])) for t in pod["terms"]
+    ):
         return f"no required nodeAffinity term matches: {pod['terms']}"
     for taint in node["taints"]:
         if taint["effect"] in ("NoSchedule", "NoExecute") and not _tolerates(pod["tolerations"], taint):
@@ -101,10 +113,14 @@ def gpu_node(run: MockRun, instance_type: str) -> dict:
     """A GPU node as EKS registers it: the node group's labels and taints plus the kubelet's well-known labels."""
     mng = run.one("eks:index:ManagedNodeGroup", "gpu")
     effects = {"NO_SCHEDULE": "NoSchedule", "NO_EXECUTE": "NoExecute", "PREFER_NO_SCHEDULE": "PreferNoSchedule"}
-    labels = {"kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
-              "node.kubernetes.io/instance-type": instance_type,
-              "eks.amazonaws.com/nodegroup": "gpu-mng", "eks.amazonaws.com/capacityType": "ON_DEMAND",
-              **(mng.inputs.get("labels") or {})}
+    labels = {
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "node.kubernetes.io/instance-type": instance_type,
+        "eks.amazonaws.com/nodegroup": "gpu-mng",
+        "eks.amazonaws.com/capacityType": "ON_DEMAND",
+        **(mng.inputs.get("labels") or {}),
+    }
     taints = [{**t, "effect": effects[t["effect"]]} for t in mng.inputs.get("taints") or []]
     return {"labels": labels, "taints": taints}
 

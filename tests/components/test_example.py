@@ -43,7 +43,9 @@ def test_example_plan_is_rule_clean(example_run):
     assert rules.check(resources) == []
     plan = make_plan(resources, source="example", stack="dev", region="us-east-1")
     assert plan.settings["nodeGroups"]["h100-mng"]["efaInterfacesPerNode"] == 32
-    assert plan.settings["estimatedHourlyUsd"] == pytest.approx(2 * 55.04 + 0.2016 + 0.10 + 0.045 + 0.04)  # + ECR endpoints
+    assert plan.settings["estimatedHourlyUsd"] == pytest.approx(
+        2 * 55.04 + 0.2016 + 0.10 + 0.045 + 0.04
+    )  # + ECR endpoints
 
 
 def test_example_instance_type_is_config(tmp_path):

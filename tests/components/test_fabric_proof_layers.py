@@ -20,8 +20,9 @@ STARTUP = kube.FABRIC_STARTUP_TAINT
 
 
 def _tolerates(tolerations) -> bool:
-    return any(t.get("key") == STARTUP or (t.get("operator") == "Exists" and not t.get("key"))
-               for t in tolerations or [])
+    return any(
+        t.get("key") == STARTUP or (t.get("operator") == "Exists" and not t.get("key")) for t in tolerations or []
+    )
 
 
 def _release(run, chart):
@@ -64,7 +65,9 @@ def test_the_worker_checks_the_provider_on_its_own_device_before_ray_starts(defa
     # the worker's own requests (its EFA device and GPUs): the pod asks for nothing more than the worker does
     assert init["resources"] == worker["resources"] and worker["resources"]["limits"]["vpc.amazonaws.com/efa"] == "1"
     worker_env = {e["name"]: e.get("value") for e in worker["env"]}
-    assert all(worker_env.get(e["name"]) == e.get("value") for e in init["env"] if e["name"].startswith(("FI_", "NCCL_")))
+    assert all(
+        worker_env.get(e["name"]) == e.get("value") for e in init["env"] if e["name"].startswith(("FI_", "NCCL_"))
+    )
     assert "lifecycle" not in init and init["terminationMessagePolicy"] == "FallbackToLogsOnError"
 
 
@@ -77,11 +80,14 @@ def _fake_fi_info(tmp_path: Path, rc: int, out: str) -> dict[str, str]:
     return {"PATH": f"{bin_dir}:{os.environ['PATH']}", "NODE_NAME": "ip-10-0-1-7"}
 
 
-@pytest.mark.parametrize("rc,out,passes", [
-    (0, "provider: efa\n    fabric: efa\n    domain: rdmap0s30-rdm", True),
-    (61, "fi_getinfo: -61 (No data available)", False),
-    (0, "provider: tcp;ofi_rxm", False),
-])
+@pytest.mark.parametrize(
+    "rc,out,passes",
+    [
+        (0, "provider: efa\n    fabric: efa\n    domain: rdmap0s30-rdm", True),
+        (61, "fi_getinfo: -61 (No data available)", False),
+        (0, "provider: tcp;ofi_rxm", False),
+    ],
+)
 def test_the_init_containers_script_passes_only_when_fi_info_opens_efa(tmp_path, rc, out, passes):
     """The init container's own command, run with a stand-in fi_info (what fi_info prints: libfabric
     util/info.c; without the device node the efa provider has no entry and fi_getinfo returns -FI_ENODATA)."""

@@ -53,8 +53,14 @@ def _calls(env: dict[str, str]) -> list[str]:
 
 def test_sigterm_mid_check_stops_the_ray_job_then_exits_143(fake_path):
     script = check_script("http://head:8265", check_args(CATALOGUE["g6.12xlarge"], 2, Deadlines()), Deadlines())
-    p = subprocess.Popen(["bash", "-c", script], env=fake_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                         text=True, start_new_session=True)
+    p = subprocess.Popen(
+        ["bash", "-c", script],
+        env=fake_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         end = time.monotonic() + 30
         while not any(c.startswith("ray job logs") for c in _calls(fake_path)):
@@ -78,7 +84,8 @@ def test_sigterm_mid_check_stops_the_ray_job_then_exits_143(fake_path):
     assert '"stage": "stopped"' in out and f"stopping EFA check job {submitted}" in out
     # earlier check jobs are stopped before this one is submitted
     assert calls.index("python stop-earlier http://head:8265") < calls.index(
-        next(c for c in calls if c.startswith("ray job submit")))
+        next(c for c in calls if c.startswith("ray job submit"))
+    )
 
 
 def test_the_pod_leaves_the_trap_time_to_stop_the_job():

@@ -36,11 +36,13 @@ K8S_VERSION = "1.33.0"
 def pod_images(run) -> dict[str, set[str]]:
     """Pod role -> the images its containers (init containers too) run."""
     rc = run.one("kubernetes:ray.io/v1:RayCluster")["spec"]
-    specs = {"head": rc["headGroupSpec"]["template"]["spec"],
-             "worker": rc["workerGroupSpecs"][0]["template"]["spec"],
-             "gate": run.one("kubernetes:batch/v1:Job")["spec"]["template"]["spec"],
-             "node-agent": run.one(DS, "node-agent")["spec"]["template"]["spec"],
-             "prepull": run.one(DS, "image-prepull")["spec"]["template"]["spec"]}
+    specs = {
+        "head": rc["headGroupSpec"]["template"]["spec"],
+        "worker": rc["workerGroupSpecs"][0]["template"]["spec"],
+        "gate": run.one("kubernetes:batch/v1:Job")["spec"]["template"]["spec"],
+        "node-agent": run.one(DS, "node-agent")["spec"]["template"]["spec"],
+        "prepull": run.one(DS, "image-prepull")["spec"]["template"]["spec"],
+    }
     return {k: {c["image"] for c in s.get("initContainers", []) + s["containers"]} for k, s in specs.items()}
 
 
@@ -53,12 +55,15 @@ def test_a_pull_through_cache_rule_for_ecr_public_and_the_node_role_may_fill_it(
     assert st["Resource"] == "arn:aws:ecr:us-east-1:123456789012:repository/ray-efa-dev-ecr-public/*"
 
 
-@pytest.mark.parametrize("stack,prefix", [
-    ("ray-efa-dev", "ray-efa-dev-ecr-public"),
-    ("Team_A.prod", "team-a-prod-ecr-public"),
-    ("a-very-long-stack-name-for-the-gpu-team", "a-very-long-stack-n-ecr-public"),  # ECR's 30 characters
-    ("---", "ecr-public"),
-])
+@pytest.mark.parametrize(
+    "stack,prefix",
+    [
+        ("ray-efa-dev", "ray-efa-dev-ecr-public"),
+        ("Team_A.prod", "team-a-prod-ecr-public"),
+        ("a-very-long-stack-name-for-the-gpu-team", "a-very-long-stack-n-ecr-public"),  # ECR's 30 characters
+        ("---", "ecr-public"),
+    ],
+)
 def test_each_stack_gets_its_own_cache_prefix_within_ecrs_rules(stack, prefix):
     """A pull-through rule's prefix is unique per account and region: two stacks must not ask for the same one."""
     import re
@@ -72,23 +77,37 @@ def test_each_stack_gets_its_own_cache_prefix_within_ecrs_rules(stack, prefix):
 
 def test_ecr_interface_endpoints_beside_the_s3_gateway_endpoint(default_run):
     eps = {e["serviceName"]: e for e in default_run.of_type(ENDPOINT)}
-    assert set(eps) == {"com.amazonaws.us-east-1.s3", "com.amazonaws.us-east-1.ecr.api",
-                        "com.amazonaws.us-east-1.ecr.dkr"}
+    assert set(eps) == {
+        "com.amazonaws.us-east-1.s3",
+        "com.amazonaws.us-east-1.ecr.api",
+        "com.amazonaws.us-east-1.ecr.dkr",
+    }
     private = sorted(f"subnet-{r.name}" for r in default_run.of_type("aws:ec2/subnet:Subnet") if "-private-" in r.name)
     (sg,) = [r for r in default_run.of_type("aws:ec2/securityGroup:SecurityGroup") if r.name == "net-ecr-endpoints"]
-    assert sg["ingress"] == [{"protocol": "tcp", "fromPort": 443, "toPort": 443, "cidrBlocks": ["10.0.0.0/16"],
-                              "description": "HTTPS from the VPC's nodes and pods"}]
+    assert sg["ingress"] == [
+        {
+            "protocol": "tcp",
+            "fromPort": 443,
+            "toPort": 443,
+            "cidrBlocks": ["10.0.0.0/16"],
+            "description": "HTTPS from the VPC's nodes and pods",
+        }
+    ]
     for svc in ("ecr.api", "ecr.dkr"):
         ep = eps[f"com.amazonaws.us-east-1.{svc}"]
         assert (ep["vpcEndpointType"], ep["privateDnsEnabled"]) == ("Interface", True)
         assert sorted(ep["subnetIds"]) == private and ep["securityGroupIds"] == ["net-ecr-endpoints-id"]
 
 
-@pytest.mark.parametrize("config,dlc,cached", [
-    ({}, CACHED_DLC, True),
-    ({"dlcImage": PRIVATE}, PRIVATE, True),  # a private registry is used as given; the agent's image still cached
-    ({"ecrPullThroughCache": "false"}, f"public.ecr.aws/{DLC}", False),
-], ids=["default", "private-dlcImage", "cache-off"])
+@pytest.mark.parametrize(
+    "config,dlc,cached",
+    [
+        ({}, CACHED_DLC, True),
+        ({"dlcImage": PRIVATE}, PRIVATE, True),  # a private registry is used as given; the agent's image still cached
+        ({"ecrPullThroughCache": "false"}, f"public.ecr.aws/{DLC}", False),
+    ],
+    ids=["default", "private-dlcImage", "cache-off"],
+)
 def test_every_pod_pulls_from_the_accounts_registry_by_default(config, dlc, cached):
     run = shared_run(config)
     images = pod_images(run)
@@ -131,8 +150,10 @@ def test_what_the_node_agent_runs_imports_the_stdlib_only():
             elif isinstance(node, ast.ImportFrom):
                 tops = [] if node.level else [(node.module or "").split(".")[0]]
                 if node.level:
-                    assert all(f"{a.name}.py" in node_agent.SHIPPED for a in node.names) or \
-                        f"{node.module}.py" in node_agent.SHIPPED, f"{name} imports {node.module} (not shipped)"
+                    assert (
+                        all(f"{a.name}.py" in node_agent.SHIPPED for a in node.names)
+                        or f"{node.module}.py" in node_agent.SHIPPED
+                    ), f"{name} imports {node.module} (not shipped)"
             else:
                 continue
             assert all(t in sys.stdlib_module_names or t == "__future__" for t in tops), f"{name}: {tops}"
@@ -144,8 +165,9 @@ def test_the_prepull_pod_tolerates_the_startup_taint_and_is_restricted(default_r
     for r in (ds, ns):
         group_version = r.type.split(":")[1].replace("core/", "")
         body = {k: v for k, v in r.inputs.items() if k not in ("apiVersion", "kind")}
-        kubernetes_validate.validate({"apiVersion": group_version, "kind": r.type.rsplit(":", 1)[1], **body},
-                                     K8S_VERSION, strict=True)
+        kubernetes_validate.validate(
+            {"apiVersion": group_version, "kind": r.type.rsplit(":", 1)[1], **body}, K8S_VERSION, strict=True
+        )
     assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
     template = ds["spec"]["template"]
     assert violations(template, "restricted") == []
@@ -157,15 +179,19 @@ def test_the_prepull_pod_tolerates_the_startup_taint_and_is_restricted(default_r
 
 
 def test_without_libfabric_in_its_image_the_proof_leaves_the_provider_to_the_workers(default_run):
-    (proof,) = [c for c in default_run.one(DS, "node-agent")["spec"]["template"]["spec"]["containers"]
-                if c["name"] == node_agent.PROOF_CONTAINER]
+    (proof,) = [
+        c
+        for c in default_run.one(DS, "node-agent")["spec"]["template"]["spec"]["containers"]
+        if c["name"] == node_agent.PROOF_CONTAINER
+    ]
     assert "--skip-provider" in proof["command"]
 
 
 def test_cost_notes_carry_the_endpoint_hours_and_no_nat_charge_for_images(default_run):
     notes = default_run.outputs["costNotes"]
-    assert any("ECR interface endpoints (ecr.api, ecr.dkr): 4 endpoint-AZs at $0.01/h each = $0.04/h" in n
-               for n in notes), notes
+    assert any(
+        "ECR interface endpoints (ecr.api, ecr.dkr): 4 endpoint-AZs at $0.01/h each = $0.04/h" in n for n in notes
+    ), notes
     (nat,) = [n for n in notes if n.startswith("NAT gateway data processing")]
     assert "not the stack's images" in nat and "public registries" not in nat
     off = shared_run({"ecrPullThroughCache": "false"})
@@ -197,8 +223,11 @@ def test_the_agents_own_command_proves_a_node_where_no_fi_info_exists(default_ru
     from tests.efacheck.test_node_check import GPU_TAINT, STARTUP, FakeApi, _node
     from tests.helpers.sysfs import kernel_sysfs
 
-    (proof,) = [c for c in default_run.one(DS, "node-agent")["spec"]["template"]["spec"]["containers"]
-                if c["name"] == node_agent.PROOF_CONTAINER]
+    (proof,) = [
+        c
+        for c in default_run.one(DS, "node-agent")["spec"]["template"]["spec"]["containers"]
+        if c["name"] == node_agent.PROOF_CONTAINER
+    ]
     args = proof["command"][3:]  # after python -m ray_efa_eks.efacheck.node_check
     sysfs = str(kernel_sysfs(tmp_path))
     args[args.index("--sysfs") + 1] = sysfs
@@ -209,8 +238,10 @@ def test_the_agents_own_command_proves_a_node_where_no_fi_info_exists(default_ru
     try:
         monkeypatch.setattr(nc.Api, "in_cluster", classmethod(lambda cls, token_dir=None: fake.api))
         monkeypatch.setenv("PATH", str(tmp_path / "empty"))
-        assert nc.run_cli(nc.main, [*args, "--node", "gpu-a", "--once"],
-                          "python -m ray_efa_eks.efacheck.node_check") == nc.EXIT_PROVEN
+        assert (
+            nc.run_cli(nc.main, [*args, "--node", "gpu-a", "--once"], "python -m ray_efa_eks.efacheck.node_check")
+            == nc.EXIT_PROVEN
+        )
         assert fake.nodes["gpu-a"]["spec"]["taints"] == [GPU_TAINT]
     finally:
         fake.close()

@@ -22,19 +22,23 @@ def cfg(image: str) -> StackConfig:
     return StackConfig.from_mapping({"dlcImage": image}, region="us-east-1")
 
 
-@pytest.mark.parametrize("image", [f"{REPO}@{DIGEST}", f"{REPO}:train-ml-cuda-v1.1@{DIGEST}",
-                                   f"{REPO}@sha512:" + "ab" * 64])
+@pytest.mark.parametrize(
+    "image", [f"{REPO}@{DIGEST}", f"{REPO}:train-ml-cuda-v1.1@{DIGEST}", f"{REPO}@sha512:" + "ab" * 64]
+)
 def test_digest_pins_are_accepted(image):
     assert cfg(image).dlcImage == image
 
 
-@pytest.mark.parametrize("image,says", [
-    (f"{REPO}@sha256:" + "0123456789ABCDEF" * 4, "with uppercase"),
-    (f"{REPO}@sha256:" + "a" * 63, "63 characters"),
-    (f"{REPO}@sha256:" + "a" * 65, "65 characters"),
-    (f"{REPO}@sha512:" + "a" * 64, "exactly 128 lowercase hex"),
-    (f"{REPO}@md5:" + "a" * 32, "'md5' is not one registries use"),
-])
+@pytest.mark.parametrize(
+    "image,says",
+    [
+        (f"{REPO}@sha256:" + "0123456789ABCDEF" * 4, "with uppercase"),
+        (f"{REPO}@sha256:" + "a" * 63, "63 characters"),
+        (f"{REPO}@sha256:" + "a" * 65, "65 characters"),
+        (f"{REPO}@sha512:" + "a" * 64, "exactly 128 lowercase hex"),
+        (f"{REPO}@md5:" + "a" * 32, "'md5' is not one registries use"),
+    ],
+)
 def test_malformed_digests_are_refused_naming_the_key(image, says):
     with pytest.raises(ConfigError, match="dlcImage") as e:
         cfg(image)
@@ -69,18 +73,40 @@ LATER = 4102444800.0
 """An audit pass taken after the check ended (2100-01-01)."""
 
 
-@pytest.mark.parametrize("audit, rc, says", [
-    ({"image_fleet": {"verdict": "ok", "digest": DIGEST}}, 0, None),  # a one-shot verdict (no "at")
-    ({"image_fleet": {"verdict": "ok", "digest": DIGEST, "at": LATER}}, 0, None),
-    ({"image_fleet": {"verdict": "mixed", "digests": {DIGEST: ["head"], OTHER: ["w1"]}, "at": LATER,
-                      "failure": {"stage": "image-fleet", "reason": "the Ray pods run 2 different images"}}},
-     1, "the Ray pods run 2 different images"),
-    ({"image_fleet": {"verdict": "undetermined", "digest": DIGEST, "at": LATER,
-                      "failure": {"stage": "image-fleet", "reason": "1 Ray pod(s) running, 3 expected"}}},
-     2, "1 Ray pod(s) running, 3 expected"),
-    ({"image_fleet": {"verdict": "ok", "digest": DIGEST, "at": 1.0}}, 2, "took no pass after the check ended"),
-    (None, 2, "the image audit left no verdict"),
-], ids=["one-shot", "after-the-check", "mixed", "short", "stale-pass", "no-audit-file"])
+@pytest.mark.parametrize(
+    "audit, rc, says",
+    [
+        ({"image_fleet": {"verdict": "ok", "digest": DIGEST}}, 0, None),  # a one-shot verdict (no "at")
+        ({"image_fleet": {"verdict": "ok", "digest": DIGEST, "at": LATER}}, 0, None),
+        (
+            {
+                "image_fleet": {
+                    "verdict": "mixed",
+                    "digests": {DIGEST: ["head"], OTHER: ["w1"]},
+                    "at": LATER,
+                    "failure": {"stage": "image-fleet", "reason": "the Ray pods run 2 different images"},
+                }
+            },
+            1,
+            "the Ray pods run 2 different images",
+        ),
+        (
+            {
+                "image_fleet": {
+                    "verdict": "undetermined",
+                    "digest": DIGEST,
+                    "at": LATER,
+                    "failure": {"stage": "image-fleet", "reason": "1 Ray pod(s) running, 3 expected"},
+                }
+            },
+            2,
+            "1 Ray pod(s) running, 3 expected",
+        ),
+        ({"image_fleet": {"verdict": "ok", "digest": DIGEST, "at": 1.0}}, 2, "took no pass after the check ended"),
+        (None, 2, "the image audit left no verdict"),
+    ],
+    ids=["one-shot", "after-the-check", "mixed", "short", "stale-pass", "no-audit-file"],
+)
 def test_gate_passes_the_audited_digest_to_the_check_and_combines_the_audit(tmp_path, audit, rc, says):
     """The rendered gate script, run by bash with a stand-in ``ray`` whose check succeeds: the digest the image
     audit wrote reaches the check (its Ray job's runtime env, the default of ``--image-digest``), and the gate's exit
@@ -99,8 +125,9 @@ def test_gate_passes_the_audited_digest_to_the_check_and_combines_the_audit(tmp_
     bin_.mkdir()
     (bin_ / "ray").write_text(FAKE_RAY)
     (bin_ / "ray").chmod(0o755)
-    script = check_script("http://head:8265", check_args(None, 2, Deadlines()), Deadlines(head_wait_s=5),
-                          image_fleet_file=str(fleet))
+    script = check_script(
+        "http://head:8265", check_args(None, 2, Deadlines()), Deadlines(head_wait_s=5), image_fleet_file=str(fleet)
+    )
     script = script.replace("end=$((done_at + 60))", "end=$((done_at + 2))")  # the stale pass: no 60 s wait here
     env = {**os.environ, "PATH": f"{bin_}{os.pathsep}{os.environ['PATH']}", "CALLS": str(tmp_path / "calls")}
     mount = tmp_path / "mount"  # the Job's working directory: its steps run from the payload, as in the pod

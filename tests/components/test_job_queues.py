@@ -18,15 +18,18 @@ TEAMS = {"jobQueues": json.dumps(["vision:1nodes", "nlp:4gpus:borrow"])}
 CHART = Path(__file__).resolve().parents[1] / "fixtures/charts/kueue-0.19.2/values.yaml"
 
 
-@pytest.mark.parametrize("value, fragments", [
-    (["vision:2"], ["jobQueues", "'vision:2'", "NAME:QUOTA[:borrow]", "vision:2nodes"]),
-    (["Vision:1nodes"], ["lowercase DNS label"]),
-    (["vision:0nodes"], ["NAME:QUOTA"]),
-    (["vision:6gpus"], ["'vision:6gpus'", "not a whole number of 4-GPU nodes", "multiple of 4"]),
-    (["a:1nodes", "a:2nodes"], ["'a:2nodes'", "listed twice"]),
-    (["solo:1nodes:borrow"], ["borrow needs another team", "remove :borrow"]),
-    ([f"{'a' * 41}:1nodes"], ["longer than 40"]),
-])
+@pytest.mark.parametrize(
+    "value, fragments",
+    [
+        (["vision:2"], ["jobQueues", "'vision:2'", "NAME:QUOTA[:borrow]", "vision:2nodes"]),
+        (["Vision:1nodes"], ["lowercase DNS label"]),
+        (["vision:0nodes"], ["NAME:QUOTA"]),
+        (["vision:6gpus"], ["'vision:6gpus'", "not a whole number of 4-GPU nodes", "multiple of 4"]),
+        (["a:1nodes", "a:2nodes"], ["'a:2nodes'", "listed twice"]),
+        (["solo:1nodes:borrow"], ["borrow needs another team", "remove :borrow"]),
+        ([f"{'a' * 41}:1nodes"], ["longer than 40"]),
+    ],
+)
 def test_bad_team_lists_are_refused_naming_key_value_and_fix(value, fragments):
     with pytest.raises(ConfigError) as e:
         StackConfig.from_mapping({"jobQueues": value})
@@ -39,10 +42,13 @@ def test_queues_need_the_checkpoint_bucket():
         StackConfig.from_mapping({"jobQueues": ["vision:1nodes"], "checkpointBucket": False})
 
 
-@pytest.mark.parametrize("text, teams", [
-    ('["vision:2nodes", "nlp:8gpus:borrow"]', [("vision", 2, "nodes", False), ("nlp", 8, "gpus", True)]),
-    ("vision:1nodes,nlp:1nodes", [("vision", 1, "nodes", False), ("nlp", 1, "nodes", False)]),
-])
+@pytest.mark.parametrize(
+    "text, teams",
+    [
+        ('["vision:2nodes", "nlp:8gpus:borrow"]', [("vision", 2, "nodes", False), ("nlp", 8, "gpus", True)]),
+        ("vision:1nodes,nlp:1nodes", [("vision", 1, "nodes", False), ("nlp", 1, "nodes", False)]),
+    ],
+)
 def test_team_lists_parse(text, teams):
     got = StackConfig.from_mapping({"jobQueues": text}).job_queues
     assert [(t.name, t.quota, t.unit, t.borrow) for t in got] == teams
@@ -60,14 +66,22 @@ def queued():
 
 
 def kueue_objects(run):
-    return [plain({k: r[k] for k in ("apiVersion", "kind", "metadata", "spec")})
-            for r in run.resources if r.type.startswith("kubernetes:kueue.x-k8s.io/")]
+    return [
+        plain({k: r[k] for k in ("apiVersion", "kind", "metadata", "spec")})
+        for r in run.resources
+        if r.type.startswith("kubernetes:kueue.x-k8s.io/")
+    ]
 
 
 def test_kueue_objects_match_the_pinned_crds(queued):
     objs = kueue_objects(queued)
-    assert sorted(o["kind"] for o in objs) == ["ClusterQueue", "ClusterQueue", "LocalQueue", "LocalQueue",
-                                               "ResourceFlavor"]
+    assert sorted(o["kind"] for o in objs) == [
+        "ClusterQueue",
+        "ClusterQueue",
+        "LocalQueue",
+        "LocalQueue",
+        "ResourceFlavor",
+    ]
     for o in objs:
         validate(o)
 
@@ -85,7 +99,8 @@ def test_quotas_flavor_and_cohort(queued):
     assert flavor == {"ray-efa-eks/role": "gpu", "ray-efa-eks/instance-type": "g6.12xlarge"}
     vision, nlp = objs[("ClusterQueue", "team-vision")]["spec"], objs[("ClusterQueue", "team-nlp")]["spec"]
     assert vision["resourceGroups"][0]["flavors"][0]["resources"] == [
-        {"name": "nvidia.com/gpu", "nominalQuota": 4, "borrowingLimit": 0}]  # 1 node x 4 GPUs, lends only
+        {"name": "nvidia.com/gpu", "nominalQuota": 4, "borrowingLimit": 0}
+    ]  # 1 node x 4 GPUs, lends only
     assert nlp["resourceGroups"][0]["flavors"][0]["resources"] == [{"name": "nvidia.com/gpu", "nominalQuota": 4}]
     assert vision["cohortName"] == nlp["cohortName"] and vision["preemption"]["reclaimWithinCohort"] == "Any"
     assert vision["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "team-vision"}}
@@ -99,21 +114,28 @@ def test_no_cohort_without_borrowing():
 
 
 def test_team_namespaces_rbac_and_operator_watch(queued):
-    ns = {r["metadata"]["name"]: r["metadata"].get("labels", {})
-          for r in queued.of_type("kubernetes:core/v1:Namespace")}
+    ns = {
+        r["metadata"]["name"]: r["metadata"].get("labels", {}) for r in queued.of_type("kubernetes:core/v1:Namespace")
+    }
     for team in ("vision", "nlp"):
         labels = ns[f"team-{team}"]
         assert labels["pod-security.kubernetes.io/enforce"] == "baseline" and labels["ray-efa-eks/team"] == team
     roles = [r for r in queued.of_type("kubernetes:rbac.authorization.k8s.io/v1:Role") if "job-queues" in r.name]
     assert len(roles) == 2
     for role in roles:
-        granted = {(g, res, v) for rule in role["rules"] for g in rule["apiGroups"] for res in rule["resources"]
-                   for v in rule["verbs"]}
+        granted = {
+            (g, res, v)
+            for rule in role["rules"]
+            for g in rule["apiGroups"]
+            for res in rule["resources"]
+            for v in rule["verbs"]
+        }
         assert ("ray.io", "rayjobs", "create") in granted and ("ray.io", "rayjobs", "watch") in granted
         assert not [x for x in granted if x[1] in ("secrets", "rayclusters") or x[2] in ("update", "patch", "*")]
     binding = queued.one("kubernetes:rbac.authorization.k8s.io/v1:RoleBinding", "job-queues-vision")
-    assert binding["subjects"] == [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group",
-                                    "name": "ray-efa-eks:team:vision"}]
+    assert binding["subjects"] == [
+        {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "ray-efa-eks:team:vision"}
+    ]
     watch = queued.one("kubernetes:helm.sh/v3:Release", "kuberay-release")["values"]["watchNamespace"]
     assert watch == ["ray", "team-vision", "team-nlp"]
 
@@ -161,9 +183,11 @@ def test_team_ray_pods_are_scraped_like_the_shared_clusters(queued):
 
 
 def test_team_namespaces_admit_only_their_own_pods_and_the_metrics_scrape(queued):
-    policies = {r["metadata"]["namespace"]: r["spec"]
-                for r in queued.of_type("kubernetes:networking.k8s.io/v1:NetworkPolicy")
-                if r["metadata"].get("namespace", "").startswith("team-") and r["metadata"]["name"] == "team-pods"}
+    policies = {
+        r["metadata"]["namespace"]: r["spec"]
+        for r in queued.of_type("kubernetes:networking.k8s.io/v1:NetworkPolicy")
+        if r["metadata"].get("namespace", "").startswith("team-") and r["metadata"]["name"] == "team-pods"
+    }
     assert set(policies) == {"team-vision", "team-nlp"}
     spec = policies["team-vision"]
     assert spec["podSelector"] == {} and spec["policyTypes"] == ["Ingress"]
@@ -182,13 +206,17 @@ def test_under_strict_mode_every_queue_namespace_reaches_dns_and_the_api_server_
     policies = policies_of(queued)
     namespaces = ["kueue-system", *(f"team-{t}" for t in ("vision", "nlp"))]
     for ns in namespaces:
-        egress = [p["spec"] for p in policies if p["metadata"]["namespace"] == ns and "Egress" in p["spec"]["policyTypes"]]
+        egress = [
+            p["spec"] for p in policies if p["metadata"]["namespace"] == ns and "Egress" in p["spec"]["policyTypes"]
+        ]
         assert egress == [{"podSelector": {}, "policyTypes": ["Egress"], "egress": [{}]}], ns
         assert selecting(policies, pod(ns, app="anything")), ns
     manager = pod("kueue-system", **{"control-plane": "controller-manager"})
     for port in (9443, 8082):
         assert admitted(policies, pod("api-server-has-no-namespace"), manager, port), port
     assert not admitted(policies, pod("ray"), manager, 8443)
-    labels = {r["metadata"]["name"]: (r["metadata"].get("labels") or {}).get("pod-security.kubernetes.io/enforce")
-              for r in queued.of_type("kubernetes:core/v1:Namespace")}
+    labels = {
+        r["metadata"]["name"]: (r["metadata"].get("labels") or {}).get("pod-security.kubernetes.io/enforce")
+        for r in queued.of_type("kubernetes:core/v1:Namespace")
+    }
     assert {ns: labels[ns] for ns in namespaces} == dict.fromkeys(namespaces, "baseline")

@@ -36,11 +36,16 @@ def run():
 
 # -- KubeRay's pods and a NetworkPolicy evaluator ------------------------------------------------------------------
 
+
 def kuberay_labels(template: dict, cluster: str, node_type: str, group: str) -> dict[str, str]:
     """The labels KubeRay 1.7 gives a Ray pod (common/pod.go labelPod): its own over the template's, the three
     ray.io keys not overridable."""
-    labels = {"ray.io/is-ray-node": "yes", "ray.io/identifier": f"{cluster}-{node_type}",
-              "app.kubernetes.io/name": "kuberay", "app.kubernetes.io/created-by": "kuberay-operator"}
+    labels = {
+        "ray.io/is-ray-node": "yes",
+        "ray.io/identifier": f"{cluster}-{node_type}",
+        "app.kubernetes.io/name": "kuberay",
+        "app.kubernetes.io/created-by": "kuberay-operator",
+    }
     labels.update((template.get("metadata") or {}).get("labels") or {})
     labels.update({"ray.io/cluster": cluster, "ray.io/node-type": node_type, "ray.io/group": group})
     return labels
@@ -53,8 +58,14 @@ def pods_we_create(run) -> list[dict]:
     head = rc["spec"]["headGroupSpec"]["template"]
     pods = [{"name": "head", "ns": ns, "labels": kuberay_labels(head, name, "head", "headgroup"), "spec": head}]
     for g in rc["spec"]["workerGroupSpecs"]:
-        pods.append({"name": f"worker-{g['groupName']}", "ns": ns,
-                     "labels": kuberay_labels(g["template"], name, "worker", g["groupName"]), "spec": g["template"]})
+        pods.append(
+            {
+                "name": f"worker-{g['groupName']}",
+                "ns": ns,
+                "labels": kuberay_labels(g["template"], name, "worker", g["groupName"]),
+                "spec": g["template"],
+            }
+        )
     for job in run.of_type(JOB):
         t = job["spec"]["template"]
         pods.append({"name": "gate", "ns": job["metadata"]["namespace"], "labels": t["metadata"]["labels"], "spec": t})
@@ -67,8 +78,12 @@ def _matches(selector: dict, labels: dict) -> bool:
             return False
     for e in selector.get("matchExpressions") or []:
         has, val = e["key"] in labels, labels.get(e["key"])
-        if not {"In": has and val in e.get("values", []), "NotIn": not has or val not in e.get("values", []),
-                "Exists": has, "DoesNotExist": not has}[e["operator"]]:
+        if not {
+            "In": has and val in e.get("values", []),
+            "NotIn": not has or val not in e.get("values", []),
+            "Exists": has,
+            "DoesNotExist": not has,
+        }[e["operator"]]:
             return False
     return True
 
@@ -87,8 +102,13 @@ def _peer_admits(peer: dict, policy_ns: str, src: dict) -> bool:
 
 
 def selecting(policies: list[dict], dst: dict) -> list[dict]:
-    return [p for p in policies if p["metadata"]["namespace"] == dst["ns"]
-            and "Ingress" in p["spec"].get("policyTypes", ["Ingress"]) and _matches(p["spec"]["podSelector"], dst["labels"])]
+    return [
+        p
+        for p in policies
+        if p["metadata"]["namespace"] == dst["ns"]
+        and "Ingress" in p["spec"].get("policyTypes", ["Ingress"])
+        and _matches(p["spec"]["podSelector"], dst["labels"])
+    ]
 
 
 def admitted(policies: list[dict], src: dict, dst: dict, port: int, protocol: str = "TCP") -> bool:
@@ -102,8 +122,9 @@ def admitted(policies: list[dict], src: dict, dst: dict, port: int, protocol: st
             if peers is not None and not any(_peer_admits(peer, p["metadata"]["namespace"], src) for peer in peers):
                 continue
             ports = rule.get("ports")
-            if ports is None or any(pp.get("protocol", "TCP") == protocol and pp.get("port") in (None, port)
-                                    for pp in ports):
+            if ports is None or any(
+                pp.get("protocol", "TCP") == protocol and pp.get("port") in (None, port) for pp in ports
+            ):
                 return True
     return False
 
@@ -118,6 +139,7 @@ def by_name(pods: list[dict], name: str) -> dict:
 
 # -- 1. gate Job: no API token -------------------------------------------------------------------------------------
 
+
 def test_gate_job_has_no_api_token(run):
     spec = run.one(JOB)["spec"]["template"]["spec"]
     assert spec.get("automountServiceAccountToken") is False
@@ -126,26 +148,37 @@ def test_gate_job_has_no_api_token(run):
         acct = next(r for r in run.of_type("kubernetes:core/v1:ServiceAccount") if r["metadata"]["name"] == sa)
         assert acct["automountServiceAccountToken"] is False
     # the gate's own container sees no token: only the image audit (init container) mounts its projected one
-    tokens = {v["name"] for v in spec["volumes"] if "projected" in v
-              and any("serviceAccountToken" in s for s in v["projected"]["sources"])}
+    tokens = {
+        v["name"]
+        for v in spec["volumes"]
+        if "projected" in v and any("serviceAccountToken" in s for s in v["projected"]["sources"])
+    }
     for c in spec["containers"]:
         assert not tokens & {m["name"] for m in c.get("volumeMounts", [])}, c["name"]
-    assert [c["name"] for c in spec.get("initContainers", []) if tokens & {m["name"] for m in c["volumeMounts"]}] \
-        == ["image-audit"]
+    assert [c["name"] for c in spec.get("initContainers", []) if tokens & {m["name"] for m in c["volumeMounts"]}] == [
+        "image-audit"
+    ]
 
 
 def test_image_audit_may_read_pods_of_the_ray_namespace_only(run):
     spec = run.one(JOB)["spec"]["template"]["spec"]
     ns = run.one(JOB)["metadata"]["namespace"]
-    bindings = [b for b in run.of_type("kubernetes:rbac.authorization.k8s.io/v1:RoleBinding")
-                if any(s["name"] == spec["serviceAccountName"] for s in b["subjects"])]
+    bindings = [
+        b
+        for b in run.of_type("kubernetes:rbac.authorization.k8s.io/v1:RoleBinding")
+        if any(s["name"] == spec["serviceAccountName"] for s in b["subjects"])
+    ]
     assert len(bindings) == 1 and bindings[0]["metadata"]["namespace"] == ns
-    role = next(r for r in run.of_type("kubernetes:rbac.authorization.k8s.io/v1:Role")
-                if r["metadata"]["name"] == bindings[0]["roleRef"]["name"])
+    role = next(
+        r
+        for r in run.of_type("kubernetes:rbac.authorization.k8s.io/v1:Role")
+        if r["metadata"]["name"] == bindings[0]["roleRef"]["name"]
+    )
     assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}]
     # the one cluster-wide binding is the node agent's (nodes are cluster-scoped), never the gate's
     assert [b["subjects"] for b in run.of_type("kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding")] == [
-        [{"kind": "ServiceAccount", "name": "node-agent", "namespace": "efa-node-agent"}]]
+        [{"kind": "ServiceAccount", "name": "node-agent", "namespace": "efa-node-agent"}]
+    ]
     (init,) = spec["initContainers"]
     assert init["command"][:3] == ["python", "-m", "ray_efa_eks.efacheck.image_fleet"]
     alone = {"securityContext": spec["securityContext"], "containers": [init], "volumes": spec["volumes"]}
@@ -154,13 +187,15 @@ def test_image_audit_may_read_pods_of_the_ray_namespace_only(run):
 
 # -- 2. NetworkPolicy over every Ray pod ---------------------------------------------------------------------------
 
+
 def test_every_pod_we_create_is_selected_by_a_policy(run):
     policies = policies_of(run)
     for pod in pods_we_create(run):
         assert selecting(policies, pod), f"{pod['name']} is selected by no NetworkPolicy"
     for p in policies:
-        kubernetes_validate.validate({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", **p},
-                                     K8S_VERSION, strict=True)
+        kubernetes_validate.validate(
+            {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", **p}, K8S_VERSION, strict=True
+        )
     assert run.one("eks:index:Cluster")["vpcCniOptions"]["enableNetworkPolicy"] is True
 
 
@@ -203,9 +238,11 @@ def test_prometheus_scrapes_metrics_ports_only(run):
 
 def test_unrelated_pods_are_refused(run):
     policies, pods = policies_of(run), pods_we_create(run)
-    strangers = [{"name": "same-ns", "ns": pods[0]["ns"], "labels": {"app": "debug"}},
-                 {"name": "other-ns", "ns": "default", "labels": {}},
-                 {"name": "ray-lookalike", "ns": "default", "labels": {"ray.io/cluster": "ray"}}]
+    strangers = [
+        {"name": "same-ns", "ns": pods[0]["ns"], "labels": {"app": "debug"}},
+        {"name": "other-ns", "ns": "default", "labels": {}},
+        {"name": "ray-lookalike", "ns": "default", "labels": {"ray.io/cluster": "ray"}},
+    ]
     for src in strangers:
         for dst in pods:
             for port in RAY_PORTS:
@@ -216,8 +253,11 @@ def test_the_evaluator_can_fail(run):
     """With the head-only policy of before, the workers were open to every pod: the tests above would see it."""
     pods = pods_we_create(run)
     old = [p for p in policies_of(run) if p["metadata"]["name"].endswith("head-ingress")]
-    old[0]["spec"] = {"podSelector": {"matchLabels": {"ray-efa-eks/role": "head"}}, "policyTypes": ["Ingress"],
-                      "ingress": [{"from": [{"podSelector": {}}]}]}
+    old[0]["spec"] = {
+        "podSelector": {"matchLabels": {"ray-efa-eks/role": "head"}},
+        "policyTypes": ["Ingress"],
+        "ingress": [{"from": [{"podSelector": {}}]}],
+    }
     stranger = {"name": "same-ns", "ns": pods[0]["ns"], "labels": {"app": "debug"}}
     assert admitted(old, stranger, by_name(pods, "worker-gpu"), 52365)
     assert not selecting(old, by_name(pods, "worker-gpu"))
@@ -229,6 +269,7 @@ def test_network_policy_escape_hatch():
 
 
 # -- 4. region and IMDS --------------------------------------------------------------------------------------------
+
 
 def ray_containers(run):
     rc = run.one(RC)["spec"]
@@ -247,6 +288,7 @@ def test_ray_pods_know_their_region_and_skip_imds(region):
 
 
 # -- 8. Pod Security -----------------------------------------------------------------------------------------------
+
 
 def test_head_and_gate_pass_baseline_and_restricted_but_non_root(run):
     pods = pods_we_create(run)

@@ -58,18 +58,23 @@ def up(account: MockAccount, caller: str = A, **config) -> MockRun:
 
 
 def refused_up(account: MockAccount, exc: type, caller: str = A, **config) -> tuple[Exception, MockRun]:
-    before = (dict(account.state), {n: (c.version, dict(c.node_groups), dict(c.entries))
-                                    for n, c in account.clusters.items()})
+    before = (
+        dict(account.state),
+        {n: (c.version, dict(c.node_groups), dict(c.entries)) for n, c in account.clusters.items()},
+    )
     record = MockRun()
     with pytest.raises(exc) as e:
         run_program({**BASE, **config}, account=account, caller_arn=caller, record=record)
-    after = (dict(account.state), {n: (c.version, dict(c.node_groups), dict(c.entries))
-                                   for n, c in account.clusters.items()})
+    after = (
+        dict(account.state),
+        {n: (c.version, dict(c.node_groups), dict(c.entries)) for n, c in account.clusters.items()},
+    )
     assert after == before, "a refused update changes nothing EKS holds"
     return e.value, record
 
 
 # -- item 1: node groups follow the control plane, one minor at a time --------------------------------------------
+
 
 def test_every_managed_node_group_carries_the_control_plane_version():
     run = shared_run({**BASE, "kubernetesVersion": "1.34"})
@@ -156,10 +161,16 @@ def _plan(run: MockRun, source: str):
     return make_plan(layout.from_mockrun(run), source=source, stack="dev", region="us-east-1")
 
 
-@pytest.mark.parametrize("before,after,refused", [
-    ("1.33", "1.35", True), ("1.33", "1.34", False), ("1.35", "1.34", True), ("1.35", "1.36", False),
-    ("1.34", "1.34", False),
-])
+@pytest.mark.parametrize(
+    "before,after,refused",
+    [
+        ("1.33", "1.35", True),
+        ("1.33", "1.34", False),
+        ("1.35", "1.34", True),
+        ("1.35", "1.36", False),
+        ("1.34", "1.34", False),
+    ],
+)
 def test_diff_and_pulumi_up_agree_on_every_version_refusal(before, after, refused):
     """`ray-efa-eks diff` of the two plans and `pulumi up` (the program on an account running ``before``) refuse
     the same changes with the same words (UC)."""
@@ -180,6 +191,7 @@ def test_diff_and_pulumi_up_agree_on_every_version_refusal(before, after, refuse
 
 # -- item 2: access entries do not depend on who runs pulumi up -----------------------------------------------------
 
+
 def test_b_runs_up_after_a_and_nothing_moves():
     acct = MockAccount()
     first = up(acct, A, clusterAdminArns=[A, B])
@@ -189,8 +201,9 @@ def test_b_runs_up_after_a_and_nothing_moves():
     assert sorted(r["principalArn"] for r in first.of_type(ENTRY)) == [A, B]
     assert all(urn is not None for urn in live.entries.values())
     second = up(acct, B, clusterAdminArns=[A, B])  # CA: no 409 for A, B's own entry is not deleted
-    assert {r.urn: r.inputs["principalArn"] for r in second.of_type(ENTRY)} == \
-        {r.urn: r.inputs["principalArn"] for r in first.of_type(ENTRY)}
+    assert {r.urn: r.inputs["principalArn"] for r in second.of_type(ENTRY)} == {
+        r.urn: r.inputs["principalArn"] for r in first.of_type(ENTRY)
+    }
     assert set(live.entries) == {A, B}
     third = up(acct, A, clusterAdminArns=[A, B])
     assert [r.inputs for r in third.of_type(ENTRY)] == [r.inputs for r in first.of_type(ENTRY)]
@@ -265,9 +278,16 @@ def test_a_caller_without_an_entry_is_warned(warnings):
 def test_no_creator_admin_touches_only_the_eks_cluster_child():
     import pulumi
 
-    args = pulumi.ResourceTransformArgs(True, "aws:eks/cluster:Cluster", "x", {
-        "accessConfig": {"authenticationMode": "API", "bootstrapClusterCreatorAdminPermissions": True}, "version": "1.35"},
-        pulumi.ResourceOptions())
+    args = pulumi.ResourceTransformArgs(
+        True,
+        "aws:eks/cluster:Cluster",
+        "x",
+        {
+            "accessConfig": {"authenticationMode": "API", "bootstrapClusterCreatorAdminPermissions": True},
+            "version": "1.35",
+        },
+        pulumi.ResourceOptions(),
+    )
     out = no_creator_admin(args)
     assert out.props["accessConfig"] == {"authenticationMode": "API", "bootstrapClusterCreatorAdminPermissions": False}
     assert out.props["version"] == "1.35"
@@ -298,11 +318,15 @@ def test_the_mocks_answer_zone_ids_that_differ_from_names():
     assert all(ids[n] != n for n in ids)
 
 
-@pytest.mark.parametrize("mapping,cluster,gpu_own", [
-    ({}, ["us-east-1a", "us-east-1b"], False),  # moto's mapping: us-east-1e is use1-az3, not used
-    ({"us-east-1a": "use1-az3", "us-east-1e": "use1-az6"}, ["us-east-1b", "us-east-1c"], True),
-    ({"us-east-1b": "use1-az3", "us-east-1e": "use1-az1"}, ["us-east-1a", "us-east-1c"], False),
-], ids=["moto-account", "gpu-az-is-use1-az3", "second-az-is-use1-az3"])
+@pytest.mark.parametrize(
+    "mapping,cluster,gpu_own",
+    [
+        ({}, ["us-east-1a", "us-east-1b"], False),  # moto's mapping: us-east-1e is use1-az3, not used
+        ({"us-east-1a": "use1-az3", "us-east-1e": "use1-az6"}, ["us-east-1b", "us-east-1c"], True),
+        ({"us-east-1b": "use1-az3", "us-east-1e": "use1-az1"}, ["us-east-1a", "us-east-1c"], False),
+    ],
+    ids=["moto-account", "gpu-az-is-use1-az3", "second-az-is-use1-az3"],
+)
 def test_cluster_azs_are_chosen_by_zone_id(mapping, cluster, gpu_own, warnings):
     acct = MockAccount(zone_ids=mapping)
     run = up(acct)  # strict: EKS would refuse a cluster subnet in use1-az3 (NR)

@@ -59,8 +59,13 @@ MNG = "eks:index:ManagedNodeGroup"
 CG = "kubernetes:yaml/v2:ConfigGroup"
 RELEASE = "kubernetes:helm.sh/v3:Release"
 NEW_IMAGE = "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.2"
-CB = {"gpuInstanceType": "p5.48xlarge", "availabilityZone": "us-east-1a", "gpuCapacity": "capacity-block",
-      "gpuCapacityReservationId": "cr-0123456789abcdef0", "gpuNodeCount": 2}
+CB = {
+    "gpuInstanceType": "p5.48xlarge",
+    "availabilityZone": "us-east-1a",
+    "gpuCapacity": "capacity-block",
+    "gpuCapacityReservationId": "cr-0123456789abcdef0",
+    "gpuNodeCount": 2,
+}
 """The Capacity Block the mocks describe (tools/mockrun.CAPACITY_BLOCKS: 4 x p5.48xlarge in us-east-1a, active)."""
 CRD_1_7_0 = Path(__file__).resolve().parents[1] / "schemas" / "ray.io_rayclusters.yaml"
 """KubeRay v1.7.0's RayCluster CRD (byte-identical to shared/schemas/kuberay-v1.7.0/ray.io_rayclusters.yaml)."""
@@ -81,8 +86,10 @@ def up(config: dict, after: dict | None = None) -> MockRun:
 
 def diff(a: dict, b: dict):
     """`ray-efa-eks diff` between the plans of two configs (each planned on its own, as the diff does)."""
-    plans = [make_plan(layout.from_mockrun(up(c)), source=n, stack="dev", region="us-east-1")
-             for n, c in (("before", a), ("after", b))]
+    plans = [
+        make_plan(layout.from_mockrun(up(c)), source=n, stack="dev", region="us-east-1")
+        for n, c in (("before", a), ("after", b))
+    ]
     return diff_plans(*plans)
 
 
@@ -106,8 +113,9 @@ def job_name(r: MockRun) -> str:
 def container_env(r: MockRun, name: str) -> set[str]:
     spec = r.one(RC)["spec"]
     pods = [spec["headGroupSpec"]] + spec["workerGroupSpecs"]
-    return {e.get("value") for g in pods for c in g["template"]["spec"]["containers"] for e in c["env"]
-            if e["name"] == name}
+    return {
+        e.get("value") for g in pods for c in g["template"]["spec"]["containers"] for e in c["env"] if e["name"] == name
+    }
 
 
 def test_checkpoint_prefix_change_recreates_the_pods_and_reruns_the_gate_on_the_new_spec():
@@ -192,7 +200,9 @@ def test_chart_bump_brings_its_crds_and_is_refused_with_a_spec_change():
     # [KR-CRD] Helm v3 does not upgrade CRDs: the stack applies the version's own, before the Release
     crds = b.one(CG, "kuberay-crds")
     assert crds["files"] == [CRD_URL.format(version="1.7.0", file=f) for f in CRD_FILES]
-    assert a.one(CG, "kuberay-crds")["files"][0].startswith("https://raw.githubusercontent.com/ray-project/kuberay/v1.6.2/")
+    assert a.one(CG, "kuberay-crds")["files"][0].startswith(
+        "https://raw.githubusercontent.com/ray-project/kuberay/v1.6.2/"
+    )
     release = b.one(RELEASE, "kuberay")
     assert release["skipCrds"] is True and crds.urn in release.options["dependencies"]
     # [KR-RECREATE lines 1482-1491]: the bump alone recreates nothing and needs nothing: the spec did not change
@@ -213,8 +223,9 @@ def test_chart_bump_brings_its_crds_and_is_refused_with_a_spec_change():
     assert kuberay_recreates(up(new), c)
 
 
-@pytest.mark.parametrize("version,why", [("1.5.2", "upgradeStrategy"), ("1.7", "MAJOR.MINOR.PATCH"),
-                                         ("v1.7.0", "chart version")])
+@pytest.mark.parametrize(
+    "version,why", [("1.5.2", "upgradeStrategy"), ("1.7", "MAJOR.MINOR.PATCH"), ("v1.7.0", "chart version")]
+)
 def test_chart_versions_whose_crd_lacks_what_the_stack_sets_are_refused(version, why):
     with pytest.raises(ConfigError) as e:
         StackConfig.from_mapping({"kuberayChartVersion": version})
@@ -284,11 +295,22 @@ def test_the_crds_are_never_deleted_by_pulumi():
 
     cg = up({}).one(CG, "kuberay-crds")
     assert cg.transforms, "the ConfigGroup carries the transform"
-    crd = retain_crds(pulumi.ResourceTransformArgs(True, "kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition",
-                                                   "rayclusters.ray.io", {}, pulumi.ResourceOptions()))
+    crd = retain_crds(
+        pulumi.ResourceTransformArgs(
+            True,
+            "kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition",
+            "rayclusters.ray.io",
+            {},
+            pulumi.ResourceOptions(),
+        )
+    )
     assert crd is not None and crd.opts.retain_on_delete is True
-    assert retain_crds(pulumi.ResourceTransformArgs(True, "kubernetes:core/v1:ConfigMap", "x", {},
-                                                    pulumi.ResourceOptions())) is None
+    assert (
+        retain_crds(
+            pulumi.ResourceTransformArgs(True, "kubernetes:core/v1:ConfigMap", "x", {}, pulumi.ResourceOptions())
+        )
+        is None
+    )
 
 
 def test_chart_pre_releases_plan_but_not_below_the_upgrade_strategy_crd():

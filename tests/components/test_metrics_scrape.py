@@ -31,8 +31,10 @@ from ray_efa_eks.efacheck import verdict_metrics
 from tests.helpers.sysfs import kernel_sysfs, write_counter
 
 PROMETHEUS = shutil.which("prometheus")
-needs_prometheus = pytest.mark.skipif(PROMETHEUS is None, reason="prometheus server not installed (Debian package "
-                                                                  "`prometheus`; .ci/run installs it as root)")
+needs_prometheus = pytest.mark.skipif(
+    PROMETHEUS is None,
+    reason="prometheus server not installed (Debian package `prometheus`; .ci/run installs it as root)",
+)
 LINE_GBPS = 40.0
 SCRAPE_S = 0.25
 """The test Prometheus's scrape interval (the cluster's PodMonitors set their own): short, so a test waits less."""
@@ -82,13 +84,23 @@ def prometheus(tmp: Path, jobs: dict[str, str]) -> Iterator[str]:
     PodMonitors set it for the exporter. Yields its base URL."""
     port = _free_port()
     every = f"{int(SCRAPE_S * 1000)}ms"
-    cfg = {"global": {"scrape_interval": every, "evaluation_interval": every},
-           "scrape_configs": [{"job_name": n, "honor_labels": True, "static_configs": [{"targets": [t]}]}
-                              for n, t in jobs.items()]}
+    cfg = {
+        "global": {"scrape_interval": every, "evaluation_interval": every},
+        "scrape_configs": [
+            {"job_name": n, "honor_labels": True, "static_configs": [{"targets": [t]}]} for n, t in jobs.items()
+        ],
+    }
     (tmp / "prometheus.yml").write_text(yaml.safe_dump(cfg))
     url = f"http://127.0.0.1:{port}"
-    with _process([PROMETHEUS, f"--config.file={tmp / 'prometheus.yml'}", f"--storage.tsdb.path={tmp / 'tsdb'}",
-                   f"--web.listen-address=127.0.0.1:{port}"], f"{url}/-/ready"):
+    with _process(
+        [
+            PROMETHEUS,
+            f"--config.file={tmp / 'prometheus.yml'}",
+            f"--storage.tsdb.path={tmp / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        f"{url}/-/ready",
+    ):
         # Ready is not scraping: the discovery manager hands targets over at most every 5 s
         deadline = time.monotonic() + 30
         while len(query(url, "up == 1")["result"]) < len(jobs):
@@ -117,8 +129,11 @@ def exporter(tmp: Path, node: str = "node-a") -> Iterator[tuple[str, Path]]:
     sysfs = kernel_sysfs(tmp / "sys", counters={"rdmap0s30": {"tx_bytes": 1, "rx_bytes": 1}})
     port = _free_port()
     exe = Path(sys.executable).with_name("ray-efa-eks")
-    with _process([str(exe), "efa-exporter", "--sysfs", str(sysfs), "--port", str(port), "--host", "127.0.0.1"],
-                  f"http://127.0.0.1:{port}/healthz", env={**os.environ, "NODE_NAME": node}):
+    with _process(
+        [str(exe), "efa-exporter", "--sysfs", str(sysfs), "--port", str(port), "--host", "127.0.0.1"],
+        f"http://127.0.0.1:{port}/healthz",
+        env={**os.environ, "NODE_NAME": node},
+    ):
         yield f"127.0.0.1:{port}", sysfs
 
 
@@ -126,8 +141,13 @@ def exporter(tmp: Path, node: str = "node-a") -> Iterator[tuple[str, Path]]:
 def test_exporter_panels_return_data_from_a_real_prometheus(tmp_path):
     with exporter(tmp_path) as (target, sysfs), prometheus(tmp_path, {"efa-exporter": target}) as base:
         for i in range(1, 6):  # traffic and errors moving between scrapes
-            for name, step in (("tx_bytes", 5 * 10**8), ("rx_bytes", 4 * 10**8), ("retrans_pkts", 10),
-                               ("rx_drops", 3), ("impaired_remote_conn_events", 1)):
+            for name, step in (
+                ("tx_bytes", 5 * 10**8),
+                ("rx_bytes", 4 * 10**8),
+                ("retrans_pkts", 10),
+                ("rx_drops", 3),
+                ("impaired_remote_conn_events", 1),
+            ):
                 write_counter(sysfs, "rdmap0s30", name, i * step)
             time.sleep(SCRAPE_S * 1.2)
         exprs = [e for p, e in dashboard.all_exprs(LINE_GBPS) if p.source == "exporter"]
@@ -171,8 +191,10 @@ def test_verdict_series_from_a_local_ray_cluster(tmp_path):
             exprs = [e for p, e in dashboard.all_exprs(LINE_GBPS) if p.source == "ray"]
             got = _until_data(base, exprs + [metrics_rules.VERDICT_TIME_METRIC], seconds=40)
             assert all(got.values()), {e: r for e, r in got.items() if not r}
-            verdicts = {(r["metric"]["run"], r["metric"]["verdict"]) for r in
-                        query(base, f"{metrics_rules.VERDICT_METRIC} == 1")["result"]}
+            verdicts = {
+                (r["metric"]["run"], r["metric"]["verdict"])
+                for r in query(base, f"{metrics_rules.VERDICT_METRIC} == 1")["result"]
+            }
             assert verdicts == {("run-1", "efa"), ("run-2", "fallback"), ("gate", "efa")}
             tokens = query(base, dashboard.TOKENS_METRIC)["result"]
             assert [(r["metric"]["run"], float(r["value"][1])) for r in tokens] == [("run-1", 1234.0)]

@@ -39,19 +39,31 @@ def container(run, name: str = "efa-exporter") -> dict[str, Any]:
 
 
 def in_namespace(run, ns: str) -> list[Any]:
-    return [r for r in run.resources if r.type.startswith("kubernetes:")
-            and isinstance(r.inputs.get("metadata"), dict) and r.inputs["metadata"].get("namespace") == ns]
+    return [
+        r
+        for r in run.resources
+        if r.type.startswith("kubernetes:")
+        and isinstance(r.inputs.get("metadata"), dict)
+        and r.inputs["metadata"].get("namespace") == ns
+    ]
 
 
 def test_every_object_matches_the_kubernetes_schema(default_run) -> None:
-    objs = [daemonset(default_run), default_run.one("kubernetes:core/v1:Service", "node-agent"),
-            default_run.one("kubernetes:core/v1:Namespace", "node-agent"),
-            default_run.one("kubernetes:core/v1:ServiceAccount", "node-agent"),
-            default_run.one("kubernetes:core/v1:ConfigMap", "node-agent"),
-            default_run.one("kubernetes:networking.k8s.io/v1:NetworkPolicy", "node-agent-ingress"),
-            default_run.one("kubernetes:networking.k8s.io/v1:NetworkPolicy", "node-agent-egress"),
-            *[r for r in default_run.resources if r.name.startswith("node-agent-") and
-              r.type.split(":")[1].split("/")[0] in ("rbac.authorization.k8s.io", "admissionregistration.k8s.io")]]
+    objs = [
+        daemonset(default_run),
+        default_run.one("kubernetes:core/v1:Service", "node-agent"),
+        default_run.one("kubernetes:core/v1:Namespace", "node-agent"),
+        default_run.one("kubernetes:core/v1:ServiceAccount", "node-agent"),
+        default_run.one("kubernetes:core/v1:ConfigMap", "node-agent"),
+        default_run.one("kubernetes:networking.k8s.io/v1:NetworkPolicy", "node-agent-ingress"),
+        default_run.one("kubernetes:networking.k8s.io/v1:NetworkPolicy", "node-agent-egress"),
+        *[
+            r
+            for r in default_run.resources
+            if r.name.startswith("node-agent-")
+            and r.type.split(":")[1].split("/")[0] in ("rbac.authorization.k8s.io", "admissionregistration.k8s.io")
+        ],
+    ]
     assert len(objs) == 15  # with the Role + RoleBinding that read the Ray worker pods (grant_worker_read)
     for r in objs:
         group_version = r.type.split(":")[1].replace("core/", "")
@@ -66,34 +78,48 @@ def test_its_own_privileged_namespace_and_nothing_else_runs_there(default_run) -
     assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
     there = in_namespace(default_run, node_agent.NAMESPACE)
     assert sorted(r.type.rsplit(":", 1)[1] for r in there) == [
-        "ConfigMap", "DaemonSet", "NetworkPolicy", "NetworkPolicy", "Service", "ServiceAccount"]
+        "ConfigMap",
+        "DaemonSet",
+        "NetworkPolicy",
+        "NetworkPolicy",
+        "Service",
+        "ServiceAccount",
+    ]
     assert all(r.name.startswith("node-agent-") for r in there)
 
 
 def test_the_pod_asks_for_nothing_but_the_two_read_only_sysfs_trees(default_run) -> None:
     spec = template(default_run)["spec"]
     host = {v["name"]: v["hostPath"] for v in spec["volumes"] if "hostPath" in v}
-    assert host == {"host-sys-infiniband": {"path": "/sys/class/infiniband", "type": "Directory"},
-                    "host-sys-devices": {"path": "/sys/devices", "type": "Directory"}}
+    assert host == {
+        "host-sys-infiniband": {"path": "/sys/class/infiniband", "type": "Directory"},
+        "host-sys-devices": {"path": "/sys/devices", "type": "Directory"},
+    }
     assert [c["name"] for c in spec["containers"]] == ["efa-exporter", "fabric-proof"]
     for c in spec["containers"]:
         mounts = {m["name"]: m for m in c["volumeMounts"]}
         assert {n: (mounts[n]["mountPath"], mounts[n].get("readOnly")) for n in host} == {
             "host-sys-infiniband": ("/host/sys/class/infiniband", True),
-            "host-sys-devices": ("/host/sys/devices", True)}
+            "host-sys-devices": ("/host/sys/devices", True),
+        }
         assert all(m.get("readOnly") for m in mounts.values() if m["name"] != "tmp")
     c = container(default_run)
     # the only Pod Security control it breaks is the hostPath volume itself
     assert [v for v in violations(template(default_run), "baseline") if "HostPath Volumes" not in v] == []
-    assert [v for v in violations(template(default_run), "restricted")
-            if "HostPath Volumes" not in v and "Volume Types" not in v] == []
+    assert [
+        v
+        for v in violations(template(default_run), "restricted")
+        if "HostPath Volumes" not in v and "Volume Types" not in v
+    ] == []
     assert not any(spec.get(k) for k in ("hostNetwork", "hostPID", "hostIPC"))
     sc = c["securityContext"]
     assert sc["runAsNonRoot"] and sc["runAsUser"] != 0 and sc["readOnlyRootFilesystem"]
     assert sc["allowPrivilegeEscalation"] is False and sc["capabilities"] == {"drop": ["ALL"]}
     assert spec["automountServiceAccountToken"] is False
     assert default_run.one("kubernetes:core/v1:ServiceAccount", "node-agent")["automountServiceAccountToken"] is False
-    assert "python" in c["image"] and "@sha256:" in c["image"]  # its own small image (tests/components/test_image_cache.py)
+    assert (
+        "python" in c["image"] and "@sha256:" in c["image"]
+    )  # its own small image (tests/components/test_image_cache.py)
     assert c["resources"]["requests"] == c["resources"]["limits"]
 
 
@@ -101,13 +127,16 @@ def test_on_efa_gpu_nodes_only_tolerating_the_gpu_and_startup_taints(default_run
     for run, itype in ((default_run, "g6.12xlarge"), (p5_run, "p5.48xlarge")):
         spec = template(run)["spec"]
         (term,) = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
-            "nodeSelectorTerms"]
+            "nodeSelectorTerms"
+        ]
         assert term["matchExpressions"] == [
             {"key": ROLE_LABEL, "operator": "In", "values": ["gpu"]},
-            {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": [itype]}]
+            {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": [itype]},
+        ]
         assert GPU_TOLERATION in spec["tolerations"]
-        assert {"key": "startup-taint.cluster-autoscaler.kubernetes.io/efa-unproven", "operator": "Exists"} in \
-            spec["tolerations"]
+        assert {"key": "startup-taint.cluster-autoscaler.kubernetes.io/efa-unproven", "operator": "Exists"} in spec[
+            "tolerations"
+        ]
         assert len(spec["tolerations"]) == 2  # nothing tolerated wholesale
 
 
@@ -119,14 +148,17 @@ def test_a_node_local_service_and_the_ray_workers_url(default_run) -> None:
     c = container(default_run)
     assert port["port"] == c["ports"][0]["containerPort"] == node_agent.EXPORTER_PORT == efa_exporter.DEFAULT_PORT
     assert port["targetPort"] == c["ports"][0]["name"]
-    url = f"http://{svc['metadata']['name']}.{svc['metadata']['namespace']}.svc.cluster.local:{int(port['port'])}/metrics"
+    url = (
+        f"http://{svc['metadata']['name']}.{svc['metadata']['namespace']}.svc.cluster.local:{int(port['port'])}/metrics"
+    )
     workers = default_run.one("kubernetes:ray.io/v1:RayCluster")["spec"]["workerGroupSpecs"][0]
     env = {e["name"]: e for e in workers["template"]["spec"]["containers"][0]["env"]}
     assert env[efa_counters.EXPORTER_ENV]["value"] == url
     # only the Ray namespace and the metrics scraper's may read it
     pol = default_run.one("kubernetes:networking.k8s.io/v1:NetworkPolicy", "node-agent-ingress")["spec"]
-    assert pol["ingress"][0]["from"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}}
-                                         for ns in ("monitoring", "ray")]
+    assert pol["ingress"][0]["from"] == [
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}} for ns in ("monitoring", "ray")
+    ]
 
 
 def test_the_gate_waits_for_the_agent_and_the_agent_for_the_gpu_nodes(default_run) -> None:
@@ -147,16 +179,28 @@ def _walk(obj: Any, path: str = "") -> Iterator[tuple[str, Any]]:
             yield from _walk(v, f"{path}[{i}]")
 
 
-@pytest.mark.parametrize("config", [{}, {"gpuInstanceType": "p5.48xlarge"}, {"checkpointBucket": "false"},
-                                    {"rayTokenAuth": "false", "networkPolicy": "false"}])
+@pytest.mark.parametrize(
+    "config",
+    [
+        {},
+        {"gpuInstanceType": "p5.48xlarge"},
+        {"checkpointBucket": "false"},
+        {"rayTokenAuth": "false", "networkPolicy": "false"},
+    ],
+)
 def test_the_agent_is_the_only_host_path_user_of_every_rendered_object(config) -> None:
     run = run_program(config)
-    users = {r.name for r in run.resources for key, _ in _walk(r.inputs)
-             if key.endswith((".hostPath", ".hostNetwork", ".hostPID", ".hostIPC", ".privileged"))
-             and not key.endswith("securityContext.privileged")}
+    users = {
+        r.name
+        for r in run.resources
+        for key, _ in _walk(r.inputs)
+        if key.endswith((".hostPath", ".hostNetwork", ".hostPID", ".hostIPC", ".privileged"))
+        and not key.endswith("securityContext.privileged")
+    }
     assert users == {"node-agent-daemonset"}
-    privileged = {r.name for r in run.resources for key, v in _walk(r.inputs)
-                  if key.endswith("securityContext.privileged") and v}
+    privileged = {
+        r.name for r in run.resources for key, v in _walk(r.inputs) if key.endswith("securityContext.privileged") and v
+    }
     assert privileged == set()
 
 
@@ -182,8 +226,12 @@ def test_the_ray_namespace_enforces_baseline_and_every_pod_passes_it(request, ru
         assert violations(t, "baseline") == [], name
     # every kind of pod object the stack creates in the Ray namespace is one of those above
     kinds = {r.type for r in in_namespace(run, "ray")}
-    assert not kinds & {"kubernetes:core/v1:Pod", "kubernetes:apps/v1:Deployment", "kubernetes:apps/v1:DaemonSet",
-                        "kubernetes:apps/v1:StatefulSet"}
+    assert not kinds & {
+        "kubernetes:core/v1:Pod",
+        "kubernetes:apps/v1:Deployment",
+        "kubernetes:apps/v1:DaemonSet",
+        "kubernetes:apps/v1:StatefulSet",
+    }
 
 
 def test_the_old_worker_pods_hostpath_would_be_refused_by_baseline() -> None:
@@ -210,16 +258,23 @@ def test_the_configmap_alone_runs_the_exporter_as_the_daemonset_does(default_run
                 dst = pod / m["mountPath"].lstrip("/") / item["path"]
                 dst.parent.mkdir(parents=True, exist_ok=True)
                 dst.write_text(cm["data"][item["key"]])
-    assert sorted(p.name for p in (pod / "opt/ray-efa-eks/ray_efa_eks/efacheck").iterdir()) == \
-        sorted(node_agent.SHIPPED)
+    assert sorted(p.name for p in (pod / "opt/ray-efa-eks/ray_efa_eks/efacheck").iterdir()) == sorted(
+        node_agent.SHIPPED
+    )
     port = efa_exporter_free_port()
     cmd = [sys.executable if a == "python" else a for a in c["command"]]
     cmd = [str(pod) + a if a.startswith(("/host/", "/sys/")) else a for a in cmd]
     cmd[cmd.index("--port") + 1] = str(port)
     env = {e["name"]: e["value"] for e in c["env"] if "value" in e}
     env = {**env, "PYTHONPATH": str(pod) + env["PYTHONPATH"], "NODE_NAME": "node-a", "PATH": os.environ["PATH"]}
-    proc = subprocess.Popen([*cmd, "--host", "127.0.0.1"], cwd=str(pod) + c["workingDir"], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [*cmd, "--host", "127.0.0.1"],
+        cwd=str(pod) + c["workingDir"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         url = f"http://127.0.0.1:{port}/metrics"
         deadline = time.monotonic() + 60

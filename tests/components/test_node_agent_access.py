@@ -45,8 +45,9 @@ def test_the_token_is_mounted_into_the_proof_container_only(default_run):
     assert spec["automountServiceAccountToken"] is False
     (vol,) = [v for v in spec["volumes"] if "projected" in v]
     assert vol["projected"]["sources"][0] == {"serviceAccountToken": {"path": "token", "expirationSeconds": 3600}}
-    mounting = {c["name"]: [m["mountPath"] for m in c["volumeMounts"] if m["name"] == vol["name"]]
-                for c in spec["containers"]}
+    mounting = {
+        c["name"]: [m["mountPath"] for m in c["volumeMounts"] if m["name"] == vol["name"]] for c in spec["containers"]
+    }
     assert mounting == {"efa-exporter": [], "fabric-proof": [nc.TOKEN_DIR]}
     proof = next(c for c in spec["containers"] if c["name"] == "fabric-proof")
     assert proof["command"][:3] == ["python", "-m", "ray_efa_eks.efacheck.node_check"]
@@ -55,26 +56,37 @@ def test_the_token_is_mounted_into_the_proof_container_only(default_run):
     assert proof["securityContext"]["capabilities"] == {"drop": ["ALL"]}
     assert proof["resources"]["requests"] == proof["resources"]["limits"]
     # no EFA device, no GPU: the agent never holds what the Ray worker needs
-    assert not any(k.startswith(("vpc.amazonaws.com", "nvidia.com")) for c in spec["containers"]
-                   for k in c["resources"]["limits"])
+    assert not any(
+        k.startswith(("vpc.amazonaws.com", "nvidia.com")) for c in spec["containers"] for k in c["resources"]["limits"]
+    )
 
 
 def test_rbac_is_get_and_patch_on_nodes_and_events_in_one_namespace(default_run):
     objs = _objects(default_run, "node-agent-")
     assert objs["ClusterRole"]["rules"] == [
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]},
-        {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]}]
+        {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]},
+    ]
     assert objs["Role"]["rules"] == [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
     assert objs["Role"]["metadata"]["namespace"] == objs["RoleBinding"]["metadata"]["namespace"] == "default"
     for b in ("ClusterRoleBinding", "RoleBinding"):
         assert objs[b]["subjects"] == [{"kind": "ServiceAccount", "name": "node-agent", "namespace": "efa-node-agent"}]
     assert objs["ValidatingAdmissionPolicy"]["spec"] == node_agent.own_node_policy(
-        kubernetes_version=eks_versions.DEFAULT_VERSION)
-    assert objs["ValidatingAdmissionPolicyBinding"]["spec"] == {"policyName": node_agent.POLICY_NAME,
-                                                                "validationActions": ["Deny"]}
+        kubernetes_version=eks_versions.DEFAULT_VERSION
+    )
+    assert objs["ValidatingAdmissionPolicyBinding"]["spec"] == {
+        "policyName": node_agent.POLICY_NAME,
+        "validationActions": ["Deny"],
+    }
     for kind, body in objs.items():
-        if kind in ("ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ValidatingAdmissionPolicy",
-                    "ValidatingAdmissionPolicyBinding"):
+        if kind in (
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "Role",
+            "RoleBinding",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
+        ):
             group = "rbac.authorization.k8s.io/v1" if "Role" in kind else "admissionregistration.k8s.io/v1"
             for version in ACCEPTED:  # every Kubernetes version the stack deploys today
                 kubernetes_validate.validate({"apiVersion": group, "kind": kind, **body}, f"{version}.0", strict=True)
@@ -96,6 +108,7 @@ def test_every_kubernetes_version_the_stack_accepts_puts_the_node_in_the_token()
 
 
 # -- the policy's CEL against recorded and forged requests ---------------------------------------------------------
+
 
 class Recorder(FakeApi):
     """The loopback fake, keeping each write as an AdmissionRequest (old and new object, as admission sees them)."""
@@ -119,7 +132,8 @@ class Recorder(FakeApi):
                 # the API server's field manager rewrites managedFields on every write, before admission
                 new.setdefault("metadata", {})["managedFields"] = [
                     *old["metadata"].get("managedFields", []),
-                    {"manager": "node-check", "operation": "Update", "apiVersion": "v1"}]
+                    {"manager": "node-check", "operation": "Update", "apiVersion": "v1"},
+                ]
                 if path.endswith("/status"):
                     conds = new.setdefault("status", {}).setdefault("conditions", [])
                     for c in body["status"]["conditions"]:
@@ -142,19 +156,35 @@ def _nodes():
     finalizer-free metadata, as the API server holds them."""
     a = _node("gpu-a", [GPU_TAINT, STARTUP])
     a["metadata"]["labels"] = {"node.kubernetes.io/instance-type": "g6.12xlarge", "ray-efa-eks/role": "gpu"}
-    a["metadata"].update({"resourceVersion": "4711", "creationTimestamp": "2026-12-06T01:00:00Z",
-                          "managedFields": [{"manager": "kubelet", "operation": "Update", "apiVersion": "v1"}]})
+    a["metadata"].update(
+        {
+            "resourceVersion": "4711",
+            "creationTimestamp": "2026-12-06T01:00:00Z",
+            "managedFields": [{"manager": "kubelet", "operation": "Update", "apiVersion": "v1"}],
+        }
+    )
     a["spec"].update({"providerID": "aws:///us-east-1a/i-0abc", "podCIDR": "10.0.0.0/24"})
-    a["status"].update({
-        "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "ok"}],
-        "capacity": dict(a["status"]["allocatable"]),
-        "addresses": [{"type": "InternalIP", "address": "10.0.1.17"}, {"type": "Hostname", "address": "gpu-a"}],
-        "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
-        "nodeInfo": {"kubeletVersion": "v1.33.5-eks-1", "containerRuntimeVersion": "containerd://1.7.27",
-                     "machineID": "ec2abc", "systemUUID": "ec2abc", "bootID": "b1", "kernelVersion": "6.12.40",
-                     "osImage": "Amazon Linux 2023", "kubeProxyVersion": "", "operatingSystem": "linux",
-                     "architecture": "amd64"},
-        "images": [{"names": ["public.ecr.aws/deep-learning-containers/ray@sha256:" + "a" * 64], "sizeBytes": 9}]})
+    a["status"].update(
+        {
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "ok"}],
+            "capacity": dict(a["status"]["allocatable"]),
+            "addresses": [{"type": "InternalIP", "address": "10.0.1.17"}, {"type": "Hostname", "address": "gpu-a"}],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+            "nodeInfo": {
+                "kubeletVersion": "v1.33.5-eks-1",
+                "containerRuntimeVersion": "containerd://1.7.27",
+                "machineID": "ec2abc",
+                "systemUUID": "ec2abc",
+                "bootID": "b1",
+                "kernelVersion": "6.12.40",
+                "osImage": "Amazon Linux 2023",
+                "kubeProxyVersion": "",
+                "operatingSystem": "linux",
+                "architecture": "amd64",
+            },
+            "images": [{"names": ["public.ecr.aws/deep-learning-containers/ray@sha256:" + "a" * 64], "sizeBytes": 9}],
+        }
+    )
     b = copy.deepcopy(a)
     b["metadata"]["name"], b["metadata"]["uid"] = "gpu-b", "uid-gpu-b"
     return {"gpu-a": a, "gpu-b": b}
@@ -168,19 +198,25 @@ def recorded(tmp_path):
     fake.node_name = "gpu-a"
     root = str(kernel_sysfs(tmp_path))
     provider = [(True, "efa listed")]
-    nc.run_loop(fake.api, "gpu-a", root, 1, provider=lambda: provider[0], log=lambda m: None, sleep=lambda s: None,
-                rounds=1)
+    nc.run_loop(
+        fake.api, "gpu-a", root, 1, provider=lambda: provider[0], log=lambda m: None, sleep=lambda s: None, rounds=1
+    )
     provider[0] = (False, "fi_info -l does not list efa")
-    nc.run_loop(fake.api, "gpu-a", root, 1, provider=lambda: provider[0], log=lambda m: None, sleep=lambda s: None,
-                rounds=1)
+    nc.run_loop(
+        fake.api, "gpu-a", root, 1, provider=lambda: provider[0], log=lambda m: None, sleep=lambda s: None, rounds=1
+    )
     yield fake.snapshot_requests()
     fake.close()
 
 
 def test_every_request_the_proof_makes_is_admitted(recorded):
     kinds = [(r["resource"]["resource"], r["subResource"], r["operation"]) for r in recorded]
-    assert kinds == [("nodes", "status", "UPDATE"), ("nodes", "", "UPDATE"), ("nodes", "status", "UPDATE"),
-                     ("events", "", "CREATE")]
+    assert kinds == [
+        ("nodes", "status", "UPDATE"),
+        ("nodes", "", "UPDATE"),
+        ("nodes", "status", "UPDATE"),
+        ("events", "", "CREATE"),
+    ]
     for r in recorded:
         assert admit(POLICY, r) == (True, []), json.dumps(r)[:300]
 
@@ -201,27 +237,35 @@ def test_another_node_is_refused(recorded):
     assert admit(POLICY, _forged(status, lambda r: None, node_name="gpu-b"))[0] is False
     event = recorded[3]
     assert admit(POLICY, _forged(event, lambda r: None, node_name="gpu-b")) == (
-        False, ["the node agent may only write Events about its own node"])
+        False,
+        ["the node agent may only write Events about its own node"],
+    )
 
 
-@pytest.mark.parametrize("what,change", [
-    ("the GPU taint", lambda r: r["object"]["spec"]["taints"].remove(GPU_TAINT)),
-    ("a new taint", lambda r: r["object"]["spec"]["taints"].append({"key": "x", "effect": "NoSchedule"})),
-    ("a label", lambda r: r["object"]["metadata"]["labels"].update({"ray-efa-eks/role": "system"})),
-    ("an annotation", lambda r: r["object"]["metadata"].setdefault("annotations", {}).update({"a": "b"})),
-    ("cordon", lambda r: r["object"]["spec"].update({"unschedulable": True})),
-    ("keeping the startup taint", lambda r: r["object"]["spec"]["taints"].append(dict(STARTUP))),
-])
+@pytest.mark.parametrize(
+    "what,change",
+    [
+        ("the GPU taint", lambda r: r["object"]["spec"]["taints"].remove(GPU_TAINT)),
+        ("a new taint", lambda r: r["object"]["spec"]["taints"].append({"key": "x", "effect": "NoSchedule"})),
+        ("a label", lambda r: r["object"]["metadata"]["labels"].update({"ray-efa-eks/role": "system"})),
+        ("an annotation", lambda r: r["object"]["metadata"].setdefault("annotations", {}).update({"a": "b"})),
+        ("cordon", lambda r: r["object"]["spec"].update({"unschedulable": True})),
+        ("keeping the startup taint", lambda r: r["object"]["spec"]["taints"].append(dict(STARTUP))),
+    ],
+)
 def test_on_its_own_node_it_may_only_remove_the_startup_taint(recorded, what, change):
     ok, why = admit(POLICY, _forged(recorded[1], change))
     assert not ok and why == [TAINT_MESSAGE], what
 
 
-@pytest.mark.parametrize("what,change", [
-    ("Ready", lambda r: r["object"]["status"]["conditions"][0].update({"status": "False"})),
-    ("allocatable", lambda r: r["object"]["status"]["allocatable"].update({"vpc.amazonaws.com/efa": "4"})),
-    ("a label", lambda r: r["object"]["metadata"]["labels"].update({"x": "y"})),
-])
+@pytest.mark.parametrize(
+    "what,change",
+    [
+        ("Ready", lambda r: r["object"]["status"]["conditions"][0].update({"status": "False"})),
+        ("allocatable", lambda r: r["object"]["status"]["allocatable"].update({"vpc.amazonaws.com/efa": "4"})),
+        ("a label", lambda r: r["object"]["metadata"]["labels"].update({"x": "y"})),
+    ],
+)
 def test_in_its_status_it_may_only_write_its_condition(recorded, what, change):
     ok, why = admit(POLICY, _forged(recorded[0], change))
     assert not ok and why == [f"in its node's status the node agent may only write {nc.CONDITION}"], what
@@ -246,8 +290,9 @@ def test_everything_else_of_the_node_stays_equal(recorded, write, what, change):
     """Either write (taint removal on the Node, the condition on its status) with any other field changed is
     refused; the recorded requests themselves (managedFields rewritten by the API server) pass above."""
     ok, why = admit(POLICY, _forged(recorded[write], change))
-    assert not ok and why == [TAINT_MESSAGE if write == 1 else
-                              f"in its node's status the node agent may only write {nc.CONDITION}"], what
+    assert not ok and why == [
+        TAINT_MESSAGE if write == 1 else f"in its node's status the node agent may only write {nc.CONDITION}"
+    ], what
 
 
 @pytest.mark.parametrize("version", ACCEPTED)
@@ -301,44 +346,81 @@ def test_every_module_the_shipped_ones_import_is_shipped_too(default_run, tmp_pa
         (pkg / it["path"]).parent.mkdir(parents=True, exist_ok=True)
         (pkg / it["path"]).write_text(cm["data"][it["key"]])
     proof = next(c for c in spec["containers"] if c["name"] == "fabric-proof")
-    p = subprocess.run([sys.executable, *proof["command"][1:3], "--help"], cwd=tmp_path, capture_output=True,
-                       text=True, timeout=60, env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    p = subprocess.run(
+        [sys.executable, *proof["command"][1:3], "--help"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"},
+    )
     assert p.returncode == 0 and "--expect-devices" in p.stdout, p.stderr
     proof_prog = "python -m ray_efa_eks.efacheck.node_check"
     # the shipped copy's usage error is 64, not the API error's 2; no API server to ask is 2; never a traceback
-    for args, code in ((["--expect-devices", "1", "--node", "n", "--interval", "0"], 64),
-                       (["--expect-devices", "1", "--node", "n", "--once"], 2)):
-        p = subprocess.run([sys.executable, *proof["command"][1:3], *args], cwd=tmp_path, capture_output=True,
-                           text=True, timeout=60, env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    for args, code in (
+        (["--expect-devices", "1", "--node", "n", "--interval", "0"], 64),
+        (["--expect-devices", "1", "--node", "n", "--once"], 2),
+    ):
+        p = subprocess.run(
+            [sys.executable, *proof["command"][1:3], *args],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"},
+        )
         assert p.returncode == code and "Traceback" not in p.stderr, p.stderr
         assert p.stderr.splitlines()[-1].startswith(f"{proof_prog}: error: "), p.stderr
     # run through run_cli: an unexpected exception (here planted at startup by a sitecustomize) is one line, exit 70
     (tmp_path / "plant").mkdir()
     (tmp_path / "plant" / "sitecustomize.py").write_text(
-        "import ssl\ndef boom(*a, **k):\n    raise RuntimeError('planted')\nssl.create_default_context = boom\n")
-    p = subprocess.run([sys.executable, *proof["command"][1:3], "--expect-devices", "1", "--node", "n", "--once"],
-                       cwd=tmp_path, capture_output=True, text=True, timeout=60,
-                       env={"PYTHONPATH": f"{tmp_path / 'plant'}:{tmp_path}", "PATH": "/usr/bin:/bin",
-                            "KUBERNETES_SERVICE_HOST": "127.0.0.1", "TMPDIR": str(tmp_path)})
+        "import ssl\ndef boom(*a, **k):\n    raise RuntimeError('planted')\nssl.create_default_context = boom\n"
+    )
+    p = subprocess.run(
+        [sys.executable, *proof["command"][1:3], "--expect-devices", "1", "--node", "n", "--once"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={
+            "PYTHONPATH": f"{tmp_path / 'plant'}:{tmp_path}",
+            "PATH": "/usr/bin:/bin",
+            "KUBERNETES_SERVICE_HOST": "127.0.0.1",
+            "TMPDIR": str(tmp_path),
+        },
+    )
     assert p.returncode == 70 and "Traceback" not in p.stderr, p.stderr
-    assert p.stderr.startswith(f"{proof_prog}: internal error: RuntimeError: planted (a bug: the full trace is in "), \
+    assert p.stderr.startswith(f"{proof_prog}: internal error: RuntimeError: planted (a bug: the full trace is in "), (
         p.stderr
+    )
 
 
 # -- part D: a Ray worker's failed provider check puts the startup taint back --------------------------------------
+
 
 @pytest.fixture
 def put_back(tmp_path):
     """What node_check sends when a Ray worker's efa-provider-check failed on its proven node: condition, Event and
     the one JSON patch adding the taint, as admission sees them."""
     from tests.efacheck.test_node_check import FAILED_INIT, _worker
+
     nodes = _nodes()
     nodes["gpu-a"]["spec"]["taints"] = [GPU_TAINT]  # proven
     fake = Recorder(nodes)
     fake.node_name = "gpu-a"
     fake.pods[:] = [_worker("ray-gpu-worker-x1", "gpu-a", FAILED_INIT, phase="Failed")]
-    assert nc.run_check(fake.api, "gpu-a", str(kernel_sysfs(tmp_path)), 1, provider=lambda: (True, "efa listed"),
-                        log=lambda m: None, workers_namespace="ray") == nc.EXIT_UNPROVEN
+    assert (
+        nc.run_check(
+            fake.api,
+            "gpu-a",
+            str(kernel_sysfs(tmp_path)),
+            1,
+            provider=lambda: (True, "efa listed"),
+            log=lambda m: None,
+            workers_namespace="ray",
+        )
+        == nc.EXIT_UNPROVEN
+    )
     yield fake.snapshot_requests()
     fake.close()
 
@@ -350,24 +432,31 @@ def test_every_request_of_a_put_back_is_admitted(put_back):
         assert admit(POLICY, r) == (True, []), json.dumps(r)[:300]
     added = put_back[2]
     assert added["object"]["spec"]["taints"] == [GPU_TAINT, STARTUP] and added["oldObject"]["spec"]["taints"] == [
-        GPU_TAINT]
+        GPU_TAINT
+    ]
 
 
-@pytest.mark.parametrize("what,change", [
-    ("another taint with it", lambda r: r["object"]["spec"]["taints"].append({"key": "x", "effect": "NoSchedule"})),
-    ("NoExecute instead", lambda r: r["object"]["spec"]["taints"][-1].update({"effect": "NoExecute"})),
-    ("another value", lambda r: r["object"]["spec"]["taints"][-1].update({"value": "false"})),
-    ("another key", lambda r: r["object"]["spec"]["taints"][-1].update({"key": nc.TAINT_KEY + "-x"})),
-    ("a second copy", lambda r: r["object"]["spec"]["taints"].append(dict(STARTUP))),
-    ("dropping the GPU taint", lambda r: r["object"]["spec"]["taints"].remove(GPU_TAINT)),
-    ("a label with it", lambda r: r["object"]["metadata"]["labels"].update({"ray-efa-eks/role": "system"})),
-    ("cordon with it", lambda r: r["object"]["spec"].update({"unschedulable": True})),
-    ("a timeAdded", lambda r: r["object"]["spec"]["taints"][-1].update({"timeAdded": "2026-12-05T03:00:00Z"})),
-    ("no value", lambda r: r["object"]["spec"]["taints"][-1].pop("value")),
-    ("PreferNoSchedule instead", lambda r: r["object"]["spec"]["taints"][-1].update({"effect": "PreferNoSchedule"})),
-    ("the GPU taint changed with it", lambda r: r["object"]["spec"]["taints"][0].update({"value": "false"})),
-    ("an annotation with it", lambda r: r["object"]["metadata"].setdefault("annotations", {}).update({"a": "b"})),
-])
+@pytest.mark.parametrize(
+    "what,change",
+    [
+        ("another taint with it", lambda r: r["object"]["spec"]["taints"].append({"key": "x", "effect": "NoSchedule"})),
+        ("NoExecute instead", lambda r: r["object"]["spec"]["taints"][-1].update({"effect": "NoExecute"})),
+        ("another value", lambda r: r["object"]["spec"]["taints"][-1].update({"value": "false"})),
+        ("another key", lambda r: r["object"]["spec"]["taints"][-1].update({"key": nc.TAINT_KEY + "-x"})),
+        ("a second copy", lambda r: r["object"]["spec"]["taints"].append(dict(STARTUP))),
+        ("dropping the GPU taint", lambda r: r["object"]["spec"]["taints"].remove(GPU_TAINT)),
+        ("a label with it", lambda r: r["object"]["metadata"]["labels"].update({"ray-efa-eks/role": "system"})),
+        ("cordon with it", lambda r: r["object"]["spec"].update({"unschedulable": True})),
+        ("a timeAdded", lambda r: r["object"]["spec"]["taints"][-1].update({"timeAdded": "2026-12-05T03:00:00Z"})),
+        ("no value", lambda r: r["object"]["spec"]["taints"][-1].pop("value")),
+        (
+            "PreferNoSchedule instead",
+            lambda r: r["object"]["spec"]["taints"][-1].update({"effect": "PreferNoSchedule"}),
+        ),
+        ("the GPU taint changed with it", lambda r: r["object"]["spec"]["taints"][0].update({"value": "false"})),
+        ("an annotation with it", lambda r: r["object"]["metadata"].setdefault("annotations", {}).update({"a": "b"})),
+    ],
+)
 def test_putting_back_is_only_that_one_taint(put_back, what, change):
     ok, why = admit(POLICY, _forged(put_back[2], change))
     assert not ok and why == [TAINT_MESSAGE], what
@@ -378,44 +467,63 @@ def test_putting_back_on_another_node_is_refused(put_back):
     assert not ok and "the node agent may change only the node its pod runs on" in why
 
 
-@pytest.mark.parametrize("old,new", [
-    ([], [STARTUP]),  # a node with no taint left: the first add creates the list
-    ([GPU_TAINT, {"key": "x", "value": "y", "effect": "NoExecute"}],
-     [GPU_TAINT, {"key": "x", "value": "y", "effect": "NoExecute"}, STARTUP]),
-    ([GPU_TAINT], [STARTUP, GPU_TAINT]),  # put first: the other taints unchanged in their order (order means nothing)
-])
+@pytest.mark.parametrize(
+    "old,new",
+    [
+        ([], [STARTUP]),  # a node with no taint left: the first add creates the list
+        (
+            [GPU_TAINT, {"key": "x", "value": "y", "effect": "NoExecute"}],
+            [GPU_TAINT, {"key": "x", "value": "y", "effect": "NoExecute"}, STARTUP],
+        ),
+        (
+            [GPU_TAINT],
+            [STARTUP, GPU_TAINT],
+        ),  # put first: the other taints unchanged in their order (order means nothing)
+    ],
+)
 def test_putting_back_onto_any_taint_list_is_admitted(put_back, old, new):
     def change(r):
         r["oldObject"]["spec"]["taints"], r["object"]["spec"]["taints"] = old, new
+
     assert admit(POLICY, _forged(put_back[2], change)) == (True, [])
+
     # and a node whose spec has no taints field at all
     def bare(r):
         r["oldObject"]["spec"].pop("taints")
         r["object"]["spec"]["taints"] = [STARTUP]
+
     assert admit(POLICY, _forged(put_back[2], bare)) == (True, [])
 
 
 def test_the_taint_cannot_be_added_while_it_is_there(put_back):
     """A second copy of the taint is neither a removal nor a put-back."""
+
     def twice(r):
         r["oldObject"]["spec"]["taints"] = [GPU_TAINT, STARTUP]
         r["object"]["spec"]["taints"] = [GPU_TAINT, STARTUP, dict(STARTUP)]
+
     assert admit(POLICY, _forged(put_back[2], twice)) == (False, [TAINT_MESSAGE])
 
 
 def test_the_worker_read_is_a_role_in_the_ray_namespace_listing_pods_only(default_run):
-    objs = {r.type.rsplit(":", 1)[1]: r.inputs for r in default_run.resources
-            if r.name.startswith("node-agent-workers-")}
+    objs = {
+        r.type.rsplit(":", 1)[1]: r.inputs for r in default_run.resources if r.name.startswith("node-agent-workers-")
+    }
     assert objs["Role"]["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]
     assert objs["Role"]["metadata"]["namespace"] == objs["RoleBinding"]["metadata"]["namespace"] == "ray"
-    assert objs["RoleBinding"]["subjects"] == [{"kind": "ServiceAccount", "name": "node-agent",
-                                                "namespace": "efa-node-agent"}]
-    assert objs["RoleBinding"]["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
-                                              "name": objs["Role"]["metadata"]["name"]}
+    assert objs["RoleBinding"]["subjects"] == [
+        {"kind": "ServiceAccount", "name": "node-agent", "namespace": "efa-node-agent"}
+    ]
+    assert objs["RoleBinding"]["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": objs["Role"]["metadata"]["name"],
+    }
     for kind, body in objs.items():
         for version in ACCEPTED:
-            kubernetes_validate.validate({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": kind, **body},
-                                         f"{version}.0", strict=True)
+            kubernetes_validate.validate(
+                {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": kind, **body}, f"{version}.0", strict=True
+            )
     by_name = {r.name: r for r in default_run.resources}
     ray_ns = by_name["ray-ns"].urn
     assert ray_ns in by_name["node-agent-workers-role"].options["dependencies"]

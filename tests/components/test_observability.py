@@ -21,8 +21,15 @@ from ray_efa_eks.components.observability.metrics_rules import AlertThresholds
 from ray_efa_eks.components.addons.node_agent import APP_LABELS
 from ray_efa_eks.components.kube import FABRIC_STARTUP_TAINT
 from ray_efa_eks.components.addons.node_agent import NAMESPACE as AGENT_NS
-from ray_efa_eks.components.observability.observability import (DCGM_CHART_VERSION, DCGM_NAMESPACE, KPS_CHART_VERSION,
-                                                  ObservabilityArgs, custom_objects, dcgm_values, kps_values)
+from ray_efa_eks.components.observability.observability import (
+    DCGM_CHART_VERSION,
+    DCGM_NAMESPACE,
+    KPS_CHART_VERSION,
+    ObservabilityArgs,
+    custom_objects,
+    dcgm_values,
+    kps_values,
+)
 from ray_efa_eks.tools.mockrun import run_program
 
 TESTS = Path(__file__).parents[1]
@@ -64,8 +71,12 @@ def _args(**kw) -> ObservabilityArgs:
 
 
 def test_kps_values_exist_in_the_pinned_chart():
-    values = kps_values(_args(remote_write_url="https://aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-1/api/v1"
-                                                "/remote_write", region="us-east-1"))
+    values = kps_values(
+        _args(
+            remote_write_url="https://aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-1/api/v1/remote_write",
+            region="us-east-1",
+        )
+    )
     assert unknown_keys(values, _defaults(f"kube-prometheus-stack-{KPS_CHART_VERSION}")) == []
 
 
@@ -78,21 +89,29 @@ def test_dcgm_values_exist_in_the_pinned_chart():
 
 def test_the_key_check_can_fail():
     defaults = _defaults(f"kube-prometheus-stack-{KPS_CHART_VERSION}")
-    assert unknown_keys({"prometheus": {"prometheusSpec": {"retentionTime": "1d"}}, "grafana": {"resources": {}}},
-                        defaults) == ["prometheus.prometheusSpec.retentionTime", "grafana.resources"]
+    assert unknown_keys(
+        {"prometheus": {"prometheusSpec": {"retentionTime": "1d"}}, "grafana": {"resources": {}}}, defaults
+    ) == ["prometheus.prometheusSpec.retentionTime", "grafana.resources"]
 
 
 def test_prometheus_selects_every_monitor_and_rule():
     """With the chart's defaults Prometheus only picks up objects labelled release=<name>; ours carry no such label."""
     spec = kps_values(_args())["prometheus"]["prometheusSpec"]
-    for k in ("serviceMonitorSelectorNilUsesHelmValues", "podMonitorSelectorNilUsesHelmValues",
-              "ruleSelectorNilUsesHelmValues"):
+    for k in (
+        "serviceMonitorSelectorNilUsesHelmValues",
+        "podMonitorSelectorNilUsesHelmValues",
+        "ruleSelectorNilUsesHelmValues",
+    ):
         assert spec[k] is False
 
 
 def test_sigv4_only_for_amp():
-    amp = kps_values(_args(remote_write_url="https://aps-workspaces.eu-west-1.amazonaws.com/workspaces/ws-1/api/v1/"
-                                            "remote_write", region="eu-west-1"))["prometheus"]["prometheusSpec"]
+    amp = kps_values(
+        _args(
+            remote_write_url="https://aps-workspaces.eu-west-1.amazonaws.com/workspaces/ws-1/api/v1/remote_write",
+            region="eu-west-1",
+        )
+    )["prometheus"]["prometheusSpec"]
     assert amp["remoteWrite"] == [{"url": amp["remoteWrite"][0]["url"], "sigv4": {"region": "eu-west-1"}}]
     other = kps_values(_args(remote_write_url="https://mimir.example.com/api/v1/push"))["prometheus"]["prometheusSpec"]
     assert other["remoteWrite"] == [{"url": "https://mimir.example.com/api/v1/push"}]
@@ -101,12 +120,17 @@ def test_sigv4_only_for_amp():
 
 def test_resources_are_guaranteed_and_fit_the_system_node():
     v = kps_values(_args())
-    sized = [v["prometheus"]["prometheusSpec"]["resources"], v["prometheusOperator"]["resources"],
-             v["prometheusOperator"]["prometheusConfigReloader"]["resources"]]
+    sized = [
+        v["prometheus"]["prometheusSpec"]["resources"],
+        v["prometheusOperator"]["resources"],
+        v["prometheusOperator"]["prometheusConfigReloader"]["resources"],
+    ]
     for r in sized:
         assert r["requests"] == r["limits"]
     cpu = sum(int(r["requests"]["cpu"].rstrip("m")) for r in sized)
-    mem = sum(int(r["requests"]["memory"][:-2]) * (1024 if r["requests"]["memory"].endswith("Gi") else 1) for r in sized)
+    mem = sum(
+        int(r["requests"]["memory"][:-2]) * (1024 if r["requests"]["memory"].endswith("Gi") else 1) for r in sized
+    )
     # m7i.xlarge allocatable ~3920m / ~14.9Gi; the Ray head 2 CPU / 8Gi, operator 100m / 512Mi, daemonsets and
     # CoreDNS ~0.4 CPU / ~0.5Gi: what is left must hold the metrics stack
     assert cpu <= 3920 - 2000 - 100 - 400 and mem <= (14.9 - 8 - 0.5 - 0.5) * 1024
@@ -141,9 +165,14 @@ def test_alerts_use_the_node_agents_startup_taint():
 
 def test_dashboard_queries_and_sidecar_label():
     d = dashboard(40.0)
-    assert [p["title"] for p in d["panels"]] == ["EFA throughput per node vs line rate", "EFA error counters",
-                                                 "GPU utilization", "GPU memory used", "Ray Train throughput",
-                                                 "Fabric verdicts"]
+    assert [p["title"] for p in d["panels"]] == [
+        "EFA throughput per node vs line rate",
+        "EFA error counters",
+        "GPU utilization",
+        "GPU memory used",
+        "Ray Train throughput",
+        "Fabric verdicts",
+    ]
     assert any(TOKENS_METRIC in e for _, e in all_exprs(40.0))
     assert "4e+10" in json.dumps(d)  # the line rate, in bits/s
     sidecar = _defaults(f"kube-prometheus-stack-{KPS_CHART_VERSION}")["grafana"]["sidecar"]["dashboards"]
@@ -159,13 +188,16 @@ def test_stack_installs_the_metrics_stack_by_default(default_run):
     assert releases["dcgm-exporter"]["version"] == DCGM_CHART_VERSION
     assert releases["kube-prometheus-stack"]["namespace"] == "monitoring"
     assert releases["dcgm-exporter"]["namespace"] == DCGM_NAMESPACE
-    namespaces = {r["metadata"]["name"]: r["metadata"].get("labels", {})
-                  for r in default_run.of_type("kubernetes:core/v1:Namespace")}
+    namespaces = {
+        r["metadata"]["name"]: r["metadata"].get("labels", {})
+        for r in default_run.of_type("kubernetes:core/v1:Namespace")
+    }
     assert namespaces["monitoring"]["pod-security.kubernetes.io/enforce"] == "baseline"
     assert namespaces[DCGM_NAMESPACE]["pod-security.kubernetes.io/enforce"] == "privileged"
     kinds = sorted(r.type for r in default_run.resources if r.type.startswith("kubernetes:monitoring.coreos.com"))
     assert kinds == ["kubernetes:monitoring.coreos.com/v1:PodMonitor"] * 3 + [
-        "kubernetes:monitoring.coreos.com/v1:PrometheusRule"]
+        "kubernetes:monitoring.coreos.com/v1:PrometheusRule"
+    ]
     rule = default_run.one("kubernetes:monitoring.coreos.com/v1:PrometheusRule")
     below = next(r for g in rule["spec"]["groups"] for r in g["rules"] if r.get("alert") == "EfaBelowLineRate")
     assert "< 1.25e+09" in below["expr"]  # g6.12xlarge: 40 Gbit/s = 5e9 B/s, a quarter of it
@@ -181,42 +213,73 @@ def test_retention_and_remote_write_reach_prometheus():
     url = "https://aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-abc/api/v1/remote_write"
     run = run_program({"metricsRetention": "3d", "metricsRemoteWriteUrl": url})
     spec = next(r for r in run.of_type(HELM) if r["chart"] == "kube-prometheus-stack")["values"]["prometheus"][
-        "prometheusSpec"]
+        "prometheusSpec"
+    ]
     assert spec["retention"] == "3d" and spec["remoteWrite"] == [{"url": url, "sigv4": {"region": "us-east-1"}}]
 
 
-@pytest.mark.parametrize("url, region, signed", [
-    # a workspace in another region than the stack's: signed for the workspace's (AMP's endpoints name their region)
-    ("https://aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-1/api/v1/remote_write", "us-west-2", "us-east-1"),
-    ("https://aps-workspaces.eu-west-1.amazonaws.com/workspaces/ws-1/api/v1/remote_write", "us-east-1", "eu-west-1"),
-    # the dual-stack and FIPS data-plane endpoints are AMP too (AWS General Reference, AMP endpoints)
-    ("https://aps-workspaces.ap-southeast-2.api.aws/workspaces/ws-1/api/v1/remote_write", "us-west-2",
-     "ap-southeast-2"),
-    ("https://aps-workspaces-fips.us-gov-west-1.amazonaws.com/workspaces/ws-1/api/v1/remote_write", "us-east-1",
-     "us-gov-west-1"),
-    ("https://mimir.example.com/api/v1/push", "us-west-2", None),
-])
+@pytest.mark.parametrize(
+    "url, region, signed",
+    [
+        # a workspace in another region than the stack's: signed for the workspace's (AMP's endpoints name their region)
+        (
+            "https://aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-1/api/v1/remote_write",
+            "us-west-2",
+            "us-east-1",
+        ),
+        (
+            "https://aps-workspaces.eu-west-1.amazonaws.com/workspaces/ws-1/api/v1/remote_write",
+            "us-east-1",
+            "eu-west-1",
+        ),
+        # the dual-stack and FIPS data-plane endpoints are AMP too (AWS General Reference, AMP endpoints)
+        (
+            "https://aps-workspaces.ap-southeast-2.api.aws/workspaces/ws-1/api/v1/remote_write",
+            "us-west-2",
+            "ap-southeast-2",
+        ),
+        (
+            "https://aps-workspaces-fips.us-gov-west-1.amazonaws.com/workspaces/ws-1/api/v1/remote_write",
+            "us-east-1",
+            "us-gov-west-1",
+        ),
+        ("https://mimir.example.com/api/v1/push", "us-west-2", None),
+    ],
+)
 def test_remote_write_is_signed_for_the_workspaces_region_not_the_stacks(url, region, signed):
     run = run_program({"metricsRemoteWriteUrl": url}, region=region)
     spec = next(r for r in run.of_type(HELM) if r["chart"] == "kube-prometheus-stack")["values"]["prometheus"][
-        "prometheusSpec"]
+        "prometheusSpec"
+    ]
     assert spec["remoteWrite"] == [{"url": url, **({"sigv4": {"region": signed}} if signed else {})}]
 
 
-@pytest.mark.parametrize("key,value,words", [
-    ("metricsRemoteWriteUrl", "https://aps-workspaces.amazonaws.com/workspaces/ws-1/api/v1/remote_write",
-     "aps-workspaces.REGION.amazonaws.com"),
-    ("metricsRemoteWriteUrl", "https://aps-workspaces.us-east-1x.amazonaws.com/workspaces/ws-1/api/v1/remote_write",
-     "aps-workspaces.REGION.amazonaws.com"),
-    ("metricsRemoteWriteUrl", "https://aps-workspaces.us_east_1.amazonaws.com/workspaces/ws-1/api/v1/remote_write",
-     "aps-workspaces.REGION.amazonaws.com"),
-    ("metricsRemoteWriteUrl", "https://aps-workspaces.us-east-1.example.amazonaws.com/workspaces/ws-1", "REGION"),
-    ("metricsRetention", "15 days", "Prometheus duration"),
-    ("metricsRetention", "0d", "above zero"),
-    ("metricsRemoteWriteUrl", "aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-1", "scheme"),
-    ("metricsRemoteWriteUrl", "https://user:secret@example.com/push", "credentials"),
-    ("metricsRemoteWriteUrl", "https://example.com:0/push", "port 0"),
-])
+@pytest.mark.parametrize(
+    "key,value,words",
+    [
+        (
+            "metricsRemoteWriteUrl",
+            "https://aps-workspaces.amazonaws.com/workspaces/ws-1/api/v1/remote_write",
+            "aps-workspaces.REGION.amazonaws.com",
+        ),
+        (
+            "metricsRemoteWriteUrl",
+            "https://aps-workspaces.us-east-1x.amazonaws.com/workspaces/ws-1/api/v1/remote_write",
+            "aps-workspaces.REGION.amazonaws.com",
+        ),
+        (
+            "metricsRemoteWriteUrl",
+            "https://aps-workspaces.us_east_1.amazonaws.com/workspaces/ws-1/api/v1/remote_write",
+            "aps-workspaces.REGION.amazonaws.com",
+        ),
+        ("metricsRemoteWriteUrl", "https://aps-workspaces.us-east-1.example.amazonaws.com/workspaces/ws-1", "REGION"),
+        ("metricsRetention", "15 days", "Prometheus duration"),
+        ("metricsRetention", "0d", "above zero"),
+        ("metricsRemoteWriteUrl", "aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-1", "scheme"),
+        ("metricsRemoteWriteUrl", "https://user:secret@example.com/push", "credentials"),
+        ("metricsRemoteWriteUrl", "https://example.com:0/push", "port 0"),
+    ],
+)
 def test_bad_metrics_config_is_refused_naming_the_key(key, value, words):
     with pytest.raises(ConfigError) as e:
         StackConfig.from_mapping({key: value})
@@ -241,11 +304,18 @@ def test_node_repair_sets_only_the_eks_node_group_child():
     from ray_efa_eks.components.nodes.node_groups import node_repair
 
     def args(typ, props):
-        return pulumi.ResourceTransformArgs(custom=True, type_=typ, name="gpu-mng", props=props,
-                                            opts=pulumi.ResourceOptions())
+        return pulumi.ResourceTransformArgs(
+            custom=True, type_=typ, name="gpu-mng", props=props, opts=pulumi.ResourceOptions()
+        )
 
-    out = node_repair(args("aws:eks/nodeGroup:NodeGroup", {"nodeGroupName": "g", "nodeRepairConfig": {
-        "maxParallelNodesRepairedCount": 1}}))
-    assert out.props == {"nodeGroupName": "g", "nodeRepairConfig": {"maxParallelNodesRepairedCount": 1,
-                                                                   "enabled": True}}
+    out = node_repair(
+        args(
+            "aws:eks/nodeGroup:NodeGroup",
+            {"nodeGroupName": "g", "nodeRepairConfig": {"maxParallelNodesRepairedCount": 1}},
+        )
+    )
+    assert out.props == {
+        "nodeGroupName": "g",
+        "nodeRepairConfig": {"maxParallelNodesRepairedCount": 1, "enabled": True},
+    }
     assert node_repair(args("aws:ec2/launchTemplate:LaunchTemplate", {})) is None

@@ -53,19 +53,48 @@ def test_schema_token_inputs_and_outputs(schema):
         if base is list:
             assert prop["items"]["type"] == "string"
     outputs = res["properties"]
-    expected = {**run_program().outputs, **run_program(  # a Capacity Block stack adds gpuCapacityBlockEnd
-        {"gpuInstanceType": "p5.48xlarge", "gpuCapacity": "capacity-block", "efaCheck": "false",
-         "gpuCapacityReservationId": "cr-0123456789abcdef0", "availabilityZone": "us-east-1a"}).outputs}
+    expected = {
+        **run_program().outputs,
+        **run_program(  # a Capacity Block stack adds gpuCapacityBlockEnd
+            {
+                "gpuInstanceType": "p5.48xlarge",
+                "gpuCapacity": "capacity-block",
+                "efaCheck": "false",
+                "gpuCapacityReservationId": "cr-0123456789abcdef0",
+                "availabilityZone": "us-east-1a",
+            }
+        ).outputs,
+    }
     assert set(outputs) == set(expected)
     assert {k: outputs[k].get("type", outputs[k].get("$ref")) for k in outputs} == {
-        "clusterName": "string", "kubeconfig": "pulumi.json#/Any", "gpuAvailabilityZone": "string",
-        "gpuNodeCount": "integer", "gpuInstanceType": "string", "efaInterfacesPerNode": "integer",
-        "estimatedHourlyUsd": "number", "estimatedIdleHourlyUsd": "number", "costNotes": "array", "teardownOrder": "array", "headServiceName": "string",
-        "rayDashboard": "string", "checkpointBucket": "string", "checkpointStorageUri": "string",
-        "efaCheckLogsCommand": "string", "gpuCapacityBlockEnd": "string", "rayAuthToken": "string"}
+        "clusterName": "string",
+        "kubeconfig": "pulumi.json#/Any",
+        "gpuAvailabilityZone": "string",
+        "gpuNodeCount": "integer",
+        "gpuInstanceType": "string",
+        "efaInterfacesPerNode": "integer",
+        "estimatedHourlyUsd": "number",
+        "estimatedIdleHourlyUsd": "number",
+        "costNotes": "array",
+        "teardownOrder": "array",
+        "headServiceName": "string",
+        "rayDashboard": "string",
+        "checkpointBucket": "string",
+        "checkpointStorageUri": "string",
+        "efaCheckLogsCommand": "string",
+        "gpuCapacityBlockEnd": "string",
+        "rayAuthToken": "string",
+    }
     assert all(outputs[k].get("description") for k in outputs)
-    optional = {"checkpointBucket", "checkpointStorageUri", "efaCheckLogsCommand", "gpuCapacityBlockEnd",
-                "estimatedHourlyUsd", "estimatedIdleHourlyUsd", "rayAuthToken"}
+    optional = {
+        "checkpointBucket",
+        "checkpointStorageUri",
+        "efaCheckLogsCommand",
+        "gpuCapacityBlockEnd",
+        "estimatedHourlyUsd",
+        "estimatedIdleHourlyUsd",
+        "rayAuthToken",
+    }
     assert set(res["required"]) == set(outputs) - optional
 
 
@@ -101,8 +130,12 @@ def test_generator_notices_a_drift(tmp_path):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text((ROOT / rel).read_text())
     text = (tmp_path / "Pulumi.yaml").read_text()
-    (tmp_path / "Pulumi.yaml").write_text(text.replace("  gpuNodeCount:\n    type: integer\n    default: 2\n",
-                                                       "  gpuNodeCount:\n    type: integer\n    default: 3\n"))
+    (tmp_path / "Pulumi.yaml").write_text(
+        text.replace(
+            "  gpuNodeCount:\n    type: integer\n    default: 2\n",
+            "  gpuNodeCount:\n    type: integer\n    default: 3\n",
+        )
+    )
     assert config_schema.stale(tmp_path) == ["Pulumi.yaml"]
     assert config_schema.write(tmp_path) == ["Pulumi.yaml"] and config_schema.stale(tmp_path) == []
 
@@ -128,18 +161,26 @@ def test_yaml_example_sets_only_schema_properties_with_the_right_types(schema, p
     # What the provider hands the component for these properties is a valid stack config.
     mapped = provider.map_inputs(res["properties"], provider._component_defs["EfaRayCluster"])
     cfg = stack_config(mapped)
-    assert (cfg.gpuInstanceType, cfg.gpuNodeCount, cfg.endpointPublicAccessCidrs) == ("g6.12xlarge", 2, ["203.0.113.0/24"])
+    assert (cfg.gpuInstanceType, cfg.gpuNodeCount, cfg.endpointPublicAccessCidrs) == (
+        "g6.12xlarge",
+        2,
+        ["203.0.113.0/24"],
+    )
 
 
 def test_component_built_from_a_dict_as_the_provider_passes_it(tmp_path):
     """The multi-language path (args as a plain dict) registers the same stack as the Python program."""
     program = tmp_path / "__main__.py"
-    program.write_text("import pulumi\nfrom ray_efa_eks.components.stack import EfaRayCluster\n"
-                       "c = EfaRayCluster('ray-efa-dev', {'gpuNodeCount': 2, 'region': 'us-east-1'})\n"
-                       "for k, v in c.outputs().items():\n    pulumi.export(k, v)\n")
+    program.write_text(
+        "import pulumi\nfrom ray_efa_eks.components.stack import EfaRayCluster\n"
+        "c = EfaRayCluster('ray-efa-dev', {'gpuNodeCount': 2, 'region': 'us-east-1'})\n"
+        "for k, v in c.outputs().items():\n    pulumi.export(k, v)\n"
+    )
     from_dict = run_program(program=program)
     from_config = run_program()
-    assert sorted((r.type, r.name) for r in from_dict.resources) == sorted((r.type, r.name) for r in from_config.resources)
+    assert sorted((r.type, r.name) for r in from_dict.resources) == sorted(
+        (r.type, r.name) for r in from_config.resources
+    )
     assert from_dict.outputs["estimatedHourlyUsd"] == from_config.outputs["estimatedHourlyUsd"]
     with pytest.raises(ConfigError, match="gpuInstanceType"):
         stack_config({"gpuInstanceType": "g6.13xlarge"})
@@ -156,15 +197,25 @@ def test_installed_wheel_is_namespaced_and_not_shadowed(tmp_path):
     src, wheels = tmp_path / "src", tmp_path / "wheels"
     src.mkdir()
     shutil.copy2(ROOT / "pyproject.toml", src)
-    for pkg in ("components", "efacheck", "training", "tools"):  # a copy, so the build leaves no build/ or egg-info in the checkout
+    for pkg in (
+        "components",
+        "efacheck",
+        "training",
+        "tools",
+    ):  # a copy, so the build leaves no build/ or egg-info in the checkout
         shutil.copytree(ROOT / pkg, src / pkg, ignore=shutil.ignore_patterns("__pycache__"))
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(wheels),
-                    str(src)], check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(wheels), str(src)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     wheel = next(wheels.glob("ray_efa_eks-*.whl"))
     tops = {n.split("/", 1)[0] for n in zipfile.ZipFile(wheel).namelist()}
     # the generated data the library and the mock runner read at run time (pyproject package-data)
     assert {"ray_efa_eks/components/nodes/catalogue.json", "ray_efa_eks/tools/offerings.json"} <= set(
-        zipfile.ZipFile(wheel).namelist())
+        zipfile.ZipFile(wheel).namelist()
+    )
     assert {t for t in tops if not t.endswith(".dist-info")} == {"ray_efa_eks"}
     site = tmp_path / "site"
     with zipfile.ZipFile(wheel) as z:
@@ -173,17 +224,24 @@ def test_installed_wheel_is_namespaced_and_not_shadowed(tmp_path):
     user_repo = tmp_path / "user-infra"
     (user_repo / "components").mkdir(parents=True)
     (user_repo / "components" / "__init__.py").write_text("MINE = True\n")
-    code = ("import components, ray_efa_eks.components.stack as s, ray_efa_eks.components.addons.efa_check as e\n"
-            "assert components.MINE\n"
-            "print(s.__file__); print(sorted(e.check_files()))")
+    code = (
+        "import components, ray_efa_eks.components.stack as s, ray_efa_eks.components.addons.efa_check as e\n"
+        "assert components.MINE\n"
+        "print(s.__file__); print(sorted(e.check_files()))"
+    )
     env = {**os.environ, "PYTHONPATH": f"{user_repo}{os.pathsep}{site}", "PYTHONNOUSERSITE": "1"}
     # -S drops the venv's editable finder, so only the unpacked wheel can answer for ray_efa_eks.
-    probe = subprocess.run([sys.executable, "-c", "import sys; print([p for p in sys.path if 'site-packages' in p])"],
-                           capture_output=True, text=True, check=True)
+    probe = subprocess.run(
+        [sys.executable, "-c", "import sys; print([p for p in sys.path if 'site-packages' in p])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     venv_site = json.loads(probe.stdout.replace("'", '"'))
     env["PYTHONPATH"] += os.pathsep + os.pathsep.join(venv_site)
-    out = subprocess.run([sys.executable, "-S", "-c", code], cwd=user_repo, env=env, capture_output=True, text=True,
-                         timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-S", "-c", code], cwd=user_repo, env=env, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     first, files = out.stdout.splitlines()[:2]
     assert first.startswith(str(site)), first
@@ -238,14 +296,19 @@ def test_every_component_is_exported_from_the_package():
         for name in names:
             assert getattr(pkg, name) is getattr(import_module(f"ray_efa_eks.components.{module}"), name), name
     public = {p.stem: p for p in (ROOT / "components").rglob("*.py")}
-    declared = {line.split("class ", 1)[1].split("(")[0].split(":")[0]
-                for p in public.values() for line in p.read_text().splitlines()
-                if line.startswith("class ") and ("ComponentResource" in line or line.split("(")[0].endswith("Args"))}
+    declared = {
+        line.split("class ", 1)[1].split("(")[0].split(":")[0]
+        for p in public.values()
+        for line in p.read_text().splitlines()
+        if line.startswith("class ") and ("ComponentResource" in line or line.split("(")[0].endswith("Args"))
+    }
     declared -= {"NodeLaunchTemplateArgs", "RayJobArgs"}  # plain data the components above build from, not inputs
     assert declared <= set(pkg.__all__), sorted(declared - set(pkg.__all__))
     with pytest.raises(AttributeError, match="no attribute 'Nope'"):
         pkg.Nope  # noqa: B018
-    code = ("import sys, ray_efa_eks.components.config.values as v, ray_efa_eks.components as c; "
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pulumi', 'pulumi_aws')))")
+    code = (
+        "import sys, ray_efa_eks.components.config.values as v, ray_efa_eks.components as c; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pulumi', 'pulumi_aws')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr[-2000:]

@@ -27,9 +27,14 @@ REGION = "ap-northeast-1"
 
 
 def probe(env: dict[str, str], bucket: str | None = None) -> dict:
-    proc = subprocess.run([sys.executable, "-m", "tests.helpers.imds_probe", json.dumps(env), *([bucket] if bucket else [])],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120,
-                          env={k: v for k, v in os.environ.items() if not k.startswith("AWS_")})
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.helpers.imds_probe", json.dumps(env), *([bucket] if bucket else [])],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={k: v for k, v in os.environ.items() if not k.startswith("AWS_")},
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -46,9 +51,12 @@ def test_rendered_env_gives_region_and_pod_identity_without_imds(rendered, tmp_p
     assert set(rendered) == {"AWS_REGION", "AWS_DEFAULT_REGION", "AWS_EC2_METADATA_DISABLED"}
     with PodIdentityS3(tmp_path, region=REGION) as s3:
         s3.admin_client().create_bucket(Bucket="ckpt", CreateBucketConfiguration={"LocationConstraint": REGION})
-        webhook = {k: v for k, v in s3.pod_env({}).items()
-                   if k in ("AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE",
-                            "AWS_ENDPOINT_URL_S3")}
+        webhook = {
+            k: v
+            for k, v in s3.pod_env({}).items()
+            if k
+            in ("AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", "AWS_ENDPOINT_URL_S3")
+        }
         out = probe({**rendered, **webhook}, "ckpt")
         assert s3.credential_fetches and set(s3.credential_fetches) == {PodIdentityS3.TOKEN}
     assert out["imds_requests"] == 0, out

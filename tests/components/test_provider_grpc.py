@@ -34,8 +34,16 @@ import pytest
 from google.protobuf import empty_pb2, struct_pb2
 from google.protobuf.json_format import MessageToDict
 from pulumi.runtime import rpc
-from pulumi.runtime.proto import (engine_pb2, engine_pb2_grpc, errors_pb2, provider_pb2, provider_pb2_grpc,
-                                  resource_pb2, resource_pb2_grpc, status_pb2)
+from pulumi.runtime.proto import (
+    engine_pb2,
+    engine_pb2_grpc,
+    errors_pb2,
+    provider_pb2,
+    provider_pb2_grpc,
+    resource_pb2,
+    resource_pb2_grpc,
+    status_pb2,
+)
 
 from ray_efa_eks.components.stack import TOKEN
 from ray_efa_eks.tools import mockrun
@@ -46,8 +54,13 @@ ROOT = Path(__file__).resolve().parents[2]
 PROJECT, STACK = "ray-efa-eks-consumer", "dev"
 STACK_URN = f"urn:pulumi:{STACK}::{PROJECT}::pulumi:pulumi:Stack::{PROJECT}-{STACK}"
 SECRET = {rpc._special_sig_key: rpc._special_secret_sig}
-INTEGER_INPUTS = ("gpuNodeCount", "gpuRootVolumeGiB", "efaCheckWaitSeconds", "imdsHopLimit",
-                  "checkpointNoncurrentVersionDays")
+INTEGER_INPUTS = (
+    "gpuNodeCount",
+    "gpuRootVolumeGiB",
+    "efaCheckWaitSeconds",
+    "imdsHopLimit",
+    "checkpointNoncurrentVersionDays",
+)
 
 
 class FakeEngine(engine_pb2_grpc.EngineServicer):
@@ -125,8 +138,15 @@ class FakeMonitor(resource_pb2_grpc.ResourceMonitorServicer):
 class Plugin:
     """The provider process and a client, as the engine holds them."""
 
-    def __init__(self, proc: subprocess.Popen, client: provider_pb2_grpc.ResourceProviderStub, stderr: Path,
-                 monitor: FakeMonitor, monitor_address: str, engine: FakeEngine) -> None:
+    def __init__(
+        self,
+        proc: subprocess.Popen,
+        client: provider_pb2_grpc.ResourceProviderStub,
+        stderr: Path,
+        monitor: FakeMonitor,
+        monitor_address: str,
+        engine: FakeEngine,
+    ) -> None:
         self.proc, self.client, self.stderr_path = proc, client, stderr
         self.monitor, self.monitor_address, self.engine = monitor, monitor_address, engine
         self.lock = threading.Lock()
@@ -134,21 +154,37 @@ class Plugin:
     def stderr(self) -> str:
         return self.stderr_path.read_text()[-4000:]
 
-    def construct(self, inputs: struct_pb2.Struct | dict, name: str = "training",
-                  config: dict[str, str] | None = None, dry_run: bool = False,
-                  input_dependencies: dict[str, list[str]] | None = None) -> tuple[provider_pb2.ConstructResponse, MockRun]:
+    def construct(
+        self,
+        inputs: struct_pb2.Struct | dict,
+        name: str = "training",
+        config: dict[str, str] | None = None,
+        dry_run: bool = False,
+        input_dependencies: dict[str, list[str]] | None = None,
+    ) -> tuple[provider_pb2.ConstructResponse, MockRun]:
         """Construct as provider.Construct sends it (pkg/resource/plugin/provider_plugin.go)."""
         if isinstance(inputs, dict):
             inputs = to_struct(inputs)
         with self.lock:
             run = self.monitor.reset()
             request = provider_pb2.ConstructRequest(
-                project=PROJECT, stack=STACK, organization="organization",
+                project=PROJECT,
+                stack=STACK,
+                organization="organization",
                 config=config if config is not None else {"aws:region": "us-east-1"},
-                dryRun=dry_run, parallel=16, monitorEndpoint=self.monitor_address, type=TOKEN, name=name,
-                parent=STACK_URN, inputs=inputs, accepts_output_values=True,
-                inputDependencies={k: provider_pb2.ConstructRequest.PropertyDependencies(urns=v)
-                                   for k, v in (input_dependencies or {}).items()})
+                dryRun=dry_run,
+                parallel=16,
+                monitorEndpoint=self.monitor_address,
+                type=TOKEN,
+                name=name,
+                parent=STACK_URN,
+                inputs=inputs,
+                accepts_output_values=True,
+                inputDependencies={
+                    k: provider_pb2.ConstructRequest.PropertyDependencies(urns=v)
+                    for k, v in (input_dependencies or {}).items()
+                },
+            )
             return self.client.Construct(request, timeout=180), run
 
 
@@ -191,8 +227,9 @@ def plugin():
     stderr = Path(tempfile.mkstemp(prefix="ray-efa-eks-plugin-", suffix=".log")[1])
     env = {**os.environ, "PULUMI_PROJECT": PROJECT, "PULUMI_CONFIG": json.dumps({"aws:region": "us-east-1"})}
     with stderr.open("w") as err_file:
-        proc = subprocess.Popen([sys.executable, str(ROOT), address], cwd=program_dir, env=env,
-                                stdout=subprocess.PIPE, stderr=err_file)
+        proc = subprocess.Popen(
+            [sys.executable, str(ROOT), address], cwd=program_dir, env=env, stdout=subprocess.PIPE, stderr=err_file
+        )
     try:
         line = proc.stdout.readline().decode().strip()  # the engine reads one line: the port
         assert line.isdigit(), f"the plugin printed {line!r}, not a port:\n{stderr.read_text()[-4000:]}"
@@ -214,8 +251,10 @@ def schema(plugin) -> dict:
 
 @pytest.fixture(scope="module")
 def configured(plugin) -> provider_pb2.ConfigureResponse:
-    return plugin.client.Configure(provider_pb2.ConfigureRequest(
-        variables={}, args=struct_pb2.Struct(), acceptSecrets=True, acceptResources=True), timeout=60)
+    return plugin.client.Configure(
+        provider_pb2.ConfigureRequest(variables={}, args=struct_pb2.Struct(), acceptSecrets=True, acceptResources=True),
+        timeout=60,
+    )
 
 
 def python_program(inputs: dict[str, Any]) -> MockRun:
@@ -266,7 +305,9 @@ def test_construct_registers_what_the_python_program_registers(plugin, schema, c
     for key in set(state) - {"kubeconfig", "rayAuthToken"}:
         assert not (isinstance(state[key], dict) and rpc._special_sig_key in state[key]), key
         assert state[key] == expected.outputs[key], key
-    assert state["gpuNodeCount"] == 2 and state["estimatedHourlyUsd"] == pytest.approx(expected.outputs["estimatedHourlyUsd"])
+    assert state["gpuNodeCount"] == 2 and state["estimatedHourlyUsd"] == pytest.approx(
+        expected.outputs["estimatedHourlyUsd"]
+    )
     # The component hangs under the program's stack; its children under the component.
     component = run.one(TOKEN, "ray-efa-dev")
     assert component.parent == STACK_URN
@@ -275,28 +316,45 @@ def test_construct_registers_what_the_python_program_registers(plugin, schema, c
 
 def test_every_integer_input_as_a_double_booleans_lists_and_omitted_inputs(plugin, configured):
     """Integer keys arrive as doubles from every non-Python SDK; omitted inputs take the reference defaults."""
-    inputs = {"gpuNodeCount": 3.0, "gpuRootVolumeGiB": 250.0, "efaCheckWaitSeconds": 900.0, "imdsHopLimit": 2.0,
-              "checkpointNoncurrentVersionDays": 7.0, "efa": True, "s3GatewayEndpoint": False, "efaCheckBlocking": False,
-              "endpointPublicAccessCidrs": ["203.0.113.0/24", "198.51.100.0/24"], "efaCheckMinBusbwGbps": 12.5}
+    inputs = {
+        "gpuNodeCount": 3.0,
+        "gpuRootVolumeGiB": 250.0,
+        "efaCheckWaitSeconds": 900.0,
+        "imdsHopLimit": 2.0,
+        "checkpointNoncurrentVersionDays": 7.0,
+        "efa": True,
+        "s3GatewayEndpoint": False,
+        "efaCheckBlocking": False,
+        "endpointPublicAccessCidrs": ["203.0.113.0/24", "198.51.100.0/24"],
+        "efaCheckMinBusbwGbps": 12.5,
+    }
     assert set(INTEGER_INPUTS) <= set(inputs)
     response, run = _construct_ok(plugin, inputs, name="ray-efa-dev")
     expected = python_program(inputs)
     assert sorted((r.type, r.name) for r in run.resources) == sorted((r.type, r.name) for r in expected.resources)
     state = {k: _plain(v) for k, v in response.state.fields.items()}
-    assert len(run.resources) >= 50 and {"clusterName", "estimatedHourlyUsd", "kubeconfig", "rayAuthToken"} <= set(state)
-    assert state["gpuNodeCount"] == 3 and not [e for e in run.of_type("aws:ec2/vpcEndpoint:VpcEndpoint")
-                                               if e["vpcEndpointType"] == "Gateway"]  # false stays false
+    assert len(run.resources) >= 50 and {"clusterName", "estimatedHourlyUsd", "kubeconfig", "rayAuthToken"} <= set(
+        state
+    )
+    assert state["gpuNodeCount"] == 3 and not [
+        e for e in run.of_type("aws:ec2/vpcEndpoint:VpcEndpoint") if e["vpcEndpointType"] == "Gateway"
+    ]  # false stays false
     # on demand, gpuScaleToZero defaults to true: 0..gpuNodeCount nodes, the Cluster Autoscaler sets desired
-    assert run.one("eks:index:ManagedNodeGroup", "gpu-mng")["scalingConfig"] == {"desiredSize": 0, "minSize": 0,
-                                                                                 "maxSize": 3}
+    assert run.one("eks:index:ManagedNodeGroup", "gpu-mng")["scalingConfig"] == {
+        "desiredSize": 0,
+        "minSize": 0,
+        "maxSize": 3,
+    }
     assert inputs_by_resource(run) == inputs_by_resource(expected)  # every input of every resource, not only its type
 
 
 def inputs_by_resource(run: MockRun) -> dict[tuple[str, str], str]:
     """(type, name) -> its inputs as text, URNs without their project (the consuming program's or this repo's)."""
+
     def text(value: Any) -> str:
         out = json.dumps(value, sort_keys=True, default=repr)
         return re.sub(r"urn:pulumi:[^:]+::[^:]+::(pulumi:pulumi:Stack\$)?", "urn:", out)
+
     return {(r.type, r.name): text(r.inputs) for r in run.resources}
 
 
@@ -328,14 +386,23 @@ def output_value(value: Any, deps: list[str], secret: bool = False) -> dict[str,
     return out
 
 
-@pytest.mark.parametrize("key,value", [
-    ("gpuNodeCount", output_value(2, ["urn:pulumi:dev::p::aws:ssm/parameter:Parameter::nodes"])),
-    ("gpuInstanceType", output_value("g6.12xlarge", [], secret=True)),
-    ("endpointPublicAccessCidrs", ["10.0.0.0/8", output_value("203.0.113.0/24", ["urn:pulumi:dev::p::x:y:Z::cidr"])]),
-    ("clusterAdminArns", {**SECRET, "value": ["arn:aws:iam::123456789012:role/admin"]}),
-    ("gpuRootVolumeGiB", rpc.UNKNOWN),  # a preview's unknown, as a plain sentinel
-    ("gpuInstanceType", {rpc._special_sig_key: rpc._special_output_value_sig, "dependencies": ["urn:a"]}),  # unknown output
-])
+@pytest.mark.parametrize(
+    "key,value",
+    [
+        ("gpuNodeCount", output_value(2, ["urn:pulumi:dev::p::aws:ssm/parameter:Parameter::nodes"])),
+        ("gpuInstanceType", output_value("g6.12xlarge", [], secret=True)),
+        (
+            "endpointPublicAccessCidrs",
+            ["10.0.0.0/8", output_value("203.0.113.0/24", ["urn:pulumi:dev::p::x:y:Z::cidr"])],
+        ),
+        ("clusterAdminArns", {**SECRET, "value": ["arn:aws:iam::123456789012:role/admin"]}),
+        ("gpuRootVolumeGiB", rpc.UNKNOWN),  # a preview's unknown, as a plain sentinel
+        (
+            "gpuInstanceType",
+            {rpc._special_sig_key: rpc._special_output_value_sig, "dependencies": ["urn:a"]},
+        ),  # unknown output
+    ],
+)
 def test_inputs_sent_as_output_values_are_refused_by_name(plugin, configured, key, value):
     """An SDK Output, a secret or a value with dependencies cannot decide which resources exist: refused, named."""
     with pytest.raises(grpc.RpcError) as err:
@@ -371,7 +438,9 @@ def test_sdk_limits_the_provider_works_around():
 def test_a_known_value_with_dependencies_is_refused(plugin, configured):
     """Engines that send a resolved output as a plain value plus inputDependencies: still another resource's output."""
     with pytest.raises(grpc.RpcError) as err:
-        plugin.construct({"gpuNodeCount": 2, "gpuInstanceType": "g6.12xlarge"},
-                         input_dependencies={"gpuInstanceType": ["urn:pulumi:dev::p::aws:ssm/parameter:Parameter::t"]})
+        plugin.construct(
+            {"gpuNodeCount": 2, "gpuInstanceType": "g6.12xlarge"},
+            input_dependencies={"gpuInstanceType": ["urn:pulumi:dev::p::aws:ssm/parameter:Parameter::t"]},
+        )
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, err.value.details()
     assert list(input_errors(err.value)) == ["gpuInstanceType"]

@@ -13,8 +13,9 @@ from tests.helpers.mockruns import shared_run
 from ray_efa_eks.components.ray.raycluster import RayClusterArgs, WorkerGroupArgs, build_spec, ray_start_params
 from ray_efa_eks.components.kube import check_guaranteed, pod_resources
 
-CRD = yaml.load((Path(__file__).parents[1] / "schemas/ray.io_rayclusters.yaml").read_text(),
-                Loader=yaml.CSafeLoader)  # libyaml: the same data as safe_load, 10x faster on the CRD
+CRD = yaml.load(
+    (Path(__file__).parents[1] / "schemas/ray.io_rayclusters.yaml").read_text(), Loader=yaml.CSafeLoader
+)  # libyaml: the same data as safe_load, 10x faster on the CRD
 SCHEMA = next(v for v in CRD["spec"]["versions"] if v["name"] == "v1")["schema"]["openAPIV3Schema"]
 K8S_VERSION = "1.33.0"
 IMAGE = "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1"
@@ -64,14 +65,22 @@ def test_crd_schema_rejects_numbers_in_ray_start_params(default_run):
 @pytest.mark.parametrize("run_name", ["default_run", "p5_run"])
 def test_pod_templates_match_kubernetes_schema(request, run_name):
     for t in pod_templates(raycluster(request.getfixturevalue(run_name))["spec"]):
-        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probe", **t.get("metadata", {})}, "spec": t["spec"]}
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "probe", **t.get("metadata", {})},
+            "spec": t["spec"],
+        }
         kubernetes_validate.validate(pod, K8S_VERSION, strict=True)
 
 
 def test_job_matches_kubernetes_schema(default_run):
     job = default_run.one("kubernetes:batch/v1:Job")
-    kubernetes_validate.validate({"apiVersion": "batch/v1", "kind": "Job", "metadata": job["metadata"],
-                                  "spec": job["spec"]}, K8S_VERSION, strict=True)
+    kubernetes_validate.validate(
+        {"apiVersion": "batch/v1", "kind": "Job", "metadata": job["metadata"], "spec": job["spec"]},
+        K8S_VERSION,
+        strict=True,
+    )
 
 
 def test_one_image_everywhere(default_run):
@@ -149,9 +158,17 @@ def test_gpu_workers_scale_from_zero_with_autoscaler_v2():
     validate(obj)
 
 
-@pytest.mark.parametrize("cfg", [{"gpuScaleToZero": "false"},
-                                 {"gpuCapacity": "reservation", "availabilityZone": "us-east-1a",
-                                  "gpuCapacityReservationId": "cr-0123456789abcdef0"}])
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        {"gpuScaleToZero": "false"},
+        {
+            "gpuCapacity": "reservation",
+            "availabilityZone": "us-east-1a",
+            "gpuCapacityReservationId": "cr-0123456789abcdef0",
+        },
+    ],
+)
 def test_fixed_fleet_keeps_todays_worker_group(cfg):
     spec = raycluster(shared_run(cfg))["spec"]
     assert spec["enableInTreeAutoscaling"] is False and "autoscalerOptions" not in spec
@@ -182,13 +199,20 @@ def test_efa_check_job(default_run):
     assert "python -m ray_efa_eks.efacheck.efa_check --json" in script
     assert "ray-head-svc.ray.svc.cluster.local:8265" in script and "--working-dir /opt/ray-efa-eks " in script
     cm = default_run.one("kubernetes:core/v1:ConfigMap", "efa-check")
-    assert {"ray_efa_eks.__init__.py", "ray_efa_eks.efacheck.nccl_log.py", "ray_efa_eks.efacheck.efa_check.py",
-            "ray_efa_eks.efacheck.__init__.py", "ray_efa_eks.efacheck.fsdp_shapes.py"} <= set(cm["data"])
+    assert {
+        "ray_efa_eks.__init__.py",
+        "ray_efa_eks.efacheck.nccl_log.py",
+        "ray_efa_eks.efacheck.efa_check.py",
+        "ray_efa_eks.efacheck.__init__.py",
+        "ray_efa_eks.efacheck.fsdp_shapes.py",
+    } <= set(cm["data"])
     assert not [k for k in cm["data"] if not k.startswith("ray_efa_eks.efacheck.") and k != "ray_efa_eks.__init__.py"]
     pod = job["spec"]["template"]["spec"]
     mounts = {m["name"]: m["mountPath"] for m in pod["containers"][0]["volumeMounts"] if m["name"] == "code"}
     assert mounts == {"code": "/opt/ray-efa-eks/ray_efa_eks"}  # the working_dir holds ray_efa_eks/, its real name
-    items = {v["name"]: {i["key"]: i["path"] for i in v["configMap"]["items"]} for v in pod["volumes"] if "configMap" in v}
+    items = {
+        v["name"]: {i["key"]: i["path"] for i in v["configMap"]["items"]} for v in pod["volumes"] if "configMap" in v
+    }
     assert items["code"]["ray_efa_eks.efacheck.nccl_log.py"] == "efacheck/nccl_log.py"
     assert items["code"]["ray_efa_eks.__init__.py"] == "__init__.py"
     assert set(cm["data"]) == {k for v in items.values() for k in v}  # every shipped file is mounted
@@ -239,9 +263,14 @@ def test_guard_worker_groups():
 
 
 def test_extra_worker_group_from_another_repo():
-    spec = build_spec(_args(worker_groups=[WorkerGroupArgs("gpu", CATALOGUE["g6.12xlarge"], 2),
-                                           WorkerGroupArgs("big", CATALOGUE["p5.48xlarge"], 1,
-                                                           node_selector={"pool": "p5"})]))
+    spec = build_spec(
+        _args(
+            worker_groups=[
+                WorkerGroupArgs("gpu", CATALOGUE["g6.12xlarge"], 2),
+                WorkerGroupArgs("big", CATALOGUE["p5.48xlarge"], 1, node_selector={"pool": "p5"}),
+            ]
+        )
+    )
     validate({"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "x"}, "spec": spec})
     assert [g["groupName"] for g in spec["workerGroupSpecs"]] == ["gpu", "big"]
 
@@ -262,11 +291,15 @@ def test_token_auth_on_by_default(default_run):
     rc = raycluster(default_run)
     assert rc["spec"]["authOptions"] == {"mode": "token", "secretName": "ray-auth-token"}
     shared = yaml.load(SHARED_CRD.read_text(), Loader=yaml.CSafeLoader) if SHARED_CRD.exists() else None
-    schemas = [SCHEMA] + ([next(v for v in shared["spec"]["versions"]
-                                if v["name"] == "v1")["schema"]["openAPIV3Schema"]] if SHARED_CRD.exists() else [])
+    schemas = [SCHEMA] + (
+        [next(v for v in shared["spec"]["versions"] if v["name"] == "v1")["schema"]["openAPIV3Schema"]]
+        if SHARED_CRD.exists()
+        else []
+    )
     for schema in schemas:  # KubeRay 1.7's CRD: authOptions.mode is an enum, secretName a string
-        validate({"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": rc["metadata"],
-                  "spec": rc["spec"]}, schema)
+        validate(
+            {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": rc["metadata"], "spec": rc["spec"]}, schema
+        )
         bad = {**rc["spec"], "authOptions": {"mode": "tokens", "secretName": "ray-auth-token"}}
         with pytest.raises(jsonschema.ValidationError):
             validate({"apiVersion": "ray.io/v1", "kind": "RayCluster", "spec": bad}, schema)
@@ -278,8 +311,10 @@ def test_token_auth_on_by_default(default_run):
     assert "rayAuthToken" in default_run.outputs
     env = default_run.one("kubernetes:batch/v1:Job")["spec"]["template"]["spec"]["containers"][0]["env"]
     assert {"name": "RAY_AUTH_MODE", "value": "token"} in env
-    assert {"name": "RAY_AUTH_TOKEN",
-            "valueFrom": {"secretKeyRef": {"name": "ray-auth-token", "key": "auth_token"}}} in env
+    assert {
+        "name": "RAY_AUTH_TOKEN",
+        "valueFrom": {"secretKeyRef": {"name": "ray-auth-token", "key": "auth_token"}},
+    } in env
 
 
 def test_token_is_not_regenerated_by_the_program():
@@ -324,8 +359,11 @@ def test_efa_workers_read_their_nodes_exporter_not_the_host(default_run):
         assert not t["spec"].get("hostNetwork")
     (group,) = spec["workerGroupSpecs"]
     env = {e["name"]: e for e in group["template"]["spec"]["containers"][0]["env"]}
-    assert env[efa_counters.EXPORTER_ENV]["value"] == exporter_url() == \
-        "http://efa-exporter.efa-node-agent.svc.cluster.local:9810/metrics"
+    assert (
+        env[efa_counters.EXPORTER_ENV]["value"]
+        == exporter_url()
+        == "http://efa-exporter.efa-node-agent.svc.cluster.local:9810/metrics"
+    )
     assert env[efa_counters.NODE_ENV]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
     head = {e["name"] for e in spec["headGroupSpec"]["template"]["spec"]["containers"][0]["env"]}
     assert efa_counters.EXPORTER_ENV not in head  # the head has no EFA
@@ -358,6 +396,7 @@ def test_efa_check_proves_checkpoint_storage_when_the_stack_has_a_bucket(default
 
 # --- every accepted shape has a gate it can pass ---------------------------------------------------------
 
+
 def _job_args(run) -> list[str]:
     import shlex
 
@@ -366,16 +405,34 @@ def _job_args(run) -> list[str]:
     return shlex.split(line.split(" -- ", 1)[1])
 
 
-EFA_ONLY = {"--expect-nics", "--expect-gdrdma", "--efa-gbps", "--require-counters", "--compare-socket",
-            "--min-busbw-fraction"}
+EFA_ONLY = {
+    "--expect-nics",
+    "--expect-gdrdma",
+    "--efa-gbps",
+    "--require-counters",
+    "--compare-socket",
+    "--min-busbw-fraction",
+}
 
 
-@pytest.mark.parametrize("config, transport, nodes, warning", [
-    ({"efa": "false", "efaCheckCompareSocket": "true", "efaCheckMinBusbwFraction": "0.5"}, "socket", "2",
-     "over its Socket transport (TCP); it does not prove EFA"),
-    ({"gpuNodeCount": "1", "allowSingleEfaNode": "true"}, "intra-node", "1", "EFA (and any inter-node path) is not exercised"),
-    ({"gpuNodeCount": "1", "efa": "false"}, "intra-node", "1", "checks NCCL inside the node only"),
-])
+@pytest.mark.parametrize(
+    "config, transport, nodes, warning",
+    [
+        (
+            {"efa": "false", "efaCheckCompareSocket": "true", "efaCheckMinBusbwFraction": "0.5"},
+            "socket",
+            "2",
+            "over its Socket transport (TCP); it does not prove EFA",
+        ),
+        (
+            {"gpuNodeCount": "1", "allowSingleEfaNode": "true"},
+            "intra-node",
+            "1",
+            "EFA (and any inter-node path) is not exercised",
+        ),
+        ({"gpuNodeCount": "1", "efa": "false"}, "intra-node", "1", "checks NCCL inside the node only"),
+    ],
+)
 def test_non_efa_shapes_get_a_gate_that_demands_only_what_they_have(monkeypatch, config, transport, nodes, warning):
     import pulumi
 
@@ -409,9 +466,13 @@ def test_spec_hash_ignores_scaling_like_kuberay_and_follows_everything_else():
 
     def h(**kw):
         spec = build_spec(_args(**kw))
-        envs = [{e["name"]: e["value"] for e in g["template"]["spec"]["containers"][0]["env"]}
-                for g in [spec["headGroupSpec"], *spec["workerGroupSpecs"]]]
-        assert len({e["RAY_EFA_EKS_SPEC_HASH"] for e in envs}) == 1 and spec_hash(spec) == envs[0]["RAY_EFA_EKS_SPEC_HASH"]
+        envs = [
+            {e["name"]: e["value"] for e in g["template"]["spec"]["containers"][0]["env"]}
+            for g in [spec["headGroupSpec"], *spec["workerGroupSpecs"]]
+        ]
+        assert (
+            len({e["RAY_EFA_EKS_SPEC_HASH"] for e in envs}) == 1 and spec_hash(spec) == envs[0]["RAY_EFA_EKS_SPEC_HASH"]
+        )
         return envs[0]["RAY_EFA_EKS_SPEC_HASH"]
 
     base = h()

@@ -33,8 +33,12 @@ def test_the_crd_makes_worker_groups_one_atomic_field():
 def test_second_up_after_a_scale_up(annotated, refused):
     first, changed = _raycluster({}), _raycluster({"ncclDebug": "INFO"})
     if not annotated:
-        changed["metadata"] = {**changed["metadata"], "annotations": {
-            k: v for k, v in changed["metadata"]["annotations"].items() if k != "pulumi.com/patchForce"}}
+        changed["metadata"] = {
+            **changed["metadata"],
+            "annotations": {
+                k: v for k, v in changed["metadata"]["annotations"].items() if k != "pulumi.com/patchForce"
+            },
+        }
     server = Server(SCHEMA)
     server.apply(first, force=pulumi_forces(first))  # first up
     server.json_patch([worker_replica_patch("0", 2)], AUTOSCALER)  # the gate asked for 2 GPU workers

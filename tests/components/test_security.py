@@ -23,6 +23,7 @@ K8S_VERSION = "1.33.0"
 
 # -- fixtures ---------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def run():
     return run_program()
@@ -50,10 +51,15 @@ def pod_specs(run):
 
 # -- 1. the bucket ----------------------------------------------------------------------------
 
+
 def test_bucket_versioned_private_tls_only(run):
-    assert bucket_child(run, "aws:s3/bucketVersioning:BucketVersioning")["versioningConfiguration"] == {"status": "Enabled"}
+    assert bucket_child(run, "aws:s3/bucketVersioning:BucketVersioning")["versioningConfiguration"] == {
+        "status": "Enabled"
+    }
     pab = bucket_child(run, "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock")
-    assert all(pab[k] is True for k in ("blockPublicAcls", "blockPublicPolicy", "ignorePublicAcls", "restrictPublicBuckets"))
+    assert all(
+        pab[k] is True for k in ("blockPublicAcls", "blockPublicPolicy", "ignorePublicAcls", "restrictPublicBuckets")
+    )
     own = bucket_child(run, "aws:s3/bucketOwnershipControls:BucketOwnershipControls")
     assert own["rule"] == {"objectOwnership": "BucketOwnerEnforced"}
     policy = json.loads(bucket_child(run, "aws:s3/bucketPolicy:BucketPolicy")["policy"])
@@ -71,7 +77,10 @@ def test_bucket_sse_kms_with_its_own_retained_key(run):
     sse = bucket_child(run, "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration")
     rule = sse["rules"][0]
     key = run.one("aws:kms/key:Key", "checkpoints")
-    assert rule["applyServerSideEncryptionByDefault"] == {"sseAlgorithm": "aws:kms", "kmsMasterKeyId": key.inputs.get("arn", f"arn:aws:kms:us-east-1:123456789012:key/{key.name}")}
+    assert rule["applyServerSideEncryptionByDefault"] == {
+        "sseAlgorithm": "aws:kms",
+        "kmsMasterKeyId": key.inputs.get("arn", f"arn:aws:kms:us-east-1:123456789012:key/{key.name}"),
+    }
     assert rule["bucketKeyEnabled"] is True
     assert key["enableKeyRotation"] is True
     # A retained bucket whose key was deleted is unreadable: both survive `pulumi destroy`.
@@ -92,6 +101,7 @@ def test_bucket_sse_s3_and_opt_out_of_retain():
 
 
 # -- 2. identity --------------------------------------------------------------------------------
+
 
 def test_pod_role_allows_exactly_the_bucket_prefix(run):
     policy = run.one("aws:iam/rolePolicy:RolePolicy", "ray-storage")["policy"]
@@ -115,8 +125,9 @@ def test_pod_role_allows_exactly_the_bucket_prefix(run):
 
 
 def test_policy_evaluator_can_fail():
-    loose = json.dumps({"Version": "2012-10-17", "Statement": [
-        {"Effect": "Allow", "Action": "s3:*", "Resource": "arn:aws:s3:::b/*"}]})
+    loose = json.dumps(
+        {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "arn:aws:s3:::b/*"}]}
+    )
     assert allowed(loose, "s3:GetObject", "arn:aws:s3:::b/other/x")  # the evaluator does see over-broad grants
     with pytest.raises(ValueError, match="prefix"):
         bucket_prefix_policy("arn:aws:s3:::b", "/ray-train/")
@@ -134,15 +145,23 @@ def test_trust_policy_is_pod_identity_for_this_cluster_only(run):
     assert st["Condition"]["StringEquals"]["aws:SourceAccount"] == "123456789012"
     # What Pod Identity sends on AssumeRole: the account and its session tags (EKS user guide, pod-id-abac).
     cluster = "arn:aws:eks:us-east-1:123456789012:cluster/ray-efa-dev"
-    sent = {"aws:SourceAccount": "123456789012", "aws:RequestTag/eks-cluster-arn": cluster,
-            "aws:RequestTag/eks-cluster-name": "ray-efa-dev", "aws:RequestTag/kubernetes-namespace": "ray",
-            "aws:RequestTag/kubernetes-service-account": "ray-train", "aws:RequestTag/kubernetes-pod-name": "p",
-            "aws:RequestTag/kubernetes-pod-uid": "u"}
+    sent = {
+        "aws:SourceAccount": "123456789012",
+        "aws:RequestTag/eks-cluster-arn": cluster,
+        "aws:RequestTag/eks-cluster-name": "ray-efa-dev",
+        "aws:RequestTag/kubernetes-namespace": "ray",
+        "aws:RequestTag/kubernetes-service-account": "ray-train",
+        "aws:RequestTag/kubernetes-pod-name": "p",
+        "aws:RequestTag/kubernetes-pod-uid": "u",
+    }
     policy = role["assumeRolePolicy"]
     assert trust_allows(policy, "pods.eks.amazonaws.com", "sts:AssumeRole", sent)
-    for key, other in (("aws:RequestTag/eks-cluster-arn", cluster.replace("ray-efa-dev", "other")),
-                       ("aws:RequestTag/kubernetes-namespace", "default"),
-                       ("aws:RequestTag/kubernetes-service-account", "default"), ("aws:SourceAccount", "999999999999")):
+    for key, other in (
+        ("aws:RequestTag/eks-cluster-arn", cluster.replace("ray-efa-dev", "other")),
+        ("aws:RequestTag/kubernetes-namespace", "default"),
+        ("aws:RequestTag/kubernetes-service-account", "default"),
+        ("aws:SourceAccount", "999999999999"),
+    ):
         assert not trust_allows(policy, "pods.eks.amazonaws.com", "sts:AssumeRole", {**sent, key: other}), key
 
 
@@ -156,9 +175,16 @@ def test_pod_identity_binds_the_rayclusters_service_account(run):
     assert accounts == {assoc["serviceAccount"]}, "head and every worker run as the associated service account"
     sa = run.one("kubernetes:core/v1:ServiceAccount", "ray-sa")
     assert sa["metadata"] == {"name": assoc["serviceAccount"], "namespace": assoc["namespace"]}
-    kubernetes_validate.validate({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": sa["metadata"],
-                                  "automountServiceAccountToken": sa["automountServiceAccountToken"]},
-                                 K8S_VERSION, strict=True)
+    kubernetes_validate.validate(
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": sa["metadata"],
+            "automountServiceAccountToken": sa["automountServiceAccountToken"],
+        },
+        K8S_VERSION,
+        strict=True,
+    )
     addon = run.one("aws:eks/addon:Addon", "pod-identity-agent")
     assert addon["addonName"] == "eks-pod-identity-agent" and addon["clusterName"] == "ray-efa-dev"
 
@@ -183,8 +209,11 @@ def test_storage_path_reaches_every_ray_pod(run):
 
 def test_no_s3_on_the_node_role(run):
     node_role = run.one("aws:iam/role:Role", "-node")
-    attached = [a["policyArn"] for a in run.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")
-                if a["role"] == node_role.name]
+    attached = [
+        a["policyArn"]
+        for a in run.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")
+        if a["role"] == node_role.name
+    ]
     assert attached and not any("S3" in arn for arn in attached)
     assert not [p for p in run.of_type("aws:iam/rolePolicy:RolePolicy") if p["role"] == f"{node_role.name}-id"]
 
@@ -193,8 +222,10 @@ def test_checkpoint_bucket_off():
     run = run_program({"checkpointBucket": "false", "efaCheck": "false"})
     assert not run.of_type(BUCKET)
     # the pods' storage identity is gone; the Cluster Autoscaler's (scale to zero) and the VPC CNI's stay
-    assert sorted(a.name for a in run.of_type("aws:eks/podIdentityAssociation:PodIdentityAssociation")) == \
-        ["cluster-autoscaler-pod-identity", "ray-efa-dev-vpc-cni"]
+    assert sorted(a.name for a in run.of_type("aws:eks/podIdentityAssociation:PodIdentityAssociation")) == [
+        "cluster-autoscaler-pod-identity",
+        "ray-efa-dev-vpc-cni",
+    ]
     for t in pod_specs(run):
         assert "RAY_EFA_EKS_STORAGE_PATH" not in {e["name"] for e in t["spec"]["containers"][0]["env"]}
 
@@ -220,8 +251,18 @@ def test_every_launch_template_gets_imdsv2_hop1_and_encrypted_root(run, group):
     size = 200 if group == "gpu" else 100  # the system node pulls the DLC image too (Ray head, EFA check Job)
     # The GPU nodes pull the image from zero: provisioned gp3 IOPS/throughput (docs/gpus.md#cold-start).
     perf = {"iops": 16000, "throughput": 1000} if group == "gpu" else {}
-    assert lt["blockDeviceMappings"] == [{"deviceName": "/dev/xvda", "ebs": {
-        "volumeSize": size, "volumeType": "gp3", "encrypted": "true", "deleteOnTermination": "true", **perf}}]
+    assert lt["blockDeviceMappings"] == [
+        {
+            "deviceName": "/dev/xvda",
+            "ebs": {
+                "volumeSize": size,
+                "volumeType": "gp3",
+                "encrypted": "true",
+                "deleteOnTermination": "true",
+                **perf,
+            },
+        }
+    ]
     # EKS bootstraps the AMI of amiType itself only when the template has no AMI id; the only user data is the GPU
     # nodes' NodeConfig part EKS merges (FastImagePull, tests/components/test_cold_start.py).
     assert "imageId" not in lt.inputs and ("userData" in lt.inputs) == (group == "gpu")
@@ -267,6 +308,7 @@ def test_hardening_refuses_bad_values():
 
 # -- 4. cluster hardening -------------------------------------------------------------------------
 
+
 def test_endpoint_and_secrets_encryption(run):
     c = run.one("eks:index:Cluster")
     assert c["endpointPrivateAccess"] is True and c["endpointPublicAccess"] is True
@@ -302,8 +344,11 @@ def test_network_policy_head_policy_selects_the_head_only(run):
     for g in rc["spec"]["workerGroupSpecs"]:
         assert not sel.items() <= g["template"]["metadata"]["labels"].items()
     assert np["spec"]["policyTypes"] == ["Ingress"]
-    kubernetes_validate.validate({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
-                                  "metadata": np["metadata"], "spec": np["spec"]}, K8S_VERSION, strict=True)
+    kubernetes_validate.validate(
+        {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": np["metadata"], "spec": np["spec"]},
+        K8S_VERSION,
+        strict=True,
+    )
     # enforced: the VPC CNI ignores NetworkPolicy objects unless this is on
     assert run.one("eks:index:Cluster")["vpcCniOptions"]["enableNetworkPolicy"] is True
 
@@ -321,5 +366,13 @@ def test_network_policy_extra_namespace_gets_the_dashboard_port_only():
     extra = spec["ingress"][1]
     assert extra["from"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "tools"}}}]
     assert extra["ports"] == [{"protocol": "TCP", "port": 8265}]
-    kubernetes_validate.validate({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
-                                  "metadata": {"name": "x", "namespace": "ray"}, "spec": spec}, K8S_VERSION, strict=True)
+    kubernetes_validate.validate(
+        {
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "NetworkPolicy",
+            "metadata": {"name": "x", "namespace": "ray"},
+            "spec": spec,
+        },
+        K8S_VERSION,
+        strict=True,
+    )

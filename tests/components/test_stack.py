@@ -10,9 +10,16 @@ MNG = "eks:index:ManagedNodeGroup"
 
 def test_inventory(default_run):
     types = [r.type for r in default_run.resources]
-    for typ, count in [("aws:ec2/vpc:Vpc", 1), ("eks:index:Cluster", 1), (MNG, 2), ("aws:ec2/natGateway:NatGateway", 1),
-                       ("kubernetes:ray.io/v1:RayCluster", 1), ("kubernetes:batch/v1:Job", 1),
-                       ("kubernetes:helm.sh/v3:Release", 6), ("aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule", 1)]:
+    for typ, count in [
+        ("aws:ec2/vpc:Vpc", 1),
+        ("eks:index:Cluster", 1),
+        (MNG, 2),
+        ("aws:ec2/natGateway:NatGateway", 1),
+        ("kubernetes:ray.io/v1:RayCluster", 1),
+        ("kubernetes:batch/v1:Job", 1),
+        ("kubernetes:helm.sh/v3:Release", 6),
+        ("aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule", 1),
+    ]:
         assert types.count(typ) == count, typ
     assert types.count("aws:ec2/subnet:Subnet") == 4
 
@@ -23,7 +30,9 @@ def test_components_own_their_children(default_run):
             assert r.parent and "ray-efa-eks:index:" in r.parent, f"{r.type} {r.name} is not inside a component"
 
 
-@pytest.mark.parametrize("run_name,itype,efa_ifaces", [("default_run", "g6.12xlarge", 1), ("p5_run", "p5.48xlarge", 32)])
+@pytest.mark.parametrize(
+    "run_name,itype,efa_ifaces", [("default_run", "g6.12xlarge", 1), ("p5_run", "p5.48xlarge", 32)]
+)
 def test_gpu_node_group_efa_inputs(request, run_name, itype, efa_ifaces):
     run = request.getfixturevalue(run_name)
     ng = run.one(MNG, "gpu")
@@ -36,9 +45,14 @@ def test_gpu_node_group_efa_inputs(request, run_name, itype, efa_ifaces):
     assert ng["instanceTypes"] == [itype]
     assert ng["amiType"] == "AL2023_x86_64_NVIDIA"
     assert ng["scalingConfig"] == {"desiredSize": 0, "minSize": 0, "maxSize": 2}  # from zero
-    assert ng["taints"] == [{"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"},
-                            {"key": "startup-taint.cluster-autoscaler.kubernetes.io/efa-unproven", "value": "true",
-                             "effect": "NO_SCHEDULE"}]  # until the node agent proves the fabric
+    assert ng["taints"] == [
+        {"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"},
+        {
+            "key": "startup-taint.cluster-autoscaler.kubernetes.io/efa-unproven",
+            "value": "true",
+            "effect": "NO_SCHEDULE",
+        },
+    ]  # until the node agent proves the fabric
     assert run.outputs["efaInterfacesPerNode"] == efa_ifaces
 
 
@@ -68,9 +82,13 @@ def test_efa_off_has_no_efa_inputs():
     assert not run.of_type("aws:ec2/placementGroup:PlacementGroup")
     assert not run.of_type("aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule")
     # registration order follows input resolution (threads), so compare as a set
-    assert sorted(r.name for r in run.of_type("kubernetes:helm.sh/v3:Release")) == ["cluster-autoscaler-release",
-                                                                                   "device-plugins-nvidia", "kuberay-release",
-                                                                                   "observability-dcgm", "observability-kps"]
+    assert sorted(r.name for r in run.of_type("kubernetes:helm.sh/v3:Release")) == [
+        "cluster-autoscaler-release",
+        "device-plugins-nvidia",
+        "kuberay-release",
+        "observability-dcgm",
+        "observability-kps",
+    ]
 
 
 def test_park_gpu_nodes():
@@ -101,7 +119,9 @@ def test_estimated_cost_default(default_run):
 
 def test_outputs(default_run):
     out = default_run.outputs
-    assert out["clusterName"] == "ray-efa-dev" and out["gpuNodeCount"] == 2 and out["gpuAvailabilityZone"] == "us-east-1a"
+    assert (
+        out["clusterName"] == "ray-efa-dev" and out["gpuNodeCount"] == 2 and out["gpuAvailabilityZone"] == "us-east-1a"
+    )
     assert "gpuNodeCount 0" in out["teardownOrder"][0]
     assert out["rayDashboard"].startswith("kubectl -n ray port-forward svc/ray-head-svc")
 
@@ -117,6 +137,7 @@ def test_cluster_azs_are_availability_zones_only(default_run):
     """DescribeAvailabilityZones also returns opted-in Local and Wavelength Zones (the mocked account has both, and
     ``us-east-1-atl-2a`` sorts first); EKS refuses cluster subnets there, so the lookup filters the zone type."""
     lookups = [a for t, a in default_run.calls if t == "aws:index/getAvailabilityZones:getAvailabilityZones"]
-    assert lookups and all({"name": "zone-type", "values": ["availability-zone"]} in (a.get("filters") or [])
-                           for a in lookups)
+    assert lookups and all(
+        {"name": "zone-type", "values": ["availability-zone"]} in (a.get("filters") or []) for a in lookups
+    )
     assert {s["availabilityZone"] for s in default_run.of_type("aws:ec2/subnet:Subnet")} == {"us-east-1a", "us-east-1b"}

@@ -66,8 +66,9 @@ def session(tmp_path_factory):
         setup_requests = len(s3.requests)
         env = s3.pod_env(dict(os.environ))
         env["RAY_EFA_EKS_STORAGE_PATH"] = f"s3://{BUCKET}/ray-train"
-        proc = subprocess.run([sys.executable, "-c", RAY_STORAGE_SCRIPT], env=env, cwd=ROOT,
-                              capture_output=True, text=True, timeout=120)
+        proc = subprocess.run(
+            [sys.executable, "-c", RAY_STORAGE_SCRIPT], env=env, cwd=ROOT, capture_output=True, text=True, timeout=120
+        )
         assert proc.returncode == 0, proc.stderr[-3000:]
         del s3.requests[:setup_requests]
         keys = [o["Key"] for o in s3.admin_client().list_objects_v2(Bucket=BUCKET).get("Contents", [])]
@@ -123,9 +124,27 @@ def test_training_on_s3_resumes_in_a_new_cluster(tmp_path):
         env["RAY_EFA_EKS_STORAGE_PATH"] = f"s3://{BUCKET}/ray-train"
 
         def train(steps: int) -> dict:
-            proc = subprocess.run([sys.executable, "-m", "ray_efa_eks.training", "--json", "--name", "s3-run", "--steps",
-                                   str(steps), "--checkpoint-every", "3", "--report-every", "3"],
-                                  cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+            proc = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "ray_efa_eks.training",
+                    "--json",
+                    "--name",
+                    "s3-run",
+                    "--steps",
+                    str(steps),
+                    "--checkpoint-every",
+                    "3",
+                    "--report-every",
+                    "3",
+                ],
+                cwd=ROOT,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
             assert proc.returncode == 0, proc.stderr[-3000:]
             return json.loads(proc.stdout.strip().splitlines()[-1])
 

@@ -123,19 +123,22 @@ def test_every_default_is_inside_its_grammar():
         assert g.problem(getattr(cfg, key)) is None, (key, getattr(cfg, key), g.problem(getattr(cfg, key)))
 
 
-@pytest.mark.parametrize("grammar,good,bad", [
-    (v.DnsLabel(), ["ray", "a", "a-1", "a" * 63], ["", "A", "-a", "a-", "a" * 64, "a.b", "a_b"]),
-    (v.DnsSubdomain(), ["ray.io", "a-b.c"], ["Ray.io", ".a", "a..b", "a" * 254]),
-    (v.LabelValue(), ["", "v1.2_3-x", "A"], ["-a", "a b", "a" * 64]),
-    (v.LabelKey(), ["ray.io/node-type", "app"], ["/x", "ray.io/", "a/b/c", "x" * 64]),
-    (v.Quantity(), ["500m", "2", "16Gi", "1e3", "0.5", "1.5Ki"], ["-1", "1GB", "Gi", "1.5.2", "1 Gi", ""]),
-    (v.ChartVersion(), ["1.7.0", "0.0.1-alpha.1+build.5"], ["1.7", "01.7.0", "latest", "v1.7.0"]),
-    (v.IamName(), ["ray-storage", "A+b=c,d.e@f_g-h"], ["a b", "a/b", "a" * 65, "ä", ""]),
-    (v.Port(), ["1", "65535"], ["0", "65536", "99999", "-1", "http"]),
-    (v.Region(), ["us-east-1", "us-gov-west-1"], ["mars", "US-EAST-1", "us-east-1a"]),
-    (v.Float(0, 1), ["0", "1", "0.5"], ["nan", "inf", "-0.1", "1.01", "x"]),
-    (v.Bool(), ["true", "FALSE", "1", "no"], ["maybe", "2", ""]),
-])
+@pytest.mark.parametrize(
+    "grammar,good,bad",
+    [
+        (v.DnsLabel(), ["ray", "a", "a-1", "a" * 63], ["", "A", "-a", "a-", "a" * 64, "a.b", "a_b"]),
+        (v.DnsSubdomain(), ["ray.io", "a-b.c"], ["Ray.io", ".a", "a..b", "a" * 254]),
+        (v.LabelValue(), ["", "v1.2_3-x", "A"], ["-a", "a b", "a" * 64]),
+        (v.LabelKey(), ["ray.io/node-type", "app"], ["/x", "ray.io/", "a/b/c", "x" * 64]),
+        (v.Quantity(), ["500m", "2", "16Gi", "1e3", "0.5", "1.5Ki"], ["-1", "1GB", "Gi", "1.5.2", "1 Gi", ""]),
+        (v.ChartVersion(), ["1.7.0", "0.0.1-alpha.1+build.5"], ["1.7", "01.7.0", "latest", "v1.7.0"]),
+        (v.IamName(), ["ray-storage", "A+b=c,d.e@f_g-h"], ["a b", "a/b", "a" * 65, "ä", ""]),
+        (v.Port(), ["1", "65535"], ["0", "65536", "99999", "-1", "http"]),
+        (v.Region(), ["us-east-1", "us-gov-west-1"], ["mars", "US-EAST-1", "us-east-1a"]),
+        (v.Float(0, 1), ["0", "1", "0.5"], ["nan", "inf", "-0.1", "1.01", "x"]),
+        (v.Bool(), ["true", "FALSE", "1", "no"], ["maybe", "2", ""]),
+    ],
+)
 def test_grammar_edges(grammar, good, bad):
     for text in good:
         grammar.parse(text)

@@ -12,33 +12,39 @@ import pytest
 from ray_efa_eks.components.config import values as v
 
 
-@pytest.mark.parametrize("url, says", [
-    ("https://h/a b", "contains whitespace"),
-    ("http://[::1", "is not a URL"),
-    ("https://h:65536", "is not a URL"),
-    ("ftp://h", "needs a scheme (https/http) and a host"),
-    ("https://", "needs a scheme (https/http) and a host"),
-    ("https://h:0", "port 0 is no port (1..65535)"),
-    ("https://u:p@h", "carries credentials in the URL"),
-    ("https://u@h", "carries credentials in the URL"),
-    ("https://:p@h", "carries credentials in the URL"),
-])
+@pytest.mark.parametrize(
+    "url, says",
+    [
+        ("https://h/a b", "contains whitespace"),
+        ("http://[::1", "is not a URL"),
+        ("https://h:65536", "is not a URL"),
+        ("ftp://h", "needs a scheme (https/http) and a host"),
+        ("https://", "needs a scheme (https/http) and a host"),
+        ("https://h:0", "port 0 is no port (1..65535)"),
+        ("https://u:p@h", "carries credentials in the URL"),
+        ("https://u@h", "carries credentials in the URL"),
+        ("https://:p@h", "carries credentials in the URL"),
+    ],
+)
 def test_a_remote_write_url_is_refused_saying_why(url, says):
     with pytest.raises(v.ValueProblem) as e:
         v.HttpUrl().check(url)
     assert says in str(e.value) and e.value.value == url
 
 
-@pytest.mark.parametrize("url, region", [
-    ("https://aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-1/api/v1/remote_write", "us-east-1"),
-    ("https://APS-WORKSPACES.eu-west-1.amazonaws.com/workspaces/ws-1", "eu-west-1"),  # hosts are case-blind
-    ("https://aps-workspaces-fips.us-gov-west-1.amazonaws.com/workspaces/ws-1", "us-gov-west-1"),
-    ("https://aps-workspaces.ap-southeast-2.api.aws/workspaces/ws-1", "ap-southeast-2"),
-    ("https://aps-workspaces.cn-north-1.amazonaws.com.cn/workspaces/ws-1", "cn-north-1"),
-    ("https://aps-workspaces.amazonaws.com/workspaces/ws-1", None),  # no region: no endpoint
-    ("https://mimir.example.com/api/v1/push", None),
-    ("https://[aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-1", None),  # not a URL at all: no region
-])
+@pytest.mark.parametrize(
+    "url, region",
+    [
+        ("https://aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-1/api/v1/remote_write", "us-east-1"),
+        ("https://APS-WORKSPACES.eu-west-1.amazonaws.com/workspaces/ws-1", "eu-west-1"),  # hosts are case-blind
+        ("https://aps-workspaces-fips.us-gov-west-1.amazonaws.com/workspaces/ws-1", "us-gov-west-1"),
+        ("https://aps-workspaces.ap-southeast-2.api.aws/workspaces/ws-1", "ap-southeast-2"),
+        ("https://aps-workspaces.cn-north-1.amazonaws.com.cn/workspaces/ws-1", "cn-north-1"),
+        ("https://aps-workspaces.amazonaws.com/workspaces/ws-1", None),  # no region: no endpoint
+        ("https://mimir.example.com/api/v1/push", None),
+        ("https://[aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-1", None),  # not a URL at all: no region
+    ],
+)
 def test_the_region_a_remote_write_is_signed_for_is_the_one_its_amp_host_names(url, region):
     assert v.amp_region(url) == region
 
@@ -91,10 +97,24 @@ def test_a_problem_carries_its_fix_and_the_offending_value():
     assert v.ValueProblem("x").value is None
 
 
-@pytest.mark.parametrize("raw, want", [
-    (True, True), (False, False), ("true", True), (" TRUE ", True), ("1", True), ("yes", True), ("Yes", True),
-    ("false", False), ("0", False), ("no", False), ("NO", False), (1, True), (0, False),
-])
+@pytest.mark.parametrize(
+    "raw, want",
+    [
+        (True, True),
+        (False, False),
+        ("true", True),
+        (" TRUE ", True),
+        ("1", True),
+        ("yes", True),
+        ("Yes", True),
+        ("false", False),
+        ("0", False),
+        ("no", False),
+        ("NO", False),
+        (1, True),
+        (0, False),
+    ],
+)
 def test_bool_reads_pulumi_text(raw, want):
     assert v.Bool().parse(raw) is want
 
@@ -111,19 +131,54 @@ def test_bool_check_wants_a_typed_bool(value):
     assert (p.fix, p.value) == ("must be true or false", value)
 
 
-@pytest.mark.parametrize("raw, want", [
-    (2, 2), (-3, -3), (2.0, 2), (-0.0, 0), ("2", 2), (" +7 ", 7), ("-7", -7), ("2.0", 2), ("2.", 2), ("3.000", 3),
-    ("9" * 40, int("9" * 40)), (10**50, 10**50),
-])
+@pytest.mark.parametrize(
+    "raw, want",
+    [
+        (2, 2),
+        (-3, -3),
+        (2.0, 2),
+        (-0.0, 0),
+        ("2", 2),
+        (" +7 ", 7),
+        ("-7", -7),
+        ("2.0", 2),
+        ("2.", 2),
+        ("3.000", 3),
+        ("9" * 40, int("9" * 40)),
+        (10**50, 10**50),
+    ],
+)
 def test_to_whole_takes_integral_numbers(raw, want):
     got = v.to_whole(raw)
     assert got == want and type(got) is int
 
 
-@pytest.mark.parametrize("raw", [
-    True, False, 2.5, "2.5", math.inf, -math.inf, math.nan, "inf", "nan", "1e3", "0x10", "", "two", ".5", "2.0.0",
-    "9" * 41, " " + "9" * 41, "1" * 5000, None, [2], "1_000",
-])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        True,
+        False,
+        2.5,
+        "2.5",
+        math.inf,
+        -math.inf,
+        math.nan,
+        "inf",
+        "nan",
+        "1e3",
+        "0x10",
+        "",
+        "two",
+        ".5",
+        "2.0.0",
+        "9" * 41,
+        " " + "9" * 41,
+        "1" * 5000,
+        None,
+        [2],
+        "1_000",
+    ],
+)
 def test_to_whole_refuses_the_rest(raw):
     assert v.to_whole(raw) is None
 
@@ -202,8 +257,10 @@ def test_text_refuses_what_is_no_text(raw):
 
 @pytest.mark.parametrize("value", [1, None, 1.5])
 def test_text_check_wants_a_typed_string(value):
-    assert _refused(v.Text(fix="write abc"), value, parse=False).fix == \
-        f"must be text, not {type(value).__name__}; write abc"
+    assert (
+        _refused(v.Text(fix="write abc"), value, parse=False).fix
+        == f"must be text, not {type(value).__name__}; write abc"
+    )
 
 
 def test_text_lengths_characters_and_pattern():
@@ -212,8 +269,9 @@ def test_text_lengths_characters_and_pattern():
     assert _refused(v.Text(fix="three or more", min_len=3), "ab").fix == "three or more"
     assert v.Text(min_len=3).parse("abc") == "abc" and v.Text(pattern="[a-z]*", min_len=0).parse("") == ""
     assert _refused(g, "abcde").fix == "is 5 characters, at most 4 are allowed; lowercase"
-    assert _refused(v.Text(max_len=4, fix="f", source="S"), "abcde").fix == \
-        "is 5 characters, at most 4 are allowed (S); f"
+    assert (
+        _refused(v.Text(max_len=4, fix="f", source="S"), "abcde").fix == "is 5 characters, at most 4 are allowed (S); f"
+    )
     assert g.parse("abcd") == "abcd"
     p = _refused(g, "abé")
     assert p.fix == "contains 'é' (U+00E9), which is not printable ASCII; lowercase" and p.value == "abé"
@@ -289,8 +347,9 @@ def test_cidr_family_prefix_and_host_bits():
     for raw in (16, None, ["10.0.0.0/16"]):
         p = _refused(g, raw)
         assert (p.fix, p.value) == ("must be a CIDR such as 10.0.0.0/16", raw)
-    grammar_fix = ("must be a CIDR such as 10.0.0.0/16 (an address, '/', a prefix length; the bits after the prefix "
-                   "zero)")
+    grammar_fix = (
+        "must be a CIDR such as 10.0.0.0/16 (an address, '/', a prefix length; the bits after the prefix zero)"
+    )
     for raw in ("10.0.0.1/16", "banana", "256.0.0.0/16", ""):
         assert _refused(g, raw).fix == grammar_fix
     assert _refused(g, 16, parse=False).fix == grammar_fix
@@ -307,40 +366,73 @@ def test_cidr_family_prefix_and_host_bits():
 ARN = "arn:aws:iam::123456789012:role/"
 
 
-@pytest.mark.parametrize("arn", [
-    ARN + "a", ARN + "a" * 64, ARN + "teams/ml/Admin+=,.@_-", "arn:aws-cn:iam::123456789012:user/u",
-    "arn:aws-us-gov:iam::123456789012:user/p/u", ARN + "pp/" + "p/" * 254 + "x",
-])
+@pytest.mark.parametrize(
+    "arn",
+    [
+        ARN + "a",
+        ARN + "a" * 64,
+        ARN + "teams/ml/Admin+=,.@_-",
+        "arn:aws-cn:iam::123456789012:user/u",
+        "arn:aws-us-gov:iam::123456789012:user/p/u",
+        ARN + "pp/" + "p/" * 254 + "x",
+    ],
+)
 def test_principal_arn_accepts_roles_and_users(arn):
     assert v.PrincipalArn().parse(" " + arn + " ") == arn
 
 
-@pytest.mark.parametrize("arn, fix", [
-    ("", "must be an IAM role or user ARN such as arn:aws:iam::123456789012:role/platform-admins"),
-    (None, "must be an IAM role or user ARN such as arn:aws:iam::123456789012:role/platform-admins"),
-    (7, "must be an IAM role or user ARN such as arn:aws:iam::123456789012:role/platform-admins"),
-    (ARN + "a" * 2018, "is 2049 characters; IAM ARNs are at most 2048 (" + v.IAM_QUOTAS + ")"),
-    (ARN + "ädmin", "contains 'ä' (U+00E4); IAM names and paths are ASCII letters, digits and + = , . @ _ - ("
-     + v.IAM_QUOTAS + ")"),
-    ("arn:aws:sts::123456789012:assumed-role/Admin/session", "is an STS session, which access entries do not accept; "
-     "use the role: arn:aws:iam::123456789012:role/Admin (add its path if it has one)"),
-    ("arn:aws-cn:sts::123456789012:assumed-role/A/s", "is an STS session, which access entries do not accept; "
-     "use the role: arn:aws-cn:iam::123456789012:role/A (add its path if it has one)"),
-    (ARN + "a" * 65, "the role name is 65 characters; IAM role names are at most 64 (" + v.IAM_QUOTAS + ")"),
-    ("arn:aws:iam::123456789012:user/" + "a" * 65, "the user name is 65 characters; IAM user names are at most 64 ("
-     + v.IAM_QUOTAS + ")"),
-    (ARN + "p/" * 256 + "x", "the path is 513 characters; IAM paths are at most 512 (" + v.IAM_QUOTAS + ")"),
-])
+@pytest.mark.parametrize(
+    "arn, fix",
+    [
+        ("", "must be an IAM role or user ARN such as arn:aws:iam::123456789012:role/platform-admins"),
+        (None, "must be an IAM role or user ARN such as arn:aws:iam::123456789012:role/platform-admins"),
+        (7, "must be an IAM role or user ARN such as arn:aws:iam::123456789012:role/platform-admins"),
+        (ARN + "a" * 2018, "is 2049 characters; IAM ARNs are at most 2048 (" + v.IAM_QUOTAS + ")"),
+        (
+            ARN + "ädmin",
+            "contains 'ä' (U+00E4); IAM names and paths are ASCII letters, digits and + = , . @ _ - ("
+            + v.IAM_QUOTAS
+            + ")",
+        ),
+        (
+            "arn:aws:sts::123456789012:assumed-role/Admin/session",
+            "is an STS session, which access entries do not accept; "
+            "use the role: arn:aws:iam::123456789012:role/Admin (add its path if it has one)",
+        ),
+        (
+            "arn:aws-cn:sts::123456789012:assumed-role/A/s",
+            "is an STS session, which access entries do not accept; "
+            "use the role: arn:aws-cn:iam::123456789012:role/A (add its path if it has one)",
+        ),
+        (ARN + "a" * 65, "the role name is 65 characters; IAM role names are at most 64 (" + v.IAM_QUOTAS + ")"),
+        (
+            "arn:aws:iam::123456789012:user/" + "a" * 65,
+            "the user name is 65 characters; IAM user names are at most 64 (" + v.IAM_QUOTAS + ")",
+        ),
+        (ARN + "p/" * 256 + "x", "the path is 513 characters; IAM paths are at most 512 (" + v.IAM_QUOTAS + ")"),
+    ],
+)
 def test_principal_arn_refusals_say_why(arn, fix):
     p = _refused(v.PrincipalArn(), arn)
     assert (p.fix, p.value) == (fix, arn.strip() if isinstance(arn, str) else arn)
 
 
-@pytest.mark.parametrize("arn", [
-    ARN, ARN + "a/", ARN + "a//b", ARN + "*", ARN + "a b", "arn:aws:iam::12345:role/x",
-    "arn:aws:iam::123456789012:group/g", "arn:aws:iam::123456789012:rolex", "arn:aws:s3:::bucket",
-    "arn:aws:iam::123456789012:role/a/b c/d", "xarn:aws:iam::123456789012:role/a",
-])
+@pytest.mark.parametrize(
+    "arn",
+    [
+        ARN,
+        ARN + "a/",
+        ARN + "a//b",
+        ARN + "*",
+        ARN + "a b",
+        "arn:aws:iam::12345:role/x",
+        "arn:aws:iam::123456789012:group/g",
+        "arn:aws:iam::123456789012:rolex",
+        "arn:aws:s3:::bucket",
+        "arn:aws:iam::123456789012:role/a/b c/d",
+        "xarn:aws:iam::123456789012:role/a",
+    ],
+)
 def test_principal_arn_refuses_what_is_no_role_or_user(arn):
     assert _refused(v.PrincipalArn(), arn).fix.startswith("is not an IAM role or user ARN; expected arn:aws:iam::")
 
@@ -363,10 +455,14 @@ def test_principal_arn_at_the_length_edges():
     assert _refused(v.PrincipalArn(), ARN + "a" * 2017).fix.startswith("the role name is 2017 characters")
 
 
-@pytest.mark.parametrize("raw, fix", [
-    (True, "must be text such as ray-train"), (None, "must be text such as ray-train"),
-    (["a"], "must be text such as ray-train"),
-])
+@pytest.mark.parametrize(
+    "raw, fix",
+    [
+        (True, "must be text such as ray-train"),
+        (None, "must be text such as ray-train"),
+        (["a"], "must be text such as ray-train"),
+    ],
+)
 def test_s3_prefix_refuses_what_is_no_text(raw, fix):
     p = _refused(v.S3KeyPrefix(), raw)
     assert (p.fix, p.value) == (fix, raw)
@@ -401,29 +497,45 @@ def test_s3_prefix_rules():
 DIGEST = "0123456789abcdef" * 4
 
 
-@pytest.mark.parametrize("image, says", [
-    (None, "must be an image reference such as public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1"),
-    ("", "must be an image reference such as public.ecr.aws/"),
-    (5, "must be an image reference such as public.ecr.aws/"),
-    ("r" * 4097, "is 4097 characters; an image reference is a registry path, a tag and a digest"),
-    ("repo/ray:" + "t" * 129, "the tag 'tttttttttttttttttttttttttttttttttttttttt'... is not a valid tag"),
-    ("repo/ray:.x", "the tag '.x' is not a valid tag (letters, digits, '_', '.', '-', at most 128 characters, not "
-     "starting with '.' or '-')"),
-    (f"repo/ray:-x@sha256:{DIGEST}", "the tag '-x' is not a valid tag"),
-    ("repo/Ray:1", "is not an image reference (OCI distribution grammar"),
-    ("Repo/ray:1", None),  # an uppercase first component is a registry host (domainNameComponent takes A-Z)
-    ("my image:1", "is not an image reference"),
-    ("repo/ray:a/b", "is not an image reference"),
-    ("Repo:.x", "is not an image reference"),
-    ("repo/ray", None), ("localhost:5000/ray:1", None),
-    ("a/" + "b" * 254, "the repository name is 256 characters; references allow at most 255"),
-    (f"repo/ray@md5:{DIGEST}", "the digest algorithm 'md5' is not one registries use; pin with @sha256: and 64"),
-    (f"repo/ray@sha256:{DIGEST[:63]}0", None),
-    (f"repo/ray@sha256:{DIGEST}0", "the sha256 digest has 65 characters; it must be exactly 64 lowercase hex digits"),
-    (f"repo/ray@sha256:{DIGEST.upper()}", "the sha256 digest has 64 characters with uppercase; it must be exactly 64"),
-    (f"repo/ray@sha512:{DIGEST}", "the sha512 digest has 64 characters; it must be exactly 128 lowercase hex digits"),
-    (f"repo/ray@sha512:{DIGEST * 2}", None),
-])
+@pytest.mark.parametrize(
+    "image, says",
+    [
+        (None, "must be an image reference such as public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1"),
+        ("", "must be an image reference such as public.ecr.aws/"),
+        (5, "must be an image reference such as public.ecr.aws/"),
+        ("r" * 4097, "is 4097 characters; an image reference is a registry path, a tag and a digest"),
+        ("repo/ray:" + "t" * 129, "the tag 'tttttttttttttttttttttttttttttttttttttttt'... is not a valid tag"),
+        (
+            "repo/ray:.x",
+            "the tag '.x' is not a valid tag (letters, digits, '_', '.', '-', at most 128 characters, not "
+            "starting with '.' or '-')",
+        ),
+        (f"repo/ray:-x@sha256:{DIGEST}", "the tag '-x' is not a valid tag"),
+        ("repo/Ray:1", "is not an image reference (OCI distribution grammar"),
+        ("Repo/ray:1", None),  # an uppercase first component is a registry host (domainNameComponent takes A-Z)
+        ("my image:1", "is not an image reference"),
+        ("repo/ray:a/b", "is not an image reference"),
+        ("Repo:.x", "is not an image reference"),
+        ("repo/ray", None),
+        ("localhost:5000/ray:1", None),
+        ("a/" + "b" * 254, "the repository name is 256 characters; references allow at most 255"),
+        (f"repo/ray@md5:{DIGEST}", "the digest algorithm 'md5' is not one registries use; pin with @sha256: and 64"),
+        (f"repo/ray@sha256:{DIGEST[:63]}0", None),
+        (
+            f"repo/ray@sha256:{DIGEST}0",
+            "the sha256 digest has 65 characters; it must be exactly 64 lowercase hex digits",
+        ),
+        (
+            f"repo/ray@sha256:{DIGEST.upper()}",
+            "the sha256 digest has 64 characters with uppercase; it must be exactly 64",
+        ),
+        (
+            f"repo/ray@sha512:{DIGEST}",
+            "the sha512 digest has 64 characters; it must be exactly 128 lowercase hex digits",
+        ),
+        (f"repo/ray@sha512:{DIGEST * 2}", None),
+    ],
+)
 def test_image_reference_problem(image, says):
     got = v.image_reference_problem(image)
     assert (got is None) if says is None else (got is not None and got.startswith(says)), got
@@ -450,22 +562,43 @@ def test_a_stray_at_sign_is_named_inside_the_tag():
     assert v.image_reference_problem(f"r/ray:x@a@sha256:{DIGEST}").startswith("the tag 'x@a' is not a valid tag (")
 
 
-@pytest.mark.parametrize("ref, starts, ends", [
-    ("my image:1", "is not an image reference (OCI distribution grammar: ",
-     "e.g. public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1"),
-    (f"r/ray@md5:{DIGEST}", "the digest algorithm 'md5' is not one registries use; pin with @sha256:", "go-digest)"),
-    (f"r/ray@sha256:{DIGEST[1:]}", "the sha256 digest has 63 characters; it must be exactly 64",
-     "as `docker buildx imagetools inspect IMAGE` prints it"),
-])
+@pytest.mark.parametrize(
+    "ref, starts, ends",
+    [
+        (
+            "my image:1",
+            "is not an image reference (OCI distribution grammar: ",
+            "e.g. public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1",
+        ),
+        (
+            f"r/ray@md5:{DIGEST}",
+            "the digest algorithm 'md5' is not one registries use; pin with @sha256:",
+            "go-digest)",
+        ),
+        (
+            f"r/ray@sha256:{DIGEST[1:]}",
+            "the sha256 digest has 63 characters; it must be exactly 64",
+            "as `docker buildx imagetools inspect IMAGE` prints it",
+        ),
+    ],
+)
 def test_image_reference_problems_name_the_part_and_the_fix(ref, starts, ends):
     said = v.image_reference_problem(ref)
     assert said.startswith(starts) and said.endswith(ends), said
 
 
-@pytest.mark.parametrize("image, tag", [
-    ("repo/ray:1", "1"), ("localhost:5000/ray", None), ("localhost:5000/ray:2", "2"), ("ray", None),
-    (f"ray@sha256:{DIGEST}", None), (f"r/ray:1@sha256:{DIGEST}", None), ("ray:a:b", "a:b"),
-])
+@pytest.mark.parametrize(
+    "image, tag",
+    [
+        ("repo/ray:1", "1"),
+        ("localhost:5000/ray", None),
+        ("localhost:5000/ray:2", "2"),
+        ("ray", None),
+        (f"ray@sha256:{DIGEST}", None),
+        (f"r/ray:1@sha256:{DIGEST}", None),
+        ("ray:a:b", "a:b"),
+    ],
+)
 def test_image_tag(image, tag):
     assert v.image_tag(image) == tag
 
@@ -532,58 +665,135 @@ def test_the_base_boundary_is_what_a_user_could_type_wrong():
     assert v.Grammar().boundary() == BASE
 
 
-@pytest.mark.parametrize("grammar, extra", [
-    (v.Bool(), ["true", "False", "2", "maybe"]),
-    (v.Int(2, 5), ["1", "2", "5", "6", "2.0", "2.5", str(10**12), str(-(10**12)), "true", "0x10"]),
-    (v.Float(0, 1.0), ["0", "-1", "1.0", "2.5", "inf", "-inf", "1e400", "true"]),
-    (v.Float(0, math.inf), ["0", "-1", "inf", "-inf", "1e400", "true"]),
-    (v.OneOf(choices=("a", "B")), ["a", "B", "A", "B", "other"]),
-    (v.HttpUrl(), ["https://h", "http://h:9090/api/v1/write", "ftp://h", "https://", "https://h:0",
-                   "https://h:65536", "http://[::1", "https://u:p@h", "https://h/a b"]),
-    (v.PrometheusDuration(), ["15d", "0d", "0", "1h30m", "30m1h", "15 d", "15D", "1.5d", "d"]),
-])
+@pytest.mark.parametrize(
+    "grammar, extra",
+    [
+        (v.Bool(), ["true", "False", "2", "maybe"]),
+        (v.Int(2, 5), ["1", "2", "5", "6", "2.0", "2.5", str(10**12), str(-(10**12)), "true", "0x10"]),
+        (v.Float(0, 1.0), ["0", "-1", "1.0", "2.5", "inf", "-inf", "1e400", "true"]),
+        (v.Float(0, math.inf), ["0", "-1", "inf", "-inf", "1e400", "true"]),
+        (v.OneOf(choices=("a", "B")), ["a", "B", "A", "B", "other"]),
+        (
+            v.HttpUrl(),
+            [
+                "https://h",
+                "http://h:9090/api/v1/write",
+                "ftp://h",
+                "https://",
+                "https://h:0",
+                "https://h:65536",
+                "http://[::1",
+                "https://u:p@h",
+                "https://h/a b",
+            ],
+        ),
+        (v.PrometheusDuration(), ["15d", "0d", "0", "1h30m", "30m1h", "15 d", "15D", "1.5d", "d"]),
+    ],
+)
 def test_each_boundary_adds_its_own_edges(grammar, extra):
     got = grammar.boundary()
-    assert got[:len(BASE)] == BASE and got[-len(extra):] == extra
+    assert got[: len(BASE)] == BASE and got[-len(extra) :] == extra
 
 
 def test_text_boundary_is_at_its_length_limit():
     got = v.Text(max_len=7).boundary()
-    assert got[:len(BASE)] == BASE
-    assert got[len(BASE):] == ["a" * 7, "a" * 8, "A", "-a", "a-", "a b", "a\nb", "ﬀ", "a" * 64, "a" * 65, "a" * 253,
-                               "a" * 254]
+    assert got[: len(BASE)] == BASE
+    assert got[len(BASE) :] == [
+        "a" * 7,
+        "a" * 8,
+        "A",
+        "-a",
+        "a-",
+        "a b",
+        "a\nb",
+        "ﬀ",
+        "a" * 64,
+        "a" * 65,
+        "a" * 253,
+        "a" * 254,
+    ]
 
 
 def test_wrapper_boundaries():
     assert v.OrUnset(inner=v.Bool()).boundary() == v.Bool().boundary()
     lst = v.ListOf(item=v.Int(2, 5)).boundary()
     inner = [b for b in v.Int(2, 5).boundary() if isinstance(b, str)][:8]
-    assert lst[:len(BASE)] == BASE and lst[len(BASE):] == ["[]", "[1, 2]", "{}", "[", json.dumps(inner),
-                                                           ",".join(["a"] * 50)]
+    assert lst[: len(BASE)] == BASE and lst[len(BASE) :] == [
+        "[]",
+        "[1, 2]",
+        "{}",
+        "[",
+        json.dumps(inner),
+        ",".join(["a"] * 50),
+    ]
     assert len(inner) == 8
 
 
 def test_network_and_aws_boundaries():
     c = v.Cidr(min_prefix=16, max_prefix=20).boundary()
-    assert c[:len(BASE)] == BASE and c[len(BASE):] == [
-        "0.0.0.0/0", "::/0", "2001:db8::/32", "10.0.0.1/16", "10.0.0.0/33", "256.0.0.0/8", "10.0.0.0", "10.0.0.0/15",
-        "10.0.0.0/20", "10.0.0.0/-1", "banana"]
+    assert c[: len(BASE)] == BASE and c[len(BASE) :] == [
+        "0.0.0.0/0",
+        "::/0",
+        "2001:db8::/32",
+        "10.0.0.1/16",
+        "10.0.0.0/33",
+        "256.0.0.0/8",
+        "10.0.0.0",
+        "10.0.0.0/15",
+        "10.0.0.0/20",
+        "10.0.0.0/-1",
+        "banana",
+    ]
     base = "arn:aws:iam::123456789012:role/"
     a = v.PrincipalArn().boundary()
-    assert a[:len(BASE)] == BASE and a[len(BASE):] == [
-        base + "admins", base + "*", base + "a" * 64, base + "a" * 65, base + "ädmin", base + "p/" * 300 + "x",
-        "arn:aws:iam::123456789012:group/g", "arn:aws:sts::123456789012:assumed-role/A/s", base, base + "a/",
-        base + "a//b", "arn:aws:iam::12345:role/x"]
+    assert a[: len(BASE)] == BASE and a[len(BASE) :] == [
+        base + "admins",
+        base + "*",
+        base + "a" * 64,
+        base + "a" * 65,
+        base + "ädmin",
+        base + "p/" * 300 + "x",
+        "arn:aws:iam::123456789012:group/g",
+        "arn:aws:sts::123456789012:assumed-role/A/s",
+        base,
+        base + "a/",
+        base + "a//b",
+        "arn:aws:iam::12345:role/x",
+    ]
     s = v.S3KeyPrefix().boundary()
-    assert s[:len(BASE)] == BASE and s[len(BASE):] == [
-        "ray-train", "a/b", "*", "a/*", "a?", "${aws:username}", "a/../b", "./a", "..", "/a", "a/", "a//b", "a b",
-        "a" * 512, "a" * 513, "é" * 300]
+    assert s[: len(BASE)] == BASE and s[len(BASE) :] == [
+        "ray-train",
+        "a/b",
+        "*",
+        "a/*",
+        "a?",
+        "${aws:username}",
+        "a/../b",
+        "./a",
+        "..",
+        "/a",
+        "a/",
+        "a//b",
+        "a b",
+        "a" * 512,
+        "a" * 513,
+        "é" * 300,
+    ]
     d = "a" * 64
     i = v.ImageReference().boundary()
-    assert i[:len(BASE)] == BASE and i[-10:] == [
-        "repo/ray", "repo/ray:latest", "repo/ray:1", f"repo/ray@sha256:{d}", f"repo/ray@sha256:{d[:63]}",
-        f"repo/ray@sha256:{d.upper()}", f"repo/ray@md5:{d}", "Repo/ray:1", "repo/ray:" + "t" * 129, "my image:1"]
-    assert i[len(BASE):len(BASE) + 2] == ["a" * 4096, "a" * 4097]
+    assert i[: len(BASE)] == BASE and i[-10:] == [
+        "repo/ray",
+        "repo/ray:latest",
+        "repo/ray:1",
+        f"repo/ray@sha256:{d}",
+        f"repo/ray@sha256:{d[:63]}",
+        f"repo/ray@sha256:{d.upper()}",
+        f"repo/ray@md5:{d}",
+        "Repo/ray:1",
+        "repo/ray:" + "t" * 129,
+        "my image:1",
+    ]
+    assert i[len(BASE) : len(BASE) + 2] == ["a" * 4096, "a" * 4097]
 
 
 def test_every_boundary_straddles_its_grammar():
@@ -624,8 +834,10 @@ def test_problems_goes_on_after_a_key_without_a_grammar():
 
 
 def test_problems_reports_the_grammars_value_when_it_names_one():
-    got = v.problems({"l": ["a", "a"], "n": 9, "u": None}, {"l": v.ListOf(unique=True), "n": v.Int(0, 5),
-                                                               "u": v.OrUnset(inner=v.Int())})
+    got = v.problems(
+        {"l": ["a", "a"], "n": 9, "u": None},
+        {"l": v.ListOf(unique=True), "n": v.Int(0, 5), "u": v.OrUnset(inner=v.Int())},
+    )
     assert got == [("l", "a", "is listed twice; list each entry once"), ("n", 9, "must be <= 5")]
 
 

@@ -23,17 +23,29 @@ MNG = "eks:index:ManagedNodeGroup"
 LT = "aws:ec2/launchTemplate:LaunchTemplate"
 ODCR = "cr-0a1b2c3d4e5f60718"  # mockrun's ODCR: 4 x g6e.48xlarge in us-east-1c
 BLOCK = "cr-0123456789abcdef0"  # mockrun's Capacity Block: 4 x p5.48xlarge in us-east-1a
-ODCR_CFG = {"gpuInstanceType": "g6e.48xlarge", "gpuCapacity": "reservation", "gpuCapacityReservationId": ODCR,
-            "availabilityZone": "us-east-1c", "gpuNodeCount": "0"}
-BLOCK_CFG = {"gpuInstanceType": "p5.48xlarge", "gpuCapacity": "capacity-block", "gpuCapacityReservationId": BLOCK,
-             "availabilityZone": "us-east-1a"}
+ODCR_CFG = {
+    "gpuInstanceType": "g6e.48xlarge",
+    "gpuCapacity": "reservation",
+    "gpuCapacityReservationId": ODCR,
+    "availabilityZone": "us-east-1c",
+    "gpuNodeCount": "0",
+}
+BLOCK_CFG = {
+    "gpuInstanceType": "p5.48xlarge",
+    "gpuCapacity": "capacity-block",
+    "gpuCapacityReservationId": BLOCK,
+    "availabilityZone": "us-east-1a",
+}
 NAT, SYSTEM = 0.045, CATALOGUE["m7i.2xlarge"].hourly_usd("us-east-1")
 
 
 def endpoints(run) -> float:
     """The ECR interface endpoints' hourly charge: $0.01 per endpoint per AZ (PrivateLink pricing, us-east-1)."""
-    return 0.01 * sum(len(e["subnetIds"]) for e in run.of_type("aws:ec2/vpcEndpoint:VpcEndpoint")
-                      if e["vpcEndpointType"] == "Interface")
+    return 0.01 * sum(
+        len(e["subnetIds"])
+        for e in run.of_type("aws:ec2/vpcEndpoint:VpcEndpoint")
+        if e["vpcEndpointType"] == "Interface"
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -56,10 +68,17 @@ def plan_usd(run: MockRun) -> float:
 
 # -- versions ------------------------------------------------------------------------------------------------------
 
+
 def test_support_windows_from_the_eks_release_calendar():
     s = eks_versions.support
-    assert [s(v, DAY) for v in ("1.31", "1.32", "1.33", "1.34", "1.35", "1.36")] == \
-        ["ended", "extended", "extended", "extended", "standard", "newer"]
+    assert [s(v, DAY) for v in ("1.31", "1.32", "1.33", "1.34", "1.35", "1.36")] == [
+        "ended",
+        "extended",
+        "extended",
+        "extended",
+        "standard",
+        "newer",
+    ]
     # extended billing starts at the beginning of the end-of-standard day (UTC); no cluster on the end-of-extended day
     assert s("1.34", date(2026, 12, 1)) == "standard" and s("1.34", date(2026, 12, 2)) == "extended"
     assert s("1.33", date(2027, 7, 28)) == "extended" and s("1.33", date(2027, 7, 29)) == "ended"
@@ -71,8 +90,9 @@ def test_support_windows_from_the_eks_release_calendar():
 def test_default_version_is_in_standard_support_today():
     assert DEFAULT_KUBERNETES_VERSION == "1.35" == eks_versions.DEFAULT_VERSION
     assert eks_versions.support(DEFAULT_KUBERNETES_VERSION) == "standard"
-    assert eks_versions.support(DEFAULT_KUBERNETES_VERSION, date.today()) in ("standard", "extended"), \
+    assert eks_versions.support(DEFAULT_KUBERNETES_VERSION, date.today()) in ("standard", "extended"), (
         "the default left standard support: add the newest version to components/cluster/eks_versions.py"
+    )
 
 
 def test_a_version_past_extended_support_is_refused_before_any_resource():
@@ -87,8 +107,10 @@ def test_extended_support_warns_and_costs_50_cents_more(warnings):
     assert [w for w in warnings if "1.33 is in EKS extended support since 2026-07-29" in w and "$0.60/h" in w]
     base = run_program({"efaCheck": "false"})
     assert run.outputs["estimatedHourlyUsd"] - base.outputs["estimatedHourlyUsd"] == pytest.approx(0.50)
-    assert "EKS control plane: $0.60/h (1.33 in extended support since 2026-07-29; priced on 2026-12-04)" \
+    assert (
+        "EKS control plane: $0.60/h (1.33 in extended support since 2026-07-29; priced on 2026-12-04)"
         in run.outputs["costNotes"]
+    )
     assert plan_usd(run) - plan_usd(base) == pytest.approx(0.50)
 
 
@@ -108,11 +130,13 @@ def test_plan_config_133_raises_estimated_hourly_usd_by_050(capsys):
 
 def test_a_newer_version_than_the_table_warns(warnings):
     StackConfig.from_mapping({"kubernetesVersion": "1.36"})
-    assert eks_versions.version_warning("1.36") and "newer than the EKS release calendar" in \
-        eks_versions.version_warning("1.36")
+    assert eks_versions.version_warning(
+        "1.36"
+    ) and "newer than the EKS release calendar" in eks_versions.version_warning("1.36")
 
 
 # -- cost by capacity mode -----------------------------------------------------------------------------------------
+
 
 def test_odcr_bills_every_reserved_instance_even_parked():
     run = run_program(ODCR_CFG)
@@ -122,8 +146,10 @@ def test_odcr_bills_every_reserved_instance_even_parked():
     assert run.outputs["estimatedHourlyUsd"] == pytest.approx(want) and plan_usd(run) == pytest.approx(want)
     notes = " ".join(run.outputs["costNotes"])
     assert f"all {reserved} reserved g6e.48xlarge are billed" in notes and "gpuNodeCount 0 does not stop it" in notes
-    assert any(f"aws ec2 cancel-capacity-reservation --capacity-reservation-id {ODCR}" in t
-               for t in run.outputs["teardownOrder"])
+    assert any(
+        f"aws ec2 cancel-capacity-reservation --capacity-reservation-id {ODCR}" in t
+        for t in run.outputs["teardownOrder"]
+    )
 
 
 def test_capacity_block_is_paid_up_front_not_per_hour():
@@ -153,6 +179,7 @@ def test_on_demand_gpu_nodes_stop_billing_when_parked():
 
 
 # -- system node disk ----------------------------------------------------------------------------------------------
+
 
 def test_system_root_volume_is_stack_config_of_at_least_100_gib():
     assert StackConfig().systemRootVolumeGiB == 100

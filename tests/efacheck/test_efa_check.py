@@ -52,8 +52,9 @@ def test_probe_env_finds_devices_plugin_and_fi_info(tmp_path: Path) -> None:
     lib64.mkdir(parents=True)
     (lib64 / "libnccl-net.so").touch()
     dirs = tuple(str(tmp_path / d.lstrip("/")) for d in OFI_PLUGIN_DIRS)
-    assert probe_env({"PATH": str(bin_)}, dev_dir=str(dev), plugin_dirs=dirs)["ofi_plugin_libs"] == \
-        [str(lib64 / "libnccl-net.so")]
+    assert probe_env({"PATH": str(bin_)}, dev_dir=str(dev), plugin_dirs=dirs)["ofi_plugin_libs"] == [
+        str(lib64 / "libnccl-net.so")
+    ]
 
 
 def test_probe_env_empty_pod(tmp_path: Path) -> None:
@@ -63,8 +64,11 @@ def test_probe_env_empty_pod(tmp_path: Path) -> None:
 
 def _data(logs: dict[str, bytes]) -> dict:
     res = [{"bytes": 1 << 20, "time_s": 1e-3}]
-    return {"world": 2, "nodes": 2, "outs": [{"results": res, "logs": logs, "probe": {}},
-                                             {"results": res, "logs": {}, "probe": {}}]}
+    return {
+        "world": 2,
+        "nodes": 2,
+        "outs": [{"results": res, "logs": logs, "probe": {}}, {"results": res, "logs": {}, "probe": {}}],
+    }
 
 
 def test_judge_uses_nccl_logs_and_floor() -> None:
@@ -83,12 +87,25 @@ def test_judge_gloo_never_efa() -> None:
 @pytest.mark.rehearsal
 def test_local_two_node_cluster_gloo_is_not_efa() -> None:
     r = subprocess.run(
-        [sys.executable, "-m", "ray_efa_eks.efacheck.efa_check", "--local", "--json", "--max-bytes", str(256 << 10),
-         "--iters", "2"],
-        cwd=ROOT, capture_output=True, text=True, timeout=180, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
+        [
+            sys.executable,
+            "-m",
+            "ray_efa_eks.efacheck.efa_check",
+            "--local",
+            "--json",
+            "--max-bytes",
+            str(256 << 10),
+            "--iters",
+            "2",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
     )
     assert r.returncode in (1, 2), r.stderr[-2000:]
-    out = json.loads(r.stdout[r.stdout.index("{"):])
+    out = json.loads(r.stdout[r.stdout.index("{") :])
     assert out["verdict"] != "efa" and out["reasons"]
     assert out["backend"] == "gloo" and out["nodes"] == 2 and out["world"] == 2
     assert len(out["sweep"]) >= 1
@@ -167,11 +184,21 @@ def test_a_rank_error_is_a_failure_even_with_efa_logs() -> None:
 
 
 def test_cli_usage_error_and_unreachable_address() -> None:
-    bad = subprocess.run([sys.executable, "-m", "ray_efa_eks.efacheck.efa_check", "--expect-nodes", "two"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    bad = subprocess.run(
+        [sys.executable, "-m", "ray_efa_eks.efacheck.efa_check", "--expect-nodes", "two"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert bad.returncode == 64 and "Traceback" not in bad.stderr
-    r = subprocess.run([sys.executable, "-m", "ray_efa_eks.efacheck.efa_check", "--json", "--address", "127.0.0.1:9",
-                        "--wait-s", "5"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "ray_efa_eks.efacheck.efa_check", "--json", "--address", "127.0.0.1:9", "--wait-s", "5"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 2, r.stdout + r.stderr
     out = json.loads(r.stdout)
     assert out["failure"]["stage"] == "unreachable" and "127.0.0.1:9" in out["failure"]["reason"]
@@ -188,8 +215,10 @@ def test_counter_witness_flat_counters_turn_an_efa_log_into_fallback() -> None:
         for o in d["outs"]:
             o["results"] = [{"collective": "all_reduce", "bytes": big, "time_s": 1e-2}]
         snap = lambda n: {"rdmap0s6": {"tx_bytes": n, "rx_bytes": n, "errors": {}}}  # noqa: E731
-        d["counters"] = {"before": [{"host": h, "snapshot": snap(0)} for h in ("n1", "n2")],
-                         "after": [{"host": h, "snapshot": snap(moved)} for h in ("n1", "n2")]}
+        d["counters"] = {
+            "before": [{"host": h, "snapshot": snap(0)} for h in ("n1", "n2")],
+            "after": [{"host": h, "snapshot": snap(moved)} for h in ("n1", "n2")],
+        }
         d["iters"] = 1
         return d
 
@@ -209,9 +238,15 @@ def test_unreadable_counters_say_so_first_and_require_counters_makes_it_undeterm
         d = _data(logs)
         for o in d["outs"]:
             o["results"] = [{"collective": "all_reduce", "bytes": 1 << 26, "time_s": 1e-2}]
-        snap = {"rdmap0s6": {"errors": {"hw_counters": "/sys/class/infiniband/rdmap0s6/ports/1/hw_counters: no such directory"}}}
-        d["counters"] = {k: [{"host": h, "view": None, "snapshot": snap, "unreadable": why} for h in ("n1", "n2")]
-                         for k in ("before", "after")}
+        snap = {
+            "rdmap0s6": {
+                "errors": {"hw_counters": "/sys/class/infiniband/rdmap0s6/ports/1/hw_counters: no such directory"}
+            }
+        }
+        d["counters"] = {
+            k: [{"host": h, "view": None, "snapshot": snap, "unreadable": why} for h in ("n1", "n2")]
+            for k in ("before", "after")
+        }
         d["iters"] = 1
         return d
 
@@ -226,16 +261,32 @@ def test_unreadable_counters_say_so_first_and_require_counters_makes_it_undeterm
 
 # -- right answers and the Socket comparison -------------------------------------------------------------
 
+
 def _sweep_data(ok_by_rank: dict[int, bool]) -> dict:
     logs = {"a": (FIX / "real_efa_g7e_slurm_nccl2292_ofi1180_2node.log").read_bytes()}
     d = _data(logs)
     for rank, o in enumerate(d["outs"]):
         o["rank"] = rank
         o["results"] = [
-            {"collective": "all_reduce", "bytes": 1 << 20, "dtype": "float32", "source": "pow2", "time_s": 1e-3,
-             "ok": True, "rank": rank},
-            {"collective": "reduce_scatter_tensor", "bytes": 64 << 20, "dtype": "float32", "source": "pow2",
-             "time_s": 1e-2, "ok": ok_by_rank.get(rank, True), "rank": rank}]
+            {
+                "collective": "all_reduce",
+                "bytes": 1 << 20,
+                "dtype": "float32",
+                "source": "pow2",
+                "time_s": 1e-3,
+                "ok": True,
+                "rank": rank,
+            },
+            {
+                "collective": "reduce_scatter_tensor",
+                "bytes": 64 << 20,
+                "dtype": "float32",
+                "source": "pow2",
+                "time_s": 1e-2,
+                "ok": ok_by_rank.get(rank, True),
+                "rank": rank,
+            },
+        ]
     return d
 
 
@@ -269,9 +320,13 @@ def test_failed_socket_comparison_is_reported_and_the_efa_verdict_stands(monkeyp
     r = efa_check.check(_args())
     assert calls == [None, {"NCCL_NET": "Socket"}]
     assert r["verdict"] == "efa" and r["code"] == 0 and r["failure"] is None
-    assert r["comparison"]["error"] == {"stage": "timeout", "reason": "the collective sweep did not finish within 600 s"}
-    assert any(x.startswith("the Socket comparison failed (timeout)") and "EFA verdict above stands" in x
-               for x in r["reasons"])
+    assert r["comparison"]["error"] == {
+        "stage": "timeout",
+        "reason": "the collective sweep did not finish within 600 s",
+    }
+    assert any(
+        x.startswith("the Socket comparison failed (timeout)") and "EFA verdict above stands" in x for x in r["reasons"]
+    )
     from ray_efa_eks.efacheck.report import render_markdown as render
 
     assert "the Socket comparison failed (timeout)" in render(r)
@@ -279,13 +334,16 @@ def test_failed_socket_comparison_is_reported_and_the_efa_verdict_stands(monkeyp
 
 # -- every accepted shape has a gate it can pass ---------------------------------------------------------
 
+
 def _socket_rank(host: str, pid: int) -> str:
     p = f"{host}:{pid}:{pid + 1} [0] NCCL INFO "
-    return (f"{p}NET/Plugin: Could not find: libnccl-net.so. Using internal net plugin.\n"
-            f"{p}NET/Socket : Using [0]eth0:10.0.0.{pid}<0>\n"
-            f"{p}Using network Socket\n"
-            f"{p}comm 0x1 rank {pid} nRanks 2 nNodes 2 localRanks 1 localRank 0 MNNVL 0\n"
-            f"{p}Channel 00/0 : 0[0] -> 1[0] [send] via NET/Socket/0\n")
+    return (
+        f"{p}NET/Plugin: Could not find: libnccl-net.so. Using internal net plugin.\n"
+        f"{p}NET/Socket : Using [0]eth0:10.0.0.{pid}<0>\n"
+        f"{p}Using network Socket\n"
+        f"{p}comm 0x1 rank {pid} nRanks 2 nNodes 2 localRanks 1 localRank 0 MNNVL 0\n"
+        f"{p}Channel 00/0 : 0[0] -> 1[0] [send] via NET/Socket/0\n"
+    )
 
 
 def _shape_run(monkeypatch, logs: dict[str, bytes], argv: list[str], ok: bool = True) -> dict:
@@ -334,23 +392,32 @@ def test_one_gpu_node_gate_checks_nccl_inside_the_node_and_says_efa_was_not_exer
 
 def test_transport_and_node_count_must_agree() -> None:
     for argv in (["--expect-transport", "intra-node", "--expect-nodes", "2"], ["--expect-nodes", "1"]):
-        r = subprocess.run([sys.executable, "-m", "ray_efa_eks.efacheck.efa_check", *argv], cwd=ROOT,
-                           capture_output=True, text=True, timeout=120)
+        r = subprocess.run(
+            [sys.executable, "-m", "ray_efa_eks.efacheck.efa_check", *argv],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert r.returncode == 64 and "Traceback" not in r.stderr and "--expect-nodes" in r.stderr
 
 
 # -- what really runs, and a busy cluster ------------------------------------------------------------------
 
+
 def test_stale_pods_are_named_with_what_differs() -> None:
     want = {"image": "img:v2", "spec_hash": "h2"}
-    seen = [{"host": "ray-gpu-a", "ip": "10.0.0.1", "image": "img:v2", "spec_hash": "h2"},
-            {"host": "ray-gpu-b", "ip": "10.0.0.2", "image": "img:v1", "spec_hash": "h1"},
-            {"host": "ray-gpu-b", "ip": "10.0.0.2", "image": "img:v1", "spec_hash": "h1"},  # second rank, same pod
-            {"role": "head", "host": "ray-head-x", "ip": "10.0.0.3", "image": None, "spec_hash": None}]
+    seen = [
+        {"host": "ray-gpu-a", "ip": "10.0.0.1", "image": "img:v2", "spec_hash": "h2"},
+        {"host": "ray-gpu-b", "ip": "10.0.0.2", "image": "img:v1", "spec_hash": "h1"},
+        {"host": "ray-gpu-b", "ip": "10.0.0.2", "image": "img:v1", "spec_hash": "h1"},  # second rank, same pod
+        {"role": "head", "host": "ray-head-x", "ip": "10.0.0.3", "image": None, "spec_hash": None},
+    ]
     bad = stale.stale_pods(seen, want)
-    assert bad == ["worker pod ray-gpu-b on node 10.0.0.2: image img:v1 (expected img:v2), spec_hash h1 (expected h2)",
-                   "head pod ray-head-x on node 10.0.0.3: image (unset) (expected img:v2), spec_hash (unset) "
-                   "(expected h2)"]
+    assert bad == [
+        "worker pod ray-gpu-b on node 10.0.0.2: image img:v1 (expected img:v2), spec_hash h1 (expected h2)",
+        "head pod ray-head-x on node 10.0.0.3: image (unset) (expected img:v2), spec_hash (unset) (expected h2)",
+    ]
     assert stale.stale_pods(seen[:1], want) == [] and stale.stale_pods(seen, {"image": None}) == []
     with pytest.raises(efa_check.CheckFailed) as e:
         stale.check_stale(seen, want)
@@ -370,11 +437,18 @@ def test_a_busy_cluster_is_waited_for_then_named(monkeypatch) -> None:
     monkeypatch.setattr(ray, "nodes", lambda: [HEAD, _node(1), _node(1, ip="10.0.0.2")])
     answers = iter(["0 of the 2 GPUs the check needs are free: train-7 holds 2 GPU(s)", None])
     logged: list[str] = []
-    backend, nodes = topology.wait_topology(2, 1, wait_s=30, poll_s=0.01, log=logged.append,
-                                             busy=lambda need: next(answers))
+    backend, nodes = topology.wait_topology(
+        2, 1, wait_s=30, poll_s=0.01, log=logged.append, busy=lambda need: next(answers)
+    )
     assert len(nodes) == 2 and any("the cluster is busy" in m and "train-7" in m for m in logged)
     with pytest.raises(efa_check.CheckFailed) as e:
-        topology.wait_topology(2, 1, wait_s=0.05, poll_s=0.01, log=lambda m: None,
-                                busy=lambda need: f"0 of the {need} GPUs the check needs are free: train-7 holds 2")
+        topology.wait_topology(
+            2,
+            1,
+            wait_s=0.05,
+            poll_s=0.01,
+            log=lambda m: None,
+            busy=lambda need: f"0 of the {need} GPUs the check needs are free: train-7 holds 2",
+        )
     assert e.value.stage == "busy" and "train-7" in e.value.reason and "0 of the 2 GPUs" in e.value.reason
     assert "ray job stop" in failures.FAILURE_HINTS["busy"]

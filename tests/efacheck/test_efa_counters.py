@@ -33,14 +33,27 @@ def lay_out(root: Path, devices: dict[str, dict[str, object]]) -> str:
 
 
 def _node(tmp: Path, name: str, tx: int, rx: int, extra: dict | None = None) -> str:
-    return lay_out(tmp / name, {"rdmap16s27": {"tx_bytes": tx, "rx_bytes": rx, **(extra or {})},
-                                "rdmap32s27": {"tx_bytes": tx, "rx_bytes": rx}})
+    return lay_out(
+        tmp / name,
+        {
+            "rdmap16s27": {"tx_bytes": tx, "rx_bytes": rx, **(extra or {})},
+            "rdmap32s27": {"tx_bytes": tx, "rx_bytes": rx},
+        },
+    )
 
 
 def test_read_counters_and_delta(tmp_path: Path) -> None:
     before = read_counters(_node(tmp_path, "b", 100, 200, {"rdma_write_bytes": 5, "send_bytes": 7}))
-    assert before["rdmap16s27"] == {"tx_bytes": 100, "rx_bytes": 200, "rdma_write_bytes": 5, "send_bytes": 7, "errors": {}}
-    after = read_counters(_node(tmp_path, "a", 100 + 3 * GB, 200 + 3 * GB, {"rdma_write_bytes": 5 + GB, "send_bytes": 7}))
+    assert before["rdmap16s27"] == {
+        "tx_bytes": 100,
+        "rx_bytes": 200,
+        "rdma_write_bytes": 5,
+        "send_bytes": 7,
+        "errors": {},
+    }
+    after = read_counters(
+        _node(tmp_path, "a", 100 + 3 * GB, 200 + 3 * GB, {"rdma_write_bytes": 5 + GB, "send_bytes": 7})
+    )
     d = counter_delta(before, after)
     assert d["rdmap16s27"]["tx_bytes"] == 3 * GB and d["rdmap16s27"]["rdma_write_bytes"] == GB
     assert node_bytes(d)["rdmap32s27"] == {"sent": 3 * GB, "received": 3 * GB}
@@ -89,8 +102,10 @@ def test_no_devices(tmp_path: Path) -> None:
 
 
 def test_unreadable_files(tmp_path: Path) -> None:
-    root = lay_out(tmp_path / "bad", {"rdmap0": {"tx_bytes": b"not a number\n", "rx_bytes": b"\xff\xfe"},
-                                      "rdmap1": {"rx_bytes": 5}})
+    root = lay_out(
+        tmp_path / "bad",
+        {"rdmap0": {"tx_bytes": b"not a number\n", "rx_bytes": b"\xff\xfe"}, "rdmap1": {"rx_bytes": 5}},
+    )
     os.makedirs(os.path.join(root, "rdmap2"))  # a device without hw_counters
     os.makedirs(os.path.join(root, "rdmap3/ports/1/hw_counters/tx_bytes"))  # open() fails (root reads any mode)
     (Path(root) / "rdmap3/ports/1/hw_counters/rx_bytes").write_text("7\n")
@@ -111,8 +126,10 @@ def test_permission_denied(tmp_path: Path) -> None:
 
 
 def test_counter_reset_and_vanished_device() -> None:
-    d = counter_delta({"a": {"tx_bytes": 10, "rx_bytes": 10}, "b": {"tx_bytes": 1, "rx_bytes": 1}},
-                      {"a": {"tx_bytes": 5, "rx_bytes": 20}})
+    d = counter_delta(
+        {"a": {"tx_bytes": 10, "rx_bytes": 10}, "b": {"tx_bytes": 1, "rx_bytes": 1}},
+        {"a": {"tx_bytes": 5, "rx_bytes": 20}},
+    )
     assert "went backwards" in d["a"]["errors"]["tx_bytes"] and d["a"]["rx_bytes"] == 10
     assert d["b"]["errors"]["device"] == "disappeared during the sweep"
 
@@ -137,6 +154,7 @@ def test_allreduce_bytes_per_node() -> None:
 
 
 # -- where the counters are visible: the host's sysfs, not the pod's ------------------------------------
+
 
 def _pod_view(root: Path, devices: tuple[str, ...] = ("rdmap16s27", "rdmap32s27")) -> str:
     """/sys/class/infiniband as a pod (own network namespace) sees it on kernels with commit a1ecb30f9085: the
@@ -175,8 +193,9 @@ def test_pod_view_has_devices_but_no_port_counters_and_the_host_view_has_them(tm
     assert "2 device(s), no readable port counter" in only_pod["unreadable"]
     assert "RAY_EFA_EKS_EFA_EXPORTER" in only_pod["unreadable"]
     # never the device-level <dev>/hw_counters, in either view
-    assert opened and not [p for p in opened if p.rstrip("/").split("/")[-2] == "hw_counters"
-                           and p.split("/")[-3] != "1"], opened
+    assert opened and not [
+        p for p in opened if p.rstrip("/").split("/")[-2] == "hw_counters" and p.split("/")[-3] != "1"
+    ], opened
 
 
 def test_default_views_try_the_nodes_exporter_first() -> None:
@@ -184,7 +203,9 @@ def test_default_views_try_the_nodes_exporter_first() -> None:
 
     url = "http://efa-exporter.efa-node-agent.svc.cluster.local:9810/metrics"
     assert efa_counters.default_views({efa_counters.EXPORTER_ENV: url}) == (
-        ("exporter", url), ("pod", "/sys/class/infiniband"))
+        ("exporter", url),
+        ("pod", "/sys/class/infiniband"),
+    )
     assert efa_counters.default_views({}) == (("pod", "/sys/class/infiniband"),)  # local runs: the pod's own sysfs
 
 
@@ -195,7 +216,9 @@ def test_unreadable_counters_are_the_first_reason_and_the_witness(tmp_path: Path
     pod = _pod_view(tmp_path / "pod")
     v = efa_counters.read_view((("pod", pod),))
     d = counter_delta(v["snapshot"], v["snapshot"])
-    judged = judge_counters({"n1": d, "n2": d}, 10 * GB, "efa", unreadable={"n1": v["unreadable"], "n2": v["unreadable"]})
+    judged = judge_counters(
+        {"n1": d, "n2": d}, 10 * GB, "efa", unreadable={"n1": v["unreadable"], "n2": v["unreadable"]}
+    )
     assert judged[0] is None
     kept = combine(efa, judged)
     assert kept.verdict == "efa" and kept.reasons[0].startswith("the EFA hardware counters could not be read")

@@ -23,6 +23,7 @@ def _served(monkeypatch, text: str) -> None:
 
         def __exit__(self, *a):
             return False
+
     monkeypatch.setattr("urllib.request.urlopen", lambda url, timeout: Answer(text.encode()))
 
 
@@ -35,21 +36,31 @@ def test_read_ports_without_a_root_or_with_a_port_without_counters(tmp_path):
 
 
 def test_the_exporter_values_ports_and_missing_counters(monkeypatch):
-    _served(monkeypatch, "\n".join([
-        "# HELP efa_tx_bytes_total bytes",
-        f'efa_tx_bytes_total{{device="efa_0",port="1",node="{NODE}"}} 1.5e3',
-        f'efa_rx_bytes_total{{device="efa_0",port="1",node="{NODE}"}} NaNx',
-        f'efa_tx_bytes_total{{device="efa_0",port="2",node="{NODE}"}} 7',
-        f'efa_send_bytes_total{{device="efa_1",port="1",node="{NODE}"}} 9',
-        f'efa_tx_bytes_total{{port="1",node="{NODE}"}} 5',
-    ]) + "\n")
+    _served(
+        monkeypatch,
+        "\n".join(
+            [
+                "# HELP efa_tx_bytes_total bytes",
+                f'efa_tx_bytes_total{{device="efa_0",port="1",node="{NODE}"}} 1.5e3',
+                f'efa_rx_bytes_total{{device="efa_0",port="1",node="{NODE}"}} NaNx',
+                f'efa_tx_bytes_total{{device="efa_0",port="2",node="{NODE}"}} 7',
+                f'efa_send_bytes_total{{device="efa_1",port="1",node="{NODE}"}} 9',
+                f'efa_tx_bytes_total{{port="1",node="{NODE}"}} 5',
+            ]
+        )
+        + "\n",
+    )
     snap, why = ec.read_exporter("http://x/metrics", NODE)
     assert why is None
     assert snap["efa_0"]["tx_bytes"] == 1500  # a float form is rounded to an int; port 2 and no device are skipped
     assert snap["efa_0"]["errors"] == {"rx_bytes": "http://x/metrics: value 'NaNx'"}
-    assert snap["efa_1"] == {"send_bytes": 9, "errors": {
-        "tx_bytes": "http://x/metrics: efa_tx_bytes_total not served for efa_1",
-        "rx_bytes": "http://x/metrics: efa_rx_bytes_total not served for efa_1"}}
+    assert snap["efa_1"] == {
+        "send_bytes": 9,
+        "errors": {
+            "tx_bytes": "http://x/metrics: efa_tx_bytes_total not served for efa_1",
+            "rx_bytes": "http://x/metrics: efa_rx_bytes_total not served for efa_1",
+        },
+    }
 
 
 def test_an_exporter_with_devices_but_no_counter_says_so(monkeypatch):
@@ -78,9 +89,11 @@ def test_judge_counters_names_unreadable_counters_and_a_partial_share():
     delta = {"efa_0": {"tx_bytes": 300, "errors": {"rx_bytes": "went backwards by 5 (counter reset?)"}}}
     ok, reasons = ec.judge_counters({"n1": delta}, 1000, "efa")
     assert ok is False
-    assert reasons == ["only part of the traffic used EFA: node n1: EFA moved 0.000 GB = 30% of the 0.000 GB the "
-                       "collectives had to send across nodes (efa_0 sent 0.000 GB received ?); unreadable: efa_0 "
-                       "rx_bytes: went backwards by 5 (counter reset?) < 50%"]
+    assert reasons == [
+        "only part of the traffic used EFA: node n1: EFA moved 0.000 GB = 30% of the 0.000 GB the "
+        "collectives had to send across nodes (efa_0 sent 0.000 GB received ?); unreadable: efa_0 "
+        "rx_bytes: went backwards by 5 (counter reset?) < 50%"
+    ]
     ok, reasons = ec.judge_counters({"n1": {"efa_0": {"tx_bytes": 5, "errors": {}}}}, 1000, "fallback")
     assert ok is False and reasons[0].startswith("EFA counters did not move: node n1")
     ok, reasons = ec.judge_counters({"n1": {"efa_0": {"tx_bytes": 900, "errors": {}}}}, 1000, "fallback")
@@ -108,6 +121,7 @@ def test_an_exporter_on_a_node_without_efa_says_no_device(monkeypatch):
 
 # --- survivors of the mutation tool (mutmut 3.8.1), killed here ---
 
+
 def test_line_rate_math_at_its_boundaries():
     assert ec.allreduce_bytes_per_node(1000.0, 2, 2) == 1000.0  # 2 ranks on 2 nodes: 2(2-1)/2 = 1 x size
     assert ec.allreduce_bytes_per_node(1000.0, 1, 2) == 0.0 and ec.allreduce_bytes_per_node(1000.0, 8, 1) == 0.0
@@ -117,8 +131,9 @@ def test_line_rate_math_at_its_boundaries():
 
 def test_counter_delta_names_appeared_and_disappeared_devices_and_keeps_going():
     one = {"tx_bytes": 10, "rx_bytes": 10, "errors": {}}
-    out = ec.counter_delta({"efa_0": one, "efa_1": one}, {"efa_1": {"tx_bytes": 4, "rx_bytes": 30, "errors": {}},
-                                                          "efa_2": one})
+    out = ec.counter_delta(
+        {"efa_0": one, "efa_1": one}, {"efa_1": {"tx_bytes": 4, "rx_bytes": 30, "errors": {}}, "efa_2": one}
+    )
     assert out["efa_0"] == {"errors": {"device": "disappeared during the sweep"}}
     assert out["efa_2"] == {"errors": {"device": "appeared during the sweep"}}
     assert out["efa_1"] == {"errors": {"tx_bytes": "went backwards by 6 (counter reset?)"}, "rx_bytes": 20}
@@ -141,18 +156,23 @@ def test_combine_states_reasons_and_causes():
     required = ec.combine(efa, (None, ["n1 ?"]), require=True)
     assert required.verdict == "undetermined" and required.reasons[0].startswith(
         "the EFA hardware counters could not be read, so the second witness is missing and efaCheckRequireCounters "
-        "makes the verdict undetermined: n1 ?")
+        "makes the verdict undetermined: n1 ?"
+    )
     fallback = ec.combine(with_verdict(efa, "fallback", "socket"), (None, ["n1 ?"]), require=True)
     assert fallback.verdict == "fallback" and "counters_unavailable" not in fallback.causes
 
 
 def analyze_efa():
     from ray_efa_eks.efacheck.nccl_log import analyze_text
+
     lines = []
     for i, h in enumerate(("h1", "h2")):
         p = f"{h}:{i}:{i} [0] NCCL INFO "
-        lines += [p + "NET/OFI Selected provider is efa, fabric is efa-direct (found 1 nics)",
-                  p + "Using network Libfabric", p + f"Channel 00/0 : {i}[0] -> {1 - i}[0] [send] via NET/Libfabric/0"]
+        lines += [
+            p + "NET/OFI Selected provider is efa, fabric is efa-direct (found 1 nics)",
+            p + "Using network Libfabric",
+            p + f"Channel 00/0 : {i}[0] -> {1 - i}[0] [send] via NET/Libfabric/0",
+        ]
     rep = analyze_text("\n".join(lines) + "\n")
     assert rep.verdict == "efa"
     return rep
@@ -168,8 +188,10 @@ def test_judge_counters_boundaries_and_words():
     ok, reasons = ec.judge_counters({"n1": {"efa_0": {"tx_bytes": 1, "errors": {}}}}, 1, "efa")
     assert ok is True  # one expected byte is still a figure to compare with
     ok, reasons = ec.judge_counters({"n1": {}, "n2": {}}, 1000, "efa", unreadable={"n1": "exporter down"})
-    assert ok is None and reasons == ["node n1: no EFA device (exporter down)",
-                                      f"node n2: no EFA device (under {ec.SYSFS_ROOT})"]
+    assert ok is None and reasons == [
+        "node n1: no EFA device (exporter down)",
+        f"node n2: no EFA device (under {ec.SYSFS_ROOT})",
+    ]
     two = {"n1": {"efa_0": {"tx_bytes": 600, "errors": {}}, "efa_1": {"rx_bytes": 700, "errors": {}}}}
     ok, reasons = ec.judge_counters(two, 1000, "efa")
     assert ok is True and "(efa_0 sent 0.000 GB received ?, efa_1 sent ? received 0.000 GB)" in reasons[0]
@@ -181,6 +203,7 @@ def test_judge_counters_boundaries_and_words():
 
 
 # --- survivors of .ci/mutation.py efacheck/efa_counters.py (mutmut 3.8.1, run of 2026-12-05), killed here ---
+
 
 @pytest.mark.parametrize("node", ['a"b\\c\nd\\n', "plain", "ip-10-0-0-1.ec2.internal"])
 def test_the_exporters_node_label_round_trips_to_the_reader(tmp_path, node):
@@ -213,8 +236,10 @@ def _port_counters(root) -> tuple:
     return hw, hw / "tx_bytes"
 
 
-@pytest.mark.parametrize("mode, says", [(stat.S_IFREG | 0o644, "not a regular file (a FIFO)"),
-                                        (0, "not a regular file (not a file): not opened")])
+@pytest.mark.parametrize(
+    "mode, says",
+    [(stat.S_IFREG | 0o644, "not a regular file (a FIFO)"), (0, "not a regular file (not a file): not opened")],
+)
 def test_a_counter_file_that_is_not_a_regular_file_when_opened_is_not_read(monkeypatch, tmp_path, mode, says):
     """A regular file when looked at and a FIFO once opened (replaced between the two), or a kind of file no test
     names: an error naming the file, never a read that could block."""
@@ -225,6 +250,7 @@ def test_a_counter_file_that_is_not_a_regular_file_when_opened_is_not_read(monke
     def looked_at(path, *a, **kw):
         got = real(path, *a, **kw)
         return os.stat_result((mode, *got[1:])) if str(path) == str(tx) else got
+
     monkeypatch.setattr(os, "stat", looked_at)
     got = ec.read_counters(str(tmp_path))["efa_0"]
     monkeypatch.undo()
@@ -258,7 +284,8 @@ def test_read_counters_errors_say_the_file_and_why_exactly(tmp_path):
     (hw / "rx_bytes").write_text("lots\n")
     assert ec.read_counters(str(tmp_path))["efa_0"]["errors"] == {
         "tx_bytes": f"{hw / 'tx_bytes'}: not a regular file (a directory): not opened",
-        "rx_bytes": f"{hw / 'rx_bytes'}: not an unsigned integer (b'lots\\n')"}
+        "rx_bytes": f"{hw / 'rx_bytes'}: not an unsigned integer (b'lots\\n')",
+    }
 
 
 def test_read_ports_reads_on_past_unreadable_devices_and_ports_in_port_order(tmp_path):
@@ -273,9 +300,10 @@ def test_read_ports_reads_on_past_unreadable_devices_and_ports_in_port_order(tmp
     assert out["efa_0"] == {"ports": {}, "errors": {str(tmp_path / "efa_0" / "ports"): "No such file or directory"}}
     assert out["efa_1"]["ports"] == {"2": {"tx_bytes": 5}, "10": {"tx_bytes": 7}}
     assert list(out["efa_1"]["ports"]) == ["2", "10"]  # numeric order, as the exporter lists its series
-    assert out["efa_1"]["errors"] == {str(p / "1" / "hw_counters"): "No such file or directory",
-                                      str(p / "2" / "hw_counters" / "rx_bytes"):
-                                          "not an unsigned integer (b'x\\n')"}
+    assert out["efa_1"]["errors"] == {
+        str(p / "1" / "hw_counters"): "No such file or directory",
+        str(p / "2" / "hw_counters" / "rx_bytes"): "not an unsigned integer (b'x\\n')",
+    }
 
 
 def test_an_unanswered_exporter_names_the_pod_to_look_at_on_this_node(monkeypatch):
@@ -283,32 +311,47 @@ def test_an_unanswered_exporter_names_the_pod_to_look_at_on_this_node(monkeypatc
 
     def refused(url, timeout):
         raise urllib.error.URLError("Connection refused")
+
     monkeypatch.setattr("urllib.request.urlopen", refused)
     where = "(the node agent's efa-exporter pod on this node: kubectl -n efa-node-agent get pods -o wide"
     assert ec.read_exporter("http://x/metrics", NODE) == (
-        {}, f"no answer (Connection refused) {where} --field-selector spec.nodeName={NODE})")
+        {},
+        f"no answer (Connection refused) {where} --field-selector spec.nodeName={NODE})",
+    )
     assert ec.read_exporter("http://x/metrics") == ({}, f"no answer (Connection refused) {where})")
 
 
 def test_read_view_reads_an_https_exporter_for_this_pods_node(monkeypatch):
-    _served(monkeypatch, f'efa_tx_bytes_total{{device="efa_0",port="1",node="{NODE}"}} 5\n'
-                         f'efa_rx_bytes_total{{device="efa_0",port="1",node="{NODE}"}} 6\n')
+    _served(
+        monkeypatch,
+        f'efa_tx_bytes_total{{device="efa_0",port="1",node="{NODE}"}} 5\n'
+        f'efa_rx_bytes_total{{device="efa_0",port="1",node="{NODE}"}} 6\n',
+    )
     monkeypatch.setenv(ec.NODE_ENV, NODE)
     v = ec.read_view((("exporter", "https://x/metrics"),))
-    assert v == {"view": "exporter", "root": "https://x/metrics", "unreadable": None,
-                 "snapshot": {"efa_0": {"tx_bytes": 5, "rx_bytes": 6, "errors": {}}}}
+    assert v == {
+        "view": "exporter",
+        "root": "https://x/metrics",
+        "unreadable": None,
+        "snapshot": {"efa_0": {"tx_bytes": 5, "rx_bytes": 6, "errors": {}}},
+    }
     monkeypatch.setenv(ec.NODE_ENV, "ip-10-0-9-9.ec2.internal")  # the Service sent the scrape to another node
     v = ec.read_view((("exporter", "https://x/metrics"),))
     assert v["view"] is None and v["unreadable"] == (
         f"exporter https://x/metrics: it answered for node {NODE}, this pod runs on ip-10-0-9-9.ec2.internal: the "
-        "Service must keep traffic on the node (internalTrafficPolicy: Local)")
+        "Service must keep traffic on the node (internalTrafficPolicy: Local)"
+    )
 
 
 def test_an_exporter_without_tx_rx_counters_is_no_readable_view(monkeypatch):
     _served(monkeypatch, f'efa_send_bytes_total{{device="efa_0",port="1",node="{NODE}"}} 5\n')
     v = ec.read_view((("exporter", "http://x/metrics"),))
-    assert v == {"view": None, "root": None, "snapshot": {},
-                 "unreadable": "exporter http://x/metrics: no readable port counter"}
+    assert v == {
+        "view": None,
+        "root": None,
+        "snapshot": {},
+        "unreadable": "exporter http://x/metrics: no readable port counter",
+    }
 
 
 def test_read_view_words_each_unreadable_sysfs_view_exactly(tmp_path):
@@ -320,13 +363,17 @@ def test_read_view_words_each_unreadable_sysfs_view_exactly(tmp_path):
     (good / "tx_bytes").write_text("1\n")
     (good / "rx_bytes").write_text("2\n")
     v = ec.read_view((("pod", str(tmp_path / "pod")), ("host", str(tmp_path / "host"))))
-    why = "; ".join(f"{tmp_path / root / dev / 'ports/1/hw_counters'}: no such directory"
-                    for root in ("pod",) for dev in ("efa_0", "efa_1"))
+    why = "; ".join(
+        f"{tmp_path / root / dev / 'ports/1/hw_counters'}: no such directory"
+        for root in ("pod",)
+        for dev in ("efa_0", "efa_1")
+    )
     why_host = why.replace(str(tmp_path / "pod"), str(tmp_path / "host"))
     assert v["unreadable"] == (
         f"pod view {tmp_path / 'pod'}: 2 device(s), no readable port counter ({why}) (a pod's network namespace "
         f"gets no port counters: the node agent's EFA exporter reads them, reached through ${ec.EXPORTER_ENV}); "
-        f"host view {tmp_path / 'host'}: 2 device(s), no readable port counter ({why_host})")
+        f"host view {tmp_path / 'host'}: 2 device(s), no readable port counter ({why_host})"
+    )
     v = ec.read_view((("pod", str(tmp_path / "pod")), ("host", str(tmp_path / "good"))))
     assert (v["view"], v["root"], v["unreadable"]) == ("host", str(tmp_path / "good"), None)
 
@@ -334,7 +381,8 @@ def test_read_view_words_each_unreadable_sysfs_view_exactly(tmp_path):
 def test_unreadable_counters_leave_only_the_witness_reason():
     rep = ec.combine(analyze_efa(), (None, ["n1 ?"]))
     assert rep.reasons[0].startswith("the EFA hardware counters could not be read") and rep.reasons[0].endswith(
-        "the second witness is missing: n1 ?")
+        "the second witness is missing: n1 ?"
+    )
     assert rep.reasons[1:] == analyze_efa().reasons  # the log's own reasons, nothing added after them
 
 
@@ -348,48 +396,60 @@ def test_the_exporter_is_asked_with_a_timeout_and_a_stray_byte_spoils_nothing(mo
         def __exit__(self, *a):
             return False
 
-    body = (b"# HELP efa_tx_bytes_total bytes \xff\xfe moved\n"
-            + f'efa_tx_bytes_total{{device="efa_0",port="1",node="{NODE}"}} 5\n'.encode()
-            + f'efa_rx_bytes_total{{device="efa_0",port="1",node="{NODE}"}} 6\n'.encode())
+    body = (
+        b"# HELP efa_tx_bytes_total bytes \xff\xfe moved\n"
+        + f'efa_tx_bytes_total{{device="efa_0",port="1",node="{NODE}"}} 5\n'.encode()
+        + f'efa_rx_bytes_total{{device="efa_0",port="1",node="{NODE}"}} 6\n'.encode()
+    )
     monkeypatch.setattr("urllib.request.urlopen", lambda url, timeout: asked.append(timeout) or Answer(body))
-    assert ec.read_exporter("http://x/metrics", NODE) == ({"efa_0": {"tx_bytes": 5, "rx_bytes": 6, "errors": {}}},
-                                                          None)
+    assert ec.read_exporter("http://x/metrics", NODE) == ({"efa_0": {"tx_bytes": 5, "rx_bytes": 6, "errors": {}}}, None)
     assert asked == [ec.EXPORTER_TIMEOUT_S]  # a hung exporter cannot hold the rank
 
 
 def test_why_an_exporter_did_not_answer_in_the_errors_own_words(monkeypatch):
     where = "(the node agent's efa-exporter pod on this node: kubectl -n efa-node-agent get pods -o wide)"
     assert ec.read_exporter("efa-exporter.local/metrics") == (  # urllib: ValueError, no reason or strerror
-        {}, f"no answer (unknown url type: 'efa-exporter.local/metrics') {where}")
+        {},
+        f"no answer (unknown url type: 'efa-exporter.local/metrics') {where}",
+    )
 
     def refused(url, timeout):
         raise ConnectionRefusedError(111, "Connection refused")  # an OSError: its strerror, not '[Errno 111] ...'
+
     monkeypatch.setattr("urllib.request.urlopen", refused)
     assert ec.read_exporter("http://x/metrics") == ({}, f"no answer (Connection refused) {where}")
 
 
 def test_series_without_a_node_label_do_not_count_as_another_node(monkeypatch):
-    _served(monkeypatch, "process_start_time_seconds 1\n"
-                         f'efa_tx_bytes_total{{device="efa_0",port="1",node="{NODE}"}} 5\n'
-                         f'efa_rx_bytes_total{{device="efa_0",port="1",node="{NODE}"}} 6\n')
-    assert ec.read_exporter("http://x/metrics", NODE) == ({"efa_0": {"tx_bytes": 5, "rx_bytes": 6, "errors": {}}},
-                                                          None)
+    _served(
+        monkeypatch,
+        "process_start_time_seconds 1\n"
+        f'efa_tx_bytes_total{{device="efa_0",port="1",node="{NODE}"}} 5\n'
+        f'efa_rx_bytes_total{{device="efa_0",port="1",node="{NODE}"}} 6\n',
+    )
+    assert ec.read_exporter("http://x/metrics", NODE) == ({"efa_0": {"tx_bytes": 5, "rx_bytes": 6, "errors": {}}}, None)
 
 
 def test_an_exporter_answering_for_other_nodes_names_them_all(monkeypatch):
     _served(monkeypatch, 'efa_devices{node="ip-b"} 1\nefa_devices{node="ip-a"} 1\n')
     assert ec.read_exporter("http://x/metrics", NODE) == (
-        {}, f"it answered for node ip-a, ip-b, this pod runs on {NODE}: the Service must keep traffic on the node "
-            "(internalTrafficPolicy: Local)")
+        {},
+        f"it answered for node ip-a, ip-b, this pod runs on {NODE}: the Service must keep traffic on the node "
+        "(internalTrafficPolicy: Local)",
+    )
 
 
 def test_judge_counters_refuses_a_negative_expectation_and_takes_deltas_without_errors():
     one = {"n1": {"efa_0": {"tx_bytes": 600}}}  # a hand-made delta: no "errors" key
     assert ec.judge_counters(one, -5, "efa") == (
-        None, ["expected bytes per node is -5: nothing to compare the counters with"])
+        None,
+        ["expected bytes per node is -5: nothing to compare the counters with"],
+    )
     ok, reasons = ec.judge_counters(one, 1000, "efa")
-    assert ok is True and reasons == ["node n1: EFA moved 0.000 GB = 60% of the 0.000 GB the collectives had to send "
-                                      "across nodes (efa_0 sent 0.000 GB received ?) >= 50%"]
+    assert ok is True and reasons == [
+        "node n1: EFA moved 0.000 GB = 60% of the 0.000 GB the collectives had to send "
+        "across nodes (efa_0 sent 0.000 GB received ?) >= 50%"
+    ]
     # a long run on a p5 (3200 Gbps) moves petabytes: GB are 10**9 bytes to the last digit shown
     ok, reasons = ec.judge_counters({"n1": {"efa_0": {"tx_bytes": 3 * 10**15}}}, 5 * 10**15, "efa")
     assert reasons[0].startswith("node n1: EFA moved 3000000.000 GB = 60% of the 5000000.000 GB")
@@ -405,9 +465,17 @@ def test_exporter_answers_without_counters_word_their_figures(monkeypatch):
 
 def test_a_device_whose_first_served_counter_is_bad_keeps_that_error(monkeypatch):
     _served(monkeypatch, f'efa_rx_bytes_total{{device="efa_2",port="1",node="{NODE}"}} many\n')
-    assert ec.read_exporter("http://x/metrics", NODE) == ({"efa_2": {"errors": {
-        "rx_bytes": "http://x/metrics: value 'many'",
-        "tx_bytes": "http://x/metrics: efa_tx_bytes_total not served for efa_2"}}}, None)
+    assert ec.read_exporter("http://x/metrics", NODE) == (
+        {
+            "efa_2": {
+                "errors": {
+                    "rx_bytes": "http://x/metrics: value 'many'",
+                    "tx_bytes": "http://x/metrics: efa_tx_bytes_total not served for efa_2",
+                }
+            }
+        },
+        None,
+    )
 
 
 def test_message_and_rdma_parts_count_when_they_exceed_the_totals():

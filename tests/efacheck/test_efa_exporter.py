@@ -107,8 +107,11 @@ def test_follows_the_counters_between_scrapes(served) -> None:
     write_counter(sysfs, "rdmap0s30", "tx_bytes", 7 * GB + 3 * GB)
     write_counter(sysfs, "rdmap0s30", "retrans_bytes", 4096)
     after = parse(get(url + "/metrics")[2])
-    assert int(value(after, "efa_tx_bytes_total", device="rdmap0s30")) - \
-        int(value(before, "efa_tx_bytes_total", device="rdmap0s30")) == 3 * GB
+    assert (
+        int(value(after, "efa_tx_bytes_total", device="rdmap0s30"))
+        - int(value(before, "efa_tx_bytes_total", device="rdmap0s30"))
+        == 3 * GB
+    )
     assert value(after, "efa_retrans_bytes_total", device="rdmap0s30") == "4096"
 
 
@@ -159,8 +162,11 @@ def test_the_class_tree_alone_reads_nothing(tmp_path: Path) -> None:
 def test_only_efa_devices(tmp_path: Path) -> None:
     sysfs = kernel_sysfs(tmp_path / "sys")
     kernel_sysfs(tmp_path / "other", devices=(("mlx5_0", "0000:20:00.0"),), driver="mlx5_core", version=None)
-    shutil.copytree(tmp_path / "other" / "devices" / "pci0000:00" / "0000:20:00.0",
-                    sysfs / "devices" / "pci0000:00" / "0000:20:00.0", symlinks=True)
+    shutil.copytree(
+        tmp_path / "other" / "devices" / "pci0000:00" / "0000:20:00.0",
+        sysfs / "devices" / "pci0000:00" / "0000:20:00.0",
+        symlinks=True,
+    )
     (sysfs / "class" / "infiniband" / "mlx5_0").symlink_to("../../devices/pci0000:00/0000:20:00.0/infiniband/mlx5_0")
     s = parse(efa_exporter.Exporter(str(sysfs), "n").scrape())
     assert value(s, "efa_devices") == "1" and value(s, "efa_tx_bytes_total", device="mlx5_0") is None
@@ -206,9 +212,13 @@ def test_the_command_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
     sysfs = kernel_sysfs(tmp_path / "sys", counters={"rdmap0s30": {"tx_bytes": 11}})
     port = _free_port()
     exe = Path(sys.executable).with_name("ray-efa-eks")
-    proc = subprocess.Popen([str(exe), "efa-exporter", "--sysfs", str(sysfs), "--port", str(port), "--host",
-                             "127.0.0.1"], env={**os.environ, "NODE_NAME": "node-a"},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [str(exe), "efa-exporter", "--sysfs", str(sysfs), "--port", str(port), "--host", "127.0.0.1"],
+        env={**os.environ, "NODE_NAME": "node-a"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -222,8 +232,12 @@ def test_the_command_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
         write_counter(sysfs, "rdmap0s30", "tx_bytes", 12)
         assert value(parse(get(f"http://127.0.0.1:{port}/metrics")[2]), "efa_tx_bytes_total") == "12"
         # a second one on the same port cannot serve: 3, one line, no traceback
-        busy = subprocess.run([str(exe), "efa-exporter", "--sysfs", str(sysfs), "--port", str(port), "--host",
-                               "127.0.0.1"], capture_output=True, text=True, timeout=60)
+        busy = subprocess.run(
+            [str(exe), "efa-exporter", "--sysfs", str(sysfs), "--port", str(port), "--host", "127.0.0.1"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert busy.returncode == 3 and "cannot listen on 127.0.0.1" in busy.stderr
         assert "Traceback" not in busy.stderr
     finally:
@@ -233,11 +247,14 @@ def test_the_command_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
     assert "serving http://127.0.0.1" in out and "Traceback" not in err
 
 
-@pytest.mark.parametrize("argv, code, says", [
-    (["--sysfs", "{tmp}/nope"], 3, "not a directory"),
-    (["--port", "70000"], 64, "70000 is not a port number"),
-    (["--port", "http"], 64, "'http' is not a port number"),
-])
+@pytest.mark.parametrize(
+    "argv, code, says",
+    [
+        (["--sysfs", "{tmp}/nope"], 3, "not a directory"),
+        (["--port", "70000"], 64, "70000 is not a port number"),
+        (["--port", "http"], 64, "'http' is not a port number"),
+    ],
+)
 def test_bad_arguments(tmp_path: Path, capsys, argv, code, says) -> None:
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
     try:

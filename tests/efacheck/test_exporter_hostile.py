@@ -70,12 +70,14 @@ def promtool_says(text: str) -> str:
     promtool = shutil.which("promtool")
     if promtool is None:
         return ""  # test_efa_exporter.py says it is skipped; the shape checks above still run
-    out = subprocess.run([promtool, "check", "metrics"], input=text.encode("utf-8", "surrogateescape"),
-                         capture_output=True, timeout=60)
+    out = subprocess.run(
+        [promtool, "check", "metrics"], input=text.encode("utf-8", "surrogateescape"), capture_output=True, timeout=60
+    )
     return "" if out.returncode == 0 else (out.stdout + out.stderr).decode(errors="replace") or "rejected"
 
 
 # -- hostile trees --------------------------------------------------------------------------------------------------
+
 
 def _write(path: Path, data: bytes) -> None:
     path.unlink()
@@ -91,6 +93,7 @@ def _link(target: str) -> Callable[[Path], None]:
     def make(path: Path) -> None:
         path.unlink()
         path.symlink_to(target)
+
     return make
 
 
@@ -144,13 +147,16 @@ def _tree_case(name: str) -> Callable[[Path], None]:
     return {
         "hw_counters a symlink loop": lambda r: (shutil.rmtree(hw(r)), hw(r).symlink_to("hw_counters")),
         "ports a FIFO": lambda r: (shutil.rmtree(hw(r).parent.parent), os.mkfifo(hw(r).parent.parent)),
-        "class entry a FIFO": lambda r: ((r / "class/infiniband" / HOSTILE).unlink(),
-                                         os.mkfifo(r / "class/infiniband" / HOSTILE)),
+        "class entry a FIFO": lambda r: (
+            (r / "class/infiniband" / HOSTILE).unlink(),
+            os.mkfifo(r / "class/infiniband" / HOSTILE),
+        ),
         "device name not UTF-8": lambda r: odd_device(r, "rdma\udcff0"),
         "device name with quote, backslash, newline": lambda r: odd_device(r, 'rd"m\\a\n0'),
         "counter name with a newline": lambda r: (hw(r) / "odd\nname").write_text("1\n"),
-        "counter name not UTF-8": lambda r: Path(os.fsdecode(os.path.join(os.fsencode(hw(r)), b"odd\xff"))
-                                                 ).write_text("1\n"),
+        "counter name not UTF-8": lambda r: Path(os.fsdecode(os.path.join(os.fsencode(hw(r)), b"odd\xff"))).write_text(
+            "1\n"
+        ),
         "two names for one metric": lambda r: ((hw(r) / "tx-bytes").write_text("2\n"),),
         "the exporter's own metric name": lambda r: (hw(r) / "exporter_read_errors").write_text("9\n"),
         "2000 counter files": lambda r: [(hw(r) / f"c{i:04}").write_text("1\n") for i in range(2000)],
@@ -159,19 +165,33 @@ def _tree_case(name: str) -> Callable[[Path], None]:
     }[name]
 
 
-TREE_CASES = ("hw_counters a symlink loop", "ports a FIFO", "class entry a FIFO", "device name not UTF-8",
-              "device name with quote, backslash, newline", "counter name with a newline", "counter name not UTF-8",
-              "two names for one metric", "the exporter's own metric name", "2000 counter files",
-              "module version a FIFO", "module version /dev/zero")
-CASES = [pytest.param(kind, file, id=f"{file}: {kind}") for kind, file in itertools.product(FILE_KINDS, FILES)] + \
-    [pytest.param(None, name, id=name) for name in TREE_CASES]
+TREE_CASES = (
+    "hw_counters a symlink loop",
+    "ports a FIFO",
+    "class entry a FIFO",
+    "device name not UTF-8",
+    "device name with quote, backslash, newline",
+    "counter name with a newline",
+    "counter name not UTF-8",
+    "two names for one metric",
+    "the exporter's own metric name",
+    "2000 counter files",
+    "module version a FIFO",
+    "module version /dev/zero",
+)
+CASES = [pytest.param(kind, file, id=f"{file}: {kind}") for kind, file in itertools.product(FILE_KINDS, FILES)] + [
+    pytest.param(None, name, id=name) for name in TREE_CASES
+]
 
 
 def hostile_tree(tmp_path: Path, kind: str | None, what: str) -> Path:
     if kind == "no permission" and os.geteuid() == 0:
         pytest.skip("root reads files whatever their mode")
-    root = kernel_sysfs(tmp_path / "sys", devices=P5_48XLARGE[:2],
-                        counters={HEALTHY: {"tx_bytes": 7, "rx_bytes": 8}, HOSTILE: {"rx_bytes": 5}})
+    root = kernel_sysfs(
+        tmp_path / "sys",
+        devices=P5_48XLARGE[:2],
+        counters={HEALTHY: {"tx_bytes": 7, "rx_bytes": 8}, HOSTILE: {"rx_bytes": 5}},
+    )
     if kind is None:
         _tree_case(what)(root)
     else:
@@ -221,8 +241,9 @@ def test_every_hostile_tree_gets_a_well_formed_metrics_in_time(tmp_path, kind, w
 def test_the_node_check_decides_on_every_hostile_tree(tmp_path, kind, what):
     root = hostile_tree(tmp_path, kind, what)
     got: list = []
-    t = threading.Thread(target=lambda: got.append(nc.decide(str(root), 2, {nc.EFA_RESOURCE: "2"}, (True, "ok"))),
-                         daemon=True)
+    t = threading.Thread(
+        target=lambda: got.append(nc.decide(str(root), 2, {nc.EFA_RESOURCE: "2"}, (True, "ok"))), daemon=True
+    )
     t.start()
     t.join(SCRAPE_TIMEOUT_S)
     assert got, "the node check did not decide in time (or raised)"
@@ -232,6 +253,7 @@ def test_the_node_check_decides_on_every_hostile_tree(tmp_path, kind, what):
 
 
 # -- the server ------------------------------------------------------------------------------------------------------
+
 
 def test_200_concurrent_scrapes_are_all_answered_in_30_s(tmp_path):
     root = kernel_sysfs(tmp_path / "sys", devices=P5_48XLARGE)

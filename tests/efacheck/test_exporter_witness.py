@@ -29,8 +29,11 @@ def start_exporter(sysfs: Path, node: str = NODE) -> tuple[subprocess.Popen, str
     """``ray-efa-eks efa-exporter`` in its own process, as the node agent runs it; returns (process, /metrics URL)."""
     port = _free_port()
     exe = Path(sys.executable).with_name("ray-efa-eks")
-    proc = subprocess.Popen([str(exe), "efa-exporter", "--sysfs", str(sysfs), "--port", str(port), "--host",
-                             "127.0.0.1", "--node", node], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [str(exe), "efa-exporter", "--sysfs", str(sysfs), "--port", str(port), "--host", "127.0.0.1", "--node", node],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     url = f"http://127.0.0.1:{port}/metrics"
     deadline = time.monotonic() + 60
     while True:
@@ -61,9 +64,19 @@ def test_read_exporter_gives_the_sysfs_readers_shape_exactly(node) -> None:
     write_counter(sysfs, "rdmap0s30", "rdma_write_bytes", 2**63 + 7)  # past float64's exact integers
     snap, why = efa_counters.read_exporter(url, NODE)
     assert why is None
-    assert snap == {"rdmap0s30": {"errors": {}, "tx_bytes": 10 * GB, "rx_bytes": 20 * GB, "send_bytes": 0,
-                                  "rdma_write_bytes": 2**63 + 7, "rdma_read_resp_bytes": 0, "recv_bytes": 0,
-                                  "rdma_read_bytes": 0, "rdma_write_recv_bytes": 0}}
+    assert snap == {
+        "rdmap0s30": {
+            "errors": {},
+            "tx_bytes": 10 * GB,
+            "rx_bytes": 20 * GB,
+            "send_bytes": 0,
+            "rdma_write_bytes": 2**63 + 7,
+            "rdma_read_resp_bytes": 0,
+            "recv_bytes": 0,
+            "rdma_read_bytes": 0,
+            "rdma_write_recv_bytes": 0,
+        }
+    }
     # the same tree read directly gives the same snapshot: one reader, one shape
     assert efa_counters.read_counters(str(sysfs / "class" / "infiniband")) == snap
 
@@ -110,11 +123,16 @@ def test_the_gates_witness_reads_the_exporter_and_judges_the_moved_bytes(node) -
     sysfs, url = node
     log = (Path(__file__).parents[1] / "fixtures/nccl-logs/real_efa_g7e_slurm_nccl2292_ofi1180_2node.log").read_bytes()
     rows = [{"collective": "all_reduce", "bytes": 300 * 10**6, "time_s": 0.1}]  # x 6 calls x 2*7/8 = 3.15 GB a node
-    data = {"iters": 5, "world": 8, "nodes": 2,
-            "outs": [{"rank": r, "results": rows, "logs": {"a": log} if r == 0 else {}, "probe": {}} for r in range(8)]}
+    data = {
+        "iters": 5,
+        "world": 8,
+        "nodes": 2,
+        "outs": [{"rank": r, "results": rows, "logs": {"a": log} if r == 0 else {}, "probe": {}} for r in range(8)],
+    }
 
     def rank_reads() -> dict:
         return {"host": NODE, **efa_counters.read_view()}
+
     before = rank_reads()
     assert before["view"] == "exporter" and before["root"] == url and before["unreadable"] is None
     write_counter(sysfs, "rdmap0s30", "tx_bytes", 13 * GB)
@@ -146,6 +164,7 @@ def test_a_runs_fabric_capture_reads_the_exporter(node, tmp_path: Path) -> None:
         def gather_object(self, payload, gathered, dst):
             sent.append(payload)
             gathered[0] = payload
+
     probe.judge(Dist(), final=True)
     delta = sent[0]["counters"]
     assert delta["rdmap0s30"]["tx_bytes"] == 2 * GB and delta["rdmap0s30"]["rx_bytes"] == 0

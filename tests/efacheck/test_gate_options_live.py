@@ -23,7 +23,7 @@ from ray_efa_eks.efacheck import efa_check
 from tests.helpers.argv import set_flag
 from tests.helpers.mockruns import shared_run
 
-LOG = (Path(__file__).resolve().parents[1] / "fixtures/nccl-logs/real_efa_g7e_slurm_nccl2292_ofi1180_2node.log")
+LOG = Path(__file__).resolve().parents[1] / "fixtures/nccl-logs/real_efa_g7e_slurm_nccl2292_ofi1180_2node.log"
 OUTSIDE_CHECK = {
     "--json": "the output format, read by the gate's script (the rehearsal parses it)",
     "--address": "where the driver connects (the rehearsal's gate reaches its local head through it)",
@@ -33,7 +33,9 @@ OUTSIDE_CHECK = {
 
 def rendered(config: dict[str, str]) -> list[str]:
     """The check's argv as the gate Job's script submits it."""
-    script = shared_run(config).one("kubernetes:batch/v1:Job")["spec"]["template"]["spec"]["containers"][0]["command"][2]
+    script = shared_run(config).one("kubernetes:batch/v1:Job")["spec"]["template"]["spec"]["containers"][0]["command"][
+        2
+    ]
     line = re.search(r"-- (python -m \S*efacheck\.efa_check [^\n]*)", script).group(1)
     return shlex.split(line)[3:]
 
@@ -49,14 +51,31 @@ def outcome(monkeypatch, argv: list[str], counters: bool = True) -> dict[str, An
     def run_check(backend, lo, hi, iters, **kw):
         asked["sweep"] = {k: v for k, v in kw.items() if k != "expect_stack"}
         asked["expect_stack"] = kw.get("expect_stack")
-        res = [{"collective": "all_reduce", "bytes": 1 << 28, "dtype": "float32", "source": "pow2", "time_s": 0.1,
-                "ok": True}]
-        outs = [{"rank": r, "results": [{**x, "rank": r} for x in res], "logs": {"a": LOG.read_bytes()} if r == 0
-                 else {}, "probe": {}} for r in range(2)]
+        res = [
+            {
+                "collective": "all_reduce",
+                "bytes": 1 << 28,
+                "dtype": "float32",
+                "source": "pow2",
+                "time_s": 0.1,
+                "ok": True,
+            }
+        ]
+        outs = [
+            {
+                "rank": r,
+                "results": [{**x, "rank": r} for x in res],
+                "logs": {"a": LOG.read_bytes()} if r == 0 else {},
+                "probe": {},
+            }
+            for r in range(2)
+        ]
         if counters:
             for o in outs:
-                o["counters"] = {"before": {"efa0": {"tx_bytes": 0, "rx_bytes": 0}},
-                                 "after": {"efa0": {"tx_bytes": 1 << 30, "rx_bytes": 1 << 30}}}
+                o["counters"] = {
+                    "before": {"efa0": {"tx_bytes": 0, "rx_bytes": 0}},
+                    "after": {"efa0": {"tx_bytes": 1 << 30, "rx_bytes": 1 << 30}},
+                }
         return {"world": 2, "nodes": 2, "iters": 1, "outs": outs}
 
     monkeypatch.setattr(efa_check, "wait_topology", wait_topology)
@@ -66,8 +85,15 @@ def outcome(monkeypatch, argv: list[str], counters: bool = True) -> dict[str, An
     monkeypatch.setattr(efa_check, "_probe", None)
     a = efa_check.CheckRequest.from_namespace(efa_check.parser().parse_args(argv))
     r = efa_check.check(a)
-    return {"verdict": r["verdict"], "code": r["code"], "failure": r.get("failure"), "reasons": list(r["reasons"]),
-            "line_rate": copy.deepcopy(r.get("line_rate")), "expected": r.get("expected"), "asked": asked}
+    return {
+        "verdict": r["verdict"],
+        "code": r["code"],
+        "failure": r.get("failure"),
+        "reasons": list(r["reasons"]),
+        "line_rate": copy.deepcopy(r.get("line_rate")),
+        "expected": r.get("expected"),
+        "asked": asked,
+    }
 
 
 CASES = {

@@ -30,7 +30,13 @@ pytest.importorskip("ray.job_submission")
 pytest.importorskip("aiohttp")  # ray[default]: dashboard + Jobs API
 
 from ray_efa_eks.components.addons.efa_check import (  # noqa: E402
-    IMAGE_FLEET_FILE, MOUNT, Deadlines, check_args, check_script, check_files)
+    IMAGE_FLEET_FILE,
+    MOUNT,
+    Deadlines,
+    check_args,
+    check_script,
+    check_files,
+)
 from ray_efa_eks.components.nodes.instances import CATALOGUE, InstanceType  # noqa: E402
 from ray_efa_eks.tools.mockrun import run_program  # noqa: E402
 
@@ -38,8 +44,9 @@ REPO = Path(__file__).resolve().parents[2]
 BIN = str(Path(sys.executable).parent)
 IMAGE, SPEC_HASH = "rehearsal/ray:v2", "0123456789ab"
 """What the rehearsal's Ray nodes say they run (their env), and what the gate is rendered for."""
-ONE_GPU = InstanceType("rehearsal.1gpu", 4, 16384, gpus=1, gpu_model="L4", efa_supported=True,
-                       max_efa_interfaces=1, network_cards=1)
+ONE_GPU = InstanceType(
+    "rehearsal.1gpu", 4, 16384, gpus=1, gpu_model="L4", efa_supported=True, max_efa_interfaces=1, network_cards=1
+)
 
 SERVER = """
 import sys, time
@@ -68,8 +75,9 @@ with local_cluster(worker_nodes=0, dashboard=True) as c:
 
 class Cluster:
     def __init__(self, env: dict[str, str]):
-        self.proc = subprocess.Popen([sys.executable, "-c", SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     text=True, env=env, cwd=REPO)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=REPO
+        )
         self.url, _, self.gcs = self.proc.stdout.readline().strip().partition(" ")
         assert self.url.startswith("http://"), f"local cluster did not start (exit {self.proc.poll()})"
         end = time.monotonic() + 120  # the Jobs API answers a little after the dashboard URL is known
@@ -146,8 +154,9 @@ def mount(tmp_path_factory) -> Path:
     return root
 
 
-def script(cluster: Cluster, mount: Path, topology_wait_s: int, image_fleet_file: str = IMAGE_FLEET_FILE,
-           **stack: str) -> str:
+def script(
+    cluster: Cluster, mount: Path, topology_wait_s: int, image_fleet_file: str = IMAGE_FLEET_FILE, **stack: str
+) -> str:
     """The Job's script; ``stack`` (``image``, ``spec_hash``) is what the gate checks every Ray pod against;
     ``image_fleet_file`` where the image audit left its verdict (absent here unless a test writes one)."""
     d = Deadlines(head_wait_s=300, topology_wait_s=topology_wait_s, sweep_timeout_s=120)
@@ -189,8 +198,9 @@ def test_gate_arguments_for_every_catalogue_gpu_type(name):
     assert a.expect_nics == (it.max_efa_interfaces or None) and a.expect_gdrdma is it.gpudirect_rdma
     assert a.efa_gbps == (it.efa_gbps or None)
     no_gdr = REPO / "tests" / "fixtures" / "nccl-logs" / "real_efa_g7e_slurm_nccl2292_ofi1180_2node.log"
-    assert analyze_paths([no_gdr], expect_gdrdma=a.expect_gdrdma).verdict == ("fallback" if it.gpudirect_rdma
-                                                                              else "efa")
+    assert analyze_paths([no_gdr], expect_gdrdma=a.expect_gdrdma).verdict == (
+        "fallback" if it.gpudirect_rdma else "efa"
+    )
 
 
 def test_the_stack_renders_the_rehearsed_script(tmp_path):
@@ -201,13 +211,25 @@ def test_the_stack_renders_the_rehearsed_script(tmp_path):
     from ray_efa_eks.components.nodes.instances import CATALOGUE
 
     image = job["spec"]["template"]["spec"]["containers"][0]["image"]
-    env = {e["name"]: e["value"] for e in run.one("kubernetes:ray.io/v1:RayCluster")["spec"]["headGroupSpec"][
-        "template"]["spec"]["containers"][0]["env"]}
-    args = check_args(CATALOGUE["g6.12xlarge"], 2, Deadlines(), image=image, require_counters=True,
-                      storage_proof=True, spec_hash=env["RAY_EFA_EKS_SPEC_HASH"])
+    env = {
+        e["name"]: e["value"]
+        for e in run.one("kubernetes:ray.io/v1:RayCluster")["spec"]["headGroupSpec"]["template"]["spec"]["containers"][
+            0
+        ]["env"]
+    }
+    args = check_args(
+        CATALOGUE["g6.12xlarge"],
+        2,
+        Deadlines(),
+        image=image,
+        require_counters=True,
+        storage_proof=True,
+        spec_hash=env["RAY_EFA_EKS_SPEC_HASH"],
+    )
     assert "--efa-gbps" in args and "--compare-socket" not in args
-    assert cmd[2] == check_script("http://ray-head-svc.ray.svc.cluster.local:8265", args, Deadlines(), MOUNT,
-                                  image_fleet_file=IMAGE_FLEET_FILE)
+    assert cmd[2] == check_script(
+        "http://ray-head-svc.ray.svc.cluster.local:8265", args, Deadlines(), MOUNT, image_fleet_file=IMAGE_FLEET_FILE
+    )
     assert args[args.index("--expect-gpus-per-node") + 1] == "4" and args[args.index("--expect-nics") + 1] == "1"
     assert job["spec"]["activeDeadlineSeconds"] == Deadlines().active_deadline_s
 
@@ -217,8 +239,13 @@ def test_cpu_only_workers_exit_2_naming_the_missing_gpus(cluster, mount, env, tm
     digest = "sha256:" + "c" * 64  # the image audit's verdict reaches the check through real `ray job submit`
     fleet = tmp_path / "image-fleet.json"
     fleet.write_text(json.dumps({"image_fleet": {"verdict": "ok", "digest": digest}}))
-    r = subprocess.run(["bash", "-c", script(cluster, mount, topology_wait_s=2, image_fleet_file=str(fleet))],
-                       env=env, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        ["bash", "-c", script(cluster, mount, topology_wait_s=2, image_fleet_file=str(fleet))],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 2, r.stdout[-3000:] + r.stderr[-2000:]
     v = verdict(r.stdout)
     assert v["code"] == 2 and v["verdict"] == "undetermined" and v["failure"]["stage"] == "no_gpu", v
@@ -231,8 +258,13 @@ def test_second_node_joins_in_time_then_logical_gpus_without_cuda_fail_cleanly(c
     """The check waits for the second GPU node, proceeds, picks nccl from the cluster (never gloo) on the GPU-less
     head, and fails cleanly because the declared GPUs have no CUDA behind them."""
     cluster.workers(1)
-    p = subprocess.Popen(["bash", "-c", script(cluster, mount, topology_wait_s=120)], env=env, stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, text=True)
+    p = subprocess.Popen(
+        ["bash", "-c", script(cluster, mount, topology_wait_s=120)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     lines: list[str] = []
     waiting = threading.Event()
 
@@ -275,7 +307,8 @@ def sleeper(tmp_path_factory) -> tuple[Path, Path]:
         f"with open({str(record)!r}, 'w') as f:\n"
         "    json.dump({'pid': os.getpid(), 'ray_address': os.environ.get('RAY_ADDRESS')}, f)\n"
         "print('stand-in check started', flush=True)\n"
-        "time.sleep(900)\n")
+        "time.sleep(900)\n"
+    )
     return root, record
 
 
@@ -322,11 +355,14 @@ def test_a_check_that_overruns_its_budget_is_stopped_and_exits_2(cluster, sleepe
 
 # -- the Job as Pulumi sees it: deadlines agree, re-runs on change, a failed Job does not wedge later ups ----------
 
+
 def _job_with_options(config: dict | None = None) -> tuple[dict, dict]:
     """The Job's inputs and the options the engine would get (custom timeouts, delete-before-replace)."""
     job = run_program(config).one("kubernetes:batch/v1:Job")
-    return job.inputs, {"timeouts": job.options.get("custom_timeouts"),
-                        "delete_before_replace": job.options.get("delete_before_replace", False)}
+    return job.inputs, {
+        "timeouts": job.options.get("custom_timeouts"),
+        "delete_before_replace": job.options.get("delete_before_replace", False),
+    }
 
 
 def _secs(go_duration: str) -> int:
@@ -356,9 +392,13 @@ def test_job_reruns_when_what_it_vouches_for_changes_and_a_failed_job_is_replace
     assert base["metadata"]["annotations"]["pulumi.com/replaceUnready"] == "true"
     assert opts["delete_before_replace"] is True  # fixed name: the old Job must go before its replacement
     names = {"base": base["metadata"]["name"]}
-    for key, value in [("dlcImage", "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.2"),
-                       ("gpuInstanceType", "g6.48xlarge"), ("gpuNodeCount", 3), ("efa", False),
-                       ("ncclDebug", "INFO")]:
+    for key, value in [
+        ("dlcImage", "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.2"),
+        ("gpuInstanceType", "g6.48xlarge"),
+        ("gpuNodeCount", 3),
+        ("efa", False),
+        ("ncclDebug", "INFO"),
+    ]:
         cfg = {key: value, **({"allowSingleEfaNode": True} if key == "efa" else {})}
         names[key] = _job_with_options(cfg)[0]["metadata"]["name"]
     assert len(set(names.values())) == len(names), names
@@ -399,8 +439,14 @@ class Running:
     """The Job's script in the background, its output pumped; ``until(text)`` waits for a line."""
 
     def __init__(self, cmd: str, env: dict[str, str]):
-        self.p = subprocess.Popen(["bash", "-c", cmd], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                  text=True, start_new_session=True)
+        self.p = subprocess.Popen(
+            ["bash", "-c", cmd],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
         self.lines: list[str] = []
         self.cond = threading.Condition()
         self.t = threading.Thread(target=self._pump, daemon=True)
@@ -436,8 +482,13 @@ class Running:
 
 def test_a_worker_on_another_image_is_stale_not_vouched_for(cluster, mount, env):
     cluster.workers(1, "1 RAY_EFA_EKS_IMAGE=rehearsal/ray:v1 RAY_EFA_EKS_SPEC_HASH=ba9876543210")  # an old pod
-    r = subprocess.run(["bash", "-c", script(cluster, mount, 60, image=IMAGE, spec_hash=SPEC_HASH)], env=env,
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        ["bash", "-c", script(cluster, mount, 60, image=IMAGE, spec_hash=SPEC_HASH)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 2, r.stdout[-3000:] + r.stderr[-2000:]
     v = verdict(r.stdout)
     assert v["failure"]["stage"] == "stale" and v["verdict"] == "undetermined", v
@@ -465,11 +516,13 @@ def test_a_busy_cluster_names_the_job_holding_the_gpus_then_proceeds_once_it_end
     try:
         end = time.monotonic() + 120
         while "holding the GPUs" not in c.get_job_logs(holder):
-            assert time.monotonic() < end and c.get_job_status(holder).value in ("PENDING", "RUNNING"), \
-                c.get_job_logs(holder)[-2000:]
+            assert time.monotonic() < end and c.get_job_status(holder).value in ("PENDING", "RUNNING"), c.get_job_logs(
+                holder
+            )[-2000:]
             time.sleep(1)
-        r = subprocess.run(["bash", "-c", script(cluster, mount, 2)], env=env, capture_output=True, text=True,
-                           timeout=300)
+        r = subprocess.run(
+            ["bash", "-c", script(cluster, mount, 2)], env=env, capture_output=True, text=True, timeout=300
+        )
         assert r.returncode == 2, r.stdout[-3000:] + r.stderr[-2000:]
         v = verdict(r.stdout)
         assert v["failure"]["stage"] == "busy", v

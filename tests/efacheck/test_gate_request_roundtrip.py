@@ -52,14 +52,34 @@ def test_defaults_render_nothing_and_the_parser_agrees(monkeypatch):
 def test_what_the_gate_writes_reads_back_as_what_it_asked(type_name, nodes, efa):
     it = CATALOGUE[type_name] if type_name else None
     d = Deadlines()
-    argv = check_args(it, nodes, d, 40.0, image="img:1", spec_hash="h", min_busbw_fraction=0.5, compare_socket=True,
-                      strict_versions=True, require_counters=True, storage_proof=True,
-                      transport=gate_transport(efa, nodes))
+    argv = check_args(
+        it,
+        nodes,
+        d,
+        40.0,
+        image="img:1",
+        spec_hash="h",
+        min_busbw_fraction=0.5,
+        compare_socket=True,
+        strict_versions=True,
+        require_counters=True,
+        storage_proof=True,
+        transport=gate_transport(efa, nodes),
+    )
     got = read_back(argv)
-    assert (got.json, got.expect_nodes, got.wait_s, got.timeout_s) == (True, nodes, d.topology_wait_s,
-                                                                       d.sweep_timeout_s)
-    assert (got.image, got.spec_hash, got.min_busbw_gbps, got.strict_versions, got.storage_proof) == \
-        ("img:1", "h", 40.0, True, True)
+    assert (got.json, got.expect_nodes, got.wait_s, got.timeout_s) == (
+        True,
+        nodes,
+        d.topology_wait_s,
+        d.sweep_timeout_s,
+    )
+    assert (got.image, got.spec_hash, got.min_busbw_gbps, got.strict_versions, got.storage_proof) == (
+        "img:1",
+        "h",
+        40.0,
+        True,
+        True,
+    )
     assert got.expect_transport == gate_transport(efa, nodes)
     assert got.expect_gpus_per_node == (it.gpus if it else 0)
 

@@ -16,8 +16,10 @@ import ray
 
 from ray_efa_eks.efacheck import local_cluster as lc
 
-TIMED_OUT = ("The current node timed out during startup. This could happen because some of the raylet failed to "
-             "startup or the GCS has become overloaded.")
+TIMED_OUT = (
+    "The current node timed out during startup. This could happen because some of the raylet failed to "
+    "startup or the GCS has become overloaded."
+)
 
 
 class Heads:
@@ -57,6 +59,7 @@ def heads(monkeypatch):
         h = Heads(fail, error)
         monkeypatch.setattr(lc, "Cluster", h)
         return h
+
     return make
 
 
@@ -68,8 +71,9 @@ def test_a_head_that_timed_out_is_started_again_on_a_new_port(heads, capsys):
     assert first["gcs_server_port"] != second["gcs_server_port"]
     assert address.endswith(f":{second['gcs_server_port']}")
     assert h.leftovers[0].wait(timeout=10) == -9  # the failed try's process, killed
-    assert capsys.readouterr().err == ("local cluster: the head's raylet did not register within Ray's 30 s (try 1 of "
-                                       "2); starting the head again\n")
+    assert capsys.readouterr().err == (
+        "local cluster: the head's raylet did not register within Ray's 30 s (try 1 of 2); starting the head again\n"
+    )
     assert "RAY_ADDRESS" not in os.environ and "RAY_TMPDIR" not in os.environ
 
 
@@ -80,8 +84,10 @@ def test_a_second_timeout_fails_with_both_tries_raylet_logs(heads):
             pass
     assert len(h.args) == 2 and all(p.wait(timeout=10) == -9 for p in h.leftovers)
     notes = e.value.__notes__
-    assert [n.splitlines()[-1] for n in notes] == ["raylet try 1: cannot reach the GCS",
-                                                   "raylet try 2: cannot reach the GCS"]
+    assert [n.splitlines()[-1] for n in notes] == [
+        "raylet try 1: cannot reach the GCS",
+        "raylet try 2: cannot reach the GCS",
+    ]
     assert all(n.splitlines()[0].endswith("/logs/raylet.err:") for n in notes)
     assert "RAY_ADDRESS" not in os.environ and "RAY_TMPDIR" not in os.environ
     assert not Path(notes[0].splitlines()[0][:-1]).exists()  # the temp dir went with the failure

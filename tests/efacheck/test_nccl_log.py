@@ -18,29 +18,71 @@ ROOT = Path(__file__).parents[2]
 REAL = {
     # the shared README: Libfabric on the inter-host ring links, but no provider line (the early plugin also ran on
     # tcp and sockets), so not efa
-    "efa_old_ring_via_aws_libfabric.log": ("undetermined", "no_provider_line", [
-        (13, "Ring 00 : 7 -> 8 [receive] via NET/AWS Libfabric/0")]),
+    "efa_old_ring_via_aws_libfabric.log": (
+        "undetermined",
+        "no_provider_line",
+        [(13, "Ring 00 : 7 -> 8 [receive] via NET/AWS Libfabric/0")],
+    ),
     # an unattributed excerpt (no host, no connection line, no node count): one node would print the same lines
     "efa_p4d_nccl29_network_lines.log": ("undetermined", "no_connections", [(1, "Using network AWS Libfabric")]),
     "socket_plugin_missing_nccl218.log": (
-        "fallback", "plugin_not_found", [(2, "Plugin load (libnccl-net.so) returned 2")]),
-    "single_node_socket_loopback_nccl24.log": ("undetermined", "single_node", [(1, "Bootstrap : Using [0]lo:127.0.0.1")]),
-    "real_efa_p3dn_k8s_mpijob_nccl264_16ranks.log": ("efa", None, [
-        (29, "NET/OFI Selected Provider is efa"), (31, "Using network AWS Libfabric"),
-        (303, "[receive] via NET/AWS Libfabric/0")]),
-    "real_efa_g7e_slurm_nccl2292_ofi1180_2node.log": ("efa", None, [
-        (31, "Selected provider is efa, fabric is efa (found 1 nics)"), (44, "Assigned NET plugin Libfabric to comm"),
-        (75, "nRanks 2 nNodes 2"), (132, "via NET/Libfabric/0")]),
-    "real_efa_p4d_k8s_pods_rank0_view_nccl2273_ofi1162.log": ("efa", None, [
-        (23, "Selected provider is efa"), (46, "nRanks 4 nNodes 4"), (115, "via NET/Libfabric/0/GDRDMA")]),
-    "real_socket_g6e_k8s_ofi_no_eligible_providers_nccl2273.log": ("fallback", "socket_network", [
-        (22, "NET/OFI No eligible providers were found"), (35, "Assigned NET plugin Socket to comm"),
-        (24, "[2025-12-28 16:04:25] llama-3-8b-node-0-0:152:386 [0] int nccl_net_ofi_create_plugin(nccl_net_ofi_plugin_t**):259 NCCL WARN NET/OFI"),
-        (41, "nNodes 4"), (87, "via NET/Socket/0")]),
-    "real_undet_p4d_single_node_ofi_init_failed_socket_nccl2277.log": ("undetermined", "single_node", [
-        (152, "nRanks 4 nNodes 1"), (69, "NCCL WARN NET/OFI Failed to initialize sendrecv protocol")]),
-    "real_undet_p3dn_single_pod_np8_efa_selected_p2p_only_nccl264.log": ("undetermined", "single_node", [
-        (142, "via P2P/IPC")]),
+        "fallback",
+        "plugin_not_found",
+        [(2, "Plugin load (libnccl-net.so) returned 2")],
+    ),
+    "single_node_socket_loopback_nccl24.log": (
+        "undetermined",
+        "single_node",
+        [(1, "Bootstrap : Using [0]lo:127.0.0.1")],
+    ),
+    "real_efa_p3dn_k8s_mpijob_nccl264_16ranks.log": (
+        "efa",
+        None,
+        [
+            (29, "NET/OFI Selected Provider is efa"),
+            (31, "Using network AWS Libfabric"),
+            (303, "[receive] via NET/AWS Libfabric/0"),
+        ],
+    ),
+    "real_efa_g7e_slurm_nccl2292_ofi1180_2node.log": (
+        "efa",
+        None,
+        [
+            (31, "Selected provider is efa, fabric is efa (found 1 nics)"),
+            (44, "Assigned NET plugin Libfabric to comm"),
+            (75, "nRanks 2 nNodes 2"),
+            (132, "via NET/Libfabric/0"),
+        ],
+    ),
+    "real_efa_p4d_k8s_pods_rank0_view_nccl2273_ofi1162.log": (
+        "efa",
+        None,
+        [(23, "Selected provider is efa"), (46, "nRanks 4 nNodes 4"), (115, "via NET/Libfabric/0/GDRDMA")],
+    ),
+    "real_socket_g6e_k8s_ofi_no_eligible_providers_nccl2273.log": (
+        "fallback",
+        "socket_network",
+        [
+            (22, "NET/OFI No eligible providers were found"),
+            (35, "Assigned NET plugin Socket to comm"),
+            (
+                24,
+                "[2025-12-28 16:04:25] llama-3-8b-node-0-0:152:386 [0] int nccl_net_ofi_create_plugin(nccl_net_ofi_plugin_t**):259 NCCL WARN NET/OFI",
+            ),
+            (41, "nNodes 4"),
+            (87, "via NET/Socket/0"),
+        ],
+    ),
+    "real_undet_p4d_single_node_ofi_init_failed_socket_nccl2277.log": (
+        "undetermined",
+        "single_node",
+        [(152, "nRanks 4 nNodes 1"), (69, "NCCL WARN NET/OFI Failed to initialize sendrecv protocol")],
+    ),
+    "real_undet_p3dn_single_pod_np8_efa_selected_p2p_only_nccl264.log": (
+        "undetermined",
+        "single_node",
+        [(142, "via P2P/IPC")],
+    ),
 }
 
 
@@ -82,12 +124,15 @@ def _efa_rank(host: str, pid: int, pre: str = "", nics: int = 4, gdr: str = "/GD
     )
 
 
-@pytest.mark.parametrize("pre_a,pre_b", [
-    ("[1,0]<stdout>:", "2026-01-01T00:00:00Z | "),  # mpirun, CloudWatch
-    ("0: ", "1: "),  # srun -l
-    ("[pod/w-0/ray-worker] ", "[pod/w-1/ray-worker] "),  # kubectl logs --prefix
-    ("(RayTrainWorker pid=11, ip=10.0.0.1) ", "(RayTrainWorker pid=12, ip=10.0.0.2) "),  # Ray worker prefix
-])
+@pytest.mark.parametrize(
+    "pre_a,pre_b",
+    [
+        ("[1,0]<stdout>:", "2026-01-01T00:00:00Z | "),  # mpirun, CloudWatch
+        ("0: ", "1: "),  # srun -l
+        ("[pod/w-0/ray-worker] ", "[pod/w-1/ray-worker] "),  # kubectl logs --prefix
+        ("(RayTrainWorker pid=11, ip=10.0.0.1) ", "(RayTrainWorker pid=12, ip=10.0.0.2) "),  # Ray worker prefix
+    ],
+)
 def test_efa_with_launcher_prefixes(pre_a: str, pre_b: str) -> None:
     rep = analyze_text(_efa_rank("node-a", 10, pre_a) + _efa_rank("node-b", 20, pre_b), expect_gdrdma=True)
     assert rep.verdict == "efa", rep.reasons
@@ -105,7 +150,9 @@ def test_ray_repeated_suffix_is_stripped() -> None:
 
 def test_single_host_efa_selected_p2p_only_is_undetermined() -> None:
     # the issue's miss: aws-ofi-nccl loaded with provider efa, every connection P2P/SHM
-    text = "".join(_efa_rank("h1", 10 + i).replace("via NET/Libfabric/0/GDRDMA", "via SHM/direct/direct") for i in range(4))
+    text = "".join(
+        _efa_rank("h1", 10 + i).replace("via NET/Libfabric/0/GDRDMA", "via SHM/direct/direct") for i in range(4)
+    )
     rep = analyze_text(text)
     assert rep.verdict == "undetermined" and "single_node" in rep.causes
     assert any("<text>:4: " in e and "via SHM/direct/direct" in e for e in rep.evidence), rep.evidence
@@ -120,11 +167,20 @@ def test_two_hosts_each_selecting_efa_is_efa_without_connection_lines() -> None:
     assert any(e.startswith("<text>:5: ") and "h2" in e for e in rep.evidence), rep.evidence  # h2's own line
     # one host, a host without a provider line, a tcp host or nNodes 1 are no such proof
     assert analyze_text("\n".join(_efa_rank("h1", 1).splitlines()[:3]) + "\n").verdict == "undetermined"
-    no_prov = text.replace("h2:1:2 [0] NCCL INFO NET/OFI Selected provider is efa, fabric is efa-direct (found 4 nics)\n", "")
+    no_prov = text.replace(
+        "h2:1:2 [0] NCCL INFO NET/OFI Selected provider is efa, fabric is efa-direct (found 4 nics)\n", ""
+    )
     assert no_prov != text and analyze_text(no_prov).verdict == "undetermined"
     assert analyze_text(text + "h3:1:2 [0] NCCL INFO Using network Libfabric\n").verdict == "undetermined"
-    assert analyze_text(text.replace("h2:1:2 [0] NCCL INFO NET/OFI Selected provider is efa",
-                                     "h2:1:2 [0] NCCL INFO NET/OFI Selected provider is tcp")).verdict == "fallback"
+    assert (
+        analyze_text(
+            text.replace(
+                "h2:1:2 [0] NCCL INFO NET/OFI Selected provider is efa",
+                "h2:1:2 [0] NCCL INFO NET/OFI Selected provider is tcp",
+            )
+        ).verdict
+        == "fallback"
+    )
     one = text + "h1:1:2 [0] NCCL INFO comm 0x1 rank 0 nRanks 2 nNodes 1 localRanks 2 localRank 0 MNNVL 0\n"
     assert analyze_text(one).verdict == "undetermined"
 
@@ -178,8 +234,11 @@ def test_stripped_one_pod_8_rank_log_is_never_efa(keep: str) -> None:
 
 def test_aws_libfabric_without_provider_line_is_not_efa() -> None:
     # two hosts, inter-host connections on the old "AWS Libfabric" network, no "Selected Provider" line
-    text = "".join(f"{h}:1:1 [0] NCCL INFO Using network AWS Libfabric\n"
-                   f"{h}:1:1 [0] NCCL INFO Ring 00 : 0[0] -> 8[0] [send] via NET/AWS Libfabric/0\n" for h in ("a", "b"))
+    text = "".join(
+        f"{h}:1:1 [0] NCCL INFO Using network AWS Libfabric\n"
+        f"{h}:1:1 [0] NCCL INFO Ring 00 : 0[0] -> 8[0] [send] via NET/AWS Libfabric/0\n"
+        for h in ("a", "b")
+    )
     rep = analyze_text(text)
     assert rep.verdict == "undetermined" and "no_provider_line" in rep.causes, rep.reasons
     assert rep.reasons[0].startswith("Libfabric network but no 'Selected provider' line")
@@ -187,7 +246,8 @@ def test_aws_libfabric_without_provider_line_is_not_efa() -> None:
 
 def test_node_count_with_every_comm_on_libfabric_is_efa() -> None:
     text = "".join("\n".join(_efa_rank(h, 1).splitlines()[:3]) + "\n" for h in ("h1",)) + (
-        "h1:1:2 [0] NCCL INFO comm 0x1 rank 0 nRanks 16 nNodes 2 localRanks 8 localRank 0 MNNVL 0\n")
+        "h1:1:2 [0] NCCL INFO comm 0x1 rank 0 nRanks 16 nNodes 2 localRanks 8 localRank 0 MNNVL 0\n"
+    )
     rep = analyze_text(text)
     assert rep.verdict == "efa" and rep.nodes == 2
     assert any(e.startswith("<text>:4: ") and "nNodes 2" in e for e in rep.evidence)
@@ -196,7 +256,9 @@ def test_node_count_with_every_comm_on_libfabric_is_efa() -> None:
 def test_new_libfabric_without_provider_line_is_undetermined() -> None:
     text = "".join(
         f"{h}:1:1 [0] NCCL INFO Using network Libfabric\n"
-        f"{h}:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/Libfabric/0\n" for h in ("a", "b"))
+        f"{h}:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/Libfabric/0\n"
+        for h in ("a", "b")
+    )
     rep = analyze_text(text)
     assert rep.verdict == "undetermined" and "no_provider_line" in rep.causes
 
@@ -205,15 +267,22 @@ def test_tcp_provider_next_to_libfabric_is_fallback() -> None:
     text = "".join(
         f"{h}:1:1 [0] NCCL INFO NET/OFI Selected provider is tcp, fabric is 10.0.0.0/16 (found 1 nics)\n"
         f"{h}:1:1 [0] NCCL INFO Using network Libfabric\n"
-        f"{h}:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/Libfabric/0\n" for h in ("a", "b"))
+        f"{h}:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/Libfabric/0\n"
+        for h in ("a", "b")
+    )
     rep = analyze_text(text)
     assert rep.verdict == "fallback" and "non_efa_provider" in rep.causes
-    assert "<text>:1: a:1:1 [0] NCCL INFO NET/OFI Selected provider is tcp, fabric is 10.0.0.0/16 (found 1 nics)" in rep.evidence
+    assert (
+        "<text>:1: a:1:1 [0] NCCL INFO NET/OFI Selected provider is tcp, fabric is 10.0.0.0/16 (found 1 nics)"
+        in rep.evidence
+    )
 
 
 def test_failed_to_initialize_any_net_plugin_is_fallback() -> None:
-    text = ("a:1:1 [0] NCCL INFO NET/Plugin: Could not find: libnccl-net.so\n"
-            "a:1:1 [0] init.cc:233 NCCL WARN Failed to initialize any NET plugin\n")
+    text = (
+        "a:1:1 [0] NCCL INFO NET/Plugin: Could not find: libnccl-net.so\n"
+        "a:1:1 [0] init.cc:233 NCCL WARN Failed to initialize any NET plugin\n"
+    )
     rep = analyze_text(text)
     assert rep.verdict == "fallback" and "net_init_failed" in rep.causes
     assert rep.evidence[0].startswith("<text>:2: ")
@@ -223,37 +292,47 @@ def test_nccl_net_forcing_socket_is_fallback() -> None:
     text = "".join(
         f"{h}:1:1 [0] NCCL INFO NCCL_NET set by environment to Socket\n"
         f"{h}:1:1 [0] NCCL INFO Using network Socket\n"
-        f"{h}:1:1 [0] NCCL INFO comm 0x1 rank 0 nRanks 2 nNodes 2 localRanks 1 localRank 0 MNNVL 0\n" for h in ("a", "b"))
+        f"{h}:1:1 [0] NCCL INFO comm 0x1 rank 0 nRanks 2 nNodes 2 localRanks 1 localRank 0 MNNVL 0\n"
+        for h in ("a", "b")
+    )
     rep = analyze_text(text)
     assert rep.verdict == "fallback" and {"net_forced", "socket_network"} <= set(rep.causes)
     assert "<text>:1: a:1:1 [0] NCCL INFO NCCL_NET set by environment to Socket" in rep.evidence
 
 
-@pytest.mark.parametrize("warn", [
-    "[2026-01-02 10:24:27] {h}:1:1 [0] int nccl_net_ofi_create_plugin(nccl_net_ofi_plugin_t**):353 NCCL WARN NET/OFI aws-ofi-nccl initialization failed",
-    "{h}:1:1 [0] nccl_ofi_net.cc:1234 (nccl_net_ofi_init) NCCL WARN NET/OFI aws-ofi-nccl initialization failed",
-])
+@pytest.mark.parametrize(
+    "warn",
+    [
+        "[2026-01-02 10:24:27] {h}:1:1 [0] int nccl_net_ofi_create_plugin(nccl_net_ofi_plugin_t**):353 NCCL WARN NET/OFI aws-ofi-nccl initialization failed",
+        "{h}:1:1 [0] nccl_ofi_net.cc:1234 (nccl_net_ofi_init) NCCL WARN NET/OFI aws-ofi-nccl initialization failed",
+    ],
+)
 def test_plugin_init_failure_warn_forms_then_socket_is_fallback(warn: str) -> None:
     text = "".join(
-        f"{h}:1:1 [0] NCCL INFO NET/Plugin: Loaded net plugin Libfabric (v10)\n"
-        + warn.format(h=h) + "\n"
+        f"{h}:1:1 [0] NCCL INFO NET/Plugin: Loaded net plugin Libfabric (v10)\n" + warn.format(h=h) + "\n"
         f"{h}:1:1 [0] NCCL INFO Initialized NET plugin Socket\n"
-        f"{h}:1:1 [0] NCCL INFO Using network Socket\n" for h in ("a", "b"))
+        f"{h}:1:1 [0] NCCL INFO Using network Socket\n"
+        for h in ("a", "b")
+    )
     rep = analyze_text(text)
     assert rep.verdict == "fallback" and "ofi_init_failed" in rep.causes, rep.reasons
     assert any(e.startswith("<text>:2: ") and "NCCL WARN NET/OFI" in e for e in rep.evidence)
 
 
 def test_plugin_failed_and_nccl_carried_on_without_connections_is_fallback() -> None:
-    text = ("a:1:1 [0] NCCL INFO NET/OFI No eligible providers were found\n"
-            "a:1:1 [0] NCCL INFO Initialized NET plugin Socket\n")
+    text = (
+        "a:1:1 [0] NCCL INFO NET/OFI No eligible providers were found\n"
+        "a:1:1 [0] NCCL INFO Initialized NET plugin Socket\n"
+    )
     rep = analyze_text(text)
     assert rep.verdict == "fallback" and "no_efa_provider" in rep.causes
     assert rep.evidence[0].startswith("<text>:1: ")
 
 
 def test_bootstrap_no_space_on_loopback_is_single_node() -> None:
-    rep = analyze_text("h:1:1 [0] NCCL INFO Bootstrap: Using lo:127.0.0.1<0>\nh:1:1 [0] NCCL INFO Using network Socket\n")
+    rep = analyze_text(
+        "h:1:1 [0] NCCL INFO Bootstrap: Using lo:127.0.0.1<0>\nh:1:1 [0] NCCL INFO Using network Socket\n"
+    )
     assert rep.verdict == "undetermined" and {"single_node", "socket_ifname"} <= set(rep.causes)
 
 
@@ -268,7 +347,9 @@ def test_expect_nodes() -> None:
     rep = analyze_paths([G7E], expect_nodes=4)
     assert rep.verdict == "fallback" and rep.causes == ["fewer_nodes"]
     assert any(":75: " in e and "nNodes 2" in e for e in rep.evidence)
-    single = analyze_paths([str(FIX / "real_undet_p4d_single_node_ofi_init_failed_socket_nccl2277.log")], expect_nodes=2)
+    single = analyze_paths(
+        [str(FIX / "real_undet_p4d_single_node_ofi_init_failed_socket_nccl2277.log")], expect_nodes=2
+    )
     assert single.verdict == "fallback" and "fewer_nodes" in single.causes
 
 
@@ -307,7 +388,9 @@ def test_all_ranks_efa(tmp_path: Path) -> None:
     assert analyze_paths([str(_rank_dir(tmp_path, {}))]).verdict == "efa"
 
 
-@pytest.mark.parametrize("content,why", [(b"", "empty"), (b"\x00\x01\x02" * 100, "binary"), (b"hello\n", "no complete NCCL")])
+@pytest.mark.parametrize(
+    "content,why", [(b"", "empty"), (b"\x00\x01\x02" * 100, "binary"), (b"hello\n", "no complete NCCL")]
+)
 def test_one_silent_rank_makes_it_undetermined(tmp_path: Path, content: bytes, why: str) -> None:
     rep = analyze_paths([str(_rank_dir(tmp_path, {"rank2.log": content}))])
     assert rep.verdict == "undetermined" and "rank_silent" in rep.causes
@@ -322,7 +405,10 @@ def test_missing_rank_file_among_many(tmp_path: Path) -> None:
 
 
 def test_silent_rank_does_not_hide_a_fallback(tmp_path: Path) -> None:
-    d = _rank_dir(tmp_path, {"rank2.log": b"", "rank3.log": b"c:3:3 [0] NCCL INFO Channel 00/0 : 3[0] -> 0[0] [send] via NET/Socket/0\n"})
+    d = _rank_dir(
+        tmp_path,
+        {"rank2.log": b"", "rank3.log": b"c:3:3 [0] NCCL INFO Channel 00/0 : 3[0] -> 0[0] [send] via NET/Socket/0\n"},
+    )
     rep = analyze_paths([str(d)])
     assert rep.verdict == "fallback" and rep.silent
 
@@ -337,7 +423,11 @@ def test_nothing_readable_is_unreadable() -> None:
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "ray_efa_eks.efacheck.nccl_log", *args], cwd=ROOT, capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "ray_efa_eks.efacheck.nccl_log", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 
@@ -369,9 +459,11 @@ def test_cli_json_shape_and_exit_codes() -> None:
     d = json.loads(r.stdout)
     assert {"verdict", "network", "provider", "ranks", "reasons", "hints", "evidence", "nodes", "silent"} <= d.keys()
     assert d["verdict"] == "fallback" and d["ranks"] == 3
-    assert d["evidence"][0].endswith("socket_plugin_missing_nccl218.log:2: user:852750:852750 [0] NCCL INFO NET/Plugin : "
-                                     "Plugin load (libnccl-net.so) returned 2 : libnccl-net.so: cannot open shared object "
-                                     "file: No such file or directory")
+    assert d["evidence"][0].endswith(
+        "socket_plugin_missing_nccl218.log:2: user:852750:852750 [0] NCCL INFO NET/Plugin : "
+        "Plugin load (libnccl-net.so) returned 2 : libnccl-net.so: cannot open shared object "
+        "file: No such file or directory"
+    )
     assert _cli(G7E).returncode == 0
     assert _cli("--expect-nodes", "4", G7E).returncode == 1
     assert _cli("--expect-gdrdma", "--expect-nics", "1", P4D).returncode == 0
@@ -387,8 +479,11 @@ def test_cli_usage_error_is_64_not_a_verdict(args: list[str]) -> None:
 
 def test_cli_help_documents_exit_codes() -> None:
     r = _cli("--help")
-    rows = {ln.split(None, 1)[0]: ln.split(None, 1)[1] for ln in r.stdout.split("exit codes:\n", 1)[1].splitlines()
-            if ln[:6].strip().isdigit()}  # "  64   usage error" (efacheck/exit_codes.py's rows)
+    rows = {
+        ln.split(None, 1)[0]: ln.split(None, 1)[1]
+        for ln in r.stdout.split("exit codes:\n", 1)[1].splitlines()
+        if ln[:6].strip().isdigit()
+    }  # "  64   usage error" (efacheck/exit_codes.py's rows)
     assert r.returncode == 0 and rows["64"] == "usage error" and rows["2"].startswith("undetermined"), r.stdout
 
 
@@ -431,7 +526,9 @@ def test_failed_candidate_name_or_protocol_then_working_plugin_is_still_efa() ->
     pre = "".join(
         f"{h}:1:2 [0] NCCL INFO NET/Plugin: Could not find: libnccl-net-ofi.so.\n"
         f"[2026-01-02 10:24:27] {h}:1:2 [0] int nccl_net_ofi_create_plugin(nccl_net_ofi_plugin_t**):208 NCCL WARN "
-        f"NET/OFI Failed to initialize rdma protocol\n" for h in ("a", "b"))
+        f"NET/OFI Failed to initialize rdma protocol\n"
+        for h in ("a", "b")
+    )
     rep = analyze_text(pre + _efa_rank("a", 1) + _efa_rank("b", 1))
     assert rep.verdict == "efa", rep.reasons
 

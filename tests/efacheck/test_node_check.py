@@ -56,7 +56,8 @@ def test_plugin_advertising_fewer(tmp_path):
 def test_provider_missing(tmp_path):
     root = str(kernel_sysfs(tmp_path))
     assert failed(nc.decide(root, 1, {nc.EFA_RESOURCE: "1"}, (False, "fi_getinfo: -61 (No data available)"))) == [
-        "provider"]
+        "provider"
+    ]
 
 
 def test_module_not_loaded_and_unreadable_counters(tmp_path):
@@ -88,6 +89,7 @@ def test_libfabric_probe_reads_the_registered_providers():
     def run(cmd, **k):
         calls.append(cmd)
         return _R(0, FI_INFO_L)
+
     ok, detail = nc.libfabric_lists_efa(run)
     assert ok and "version 201.0" in detail and calls == [["fi_info", "-l"]]
     ok, detail = nc.libfabric_lists_efa(lambda *a, **k: _R(0, "tcp;ofi_rxm:\n    version: 201.0\nshm:\n"))
@@ -98,6 +100,7 @@ def test_libfabric_probe_reads_the_registered_providers():
 
     def missing(*a, **k):
         raise FileNotFoundError("fi_info")
+
     assert nc.libfabric_lists_efa(missing) == (False, "fi_info could not run: fi_info")
 
 
@@ -140,9 +143,13 @@ class FakeApi:
                     label = dict(x.split("=", 1) for x in q.get("labelSelector", [""])[0].split(",") if x)
                     if set(field) - {"spec.nodeName"}:
                         return self._send(400, {"message": "field label not supported"})
-                    items = [p for p in fake.pods if p["metadata"]["namespace"] == parts[4]
-                             and all(p["spec"].get("nodeName") == v for v in field.values())
-                             and all(p["metadata"].get("labels", {}).get(k) == v for k, v in label.items())]
+                    items = [
+                        p
+                        for p in fake.pods
+                        if p["metadata"]["namespace"] == parts[4]
+                        and all(p["spec"].get("nodeName") == v for v in field.values())
+                        and all(p["metadata"].get("labels", {}).get(k) == v for k, v in label.items())
+                    ]
                     return self._send(200, {"kind": "PodList", "apiVersion": "v1", "items": items})
                 name = self.path.rsplit("/", 1)[-1]
                 return self._send(200, fake.nodes[name]) if name in fake.nodes else self._send(404)
@@ -166,9 +173,12 @@ class FakeApi:
                 for op in body:  # RFC 6902 on /spec/taints and its members, as the API server applies it
                     last = op["path"].rsplit("/", 1)[-1]
                     if op["op"] == "test" and (
-                            (op["path"] == "/spec/taints" and taints != op["value"]) or
-                            (last.isdigit() and (taints is None or int(last) >= len(taints) or
-                                                 taints[int(last)] != op["value"]))):
+                        (op["path"] == "/spec/taints" and taints != op["value"])
+                        or (
+                            last.isdigit()
+                            and (taints is None or int(last) >= len(taints) or taints[int(last)] != op["value"])
+                        )
+                    ):
                         return self._send(422, {"message": "testing value failed"})
                 for op in body:
                     last = op["path"].rsplit("/", 1)[-1]
@@ -193,8 +203,11 @@ class FakeApi:
 
 
 def _node(name, taints, efa="1"):
-    return {"metadata": {"name": name, "uid": f"uid-{name}"}, "spec": {"taints": [dict(t) for t in taints]},
-            "status": {"allocatable": {nc.EFA_RESOURCE: efa, "nvidia.com/gpu": "4"}}}
+    return {
+        "metadata": {"name": name, "uid": f"uid-{name}"},
+        "spec": {"taints": [dict(t) for t in taints]},
+        "status": {"allocatable": {nc.EFA_RESOURCE: efa, "nvidia.com/gpu": "4"}},
+    }
 
 
 @pytest.fixture
@@ -208,9 +221,14 @@ def test_a_proven_node_removes_only_its_startup_taint(tmp_path, fake):
     root = str(kernel_sysfs(tmp_path))
     assert nc.run_check(fake.api, "gpu-a", root, 1, provider=lambda: OK_PROVIDER, log=lambda m: None) == nc.EXIT_PROVEN
     patches = [r for r in fake.requests if r[0] == "PATCH" and not r[1].endswith("/status")]
-    assert patches == [("PATCH", "/api/v1/nodes/gpu-a", "application/json-patch+json",
-                        [{"op": "test", "path": "/spec/taints/1", "value": STARTUP},
-                         {"op": "remove", "path": "/spec/taints/1"}])]
+    assert patches == [
+        (
+            "PATCH",
+            "/api/v1/nodes/gpu-a",
+            "application/json-patch+json",
+            [{"op": "test", "path": "/spec/taints/1", "value": STARTUP}, {"op": "remove", "path": "/spec/taints/1"}],
+        )
+    ]
     assert fake.nodes["gpu-a"]["spec"]["taints"] == [GPU_TAINT]  # the GPU taint stays
     assert fake.nodes["gpu-b"]["spec"]["taints"] == [GPU_TAINT, STARTUP]  # another node is never touched
     assert all("/gpu-b" not in r[1] for r in fake.requests)
@@ -222,7 +240,9 @@ def test_a_proven_node_removes_only_its_startup_taint(tmp_path, fake):
 def test_a_failing_node_keeps_the_taint_with_a_condition_and_an_event(tmp_path, fake):
     fake.nodes["gpu-a"]["status"]["allocatable"][nc.EFA_RESOURCE] = "0"
     root = str(kernel_sysfs(tmp_path))
-    assert nc.run_check(fake.api, "gpu-a", root, 1, provider=lambda: OK_PROVIDER, log=lambda m: None) == nc.EXIT_UNPROVEN
+    assert (
+        nc.run_check(fake.api, "gpu-a", root, 1, provider=lambda: OK_PROVIDER, log=lambda m: None) == nc.EXIT_UNPROVEN
+    )
     assert fake.nodes["gpu-a"]["spec"]["taints"] == [GPU_TAINT, STARTUP]
     assert not [r for r in fake.requests if r[0] == "PATCH" and not r[1].endswith("/status")]
     (cond,) = fake.nodes["gpu-a"]["status"]["conditions"]
@@ -251,17 +271,33 @@ def test_the_loop_removes_a_taint_put_back_and_writes_nothing_while_nothing_chan
     removes it again, with the same guarded patch; rounds in between write nothing."""
     root = str(kernel_sysfs(tmp_path))
     sleeps = []
-    code = nc.run_loop(fake.api, "gpu-a", root, 1, interval_s=7, provider=lambda: OK_PROVIDER, log=lambda m: None,
-                       sleep=sleeps.append, rounds=3)
+    code = nc.run_loop(
+        fake.api,
+        "gpu-a",
+        root,
+        1,
+        interval_s=7,
+        provider=lambda: OK_PROVIDER,
+        log=lambda m: None,
+        sleep=sleeps.append,
+        rounds=3,
+    )
     assert code == nc.EXIT_PROVEN and sleeps == [7, 7]
     assert len(_taint_patches(fake)) == 1
     assert [r[0] for r in fake.requests] == ["GET", "PATCH", "PATCH", "GET", "GET"]  # one status write, once
     fake.nodes["gpu-a"]["spec"]["taints"].insert(0, dict(STARTUP))  # put back, now first in the list
-    assert nc.run_loop(fake.api, "gpu-a", root, 1, provider=lambda: OK_PROVIDER, log=lambda m: None,
-                       sleep=lambda s: None, rounds=1) == nc.EXIT_PROVEN
-    assert _taint_patches(fake)[-1] == ("PATCH", "/api/v1/nodes/gpu-a", "application/json-patch+json",
-                                        [{"op": "test", "path": "/spec/taints/0", "value": STARTUP},
-                                         {"op": "remove", "path": "/spec/taints/0"}])
+    assert (
+        nc.run_loop(
+            fake.api, "gpu-a", root, 1, provider=lambda: OK_PROVIDER, log=lambda m: None, sleep=lambda s: None, rounds=1
+        )
+        == nc.EXIT_PROVEN
+    )
+    assert _taint_patches(fake)[-1] == (
+        "PATCH",
+        "/api/v1/nodes/gpu-a",
+        "application/json-patch+json",
+        [{"op": "test", "path": "/spec/taints/0", "value": STARTUP}, {"op": "remove", "path": "/spec/taints/0"}],
+    )
     assert fake.nodes["gpu-a"]["spec"]["taints"] == [GPU_TAINT]
     assert fake.nodes["gpu-b"]["spec"]["taints"] == [GPU_TAINT, STARTUP]
     assert all("/gpu-b" not in r[1] for r in fake.requests)
@@ -270,13 +306,18 @@ def test_the_loop_removes_a_taint_put_back_and_writes_nothing_while_nothing_chan
 def test_a_proof_that_fails_later_writes_the_condition_and_one_event_and_does_not_taint_again(tmp_path, fake):
     root = str(kernel_sysfs(tmp_path))
     provider = [OK_PROVIDER]
-    nc.run_loop(fake.api, "gpu-a", root, 1, provider=lambda: provider[0], log=lambda m: None, sleep=lambda s: None,
-                rounds=1)
+    nc.run_loop(
+        fake.api, "gpu-a", root, 1, provider=lambda: provider[0], log=lambda m: None, sleep=lambda s: None, rounds=1
+    )
     assert fake.nodes["gpu-a"]["spec"]["taints"] == [GPU_TAINT]
     provider[0] = (False, "fi_info -l does not list efa (providers tcp;ofi_rxm)")
     logs = []
-    assert nc.run_loop(fake.api, "gpu-a", root, 1, provider=lambda: provider[0], log=logs.append,
-                       sleep=lambda s: None, rounds=3) == nc.EXIT_UNPROVEN
+    assert (
+        nc.run_loop(
+            fake.api, "gpu-a", root, 1, provider=lambda: provider[0], log=logs.append, sleep=lambda s: None, rounds=3
+        )
+        == nc.EXIT_UNPROVEN
+    )
     assert fake.nodes["gpu-a"]["spec"]["taints"] == [GPU_TAINT]  # not tainted again
     assert len(_taint_patches(fake)) == 1  # only the first removal
     (cond,) = fake.nodes["gpu-a"]["status"]["conditions"]
@@ -287,8 +328,9 @@ def test_a_proof_that_fails_later_writes_the_condition_and_one_event_and_does_no
     assert any("was proven and now fails" in m for m in logs)
     # it recovers: the condition goes back to True, no taint is involved
     provider[0] = OK_PROVIDER
-    nc.run_loop(fake.api, "gpu-a", root, 1, provider=lambda: provider[0], log=lambda m: None, sleep=lambda s: None,
-                rounds=1)
+    nc.run_loop(
+        fake.api, "gpu-a", root, 1, provider=lambda: provider[0], log=lambda m: None, sleep=lambda s: None, rounds=1
+    )
     assert fake.nodes["gpu-a"]["status"]["conditions"][0]["status"] == "True"
     assert len([r for r in fake.requests if r[0] == "POST"]) == 1
 
@@ -299,8 +341,12 @@ def test_the_loop_survives_an_api_outage_and_reads_the_rotated_token(tmp_path, f
     token.write_text("first\n")
     api = nc.Api(fake.api.base, token_file=str(token))
     down = nc.Api("http://127.0.0.1:9", timeout=0.5)  # nothing listens on the discard port
-    assert nc.run_loop(down, "gpu-a", root, 1, provider=lambda: OK_PROVIDER, log=lambda m: None,
-                       sleep=lambda s: None, rounds=2) == nc.EXIT_API
+    assert (
+        nc.run_loop(
+            down, "gpu-a", root, 1, provider=lambda: OK_PROVIDER, log=lambda m: None, sleep=lambda s: None, rounds=2
+        )
+        == nc.EXIT_API
+    )
     nc.run_check(api, "gpu-a", root, 1, provider=lambda: OK_PROVIDER, log=lambda m: None)
     token.write_text("second\n")  # the kubelet rotated the projected token
     nc.run_check(api, "gpu-a", root, 1, provider=lambda: OK_PROVIDER, log=lambda m: None)
@@ -318,18 +364,26 @@ def test_the_module_is_read_where_the_agent_mounts_nothing(tmp_path):
 PROG = "python -m ray_efa_eks.efacheck.node_check"
 
 
-@pytest.mark.parametrize("argv,says", [
-    (["--expect-devices", "1"], "--node or $NODE_NAME is required"),
-    (["--expect-devices", "1", "--node", "n", "--interval", "0"], "--interval: must be a positive number"),
-    (["--expect-devices", "1", "--node", "n", "--interval", "nan"], "--interval: must be a positive number"),
-    (["--expect-devices", "1", "--node", "n", "--interval", "-1"], "--interval: must be a positive number of seconds, "
-                                                                   "got '-1'"),
-    (["--expect-devices", "1", "--node", "n", "--pod-interval", "inf"], "--pod-interval: must be a positive number"),
-    (["--expect-devices", "1", "--node", "n", "--pod-interval", "soon"], "'soon' is not a number of seconds"),
-    (["--expect-devices", "g6", "--node", "n"], "TYPE=COUNT"),
-    (["--node", "n"], "--expect-devices"),
-    (["--expect-devices", "1", "--node", "n", "--bogus"], "unrecognized arguments: --bogus"),
-])
+@pytest.mark.parametrize(
+    "argv,says",
+    [
+        (["--expect-devices", "1"], "--node or $NODE_NAME is required"),
+        (["--expect-devices", "1", "--node", "n", "--interval", "0"], "--interval: must be a positive number"),
+        (["--expect-devices", "1", "--node", "n", "--interval", "nan"], "--interval: must be a positive number"),
+        (
+            ["--expect-devices", "1", "--node", "n", "--interval", "-1"],
+            "--interval: must be a positive number of seconds, got '-1'",
+        ),
+        (
+            ["--expect-devices", "1", "--node", "n", "--pod-interval", "inf"],
+            "--pod-interval: must be a positive number",
+        ),
+        (["--expect-devices", "1", "--node", "n", "--pod-interval", "soon"], "'soon' is not a number of seconds"),
+        (["--expect-devices", "g6", "--node", "n"], "TYPE=COUNT"),
+        (["--node", "n"], "--expect-devices"),
+        (["--expect-devices", "1", "--node", "n", "--bogus"], "unrecognized arguments: --bogus"),
+    ],
+)
 def test_a_usage_error_exits_64_not_the_api_errors_2(monkeypatch, capsys, argv, says):
     """Before: plain argparse exited 2 on a typo, the code that says "the API server refused" (EXIT_API)."""
     monkeypatch.delenv("NODE_NAME", raising=False)
@@ -342,8 +396,10 @@ def test_without_an_api_server_to_ask_it_exits_2_in_one_line(monkeypatch, capsys
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     assert nc.run_cli(nc.main, ["--expect-devices", "1", "--node", "n", "--once"], PROG) == nc.EXIT_API == 2
     err = capsys.readouterr().err
-    assert err == f"{PROG}: error: no Kubernetes API to ask (run it in a pod with a service account token): " \
-                  "$KUBERNETES_SERVICE_HOST is not set\n"
+    assert (
+        err == f"{PROG}: error: no Kubernetes API to ask (run it in a pod with a service account token): "
+        "$KUBERNETES_SERVICE_HOST is not set\n"
+    )
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")  # in a pod, but no CA file at TOKEN_DIR here
     monkeypatch.setattr(node_api, "TOKEN_DIR", "/nonexistent")
     assert nc.run_cli(nc.main, ["--expect-devices", "1", "--node", "n"], PROG) == 2
@@ -360,7 +416,10 @@ def test_the_cli_hands_its_options_to_the_check_and_the_loop(monkeypatch):
     assert nc.run_cli(nc.main, [*base, "--interval", "30", "--pod-interval", "2.5"], PROG) == 2
     (_, a1, k1), (_, a2, k2) = seen
     assert a1 == ("api", "n", "/h", {"g6.12xlarge": 1}) and k1 == {
-        "provider": nc.libfabric_lists_efa, "module_root": None, "workers_namespace": "ray"}
+        "provider": nc.libfabric_lists_efa,
+        "module_root": None,
+        "workers_namespace": "ray",
+    }
     assert a2 == ("api", "n", "/h", {"g6.12xlarge": 1}, 30.0)
     assert (k2["workers_namespace"], k2["pod_interval_s"], k2["module_root"]) == ("ray", 2.5, None)
     # an image without libfabric (the node agent's slim Python): fi_info is never run, the finding names who checks
@@ -378,8 +437,11 @@ def test_help_ends_with_the_node_check_rows(monkeypatch, capsys):
     assert out.startswith(f"usage: {PROG}") and out.rstrip().endswith(exit_codes.epilog("node-check", 98))
     assert exit_codes.command_for(PROG) == "node-check"
     assert set(exit_codes.codes("node-check")) == {0, 1, 2, 64, 70, 130, 141, 143}
-    assert (nc.EXIT_PROVEN, nc.EXIT_UNPROVEN, nc.EXIT_API) == (exit_codes.ExitStatus.OK, exit_codes.ExitStatus.FAILED,
-                                                               exit_codes.ExitStatus.NO_ANSWER)
+    assert (nc.EXIT_PROVEN, nc.EXIT_UNPROVEN, nc.EXIT_API) == (
+        exit_codes.ExitStatus.OK,
+        exit_codes.ExitStatus.FAILED,
+        exit_codes.ExitStatus.NO_ANSWER,
+    )
 
 
 def test_the_expected_count_follows_the_nodes_instance_type(tmp_path, fake):
@@ -390,15 +452,28 @@ def test_the_expected_count_follows_the_nodes_instance_type(tmp_path, fake):
     root = str(kernel_sysfs(tmp_path))
     fake.nodes["gpu-a"]["metadata"]["labels"] = {nc.INSTANCE_TYPE_LABEL: "p5.48xlarge"}
     logs = []
-    assert nc.run_check(fake.api, "gpu-a", root, {"g6.12xlarge": 1, "p5.48xlarge": 32}, provider=lambda: OK_PROVIDER,
-                        log=logs.append) == nc.EXIT_UNPROVEN
+    assert (
+        nc.run_check(
+            fake.api,
+            "gpu-a",
+            root,
+            {"g6.12xlarge": 1, "p5.48xlarge": 32},
+            provider=lambda: OK_PROVIDER,
+            log=logs.append,
+        )
+        == nc.EXIT_UNPROVEN
+    )
     assert any("1 EFA device(s) (rdmap0s30); the catalogue says 32" in m for m in logs)
     fake.nodes["gpu-a"]["metadata"]["labels"] = {nc.INSTANCE_TYPE_LABEL: "g6.12xlarge"}
-    assert nc.run_check(fake.api, "gpu-a", root, {"g6.12xlarge": 1}, provider=lambda: OK_PROVIDER,
-                        log=logs.append) == nc.EXIT_PROVEN
+    assert (
+        nc.run_check(fake.api, "gpu-a", root, {"g6.12xlarge": 1}, provider=lambda: OK_PROVIDER, log=logs.append)
+        == nc.EXIT_PROVEN
+    )
     fake.nodes["gpu-b"]["metadata"]["labels"] = {nc.INSTANCE_TYPE_LABEL: "x9.huge"}
-    assert nc.run_check(fake.api, "gpu-b", root, {"g6.12xlarge": 1}, provider=lambda: OK_PROVIDER,
-                        log=logs.append) == nc.EXIT_UNPROVEN
+    assert (
+        nc.run_check(fake.api, "gpu-b", root, {"g6.12xlarge": 1}, provider=lambda: OK_PROVIDER, log=logs.append)
+        == nc.EXIT_UNPROVEN
+    )
     assert any("no count for this node's instance type" in m for m in logs)
 
 
@@ -409,28 +484,49 @@ RAY_NS = "ray"
 
 def _worker(name, node, init_status=None, phase="Pending", ns=RAY_NS, node_type="worker"):
     """A KubeRay worker pod as the API server returns it: ``initContainerStatuses`` as the kubelet writes them."""
-    pod = {"metadata": {"name": name, "namespace": ns, "labels": {"ray.io/node-type": node_type,
-                                                                  "ray.io/cluster": "ray", "ray.io/group": "gpu"}},
-           "spec": {"nodeName": node, "restartPolicy": "Never"}, "status": {"phase": phase}}
+    pod = {
+        "metadata": {
+            "name": name,
+            "namespace": ns,
+            "labels": {"ray.io/node-type": node_type, "ray.io/cluster": "ray", "ray.io/group": "gpu"},
+        },
+        "spec": {"nodeName": node, "restartPolicy": "Never"},
+        "status": {"phase": phase},
+    }
     if init_status is not None:
-        pod["status"]["initContainerStatuses"] = [{"name": wp.PROVIDER_CONTAINER, "ready": False, "restartCount": 0,
-                                                   **init_status}]
+        pod["status"]["initContainerStatuses"] = [
+            {"name": wp.PROVIDER_CONTAINER, "ready": False, "restartCount": 0, **init_status}
+        ]
     return pod
 
 
-FAILED_INIT = {"state": {"terminated": {"exitCode": 1, "reason": "Error", "message":
-                                        "[efa-provider-check] FAIL on node gpu-a: fi_info -p efa -t FI_EP_RDM exited "
-                                        "61\nfi_getinfo: -61 (No data available)"}}}
-CRASHLOOP_INIT = {"restartCount": 3, "state": {"waiting": {"reason": "CrashLoopBackOff"}},
-                  "lastState": {"terminated": {"exitCode": 61, "reason": "Error"}}}
+FAILED_INIT = {
+    "state": {
+        "terminated": {
+            "exitCode": 1,
+            "reason": "Error",
+            "message": "[efa-provider-check] FAIL on node gpu-a: fi_info -p efa -t FI_EP_RDM exited "
+            "61\nfi_getinfo: -61 (No data available)",
+        }
+    }
+}
+CRASHLOOP_INIT = {
+    "restartCount": 3,
+    "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+    "lastState": {"terminated": {"exitCode": 61, "reason": "Error"}},
+}
 RUNNING_INIT = {"state": {"running": {"startedAt": "2026-12-05T03:00:00Z"}}}
 PASSED_INIT = {"state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}
 WAITING_INIT = {"state": {"waiting": {"reason": "PodInitializing"}}}
 
 
 def _proven(fake, root):
-    assert nc.run_check(fake.api, "gpu-a", root, 1, provider=lambda: OK_PROVIDER, log=lambda m: None,
-                        workers_namespace=RAY_NS) == nc.EXIT_PROVEN
+    assert (
+        nc.run_check(
+            fake.api, "gpu-a", root, 1, provider=lambda: OK_PROVIDER, log=lambda m: None, workers_namespace=RAY_NS
+        )
+        == nc.EXIT_PROVEN
+    )
     assert fake.nodes["gpu-a"]["spec"]["taints"] == [GPU_TAINT]
     fake.requests.clear()
 
@@ -445,24 +541,37 @@ def test_a_workers_failed_provider_check_puts_the_taint_back_with_a_condition_an
     _proven(fake, root)
     fake.pods[:] = [_worker("ray-gpu-worker-x1", "gpu-a", init, phase="Failed")]
     logs = []
-    assert nc.run_check(fake.api, "gpu-a", root, 1, provider=lambda: OK_PROVIDER, log=logs.append,
-                        workers_namespace=RAY_NS) == nc.EXIT_UNPROVEN
+    assert (
+        nc.run_check(
+            fake.api, "gpu-a", root, 1, provider=lambda: OK_PROVIDER, log=logs.append, workers_namespace=RAY_NS
+        )
+        == nc.EXIT_UNPROVEN
+    )
     gets = [r[1] for r in fake.requests if r[0] == "GET"]
-    assert gets == ["/api/v1/nodes/gpu-a", "/api/v1/namespaces/ray/pods?fieldSelector=spec.nodeName%3Dgpu-a"
-                                           "&labelSelector=ray.io%2Fnode-type%3Dworker"]
+    assert gets == [
+        "/api/v1/nodes/gpu-a",
+        "/api/v1/namespaces/ray/pods?fieldSelector=spec.nodeName%3Dgpu-a&labelSelector=ray.io%2Fnode-type%3Dworker",
+    ]
     status, event, taint = _writes(fake)
     code = init.get("lastState", init["state"])["terminated"]["exitCode"]
     (cond,) = fake.nodes["gpu-a"]["status"]["conditions"]
     assert (cond["type"], cond["status"], cond["reason"]) == (nc.CONDITION, "False", nc.PROVIDER_FAILED)
-    assert cond["message"].startswith(f"provider: pod ray/ray-gpu-worker-x1: init container efa-provider-check "
-                                      f"exited {code}")
+    assert cond["message"].startswith(
+        f"provider: pod ray/ray-gpu-worker-x1: init container efa-provider-check exited {code}"
+    )
     assert status[1] == "/api/v1/nodes/gpu-a/status"
     assert event[1] == "/api/v1/namespaces/default/events" and event[3]["message"] == cond["message"]
     assert event[3]["reason"] == nc.PROVIDER_FAILED and event[3]["involvedObject"]["name"] == "gpu-a"
     # exactly one JSON patch, adding only the startup taint, to only its own node
-    assert taint == ("PATCH", "/api/v1/nodes/gpu-a", "application/json-patch+json",
-                     [{"op": "test", "path": "/spec/taints", "value": [GPU_TAINT]},
-                      {"op": "add", "path": "/spec/taints/-", "value": STARTUP}])
+    assert taint == (
+        "PATCH",
+        "/api/v1/nodes/gpu-a",
+        "application/json-patch+json",
+        [
+            {"op": "test", "path": "/spec/taints", "value": [GPU_TAINT]},
+            {"op": "add", "path": "/spec/taints/-", "value": STARTUP},
+        ],
+    )
     assert fake.nodes["gpu-a"]["spec"]["taints"] == [GPU_TAINT, STARTUP]
     assert fake.nodes["gpu-b"]["spec"]["taints"] == [GPU_TAINT, STARTUP]
     assert all("/gpu-b" not in r[1] for r in fake.requests)
@@ -478,8 +587,12 @@ def test_the_record_keeps_the_node_tainted_and_quiet_after_the_pod_is_gone(tmp_p
     fake.pods.clear()
     fake.requests.clear()
     for _ in range(3):
-        assert nc.run_check(fake.api, "gpu-a", root, 1, provider=lambda: OK_PROVIDER, log=lambda m: None,
-                            workers_namespace=RAY_NS) == nc.EXIT_UNPROVEN
+        assert (
+            nc.run_check(
+                fake.api, "gpu-a", root, 1, provider=lambda: OK_PROVIDER, log=lambda m: None, workers_namespace=RAY_NS
+            )
+            == nc.EXIT_UNPROVEN
+        )
     assert _writes(fake) == []  # no removal, no new condition, no new Event
     assert fake.nodes["gpu-a"]["spec"]["taints"] == [GPU_TAINT, STARTUP]
     # someone removes the taint by hand: the record puts it back, still with one Event in all
@@ -492,32 +605,47 @@ def test_a_pod_on_another_node_is_ignored(tmp_path, fake):
     root = str(kernel_sysfs(tmp_path))
     _proven(fake, root)
     fake.pods[:] = [_worker("ray-gpu-worker-b1", "gpu-b", FAILED_INIT, phase="Failed")]
-    assert nc.run_check(fake.api, "gpu-a", root, 1, provider=lambda: OK_PROVIDER, log=lambda m: None,
-                        workers_namespace=RAY_NS) == nc.EXIT_PROVEN
+    assert (
+        nc.run_check(
+            fake.api, "gpu-a", root, 1, provider=lambda: OK_PROVIDER, log=lambda m: None, workers_namespace=RAY_NS
+        )
+        == nc.EXIT_PROVEN
+    )
     assert _writes(fake) == [] and fake.nodes["gpu-a"]["spec"]["taints"] == [GPU_TAINT]
     # even an API server that ignored the field selector would not make another node's pod count
     assert wp.list_workers(fake.api, "gpu-a", RAY_NS) == []
     assert wp.provider_failures([_worker("w", "gpu-b", FAILED_INIT)]) != []  # the pod itself is a failure
 
 
-@pytest.mark.parametrize("init", [RUNNING_INIT, PASSED_INIT, WAITING_INIT, None],
-                         ids=["running", "exited 0", "waiting", "no status yet"])
+@pytest.mark.parametrize(
+    "init", [RUNNING_INIT, PASSED_INIT, WAITING_INIT, None], ids=["running", "exited 0", "waiting", "no status yet"]
+)
 def test_a_check_still_running_or_passed_changes_nothing(tmp_path, fake, init):
     root = str(kernel_sysfs(tmp_path))
     _proven(fake, root)
     fake.pods[:] = [_worker("ray-gpu-worker-x1", "gpu-a", init, phase="Running" if init is PASSED_INIT else "Pending")]
-    assert nc.run_check(fake.api, "gpu-a", root, 1, provider=lambda: OK_PROVIDER, log=lambda m: None,
-                        workers_namespace=RAY_NS) == nc.EXIT_PROVEN
+    assert (
+        nc.run_check(
+            fake.api, "gpu-a", root, 1, provider=lambda: OK_PROVIDER, log=lambda m: None, workers_namespace=RAY_NS
+        )
+        == nc.EXIT_PROVEN
+    )
     assert _writes(fake) == [] and fake.nodes["gpu-a"]["spec"]["taints"] == [GPU_TAINT]
 
 
 def test_the_head_pods_and_other_namespaces_are_not_read_as_workers(tmp_path, fake):
     root = str(kernel_sysfs(tmp_path))
     _proven(fake, root)
-    fake.pods[:] = [_worker("ray-head", "gpu-a", FAILED_INIT, node_type="head"),
-                    _worker("w", "gpu-a", FAILED_INIT, ns="other")]
-    assert nc.run_check(fake.api, "gpu-a", root, 1, provider=lambda: OK_PROVIDER, log=lambda m: None,
-                        workers_namespace=RAY_NS) == nc.EXIT_PROVEN
+    fake.pods[:] = [
+        _worker("ray-head", "gpu-a", FAILED_INIT, node_type="head"),
+        _worker("w", "gpu-a", FAILED_INIT, ns="other"),
+    ]
+    assert (
+        nc.run_check(
+            fake.api, "gpu-a", root, 1, provider=lambda: OK_PROVIDER, log=lambda m: None, workers_namespace=RAY_NS
+        )
+        == nc.EXIT_PROVEN
+    )
     assert _writes(fake) == []
 
 
@@ -526,8 +654,12 @@ def test_an_unproven_node_with_a_failed_worker_keeps_the_taint_and_is_recorded(t
     second taint."""
     root = str(kernel_sysfs(tmp_path))
     fake.pods[:] = [_worker("ray-gpu-worker-x1", "gpu-a", CRASHLOOP_INIT)]
-    assert nc.run_check(fake.api, "gpu-a", root, 1, provider=lambda: OK_PROVIDER, log=lambda m: None,
-                        workers_namespace=RAY_NS) == nc.EXIT_UNPROVEN
+    assert (
+        nc.run_check(
+            fake.api, "gpu-a", root, 1, provider=lambda: OK_PROVIDER, log=lambda m: None, workers_namespace=RAY_NS
+        )
+        == nc.EXIT_UNPROVEN
+    )
     assert fake.nodes["gpu-a"]["spec"]["taints"] == [GPU_TAINT, STARTUP]
     assert [r[1] for r in _writes(fake)] == ["/api/v1/nodes/gpu-a/status", "/api/v1/namespaces/default/events"]
 
@@ -545,8 +677,20 @@ def test_the_loop_catches_a_failed_pod_between_proofs_and_fails_closed_without_t
             fake.pods[:] = [_worker("ray-gpu-worker-x1", "gpu-a", FAILED_INIT, phase="Failed")]
         elif len(sleeps) == 3:
             fake.pods.clear()
-    nc.run_loop(fake.api, "gpu-a", root, 1, interval_s=60, provider=lambda: OK_PROVIDER, log=lambda m: None,
-                sleep=sleep, rounds=2, workers_namespace=RAY_NS, pod_interval_s=5)
+
+    nc.run_loop(
+        fake.api,
+        "gpu-a",
+        root,
+        1,
+        interval_s=60,
+        provider=lambda: OK_PROVIDER,
+        log=lambda m: None,
+        sleep=sleep,
+        rounds=2,
+        workers_namespace=RAY_NS,
+        pod_interval_s=5,
+    )
     assert sleeps == [5] * 11 + [5]
     assert fake.nodes["gpu-a"]["spec"]["taints"] == [GPU_TAINT, STARTUP]
     assert fake.nodes["gpu-a"]["status"]["conditions"][0]["reason"] == nc.PROVIDER_FAILED
@@ -554,14 +698,25 @@ def test_the_loop_catches_a_failed_pod_between_proofs_and_fails_closed_without_t
     # without its Role the list is refused: the node is not proven on sysfs alone
     fresh = FakeApi({"gpu-c": _node("gpu-c", [GPU_TAINT, STARTUP])})
     try:
-        assert nc.run_check(fresh.api, "gpu-c", root, 1, provider=lambda: OK_PROVIDER, log=lambda m: None,
-                            workers_namespace="missing/x") == nc.EXIT_API
+        assert (
+            nc.run_check(
+                fresh.api,
+                "gpu-c",
+                root,
+                1,
+                provider=lambda: OK_PROVIDER,
+                log=lambda m: None,
+                workers_namespace="missing/x",
+            )
+            == nc.EXIT_API
+        )
         assert fresh.nodes["gpu-c"]["spec"]["taints"] == [GPU_TAINT, STARTUP]
     finally:
         fresh.close()
 
 
 # -- the put-back patch, the pod reads between proofs, and API errors in them ----------------------------------------
+
 
 class Calls:
     """A stand-in for Api recording each call; ``fail`` (``METHOD path``, the pod list without its query) raises."""
@@ -578,15 +733,27 @@ class Calls:
         return self.node if method == "GET" else {}
 
 
-@pytest.mark.parametrize("taints,ops", [
-    ([GPU_TAINT], [{"op": "test", "path": "/spec/taints", "value": [GPU_TAINT]},
-                   {"op": "add", "path": "/spec/taints/-", "value": STARTUP}]),
-    ([GPU_TAINT, {"key": "x", "effect": "NoExecute"}],
-     [{"op": "test", "path": "/spec/taints", "value": [GPU_TAINT, {"key": "x", "effect": "NoExecute"}]},
-      {"op": "add", "path": "/spec/taints/-", "value": STARTUP}]),
-    ([], [{"op": "add", "path": "/spec/taints", "value": [STARTUP]}]),
-    (None, [{"op": "add", "path": "/spec/taints", "value": [STARTUP]}]),
-])
+@pytest.mark.parametrize(
+    "taints,ops",
+    [
+        (
+            [GPU_TAINT],
+            [
+                {"op": "test", "path": "/spec/taints", "value": [GPU_TAINT]},
+                {"op": "add", "path": "/spec/taints/-", "value": STARTUP},
+            ],
+        ),
+        (
+            [GPU_TAINT, {"key": "x", "effect": "NoExecute"}],
+            [
+                {"op": "test", "path": "/spec/taints", "value": [GPU_TAINT, {"key": "x", "effect": "NoExecute"}]},
+                {"op": "add", "path": "/spec/taints/-", "value": STARTUP},
+            ],
+        ),
+        ([], [{"op": "add", "path": "/spec/taints", "value": [STARTUP]}]),
+        (None, [{"op": "add", "path": "/spec/taints", "value": [STARTUP]}]),
+    ],
+)
 def test_the_put_back_is_one_json_patch_of_its_own_node(taints, ops):
     node = {"metadata": {"name": "gpu-a"}, "spec": {} if taints is None else {"taints": taints}}
     api = Calls()
@@ -603,47 +770,79 @@ def test_no_patch_when_the_taint_is_already_there():
     assert [c[1] for c in api.calls] == ["/api/v1/nodes/gpu-a"]
 
 
-FAILED_POD = {"metadata": {"name": "w1", "namespace": "ray"}, "spec": {"nodeName": "gpu-a"},
-              "status": {"initContainerStatuses": [{"name": "efa-provider-check",
-                                                    "state": {"terminated": {"exitCode": 1}}}]}}
+FAILED_POD = {
+    "metadata": {"name": "w1", "namespace": "ray"},
+    "spec": {"nodeName": "gpu-a"},
+    "status": {"initContainerStatuses": [{"name": "efa-provider-check", "state": {"terminated": {"exitCode": 1}}}]},
+}
 
 
-@pytest.mark.parametrize("fail", ["GET /api/v1/namespaces/ray/pods", "GET /api/v1/nodes/gpu-a",
-                                  "PATCH /api/v1/nodes/gpu-a/status", "POST /api/v1/namespaces/default/events",
-                                  "PATCH /api/v1/nodes/gpu-a"])
+@pytest.mark.parametrize(
+    "fail",
+    [
+        "GET /api/v1/namespaces/ray/pods",
+        "GET /api/v1/nodes/gpu-a",
+        "PATCH /api/v1/nodes/gpu-a/status",
+        "POST /api/v1/namespaces/default/events",
+        "PATCH /api/v1/nodes/gpu-a",
+    ],
+)
 def test_an_api_error_while_reading_or_recording_a_failure_is_exit_2(fail):
     logs = []
     api = Calls(_node("gpu-a", [GPU_TAINT]), [FAILED_POD], fail=fail)
     assert nc.watch_workers(api, "gpu-a", "ray", logs.append) == nc.EXIT_API
     assert f"{api.calls[-1][0]} {api.calls[-1][1].split('?')[0]}" == fail  # it stopped at the failed call
     reading = fail.startswith("GET")
-    assert logs[-1].startswith("[node-check] cannot read node gpu-a or its Ray workers: " if reading else
-                               "[node-check] the API server refused or failed a call for node gpu-a: "), logs
-    assert nc.run_check(api, "gpu-a", "/nonexistent", 1, provider=lambda: OK_PROVIDER, log=logs.append,
-                        workers_namespace="ray") == nc.EXIT_API
+    assert logs[-1].startswith(
+        "[node-check] cannot read node gpu-a or its Ray workers: "
+        if reading
+        else "[node-check] the API server refused or failed a call for node gpu-a: "
+    ), logs
+    assert (
+        nc.run_check(
+            api, "gpu-a", "/nonexistent", 1, provider=lambda: OK_PROVIDER, log=logs.append, workers_namespace="ray"
+        )
+        == nc.EXIT_API
+    )
 
 
 def test_no_failure_between_proofs_reads_no_node_and_writes_nothing():
     api = Calls(_node("gpu-a", [GPU_TAINT]), [{"metadata": {"name": "w"}, "spec": {"nodeName": "gpu-a"}}])
     assert nc.watch_workers(api, "gpu-a", "ray", lambda m: None) is None
-    assert [c[:2] for c in api.calls] == [("GET", "/api/v1/namespaces/ray/pods?fieldSelector=spec.nodeName%3Dgpu-a"
-                                                  "&labelSelector=ray.io%2Fnode-type%3Dworker")]
+    assert [c[:2] for c in api.calls] == [
+        (
+            "GET",
+            "/api/v1/namespaces/ray/pods?fieldSelector=spec.nodeName%3Dgpu-a&labelSelector=ray.io%2Fnode-type%3Dworker",
+        )
+    ]
 
 
-@pytest.mark.parametrize("interval,pod_interval,namespace,sleeps", [
-    (60, 5, "ray", [5] * 11 + [5]),  # 11 reads, then the last 5 s to the proof
-    (12, 5, "ray", [5, 5, 2]),
-    (10, 5, "ray", [5, 5]),  # no read at the proof's own second
-    (4, 5, "ray", [4]),  # reads slower than proofs: each proof reads the pods itself
-    (60, 5, None, [60]),  # no namespace: no read between proofs
-])
+@pytest.mark.parametrize(
+    "interval,pod_interval,namespace,sleeps",
+    [
+        (60, 5, "ray", [5] * 11 + [5]),  # 11 reads, then the last 5 s to the proof
+        (12, 5, "ray", [5, 5, 2]),
+        (10, 5, "ray", [5, 5]),  # no read at the proof's own second
+        (4, 5, "ray", [4]),  # reads slower than proofs: each proof reads the pods itself
+        (60, 5, None, [60]),  # no namespace: no read between proofs
+    ],
+)
 def test_the_pod_reads_fill_the_interval_between_proofs(monkeypatch, interval, pod_interval, namespace, sleeps):
     seen, reads = [], []
     monkeypatch.setattr(nc, "run_check", lambda *a, **k: seen.append(("check", len(seen))) or nc.EXIT_PROVEN)
     monkeypatch.setattr(nc, "watch_workers", lambda api, node, ns, log: reads.append((node, ns)))
     slept = []
-    nc.run_loop(None, "gpu-a", "/sys", 1, interval_s=interval, sleep=slept.append, rounds=2,
-                workers_namespace=namespace, pod_interval_s=pod_interval)
+    nc.run_loop(
+        None,
+        "gpu-a",
+        "/sys",
+        1,
+        interval_s=interval,
+        sleep=slept.append,
+        rounds=2,
+        workers_namespace=namespace,
+        pod_interval_s=pod_interval,
+    )
     assert slept == sleeps and sum(slept) == interval
     assert reads == [("gpu-a", namespace)] * (len(sleeps) - 1) and len(seen) == 2
 
@@ -660,15 +859,38 @@ def test_the_loop_goes_on_after_api_errors_between_and_in_proofs(tmp_path, fake)
         if "/pods?" in path and len([p for p in calls if "/pods?" in p]) <= 3:
             raise nc.urllib.error.URLError("connection refused")
         return real(method, path, *a)
+
     fake.api.call = flaky
     logs = []
-    code = nc.run_loop(fake.api, "gpu-a", root, 1, interval_s=10, provider=lambda: OK_PROVIDER, log=logs.append,
-                       sleep=lambda s: None, rounds=2, workers_namespace=RAY_NS, pod_interval_s=5)
+    code = nc.run_loop(
+        fake.api,
+        "gpu-a",
+        root,
+        1,
+        interval_s=10,
+        provider=lambda: OK_PROVIDER,
+        log=logs.append,
+        sleep=lambda s: None,
+        rounds=2,
+        workers_namespace=RAY_NS,
+        pod_interval_s=5,
+    )
     # round 1's own list, the read between the proofs and round 2's own list fail; each is logged, none stops it
     assert sum("cannot read node gpu-a or its Ray workers" in m for m in logs) == 3 and code == nc.EXIT_API
     assert fake.nodes["gpu-a"]["spec"]["taints"] == [GPU_TAINT]  # nothing proven or put back on a failed read
-    code = nc.run_loop(fake.api, "gpu-a", root, 1, interval_s=10, provider=lambda: OK_PROVIDER, log=logs.append,
-                       sleep=lambda s: None, rounds=1, workers_namespace=RAY_NS, pod_interval_s=5)
+    code = nc.run_loop(
+        fake.api,
+        "gpu-a",
+        root,
+        1,
+        interval_s=10,
+        provider=lambda: OK_PROVIDER,
+        log=logs.append,
+        sleep=lambda s: None,
+        rounds=1,
+        workers_namespace=RAY_NS,
+        pod_interval_s=5,
+    )
     assert code == nc.EXIT_UNPROVEN and fake.nodes["gpu-a"]["spec"]["taints"] == [GPU_TAINT, STARTUP]
 
 
@@ -677,32 +899,54 @@ def test_a_recorded_failure_is_never_re_proven_on_sysfs_alone_whatever_the_loop_
     no pod failed since; only a new Node (a replaced one) starts clean."""
     root = str(kernel_sysfs(tmp_path))
     _proven(fake, root)
-    fake.nodes["gpu-a"]["status"]["conditions"] = [{"type": nc.CONDITION, "status": "False",
-                                                    "reason": nc.PROVIDER_FAILED, "message": "provider: earlier"}]
-    nc.run_loop(fake.api, "gpu-a", root, 1, interval_s=10, provider=lambda: OK_PROVIDER, log=lambda m: None,
-                sleep=lambda s: None, rounds=3, workers_namespace=RAY_NS, pod_interval_s=5)
+    fake.nodes["gpu-a"]["status"]["conditions"] = [
+        {"type": nc.CONDITION, "status": "False", "reason": nc.PROVIDER_FAILED, "message": "provider: earlier"}
+    ]
+    nc.run_loop(
+        fake.api,
+        "gpu-a",
+        root,
+        1,
+        interval_s=10,
+        provider=lambda: OK_PROVIDER,
+        log=lambda m: None,
+        sleep=lambda s: None,
+        rounds=3,
+        workers_namespace=RAY_NS,
+        pod_interval_s=5,
+    )
     assert fake.nodes["gpu-a"]["spec"]["taints"] == [GPU_TAINT, STARTUP]
     assert [r[0] for r in _writes(fake)] == ["PATCH"]  # the put-back alone: no new condition, no Event, no removal
     assert fake.nodes["gpu-a"]["status"]["conditions"][0]["message"] == "provider: earlier"
     # a FabricCheckFailed condition (the sysfs checks) is not this record: a passing proof clears it
     fake.nodes["gpu-a"]["status"]["conditions"][0]["reason"] = "FabricCheckFailed"
-    assert nc.run_check(fake.api, "gpu-a", root, 1, provider=lambda: OK_PROVIDER, log=lambda m: None,
-                        workers_namespace=RAY_NS) == nc.EXIT_PROVEN
+    assert (
+        nc.run_check(
+            fake.api, "gpu-a", root, 1, provider=lambda: OK_PROVIDER, log=lambda m: None, workers_namespace=RAY_NS
+        )
+        == nc.EXIT_PROVEN
+    )
     assert fake.nodes["gpu-a"]["spec"]["taints"] == [GPU_TAINT]
 
 
 def test_on_record_reads_only_a_false_provider_condition():
     assert nc.on_record({"type": nc.CONDITION, "status": "False", "reason": nc.PROVIDER_FAILED}) is True
-    for cond in (None, {}, {"status": "True", "reason": nc.PROVIDER_FAILED},
-                 {"status": "False", "reason": "FabricCheckFailed"}):
+    for cond in (
+        None,
+        {},
+        {"status": "True", "reason": nc.PROVIDER_FAILED},
+        {"status": "False", "reason": "FabricCheckFailed"},
+    ):
         assert nc.on_record(cond) is False
 
 
 def test_an_api_error_while_writing_a_proof_is_exit_2_and_nothing_removed(tmp_path):
     api = Calls(_node("gpu-a", [GPU_TAINT, STARTUP]), fail="PATCH /api/v1/nodes/gpu-a/status")
     logs = []
-    assert nc.run_check(api, "gpu-a", str(kernel_sysfs(tmp_path)), 1, provider=lambda: OK_PROVIDER,
-                        log=logs.append) == nc.EXIT_API
+    assert (
+        nc.run_check(api, "gpu-a", str(kernel_sysfs(tmp_path)), 1, provider=lambda: OK_PROVIDER, log=logs.append)
+        == nc.EXIT_API
+    )
     assert logs[-1].startswith("[node-check] the API server refused or failed a call for node gpu-a: HTTP Error 422")
     assert [c[:2] for c in api.calls] == [("GET", "/api/v1/nodes/gpu-a"), ("PATCH", "/api/v1/nodes/gpu-a/status")]
 
@@ -718,9 +962,13 @@ def test_the_probe_asks_fi_info_with_a_timeout_and_says_what_it_found():
     def run(cmd, **k):
         seen.append(k)
         return _R(0, FI_INFO_L)
-    assert nc.libfabric_lists_efa(run) == (True, "the image's libfabric has the efa provider (version 201.0); the "
-                                                 "device itself is checked by each Ray worker's efa-provider-check "
-                                                 "init container")
+
+    assert nc.libfabric_lists_efa(run) == (
+        True,
+        "the image's libfabric has the efa provider (version 201.0); the "
+        "device itself is checked by each Ray worker's efa-provider-check "
+        "init container",
+    )
     assert seen == [{"capture_output": True, "text": True, "timeout": 30}]  # output read, a hung fi_info given up
     # efa: last, or followed by no version line: the version is not known
     for out in ("tcp:\n    version: 1.0\nefa:\n", "efa:\n    type: core\n"):
@@ -728,7 +976,9 @@ def test_the_probe_asks_fi_info_with_a_timeout_and_says_what_it_found():
         assert ok and detail.startswith("the image's libfabric has the efa provider (version ?);")
     # no provider listed: what it said on stderr, else its exit code
     assert nc.libfabric_lists_efa(lambda *a, **k: _R(1, "", "  fi_getinfo: -61\n")) == (
-        False, "fi_info -l does not list efa (fi_getinfo: -61)")
+        False,
+        "fi_info -l does not list efa (fi_getinfo: -61)",
+    )
     assert nc.libfabric_lists_efa(lambda *a, **k: _R(3, None, None)) == (False, "fi_info -l does not list efa (exit 3)")
 
 
@@ -743,26 +993,40 @@ def test_each_finding_says_what_it_saw(monkeypatch, tmp_path):
     (tmp_path / "module" / "efa").mkdir(parents=True)
     got = nc.decide(str(tmp_path), 1, {nc.EFA_RESOURCE: "1"}, (True, "listed"))
     assert roots == [str(tmp_path / "class" / "infiniband")]
-    assert got == [nc.Finding("devices", True, "1 EFA device(s) (d0); the catalogue says 1"),
-                   nc.Finding("counters", True, "every port's hw_counters readable"),  # exactly the two it needs
-                   nc.Finding("module", True, "efa kernel module loaded"),
-                   nc.Finding("plugin", True, "the node's allocatable vpc.amazonaws.com/efa is '1'; expected 1 (the "
-                                              "EFA device plugin advertises one per device)"),
-                   nc.Finding("provider", True, "listed")]
+    assert got == [
+        nc.Finding("devices", True, "1 EFA device(s) (d0); the catalogue says 1"),
+        nc.Finding("counters", True, "every port's hw_counters readable"),  # exactly the two it needs
+        nc.Finding("module", True, "efa kernel module loaded"),
+        nc.Finding(
+            "plugin",
+            True,
+            "the node's allocatable vpc.amazonaws.com/efa is '1'; expected 1 (the "
+            "EFA device plugin advertises one per device)",
+        ),
+        nc.Finding("provider", True, "listed"),
+    ]
     devices.clear()
     devices.update(d1=_dev({"/p/tx_bytes": "Permission denied"}, **{"1": {"rx_bytes": 2}}), d0=_dev(**{"1": {}}))
     got = nc.decide(str(tmp_path / "none"), 0, {}, (False, "not listed"))
-    assert got == [nc.Finding("devices", False, "2 EFA device(s) (d0, d1); the catalogue says 0"),
-                   nc.Finding("counters", False, "d1: /p/tx_bytes: Permission denied; d1: no tx_bytes/rx_bytes; "
-                                                 "d0: no tx_bytes/rx_bytes"),
-                   nc.Finding("module", False, "no /sys/module/efa: the efa kernel module is not loaded"),
-                   nc.Finding("plugin", False, "the node's allocatable vpc.amazonaws.com/efa is None; expected 0 (the "
-                                               "EFA device plugin advertises one per device)"),
-                   nc.Finding("provider", False, "not listed")]
+    assert got == [
+        nc.Finding("devices", False, "2 EFA device(s) (d0, d1); the catalogue says 0"),
+        nc.Finding(
+            "counters", False, "d1: /p/tx_bytes: Permission denied; d1: no tx_bytes/rx_bytes; d0: no tx_bytes/rx_bytes"
+        ),
+        nc.Finding("module", False, "no /sys/module/efa: the efa kernel module is not loaded"),
+        nc.Finding(
+            "plugin",
+            False,
+            "the node's allocatable vpc.amazonaws.com/efa is None; expected 0 (the "
+            "EFA device plugin advertises one per device)",
+        ),
+        nc.Finding("provider", False, "not listed"),
+    ]
     devices.clear()
     got = nc.decide(str(tmp_path), -1, {nc.EFA_RESOURCE: "0"}, (True, "listed"))
-    assert got[0] == nc.Finding("devices", False, "0 EFA device(s) (none); the catalogue has no count for this node's "
-                                                  "instance type")
+    assert got[0] == nc.Finding(
+        "devices", False, "0 EFA device(s) (none); the catalogue has no count for this node's instance type"
+    )
     assert got[1] == nc.Finding("counters", False, "no device to read")
 
 
@@ -780,12 +1044,15 @@ def _reported(findings, previous=None, uid=None, name="gpu-a"):
     return wrote, api.calls, stamps.pop()
 
 
-@pytest.mark.parametrize("findings, status, reason, message", [
-    ([nc.Finding("devices", True, "x")], "True", "FabricProven", PROVEN),
-    ([], "True", "FabricProven", PROVEN),
-    (BAD, "False", "FabricCheckFailed", ("devices: a; plugin: " + "c" * 2000)[:1024]),  # the API's 1024 limit
-    (BAD[:1], "False", "FabricCheckFailed", "devices: a"),
-])
+@pytest.mark.parametrize(
+    "findings, status, reason, message",
+    [
+        ([nc.Finding("devices", True, "x")], "True", "FabricProven", PROVEN),
+        ([], "True", "FabricProven", PROVEN),
+        (BAD, "False", "FabricCheckFailed", ("devices: a; plugin: " + "c" * 2000)[:1024]),  # the API's 1024 limit
+        (BAD[:1], "False", "FabricCheckFailed", "devices: a"),
+    ],
+)
 def test_the_condition_of_a_set_of_findings(findings, status, reason, message):
     _, calls, _ = _reported(findings)
     (condition,) = calls[0][2]["status"]["conditions"]
@@ -794,8 +1061,20 @@ def test_the_condition_of_a_set_of_findings(findings, status, reason, message):
 
 
 def _condition(status, reason, message, t=T):
-    return {"status": {"conditions": [{"type": nc.CONDITION, "status": status, "reason": reason, "message": message,
-                                       "lastHeartbeatTime": t, "lastTransitionTime": t}]}}
+    return {
+        "status": {
+            "conditions": [
+                {
+                    "type": nc.CONDITION,
+                    "status": status,
+                    "reason": reason,
+                    "message": message,
+                    "lastHeartbeatTime": t,
+                    "lastTransitionTime": t,
+                }
+            ]
+        }
+    }
 
 
 def _with(node, status, reason, message):
@@ -806,37 +1085,56 @@ def _with(node, status, reason, message):
 
 
 def _event(name, reason, message, uid=None, t=T):
-    return {"apiVersion": "v1", "kind": "Event", "metadata": {"generateName": f"{name}.efa-unproven."},
-            "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": name, **({"uid": uid} if uid else {})},
-            "reason": reason, "message": message, "type": "Warning",
-            "source": {"component": "ray-efa-eks-node-check", "host": name},
-            "firstTimestamp": t, "lastTimestamp": t, "count": 1}
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": f"{name}.efa-unproven."},
+        "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": name, **({"uid": uid} if uid else {})},
+        "reason": reason,
+        "message": message,
+        "type": "Warning",
+        "source": {"component": "ray-efa-eks-node-check", "host": name},
+        "firstTimestamp": t,
+        "lastTimestamp": t,
+        "count": 1,
+    }
 
 
 FAILED_A = [nc.Finding("devices", False, "m")]
 SAME = {"status": "False", "reason": "FabricCheckFailed", "message": "devices: m"}
 
 
-@pytest.mark.parametrize("findings, uid, previous, wrote, writes", [
-    (FAILED_A, "uid-1", None, True, ["PATCH", "POST"]),  # a failure: the condition and a Warning Event
-    (FAILED_A, None, {"status": "True", "reason": "FabricProven", "message": PROVEN}, True, ["PATCH", "POST"]),
-    ([nc.Finding("devices", True, "ok")], "u", None, True, ["PATCH"]),  # a proof is no Warning
-    (FAILED_A, "u", SAME, False, []),  # nothing new: nothing written
-    (FAILED_A, "u", {**SAME, "status": "True"}, True, ["PATCH", "POST"]),
-    (FAILED_A, "u", {**SAME, "reason": "X"}, True, ["PATCH", "POST"]),
-    (FAILED_A, "u", {**SAME, "message": "n"}, True, ["PATCH", "POST"]),
-])
+@pytest.mark.parametrize(
+    "findings, uid, previous, wrote, writes",
+    [
+        (FAILED_A, "uid-1", None, True, ["PATCH", "POST"]),  # a failure: the condition and a Warning Event
+        (FAILED_A, None, {"status": "True", "reason": "FabricProven", "message": PROVEN}, True, ["PATCH", "POST"]),
+        ([nc.Finding("devices", True, "ok")], "u", None, True, ["PATCH"]),  # a proof is no Warning
+        (FAILED_A, "u", SAME, False, []),  # nothing new: nothing written
+        (FAILED_A, "u", {**SAME, "status": "True"}, True, ["PATCH", "POST"]),
+        (FAILED_A, "u", {**SAME, "reason": "X"}, True, ["PATCH", "POST"]),
+        (FAILED_A, "u", {**SAME, "message": "n"}, True, ["PATCH", "POST"]),
+    ],
+)
 def test_the_condition_and_the_event_as_written(findings, uid, previous, wrote, writes):
     got, calls, t = _reported(findings, previous, uid)
     assert got is wrote and [c[0] for c in calls] == writes
     if not calls:
         return
     status, reason, message = (calls[0][2]["status"]["conditions"][0][k] for k in ("status", "reason", "message"))
-    assert calls[0] == ("PATCH", "/api/v1/nodes/gpu-a/status", _condition(status, reason, message, t),
-                        "application/strategic-merge-patch+json")
+    assert calls[0] == (
+        "PATCH",
+        "/api/v1/nodes/gpu-a/status",
+        _condition(status, reason, message, t),
+        "application/strategic-merge-patch+json",
+    )
     if "POST" in writes:
-        assert calls[1] == ("POST", "/api/v1/namespaces/default/events", _event("gpu-a", reason, message, uid, t),
-                            "application/json")  # a uid of None: none named
+        assert calls[1] == (
+            "POST",
+            "/api/v1/namespaces/default/events",
+            _event("gpu-a", reason, message, uid, t),
+            "application/json",
+        )  # a uid of None: none named
 
 
 def test_now_is_utc_in_the_apis_format(monkeypatch):
@@ -854,8 +1152,11 @@ def test_now_is_utc_in_the_apis_format(monkeypatch):
 
 def test_a_node_without_taints_has_nothing_to_remove():
     api = Calls()
-    for node in ({"metadata": {"name": "n"}}, {"metadata": {"name": "n"}, "spec": {"taints": None}},
-                 {"metadata": {"name": "n"}, "spec": {"taints": [GPU_TAINT]}}):
+    for node in (
+        {"metadata": {"name": "n"}},
+        {"metadata": {"name": "n"}, "spec": {"taints": None}},
+        {"metadata": {"name": "n"}, "spec": {"taints": [GPU_TAINT]}},
+    ):
         assert nc.remove_startup_taint(api, node) is False
     assert api.calls == []
 
@@ -865,14 +1166,20 @@ def test_a_provider_failure_is_recorded_word_for_word(monkeypatch):
     node, logs = _node("gpu-a", [GPU_TAINT]), []
     api = Calls(node)
     assert nc.fail_provider(api, node, ["pod ray/a: x", "pod ray/b: y"], logs.append) == nc.EXIT_UNPROVEN
-    message = f"provider: pod ray/a: x; provider: pod ray/b: y; node tainted with {nc.TAINT_KEY} again until it is " \
-              "replaced"
-    assert [c[2] for c in api.calls[:2]] == [_condition("False", nc.PROVIDER_FAILED, message),
-                                             _event("gpu-a", nc.PROVIDER_FAILED, message, "uid-gpu-a")]
-    assert logs == ["[node-check] FAIL provider: pod ray/a: x", "[node-check] FAIL provider: pod ray/b: y",
-                    f"[node-check] node gpu-a: a Ray worker's provider check failed; put back taint {nc.TAINT_KEY} "
-                    f"(recorded as {nc.CONDITION}=False reason {nc.PROVIDER_FAILED}: it is not proven again while "
-                    "that is there)"]
+    message = (
+        f"provider: pod ray/a: x; provider: pod ray/b: y; node tainted with {nc.TAINT_KEY} again until it is replaced"
+    )
+    assert [c[2] for c in api.calls[:2]] == [
+        _condition("False", nc.PROVIDER_FAILED, message),
+        _event("gpu-a", nc.PROVIDER_FAILED, message, "uid-gpu-a"),
+    ]
+    assert logs == [
+        "[node-check] FAIL provider: pod ray/a: x",
+        "[node-check] FAIL provider: pod ray/b: y",
+        f"[node-check] node gpu-a: a Ray worker's provider check failed; put back taint {nc.TAINT_KEY} "
+        f"(recorded as {nc.CONDITION}=False reason {nc.PROVIDER_FAILED}: it is not proven again while "
+        "that is there)",
+    ]
     api, logs = Calls(node), []
     nc.fail_provider(api, node, ["x" * 2000], logs.append)
     assert api.calls[0][2]["status"]["conditions"][0]["message"] == ("provider: " + "x" * 2000)[:1024]
@@ -886,13 +1193,15 @@ def test_what_a_check_says_in_the_log(tmp_path):
     root = str(kernel_sysfs(tmp_path))
     node, logs = _node("gpu-a", [GPU_TAINT, STARTUP]), []
     assert nc.run_check(Calls(node), "gpu-a", root, 1, provider=lambda: (True, "listed"), log=logs.append) == 0
-    assert logs == ["[node-check] ok   devices: 1 EFA device(s) (rdmap0s30); the catalogue says 1",
-                    "[node-check] ok   counters: every port's hw_counters readable",
-                    "[node-check] ok   module: efa kernel module loaded",
-                    "[node-check] ok   plugin: the node's allocatable vpc.amazonaws.com/efa is '1'; expected 1 (the "
-                    "EFA device plugin advertises one per device)",
-                    "[node-check] ok   provider: listed",
-                    f"[node-check] node gpu-a proven; removed taint {nc.TAINT_KEY}"]
+    assert logs == [
+        "[node-check] ok   devices: 1 EFA device(s) (rdmap0s30); the catalogue says 1",
+        "[node-check] ok   counters: every port's hw_counters readable",
+        "[node-check] ok   module: efa kernel module loaded",
+        "[node-check] ok   plugin: the node's allocatable vpc.amazonaws.com/efa is '1'; expected 1 (the "
+        "EFA device plugin advertises one per device)",
+        "[node-check] ok   provider: listed",
+        f"[node-check] node gpu-a proven; removed taint {nc.TAINT_KEY}",
+    ]
     # proven before and still proven, untainted: quiet
     proven = _with(_node("gpu-a", [GPU_TAINT]), "True", "FabricProven", "x")
     logs.clear()
@@ -901,9 +1210,10 @@ def test_what_a_check_says_in_the_log(tmp_path):
     # tainted and failing: the failure, then why the taint stays
     logs.clear()
     assert nc.run_check(Calls(node), "gpu-a", root, 1, provider=lambda: (False, "not listed"), log=logs.append) == 1
-    assert logs[-2:] == ["[node-check] FAIL provider: not listed",
-                         f"[node-check] node gpu-a NOT proven: it keeps {nc.TAINT_KEY}; see its {nc.CONDITION} "
-                         "condition"]
+    assert logs[-2:] == [
+        "[node-check] FAIL provider: not listed",
+        f"[node-check] node gpu-a NOT proven: it keeps {nc.TAINT_KEY}; see its {nc.CONDITION} condition",
+    ]
     # failing again as before, still tainted: it says so again (the taint is what keeps Ray off)
     failing = _with(node, "False", "FabricCheckFailed", "provider: not listed")
     logs.clear()
@@ -911,13 +1221,25 @@ def test_what_a_check_says_in_the_log(tmp_path):
     assert "[node-check] FAIL provider: not listed" in logs
     # proven and untainted, but the condition says False (a recovery): the findings are logged
     logs.clear()
-    nc.run_check(Calls(_with(_node("gpu-a", [GPU_TAINT]), "False", "FabricCheckFailed", "x")), "gpu-a", root, 1,
-                 provider=lambda: (True, "listed"), log=logs.append)
+    nc.run_check(
+        Calls(_with(_node("gpu-a", [GPU_TAINT]), "False", "FabricCheckFailed", "x")),
+        "gpu-a",
+        root,
+        1,
+        provider=lambda: (True, "listed"),
+        log=logs.append,
+    )
     assert len(logs) == 5 and logs[0].startswith("[node-check] ok   devices")
     # proven, condition True, but tainted again (a node group update): the findings are logged before the removal
     logs.clear()
-    nc.run_check(Calls(_with(node, "True", "FabricProven", "x")), "gpu-a", root, 1,
-                 provider=lambda: (True, "listed"), log=logs.append)
+    nc.run_check(
+        Calls(_with(node, "True", "FabricProven", "x")),
+        "gpu-a",
+        root,
+        1,
+        provider=lambda: (True, "listed"),
+        log=logs.append,
+    )
     assert len(logs) == 6 and logs[-1] == f"[node-check] node gpu-a proven; removed taint {nc.TAINT_KEY}"
 
 
@@ -954,13 +1276,22 @@ def test_each_call_is_one_json_request_with_the_token(monkeypatch, tmp_path):
     def urlopen(req, timeout, context):
         seen.append((req.get_method(), req.full_url, dict(req.header_items()), req.data, timeout, context))
         return _Answer(answers.pop(0))
+
     monkeypatch.setattr(nc.urllib.request, "urlopen", urlopen)
     api = nc.Api("http://h:1/", token="t")
     assert api.call("PATCH", "/p", [{"op": "x"}], "application/json-patch+json") == {"kind": "Node"}
     assert nc.Api("http://h:1").call("GET", "/g") is None  # an empty answer (no token: no Authorization)
-    assert seen == [("PATCH", "http://h:1/p", {"Accept": "application/json", "Content-type": "application/json-patch+json",
-                                               "Authorization": "Bearer t"}, b'[{"op": "x"}]', 10.0, None),
-                    ("GET", "http://h:1/g", {"Accept": "application/json"}, None, 10.0, None)]
+    assert seen == [
+        (
+            "PATCH",
+            "http://h:1/p",
+            {"Accept": "application/json", "Content-type": "application/json-patch+json", "Authorization": "Bearer t"},
+            b'[{"op": "x"}]',
+            10.0,
+            None,
+        ),
+        ("GET", "http://h:1/g", {"Accept": "application/json"}, None, 10.0, None),
+    ]
     assert isinstance(nc.Api("https://h").ctx, nc.ssl.SSLContext)
 
 
@@ -972,7 +1303,12 @@ def test_in_cluster_is_the_pods_service_account(monkeypatch, tmp_path):
     monkeypatch.delenv("KUBERNETES_SERVICE_PORT", raising=False)
     api = nc.Api.in_cluster()
     assert (api.base, api.token, api.token_file, api.ctx, api.timeout) == (
-        "https://10.0.0.1:443", None, str(tmp_path / "token"), "ctx", 10.0)
+        "https://10.0.0.1:443",
+        None,
+        str(tmp_path / "token"),
+        "ctx",
+        10.0,
+    )
     monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "6443")
     assert nc.Api.in_cluster().base == "https://10.0.0.1:6443"
     assert cafiles == [str(tmp_path / "ca.crt")] * 2
@@ -982,18 +1318,20 @@ def test_the_help_says_each_option_and_its_default(monkeypatch, capsys):
     monkeypatch.setenv("COLUMNS", "400")
     assert nc.run_cli(nc.main, ["--help"], PROG) == 0
     lines = [" ".join(line.split()) for line in capsys.readouterr().out.splitlines()]
-    for said in ("Prove this node's EFA path, then remove its startup taint; by default again every --interval seconds, "
-                 "until stopped (the node agent's fabric-proof container).",
-                 "--node NODE this node's name (default $NODE_NAME)",
-                 "--sysfs SYSFS sysfs root holding class/infiniband (default /sys)",
-                 "where the efa module's directory is (default <sysfs>/module)",
-                 "EFA devices the catalogue gives the type: COUNT, or TYPE=COUNT[,TYPE=COUNT...] read against the "
-                 "node's node.kubernetes.io/instance-type label",
-                 "--interval INTERVAL seconds between proofs (default 60)",
-                 "namespace of the Ray worker pods to read: a failed efa-provider-check init container in one on this "
-                 "node puts the startup taint back (default: none, not read)",
-                 "seconds between two reads of this node's Ray worker pods between proofs (default 5)",
-                 "--once prove once and stop, answering with the proof's status"):
+    for said in (
+        "Prove this node's EFA path, then remove its startup taint; by default again every --interval seconds, "
+        "until stopped (the node agent's fabric-proof container).",
+        "--node NODE this node's name (default $NODE_NAME)",
+        "--sysfs SYSFS sysfs root holding class/infiniband (default /sys)",
+        "where the efa module's directory is (default <sysfs>/module)",
+        "EFA devices the catalogue gives the type: COUNT, or TYPE=COUNT[,TYPE=COUNT...] read against the "
+        "node's node.kubernetes.io/instance-type label",
+        "--interval INTERVAL seconds between proofs (default 60)",
+        "namespace of the Ray worker pods to read: a failed efa-provider-check init container in one on this "
+        "node puts the startup taint back (default: none, not read)",
+        "seconds between two reads of this node's Ray worker pods between proofs (default 5)",
+        "--once prove once and stop, answering with the proof's status",
+    ):
         assert said in lines
 
 
@@ -1015,8 +1353,10 @@ def test_an_unreadable_service_account_is_named_in_one_line(monkeypatch, capsys)
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
     monkeypatch.setattr(node_api, "TOKEN_DIR", "/nonexistent")
     assert nc.run_cli(nc.main, ["--expect-devices", "1", "--node", "n", "--once"], PROG) == nc.EXIT_API
-    assert capsys.readouterr().err == f"{PROG}: error: no Kubernetes API to ask (run it in a pod with a service " \
-                                      "account token): [Errno 2] No such file or directory\n"
+    assert (
+        capsys.readouterr().err == f"{PROG}: error: no Kubernetes API to ask (run it in a pod with a service "
+        "account token): [Errno 2] No such file or directory\n"
+    )
 
 
 def test_a_node_without_status_or_spec_is_read_as_empty(tmp_path):
@@ -1026,14 +1366,19 @@ def test_a_node_without_status_or_spec_is_read_as_empty(tmp_path):
     assert nc.current_condition({"status": {"conditions": [{"type": "Ready"}]}}) is None
     logs = []
     api = Calls({"metadata": {"name": "gpu-a"}})
-    assert nc.run_check(api, "gpu-a", str(kernel_sysfs(tmp_path)), 1, provider=lambda: OK_PROVIDER,
-                        log=logs.append) == nc.EXIT_UNPROVEN
-    assert "[node-check] FAIL plugin: the node's allocatable vpc.amazonaws.com/efa is None; expected 1 (the EFA device " \
-           "plugin advertises one per device)" in logs
+    assert (
+        nc.run_check(api, "gpu-a", str(kernel_sysfs(tmp_path)), 1, provider=lambda: OK_PROVIDER, log=logs.append)
+        == nc.EXIT_UNPROVEN
+    )
+    assert (
+        "[node-check] FAIL plugin: the node's allocatable vpc.amazonaws.com/efa is None; expected 1 (the EFA device "
+        "plugin advertises one per device)" in logs
+    )
     assert logs[-1].startswith("[node-check] node gpu-a was proven and now fails")  # no taint on it
 
 
 # --- what mutmut's run of 2026-12-05 08:10 found unasserted (docs/testing.md, efacheck/node_check.py)
+
 
 def test_a_module_root_without_efa_is_not_the_module_loaded(tmp_path):
     root = kernel_sysfs(tmp_path / "host", version=None)
@@ -1049,8 +1394,10 @@ def test_the_check_and_the_loop_read_the_module_where_they_are_told(tmp_path, fa
     quiet = dict(provider=lambda: OK_PROVIDER, log=lambda m: None)
     assert nc.run_check(fake.api, "gpu-a", root, 1, **quiet) == nc.EXIT_UNPROVEN
     assert nc.run_check(fake.api, "gpu-a", root, 1, module_root=own, **quiet) == nc.EXIT_PROVEN
-    assert nc.run_loop(fake.api, "gpu-b", root, 1, module_root=own, rounds=1, sleep=lambda s: None,
-                       **quiet) == nc.EXIT_PROVEN
+    assert (
+        nc.run_loop(fake.api, "gpu-b", root, 1, module_root=own, rounds=1, sleep=lambda s: None, **quiet)
+        == nc.EXIT_PROVEN
+    )
 
 
 def test_the_cli_passes_module_root_and_a_sub_second_interval(monkeypatch):
@@ -1088,8 +1435,15 @@ def test_the_api_client_sends_json_over_its_own_tls_context(monkeypatch, tmp_pat
             return b'{"ok": true}'
 
     def urlopen(req, timeout=None, context=None):
-        seen.append((req.get_header("Content-type"), req.get_header("Accept"), req.get_header("Authorization"),
-                     timeout, context))
+        seen.append(
+            (
+                req.get_header("Content-type"),
+                req.get_header("Accept"),
+                req.get_header("Authorization"),
+                timeout,
+                context,
+            )
+        )
         return Reply()
 
     monkeypatch.setattr(nc.urllib.request, "urlopen", urlopen)
@@ -1100,8 +1454,10 @@ def test_the_api_client_sends_json_over_its_own_tls_context(monkeypatch, tmp_pat
     assert api.call("POST", "/x", {"a": 1}) == {"ok": True}
     assert api.call("PATCH", "/y", [], "application/json-patch+json") == {"ok": True}
     assert isinstance(api.ctx, nc.ssl.SSLContext)
-    assert seen == [("application/json", "application/json", "Bearer tok", 3.0, api.ctx),
-                    ("application/json-patch+json", "application/json", "Bearer tok", 3.0, api.ctx)]
+    assert seen == [
+        ("application/json", "application/json", "Bearer tok", 3.0, api.ctx),
+        ("application/json-patch+json", "application/json", "Bearer tok", 3.0, api.ctx),
+    ]
 
 
 def test_a_proven_node_that_fails_later_says_why_it_is_not_tainted_again(tmp_path, fake):
@@ -1110,6 +1466,8 @@ def test_a_proven_node_that_fails_later_says_why_it_is_not_tainted_again(tmp_pat
     assert nc.run_check(fake.api, "gpu-a", str(root), 1, provider=lambda: OK_PROVIDER, log=logs.append) == 0
     logs.clear()
     assert nc.run_check(fake.api, "gpu-a", str(root), 1, provider=lambda: (False, "gone"), log=logs.append) == 1
-    assert logs[-1] == (f"[node-check] node gpu-a was proven and now fails: {nc.CONDITION}=False and an Event; not "
-                        "tainted again (a running Ray worker would not move; each run's --require-efa judges the "
-                        "fabric it used)")
+    assert logs[-1] == (
+        f"[node-check] node gpu-a was proven and now fails: {nc.CONDITION}=False and an Event; not "
+        "tainted again (a running Ray worker would not move; each run's --require-efa judges the "
+        "fabric it used)"
+    )

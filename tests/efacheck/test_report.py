@@ -21,11 +21,20 @@ def result(tmp_path_factory) -> dict:
     rows = sweep.summarize([r["rows"] for r in efa], 2)
     socket_rows = sweep.summarize([r["rows"] for r in sock], 2)
     probes = [r["probe"] for r in efa]
-    return {"verdict": "undetermined", "code": 2, "backend": "gloo", "world": 2, "nodes": 1,
-            "reasons": ["backend gloo: NCCL was not used, so no NCCL logs and no EFA"],
-            "rows": rows, "socket_rows": socket_rows, "comparison": sweep.compare(rows, socket_rows),
-            "line_rate": sweep.line_rate(rows, 40.0), "stack_probes": probes,
-            "versions": stack_probe.compare_versions(probes, stack_probe.MANIFESTS["train-ml-cuda-v1.1"])}
+    return {
+        "verdict": "undetermined",
+        "code": 2,
+        "backend": "gloo",
+        "world": 2,
+        "nodes": 1,
+        "reasons": ["backend gloo: NCCL was not used, so no NCCL logs and no EFA"],
+        "rows": rows,
+        "socket_rows": socket_rows,
+        "comparison": sweep.compare(rows, socket_rows),
+        "line_rate": sweep.line_rate(rows, 40.0),
+        "stack_probes": probes,
+        "versions": stack_probe.compare_versions(probes, stack_probe.MANIFESTS["train-ml-cuda-v1.1"]),
+    }
 
 
 def _pixels(png: Path) -> dict[tuple[int, int, int], int]:
@@ -61,16 +70,21 @@ def test_report_md_and_png(result: dict, tmp_path: Path) -> None:
 def test_png_draws_a_line_per_collective_and_the_line_rate(tmp_path: Path) -> None:
     """Fixed, well separated figures (the real run's lines overlap at random): each collective's colour covers a
     line's worth of pixels in each panel (its FSDP markers and legend entry alone: < 200 px), the line rate is drawn."""
+
     def rows(scale: float) -> list[dict]:
-        return [{"collective": c, "bytes": b, "source": "pow2", "busbw_gbps": scale * (k + 1) * (i + 1)}
-                for k, c in enumerate(sweep.COLLECTIVES) for i, b in enumerate(sweep.pow2_sizes(1 << 16, 1 << 22))]
+        return [
+            {"collective": c, "bytes": b, "source": "pow2", "busbw_gbps": scale * (k + 1) * (i + 1)}
+            for k, c in enumerate(sweep.COLLECTIVES)
+            for i, b in enumerate(sweep.pow2_sizes(1 << 16, 1 << 22))
+        ]
 
     png = tmp_path / "p.png"
     report.plot(str(png), rows(0.1), rows(0.05), efa_gbps=40.0)
     pixels = _pixels(png)
     for hexc in ("#1f77b4", "#d62728", "#2ca02c"):  # all_reduce, all_gather, reduce_scatter: matplotlib's tab10
-        assert pixels.get(tuple(int(hexc[i:i + 2], 16) for i in (1, 3, 5)), 0) > 600
+        assert pixels.get(tuple(int(hexc[i : i + 2], 16) for i in (1, 3, 5)), 0) > 600
     report.plot(str(png), rows(0.1), rows(0.05), efa_gbps=None)
+
     # the dashed line across both panels (not only its legend entry) goes with the line rate; dark = antialiased black
     def dark(px: dict) -> int:
         return sum(n for c, n in px.items() if max(c) < 160)
@@ -103,7 +117,10 @@ def test_text_only_without_matplotlib(result: dict, tmp_path: Path, monkeypatch)
 
 
 def test_versions_failure_is_in_the_report(result: dict, tmp_path: Path) -> None:
-    probes = [dict(result["stack_probes"][0], nccl="2.29.7"), dict(result["stack_probes"][1], nccl="2.27.3", host="node-b")]
+    probes = [
+        dict(result["stack_probes"][0], nccl="2.29.7"),
+        dict(result["stack_probes"][1], nccl="2.27.3", host="node-b"),
+    ]
     r = dict(result, stack_probes=probes, versions=stack_probe.compare_versions(probes))
     md = report.render_markdown(r)
     assert "## Versions (failure)" in md
@@ -112,5 +129,11 @@ def test_versions_failure_is_in_the_report(result: dict, tmp_path: Path) -> None
 
 
 def test_human_bytes() -> None:
-    assert [report.human_bytes(n) for n in (512, 1 << 10, 788480, 1 << 20, 1082368, 3 << 30)] == \
-        ["512 B", "1 KiB", "770 KiB", "1 MiB", "1.03 MiB", "3 GiB"]
+    assert [report.human_bytes(n) for n in (512, 1 << 10, 788480, 1 << 20, 1082368, 3 << 30)] == [
+        "512 B",
+        "1 KiB",
+        "770 KiB",
+        "1 MiB",
+        "1.03 MiB",
+        "3 GiB",
+    ]

@@ -21,13 +21,20 @@ def test_manifest_of_the_default_image() -> None:
     assert sp.manifest_for(None) is None
 
 
-@pytest.mark.parametrize("name, want", [
-    ("real_efa_g7e_slurm_nccl2292_ofi1180_2node.log",
-     {"nccl": "2.29.2", "aws_ofi_nccl": "1.18.0", "libfabric": "2.3", "driver_api": "12.8"}),
-    ("real_undet_p4d_single_node_ofi_init_failed_socket_nccl2277.log",
-     {"nccl": "2.27.7", "aws_ofi_nccl": "1.17.1", "libfabric": "2.3", "driver_api": "13.0"}),
-    ("socket_plugin_missing_nccl218.log", {"nccl": "2.18.1"}),
-])
+@pytest.mark.parametrize(
+    "name, want",
+    [
+        (
+            "real_efa_g7e_slurm_nccl2292_ofi1180_2node.log",
+            {"nccl": "2.29.2", "aws_ofi_nccl": "1.18.0", "libfabric": "2.3", "driver_api": "12.8"},
+        ),
+        (
+            "real_undet_p4d_single_node_ofi_init_failed_socket_nccl2277.log",
+            {"nccl": "2.27.7", "aws_ofi_nccl": "1.17.1", "libfabric": "2.3", "driver_api": "13.0"},
+        ),
+        ("socket_plugin_missing_nccl218.log", {"nccl": "2.18.1"}),
+    ],
+)
 def test_parse_real_nccl_logs(name: str, want: dict) -> None:
     got = sp.parse_nccl_log((FIX / name).read_text(errors="replace"))
     assert {k: got.get(k) for k in want} == want
@@ -45,7 +52,8 @@ def test_parse_fi_info_version() -> None:
 def test_probe_reads_each_layer(tmp_path: Path) -> None:
     (tmp_path / "proc/driver/nvidia").mkdir(parents=True)
     (tmp_path / "proc/driver/nvidia/version").write_text(
-        "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.95.05  Release Build  (dvs-builder@U16)\n")
+        "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.95.05  Release Build  (dvs-builder@U16)\n"
+    )
     (tmp_path / "usr/local/cuda").mkdir(parents=True)
     (tmp_path / "usr/local/cuda/version.json").write_text('{"cuda": {"name": "CUDA SDK", "version": "13.0.1"}}')
     calls = []
@@ -76,9 +84,17 @@ def test_probe_on_a_bare_host(tmp_path: Path) -> None:
 
 
 def _rank(**kw) -> dict:
-    base = {"torch": "2.13.0+cu130", "cuda": "13.0.2", "driver": "580.95.05", "nccl": "2.29.7",
-            "aws_ofi_nccl": "1.18.0", "libfabric": "2.3", "ray": "2.58.0", "image": "ray:train-ml-cuda-v1.1",
-            "host": "node-a"}
+    base = {
+        "torch": "2.13.0+cu130",
+        "cuda": "13.0.2",
+        "driver": "580.95.05",
+        "nccl": "2.29.7",
+        "aws_ofi_nccl": "1.18.0",
+        "libfabric": "2.3",
+        "ray": "2.58.0",
+        "image": "ray:train-ml-cuda-v1.1",
+        "host": "node-a",
+    }
     return {**base, **kw}
 
 
@@ -121,6 +137,7 @@ def test_parse_manifest() -> None:
 
 # -- what drifts most below the image: EFA driver, the loaded plugin file, pyarrow -----------------------
 
+
 def test_probe_rows_for_the_efa_driver_the_loaded_plugin_and_pyarrow(tmp_path: Path) -> None:
     import pyarrow
 
@@ -144,8 +161,10 @@ def test_probe_rows_for_the_efa_driver_the_loaded_plugin_and_pyarrow(tmp_path: P
 
 
 def test_ranks_on_different_efa_drivers_or_plugin_files_fail() -> None:
-    probes = [_rank(efa_driver="2.17.0g", net_plugin="/opt/amazon/ofi-nccl/lib/libnccl-net.so", pyarrow="21.0.0"),
-              _rank(host="node-b", efa_driver="2.10.0g", net_plugin="/usr/lib/libnccl-net.so", pyarrow="21.0.0")]
+    probes = [
+        _rank(efa_driver="2.17.0g", net_plugin="/opt/amazon/ofi-nccl/lib/libnccl-net.so", pyarrow="21.0.0"),
+        _rank(host="node-b", efa_driver="2.10.0g", net_plugin="/usr/lib/libnccl-net.so", pyarrow="21.0.0"),
+    ]
     r = sp.compare_versions(probes, V11)
     assert r["status"] == "failure"
     assert any(x.startswith("ranks disagree on efa_driver: 2.17.0g on ranks 0 (node-a); 2.10.0g") for x in r["reasons"])

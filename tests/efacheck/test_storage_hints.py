@@ -58,13 +58,18 @@ def _rule_findings(keys: set[str]) -> tuple[str | None, set[str]]:
     from ray_efa_eks.tools import rules
     from ray_efa_eks.tools.layout import Resource, Stack
 
-    st = {"Effect": "Allow", "Principal": {"Service": "pods.eks.amazonaws.com"},
-          "Action": ["sts:AssumeRole", "sts:TagSession"],
-          "Condition": {"StringEquals": {k: "x" for k in keys}}}
+    st = {
+        "Effect": "Allow",
+        "Principal": {"Service": "pods.eks.amazonaws.com"},
+        "Action": ["sts:AssumeRole", "sts:TagSession"],
+        "Condition": {"StringEquals": {k: "x" for k in keys}},
+    }
     policy = json.dumps({"Version": "2012-10-17", "Statement": [st]})
     rule = next(r for r in aws_rules.RULES if r.id == "pod-identity-trust")
     refused = rule.check("role", {"assumeRolePolicy": policy}, None)
-    role = Resource(type=aws_rules.IAM_ROLE, name="role", urn="urn:role", parent=None, props={"assumeRolePolicy": policy})
+    role = Resource(
+        type=aws_rules.IAM_ROLE, name="role", urn="urn:role", parent=None, props={"assumeRolePolicy": policy}
+    )
     warned = {v.rule for v in rules.check(Stack([role]), only=["pod-identity-trust-scoped", "pod-identity-trust-keys"])}
     return refused, warned
 
@@ -74,7 +79,7 @@ def test_a_policy_written_from_the_hint_passes_the_rules():
 
 
 def test_the_old_hint_would_have_been_flagged():
-    old = ("sts:AssumeRole and sts:TagSession with aws:SourceAccount/aws:SourceArn of this cluster")
+    old = "sts:AssumeRole and sts:TagSession with aws:SourceAccount/aws:SourceArn of this cluster"
     refused, warned = _rule_findings(set(KEY.findall(old)))
     assert "pod-identity-trust-keys" in warned and "pod-identity-trust-scoped" in warned
     assert set(KEY.findall(old)) != stack_policy_keys()

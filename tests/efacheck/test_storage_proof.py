@@ -24,8 +24,7 @@ PROVE = "import json; from ray_efa_eks.efacheck.storage_proof import prove; prin
 
 
 def _prove(env: dict[str, str]) -> dict:
-    proc = subprocess.run([sys.executable, "-c", PROVE], env=env, cwd=ROOT, capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run([sys.executable, "-c", PROVE], env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -91,17 +90,31 @@ def test_no_pod_identity_env_and_a_missing_bucket(s3) -> None:
     assert r["ok"] is False and r["causes"] == ["no_storage_path"]
 
 
-@pytest.mark.parametrize("error, first", [
-    ("OSError: When initiating multiple part upload for key 'x' in bucket 'b': AWS Error ACCESS_DENIED during "
-     "CreateMultipartUpload operation: User: arn:aws:sts::1:assumed-role/r/s is not authorized to perform: "
-     "kms:GenerateDataKey on resource: arn:aws:kms:us-east-1:1:key/k", "kms"),
-    ("OSError: When reading information for key 'x' in bucket 'b': AWS Error ACCESS_DENIED during HeadObject "
-     "operation: No response body.", "credential_chain"),
-    ("OSError: When writing to key 'x': AWS Error ACCESS_DENIED during PutObject operation: Access Denied",
-     "bucket_policy"),
-    ("OSError: AWS Error NETWORK_CONNECTION during CreateMultipartUpload operation: curlCode: 6, Couldn't resolve "
-     "host name", "network"),
-])
+@pytest.mark.parametrize(
+    "error, first",
+    [
+        (
+            "OSError: When initiating multiple part upload for key 'x' in bucket 'b': AWS Error ACCESS_DENIED during "
+            "CreateMultipartUpload operation: User: arn:aws:sts::1:assumed-role/r/s is not authorized to perform: "
+            "kms:GenerateDataKey on resource: arn:aws:kms:us-east-1:1:key/k",
+            "kms",
+        ),
+        (
+            "OSError: When reading information for key 'x' in bucket 'b': AWS Error ACCESS_DENIED during HeadObject "
+            "operation: No response body.",
+            "credential_chain",
+        ),
+        (
+            "OSError: When writing to key 'x': AWS Error ACCESS_DENIED during PutObject operation: Access Denied",
+            "bucket_policy",
+        ),
+        (
+            "OSError: AWS Error NETWORK_CONNECTION during CreateMultipartUpload operation: curlCode: 6, Couldn't resolve "
+            "host name",
+            "network",
+        ),
+    ],
+)
 def test_likely_cause_from_the_aws_error(error: str, first: str) -> None:
     from ray_efa_eks.efacheck.storage_proof import CAUSES, likely_causes
 
@@ -114,16 +127,33 @@ def test_a_failed_proof_fails_the_check_with_stage_storage() -> None:
 
     logs = {"a": (ROOT / "tests/fixtures/nccl-logs/real_efa_g7e_slurm_nccl2292_ofi1180_2node.log").read_bytes()}
     res = [{"bytes": 1 << 20, "time_s": 1e-3}]
-    data = {"world": 2, "nodes": 2, "outs": [{"results": res, "logs": logs, "probe": {}},
-                                             {"results": res, "logs": {}, "probe": {}}]}
-    data["storage"] = {"ok": False, "host": "gpu-0", "step": "write", "storage_path": "s3://b/ray-train",
-                       "error": "OSError: AWS Error ACCESS_DENIED during PutObject operation: Access Denied",
-                       "causes": ["bucket_policy", "credential_chain"]}
+    data = {
+        "world": 2,
+        "nodes": 2,
+        "outs": [{"results": res, "logs": logs, "probe": {}}, {"results": res, "logs": {}, "probe": {}}],
+    }
+    data["storage"] = {
+        "ok": False,
+        "host": "gpu-0",
+        "step": "write",
+        "storage_path": "s3://b/ray-train",
+        "error": "OSError: AWS Error ACCESS_DENIED during PutObject operation: Access Denied",
+        "causes": ["bucket_policy", "credential_chain"],
+    }
     r = efa_check.judge(data, "nccl", None)
     assert r["code"] == 1 and r["verdict"] == "failed" and r["failure"]["stage"] == "storage"
-    assert "ACCESS_DENIED during PutObject" in r["failure"]["reason"] and "likely cause: bucket_policy" in r["reasons"][0]
-    data["storage"] = {"ok": True, "host": "gpu-0", "object": "b/ray-train/.efa-check/x", "filesystem": "s3",
-                       "credentials": {"source": "pod_identity"}}
+    assert (
+        "ACCESS_DENIED during PutObject" in r["failure"]["reason"] and "likely cause: bucket_policy" in r["reasons"][0]
+    )
+    data["storage"] = {
+        "ok": True,
+        "host": "gpu-0",
+        "object": "b/ray-train/.efa-check/x",
+        "filesystem": "s3",
+        "credentials": {"source": "pod_identity"},
+    }
     ok = efa_check.judge(data, "nccl", None)
-    assert ok["code"] == 0 and any(x.startswith("storage proof: wrote, listed, read back and deleted") for x in ok["reasons"])
+    assert ok["code"] == 0 and any(
+        x.startswith("storage proof: wrote, listed, read back and deleted") for x in ok["reasons"]
+    )
     assert efa_check.parser().parse_args(["--storage-proof"]).storage_proof is True

@@ -23,6 +23,7 @@ CREDS = '{"AccessKeyId": "ASIAEXAMPLE", "SecretAccessKey": "s", "Token": "t", "E
 
 # --- credential_source --------------------------------------------------------------------------------------------
 
+
 def _pod_identity_env(tmp_path: Path, token: str | None = "tok\n") -> dict[str, str]:
     env = {"AWS_CONTAINER_CREDENTIALS_FULL_URI": "http://169.254.170.23/v1/credentials"}
     if token is not None:
@@ -37,16 +38,20 @@ def test_pod_identity_credentials_handed_out_ask_with_the_stripped_token(tmp_pat
     def fetch(uri, token, timeout):
         asked.append((uri, token, timeout))
         return 200, CREDS
+
     r = sp.credential_source(_pod_identity_env(tmp_path), timeout_s=2.5, fetch=fetch)
     assert r == {"source": "pod_identity", "ok": True, "status": 200}  # no credentials kept, no error key
     assert asked == [("http://169.254.170.23/v1/credentials", "tok", 2.5)]
 
 
-@pytest.mark.parametrize("status, body", [
-    (200, '{"Message": "no credentials here"}'),  # a 200 without AccessKeyId is not credentials
-    (403, CREDS),  # credentials text with a refusal status is still a refusal
-    (400, "AccessDeniedException: " + "x" * 600),
-])
+@pytest.mark.parametrize(
+    "status, body",
+    [
+        (200, '{"Message": "no credentials here"}'),  # a 200 without AccessKeyId is not credentials
+        (403, CREDS),  # credentials text with a refusal status is still a refusal
+        (400, "AccessDeniedException: " + "x" * 600),
+    ],
+)
 def test_pod_identity_refused_keeps_status_and_the_agents_words(tmp_path, status, body):
     r = sp.credential_source(_pod_identity_env(tmp_path), fetch=lambda u, t, s: (status, body))
     assert r["source"] == "pod_identity" and r["ok"] is False and r["status"] == status
@@ -56,6 +61,7 @@ def test_pod_identity_refused_keeps_status_and_the_agents_words(tmp_path, status
 def test_pod_identity_with_an_unreadable_token_file_never_asks_the_agent(tmp_path):
     def fetch(*a):
         raise AssertionError("the agent must not be asked without a token")
+
     r = sp.credential_source(_pod_identity_env(tmp_path, token=None), fetch=fetch)
     assert r["source"] == "pod_identity" and r["ok"] is False and r["status"] is None
     assert r["error"].startswith("token file ''")
@@ -65,21 +71,25 @@ def test_pod_identity_with_an_unreadable_token_file_never_asks_the_agent(tmp_pat
     assert r["ok"] is False and "No such file" in r["error"] and str(tmp_path / "gone") in r["error"]
 
 
-@pytest.mark.parametrize("env, source", [
-    ({"AWS_WEB_IDENTITY_TOKEN_FILE": "/t", "AWS_ROLE_ARN": "arn:aws:iam::1:role/r"}, "web_identity"),
-    ({"AWS_WEB_IDENTITY_TOKEN_FILE": "/t"}, "none"),  # IRSA needs both
-    ({"AWS_ROLE_ARN": "arn:aws:iam::1:role/r"}, "none"),
-    ({"AWS_WEB_IDENTITY_TOKEN_FILE": "/t", "AWS_ACCESS_KEY_ID": "AKIA"}, "static"),
-    ({"AWS_ACCESS_KEY_ID": "AKIA"}, "static"),
-    ({"AWS_ACCESS_KEY_ID": ""}, "none"),
-    ({"AWS_CONTAINER_CREDENTIALS_FULL_URI": ""}, "none"),  # an empty URI is no Pod Identity
-    ({}, "none"),
-])
+@pytest.mark.parametrize(
+    "env, source",
+    [
+        ({"AWS_WEB_IDENTITY_TOKEN_FILE": "/t", "AWS_ROLE_ARN": "arn:aws:iam::1:role/r"}, "web_identity"),
+        ({"AWS_WEB_IDENTITY_TOKEN_FILE": "/t"}, "none"),  # IRSA needs both
+        ({"AWS_ROLE_ARN": "arn:aws:iam::1:role/r"}, "none"),
+        ({"AWS_WEB_IDENTITY_TOKEN_FILE": "/t", "AWS_ACCESS_KEY_ID": "AKIA"}, "static"),
+        ({"AWS_ACCESS_KEY_ID": "AKIA"}, "static"),
+        ({"AWS_ACCESS_KEY_ID": ""}, "none"),
+        ({"AWS_CONTAINER_CREDENTIALS_FULL_URI": ""}, "none"),  # an empty URI is no Pod Identity
+        ({}, "none"),
+    ],
+)
 def test_other_credential_sources_are_named_not_checked(env, source):
     assert sp.credential_source(env, fetch=lambda *a: (500, "")) == {"source": source, "ok": None}
 
 
 # --- the agent asked over a real HTTP server ----------------------------------------------------------------------------
+
 
 class _Agent(http.server.BaseHTTPRequestHandler):
     def do_GET(self):  # noqa: N802 - http.server's name
@@ -125,13 +135,15 @@ def _closed_port() -> int:
     return port
 
 
-@pytest.mark.parametrize("token, ok, status, error", [
-    ("good", True, 200, None),
-    ("bad", False, 400, '{"code":"AccessDeniedException","message":"trust policy"}'),
-    ("silent", False, 403, "HTTP Error 403: Forbidden"),  # no body: the HTTPError's own words
-])
-def test_the_agent_is_asked_with_the_token_and_its_status_and_words_are_kept(agent, tmp_path, token, ok, status,
-                                                                               error):
+@pytest.mark.parametrize(
+    "token, ok, status, error",
+    [
+        ("good", True, 200, None),
+        ("bad", False, 400, '{"code":"AccessDeniedException","message":"trust policy"}'),
+        ("silent", False, 403, "HTTP Error 403: Forbidden"),  # no body: the HTTPError's own words
+    ],
+)
+def test_the_agent_is_asked_with_the_token_and_its_status_and_words_are_kept(agent, tmp_path, token, ok, status, error):
     r = sp.credential_source(_asking(tmp_path, agent, token))
     assert r == {"source": "pod_identity", "ok": ok, "status": status, **({"error": error} if error else {})}
 
@@ -156,63 +168,85 @@ def test_credential_source_uses_the_real_fetch_by_default(agent, tmp_path):
 REFUSED = {"source": "pod_identity", "ok": False, "status": 400}
 
 
-@pytest.mark.parametrize("error, creds, want", [
-    ("the role cannot be assumed", REFUSED, ["trust_policy"]),
-    ("AccessDeniedException", REFUSED, ["trust_policy", "bucket_policy", "credential_chain"]),
-    ("x", {"source": "pod_identity", "ok": True}, ["unknown"]),
-    ("x", {"source": "web_identity", "ok": False}, ["unknown"]),  # only Pod Identity's agent has a trust answer
-    ("x", None, ["unknown"]),
-    ("AWS Error ACCESS_DENIED: not authorized to perform: KMS:Decrypt", None,
-     ["kms", "bucket_policy", "credential_chain"]),
-    ("AWS Error NoSuchBucket", None, ["no_bucket"]),
-    ("AWS Error NO_SUCH_BUCKET during PutObject", None, ["no_bucket"]),
-    ("The specified bucket does not exist", None, ["no_bucket"]),
-    ("AWS Error PermanentRedirect", None, ["no_bucket"]),
-    ("Unknown error (HTTP status 301)", None, ["no_bucket"]),
-    ("curlCode: 28", None, ["network"]),
-    ("Couldn't resolve host name", None, ["network"]),
-    ("could not resolve endpoint", None, ["network"]),
-    ("Connection refused", None, ["network"]),
-    ("operation timed out", None, ["network"]),
-    ("AWS Error NETWORK_CONNECTION", None, ["network"]),
-    ("Unable to connect to endpoint", None, ["network"]),
-    ("connect timeout", None, ["network"]),
-    ("AWS Error InvalidAccessKeyId", None, ["credential_chain"]),
-    ("ExpiredToken", None, ["credential_chain"]),
-    ("InvalidToken", None, ["credential_chain"]),
-    ("SignatureDoesNotMatch", None, ["credential_chain"]),
-    ("No credentials provider", None, ["credential_chain"]),
-    ("No response body.", None, ["credential_chain"]),
-    ("AWS Error INVALID_ACCESS_KEY_ID", None, ["credential_chain"]),
-    ("x", {"source": "none", "ok": None}, ["credential_chain"]),
-    ("AWS Error ACCESS_DENIED", None, ["bucket_policy", "credential_chain"]),
-    ("AccessDenied", None, ["bucket_policy", "credential_chain"]),
-    ("Access Denied", None, ["bucket_policy", "credential_chain"]),
-    ("Unknown error (HTTP status 403)", None, ["bucket_policy", "credential_chain"]),
-    ("Forbidden", None, ["bucket_policy", "credential_chain"]),
-    # credential_chain named once, at its first (most likely) place
-    ("ExpiredToken: Access Denied", None, ["credential_chain", "bucket_policy"]),
-    ("AccessDeniedException: kms and a Connection refused and NoSuchBucket", REFUSED,
-     ["trust_policy", "kms", "no_bucket", "network", "bucket_policy", "credential_chain"]),
-])
+@pytest.mark.parametrize(
+    "error, creds, want",
+    [
+        ("the role cannot be assumed", REFUSED, ["trust_policy"]),
+        ("AccessDeniedException", REFUSED, ["trust_policy", "bucket_policy", "credential_chain"]),
+        ("x", {"source": "pod_identity", "ok": True}, ["unknown"]),
+        ("x", {"source": "web_identity", "ok": False}, ["unknown"]),  # only Pod Identity's agent has a trust answer
+        ("x", None, ["unknown"]),
+        (
+            "AWS Error ACCESS_DENIED: not authorized to perform: KMS:Decrypt",
+            None,
+            ["kms", "bucket_policy", "credential_chain"],
+        ),
+        ("AWS Error NoSuchBucket", None, ["no_bucket"]),
+        ("AWS Error NO_SUCH_BUCKET during PutObject", None, ["no_bucket"]),
+        ("The specified bucket does not exist", None, ["no_bucket"]),
+        ("AWS Error PermanentRedirect", None, ["no_bucket"]),
+        ("Unknown error (HTTP status 301)", None, ["no_bucket"]),
+        ("curlCode: 28", None, ["network"]),
+        ("Couldn't resolve host name", None, ["network"]),
+        ("could not resolve endpoint", None, ["network"]),
+        ("Connection refused", None, ["network"]),
+        ("operation timed out", None, ["network"]),
+        ("AWS Error NETWORK_CONNECTION", None, ["network"]),
+        ("Unable to connect to endpoint", None, ["network"]),
+        ("connect timeout", None, ["network"]),
+        ("AWS Error InvalidAccessKeyId", None, ["credential_chain"]),
+        ("ExpiredToken", None, ["credential_chain"]),
+        ("InvalidToken", None, ["credential_chain"]),
+        ("SignatureDoesNotMatch", None, ["credential_chain"]),
+        ("No credentials provider", None, ["credential_chain"]),
+        ("No response body.", None, ["credential_chain"]),
+        ("AWS Error INVALID_ACCESS_KEY_ID", None, ["credential_chain"]),
+        ("x", {"source": "none", "ok": None}, ["credential_chain"]),
+        ("AWS Error ACCESS_DENIED", None, ["bucket_policy", "credential_chain"]),
+        ("AccessDenied", None, ["bucket_policy", "credential_chain"]),
+        ("Access Denied", None, ["bucket_policy", "credential_chain"]),
+        ("Unknown error (HTTP status 403)", None, ["bucket_policy", "credential_chain"]),
+        ("Forbidden", None, ["bucket_policy", "credential_chain"]),
+        # credential_chain named once, at its first (most likely) place
+        ("ExpiredToken: Access Denied", None, ["credential_chain", "bucket_policy"]),
+        (
+            "AccessDeniedException: kms and a Connection refused and NoSuchBucket",
+            REFUSED,
+            ["trust_policy", "kms", "no_bucket", "network", "bucket_policy", "credential_chain"],
+        ),
+    ],
+)
 def test_likely_causes_each_rule_in_its_order(error, creds, want):
     assert sp.likely_causes(error, creds) == want
     assert all(c in sp.CAUSES for c in want)
 
 
-@pytest.mark.parametrize("creds, want", [
-    # the agent was never asked (no token file): not its trust policy
-    ({"source": "pod_identity", "ok": False, "status": None, "error": "token file '': No such file or directory"},
-     ["credential_chain"]),
-    # the agent did not answer: not its trust policy either
-    ({"source": "pod_identity", "ok": False, "status": 0, "error": "URLError: [Errno 111] Connection refused"},
-     ["credential_chain", "network"]),
-])
+@pytest.mark.parametrize(
+    "creds, want",
+    [
+        # the agent was never asked (no token file): not its trust policy
+        (
+            {
+                "source": "pod_identity",
+                "ok": False,
+                "status": None,
+                "error": "token file '': No such file or directory",
+            },
+            ["credential_chain"],
+        ),
+        # the agent did not answer: not its trust policy either
+        (
+            {"source": "pod_identity", "ok": False, "status": 0, "error": "URLError: [Errno 111] Connection refused"},
+            ["credential_chain", "network"],
+        ),
+    ],
+)
 def test_a_pod_identity_agent_that_never_answered_is_not_a_trust_policy_refusal(creds, want):
     assert sp.likely_causes(creds["error"], creds) == want
 
 
 # --- the filesystem Ray Train resolves ------------------------------------------------------------------------
+
 
 def test_prove_uses_ray_trains_filesystem_and_pyarrows_when_ray_has_no_train_v2(monkeypatch, tmp_path):
     from ray.train.v2._internal.execution import storage
@@ -243,6 +277,7 @@ def _resolves(monkeypatch, fs=None, raises: Exception | None = None) -> None:
 
 
 # --- prove --------------------------------------------------------------------------------------------------------
+
 
 def test_prove_on_a_local_filesystem_goes_through_every_step(tmp_path):
     r = sp.prove(str(tmp_path / "ckpt"), env={"AWS_ACCESS_KEY_ID": "AKIA"})
@@ -280,6 +315,7 @@ def test_prove_defaults_to_the_process_environment(monkeypatch, tmp_path):
 def test_prove_without_a_storage_path_fails_at_resolve_before_any_credential(tmp_path):
     def fetch(*a):
         raise AssertionError("no storage path: nothing is asked")
+
     env = {**_pod_identity_env(tmp_path), sp.STORAGE_PATH_ENV: ""}
     for r in (sp.prove(env=env, fetch=fetch), sp.prove("", env={}, fetch=fetch)):
         assert r["ok"] is False and r["step"] == "resolve" and r["causes"] == ["no_storage_path"]
@@ -336,18 +372,21 @@ class _Lying:
         self.fs.delete_file(p)
 
 
-@pytest.mark.parametrize("how, step, error, cause", [
-    ("unlisted", "list", "is missing from the listing of", "unknown"),
-    ("corrupt", "read", "read back 4", "wrong_data"),
-    ("undeletable", "delete", "still exists after delete_file", "unknown"),
-])
+@pytest.mark.parametrize(
+    "how, step, error, cause",
+    [
+        ("unlisted", "list", "is missing from the listing of", "unknown"),
+        ("corrupt", "read", "read back 4", "wrong_data"),
+        ("undeletable", "delete", "still exists after delete_file", "unknown"),
+    ],
+)
 def test_prove_fails_at_the_step_that_lied(monkeypatch, tmp_path, how, step, error, cause):
     _resolves(monkeypatch, _Lying(how))
     r = sp.prove(str(tmp_path), env={})
     assert r["ok"] is False and r["step"] == step and error in r["error"] and r["causes"] == [cause]
     assert r["filesystem"] == "local" and r["steps"][-1] == {"step": step, "ok": False}
     steps = ["credentials", "resolve", "write", "list", "read", "delete"]
-    assert [s["step"] for s in r["steps"] if s["ok"]] == steps[:steps.index(step)]  # every step before it passed
+    assert [s["step"] for s in r["steps"] if s["ok"]] == steps[: steps.index(step)]  # every step before it passed
     assert sp.summary(r).startswith(f"storage proof failed at {step} from ")
 
 
@@ -363,11 +402,13 @@ def test_prove_reports_the_aws_error_of_the_step_that_raised(monkeypatch, tmp_pa
     class Refusing(_Lying):
         def open_output_stream(self, p):
             raise OSError("When initiating multiple part upload: AWS Error ACCESS_DENIED during CreateMultipartUpload")
+
     _resolves(monkeypatch, Refusing("none"))
     r = sp.prove(str(tmp_path), env={"AWS_ACCESS_KEY_ID": "AKIA"})
     assert r["ok"] is False and r["step"] == "write" and r["causes"] == ["bucket_policy", "credential_chain"]
-    assert r["error"] == ("OSError: When initiating multiple part upload: AWS Error ACCESS_DENIED during "
-                          "CreateMultipartUpload")
+    assert r["error"] == (
+        "OSError: When initiating multiple part upload: AWS Error ACCESS_DENIED during CreateMultipartUpload"
+    )
     assert r["hints"] == [sp.CAUSES["bucket_policy"], sp.CAUSES["credential_chain"]]
 
     _resolves(monkeypatch, raises=ValueError("x" * 3000))
@@ -381,16 +422,26 @@ def test_prove_without_pyarrow_names_the_image(monkeypatch, tmp_path):
     r = sp.prove(str(tmp_path), env={})
     assert r["ok"] is False and r["step"] == "resolve" and r["causes"] == ["unknown"]
     assert r["error"].startswith("ImportError: ") and r["error"].endswith(
-        "(pyarrow is Ray Train's storage layer; the image must have it)")
+        "(pyarrow is Ray Train's storage layer; the image must have it)"
+    )
 
 
 # --- summary ------------------------------------------------------------------------------------------------------
 
+
 def test_summary_of_a_failure_names_the_first_cause_and_the_others():
-    r = {"ok": False, "step": "write", "host": "gpu-0", "storage_path": "s3://b/p", "error": "E",
-         "causes": ["bucket_policy", "credential_chain", "kms"]}
-    assert sp.summary(r) == ("storage proof failed at write from gpu-0 under s3://b/p: E; likely cause: "
-                             f"bucket_policy ({sp.CAUSES['bucket_policy']}); else: credential_chain, kms")
+    r = {
+        "ok": False,
+        "step": "write",
+        "host": "gpu-0",
+        "storage_path": "s3://b/p",
+        "error": "E",
+        "causes": ["bucket_policy", "credential_chain", "kms"],
+    }
+    assert sp.summary(r) == (
+        "storage proof failed at write from gpu-0 under s3://b/p: E; likely cause: "
+        f"bucket_policy ({sp.CAUSES['bucket_policy']}); else: credential_chain, kms"
+    )
     two = sp.summary({**r, "causes": ["kms", "bucket_policy"]})  # one other cause is still named
     assert two.endswith(f"likely cause: kms ({sp.CAUSES['kms']}); else: bucket_policy")
     one = sp.summary({**r, "causes": ["kms"]})
@@ -443,22 +494,30 @@ def test_the_proof_object_is_a_named_4_kib_payload_with_a_12_hex_suffix(monkeypa
         def open_output_stream(self, p):
             written.append(p)
             return real(self.fs, p)
+
     _resolves(monkeypatch, Recording("none"))
     r = sp.prove(str(tmp_path), env={})
     host = socket.gethostname()
     assert re.fullmatch(rf"{re.escape(str(tmp_path))}/\.efa-check/{re.escape(host)}-[0-9a-f]{{12}}\.bin", r["object"])
     assert written == [r["object"]] and r["host"] == host
-    assert r["steps"][2]["bytes"] == len(f"ray-efa-eks storage proof from {host}\n") + 4096 == \
-        len(f"ray-efa-eks storage proof from {host}\n") + sp.PAYLOAD_BYTES
+    assert (
+        r["steps"][2]["bytes"]
+        == len(f"ray-efa-eks storage proof from {host}\n") + 4096
+        == len(f"ray-efa-eks storage proof from {host}\n") + sp.PAYLOAD_BYTES
+    )
 
 
 # --- what a weaker assertion let through (mutmut survivors) ------------------------------------------------------
 
+
 class _OddAgent(http.server.BaseHTTPRequestHandler):
     """An agent whose answers are not plain JSON: bodies larger than the bounded reads, bytes that are not UTF-8."""
 
-    BODIES = {"huge": (200, b"x" * 65536 + CREDS.encode()), "binary": (200, b"\xff\xfe" + CREDS.encode()),
-              "binary-refusal": (400, b"\xffdenied")}
+    BODIES = {
+        "huge": (200, b"x" * 65536 + CREDS.encode()),
+        "binary": (200, b"\xff\xfe" + CREDS.encode()),
+        "binary-refusal": (400, b"\xffdenied"),
+    }
 
     def do_GET(self):  # noqa: N802 - http.server's name
         code, body = self.BODIES[self.headers.get("Authorization")]
@@ -480,13 +539,17 @@ def odd_agent():
     srv.server_close()
 
 
-@pytest.mark.parametrize("token, ok, status, error", [
-    ("huge", False, 200, "x" * 500),  # the credentials lie past the 64 KiB read: not handed out
-    ("binary", True, 200, None),  # bytes that are not UTF-8 are replaced, not a decoding error
-    ("binary-refusal", False, 400, "\ufffddenied"),
-])
-def test_the_agents_answer_is_read_bounded_and_bytes_that_are_not_utf8_are_replaced(odd_agent, tmp_path, token, ok,
-                                                                                      status, error):
+@pytest.mark.parametrize(
+    "token, ok, status, error",
+    [
+        ("huge", False, 200, "x" * 500),  # the credentials lie past the 64 KiB read: not handed out
+        ("binary", True, 200, None),  # bytes that are not UTF-8 are replaced, not a decoding error
+        ("binary-refusal", False, 400, "\ufffddenied"),
+    ],
+)
+def test_the_agents_answer_is_read_bounded_and_bytes_that_are_not_utf8_are_replaced(
+    odd_agent, tmp_path, token, ok, status, error
+):
     r = sp.credential_source(_asking(tmp_path, odd_agent, token))
     assert r == {"source": "pod_identity", "ok": ok, "status": status, **({"error": error} if error else {})}
 
@@ -525,9 +588,11 @@ def test_prove_of_a_path_ending_in_a_space_writes_under_that_path_not_a_trimmed_
 def test_prove_an_object_that_never_landed_is_missing_from_the_listing(monkeypatch, tmp_path):
     """On S3 nothing makes the folder: a write that never landed leaves no folder to list, which is the same answer
     as a listing without the object (not an error of its own)."""
+
     class Vanishing(_Lying):
         def open_output_stream(self, p):
             return pyarrow.BufferOutputStream()
+
     _resolves(monkeypatch, Vanishing("none", type_name="s3"))
     r = sp.prove(str(tmp_path / "bucket"), env={})
     assert r["ok"] is False and r["step"] == "list" and r["causes"] == ["unknown"]

@@ -52,8 +52,11 @@ def test_fsdp_shapes_are_the_training_models() -> None:
         blocks = [[tuple(p.shape) for p in b.parameters()] for b in model.blocks]
         assert all(b == blocks[0] for b in blocks), "fsdp_shapes assumes identical blocks"
         in_blocks = {id(p) for b in model.blocks for p in b.parameters()}
-        real[name] = {"blocks": len(blocks), "block": blocks[0],
-                      "root": [tuple(p.shape) for p in model.parameters() if id(p) not in in_blocks]}
+        real[name] = {
+            "blocks": len(blocks),
+            "block": blocks[0],
+            "root": [tuple(p.shape) for p in model.parameters() if id(p) not in in_blocks],
+        }
     assert fsdp_shapes.PRESETS == real, f"training/model.py changed: set efacheck/fsdp_shapes.py PRESETS = {real!r}"
 
 
@@ -140,8 +143,9 @@ def test_socket_sweep_runs_in_fresh_processes_with_the_transport_env(sweeps) -> 
 
 
 def _rows(times: dict[tuple[str, int], float], world: int = 2) -> list[dict]:
-    return sweep.summarize([[{"collective": c, "bytes": b, "source": "pow2", "time_s": t}
-                             for (c, b), t in times.items()]], world)
+    return sweep.summarize(
+        [[{"collective": c, "bytes": b, "source": "pow2", "time_s": t} for (c, b), t in times.items()]], world
+    )
 
 
 def test_summarize_means_over_ranks() -> None:
@@ -156,11 +160,27 @@ def test_compare_headline_is_geomean_of_large_message_medians() -> None:
     big, small = 1 << 30, 1 << 20
     # all_reduce: ratios 2, 3, 100 at 64 MiB, 256 MiB, 1 GiB -> median 3; the 1 MiB ratio (10) is not "large";
     # 2 GiB ran only on EFA -> ignored
-    efa = _rows({("all_reduce", small): 1.0, ("all_reduce", 64 << 20): 1.0, ("all_reduce", 256 << 20): 1.0,
-                 ("all_reduce", big): 1.0, ("all_reduce", 2 * big): 1.0,
-                 ("all_gather_into_tensor", big): 1.0, ("reduce_scatter_tensor", big): 1.0})
-    sock = _rows({("all_reduce", small): 10.0, ("all_reduce", 64 << 20): 2.0, ("all_reduce", 256 << 20): 3.0,
-                  ("all_reduce", big): 100.0, ("all_gather_into_tensor", big): 4.0, ("reduce_scatter_tensor", big): 1.0})
+    efa = _rows(
+        {
+            ("all_reduce", small): 1.0,
+            ("all_reduce", 64 << 20): 1.0,
+            ("all_reduce", 256 << 20): 1.0,
+            ("all_reduce", big): 1.0,
+            ("all_reduce", 2 * big): 1.0,
+            ("all_gather_into_tensor", big): 1.0,
+            ("reduce_scatter_tensor", big): 1.0,
+        }
+    )
+    sock = _rows(
+        {
+            ("all_reduce", small): 10.0,
+            ("all_reduce", 64 << 20): 2.0,
+            ("all_reduce", 256 << 20): 3.0,
+            ("all_reduce", big): 100.0,
+            ("all_gather_into_tensor", big): 4.0,
+            ("reduce_scatter_tensor", big): 1.0,
+        }
+    )
     cmp = sweep.compare(efa, sock)
     assert cmp["large"]["all_reduce"] == {"bytes": 64 << 20, "ratio": pytest.approx(3.0), "sizes": 3}
     assert cmp["large"]["all_gather_into_tensor"] == {"bytes": big, "ratio": pytest.approx(4.0), "sizes": 1}

@@ -18,6 +18,7 @@ AR, AG, RS = sweep.COLLECTIVES
 
 # --- bus_factor, pow2_sizes, padding, FSDP units ------------------------------------------------------------------
 
+
 def test_bus_factor_on_the_edges_of_world():
     assert sweep.bus_factor(AR, 1) == 0.0 and sweep.bus_factor(AG, 1) == 0.0  # one rank moves nothing
     assert sweep.bus_factor(AR, 4) == 1.5 and sweep.bus_factor(RS, 4) == 0.75 and sweep.bus_factor(AG, 3) == 2 / 3
@@ -28,15 +29,18 @@ def test_bus_factor_on_the_edges_of_world():
         sweep.bus_factor("all_to_all", 2)
 
 
-@pytest.mark.parametrize("lo, hi, want", [
-    (1, 16, [4, 8, 16]),  # never below 4 bytes
-    (0, 3, []),
-    (4, 4, [4]),  # both ends included
-    (5, 8, [8]),  # the first power of two at or above min_bytes
-    (8, 15, [8]),
-    (1 << 20, 1 << 20, [1 << 20]),
-    ((1 << 20) + 1, 1 << 21, [1 << 21]),
-])
+@pytest.mark.parametrize(
+    "lo, hi, want",
+    [
+        (1, 16, [4, 8, 16]),  # never below 4 bytes
+        (0, 3, []),
+        (4, 4, [4]),  # both ends included
+        (5, 8, [8]),  # the first power of two at or above min_bytes
+        (8, 15, [8]),
+        (1 << 20, 1 << 20, [1 << 20]),
+        ((1 << 20) + 1, 1 << 21, [1 << 21]),
+    ],
+)
 def test_pow2_sizes_ends(lo, hi, want):
     assert sweep.pow2_sizes(lo, hi) == want
 
@@ -46,14 +50,17 @@ def test_pow2_sizes_refuses_swapped_ends():
         sweep.pow2_sizes(1025, 1024)
 
 
-@pytest.mark.parametrize("shape, world, want", [
-    ((), 4, 4),  # a scalar: one element per rank
-    ((8,), 4, 8),
-    ((5,), 2, 6),  # dim 0 padded to a multiple of the world
-    ((5, 3), 2, 18),
-    ((1, 7, 2), 3, 42),
-    ((128, 128), 3, 129 * 128),
-])
+@pytest.mark.parametrize(
+    "shape, world, want",
+    [
+        ((), 4, 4),  # a scalar: one element per rank
+        ((8,), 4, 8),
+        ((5,), 2, 6),  # dim 0 padded to a multiple of the world
+        ((5, 3), 2, 18),
+        ((1, 7, 2), 3, 42),
+        ((128, 128), 3, 129 * 128),
+    ],
+)
 def test_an_fsdp_unit_sends_its_parameters_padded_to_the_world(monkeypatch, shape, world, want):
     monkeypatch.setattr(sweep.fsdp_shapes, "units", lambda preset: [("blocks.0", [shape])])
     assert sweep.fsdp_units("any", world) == [{"unit": "blocks.0", "params": math.prod(shape), "numel": want}]
@@ -63,18 +70,27 @@ def test_fsdp_units_and_message_sizes_of_tiny_on_3_ranks_worked_by_hand():
     # block: 4 x (128,) + (384,128) + (128,128) + (512,128) + (128,512) = 197,120 params; padded to 3:
     # 4 x 129 + 384*128 + 129*128 + 513*128 + 129*512 = 197,892. root: 2 x (1024,128) + (64,128) + 2 x (128,)
     # = 270,592; padded 2 x 1026*128 + 66*128 + 2 x 129 = 271,362
-    assert sweep.fsdp_units("tiny", 3) == [{"unit": "blocks.0", "params": 197120, "numel": 197892},
-                                           {"unit": "blocks.1", "params": 197120, "numel": 197892},
-                                           {"unit": "root", "params": 270592, "numel": 271362}]
-    assert sweep.fsdp_message_sizes("tiny", 3) == {AR: [197892 * 4, 271362 * 4], AG: [197892 * 2, 271362 * 2],
-                                                   RS: [197892 * 4, 271362 * 4]}
+    assert sweep.fsdp_units("tiny", 3) == [
+        {"unit": "blocks.0", "params": 197120, "numel": 197892},
+        {"unit": "blocks.1", "params": 197120, "numel": 197892},
+        {"unit": "root", "params": 270592, "numel": 271362},
+    ]
+    assert sweep.fsdp_message_sizes("tiny", 3) == {
+        AR: [197892 * 4, 271362 * 4],
+        AG: [197892 * 2, 271362 * 2],
+        RS: [197892 * 4, 271362 * 4],
+    }
     assert sweep.fsdp_message_sizes("tiny", 3, param_dtype="float32", reduce_dtype="float16") == {
-        AR: [197892 * 2, 271362 * 2], AG: [197892 * 4, 271362 * 4], RS: [197892 * 2, 271362 * 2]}
+        AR: [197892 * 2, 271362 * 2],
+        AG: [197892 * 4, 271362 * 4],
+        RS: [197892 * 2, 271362 * 2],
+    }
     with pytest.raises(ValueError, match="unknown preset"):
         sweep.fsdp_units("huge", 2)
 
 
 # --- plan ---------------------------------------------------------------------------------------------------------
+
 
 def test_plan_rounds_each_size_to_an_equal_chunk_per_rank_and_drops_zero():
     got = sweep.plan(8, 64, 3)
@@ -97,8 +113,10 @@ def test_plan_adds_the_presets_fsdp_sizes_in_their_own_dtype():
     ]
     # reduce-scatter's FSDP sizes are fp32 too
     rs = sweep.plan(1 << 20, 1 << 20, 3, preset="tiny", collectives=(RS,))
-    assert [(e["bytes"], e["dtype"]) for e in rs if e["source"] == "fsdp:tiny"] == [(197892 * 4, "float32"),
-                                                                                 (271362 * 4, "float32")]
+    assert [(e["bytes"], e["dtype"]) for e in rs if e["source"] == "fsdp:tiny"] == [
+        (197892 * 4, "float32"),
+        (271362 * 4, "float32"),
+    ]
 
 
 def test_plan_all_reduce_needs_only_whole_elements():
@@ -118,6 +136,7 @@ def test_plan_times_each_entry_once_and_refuses_unknown_names_and_worlds():
 
 
 # --- run_sweep against a stand-in for torch.distributed -----------------------------------------------------------
+
 
 class FakeDist:
     """torch.distributed as rank ``rank`` of ``world`` sees it when every peer sends what run_sweep sends (rank r's
@@ -187,9 +206,11 @@ WORLD = 66  # more than 64 ranks: all-gather values wrap at 64 (exact in bf16)
 
 
 def _entries():
-    return [{"collective": AR, "bytes": 66 * 4 * 3, "dtype": "float32", "source": "pow2"},
-            {"collective": AG, "bytes": 66 * 2 * 3, "dtype": "bfloat16", "source": "fsdp:tiny"},
-            {"collective": RS, "bytes": 66 * 4 * 5, "dtype": "float32", "source": "pow2"}]
+    return [
+        {"collective": AR, "bytes": 66 * 4 * 3, "dtype": "float32", "source": "pow2"},
+        {"collective": AG, "bytes": 66 * 2 * 3, "dtype": "bfloat16", "source": "fsdp:tiny"},
+        {"collective": RS, "bytes": 66 * 4 * 5, "dtype": "float32", "source": "pow2"},
+    ]
 
 
 @pytest.mark.parametrize("rank", [65, 0])
@@ -199,11 +220,17 @@ def test_run_sweep_checks_each_collectives_values_and_times_only_the_timed_itera
     fake, group, syncs = FakeDist(monkeypatch, WORLD, rank), object(), []
     rows = sweep.run_sweep(_entries(), "cpu", iters=4, warmup=3, sync=lambda: syncs.append(fake.clock), group=group)
     assert [(r["collective"], r["bytes"], r["source"], r["dtype"]) for r in rows] == [
-        (e["collective"], e["bytes"], e["source"], e["dtype"]) for e in _entries()]
+        (e["collective"], e["bytes"], e["source"], e["dtype"]) for e in _entries()
+    ]
     assert all(r["ok"] is True and r["rank"] == rank for r in rows)
     assert all(r["time_s"] == 1.0 for r in rows)  # 4 timed calls of 1 s each, over 4 iterations
-    assert rows[0]["env"] == {"NCCL_NET": "Socket", "NCCL_NET_PLUGIN": None, "FI_PROVIDER": None,
-                              "NCCL_SOCKET_IFNAME": None, "NCCL_IB_DISABLE": None}
+    assert rows[0]["env"] == {
+        "NCCL_NET": "Socket",
+        "NCCL_NET_PLUGIN": None,
+        "FI_PROVIDER": None,
+        "NCCL_SOCKET_IFNAME": None,
+        "NCCL_IB_DISABLE": None,
+    }
     ops = [c for c in fake.calls if c[0] in sweep.COLLECTIVES]
     # per entry: 1 checked call + (warmup - 1) + iters, all on the caller's group, with the whole array's elements
     assert [c[0] for c in ops] == [AR] * 7 + [AG] * 7 + [RS] * 7
@@ -229,6 +256,7 @@ def test_run_sweep_all_reduce_is_checked_before_its_buffer_is_reset(monkeypatch)
     def watch(buf, group=None):
         seen.append(buf.clone())
         real(buf, group)
+
     monkeypatch.setattr(dist, "all_reduce", watch)
     (row,) = sweep.run_sweep(_entries()[:1], "cpu", iters=2, warmup=1)
     assert row["ok"] is True and len(seen) == 3
@@ -271,21 +299,31 @@ def test_run_sweep_on_a_real_one_rank_gloo_group():
 
 # --- summarize, compare, line_rate, below_floor -------------------------------------------------------------------
 
+
 def test_summarize_of_nothing_is_nothing():
     assert sweep.summarize([], 2) == [] and sweep.summarize([[], []], 2) == []
 
 
 def test_summarize_keys_orders_and_defaults():
-    r0 = [{"collective": RS, "bytes": 100, "time_s": 1e-6, "source": "pow2", "dtype": "float32", "ok": True},
-          {"collective": AR, "bytes": 200, "time_s": 2e-6},  # no source/dtype/ok: pow2, float32, ok
-          {"collective": AR, "bytes": 200, "time_s": 1e-6, "source": "fsdp:tiny", "dtype": "bfloat16"},
-          {"collective": AG, "bytes": 100, "time_s": 0.0}]
-    r1 = [{"collective": RS, "bytes": 100, "time_s": 3e-6, "ok": False},
-          {"collective": AR, "bytes": 200, "time_s": 2e-6, "source": "pow2"},
-          {"collective": AR, "bytes": 100, "time_s": 1e-6}]
+    r0 = [
+        {"collective": RS, "bytes": 100, "time_s": 1e-6, "source": "pow2", "dtype": "float32", "ok": True},
+        {"collective": AR, "bytes": 200, "time_s": 2e-6},  # no source/dtype/ok: pow2, float32, ok
+        {"collective": AR, "bytes": 200, "time_s": 1e-6, "source": "fsdp:tiny", "dtype": "bfloat16"},
+        {"collective": AG, "bytes": 100, "time_s": 0.0},
+    ]
+    r1 = [
+        {"collective": RS, "bytes": 100, "time_s": 3e-6, "ok": False},
+        {"collective": AR, "bytes": 200, "time_s": 2e-6, "source": "pow2"},
+        {"collective": AR, "bytes": 100, "time_s": 1e-6},
+    ]
     rows = sweep.summarize([r0, r1], 4)
     assert [(r["collective"], r["bytes"], r["source"]) for r in rows] == [
-        (AR, 100, "pow2"), (AR, 200, "fsdp:tiny"), (AR, 200, "pow2"), (AG, 100, "pow2"), (RS, 100, "pow2")]
+        (AR, 100, "pow2"),
+        (AR, 200, "fsdp:tiny"),
+        (AR, 200, "pow2"),
+        (AG, 100, "pow2"),
+        (RS, 100, "pow2"),
+    ]
     ar = rows[2]
     assert ar["ranks"] == 2 and ar["dtype"] == "float32" and ar["ok"] is True
     assert ar["time_us"] == pytest.approx(2.0) and ar["algbw_gbps"] == pytest.approx(0.1)
@@ -299,13 +337,15 @@ def test_summarize_keys_orders_and_defaults():
     with pytest.raises(ValueError, match="'broadcast'"):
         sweep.summarize([[{"collective": "broadcast", "bytes": 1, "time_s": 1.0}]], 2)
     with pytest.raises(ValueError, match="'broadcast'"):  # sorted after the known ones, then refused by name
-        sweep.summarize([[{"collective": "broadcast", "bytes": 1, "time_s": 1.0},
-                          {"collective": RS, "bytes": 1, "time_s": 1.0}]], 2)
+        sweep.summarize(
+            [[{"collective": "broadcast", "bytes": 1, "time_s": 1.0}, {"collective": RS, "bytes": 1, "time_s": 1.0}]], 2
+        )
 
 
 def test_summarize_units_exactly():
-    (row,) = sweep.summarize([[{"collective": AR, "bytes": 10**9, "time_s": 0.5}],
-                              [{"collective": AR, "bytes": 10**9, "time_s": 0.25}]], 2)
+    (row,) = sweep.summarize(
+        [[{"collective": AR, "bytes": 10**9, "time_s": 0.5}], [{"collective": AR, "bytes": 10**9, "time_s": 0.25}]], 2
+    )
     assert row["time_us"] == 375000.0 and row["time_us_max"] == 500000.0  # microseconds
     assert row["algbw_gbps"] == 10**9 / 0.375 / 1e9 and row["busbw_gbps"] == row["algbw_gbps"]  # GB/s (1e9 B/s)
     (row,) = sweep.summarize([[{"collective": AG, "bytes": 10**9, "time_s": 0.5}]], 2)
@@ -317,11 +357,18 @@ def _row(c, b, busbw, source="pow2"):
 
 
 def test_line_rate_reads_the_largest_power_of_two_row_of_each_collective():
-    rows = [_row(AR, 1 << 20, 1.0), _row(AR, 1 << 30, 2.0), _row(AR, 1 << 31, 3.0, source="fsdp:1b"),
-            _row(AG, 1 << 31, 4.0), {"collective": AG, "bytes": 1 << 32, "busbw_gbps": 5.0}]  # no source: pow2
+    rows = [
+        _row(AR, 1 << 20, 1.0),
+        _row(AR, 1 << 30, 2.0),
+        _row(AR, 1 << 31, 3.0, source="fsdp:1b"),
+        _row(AG, 1 << 31, 4.0),
+        {"collective": AG, "bytes": 1 << 32, "busbw_gbps": 5.0},
+    ]  # no source: pow2
     rate = sweep.line_rate(rows, 100.0)
-    assert rate["large"] == {AR: {"bytes": 1 << 30, "busbw_gbps": 2.0, "fraction": 0.16},
-                             AG: {"bytes": 1 << 32, "busbw_gbps": 5.0, "fraction": 0.4}}  # no reduce-scatter row
+    assert rate["large"] == {
+        AR: {"bytes": 1 << 30, "busbw_gbps": 2.0, "fraction": 0.16},
+        AG: {"bytes": 1 << 32, "busbw_gbps": 5.0, "fraction": 0.4},
+    }  # no reduce-scatter row
     assert rate["fraction"] == 0.16
 
 
@@ -335,8 +382,16 @@ def test_compare_large_floor_is_the_largest_size_when_the_sweep_stops_below_64_m
 
 
 def test_compare_at_exactly_64_mib_and_above_takes_the_median():
-    efa = [_row(AG, sweep.LARGE_BYTES // 2, 100.0), _row(AG, sweep.LARGE_BYTES, 4.0), _row(AG, 2 * sweep.LARGE_BYTES, 9.0)]
-    sock = [_row(AG, sweep.LARGE_BYTES // 2, 1.0), _row(AG, sweep.LARGE_BYTES, 1.0), _row(AG, 2 * sweep.LARGE_BYTES, 1.0)]
+    efa = [
+        _row(AG, sweep.LARGE_BYTES // 2, 100.0),
+        _row(AG, sweep.LARGE_BYTES, 4.0),
+        _row(AG, 2 * sweep.LARGE_BYTES, 9.0),
+    ]
+    sock = [
+        _row(AG, sweep.LARGE_BYTES // 2, 1.0),
+        _row(AG, sweep.LARGE_BYTES, 1.0),
+        _row(AG, 2 * sweep.LARGE_BYTES, 1.0),
+    ]
     cmp = sweep.compare(efa, sock)
     assert cmp["large"][AG] == {"bytes": sweep.LARGE_BYTES, "ratio": 6.5, "sizes": 2}
 
@@ -346,21 +401,45 @@ def test_compare_rows_without_a_source_are_power_of_two_rows():
     sock = [_row(AR, 1 << 20, 2.0), {"collective": AG, "bytes": 1 << 20, "busbw_gbps": 1.0}]
     cmp = sweep.compare(efa, sock)
     assert [(r["collective"], r["source"], r["ratio"]) for r in cmp["rows"]] == [(AR, "pow2", 3.0), (AG, "pow2", 4.0)]
-    assert cmp["large"] == {AR: {"bytes": 1 << 20, "ratio": 3.0, "sizes": 1},
-                            AG: {"bytes": 1 << 20, "ratio": 4.0, "sizes": 1}}
+    assert cmp["large"] == {
+        AR: {"bytes": 1 << 20, "ratio": 3.0, "sizes": 1},
+        AG: {"bytes": 1 << 20, "ratio": 4.0, "sizes": 1},
+    }
 
 
 def test_compare_skips_what_only_one_sweep_ran_fsdp_sizes_and_zero_bandwidth():
-    efa = [_row(AR, 1 << 20, 4.0), _row(AR, 1 << 21, 8.0), _row(AR, 1 << 22, 0.0), _row(AR, 1 << 23, 5.0),
-           _row(AR, 1 << 24, 100.0, source="fsdp:1b"), _row(RS, 1 << 20, 3.0)]
-    sock = [_row(AR, 1 << 20, 2.0), _row(AR, 1 << 22, 1.0), _row(AR, 1 << 23, 0.0),
-            _row(AR, 1 << 24, 1.0, source="fsdp:1b"), _row(AG, 1 << 20, 1.0), _row(RS, 1 << 20, 0.0)]
+    efa = [
+        _row(AR, 1 << 20, 4.0),
+        _row(AR, 1 << 21, 8.0),
+        _row(AR, 1 << 22, 0.0),
+        _row(AR, 1 << 23, 5.0),
+        _row(AR, 1 << 24, 100.0, source="fsdp:1b"),
+        _row(RS, 1 << 20, 3.0),
+    ]
+    sock = [
+        _row(AR, 1 << 20, 2.0),
+        _row(AR, 1 << 22, 1.0),
+        _row(AR, 1 << 23, 0.0),
+        _row(AR, 1 << 24, 1.0, source="fsdp:1b"),
+        _row(AG, 1 << 20, 1.0),
+        _row(RS, 1 << 20, 0.0),
+    ]
     cmp = sweep.compare(efa, sock)
     assert [(r["bytes"], r["source"], r["ratio"]) for r in cmp["rows"]] == [
-        (1 << 20, "pow2", 2.0), (1 << 22, "pow2", 0.0), (1 << 23, "pow2", None), (1 << 24, "fsdp:1b", 100.0),
-        (1 << 20, "pow2", None)]
-    assert cmp["rows"][0] == {"collective": AR, "bytes": 1 << 20, "source": "pow2", "efa_busbw_gbps": 4.0,
-                              "socket_busbw_gbps": 2.0, "ratio": 2.0}
+        (1 << 20, "pow2", 2.0),
+        (1 << 22, "pow2", 0.0),
+        (1 << 23, "pow2", None),
+        (1 << 24, "fsdp:1b", 100.0),
+        (1 << 20, "pow2", None),
+    ]
+    assert cmp["rows"][0] == {
+        "collective": AR,
+        "bytes": 1 << 20,
+        "source": "pow2",
+        "efa_busbw_gbps": 4.0,
+        "socket_busbw_gbps": 2.0,
+        "ratio": 2.0,
+    }
     # the large figure ignores FSDP sizes and rows with no ratio (either side measured nothing)
     assert cmp["large"] == {AR: {"bytes": 1 << 20, "ratio": 2.0, "sizes": 1}}
     assert cmp["headline_ratio"] == pytest.approx(2.0)
@@ -377,12 +456,21 @@ def test_compare_headline_is_the_geometric_mean_and_its_bytes_the_smallest_large
 
 
 def test_line_rate_per_collective_and_the_lowest():
-    rows = [_row(AR, 1 << 30, 25.0), _row(AR, 1 << 20, 1.0), _row(AG, 1 << 29, 10.0),
-            _row(AG, 1 << 31, 99.0, source="fsdp:1b")]
+    rows = [
+        _row(AR, 1 << 30, 25.0),
+        _row(AR, 1 << 20, 1.0),
+        _row(AG, 1 << 29, 10.0),
+        _row(AG, 1 << 31, 99.0, source="fsdp:1b"),
+    ]
     rate = sweep.line_rate(rows, 400.0)
-    assert rate == {"efa_gbps": 400.0, "fraction": 0.2, "large": {
-        AR: {"bytes": 1 << 30, "busbw_gbps": 25.0, "fraction": 0.5},
-        AG: {"bytes": 1 << 29, "busbw_gbps": 10.0, "fraction": 0.2}}}
+    assert rate == {
+        "efa_gbps": 400.0,
+        "fraction": 0.2,
+        "large": {
+            AR: {"bytes": 1 << 30, "busbw_gbps": 25.0, "fraction": 0.5},
+            AG: {"bytes": 1 << 29, "busbw_gbps": 10.0, "fraction": 0.2},
+        },
+    }
     assert sweep.line_rate(rows, None) is None and sweep.line_rate(rows, 0) is None
     assert sweep.line_rate([], 100.0) == {"efa_gbps": 100.0, "large": {}, "fraction": None}
 
@@ -393,7 +481,8 @@ def test_below_floor_at_under_and_without_a_line_rate():
     assert sweep.below_floor(rate, 0.2) is None  # exactly at the floor passes
     assert sweep.below_floor(rate, 0.21) == (
         f"large-message busbw of {RS} is 10.00 GB/s at {1 << 28} B = 20.0% of the 400 Gbit/s EFA line rate, "
-        "below the floor 21%")
+        "below the floor 21%"
+    )
     want = "--min-busbw-fraction 0.5: no line rate known for this instance type (pass --efa-gbps)"
     assert sweep.below_floor(None, 0.5) == want
     assert sweep.below_floor(sweep.line_rate([], 400.0), 0.5) == want
@@ -409,6 +498,7 @@ def test_run_sweep_makes_every_buffer_on_the_device_it_is_given(monkeypatch):
     def watch(c, *tensors):
         devices.extend(t.device for t in tensors)
         wire(c, *tensors)
+
     monkeypatch.setattr(fake, "wire", watch)
     torch.set_default_device("meta")
     try:

@@ -22,22 +22,34 @@ SOCKET_LOG = (FIX / "socket_plugin_missing_nccl218.log").read_bytes()
 
 def _socket_rank(host: str, pid: int, nodes: int = 2, network: str = "Socket") -> str:
     p = f"{host}:{pid}:{pid + 1} [0] NCCL INFO "
-    return (f"{p}NET/Plugin: Could not find: libnccl-net.so. Using internal net plugin.\n"
-            f"{p}NET/Socket : Using [0]eth0:10.0.0.{pid}<0>\n"
-            f"{p}Using network {network}\n"
-            f"{p}comm 0x1 rank {pid} nRanks 2 nNodes {nodes} localRanks 1 localRank 0 MNNVL 0\n"
-            f"{p}Channel 00/0 : 0[0] -> 1[0] [send] via NET/{network}/0\n")
+    return (
+        f"{p}NET/Plugin: Could not find: libnccl-net.so. Using internal net plugin.\n"
+        f"{p}NET/Socket : Using [0]eth0:10.0.0.{pid}<0>\n"
+        f"{p}Using network {network}\n"
+        f"{p}comm 0x1 rank {pid} nRanks 2 nNodes {nodes} localRanks 1 localRank 0 MNNVL 0\n"
+        f"{p}Channel 00/0 : 0[0] -> 1[0] [send] via NET/{network}/0\n"
+    )
 
 
 def _data(logs: dict[str, bytes] | None = None, *, results=None, world: int = 2, nodes: int = 2) -> dict:
     res = results or [{"collective": "all_reduce", "bytes": 1 << 20, "time_s": 1e-3}]
-    return {"world": world, "nodes": nodes,
-            "outs": [{"rank": 0, "results": [dict(r) for r in res], "logs": logs if logs is not None else
-                      {"a": EFA_LOG}, "probe": {"p": 0}},
-                     {"rank": 1, "results": [dict(r) for r in res], "logs": {}, "probe": {"p": 1}}]}
+    return {
+        "world": world,
+        "nodes": nodes,
+        "outs": [
+            {
+                "rank": 0,
+                "results": [dict(r) for r in res],
+                "logs": logs if logs is not None else {"a": EFA_LOG},
+                "probe": {"p": 0},
+            },
+            {"rank": 1, "results": [dict(r) for r in res], "logs": {}, "probe": {"p": 1}},
+        ],
+    }
 
 
 # -- small helpers ---------------------------------------------------------------------------------------------------
+
 
 def test_busbw_is_nccl_tests_formula_and_zero_for_no_rank() -> None:
     assert busbw(10.0, 4) == pytest.approx(15.0)
@@ -45,10 +57,17 @@ def test_busbw_is_nccl_tests_formula_and_zero_for_no_rank() -> None:
     assert busbw(10.0, 0) == 0.0
 
 
-@pytest.mark.parametrize("n, says", [
-    (1 << 30, "1 GiB"), ((1 << 30) - 1, "1024 MiB"), (1 << 20, "1 MiB"), (1536, "1.5 KiB"), (1 << 10, "1 KiB"),
-    (1023, "1023 B"),
-])
+@pytest.mark.parametrize(
+    "n, says",
+    [
+        (1 << 30, "1 GiB"),
+        ((1 << 30) - 1, "1024 MiB"),
+        (1 << 20, "1 MiB"),
+        (1536, "1.5 KiB"),
+        (1 << 10, "1 KiB"),
+        (1023, "1023 B"),
+    ],
+)
 def test_a_wrong_result_names_its_size_in_the_largest_unit(n, says) -> None:
     d = _data(results=[{"collective": "all_reduce", "bytes": n, "time_s": 1e-3, "ok": False}])
     r = judge(d, "nccl", None)
@@ -59,25 +78,39 @@ def test_a_wrong_result_names_its_size_in_the_largest_unit(n, says) -> None:
 def test_summarize_sweep_without_collective_names_uses_the_slowest_rank() -> None:
     outs = [{"results": [{"bytes": 2_000_000, "time_s": 1e-3}]}, {"results": [{"bytes": 2_000_000, "time_s": 2e-3}]}]
     (row,) = summarize_sweep(outs, 4)
-    assert row == {"collective": "all_reduce", "bytes": 2_000_000, "time_us": pytest.approx(2000.0),
-                   "algbw_gbps": pytest.approx(1.0), "busbw_gbps": pytest.approx(1.5)}
+    assert row == {
+        "collective": "all_reduce",
+        "bytes": 2_000_000,
+        "time_us": pytest.approx(2000.0),
+        "algbw_gbps": pytest.approx(1.0),
+        "busbw_gbps": pytest.approx(1.5),
+    }
     named = [{"results": [{"collective": "all_reduce", "bytes": 2_000_000, "time_s": 1e-3}]}]
     assert summarize_sweep(named, 1)[0]["time_us_max"] == pytest.approx(1000.0)  # the sweep module's rows
 
 
 def test_wrong_results_groups_ranks_per_row_and_reads_defaults() -> None:
-    outs = [{"rank": 7, "results": [{"bytes": 8, "ok": False}, {"bytes": 4, "ok": True}, {"bytes": 2}]},
-            {"rank": 9, "results": [{"bytes": 8, "ok": False, "rank": 3},
-                                    {"collective": "all_gather", "bytes": 8, "ok": False, "dtype": "bfloat16",
-                                     "source": "fsdp"}]},
-            {"rank": 1}]
+    outs = [
+        {"rank": 7, "results": [{"bytes": 8, "ok": False}, {"bytes": 4, "ok": True}, {"bytes": 2}]},
+        {
+            "rank": 9,
+            "results": [
+                {"bytes": 8, "ok": False, "rank": 3},
+                {"collective": "all_gather", "bytes": 8, "ok": False, "dtype": "bfloat16", "source": "fsdp"},
+            ],
+        },
+        {"rank": 1},
+    ]
     rows = wrong_results(outs)
-    assert rows == [{"collective": "all_gather", "bytes": 8, "source": "fsdp", "dtype": "bfloat16", "ranks": [9]},
-                    {"collective": "all_reduce", "bytes": 8, "source": "pow2", "dtype": "float32", "ranks": [7, 3]}]
+    assert rows == [
+        {"collective": "all_gather", "bytes": 8, "source": "fsdp", "dtype": "bfloat16", "ranks": [9]},
+        {"collective": "all_reduce", "bytes": 8, "source": "pow2", "dtype": "float32", "ranks": [7, 3]},
+    ]
     assert wrong_results([{"rank": 0, "results": [{"bytes": 8, "ok": True}]}]) == []
 
 
 # -- shape_verdict: efa: false and one GPU node ----------------------------------------------------------------------
+
 
 def _rep(nodes, network):
     return SimpleNamespace(nodes=nodes, network=network)
@@ -104,10 +137,13 @@ def test_intra_node_shape_passes_at_most_one_node_and_says_what_ran() -> None:
     assert "(8 ranks)" in shape_verdict("intra-node", _rep(None, None), 8)[2]
     assert "(one rank, no peer)" in shape_verdict("intra-node", _rep(0, "Socket"), 1)[2]
     v, code, why = shape_verdict("intra-node", _rep(2, "Socket"), 8)
-    assert (v, code) == ("undetermined", 2) and why.startswith("one GPU node expected") and why.endswith("count 2 nodes")
+    assert (
+        (v, code) == ("undetermined", 2) and why.startswith("one GPU node expected") and why.endswith("count 2 nodes")
+    )
 
 
 # -- judge -----------------------------------------------------------------------------------------------------------
+
 
 def test_judge_efa_result_fields() -> None:
     r = judge(_data(), "nccl", None)
@@ -146,11 +182,22 @@ def test_gloo_backend_reasons_first_and_never_passes_another_shape() -> None:
 
 def test_rank_errors_skip_the_sweep_and_name_at_most_four_ranks() -> None:
     d = _data()
-    d["outs"] = [{"rank": i, "results": [{"bytes": 8, "ok": False}], "logs": {"a": EFA_LOG} if i == 0 else {},
-                  "probe": {}, **({"error": f"boom{i}"} if i else {})} for i in range(6)]
+    d["outs"] = [
+        {
+            "rank": i,
+            "results": [{"bytes": 8, "ok": False}],
+            "logs": {"a": EFA_LOG} if i == 0 else {},
+            "probe": {},
+            **({"error": f"boom{i}"} if i else {}),
+        }
+        for i in range(6)
+    ]
     r = judge(d, "nccl", None)
     assert (r["verdict"], r["code"]) == ("failed", 1) and r["sweep"] == []
-    assert r["failure"] == {"stage": "rank_error", "reason": "rank 1: boom1; rank 2: boom2; rank 3: boom3; rank 4: boom4"}
+    assert r["failure"] == {
+        "stage": "rank_error",
+        "reason": "rank 1: boom1; rank 2: boom2; rank 3: boom3; rank 4: boom4",
+    }
     assert r["reasons"][0] == r["failure"]["reason"] and r["hints"][0] == FAILURE_HINTS["rank_error"]
 
 
@@ -159,7 +206,8 @@ def test_wrong_values_name_six_rows_then_count_the_rest() -> None:
     r = judge(_data(results=rows), "nccl", None)
     assert (r["verdict"], r["code"]) == ("failed", 1) and r["failure"]["stage"] == "wrong_result"
     assert r["failure"]["reason"].startswith(
-        "wrong collective results: all_reduce of 1024 bytes (1 KiB, float32, pow2) on rank(s) 0, 1; ")
+        "wrong collective results: all_reduce of 1024 bytes (1 KiB, float32, pow2) on rank(s) 0, 1; "
+    )
     assert r["failure"]["reason"].count(" on rank(s) ") == 6 and r["failure"]["reason"].endswith(" (and 2 more)")
     assert len(r["failure"]["rows"]) == 8 and r["hints"][-1] == FAILURE_HINTS["wrong_result"]
     six = judge(_data(results=rows[:6]), "nccl", None)
@@ -174,8 +222,17 @@ def test_wrong_values_on_a_fallback_log_are_still_a_failure_and_an_efa_one_too()
 
 
 def _storage(ok: bool) -> dict:
-    return {"ok": ok, "object": "s3://b/k", "filesystem": "s3", "host": "n1", "credentials": {"source": "pod"},
-            "step": "put", "error": "AccessDenied", "causes": ["bucket_policy"], "storage_path": "s3://b/"}
+    return {
+        "ok": ok,
+        "object": "s3://b/k",
+        "filesystem": "s3",
+        "host": "n1",
+        "credentials": {"source": "pod"},
+        "step": "put",
+        "error": "AccessDenied",
+        "causes": ["bucket_policy"],
+        "storage_path": "s3://b/",
+    }
 
 
 def test_storage_proof_passes_after_and_fails_first() -> None:
@@ -184,8 +241,13 @@ def test_storage_proof_passes_after_and_fails_first() -> None:
     bad = judge({**_data(), "storage": _storage(False)}, "nccl", None)
     assert (bad["verdict"], bad["code"]) == ("failed", 1)
     assert bad["reasons"][0].startswith("storage proof failed at put") and FAILURE_HINTS["storage"] in bad["hints"]
-    assert bad["failure"] == {"stage": "storage", "reason": bad["reasons"][0], "step": "put", "error": "AccessDenied",
-                              "causes": ["bucket_policy"]}
+    assert bad["failure"] == {
+        "stage": "storage",
+        "reason": bad["reasons"][0],
+        "step": "put",
+        "error": "AccessDenied",
+        "causes": ["bucket_policy"],
+    }
     # an undetermined run with failed storage is a failure too; a rank error stays the failure named
     assert judge({**_data({}), "storage": _storage(False)}, "nccl", None)["code"] == 1
     d = _data()
@@ -203,20 +265,25 @@ def test_busbw_floor_turns_only_a_pass_into_fallback() -> None:
     und = judge(_data({}), "nccl", peak * 2)
     assert (und["verdict"], und["code"]) == ("undetermined", 2) and "below the floor" in und["reasons"][-1]
     # only all-reduce rows count for the floor
-    rows = [{"collective": "all_reduce", "bytes": 1 << 10, "time_s": 1e-3},
-            {"collective": "all_gather_into_tensor", "bytes": 1 << 30, "time_s": 1e-3}]
+    rows = [
+        {"collective": "all_reduce", "bytes": 1 << 10, "time_s": 1e-3},
+        {"collective": "all_gather_into_tensor", "bytes": 1 << 30, "time_s": 1e-3},
+    ]
     assert judge(_data(results=rows), "nccl", 1.0)["code"] == 1
     assert judge(_data(), "nccl", 0.0)["code"] == 0
 
 
 def _counters(moved: int, hosts=("n1", "n2")) -> dict:
     snap = lambda n: {"rdmap0s6": {"tx_bytes": n, "rx_bytes": n, "errors": {}}}  # noqa: E731
-    return {"before": [{"host": h, "snapshot": snap(0)} for h in hosts],
-            "after": [{"host": h, "snapshot": snap(moved)} for h in hosts]}
+    return {
+        "before": [{"host": h, "snapshot": snap(0)} for h in hosts],
+        "after": [{"host": h, "snapshot": snap(moved)} for h in hosts],
+    }
 
 
-def _witness(moved: int | None = None, rows: list[dict] | None = None, counters: dict | None = None,
-             **extra) -> str | None:
+def _witness(
+    moved: int | None = None, rows: list[dict] | None = None, counters: dict | None = None, **extra
+) -> str | None:
     """The counter witness ``judge`` reports for an efa log: moved, flat, unreadable or None (no snapshots)."""
     d = {**_data(results=rows), "counters": _counters(moved) if counters is None else counters, **extra}
     return (judge(d, "nccl", None)["witness"] or {}).get("counters")
@@ -250,22 +317,29 @@ def _before_none() -> dict:
     return c
 
 
-@pytest.mark.parametrize("counters, state", [
-    ({}, None),  # no snapshots: no second witness
-    ({"before": [], "after": []}, None),
-    (_after_missing(), "unreadable"),  # one-sided hosts are no delta
-    (_before_none(), "unreadable"),
-])
+@pytest.mark.parametrize(
+    "counters, state",
+    [
+        ({}, None),  # no snapshots: no second witness
+        ({"before": [], "after": []}, None),
+        (_after_missing(), "unreadable"),  # one-sided hosts are no delta
+        (_before_none(), "unreadable"),
+    ],
+)
 def test_counter_witness_absent_snapshots_and_one_sided_hosts(counters, state) -> None:
     rows = [{"collective": "all_reduce", "bytes": 1 << 20, "time_s": 1e-3}]
     assert _witness(rows=rows, counters=counters, iters=1) == state
 
 
 def test_a_host_without_a_before_snapshot_is_a_device_that_appeared_during_the_sweep() -> None:
-    d = {**_data(results=[{"collective": "all_reduce", "bytes": 1 << 20, "time_s": 1e-3}]),
-         "counters": _before_none(), "iters": 1}
+    d = {
+        **_data(results=[{"collective": "all_reduce", "bytes": 1 << 20, "time_s": 1e-3}]),
+        "counters": _before_none(),
+        "iters": 1,
+    }
     assert judge(d, "nccl", None)["witness"]["reasons"] == [
-        f"node {h}: no readable EFA counter (rdmap0s6 device: appeared during the sweep)" for h in ("n1", "n2")]
+        f"node {h}: no readable EFA counter (rdmap0s6 device: appeared during the sweep)" for h in ("n1", "n2")
+    ]
 
 
 def test_counter_witness_quotes_unreadable_and_error_hosts() -> None:
@@ -275,16 +349,22 @@ def test_counter_witness_quotes_unreadable_and_error_hosts() -> None:
             s["snapshot"] = {"rdmap0s6": {"errors": {"hw_counters": "no such directory"}}}
     c["before"][0]["unreadable"] = "no hw_counters on n1"
     c["after"][1]["error"] = "exporter on n2 refused"
-    r = judge({**_data(results=[{"collective": "all_reduce", "bytes": 1 << 20, "time_s": 1e-3}]), "counters": c,
-               "iters": 1}, "nccl", None)
+    r = judge(
+        {**_data(results=[{"collective": "all_reduce", "bytes": 1 << 20, "time_s": 1e-3}]), "counters": c, "iters": 1},
+        "nccl",
+        None,
+    )
     text = " ".join(r["witness"]["reasons"])
     assert r["witness"]["counters"] == "unreadable" and "no hw_counters on n1" in text
     assert "exporter on n2 refused" in text and r["verdict"] == "efa"
 
 
 def test_judge_reads_counters_only_for_the_efa_gate_over_nccl() -> None:
-    flat = {**_data(results=[{"collective": "all_reduce", "bytes": 64 << 20, "time_s": 1e-2}]),
-            "counters": _counters(0), "iters": 1}
+    flat = {
+        **_data(results=[{"collective": "all_reduce", "bytes": 64 << 20, "time_s": 1e-2}]),
+        "counters": _counters(0),
+        "iters": 1,
+    }
     r = judge(flat, "nccl", None)
     assert (r["verdict"], r["code"]) == ("fallback", 1) and r["witness"]["counters"] == "flat"
     logs = {"a": (_socket_rank("node-a", 1) + _socket_rank("node-b", 2)).encode()}
@@ -312,6 +392,7 @@ def test_expected_topology_reaches_the_log_reader() -> None:
 
 # -- the mutation run's survivors (.ci/mutation.py efacheck/verdict.py) ----------------------------------------------
 
+
 def test_two_ranks_inside_one_node_are_counted_not_called_one() -> None:
     v, code, why = shape_verdict("intra-node", _rep(1, None), 2)
     assert (v, code) == ("intra_node", 0) and why.startswith("NCCL ran inside one node (2 ranks) and")
@@ -329,7 +410,8 @@ def test_required_counters_that_no_node_sent_say_so() -> None:
     r = judge(_data(), "nccl", None, require_counters=True)
     first = r["reasons"][0]
     assert first.startswith("the EFA hardware counters could not be read") and first.endswith(
-        "efaCheckRequireCounters makes the verdict undetermined: no node reported EFA counters")
+        "efaCheckRequireCounters makes the verdict undetermined: no node reported EFA counters"
+    )
     assert r["witness"] == {"counters": "unreadable", "required": True, "reasons": ["no node reported EFA counters"]}
 
 
@@ -342,8 +424,11 @@ def test_a_gloo_run_beside_nccl_logs_that_say_efa_is_never_efa() -> None:
 
 
 def test_the_result_carries_counters_witness_and_reasons_as_given() -> None:
-    flat = {**_data(results=[{"collective": "all_reduce", "bytes": 64 << 20, "time_s": 1e-2}]),
-            "counters": _counters(0), "iters": 1}
+    flat = {
+        **_data(results=[{"collective": "all_reduce", "bytes": 64 << 20, "time_s": 1e-2}]),
+        "counters": _counters(0),
+        "iters": 1,
+    }
     assert judge(flat, "nccl", None)["counters"] == _counters(0)
     assert judge(_data({}), "nccl", None)["witness"] is None
     d = _data({"a": (_socket_rank("node-a", 1) + _socket_rank("node-b", 2)).encode()})

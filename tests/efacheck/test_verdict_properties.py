@@ -32,8 +32,13 @@ from ray_efa_eks.training import fabric
 
 EXAMPLES = int(os.environ.get("RAY_EFA_EKS_PROPERTY_EXAMPLES", "150"))
 """150 in .ci/run; .ci/mutation.py sets fewer (each surviving mutant runs every covering test, and these dominate)."""
-SETTINGS = dict(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+SETTINGS = dict(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 RANK = {"efa": 0, "undetermined": 1, "fallback": 2}
 """Better is lower: a fallback line may turn efa into undetermined or fallback, never the other way."""
 
@@ -47,17 +52,21 @@ def jobs(draw, nodes=st.integers(1, 3)):
     ranks = []
     for h, host in enumerate(hosts):
         for local in range(per_host):
-            ranks.append({
-                "host": host, "pid": 1000 + 10 * h + local, "rank": h * per_host + local, "local": local,
-                "plugin": draw(st.sampled_from(["Libfabric", "Libfabric", "AWS Libfabric", None])),
-                "provider": draw(st.sampled_from(["efa", "efa", "efa", "tcp", None])),
-                "network": draw(st.sampled_from(["Libfabric", "Libfabric", "Socket", None])),
-                "comm": draw(st.booleans()),
-                "gdr": draw(st.booleans()),
-                "intra_net": draw(st.booleans()),  # single node with P2P/SHM disabled: NET lines inside the node
-            })
-    return {"nodes": n_nodes, "hosts": hosts, "per_host": per_host, "ranks": ranks,
-            "channels": draw(st.integers(1, 2))}
+            ranks.append(
+                {
+                    "host": host,
+                    "pid": 1000 + 10 * h + local,
+                    "rank": h * per_host + local,
+                    "local": local,
+                    "plugin": draw(st.sampled_from(["Libfabric", "Libfabric", "AWS Libfabric", None])),
+                    "provider": draw(st.sampled_from(["efa", "efa", "efa", "tcp", None])),
+                    "network": draw(st.sampled_from(["Libfabric", "Libfabric", "Socket", None])),
+                    "comm": draw(st.booleans()),
+                    "gdr": draw(st.booleans()),
+                    "intra_net": draw(st.booleans()),  # single node with P2P/SHM disabled: NET lines inside the node
+                }
+            )
+    return {"nodes": n_nodes, "hosts": hosts, "per_host": per_host, "ranks": ranks, "channels": draw(st.integers(1, 2))}
 
 
 def _p(r: dict) -> str:
@@ -80,8 +89,10 @@ def render(job: dict) -> list[str]:
         if r["network"]:
             lines.append(p + f"Using network {r['network']}")
         if r["comm"]:
-            lines.append(p + f"comm 0x7f00{r['rank']:04x} rank {r['rank']} nRanks {world} nNodes {job['nodes']} "
-                             f"localRanks {job['per_host']} localRank {r['local']} MNNVL 0")
+            lines.append(
+                p + f"comm 0x7f00{r['rank']:04x} rank {r['rank']} nRanks {world} nNodes {job['nodes']} "
+                f"localRanks {job['per_host']} localRank {r['local']} MNNVL 0"
+            )
         net = r["network"] or "Socket"
         for c in range(job["channels"]):
             for peer in job["ranks"]:
@@ -89,11 +100,15 @@ def render(job: dict) -> list[str]:
                     continue
                 if peer["host"] != r["host"] or (job["nodes"] == 1 and r["intra_net"]):
                     dev = f"NET/{net}/0" + ("/GDRDMA" if net != "Socket" and r["gdr"] else "")
-                    lines.append(p + f"Channel {c:02d}/0 : {r['rank']}[{r['local']}] -> {peer['rank']}"
-                                     f"[{peer['local']}] [send] via {dev}")
+                    lines.append(
+                        p + f"Channel {c:02d}/0 : {r['rank']}[{r['local']}] -> {peer['rank']}"
+                        f"[{peer['local']}] [send] via {dev}"
+                    )
                 else:
-                    lines.append(p + f"Channel {c:02d}/0 : {r['rank']}[{r['local']}] -> {peer['rank']}"
-                                     f"[{peer['local']}] via P2P/CUMEM/read")
+                    lines.append(
+                        p + f"Channel {c:02d}/0 : {r['rank']}[{r['local']}] -> {peer['rank']}"
+                        f"[{peer['local']}] via P2P/CUMEM/read"
+                    )
     return lines
 
 
@@ -102,8 +117,19 @@ def judge(lines: list[str], **expect) -> nccl_log.Report:
 
 
 def _efa_rank(host: str, i: int, **kw) -> dict:
-    return {"host": host, "pid": 100 + i, "rank": i, "local": i, "plugin": "Libfabric", "provider": "efa",
-            "network": "Libfabric", "comm": False, "gdr": True, "intra_net": True, **kw}
+    return {
+        "host": host,
+        "pid": 100 + i,
+        "rank": i,
+        "local": i,
+        "plugin": "Libfabric",
+        "provider": "efa",
+        "network": "Libfabric",
+        "comm": False,
+        "gdr": True,
+        "intra_net": True,
+        **kw,
+    }
 
 
 @settings(**SETTINGS)
@@ -133,13 +159,18 @@ def test_a_fallback_line_never_makes_the_verdict_better(job, data):
     before = judge(lines).verdict
     r = data.draw(st.sampled_from(job["ranks"]))
     peer = data.draw(st.sampled_from(job["ranks"]))
-    extra = data.draw(st.sampled_from([
-        _p(r) + "Using network Socket",
-        _p(r) + f"Channel 00/0 : {r['rank']}[{r['local']}] -> {peer['rank']}[{peer['local']}] [send] via NET/Socket/0",
-        _p(r) + "NET/Plugin: No plugin found (libnccl-net.so), using internal implementation",
-        _p(r).replace("INFO ", "WARN ") + "NET/OFI No eligible providers were found",
-        _p(r) + "NET/OFI Selected provider is tcp, fabric is 10.0.0.0/16 (found 1 nics)",
-    ]))
+    extra = data.draw(
+        st.sampled_from(
+            [
+                _p(r) + "Using network Socket",
+                _p(r)
+                + f"Channel 00/0 : {r['rank']}[{r['local']}] -> {peer['rank']}[{peer['local']}] [send] via NET/Socket/0",
+                _p(r) + "NET/Plugin: No plugin found (libnccl-net.so), using internal implementation",
+                _p(r).replace("INFO ", "WARN ") + "NET/OFI No eligible providers were found",
+                _p(r) + "NET/OFI Selected provider is tcp, fabric is 10.0.0.0/16 (found 1 nics)",
+            ]
+        )
+    )
     at = data.draw(st.integers(0, len(lines)))
     after = judge(lines[:at] + [extra] + lines[at:]).verdict
     assert RANK[after] >= RANK[before], (before, after, extra)
@@ -173,8 +204,9 @@ def test_every_efa_verdict_cites_two_hosts_or_the_node_count_and_a_provider_line
     if rep.verdict != "efa":
         return
     cited_hosts = {h for h in job["hosts"] for ln in rep.evidence if f": {h}:" in ln}
-    assert len(cited_hosts) >= 2 or any(" nNodes " in ln and " nNodes 1 " not in ln for ln in rep.evidence), \
+    assert len(cited_hosts) >= 2 or any(" nNodes " in ln and " nNodes 1 " not in ln for ln in rep.evidence), (
         rep.evidence
+    )
     assert any("Selected provider is efa" in ln for ln in rep.evidence), rep.evidence
 
 
@@ -185,10 +217,21 @@ def test_the_generator_draws_efa_and_each_failure():
         rnd = random.Random(seed)
         n = rnd.randint(1, 3)
         hosts = [f"ip-10-0-{i}-9" for i in range(n)]
-        ranks = [{"host": h, "pid": 100 + i, "rank": i, "local": 0,
-                  "plugin": rnd.choice(["Libfabric"] * 5 + [None]), "provider": rnd.choice(["efa"] * 5 + ["tcp", None]),
-                  "network": rnd.choice(["Libfabric"] * 5 + ["Socket", None]), "comm": rnd.random() < 0.5,
-                  "gdr": True, "intra_net": False} for i, h in enumerate(hosts)]
+        ranks = [
+            {
+                "host": h,
+                "pid": 100 + i,
+                "rank": i,
+                "local": 0,
+                "plugin": rnd.choice(["Libfabric"] * 5 + [None]),
+                "provider": rnd.choice(["efa"] * 5 + ["tcp", None]),
+                "network": rnd.choice(["Libfabric"] * 5 + ["Socket", None]),
+                "comm": rnd.random() < 0.5,
+                "gdr": True,
+                "intra_net": False,
+            }
+            for i, h in enumerate(hosts)
+        ]
         seen.add(judge(render({"nodes": n, "hosts": hosts, "per_host": 1, "ranks": ranks, "channels": 1})).verdict)
     assert seen == {"efa", "fallback", "undetermined"}
 
@@ -196,8 +239,9 @@ def test_the_generator_draws_efa_and_each_failure():
 # --- the second witness: EFA hardware counters ---
 
 counter_values = st.integers(0, 10**12)
-device_delta = st.dictionaries(st.sampled_from(efa_counters.COUNTERS), counter_values,
-                               max_size=len(efa_counters.COUNTERS))
+device_delta = st.dictionaries(
+    st.sampled_from(efa_counters.COUNTERS), counter_values, max_size=len(efa_counters.COUNTERS)
+)
 
 
 @settings(**SETTINGS)
@@ -224,8 +268,12 @@ def test_more_bytes_on_any_counter_never_lowers_a_nodes_bytes(deltas, data):
 
 
 @settings(**SETTINGS)
-@given(st.dictionaries(st.sampled_from(["n1", "n2", "n3"]), st.dictionaries(st.sampled_from(["efa_0"]), device_delta),
-                       min_size=1), st.sampled_from(["n1", "n2", "n3"]))
+@given(
+    st.dictionaries(
+        st.sampled_from(["n1", "n2", "n3"]), st.dictionaries(st.sampled_from(["efa_0"]), device_delta), min_size=1
+    ),
+    st.sampled_from(["n1", "n2", "n3"]),
+)
 def test_a_node_without_an_efa_device_never_counts_as_moving_bytes(nodes, bare):
     nodes = {n: {d: {**e, "errors": {}} for d, e in devs.items()} for n, devs in nodes.items()}
     nodes[bare] = {}
@@ -237,6 +285,7 @@ def test_a_node_without_an_efa_device_never_counts_as_moving_bytes(nodes, bare):
 
 
 # --- the run's fabric verdict ---
+
 
 @settings(**SETTINGS)
 @given(jobs(nodes=st.integers(2, 3)), st.data())

@@ -9,8 +9,11 @@ from ray_efa_eks.efacheck import worker_pods as wp
 
 
 def _pod(*statuses, name="ray-gpu-worker-x1", node="gpu-a", ns="ray"):
-    return {"metadata": {"name": name, "namespace": ns}, "spec": {"nodeName": node},
-            "status": {"initContainerStatuses": list(statuses)}}
+    return {
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"nodeName": node},
+        "status": {"initContainerStatuses": list(statuses)},
+    }
 
 
 def _check(**status):
@@ -18,33 +21,43 @@ def _check(**status):
 
 
 def _terminated(code, message=None):
-    return {"terminated": {"exitCode": code, "reason": "Error" if code else "Completed",
-                           **({"message": message} if message is not None else {})}}
+    return {
+        "terminated": {
+            "exitCode": code,
+            "reason": "Error" if code else "Completed",
+            **({"message": message} if message is not None else {}),
+        }
+    }
 
 
 WAITING = {"waiting": {"reason": "PodInitializing"}}
 CRASHLOOP = {"waiting": {"reason": "CrashLoopBackOff"}}
 RUNNING = {"running": {"startedAt": "2026-12-05T03:00:00Z"}}
-SAID = "pod ray/ray-gpu-worker-x1: init container efa-provider-check exited {} (fi_info -p efa on the worker's own " \
-       "EFA device)"
+SAID = (
+    "pod ray/ray-gpu-worker-x1: init container efa-provider-check exited {} (fi_info -p efa on the worker's own "
+    "EFA device)"
+)
 
 
-@pytest.mark.parametrize("status,failed", [
-    (_check(state=_terminated(1)), 1),  # restartPolicy Never: the pod is Failed with it
-    (_check(state=_terminated(61)), 61),
-    (_check(state=_terminated(-1)), -1),
-    (_check(state=CRASHLOOP, lastState=_terminated(61)), 61),  # another restart policy: restarting
-    (_check(state=RUNNING, lastState=_terminated(2)), 2),  # its second run, the first failed
-    (_check(state=_terminated(3), lastState=_terminated(4)), 3),  # now wins, one line per pod
-    (_check(state=RUNNING), None),
-    (_check(state=WAITING), None),
-    (_check(state=_terminated(0)), None),
-    (_check(state=RUNNING, lastState=_terminated(0)), None),
-    (_check(state=_terminated(None)), None),  # no exit code yet is no failure
-    (_check(state=_terminated("1")), None),  # nor one that is not a number
-    (_check(), None),
-    ({"name": "wait-gcs-ready", "state": _terminated(1)}, None),  # another init container is not this check
-])
+@pytest.mark.parametrize(
+    "status,failed",
+    [
+        (_check(state=_terminated(1)), 1),  # restartPolicy Never: the pod is Failed with it
+        (_check(state=_terminated(61)), 61),
+        (_check(state=_terminated(-1)), -1),
+        (_check(state=CRASHLOOP, lastState=_terminated(61)), 61),  # another restart policy: restarting
+        (_check(state=RUNNING, lastState=_terminated(2)), 2),  # its second run, the first failed
+        (_check(state=_terminated(3), lastState=_terminated(4)), 3),  # now wins, one line per pod
+        (_check(state=RUNNING), None),
+        (_check(state=WAITING), None),
+        (_check(state=_terminated(0)), None),
+        (_check(state=RUNNING, lastState=_terminated(0)), None),
+        (_check(state=_terminated(None)), None),  # no exit code yet is no failure
+        (_check(state=_terminated("1")), None),  # nor one that is not a number
+        (_check(), None),
+        ({"name": "wait-gcs-ready", "state": _terminated(1)}, None),  # another init container is not this check
+    ],
+)
 def test_which_statuses_are_a_failed_provider_check(status, failed):
     expected = [] if failed is None else [SAID.format(failed)]
     assert wp.provider_failures([_pod(status)]) == expected
@@ -58,8 +71,10 @@ def test_another_init_container_before_the_check_does_not_hide_it():
 def test_the_line_carries_the_checks_own_words_on_one_line_cut_at_200():
     said = "[efa-provider-check] FAIL on node gpu-a: fi_info -p efa -t FI_EP_RDM exited 61\n  fi_getinfo: -61 "
     (line,) = wp.provider_failures([_pod(_check(state=_terminated(1, said)))])
-    assert line == SAID.format(1) + ": [efa-provider-check] FAIL on node gpu-a: fi_info -p efa -t FI_EP_RDM exited " \
-                                    "61 fi_getinfo: -61"
+    assert (
+        line == SAID.format(1) + ": [efa-provider-check] FAIL on node gpu-a: fi_info -p efa -t FI_EP_RDM exited "
+        "61 fi_getinfo: -61"
+    )
     (long,) = wp.provider_failures([_pod(_check(state=_terminated(1, "x" * 500)))])
     assert long == SAID.format(1) + ": " + "x" * 200
     (empty,) = wp.provider_failures([_pod(_check(state=_terminated(1, "  \n ")))])
@@ -67,12 +82,17 @@ def test_the_line_carries_the_checks_own_words_on_one_line_cut_at_200():
 
 
 def test_every_failed_pod_has_its_line_and_a_pod_without_status_none():
-    pods = [_pod(_check(state=_terminated(1)), name="a"), {"metadata": {"name": "new"}},
-            {"metadata": {"name": "b", "namespace": "ray"}, "status": {"initContainerStatuses": None}},
-            _pod(_check(state=_terminated(2)), name="c"), {}]
+    pods = [
+        _pod(_check(state=_terminated(1)), name="a"),
+        {"metadata": {"name": "new"}},
+        {"metadata": {"name": "b", "namespace": "ray"}, "status": {"initContainerStatuses": None}},
+        _pod(_check(state=_terminated(2)), name="c"),
+        {},
+    ]
     assert [line.split(":")[0] for line in wp.provider_failures(pods)] == ["pod ray/a", "pod ray/c"]
     assert wp.provider_failures([{"status": {"initContainerStatuses": [_check(state=_terminated(9))]}}]) == [
-        "pod ?/?: init container efa-provider-check exited 9 (fi_info -p efa on the worker's own EFA device)"]
+        "pod ?/?: init container efa-provider-check exited 9 (fi_info -p efa on the worker's own EFA device)"
+    ]
 
 
 class Recorder:
@@ -85,11 +105,24 @@ class Recorder:
 
 
 def test_the_list_is_one_get_by_node_and_kuberays_worker_label():
-    api = Recorder({"kind": "PodList", "items": [_pod(name="mine"), _pod(name="theirs", node="gpu-b"),
-                                                 {"metadata": {"name": "unscheduled"}, "spec": {}}]})
+    api = Recorder(
+        {
+            "kind": "PodList",
+            "items": [
+                _pod(name="mine"),
+                _pod(name="theirs", node="gpu-b"),
+                {"metadata": {"name": "unscheduled"}, "spec": {}},
+            ],
+        }
+    )
     assert [p["metadata"]["name"] for p in wp.list_workers(api, "gpu-a", "ray")] == ["mine"]
-    assert api.calls == [("GET", "/api/v1/namespaces/ray/pods?fieldSelector=spec.nodeName%3Dgpu-a"
-                                 "&labelSelector=ray.io%2Fnode-type%3Dworker", None)]
+    assert api.calls == [
+        (
+            "GET",
+            "/api/v1/namespaces/ray/pods?fieldSelector=spec.nodeName%3Dgpu-a&labelSelector=ray.io%2Fnode-type%3Dworker",
+            None,
+        )
+    ]
 
 
 @pytest.mark.parametrize("answer", [None, {}, {"items": None}, {"items": []}])

@@ -47,8 +47,9 @@ def plain_env(container: dict) -> dict[str, str]:
     return {e["name"]: str(e["value"]) for e in container.get("env") or [] if "value" in e}
 
 
-def autoscaling_config(ray_cr: dict, *, idle_timeout_s: float | None, boot_delay_s: float,
-                       gate_dir: str | None = None) -> dict:
+def autoscaling_config(
+    ray_cr: dict, *, idle_timeout_s: float | None, boot_delay_s: float, gate_dir: str | None = None
+) -> dict:
     """Ray's autoscaling config for ``ray_cr`` (the rendered RayCluster: ``metadata`` + ``spec``), as KubeRay's
     sidecar derives it, with the provider swapped for :class:`BootingNodeProvider`.
 
@@ -72,10 +73,16 @@ def autoscaling_config(ray_cr: dict, *, idle_timeout_s: float | None, boot_delay
             if idle_timeout_s is not None and "idle_timeout_s" in node_type:
                 node_type["idle_timeout_s"] = float(idle_timeout_s)
     config["provider"] = {
-        "type": "external", "module": PROVIDER, "head_node_id": FAKE_HEAD_NODE_ID,
-        "head_node_type": config["head_node_type"], "launch_multiple": True,
-        "disable_node_updaters": True, "disable_launch_config_check": True,
-        "boot_delay_s": boot_delay_s, "worker_env": worker_env, "gate_dir": gate_dir,
+        "type": "external",
+        "module": PROVIDER,
+        "head_node_id": FAKE_HEAD_NODE_ID,
+        "head_node_type": config["head_node_type"],
+        "launch_multiple": True,
+        "disable_node_updaters": True,
+        "disable_launch_config_check": True,
+        "boot_delay_s": boot_delay_s,
+        "worker_env": worker_env,
+        "gate_dir": gate_dir,
     }
     return config
 
@@ -86,14 +93,16 @@ def head_env(ray_cr: dict) -> dict[str, str]:
     (KubeRay sets ``RAY_CLOUD_INSTANCE_ID`` / ``RAY_NODE_TYPE_NAME`` on each Ray pod)."""
     spec = json_numbers(ray_cr["spec"])
     env = plain_env(spec.get("autoscalerOptions") or {})
-    env.update({
-        "RAY_enable_autoscaler_v2": "1" if (spec.get("autoscalerOptions") or {}).get("version") == "v2" else "0",
-        "RAY_FAKE_CLUSTER": "1",
-        "RAY_CLOUD_INSTANCE_ID": FAKE_HEAD_NODE_ID,
-        "RAY_OVERRIDE_NODE_ID_FOR_TESTING": FAKE_HEAD_NODE_ID,
-        "RAY_NODE_TYPE_NAME": "headgroup",
-        "AUTOSCALER_UPDATE_INTERVAL_S": "1",
-    })
+    env.update(
+        {
+            "RAY_enable_autoscaler_v2": "1" if (spec.get("autoscalerOptions") or {}).get("version") == "v2" else "0",
+            "RAY_FAKE_CLUSTER": "1",
+            "RAY_CLOUD_INSTANCE_ID": FAKE_HEAD_NODE_ID,
+            "RAY_OVERRIDE_NODE_ID_FOR_TESTING": FAKE_HEAD_NODE_ID,
+            "RAY_NODE_TYPE_NAME": "headgroup",
+            "AUTOSCALER_UPDATE_INTERVAL_S": "1",
+        }
+    )
     return env
 
 
@@ -107,8 +116,10 @@ class BootingNodeProvider(FakeMultiNodeProvider):
     """
 
     def __init__(self, provider_config: dict, cluster_name: str):
-        provider_config = {**provider_config, "gcs_address": provider_config.get("gcs_address")
-                           or os.environ["RAY_ADDRESS"]}
+        provider_config = {
+            **provider_config,
+            "gcs_address": provider_config.get("gcs_address") or os.environ["RAY_ADDRESS"],
+        }
         super().__init__(provider_config, cluster_name)
         self._nodes[self._head_node_id]["tags"][TAG_RAY_USER_NODE_TYPE] = provider_config["head_node_type"]
         self._boot_delay_s = float(provider_config.get("boot_delay_s", 0))
@@ -125,16 +136,30 @@ class BootingNodeProvider(FakeMultiNodeProvider):
         if self._gate_dir:
             with open(os.path.join(self._gate_dir, f"{node_id}.launched"), "w") as f:
                 json.dump({"type": tags[TAG_RAY_USER_NODE_TYPE], "resources": resources}, f)
-        threading.Thread(target=self._boot, args=(node_id, node_config, tags, count, resources, labels),
-                         daemon=True, name=f"boot-{node_id[-5:]}").start()
+        threading.Thread(
+            target=self._boot,
+            args=(node_id, node_config, tags, count, resources, labels),
+            daemon=True,
+            name=f"boot-{node_id[-5:]}",
+        ).start()
 
     @staticmethod
     def _tags(node_id: str, tags: dict) -> dict:
-        from ray.autoscaler.tags import (NODE_KIND_WORKER, STATUS_UP_TO_DATE, TAG_RAY_NODE_KIND, TAG_RAY_NODE_NAME,
-                                         TAG_RAY_NODE_STATUS)
+        from ray.autoscaler.tags import (
+            NODE_KIND_WORKER,
+            STATUS_UP_TO_DATE,
+            TAG_RAY_NODE_KIND,
+            TAG_RAY_NODE_NAME,
+            TAG_RAY_NODE_STATUS,
+        )
 
-        return {TAG_RAY_NODE_KIND: NODE_KIND_WORKER, TAG_RAY_USER_NODE_TYPE: tags[TAG_RAY_USER_NODE_TYPE],
-                TAG_RAY_NODE_NAME: node_id, TAG_RAY_NODE_STATUS: STATUS_UP_TO_DATE, **tags}
+        return {
+            TAG_RAY_NODE_KIND: NODE_KIND_WORKER,
+            TAG_RAY_USER_NODE_TYPE: tags[TAG_RAY_USER_NODE_TYPE],
+            TAG_RAY_NODE_NAME: node_id,
+            TAG_RAY_NODE_STATUS: STATUS_UP_TO_DATE,
+            **tags,
+        }
 
     def _boot(self, node_id, node_config, tags, count, resources, labels) -> None:
         time.sleep(self._boot_delay_s)
@@ -187,17 +212,32 @@ def _sample(gcs_address: str) -> dict:
     alive = [n for n in ray.nodes() if n.get("Alive") and n["NodeID"] != FAKE_HEAD_NODE_ID]
 
     def nodes(infos, state):  # "instance": the autoscaler's own id while pending, the cloud instance's after
-        return [{"instance": n.instance_id[-5:], "type": n.ray_node_type_name, "state": state,
-                 "status": n.node_status, "details": n.details} for n in infos]
+        return [
+            {
+                "instance": n.instance_id[-5:],
+                "type": n.ray_node_type_name,
+                "state": state,
+                "status": n.node_status,
+                "details": n.details,
+            }
+            for n in infos
+        ]
 
-    instances = (nodes(status.pending_nodes, "pending") + nodes(status.active_nodes, "active")
-                 + nodes(status.idle_nodes, "idle"))
+    instances = (
+        nodes(status.pending_nodes, "pending") + nodes(status.active_nodes, "active") + nodes(status.idle_nodes, "idle")
+    )
     instances = [i for i in instances if i["instance"] != FAKE_HEAD_NODE_ID[-5:]]
-    return {"instances": sorted(instances, key=lambda i: i["instance"]),
-            "dead": sorted(n.instance_id[-5:] for n in status.failed_nodes),
-            "launches": sum(r.count for r in status.pending_launches),
-            "ray_nodes": sorted(n["NodeID"][-5:] + ":" + ",".join(f"{k}={v:g}" for k, v in sorted(
-                n["Resources"].items()) if k in ("CPU", "GPU")) for n in alive)}
+    return {
+        "instances": sorted(instances, key=lambda i: i["instance"]),
+        "dead": sorted(n.instance_id[-5:] for n in status.failed_nodes),
+        "launches": sum(r.count for r in status.pending_launches),
+        "ray_nodes": sorted(
+            n["NodeID"][-5:]
+            + ":"
+            + ",".join(f"{k}={v:g}" for k, v in sorted(n["Resources"].items()) if k in ("CPU", "GPU"))
+            for n in alive
+        ),
+    }
 
 
 def serve() -> None:
@@ -211,9 +251,13 @@ def serve() -> None:
 
     from ray_efa_eks.efacheck.local_cluster import local_cluster
 
-    head = {"autoscaling_config": os.environ["REHEARSAL_CONFIG"],
-            "env_vars": {k: os.environ[k] for k in ("RAY_OVERRIDE_NODE_ID_FOR_TESTING", "RAY_CLOUD_INSTANCE_ID",
-                                                     "RAY_NODE_TYPE_NAME")}}
+    head = {
+        "autoscaling_config": os.environ["REHEARSAL_CONFIG"],
+        "env_vars": {
+            k: os.environ[k]
+            for k in ("RAY_OVERRIDE_NODE_ID_FOR_TESTING", "RAY_CLOUD_INSTANCE_ID", "RAY_NODE_TYPE_NAME")
+        },
+    }
     for k in head["env_vars"]:  # the head's only: the fake nodes' raylets get their own from the provider
         os.environ.pop(k)
     with local_cluster(worker_nodes=0, dashboard=True, head_args=head) as c:
@@ -235,8 +279,13 @@ def serve() -> None:
 
         th = threading.Thread(target=sampler, daemon=True)
         th.start()
-        print(ANSWER + json.dumps({"url": "http://" + c.webui_url, "gcs": c.address,
-                          "session_dir": c.head_node.get_session_dir_path()}), flush=True)
+        print(
+            ANSWER
+            + json.dumps(
+                {"url": "http://" + c.webui_url, "gcs": c.address, "session_dir": c.head_node.get_session_dir_path()}
+            ),
+            flush=True,
+        )
         log = os.path.join(c.head_node.get_session_dir_path(), "logs", "monitor.log")
         for line in sys.stdin:
             if line.strip() == "timeline":

@@ -32,8 +32,10 @@ class FakeKube:
                 fake.calls.append(("POST", self.path, body, self.headers.get("Authorization")))
                 if self.path.endswith("/rayjobs"):
                     fake.job = body
-                    return self._send(fake.create_status, {"message": "forbidden: User cannot create rayjobs"}
-                                      if fake.create_status == 403 else body)
+                    return self._send(
+                        fake.create_status,
+                        {"message": "forbidden: User cannot create rayjobs"} if fake.create_status == 403 else body,
+                    )
                 self._send(201, body)
 
             def do_GET(self):
@@ -41,8 +43,9 @@ class FakeKube:
                 if "/rayjobs/" in self.path:
                     st = dict(fake.statuses.pop(0) if len(fake.statuses) > 1 else fake.statuses[0])
                     suspend = st.pop("_suspend", False) if isinstance(st, dict) else False
-                    return self._send(200, {"metadata": fake.job["metadata"], "spec": {"suspend": suspend},
-                                            "status": st})
+                    return self._send(
+                        200, {"metadata": fake.job["metadata"], "spec": {"suspend": suspend}, "status": st}
+                    )
                 if "/pods?" in self.path:
                     return self._send(200, {"items": [{"metadata": {"name": "run1-abcde"}}]})
                 if "/log" in self.path:

@@ -32,14 +32,21 @@ def main() -> None:
     env = json.loads(sys.argv[1])
     for k in [k for k in os.environ if k.startswith("AWS_")]:
         del os.environ[k]
-    os.environ.update(env, AWS_EC2_METADATA_SERVICE_ENDPOINT=f"http://127.0.0.1:{srv.server_port}",
-                      AWS_CONFIG_FILE="/dev/null", AWS_SHARED_CREDENTIALS_FILE="/dev/null")
+    os.environ.update(
+        env,
+        AWS_EC2_METADATA_SERVICE_ENDPOINT=f"http://127.0.0.1:{srv.server_port}",
+        AWS_CONFIG_FILE="/dev/null",
+        AWS_SHARED_CREDENTIALS_FILE="/dev/null",
+    )
     out: dict = {}
     t0 = time.monotonic()
     import pyarrow.fs
 
-    s3 = pyarrow.fs.S3FileSystem(endpoint_override=env.get("AWS_ENDPOINT_URL_S3"), scheme="http") \
-        if env.get("AWS_ENDPOINT_URL_S3") else pyarrow.fs.S3FileSystem()
+    s3 = (
+        pyarrow.fs.S3FileSystem(endpoint_override=env.get("AWS_ENDPOINT_URL_S3"), scheme="http")
+        if env.get("AWS_ENDPOINT_URL_S3")
+        else pyarrow.fs.S3FileSystem()
+    )
     out["pyarrow_region"] = s3.region
     if len(sys.argv) > 2:
         out["pyarrow_listing"] = [i.path for i in s3.get_file_info(pyarrow.fs.FileSelector(sys.argv[2]))]

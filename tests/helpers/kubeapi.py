@@ -69,25 +69,34 @@ class Rbac:
     subresource) in ``namespace`` (None: cluster-scoped)?"""
 
     def __init__(self, objects: list[dict[str, Any]]):
-        self.roles = {(o["kind"], (o["metadata"].get("namespace") if o["kind"] == "Role" else None),
-                       o["metadata"]["name"]): o.get("rules") or [] for o in objects
-                      if o.get("kind") in ("Role", "ClusterRole")}
+        self.roles = {
+            (
+                o["kind"],
+                (o["metadata"].get("namespace") if o["kind"] == "Role" else None),
+                o["metadata"]["name"],
+            ): o.get("rules") or []
+            for o in objects
+            if o.get("kind") in ("Role", "ClusterRole")
+        }
         self.bindings = [o for o in objects if o.get("kind") in ("RoleBinding", "ClusterRoleBinding")]
 
     def allows(self, user: str, verb: str, group: str, resource: str, namespace: str | None) -> bool:
         for b in self.bindings:
             if b["kind"] == "RoleBinding" and b["metadata"].get("namespace") != namespace:
                 continue
-            if not any(s.get("kind") == "ServiceAccount"
-                       and f"system:serviceaccount:{s.get('namespace')}:{s['name']}" == user
-                       for s in b.get("subjects") or []):
+            if not any(
+                s.get("kind") == "ServiceAccount" and f"system:serviceaccount:{s.get('namespace')}:{s['name']}" == user
+                for s in b.get("subjects") or []
+            ):
                 continue
             ref = b["roleRef"]
             ns = b["metadata"].get("namespace") if ref["kind"] == "Role" else None
             for rule in self.roles.get((ref["kind"], ns, ref["name"]), []):
-                if (group in rule.get("apiGroups", []) or "*" in rule.get("apiGroups", [])) and \
-                        (resource in rule.get("resources", []) or "*" in rule.get("resources", [])) and \
-                        (verb in rule.get("verbs", []) or "*" in rule.get("verbs", [])):
+                if (
+                    (group in rule.get("apiGroups", []) or "*" in rule.get("apiGroups", []))
+                    and (resource in rule.get("resources", []) or "*" in rule.get("resources", []))
+                    and (verb in rule.get("verbs", []) or "*" in rule.get("verbs", []))
+                ):
                     return True
         return False
 
@@ -109,9 +118,28 @@ class KubeApi:
         workdir.mkdir(parents=True, exist_ok=True)
         self.ca = workdir / "ca.crt"
         key = workdir / "tls.key"
-        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
-                        "/CN=kube-apiserver", "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key),
-                        "-out", str(self.ca)], check=True, capture_output=True)
+        subprocess.run(
+            [
+                "openssl",
+                "req",
+                "-x509",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-days",
+                "1",
+                "-subj",
+                "/CN=kube-apiserver",
+                "-addext",
+                "subjectAltName=IP:127.0.0.1",
+                "-keyout",
+                str(key),
+                "-out",
+                str(self.ca),
+            ],
+            check=True,
+            capture_output=True,
+        )
         api = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -121,8 +149,9 @@ class KubeApi:
             def _do(self, method: str) -> None:
                 n = int(self.headers.get("Content-Length") or 0)
                 body = json.loads(self.rfile.read(n)) if n else None
-                status, out = api.handle(method, self.path, self.headers.get("Authorization", ""), body,
-                                         self.headers.get("Content-Type", ""))
+                status, out = api.handle(
+                    method, self.path, self.headers.get("Authorization", ""), body, self.headers.get("Content-Type", "")
+                )
                 data = json.dumps(out).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
@@ -192,11 +221,24 @@ class KubeApi:
 
     @staticmethod
     def _status(code: int, reason: str, message: str) -> tuple[int, Any]:
-        return code, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": reason,
-                      "message": message, "code": code}
+        return code, {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "status": "Failure",
+            "reason": reason,
+            "message": message,
+            "code": code,
+        }
 
-    def _route(self, method: str, parts: list[str], query: dict[str, list[str]], who: tuple[str, str | None] | None,
-               body: Any, content_type: str) -> tuple[int, Any]:
+    def _route(
+        self,
+        method: str,
+        parts: list[str],
+        query: dict[str, list[str]],
+        who: tuple[str, str | None] | None,
+        body: Any,
+        content_type: str,
+    ) -> tuple[int, Any]:
         if who is None:
             return self._status(401, "Unauthorized", "Unauthorized")
         user, node_of_token = who
@@ -211,8 +253,11 @@ class KubeApi:
         rname = resource + (f"/{sub}" if sub else "")
         if not self.rbac.allows(user, verb, "", rname, namespace):
             where = f' in the namespace "{namespace}"' if namespace else " at the cluster scope"
-            return self._status(403, "Forbidden", f'{rname} is forbidden: User "{user}" cannot {verb} resource '
-                                                  f'"{resource}" in API group ""{where}')
+            return self._status(
+                403,
+                "Forbidden",
+                f'{rname} is forbidden: User "{user}" cannot {verb} resource "{resource}" in API group ""{where}',
+            )
         with self.lock:
             if resource == "pods":
                 return self._pods(namespace, name, query)
@@ -231,8 +276,7 @@ class KubeApi:
         for spec in self.policies:
             ok, messages = vap.admit(spec, request)
             if not ok:
-                return self._status(422, "Invalid", "ValidatingAdmissionPolicy denied request: "
-                                    + "; ".join(messages))
+                return self._status(422, "Invalid", "ValidatingAdmissionPolicy denied request: " + "; ".join(messages))
         return None
 
     def _pods(self, namespace: str | None, name: str | None, query: dict[str, list[str]]) -> tuple[int, Any]:
@@ -241,13 +285,25 @@ class KubeApi:
             return (200, copy.deepcopy(pod)) if pod else self._status(404, "NotFound", f'pods "{name}" not found')
         terms = [t.split("=", 1) for s in query.get("labelSelector", []) for t in s.split(",") if "=" in t]
         fields = [t.split("=", 1) for s in query.get("fieldSelector", []) for t in s.split(",") if "=" in t]
-        items = [copy.deepcopy(p) for (ns, _), p in sorted(self.pods.items()) if ns == namespace
-                 and all((p["metadata"].get("labels") or {}).get(k) == v for k, v in terms)
-                 and all(k == "spec.nodeName" and p["spec"].get("nodeName") == v for k, v in fields)]
+        items = [
+            copy.deepcopy(p)
+            for (ns, _), p in sorted(self.pods.items())
+            if ns == namespace
+            and all((p["metadata"].get("labels") or {}).get(k) == v for k, v in terms)
+            and all(k == "spec.nodeName" and p["spec"].get("nodeName") == v for k, v in fields)
+        ]
         return 200, {"kind": "PodList", "apiVersion": "v1", "items": items}
 
-    def _nodes(self, method: str, name: str | None, sub: str, user: str, node_of_token: str | None, body: Any,
-               content_type: str) -> tuple[int, Any]:
+    def _nodes(
+        self,
+        method: str,
+        name: str | None,
+        sub: str,
+        user: str,
+        node_of_token: str | None,
+        body: Any,
+        content_type: str,
+    ) -> tuple[int, Any]:
         old = self.nodes.get(name or "")
         if old is None:
             return self._status(404, "NotFound", f'nodes "{name}" not found')
@@ -257,16 +313,16 @@ class KubeApi:
             try:
                 new = json_patch(old, body)
             except (ValueError, KeyError, IndexError) as e:
-                return self._status(422, "Invalid", f"the server rejected our request due to an error in our "
-                                                     f"request: {e}")
+                return self._status(
+                    422, "Invalid", f"the server rejected our request due to an error in our request: {e}"
+                )
         else:  # merge patch of status.conditions (strategic merge keys conditions by type)
             new = copy.deepcopy(old)
             conds = {c["type"]: c for c in (new.get("status") or {}).get("conditions") or []}
             for c in ((body or {}).get("status") or {}).get("conditions") or []:
                 conds[c["type"]] = {**conds.get(c["type"], {}), **c}
             new.setdefault("status", {})["conditions"] = list(conds.values())
-        denied = self._admit(vap.request(user, "UPDATE", "nodes", new, old, subresource=sub,
-                                         node_name=node_of_token))
+        denied = self._admit(vap.request(user, "UPDATE", "nodes", new, old, subresource=sub, node_name=node_of_token))
         if denied:
             return denied
         self.nodes[name] = new

@@ -66,8 +66,7 @@ class Objects:
             if o.get("kind") == "ConfigMap":
                 out.config_maps[key] = {k: v for k, v in (o.get("data") or {}).items() if isinstance(v, str)}
             elif o.get("kind") == "Secret":
-                data = {k: base64.b64decode(v).decode() for k, v in (o.get("data") or {}).items()
-                        if isinstance(v, str)}
+                data = {k: base64.b64decode(v).decode() for k, v in (o.get("data") or {}).items() if isinstance(v, str)}
                 data.update({k: v for k, v in (o.get("stringData") or {}).items() if isinstance(v, str)})
                 for k, v in (secret_values or {}).items():
                     data.setdefault(k, v)
@@ -79,10 +78,22 @@ class Pod:
     """One pod of a rendered template, run here. ``run()`` for a pod that ends (a Job's), ``start()`` for one that
     runs until stopped (a DaemonSet's); ``phase`` is Succeeded/Failed/Running as the kubelet would report it."""
 
-    def __init__(self, template_id: str, spec: dict[str, Any], *, name: str, namespace: str, node: str,
-                 api: KubeApi, objects: Objects, root: Path, host_paths: dict[str, str] | None = None,
-                 aliases: dict[str, str] | None = None, env: dict[str, str] | None = None,
-                 rewrite: Callable[[str, list[str]], list[str]] | None = None):
+    def __init__(
+        self,
+        template_id: str,
+        spec: dict[str, Any],
+        *,
+        name: str,
+        namespace: str,
+        node: str,
+        api: KubeApi,
+        objects: Objects,
+        root: Path,
+        host_paths: dict[str, str] | None = None,
+        aliases: dict[str, str] | None = None,
+        env: dict[str, str] | None = None,
+        rewrite: Callable[[str, list[str]], list[str]] | None = None,
+    ):
         self.template_id, self.spec, self.name, self.namespace, self.node = template_id, spec, name, namespace, node
         self.api, self.objects, self.root = api, objects, root
         self.host_paths, self.aliases = host_paths or {}, aliases or {}
@@ -109,22 +120,32 @@ class Pod:
             d.mkdir(parents=True, exist_ok=True)
             self.volumes[v["name"]] = d
             if "configMap" in v:
-                self._files(d, self.objects.config_maps.get((self.namespace, v["configMap"]["name"]), {}),
-                            v["configMap"].get("items"))
+                self._files(
+                    d,
+                    self.objects.config_maps.get((self.namespace, v["configMap"]["name"]), {}),
+                    v["configMap"].get("items"),
+                )
             elif "secret" in v:
-                self._files(d, self.objects.secrets.get((self.namespace, v["secret"]["secretName"]), {}),
-                            v["secret"].get("items"))
+                self._files(
+                    d,
+                    self.objects.secrets.get((self.namespace, v["secret"]["secretName"]), {}),
+                    v["secret"].get("items"),
+                )
             elif "projected" in v:
                 for src in v["projected"]["sources"]:
                     if "serviceAccountToken" in src:
                         (d / src["serviceAccountToken"]["path"]).write_text(
-                            self.api.issue_token(self.namespace, sa, self.node))
+                            self.api.issue_token(self.namespace, sa, self.node)
+                        )
                     elif "configMap" in src and src["configMap"]["name"] == "kube-root-ca.crt":
                         for item in src["configMap"].get("items") or [{"key": "ca.crt", "path": "ca.crt"}]:
                             (d / item["path"]).write_text(self.api.ca.read_text())
                     elif "configMap" in src:
-                        self._files(d, self.objects.config_maps.get((self.namespace, src["configMap"]["name"]), {}),
-                                    src["configMap"].get("items"))
+                        self._files(
+                            d,
+                            self.objects.config_maps.get((self.namespace, src["configMap"]["name"]), {}),
+                            src["configMap"].get("items"),
+                        )
 
     @staticmethod
     def _files(d: Path, data: dict[str, str], items: list[dict[str, str]] | None) -> None:
@@ -158,20 +179,29 @@ class Pod:
                 path = "/" + "/".join(parts[:i])
                 prefixes[path] = croot + path
         prefixes.update(self.aliases)
-        pattern = re.compile(r"(?<![\w.-])(" + "|".join(re.escape(k) for k in sorted(prefixes, key=len, reverse=True))
-                             + r")(?![\w.-])")
+        pattern = re.compile(
+            r"(?<![\w.-])(" + "|".join(re.escape(k) for k in sorted(prefixes, key=len, reverse=True)) + r")(?![\w.-])"
+        )
         return pattern.sub(lambda m: prefixes[m.group(1)], text)
 
     # -- env ------------------------------------------------------------------------------------------------------
     def _env(self, c: dict[str, Any], mounts: dict[str, Path]) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "KUBERNETES_", "PYTHONPATH"))}
         env.update(self.base_env)
-        env.update(PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}", KUBERNETES_SERVICE_HOST="127.0.0.1",
-                   KUBERNETES_SERVICE_PORT=str(self.api.port), HOSTNAME=self.name)
+        env.update(
+            PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}",
+            KUBERNETES_SERVICE_HOST="127.0.0.1",
+            KUBERNETES_SERVICE_PORT=str(self.api.port),
+            HOSTNAME=self.name,
+        )
         if "PATH_PREFIX" in env:  # the node's own tools (a stand-in fi_info) first
             env["PATH"] = env.pop("PATH_PREFIX") + os.pathsep + env["PATH"]
-        fields = {"metadata.name": self.name, "metadata.namespace": self.namespace, "spec.nodeName": self.node,
-                  "spec.serviceAccountName": self.spec.get("serviceAccountName") or "default"}
+        fields = {
+            "metadata.name": self.name,
+            "metadata.namespace": self.namespace,
+            "spec.nodeName": self.node,
+            "spec.serviceAccountName": self.spec.get("serviceAccountName") or "default",
+        }
         for e in c.get("env") or []:
             if "value" in e:
                 env[e["name"]] = self._remap(_plain(e["value"]), mounts)
@@ -194,11 +224,18 @@ class Pod:
         argv = self.rewrite(c["name"], argv)
         cwd = self._remap(c.get("workingDir") or str(self.root), mounts)
         env = self._env(c, mounts)
-        record = {"template": self.template_id, "container": c["name"], "init": init, "exit": None,
-                  "argv": argv, "env": {e["name"]: env.get(e["name"]) for e in c.get("env") or []}}
+        record = {
+            "template": self.template_id,
+            "container": c["name"],
+            "init": init,
+            "exit": None,
+            "argv": argv,
+            "env": {e["name"]: env.get(e["name"]) for e in c.get("env") or []},
+        }
         EXECUTED.append(record)
-        p = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             start_new_session=True)
+        p = subprocess.Popen(
+            argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+        )
         self.procs[c["name"]] = p
         self.logs[c["name"]] = []
 
@@ -261,8 +298,9 @@ class Pod:
                 self.procs[name].wait(max(0.1, end - time.monotonic()))
             except subprocess.TimeoutExpired:
                 self.stop()
-                raise AssertionError(f"pod {self.name}: {name} still running after {timeout} s: "
-                                     + "".join(self.logs[name][-40:]))
+                raise AssertionError(
+                    f"pod {self.name}: {name} still running after {timeout} s: " + "".join(self.logs[name][-40:])
+                )
         time.sleep(0.1)
         self.phase = "Succeeded" if all(self.procs[n].returncode == 0 for n in mains) else "Failed"
         self.stop()
@@ -284,6 +322,6 @@ class Pod:
         return "".join(self.logs.get(container, []))
 
     def describe(self) -> str:
-        return "\n".join(f"--- {n} (exit {self.exits.get(n)}):\n" + "".join(lines[-30:])
-                         for n, lines in self.logs.items())
-
+        return "\n".join(
+            f"--- {n} (exit {self.exits.get(n)}):\n" + "".join(lines[-30:]) for n, lines in self.logs.items()
+        )

@@ -30,8 +30,17 @@ from fractions import Fraction
 from typing import Any
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-_SUFFIX = {"m": Fraction(1, 1000), "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
-           "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+_SUFFIX = {
+    "m": Fraction(1, 1000),
+    "k": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+}
 
 
 def quantity(value: Any) -> Fraction:
@@ -39,7 +48,7 @@ def quantity(value: Any) -> Fraction:
     text = str(value)
     for suffix in sorted(_SUFFIX, key=len, reverse=True):
         if text.endswith(suffix):
-            return Fraction(text[:-len(suffix)]) * _SUFFIX[suffix]
+            return Fraction(text[: -len(suffix)]) * _SUFFIX[suffix]
     return Fraction(text)
 
 
@@ -53,9 +62,9 @@ def _requests(container: dict[str, Any]) -> dict[str, Fraction]:
 def pod_requests(spec: dict[str, Any]) -> dict[str, Fraction]:
     """k8s.io/component-helpers resource.PodRequests: the containers' sum, or an init container's request where it is
     larger (init containers run one at a time, before the others)."""
-    assert not spec.get("overhead") and not any(c.get("restartPolicy") == "Always"
-                                                for c in spec.get("initContainers") or []), \
-        "pod overhead and sidecar init containers are not modelled (none is rendered)"
+    assert not spec.get("overhead") and not any(
+        c.get("restartPolicy") == "Always" for c in spec.get("initContainers") or []
+    ), "pod overhead and sidecar init containers are not modelled (none is rendered)"
     total: dict[str, Fraction] = {}
     for c in spec.get("containers") or []:
         for k, v in _requests(c).items():
@@ -113,8 +122,11 @@ class Kueue:
     def __init__(self, objects: list[dict[str, Any]], ignore_undeclared: bool = True):
         self.ignore_undeclared = ignore_undeclared
         self.flavors = {o["metadata"]["name"]: o for o in objects if o["kind"] == "ResourceFlavor"}
-        self.local = {(o["metadata"]["namespace"], o["metadata"]["name"]): o["spec"]["clusterQueue"]
-                      for o in objects if o["kind"] == "LocalQueue"}
+        self.local = {
+            (o["metadata"]["namespace"], o["metadata"]["name"]): o["spec"]["clusterQueue"]
+            for o in objects
+            if o["kind"] == "LocalQueue"
+        }
         self.queues: dict[str, _Queue] = {}
         for o in objects:
             if o["kind"] != "ClusterQueue":
@@ -124,12 +136,16 @@ class Kueue:
             assert flavor["name"] in self.flavors, f"ClusterQueue {o['metadata']['name']}: no flavor {flavor['name']}"
             sel = o["spec"].get("namespaceSelector", {}).get("matchLabels", {})
             self.queues[o["metadata"]["name"]] = _Queue(
-                name=o["metadata"]["name"], cohort=o["spec"].get("cohortName"),
+                name=o["metadata"]["name"],
+                cohort=o["spec"].get("cohortName"),
                 namespaces={sel["kubernetes.io/metadata.name"]} if "kubernetes.io/metadata.name" in sel else set(),
                 flavor=flavor["name"],
                 nominal={r["name"]: quantity(r["nominalQuota"]) for r in flavor["resources"]},
-                borrowing_limit={r["name"]: quantity(r["borrowingLimit"]) if "borrowingLimit" in r else None
-                                 for r in flavor["resources"]})
+                borrowing_limit={
+                    r["name"]: quantity(r["borrowingLimit"]) if "borrowingLimit" in r else None
+                    for r in flavor["resources"]
+                },
+            )
         self.pending: list[dict[str, Any]] = []
         self.admitted: dict[tuple[str, str], tuple[str, dict[str, Fraction]]] = {}
 
@@ -169,8 +185,11 @@ class Kueue:
                 return Admission(False, f"resource {res} unavailable in ClusterQueue")
             have = self.available(cq, res)
             if amount > have:
-                return Admission(False, f"couldn't assign flavors to pod set: insufficient unused quota for {res} "
-                                        f"in flavor {cq.flavor}, {amount - have} more needed")
+                return Admission(
+                    False,
+                    f"couldn't assign flavors to pod set: insufficient unused quota for {res} "
+                    f"in flavor {cq.flavor}, {amount - have} more needed",
+                )
         return Admission(True, f"Quota reserved in ClusterQueue {cq.name}")
 
     def schedule(self) -> dict[str, Admission]:

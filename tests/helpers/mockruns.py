@@ -22,8 +22,10 @@ _RUNS: dict[str, tuple[MockRun, str]] = {}
 def _key(config: dict[str, Any] | None, region: str) -> str:
     """The config as ``run_program`` passes it to the program (a non-string value JSON-encoded), so ``{"n": 3}`` and
     ``{"n": "3"}`` share a run, as they share the program's input."""
-    norm = {(k if ":" in k else f"ray-efa-eks:{k}"): (v if isinstance(v, str) else json.dumps(v))
-            for k, v in (config or {}).items()}
+    norm = {
+        (k if ":" in k else f"ray-efa-eks:{k}"): (v if isinstance(v, str) else json.dumps(v))
+        for k, v in (config or {}).items()
+    }
     return json.dumps([region, norm], sort_keys=True)
 
 

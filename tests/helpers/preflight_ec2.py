@@ -14,15 +14,20 @@ NOT_IMPLEMENTED = "NotImplemented"
 
 
 def err(code: str, status: int = 400, op: str = "Op") -> ClientError:
-    return ClientError({"Error": {"Code": code, "Message": f"{code} message"},
-                        "ResponseMetadata": {"HTTPStatusCode": status}}, op)
+    return ClientError(
+        {"Error": {"Code": code, "Message": f"{code} message"}, "ResponseMetadata": {"HTTPStatusCode": status}}, op
+    )
 
 
 def g6(**kw):
-    return {"InstanceType": ITYPE, "VCpuInfo": {"DefaultVCpus": 48},
-            "GpuInfo": {"Gpus": [{"Name": "L4", "Count": 4}]},
-            "NetworkInfo": {"EfaSupported": True, "MaximumNetworkCards": 1},
-            "SupportedUsageClasses": ["on-demand", "spot"], **kw}
+    return {
+        "InstanceType": ITYPE,
+        "VCpuInfo": {"DefaultVCpus": 48},
+        "GpuInfo": {"Gpus": [{"Name": "L4", "Count": 4}]},
+        "NetworkInfo": {"EfaSupported": True, "MaximumNetworkCards": 1},
+        "SupportedUsageClasses": ["on-demand", "spot"],
+        **kw,
+    }
 
 
 class EC2:
@@ -32,18 +37,30 @@ class EC2:
         self.meta = SimpleNamespace(region_name=region)
         self.calls: list[tuple[str, dict]] = []
         self.answers = {
-            "describe_instance_type_offerings": [{"InstanceTypeOfferings": [
-                {"InstanceType": ITYPE, "Location": "us-east-1b"}, {"InstanceType": ITYPE, "Location": "us-east-1a"},
-                {"InstanceType": "p5.48xlarge", "Location": "us-east-1d"}]}],  # another type's: not ours
-            "describe_availability_zones": {"AvailabilityZones": [
-                {"ZoneName": "us-east-1b", "ZoneId": "use1-az1"}, {"ZoneName": "us-east-1a", "ZoneId": "use1-az6"},
-                {"ZoneName": "us-east-1e", "ZoneId": "use1-az3"}, {"ZoneName": "us-east-1c"}]},
+            "describe_instance_type_offerings": [
+                {
+                    "InstanceTypeOfferings": [
+                        {"InstanceType": ITYPE, "Location": "us-east-1b"},
+                        {"InstanceType": ITYPE, "Location": "us-east-1a"},
+                        {"InstanceType": "p5.48xlarge", "Location": "us-east-1d"},
+                    ]
+                }
+            ],  # another type's: not ours
+            "describe_availability_zones": {
+                "AvailabilityZones": [
+                    {"ZoneName": "us-east-1b", "ZoneId": "use1-az1"},
+                    {"ZoneName": "us-east-1a", "ZoneId": "use1-az6"},
+                    {"ZoneName": "us-east-1e", "ZoneId": "use1-az3"},
+                    {"ZoneName": "us-east-1c"},
+                ]
+            },
             "describe_instance_types": lambda **kw: [{"InstanceTypes": [g6()]}],
             "describe_instances": [{"Reservations": []}],
             "create_placement_group": err("DryRunOperation", 412),
             "describe_capacity_reservations": [{"CapacityReservations": []}],
             "describe_capacity_block_offerings": {"CapacityBlockOfferings": []},
-            **answers}
+            **answers,
+        }
 
     def _answer(self, op: str, **kw):
         self.calls.append((op, kw))
@@ -61,6 +78,7 @@ class EC2:
             def paginate(self, **kw):
                 pages = ec2._answer(op, **kw)
                 return pages if isinstance(pages, list) else [pages]
+
         return Paginator()
 
     def __getattr__(self, op):
@@ -70,5 +88,12 @@ class EC2:
 
 
 def odcr(**kw):
-    return {"CapacityReservationId": RID, "InstanceType": ITYPE, "AvailabilityZone": "us-east-1b",
-            "State": "active", "AvailableInstanceCount": 2, "TotalInstanceCount": 2, **kw}
+    return {
+        "CapacityReservationId": RID,
+        "InstanceType": ITYPE,
+        "AvailabilityZone": "us-east-1b",
+        "State": "active",
+        "AvailableInstanceCount": 2,
+        "TotalInstanceCount": 2,
+        **kw,
+    }

@@ -55,14 +55,18 @@ class Stack:
     def __init__(self, config: dict[str, Any] | None = None):
         self.config = config or {}
         self.run = shared_run(config)
-        self.objects = [json_numbers(r.inputs) for r in self.run.resources
-                        if r.type.startswith("kubernetes:") and isinstance(r.inputs.get("kind"), str)]
+        self.objects = [
+            json_numbers(r.inputs)
+            for r in self.run.resources
+            if r.type.startswith("kubernetes:") and isinstance(r.inputs.get("kind"), str)
+        ]
         rc = self.run.one("kubernetes:ray.io/v1:RayCluster").inputs
         self.ray_cluster = {"metadata": json_numbers(dict(rc["metadata"])), "spec": json_numbers(rc["spec"])}
         self.job = json_numbers(self.run.one("kubernetes:batch/v1:Job").inputs)
         self.daemonsets = [o for o in self.objects if o["kind"] == "DaemonSet"]
-        self.node_groups = {r.name: json_numbers(r.inputs) for r in self.run.resources
-                            if r.type == "eks:index:ManagedNodeGroup"}
+        self.node_groups = {
+            r.name: json_numbers(r.inputs) for r in self.run.resources if r.type == "eks:index:ManagedNodeGroup"
+        }
 
     def gpu_group(self) -> dict[str, Any]:
         return next(g for g in self.node_groups.values() if (g.get("labels") or {}).get("ray-efa-eks/role") == "gpu")
@@ -76,8 +80,10 @@ def matches(spec: dict[str, Any], node: dict[str, Any]) -> bool:
     labels = node["metadata"].get("labels") or {}
     if any(labels.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items()):
         return False
-    terms = (((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
-        "requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms")
+    terms = (
+        ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution")
+        or {}
+    ).get("nodeSelectorTerms")
     if not terms:
         return True
     for term in terms:
@@ -100,10 +106,12 @@ def untolerated(spec: dict[str, Any], node: dict[str, Any]) -> list[str]:
     for t in (node.get("spec") or {}).get("taints") or []:
         if t.get("effect") == "PreferNoSchedule":
             continue
-        if not any((tol.get("key") in (None, t["key"]))
-                   and (tol.get("operator") == "Exists" or tol.get("value") == t.get("value"))
-                   and tol.get("effect") in (None, "", t.get("effect"))
-                   for tol in spec.get("tolerations") or []):
+        if not any(
+            (tol.get("key") in (None, t["key"]))
+            and (tol.get("operator") == "Exists" or tol.get("value") == t.get("value"))
+            and tol.get("effect") in (None, "", t.get("effect"))
+            for tol in spec.get("tolerations") or []
+        ):
             out.append(t["key"])
     return out
 
@@ -120,25 +128,41 @@ class RayHead:
     def __init__(self, stack: Stack, tmp: Path, gate_dir: Path, token: str | None):
         tmp.mkdir(parents=True, exist_ok=True)
         cfg = tmp / "autoscaling.json"
-        cfg.write_text(json.dumps(autoscaling_config(stack.ray_cluster, idle_timeout_s=IDLE_S, boot_delay_s=BOOT_S,
-                                                     gate_dir=str(gate_dir))))
+        cfg.write_text(
+            json.dumps(
+                autoscaling_config(
+                    stack.ray_cluster, idle_timeout_s=IDLE_S, boot_delay_s=BOOT_S, gate_dir=str(gate_dir)
+                )
+            )
+        )
         env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_AUTH", "RAY_ADDRESS"))}
-        env.update(head_env(stack.ray_cluster), REHEARSAL_CONFIG=str(cfg), PYTHONPATH=str(REPO),
-                   RAY_USAGE_STATS_ENABLED="0", PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}")
+        env.update(
+            head_env(stack.ray_cluster),
+            REHEARSAL_CONFIG=str(cfg),
+            PYTHONPATH=str(REPO),
+            RAY_USAGE_STATS_ENABLED="0",
+            PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
+        )
         head = stack.ray_cluster["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
         env.update(plain_env(head))  # the head pod's rendered env (RAY_EFA_EKS_IMAGE/SPEC_HASH: the gate's stale test)
         if token:  # the head pod's env (RAY_AUTH_MODE=token, the Secret's token): every Ray process inherits it
             env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token)
         self.events: list[str] = []
-        self.proc = subprocess.Popen([sys.executable, "-c", "from tests.helpers.autoscaling import serve; serve()"],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=REPO)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", "from tests.helpers.autoscaling import serve; serve()"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=REPO,
+        )
         info = self.answer()
         self.url, self.gcs = info["url"], info["gcs"]
 
     def answer(self) -> Any:
         for line in self.proc.stdout:
             if line.startswith(ANSWER):
-                return json.loads(line[len(ANSWER):])
+                return json.loads(line[len(ANSWER) :])
             self.events.append(line.rstrip())
         raise AssertionError(f"the rehearsal's Ray head exited ({self.proc.wait()}): {self.events[-20:]}")
 
@@ -159,8 +183,16 @@ class RayHead:
 class Deploy:
     """One stack deployed here: the API, the Ray head, and the controllers' loop (see the module docstring)."""
 
-    def __init__(self, stack: Stack, tmp: Path, *, failing: set[int] | None = None,
-                 digests: dict[int, str] | None = None, ray: bool = True, proof_interval_s: str | None = "2"):
+    def __init__(
+        self,
+        stack: Stack,
+        tmp: Path,
+        *,
+        failing: set[int] | None = None,
+        digests: dict[int, str] | None = None,
+        ray: bool = True,
+        proof_interval_s: str | None = "2",
+    ):
         self.stack, self.tmp = stack, tmp
         self.gate_dir = tmp / "instances"
         """Where the current head's provider writes its instances (one folder per head: ids restart at 1)."""
@@ -182,8 +214,12 @@ class Deploy:
         self.terminated: list[str] = []
         self.proof_interval_s = proof_interval_s
         """The node agent's proof interval here (None: the rendered one)."""
-        self.api.put_node(self._node("system-node-0", next(g for g in stack.node_groups.values()
-                                                             if g["labels"].get("ray-efa-eks/role") == "system")))
+        self.api.put_node(
+            self._node(
+                "system-node-0",
+                next(g for g in stack.node_groups.values() if g["labels"].get("ray-efa-eks/role") == "system"),
+            )
+        )
         self.head: RayHead | None = None
         if ray:
             self._start_head(stack)
@@ -203,9 +239,16 @@ class Deploy:
         from tests.helpers.kubelet import EXECUTED
 
         for c in ("ray-head", "autoscaler"):
-            EXECUTED.append({"template": f"RayCluster/{self.cluster}/head", "container": c, "init": False,
-                             "exit": None, "argv": ["ray start --head", "(local_cluster, the autoscaler's monitor)"],
-                             "env": {}})
+            EXECUTED.append(
+                {
+                    "template": f"RayCluster/{self.cluster}/head",
+                    "container": c,
+                    "init": False,
+                    "exit": None,
+                    "argv": ["ray start --head", "(local_cluster, the autoscaler's monitor)"],
+                    "env": {},
+                }
+            )
         self._put_ray_pod("head", f"{self.cluster}-head", "system-node-0", DIGEST, "ray-head")
         self.event("ray head up (head pod Running)")
 
@@ -235,19 +278,43 @@ class Deploy:
     # -- the cluster's objects ------------------------------------------------------------------------------------
     def _node(self, name: str, group: dict[str, Any]) -> dict[str, Any]:
         itype = (group.get("labels") or {}).get("ray-efa-eks/instance-type") or group["instanceTypes"][0]
-        labels = {**(group.get("labels") or {}), "node.kubernetes.io/instance-type": itype,
-                  "kubernetes.io/hostname": name}
-        taints = [{"key": t["key"], "value": t.get("value"), "effect": TAINT_EFFECT[t["effect"]]}
-                  for t in group.get("taints") or []]
-        return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels},
-                "spec": {"taints": taints} if taints else {}, "status": {"conditions": []}}
+        labels = {
+            **(group.get("labels") or {}),
+            "node.kubernetes.io/instance-type": itype,
+            "kubernetes.io/hostname": name,
+        }
+        taints = [
+            {"key": t["key"], "value": t.get("value"), "effect": TAINT_EFFECT[t["effect"]]}
+            for t in group.get("taints") or []
+        ]
+        return {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": name, "labels": labels},
+            "spec": {"taints": taints} if taints else {},
+            "status": {"conditions": []},
+        }
 
     def _put_ray_pod(self, kind: str, name: str, node: str, digest: str, container: str) -> None:
         image = self.stack.job["spec"]["template"]["spec"]["containers"][0]["image"]
-        self.api.put_pod({"apiVersion": "v1", "kind": "Pod", "metadata": {
-            "name": name, "namespace": self.ns, "labels": {"ray.io/cluster": self.cluster, "ray.io/node-type": kind}},
-            "spec": {"nodeName": node}, "status": {"phase": "Running", "containerStatuses": [
-                {"name": container, "image": image, "imageID": f"{image.split(':')[0]}@{digest}", "ready": True}]}})
+        self.api.put_pod(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": name,
+                    "namespace": self.ns,
+                    "labels": {"ray.io/cluster": self.cluster, "ray.io/node-type": kind},
+                },
+                "spec": {"nodeName": node},
+                "status": {
+                    "phase": "Running",
+                    "containerStatuses": [
+                        {"name": container, "image": image, "imageID": f"{image.split(':')[0]}@{digest}", "ready": True}
+                    ],
+                },
+            }
+        )
 
     # -- the controllers' loop ------------------------------------------------------------------------------------
     def _loop(self) -> None:
@@ -271,9 +338,12 @@ class Deploy:
         index = len(self.workers)
         name = f"gpu-node-{index}"
         self.workers[iid] = name
-        self.event(f"instance {iid[-5:]} launched: node {name} joins with taints "
-                   + ",".join(t["key"].split("/")[-1] for t in self._node(name, self.stack.gpu_group())["spec"]
-                              .get("taints", [])))
+        self.event(
+            f"instance {iid[-5:]} launched: node {name} joins with taints "
+            + ",".join(
+                t["key"].split("/")[-1] for t in self._node(name, self.stack.gpu_group())["spec"].get("taints", [])
+            )
+        )
         node = self._node(name, self.stack.gpu_group())
         root = self.tmp / "nodes" / name
         itype = node["metadata"]["labels"]["node.kubernetes.io/instance-type"]
@@ -281,17 +351,24 @@ class Deploy:
         # the device plugins (NVIDIA's, the EFA one: chart pods, not run here) advertise what the node has
         from ray_efa_eks.components.nodes.instances import CATALOGUE
 
-        node["status"]["allocatable"] = {"nvidia.com/gpu": str(CATALOGUE[itype].gpus),
-                                         **({"vpc.amazonaws.com/efa": str(len(devices))} if devices else {})}
+        node["status"]["allocatable"] = {
+            "nvidia.com/gpu": str(CATALOGUE[itype].gpus),
+            **({"vpc.amazonaws.com/efa": str(len(devices))} if devices else {}),
+        }
         self.api.put_node(node)
         sysfs = fake_sysfs.kernel_sysfs(root / "sys", devices=devices)
         (root / "bin").mkdir(parents=True)
         fi = root / "bin" / "fi_info"  # libfabric as the image has it: `-l` lists the registered providers (efa among
         # them, device or not); `-p efa` opens the provider on a device: only where the node has an EFA device
-        fi.write_text("#!/bin/sh\nif [ \"$1\" = -l ]; then\n"
-                      "  printf 'efa:\\n\\tversion: 122.0\\ntcp:\\n\\tversion: 122.0\\n'; exit 0\nfi\n"
-                      + ("echo 'provider: efa'; echo '    fabric: efa'; exit 0\n" if devices else
-                         "echo 'fi_getinfo: -61 (No data available)' >&2; exit 61\n"))
+        fi.write_text(
+            "#!/bin/sh\nif [ \"$1\" = -l ]; then\n"
+            "  printf 'efa:\\n\\tversion: 122.0\\ntcp:\\n\\tversion: 122.0\\n'; exit 0\nfi\n"
+            + (
+                "echo 'provider: efa'; echo '    fabric: efa'; exit 0\n"
+                if devices
+                else "echo 'fi_getinfo: -61 (No data available)' >&2; exit 61\n"
+            )
+        )
         fi.chmod(0o755)
         pods = []
         for ds in self.stack.daemonsets:
@@ -299,12 +376,23 @@ class Deploy:
             if not matches(spec, node) or untolerated(spec, node):
                 continue
             ds_ns = ds["metadata"].get("namespace", "default")
-            pod = Pod(f"DaemonSet/{ds['metadata']['name']}", spec, name=f"{ds['metadata']['name']}-{name}",
-                      namespace=ds_ns, node=name, api=self.api, objects=self.objects, root=root / "pods" / ds_ns,
-                      host_paths={"/sys/class/infiniband": str(sysfs / "class" / "infiniband"),
-                                  "/sys/devices": str(sysfs / "devices")},
-                      aliases={"/sys/module": str(sysfs / "module")}, rewrite=self._rewrite_node_agent,
-                      env={"PATH_PREFIX": str(root / "bin")})
+            pod = Pod(
+                f"DaemonSet/{ds['metadata']['name']}",
+                spec,
+                name=f"{ds['metadata']['name']}-{name}",
+                namespace=ds_ns,
+                node=name,
+                api=self.api,
+                objects=self.objects,
+                root=root / "pods" / ds_ns,
+                host_paths={
+                    "/sys/class/infiniband": str(sysfs / "class" / "infiniband"),
+                    "/sys/devices": str(sysfs / "devices"),
+                },
+                aliases={"/sys/module": str(sysfs / "module")},
+                rewrite=self._rewrite_node_agent,
+                env={"PATH_PREFIX": str(root / "bin")},
+            )
             pods.append(pod.start())
             self.event(f"DaemonSet {ds['metadata']['name']} pod started on {name}")
         self.node_pods[name] = pods
@@ -332,13 +420,27 @@ class Deploy:
         if untolerated(spec, node):
             return False
         index = int(name.rsplit("-", 1)[1])
-        pod = Pod(f"RayCluster/{self.cluster}/{self.stack.worker_group()['groupName']}",
-                  {**spec, "containers": []}, name=f"{self.cluster}-gpu-worker-{iid[-5:]}", namespace=self.ns,
-                  node=name, api=self.api, objects=self.objects, root=self.tmp / "nodes" / name / "worker",
-                  env={"PATH_PREFIX": str(self.tmp / "nodes" / name / "bin")})
+        pod = Pod(
+            f"RayCluster/{self.cluster}/{self.stack.worker_group()['groupName']}",
+            {**spec, "containers": []},
+            name=f"{self.cluster}-gpu-worker-{iid[-5:]}",
+            namespace=self.ns,
+            node=name,
+            api=self.api,
+            objects=self.objects,
+            root=self.tmp / "nodes" / name / "worker",
+            env={"PATH_PREFIX": str(self.tmp / "nodes" / name / "bin")},
+        )
         startup = any("startup-taint" in t["key"] for t in self.stack.gpu_group().get("taints") or [])
-        self.event(f"node {name}: " + ("startup taint gone (the node agent's proof removed it)" if startup else
-                                       "no startup taint on this shape (no node agent)") + "; worker pod placed there")
+        self.event(
+            f"node {name}: "
+            + (
+                "startup taint gone (the node agent's proof removed it)"
+                if startup
+                else "no startup taint on this shape (no node agent)"
+            )
+            + "; worker pod placed there"
+        )
         pod.start()
         if pod.phase == "Failed":
             self.event(f"worker pod on {name}: init container failed: {pod.describe()[-300:]}")
@@ -346,9 +448,16 @@ class Deploy:
         self._put_ray_pod("worker", pod.name, name, self.digests.get(index, DIGEST), "ray-worker")
         from tests.helpers.kubelet import EXECUTED
 
-        EXECUTED.append({"template": pod.template_id, "container": "ray-worker", "init": False, "exit": None,
-                         "argv": ["ray", "start", "(the autoscaler's instance: the group's rendered env)"],
-                         "env": {}})
+        EXECUTED.append(
+            {
+                "template": pod.template_id,
+                "container": "ray-worker",
+                "init": False,
+                "exit": None,
+                "argv": ["ray", "start", "(the autoscaler's instance: the group's rendered env)"],
+                "env": {},
+            }
+        )
         (self.tmp / f"{iid}.ready").touch()
         self.placed.append(name)
         self.event(f"worker pod {pod.name} Running on {name}: Ray container starts")
@@ -357,7 +466,7 @@ class Deploy:
     def _terminate(self, iid: str) -> None:
         (self.tmp / f"{iid}.gone").touch()
         name = self.workers[iid]
-        for (ns, pname) in list(self.api.pods):
+        for ns, pname in list(self.api.pods):
             if self.api.pods[(ns, pname)]["spec"].get("nodeName") == name:
                 self.api.delete_pod(ns, pname)
         for pod in self.node_pods.pop(name, []):
@@ -383,9 +492,18 @@ class Deploy:
                     out[-1] = edit(out[-1])
             return out
 
-        return Pod("Job/efa-check", spec, name=self.stack.job["metadata"]["name"] + "-x", namespace=self.ns,
-                   node="system-node-0", api=self.api, objects=self.objects, root=self.tmp / "gate" /
-                   str(len(list((self.tmp).glob("gate*")))), aliases=aliases, rewrite=rewrite)
+        return Pod(
+            "Job/efa-check",
+            spec,
+            name=self.stack.job["metadata"]["name"] + "-x",
+            namespace=self.ns,
+            node="system-node-0",
+            api=self.api,
+            objects=self.objects,
+            root=self.tmp / "gate" / str(len(list((self.tmp).glob("gate*")))),
+            aliases=aliases,
+            rewrite=rewrite,
+        )
 
     def _topology_wait(self) -> str:
         import re

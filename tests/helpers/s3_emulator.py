@@ -69,11 +69,16 @@ class PodIdentityS3:
                 environ["wsgi.input"] = io.BytesIO(body)
             request = S3Request(environ["REQUEST_METHOD"], urllib.parse.unquote(environ["PATH_INFO"]), query, body)
             self.requests.append(request)
-            if self.policy and "ASIAPODIDENTITYTEST" in environ.get("HTTP_AUTHORIZATION", "") and \
-                    not self._authorized(request):
+            if (
+                self.policy
+                and "ASIAPODIDENTITYTEST" in environ.get("HTTP_AUTHORIZATION", "")
+                and not self._authorized(request)
+            ):
                 start_response("403 Forbidden", [("Content-Type", "application/xml")])
-                return [b"<?xml version='1.0' encoding='UTF-8'?><Error><Code>AccessDenied</Code>"
-                        b"<Message>Access Denied</Message></Error>"]
+                return [
+                    b"<?xml version='1.0' encoding='UTF-8'?><Error><Code>AccessDenied</Code>"
+                    b"<Message>Access Denied</Message></Error>"
+                ]
             return moto_app(environ, start_response)
 
         self._s3 = make_server("127.0.0.1", 0, recording_app, threaded=True, request_handler=MotoRequestHandler)
@@ -90,9 +95,15 @@ class PodIdentityS3:
                     self.send_response(401)
                     self.end_headers()
                     return
-                body = json.dumps({"AccessKeyId": "ASIAPODIDENTITYTEST", "SecretAccessKey": "secret",
-                                   "Token": "session", "Expiration": "2099-01-01T00:00:00Z",
-                                   "AccountId": "123456789012"}).encode()
+                body = json.dumps(
+                    {
+                        "AccessKeyId": "ASIAPODIDENTITYTEST",
+                        "SecretAccessKey": "secret",
+                        "Token": "session",
+                        "Expiration": "2099-01-01T00:00:00Z",
+                        "AccountId": "123456789012",
+                    }
+                ).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
@@ -128,8 +139,13 @@ class PodIdentityS3:
         """boto3 S3 client with static test keys, for setup (creating the bucket) only."""
         import boto3
 
-        return boto3.client("s3", endpoint_url=self.endpoint, region_name=self.region,
-                            aws_access_key_id="admin", aws_secret_access_key="admin")
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            region_name=self.region,
+            aws_access_key_id="admin",
+            aws_secret_access_key="admin",
+        )
 
     def pod_env(self, base: dict[str, str]) -> dict[str, str]:
         """``base`` without any AWS_* credentials, plus what the Pod Identity webhook injects."""

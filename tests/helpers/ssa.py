@@ -77,8 +77,7 @@ class Server:
         obj = {**obj, "spec": defaulted(obj.get("spec", {}), self.schema["properties"]["spec"])}
         mine = _paths({"spec": obj["spec"]}, spec_schema)
         live = _paths({"spec": self.obj.get("spec", {})}, spec_schema)
-        clashing = [p for p, v in mine.items()
-                    if self.owners.get(p, manager) != manager and live.get(p) != v]
+        clashing = [p for p, v in mine.items() if self.owners.get(p, manager) != manager and live.get(p) != v]
         if clashing and not force:
             raise Conflict([".".join(map(str, p)) for p in clashing], {self.owners[p] for p in clashing})
         for p in [p for p, m in self.owners.items() if m == manager and p not in mine]:

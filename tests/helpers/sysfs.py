@@ -16,16 +16,42 @@ from __future__ import annotations
 from pathlib import Path
 
 EFA_PORT_COUNTERS = (
-    "tx_bytes", "tx_pkts", "rx_bytes", "rx_pkts", "rx_drops",
-    "send_bytes", "send_wrs", "recv_bytes", "recv_wrs",
-    "rdma_read_wrs", "rdma_read_bytes", "rdma_read_wr_err", "rdma_read_resp_bytes",
-    "rdma_write_wrs", "rdma_write_bytes", "rdma_write_wr_err", "rdma_write_recv_bytes",
-    "retrans_bytes", "retrans_pkts", "retrans_timeout_events", "unresponsive_remote_events",
+    "tx_bytes",
+    "tx_pkts",
+    "rx_bytes",
+    "rx_pkts",
+    "rx_drops",
+    "send_bytes",
+    "send_wrs",
+    "recv_bytes",
+    "recv_wrs",
+    "rdma_read_wrs",
+    "rdma_read_bytes",
+    "rdma_read_wr_err",
+    "rdma_read_resp_bytes",
+    "rdma_write_wrs",
+    "rdma_write_bytes",
+    "rdma_write_wr_err",
+    "rdma_write_recv_bytes",
+    "retrans_bytes",
+    "retrans_pkts",
+    "retrans_timeout_events",
+    "unresponsive_remote_events",
     "impaired_remote_conn_events",
 )
 EFA_DEVICE_COUNTERS = (
-    "submitted_cmds", "completed_cmds", "cmds_err", "no_completion_cmds", "keep_alive_rcvd", "alloc_pd_err",
-    "create_qp_err", "create_cq_err", "reg_mr_err", "alloc_ucontext_err", "create_ah_err", "mmap_err",
+    "submitted_cmds",
+    "completed_cmds",
+    "cmds_err",
+    "no_completion_cmds",
+    "keep_alive_rcvd",
+    "alloc_pd_err",
+    "create_qp_err",
+    "create_cq_err",
+    "reg_mr_err",
+    "alloc_ucontext_err",
+    "create_ah_err",
+    "mmap_err",
 )
 LIFESPAN_MS = 10
 """The RDMA core's default ``lifespan`` (ms the hardware stats are cached)."""
@@ -53,9 +79,14 @@ def write_counter(sysfs: Path, dev: str, name: str, value: int | bytes, port: st
     (hw / name).write_bytes(value if isinstance(value, bytes) else f"{value}\n".encode())
 
 
-def kernel_sysfs(sysfs: Path, devices: tuple[tuple[str, str], ...] = G6_12XLARGE,
-                 counters: dict[str, dict[str, int]] | None = None, version: str | None = EFA_VERSION,
-                 files: tuple[str, ...] = EFA_PORT_COUNTERS, driver: str = "efa") -> Path:
+def kernel_sysfs(
+    sysfs: Path,
+    devices: tuple[tuple[str, str], ...] = G6_12XLARGE,
+    counters: dict[str, dict[str, int]] | None = None,
+    version: str | None = EFA_VERSION,
+    files: tuple[str, ...] = EFA_PORT_COUNTERS,
+    driver: str = "efa",
+) -> Path:
     """Write a kernel-shaped sysfs root at ``sysfs`` (its ``class``, ``devices`` and ``module`` trees).
 
     ``counters``: {dev: {file: value}} overrides (every other port counter is 0); ``version`` None: no efa module.

@@ -32,8 +32,13 @@ from tests.helpers.rehearsal import DIGEST, Deploy, Stack  # noqa: E402
 
 pytestmark = pytest.mark.rehearsal
 TAINT = "startup-taint.cluster-autoscaler.kubernetes.io/efa-unproven"
-ODCR_P5 = {"gpuInstanceType": "p5.48xlarge", "gpuCapacity": "reservation", "gpuCapacityReservationId":
-           "cr-0fedcba9876543210", "availabilityZone": "us-east-1a", "gpuPlacementGroupName": "p5-odcr-pg"}
+ODCR_P5 = {
+    "gpuInstanceType": "p5.48xlarge",
+    "gpuCapacity": "reservation",
+    "gpuCapacityReservationId": "cr-0fedcba9876543210",
+    "availabilityZone": "us-east-1a",
+    "gpuPlacementGroupName": "p5-odcr-pg",
+}
 """mockrun's ODCR: 2 x p5.48xlarge in us-east-1a, made in cluster placement group p5-odcr-pg."""
 FIGURES: dict[str, dict] = {}
 """What each scenario did (steps, pods placed, seconds): printed at the end of the module."""
@@ -68,9 +73,13 @@ def run_gate(deploy: Deploy, name: str, topology_wait_s: float = 240, edit=None)
     took = time.monotonic() - t
     assert "efa-check" in gate.exits, f"the gate's container never started (pod {phase}):\n{gate.describe()}"
     verdict = check_verdict(gate.log("efa-check"))
-    FIGURES[name] = {"seconds": round(took, 1), "gate_exit": gate.exits["efa-check"],
-                     "stage": (verdict.get("failure") or {}).get("stage"), "steps": deploy.steps()[:],
-                     "placed": deploy.placed[:]}
+    FIGURES[name] = {
+        "seconds": round(took, 1),
+        "gate_exit": gate.exits["efa-check"],
+        "stage": (verdict.get("failure") or {}).get("stage"),
+        "steps": deploy.steps()[:],
+        "placed": deploy.placed[:],
+    }
     return gate, verdict, took
 
 
@@ -153,20 +162,27 @@ def test_the_fixed_fleet_is_proven_and_placed_before_the_gate_and_the_gate_passe
         fleet = audit_verdict(gate.log("efa-check"))
         assert fleet["verdict"] == "ok" and len(fleet["pods"]) == 3
         # the check's topology flags are live: one more node or more GPUs per node than the fleet has fails it
-        for flag, value, says in (("--expect-nodes 2", "--expect-nodes 3", "2 of 3 expected GPU nodes"),
-                                  ("--expect-gpus-per-node 4", "--expect-gpus-per-node 8", "with 8 GPU(s) each")):
-            gate, changed, _ = run_gate(d, f"fixed fleet, {value}", topology_wait_s=15,
-                                        edit=lambda s, a=flag, b=value: s.replace(a, b))
+        for flag, value, says in (
+            ("--expect-nodes 2", "--expect-nodes 3", "2 of 3 expected GPU nodes"),
+            ("--expect-gpus-per-node 4", "--expect-gpus-per-node 8", "with 8 GPU(s) each"),
+        ):
+            gate, changed, _ = run_gate(
+                d, f"fixed fleet, {value}", topology_wait_s=15, edit=lambda s, a=flag, b=value: s.replace(a, b)
+            )
             assert changed["failure"]["stage"] == "topology" and says in changed["failure"]["reason"], changed
     finally:
         d.close()
 
 
-@pytest.mark.parametrize("config, nodes, taint", [
-    ({"efa": False}, 2, False),
-    ({"gpuNodeCount": 1, "allowSingleEfaNode": True}, 1, True),
-    (ODCR_P5, 2, True),
-], ids=["efa-false", "one-gpu-node", "odcr-p5"])
+@pytest.mark.parametrize(
+    "config, nodes, taint",
+    [
+        ({"efa": False}, 2, False),
+        ({"gpuNodeCount": 1, "allowSingleEfaNode": True}, 1, True),
+        (ODCR_P5, 2, True),
+    ],
+    ids=["efa-false", "one-gpu-node", "odcr-p5"],
+)
 def test_node_level_steps_of_the_other_shapes(tmp_path, config, nodes, taint):
     """Without Ray: each node of the shape joins with its group's taints, the DaemonSets that select it run (the
     node agent proves it against a sysfs with the catalogue's EFA devices: 32 on p5.48xlarge) and the worker pod's
@@ -184,9 +200,14 @@ def test_node_level_steps_of_the_other_shapes(tmp_path, config, nodes, taint):
         d.close()
 
 
-SHAPES = {"default": None, "second up": {"ncclDebug": "INFO"}, "fixed fleet": {"gpuScaleToZero": False},
-          "efa false": {"efa": False}, "one GPU node": {"gpuNodeCount": 1, "allowSingleEfaNode": True},
-          "ODCR p5": ODCR_P5}
+SHAPES = {
+    "default": None,
+    "second up": {"ncclDebug": "INFO"},
+    "fixed fleet": {"gpuScaleToZero": False},
+    "efa false": {"efa": False},
+    "one GPU node": {"gpuNodeCount": 1, "allowSingleEfaNode": True},
+    "ODCR p5": ODCR_P5,
+}
 
 
 def test_every_rendered_container_was_executed_by_a_scenario():
@@ -202,5 +223,7 @@ def test_every_rendered_container_was_executed_by_a_scenario():
     ran = {(r["template"], r["container"]) for r in EXECUTED}
     missing = {f"{t} container {c}": shapes for (t, c), shapes in sorted(rendered.items()) if (t, c) not in ran}
     assert not missing, f"rendered but never executed by any scenario: {missing}"
-    print("\nREHEARSAL FIGURES " + json.dumps({"containers": sorted(f"{t}:{c}" for t, c in rendered),
-                                                "scenarios": FIGURES}, indent=1))
+    print(
+        "\nREHEARSAL FIGURES "
+        + json.dumps({"containers": sorted(f"{t}:{c}" for t, c in rendered), "scenarios": FIGURES}, indent=1)
+    )

@@ -29,6 +29,7 @@ TAINT = "startup-taint.cluster-autoscaler.kubernetes.io/efa-unproven"
 
 # -- the image audit (the gate pod's sidecar) ---------------------------------------------------------------------
 
+
 def audit(tmp_path, change=None, seconds: float = 3.0) -> dict:
     """The sidecar, rendered (``change`` applied to its command), run beside a head and two running workers for
     ``seconds``: its last pass, or how it ended."""
@@ -42,16 +43,29 @@ def audit(tmp_path, change=None, seconds: float = 3.0) -> dict:
         (sidecar,) = spec["initContainers"]
         if change:
             sidecar["command"] = change(sidecar["command"])
-        pod = Pod("Job/efa-check", {**spec, "containers": []}, name="gate-x", namespace=d.ns, node="system-node-0",
-                  api=d.api, objects=d.objects, root=tmp_path / "gate").start(startup_deadline_s=20)
+        pod = Pod(
+            "Job/efa-check",
+            {**spec, "containers": []},
+            name="gate-x",
+            namespace=d.ns,
+            node="system-node-0",
+            api=d.api,
+            objects=d.objects,
+            root=tmp_path / "gate",
+        ).start(startup_deadline_s=20)
         time.sleep(seconds)
         running = pod.procs["image-audit"].poll() is None
         pod.stop()
         lines = [ln for ln in pod.log("image-audit").splitlines() if ln.startswith('{"image_fleet"')]
         last = json.loads(lines[-1])["image_fleet"] if lines else {}
-        return {"verdict": last.get("verdict"), "reason": (last.get("failure") or {}).get("reason", ""),
-                "passes": len(lines), "running": running, "phase": pod.phase,
-                "file": (pod.volumes["image-fleet"] / "image-fleet.json").exists()}
+        return {
+            "verdict": last.get("verdict"),
+            "reason": (last.get("failure") or {}).get("reason", ""),
+            "passes": len(lines),
+            "running": running,
+            "phase": pod.phase,
+            "file": (pod.volumes["image-fleet"] / "image-fleet.json").exists(),
+        }
     finally:
         d.close()
 
@@ -84,15 +98,25 @@ def test_each_audit_option_changes_the_outcome(tmp_path, flag):
 
 # -- the node agent's proof ---------------------------------------------------------------------------------------
 
+
 def node_agent(stack: Stack) -> dict:
     """The node agent's DaemonSet (the one whose pod runs ``fabric-proof``)."""
-    (ds,) = [d for d in stack.daemonsets
-             if any(c["name"] == "fabric-proof" for c in d["spec"]["template"]["spec"]["containers"])]
+    (ds,) = [
+        d
+        for d in stack.daemonsets
+        if any(c["name"] == "fabric-proof" for c in d["spec"]["template"]["spec"]["containers"])
+    ]
     return ds
 
 
-def prove(tmp_path, change=None, env=None, failed_worker_in: str | None = None, interval: str | None = "2",
-          seconds: float = 8.0) -> dict:
+def prove(
+    tmp_path,
+    change=None,
+    env=None,
+    failed_worker_in: str | None = None,
+    interval: str | None = "2",
+    seconds: float = 8.0,
+) -> dict:
     """A GPU node joins; the node agent's pods run on it (``change`` applied to fabric-proof's command, ``env`` to
     its env); after ``seconds``: is the startup taint gone, and how many proofs ran."""
     stack = Stack()
@@ -103,26 +127,52 @@ def prove(tmp_path, change=None, env=None, failed_worker_in: str | None = None, 
         proof["command"] = change(proof["command"])
     if env:
         proof["env"] = [e for e in proof["env"] if e["name"] not in env] + [
-            {"name": k, "value": v} for k, v in env.items()]
+            {"name": k, "value": v} for k, v in env.items()
+        ]
     d = Deploy(stack, tmp_path, ray=False, proof_interval_s=interval)
-    d.stack.worker_group = lambda: {"groupName": "gpu", "template": {"spec": {
-        "tolerations": [{"key": TAINT, "operator": "Exists"}, {"key": "nvidia.com/gpu", "operator": "Exists"}],
-        "containers": []}}}  # never place a worker here: the proof alone decides the taint
+    d.stack.worker_group = lambda: {
+        "groupName": "gpu",
+        "template": {
+            "spec": {
+                "tolerations": [{"key": TAINT, "operator": "Exists"}, {"key": "nvidia.com/gpu", "operator": "Exists"}],
+                "containers": [],
+            }
+        },
+    }  # never place a worker here: the proof alone decides the taint
     try:
         if failed_worker_in:  # a worker on this node whose efa-provider-check failed
-            d.api.put_pod({"metadata": {"name": "ray-gpu-worker-bad", "namespace": failed_worker_in,
-                                        "labels": {"ray.io/node-type": "worker", "ray.io/cluster": "ray"}},
-                           "spec": {"nodeName": "gpu-node-0"}, "status": {"phase": "Failed",
-                           "initContainerStatuses": [{"name": "efa-provider-check", "state": {"terminated": {
-                               "exitCode": 1, "reason": "Error", "message": "fi_info: no efa"}}}]}})
+            d.api.put_pod(
+                {
+                    "metadata": {
+                        "name": "ray-gpu-worker-bad",
+                        "namespace": failed_worker_in,
+                        "labels": {"ray.io/node-type": "worker", "ray.io/cluster": "ray"},
+                    },
+                    "spec": {"nodeName": "gpu-node-0"},
+                    "status": {
+                        "phase": "Failed",
+                        "initContainerStatuses": [
+                            {
+                                "name": "efa-provider-check",
+                                "state": {
+                                    "terminated": {"exitCode": 1, "reason": "Error", "message": "fi_info: no efa"}
+                                },
+                            }
+                        ],
+                    },
+                }
+            )
         d.launch()
         d.wait_for(lambda: "gpu-node-0" in d.node_pods, 20, "the node agent started")
         time.sleep(seconds)
         node = d.api.node("gpu-node-0")
         log = "".join(p.log("fabric-proof") for p in d.node_pods["gpu-node-0"])
         reads = sum(1 for u, m, path, _ in d.api.requests if m == "GET" and path == "/api/v1/nodes/gpu-node-0")
-        return {"tainted": TAINT in [t["key"] for t in node["spec"].get("taints") or []], "reads": reads,
-                "log": log[-1500:]}
+        return {
+            "tainted": TAINT in [t["key"] for t in node["spec"].get("taints") or []],
+            "reads": reads,
+            "log": log[-1500:],
+        }
     finally:
         d.close()
 
@@ -132,8 +182,9 @@ PROOF_CASES = {
     "--sysfs": dict(change=lambda a: set_flag(a, "--sysfs", "/host/sys/class")),
     "--module-root": dict(change=lambda a: set_flag(a, "--module-root", "/host/sys")),
     "--token-dir": dict(change=lambda a: set_flag(a, "--token-dir", "/tmp")),
-    "--workers-namespace": dict(failed_worker_in="ray", change=lambda a: set_flag(a, "--workers-namespace",
-                                                                                 "elsewhere")),
+    "--workers-namespace": dict(
+        failed_worker_in="ray", change=lambda a: set_flag(a, "--workers-namespace", "elsewhere")
+    ),
     "--interval": dict(interval=None, change=lambda a: set_flag(a, "--interval", "1")),
     "--skip-provider": dict(change=lambda a: set_flag(a, "--skip-provider", None)),
     "NODE_NAME": dict(env={"NODE_NAME": "gpu-node-9"}),
@@ -157,8 +208,10 @@ def test_each_node_agent_option_changes_the_outcome(tmp_path, option):
         assert "--skip-provider" in base["log"] and "--skip-provider" not in got["log"], (base["log"], got["log"])
     elif option == "--workers-namespace":  # the failed worker in `ray` puts the taint back, naming it; elsewhere
         # it is never seen (and the Role lets the agent list pods in `ray` only: the listing is refused)
-        assert "ray/ray-gpu-worker-bad" in base["log"] and "ray/ray-gpu-worker-bad" not in got["log"], \
-            (base["log"], got["log"])
+        assert "ray/ray-gpu-worker-bad" in base["log"] and "ray/ray-gpu-worker-bad" not in got["log"], (
+            base["log"],
+            got["log"],
+        )
     else:
         assert not base["tainted"] and got["tainted"], (base["log"], got["log"])
 

@@ -62,9 +62,15 @@ def _trust(condition: dict | None, actions=("sts:AssumeRole", "sts:TagSession"))
     return {"Version": "2012-10-17", "Statement": [st]}
 
 
-SCOPED = {"StringEquals": {"aws:SourceAccount": "123456789012", "aws:RequestTag/eks-cluster-arn": CLUSTER,
-                           "aws:RequestTag/kubernetes-namespace": "ray",
-                           "aws:RequestTag/kubernetes-service-account": "ray-train"}}
+SCOPED = {
+    "StringEquals": {
+        "aws:SourceAccount": "123456789012",
+        "aws:RequestTag/eks-cluster-arn": CLUSTER,
+        "aws:RequestTag/kubernetes-namespace": "ray",
+        "aws:RequestTag/kubernetes-service-account": "ray-train",
+    }
+}
+
 
 def _gp3(size: int | None, iops: int | None, throughput: int | None, kind: str = "gp3") -> dict:
     ebs = {"volume_type": kind, "volume_size": size, "iops": iops, "throughput": throughput}
@@ -75,33 +81,51 @@ def _gp3(size: int | None, iops: int | None, throughput: int | None, kind: str =
 CASES = {
     "capacity-block-type-in-template": (
         {"lt": {}, "mng": {"capacity_type": "CAPACITY_BLOCK", "instance_types": ["p5.48xlarge"]}},
-        {"lt": {"instance_type": "p5.48xlarge"}, "mng": {"capacity_type": "CAPACITY_BLOCK"}}),
+        {"lt": {"instance_type": "p5.48xlarge"}, "mng": {"capacity_type": "CAPACITY_BLOCK"}},
+    ),
     "instance-type-in-one-place": (
         {"lt": {"instance_type": "g6.12xlarge"}, "mng": {"instance_types": ["g6.12xlarge"]}},
-        {"lt": {}, "mng": {"instance_types": ["g6.12xlarge"]}}),
+        {"lt": {}, "mng": {"instance_types": ["g6.12xlarge"]}},
+    ),
     "no-subnet-in-launch-template": (
         {"lt": {"network_interfaces": [{**NI, "subnet_id": "subnet-a"}]}, "mng": {"instance_types": ["p5.48xlarge"]}},
-        {"lt": {"network_interfaces": [NI]}, "mng": {"instance_types": ["p5.48xlarge"]}}),
+        {"lt": {"network_interfaces": [NI]}, "mng": {"instance_types": ["p5.48xlarge"]}},
+    ),
     "interface-security-groups": (
-        {"lt": {"network_interfaces": [NI], "vpc_security_group_ids": ["sg-1"]},
-         "mng": {"instance_types": ["p5.48xlarge"]}},
-        {"lt": {"vpc_security_group_ids": ["sg-1"]}, "mng": {"instance_types": ["p5.48xlarge"]}}),
+        {
+            "lt": {"network_interfaces": [NI], "vpc_security_group_ids": ["sg-1"]},
+            "mng": {"instance_types": ["p5.48xlarge"]},
+        },
+        {"lt": {"vpc_security_group_ids": ["sg-1"]}, "mng": {"instance_types": ["p5.48xlarge"]}},
+    ),
     "user-data-mime-multipart": (
-        {"lt": {"user_data": base64.b64encode(b"#!/bin/bash\necho hi\n").decode()},
-         "mng": {"instance_types": ["g6.12xlarge"]}},
-        {"lt": {"user_data": node_config_user_data({"FastImagePull": True})},
-         "mng": {"instance_types": ["g6.12xlarge"]}}),
-    "gp3-limits": ({"lt": {"block_device_mappings": [_gp3(200, 3000, 1000)]}},  # 1000 MiB/s needs 4000 IOPS
-                   {"lt": {"block_device_mappings": [_gp3(200, 16000, 1000)]}}),
+        {
+            "lt": {"user_data": base64.b64encode(b"#!/bin/bash\necho hi\n").decode()},
+            "mng": {"instance_types": ["g6.12xlarge"]},
+        },
+        {
+            "lt": {"user_data": node_config_user_data({"FastImagePull": True})},
+            "mng": {"instance_types": ["g6.12xlarge"]},
+        },
+    ),
+    "gp3-limits": (
+        {"lt": {"block_device_mappings": [_gp3(200, 3000, 1000)]}},  # 1000 MiB/s needs 4000 IOPS
+        {"lt": {"block_device_mappings": [_gp3(200, 16000, 1000)]}},
+    ),
     "cluster-subnets-in-azs": ({"zone": "us-east-1-atl-2a"}, {"zone": "us-east-1a"}),
-    "one-entry-per-principal": ({"principal": "arn:aws:iam::123456789012:user/mock"},
-                                {"principal": "arn:aws:iam::123456789012:role/Admin"}),
+    "one-entry-per-principal": (
+        {"principal": "arn:aws:iam::123456789012:user/mock"},
+        {"principal": "arn:aws:iam::123456789012:role/Admin"},
+    ),
     "one-minor-at-a-time": ({"live": "1.33", "version": "1.35"}, {"live": "1.33", "version": "1.34"}),
-    "node-group-not-above-control-plane": ({"live": "1.34", "version": "1.34", "ng_version": "1.35"},
-                                           {"live": "1.34", "version": "1.35", "ng_version": "1.35"}),
-    "pod-identity-trust": ({"trust": _trust({"StringEquals": {**SCOPED["StringEquals"],
-                                                              "aws:RequestTag/kubernetes-cluster": "ray"}})},
-                           {"trust": _trust(SCOPED)}),
+    "node-group-not-above-control-plane": (
+        {"live": "1.34", "version": "1.34", "ng_version": "1.35"},
+        {"live": "1.34", "version": "1.35", "ng_version": "1.35"},
+    ),
+    "pod-identity-trust": (
+        {"trust": _trust({"StringEquals": {**SCOPED["StringEquals"], "aws:RequestTag/kubernetes-cluster": "ray"}})},
+        {"trust": _trust(SCOPED)},
+    ),
 }
 
 
@@ -137,11 +161,14 @@ def test_runner_refuses_the_shape_aws_refuses(program, rule_id):
     _run(program, bad, strict=False)  # the plain SDK mocks would have accepted it
 
 
-@pytest.mark.parametrize("trust", [
-    _trust(SCOPED, actions=("sts:AssumeRole",)),  # no sts:TagSession: Pod Identity's request is denied
-    _trust({"StringEquals": {"aws:RequestTag/eks-cluster-id": "x"}}),  # a session tag Pod Identity never adds
-    _trust({"StringLike": {"AWS:REQUESTTAG/kubernetes-pod-namespace": "ray"}}),  # key names are case-insensitive
-])
+@pytest.mark.parametrize(
+    "trust",
+    [
+        _trust(SCOPED, actions=("sts:AssumeRole",)),  # no sts:TagSession: Pod Identity's request is denied
+        _trust({"StringEquals": {"aws:RequestTag/eks-cluster-id": "x"}}),  # a session tag Pod Identity never adds
+        _trust({"StringLike": {"AWS:REQUESTTAG/kubernetes-pod-namespace": "ray"}}),  # key names are case-insensitive
+    ],
+)
 def test_pod_identity_trust_variants_refused(program, trust):
     with pytest.raises(AwsRejected, match="pod-identity-trust"):
         _run(program, {"trust": trust})
@@ -150,13 +177,17 @@ def test_pod_identity_trust_variants_refused(program, trust):
 ORG = {"StringEquals": {**SCOPED["StringEquals"], "aws:SourceOrgID": "o-a1b2c3d4e5"}}
 
 
-@pytest.mark.parametrize("trust,warned", [
-    (_trust(ORG), set()),  # aws:SourceOrgID: EKS passes it (EKS best practices guide)
-    (_trust(None), {"pod-identity-trust-scoped"}),  # the pod-id-role page's minimal trust policy
-    (_trust({"StringEquals": {"aws:RequestTag/kubernetes-namespace": "ray"}}), {"pod-identity-trust-scoped"}),
-    (_trust({**SCOPED, "ArnEquals": {"aws:SourceArn": CLUSTER}}), {"pod-identity-trust-keys"}),  # undocumented
-    (_trust({**SCOPED, "StringEqualsIfExists": {"aws:RequestTag/other": "x"}}), set()),  # IfExists: absent passes
-], ids=["source-org-id", "minimal", "namespace-only", "source-arn", "if-exists"])
+@pytest.mark.parametrize(
+    "trust,warned",
+    [
+        (_trust(ORG), set()),  # aws:SourceOrgID: EKS passes it (EKS best practices guide)
+        (_trust(None), {"pod-identity-trust-scoped"}),  # the pod-id-role page's minimal trust policy
+        (_trust({"StringEquals": {"aws:RequestTag/kubernetes-namespace": "ray"}}), {"pod-identity-trust-scoped"}),
+        (_trust({**SCOPED, "ArnEquals": {"aws:SourceArn": CLUSTER}}), {"pod-identity-trust-keys"}),  # undocumented
+        (_trust({**SCOPED, "StringEqualsIfExists": {"aws:RequestTag/other": "x"}}), set()),  # IfExists: absent passes
+    ],
+    ids=["source-org-id", "minimal", "namespace-only", "source-arn", "if-exists"],
+)
 def test_pod_identity_trust_aws_accepts_and_the_layout_rules_warn(program, trust, warned):
     """AWS accepts these policies (IAM creates the role; Pod Identity's AssumeRole is not known to fail), so the
     runner does not refuse them; a preference (scoping, undocumented keys) is a layout-rule warning, not an error."""
@@ -197,12 +228,15 @@ def test_the_creator_is_who_created_the_cluster_not_who_runs_the_update(program)
     assert "created by arn:aws:iam::123456789012:role/A" in str(e.value)
 
 
-@pytest.mark.parametrize("zone,mapping,refused", [
-    ("us-east-1e", {}, True),  # moto's account: us-east-1e is use1-az3
-    ("us-east-1a", {}, False),
-    ("us-east-1a", {"us-east-1a": "use1-az3", "us-east-1e": "use1-az6"}, True),  # another account's mapping
-    ("us-east-1e", {"us-east-1a": "use1-az3", "us-east-1e": "use1-az6"}, False),
-])
+@pytest.mark.parametrize(
+    "zone,mapping,refused",
+    [
+        ("us-east-1e", {}, True),  # moto's account: us-east-1e is use1-az3
+        ("us-east-1a", {}, False),
+        ("us-east-1a", {"us-east-1a": "use1-az3", "us-east-1e": "use1-az6"}, True),  # another account's mapping
+        ("us-east-1e", {"us-east-1a": "use1-az3", "us-east-1e": "use1-az6"}, False),
+    ],
+)
 def test_cluster_subnets_are_judged_by_zone_id_not_name(program, zone, mapping, refused):
     """EKS refuses control-plane subnets in zone ID use1-az3 (network-reqs), whatever that AZ is called here."""
     acct = MockAccount(zone_ids=mapping)
@@ -214,23 +248,27 @@ def test_cluster_subnets_are_judged_by_zone_id_not_name(program, zone, mapping, 
         _run(program, {"zone": zone}, account=acct)
 
 
-@pytest.mark.parametrize("size,iops,throughput,kind,refused", [
-    (200, None, None, "gp3", None),  # the baseline: 3000 IOPS, 125 MiB/s
-    (200, None, 750, "gp3", None),  # 0.25 x the 3000 baseline: the most it carries
-    (200, None, 751, "gp3", "0.25 MiB/s per provisioned IOPS"),
-    (200, 8000, 2000, "gp3", None),  # the throughput maximum at the least IOPS it needs
-    (200, 7999, 2000, "gp3", "at most 1999 MiB/s"),
-    (200, 16000, 2001, "gp3", "outside 125..2000"),
-    (200, 16000, 124, "gp3", "outside 125..2000"),
-    (200, 2999, None, "gp3", "outside 3000..80000"),
-    (160, 80000, 2000, "gp3", None),  # 500 IOPS per GiB: 160 GiB reaches 80,000
-    (159, 80000, 2000, "gp3", "500 IOPS per GiB"),
-    (200, 80001, None, "gp3", "outside 3000..80000"),
-    (200, None, 500, "gp2", "for gp3 volumes only"),
-    (65536, None, None, "gp3", None),  # EC2's gp3 size limit (VolumeSize "gp3: 1 - 65,536 GiB")
-    (65537, None, None, "gp3", "outside 1..65536"),
-    (None, 16000, 1000, "gp3", None),  # no size: the AMI snapshot's; the per-GiB ratio is not judged
-], ids=lambda v: str(v))
+@pytest.mark.parametrize(
+    "size,iops,throughput,kind,refused",
+    [
+        (200, None, None, "gp3", None),  # the baseline: 3000 IOPS, 125 MiB/s
+        (200, None, 750, "gp3", None),  # 0.25 x the 3000 baseline: the most it carries
+        (200, None, 751, "gp3", "0.25 MiB/s per provisioned IOPS"),
+        (200, 8000, 2000, "gp3", None),  # the throughput maximum at the least IOPS it needs
+        (200, 7999, 2000, "gp3", "at most 1999 MiB/s"),
+        (200, 16000, 2001, "gp3", "outside 125..2000"),
+        (200, 16000, 124, "gp3", "outside 125..2000"),
+        (200, 2999, None, "gp3", "outside 3000..80000"),
+        (160, 80000, 2000, "gp3", None),  # 500 IOPS per GiB: 160 GiB reaches 80,000
+        (159, 80000, 2000, "gp3", "500 IOPS per GiB"),
+        (200, 80001, None, "gp3", "outside 3000..80000"),
+        (200, None, 500, "gp2", "for gp3 volumes only"),
+        (65536, None, None, "gp3", None),  # EC2's gp3 size limit (VolumeSize "gp3: 1 - 65,536 GiB")
+        (65537, None, None, "gp3", "outside 1..65536"),
+        (None, 16000, 1000, "gp3", None),  # no size: the AMI snapshot's; the per-GiB ratio is not judged
+    ],
+    ids=lambda v: str(v),
+)
 def test_gp3_limits_at_their_edges(program, size, iops, throughput, kind, refused):
     """EC2's gp3 limits (LaunchTemplateEbsBlockDeviceRequest; EBS user guide, General Purpose SSD volumes), each at
     the value EC2 still accepts and the next one it refuses."""
@@ -245,6 +283,10 @@ def test_gp3_limits_at_their_edges(program, size, iops, throughput, kind, refuse
 
 def test_user_data_with_an_ami_id_is_not_merged_so_any_form_passes(program):
     """With an imageId EKS merges no user data (launch-templates.html): the rule is silent there."""
-    _run(program, {"lt": {"image_id": "ami-0123456789abcdef0",
-                          "user_data": base64.b64encode(b"#!/bin/bash\n").decode()},
-                   "mng": {"instance_types": ["g6.12xlarge"]}})
+    _run(
+        program,
+        {
+            "lt": {"image_id": "ami-0123456789abcdef0", "user_data": base64.b64encode(b"#!/bin/bash\n").decode()},
+            "mng": {"instance_types": ["g6.12xlarge"]},
+        },
+    )

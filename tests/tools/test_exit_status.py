@@ -30,7 +30,9 @@ TRACEBACK = re.compile(r"Traceback \(most recent call last\)")
 
 def test_docs_cli_md_is_the_table():
     current = exit_status.PAGE.read_text(encoding="utf-8")
-    assert current == exit_status.page_text(current), "docs/cli.md is stale: python -m ray_efa_eks.tools.dev.exit_status --write"
+    assert current == exit_status.page_text(current), (
+        "docs/cli.md is stale: python -m ray_efa_eks.tools.dev.exit_status --write"
+    )
     for status in exit_status.ExitStatus:
         assert f"| {int(status)} | {exit_status.MEANING[status]} |" in current
 
@@ -80,8 +82,13 @@ def test_module_aliases_print_their_commands_rows(monkeypatch):
     with pytest.raises(KeyError):  # one name per module: the checkout's folder name has no row
         exit_codes.command_for("python -m efacheck.efa_check")
     monkeypatch.setenv("COLUMNS", "100")
-    proc = subprocess.run([sys.executable, "-m", "ray_efa_eks.tools.plan", "--help"], capture_output=True, text=True,
-                          timeout=120, env={**os.environ, "COLUMNS": "100"})
+    proc = subprocess.run(
+        [sys.executable, "-m", "ray_efa_eks.tools.plan", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "100"},
+    )
     assert proc.returncode == 0 and proc.stdout.rstrip().endswith(exit_codes.epilog("plan", 98)), proc.stdout[-600:]
 
 
@@ -165,8 +172,14 @@ def _wait_for(pred, timeout=60.0):
 
 def test_diff_removes_its_temporary_plan_on_sigterm(tmp_path):
     """Before: SIGTERM killed the process and left plan-base-* behind in TMPDIR."""
-    proc = subprocess.Popen([str(BIN), "diff", "HEAD"], cwd=ROOT, env={**os.environ, "TMPDIR": str(tmp_path)},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [str(BIN), "diff", "HEAD"],
+        cwd=ROOT,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert _wait_for(lambda: any(p.name.startswith("plan-base-") for p in tmp_path.iterdir())), "no temp plan"
         time.sleep(0.5)
@@ -182,8 +195,13 @@ def test_diff_removes_its_temporary_plan_on_sigterm(tmp_path):
 
 
 def test_nccl_verdict_sigterm_exits_143():
-    proc = subprocess.Popen([sys.executable, "-m", "ray_efa_eks.efacheck.nccl_log", "-"], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ray_efa_eks.efacheck.nccl_log", "-"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         time.sleep(1.5)
         proc.send_signal(signal.SIGTERM)
@@ -273,6 +291,7 @@ def test_an_interrupted_run_prints_no_finalizer_traceback(tmp_path):
         "    loop._ssock.close()\n"
         "    LOOPS.append(loop)\n"
         "    raise KeyboardInterrupt\n"
-        "sys.exit(run_cli(main, [], 'demo'))\n")
+        "sys.exit(run_cli(main, [], 'demo'))\n"
+    )
     p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
     assert (p.returncode, p.stderr, p.stdout) == (130, "demo: interrupted (Ctrl-C)\n", "")

@@ -23,8 +23,9 @@ from ray_efa_eks.tools import layout_pods as P
 from ray_efa_eks.tools.layout import UNKNOWN, Resource, Stack
 
 
-def R(type_: str, rname: str, parent: str | None = None, id: str | None = None, deps: dict | None = None,
-      **props) -> Resource:
+def R(
+    type_: str, rname: str, parent: str | None = None, id: str | None = None, deps: dict | None = None, **props
+) -> Resource:
     return Resource(type_, rname, f"urn:{type_}::{rname}", parent, props, id, deps or {})
 
 
@@ -33,6 +34,7 @@ def urn(type_: str, name: str) -> str:
 
 
 # == tools/layout.py ==================================================================================================
+
 
 def test_unknown_is_one_falsy_value_that_a_copy_keeps():
     assert repr(UNKNOWN) == "<unknown>" and not UNKNOWN
@@ -76,7 +78,10 @@ def test_plain_each_kind():
     assert L.plain("04da6b54-80e4-46f7-96ec-b56ff0331ba9") is UNKNOWN and L.plain("text") == "text"
     assert L.plain(3.0) == 3 and isinstance(L.plain(3.0), int) and L.plain(2.5) == 2.5 and L.plain(7) == 7
     assert L.plain(Proxy(a=(1.0, "1c4a061d-8072-4f0a-a4cb-0ff528b18fe7"), unknown=1, **{"3": None})) == {
-        "a": [1, UNKNOWN], "unknown": UNKNOWN, "3": None}
+        "a": [1, UNKNOWN],
+        "unknown": UNKNOWN,
+        "3": None,
+    }
     assert L.plain(object()) == "<object>"
 
 
@@ -84,37 +89,61 @@ def test_resource_json_round_trip_and_label():
     r = Resource("t", "n", "urn:t::n", None, {"a": UNKNOWN, "b": [UNKNOWN, {"c": 1}]}, "id-1")
     assert r.label == "t n"
     d = r.to_json()
-    assert d == {"type": "t", "name": "n", "urn": "urn:t::n", "parent": None, "id": "id-1",
-                 "props": {"a": "<unknown>", "b": ["<unknown>", {"c": 1}]}}
+    assert d == {
+        "type": "t",
+        "name": "n",
+        "urn": "urn:t::n",
+        "parent": None,
+        "id": "id-1",
+        "props": {"a": "<unknown>", "b": ["<unknown>", {"c": 1}]},
+    }
     back = Resource.from_json({**d, "deps": {"x": ("u1",)}})
     assert back.props == d["props"] and back.deps == {"x": ["u1"]} and back.id == "id-1"
     bare = Resource.from_json({"type": "t", "name": "n"})
     assert (bare.urn, bare.parent, bare.props, bare.id, bare.deps) == ("t::n", None, {}, None, {})
     # a saved plan's child keeps every field, its parent included (plan_run rebuilds the tree from it)
-    child = {"type": "c", "name": "k", "urn": "urn:c::k", "parent": "urn:t::n", "id": None, "props": {"n": 1.0},
-             "deps": {"p": ["urn:t::n"]}}
+    child = {
+        "type": "c",
+        "name": "k",
+        "urn": "urn:c::k",
+        "parent": "urn:t::n",
+        "id": None,
+        "props": {"n": 1.0},
+        "deps": {"p": ["urn:t::n"]},
+    }
     assert Resource.from_json(child) == Resource("c", "k", "urn:c::k", "urn:t::n", {"n": 1}, None, {"p": ["urn:t::n"]})
 
 
 def test_from_mockrun_and_from_policy():
-    run = SimpleNamespace(resources=[SimpleNamespace(type="t", name="n", urn="u", parent=None, inputs={"a": 1.0}),
-                                     SimpleNamespace(type="t", name="m", urn=None, parent="u", inputs={})],
-                          ids={"u": "id-u"})
+    run = SimpleNamespace(
+        resources=[
+            SimpleNamespace(type="t", name="n", urn="u", parent=None, inputs={"a": 1.0}),
+            SimpleNamespace(type="t", name="m", urn=None, parent="u", inputs={}),
+        ],
+        ids={"u": "id-u"},
+    )
     got = L.from_mockrun(run)
-    assert [(r.urn, r.props, r.id, r.parent) for r in got] == [("u", {"a": 1}, "id-u", None),
-                                                             ("t::m", {}, None, "u")]
+    assert [(r.urn, r.props, r.id, r.parent) for r in got] == [("u", {"a": 1}, "id-u", None), ("t::m", {}, None, "u")]
     assert got[0] == Resource("t", "n", "u", None, {"a": 1}, "id-u")
     assert L.from_mockrun(SimpleNamespace(resources=got[:0])) == []
     # a run that recorded no ids (an older mockrun): every id is None
     no_ids = SimpleNamespace(resources=[SimpleNamespace(type="t", name="n", urn="u", parent=None, inputs={})])
     assert L.from_mockrun(no_ids) == [Resource("t", "n", "u", None, {}, None)]
-    pr = [SimpleNamespace(resource_type="t", name="a", urn="ua", parent=SimpleNamespace(urn="up"), props={"id": "i"},
-                          property_dependencies={"p": [SimpleNamespace(urn="ud")]}),
-          SimpleNamespace(resource_type="t", name="b", urn="ub", parent=None, opts=SimpleNamespace(parent="uo"),
-                          props=None),
-          SimpleNamespace(resource_type="t", name="c", urn="uc", props={"id": UNKNOWN}, property_dependencies=None),
-          SimpleNamespace(resource_type="t", name="d", urn="ud", parent=None, opts=SimpleNamespace(parent=""),
-                          props={})]
+    pr = [
+        SimpleNamespace(
+            resource_type="t",
+            name="a",
+            urn="ua",
+            parent=SimpleNamespace(urn="up"),
+            props={"id": "i"},
+            property_dependencies={"p": [SimpleNamespace(urn="ud")]},
+        ),
+        SimpleNamespace(
+            resource_type="t", name="b", urn="ub", parent=None, opts=SimpleNamespace(parent="uo"), props=None
+        ),
+        SimpleNamespace(resource_type="t", name="c", urn="uc", props={"id": UNKNOWN}, property_dependencies=None),
+        SimpleNamespace(resource_type="t", name="d", urn="ud", parent=None, opts=SimpleNamespace(parent=""), props={}),
+    ]
     a, b, c, d = L.from_policy(pr)
     assert a == Resource("t", "a", "ua", "up", {"id": "i"}, "i", {"p": ["ud"]})
     assert (b.parent, b.props, b.id, b.deps) == ("uo", {}, None, {})
@@ -134,12 +163,15 @@ def test_dig_paths():
 def test_urn_label():
     assert L.urn_label(None) is None and L.urn_label("") is None
     assert L.urn_label("urn:pulumi:dev::p::eks:index:Cluster$aws:eks/cluster:Cluster::ray") == (
-        "aws:eks/cluster:Cluster ray")
+        "aws:eks/cluster:Cluster ray"
+    )
     assert L.urn_label("urn:pulumi:dev::p::kubernetes:core/v1:Service::svc") == "kubernetes:core/v1:Service svc"
     assert L.urn_label("name-only") == "name-only"
     # a grandchild's type is qualified by each ancestor's type: the last one is its own
-    assert L.urn_label("urn:pulumi:dev::p::eks:index:Cluster$eks:index:ManagedNodeGroup$aws:eks/nodeGroup:NodeGroup"
-                       "::gpu") == "aws:eks/nodeGroup:NodeGroup gpu"
+    assert (
+        L.urn_label("urn:pulumi:dev::p::eks:index:Cluster$eks:index:ManagedNodeGroup$aws:eks/nodeGroup:NodeGroup::gpu")
+        == "aws:eks/nodeGroup:NodeGroup gpu"
+    )
 
 
 def test_stack_index():
@@ -155,6 +187,7 @@ def test_stack_index():
 
 # == tools/layout_node_groups.py ======================================================================================
 # node_groups() is the entry point: each fact is read off the group it answers for one small stack.
+
 
 def sub(name, az="us-east-1a"):
     return R(L.SUBNET, name, id=f"{name}-id", availabilityZone=az)
@@ -182,9 +215,13 @@ def with_lt(template: Resource, *extra: Resource, **group) -> list[Resource]:
 A, B = sub("a"), sub("b", "us-east-1b")
 OTHER = R("x", "x", id="x-id")
 PG = R(L.PLACEMENT_GROUP, "pg", id="pg-id", name="efa-pg", strategy="cluster")
-NIS = [{"interfaceType": "efa", "securityGroups": ["sg-1", "sg-2"]},
-       {"interfaceType": "efa-only", "securityGroups": ["sg-2", "sg-3"]},
-       {"interfaceType": "interface", "securityGroups": ["sg-9"]}, {"interfaceType": "efa-only"}, "junk"]
+NIS = [
+    {"interfaceType": "efa", "securityGroups": ["sg-1", "sg-2"]},
+    {"interfaceType": "efa-only", "securityGroups": ["sg-2", "sg-3"]},
+    {"interfaceType": "interface", "securityGroups": ["sg-9"]},
+    {"interfaceType": "efa-only"},
+    "junk",
+]
 
 
 def scaled(lo, hi, ignore=True):
@@ -198,14 +235,20 @@ NODE_GROUP_FACTS = [
     ("one-gpu-is-a-gpu-node", [mng(instanceTypes=["g6.16xlarge"])], {"gpu": True, "gpus_per_node": 1}),
     ("a-type-unknown", [mng(instanceTypes=["g6.12xlarge", "x.unknown"])], {"gpu": False, "gpus_per_node": None}),
     ("no-types", [mng()], {"gpu": False, "gpus_per_node": None}),
-    ("known-cpu-type-over-gpu-ami", [mng(instanceTypes=["m7i.xlarge"], amiType="AL2023_x86_64_NVIDIA")],
-     {"gpu": False}),
+    (
+        "known-cpu-type-over-gpu-ami",
+        [mng(instanceTypes=["m7i.xlarge"], amiType="AL2023_x86_64_NVIDIA")],
+        {"gpu": False},
+    ),
     ("nvidia-ami", [mng(amiType="AL2023_x86_64_NVIDIA")], {"gpu": True}),
     ("gpu-ami", [mng(amiType="BOTTLEROCKET_x86_64_GPU")], {"gpu": True}),
     ("standard-ami", [mng(amiType="AL2023_x86_64_STANDARD")], {"gpu": False}),
     ("unknown-ami", [mng(amiType=UNKNOWN)], {"gpu": False}),
-    ("types-unknown-gpu-ami", [mng(instanceTypes=UNKNOWN, amiType="AL2023_x86_64_NVIDIA")],
-     {"gpu": True, "gpus_per_node": None}),
+    (
+        "types-unknown-gpu-ami",
+        [mng(instanceTypes=UNKNOWN, amiType="AL2023_x86_64_NVIDIA")],
+        {"gpu": True, "gpus_per_node": None},
+    ),
     ("gpu-taint", [mng(taints=["junk", {"key": "nvidia.com/gpu", "effect": "NoSchedule"}])], {"gpu": True}),
     ("other-taint", [mng(taints=[{"key": "other"}])], {"gpu": False}),
     ("unknown-taints", [mng(taints=UNKNOWN)], {"gpu": False}),
@@ -214,53 +257,99 @@ NODE_GROUP_FACTS = [
     ("types-not-a-list", [mng(instanceTypes="g6.12xlarge")], {"instance_types": []}),
     ("types-unknown", [mng(instanceTypes=UNKNOWN)], {"instance_types": []}),
     # -- EFA interfaces of the launch template and their security groups ----------------------------------------------
-    ("efa-interfaces-unknown", with_lt(lt(networkInterfaces=UNKNOWN)),
-     {"efa_interfaces": UNKNOWN, "security_group_ids": UNKNOWN, "efa_enabled": False}),
+    (
+        "efa-interfaces-unknown",
+        with_lt(lt(networkInterfaces=UNKNOWN)),
+        {"efa_interfaces": UNKNOWN, "security_group_ids": UNKNOWN, "efa_enabled": False},
+    ),
     ("efa-no-interfaces", with_lt(lt()), {"efa_interfaces": 0, "security_group_ids": [], "efa_enabled": False}),
     ("efa-interfaces-not-a-list", with_lt(lt(networkInterfaces="x")), {"efa_interfaces": 0, "security_group_ids": []}),
-    ("efa-an-interface-unknown", with_lt(lt(networkInterfaces=[UNKNOWN])),
-     {"efa_interfaces": UNKNOWN, "security_group_ids": UNKNOWN}),
-    ("efa-an-interface-type-unknown", with_lt(lt(networkInterfaces=[{"interfaceType": UNKNOWN}])),
-     {"efa_interfaces": UNKNOWN, "security_group_ids": UNKNOWN}),
-    ("efa-and-efa-only-counted-groups-once", with_lt(lt(networkInterfaces=NIS)),
-     {"efa_interfaces": 3, "security_group_ids": ["sg-1", "sg-2", "sg-3"], "efa_enabled": True,
-      "efa_source": "launch template"}),
-    ("efa-groups-unknown", with_lt(lt(networkInterfaces=[{"interfaceType": "efa", "securityGroups": UNKNOWN}])),
-     {"efa_interfaces": 1, "security_group_ids": UNKNOWN}),
-    ("efa-a-group-unknown", with_lt(lt(networkInterfaces=[{"interfaceType": "efa", "securityGroups": ["a", UNKNOWN]}])),
-     {"efa_interfaces": 1, "security_group_ids": UNKNOWN}),
+    (
+        "efa-an-interface-unknown",
+        with_lt(lt(networkInterfaces=[UNKNOWN])),
+        {"efa_interfaces": UNKNOWN, "security_group_ids": UNKNOWN},
+    ),
+    (
+        "efa-an-interface-type-unknown",
+        with_lt(lt(networkInterfaces=[{"interfaceType": UNKNOWN}])),
+        {"efa_interfaces": UNKNOWN, "security_group_ids": UNKNOWN},
+    ),
+    (
+        "efa-and-efa-only-counted-groups-once",
+        with_lt(lt(networkInterfaces=NIS)),
+        {
+            "efa_interfaces": 3,
+            "security_group_ids": ["sg-1", "sg-2", "sg-3"],
+            "efa_enabled": True,
+            "efa_source": "launch template",
+        },
+    ),
+    (
+        "efa-groups-unknown",
+        with_lt(lt(networkInterfaces=[{"interfaceType": "efa", "securityGroups": UNKNOWN}])),
+        {"efa_interfaces": 1, "security_group_ids": UNKNOWN},
+    ),
+    (
+        "efa-a-group-unknown",
+        with_lt(lt(networkInterfaces=[{"interfaceType": "efa", "securityGroups": ["a", UNKNOWN]}])),
+        {"efa_interfaces": 1, "security_group_ids": UNKNOWN},
+    ),
     # -- subnets: by id when every id names a subnet, else through the group's dependencies --------------------------
-    ("subnets-by-id", [A, B, OTHER, mng(subnetIds=["a-id", "b-id"])],
-     {"subnets": [A, B], "subnet_ids": ["a-id", "b-id"], "azs": ["us-east-1a", "us-east-1b"]}),
+    (
+        "subnets-by-id",
+        [A, B, OTHER, mng(subnetIds=["a-id", "b-id"])],
+        {"subnets": [A, B], "subnet_ids": ["a-id", "b-id"], "azs": ["us-east-1a", "us-east-1b"]},
+    ),
     ("subnets-an-id-not-a-subnet", [A, OTHER, mng(subnetIds=["a-id", "x-id"])], {"subnets": UNKNOWN, "azs": UNKNOWN}),
-    ("subnets-an-id-missing-deps-read", [A, OTHER, mng(subnetIds=["a-id", "nope"],
-                                                       deps={"subnetIds": [A.urn, "urn:gone", OTHER.urn]})],
-     {"subnets": [A]}),
-    ("subnets-ids-unknown-deps-read", [A, mng(subnetIds=UNKNOWN, deps={"subnetIds": [A.urn]})],
-     {"subnets": [A], "azs": ["us-east-1a"]}),
-    ("subnets-an-id-unknown-deps-read", [A, B, mng(subnetIds=["b-id", UNKNOWN], deps={"subnetIds": [A.urn]})],
-     {"subnets": [A]}),
+    (
+        "subnets-an-id-missing-deps-read",
+        [A, OTHER, mng(subnetIds=["a-id", "nope"], deps={"subnetIds": [A.urn, "urn:gone", OTHER.urn]})],
+        {"subnets": [A]},
+    ),
+    (
+        "subnets-ids-unknown-deps-read",
+        [A, mng(subnetIds=UNKNOWN, deps={"subnetIds": [A.urn]})],
+        {"subnets": [A], "azs": ["us-east-1a"]},
+    ),
+    (
+        "subnets-an-id-unknown-deps-read",
+        [A, B, mng(subnetIds=["b-id", UNKNOWN], deps={"subnetIds": [A.urn]})],
+        {"subnets": [A]},
+    ),
     ("subnets-no-ids-deps-read", [A, mng(subnetIds=[], deps={"subnetIds": [A.urn]})], {"subnets": [A]}),
     ("subnets-ids-unknown-no-deps", [A, mng(subnetIds=UNKNOWN)], {"subnets": UNKNOWN}),
-    ("subnets-deps-name-no-subnet", [A, OTHER, mng(subnetIds=UNKNOWN, deps={"subnetIds": [OTHER.urn]})],
-     {"subnets": UNKNOWN}),
-    ("azs-sorted-once", [A, B, sub("c", "us-east-1b"), mng(subnetIds=["b-id", "a-id", "c-id"])],
-     {"azs": ["us-east-1a", "us-east-1b"]}),
+    (
+        "subnets-deps-name-no-subnet",
+        [A, OTHER, mng(subnetIds=UNKNOWN, deps={"subnetIds": [OTHER.urn]})],
+        {"subnets": UNKNOWN},
+    ),
+    (
+        "azs-sorted-once",
+        [A, B, sub("c", "us-east-1b"), mng(subnetIds=["b-id", "a-id", "c-id"])],
+        {"azs": ["us-east-1a", "us-east-1b"]},
+    ),
     ("azs-an-az-unknown", [sub("u", UNKNOWN), mng(subnetIds=["u-id"])], {"azs": UNKNOWN}),
     ("azs-an-az-missing", [sub("n", None), mng(subnetIds=["n-id"])], {"azs": UNKNOWN}),
     # -- the placement group the template names: by name, by id, else through its dependency -------------------------
     ("pg-by-name", with_lt(lt(placement={"groupName": "efa-pg"}), PG), {"placement_strategy": "cluster"}),
     ("pg-by-id", with_lt(lt(placement={"groupName": "pg-id"}), PG), {"placement_strategy": "cluster"}),
     ("pg-named-but-gone", with_lt(lt(placement={"groupName": "gone"}), PG), {"placement_strategy": None}),
-    ("pg-empty-name-names-none", with_lt(lt(placement={"groupName": ""}),
-                                         R(L.PLACEMENT_GROUP, "new", id="", name="", strategy="spread")),
-     {"placement_strategy": None}),
-    ("pg-unknown-name-dependency", with_lt(lt(placement={"groupName": UNKNOWN}, deps={"placement": [PG.urn]}), PG),
-     {"placement_strategy": "cluster"}),
-    ("pg-unknown-name-no-dependency", with_lt(lt(placement={"groupName": UNKNOWN})),
-     {"placement_strategy": UNKNOWN}),
-    ("pg-dependencies-name-no-group", with_lt(lt(placement={"groupName": "gone"}, deps={"placement": ["urn:x", A.urn]}),
-                                              A), {"placement_strategy": None}),
+    (
+        "pg-empty-name-names-none",
+        with_lt(lt(placement={"groupName": ""}), R(L.PLACEMENT_GROUP, "new", id="", name="", strategy="spread")),
+        {"placement_strategy": None},
+    ),
+    (
+        "pg-unknown-name-dependency",
+        with_lt(lt(placement={"groupName": UNKNOWN}, deps={"placement": [PG.urn]}), PG),
+        {"placement_strategy": "cluster"},
+    ),
+    ("pg-unknown-name-no-dependency", with_lt(lt(placement={"groupName": UNKNOWN})), {"placement_strategy": UNKNOWN}),
+    (
+        "pg-dependencies-name-no-group",
+        with_lt(lt(placement={"groupName": "gone"}, deps={"placement": ["urn:x", A.urn]}), A),
+        {"placement_strategy": None},
+    ),
     # -- max_nodes: only a size the Cluster Autoscaler owns --------------------------------------------------------
     ("scaled", scaled(0, 4), {"max_nodes": 4}),
     ("scaled-engine-floats", scaled(0.0, 4.0), {"max_nodes": 4}),
@@ -286,12 +375,16 @@ def bare(name="ng", deps=None, **props):
 T = lt(instanceType="g6.12xlarge")
 
 
-@pytest.mark.parametrize("resources, want", [
-    ([T, A, bare(launchTemplate={"id": "lt-id"})], (["g6.12xlarge"], 0)),
-    ([T, A, bare(launchTemplate={"id": "a-id"})], ([], UNKNOWN)),  # a subnet's id: no template of the stack
-    ([T, A, bare(launchTemplate={"id": UNKNOWN}, deps={"launchTemplate": [A.urn, T.urn]})], (["g6.12xlarge"], 0)),
-    ([T, bare(deps={"launchTemplate": ["urn:gone"]})], ([], 0)),
-], ids=["by-id", "id-of-another-type", "by-dependency", "dependency-gone"])
+@pytest.mark.parametrize(
+    "resources, want",
+    [
+        ([T, A, bare(launchTemplate={"id": "lt-id"})], (["g6.12xlarge"], 0)),
+        ([T, A, bare(launchTemplate={"id": "a-id"})], ([], UNKNOWN)),  # a subnet's id: no template of the stack
+        ([T, A, bare(launchTemplate={"id": UNKNOWN}, deps={"launchTemplate": [A.urn, T.urn]})], (["g6.12xlarge"], 0)),
+        ([T, bare(deps={"launchTemplate": ["urn:gone"]})], ([], 0)),
+    ],
+    ids=["by-id", "id-of-another-type", "by-dependency", "dependency-gone"],
+)
 def test_node_group_template_lookup(resources, want):
     g = one(resources)
     assert (g.instance_types, g.efa_interfaces) == want
@@ -300,19 +393,43 @@ def test_node_group_template_lookup(resources, want):
 def test_mock_shape_with_our_launch_template():
     a, b = sub("a"), sub("b", "us-east-1b")
     pg = R(L.PLACEMENT_GROUP, "pg", id="pg-id", name="efa", strategy="cluster")
-    t = lt(instanceType="g6.12xlarge", placement={"groupName": "efa"},
-           networkInterfaces=[{"interfaceType": "efa", "securityGroups": ["sg-1"]}],
-           capacityReservationSpecification={"capacityReservationTarget": {"capacityReservationId": "cr-1"}},
-           instanceMarketOptions={"marketType": "capacity-block"})
-    m = mng(launchTemplate={"id": "lt-id"}, subnetIds=["a-id", "b-id"], capacityType="CAPACITY_BLOCK",
-            scalingConfig={"desiredSize": 2, "minSize": 2, "maxSize": 2}, labels={"role": "gpu"})
+    t = lt(
+        instanceType="g6.12xlarge",
+        placement={"groupName": "efa"},
+        networkInterfaces=[{"interfaceType": "efa", "securityGroups": ["sg-1"]}],
+        capacityReservationSpecification={"capacityReservationTarget": {"capacityReservationId": "cr-1"}},
+        instanceMarketOptions={"marketType": "capacity-block"},
+    )
+    m = mng(
+        launchTemplate={"id": "lt-id"},
+        subnetIds=["a-id", "b-id"],
+        capacityType="CAPACITY_BLOCK",
+        scalingConfig={"desiredSize": 2, "minSize": 2, "maxSize": 2},
+        labels={"role": "gpu"},
+    )
     g = one([a, b, pg, t, m])
     assert (g.instance_types, g.nodes, g.gpu, g.gpus_per_node, g.efa_interfaces, g.efa_source) == (
-        ["g6.12xlarge"], 2, True, 4, 1, "launch template")
+        ["g6.12xlarge"],
+        2,
+        True,
+        4,
+        1,
+        "launch template",
+    )
     assert (g.placement_strategy, g.security_group_ids, g.subnets, g.subnet_ids, g.labels) == (
-        "cluster", ["sg-1"], [a, b], ["a-id", "b-id"], {"role": "gpu"})
+        "cluster",
+        ["sg-1"],
+        [a, b],
+        ["a-id", "b-id"],
+        {"role": "gpu"},
+    )
     assert (g.capacity_type, g.market_type, g.reservation, g.max_nodes, g.placement_az) == (
-        "CAPACITY_BLOCK", "capacity-block", "cr-1", None, None)
+        "CAPACITY_BLOCK",
+        "capacity-block",
+        "cr-1",
+        None,
+        None,
+    )
     assert G.gpu_node_groups(Stack([a, b, pg, t, m])) == [g]
 
 
@@ -328,11 +445,20 @@ def test_mock_shape_types_on_the_group_win_over_the_template():
 
 def test_mock_shape_enable_efa_support():
     a, b = sub("a", "us-east-1a"), sub("b", "us-east-1b")
-    m = mng(enableEfaSupport=True, instanceTypes=["p5.48xlarge"], subnetIds=["a-id", "b-id"],
-            placementGroupAvailabilityZone="us-east-1b")
+    m = mng(
+        enableEfaSupport=True,
+        instanceTypes=["p5.48xlarge"],
+        subnetIds=["a-id", "b-id"],
+        placementGroupAvailabilityZone="us-east-1b",
+    )
     g = one([a, b, m])
     assert (g.efa_interfaces, g.security_group_ids, g.efa_source, g.placement_strategy, g.placement_az) == (
-        32, UNKNOWN, "pulumi-eks enableEfaSupport", "cluster", "us-east-1b")
+        32,
+        UNKNOWN,
+        "pulumi-eks enableEfaSupport",
+        "cluster",
+        "us-east-1b",
+    )
     assert g.subnets == [b] and g.efa_enabled  # pulumi-eks keeps the placement AZ's subnets only
     g = one([a, b, mng(enableEfaSupport=True, instanceTypes=["x.new"], subnetIds=["a-id", "b-id"])])
     assert g.efa_interfaces is UNKNOWN and g.subnets == [a, b]  # no AZ named: all kept
@@ -340,8 +466,13 @@ def test_mock_shape_enable_efa_support():
     g = one([mng(enableEfaSupport=True, instanceTypes=["p5.48xlarge"], placementGroupAvailabilityZone="us-east-1b")])
     assert g.subnets is UNKNOWN  # no subnets known: nothing to filter
     unknown_az = sub("c", UNKNOWN)
-    g = one([a, unknown_az, mng(enableEfaSupport=True, subnetIds=["a-id", "c-id"],
-                                placementGroupAvailabilityZone="us-east-1b")])
+    g = one(
+        [
+            a,
+            unknown_az,
+            mng(enableEfaSupport=True, subnetIds=["a-id", "c-id"], placementGroupAvailabilityZone="us-east-1b"),
+        ]
+    )
     assert g.subnets == [unknown_az]  # an AZ only up knows is kept
     g = one([a, mng(enableEfaSupport=True, subnetIds=["a-id"], placementGroupAvailabilityZone=UNKNOWN)])
     assert g.subnets == [a] and g.placement_az is None
@@ -358,7 +489,12 @@ def test_mock_shape_subnets_from_the_groups_dependencies():
 def test_mock_shape_plain_node_group():
     g = one([mng(instanceTypes=["m7i.xlarge"], enableEfaSupport=False)])
     assert (g.efa_interfaces, g.security_group_ids, g.efa_source, g.placement_strategy, g.gpu) == (
-        0, [], "pulumi-eks inputs", None, False)
+        0,
+        [],
+        "pulumi-eks inputs",
+        None,
+        False,
+    )
     assert G.gpu_node_groups(Stack([mng(instanceTypes=["m7i.xlarge"])])) == []
 
 
@@ -378,8 +514,11 @@ def preview_group(*extra, ng_props=None, mng_props=None, template=None, mng_chil
 
 def test_preview_shape_child_node_group_without_a_template():
     a = sub("a")
-    g = one(preview_group(a, ng_props={"subnetIds": ["a-id"], "instanceTypes": ["g6.12xlarge"],
-                                       "scalingConfig": {"desiredSize": 2}}))
+    g = one(
+        preview_group(
+            a, ng_props={"subnetIds": ["a-id"], "instanceTypes": ["g6.12xlarge"], "scalingConfig": {"desiredSize": 2}}
+        )
+    )
     assert (g.efa_interfaces, g.security_group_ids, g.placement_strategy, g.subnets, g.nodes) == (0, [], None, [a], 2)
     assert g.resource.type == L.MNG  # the group is the component, read through its child
     assert g.efa_source == "launch template" and not g.efa_enabled  # EKS's own template: no EFA interfaces
@@ -390,8 +529,10 @@ def test_preview_shape_children_in_registration_order():
     place among the children."""
     t = lt(networkInterfaces=[{"interfaceType": "efa"}], instanceType="g6.12xlarge")
     m = mng()
-    kids = [Resource(c.type, c.name, c.urn, m.urn, c.props, c.id, c.deps) for c in (
-        t, R(L.NODE_GROUP, "gpu-ng", scalingConfig={"desiredSize": 2}, capacityType="SPOT"))]
+    kids = [
+        Resource(c.type, c.name, c.urn, m.urn, c.props, c.id, c.deps)
+        for c in (t, R(L.NODE_GROUP, "gpu-ng", scalingConfig={"desiredSize": 2}, capacityType="SPOT"))
+    ]
     g = one([m, *kids])
     assert (g.nodes, g.capacity_type, g.efa_interfaces, g.instance_types) == (2, "SPOT", 1, ["g6.12xlarge"])
     assert g.props == {"scalingConfig": {"desiredSize": 2}, "capacityType": "SPOT"}  # the EKS child's settings
@@ -407,8 +548,11 @@ def test_preview_shape_pinned_group_with_candidate_subnets_is_unknown():
     assert g.subnets is UNKNOWN and g.placement_strategy == "cluster"  # the filter that picks one AZ is unseen
     # the same with a reservation target instead of a placement group
     t = lt(capacityReservationSpecification={"capacityReservationTarget": {"capacityReservationId": UNKNOWN}})
-    g = one(preview_group(a, b, ng_props={"subnetIds": UNKNOWN, "launchTemplate": {"id": "lt-id"}, "_deps": deps},
-                          template=t))
+    g = one(
+        preview_group(
+            a, b, ng_props={"subnetIds": UNKNOWN, "launchTemplate": {"id": "lt-id"}, "_deps": deps}, template=t
+        )
+    )
     assert g.subnets is UNKNOWN and g.reservation is UNKNOWN
     # known ids: what they name is where the nodes go
     g = one(preview_group(a, b, ng_props={"subnetIds": ["a-id", "b-id"]}, mng_children=[pg]))
@@ -419,13 +563,17 @@ def test_preview_shape_pinned_group_with_candidate_subnets_is_unknown():
         assert g.subnets is UNKNOWN
     # one AZ among the candidates: no filter can change it
     c = sub("c", "us-east-1a")
-    g = one(preview_group(a, c, ng_props={"subnetIds": UNKNOWN, "_deps": {"subnetIds": [a.urn, c.urn]}},
-                          mng_children=[pg]))
+    g = one(
+        preview_group(a, c, ng_props={"subnetIds": UNKNOWN, "_deps": {"subnetIds": [a.urn, c.urn]}}, mng_children=[pg])
+    )
     assert g.subnets == [a, c]
     # not pinned (no placement group, an empty reservation target): the candidates are the subnets
     t = lt(capacityReservationSpecification={"capacityReservationTarget": {}})
-    g = one(preview_group(a, b, ng_props={"subnetIds": UNKNOWN, "launchTemplate": {"id": "lt-id"}, "_deps": deps},
-                          template=t))
+    g = one(
+        preview_group(
+            a, b, ng_props={"subnetIds": UNKNOWN, "launchTemplate": {"id": "lt-id"}, "_deps": deps}, template=t
+        )
+    )
     assert g.subnets == [a, b] and g.reservation is None
     # pinned but nothing known about the subnets
     g = one(preview_group(ng_props={"subnetIds": UNKNOWN}, mng_children=[pg]))
@@ -449,14 +597,27 @@ def test_preview_shape_template_and_placement_group_as_children():
 def test_bare_eks_node_groups():
     a = sub("a")
     pg = R(L.PLACEMENT_GROUP, "pg", name="efa", strategy="cluster")
-    t = lt(instanceType="g6.12xlarge", placement={"groupName": "efa"},
-           networkInterfaces=[{"interfaceType": "efa", "securityGroups": ["sg-1"]}])
+    t = lt(
+        instanceType="g6.12xlarge",
+        placement={"groupName": "efa"},
+        networkInterfaces=[{"interfaceType": "efa", "securityGroups": ["sg-1"]}],
+    )
     ng = R(L.NODE_GROUP, "ng", launchTemplate={"id": "lt-id"}, subnetIds=["a-id"])
     g = one([a, pg, t, ng])
     assert (g.resource, g.instance_types, g.efa_interfaces, g.placement_strategy, g.subnets, g.efa_source) == (
-        ng, ["g6.12xlarge"], 1, "cluster", [a], "launch template")
-    g = one([lt(placement={"groupName": UNKNOWN}), R(L.NODE_GROUP, "ng", launchTemplate={"id": "lt-id"},
-                                                      instanceTypes=["p5.48xlarge"])])
+        ng,
+        ["g6.12xlarge"],
+        1,
+        "cluster",
+        [a],
+        "launch template",
+    )
+    g = one(
+        [
+            lt(placement={"groupName": UNKNOWN}),
+            R(L.NODE_GROUP, "ng", launchTemplate={"id": "lt-id"}, instanceTypes=["p5.48xlarge"]),
+        ]
+    )
     assert g.placement_strategy is UNKNOWN and g.instance_types == ["p5.48xlarge"]
     g = one([lt(), R(L.NODE_GROUP, "ng", launchTemplate={"id": "lt-id"})])
     assert g.placement_strategy is None and g.instance_types == []
@@ -469,13 +630,27 @@ def test_bare_eks_node_groups():
     # the types on the node group win over its template's; unknown subnet ids: its dependencies; the template's
     # market and reservation are the group's
     b = sub("b", "us-east-1b")
-    t = lt(instanceType="p5.48xlarge", instanceMarketOptions={"marketType": "capacity-block"},
-           capacityReservationSpecification={"capacityReservationTarget": {"capacityReservationId": "cr-9"}})
-    ng = R(L.NODE_GROUP, "ng", launchTemplate={"id": "lt-id"}, instanceTypes=["g6.12xlarge"], subnetIds=UNKNOWN,
-           deps={"subnetIds": [b.urn]})
+    t = lt(
+        instanceType="p5.48xlarge",
+        instanceMarketOptions={"marketType": "capacity-block"},
+        capacityReservationSpecification={"capacityReservationTarget": {"capacityReservationId": "cr-9"}},
+    )
+    ng = R(
+        L.NODE_GROUP,
+        "ng",
+        launchTemplate={"id": "lt-id"},
+        instanceTypes=["g6.12xlarge"],
+        subnetIds=UNKNOWN,
+        deps={"subnetIds": [b.urn]},
+    )
     g = one([b, t, ng])
     assert (g.instance_types, g.subnets, g.subnet_ids, g.market_type, g.reservation) == (
-        ["g6.12xlarge"], [b], UNKNOWN, "capacity-block", "cr-9")
+        ["g6.12xlarge"],
+        [b],
+        UNKNOWN,
+        "capacity-block",
+        "cr-9",
+    )
     assert one([a, R(L.NODE_GROUP, "ng", subnetIds=["a-id"])]).subnet_ids == ["a-id"]
     # a bare node group after a ManagedNodeGroup's own child: both groups, the child read once
     m = mng("mng", instanceTypes=["m7i.xlarge"])
@@ -488,21 +663,30 @@ def test_bare_eks_node_groups():
 
 
 def test_node_group_labels_reservation_and_market():
-    t = lt(capacityReservationSpecification={"capacityReservationTarget": {
-        "capacityReservationResourceGroupArn": "arn:rg"}})
+    t = lt(
+        capacityReservationSpecification={
+            "capacityReservationTarget": {"capacityReservationResourceGroupArn": "arn:rg"}
+        }
+    )
     g = one([t, mng(launchTemplate={"id": "lt-id"}, labels=UNKNOWN, capacityType=UNKNOWN)])
     assert (g.labels, g.reservation, g.capacity_type, g.market_type) == ({}, "arn:rg", UNKNOWN, None)
-    g = one([lt(capacityReservationSpecification={"capacityReservationTarget": UNKNOWN}),
-             mng(launchTemplate={"id": "lt-id"})])
+    g = one(
+        [
+            lt(capacityReservationSpecification={"capacityReservationTarget": UNKNOWN}),
+            mng(launchTemplate={"id": "lt-id"}),
+        ]
+    )
     assert g.reservation is UNKNOWN
-    g = one([lt(capacityReservationSpecification={"capacityReservationTarget": None}),
-             mng(launchTemplate={"id": "lt-id"})])
+    g = one(
+        [lt(capacityReservationSpecification={"capacityReservationTarget": None}), mng(launchTemplate={"id": "lt-id"})]
+    )
     assert g.reservation is None
     g = one([mng(scalingConfig={"minSize": 0, "maxSize": 3, "desiredSize": 0}, ignoreScalingChanges=True)])
     assert g.max_nodes == 3 and g.nodes == 0
 
 
 # == tools/layout_pods.py =============================================================================================
+
 
 def pod(spec, role="pod", name="r"):
     return P.Pod(R("t", name), role, 1, spec)
@@ -528,16 +712,32 @@ def rc(type_=L.RAY_CLUSTER, **spec):
 
 def test_ray_specs_and_pods_of_each_kind():
     head = {"template": {"spec": {"containers": [{"name": "head"}]}}}
-    workers = [{"groupName": "gpu", "replicas": 2, "template": {"spec": {"containers": []}}},
-               {"groupName": "auto", "minReplicas": 1, "maxReplicas": 4, "template": {"spec": {}}},
-               {"maxReplicas": 3, "template": {"spec": {}}},
-               {"template": {"spec": {}}}, {"groupName": "broken", "template": {"spec": UNKNOWN}}, "junk"]
-    s = Stack([rc(headGroupSpec=head, workerGroupSpecs=workers), rc(L.RAY_JOB, headGroupSpec=head),
-               rc(L.RAY_SERVICE, headGroupSpec={"template": UNKNOWN}), R(L.RAY_CLUSTER, "nospec", spec=UNKNOWN)])
+    workers = [
+        {"groupName": "gpu", "replicas": 2, "template": {"spec": {"containers": []}}},
+        {"groupName": "auto", "minReplicas": 1, "maxReplicas": 4, "template": {"spec": {}}},
+        {"maxReplicas": 3, "template": {"spec": {}}},
+        {"template": {"spec": {}}},
+        {"groupName": "broken", "template": {"spec": UNKNOWN}},
+        "junk",
+    ]
+    s = Stack(
+        [
+            rc(headGroupSpec=head, workerGroupSpecs=workers),
+            rc(L.RAY_JOB, headGroupSpec=head),
+            rc(L.RAY_SERVICE, headGroupSpec={"template": UNKNOWN}),
+            R(L.RAY_CLUSTER, "nospec", spec=UNKNOWN),
+        ]
+    )
     assert [r.name for r, _ in P.ray_specs(s)] == ["raycluster", "rayjob", "rayservice"]
     got = [(p.resource.name, p.role, p.replicas) for p in P.pods(s)]
-    assert got == [("raycluster", "head", 1), ("raycluster", "worker gpu", 2), ("raycluster", "worker auto", "1..4"),
-                   ("raycluster", "worker ?", "0..3"), ("raycluster", "worker ?", UNKNOWN), ("rayjob", "head", 1)]
+    assert got == [
+        ("raycluster", "head", 1),
+        ("raycluster", "worker gpu", 2),
+        ("raycluster", "worker auto", "1..4"),
+        ("raycluster", "worker ?", "0..3"),
+        ("raycluster", "worker ?", UNKNOWN),
+        ("rayjob", "head", 1),
+    ]
     assert [p.spec for p in P.pods(s)][:2] == [{"containers": [{"name": "head"}]}, {"containers": []}]
     # a replica count written beside the autoscaler's bounds is the count
     both = {"groupName": "g", "replicas": 2, "minReplicas": 1, "maxReplicas": 4, "template": {"spec": {}}}
@@ -546,24 +746,51 @@ def test_ray_specs_and_pods_of_each_kind():
 
 def test_pods_of_kubernetes_workloads():
     spec = {"containers": [{"name": "c"}]}
-    s = Stack([R("kubernetes:core/v1:Pod", "p", spec=spec),
-               R("kubernetes:apps/v1:Deployment", "d", spec={"replicas": 3, "template": {"spec": spec}}),
-               R("kubernetes:apps/v1:DaemonSet", "ds", spec={"template": {"spec": spec}}),
-               R("kubernetes:batch/v1:Job", "j", spec={"template": {"spec": spec}}),
-               R("kubernetes:batch/v1:CronJob", "cj", spec={"jobTemplate": {"spec": {"template": {"spec": spec}}}}),
-               R("kubernetes:batch/v1:Job", "unknown", spec={"template": UNKNOWN}),
-               R("kubernetes:core/v1:ConfigMap", "cm", spec=spec)])
+    s = Stack(
+        [
+            R("kubernetes:core/v1:Pod", "p", spec=spec),
+            R("kubernetes:apps/v1:Deployment", "d", spec={"replicas": 3, "template": {"spec": spec}}),
+            R("kubernetes:apps/v1:DaemonSet", "ds", spec={"template": {"spec": spec}}),
+            R("kubernetes:batch/v1:Job", "j", spec={"template": {"spec": spec}}),
+            R("kubernetes:batch/v1:CronJob", "cj", spec={"jobTemplate": {"spec": {"template": {"spec": spec}}}}),
+            R("kubernetes:batch/v1:Job", "unknown", spec={"template": UNKNOWN}),
+            R("kubernetes:core/v1:ConfigMap", "cm", spec=spec),
+        ]
+    )
     assert [(p.resource.name, p.role, p.replicas) for p in P.pods(s)] == [
-        ("p", "pod", 1), ("d", "pod", 3), ("ds", "pod", 1), ("j", "pod", 1), ("cj", "pod", 1)]
+        ("p", "pod", 1),
+        ("d", "pod", 3),
+        ("ds", "pod", 1),
+        ("j", "pod", 1),
+        ("cj", "pod", 1),
+    ]
     assert all(p.spec == spec for p in P.pods(s))  # each kind's pod template, not the workload's own spec
 
 
-@pytest.mark.parametrize("value, want", [
-    ("500m", Decimal("0.5")), ("8Gi", Decimal(8 * 2 ** 30)), ("1k", Decimal(1000)), ("2M", Decimal(2_000_000)),
-    ("1Mi", Decimal(2 ** 20)), (" 4 ", Decimal(4)), ("1.5", Decimal("1.5")), (2, Decimal(2)), (0.5, Decimal("0.5")),
-    ("1e3", Decimal(1000)), ("100n", Decimal("1E-7")), ("3u", Decimal("0.000003")), ("1Ei", Decimal(2) ** 60),
-    (True, None), (None, None), (UNKNOWN, None), ("lots", None), ("Gi", None), ("1Xi", None),
-])
+@pytest.mark.parametrize(
+    "value, want",
+    [
+        ("500m", Decimal("0.5")),
+        ("8Gi", Decimal(8 * 2**30)),
+        ("1k", Decimal(1000)),
+        ("2M", Decimal(2_000_000)),
+        ("1Mi", Decimal(2**20)),
+        (" 4 ", Decimal(4)),
+        ("1.5", Decimal("1.5")),
+        (2, Decimal(2)),
+        (0.5, Decimal("0.5")),
+        ("1e3", Decimal(1000)),
+        ("100n", Decimal("1E-7")),
+        ("3u", Decimal("0.000003")),
+        ("1Ei", Decimal(2) ** 60),
+        (True, None),
+        (None, None),
+        (UNKNOWN, None),
+        ("lots", None),
+        ("Gi", None),
+        ("1Xi", None),
+    ],
+)
 def test_quantity(value, want):
     assert P.quantity(value) == want
 
@@ -585,22 +812,29 @@ def res(limits=None, requests=None):
     return {"resources": r}
 
 
-@pytest.mark.parametrize("c, want", [
-    (res({"cpu": "2", "memory": "8Gi"}), None),
-    (res({"cpu": "2", "memory": "8Gi"}, {"cpu": "2000m", "memory": "8192Mi"}), None),  # equal quantities
-    (res({"cpu": "2", "memory": "8Gi"}, {"cpu": "1"}), "requests.cpu=1 != limits.cpu=2"),
-    (res({"cpu": "2"}), "no memory limit"),
-    (res({"memory": "1Gi"}), "no cpu limit"),
-    (res({}), "no cpu or memory limit"),
-    (res({"cpu": "2", "memory": "8Gi"}, {"ephemeral-storage": "1Gi"}),
-     "ephemeral-storage requested (1Gi) without a limit"),
-    (res({"cpu": "2", "memory": "8Gi", "x": "odd"}, {"x": "odd"}), None),  # unparseable but the same text
-    (res({"cpu": "2", "memory": "8Gi", "x": "odd"}, {"x": "other"}), "requests.x=other != limits.x=odd"),
-    (res({"cpu": "2", "memory": UNKNOWN}), None),
-    (res({"cpu": "2", "memory": "8Gi"}, {"cpu": UNKNOWN}), None),
-    (res({"cpu": "2", "memory": "8Gi"}, {"cpu": "1", "memory": "4Gi"}),
-     "requests.cpu=1 != limits.cpu=2; requests.memory=4Gi != limits.memory=8Gi"),
-])
+@pytest.mark.parametrize(
+    "c, want",
+    [
+        (res({"cpu": "2", "memory": "8Gi"}), None),
+        (res({"cpu": "2", "memory": "8Gi"}, {"cpu": "2000m", "memory": "8192Mi"}), None),  # equal quantities
+        (res({"cpu": "2", "memory": "8Gi"}, {"cpu": "1"}), "requests.cpu=1 != limits.cpu=2"),
+        (res({"cpu": "2"}), "no memory limit"),
+        (res({"memory": "1Gi"}), "no cpu limit"),
+        (res({}), "no cpu or memory limit"),
+        (
+            res({"cpu": "2", "memory": "8Gi"}, {"ephemeral-storage": "1Gi"}),
+            "ephemeral-storage requested (1Gi) without a limit",
+        ),
+        (res({"cpu": "2", "memory": "8Gi", "x": "odd"}, {"x": "odd"}), None),  # unparseable but the same text
+        (res({"cpu": "2", "memory": "8Gi", "x": "odd"}, {"x": "other"}), "requests.x=other != limits.x=odd"),
+        (res({"cpu": "2", "memory": UNKNOWN}), None),
+        (res({"cpu": "2", "memory": "8Gi"}, {"cpu": UNKNOWN}), None),
+        (
+            res({"cpu": "2", "memory": "8Gi"}, {"cpu": "1", "memory": "4Gi"}),
+            "requests.cpu=1 != limits.cpu=2; requests.memory=4Gi != limits.memory=8Gi",
+        ),
+    ],
+)
 def test_qos_problem(c, want):
     assert P.qos_problem(c) == want
 
@@ -633,7 +867,7 @@ def test_pod_amount_each_form():
     assert P.pod_amount(pod({"containers": ["junk", {"name": "c"}, res({"nvidia.com/gpu": 2})]}), "nvidia.com/gpu") == 2
     assert P.pod_amount(pod({}), "nvidia.com/gpu") == 0
     # a unit with a fractional sum in that unit falls back to the number
-    assert P.pod_amount(gpus("1.5Mi", "1Mi", key="memory"), "memory") == int(2.5 * 2 ** 20)
+    assert P.pod_amount(gpus("1.5Mi", "1Mi", key="memory"), "memory") == int(2.5 * 2**20)
 
 
 def test_pod_count_and_efa_requested():
@@ -644,47 +878,78 @@ def test_pod_count_and_efa_requested():
 
 
 def test_pod_env_and_node_groups_for():
-    p = pod({"initContainers": [{"env": [{"name": "A", "value": "init"}]}],
-             "containers": [{"env": [{"name": "A", "value": "main"}, {"value": "no name"}, "junk", {"name": "B"}]},
-                            {"name": "noenv"}]})
+    p = pod(
+        {
+            "initContainers": [{"env": [{"name": "A", "value": "init"}]}],
+            "containers": [
+                {"env": [{"name": "A", "value": "main"}, {"value": "no name"}, "junk", {"name": "B"}]},
+                {"name": "noenv"},
+            ],
+        }
+    )
     assert P.pod_env(p) == {"A": "main", "B": None}
-    groups = [G.NodeGroup(R(L.MNG, n), {}, [], 1, labels, False, None, 0, "", None, None, [], [], [])
-              for n, labels in (("gpu", {"role": "gpu", "zone": "a"}), ("sys", {"role": "system"}))]
+    groups = [
+        G.NodeGroup(R(L.MNG, n), {}, [], 1, labels, False, None, 0, "", None, None, [], [], [])
+        for n, labels in (("gpu", {"role": "gpu", "zone": "a"}), ("sys", {"role": "system"}))
+    ]
     assert [g.resource.name for g in P.node_groups_for(pod({"nodeSelector": {"role": "gpu"}}), groups)] == ["gpu"]
     assert [g.resource.name for g in P.node_groups_for(pod({}), groups)] == ["gpu", "sys"]
     assert P.node_groups_for(pod({"nodeSelector": {"role": "none"}}), groups) == []
 
 
-@pytest.mark.parametrize("image, want", [
-    (UNKNOWN, None), (None, "has no image"), ("", "has no image"), (3, "has no image"),
-    ("repo/img@sha256:abc", None), ("registry:5000/img", "image registry:5000/img has no tag (means :latest)"),
-    ("img:latest", "image img:latest uses the mutable :latest tag"), ("img:1.0", None),
-    ("registry:5000/img:2.0", None),
-])
+@pytest.mark.parametrize(
+    "image, want",
+    [
+        (UNKNOWN, None),
+        (None, "has no image"),
+        ("", "has no image"),
+        (3, "has no image"),
+        ("repo/img@sha256:abc", None),
+        ("registry:5000/img", "image registry:5000/img has no tag (means :latest)"),
+        ("img:latest", "image img:latest uses the mutable :latest tag"),
+        ("img:1.0", None),
+        ("registry:5000/img:2.0", None),
+    ],
+)
 def test_image_problem(image, want):
     assert P.image_problem(image) == want
 
 
 # == tools/layout_network.py ==========================================================================================
 
+
 def test_efa_intent_each_reason():
     g = mng(instanceTypes=["g6.12xlarge"], enableEfaSupport=True)
     efa_pod = R("kubernetes:core/v1:Pod", "p", spec={"containers": [res({L.EFA_RESOURCE: 1})]})
-    env_pod = R("kubernetes:core/v1:Pod", "q", spec={"containers": [{"env": [{"name": "FI_PROVIDER",
-                                                                               "value": "efa"}]}]})
-    tcp_pod = R("kubernetes:core/v1:Pod", "s", spec={"containers": [{"env": [{"name": "FI_PROVIDER",
-                                                                               "value": "tcp"}]}]})
+    env_pod = R(
+        "kubernetes:core/v1:Pod", "q", spec={"containers": [{"env": [{"name": "FI_PROVIDER", "value": "efa"}]}]}
+    )
+    tcp_pod = R(
+        "kubernetes:core/v1:Pod", "s", spec={"containers": [{"env": [{"name": "FI_PROVIDER", "value": "tcp"}]}]}
+    )
     plugin = R(L.HELM_RELEASE, "efa", chart="oci://x/aws-efa-k8s-device-plugin")
     other = R(L.HELM_RELEASE, "kr", chart="kuberay-operator")
     assert N.efa_intent(Stack([g, efa_pod, env_pod, tcp_pod, plugin, other])) == [
-        "gpu has EFA (pulumi-eks enableEfaSupport)", "p pod requests vpc.amazonaws.com/efa",
-        "q pod sets FI_PROVIDER=efa", "Helm release efa installs aws-efa-k8s-device-plugin"]
+        "gpu has EFA (pulumi-eks enableEfaSupport)",
+        "p pod requests vpc.amazonaws.com/efa",
+        "q pod sets FI_PROVIDER=efa",
+        "Helm release efa installs aws-efa-k8s-device-plugin",
+    ]
     assert N.efa_intent(Stack([mng(instanceTypes=["g6.12xlarge"]), tcp_pod, other])) == []
 
 
-@pytest.mark.parametrize("protocol, is_self", [
-    ("-1", True), ("ALL", True), ("all", True), (-1, True), (UNKNOWN, True), ("tcp", False), (None, False),
-])
+@pytest.mark.parametrize(
+    "protocol, is_self",
+    [
+        ("-1", True),
+        ("ALL", True),
+        ("all", True),
+        (-1, True),
+        (UNKNOWN, True),
+        ("tcp", False),
+        (None, False),
+    ],
+)
 def test_self_rules_take_all_protocols_only(protocol, is_self):
     vpc = R(L.SG_INGRESS, "vpc", ipProtocol=protocol, securityGroupId="sg-1", referencedSecurityGroupId="sg-1")
     ec2 = R(L.SG_RULE, "ec2", type="ingress", protocol=protocol, self=True, securityGroupId="sg-1")
@@ -693,21 +958,47 @@ def test_self_rules_take_all_protocols_only(protocol, is_self):
     assert [s.resource.name for s in N.self_rules(Stack([vpc, ec2, inline]))] == want
 
 
-@pytest.mark.parametrize("a, b, deps, is_self", [
-    ("sg-1", "sg-1", {}, True), ("sg-1", "sg-2", {}, False),
-    (None, None, {}, False),  # no id at all is not the same group
-    (UNKNOWN, UNKNOWN, {"a": ["u1"], "b": ["u1"]}, True), (UNKNOWN, "sg-1", {"a": ["u1"], "b": ["u2"]}, False),
-    (UNKNOWN, "sg-1", {"a": ["u1"]}, True),  # nothing to compare: assumed (a preview cannot tell)
-    ("sg-1", UNKNOWN, {"b": ["u1"]}, True),
-], ids=["same", "other", "none", "unknown-same-source", "unknown-other-source", "unknown-one-source",
-        "unknown-other-side"])
+@pytest.mark.parametrize(
+    "a, b, deps, is_self",
+    [
+        ("sg-1", "sg-1", {}, True),
+        ("sg-1", "sg-2", {}, False),
+        (None, None, {}, False),  # no id at all is not the same group
+        (UNKNOWN, UNKNOWN, {"a": ["u1"], "b": ["u1"]}, True),
+        (UNKNOWN, "sg-1", {"a": ["u1"], "b": ["u2"]}, False),
+        (UNKNOWN, "sg-1", {"a": ["u1"]}, True),  # nothing to compare: assumed (a preview cannot tell)
+        ("sg-1", UNKNOWN, {"b": ["u1"]}, True),
+    ],
+    ids=[
+        "same",
+        "other",
+        "none",
+        "unknown-same-source",
+        "unknown-other-source",
+        "unknown-one-source",
+        "unknown-other-side",
+    ],
+)
 def test_self_rules_compare_group_ids(a, b, deps, is_self):
     names = {"a": "securityGroupId", "b": "referencedSecurityGroupId"}
-    vpc = R(L.SG_EGRESS, "vpc", deps={names[k]: v for k, v in deps.items()}, ipProtocol="-1", securityGroupId=a,
-            referencedSecurityGroupId=b)
+    vpc = R(
+        L.SG_EGRESS,
+        "vpc",
+        deps={names[k]: v for k, v in deps.items()},
+        ipProtocol="-1",
+        securityGroupId=a,
+        referencedSecurityGroupId=b,
+    )
     names["b"] = "sourceSecurityGroupId"
-    ec2 = R(L.SG_RULE, "ec2", deps={names[k]: v for k, v in deps.items()}, type="egress", protocol="-1",
-            securityGroupId=a, sourceSecurityGroupId=b)
+    ec2 = R(
+        L.SG_RULE,
+        "ec2",
+        deps={names[k]: v for k, v in deps.items()},
+        type="egress",
+        protocol="-1",
+        securityGroupId=a,
+        sourceSecurityGroupId=b,
+    )
     assert [s.resource.name for s in N.self_rules(Stack([vpc, ec2]))] == (["vpc", "ec2"] if is_self else [])
 
 
@@ -721,43 +1012,111 @@ def test_self_rules_in_each_form():
     ec2_unknown = R(L.SG_RULE, "unk", type=UNKNOWN, protocol="-1", self=True, securityGroupId=UNKNOWN)
     ec2_bad_type = R(L.SG_RULE, "bad", type="both", protocol="-1", self=True)
     ec2_tcp = R(L.SG_RULE, "t", type="ingress", protocol="tcp", self=True)
-    ec2_not_self = R(L.SG_RULE, "ns", type="ingress", protocol="-1", securityGroupId="sg-1",
-                     sourceSecurityGroupId="sg-2")
-    inline = R(L.SECURITY_GROUP, "sg", id="sg-9", ingress=[{"self": True, "protocol": "-1"}, "junk",
-                                                          {"self": False, "protocol": "-1"}],
-               egress=[{"self": True, "protocol": "tcp"}])
+    ec2_not_self = R(
+        L.SG_RULE, "ns", type="ingress", protocol="-1", securityGroupId="sg-1", sourceSecurityGroupId="sg-2"
+    )
+    inline = R(
+        L.SECURITY_GROUP,
+        "sg",
+        id="sg-9",
+        ingress=[{"self": True, "protocol": "-1"}, "junk", {"self": False, "protocol": "-1"}],
+        egress=[{"self": True, "protocol": "tcp"}],
+    )
     inline_unknown_id = R(L.SECURITY_GROUP, "sg2", egress=[{"self": True, "protocol": "-1"}])
-    got = [(s.resource.name, s.direction, s.security_group_id) for s in N.self_rules(Stack([
-        vpc_in, vpc_out, vpc_tcp, vpc_other, ec2_self, ec2_src, ec2_unknown, ec2_bad_type, ec2_tcp, ec2_not_self,
-        inline, inline_unknown_id]))]
-    assert got == [("in", "ingress", "sg-1"), ("out", "egress", "sg-1"), ("self", "ingress", "sg-1"),
-                   ("src", "egress", "sg-1"), ("unk", UNKNOWN, UNKNOWN), ("sg", "ingress", "sg-9"),
-                   ("sg2", "egress", UNKNOWN)]
+    got = [
+        (s.resource.name, s.direction, s.security_group_id)
+        for s in N.self_rules(
+            Stack(
+                [
+                    vpc_in,
+                    vpc_out,
+                    vpc_tcp,
+                    vpc_other,
+                    ec2_self,
+                    ec2_src,
+                    ec2_unknown,
+                    ec2_bad_type,
+                    ec2_tcp,
+                    ec2_not_self,
+                    inline,
+                    inline_unknown_id,
+                ]
+            )
+        )
+    ]
+    assert got == [
+        ("in", "ingress", "sg-1"),
+        ("out", "egress", "sg-1"),
+        ("self", "ingress", "sg-1"),
+        ("src", "egress", "sg-1"),
+        ("unk", UNKNOWN, UNKNOWN),
+        ("sg", "ingress", "sg-9"),
+        ("sg2", "egress", UNKNOWN),
+    ]
 
 
 def test_self_rules_with_ids_only_up_knows():
     """A preview's rule whose group ids are unknown is a self rule when both ids come from the same group."""
     same, other = ["urn:sg-a"], ["urn:sg-b"]
-    got = [s.resource.name for s in N.self_rules(Stack([
-        R(L.SG_INGRESS, "vpc-same", deps={"securityGroupId": same, "referencedSecurityGroupId": same}, ipProtocol="-1",
-          securityGroupId=UNKNOWN, referencedSecurityGroupId=UNKNOWN),
-        R(L.SG_INGRESS, "vpc-other", deps={"securityGroupId": same, "referencedSecurityGroupId": other},
-          ipProtocol="-1", securityGroupId=UNKNOWN, referencedSecurityGroupId=UNKNOWN),
-        R(L.SG_RULE, "ec2-same", deps={"securityGroupId": same, "sourceSecurityGroupId": same}, type="ingress",
-          protocol="-1", securityGroupId=UNKNOWN, sourceSecurityGroupId=UNKNOWN),
-        R(L.SG_RULE, "ec2-other", deps={"securityGroupId": same, "sourceSecurityGroupId": other}, type="ingress",
-          protocol="-1", securityGroupId=UNKNOWN, sourceSecurityGroupId=UNKNOWN)]))]
+    got = [
+        s.resource.name
+        for s in N.self_rules(
+            Stack(
+                [
+                    R(
+                        L.SG_INGRESS,
+                        "vpc-same",
+                        deps={"securityGroupId": same, "referencedSecurityGroupId": same},
+                        ipProtocol="-1",
+                        securityGroupId=UNKNOWN,
+                        referencedSecurityGroupId=UNKNOWN,
+                    ),
+                    R(
+                        L.SG_INGRESS,
+                        "vpc-other",
+                        deps={"securityGroupId": same, "referencedSecurityGroupId": other},
+                        ipProtocol="-1",
+                        securityGroupId=UNKNOWN,
+                        referencedSecurityGroupId=UNKNOWN,
+                    ),
+                    R(
+                        L.SG_RULE,
+                        "ec2-same",
+                        deps={"securityGroupId": same, "sourceSecurityGroupId": same},
+                        type="ingress",
+                        protocol="-1",
+                        securityGroupId=UNKNOWN,
+                        sourceSecurityGroupId=UNKNOWN,
+                    ),
+                    R(
+                        L.SG_RULE,
+                        "ec2-other",
+                        deps={"securityGroupId": same, "sourceSecurityGroupId": other},
+                        type="ingress",
+                        protocol="-1",
+                        securityGroupId=UNKNOWN,
+                        sourceSecurityGroupId=UNKNOWN,
+                    ),
+                ]
+            )
+        )
+    ]
     assert got == ["vpc-same", "ec2-same"]
 
 
 def test_helm_releases():
-    s = Stack([R(L.HELM_RELEASE, "a", chart="oci://public.ecr.aws/x/kuberay-operator", version="1.4.2"),
-               R(L.HELM_CHART_V4, "b", chart=UNKNOWN), R(L.HELM_RELEASE, "c", chart="plain")])
-    assert N.helm_releases(s) == [{"name": "a", "chart": "kuberay-operator", "version": "1.4.2"},
-                                  {"name": "b", "chart": UNKNOWN, "version": None},
-                                  {"name": "c", "chart": "plain", "version": None}]
-
-
+    s = Stack(
+        [
+            R(L.HELM_RELEASE, "a", chart="oci://public.ecr.aws/x/kuberay-operator", version="1.4.2"),
+            R(L.HELM_CHART_V4, "b", chart=UNKNOWN),
+            R(L.HELM_RELEASE, "c", chart="plain"),
+        ]
+    )
+    assert N.helm_releases(s) == [
+        {"name": "a", "chart": "kuberay-operator", "version": "1.4.2"},
+        {"name": "b", "chart": UNKNOWN, "version": None},
+        {"name": "c", "chart": "plain", "version": None},
+    ]
 
 
 def head_rc(**head):
@@ -765,8 +1124,10 @@ def head_rc(**head):
 
 
 EXPOSURE_KINDS = [
-    (re.compile(r"^headGroupSpec\.serviceType is LoadBalancer with dashboard-host (\S+): .*8265.*internet-facing"),
-     "head-lb"),
+    (
+        re.compile(r"^headGroupSpec\.serviceType is LoadBalancer with dashboard-host (\S+): .*8265.*internet-facing"),
+        "head-lb",
+    ),
     (re.compile(r"^headGroupSpec\.enableIngress .*Ingress to the dashboard"), "head-ingress"),
     (re.compile(r"^Service of type LoadBalancer .*dashboard port 8265 to the internet"), "service"),
     (re.compile(r"^Ingress routes to the Ray head service (\S*) \(dashboard\) without an internal scheme"), "ingress"),
@@ -789,7 +1150,8 @@ def test_dashboard_exposure_of_the_head_service():
     lb = "head-lb {}".format
     assert exposures(head_rc(serviceType="LoadBalancer")) == [("raycluster", lb("0.0.0.0"))]
     assert exposures(head_rc(serviceType="LoadBalancer", rayStartParams={"dashboard-host": "10.0.0.1"})) == [
-        ("raycluster", lb("10.0.0.1"))]
+        ("raycluster", lb("10.0.0.1"))
+    ]
     assert exposures(head_rc(serviceType="LoadBalancer", rayStartParams={"include-dashboard": "False"})) == []
     assert exposures(head_rc(serviceType="LoadBalancer", rayStartParams={"include-dashboard": False})) == []
     for local in ("127.0.0.1", "localhost", "::1"):
@@ -800,15 +1162,15 @@ def test_dashboard_exposure_of_the_head_service():
     assert exposures(head_rc(serviceType="LoadBalancer", headService=ranged)) == []
     assert exposures(head_rc(serviceType="ClusterIP", headService=UNKNOWN, rayStartParams=UNKNOWN)) == []
     assert exposures(head_rc(serviceType="LoadBalancer", headService=UNKNOWN)) == [("raycluster", lb("0.0.0.0"))]
-    assert exposures(head_rc(enableIngress=True)) == [
-        ("raycluster", "head-ingress")]
+    assert exposures(head_rc(enableIngress=True)) == [("raycluster", "head-ingress")]
     assert exposures(head_rc(enableIngress="true")) == []
     assert exposures(rc()) == []  # no head spec at all
     # a cluster left out (no dashboard, a local dashboard) does not hide the clusters after it
     exposed = R(L.RAY_CLUSTER, "exposed", spec={"headGroupSpec": {"serviceType": "LoadBalancer"}})
     for params in ({"include-dashboard": "false"}, {"dashboard-host": "127.0.0.1"}):
         assert exposures(head_rc(serviceType="LoadBalancer", rayStartParams=params), exposed) == [
-            ("exposed", lb("0.0.0.0"))]
+            ("exposed", lb("0.0.0.0"))
+        ]
 
 
 def svc(name="svc", annotations=None, **spec):
@@ -821,8 +1183,16 @@ def test_dashboard_exposure_of_a_service():
     assert exposures(svc(type="NodePort", ports=[{"port": 8265}])) == []
     assert exposures(svc(type="LoadBalancer", ports=[{"port": 80}])) == []
     assert exposures(svc(type="LoadBalancer")) == []
-    assert exposures(svc(annotations={"service.beta.kubernetes.io/aws-load-balancer-internal": "true"},
-                         type="LoadBalancer", ports=[{"port": 8265}])) == []
+    assert (
+        exposures(
+            svc(
+                annotations={"service.beta.kubernetes.io/aws-load-balancer-internal": "true"},
+                type="LoadBalancer",
+                ports=[{"port": 8265}],
+            )
+        )
+        == []
+    )
     assert exposures(svc(type="LoadBalancer", ports=[{"port": 8265}], loadBalancerSourceRanges=["10.0.0.0/8"])) == []
     assert exposures(R(L.SERVICE, "u", spec=UNKNOWN)) == []
 
@@ -832,36 +1202,55 @@ SCHEME = "service.beta.kubernetes.io/aws-load-balancer-scheme"
 ALB_SCHEME = "alb.ingress.kubernetes.io/scheme"
 
 
-@pytest.mark.parametrize("annotations, ranges, port, exposed", [
-    ({}, None, {"port": 8265}, True),
-    ({INTERNAL: "TRUE"}, None, {"port": 8265}, False),
-    ({INTERNAL: "0.0.0.0/0"}, None, {"port": 8265}, False),
-    ({INTERNAL: "false"}, None, {"port": 8265}, True),
-    ({SCHEME: "internal"}, None, {"port": 8265}, False),
-    ({ALB_SCHEME: "Internal"}, None, {"port": 8265}, False),
-    ({ALB_SCHEME: "internet-facing"}, None, {"port": 8265}, True),
-    (UNKNOWN, None, {"port": 8265}, True),
-    ({}, [], {"port": 8265}, True),
-    ({}, UNKNOWN, {"port": 8265}, True),
-    ({}, ["10.0.0.0/8", "::/0"], {"port": 8265}, True),
-    ({}, ["0.0.0.0/0"], {"port": 8265}, True),
-    ({}, ["10.0.0.0/8"], {"port": 8265}, False),
-    ({}, None, {"targetPort": 8265}, True),
-    ({}, None, {"targetPort": "dashboard"}, True),
-    ({}, None, {"name": "dashboard"}, True),
-    ({}, None, {"port": 80, "targetPort": 8080, "name": "http"}, False),
-    ({}, None, "8265", False),
-], ids=["public", "internal-true", "internal-any-source", "internal-false", "nlb-internal", "alb-internal",
-        "alb-internet-facing", "annotations-unknown", "no-ranges", "ranges-unknown", "ranges-with-ipv6-world",
-        "ranges-world", "ranges-private", "target-port", "target-port-name", "port-name", "other-port",
-        "port-not-a-mapping"])
+@pytest.mark.parametrize(
+    "annotations, ranges, port, exposed",
+    [
+        ({}, None, {"port": 8265}, True),
+        ({INTERNAL: "TRUE"}, None, {"port": 8265}, False),
+        ({INTERNAL: "0.0.0.0/0"}, None, {"port": 8265}, False),
+        ({INTERNAL: "false"}, None, {"port": 8265}, True),
+        ({SCHEME: "internal"}, None, {"port": 8265}, False),
+        ({ALB_SCHEME: "Internal"}, None, {"port": 8265}, False),
+        ({ALB_SCHEME: "internet-facing"}, None, {"port": 8265}, True),
+        (UNKNOWN, None, {"port": 8265}, True),
+        ({}, [], {"port": 8265}, True),
+        ({}, UNKNOWN, {"port": 8265}, True),
+        ({}, ["10.0.0.0/8", "::/0"], {"port": 8265}, True),
+        ({}, ["0.0.0.0/0"], {"port": 8265}, True),
+        ({}, ["10.0.0.0/8"], {"port": 8265}, False),
+        ({}, None, {"targetPort": 8265}, True),
+        ({}, None, {"targetPort": "dashboard"}, True),
+        ({}, None, {"name": "dashboard"}, True),
+        ({}, None, {"port": 80, "targetPort": 8080, "name": "http"}, False),
+        ({}, None, "8265", False),
+    ],
+    ids=[
+        "public",
+        "internal-true",
+        "internal-any-source",
+        "internal-false",
+        "nlb-internal",
+        "alb-internal",
+        "alb-internet-facing",
+        "annotations-unknown",
+        "no-ranges",
+        "ranges-unknown",
+        "ranges-with-ipv6-world",
+        "ranges-world",
+        "ranges-private",
+        "target-port",
+        "target-port-name",
+        "port-name",
+        "other-port",
+        "port-not-a-mapping",
+    ],
+)
 def test_load_balancer_service_exposure(annotations, ranges, port, exposed):
     spec = {"type": "LoadBalancer", "ports": [port]}
     if ranges is not None:
         spec["loadBalancerSourceRanges"] = ranges
     s = R(L.SERVICE, "svc", metadata={"annotations": annotations}, spec=spec)
     assert [name for name, _ in exposures(s)] == (["svc"] if exposed else [])
-
 
 
 def ingress(name="ing", annotations=None, **spec):
@@ -871,23 +1260,43 @@ def ingress(name="ing", annotations=None, **spec):
 def test_dashboard_exposure_of_an_ingress():
     how = "ingress {}"
     assert exposures(ingress(defaultBackend={"service": {"name": "ray-head-svc", "port": {"number": 80}}})) == [
-        ("ing", how.format("ray-head-svc"))]
-    rules = [{"http": {"paths": [{"backend": {"service": {"name": "web", "port": {"number": 80}}}},
-                                 {"backend": {"service": {"name": "x", "port": {"number": 8265}}}},
-                                 {"backend": {"service": {"name": "y", "port": {"name": "dashboard"}}}}]}},
-             {"host": "no-http"}]
+        ("ing", how.format("ray-head-svc"))
+    ]
+    rules = [
+        {
+            "http": {
+                "paths": [
+                    {"backend": {"service": {"name": "web", "port": {"number": 80}}}},
+                    {"backend": {"service": {"name": "x", "port": {"number": 8265}}}},
+                    {"backend": {"service": {"name": "y", "port": {"name": "dashboard"}}}},
+                ]
+            }
+        },
+        {"host": "no-http"},
+    ]
     assert exposures(ingress(rules=rules)) == [("ing", how.format("x"))]  # one finding per Ingress
     head = {"service": {"name": "ray-head-svc"}}
     assert exposures(ingress("a", rules=rules), ingress("b", defaultBackend=head)) == [  # and each Ingress is read
-        ("a", how.format("x")), ("b", how.format("ray-head-svc"))]
+        ("a", how.format("x")),
+        ("b", how.format("ray-head-svc")),
+    ]
     unnamed = [{"http": {"paths": [{"backend": {"service": {"port": {"name": "dashboard"}}}}]}}]
-    assert exposures(ingress(rules=unnamed)) == [
-        ("ing", how.format(""))]
-    assert exposures(ingress(annotations={"alb.ingress.kubernetes.io/scheme": "internal"},
-                             defaultBackend={"service": {"name": "ray-head-svc"}})) == []
-    assert exposures(ingress("internal", annotations={"alb.ingress.kubernetes.io/scheme": "internal"},
-                             defaultBackend=head), ingress("public", defaultBackend=head)) == [  # the next is read
-        ("public", how.format("ray-head-svc"))]
+    assert exposures(ingress(rules=unnamed)) == [("ing", how.format(""))]
+    assert (
+        exposures(
+            ingress(
+                annotations={"alb.ingress.kubernetes.io/scheme": "internal"},
+                defaultBackend={"service": {"name": "ray-head-svc"}},
+            )
+        )
+        == []
+    )
+    assert exposures(
+        ingress("internal", annotations={"alb.ingress.kubernetes.io/scheme": "internal"}, defaultBackend=head),
+        ingress("public", defaultBackend=head),
+    ) == [  # the next is read
+        ("public", how.format("ray-head-svc"))
+    ]
     assert exposures(ingress(defaultBackend={"service": {"name": "web", "port": {"number": 80}}})) == []
     assert exposures(ingress(defaultBackend={"service": {"name": UNKNOWN, "port": UNKNOWN}})) == []
     assert exposures(ingress(defaultBackend={"resource": {"kind": "Bucket"}})) == []
@@ -900,8 +1309,11 @@ def test_a_capacity_block_whose_reservation_id_only_up_knows_is_not_refused():
     value, read as None and the rule refused a Capacity Block that targets its reservation)."""
     from ray_efa_eks.tools import rules
 
-    t = lt(instanceType="p5.48xlarge", instanceMarketOptions={"marketType": "capacity-block"},
-           capacityReservationSpecification={"capacityReservationTarget": {"capacityReservationId": UNKNOWN}})
+    t = lt(
+        instanceType="p5.48xlarge",
+        instanceMarketOptions={"marketType": "capacity-block"},
+        capacityReservationSpecification={"capacityReservationTarget": {"capacityReservationId": UNKNOWN}},
+    )
     group = mng(launchTemplate={"id": "lt-id"}, capacityType="CAPACITY_BLOCK")
     assert one([t, group]).reservation is UNKNOWN
     assert rules.check([t, group], only=["gpu-capacity"]) == []

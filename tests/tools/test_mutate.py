@@ -38,12 +38,15 @@ def test_a_mutation_no_test_notices_survives(tiny):
     assert mutate.exit_code([o]) == mutate.EXIT_SURVIVED and "0/1 killed" in mutate.score_line([o])
 
 
-@pytest.mark.parametrize("m, why", [
-    (_m("ANSWER = 41", "ANSWER = 43"), "old text not found in pkg.py"),
-    (_m("ANSWER", "QUESTION"), None),
-    (_m("ANSWER = 42", "ANSWER = 43", tests=("test_gone.py",)), "test file test_gone.py not found"),
-    (Mutation("m", "nope.py", "a", "b", ("test_tiny.py",)), "file nope.py not found"),
-])
+@pytest.mark.parametrize(
+    "m, why",
+    [
+        (_m("ANSWER = 41", "ANSWER = 43"), "old text not found in pkg.py"),
+        (_m("ANSWER", "QUESTION"), None),
+        (_m("ANSWER = 42", "ANSWER = 43", tests=("test_gone.py",)), "test file test_gone.py not found"),
+        (Mutation("m", "nope.py", "a", "b", ("test_tiny.py",)), "file nope.py not found"),
+    ],
+)
 def test_what_cannot_be_applied_is_an_error_not_a_crash(tiny, m, why):
     if why is None:
         (tiny / "pkg.py").write_text("ANSWER = 42\nANSWER = 42\n")
@@ -80,29 +83,34 @@ def test_tests_that_hang_are_an_error_and_are_ended(tiny):
 
 def test_check_names_a_drifted_entry(tiny, tmp_path_factory, capsys):
     listing = tmp_path_factory.mktemp("list") / "m.toml"
-    listing.write_text('[[mutation]]\nname = "moved"\nfile = "pkg.py"\nold = "ANSWER = 41"\nnew = "ANSWER = 0"\n'
-                       'tests = ["test_tiny.py"]\n')
+    listing.write_text(
+        '[[mutation]]\nname = "moved"\nfile = "pkg.py"\nold = "ANSWER = 41"\nnew = "ANSWER = 0"\n'
+        'tests = ["test_tiny.py"]\n'
+    )
     assert mutate.main(["--check", "--file", str(listing), "--root", str(tiny)]) == mutate.EXIT_ERROR
     assert "moved  error: old text not found in pkg.py" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("text, msg", [
-    ('[[mutation]]\nname = "a"\nfile = "f"\nold = "x"\nnew = "y"\n', "missing key 'tests'"),
-    ('[[mutation]]\nname = "a"\nfile = "f"\nold = "x"\nnew = "x"\ntests = ["t"]\n', "old and new are the same"),
-    ('[[mutation]]\nname = "a"\nfile = "f"\nold = "x"\nnew = "y"\ntests = []\n', "non-empty list"),
-    ('[[mutation]]\nname = "a"\nfile = "f"\nold = "x"\nnew = "y"\ntests = ["t"]\n' * 2, "duplicate mutation name"),
-    ("[[mutation]\n", "cannot read"),
-    # malformed, empty and escaping lists are usage errors too (before: a traceback, exit 0, a write
-    # outside the copy)
-    ("mutation = 5\n", "array of tables"),
-    ("mutation = [1, 2]\n", "array of tables"),
-    ('[[mutation]]\nname = 7\nfile = "f"\nold = "x"\nnew = "y"\ntests = ["t"]\n', "name must be a string"),
-    ("", "an empty list would prove nothing"),
-    ("mutation = []\n", "an empty list would prove nothing"),
-    ('[[mutation]]\nname = "a"\nfile = "../../../etc/x"\nold = "x"\nnew = "y"\ntests = ["t"]\n', "outside"),
-    ('[[mutation]]\nname = "a"\nfile = "/etc/x"\nold = "x"\nnew = "y"\ntests = ["t"]\n', "absolute"),
-    ('[[mutation]]\nname = "a"\nfile = "f"\nold = "x"\nnew = "y"\ntests = ["../../t.py"]\n', "outside"),
-])
+@pytest.mark.parametrize(
+    "text, msg",
+    [
+        ('[[mutation]]\nname = "a"\nfile = "f"\nold = "x"\nnew = "y"\n', "missing key 'tests'"),
+        ('[[mutation]]\nname = "a"\nfile = "f"\nold = "x"\nnew = "x"\ntests = ["t"]\n', "old and new are the same"),
+        ('[[mutation]]\nname = "a"\nfile = "f"\nold = "x"\nnew = "y"\ntests = []\n', "non-empty list"),
+        ('[[mutation]]\nname = "a"\nfile = "f"\nold = "x"\nnew = "y"\ntests = ["t"]\n' * 2, "duplicate mutation name"),
+        ("[[mutation]\n", "cannot read"),
+        # malformed, empty and escaping lists are usage errors too (before: a traceback, exit 0, a write
+        # outside the copy)
+        ("mutation = 5\n", "array of tables"),
+        ("mutation = [1, 2]\n", "array of tables"),
+        ('[[mutation]]\nname = 7\nfile = "f"\nold = "x"\nnew = "y"\ntests = ["t"]\n', "name must be a string"),
+        ("", "an empty list would prove nothing"),
+        ("mutation = []\n", "an empty list would prove nothing"),
+        ('[[mutation]]\nname = "a"\nfile = "../../../etc/x"\nold = "x"\nnew = "y"\ntests = ["t"]\n', "outside"),
+        ('[[mutation]]\nname = "a"\nfile = "/etc/x"\nold = "x"\nnew = "y"\ntests = ["t"]\n', "absolute"),
+        ('[[mutation]]\nname = "a"\nfile = "f"\nold = "x"\nnew = "y"\ntests = ["../../t.py"]\n', "outside"),
+    ],
+)
 def test_a_bad_mutation_file_is_a_usage_error_naming_the_problem(tmp_path, capsys, text, msg):
     bad = tmp_path / "m.toml"
     bad.write_text(text)

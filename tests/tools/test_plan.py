@@ -72,7 +72,14 @@ def test_default_plan_text(capsys):
     ]:
         assert expected in out, expected
     worker = next(line for line in out.splitlines() if "ray-raycluster worker gpu" in line).split()
-    assert worker[3:9] == ["0..2", "44", "172Gi", "4", "1", "yes"]  # replicas (autoscaled) cpu memory GPU EFA Guaranteed
+    assert worker[3:9] == [
+        "0..2",
+        "44",
+        "172Gi",
+        "4",
+        "1",
+        "yes",
+    ]  # replicas (autoscaled) cpu memory GPU EFA Guaranteed
     head = next(line for line in out.splitlines() if "ray-raycluster head" in line).split()
     assert head[2:8] == ["1", "2", "8Gi", "0", "0", "yes"]
 
@@ -80,41 +87,78 @@ def test_default_plan_text(capsys):
 def test_default_plan_json(plans, default_run):
     p = json.loads(plans["default"].read_text())
     s = p["settings"]
-    assert s["nodeGroups"]["gpu-mng"] == {"instanceTypes": "g6.12xlarge", "nodes": "0..2", "gpusPerNode": 4,
-                                          "subnetAzs": "us-east-1a", "efaInterfacesPerNode": 1, "placement": "cluster",
-                                          "capacity": "on-demand",
-                                          "launchTemplate": s["nodeGroups"]["gpu-mng"]["launchTemplate"]}
+    assert s["nodeGroups"]["gpu-mng"] == {
+        "instanceTypes": "g6.12xlarge",
+        "nodes": "0..2",
+        "gpusPerNode": 4,
+        "subnetAzs": "us-east-1a",
+        "efaInterfacesPerNode": 1,
+        "placement": "cluster",
+        "capacity": "on-demand",
+        "launchTemplate": s["nodeGroups"]["gpu-mng"]["launchTemplate"],
+    }
     assert len(s["nodeGroups"]["gpu-mng"]["launchTemplate"]) == 8  # fingerprint of the template's inputs
-    assert s["nodeGroups"]["system-mng"]["instanceTypes"] == "m7i.2xlarge" and s["nodeGroups"]["system-mng"]["nodes"] == 1
+    assert (
+        s["nodeGroups"]["system-mng"]["instanceTypes"] == "m7i.2xlarge" and s["nodeGroups"]["system-mng"]["nodes"] == 1
+    )
     assert s["gpuSubnets"] == {"net-private-us-east-1a": "us-east-1a"}
-    assert s["kuberayChartVersion"] == "1.7.0" and s["imageTags"] == ("sha256:032c52613401895aa3d418a4c563d2d05f993bc3ecc065c8f4e2280978acd249, "
-                                                                         "train-ml-cuda-v1.1")
+    assert s["kuberayChartVersion"] == "1.7.0" and s["imageTags"] == (
+        "sha256:032c52613401895aa3d418a4c563d2d05f993bc3ecc065c8f4e2280978acd249, train-ml-cuda-v1.1"
+    )
     assert s["pods"]["ray-raycluster worker gpu"] == {
-        "replicas": "0..2", "image": "123456789012.dkr.ecr.us-east-1.amazonaws.com/ray-efa-dev-ecr-public/deep-learning-containers/ray:train-ml-cuda-v1.1",
-        "cpu": "44", "memory": "172Gi", "gpu": 4, "efa": 1, "guaranteedQoS": "yes"}
+        "replicas": "0..2",
+        "image": "123456789012.dkr.ecr.us-east-1.amazonaws.com/ray-efa-dev-ecr-public/deep-learning-containers/ray:train-ml-cuda-v1.1",
+        "cpu": "44",
+        "memory": "172Gi",
+        "gpu": 4,
+        "efa": 1,
+        "guaranteedQoS": "yes",
+    }
     assert s["estimatedHourlyUsd"] == pytest.approx(default_run.outputs["estimatedHourlyUsd"])
     assert {"type": MNG, "name": "gpu-mng", "parent": "ray-efa-eks:index:EfaGpuNodeGroup gpu"} in p["resources"]
     assert len(p["resources"]) == len(default_run.resources)
-    assert p["rules"] == {"checked": ["gpu-one-az", "efa-interfaces", "efa-sg-self-rule", "gpu-capacity", "guaranteed-qos", "one-image",
-                                      "pinned-image", "private-dashboard", "host-access", "pods-fit", "pod-identity-trust-scoped",
-                                      "pod-identity-trust-keys", "gate-no-api-token", "ray-pods-network-policy",
-                                      "kuberay-single-namespace", "ray-pods-region", "device-plugin-versions",
-                                      "pod-security-baseline", "monitoring-hardened", "node-role-least-privilege",
-                                      "queue-quota-fits"], "violations": []}
+    assert p["rules"] == {
+        "checked": [
+            "gpu-one-az",
+            "efa-interfaces",
+            "efa-sg-self-rule",
+            "gpu-capacity",
+            "guaranteed-qos",
+            "one-image",
+            "pinned-image",
+            "private-dashboard",
+            "host-access",
+            "pods-fit",
+            "pod-identity-trust-scoped",
+            "pod-identity-trust-keys",
+            "gate-no-api-token",
+            "ray-pods-network-policy",
+            "kuberay-single-namespace",
+            "ray-pods-region",
+            "device-plugin-versions",
+            "pod-security-baseline",
+            "monitoring-hardened",
+            "node-role-least-privilege",
+            "queue-quota-fits",
+        ],
+        "violations": [],
+    }
     assert Plan.from_json(p).to_json() == p
 
 
 def test_diff_default_vs_p5_shows_interfaces_gpus_and_cost(capsys, plans):
     code, out = run_cli(capsys, "--diff", str(plans["default"]), str(plans["p5"]))
     assert code == 0
-    for row in ["| node group `gpu-mng` instance type | g6.12xlarge | p5.48xlarge |",
-                "| node group `gpu-mng` EFA interfaces/node | 1 | 32 |",
-                "| node group `gpu-mng` GPUs/node | 4 | 8 |",
-                "| pod `ray-raycluster worker gpu` EFA interfaces | 1 | 32 |",
-                "| pod `ray-raycluster worker gpu` GPU | 4 | 8 |",
-                "| estimated $/hour | 9.79 | 110.67 |",
-                "Resources: none added or removed",
-                f"Layout rules: ✅ all {len(rules.RULE_IDS)} pass."]:
+    for row in [
+        "| node group `gpu-mng` instance type | g6.12xlarge | p5.48xlarge |",
+        "| node group `gpu-mng` EFA interfaces/node | 1 | 32 |",
+        "| node group `gpu-mng` GPUs/node | 4 | 8 |",
+        "| pod `ray-raycluster worker gpu` EFA interfaces | 1 | 32 |",
+        "| pod `ray-raycluster worker gpu` GPU | 4 | 8 |",
+        "| estimated $/hour | 9.79 | 110.67 |",
+        "Resources: none added or removed",
+        f"Layout rules: ✅ all {len(rules.RULE_IDS)} pass.",
+    ]:
         assert row in out, row
     assert "system-mng" not in out  # unchanged settings are not listed
 
@@ -131,7 +175,9 @@ def test_diff_json_and_identical_plans(capsys, plans):
 def _broken_program(tmp_path: Path) -> Path:
     prog = tmp_path / "broken" / "__main__.py"
     prog.parent.mkdir()
-    prog.write_text(f"import runpy\nrunpy.run_path({str(ROOT / '__main__.py')!r}, run_name='__main__')\n{PUBLIC_DASHBOARD}")
+    prog.write_text(
+        f"import runpy\nrunpy.run_path({str(ROOT / '__main__.py')!r}, run_name='__main__')\n{PUBLIC_DASHBOARD}"
+    )
     shutil.copy2(ROOT / "Pulumi.dev.yaml", prog.parent / "Pulumi.dev.yaml")  # the plan refuses a stack without its file
     return prog
 
@@ -157,14 +203,29 @@ def test_check_prints_one_line_per_broken_rule_and_exits_1(capsys, tmp_path):
 def test_check_names_the_aws_rule_a_program_breaks(capsys, monkeypatch):
     from ray_efa_eks.components.cluster import pod_identity
 
-    monkeypatch.setattr(pod_identity, "pod_identity_trust_policy", lambda *a: json.dumps({
-        "Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Principal": {"Service": "pods.eks.amazonaws.com"},
-                                                "Action": ["sts:AssumeRole"]}]}))  # no sts:TagSession
+    monkeypatch.setattr(
+        pod_identity,
+        "pod_identity_trust_policy",
+        lambda *a: json.dumps(
+            {
+                "Version": "2012-10-17",
+                "Statement": [
+                    {
+                        "Effect": "Allow",
+                        "Principal": {"Service": "pods.eks.amazonaws.com"},
+                        "Action": ["sts:AssumeRole"],
+                    }
+                ],
+            }
+        ),
+    )  # no sts:TagSession
     code, out = run_cli(capsys, "--check")
     assert code == 2
     assert "IAM would refuse aws:iam/role:Role ray-storage-role" in out and "[aws-rule pod-identity-trust;" in out
-    assert "AWS API rules (the runner refuses the request at its resource, as AWS would: exit 2): " \
-           "pod-identity-trust broken" in out
+    assert (
+        "AWS API rules (the runner refuses the request at its resource, as AWS would: exit 2): "
+        "pod-identity-trust broken" in out
+    )
 
 
 def test_program_error_exits_2_and_names_the_key(capsys):
@@ -173,13 +234,16 @@ def test_program_error_exits_2_and_names_the_key(capsys):
     assert "The program failed" in out and "dlcImage" in out and "pin a versioned tag" in out
 
 
-@pytest.mark.parametrize("argv,code,message", [
-    (["--config", "gpuInstanceType"], 64, "expected KEY=VALUE"),
-    (["--diff", "a.json", "b.json", "c.json"], 64, "--diff takes BASE_REF or OLD.json NEW.json"),
-    (["--stack"], 64, "expected one argument"),
-    (["--diff", "no-such-ref-for-the-plan-test"], 3, "--diff 'no-such-ref-for-the-plan-test': no such commit"),
-    (["--stack", "prod"], 3, "stack 'prod' has no Pulumi.prod.yaml"),
-])
+@pytest.mark.parametrize(
+    "argv,code,message",
+    [
+        (["--config", "gpuInstanceType"], 64, "expected KEY=VALUE"),
+        (["--diff", "a.json", "b.json", "c.json"], 64, "--diff takes BASE_REF or OLD.json NEW.json"),
+        (["--stack"], 64, "expected one argument"),
+        (["--diff", "no-such-ref-for-the-plan-test"], 3, "--diff 'no-such-ref-for-the-plan-test': no such commit"),
+        (["--stack", "prod"], 3, "stack 'prod' has no Pulumi.prod.yaml"),
+    ],
+)
 def test_usage_errors_exit_64_unreadable_input_3(capsys, argv, code, message):
     if argv == ["--stack"]:
         with pytest.raises(SystemExit) as exit_:
@@ -192,8 +256,13 @@ def test_usage_errors_exit_64_unreadable_input_3(capsys, argv, code, message):
 
 def test_a_mistyped_stack_is_refused_not_planned_with_defaults(capsys):
     """`--stack prod` without Pulumi.prod.yaml used to plan the defaults and exit 0."""
-    proc = subprocess.run([sys.executable, "-m", "ray_efa_eks.tools.plan", "--stack", "prod", "--check"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "ray_efa_eks.tools.plan", "--stack", "prod", "--check"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 3 and proc.stdout == ""
     assert "stack 'prod' has no Pulumi.prod.yaml" in proc.stderr and "stacks here: dev" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -204,7 +273,8 @@ def test_a_mistyped_stack_is_refused_not_planned_with_defaults(capsys):
 def test_stack_config_reads_the_stack_file_and_shows_secrets(tmp_path):
     (tmp_path / "Pulumi.prod.yaml").write_text(
         "config:\n  aws:region: us-west-2\n  ray-efa-eks:gpuNodeCount: 4\n  ray-efa-eks:efa: true\n"
-        "  ray-efa-eks:dlcImage: {secure: AAAA}\n  other:key: x\n")
+        "  ray-efa-eks:dlcImage: {secure: AAAA}\n  other:key: x\n"
+    )
     config, region = stack_config(tmp_path, "prod")
     assert region == "us-west-2"
     # a secret cannot reach the program; every other key does, as under `pulumi up` (the program warns
@@ -223,7 +293,8 @@ def test_secret_config_values_are_shown_as_secret_never_skipped(tmp_path, capsys
     prog.write_text(f"import runpy\nrunpy.run_path({str(ROOT / '__main__.py')!r}, run_name='__main__')\n")
     (prog.parent / "Pulumi.prod.yaml").write_text(
         "config:\n  aws:region: us-east-1\n  ray-efa-eks:gpuNodeCount: 2\n"
-        "  ray-efa-eks:clusterAdminArns:\n    secure: v1:AAAABBBBCCCC\n")
+        "  ray-efa-eks:clusterAdminArns:\n    secure: v1:AAAABBBBCCCC\n"
+    )
     code, out = run_cli(capsys, "--program", str(prog), "--stack", "prod")
     assert code == 0
     line = next(ln for ln in out.splitlines() if "clusterAdminArns" in ln)
@@ -233,8 +304,17 @@ def test_secret_config_values_are_shown_as_secret_never_skipped(tmp_path, capsys
     assert json.loads(out)["config"]["ray-efa-eks:clusterAdminArns"] == "[secret]"
     saved = tmp_path / "before.json"
     saved.write_text(out)
-    code, out = run_cli(capsys, "--program", str(prog), "--stack", "prod", "--diff", str(saved),
-                        "--config", "clusterAdminArns=arn:aws:iam::123456789012:role/admins")
+    code, out = run_cli(
+        capsys,
+        "--program",
+        str(prog),
+        "--stack",
+        "prod",
+        "--diff",
+        str(saved),
+        "--config",
+        "clusterAdminArns=arn:aws:iam::123456789012:role/admins",
+    )
     assert "| config `ray-efa-eks:clusterAdminArns` | [secret] | arn:aws:iam::123456789012:role/admins |" in out
 
 
@@ -257,12 +337,20 @@ def test_diff_against_a_git_ref_shows_what_a_pr_changed_and_which_rule_broke(tmp
     subprocess.run([*git, "add", "-A"], check=True)
     subprocess.run([*git, "commit", "-qm", "base"], check=True)
     stack_file = repo / "Pulumi.dev.yaml"
-    stack_file.write_text(stack_file.read_text().replace("gpuInstanceType: g6.12xlarge", "gpuInstanceType: p5.48xlarge"))
+    stack_file.write_text(
+        stack_file.read_text().replace("gpuInstanceType: g6.12xlarge", "gpuInstanceType: p5.48xlarge")
+    )
     with (repo / "__main__.py").open("a") as f:
         f.write(PUBLIC_DASHBOARD)
     env = {**os.environ, "PYTHONPATH": str(repo)}
-    proc = subprocess.run([sys.executable, "-m", "ray_efa_eks.tools.plan", "--diff", "main"], cwd=repo, env=env,
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "ray_efa_eks.tools.plan", "--diff", "main"],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 1, proc.stderr
     out = proc.stdout
     assert out.startswith("### Offline plan: `git main` → `working tree` (stack `dev`, us-east-1)")
@@ -274,9 +362,12 @@ def test_diff_against_a_git_ref_shows_what_a_pr_changed_and_which_rule_broke(tmp
     assert broken[0].endswith("_(new)_") and "Fix: " in broken[0]
 
 
-@pytest.mark.parametrize("base_stack, says", [
-    ("gpuInstanceType: nope.48xlarge", "**The before program failed:**"),  # the base program refuses its config
-])
+@pytest.mark.parametrize(
+    "base_stack, says",
+    [
+        ("gpuInstanceType: nope.48xlarge", "**The before program failed:**"),  # the base program refuses its config
+    ],
+)
 def test_diff_exits_2_when_the_base_program_failed(tmp_path, base_stack, says):
     """``ray-efa-eks diff main`` where main's program fails: a pull request's check must not pass on it."""
     repo = tmp_path / "repo"
@@ -292,7 +383,13 @@ def test_diff_exits_2_when_the_base_program_failed(tmp_path, base_stack, says):
     stack_file.write_text(good)
     exe = Path(sys.executable).with_name("ray-efa-eks")
     pythonpath = os.pathsep.join(p for p in (str(repo), os.environ.get("PYTHONPATH")) if p)
-    proc = subprocess.run([str(exe), "diff", "main"], cwd=repo, env={**os.environ, "PYTHONPATH": pythonpath},
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [str(exe), "diff", "main"],
+        cwd=repo,
+        env={**os.environ, "PYTHONPATH": pythonpath},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 2, (proc.stdout, proc.stderr)
     assert says in proc.stdout and "nope.48xlarge" in proc.stdout and "Traceback" not in proc.stderr

@@ -20,11 +20,14 @@ def plan(argv, capsys, monkeypatch):
     return code, out.out, out.err
 
 
-@pytest.mark.parametrize("pair, says", [
-    ("aws:gpuNodeCount=7", "the aws namespace holds no gpuNodeCount; this stack reads ray-efa-eks:gpuNodeCount"),
-    ("ray-efa-ek:gpuNodeCount=7", "namespace holds no gpuNodeCount"),
-    ("rayefaeks:gpuNodeCont=7", "did you mean ray-efa-eks:gpuNodeCount?"),
-])
+@pytest.mark.parametrize(
+    "pair, says",
+    [
+        ("aws:gpuNodeCount=7", "the aws namespace holds no gpuNodeCount; this stack reads ray-efa-eks:gpuNodeCount"),
+        ("ray-efa-ek:gpuNodeCount=7", "namespace holds no gpuNodeCount"),
+        ("rayefaeks:gpuNodeCont=7", "did you mean ray-efa-eks:gpuNodeCount?"),
+    ],
+)
 def test_config_never_read_is_a_warning(pair, says, capsys, monkeypatch, caplog):
     code, out, err = plan(["--config", pair], capsys, monkeypatch)
     assert code == 0, err
@@ -37,7 +40,10 @@ def test_the_plan_shows_every_effective_value_and_its_source(capsys, monkeypatch
     code, out, _ = plan(["--config", "gpuNodeCount=4"], capsys, monkeypatch)
     assert code == 0
     assert "  ray-efa-eks:gpuNodeCount: 4  [--config]" in out
-    assert "  ray-efa-eks:dlcImage: public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1  [Pulumi.dev.yaml]" in out
+    assert (
+        "  ray-efa-eks:dlcImage: public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1  [Pulumi.dev.yaml]"
+        in out
+    )
     assert "  ray-efa-eks:checkpointPrefix: ray-train  [default]" in out
     assert "  ray-efa-eks:efaCheckWaitSeconds: null  [default]" in out  # unset: the cold-start model's budget
     assert "the gate waits 1320 s (the model's budget)" in out

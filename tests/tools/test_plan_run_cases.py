@@ -44,6 +44,7 @@ def program_dir(tmp_path: Path, stack_file: str | None = "config:\n  aws:region:
 
 # -- make_plan -------------------------------------------------------------------------------------------------------
 
+
 def test_make_plan_tree_parents_hooked_resources_and_rules():
     parent = Resource("eks:index:Cluster", "eks", "urn:pulumi:dev::p::eks:index:Cluster::eks", None, {})
     child = Resource("aws:eks/cluster:Cluster", "eks", "urn:c", parent.urn, {})
@@ -54,13 +55,15 @@ def test_make_plan_tree_parents_hooked_resources_and_rules():
         {"type": "aws:ec2/launchTemplate:LaunchTemplate", "name": "gpu", "parent": None},
         {"type": "aws:eks/cluster:Cluster", "name": "eks", "parent": "eks:index:Cluster eks"},
         {"type": "aws:s3/bucket:Bucket", "name": "b", "parent": "x:index:Gone g"},  # a parent not recorded: its URN
-        {"type": "eks:index:Cluster", "name": "eks", "parent": None}]
+        {"type": "eks:index:Cluster", "name": "eks", "parent": None},
+    ]
     assert plan.hooked == {"aws:ec2/launchTemplate:LaunchTemplate gpu": {"imageId": "ami-1", "n": 2}}
     assert (plan.source, plan.stack, plan.region, plan.error) == ("s", "dev", "us-east-1", None)
     assert plan.checked and plan.exit_code == (1 if plan.errors else 0)
 
 
 # -- plan_tree -------------------------------------------------------------------------------------------------------
+
 
 def test_plan_tree_of_a_program_that_runs(tmp_path, monkeypatch):
     monkeypatch.setenv("PULUMI_CONFIG", '{"x": "1"}')
@@ -211,13 +214,20 @@ def test_plan_git_ref_of_an_older_layout_uses_components_mockrun(repo):
     assert plan.error is None and sorted(r["name"] for r in plan.resources) == ["gpu", "sub"]
 
 
-@pytest.mark.parametrize("dirs, own, shim", [
-    ((), (), {"__init__.py": "dir", "tools": "link"}),
-    (("training",), (), {"__init__.py": "dir", "tools": "link", "training": "link"}),
-    (("components", "efacheck", "training", "docs"), (),
-     {"__init__.py": "dir", "components": "link", "efacheck": "link", "tools": "link", "training": "link"}),
-    (("training",), ("training",), {"__init__.py": "dir", "tools": "link", "training": "dir"}),
-], ids=["tools", "two-packages", "four-packages", "a-package-the-ref-holds-itself"])
+@pytest.mark.parametrize(
+    "dirs, own, shim",
+    [
+        ((), (), {"__init__.py": "dir", "tools": "link"}),
+        (("training",), (), {"__init__.py": "dir", "tools": "link", "training": "link"}),
+        (
+            ("components", "efacheck", "training", "docs"),
+            (),
+            {"__init__.py": "dir", "components": "link", "efacheck": "link", "tools": "link", "training": "link"},
+        ),
+        (("training",), ("training",), {"__init__.py": "dir", "tools": "link", "training": "dir"}),
+    ],
+    ids=["tools", "two-packages", "four-packages", "a-package-the-ref-holds-itself"],
+)
 def test_plan_git_ref_imports_each_package_of_the_ref_as_ray_efa_eks(repo, dirs, own, shim):
     """The base ref's packages are importable as ``ray_efa_eks.<pkg>``: one link each, none where the ref already
     holds ``ray_efa_eks/<pkg>`` itself."""
@@ -328,21 +338,26 @@ def offer(itype="g6.12xlarge", text=NOT_OFFERED, **attrs) -> str:
     return json.dumps({"text": text.format(itype), "key": "gpuInstanceType", "value": itype, **attrs})
 
 
-@pytest.mark.parametrize("error, where", [
-    (offer(), "regions"),
-    (offer("zz9.nothing"), " (EC2's offerings data, tools/offerings.json, lists it in no region)"),
-    (json.dumps({"text": NOT_OFFERED.format("g6.12xlarge"), "value": "g6.12xlarge"}), ""),  # no key
-    (offer(key="systemInstanceType"), ""),
-    (offer(text="gpuInstanceType {} is not a GPU type"), ""),
-    (offer(value=None), ""),
-], ids=["offered-elsewhere", "offered-nowhere", "no-key", "another-key", "another-error", "no-value"])
+@pytest.mark.parametrize(
+    "error, where",
+    [
+        (offer(), "regions"),
+        (offer("zz9.nothing"), " (EC2's offerings data, tools/offerings.json, lists it in no region)"),
+        (json.dumps({"text": NOT_OFFERED.format("g6.12xlarge"), "value": "g6.12xlarge"}), ""),  # no key
+        (offer(key="systemInstanceType"), ""),
+        (offer(text="gpuInstanceType {} is not a GPU type"), ""),
+        (offer(value=None), ""),
+    ],
+    ids=["offered-elsewhere", "offered-nowhere", "no-key", "another-key", "another-error", "no-value"],
+)
 def test_plan_tree_error_plan_names_where_the_gpu_type_is_offered(tmp_path, error, where):
     """The program's error is the plan's (exit 2) with its source, stack and region; for a GPU type the region does
     not offer, it adds the regions EC2's offerings data lists it in."""
     from ray_efa_eks.tools import mockrun
 
-    plan = pr.plan_tree(program=stack_program(tmp_path), stack="prod", overrides={"ray-efa-eks:offer": error},
-                        source="base")
+    plan = pr.plan_tree(
+        program=stack_program(tmp_path), stack="prod", overrides={"ray-efa-eks:offer": error}, source="base"
+    )
     assert (plan.source, plan.stack, plan.region, plan.exit_code) == ("base", "prod", "us-west-2", 2)
     said = f"OfferError: {json.loads(error)['text'].replace('REGION', 'us-west-2')}"
     if where == "regions":
@@ -384,16 +399,24 @@ def test_plan_git_ref_archive_failure_says_how_to_fetch(repo, monkeypatch):
     failing_archive(monkeypatch, b"fatal: not a tree object\n")
     with pytest.raises(PlanError) as e:
         pr.plan_git_ref("base", repo)
-    for fragment in ("git archive 'base' failed: fatal: not a tree object", "fetch the ref first; in CI use",
-                     "fetch-depth: 0"):
+    for fragment in (
+        "git archive 'base' failed: fatal: not a tree object",
+        "fetch the ref first; in CI use",
+        "fetch-depth: 0",
+    ):
         assert fragment in str(e.value)
 
 
 def test_resolve_ref_messages_say_what_to_name(tmp_path, repo):
     with pytest.raises(UsageError) as e:
         pr.resolve_ref("-x", tmp_path)
-    for fragment in ("--diff '-x'", "not a git ref", "so it cannot be read as an option", "--diff origin/main",
-                     "or a saved plan: --diff old.json new.json"):
+    for fragment in (
+        "--diff '-x'",
+        "not a git ref",
+        "so it cannot be read as an option",
+        "--diff origin/main",
+        "or a saved plan: --diff old.json new.json",
+    ):
         assert fragment in str(e.value)
     with pytest.raises(PlanError) as e:
         pr.resolve_ref("nope", repo)
@@ -406,11 +429,14 @@ def test_a_process_the_base_program_starts_imports_the_base_code(repo):
     program starts in another directory runs the base ref's code too, not this checkout's (the editable install's,
     or whatever our PYTHONPATH names). In the archive's own directory ``-c``/``-m`` would find it anyway (sys.path[0]
     is the working directory)."""
-    (repo / "tools" / "mockrun.py").write_text(STUB_MOCKRUN.replace(
-        '"imageId": "ami-" + stack,',
-        '"imageId": "ami-" + stack, "child": __import__("subprocess").run([__import__("sys").executable, "-c", '
-        '"import ray_efa_eks.tools.mockrun as m, os; print(os.path.realpath(m.__file__))"], capture_output=True, '
-        'text=True, cwd="/").stdout.strip(),'))
+    (repo / "tools" / "mockrun.py").write_text(
+        STUB_MOCKRUN.replace(
+            '"imageId": "ami-" + stack,',
+            '"imageId": "ami-" + stack, "child": __import__("subprocess").run([__import__("sys").executable, "-c", '
+            '"import ray_efa_eks.tools.mockrun as m, os; print(os.path.realpath(m.__file__))"], capture_output=True, '
+            'text=True, cwd="/").stdout.strip(),',
+        )
+    )
     git(repo, "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qam", "child")
     plan = pr.plan_git_ref("HEAD", repo)
     child = plan.hooked["aws:ec2/launchTemplate:LaunchTemplate gpu"]["child"]
@@ -427,13 +453,17 @@ def test_a_base_program_that_hangs_is_the_base_plans_error(repo, monkeypatch):
     assert (plan.source, plan.stack, plan.region, plan.exit_code) == ("git HEAD", "dev", "us-west-2", 2)
 
 
-@pytest.mark.parametrize("hangs, says", [
-    ("rev-parse", "--diff 'main': git rev-parse did not answer within 120 s"),
-    ("archive", "git archive 'main' did not finish within 120 s"),
-])
+@pytest.mark.parametrize(
+    "hangs, says",
+    [
+        ("rev-parse", "--diff 'main': git rev-parse did not answer within 120 s"),
+        ("archive", "git archive 'main' did not finish within 120 s"),
+    ],
+)
 def test_git_that_never_answers_is_the_plans_error_with_its_deadline(tmp_path, monkeypatch, hangs, says):
     """Every git call of a diff has a deadline (GIT_TIMEOUT_S): a git that hangs (a lock, a slow filesystem) ends the
     plan with an error naming the step and the figure, not a wait for ever."""
+
     def git(argv, *a, **kw):
         assert kw.get("timeout") == pr.GIT_TIMEOUT_S, argv  # every git call carries the deadline
         if hangs in argv:

@@ -66,9 +66,7 @@ def endpoint(fake_env):
 def _clients(endpoint, region="us-east-1"):
     return {
         "ec2": boto3.client("ec2", region_name=region, endpoint_url=endpoint),
-        "service-quotas": boto3.client(
-            "service-quotas", region_name=region, endpoint_url=endpoint
-        ),
+        "service-quotas": boto3.client("service-quotas", region_name=region, endpoint_url=endpoint),
     }
 
 
@@ -77,9 +75,7 @@ def _stub_quota(sq_client, value):
         resp = AWSResponse("http://stub", 200, {}, None)
         return resp, {"Quota": {"ServiceCode": "ec2", "QuotaCode": "x", "Value": value}}
 
-    sq_client.meta.events.register(
-        "before-call.service-quotas.GetServiceQuota", handler
-    )
+    sq_client.meta.events.register("before-call.service-quotas.GetServiceQuota", handler)
 
 
 def _deny_quota(sq_client):
@@ -89,13 +85,12 @@ def _deny_quota(sq_client):
             "GetServiceQuota",
         )
 
-    sq_client.meta.events.register(
-        "before-call.service-quotas.GetServiceQuota", handler
-    )
+    sq_client.meta.events.register("before-call.service-quotas.GetServiceQuota", handler)
 
 
 def _stub_ec2(ec2_client, operation, parsed=None, error=None):
     """Answer ``operation`` (e.g. DescribeCapacityReservations) at the client: ``parsed`` or a ClientError code."""
+
     def handler(**kwargs):
         if error:
             raise ClientError({"Error": {"Code": error, "Message": error}}, operation)
@@ -110,14 +105,22 @@ def _answer_all(c, quota=1000.0, reservations=(), offerings=(), offerings_error=
         _stub_quota(c["service-quotas"], quota)
     _stub_ec2(c["ec2"], "CreatePlacementGroup", error="DryRunOperation")
     _stub_ec2(c["ec2"], "DescribeCapacityReservations", {"CapacityReservations": list(reservations)})
-    _stub_ec2(c["ec2"], "DescribeCapacityBlockOfferings", {"CapacityBlockOfferings": list(offerings)},
-              error=offerings_error)
+    _stub_ec2(
+        c["ec2"], "DescribeCapacityBlockOfferings", {"CapacityBlockOfferings": list(offerings)}, error=offerings_error
+    )
     return c
 
 
 def _reservation(rid="cr-0123456789abcdef0", az="us-east-1b", itype="g6.12xlarge", available=2, state="active"):
-    return {"CapacityReservationId": rid, "InstanceType": itype, "AvailabilityZone": az, "State": state,
-            "AvailableInstanceCount": available, "TotalInstanceCount": available, "InstancePlatform": "Linux/UNIX"}
+    return {
+        "CapacityReservationId": rid,
+        "InstanceType": itype,
+        "AvailabilityZone": az,
+        "State": state,
+        "AvailableInstanceCount": available,
+        "TotalInstanceCount": available,
+        "InstancePlatform": "Linux/UNIX",
+    }
 
 
 def _offered(ec2, itype):
@@ -140,8 +143,14 @@ def test_recommended_az_offers_type(endpoint):
     assert res.instance["efa_supported"] is True
     assert res.quota["status"] == "ok" and res.quota["code"] == "L-DB2E81BA"
     assert res.ok and res.status == "ok" and res.exit_code == 0, res.checks
-    assert {c["name"] for c in res.checks} == {"offerings", "instance-type", "vcpu-quota", "placement-group",
-                                                "capacity-reservations", "capacity-blocks"}
+    assert {c["name"] for c in res.checks} == {
+        "offerings",
+        "instance-type",
+        "vcpu-quota",
+        "placement-group",
+        "capacity-reservations",
+        "capacity-blocks",
+    }
     d = res.to_dict()
     json.dumps(d)
     assert d["ok"] is True and d["recommended_az"] == res.recommended_az
@@ -170,8 +179,9 @@ def test_type_not_offered_in_region(endpoint):
 def test_quota_too_small_with_running_instances(endpoint):
     c = _clients(endpoint, "us-west-2")
     ec2 = c["ec2"]
-    ec2.run_instances(ImageId="ami-12c6146b", InstanceType="g5.xlarge",
-                      MinCount=2, MaxCount=2)  # 2 x 4 vCPUs, same G quota
+    ec2.run_instances(
+        ImageId="ami-12c6146b", InstanceType="g5.xlarge", MinCount=2, MaxCount=2
+    )  # 2 x 4 vCPUs, same G quota
     _stub_quota(c["service-quotas"], 100.0)
     res = run_preflight(c, "g6.12xlarge", 2)  # 96 + 8 = 104 > 100
     assert not res.ok
@@ -207,9 +217,11 @@ def test_unknown_quota_and_unknown_placement_never_print_ok(endpoint):
     res = run_preflight(_clients(endpoint), "g6.12xlarge", 2)
     assert res.quota["status"] == "unknown" and res.quota["value"] is None
     unknown = {r["name"]: r["needs"] for r in res.checks if r["status"] == "unknown"}
-    assert unknown == {"vcpu-quota": "servicequotas:GetServiceQuota (ServiceCode ec2) on AWS",
-                       "placement-group": "ec2:CreatePlacementGroup",
-                       "capacity-reservations": "ec2:DescribeCapacityReservations"}
+    assert unknown == {
+        "vcpu-quota": "servicequotas:GetServiceQuota (ServiceCode ec2) on AWS",
+        "placement-group": "ec2:CreatePlacementGroup",
+        "capacity-reservations": "ec2:DescribeCapacityReservations",
+    }
     assert not res.ok and res.exit_code == 2
 
 
@@ -221,12 +233,19 @@ def test_capacity_reservation_checked_and_its_az_recommended(endpoint):
     assert res.recommended_az == "us-east-1b" and res.capacity_reservations["availability_zone"] == "us-east-1b"
 
 
-@pytest.mark.parametrize("reservation,az,message", [
-    (_reservation(az="us-east-1b"), "us-east-1a", "is in us-east-1b, not us-east-1a (set availabilityZone us-east-1b)"),
-    (_reservation(available=1), None, "has 1 instance(s) available, 2 needed"),
-    (_reservation(itype="p5.48xlarge"), None, "is for p5.48xlarge, not g6.12xlarge"),
-    (_reservation(state="expired"), None, "is expired, not active"),
-])
+@pytest.mark.parametrize(
+    "reservation,az,message",
+    [
+        (
+            _reservation(az="us-east-1b"),
+            "us-east-1a",
+            "is in us-east-1b, not us-east-1a (set availabilityZone us-east-1b)",
+        ),
+        (_reservation(available=1), None, "has 1 instance(s) available, 2 needed"),
+        (_reservation(itype="p5.48xlarge"), None, "is for p5.48xlarge, not g6.12xlarge"),
+        (_reservation(state="expired"), None, "is expired, not active"),
+    ],
+)
 def test_capacity_reservation_that_cannot_serve_fails(endpoint, reservation, az, message):
     c = _answer_all(_clients(endpoint), reservations=[reservation])
     res = run_preflight(c, "g6.12xlarge", 2, az=az, capacity_reservation_id="cr-0123456789abcdef0")
@@ -234,8 +253,12 @@ def test_capacity_reservation_that_cannot_serve_fails(endpoint, reservation, az,
 
 
 def _block(state, start="2026-12-20T11:30:00Z"):
-    return {**_reservation(itype="p5.48xlarge", az="us-east-1a", available=0, state=state),
-            "ReservationType": "capacity-block", "TotalInstanceCount": 2, "StartDate": start}
+    return {
+        **_reservation(itype="p5.48xlarge", az="us-east-1a", available=0, state=state),
+        "ReservationType": "capacity-block",
+        "TotalInstanceCount": 2,
+        "StartDate": start,
+    }
 
 
 def test_a_scheduled_capacity_block_is_not_a_failure_and_says_when_it_starts(endpoint):
@@ -243,8 +266,10 @@ def test_a_scheduled_capacity_block_is_not_a_failure_and_says_when_it_starts(end
     c = _answer_all(_clients(endpoint), reservations=[_block("scheduled")])
     res = run_preflight(c, "p5.48xlarge", 2, capacity_reservation_id="cr-0123456789abcdef0")
     row = next(r for r in res.checks if r["name"] == "capacity-reservation")
-    assert row["status"] == "ok" and "is scheduled: 2 x p5.48xlarge in us-east-1a from 2026-12-20T11:30:00Z" in \
-        row["detail"], row
+    assert (
+        row["status"] == "ok"
+        and "is scheduled: 2 x p5.48xlarge in us-east-1a from 2026-12-20T11:30:00Z" in row["detail"]
+    ), row
     assert any("starts 2026-12-20T11:30:00Z: deploy with gpuNodeCount 0" in w for w in res.warnings)
     assert res.recommended_az == "us-east-1a" and res.exit_code != 1
 
@@ -260,17 +285,29 @@ def test_capacity_block_offerings_follow_next_token():
     from botocore.stub import Stubber
 
     ec2 = boto3.client("ec2", region_name="us-east-1")
-    offer = {"CapacityBlockOfferingId": "cb-0123456789abcdef0", "InstanceType": "p5.48xlarge",
-             "AvailabilityZone": "us-east-1a", "InstanceCount": 2, "CapacityBlockDurationHours": 24,
-             "UpfrontFee": "2641.92", "CurrencyCode": "USD"}
+    offer = {
+        "CapacityBlockOfferingId": "cb-0123456789abcdef0",
+        "InstanceType": "p5.48xlarge",
+        "AvailabilityZone": "us-east-1a",
+        "InstanceCount": 2,
+        "CapacityBlockDurationHours": 24,
+        "UpfrontFee": "2641.92",
+        "CurrencyCode": "USD",
+    }
     want = {"InstanceType": "p5.48xlarge", "InstanceCount": 2, "CapacityDurationHours": 24}
     with Stubber(ec2) as stub:
-        stub.add_response("describe_capacity_block_offerings",
-                          {"CapacityBlockOfferings": [offer], "NextToken": "page-2"}, want)
-        stub.add_response("describe_capacity_block_offerings",
-                          {"CapacityBlockOfferings": [{**offer, "CapacityBlockOfferingId": "cb-0fedcba9876543210",
-                                                       "AvailabilityZone": "us-east-1b"}]},
-                          {**want, "NextToken": "page-2"})
+        stub.add_response(
+            "describe_capacity_block_offerings", {"CapacityBlockOfferings": [offer], "NextToken": "page-2"}, want
+        )
+        stub.add_response(
+            "describe_capacity_block_offerings",
+            {
+                "CapacityBlockOfferings": [
+                    {**offer, "CapacityBlockOfferingId": "cb-0fedcba9876543210", "AvailabilityZone": "us-east-1b"}
+                ]
+            },
+            {**want, "NextToken": "page-2"},
+        )
         found = preflight.capacity_block_offerings(ec2, "p5.48xlarge", 2)
         stub.assert_no_pending_responses()
     assert [o["AvailabilityZone"] for o in found] == ["us-east-1a", "us-east-1b"]
@@ -287,9 +324,16 @@ def test_capacity_reservation_not_found_or_unanswered(endpoint):
 
 
 def test_capacity_block_offerings_for_types_sold_as_blocks(endpoint):
-    offer = {"CapacityBlockOfferingId": "cb-0123456789abcdef0", "InstanceType": "p5.48xlarge",
-             "AvailabilityZone": "us-east-1a", "InstanceCount": 2, "StartDate": "2026-12-10T11:30:00Z",
-             "CapacityBlockDurationHours": 24, "UpfrontFee": "2641.92", "CurrencyCode": "USD"}
+    offer = {
+        "CapacityBlockOfferingId": "cb-0123456789abcdef0",
+        "InstanceType": "p5.48xlarge",
+        "AvailabilityZone": "us-east-1a",
+        "InstanceCount": 2,
+        "StartDate": "2026-12-10T11:30:00Z",
+        "CapacityBlockDurationHours": 24,
+        "UpfrontFee": "2641.92",
+        "CurrencyCode": "USD",
+    }
     c = _answer_all(_clients(endpoint), offerings=[offer])
     res = run_preflight(c, "p5.48xlarge", 2)
     row = next(r for r in res.checks if r["name"] == "capacity-blocks")
@@ -307,11 +351,10 @@ def test_bad_endpoint_raises_preflight_error():
 
     cfg = Config(connect_timeout=1, retries={"max_attempts": 1})
     c = {
-        "ec2": boto3.client("ec2", region_name="us-east-1",
-                            endpoint_url=f"http://127.0.0.1:{port}", config=cfg),
-        "service-quotas": boto3.client("service-quotas", region_name="us-east-1",
-                                       endpoint_url=f"http://127.0.0.1:{port}",
-                                       config=cfg),
+        "ec2": boto3.client("ec2", region_name="us-east-1", endpoint_url=f"http://127.0.0.1:{port}", config=cfg),
+        "service-quotas": boto3.client(
+            "service-quotas", region_name="us-east-1", endpoint_url=f"http://127.0.0.1:{port}", config=cfg
+        ),
     }
     with pytest.raises(PreflightError):
         run_preflight(c, "g6.12xlarge", 2)
@@ -330,7 +373,11 @@ def _cli(*args):
     env.update(FAKE_ENV)
     return subprocess.run(
         [sys.executable, "-m", "ray_efa_eks.tools.preflight", *args],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 
@@ -342,19 +389,18 @@ def test_cli_json_exit_codes(endpoint):
     assert out["ok"] is False and out["status"] == "undetermined" and out["recommended_az"]
     assert {"ok", "recommended_az", "azs", "quota", "problems", "unknowns", "checks"} <= set(out)
     assert any("servicequotas:GetServiceQuota" in u for u in out["unknowns"])
-    p = _cli("--region", "us-east-1", "--instance-type", "g4dn.xlarge", "--json",
-             "--endpoint-url", endpoint)
+    p = _cli("--region", "us-east-1", "--instance-type", "g4dn.xlarge", "--json", "--endpoint-url", endpoint)
     assert p.returncode == 1, p.stderr
     out = json.loads(p.stdout)
     assert out["ok"] is False and out["problems"]
-    p = _cli("--region", "us-east-1", "--instance-type", "g4dn.xlarge", "--no-efa",
-             "--endpoint-url", endpoint)
+    p = _cli("--region", "us-east-1", "--instance-type", "g4dn.xlarge", "--no-efa", "--endpoint-url", endpoint)
     assert p.returncode == 2, p.stderr
     assert "RESULT: UNDETERMINED" in p.stdout and "RESULT: OK" not in p.stdout
     # without EFA the stack makes no placement group, so its dry run is not asked (moto does not implement it)
     assert "ec2:CreatePlacementGroup" not in p.stdout
     assert [ln.split(None, 2)[1:] for ln in p.stdout.splitlines() if ln.startswith("placement-group ")] == [
-        ["OK", "not needed: the stack creates no cluster placement group with no EFA"]]
+        ["OK", "not needed: the stack creates no cluster placement group with no EFA"]
+    ]
 
 
 def test_cli_exit_0_only_when_every_check_answered(endpoint, monkeypatch, capsys):
@@ -383,8 +429,7 @@ def test_cli_usage_errors_exit_64(args):
 
 
 def test_cli_bad_endpoint_exit_2():
-    p = _cli("--region", "us-east-1", "--json", "--endpoint-url",
-             f"http://127.0.0.1:{_free_port()}")
+    p = _cli("--region", "us-east-1", "--json", "--endpoint-url", f"http://127.0.0.1:{_free_port()}")
     assert p.returncode == 2
     assert "preflight error" in p.stderr
     assert "Traceback" not in p.stderr
@@ -393,8 +438,7 @@ def test_cli_bad_endpoint_exit_2():
 
 def _pg_error(ec2_client, code):
     def handler(**kwargs):
-        raise ClientError({"Error": {"Code": code, "Message": code}},
-                          "CreatePlacementGroup")
+        raise ClientError({"Error": {"Code": code, "Message": code}}, "CreatePlacementGroup")
 
     ec2_client.meta.events.register("before-call.ec2.CreatePlacementGroup", handler)
 

@@ -20,17 +20,38 @@ from tests.helpers.mockruns import shared_run
 
 
 def queue_objects(stack: dict) -> list[dict]:
-    return [plain({k: r[k] for k in ("apiVersion", "kind", "metadata", "spec")})
-            for r in shared_run(stack).resources if r.type.startswith("kubernetes:kueue.x-k8s.io/")]
+    return [
+        plain({k: r[k] for k in ("apiVersion", "kind", "metadata", "spec")})
+        for r in shared_run(stack).resources
+        if r.type.startswith("kubernetes:kueue.x-k8s.io/")
+    ]
 
 
 @functools.lru_cache(maxsize=None)
 def _printed(stack: tuple, team: str, nodes: int) -> str:
     buf = io.StringIO()
     with redirect_stdout(buf):
-        assert main(["rayjob", "--defaults", *[x for k, v in stack for x in ("--config", f"{k}={v}")],
-                     "--queue", team, "--bucket", "b", "--name", "job", "--nodes", str(nodes), "--dry-run", "--",
-                     "--use-gpu"]) == 0
+        assert (
+            main(
+                [
+                    "rayjob",
+                    "--defaults",
+                    *[x for k, v in stack for x in ("--config", f"{k}={v}")],
+                    "--queue",
+                    team,
+                    "--bucket",
+                    "b",
+                    "--name",
+                    "job",
+                    "--nodes",
+                    str(nodes),
+                    "--dry-run",
+                    "--",
+                    "--use-gpu",
+                ]
+            )
+            == 0
+        )
     return buf.getvalue()
 
 
@@ -56,15 +77,40 @@ class Case:
 
 
 CASES = [
-    Case("over-quota-waits-while-the-other-team-runs", ["vision:1nodes:borrow", "nlp:1nodes"],
-         [("nlp", "small", 1), ("vision", "big", 2)], {"small"}, "small", {"big"}),
-    Case("own-quota-full-no-cohort", ["vision:1nodes", "nlp:1nodes"],
-         [("vision", "a", 1), ("vision", "b", 1), ("nlp", "c", 1)], {"a", "c"}, "a", {"b"}),
-    Case("a-lender-never-borrows", ["vision:1nodes:borrow", "nlp:1nodes"],
-         [("nlp", "first", 1), ("nlp", "second", 1)], {"first"}, "first", {"second"}),
-    Case("four-gpu-nodes-quota-in-gpus", ["vision:8gpus", "nlp:4gpus"],
-         [("vision", "two", 2), ("vision", "one", 1), ("nlp", "n", 1)], {"two", "n"}, "two", {"one"},
-         gpu_type="g6.12xlarge", gpu_nodes=3),
+    Case(
+        "over-quota-waits-while-the-other-team-runs",
+        ["vision:1nodes:borrow", "nlp:1nodes"],
+        [("nlp", "small", 1), ("vision", "big", 2)],
+        {"small"},
+        "small",
+        {"big"},
+    ),
+    Case(
+        "own-quota-full-no-cohort",
+        ["vision:1nodes", "nlp:1nodes"],
+        [("vision", "a", 1), ("vision", "b", 1), ("nlp", "c", 1)],
+        {"a", "c"},
+        "a",
+        {"b"},
+    ),
+    Case(
+        "a-lender-never-borrows",
+        ["vision:1nodes:borrow", "nlp:1nodes"],
+        [("nlp", "first", 1), ("nlp", "second", 1)],
+        {"first"},
+        "first",
+        {"second"},
+    ),
+    Case(
+        "four-gpu-nodes-quota-in-gpus",
+        ["vision:8gpus", "nlp:4gpus"],
+        [("vision", "two", 2), ("vision", "one", 1), ("nlp", "n", 1)],
+        {"two", "n"},
+        "two",
+        {"one"},
+        gpu_type="g6.12xlarge",
+        gpu_nodes=3,
+    ),
 ]
 
 

@@ -41,8 +41,12 @@ def test_dry_run_prints_a_configmap_and_a_rayjob_the_crds_accept(printed):
     validate(job)
     kubernetes_validate.validate(cm, "1.33.0", strict=True)
     spec = job["spec"]
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probe"},
-           "spec": spec["submitterPodTemplate"]["spec"]}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "probe"},
+        "spec": spec["submitterPodTemplate"]["spec"],
+    }
     kubernetes_validate.validate(pod, "1.33.0", strict=True)
     for g in [spec["rayClusterSpec"]["headGroupSpec"], *spec["rayClusterSpec"]["workerGroupSpecs"]]:
         kubernetes_validate.validate({**pod, "spec": g["template"]["spec"]}, "1.33.0", strict=True)
@@ -64,8 +68,10 @@ def test_same_image_entrypoint_env_and_team_storage(printed):
     _, job = printed
     spec = job["spec"]
     # the job's shape: a rank per GPU of both 4-GPU nodes, waiting (up to efaCheckWaitSeconds) for all of them
-    assert spec["entrypoint"] == ("python -m ray_efa_eks.training --address auto --use-gpu --require-efa "
-                                  "--steps 20 --workers 8 --wait-for-workers-s 1320")
+    assert spec["entrypoint"] == (
+        "python -m ray_efa_eks.training --address auto --use-gpu --require-efa "
+        "--steps 20 --workers 8 --wait-for-workers-s 1320"
+    )
     cluster = spec["rayClusterSpec"]
     pods = [cluster["headGroupSpec"]["template"]["spec"], cluster["workerGroupSpecs"][0]["template"]["spec"]]
     submitter = spec["submitterPodTemplate"]["spec"]["containers"][0]
@@ -105,20 +111,27 @@ def test_the_code_is_the_training_package_mounted_as_working_dir(printed):
     assert yaml.safe_load(job["spec"]["runtimeEnvYAML"]) == {"working_dir": mount}
 
 
-@pytest.mark.parametrize("args, fragment", [
-    (["--queue", "audio", "--dry-run"], "not a team of this stack's jobQueues (vision, nlp)"),
-    (["--nodes", "3", "--dry-run"], "--nodes 3: between 1 and the GPU node group's size (2)"),
-    (["--name", "Run_1", "--dry-run"], "a lowercase DNS label"),
-    ([], "--server (or $KUBE_SERVER) is needed"),
-    (["--poll-s", "-1", "--dry-run"], "--poll-s -1: seconds above 0"),
-    (["--request-timeout-s", "0", "--dry-run"], "--request-timeout-s 0: seconds above 0"),
-    (["--config", 'jobQueues=["vision:1nodes", "nlp:1nodes:borrow"]', "--dry-run"],
-     "the job needs 8 GPUs and team vision can have at most 4 (its quota; no :borrow): Kueue would never admit it"),
-    (["--dry-run", "--", "--address", "auto"], "--address after -- is set by the job"),
-    (["--dry-run", "--", "--use-gpu", "--workers", "4"],
-     "--workers 4 after --: the job's 2 node(s) hold 8 GPUs and a rank takes one, so the job runs 8 ranks"),
-    (["--dry-run", "--", "--use-gpu", "--workers=2"], "--workers 2 after --"),
-])
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["--queue", "audio", "--dry-run"], "not a team of this stack's jobQueues (vision, nlp)"),
+        (["--nodes", "3", "--dry-run"], "--nodes 3: between 1 and the GPU node group's size (2)"),
+        (["--name", "Run_1", "--dry-run"], "a lowercase DNS label"),
+        ([], "--server (or $KUBE_SERVER) is needed"),
+        (["--poll-s", "-1", "--dry-run"], "--poll-s -1: seconds above 0"),
+        (["--request-timeout-s", "0", "--dry-run"], "--request-timeout-s 0: seconds above 0"),
+        (
+            ["--config", 'jobQueues=["vision:1nodes", "nlp:1nodes:borrow"]', "--dry-run"],
+            "the job needs 8 GPUs and team vision can have at most 4 (its quota; no :borrow): Kueue would never admit it",
+        ),
+        (["--dry-run", "--", "--address", "auto"], "--address after -- is set by the job"),
+        (
+            ["--dry-run", "--", "--use-gpu", "--workers", "4"],
+            "--workers 4 after --: the job's 2 node(s) hold 8 GPUs and a rank takes one, so the job runs 8 ranks",
+        ),
+        (["--dry-run", "--", "--use-gpu", "--workers=2"], "--workers 2 after --"),
+    ],
+)
 def test_refused_before_anything_is_applied(capsys, monkeypatch, args, fragment):
     monkeypatch.delenv("KUBE_SERVER", raising=False)
     code, out, err = run(capsys, *args)
@@ -131,6 +144,7 @@ def test_no_queues_configured_is_a_usage_error(capsys):
 
 
 # -- against a fake Kubernetes API (tests/helpers/fake_kube.py) ------------------------------------------------
+
 
 @pytest.fixture
 def kube(request):
@@ -150,16 +164,35 @@ RUNNING = {"jobDeploymentStatus": "Running", "jobStatus": "RUNNING"}
 FABRIC = "[fabric] efa: NCCL used the OFI plugin over EFA on 2 nodes"
 
 
-@pytest.mark.parametrize("final, code, shown", [
-    ({"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED", "message": "Job finished successfully."}, 0,
-     [FABRIC, "exit 0"]),
-    ({"jobDeploymentStatus": "Complete", "jobStatus": "FAILED", "message":
-      "Job entrypoint command failed with exit code 5, last available logs (truncated to 20,000 chars):\n"
-      "[fabric] fallback: NCCL used Socket\nerror: --require-efa: the fabric was fallback"}, 5,
-     ["[fabric] fallback: NCCL used Socket", "exit 5: Job entrypoint command failed with exit code 5"]),
-    ({"jobDeploymentStatus": "Failed", "reason": "DeadlineExceeded", "message":
-      "The RayJob has passed the activeDeadlineSeconds."}, 1, ["exit 1: The RayJob has passed"]),
-])
+@pytest.mark.parametrize(
+    "final, code, shown",
+    [
+        (
+            {"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED", "message": "Job finished successfully."},
+            0,
+            [FABRIC, "exit 0"],
+        ),
+        (
+            {
+                "jobDeploymentStatus": "Complete",
+                "jobStatus": "FAILED",
+                "message": "Job entrypoint command failed with exit code 5, last available logs (truncated to 20,000 chars):\n"
+                "[fabric] fallback: NCCL used Socket\nerror: --require-efa: the fabric was fallback",
+            },
+            5,
+            ["[fabric] fallback: NCCL used Socket", "exit 5: Job entrypoint command failed with exit code 5"],
+        ),
+        (
+            {
+                "jobDeploymentStatus": "Failed",
+                "reason": "DeadlineExceeded",
+                "message": "The RayJob has passed the activeDeadlineSeconds.",
+            },
+            1,
+            ["exit 1: The RayJob has passed"],
+        ),
+    ],
+)
 def test_apply_and_follow_exit_with_the_jobs_result(capsys, kube, monkeypatch, final, code, shown):
     fake = kube(QUEUED, QUEUED, RUNNING, final, log=f"{FABRIC}\n[summary] steps=20\n")
     monkeypatch.setenv("KUBE_TOKEN", "t0ken")
@@ -170,8 +203,10 @@ def test_apply_and_follow_exit_with_the_jobs_result(capsys, kube, monkeypatch, f
     for s in shown:
         assert s in out
     posts = [c for c in fake.calls if c[0] == "POST"]
-    assert [p[1] for p in posts] == ["/api/v1/namespaces/team-vision/configmaps",
-                                     "/apis/ray.io/v1/namespaces/team-vision/rayjobs"]
+    assert [p[1] for p in posts] == [
+        "/api/v1/namespaces/team-vision/configmaps",
+        "/apis/ray.io/v1/namespaces/team-vision/rayjobs",
+    ]
     assert posts[1][2]["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-vision"
     assert {c[3] for c in fake.calls} == {"Bearer t0ken"}
 

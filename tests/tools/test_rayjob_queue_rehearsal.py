@@ -52,9 +52,27 @@ def render(team: str, name: str, nodes: int, train: list[str]) -> tuple[dict, di
     """``ray-efa-eks rayjob --dry-run`` for the stack above: the ConfigMap and the RayJob."""
     buf = io.StringIO()
     with redirect_stdout(buf):
-        code = main(["rayjob", "--defaults", "--config", f"gpuInstanceType={STACK['gpuInstanceType']}",
-                     "--config", f"jobQueues={TEAMS}", "--queue", team, "--bucket", "ckpt", "--name", name,
-                     "--nodes", str(nodes), "--dry-run", "--", *train])
+        code = main(
+            [
+                "rayjob",
+                "--defaults",
+                "--config",
+                f"gpuInstanceType={STACK['gpuInstanceType']}",
+                "--config",
+                f"jobQueues={TEAMS}",
+                "--queue",
+                team,
+                "--bucket",
+                "ckpt",
+                "--name",
+                name,
+                "--nodes",
+                str(nodes),
+                "--dry-run",
+                "--",
+                *train,
+            ]
+        )
     assert code == 0
     cm, job = yaml.safe_load_all(buf.getvalue())
     return cm, job
@@ -64,8 +82,14 @@ def render(team: str, name: str, nodes: int, train: list[str]) -> tuple[dict, di
 def cluster(tmp_path_factory):
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
     env.pop("RAY_ADDRESS", None)
-    proc = subprocess.Popen([sys.executable, "-c", SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                            env=env, cwd=tmp_path_factory.mktemp("cluster"))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SERVER],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=tmp_path_factory.mktemp("cluster"),
+    )
     url = proc.stdout.readline().strip()
     assert url.startswith("http://"), "the local cluster did not start"
 
@@ -94,14 +118,32 @@ class Submitted:
         self.storage = tmp / f"store-{sid}"
         runtime_env = yaml.safe_load(job["spec"]["runtimeEnvYAML"])
         runtime_env["working_dir"] = str(code)
-        runtime_env["env_vars"] = {"RAY_EFA_EKS_STORAGE_PATH": str(self.storage),  # the pods' env, here the job's
-                                   "RAY_EFA_EKS_TRAIN_BACKEND": "gloo"}  # logical GPUs: compute on CPU
+        runtime_env["env_vars"] = {
+            "RAY_EFA_EKS_STORAGE_PATH": str(self.storage),  # the pods' env, here the job's
+            "RAY_EFA_EKS_TRAIN_BACKEND": "gloo",
+        }  # logical GPUs: compute on CPU
         deadline = time.monotonic() + 300
         while True:  # a head that just started has no job agent yet
-            sub = subprocess.run(["ray", "job", "submit", "--address", url, "--runtime-env-json",
-                                  json.dumps(runtime_env), "--submission-id", sid, "--no-wait", "--",
-                                  *job["spec"]["entrypoint"].split()], env=env, capture_output=True, text=True,
-                                 timeout=180)
+            sub = subprocess.run(
+                [
+                    "ray",
+                    "job",
+                    "submit",
+                    "--address",
+                    url,
+                    "--runtime-env-json",
+                    json.dumps(runtime_env),
+                    "--submission-id",
+                    sid,
+                    "--no-wait",
+                    "--",
+                    *job["spec"]["entrypoint"].split(),
+                ],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=180,
+            )
             if sub.returncode == 0 or time.monotonic() > deadline:
                 break
             time.sleep(3)
@@ -162,8 +204,11 @@ def test_two_node_job_starts_no_step_on_one_node_and_runs_when_the_second_joins(
 
 def test_over_quota_job_waits_while_the_other_team_runs(cluster, tmp_path):
     url, env, _ = cluster
-    objs = [plain({k: r[k] for k in ("apiVersion", "kind", "metadata", "spec")})
-            for r in shared_run(STACK).resources if r.type.startswith("kubernetes:kueue.x-k8s.io/")]
+    objs = [
+        plain({k: r[k] for k in ("apiVersion", "kind", "metadata", "spec")})
+        for r in shared_run(STACK).resources
+        if r.type.startswith("kubernetes:kueue.x-k8s.io/")
+    ]
     kueue = Kueue(objs)
     cm_b, job_b = render("nlp", "small", 1, ["--use-gpu", "--steps", "4", "--checkpoint-every", "2", "--name", "small"])
     _, job_a = render("vision", "big", 2, ["--use-gpu", "--steps", "4"])

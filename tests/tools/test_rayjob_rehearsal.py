@@ -49,8 +49,25 @@ with local_cluster(worker_nodes=2, dashboard=True) as c:
 def render(team: str, name: str, train: list[str]) -> tuple[dict, dict]:
     buf = io.StringIO()
     with redirect_stdout(buf):
-        code = main(["rayjob", "--defaults", "--config", TEAMS, "--queue", team, "--bucket", "ckpt", "--name", name,
-                     "--nodes", "1", "--dry-run", "--", *train])
+        code = main(
+            [
+                "rayjob",
+                "--defaults",
+                "--config",
+                TEAMS,
+                "--queue",
+                team,
+                "--bucket",
+                "ckpt",
+                "--name",
+                name,
+                "--nodes",
+                "1",
+                "--dry-run",
+                "--",
+                *train,
+            ]
+        )
     assert code == 0
     cm, job = yaml.safe_load_all(buf.getvalue())
     return cm, job
@@ -70,8 +87,14 @@ def mount(cm: dict, job: dict, where: Path) -> Path:
 def dashboard(tmp_path_factory):
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
     env.pop("RAY_ADDRESS", None)
-    proc = subprocess.Popen([sys.executable, "-c", SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                            env=env, cwd=tmp_path_factory.mktemp("cluster"))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SERVER],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=tmp_path_factory.mktemp("cluster"),
+    )
     url = proc.stdout.readline().strip()
     assert url.startswith("http://"), "the local cluster did not start"
     yield url, env
@@ -87,20 +110,40 @@ def submitter(url: str, env: dict, job: dict, workdir: Path, storage: Path, sid:
     entry = job["spec"]["entrypoint"].split()
     deadline = time.monotonic() + 300
     while True:  # a head that just started has no job agent yet
-        sub = subprocess.run(["ray", "job", "submit", "--address", url, "--runtime-env-json", json.dumps(runtime_env),
-                              "--submission-id", sid, "--no-wait", "--", *entry],
-                             env=env, capture_output=True, text=True, timeout=180)
+        sub = subprocess.run(
+            [
+                "ray",
+                "job",
+                "submit",
+                "--address",
+                url,
+                "--runtime-env-json",
+                json.dumps(runtime_env),
+                "--submission-id",
+                sid,
+                "--no-wait",
+                "--",
+                *entry,
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
         if sub.returncode == 0 or time.monotonic() > deadline:
             break
         time.sleep(3)
     assert sub.returncode == 0, sub.stderr[-2000:]
-    logs = subprocess.run(["ray", "job", "logs", "--address", url, "--follow", sid], env=env, capture_output=True,
-                          text=True, timeout=600)
+    logs = subprocess.run(
+        ["ray", "job", "logs", "--address", url, "--follow", sid], env=env, capture_output=True, text=True, timeout=600
+    )
     from ray.job_submission import JobSubmissionClient
 
     info = JobSubmissionClient(url).get_job_info(sid)
-    return {"status": str(info.status.value if hasattr(info.status, "value") else info.status),
-            "message": info.message or ""}, logs.stdout
+    return {
+        "status": str(info.status.value if hasattr(info.status, "value") else info.status),
+        "message": info.message or "",
+    }, logs.stdout
 
 
 def follow(capsys, info: dict, log: str, team: str, name: str) -> tuple[int, str]:
@@ -108,8 +151,29 @@ def follow(capsys, info: dict, log: str, team: str, name: str) -> tuple[int, str
     final = {"jobDeploymentStatus": "Complete", "jobStatus": info["status"], "message": info["message"]}
     fake = FakeKube([{"_suspend": True}, {"jobDeploymentStatus": "Running", "jobStatus": "RUNNING"}, final], log=log)
     try:
-        code = main(["rayjob", "--defaults", "--config", TEAMS, "--queue", team, "--bucket", "ckpt", "--name", name,
-                     "--nodes", "1", "--server", fake.url, "--poll-s", "0.01", "--", "--steps", "4"])
+        code = main(
+            [
+                "rayjob",
+                "--defaults",
+                "--config",
+                TEAMS,
+                "--queue",
+                team,
+                "--bucket",
+                "ckpt",
+                "--name",
+                name,
+                "--nodes",
+                "1",
+                "--server",
+                fake.url,
+                "--poll-s",
+                "0.01",
+                "--",
+                "--steps",
+                "4",
+            ]
+        )
     finally:
         fake.close()
     return code, capsys.readouterr().out

@@ -9,8 +9,17 @@ import pytest
 
 from ray_efa_eks.tools import layout, layout_network, layout_node_groups, rules
 from ray_efa_eks.components.config.config import ConfigError, StackConfig
-from ray_efa_eks.tools.layout import (INGRESS, MNG, RAY_CLUSTER, SERVICE, SG_EGRESS, SUBNET, Resource, from_mockrun,
-                               from_policy)
+from ray_efa_eks.tools.layout import (
+    INGRESS,
+    MNG,
+    RAY_CLUSTER,
+    SERVICE,
+    SG_EGRESS,
+    SUBNET,
+    Resource,
+    from_mockrun,
+    from_policy,
+)
 from ray_efa_eks.tools.mockrun import run_program
 from tests.helpers.preview_shapes import CLUSTER_SG, LAUNCH_TEMPLATE, UNKNOWN_STR, edit, policy_resources, preview_specs
 
@@ -80,12 +89,18 @@ def test_unknown_rule_id_is_refused(default):
 
 
 def test_violation_is_one_line_with_rule_resource_and_fix():
-    v = rules.Violation("one-image", "kubernetes:ray.io/v1:RayCluster ray", "head runs a but worker group gpu runs b", "use one")
-    assert v.line() == "[one-image] kubernetes:ray.io/v1:RayCluster ray: head runs a but worker group gpu runs b. Fix: use one"
+    v = rules.Violation(
+        "one-image", "kubernetes:ray.io/v1:RayCluster ray", "head runs a but worker group gpu runs b", "use one"
+    )
+    assert (
+        v.line()
+        == "[one-image] kubernetes:ray.io/v1:RayCluster ray: head runs a but worker group gpu runs b. Fix: use one"
+    )
     assert "\n" not in v.line()
 
 
 # -- gpu-one-az ----------------------------------------------------------------------------------------------------
+
 
 def _two_subnets(props: dict[str, Any]) -> None:
     props["subnetIds"] = ["subnet-net-private-us-east-1a", "subnet-net-private-us-east-1b"]
@@ -147,13 +162,17 @@ def test_gpu_one_az_preview_shape():
 
 
 def test_gpu_one_az_preview_without_placement_group_judges_the_candidates():
-    specs = [s for s in preview_specs(subnet_azs=("us-east-1a", "us-east-1b"), subnet_ids_known=False)
-             if s["type"] != "aws:ec2/placementGroup:PlacementGroup"]
+    specs = [
+        s
+        for s in preview_specs(subnet_azs=("us-east-1a", "us-east-1b"), subnet_ids_known=False)
+        if s["type"] != "aws:ec2/placementGroup:PlacementGroup"
+    ]
     [v] = check(from_policy(policy_resources(specs)), "gpu-one-az")
     assert "2 AZs" in v.problem
 
 
 # -- efa-interfaces ------------------------------------------------------------------------------------------------
+
 
 def test_efa_interfaces_fails_when_node_group_lacks_efa_but_pods_request_it(default):
     def no_efa(props):
@@ -181,7 +200,11 @@ def test_efa_interfaces_from_the_programs_own_launch_template(default, p5_run):
     """The program's node group names its own launch template; the rule counts that template's EFA interfaces."""
     for resources, count in ((default, 1), (from_mockrun(p5_run), 32)):
         [g] = layout_node_groups.gpu_node_groups(layout.Stack(resources))
-        assert (g.efa_interfaces, g.efa_source, g.security_group_ids) == (count, "launch template", ["sg-ray-efa-dev-cluster"])
+        assert (g.efa_interfaces, g.efa_source, g.security_group_ids) == (
+            count,
+            "launch template",
+            ["sg-ray-efa-dev-cluster"],
+        )
         assert g.placement_strategy == "cluster" and g.capacity_type == "ON_DEMAND" and g.reservation is None
     # one interface short of what the p5 pods request
     short = mutate(from_mockrun(p5_run), LAUNCH_TEMPLATE, "gpu-lt", lambda p: p["networkInterfaces"].pop())
@@ -201,7 +224,9 @@ def test_efa_interfaces_from_pulumi_eks_enable_efa_support(default):
 @pytest.mark.parametrize("shape", ["own", "pulumi-eks"])
 def test_preview_shapes_of_both_launch_templates_pass_and_read_alike(shape, capacity):
     if shape == "pulumi-eks" and capacity != "on-demand":
-        pytest.skip("pulumi-eks's enableEfaSupport has no reservation target (why the stack builds its own launch template)")
+        pytest.skip(
+            "pulumi-eks's enableEfaSupport has no reservation target (why the stack builds its own launch template)"
+        )
     st = layout.Stack(preview(instance_type="p5.48xlarge", shape=shape, capacity=capacity))
     [g] = layout_node_groups.gpu_node_groups(st)
     assert g.efa_interfaces == 32 and g.security_group_ids == [CLUSTER_SG] and g.azs == ["us-east-1a"]
@@ -222,6 +247,7 @@ def test_efa_interfaces_not_required_when_efa_is_off(efa_off):
 
 # -- efa-sg-self-rule ----------------------------------------------------------------------------------------------
 
+
 def test_efa_sg_self_rule_fails_without_the_egress_rule(default):
     without = [r for r in default if r.type != SG_EGRESS]
     [v] = check(without, "efa-sg-self-rule")
@@ -229,18 +255,26 @@ def test_efa_sg_self_rule_fails_without_the_egress_rule(default):
     assert "SecurityGroupEgressRule" in v.fix
 
 
-@pytest.mark.parametrize("edit_props,expect", [
-    ({"ipProtocol": "tcp"}, "allow only some protocols"),
-    ({"referencedSecurityGroupId": "sg-somewhere-else"}, "no security group has an all-traffic egress rule"),
-])
+@pytest.mark.parametrize(
+    "edit_props,expect",
+    [
+        ({"ipProtocol": "tcp"}, "allow only some protocols"),
+        ({"referencedSecurityGroupId": "sg-somewhere-else"}, "no security group has an all-traffic egress rule"),
+    ],
+)
 def test_efa_sg_self_rule_fails_for_partial_or_foreign_rules(default, edit_props, expect):
     [v] = check(mutate(default, SG_EGRESS, "gpu-efa-self-egress", lambda p: p.update(edit_props)), "efa-sg-self-rule")
     assert expect in v.problem
 
 
 def test_efa_sg_self_rule_preview_shape_checks_the_interfaces_group():
-    specs = edit(preview_specs(), SG_EGRESS, "gpu-efa-self-egress", securityGroupId="sg-other",
-                 referencedSecurityGroupId="sg-other")
+    specs = edit(
+        preview_specs(),
+        SG_EGRESS,
+        "gpu-efa-self-egress",
+        securityGroupId="sg-other",
+        referencedSecurityGroupId="sg-other",
+    )
     [v] = check(from_policy(policy_resources(specs)), "efa-sg-self-rule")
     assert f"the EFA interfaces join {CLUSTER_SG}" in v.problem
     assert check(preview(), "efa-sg-self-rule") == []
@@ -254,8 +288,15 @@ def test_efa_sg_self_rule_preview_with_unknown_group_ids_is_not_a_violation():
 
 def test_efa_sg_self_rule_inline_security_group_needs_ingress_too():
     specs = preview_specs(self_rule=False)
-    specs.append({"type": "aws:ec2/securityGroup:SecurityGroup", "name": "efa-sg", "urn": "urn:pulumi:dev::p::aws:ec2/securityGroup:SecurityGroup::efa-sg",
-                  "parent": None, "props": {"id": CLUSTER_SG, "egress": [{"protocol": "-1", "self": True, "fromPort": 0, "toPort": 0}]}})
+    specs.append(
+        {
+            "type": "aws:ec2/securityGroup:SecurityGroup",
+            "name": "efa-sg",
+            "urn": "urn:pulumi:dev::p::aws:ec2/securityGroup:SecurityGroup::efa-sg",
+            "parent": None,
+            "props": {"id": CLUSTER_SG, "egress": [{"protocol": "-1", "self": True, "fromPort": 0, "toPort": 0}]},
+        }
+    )
     [v] = check(from_policy(policy_resources(specs)), "efa-sg-self-rule")
     assert "no all-traffic ingress rule from itself" in v.problem
     specs[-1]["props"]["ingress"] = [{"protocol": "-1", "self": True, "fromPort": 0, "toPort": 0}]
@@ -268,22 +309,41 @@ def test_efa_sg_self_rule_not_required_when_efa_is_off(efa_off):
 
 # -- gpu-capacity --------------------------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def block() -> list[Resource]:
-    return from_mockrun(run_program({"gpuInstanceType": "p5.48xlarge", "gpuCapacity": "capacity-block", "efaCheck": "false",
-                                     "gpuCapacityReservationId": "cr-0123456789abcdef0", "availabilityZone": "us-east-1a"}))
+    return from_mockrun(
+        run_program(
+            {
+                "gpuInstanceType": "p5.48xlarge",
+                "gpuCapacity": "capacity-block",
+                "efaCheck": "false",
+                "gpuCapacityReservationId": "cr-0123456789abcdef0",
+                "availabilityZone": "us-east-1a",
+            }
+        )
+    )
 
 
 def test_gpu_capacity_passes_the_programs_capacity_block_and_reservation_stacks(block):
     assert rules.check(block) == []
-    odcr = from_mockrun(run_program({"gpuCapacity": "reservation", "gpuCapacityReservationId": "cr-0a1b2c3d4e5f60718",
-                                     "gpuInstanceType": "g6e.48xlarge", "availabilityZone": "us-east-1c",
-                                     "efaCheck": "false"}))
+    odcr = from_mockrun(
+        run_program(
+            {
+                "gpuCapacity": "reservation",
+                "gpuCapacityReservationId": "cr-0a1b2c3d4e5f60718",
+                "gpuInstanceType": "g6e.48xlarge",
+                "availabilityZone": "us-east-1c",
+                "efaCheck": "false",
+            }
+        )
+    )
     assert rules.check(odcr) == []
 
 
 def test_gpu_capacity_fails_for_pulumi_eks_efa_support_on_a_capacity_block(default):
     """The issue's own failure: enableEfaSupport always adds a placement group and its own target-less template."""
+
     def block_via_pulumi_eks(props):
         _pulumi_eks_efa(props)
         props["capacityType"] = "CAPACITY_BLOCK"
@@ -293,7 +353,9 @@ def test_gpu_capacity_fails_for_pulumi_eks_efa_support_on_a_capacity_block(defau
     assert len(found) == 3 and all(v.resource == f"{MNG} gpu-mng" for v in found)
     assert "no instanceMarketOptions.marketType capacity-block" in problems
     assert "targets no capacity reservation" in problems
-    assert "cluster placement group created by pulumi-eks enableEfaSupport" in problems and "GpuCapacity" in found[0].fix
+    assert (
+        "cluster placement group created by pulumi-eks enableEfaSupport" in problems and "GpuCapacity" in found[0].fix
+    )
 
 
 def test_gpu_capacity_fails_for_a_market_type_without_capacity_type(block):
@@ -303,7 +365,9 @@ def test_gpu_capacity_fails_for_a_market_type_without_capacity_type(block):
 
 def test_gpu_capacity_fails_for_a_new_placement_group_next_to_a_reservation(default):
     def reserve(props):
-        props["capacityReservationSpecification"] = {"capacityReservationTarget": {"capacityReservationId": "cr-0a1b2c3d"}}
+        props["capacityReservationSpecification"] = {
+            "capacityReservationTarget": {"capacityReservationId": "cr-0a1b2c3d"}
+        }
 
     [v] = check(mutate(default, LAUNCH_TEMPLATE, "gpu-lt", reserve), "gpu-capacity")
     assert "cluster placement group created by the stack next to a capacity reservation cr-0a1b2c3d" in v.problem
@@ -311,8 +375,15 @@ def test_gpu_capacity_fails_for_a_new_placement_group_next_to_a_reservation(defa
     specs = preview_specs(capacity="reservation")
     lt = next(s for s in specs if s["type"] == LAUNCH_TEMPLATE)
     pg_urn = lt["urn"].replace(LAUNCH_TEMPLATE, "aws:ec2/placementGroup:PlacementGroup").replace("gpu-lt", "gpu-pg")
-    specs.append({"type": "aws:ec2/placementGroup:PlacementGroup", "name": "gpu-pg", "urn": pg_urn,
-                  "parent": lt["parent"], "props": {"strategy": "cluster", "name": UNKNOWN_STR}})
+    specs.append(
+        {
+            "type": "aws:ec2/placementGroup:PlacementGroup",
+            "name": "gpu-pg",
+            "urn": pg_urn,
+            "parent": lt["parent"],
+            "props": {"strategy": "cluster", "name": UNKNOWN_STR},
+        }
+    )
     lt["props"]["placement"] = {"groupName": UNKNOWN_STR}
     lt["deps"]["placement"] = [pg_urn]
     [v] = check(from_policy(policy_resources(specs)), "gpu-capacity")
@@ -320,6 +391,7 @@ def test_gpu_capacity_fails_for_a_new_placement_group_next_to_a_reservation(defa
 
 
 # -- guaranteed-qos ------------------------------------------------------------------------------------------------
+
 
 def test_guaranteed_qos_fails_when_requests_differ_from_limits(default):
     def burstable(props):
@@ -354,36 +426,46 @@ def test_guaranteed_qos_compares_quantities_and_defaults_requests_to_limits(defa
 
 # -- one-image -----------------------------------------------------------------------------------------------------
 
+
 def test_one_image_fails_when_workers_run_another_image(default):
     def other(props):
         worker(props)["image"] = "rayproject/ray:2.58.0-gpu"
 
     [v] = check(mutate(default, RAY_CLUSTER, "ray-raycluster", other), "one-image")
-    assert "head runs 123456789012.dkr.ecr.us-east-1.amazonaws.com/ray-efa-dev-ecr-public/deep-learning-containers/ray:" \
+    assert (
+        "head runs 123456789012.dkr.ecr.us-east-1.amazonaws.com/ray-efa-dev-ecr-public/deep-learning-containers/ray:"
         "train-ml-cuda-v1.1" in v.problem
+    )
     assert "worker group gpu runs rayproject/ray:2.58.0-gpu" in v.problem and "dlcImage" in v.fix
     assert check(default, "one-image") == []
 
 
 # -- pinned-image --------------------------------------------------------------------------------------------------
 
+
 def test_config_refuses_latest_so_the_rule_is_tested_on_built_resources():
     with pytest.raises(ConfigError, match="dlcImage"):
         StackConfig.from_mapping({"dlcImage": "rayproject/ray:latest"})
 
 
-@pytest.mark.parametrize("image,expect", [
-    ("rayproject/ray:latest", "mutable :latest tag"),
-    ("rayproject/ray", "has no tag"),
-    ("registry.example:5000/ray", "has no tag"),
-])
+@pytest.mark.parametrize(
+    "image,expect",
+    [
+        ("rayproject/ray:latest", "mutable :latest tag"),
+        ("rayproject/ray", "has no tag"),
+        ("registry.example:5000/ray", "has no tag"),
+    ],
+)
 def test_pinned_image_fails_for_latest_or_untagged(default, image, expect):
     def set_all(props):
         for c in [head(props)["template"]["spec"]["containers"][0], worker(props)]:
             c["image"] = image
 
     found = check(mutate(default, RAY_CLUSTER, "ray-raycluster", set_all), "pinned-image")
-    assert [v.problem.split(":")[0] for v in found] == ["container ray-head (head)", "container ray-worker (worker gpu)"]
+    assert [v.problem.split(":")[0] for v in found] == [
+        "container ray-head (head)",
+        "container ray-worker (worker gpu)",
+    ]
     assert all(expect in v.problem for v in found)
 
 
@@ -397,9 +479,12 @@ def test_pinned_image_accepts_tags_and_digests(default):
 
 # -- private-dashboard ---------------------------------------------------------------------------------------------
 
+
 def test_private_dashboard_fails_for_a_public_head_load_balancer(default):
-    [v] = check(mutate(default, RAY_CLUSTER, "ray-raycluster", lambda p: head(p).update(serviceType="LoadBalancer")),
-                "private-dashboard")
+    [v] = check(
+        mutate(default, RAY_CLUSTER, "ray-raycluster", lambda p: head(p).update(serviceType="LoadBalancer")),
+        "private-dashboard",
+    )
     assert "serviceType is LoadBalancer with dashboard-host 0.0.0.0" in v.problem and "port-forward" in v.fix
 
 
@@ -409,8 +494,12 @@ def test_private_dashboard_passes_for_loopback_dashboard_or_internal_balancer(de
         head(p)["rayStartParams"]["dashboard-host"] = "127.0.0.1"
 
     def internal(p):
-        head(p).update(serviceType="LoadBalancer", headService={"metadata": {"annotations": {
-            "service.beta.kubernetes.io/aws-load-balancer-scheme": "internal"}}})
+        head(p).update(
+            serviceType="LoadBalancer",
+            headService={
+                "metadata": {"annotations": {"service.beta.kubernetes.io/aws-load-balancer-scheme": "internal"}}
+            },
+        )
 
     for fn in (loopback, internal):
         assert check(mutate(default, RAY_CLUSTER, "ray-raycluster", fn), "private-dashboard") == []
@@ -418,30 +507,64 @@ def test_private_dashboard_passes_for_loopback_dashboard_or_internal_balancer(de
 
 
 def test_private_dashboard_fails_for_a_load_balancer_service_or_ingress_to_the_dashboard(default):
-    lb = extra("dash", SERVICE, {"spec": {"type": "LoadBalancer", "selector": {"ray.io/node-type": "head"},
-                                          "ports": [{"port": 80, "targetPort": 8265}]}})
-    ing = extra("dash", INGRESS, {"metadata": {"annotations": {"alb.ingress.kubernetes.io/scheme": "internet-facing"}},
-                                  "spec": {"rules": [{"http": {"paths": [{"path": "/", "pathType": "Prefix", "backend": {
-                                      "service": {"name": "ray-head-svc", "port": {"number": 8265}}}}]}}]}})
+    lb = extra(
+        "dash",
+        SERVICE,
+        {
+            "spec": {
+                "type": "LoadBalancer",
+                "selector": {"ray.io/node-type": "head"},
+                "ports": [{"port": 80, "targetPort": 8265}],
+            }
+        },
+    )
+    ing = extra(
+        "dash",
+        INGRESS,
+        {
+            "metadata": {"annotations": {"alb.ingress.kubernetes.io/scheme": "internet-facing"}},
+            "spec": {
+                "rules": [
+                    {
+                        "http": {
+                            "paths": [
+                                {
+                                    "path": "/",
+                                    "pathType": "Prefix",
+                                    "backend": {"service": {"name": "ray-head-svc", "port": {"number": 8265}}},
+                                }
+                            ]
+                        }
+                    }
+                ]
+            },
+        },
+    )
     found = check(default + [lb, ing], "private-dashboard")
     assert [v.resource for v in found] == [f"{SERVICE} dash", f"{INGRESS} dash"]
-    internal_ing = extra("dash", INGRESS, {**ing.props, "metadata": {"annotations": {"alb.ingress.kubernetes.io/scheme": "internal"}}})
+    internal_ing = extra(
+        "dash", INGRESS, {**ing.props, "metadata": {"annotations": {"alb.ingress.kubernetes.io/scheme": "internal"}}}
+    )
     restricted = extra("dash", SERVICE, {"spec": {**lb.props["spec"], "loadBalancerSourceRanges": ["203.0.113.0/24"]}})
     assert check(default + [internal_ing, restricted], "private-dashboard") == []
 
 
 def test_private_dashboard_fails_for_kuberay_ingress(default):
-    [v] = check(mutate(default, RAY_CLUSTER, "ray-raycluster", lambda p: head(p).update(enableIngress=True)),
-                "private-dashboard")
+    [v] = check(
+        mutate(default, RAY_CLUSTER, "ray-raycluster", lambda p: head(p).update(enableIngress=True)),
+        "private-dashboard",
+    )
     assert "enableIngress" in v.problem
 
 
 # -- unknowns never fail a rule ------------------------------------------------------------------------------------
 
+
 def test_unknown_values_are_not_violations():
     specs = preview_specs()
     rc = next(s for s in specs if s["type"] == RAY_CLUSTER)
     from tests.helpers.preview_shapes import UNKNOWN_STR
+
     rc["props"]["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]["image"] = UNKNOWN_STR
     lt = next(s for s in specs if s["type"] == LAUNCH_TEMPLATE)
     lt["props"]["networkInterfaces"] = UNKNOWN_STR
@@ -472,8 +595,12 @@ def test_host_access_fails_for_a_ray_pod_that_mounts_the_host_even_in_a_privileg
     [v] = check(mutate(default, RAY_CLUSTER, "ray-raycluster", mount), "host-access")
     assert v.rule == "host-access" and v.resource == f"{RAY_CLUSTER} ray-raycluster"
     assert "a Ray worker gpu pod uses the host (hostPath volume host-sys" in v.problem and "node agent" in v.fix
-    privileged_ray = mutate(mutate(default, RAY_CLUSTER, "ray-raycluster", mount), NAMESPACE, "ray-ns",
-                            lambda p: p["metadata"]["labels"].update({"pod-security.kubernetes.io/enforce": "privileged"}))
+    privileged_ray = mutate(
+        mutate(default, RAY_CLUSTER, "ray-raycluster", mount),
+        NAMESPACE,
+        "ray-ns",
+        lambda p: p["metadata"]["labels"].update({"pod-security.kubernetes.io/enforce": "privileged"}),
+    )
     assert [v.resource for v in check(privileged_ray, "host-access")] == [f"{RAY_CLUSTER} ray-raycluster"]
 
 
@@ -487,6 +614,7 @@ def test_host_access_fails_for_the_agent_outside_a_privileged_namespace_and_for_
 
 
 def test_host_access_skips_an_unknown_namespace(default):
-    unknown = mutate(default, DAEMONSET, "node-agent-daemonset",
-                     lambda p: p["metadata"].update(namespace=layout.UNKNOWN))
+    unknown = mutate(
+        default, DAEMONSET, "node-agent-daemonset", lambda p: p["metadata"].update(namespace=layout.UNKNOWN)
+    )
     assert check(unknown, "host-access") == []

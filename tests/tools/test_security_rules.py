@@ -11,10 +11,19 @@ import pytest
 from ray_efa_eks.tools import rules
 from ray_efa_eks.tools.layout import Resource, from_mockrun
 
-NEW = ("gate-no-api-token", "ray-pods-network-policy", "kuberay-single-namespace", "ray-pods-region",
-       "device-plugin-versions", "pod-security-baseline")
-HEAD_ONLY = {"podSelector": {"matchLabels": {"ray-efa-eks/role": "head"}}, "policyTypes": ["Ingress"],
-             "ingress": [{"from": [{"podSelector": {}}]}]}
+NEW = (
+    "gate-no-api-token",
+    "ray-pods-network-policy",
+    "kuberay-single-namespace",
+    "ray-pods-region",
+    "device-plugin-versions",
+    "pod-security-baseline",
+)
+HEAD_ONLY = {
+    "podSelector": {"matchLabels": {"ray-efa-eks/role": "head"}},
+    "policyTypes": ["Ingress"],
+    "ingress": [{"from": [{"podSelector": {}}]}],
+}
 
 
 @pytest.fixture(scope="module")
@@ -58,11 +67,13 @@ def test_gate_with_a_token(default):
         spec = p["spec"]["template"]["spec"]
         for k in ("automountServiceAccountToken", "serviceAccountName", "initContainers"):
             spec.pop(k)
+
     assert "default" in broken(edit(default, "efa-check-job", old))["gate-no-api-token"][0]
 
     def shared(p):  # the audit's token mounted into the gate's own container too
         spec = p["spec"]["template"]["spec"]
         spec["containers"][0]["volumeMounts"].append({"name": "image-audit-token", "mountPath": "/var/run/x"})
+
     assert "efa-check" in broken(edit(default, "efa-check-job", shared))["gate-no-api-token"][0]
 
 
@@ -84,6 +95,7 @@ def test_ray_pod_without_region(default):
     def strip(p):
         c = p["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]
         c["env"] = [e for e in c["env"] if not e["name"].startswith("AWS_")]
+
     (problem,) = broken(edit(default, "ray-raycluster", strip))["ray-pods-region"]
     assert "AWS_REGION" in problem and "AWS_EC2_METADATA_DISABLED" in problem
 
@@ -92,6 +104,7 @@ def test_old_device_plugins(default):
     def old_efa(p):
         p["version"] = "v0.5.7"
         p["values"]["supportedInstanceLabels"]["values"] = ["p6-b200.48xlarge"]
+
     assert "p6-b200" in broken(edit(default, "device-plugins-efa", old_efa))["device-plugin-versions"][0]
     ok = edit(default, "device-plugins-efa", lambda p: p.update(version="v0.5.7"))  # g6.12xlarge only: works
     assert "device-plugin-versions" not in broken(ok)
@@ -99,13 +112,16 @@ def test_old_device_plugins(default):
     def mofed_on(p):
         p["version"] = "0.19.1"
         p["values"].pop("mofedEnabled")
+
     assert "#1692" in broken(edit(default, "device-plugins-nvidia", mofed_on))["device-plugin-versions"][0]
     assert "device-plugin-versions" not in broken(
-        edit(default, "device-plugins-nvidia", lambda p: p.update(version="0.19.1")))  # mofedEnabled: false kept
+        edit(default, "device-plugins-nvidia", lambda p: p.update(version="0.19.1"))
+    )  # mofedEnabled: false kept
 
 
 def test_privileged_head(default):
     def privileged(p):
         p["spec"]["headGroupSpec"]["template"]["spec"]["hostNetwork"] = True
+
     (problem,) = broken(edit(default, "ray-raycluster", privileged))["pod-security-baseline"]
     assert "head" in problem and "hostNetwork" in problem

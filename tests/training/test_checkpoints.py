@@ -5,6 +5,7 @@ resumed run deletes none of the checkpoints it did not write.
 
 One real local run writes step_000005 and step_000010 (module fixture); each damage case works on a copy.
 """
+
 from __future__ import annotations
 
 import json
@@ -25,9 +26,28 @@ ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "RAY_USAGE_STATS_ENABLED": "0"}
 
 
 def train(storage: Path, steps: int) -> subprocess.CompletedProcess:
-    return subprocess.run([str(BIN), "train", "--json", "--steps", str(steps), "--checkpoint-every", "5",
-                           "--report-every", "5", "--storage-path", str(storage), "--name", "dmg"], cwd=ROOT,
-                          env=ENV, capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [
+            str(BIN),
+            "train",
+            "--json",
+            "--steps",
+            str(steps),
+            "--checkpoint-every",
+            "5",
+            "--report-every",
+            "5",
+            "--storage-path",
+            str(storage),
+            "--name",
+            "dmg",
+        ],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -65,9 +85,14 @@ def meta_missing(d: Path) -> None:
     (d / "meta.pt").unlink()
 
 
-DAMAGE = [(truncate, "__0_0.distcp", "100 bytes"), (delete, "__1_0.distcp", "missing"),
-          (zero, "__0_0.distcp", "sha-256"), (rank_missing, "ranks [0]", "rank count"),
-          (rank_extra, "__2_0.distcp", "rank 2"), (meta_missing, "meta.pt", "missing")]
+DAMAGE = [
+    (truncate, "__0_0.distcp", "100 bytes"),
+    (delete, "__1_0.distcp", "missing"),
+    (zero, "__0_0.distcp", "sha-256"),
+    (rank_missing, "ranks [0]", "rank count"),
+    (rank_extra, "__2_0.distcp", "rank 2"),
+    (meta_missing, "meta.pt", "missing"),
+]
 
 
 @pytest.mark.parametrize("damage,names,why", DAMAGE, ids=[d[0].__name__ for d in DAMAGE])

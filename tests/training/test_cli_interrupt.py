@@ -1,4 +1,5 @@
 """Ctrl-C in the middle of a real local training run: `[train]` progress first, then exit 130 and a JSON line."""
+
 from __future__ import annotations
 
 import json
@@ -19,9 +20,28 @@ def test_ctrl_c_mid_training_prints_progress_then_exits_130(tmp_path):
     """docs/training.md: `train` prints `[train]` progress while it runs; Ctrl-C ends it with 130 and, with --json, a last
     stdout line {"error": "interrupted ...", "exit_code": 130} (tools/command.py documents 130 for every command)."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "RAY_USAGE_STATS_ENABLED": "0"}
-    proc = subprocess.Popen([str(BIN), "train", "--json", "--steps", "2000", "--report-every", "2",
-                             "--checkpoint-every", "1000", "--storage-path", str(tmp_path), "--name", "ctrl-c"],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            str(BIN),
+            "train",
+            "--json",
+            "--steps",
+            "2000",
+            "--report-every",
+            "2",
+            "--checkpoint-every",
+            "1000",
+            "--storage-path",
+            str(tmp_path),
+            "--name",
+            "ctrl-c",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     progress: list[str] = []
     deadline = time.monotonic() + 400
     try:

@@ -13,10 +13,17 @@ from ray_efa_eks.training.driver_output import filtered
 RAY_PRINT = getattr(worker.print_worker_logs, "__wrapped__", worker.print_worker_logs)
 """Ray's own function, also when an in-process `train` earlier in the session installed the filter (install())."""
 
-DATA = {"pid": 4242, "ip": "10.0.0.9", "localhost": "10.0.0.1", "actor_name": "TrainController",
-        "lines": ["[train] step 5/30 loss 2.1 global_tok/s 900 world 2",
-                  "Failed to query Ray Train Controller actor state. State API may be temporarily unavailable.",
-                  "some other line"]}
+DATA = {
+    "pid": 4242,
+    "ip": "10.0.0.9",
+    "localhost": "10.0.0.1",
+    "actor_name": "TrainController",
+    "lines": [
+        "[train] step 5/30 loss 2.1 global_tok/s 900 world 2",
+        "Failed to query Ray Train Controller actor state. State API may be temporarily unavailable.",
+        "some other line",
+    ],
+}
 
 
 def test_piped_train_lines_are_plain_and_noise_is_dropped(monkeypatch):

@@ -1,6 +1,7 @@
 """The run's ``fabric`` (training/fabric.py): recorded NCCL logs through the run's summariser, the capture env and
 the user's own NCCL_DEBUG* settings, counters, the verdict kept with checkpoints. No Ray cluster: the rank side
 (:class:`Probe`) runs in-process with a one-rank stand-in for torch.distributed."""
+
 from __future__ import annotations
 
 import json
@@ -27,9 +28,10 @@ def _summary(path: Path, **kw) -> dict:
 
 
 @pytest.mark.parametrize("d", LOG_DIRS, ids=lambda d: d.parent.name)
-@pytest.mark.parametrize("name, verdict, network, nodes", [(EFA, "efa", "Libfabric", 2),
-                                                          (FALLBACK, "fallback", "Socket", 4),
-                                                          (SINGLE_NODE, "undetermined", "Socket", 1)])
+@pytest.mark.parametrize(
+    "name, verdict, network, nodes",
+    [(EFA, "efa", "Libfabric", 2), (FALLBACK, "fallback", "Socket", 4), (SINGLE_NODE, "undetermined", "Socket", 1)],
+)
 def test_recorded_logs_give_the_expected_fabric(d, name, verdict, network, nodes):
     fab = _summary(d / name)
     assert (fab["verdict"], fab["network"], fab["nodes"]) == (verdict, network, nodes)
@@ -46,8 +48,12 @@ def test_every_recorded_log_is_judged_by_the_gates_code(d):
     """Same verdict, network, nodes and deciding line as `nccl_log` (the gate) on each published log."""
     for log in sorted(d.glob("*.log")):
         rep, fab = analyze_paths([str(log)]), _summary(log)
-        assert (fab["verdict"], fab["network"], fab["nodes"], fab["deciding"]) == \
-            (rep.verdict, rep.network, rep.nodes, rep.evidence[0] if rep.evidence else None), log.name
+        assert (fab["verdict"], fab["network"], fab["nodes"], fab["deciding"]) == (
+            rep.verdict,
+            rep.network,
+            rep.nodes,
+            rep.evidence[0] if rep.evidence else None,
+        ), log.name
 
 
 def _split_per_rank(log: Path, out: Path) -> dict[str, bytes]:
@@ -85,23 +91,30 @@ def test_cpu_runs_are_not_nccl_with_the_reason():
 
 # -- the capture env and the user's own NCCL_DEBUG* settings ------------------------------------------------------
 
+
 def test_capture_sets_info_init_net_and_a_per_rank_file(tmp_path):
     plan = fabric.plan_capture("nccl", {}, str(tmp_path), 3, "node-a", 4242)
-    assert plan["env"] == {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET",
-                           "NCCL_DEBUG_FILE": str(tmp_path / "nccl-rank3-node-a-4242.log")}
+    assert plan["env"] == {
+        "NCCL_DEBUG": "INFO",
+        "NCCL_DEBUG_SUBSYS": "INIT,NET",
+        "NCCL_DEBUG_FILE": str(tmp_path / "nccl-rank3-node-a-4242.log"),
+    }
     assert plan["log"] == plan["env"]["NCCL_DEBUG_FILE"]
     assert fabric.plan_capture("gloo", {}, str(tmp_path), 0, "h", 1)["env"] == {}
     assert fabric.log_dir_for("/data/runs", "r1", "/tmp") == "/data/runs/r1/nccl-logs"
     assert fabric.log_dir_for("s3://b/p", "r1", "/tmp") == "/tmp/ray-efa-eks-nccl-logs/r1"
 
 
-@pytest.mark.parametrize("user, reads", [
-    ({"NCCL_DEBUG": "WARN"}, None),
-    ({"NCCL_DEBUG": "INFO"}, None),  # NCCL prints to the job's stdout: kept there, not redirected
-    ({"NCCL_DEBUG_SUBSYS": "ALL"}, None),
-    ({"NCCL_DEBUG_FILE": "/x/n.%h.%p"}, None),  # no level: NCCL logs nothing
-    ({"NCCL_DEBUG": "info", "NCCL_DEBUG_FILE": "/logs/nccl.%h.%p.%%.%q"}, "/logs/nccl.node-a.4242.%.%q"),
-])
+@pytest.mark.parametrize(
+    "user, reads",
+    [
+        ({"NCCL_DEBUG": "WARN"}, None),
+        ({"NCCL_DEBUG": "INFO"}, None),  # NCCL prints to the job's stdout: kept there, not redirected
+        ({"NCCL_DEBUG_SUBSYS": "ALL"}, None),
+        ({"NCCL_DEBUG_FILE": "/x/n.%h.%p"}, None),  # no level: NCCL logs nothing
+        ({"NCCL_DEBUG": "info", "NCCL_DEBUG_FILE": "/logs/nccl.%h.%p.%%.%q"}, "/logs/nccl.node-a.4242.%.%q"),
+    ],
+)
 def test_the_users_nccl_debug_settings_are_kept(tmp_path, user, reads):
     plan = fabric.plan_capture("nccl", {"PATH": "/bin", **user}, str(tmp_path), 0, "node-a", 4242)
     assert plan["env"] == {} and plan["log"] == reads
@@ -153,6 +166,7 @@ def test_probe_keeps_the_users_settings_and_says_why(tmp_path):
 
 # -- EFA counters, and the verdict kept with the checkpoints ------------------------------------------------------
 
+
 def _delta(tx: int, rx: int) -> dict:
     return {"rdmap0s6": {"errors": {}, "tx_bytes": tx, "rx_bytes": rx}}
 
@@ -195,6 +209,7 @@ def test_a_resumed_run_says_was_efa_now_fallback(tmp_path):
 
 # -- the capture with the environment the stack really renders on the GPU worker pods ---------------------
 
+
 def _worker_env(run) -> dict:
     """The GPU worker container's env as the stack renders it (values only; secret refs are not NCCL's)."""
     cr = run.one("kubernetes:ray.io/v1:RayCluster")
@@ -211,8 +226,9 @@ def test_the_deployed_worker_env_captures_and_a_recorded_efa_log_there_is_efa(gp
     probe = fabric.Probe("nccl", 0, 1, str(tmp_path / "nccl-logs"), environ=env)
     assert probe.plan["log"] and probe.plan["note"] is None, probe.plan
     assert env["NCCL_DEBUG"] == "INFO" and env["NCCL_DEBUG_FILE"] == probe.plan["log"]
-    assert {k: v for k, v in env.items() if not k.startswith("NCCL_DEBUG")} == \
-        {k: v for k, v in rendered.items() if not k.startswith("NCCL_DEBUG")}  # nothing else touched
+    assert {k: v for k, v in env.items() if not k.startswith("NCCL_DEBUG")} == {
+        k: v for k, v in rendered.items() if not k.startswith("NCCL_DEBUG")
+    }  # nothing else touched
     Path(probe.plan["log"]).write_bytes((LOG_DIRS[0] / EFA).read_bytes())  # what NCCL writes there
     fab = probe.judge(OneRank, final=True)
     assert fab["verdict"] == "efa", fab["reasons"]
@@ -230,14 +246,19 @@ def test_a_users_own_nccl_debug_beside_the_stacks_is_kept(tmp_path):
     plan = fabric.plan_capture("nccl", {**stack, "NCCL_DEBUG_FILE": "/x/%h"}, str(tmp_path), 0, "h", 1)
     assert plan["env"] == {} and plan["log"] is None and "NCCL_DEBUG is WARN" in plan["note"]
     # their INFO with their file: read from there
-    plan = fabric.plan_capture("nccl", {**stack, "NCCL_DEBUG": "INFO", "NCCL_DEBUG_FILE": "/x/n.%h"},
-                               str(tmp_path), 0, "h", 1)
+    plan = fabric.plan_capture(
+        "nccl", {**stack, "NCCL_DEBUG": "INFO", "NCCL_DEBUG_FILE": "/x/n.%h"}, str(tmp_path), 0, "h", 1
+    )
     assert plan["log"] == "/x/n.h" and plan["capture"]["by"] == "user"
     # the stack asked for TRACE: the capture keeps TRACE; a marker that is not JSON marks nothing as the stack's
     trace = {"NCCL_DEBUG": "TRACE", fabric.STACK_NCCL_ENV: '{"NCCL_DEBUG":"TRACE"}'}
     assert fabric.plan_capture("nccl", trace, str(tmp_path), 0, "h", 1)["env"]["NCCL_DEBUG"] == "TRACE"
-    assert fabric.plan_capture("nccl", {**stack, fabric.STACK_NCCL_ENV: "{oops"}, str(tmp_path), 0, "h",
-                               1)["capture"]["by"] == "user"
+    assert (
+        fabric.plan_capture("nccl", {**stack, fabric.STACK_NCCL_ENV: "{oops"}, str(tmp_path), 0, "h", 1)["capture"][
+            "by"
+        ]
+        == "user"
+    )
 
 
 def test_the_summary_says_whose_settings_applied():

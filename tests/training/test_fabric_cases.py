@@ -73,8 +73,12 @@ def test_judge_broadcasts_and_a_disabled_probe_judges_nothing(tmp_path):
 
 
 def test_counters_are_read_once_per_node_and_their_delta_sent(tmp_path, monkeypatch):
-    snaps = iter([{"efa_0": {"tx_bytes": 1, "rx_bytes": 1, "errors": {}}},
-                  {"efa_0": {"tx_bytes": 5, "rx_bytes": 9, "errors": {}}}])
+    snaps = iter(
+        [
+            {"efa_0": {"tx_bytes": 1, "rx_bytes": 1, "errors": {}}},
+            {"efa_0": {"tx_bytes": 5, "rx_bytes": 9, "errors": {}}},
+        ]
+    )
     monkeypatch.setattr(fabric.efa_counters, "read_view", lambda: {"snapshot": next(snaps)})
     probe = fabric.Probe("nccl", 0, 0, str(tmp_path / "logs"), environ={})
     assert fabric.Probe("nccl", 1, 1, str(tmp_path / "logs"), environ={}).counters_before is None
@@ -86,6 +90,7 @@ def test_counters_are_read_once_per_node_and_their_delta_sent(tmp_path, monkeypa
 
     def broken():
         raise OSError("no sysfs")
+
     monkeypatch.setattr(fabric.efa_counters, "read_view", broken, raising=False)
     broke = fabric.Probe("nccl", 0, 0, str(tmp_path / "logs"), environ={})
     assert broke.counters_before is None  # a node whose counters cannot be read has none, not an error
@@ -93,8 +98,10 @@ def test_counters_are_read_once_per_node_and_their_delta_sent(tmp_path, monkeypa
 
 
 def test_capture_texts_and_merges():
-    assert fabric.capture_text({"by": "mixed", "ranks": ["run", "yours (NCCL_DEBUG=WARN)"]}) == \
-        "mixed (run; yours (NCCL_DEBUG=WARN))"
+    assert (
+        fabric.capture_text({"by": "mixed", "ranks": ["run", "yours (NCCL_DEBUG=WARN)"]})
+        == "mixed (run; yours (NCCL_DEBUG=WARN))"
+    )
     assert fabric.capture_text(None) == "off" and fabric.capture_text({"by": "none"}) == "none"
     assert fabric.merge_captures([{}, {}]) == {"by": "none"}
 
@@ -114,16 +121,29 @@ def test_image_records_name_mixed_references_and_tag_pins():
     mixed = fabric.image_record({"h1": f"img@{digest}", "h2": "img:tag"})
     assert mixed["digest"] is None and mixed["note"].startswith("ranks ran different image references: h1: ")
     tag = fabric.image_record({"h1": "img:tag", "h2": "img:tag"})
-    assert tag == {"references": ["img:tag"], "digest": None,
-                   "note": "pinned by tag: the run cannot see the digest (the gate's image audit records it)"}
+    assert tag == {
+        "references": ["img:tag"],
+        "digest": None,
+        "note": "pinned by tag: the run cannot see the digest (the gate's image audit records it)",
+    }
     assert fabric.image_record({"h1": f"img@{digest}"}) == {"references": [f"img@{digest}"], "digest": digest}
 
 
 def test_the_line_and_checkpoint_record():
-    fab = {"verdict": "fallback", "network": "Socket", "provider": None, "nodes": 2, "ranks": 2, "reasons": [],
-           "deciding": "x.log:3: Using network Socket", "previous": {"verdict": "efa", "step": None}}
-    assert fabric.line(fab) == ("[fabric] fallback network=Socket provider=None nodes=2 ranks=2 was efa, now "
-                                "fallback (x.log:3: Using network Socket)")
+    fab = {
+        "verdict": "fallback",
+        "network": "Socket",
+        "provider": None,
+        "nodes": 2,
+        "ranks": 2,
+        "reasons": [],
+        "deciding": "x.log:3: Using network Socket",
+        "previous": {"verdict": "efa", "step": None},
+    }
+    assert fabric.line(fab) == (
+        "[fabric] fallback network=Socket provider=None nodes=2 ranks=2 was efa, now "
+        "fallback (x.log:3: Using network Socket)"
+    )
     assert fabric.line({"verdict": "not-nccl", "reasons": [], "capture_text": "run"}) == "[fabric] not-nccl"
     rec = json.loads(fabric.checkpoint_record({**fab, "image": {"digest": "sha256:1"}}, 7))
     assert rec["image_digest"] == "sha256:1" and rec["step"] == 7
@@ -135,6 +155,7 @@ def test_previous_verdict_of_no_checkpoint_or_an_unreadable_one(tmp_path):
     class FS:
         def open_input_file(self, path):
             raise FileNotFoundError(path)
+
     assert fabric.previous_verdict(SimpleNamespace(filesystem=FS(), path=str(tmp_path))) is None
 
 
@@ -144,6 +165,7 @@ def test_a_bad_stack_nccl_env_is_none(bad):
 
 
 # -- the mutation run's survivors (.ci/mutation.py training/fabric.py) --------------------------------------
+
 
 class TorchDist:
     """torch.distributed's gather_object / broadcast_object_list as one rank sees them, with torch's own argument
@@ -185,10 +207,14 @@ def test_nccl_expands_a_trailing_percent_literally():
 
 def test_capture_texts_list_every_setting():
     assert fabric.capture_text({"by": "run"}) == "run"
-    assert fabric.capture_text({"by": "run", "replaced": {"NCCL_DEBUG": "WARN", "NCCL_DEBUG_FILE": "/x"}}) == \
-        "run (replaced the stack's NCCL_DEBUG=WARN NCCL_DEBUG_FILE=/x)"
-    assert fabric.capture_text({"by": "user", "kept": {"NCCL_DEBUG": "WARN", "NCCL_DEBUG_SUBSYS": "INIT"}}) == \
-        "yours (NCCL_DEBUG=WARN NCCL_DEBUG_SUBSYS=INIT)"
+    assert (
+        fabric.capture_text({"by": "run", "replaced": {"NCCL_DEBUG": "WARN", "NCCL_DEBUG_FILE": "/x"}})
+        == "run (replaced the stack's NCCL_DEBUG=WARN NCCL_DEBUG_FILE=/x)"
+    )
+    assert (
+        fabric.capture_text({"by": "user", "kept": {"NCCL_DEBUG": "WARN", "NCCL_DEBUG_SUBSYS": "INIT"}})
+        == "yours (NCCL_DEBUG=WARN NCCL_DEBUG_SUBSYS=INIT)"
+    )
 
 
 def test_mixed_image_note_names_every_host_and_reference():
@@ -209,8 +235,14 @@ def test_rank0_gathers_to_itself_and_broadcasts_its_own_verdict(tmp_path):
 
 def test_a_note_of_a_rank_that_has_its_log_is_not_a_reason(tmp_path):
     probe = _probe(tmp_path)
-    other = {"source": "h2:log", "log": RANK0_VIEW, "note": "a note of a rank that logged", "host": "h2",
-             "capture": {"by": "run"}, "image": None}
+    other = {
+        "source": "h2:log",
+        "log": RANK0_VIEW,
+        "note": "a note of a rank that logged",
+        "host": "h2",
+        "capture": {"by": "run"},
+        "image": None,
+    }
     fab = probe.judge(TorchDist(0, [other]), final=True)
     assert fab["verdict"] == "efa" and "a note of a rank that logged" not in fab["reasons"]
 
@@ -218,26 +250,43 @@ def test_a_note_of_a_rank_that_has_its_log_is_not_a_reason(tmp_path):
 def test_judge_passes_counters_expected_bytes_previous_phase_and_images(tmp_path, monkeypatch):
     """What rank 0 hands to summarize: the ranks' counter deltas by host (its own included), the expected bytes,
     the checkpoint's verdict, the phase and the ranks' image references."""
-    snaps = iter([{"rdmap0s6": {"tx_bytes": 0, "rx_bytes": 0, "errors": {}}},
-                  {"rdmap0s6": {"tx_bytes": 10, "rx_bytes": 10, "errors": {}}}])
+    snaps = iter(
+        [
+            {"rdmap0s6": {"tx_bytes": 0, "rx_bytes": 0, "errors": {}}},
+            {"rdmap0s6": {"tx_bytes": 10, "rx_bytes": 10, "errors": {}}},
+        ]
+    )
     monkeypatch.setattr(fabric.efa_counters, "read_view", lambda: {"snapshot": next(snaps)})
     monkeypatch.setenv(fabric.IMAGE_ENV, "img:tag")
     probe = fabric.Probe("nccl", 0, 0, str(tmp_path / "logs"), environ={})
     Path(probe.plan["log"]).write_bytes(RANK0_VIEW)
     flat = {"rdmap0s6": {"tx_bytes": 0, "rx_bytes": 0, "errors": {}}}
-    other = {"source": "h2:log", "log": RANK0_VIEW, "note": None, "host": "h2", "capture": {"by": "run"},
-             "image": "img:other", "counters": flat}
+    other = {
+        "source": "h2:log",
+        "log": RANK0_VIEW,
+        "note": None,
+        "host": "h2",
+        "capture": {"by": "run"},
+        "image": "img:other",
+        "counters": flat,
+    }
     prev = {"verdict": "efa", "network": "AWS Libfabric", "provider": "efa", "nodes": 2, "step": 3}
     fab = probe.judge(TorchDist(0, [other]), final=True, previous=prev, expected_bytes_per_node=1e9)
     assert fab["at"] == "end" and fab["previous"]["verdict"] == "efa" and fab["previous"]["step"] == 3
     assert fab["verdict"] == "fallback"
-    assert fab["efa_bytes"] == {"h2": {"sent": 0, "received": 0, "devices": 1},
-                                socket_host(): {"sent": 10, "received": 10, "devices": 1}}
+    assert fab["efa_bytes"] == {
+        "h2": {"sent": 0, "received": 0, "devices": 1},
+        socket_host(): {"sent": 10, "received": 10, "devices": 1},
+    }
     assert any("h2" in r for r in fab["reasons"]) and any(socket_host() in r for r in fab["reasons"])
     assert fab["image"]["references"] == ["img:other", "img:tag"]
     # without the expected bytes the counters are reported but judge nothing
-    snaps = iter([{"rdmap0s6": {"tx_bytes": 0, "rx_bytes": 0, "errors": {}}},
-                  {"rdmap0s6": {"tx_bytes": 10, "rx_bytes": 10, "errors": {}}}])
+    snaps = iter(
+        [
+            {"rdmap0s6": {"tx_bytes": 0, "rx_bytes": 0, "errors": {}}},
+            {"rdmap0s6": {"tx_bytes": 10, "rx_bytes": 10, "errors": {}}},
+        ]
+    )
     probe = fabric.Probe("nccl", 0, 0, str(tmp_path / "logs2"), environ={})
     Path(probe.plan["log"]).write_bytes(RANK0_VIEW)
     init = probe.judge(TorchDist(0, []), final=False)
@@ -269,13 +318,18 @@ def test_without_an_environ_the_process_environment_is_read(tmp_path, monkeypatc
 
 
 def test_merged_captures_name_each_distinct_one_whatever_the_key_order():
-    assert fabric.merge_captures([{"by": "run"}, {"by": "user", "kept": {"NCCL_DEBUG": "WARN"}}]) == \
-        {"by": "mixed", "ranks": ["run", "yours (NCCL_DEBUG=WARN)"]}
-    assert fabric.merge_captures([{"by": "run", "replaced": {}}, {"replaced": {}, "by": "run"}]) == \
-        {"by": "run", "replaced": {}}
+    assert fabric.merge_captures([{"by": "run"}, {"by": "user", "kept": {"NCCL_DEBUG": "WARN"}}]) == {
+        "by": "mixed",
+        "ranks": ["run", "yours (NCCL_DEBUG=WARN)"],
+    }
+    assert fabric.merge_captures([{"by": "run", "replaced": {}}, {"replaced": {}, "by": "run"}]) == {
+        "by": "run",
+        "replaced": {},
+    }
 
 
 # plan_capture, whole answers: every key is read by Probe, summarize or the run's summary line
+
 
 def _plan(env: dict, backend: str = "nccl") -> dict:
     return fabric.plan_capture(backend, env, "/logs", 3, "node-a", 42)
@@ -286,11 +340,20 @@ def _stack(**rendered) -> dict:
 
 
 def test_plan_capture_gloo_and_run_answers():
-    assert _plan({}, "gloo") == {"env": {}, "log": None, "note": "backend gloo: the collectives do not use NCCL",
-                                 "capture": {"by": "none"}}
+    assert _plan({}, "gloo") == {
+        "env": {},
+        "log": None,
+        "note": "backend gloo: the collectives do not use NCCL",
+        "capture": {"by": "none"},
+    }
     path = "/logs/nccl-rank3-node-a-42.log"
-    assert _plan({}) == {"env": {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET", "NCCL_DEBUG_FILE": path},
-                         "log": path, "note": None, "user": {}, "capture": {"by": "run", "replaced": {}}}
+    assert _plan({}) == {
+        "env": {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET", "NCCL_DEBUG_FILE": path},
+        "log": path,
+        "note": None,
+        "user": {},
+        "capture": {"by": "run", "replaced": {}},
+    }
     # the stack's own TRACE is kept as TRACE (lower case too); its WARN is replaced by INFO
     assert _plan(_stack(NCCL_DEBUG="trace"))["env"]["NCCL_DEBUG"] == "TRACE"
     warn = _plan(_stack(NCCL_DEBUG="WARN"))
@@ -299,22 +362,31 @@ def test_plan_capture_gloo_and_run_answers():
 
 def test_plan_capture_user_answers():
     assert _plan({"NCCL_DEBUG": "info", "NCCL_DEBUG_FILE": "/u/n.%h.%p"}) == {
-        "env": {}, "log": "/u/n.node-a.42", "note": None,
+        "env": {},
+        "log": "/u/n.node-a.42",
+        "note": None,
         "user": {"NCCL_DEBUG": "info", "NCCL_DEBUG_FILE": "/u/n.%h.%p"},
-        "capture": {"by": "user", "kept": {"NCCL_DEBUG": "info", "NCCL_DEBUG_FILE": "/u/n.%h.%p"}}}
+        "capture": {"by": "user", "kept": {"NCCL_DEBUG": "info", "NCCL_DEBUG_FILE": "/u/n.%h.%p"}},
+    }
     # the user's file with the stack's INFO level: the level comes from the stack's rendered value
     both = _plan({**_stack(NCCL_DEBUG="INFO"), "NCCL_DEBUG_FILE": "/u/n.%p"})
     assert both["log"] == "/u/n.42" and both["capture"] == {"by": "user", "kept": {"NCCL_DEBUG_FILE": "/u/n.%p"}}
     for level in ("INFO", "TRACE", "trace"):
         stdout = _plan({"NCCL_DEBUG": level, "NCCL_DEBUG_SUBSYS": "ALL"})
         assert stdout == {
-            "env": {}, "log": None, "user": {"NCCL_DEBUG": level, "NCCL_DEBUG_SUBSYS": "ALL"},
+            "env": {},
+            "log": None,
+            "user": {"NCCL_DEBUG": level, "NCCL_DEBUG_SUBSYS": "ALL"},
             "capture": {"by": "user", "kept": {"NCCL_DEBUG": level, "NCCL_DEBUG_SUBSYS": "ALL"}},
-            "note": (f"your own NCCL logging settings are kept (NCCL_DEBUG={level} NCCL_DEBUG_SUBSYS=ALL): NCCL writes its "
-                     "lines to the job's stdout, which the run does not read; unset the NCCL_DEBUG* variables (or add "
-                     "NCCL_DEBUG=INFO NCCL_DEBUG_FILE=/path/nccl.%h.%p.log) for a verdict")}
+            "note": (
+                f"your own NCCL logging settings are kept (NCCL_DEBUG={level} NCCL_DEBUG_SUBSYS=ALL): NCCL writes its "
+                "lines to the job's stdout, which the run does not read; unset the NCCL_DEBUG* variables (or add "
+                "NCCL_DEBUG=INFO NCCL_DEBUG_FILE=/path/nccl.%h.%p.log) for a verdict"
+            ),
+        }
     assert _plan({"NCCL_DEBUG_SUBSYS": "ALL"})["note"].startswith(
-        "your own NCCL logging settings are kept (NCCL_DEBUG_SUBSYS=ALL): NCCL_DEBUG is unset, so NCCL logs no INFO")
+        "your own NCCL logging settings are kept (NCCL_DEBUG_SUBSYS=ALL): NCCL_DEBUG is unset, so NCCL logs no INFO"
+    )
     assert "NCCL_DEBUG is WARN, so" in _plan({**_stack(NCCL_DEBUG="WARN"), "NCCL_DEBUG_SUBSYS": "ALL"})["note"]
     assert "NCCL_DEBUG is VERSION, so" in _plan({"NCCL_DEBUG": "VERSION"})["note"]
     # their TRACE (any case) with their file: read from there too, as INFO is
@@ -347,6 +419,7 @@ def test_previous_verdict_reads_fabric_json_beside_a_trailing_slash():
         def open_input_file(self, path):
             opened.append(path)
             import io
+
             return io.BytesIO(b'{"verdict": "efa"}')
 
     ckpt = SimpleNamespace(filesystem=FS(), path="s3://b/run/checkpoint_000001/")
@@ -357,10 +430,19 @@ def test_previous_verdict_reads_fabric_json_beside_a_trailing_slash():
 
 
 def test_checkpoint_record_whole():
-    fab = {"verdict": "efa", "backend": "nccl", "network": "Libfabric", "provider": "efa", "nodes": 2,
-           "deciding": "x.log:3: NET/OFI Selected provider is efa", "reasons": ["not kept"]}
-    assert json.loads(fabric.checkpoint_record(fab, 5)) == {**{k: v for k, v in fab.items() if k != "reasons"},
-                                                            "step": 5}
+    fab = {
+        "verdict": "efa",
+        "backend": "nccl",
+        "network": "Libfabric",
+        "provider": "efa",
+        "nodes": 2,
+        "deciding": "x.log:3: NET/OFI Selected provider is efa",
+        "reasons": ["not kept"],
+    }
+    assert json.loads(fabric.checkpoint_record(fab, 5)) == {
+        **{k: v for k, v in fab.items() if k != "reasons"},
+        "step": 5,
+    }
     assert json.loads(fabric.checkpoint_record({**fab, "image": {"digest": None}}, 5))["image_digest"] is None
 
 
@@ -368,8 +450,14 @@ def test_payload_whole_with_and_without_a_log(tmp_path, monkeypatch):
     host = socket_host()
     monkeypatch.setenv(fabric.IMAGE_ENV, "img:1")
     probe = _probe(tmp_path)
-    assert sent(probe, final=False) == {"source": f"{host}:{probe.plan['log']}", "log": RANK0_VIEW, "note": None,
-                                           "host": host, "capture": {"by": "run", "replaced": {}}, "image": "img:1"}
+    assert sent(probe, final=False) == {
+        "source": f"{host}:{probe.plan['log']}",
+        "log": RANK0_VIEW,
+        "note": None,
+        "host": host,
+        "capture": {"by": "run", "replaced": {}},
+        "image": "img:1",
+    }
     user = fabric.Probe("nccl", 2, 1, str(tmp_path), environ={"NCCL_DEBUG": "WARN"})
     p = sent(user, final=False)
     assert p["source"] == f"{host}:rank2" and p["log"] is None and p["note"].startswith("your own NCCL")
@@ -397,16 +485,37 @@ def test_a_disabled_probe_plans_nothing():
 def test_summarize_whole_for_gloo_and_for_nccl_without_logs():
     # a CPU run names no NCCL log directory, even when the run made one
     assert fabric.summarize("gloo", {"a": None}, log_dir="/l") == {
-        "verdict": "not-nccl", "backend": "gloo", "network": None, "provider": None, "nodes": None, "ranks": None,
-        "deciding": None, "hints": [], "at": "end", "log_dir": None, "efa_bytes": None,
+        "verdict": "not-nccl",
+        "backend": "gloo",
+        "network": None,
+        "provider": None,
+        "nodes": None,
+        "ranks": None,
+        "deciding": None,
+        "hints": [],
+        "at": "end",
+        "log_dir": None,
+        "efa_bytes": None,
         "efa_bytes_note": "no node reported EFA counters",
-        "reasons": ["backend gloo: the collectives do not use NCCL (a CPU run), so no network carries them that NCCL "
-                    "chose; run with --use-gpu for a fabric verdict"]}
+        "reasons": [
+            "backend gloo: the collectives do not use NCCL (a CPU run), so no network carries them that NCCL "
+            "chose; run with --use-gpu for a fabric verdict"
+        ],
+    }
     fab = fabric.summarize("nccl", {"a": None, "b": None}, log_dir="/l", at="init")
-    assert {k: fab[k] for k in ("verdict", "network", "provider", "nodes", "ranks", "deciding", "hints", "at",
-                                "log_dir")} == {"verdict": "undetermined", "network": None, "provider": None,
-                                                "nodes": None, "ranks": 2, "deciding": None, "hints": [],
-                                                "at": "init", "log_dir": "/l"}
+    assert {
+        k: fab[k] for k in ("verdict", "network", "provider", "nodes", "ranks", "deciding", "hints", "at", "log_dir")
+    } == {
+        "verdict": "undetermined",
+        "network": None,
+        "provider": None,
+        "nodes": None,
+        "ranks": 2,
+        "deciding": None,
+        "hints": [],
+        "at": "init",
+        "log_dir": "/l",
+    }
     assert fab["reasons"][0].startswith("no rank's NCCL log has an NCCL line")
 
 
@@ -418,20 +527,34 @@ def test_summarize_keeps_the_whole_previous_record_and_every_image():
 
 
 def test_efa_bytes_per_node_skip_deviceless_nodes_and_keep_one_sided_counters():
-    deltas = {"a": {}, "b": {"rdmap0s6": {"tx_bytes": 5, "errors": {}}},
-              "c": {"rdmap0s6": {"rx_bytes": 7, "errors": {}}},
-              "d": {"rdmap0s6": {"errors": {"tx_bytes": "went backwards by 3 (counter reset?)"}}}}  # nothing readable
+    deltas = {
+        "a": {},
+        "b": {"rdmap0s6": {"tx_bytes": 5, "errors": {}}},
+        "c": {"rdmap0s6": {"rx_bytes": 7, "errors": {}}},
+        "d": {"rdmap0s6": {"errors": {"tx_bytes": "went backwards by 3 (counter reset?)"}}},
+    }  # nothing readable
     fab = fabric.summarize("gloo", {}, counter_deltas=deltas)
-    assert fab["efa_bytes"] == {"b": {"sent": 5, "received": None, "devices": 1},
-                                "c": {"sent": None, "received": 7, "devices": 1}}
+    assert fab["efa_bytes"] == {
+        "b": {"sent": 5, "received": None, "devices": 1},
+        "c": {"sent": None, "received": 7, "devices": 1},
+    }
 
 
 def test_the_line_of_an_efa_run_cites_its_deciding_line_and_every_node():
-    fab = {"verdict": "efa", "network": "Libfabric", "provider": "efa", "nodes": 2, "ranks": 8,
-           "deciding": "x.log:3: NET/OFI Selected provider is efa", "reasons": ["first reason"],
-           "efa_bytes": {"a": {"sent": 1, "received": 2}, "b": {"sent": 3, "received": 4}}}
-    assert fabric.line(fab) == ("[fabric] efa network=Libfabric provider=efa nodes=2 ranks=8 efa_bytes a: sent 1 "
-                                "received 2, b: sent 3 received 4 (x.log:3: NET/OFI Selected provider is efa)")
+    fab = {
+        "verdict": "efa",
+        "network": "Libfabric",
+        "provider": "efa",
+        "nodes": 2,
+        "ranks": 8,
+        "deciding": "x.log:3: NET/OFI Selected provider is efa",
+        "reasons": ["first reason"],
+        "efa_bytes": {"a": {"sent": 1, "received": 2}, "b": {"sent": 3, "received": 4}},
+    }
+    assert fabric.line(fab) == (
+        "[fabric] efa network=Libfabric provider=efa nodes=2 ranks=8 efa_bytes a: sent 1 "
+        "received 2, b: sent 3 received 4 (x.log:3: NET/OFI Selected provider is efa)"
+    )
 
 
 def test_summarize_takes_ranks_and_evidence_from_the_report():
@@ -449,8 +572,10 @@ def test_counters_without_the_expected_bytes_judge_nothing():
     plain = fabric.summarize("nccl", {"r0": RANK0_VIEW})
     fab = fabric.summarize("nccl", {"r0": RANK0_VIEW}, counter_deltas=flat)
     assert fab["verdict"] == "efa" and fab["reasons"] == plain["reasons"] and "witness" not in fab
-    assert fabric.summarize("nccl", {"r0": RANK0_VIEW}, counter_deltas=flat,
-                            expected_bytes_per_node=1e9)["verdict"] == "fallback"
+    assert (
+        fabric.summarize("nccl", {"r0": RANK0_VIEW}, counter_deltas=flat, expected_bytes_per_node=1e9)["verdict"]
+        == "fallback"
+    )
 
 
 def test_the_env_the_stack_renders_is_replaced_by_the_capture_and_nothing_else_touched(tmp_path):
@@ -464,8 +589,10 @@ def test_the_env_the_stack_renders_is_replaced_by_the_capture_and_nothing_else_t
     env = {e["name"]: e["value"] for e in nccl + [raycluster.stack_nccl_env(nccl)]}
     rendered = dict(env)
     probe = fabric.Probe("nccl", 0, 1, str(tmp_path / "nccl-logs"), environ=env)
-    assert env == {**rendered, "NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET",
-                   "NCCL_DEBUG_FILE": probe.plan["log"]} and probe.plan["note"] is None
+    assert (
+        env == {**rendered, "NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET", "NCCL_DEBUG_FILE": probe.plan["log"]}
+        and probe.plan["note"] is None
+    )
     Path(probe.plan["log"]).write_bytes(RANK0_VIEW)  # what NCCL writes there
     fab = probe.judge(Dist([]), final=True)
     assert fab["verdict"] == "efa", fab["reasons"]

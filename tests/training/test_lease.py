@@ -1,5 +1,6 @@
 """A run owns its name: a second `train` under a --name another live run holds exits 75 before Ray starts, naming the
 owner; a record whose owner is gone is taken over, loudly; racing runs never both win (a local path and S3/moto)."""
+
 from __future__ import annotations
 
 import json
@@ -48,8 +49,9 @@ def runs(monkeypatch):
 
 def record(host: str, pid: int, age_s: float = 0.0) -> bytes:
     now = time.time() - age_s
-    return json.dumps({"owner": "other", "host": host, "pid": pid, "renewed": now,
-                       "expires": now + lease_mod.TTL_S}).encode()
+    return json.dumps(
+        {"owner": "other", "host": host, "pid": pid, "renewed": now, "expires": now + lease_mod.TTL_S}
+    ).encode()
 
 
 def train(storage: str, capsys) -> tuple[int, str]:
@@ -60,8 +62,13 @@ def train(storage: str, capsys) -> tuple[int, str]:
 
 LOCAL = [
     # (case, record in place, exit code, what the output says, a run started)
-    ("live-owner", lambda: record(socket.gethostname(), os.getpid()), 75, ("in use", "--name", str(os.getpid())),
-     False),
+    (
+        "live-owner",
+        lambda: record(socket.gethostname(), os.getpid()),
+        75,
+        ("in use", "--name", str(os.getpid())),
+        False,
+    ),
     ("other-host-fresh", lambda: record("elsewhere", 1), 75, ("in use", "elsewhere"), False),
     ("dead-pid", lambda: record(socket.gethostname(), 2**22 + 7), 0, ("taking over", "is gone"), True),
     ("expired", lambda: record("elsewhere", 1, age_s=lease_mod.TTL_S + 5), 0, ("taking over", "not renewed"), True),

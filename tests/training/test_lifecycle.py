@@ -6,6 +6,7 @@ start, just after "Connected to Ray cluster", and during a checkpoint (--checkpo
 `[train]` line). Each case is one local run stopped early; the seed makes the moments and signals repeatable.
 A closed stdout (`train --json | head -1`) is the same path with exit 141.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,10 +29,16 @@ GRACE_S = 30.0
 RNG = random.Random(49)
 SIGNALS = [signal.SIGINT, signal.SIGTERM] * 2
 RNG.shuffle(SIGNALS)  # each signal twice, at moments the seed picks
-MOMENTS = [(moment, signum, RNG.uniform(0.0, 1.0))
-           for moment, signum in zip(("before-ray", "ray-starting", "just-connected", "checkpoint"), SIGNALS)]
-MARKER = {"before-ray": None, "ray-starting": None, "just-connected": "Connected to Ray cluster",
-          "checkpoint": "[train] step"}
+MOMENTS = [
+    (moment, signum, RNG.uniform(0.0, 1.0))
+    for moment, signum in zip(("before-ray", "ray-starting", "just-connected", "checkpoint"), SIGNALS)
+]
+MARKER = {
+    "before-ray": None,
+    "ray-starting": None,
+    "just-connected": "Connected to Ray cluster",
+    "checkpoint": "[train] step",
+}
 START_DELAY = {"before-ray": 1.0, "ray-starting": 5.0}
 """Seconds after the command starts (plus the jitter) for the moments no line marks."""
 
@@ -52,9 +59,27 @@ def leftovers(tag: str) -> list[str]:
 
 def start(tmp_path: Path, tag: str, *extra: str, stdout=subprocess.PIPE) -> subprocess.Popen:
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "RAY_USAGE_STATS_ENABLED": "0", "LIFECYCLE_TEST_TAG": tag}
-    return subprocess.Popen([str(BIN), "train", "--json", "--steps", "2000", "--report-every", "1",
-                             "--storage-path", str(tmp_path), "--name", "life", *extra], cwd=ROOT, env=env,
-                            stdout=stdout, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [
+            str(BIN),
+            "train",
+            "--json",
+            "--steps",
+            "2000",
+            "--report-every",
+            "1",
+            "--storage-path",
+            str(tmp_path),
+            "--name",
+            "life",
+            *extra,
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def watch(stream, lines: list[str], seen: threading.Event, marker: str | None) -> None:
@@ -73,8 +98,10 @@ def test_signal_at_any_moment(tmp_path, moment, signum, jitter):
     err: list[str] = []
     seen = threading.Event()
     marker = MARKER[moment]
-    readers = [threading.Thread(target=watch, args=(proc.stdout, out, seen, marker), daemon=True),
-               threading.Thread(target=watch, args=(proc.stderr, err, seen, marker), daemon=True)]
+    readers = [
+        threading.Thread(target=watch, args=(proc.stdout, out, seen, marker), daemon=True),
+        threading.Thread(target=watch, args=(proc.stderr, err, seen, marker), daemon=True),
+    ]
     for r in readers:
         r.start()
     try:
@@ -149,8 +176,9 @@ def test_a_run_that_ignores_the_stop_is_killed_with_all_it_started(monkeypatch, 
     timer = threading.Timer(3.0, os.kill, (os.getpid(), signal.SIGTERM))
     timer.start()
     t0 = time.monotonic()
-    code = lifecycle.supervise([sys.executable, "-c", STUBBORN], name="stub", resume="rerun with --name stub",
-                               as_json=True)
+    code = lifecycle.supervise(
+        [sys.executable, "-c", STUBBORN], name="stub", resume="rerun with --name stub", as_json=True
+    )
     took = time.monotonic() - t0
     out = capsys.readouterr().out
     assert code == 143 and took < 3.0 + 1.0 + lifecycle.KILL_WAIT_S + 2, (code, took)
@@ -163,6 +191,12 @@ def test_a_run_that_lost_its_name_is_stopped():
     from ray_efa_eks.training import lifecycle
 
     t0 = time.monotonic()
-    code = lifecycle.supervise([sys.executable, "-c", "import time; time.sleep(60)"], name="x", resume="",
-                               as_json=False, tick=lambda: (75, "lost its name"), tick_every=0.2)
+    code = lifecycle.supervise(
+        [sys.executable, "-c", "import time; time.sleep(60)"],
+        name="x",
+        resume="",
+        as_json=False,
+        tick=lambda: (75, "lost its name"),
+        tick_every=0.2,
+    )
     assert code == 75 and time.monotonic() - t0 < 15

@@ -1,5 +1,6 @@
 """GPU memory per rank (training/memory.py) against torch's own FSDP memory tracker, the chunked loss against
 cross_entropy, the docs table, and the refusal before Ray starts."""
+
 from __future__ import annotations
 
 import re
@@ -42,9 +43,11 @@ def test_chunked_loss_equals_cross_entropy_on_fp32_logits(dtype, shape, chunk):
 
 # -- the estimate against torch's FSDPMemTracker (FSDP2, bf16 mixed precision, a fake process group, on CPU) --------
 
-SHAPES = {"tiny": PRESETS["tiny"],
-          "mid": ModelConfig(vocab_size=4096, d_model=256, n_layers=4, n_heads=4, d_ff=1024, seq_len=256),
-          "wide-vocab": ModelConfig(vocab_size=8000, d_model=512, n_layers=2, n_heads=8, d_ff=2048, seq_len=128)}
+SHAPES = {
+    "tiny": PRESETS["tiny"],
+    "mid": ModelConfig(vocab_size=4096, d_model=256, n_layers=4, n_heads=4, d_ff=1024, seq_len=256),
+    "wide-vocab": ModelConfig(vocab_size=8000, d_model=512, n_layers=2, n_heads=8, d_ff=2048, seq_len=128),
+}
 
 
 def _measured_peak(cfg: ModelConfig, world: int, batch: int, loss=lm_loss, fake: bool = True) -> float:
@@ -134,7 +137,10 @@ def _catalogue_gpus() -> list[tuple[str, float, str]]:
     for it in CATALOGUE.values():
         if it.gpus:
             by.setdefault((str(it.gpu_model), it.gpu_memory_mib), set()).add(it.family)
-    return [(model, mib, ", ".join(sorted(fams))) for (model, mib), fams in sorted(by.items(), key=lambda kv: (kv[0][1], kv[0][0]))]
+    return [
+        (model, mib, ", ".join(sorted(fams)))
+        for (model, mib), fams in sorted(by.items(), key=lambda kv: (kv[0][1], kv[0][0]))
+    ]
 
 
 def test_docs_training_md_holds_the_table_of_every_catalogue_gpu():
@@ -145,6 +151,7 @@ def test_docs_training_md_holds_the_table_of_every_catalogue_gpu():
 
 
 # -- the refusal: before Ray starts with --workers, once the cluster's GPUs are counted without ----------------------
+
 
 def test_train_refuses_a_preset_that_cannot_fit_before_ray(monkeypatch, capsys):
     from ray_efa_eks.training.__main__ import main
@@ -180,11 +187,18 @@ def test_one_rank_per_gpu_from_the_node_table(capsys):
     from ray_efa_eks.training.request import TrainRequest
     from ray_efa_eks.training.trainer import gpu_ranks, gpus_per_node
 
-    nodes = [{"Alive": True, "Resources": {"CPU": 46.0, "GPU": 4.0}}, {"Alive": True, "Resources": {"GPU": 4.0}},
-             {"Alive": True, "Resources": {"CPU": 0.0}}, {"Alive": False, "Resources": {"GPU": 4.0}}]
+    nodes = [
+        {"Alive": True, "Resources": {"CPU": 46.0, "GPU": 4.0}},
+        {"Alive": True, "Resources": {"GPU": 4.0}},
+        {"Alive": True, "Resources": {"CPU": 0.0}},
+        {"Alive": False, "Resources": {"GPU": 4.0}},
+    ]
     assert gpus_per_node(nodes) == [4, 4] and gpu_ranks([4, 4]) == (8, "2 node(s) x 4 GPUs")
     assert gpu_ranks([8, 4]) == (12, "8 + 4 GPUs on 2 nodes") and gpu_ranks([])[0] == 0
-    assert place_gpu_ranks(TrainRequest(workers=None), nodes).workers == 8 and "8 ranks, one per GPU" in capsys.readouterr().err
+    assert (
+        place_gpu_ranks(TrainRequest(workers=None), nodes).workers == 8
+        and "8 ranks, one per GPU" in capsys.readouterr().err
+    )
     assert place_gpu_ranks(TrainRequest(workers=8), nodes).workers == 8
     assert "warning" not in capsys.readouterr().err
     with pytest.raises(CliError) as e:

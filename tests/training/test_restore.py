@@ -4,6 +4,7 @@ Two real processes (gloo, FSDP2 over 2 ranks, on CPU) save a checkpoint as train
 ``ArrowReader`` over a filesystem that counts the bytes each rank reads per file: its own ``.distcp`` (and, of the
 other rank's, only the few replicated values DCP saved once there), and the state comes back equal. ``as_directory()`` would have copied both ranks' files to each node.
 """
+
 from __future__ import annotations
 
 import json
@@ -40,7 +41,7 @@ class Counted:
 
     def readinto(self, b) -> int:
         data = self.read(len(b))
-        b[:len(data)] = data
+        b[: len(data)] = data
         return len(data)
 
     def __getattr__(self, name: str):
@@ -70,6 +71,7 @@ def _rank(rank: int, world: int, port: int, ckpt: str, log: str) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:
+
         def build(seed: int):
             torch.manual_seed(seed)
             m = DecoderLM(PRESETS["tiny"])

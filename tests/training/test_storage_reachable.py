@@ -165,12 +165,20 @@ def test_a_name_too_long_is_a_usage_error_not_a_crash(tmp_path, ray_never_starts
 
 def test_query_options_of_a_pyarrow_uri_are_honoured():
     assert storage_check.split_s3("s3://b/p/q/?endpoint_override=127.0.0.1:9&scheme=http") == (
-        "b", "p/q", {"endpoint_override": "127.0.0.1:9", "scheme": "http"})
+        "b",
+        "p/q",
+        {"endpoint_override": "127.0.0.1:9", "scheme": "http"},
+    )
 
 
-@pytest.mark.parametrize("value, says", [("gs://b/x", "gs:// storage is not supported"),
-                                         ("s3://Bad_Bucket/x", "not an S3 bucket name"),
-                                         ("s3://bucket/a/../b", "'..'")])
+@pytest.mark.parametrize(
+    "value, says",
+    [
+        ("gs://b/x", "gs:// storage is not supported"),
+        ("s3://Bad_Bucket/x", "not an S3 bucket name"),
+        ("s3://bucket/a/../b", "'..'"),
+    ],
+)
 def test_the_gates_storage_path_has_the_same_grammar(value, says, capsys, monkeypatch):
     """efa-check --storage-path (the gate's storage proof) took any text: a gs:// path made the proof's rank wait for
     Google credentials until the gate's deadline. Same grammar as train's, refused before Ray starts."""
@@ -196,9 +204,13 @@ def test_a_pyarrow_endpoint_in_the_uri_is_the_one_asked(as_pod, ray_never_starts
 def test_no_credentials_at_all_exits_73(ray_never_starts, monkeypatch, capsys):
     for k in [k for k in os.environ if k.startswith("AWS_")]:
         monkeypatch.delenv(k)
-    for k, v in {"AWS_EC2_METADATA_DISABLED": "true", "AWS_CONFIG_FILE": "/dev/null",
-                 "AWS_SHARED_CREDENTIALS_FILE": "/dev/null", "AWS_REGION": "us-east-1",
-                 "AWS_ENDPOINT_URL_S3": "http://127.0.0.1:9"}.items():
+    for k, v in {
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "AWS_CONFIG_FILE": "/dev/null",
+        "AWS_SHARED_CREDENTIALS_FILE": "/dev/null",
+        "AWS_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL_S3": "http://127.0.0.1:9",
+    }.items():
         monkeypatch.setenv(k, v)
     code, _, _ = train("--storage-path", f"s3://{BUCKET}/ray-train")
     err = capsys.readouterr().err
@@ -221,23 +233,36 @@ def test_a_directory_that_takes_no_file_exits_73():
 def _client_error(op: str, status: int, code: str = "", message: str = ""):
     from botocore.exceptions import ClientError
 
-    return ClientError({"Error": {"Code": code, "Message": message}, "ResponseMetadata": {"HTTPStatusCode": status}},
-                       op)
+    return ClientError(
+        {"Error": {"Code": code, "Message": message}, "ResponseMetadata": {"HTTPStatusCode": status}}, op
+    )
 
 
-@pytest.mark.parametrize("error, code, says", [
-    (lambda: _client_error("PutObject", 503, "SlowDown", "Please reduce your request rate."), 2, "retry later"),
-    (lambda: _client_error("HeadBucket", 404), 73, "does not exist"),
-    (lambda: _client_error("PutObject", 400, "KMS.DisabledException", "key is disabled"), 73, "KMS key refused"),
-    (lambda: _client_error("PutObject", 403, "AccessDenied", "not authorized to perform kms:GenerateDataKey"), 73,
-     "KMS key refused"),
-    (lambda: _client_error("HeadBucket", 301), 73, "in another region"),
-    (lambda: _client_error("PutObject", 400, "InvalidRequest", "odd"), 73, "S3 refused PutObject: InvalidRequest"),
-    (lambda: __import__("botocore.exceptions").exceptions.ReadTimeoutError(endpoint_url="http://x"), 2,
-     "S3 did not answer"),
-    (lambda: __import__("botocore.exceptions").exceptions.ParamValidationError(report="bad key"), 73,
-     "ParamValidationError"),
-])
+@pytest.mark.parametrize(
+    "error, code, says",
+    [
+        (lambda: _client_error("PutObject", 503, "SlowDown", "Please reduce your request rate."), 2, "retry later"),
+        (lambda: _client_error("HeadBucket", 404), 73, "does not exist"),
+        (lambda: _client_error("PutObject", 400, "KMS.DisabledException", "key is disabled"), 73, "KMS key refused"),
+        (
+            lambda: _client_error("PutObject", 403, "AccessDenied", "not authorized to perform kms:GenerateDataKey"),
+            73,
+            "KMS key refused",
+        ),
+        (lambda: _client_error("HeadBucket", 301), 73, "in another region"),
+        (lambda: _client_error("PutObject", 400, "InvalidRequest", "odd"), 73, "S3 refused PutObject: InvalidRequest"),
+        (
+            lambda: __import__("botocore.exceptions").exceptions.ReadTimeoutError(endpoint_url="http://x"),
+            2,
+            "S3 did not answer",
+        ),
+        (
+            lambda: __import__("botocore.exceptions").exceptions.ParamValidationError(report="bad key"),
+            73,
+            "ParamValidationError",
+        ),
+    ],
+)
 def test_each_answer_of_s3_has_its_code_and_its_fix(error, code, says, monkeypatch):
     monkeypatch.setattr(storage_check, "_s3_calls", lambda value, environ: (_ for _ in ()).throw(error()))
     with pytest.raises(storage_check.StorageError) as e:
@@ -263,8 +288,11 @@ def test_storage_uri_grammar_edges():
 def test_credentials_that_cannot_be_named_never_fail_the_message(monkeypatch, status, code):
     import boto3
 
-    monkeypatch.setattr(storage_check, "_s3_calls", lambda value, environ: (_ for _ in ()).throw(
-        _client_error("PutObject", status, code)))
+    monkeypatch.setattr(
+        storage_check,
+        "_s3_calls",
+        lambda value, environ: (_ for _ in ()).throw(_client_error("PutObject", status, code)),
+    )
     monkeypatch.setattr(boto3.session.Session, "get_credentials", lambda self: 1 / 0)
     with pytest.raises(storage_check.StorageError) as e:
         storage_check.check(f"s3://{BUCKET}/x", "--storage-path", {"AWS_REGION": "us-east-1"})

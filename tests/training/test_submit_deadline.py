@@ -1,6 +1,7 @@
 """Every request `submit` makes has a deadline: a Jobs API that accepts the connection and never answers (a stuck
 `kubectl port-forward`) ends `submit` with exit 2 and a message within the documented time (docs/cli.md), instead
 of waiting for ever."""
+
 from __future__ import annotations
 
 import time
@@ -40,8 +41,20 @@ def test_train_address_that_never_answers_exits_2_in_time(silent_server, capsys,
     monkeypatch.setattr(run, "CONNECT_TIMEOUT_S", 5.0)
     monkeypatch.setattr(lifecycle, "GRACE_S", 3.0)
     t0 = time.monotonic()
-    code = command.main(["train", "--address", f"127.0.0.1:{silent_server}", "--steps", "5", "--json",
-                         "--storage-path", str(tmp_path), "--name", "silent"])
+    code = command.main(
+        [
+            "train",
+            "--address",
+            f"127.0.0.1:{silent_server}",
+            "--steps",
+            "5",
+            "--json",
+            "--storage-path",
+            str(tmp_path),
+            "--name",
+            "silent",
+        ]
+    )
     took = time.monotonic() - t0
     out = capsys.readouterr()
     assert code == 2, out.err[-2000:]

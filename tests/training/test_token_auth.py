@@ -56,8 +56,11 @@ def base_env(home: Path, **extra: str) -> dict[str, str]:
 
 def _ready(url: str, deadline_s: float = 240) -> None:
     """Until the head's job agent takes a job (the Jobs API answers 500 "No available agent" before)."""
-    req = urllib.request.Request(f"{url}/api/jobs/", data=json.dumps({"entrypoint": "true"}).encode(),
-                                 headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"})
+    req = urllib.request.Request(
+        f"{url}/api/jobs/",
+        data=json.dumps({"entrypoint": "true"}).encode(),
+        headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"},
+    )
     end = time.monotonic() + deadline_s
     while True:
         try:
@@ -79,8 +82,9 @@ def home(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def cluster(home):
     env = base_env(home, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=TOKEN)
-    proc = subprocess.Popen([sys.executable, "-c", SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            text=True, env=env, cwd=REPO)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=REPO
+    )
     try:
         url = proc.stdout.readline().strip()
         assert url.startswith("http://"), f"local cluster did not start (exit {proc.poll()})"
@@ -111,6 +115,7 @@ def run_all(cmds: dict[str, list[str]], env: dict[str, str], timeout: float) -> 
 
 # -- the stack wires the token the way the local cluster uses it --------------------------------------------------
 
+
 def job_container_env(run_: object) -> dict[str, str]:
     """The EFA check Job container's env as a pod would see it: secretKeyRefs resolved to the stack's token."""
     rc = run_.one("kubernetes:ray.io/v1:RayCluster")
@@ -135,6 +140,7 @@ def test_stack_job_env_carries_the_clusters_token(default_run):
 
 # -- the EFA check Job's script -----------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def mount(tmp_path_factory) -> Path:
     """The Job's code mount, with a stand-in efa_check that answers at once: the auth path is what is tested."""
@@ -142,7 +148,8 @@ def mount(tmp_path_factory) -> Path:
     (root / "efacheck").mkdir()
     (root / "efacheck" / "__init__.py").write_text("")
     (root / "efacheck" / "efa_check.py").write_text(
-        'import json, os\nprint(json.dumps({"verdict": "efa", "authed": os.environ.get("RAY_AUTH_MODE")}))\n')
+        'import json, os\nprint(json.dumps({"verdict": "efa", "authed": os.environ.get("RAY_AUTH_MODE")}))\n'
+    )
     return root
 
 
@@ -150,9 +157,11 @@ def test_job_script_without_token_never_gets_past_the_head(cluster, home, mount,
     # A 1 s head wait (production: 600 s) instead of a 15 s `timeout`: the script gives up in its first loop,
     # where `ray job list` is refused every time, and says so (exit 2, the "unreachable" line only that loop prints).
     script = check_script(cluster, working_dir=str(mount), deadlines=Deadlines(head_wait_s=1))
-    procs = {"script": ["bash", "-c", script],
-             "list": [f"{BIN}/ray", "job", "list", "--address", cluster],
-             "submit": [f"{BIN}/ray", "job", "submit", "--address", cluster, "--no-wait", "--", "echo", "hi"]}
+    procs = {
+        "script": ["bash", "-c", script],
+        "list": [f"{BIN}/ray", "job", "list", "--address", cluster],
+        "submit": [f"{BIN}/ray", "job", "submit", "--address", cluster, "--no-wait", "--", "echo", "hi"],
+    }
     r = run_all(procs, base_env(home), timeout=60)  # side by side: each only waits for the head's refusal
     out = r["script"].stdout + r["script"].stderr
     assert r["script"].returncode == 2, out
@@ -173,6 +182,7 @@ def test_job_script_with_the_job_env_submits_and_passes(cluster, home, mount, de
 
 # -- python -m ray_efa_eks.training submit ------------------------------------------------------------------------
 
+
 def submit_cmd(cluster: str, *train: str) -> list[str]:
     return [sys.executable, "-m", "ray_efa_eks.training", "submit", "--address", cluster, "--", *train]
 
@@ -190,9 +200,27 @@ def trained(cluster, home, tmp_path_factory):
     root = tmp_path_factory.mktemp("trained")
     out, err = root / "stdout", root / "stderr"
     with open(out, "w") as o, open(err, "w") as e:  # files, not pipes: nobody reads until the end
-        proc = subprocess.Popen(submit_cmd(cluster, "--steps", "2", "--checkpoint-every", "2", "--report-every", "2",
-                                           "--storage-path", str(root), "--name", "submitted", "--json"),
-                                env=base_env(home, RAY_AUTH_TOKEN=TOKEN), stdout=o, stderr=e, text=True, cwd=REPO)
+        proc = subprocess.Popen(
+            submit_cmd(
+                cluster,
+                "--steps",
+                "2",
+                "--checkpoint-every",
+                "2",
+                "--report-every",
+                "2",
+                "--storage-path",
+                str(root),
+                "--name",
+                "submitted",
+                "--json",
+            ),
+            env=base_env(home, RAY_AUTH_TOKEN=TOKEN),
+            stdout=o,
+            stderr=e,
+            text=True,
+            cwd=REPO,
+        )
     try:
         yield proc, root, out, err
     finally:
@@ -208,8 +236,10 @@ def test_submit_refused_without_the_token(cluster, home, trained):
     """No token and a wrong one, side by side (each process only waits for the Jobs API's refusal)."""
     cmd = submit_cmd(cluster, "--steps", "2")
     with ThreadPoolExecutor(2) as pool:
-        runs = {k: pool.submit(run, cmd, base_env(home, **auth), 60)
-                for k, auth in {"no-token": {}, "wrong-token": {"RAY_AUTH_TOKEN": "not-the-token"}}.items()}
+        runs = {
+            k: pool.submit(run, cmd, base_env(home, **auth), 60)
+            for k, auth in {"no-token": {}, "wrong-token": {"RAY_AUTH_TOKEN": "not-the-token"}}.items()
+        }
         results = {k: f.result() for k, f in runs.items()}
     for auth, r in results.items():
         assert r.returncode == 2, (auth, r.stdout + r.stderr)
@@ -229,12 +259,30 @@ def test_submit_with_token_trains_to_completion(trained):
 
 
 def test_submitted_job_that_exhausts_max_failures_returns_its_exit_code(cluster, home, tmp_path):
-    r = submit(cluster, base_env(home, RAY_AUTH_TOKEN=TOKEN), "--steps", "3", "--checkpoint-every", "1",
-               "--report-every", "1", "--fail-at-step", "2", "--max-failures", "0", "--storage-path", str(tmp_path),
-               "--name", "doomed")
+    r = submit(
+        cluster,
+        base_env(home, RAY_AUTH_TOKEN=TOKEN),
+        "--steps",
+        "3",
+        "--checkpoint-every",
+        "1",
+        "--report-every",
+        "1",
+        "--fail-at-step",
+        "2",
+        "--max-failures",
+        "0",
+        "--storage-path",
+        str(tmp_path),
+        "--name",
+        "doomed",
+    )
     assert r.returncode == 1, r.stdout[-4000:] + r.stderr[-2000:]
     # Ray Train reports the dead rank (WorkerGroupError); rarely the controller is reported dead instead.
     assert "error: training run 'doomed' failed" in r.stdout, r.stdout[-6000:]
-    assert ("failed after --max-failures 0 restart(s): rank" in r.stdout and "rank 1: " in r.stdout
-            or "controller died" in r.stdout)
+    assert (
+        "failed after --max-failures 0 restart(s): rank" in r.stdout
+        and "rank 1: " in r.stdout
+        or "controller died" in r.stdout
+    )
     assert "FAILED, exit 1" in r.stdout.splitlines()[-1]

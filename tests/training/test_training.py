@@ -1,4 +1,5 @@
 """Real Ray Train runs on a local 2-worker-node cluster (head has 0 CPUs)."""
+
 from __future__ import annotations
 
 import json
@@ -43,8 +44,9 @@ BASE = {"steps": 20, "checkpoint_every": 10, "report_every": 5}
 @pytest.fixture(scope="module")
 def baseline(cluster, tmp_path_factory):
     """One uninterrupted run; runs that lose workers must end exactly where it does."""
-    return build_trainer(num_workers=2, storage_path=str(tmp_path_factory.mktemp("basic")), name="basic",
-                         train_config=BASE).fit()
+    return build_trainer(
+        num_workers=2, storage_path=str(tmp_path_factory.mktemp("basic")), name="basic", train_config=BASE
+    ).fit()
 
 
 def test_train_spreads_shards_and_learns(baseline):
@@ -71,8 +73,13 @@ def test_train_spreads_shards_and_learns(baseline):
 def test_worker_killed_resumes_from_checkpoint(baseline, tmp_path):
     # Rank 1 is SIGKILLed at step 8; the last committed checkpoint is step 5. A retry that
     # did not get it would start at 0, be killed again and exhaust max_failures.
-    trainer = build_trainer(num_workers=2, storage_path=str(tmp_path), name="fault", max_failures=1,
-                            train_config={**BASE, "checkpoint_every": 5, "fail_at_step": 8})
+    trainer = build_trainer(
+        num_workers=2,
+        storage_path=str(tmp_path),
+        name="fault",
+        max_failures=1,
+        train_config={**BASE, "checkpoint_every": 5, "fail_at_step": 8},
+    )
     m = trainer.fit().return_value
     assert m["resumed_from_step"] == 5
     assert m["step"] == 20
@@ -84,8 +91,9 @@ def test_worker_killed_resumes_from_checkpoint(baseline, tmp_path):
 def test_new_run_resumes_after_all_workers_killed(baseline, tmp_path):
     killed = {**BASE, "checkpoint_every": 5, "fail_at_step": 13, "fail_ranks": [0, 1]}
     with pytest.raises(ray.train.TrainingFailedError):
-        build_trainer(num_workers=2, storage_path=str(tmp_path), name="resume", max_failures=0,
-                      train_config=killed).fit()
+        build_trainer(
+            num_workers=2, storage_path=str(tmp_path), name="resume", max_failures=0, train_config=killed
+        ).fit()
     snapshot = json.loads((tmp_path / "resume" / "checkpoint_manager_snapshot.json").read_text())
     assert snapshot["latest_checkpoint_result"]["checkpoint_dir_name"] == "step_000010"
 
@@ -94,8 +102,13 @@ def test_new_run_resumes_after_all_workers_killed(baseline, tmp_path):
     assert m["resumed_from_step"] == 10
     assert m["step"] == 20
     assert m["loss"] == pytest.approx(baseline.return_value["loss"], rel=1e-5)
-    assert m["fabric"]["previous"] == {"verdict": "not-nccl", "network": None, "provider": None, "nodes": None,
-                                       "step": 10}  # read back from the checkpoint it resumed from
+    assert m["fabric"]["previous"] == {
+        "verdict": "not-nccl",
+        "network": None,
+        "provider": None,
+        "nodes": None,
+        "step": 10,
+    }  # read back from the checkpoint it resumed from
 
 
 def test_storage_path_resolution(tmp_path, monkeypatch):
@@ -120,8 +133,23 @@ def test_cli_json_last_line(tmp_path):
     # No --storage-path: the CLI must use $RAY_EFA_EKS_STORAGE_PATH, as on the cluster pods.
     env = {**os.environ, "PYTHONPATH": str(REPO), "RAY_EFA_EKS_STORAGE_PATH": str(tmp_path)}
     proc = subprocess.run(
-        [sys.executable, "-m", "ray_efa_eks.training", "--json", "--steps", "10", "--checkpoint-every", "10", "--name", "cli"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=170,
+        [
+            sys.executable,
+            "-m",
+            "ray_efa_eks.training",
+            "--json",
+            "--steps",
+            "10",
+            "--checkpoint-every",
+            "10",
+            "--name",
+            "cli",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=170,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -142,8 +170,21 @@ def test_cli_require_efa_on_cpu_stops_at_the_first_collective(cluster, tmp_path)
     import time
 
     t0 = time.monotonic()
-    proc = _cli("--address", cluster.address, "--require-efa", "--json", "--storage-path", str(tmp_path),
-                "--name", "strict", "--steps", "10", "--checkpoint-every", "5", timeout=170)
+    proc = _cli(
+        "--address",
+        cluster.address,
+        "--require-efa",
+        "--json",
+        "--storage-path",
+        str(tmp_path),
+        "--name",
+        "strict",
+        "--steps",
+        "10",
+        "--checkpoint-every",
+        "5",
+        timeout=170,
+    )
     took = time.monotonic() - t0
     out = _one_clear_line(proc, 5, "--require-efa", "not-nccl", "nothing was checkpointed")
     assert out["fabric"]["verdict"] == "not-nccl" and "gloo" in out["fabric"]["reasons"][0]
@@ -152,6 +193,7 @@ def test_cli_require_efa_on_cpu_stops_at_the_first_collective(cluster, tmp_path)
 
 
 # -- the CLI: submit's working dir, and no tracebacks (exit codes in training/__main__.py's docstring) -------------
+
 
 def test_submit_ships_the_training_package_alone(tmp_path):
     import importlib.resources
@@ -171,11 +213,19 @@ def test_submit_ships_the_training_package_alone(tmp_path):
     assert sorted(p.name for p in (wd / "ray_efa_eks" / "efacheck").iterdir()) == sorted(EFACHECK_FILES)
     # In the job, training.fabric judges with the shipped copy of the gate's code (nothing else on the path).
     log = REPO / "tests/fixtures/nccl-logs/real_efa_g7e_slurm_nccl2292_ofi1180_2node.log"
-    code = ("import ray_efa_eks.training.fabric as f; "
-            f"print(f.__file__, f.nccl_log.__file__, f.summarize('nccl', {{'r0': open({str(log)!r}, 'rb').read()}})"
-            "['verdict'])")
-    out = subprocess.run([sys.executable, "-S", "-c", code], cwd=wd, capture_output=True, text=True, timeout=60,
-                         env={"PATH": os.environ.get("PATH", "")})
+    code = (
+        "import ray_efa_eks.training.fabric as f; "
+        f"print(f.__file__, f.nccl_log.__file__, f.summarize('nccl', {{'r0': open({str(log)!r}, 'rb').read()}})"
+        "['verdict'])"
+    )
+    out = subprocess.run(
+        [sys.executable, "-S", "-c", code],
+        cwd=wd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": os.environ.get("PATH", "")},
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     fabric, nccl_log, verdict = out.stdout.split()
     assert fabric == str(wd / "ray_efa_eks/training/fabric.py") and verdict == "efa"
@@ -183,8 +233,14 @@ def test_submit_ships_the_training_package_alone(tmp_path):
 
 
 def _cli(*args: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ray_efa_eks.training", *args], cwd=REPO, capture_output=True,
-                          text=True, timeout=timeout, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "ray_efa_eks.training", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def _one_clear_line(proc: subprocess.CompletedProcess, code: int, *words: str) -> dict:
@@ -199,8 +255,9 @@ def _one_clear_line(proc: subprocess.CompletedProcess, code: int, *words: str) -
 
 def test_cli_unreachable_address_exits_2():
     _one_clear_line(_cli("--address", "127.0.0.1:1", "--json"), 2, "cannot reach the Ray cluster", "127.0.0.1:1")
-    _one_clear_line(_cli("submit", "--address", "http://127.0.0.1:1", "--", "--steps", "2"), 2,
-                    "cannot reach the Ray Jobs API")
+    _one_clear_line(
+        _cli("submit", "--address", "http://127.0.0.1:1", "--", "--steps", "2"), 2, "cannot reach the Ray Jobs API"
+    )
 
 
 def test_cli_ray_that_cannot_start_exits_4(tmp_path):
@@ -210,15 +267,25 @@ def test_cli_ray_that_cannot_start_exits_4(tmp_path):
     assert "Not a directory" in out["error"]
 
 
-@pytest.mark.parametrize("args", [["--steps", "0"], ["--fail-at-step", "3"], ["--bogus"],
-                                  ["submit", "--env", "NOEQUALS"], ["submit", "--", "--stepz", "3"],
-                                  ["submit", "--", "--address", "auto"], ["submit", "--address", "127.0.0.1:8265"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--steps", "0"],
+        ["--fail-at-step", "3"],
+        ["--bogus"],
+        ["submit", "--env", "NOEQUALS"],
+        ["submit", "--", "--stepz", "3"],
+        ["submit", "--", "--address", "auto"],
+        ["submit", "--address", "127.0.0.1:8265"],
+    ],
+)
 def test_cli_usage_errors_exit_64(args):
     proc = _cli(*args)
     assert proc.returncode == 64 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
 
 
 # -- --use-gpu places one rank per GPU the cluster offers ----------------------------------------------
+
 
 @pytest.fixture
 def gpu_nodes(cluster):
@@ -236,9 +303,24 @@ def test_use_gpu_runs_one_rank_per_gpu_and_warns_when_fewer(cluster, gpu_nodes, 
     """`train --use-gpu` without --workers on 2 nodes x 4 (logical) GPUs: 8 ranks, 4 per node (gloo, on CPU).
     --workers 2 on the same cluster warns that 6 GPUs sit idle (judged from this cluster's own node table by the
     function the CLI calls after connecting; a second run would only cost another Ray Train start-up)."""
-    proc = _cli("--address", cluster.address, "--use-gpu", "--json", "--storage-path", str(tmp_path), "--name",
-                "all-gpus", "--steps", "1", "--checkpoint-every", "1", "--report-every", "1",
-                env={"RAY_EFA_EKS_TRAIN_BACKEND": "gloo"}, timeout=240)
+    proc = _cli(
+        "--address",
+        cluster.address,
+        "--use-gpu",
+        "--json",
+        "--storage-path",
+        str(tmp_path),
+        "--name",
+        "all-gpus",
+        "--steps",
+        "1",
+        "--checkpoint-every",
+        "1",
+        "--report-every",
+        "1",
+        env={"RAY_EFA_EKS_TRAIN_BACKEND": "gloo"},
+        timeout=240,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert (out["world_size"], out["nodes"], out["ranks_per_node"]) == (8, 2, [4, 4])
@@ -248,5 +330,7 @@ def test_use_gpu_runs_one_rank_per_gpu_and_warns_when_fewer(cluster, gpu_nodes, 
     from ray_efa_eks.training.request import TrainRequest
 
     assert place_gpu_ranks(TrainRequest(workers=2), ray.nodes()).workers == 2
-    assert "warning: --workers 2 uses 2 of the 8 GPUs the cluster offers (2 node(s) x 4 GPUs); 6 sit idle: omit " \
+    assert (
+        "warning: --workers 2 uses 2 of the 8 GPUs the cluster offers (2 node(s) x 4 GPUs); 6 sit idle: omit "
         "--workers for one rank per GPU" in capsys.readouterr().err
+    )

@@ -81,14 +81,29 @@ def test_every_worker_container_drops_everything_and_cannot_escalate(default_run
     assert [v for v in violations(pod, "restricted") if "runAsNonRoot" not in v] == []
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or not (shutil.which("setpriv") and shutil.which("prlimit")),
-                    reason="needs root (to drop capabilities it has) and util-linux setpriv/prlimit")
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not (shutil.which("setpriv") and shutil.which("prlimit")),
+    reason="needs root (to drop capabilities it has) and util-linux setpriv/prlimit",
+)
 def test_ray_joins_trains_and_runs_a_job_without_capabilities(default_run, tmp_path):
     _, containers = rendered_worker(default_run)
     ctx = next(c for c in containers if c["name"] == "ray-worker")["securityContext"]
     assert ctx["capabilities"] == {"drop": ["ALL"]} and ctx["allowPrivilegeEscalation"] is False
-    cmd = ["setpriv", "--no-new-privs", "--inh-caps=-all", "--ambient-caps=-all", "--bounding-set=-all", "--",
-           "prlimit", f"--memlock={MEMLOCK}:{MEMLOCK}", "--", sys.executable, "-c", CHILD, str(tmp_path)]
+    cmd = [
+        "setpriv",
+        "--no-new-privs",
+        "--inh-caps=-all",
+        "--ambient-caps=-all",
+        "--bounding-set=-all",
+        "--",
+        "prlimit",
+        f"--memlock={MEMLOCK}:{MEMLOCK}",
+        "--",
+        sys.executable,
+        "-c",
+        CHILD,
+        str(tmp_path),
+    ]
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=REPO, env=env)
     assert done.returncode == 0, done.stderr[-3000:]

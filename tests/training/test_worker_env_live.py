@@ -20,8 +20,9 @@ from tests.helpers.mockruns import shared_run
 def worker_env() -> dict[str, str]:
     """The plain values the default stack renders on the GPU worker container."""
     rc = shared_run({}).one("kubernetes:ray.io/v1:RayCluster")
-    (container,) = [c for c in rc["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"]
-                    if c["name"] == "ray-worker"]
+    (container,) = [
+        c for c in rc["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"] if c["name"] == "ray-worker"
+    ]
     return {e["name"]: e["value"] for e in container["env"] if "value" in e}
 
 
@@ -29,10 +30,13 @@ def capture(env: dict[str, str]) -> dict:
     return plan_capture("nccl", env, "/tmp/nccl-logs", 0, "gpu-node-0", 42)["capture"]
 
 
-@pytest.mark.parametrize("name, value", [
-    ("RAY_EFA_EKS_STACK_NCCL_ENV", "{}"),  # the stack's WARN now looks like the user's own: the capture stands back
-    ("NCCL_DEBUG", "INFO"),  # a value other than the stack's is the user's
-])
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("RAY_EFA_EKS_STACK_NCCL_ENV", "{}"),  # the stack's WARN now looks like the user's own: the capture stands back
+        ("NCCL_DEBUG", "INFO"),  # a value other than the stack's is the user's
+    ],
+)
 def test_the_fabric_capture_reads_the_rendered_nccl_env(name, value):
     env = worker_env()
     assert capture(env)["by"] == "run" and capture(env)["replaced"]["NCCL_DEBUG"] == env["NCCL_DEBUG"]
@@ -56,5 +60,6 @@ def test_the_memory_check_reads_the_rendered_gpu():
     said = refusal(env, fewest - 1) if fewest > 1 else refusal({**env, "RAY_EFA_EKS_GPU_MEMORY_MIB": "1024"}, 1)
     assert env["RAY_EFA_EKS_GPU_MODEL"] in said
     renamed = {**env, "RAY_EFA_EKS_GPU_MODEL": "X9"}
-    assert "X9" in (refusal(renamed, fewest - 1) if fewest > 1 else refusal({**renamed,
-                                                                              "RAY_EFA_EKS_GPU_MEMORY_MIB": "1024"}, 1))
+    assert "X9" in (
+        refusal(renamed, fewest - 1) if fewest > 1 else refusal({**renamed, "RAY_EFA_EKS_GPU_MEMORY_MIB": "1024"}, 1)
+    )

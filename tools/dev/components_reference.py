@@ -64,8 +64,12 @@ def _constants(tree: ast.Module) -> dict[str, str]:
     """Module-level names bound to a literal."""
     out = {}
     for n in tree.body:
-        if (isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)
-                and isinstance(n.value, ast.Constant)):
+        if (
+            isinstance(n, ast.Assign)
+            and len(n.targets) == 1
+            and isinstance(n.targets[0], ast.Name)
+            and isinstance(n.value, ast.Constant)
+        ):
             out[n.targets[0].id] = ast.unparse(n.value)
     return out
 
@@ -86,17 +90,25 @@ def args_classes(components: Path) -> list[ArgsClass]:
                 if not (isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)):
                     continue
                 nxt = node.body[i + 1] if i + 1 < len(node.body) else None
-                doc = nxt.value.value if (isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant)
-                                          and isinstance(nxt.value.value, str)) else None
+                doc = (
+                    nxt.value.value
+                    if (
+                        isinstance(nxt, ast.Expr)
+                        and isinstance(nxt.value, ast.Constant)
+                        and isinstance(nxt.value.value, str)
+                    )
+                    else None
+                )
                 if doc is None:
-                    missing.append(f"{node.name}.{s.target.id} (components/{path.relative_to(components)}:"
-                                   f"{s.lineno})")
+                    missing.append(f"{node.name}.{s.target.id} (components/{path.relative_to(components)}:{s.lineno})")
                     continue
                 args.append(Arg(s.target.id, ast.unparse(s.annotation), _default(s.value, constants), doc))
             out.append(ArgsClass(module, node.name, ast.get_docstring(node) or "", tuple(args)))
     if missing:
-        raise ValueError("every *Args field needs a docstring under it (the components reference is built from "
-                         f"them): {', '.join(missing)}")
+        raise ValueError(
+            "every *Args field needs a docstring under it (the components reference is built from "
+            f"them): {', '.join(missing)}"
+        )
     return out
 
 
@@ -117,8 +129,14 @@ def render(components: Path) -> str:
         if here != folder:
             folder = here
             lines += [f"## {folder}/" if folder != "(top)" else "## components/", ""]
-        lines += [f"### `{c.name}`", "", f"`ray_efa_eks.components.{c.module}`: {_cell(c.doc)}", "",
-                  "| argument | type | default | description |", "|---|---|---|---|"]
+        lines += [
+            f"### `{c.name}`",
+            "",
+            f"`ray_efa_eks.components.{c.module}`: {_cell(c.doc)}",
+            "",
+            "| argument | type | default | description |",
+            "|---|---|---|---|",
+        ]
         for a in c.args:
             default = "required" if a.default is None else f"`{_cell(a.default)}`"
             lines.append(f"| `{a.name}` | `{_cell(a.type)}` | {default} | {_cell(a.doc)} |")

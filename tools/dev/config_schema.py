@@ -45,8 +45,13 @@ def docstrings() -> dict[str, str]:
     body = tree.body[0].body  # type: ignore[attr-defined]
     out: dict[str, str] = {}
     for node, nxt in zip(body, body[1:]):
-        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and isinstance(nxt, ast.Expr)
-                and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str)):
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and isinstance(nxt, ast.Expr)
+            and isinstance(nxt.value, ast.Constant)
+            and isinstance(nxt.value.value, str)
+        ):
             out[node.target.id] = " ".join(nxt.value.value.split())
     return out
 
@@ -67,16 +72,28 @@ def keys() -> list[dict[str, Any]]:
             typ = args[0]
         default = f.default_factory() if f.default_factory is not MISSING else f.default
         if f.name not in docs:
-            raise ValueError(f"StackConfig.{f.name} has no docstring; write one under the field (it becomes the "
-                             "description in Pulumi.yaml and in the package schema)")
+            raise ValueError(
+                f"StackConfig.{f.name} has no docstring; write one under the field (it becomes the "
+                "description in Pulumi.yaml and in the package schema)"
+            )
         live = f.metadata.get("live")
         if f.name not in NOT_IN_PROJECT_CONFIG and not isinstance(live, Live):
-            raise ValueError(f"StackConfig.{f.name} has no live-change note: declare it with components/config/config_fields.py's "
-                             f"key(DEFAULT, live=live(EFFECT, ..., note=...)), EFFECT one of {', '.join(EFFECTS)} "
-                             "(what the next `pulumi up` does to a deployed stack when the key changes; it becomes "
-                             f"the last column of {DOCS_FILE})")
-        out.append({"name": f.name, "type": typ, "default": default, "description": docs[f.name],
-                    "allowed": f.metadata.get("allowed"), "live": live})
+            raise ValueError(
+                f"StackConfig.{f.name} has no live-change note: declare it with components/config/config_fields.py's "
+                f"key(DEFAULT, live=live(EFFECT, ..., note=...)), EFFECT one of {', '.join(EFFECTS)} "
+                "(what the next `pulumi up` does to a deployed stack when the key changes; it becomes "
+                f"the last column of {DOCS_FILE})"
+            )
+        out.append(
+            {
+                "name": f.name,
+                "type": typ,
+                "default": default,
+                "description": docs[f.name],
+                "allowed": f.metadata.get("allowed"),
+                "live": live,
+            }
+        )
     return out
 
 
@@ -139,14 +156,18 @@ def render_args_block() -> str:
     return "\n".join(lines) + "\n"
 
 
-PULUMI_YAML_MARK = "  # Declared keys: generated from StackConfig (python -m ray_efa_eks.tools.dev.config_schema --write)\n"
+PULUMI_YAML_MARK = (
+    "  # Declared keys: generated from StackConfig (python -m ray_efa_eks.tools.dev.config_schema --write)\n"
+)
 
 
 def _replace_pulumi_yaml(text: str) -> str:
     """Swap the generated part of Pulumi.yaml's config block (everything after the marker line)."""
     head, sep, _ = text.partition(PULUMI_YAML_MARK)
     if not sep:
-        raise ValueError(f"Pulumi.yaml lacks the marker line {PULUMI_YAML_MARK.strip()!r} at the end of its config block")
+        raise ValueError(
+            f"Pulumi.yaml lacks the marker line {PULUMI_YAML_MARK.strip()!r} at the end of its config block"
+        )
     return head + PULUMI_YAML_MARK + render_pulumi_yaml_block()
 
 
@@ -179,21 +200,31 @@ def _live(live: Live) -> str:
 
 def render_effects_legend() -> str:
     """What each word of the last column means."""
-    return "\n".join(f"- **{label}**: {meaning}." if e in DISRUPTIVE else f"- {label}: {meaning}."
-                     for e, (label, meaning) in EFFECTS.items()) + "\n"
+    return (
+        "\n".join(
+            f"- **{label}**: {meaning}." if e in DISRUPTIVE else f"- {label}: {meaning}."
+            for e, (label, meaning) in EFFECTS.items()
+        )
+        + "\n"
+    )
 
 
 def render_docs_table() -> str:
     """The configuration table of docs/configuration.md: key, type, default, allowed values, description and what a
     change does to a deployed stack."""
-    rows = ["| key | type | default | allowed values | description | on a live stack (next `pulumi up`) |",
-            "|---|---|---|---|---|---|"]
+    rows = [
+        "| key | type | default | allowed values | description | on a live stack (next `pulumi up`) |",
+        "|---|---|---|---|---|---|",
+    ]
     for k in keys():
         if k["name"] in NOT_IN_PROJECT_CONFIG:
             continue
         d = pulumi_yaml_config()[k["name"]]
-        default = "" if k["default"] is None else (", ".join(k["default"]) if isinstance(k["default"], list)
-                                                   else _yaml_scalar(k["default"]).strip('"'))
+        default = (
+            ""
+            if k["default"] is None
+            else (", ".join(k["default"]) if isinstance(k["default"], list) else _yaml_scalar(k["default"]).strip('"'))
+        )
         typ = "number (string in Pulumi.yaml)" if _base(k["type"]) is float else d["type"]
         cells = [f"`{k['name']}`", typ, default, _allowed(k), k["description"], _live(k["live"])]
         rows.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
@@ -204,13 +235,21 @@ def _replace_docs(text: str) -> str:
     pattern = re.compile(re.escape(DOCS_BEGIN) + r".*?" + re.escape(DOCS_END), re.S)
     if not pattern.search(text):
         raise ValueError(f"{DOCS_FILE} lacks the config table markers")
-    block = ("What the last column's words mean (`pulumi up` after changing the key on a deployed stack):\n\n"
-             + render_effects_legend() + "\n" + render_docs_table())
+    block = (
+        "What the last column's words mean (`pulumi up` after changing the key on a deployed stack):\n\n"
+        + render_effects_legend()
+        + "\n"
+        + render_docs_table()
+    )
     return pattern.sub(lambda _: DOCS_BEGIN + block + DOCS_END, text, count=1)
 
 
-TARGETS = {"Pulumi.yaml": _replace_pulumi_yaml, "components/stack.py": _replace_args, DOCS_FILE: _replace_docs,
-           components_reference.DOCS_FILE: components_reference.replace}
+TARGETS = {
+    "Pulumi.yaml": _replace_pulumi_yaml,
+    "components/stack.py": _replace_args,
+    DOCS_FILE: _replace_docs,
+    components_reference.DOCS_FILE: components_reference.replace,
+}
 """Each generated copy and how it is rendered (the components reference from the ``*Args`` classes)."""
 
 
@@ -239,22 +278,31 @@ def write(root: Path = ROOT) -> list[str]:
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    p = ArgumentParser(prog=prog or "python -m ray_efa_eks.tools.dev.config_schema",
-                       description="Keep Pulumi.yaml's config block, EfaRayClusterArgs and the configuration and "
-                                   "components references equal to what the code declares.",
-                       exit_codes="config-schema")
+    p = ArgumentParser(
+        prog=prog or "python -m ray_efa_eks.tools.dev.config_schema",
+        description="Keep Pulumi.yaml's config block, EfaRayClusterArgs and the configuration and "
+        "components references equal to what the code declares.",
+        exit_codes="config-schema",
+    )
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--check", action="store_true", help="exit 1 when a copy is out of date")
     g.add_argument("--write", action="store_true", help="rewrite the copies")
-    p.add_argument("--root", type=Path, default=None,
-                   help="the project checkout (default: the directory above the current one holding Pulumi.yaml "
-                        "and components/stack.py)")
+    p.add_argument(
+        "--root",
+        type=Path,
+        default=None,
+        help="the project checkout (default: the directory above the current one holding Pulumi.yaml "
+        "and components/stack.py)",
+    )
     a = p.parse_args(argv)
     root = a.root or project_root(Path.cwd())
     if root is None or not all((root / rel).is_file() for rel in TARGETS):
         where = a.root or Path.cwd()
-        print(f"error: {where} is not a ray-efa-eks checkout (no {', '.join(TARGETS)}); run from the project "
-              "root or pass --root DIR (an installed package has no copies to check)", file=sys.stderr)
+        print(
+            f"error: {where} is not a ray-efa-eks checkout (no {', '.join(TARGETS)}); run from the project "
+            "root or pass --root DIR (an installed package has no copies to check)",
+            file=sys.stderr,
+        )
         return 2
     try:
         if a.write:
@@ -266,8 +314,11 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if bad:
-        print(f"out of date with the code (StackConfig, {NAMESPACE}:, and the *Args classes): {', '.join(bad)}; "
-              "run python -m ray_efa_eks.tools.dev.config_schema --write", file=sys.stderr)
+        print(
+            f"out of date with the code (StackConfig, {NAMESPACE}:, and the *Args classes): {', '.join(bad)}; "
+            "run python -m ray_efa_eks.tools.dev.config_schema --write",
+            file=sys.stderr,
+        )
         return 1
     print("up to date")
     return 0

@@ -49,7 +49,8 @@ MIN_COMPUTE_CAPABILITY_SOURCE = (
     "(https://docs.nvidia.com/cuda/archive/13.0.0/cuda-toolkit-release-notes/index.html): offline compilation and "
     "library support for architectures before compute capability 7.5 (Maxwell, Pascal, Volta) removed in CUDA 13.0; "
     "NVIDIA blog 'Navigating GPU Architecture Support' (https://developer.nvidia.com/blog/"
-    "navigating-gpu-architecture-support-a-guide-for-nvidia-cuda-developers): CC < 7.5 needs CUDA 12.x")
+    "navigating-gpu-architecture-support-a-guide-for-nvidia-cuda-developers): CC < 7.5 needs CUDA 12.x"
+)
 ARCHITECTURE = "x86_64"
 """The GPU node group's AMI (``AL2023_x86_64_NVIDIA``, components/nodes/node_groups.py) is x86_64 only."""
 
@@ -60,16 +61,25 @@ class Fact(NamedTuple):
 
 
 _CC = "NVIDIA CUDA GPU Compute Capability (https://developer.nvidia.com/cuda-gpus)"
-_EFA = ("AWS EC2 User Guide, Elastic Fabric Adapter (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa.html): "
-        "'RDMA read is supported on all instances with Nitro version 4 and later'; ")
+_EFA = (
+    "AWS EC2 User Guide, Elastic Fabric Adapter (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa.html): "
+    "'RDMA read is supported on all instances with Nitro version 4 and later'; "
+)
 _P = "AWS EC2 instance type page https://aws.amazon.com/ec2/instance-types/"
 
 HAND_FACTS: dict[str, dict[str, Fact]] = {
     # GPU compute capability by DescribeInstanceTypes' GpuInfo.Gpus[].Name: the pinned image's CUDA must support it.
     "compute_capability": {
-        "T4": Fact(7.5, _CC), "A10G": Fact(8.6, _CC), "L4": Fact(8.9, _CC), "L40S": Fact(8.9, _CC),
-        "V100": Fact(7.0, _CC), "A100": Fact(8.0, _CC), "H100": Fact(9.0, _CC), "H200": Fact(9.0, _CC),
-        "B200": Fact(10.0, _CC), "B300": Fact(10.3, _CC),
+        "T4": Fact(7.5, _CC),
+        "A10G": Fact(8.6, _CC),
+        "L4": Fact(8.9, _CC),
+        "L40S": Fact(8.9, _CC),
+        "V100": Fact(7.0, _CC),
+        "A100": Fact(8.0, _CC),
+        "H100": Fact(9.0, _CC),
+        "H200": Fact(9.0, _CC),
+        "B200": Fact(10.0, _CC),
+        "B300": Fact(10.3, _CC),
         "RTX PRO 4500": Fact(12.0, _CC + " (RTX PRO 4500 Blackwell)"),
         "RTX PRO Server 6000": Fact(12.0, _CC + " (RTX PRO 6000 Blackwell Server Edition)"),
     },
@@ -96,26 +106,61 @@ HAND_FACTS: dict[str, dict[str, Fact]] = {
     # EFA line rate (Gbit/s per node, what the gate's busbw fraction is measured against) where NetworkPerformance
     # is more than the sum of the EFA cards' PeakBandwidthInGbps in DescribeInstanceTypes.
     "efa_gbps": {
-        "p6-b200.48xlarge": Fact(3200.0, _P + "p6/ (P6-B200: 8 x 400 Gbps = 3.2 Tbps EFAv4; DescribeInstanceTypes "
-                                               "lists NetworkPerformance '3200 Gigabit' but 8 cards of 200 Gbps peak)"),
+        "p6-b200.48xlarge": Fact(
+            3200.0,
+            _P + "p6/ (P6-B200: 8 x 400 Gbps = 3.2 Tbps EFAv4; DescribeInstanceTypes "
+            "lists NetworkPerformance '3200 Gigabit' but 8 cards of 200 Gbps peak)",
+        ),
     },
 }
 
-PRICE_SOURCE = ("AWS Price List API (AmazonEC2, on-demand, Linux, shared tenancy) as generated into "
-                "https://github.com/aws/karpenter-provider-aws pkg/providers/pricing/zz_generated.pricing_aws.go "
-                "(commit 6fc13b5236fd04fd16ff3f9dc7490d0813994099, 'generated at 2026-07-20T13:44:30Z for us-east-1')")
-PRICES: dict[str, dict[str, float]] = {"us-east-1": {
-    "g4dn.12xlarge": 3.912, "g4dn.16xlarge": 4.352, "g4dn.8xlarge": 2.176, "g4dn.metal": 7.824,
-    "g5.12xlarge": 5.672, "g5.16xlarge": 4.096, "g5.24xlarge": 8.144, "g5.48xlarge": 16.288, "g5.8xlarge": 2.448,
-    "g6.12xlarge": 4.6016, "g6.16xlarge": 3.3968, "g6.24xlarge": 6.6752, "g6.48xlarge": 13.3504,
-    "g6.8xlarge": 2.0144, "g6e.12xlarge": 10.49264, "g6e.16xlarge": 7.57719, "g6e.24xlarge": 15.06559,
-    "g6e.48xlarge": 30.13118, "g6e.8xlarge": 4.52856, "g7.12xlarge": 7.12832, "g7.24xlarge": 14.25664,
-    "g7.48xlarge": 28.51328, "g7.8xlarge": 4.08624, "g7e.12xlarge": 8.28608, "g7e.24xlarge": 16.57216,
-    "g7e.48xlarge": 33.14432, "g7e.8xlarge": 5.26824, "gr6.8xlarge": 2.4464, "p3dn.24xlarge": 31.212,
-    "p4d.24xlarge": 21.957642, "p4de.24xlarge": 27.44705, "p5.48xlarge": 55.04, "p5.4xlarge": 6.88,
-    "p5en.48xlarge": 63.296, "p6-b200.48xlarge": 113.9328, "p6-b300.48xlarge": 142.416,
-    "m7i.xlarge": 0.2016, "m7i.2xlarge": 0.4032,
-}}
+PRICE_SOURCE = (
+    "AWS Price List API (AmazonEC2, on-demand, Linux, shared tenancy) as generated into "
+    "https://github.com/aws/karpenter-provider-aws pkg/providers/pricing/zz_generated.pricing_aws.go "
+    "(commit 6fc13b5236fd04fd16ff3f9dc7490d0813994099, 'generated at 2026-07-20T13:44:30Z for us-east-1')"
+)
+PRICES: dict[str, dict[str, float]] = {
+    "us-east-1": {
+        "g4dn.12xlarge": 3.912,
+        "g4dn.16xlarge": 4.352,
+        "g4dn.8xlarge": 2.176,
+        "g4dn.metal": 7.824,
+        "g5.12xlarge": 5.672,
+        "g5.16xlarge": 4.096,
+        "g5.24xlarge": 8.144,
+        "g5.48xlarge": 16.288,
+        "g5.8xlarge": 2.448,
+        "g6.12xlarge": 4.6016,
+        "g6.16xlarge": 3.3968,
+        "g6.24xlarge": 6.6752,
+        "g6.48xlarge": 13.3504,
+        "g6.8xlarge": 2.0144,
+        "g6e.12xlarge": 10.49264,
+        "g6e.16xlarge": 7.57719,
+        "g6e.24xlarge": 15.06559,
+        "g6e.48xlarge": 30.13118,
+        "g6e.8xlarge": 4.52856,
+        "g7.12xlarge": 7.12832,
+        "g7.24xlarge": 14.25664,
+        "g7.48xlarge": 28.51328,
+        "g7.8xlarge": 4.08624,
+        "g7e.12xlarge": 8.28608,
+        "g7e.24xlarge": 16.57216,
+        "g7e.48xlarge": 33.14432,
+        "g7e.8xlarge": 5.26824,
+        "gr6.8xlarge": 2.4464,
+        "p3dn.24xlarge": 31.212,
+        "p4d.24xlarge": 21.957642,
+        "p4de.24xlarge": 27.44705,
+        "p5.48xlarge": 55.04,
+        "p5.4xlarge": 6.88,
+        "p5en.48xlarge": 63.296,
+        "p6-b200.48xlarge": 113.9328,
+        "p6-b300.48xlarge": 142.416,
+        "m7i.xlarge": 0.2016,
+        "m7i.2xlarge": 0.4032,
+    }
+}
 """On-demand USD/hour, copied from the source above for the catalogue's types (p5e.48xlarge is not in it: no price).
 A region is added only with its own figures (the estimate says "no price" elsewhere)."""
 
@@ -129,6 +174,7 @@ class CatalogueError(ValueError):
 
 
 # -- AWS's data as moto ships it ------------------------------------------------------------------------------
+
 
 def moto_resources() -> Path:
     import moto  # a tool/test dependency, never the library's
@@ -159,6 +205,7 @@ def load_offerings(resources: Path | None = None) -> dict[str, list[dict[str, st
 
 # -- the catalogue ----------------------------------------------------------------------------------------------
 
+
 def network_gbps(perf: str) -> float | None:
     """DescribeInstanceTypes' NetworkPerformance in Gbit/s: '3200 Gigabit' -> 3200, '4x 100 Gigabit' -> 400;
     'Up to ...' (burst, not a line rate) and anything else -> None."""
@@ -179,8 +226,11 @@ def max_pods(name: str, net: dict[str, Any]) -> int:
 
 def efa_gpu_types(data: dict[str, dict[str, Any]]) -> list[str]:
     """Every type in the instance data with GPUs and EFA."""
-    return sorted(n for n, d in data.items() if (d.get("GpuInfo") or {}).get("Gpus")
-                  and (d.get("NetworkInfo") or {}).get("EfaSupported"))
+    return sorted(
+        n
+        for n, d in data.items()
+        if (d.get("GpuInfo") or {}).get("Gpus") and (d.get("NetworkInfo") or {}).get("EfaSupported")
+    )
 
 
 def _family(name: str) -> str:
@@ -192,8 +242,9 @@ def refusal(name: str, aws: dict[str, Any]) -> str | None:
     gpus = aws["GpuInfo"]["Gpus"]
     models = {g["Name"] for g in gpus}
     if len(models) != 1:
-        raise CatalogueError(name, f"GPUs of more than one model ({', '.join(sorted(models))}); the catalogue "
-                                   "holds one model per type")
+        raise CatalogueError(
+            name, f"GPUs of more than one model ({', '.join(sorted(models))}); the catalogue holds one model per type"
+        )
     model = gpus[0]["Name"]
     if gpus[0].get("Manufacturer") != "NVIDIA":
         return f"its {model} GPUs are not NVIDIA's; the image is CUDA and the AMI is AL2023 NVIDIA"
@@ -202,12 +253,17 @@ def refusal(name: str, aws: dict[str, Any]) -> str | None:
         return f"it is {'/'.join(arch)}; the GPU node group's AMI (AL2023_x86_64_NVIDIA) is x86_64 only"
     cc = HAND_FACTS["compute_capability"].get(model)
     if cc is None:
-        raise CatalogueError(name, f"no compute capability for GPU model {model!r}; add it to HAND_FACTS"
-                                   "['compute_capability'] in tools/dev/gen_catalogue.py with its source")
+        raise CatalogueError(
+            name,
+            f"no compute capability for GPU model {model!r}; add it to HAND_FACTS"
+            "['compute_capability'] in tools/dev/gen_catalogue.py with its source",
+        )
     if cc.value < MIN_COMPUTE_CAPABILITY:
-        return (f"its {model} GPUs (compute capability {cc.value:.1f}) cannot run the pinned image's CUDA "
-                f"{IMAGE_CUDA}, which needs compute capability {MIN_COMPUTE_CAPABILITY:g} or newer (CUDA 13 dropped "
-                "Maxwell, Pascal and Volta)")
+        return (
+            f"its {model} GPUs (compute capability {cc.value:.1f}) cannot run the pinned image's CUDA "
+            f"{IMAGE_CUDA}, which needs compute capability {MIN_COMPUTE_CAPABILITY:g} or newer (CUDA 13 dropped "
+            "Maxwell, Pascal and Volta)"
+        )
     return None
 
 
@@ -218,9 +274,12 @@ def describe(name: str, aws: dict[str, Any], prices: dict[str, dict[str, float]]
     gpus = (aws.get("GpuInfo") or {}).get("Gpus") or []
     if gpus:
         model = gpus[0]["Name"]
-        entry.update(gpus=sum(g["Count"] for g in gpus), gpu_model=model,
-                     gpu_memory_mib=gpus[0]["MemoryInfo"]["SizeInMiB"],
-                     gpu_compute_capability=HAND_FACTS["compute_capability"][model].value)
+        entry.update(
+            gpus=sum(g["Count"] for g in gpus),
+            gpu_model=model,
+            gpu_memory_mib=gpus[0]["MemoryInfo"]["SizeInMiB"],
+            gpu_compute_capability=HAND_FACTS["compute_capability"][model].value,
+        )
     entry["network_cards"] = net["MaximumNetworkCards"]
     entry["max_pods"] = max_pods(name, net)
     if net.get("EfaSupported"):
@@ -230,8 +289,11 @@ def describe(name: str, aws: dict[str, Any], prices: dict[str, dict[str, float]]
         efa_cards = [c for c in cards if "efa" in c["InterfaceTypes"]]
         max_efa = (net.get("EfaInfo") or {}).get("MaximumEfaInterfaces", 0)
         if len(efa_cards) != max_efa or max_efa < 1:
-            raise CatalogueError(name, f"MaximumEfaInterfaces {max_efa} but {len(efa_cards)} network cards list "
-                                       "'efa'; one EFA per card cannot be laid out")
+            raise CatalogueError(
+                name,
+                f"MaximumEfaInterfaces {max_efa} but {len(efa_cards)} network cards list "
+                "'efa'; one EFA per card cannot be laid out",
+            )
         gbps = network_gbps(net["NetworkPerformance"])
         if gbps is None:
             raise CatalogueError(name, f"NetworkPerformance {net['NetworkPerformance']!r} is not a line rate")
@@ -240,24 +302,35 @@ def describe(name: str, aws: dict[str, Any], prices: dict[str, dict[str, float]]
         if hand is not None:
             gbps = float(hand.value)
         elif gbps > card_sum:
-            raise CatalogueError(name, f"NetworkPerformance says {gbps:g} Gbit/s but its EFA cards list "
-                                       f"{card_sum:g} together; add the EFA line rate to HAND_FACTS['efa_gbps'] "
-                                       "with its source")
+            raise CatalogueError(
+                name,
+                f"NetworkPerformance says {gbps:g} Gbit/s but its EFA cards list "
+                f"{card_sum:g} together; add the EFA line rate to HAND_FACTS['efa_gbps'] "
+                "with its source",
+            )
         rdma = HAND_FACTS["gpudirect_rdma"].get(_family(name))
         if gpus and rdma is None:
-            raise CatalogueError(name, f"GPUDirect RDMA of family {_family(name)} unknown; add it to HAND_FACTS"
-                                       "['gpudirect_rdma'] with its source")
-        entry.update(efa_supported=True, max_efa_interfaces=max_efa,
-                     efa_cards=[c["NetworkCardIndex"] for c in efa_cards],
-                     efa_only_supported=all("efa-only" in c["InterfaceTypes"] for c in efa_cards),
-                     efa_gbps=gbps, gpudirect_rdma=bool(rdma.value) if rdma else False)
+            raise CatalogueError(
+                name,
+                f"GPUDirect RDMA of family {_family(name)} unknown; add it to HAND_FACTS"
+                "['gpudirect_rdma'] with its source",
+            )
+        entry.update(
+            efa_supported=True,
+            max_efa_interfaces=max_efa,
+            efa_cards=[c["NetworkCardIndex"] for c in efa_cards],
+            efa_only_supported=all("efa-only" in c["InterfaceTypes"] for c in efa_cards),
+            efa_gbps=gbps,
+            gpudirect_rdma=bool(rdma.value) if rdma else False,
+        )
     entry["capacity_blocks"] = "capacity-block" in aws.get("SupportedUsageClasses", [])
     entry["price_usd_hour"] = {r: p[name] for r, p in sorted(prices.items()) if name in p}
     return entry
 
 
-def build(data: dict[str, dict[str, Any]], prices: dict[str, dict[str, float]] = PRICES,
-          version: str = "") -> dict[str, Any]:
+def build(
+    data: dict[str, dict[str, Any]], prices: dict[str, dict[str, float]] = PRICES, version: str = ""
+) -> dict[str, Any]:
     """The catalogue document: every EFA GPU type the image can drive, the system types, and the refused types."""
     types: dict[str, Any] = {}
     refused: dict[str, str] = {}
@@ -273,10 +346,13 @@ def build(data: dict[str, dict[str, Any]], prices: dict[str, dict[str, float]] =
         types[name] = describe(name, data[name], prices)
     return {
         "generated": f"by `ray-efa-eks catalogue --write` from EC2 DescribeInstanceTypes as moto {version} ships it "
-                     "(tools/dev/gen_catalogue.py); do not edit",
-        "image_cuda": IMAGE_CUDA, "min_compute_capability": MIN_COMPUTE_CAPABILITY,
-        "price_source": PRICE_SOURCE, "priced_regions": sorted(prices),
-        "types": types, "refused": refused,
+        "(tools/dev/gen_catalogue.py); do not edit",
+        "image_cuda": IMAGE_CUDA,
+        "min_compute_capability": MIN_COMPUTE_CAPABILITY,
+        "price_source": PRICE_SOURCE,
+        "priced_regions": sorted(prices),
+        "types": types,
+        "refused": refused,
     }
 
 
@@ -288,8 +364,12 @@ def load_zone_ids() -> dict[str, dict[str, str]]:
     return {region: {z.name: z.zone_id for z in zones} for region, zones in RegionsAndZonesBackend.zones.items()}
 
 
-def build_offerings(offerings: dict[str, list[dict[str, str]]], types: list[str], version: str = "",
-                    zone_ids: dict[str, dict[str, str]] | None = None) -> dict[str, Any]:
+def build_offerings(
+    offerings: dict[str, list[dict[str, str]]],
+    types: list[str],
+    version: str = "",
+    zone_ids: dict[str, dict[str, str]] | None = None,
+) -> dict[str, Any]:
     """Region -> {"azs": every AZ, "zoneIds": {AZ: zone ID}, "types": {type: [AZ, ...]}} for the catalogue's types."""
     regions: dict[str, Any] = {}
     zone_ids = zone_ids if zone_ids is not None else {}
@@ -301,11 +381,13 @@ def build_offerings(offerings: dict[str, list[dict[str, str]]], types: list[str]
             if r["InstanceType"] in wanted:
                 by_type.setdefault(r["InstanceType"], []).append(r["Location"])
         ids = {az: zone_ids.get(region, {})[az] for az in azs if az in zone_ids.get(region, {})}
-        regions[region] = {"azs": azs, "zoneIds": ids,
-                           "types": {t: sorted(set(a)) for t, a in sorted(by_type.items())}}
-    return {"generated": f"by `ray-efa-eks catalogue --write` from EC2 DescribeInstanceTypeOfferings "
-                         f"(availability-zone) and DescribeAvailabilityZones (zone IDs) as moto {version} ships "
-                         "them; do not edit", "regions": regions}
+        regions[region] = {"azs": azs, "zoneIds": ids, "types": {t: sorted(set(a)) for t, a in sorted(by_type.items())}}
+    return {
+        "generated": f"by `ray-efa-eks catalogue --write` from EC2 DescribeInstanceTypeOfferings "
+        f"(availability-zone) and DescribeAvailabilityZones (zone IDs) as moto {version} ships "
+        "them; do not edit",
+        "regions": regions,
+    }
 
 
 def dumps(doc: dict[str, Any]) -> str:
@@ -324,19 +406,25 @@ def dumps(doc: dict[str, Any]) -> str:
 
 # -- the table of docs/instance-types.md ------------------------------------------------------------------------
 
+
 def docs_table(doc: dict[str, Any]) -> str:
-    rows = ["| type | GPUs | GPU memory | vCPUs | memory | EFA interfaces (cards) | EFA Gbit/s | GPUDirect RDMA | "
-            "Capacity Blocks | us-east-1 $/h |", "|---|---|---|---|---|---|---|---|---|---|"]
+    rows = [
+        "| type | GPUs | GPU memory | vCPUs | memory | EFA interfaces (cards) | EFA Gbit/s | GPUDirect RDMA | "
+        "Capacity Blocks | us-east-1 $/h |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for name, t in doc["types"].items():
         if not t.get("gpus"):
             continue
         cards = t["efa_cards"]
         where = f"{cards[0]}-{cards[-1]}" if len(cards) > 1 else str(cards[0])
         price = t["price_usd_hour"].get("us-east-1")
-        rows.append(f"| {name} | {t['gpus']} x {t['gpu_model']} | {t['gpu_memory_mib'] // 1024} GiB | {t['vcpus']} | "
-                    f"{t['memory_mib'] // 1024} GiB | {t['max_efa_interfaces']} ({where}) | {t['efa_gbps']:g} | "
-                    f"{'yes' if t['gpudirect_rdma'] else 'no'} | {'yes' if t['capacity_blocks'] else 'no'} | "
-                    f"{price if price is not None else 'no price'} |")
+        rows.append(
+            f"| {name} | {t['gpus']} x {t['gpu_model']} | {t['gpu_memory_mib'] // 1024} GiB | {t['vcpus']} | "
+            f"{t['memory_mib'] // 1024} GiB | {t['max_efa_interfaces']} ({where}) | {t['efa_gbps']:g} | "
+            f"{'yes' if t['gpudirect_rdma'] else 'no'} | {'yes' if t['capacity_blocks'] else 'no'} | "
+            f"{price if price is not None else 'no price'} |"
+        )
     refused = "; ".join(f"**{n}**: {why}" for n, why in doc["refused"].items())
     system = ", ".join(n for n, t in doc["types"].items() if not t.get("gpus"))
     return "\n".join(rows) + f"\n\nSystem node types: {system}. Refused: {refused or 'none'}.\n"
@@ -351,14 +439,19 @@ def _replace_docs(text: str, doc: dict[str, Any]) -> str:
 
 # -- check / write ----------------------------------------------------------------------------------------------
 
+
 def generate(root: Path = ROOT, resources: Path | None = None) -> dict[str, str]:
     """Relative path -> the text it must have."""
     version = moto_version()
     doc = build(load_instance_types(resources), version=version)
-    offerings = build_offerings(load_offerings(resources), list(doc["types"]), version=version,
-                                zone_ids=load_zone_ids())
-    return {CATALOGUE_FILE: dumps(doc), OFFERINGS_FILE: dumps(offerings),
-            DOCS_FILE: _replace_docs((root / DOCS_FILE).read_text(), doc)}
+    offerings = build_offerings(
+        load_offerings(resources), list(doc["types"]), version=version, zone_ids=load_zone_ids()
+    )
+    return {
+        CATALOGUE_FILE: dumps(doc),
+        OFFERINGS_FILE: dumps(offerings),
+        DOCS_FILE: _replace_docs((root / DOCS_FILE).read_text(), doc),
+    }
 
 
 def stale(root: Path = ROOT) -> list[str]:
@@ -384,20 +477,30 @@ def checkout_root(start: Path) -> Path | None:
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    p = ArgumentParser(prog=prog or "python -m ray_efa_eks.tools.dev.gen_catalogue",
-                       description="Generate the instance catalogue, AZ offerings and docs table from EC2's "
-                                   "instance data (moto's copy).", exit_codes="catalogue")
+    p = ArgumentParser(
+        prog=prog or "python -m ray_efa_eks.tools.dev.gen_catalogue",
+        description="Generate the instance catalogue, AZ offerings and docs table from EC2's "
+        "instance data (moto's copy).",
+        exit_codes="catalogue",
+    )
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--check", action="store_true", help="exit 1 when a generated file is out of date")
     g.add_argument("--write", action="store_true", help="rewrite the generated files")
-    p.add_argument("--root", type=Path, default=None,
-                   help="the project checkout (default: the checkout the current directory is in, like config-schema;"
-                        " never the installed package's)")
+    p.add_argument(
+        "--root",
+        type=Path,
+        default=None,
+        help="the project checkout (default: the checkout the current directory is in, like config-schema;"
+        " never the installed package's)",
+    )
     a = p.parse_args(argv)
     root = a.root or checkout_root(Path.cwd())
     if root is None or not all((root / rel).is_file() for rel in (CATALOGUE_FILE, DOCS_FILE)):
-        print(f"error: {a.root or Path.cwd()} is not a ray-efa-eks checkout (no {CATALOGUE_FILE}, {DOCS_FILE}); run "
-              "from the project or pass --root", file=sys.stderr)
+        print(
+            f"error: {a.root or Path.cwd()} is not a ray-efa-eks checkout (no {CATALOGUE_FILE}, {DOCS_FILE}); run "
+            "from the project or pass --root",
+            file=sys.stderr,
+        )
         return 2
     try:
         if a.write:
@@ -409,8 +512,9 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if bad:
-        print(f"out of date with the instance data: {', '.join(bad)}; run ray-efa-eks catalogue --write",
-              file=sys.stderr)
+        print(
+            f"out of date with the instance data: {', '.join(bad)}; run ray-efa-eks catalogue --write", file=sys.stderr
+        )
         return 1
     print("up to date")
     return 0

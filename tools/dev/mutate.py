@@ -110,8 +110,9 @@ def load(path: Path = MUTATIONS) -> list[Mutation]:
                 confined(ROOT, rel, what="file")
             except FileProblem as e:
                 raise MutationFileError(f"{where}: {e}") from None
-        out.append(Mutation(entry["name"], entry["file"], entry["old"], entry["new"], tuple(tests),
-                            entry.get("why", "")))
+        out.append(
+            Mutation(entry["name"], entry["file"], entry["old"], entry["new"], tuple(tests), entry.get("why", ""))
+        )
     names = [m.name for m in out]
     dups = sorted({n for n in names if names.count(n) > 1})
     if dups:
@@ -141,8 +142,13 @@ def problem(m: Mutation, root: Path) -> str | None:
 def copy_tree(src: Path, dst: Path) -> None:
     """The files git tracks or would track under ``src`` (uncommitted edits included), copied to ``dst``, plus a
     ``ray_efa_eks`` directory of symlinks so ``ray_efa_eks.*`` imports the copy (as tools/plan.py does)."""
-    listed = subprocess.run(["git", "-C", str(src), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                            capture_output=True, text=True, check=True, timeout=120).stdout.split("\0")
+    listed = subprocess.run(
+        ["git", "-C", str(src), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout.split("\0")
     for rel in filter(None, listed):
         s = src / rel
         if not s.is_file():  # deleted in the working tree but still in the index
@@ -168,8 +174,14 @@ def copy_env(copy: Path) -> dict[str, str]:
 
 def imports_from(copy: Path, python: str = sys.executable) -> str:
     """Where ``ray_efa_eks.components`` is imported from under :func:`copy_env` (it must be inside the copy)."""
-    r = subprocess.run([python, "-c", "import ray_efa_eks.components as c; print(c.__file__)"], cwd=copy,
-                       env=copy_env(copy), capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [python, "-c", "import ray_efa_eks.components as c; print(c.__file__)"],
+        cwd=copy,
+        env=copy_env(copy),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     lines = r.stdout.strip().splitlines() or r.stderr.strip().splitlines() or ["nothing printed"]
     return lines[-1]
 
@@ -177,9 +189,15 @@ def imports_from(copy: Path, python: str = sys.executable) -> str:
 def _pytest(args: list[str], copy: Path, timeout_s: float, python: str) -> tuple[int | None, str]:
     """pytest in ``copy``: (exit code or None after a timeout, output)."""
     # its own session: on a timeout the whole group goes (pytest and any Ray cluster a test started)
-    proc = subprocess.Popen([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args], cwd=copy,
-                            env=copy_env(copy), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
+        cwd=copy,
+        env=copy_env(copy),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         out, _ = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -194,7 +212,7 @@ def failed_ids(out: str) -> list[str]:
     for ln in out.splitlines():
         for kind in ("FAILED ", "ERROR "):
             if ln.startswith(kind):
-                ids.append(ln[len(kind):].split(" - ", 1)[0].strip())
+                ids.append(ln[len(kind) :].split(" - ", 1)[0].strip())
     return ids
 
 
@@ -209,8 +227,9 @@ def baseline(mutations: list[Mutation], copy: Path, timeout_s: float, python: st
     return failed_ids(out) if rc != 0 else []
 
 
-def run_one(m: Mutation, copy: Path, timeout_s: float, python: str = sys.executable,
-            already_failing: list[str] = ()) -> Outcome:
+def run_one(
+    m: Mutation, copy: Path, timeout_s: float, python: str = sys.executable, already_failing: list[str] = ()
+) -> Outcome:
     """Apply ``m`` in ``copy``, run its tests there (less ``already_failing``), put the file back."""
     why = problem(m, copy)
     if why:
@@ -257,17 +276,23 @@ def exit_code(outcomes: list[Outcome]) -> int:
 
 
 def parser(prog: str | None = None) -> ArgumentParser:
-    ap = ArgumentParser(prog=prog or "python -m ray_efa_eks.tools.dev.mutate",
-                        description="plant each listed bug in a copy of the tree and run the tests it names",
-                        exit_codes="mutate")
+    ap = ArgumentParser(
+        prog=prog or "python -m ray_efa_eks.tools.dev.mutate",
+        description="plant each listed bug in a copy of the tree and run the tests it names",
+        exit_codes="mutate",
+    )
     ap.add_argument("--file", default=str(MUTATIONS), help="the mutation list (default tools/dev/mutations.toml)")
     ap.add_argument("--root", default=str(ROOT), help="the tree to copy (default: this checkout)")
     ap.add_argument("--only", action="append", default=[], metavar="NAME", help="run only this mutation (repeatable)")
     ap.add_argument("--list", action="store_true", help="print the mutations, run nothing")
     ap.add_argument("--check", action="store_true", help="check every old text is found exactly once, run nothing")
     ap.add_argument("--timeout-s", type=float, default=900.0, help="per mutation (default 900)")
-    ap.add_argument("--no-baseline", dest="baseline", action="store_false",
-                    help="skip the unmutated run that finds tests failing already (they would 'kill' every mutation)")
+    ap.add_argument(
+        "--no-baseline",
+        dest="baseline",
+        action="store_false",
+        help="skip the unmutated run that finds tests failing already (they would 'kill' every mutation)",
+    )
     ap.add_argument("--keep", action="store_true", help="keep the copy (its path is printed)")
     ap.add_argument("--verbose", "-v", action="store_true", help="print the test output of each survivor and error")
     return ap
@@ -304,8 +329,11 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         where = imports_from(copy)
         print(f"copy: {copy}\n{IMPORT_MARKER}{where}", flush=True)
         if not Path(where).resolve().is_relative_to(copy.resolve()):
-            print(f"error: ray_efa_eks.components is imported from {where}, not from the copy {copy}; mutations "
-                  "would not be seen", file=sys.stderr)
+            print(
+                f"error: ray_efa_eks.components is imported from {where}, not from the copy {copy}; mutations "
+                "would not be seen",
+                file=sys.stderr,
+            )
             return EXIT_ERROR
         already: list[str] = []
         if a.baseline:
@@ -314,8 +342,11 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
             except TimeoutError as e:
                 print(f"error: baseline: {e}", file=sys.stderr)
                 return EXIT_ERROR
-            print(f"baseline: {len(already)} named test(s) already fail without a mutation"
-                  + (f", deselected: {', '.join(already)}" if already else ""), flush=True)
+            print(
+                f"baseline: {len(already)} named test(s) already fail without a mutation"
+                + (f", deselected: {', '.join(already)}" if already else ""),
+                flush=True,
+            )
         outcomes = []
         for m in mutations:
             o = run_one(m, copy, a.timeout_s, already_failing=already)
