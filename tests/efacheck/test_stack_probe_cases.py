@@ -30,7 +30,7 @@ def _fi_info(monkeypatch, tmp_path, script: str | None) -> None:
     "script, libfabric",
     [
         (None, None),  # no fi_info in the image
-        ('echo "libfabric: 2.1.0amzn3.0"', "2.1.0"),
+        ('[ "$*" = --version ] && echo "libfabric: 2.1.0amzn3.0"', "2.1.0"),  # asked with its option
         ('echo "libfabric: 2.1.0amzn3.0"; exit 3', None),  # a failing fi_info's output is not believed
     ],
 )
@@ -190,6 +190,7 @@ def test_the_whole_probe_from_the_weaker_sources(monkeypatch, tmp_path):
         "fi_info --version",
     )
     assert src["efa_driver"].startswith("not visible: no /sys/module/efa/version in this pod (")
+    assert "the efa module is not loaded on the node, or the pod has no /sys" in src["efa_driver"]
     assert "image" not in src and "aws_ofi_nccl" not in src and "net_plugin" not in src
 
 
@@ -268,6 +269,7 @@ def test_a_bad_manifest_message_lists_the_layers():
         ("2.1.3", "2.1amzn3.0", True),
         ("1.18.0", " 1.18.0-aws ", True),
         ("2.3.1", "2.3.0RC1", False),
+        ("2.1.0.5", "2.1.0RC4", True),  # an upper-case letter ends the release too: 2.1.0 against 2.1.0.5
         ("13", "13.0.2", True),  # equal as far as both are precise
         ("13.1", "13.0.2", False),
         ("2.58.0", "unknown", False),  # nothing to compare is no match
