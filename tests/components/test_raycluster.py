@@ -206,7 +206,9 @@ def test_efa_check_job(default_run):
         "ray_efa_eks.efacheck.__init__.py",
         "ray_efa_eks.efacheck.fsdp_shapes.py",
     } <= set(cm["data"])
-    assert not [k for k in cm["data"] if not k.startswith("ray_efa_eks.efacheck.") and k != "ray_efa_eks.__init__.py"]
+    # the EFA proof, the root package and the gate's typed options (the spec the check parses its argv into)
+    spec = {"ray_efa_eks.__init__.py", "ray_efa_eks.components.__init__.py", "ray_efa_eks.components.gate_request.py"}
+    assert not [k for k in cm["data"] if not k.startswith("ray_efa_eks.efacheck.") and k not in spec]
     pod = job["spec"]["template"]["spec"]
     mounts = {m["name"]: m["mountPath"] for m in pod["containers"][0]["volumeMounts"] if m["name"] == "code"}
     assert mounts == {"code": "/opt/ray-efa-eks/ray_efa_eks"}  # the working_dir holds ray_efa_eks/, its real name
