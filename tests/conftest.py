@@ -33,6 +33,10 @@ REHEARSAL_FILES = frozenset(
         "tests/test_deadlines.py",
         "tests/tools/test_mutate.py",
         "tests/tools/test_queue_admission.py",
+        # the library as others consume it: a wheel built and installed, the provider plugin over gRPC as the engine
+        # runs it
+        "tests/components/test_package.py",
+        "tests/components/test_provider_grpc.py",
     }
 )
 """Files whose tests start local Ray clusters or run whole rehearsals (most of the suite's time): marked

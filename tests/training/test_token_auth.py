@@ -145,9 +145,11 @@ def test_stack_job_env_carries_the_clusters_token(default_run):
 def mount(tmp_path_factory) -> Path:
     """The Job's code mount, with a stand-in efa_check that answers at once: the auth path is what is tested."""
     root = tmp_path_factory.mktemp("mount")
-    (root / "efacheck").mkdir()
-    (root / "efacheck" / "__init__.py").write_text("")
-    (root / "efacheck" / "efa_check.py").write_text(
+    check = root / "ray_efa_eks" / "efacheck"  # where the job's python -m finds the check (CHECK_MODULE)
+    check.mkdir(parents=True)
+    (root / "ray_efa_eks" / "__init__.py").write_text("")
+    (check / "__init__.py").write_text("")
+    (check / "efa_check.py").write_text(
         'import json, os\nprint(json.dumps({"verdict": "efa", "authed": os.environ.get("RAY_AUTH_MODE")}))\n'
     )
     return root
