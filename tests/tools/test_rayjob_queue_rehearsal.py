@@ -31,6 +31,7 @@ pytest.importorskip("aiohttp")  # ray[default]: the dashboard and the Jobs API
 
 from ray_efa_eks.tools.command import main  # noqa: E402
 from tests.helpers.crd import plain  # noqa: E402
+from tests.helpers.ray_jobs import submit  # noqa: E402
 from tests.helpers.kueue_admission import Kueue  # noqa: E402
 from tests.helpers.mockruns import shared_run  # noqa: E402
 
@@ -122,32 +123,7 @@ class Submitted:
             "RAY_EFA_EKS_STORAGE_PATH": str(self.storage),  # the pods' env, here the job's
             "RAY_EFA_EKS_TRAIN_BACKEND": "gloo",
         }  # logical GPUs: compute on CPU
-        deadline = time.monotonic() + 300
-        while True:  # a head that just started has no job agent yet
-            sub = subprocess.run(
-                [
-                    "ray",
-                    "job",
-                    "submit",
-                    "--address",
-                    url,
-                    "--runtime-env-json",
-                    json.dumps(runtime_env),
-                    "--submission-id",
-                    sid,
-                    "--no-wait",
-                    "--",
-                    *job["spec"]["entrypoint"].split(),
-                ],
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=180,
-            )
-            if sub.returncode == 0 or time.monotonic() > deadline:
-                break
-            time.sleep(3)
-        assert sub.returncode == 0, sub.stderr[-2000:]
+        submit(url, env, runtime_env, sid, job["spec"]["entrypoint"].split())
 
     def status(self) -> str:
         return str(self.client.get_job_status(self.sid))

@@ -18,11 +18,9 @@ Slow (a local Ray cluster with the dashboard and two training jobs): run it with
 from __future__ import annotations
 
 import io
-import json
 import os
 import subprocess
 import sys
-import time
 from contextlib import redirect_stdout
 from pathlib import Path
 
@@ -34,6 +32,7 @@ pytest.importorskip("aiohttp")  # ray[default]: the dashboard and the Jobs API
 
 from ray_efa_eks.tools.command import main  # noqa: E402
 from tests.helpers.fake_kube import FakeKube  # noqa: E402
+from tests.helpers.ray_jobs import submit  # noqa: E402
 
 BIN = str(Path(sys.executable).parent)
 TEAMS = 'jobQueues=["vision:2nodes", "nlp:1nodes:borrow"]'
@@ -108,32 +107,7 @@ def submitter(url: str, env: dict, job: dict, workdir: Path, storage: Path, sid:
     runtime_env["working_dir"] = str(workdir)  # the mount path, here a folder
     runtime_env["env_vars"] = {"RAY_EFA_EKS_STORAGE_PATH": str(storage)}  # the pods' env, here the job's
     entry = job["spec"]["entrypoint"].split()
-    deadline = time.monotonic() + 300
-    while True:  # a head that just started has no job agent yet
-        sub = subprocess.run(
-            [
-                "ray",
-                "job",
-                "submit",
-                "--address",
-                url,
-                "--runtime-env-json",
-                json.dumps(runtime_env),
-                "--submission-id",
-                sid,
-                "--no-wait",
-                "--",
-                *entry,
-            ],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=180,
-        )
-        if sub.returncode == 0 or time.monotonic() > deadline:
-            break
-        time.sleep(3)
-    assert sub.returncode == 0, sub.stderr[-2000:]
+    submit(url, env, runtime_env, sid, entry)
     logs = subprocess.run(
         ["ray", "job", "logs", "--address", url, "--follow", sid], env=env, capture_output=True, text=True, timeout=600
     )
