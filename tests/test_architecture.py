@@ -40,6 +40,10 @@ CROSS_EDGES = {
     ("training.request", "efacheck.exit_codes"): "the one exit-code table (its codes by name)",
     ("training.submit", "efacheck.exit_codes"): "the one exit-code table (its codes by name)",
     ("training.submit", "components.payload"): "submit ships its code with the one payload builder (stdlib only)",
+    (
+        "training.cli",
+        "components.config.url_rule",
+    ): "the URL rule remoteWriteUrl keeps (a stdlib-only leaf submit ships)",
     ("training.run", "efacheck.local_cluster"): "a run without --address starts the shared local Ray cluster",
     ("training.run", "efacheck.verdict_metrics"): "a run's fabric verdict as a metric on the head, as the gate's",
     ("training.request", "efacheck.storage_uri"): "one storage-path grammar for train, submit and the gate's proof",
@@ -63,6 +67,7 @@ COMPONENT_LAYERS = {
         "payload",
         "gate_request",
         "config.values",
+        "config.url_rule",
         "config.config_fields",
         "config.errors",
         "nodes.instances",
@@ -286,7 +291,7 @@ def test_shipped_packages_import_only_themselves_relatively(package):
 def test_training_reaches_efacheck_only_through_its_namespace_and_ships_what_it_imports():
     """training imports efacheck as ``..efacheck`` (both live in ray_efa_eks, installed or submitted), and submit
     ships every efacheck module training imports, closed under efacheck's own imports."""
-    from ray_efa_eks.training.submit import EFACHECK_FILES
+    from ray_efa_eks.training.submit import COMPONENTS_FILES, EFACHECK_FILES
 
     for name, tree in modules("training").items():
         for level, mod in imports(tree):
@@ -303,6 +308,12 @@ def test_training_reaches_efacheck_only_through_its_namespace_and_ships_what_it_
     for name in shipped:
         for _, t in edges("efacheck", name, efacheck[name]):
             assert t.split(".")[-1] in shipped, f"efacheck/{name}.py imports {t}, which submit does not ship"
+    library = {a: b for a, b in all_edges() if a.startswith("training.") and b.startswith("components.")}
+    for a, b in library.items():
+        if a != "training.submit":  # the payload builder runs on the caller's machine, never in the job
+            assert f"{b.partition('.')[2].replace('.', '/')}/__init__.py" in COMPONENTS_FILES or (
+                f"{b.partition('.')[2].replace('.', '/')}.py" in COMPONENTS_FILES
+            ), f"{a} imports {b}, which submit does not ship"
 
 
 def test_every_edge_inside_the_library_follows_its_layers():
@@ -360,7 +371,9 @@ def test_config_flows_one_way():
         "nodes.cold_start",
     }, config_imports
     # values.py (the value grammars every key, component and CLI option uses) is a leaf: it imports no component
-    assert not [mod for level, mod in imports(modules("components")["config.values"]) if level], "values.py is a leaf"
+    # but the URL rule it shares with the CLIs, which imports nothing
+    assert [mod for level, mod in imports(modules("components")["config.values"]) if level] == ["url_rule"]
+    assert not [mod for level, mod in imports(modules("components")["config.url_rule"]) if level]
 
 
 def dynamic_imports() -> list[tuple[str, int, str, str]]:

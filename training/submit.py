@@ -38,6 +38,9 @@ EFACHECK_FILES = (
 """The efacheck modules training imports (``training/fabric.py``: the gate's verdict code; the run's verdict as a
 metric; the local Ray cluster), closed under their own imports; ``submit`` ships them next to ``training``
 (tests/test_architecture.py checks both)."""
+COMPONENTS_FILES = ("__init__.py", "config/__init__.py", "config/url_rule.py")
+"""The library modules training imports (``training/cli.py``: the URL rule ``remoteWriteUrl`` keeps), stdlib only;
+``submit`` ships them next to ``training`` (tests/test_architecture.py checks it)."""
 NAMESPACE = "ray_efa_eks"
 """The package ``training`` and ``efacheck`` live in; a submitted job keeps that layout (components/payload.py)."""
 AGENT_WAIT_S = 60.0
@@ -57,7 +60,8 @@ def submit_entrypoint(train_args: Sequence[str]) -> str:
 def stage_package(dest: Path) -> Path:
     """Lay the job's working_dir out in ``dest`` (components/payload.py, the builder the gate and the node agent
     use): ``ray_efa_eks/__init__.py``, this package's sources (no __pycache__) under ``ray_efa_eks/training`` and
-    the efacheck modules it imports (:data:`EFACHECK_FILES`) under ``ray_efa_eks/efacheck``.
+    the efacheck and library modules it imports (:data:`EFACHECK_FILES`, :data:`COMPONENTS_FILES`) under
+    ``ray_efa_eks/efacheck`` and ``ray_efa_eks/components``.
 
     The package is found through the import system, so an installed ``ray_efa_eks.training`` ships only its own
     files, never the site-packages around it; in the job the working_dir's ``ray_efa_eks`` (a regular package,
@@ -66,7 +70,9 @@ def stage_package(dest: Path) -> Path:
     from ..components import payload  # stdlib only: the one builder of the code a pod runs
 
     try:
-        return payload.write(payload.build({"training": None, "efacheck": EFACHECK_FILES}), dest)
+        return payload.write(
+            payload.build({"training": None, "efacheck": EFACHECK_FILES, "components": COMPONENTS_FILES}), dest
+        )
     except FileNotFoundError as e:
         raise CliError(EXIT_FAILED, f"cannot stage the job's code: {e}") from None
 

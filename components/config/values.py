@@ -23,6 +23,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from .url_rule import url_fault
+
 
 class ValueProblem(ValueError):
     """A value outside its grammar: ``fix`` says what is wrong and what to write; ``value`` the offending part."""
@@ -834,15 +836,10 @@ class HttpUrl(Text):
 
         if re.search(r"\s", value):
             raise ValueProblem(f"contains whitespace; {self.fix}", value)
-        try:
-            parts = urlsplit(value)
-            host, port = parts.hostname, parts.port
-        except ValueError as e:
-            raise ValueProblem(f"is not a URL ({e}); {self.fix}", value) from None
-        if parts.scheme not in self.schemes or not host:
-            raise ValueProblem(f"needs a scheme ({'/'.join(self.schemes)}) and a host; {self.fix}", value)
-        if port == 0:
-            raise ValueProblem(f"port 0 is no port (1..65535); {self.fix}", value)
+        fault = url_fault(value, self.schemes)
+        if fault:
+            raise ValueProblem(f"{fault}; {self.fix}", value)
+        parts = urlsplit(value)
         if parts.username or parts.password:
             raise ValueProblem(
                 f"carries credentials in the URL (they would sit in the Prometheus spec in clear); {self.fix}", value

@@ -984,7 +984,7 @@ def test_a_bad_endpoint_url_gets_an_example_of_a_good_one(monkeypatch, capsys):
     with pytest.raises(SystemExit):
         pf.main(["--region", R, "--endpoint-url", "ftp://x"])
     assert capsys.readouterr().err.endswith(
-        "--endpoint-url 'ftp://x': expected a http/https URL with a host, e.g. --endpoint-url http://127.0.0.1:5000\n"
+        "--endpoint-url 'ftp://x': needs a scheme (http/https) and a host; e.g. --endpoint-url http://127.0.0.1:5000\n"
     )
 
 

@@ -200,21 +200,30 @@ def test_submit_ships_the_training_package_alone(tmp_path):
 
     from ray_efa_eks.training.submit import stage_package
 
-    from ray_efa_eks.training.submit import EFACHECK_FILES
+    from ray_efa_eks.training.submit import COMPONENTS_FILES, EFACHECK_FILES
 
     wd = stage_package(tmp_path)
     # not the repo, not site-packages: training, and the efacheck modules it imports, in their installed layout
     assert sorted(p.name for p in wd.iterdir()) == ["ray_efa_eks"]
-    assert sorted(p.name for p in (wd / "ray_efa_eks").iterdir()) == ["__init__.py", "efacheck", "training"]
+    assert sorted(p.name for p in (wd / "ray_efa_eks").iterdir()) == [
+        "__init__.py",
+        "components",
+        "efacheck",
+        "training",
+    ]
     pkg = importlib.resources.files("ray_efa_eks.training")
     want = sorted(p.name for p in pkg.iterdir() if p.name.endswith(".py"))
     assert sorted(p.name for p in (wd / "ray_efa_eks" / "training").iterdir()) == want
     assert (wd / "ray_efa_eks" / "training" / "trainer.py").read_bytes() == (pkg / "trainer.py").read_bytes()
     assert sorted(p.name for p in (wd / "ray_efa_eks" / "efacheck").iterdir()) == sorted(EFACHECK_FILES)
+    shipped = wd / "ray_efa_eks" / "components"
+    assert sorted(str(p.relative_to(shipped)) for p in shipped.rglob("*.py")) == sorted(COMPONENTS_FILES)
     # In the job, training.fabric judges with the shipped copy of the gate's code (nothing else on the path).
     log = REPO / "tests/fixtures/nccl-logs/real_efa_g7e_slurm_nccl2292_ofi1180_2node.log"
     code = (
-        "import ray_efa_eks.training.fabric as f; "
+        "import ray_efa_eks.training.fabric as f, ray_efa_eks.training.__main__, ray_efa_eks.training.cli as c; "
+        "assert c.url_problem('ftp://x', '--address').endswith('needs a scheme (http/https) and a host; e.g. "
+        "--address http://127.0.0.1:8265'); "
         f"print(f.__file__, f.nccl_log.__file__, f.summarize('nccl', {{'r0': open({str(log)!r}, 'rb').read()}})"
         "['verdict'])"
     )
