@@ -79,7 +79,12 @@ MODULES: dict[str, list[str]] = {
             "tests/efacheck/test_nccl_log_cases.py",
             "tests/efacheck/test_verdict_properties.py",
         ]
-        for module in ("efacheck/nccl_verdict.py", "efacheck/nccl_parse.py", "efacheck/nccl_input.py")
+        for module in (
+            "efacheck/nccl_verdict.py",
+            "efacheck/nccl_parse.py",
+            "efacheck/nccl_input.py",
+            "efacheck/nccl_report.py",
+        )
     },
     "efacheck/verdict.py": [
         "tests/efacheck/test_verdict_cases.py",
@@ -153,7 +158,11 @@ MODULES: dict[str, list[str]] = {
     "components/nodes/capacity.py": ["tests/components/test_capacity_cases.py"],
     "components/nodes/cost.py": ["tests/components/test_cost_cases.py"],
     "tools/aws_rules.py": ["tests/tools/test_aws_rules_cases.py"],
-    "tools/security_rules.py": ["tests/tools/test_security_rules_cases.py", "tests/tools/test_rules_unknowns.py"],
+    "tools/security_rules.py": [
+        "tests/tools/test_security_rules_cases.py",
+        "tests/tools/test_rules_unknowns.py",
+        "tests/tools/test_security_rules.py",
+    ],
     "tools/layout.py": ["tests/tools/test_layout_cases.py"],
     "tools/layout_node_groups.py": ["tests/tools/test_layout_cases.py"],
     "tools/layout_pods.py": ["tests/tools/test_layout_cases.py"],
