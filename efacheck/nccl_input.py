@@ -26,7 +26,7 @@ def _is_binary(head: bytes) -> bool:
     return b"\x00" in head or len(head) - len(head.translate(None, _CONTROL)) > len(head) // 20
 
 
-def _check_text(buf: bytes, source: str) -> str | None:
+def check_text(buf: bytes, source: str) -> str | None:
     """Why ``buf`` is no NCCL text (empty / binary / no NCCL line), or None if it is."""
     if re.search(rb"\S", buf) is None:
         return f"{source}: empty input"
@@ -46,12 +46,14 @@ MAX_FILES = 10_000
 MAX_LOG_BYTES = 1 << 30
 """Largest single input read (1 GiB; a 512-rank NCCL_DEBUG=INFO log is ~60 MB)."""
 HEAD_BYTES = 1 << 16
-"""What :func:`_read_input` reads before deciding an input is binary (``_check_text`` judges the same 64 KiB)."""
+"""What :func:`read_input` reads before deciding an input is binary (``check_text`` judges the same 64 KiB)."""
 CHUNK_BYTES = 1 << 20
 """The rest is read in chunks of this size, so a limit is enforced as it is crossed (stdin has no size)."""
 
 
-def _iter_files(paths: Iterable[str]) -> list[str]:
+def iter_files(paths: Iterable[str]) -> list[str]:
+    """The files to read: a directory's files walked in name order (hidden and known non-log files left out), any
+    other path as given."""
     out: list[str] = []
     for p in paths:
         if p != "-" and os.path.isdir(p):
@@ -72,11 +74,11 @@ def _iter_files(paths: Iterable[str]) -> list[str]:
     return out
 
 
-def _read_input(path: str) -> bytes:
+def read_input(path: str) -> bytes:
     """A log's bytes: ``-`` is stdin; only regular files (a FIFO or a device would block or never end).
 
     Read in bounded chunks: the first 64 KiB decide "binary" before anything more is read (a multi-GB core dump or
-    image is refused after its first chunk, its head returned for ``_check_text`` to name), and reading stops with
+    image is refused after its first chunk, its head returned for ``check_text`` to name), and reading stops with
     EFBIG as soon as :data:`MAX_LOG_BYTES` is crossed, for stdin too.
     """
     if path == "-":
@@ -96,7 +98,7 @@ def _read_bounded(fh: Any, size_hint: int = 0) -> bytes:
     in chunks, the limit checked as it is crossed."""
     head = fh.read(HEAD_BYTES)
     if _is_binary(head):
-        return head  # judged binary on its head (_check_text says so); the rest is never read
+        return head  # judged binary on its head (check_text says so); the rest is never read
     if size_hint > len(head):
         fh.seek(0)
         parts, size, want = [], 0, size_hint + CHUNK_BYTES

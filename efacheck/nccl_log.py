@@ -39,7 +39,7 @@ from typing import Iterable
 
 from .cli import ArgumentParser, run_cli
 from .exit_codes import EXIT_INTERRUPTED
-from .nccl_input import NOT_LOGS, UnreadableInput, _check_text, _iter_files, _read_input
+from .nccl_input import NOT_LOGS, UnreadableInput, check_text, iter_files, read_input
 from .nccl_parse import Collector, Rank
 from .nccl_report import EXIT, HINTS, Report, format_report, with_verdict
 from .nccl_verdict import Expect, judge
@@ -81,7 +81,7 @@ def analyze_bytes(
     col = Collector()
     silent: list[str] = []
     for source, buf in items:
-        why = (_why_missing or {}).get(source, f"{source}: missing") if buf is None else _check_text(buf, source)
+        why = (_why_missing or {}).get(source, f"{source}: missing") if buf is None else check_text(buf, source)
         if why:
             silent.append(why)
         else:
@@ -98,7 +98,7 @@ def analyze_text(text: str, source: str = "<text>", **expect) -> Report:
 
 def analyze_paths(paths: Iterable[str], **expect) -> Report:
     """Judge files and directories of files (every file one rank's or one host's log) as one job."""
-    files = _iter_files(paths)
+    files = iter_files(paths)
     if not files:
         raise UnreadableInput(
             f"no log files in {', '.join(paths)} (a directory's {', '.join(NOT_LOGS)} files are not logs)"
@@ -107,7 +107,7 @@ def analyze_paths(paths: Iterable[str], **expect) -> Report:
     errors: dict[str, str] = {}
     for f in files:
         try:
-            items.append((f, _read_input(f)))
+            items.append((f, read_input(f)))
         except OSError as e:
             errors[f] = f"{f}: {'no such file or directory' if isinstance(e, FileNotFoundError) else e.strerror}"
             items.append((f, None))

@@ -20,8 +20,9 @@ _PREFIX_RE = re.compile(rb"([A-Za-z0-9_.\-]+):(\d+):\d+ \[\d+\] ")
 # NET connection lines only (every other transport is counted with bytes.count): literal-led, so `re` uses its
 # fast substring search over the whole buffer.
 _NET_CHAN_RE = re.compile(rb" via NET/([^\r\n]*)")
-_INTRA = (b" via P2P/", b" via SHM/")
-_INTRA_LEN = max(map(len, _INTRA))
+INTRA = (b" via P2P/", b" via SHM/")
+"""How NCCL names an intra-node connection (CUDA P2P or shared memory): never the network."""
+_INTRA_LEN = max(map(len, INTRA))
 # Init/WARN lines we read one by one; pure literals found with bytes.find (far faster than one alternation).
 _FACT_STARTS = (
     b"INFO Using network",
@@ -37,7 +38,8 @@ _FACT_RE = re.compile(rb"(.*?)NCCL (INFO|WARN) (.*?)\s*$")
 # "Channel NN"/"Ring NN" connection line (the literal "NCCL " leads, so `re` uses its fast substring search).
 _CANDIDATE_RE = re.compile(rb"NCCL (?:WARN |INFO (?!Channel \d|Ring \d))")
 _RAY_REPEAT_RE = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
-_NETDEV_RE = re.compile(r"^(.+?)/(\d+)(?:\(\d+\))?(/GDRDMA)?")
+NETDEV_RE = re.compile(r"^(.+?)/(\d+)(?:\(\d+\))?(/GDRDMA)?")
+"""A NET transport's ``name/device[(port)][/GDRDMA]``, as NCCL prints it in a connection line."""
 _PROVIDER_RE = re.compile(
     r"Selected [Pp]rovider is ([A-Za-z0-9_;\-]+)(?:,\s*fabric is ([^\s(,]+))?(?:.*?found (\d+) nics)?"
 )
@@ -46,7 +48,8 @@ _NNODES_RE = re.compile(r"nRanks (\d+) nNodes (\d+)")
 _NET_ASSIGNED_RE = re.compile(r"^(?:Using network|Assigned NET plugin) (.+?)(?: to comm.*)?$")
 
 
-def _is_ofi(net: str) -> bool:
+def is_ofi(net: str) -> bool:
+    """The aws-ofi-nccl plugin, by either name NCCL gives it (``Libfabric``, ``OFI``)."""
     return "libfabric" in net.lower() or net.lower() == "ofi"
 
 
@@ -140,11 +143,11 @@ class Collector:
         for tr_b, n in Counter(_NET_CHAN_RE.findall(buf)).items():
             tr = _RAY_REPEAT_RE.sub("", tr_b.decode(errors="replace")).strip()
             self.net_chan[tr] += n
-            m = _NETDEV_RE.match(tr)
+            m = NETDEV_RE.match(tr)
             self._note(f"chan:{m.group(1) if m else tr}", source, buf.find(b" via NET/" + tr_b))
         first: list[int] = []  # where the first intra-node line is: the second literal is looked for only before
         end = len(buf)  # the first's hit (a log with P2P lines and no SHM line is not scanned twice to the end)
-        for lit in _INTRA:
+        for lit in INTRA:
             i = buf.find(lit, 0, end)
             if i >= 0:
                 first.append(i)
@@ -167,7 +170,7 @@ class Collector:
         if m:
             net = m.group(1).strip()
             r.networks.add(net)
-            if _is_ofi(net):
+            if is_ofi(net):
                 r.plugin = "loaded"  # only a working plugin provides that network (an earlier failed try is over)
             self._note(f"network:{net}", source, pos)
             if r.host:
@@ -175,7 +178,7 @@ class Collector:
             return
         if body.startswith("Initialized NET plugin"):
             name = body[len("Initialized NET plugin") :].strip()
-            if _is_ofi(name):
+            if is_ofi(name):
                 r.plugin = "loaded"
             return
         if "failed to initialize any net plugin" in low:

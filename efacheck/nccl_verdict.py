@@ -13,7 +13,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from .nccl_parse import _INTRA, _NETDEV_RE, Collector, Rank, _is_ofi
+from .nccl_parse import INTRA, NETDEV_RE, Collector, Rank, is_ofi
 from .nccl_report import Report
 
 
@@ -78,10 +78,10 @@ def facts(col: Collector, silent: list[str]) -> Facts:
     ofi_devs: set[int] = set()
     ofi_lines = ofi_gdr = 0
     for tr, n in col.net_chan.items():
-        m = _NETDEV_RE.match(tr)
+        m = NETDEV_RE.match(tr)
         name = m.group(1) if m else tr.split("/")[0]
         chan_nets[name] += n
-        if _is_ofi(name):
+        if is_ofi(name):
             ofi_lines += n
             if m:
                 ofi_devs.add(int(m.group(2)))
@@ -103,7 +103,7 @@ def facts(col: Collector, silent: list[str]) -> Facts:
     # connection line gets no such rule: the same lines from one node read the same, in any order (NCCL prints
     # "Using network Libfabric" on single-node runs too).
     efa_hosts = {
-        r.host for r in ranks if r.host and r.provider == "efa" and r.networks and all(_is_ofi(n) for n in r.networks)
+        r.host for r in ranks if r.host and r.provider == "efa" and r.networks and all(is_ofi(n) for n in r.networks)
     }
     # Every named host must name its provider: another host's "Selected provider is efa" says nothing of the
     # provider this host's NET lines ran on (tcp too is FI_EP_RDM).
@@ -128,12 +128,12 @@ def facts(col: Collector, silent: list[str]) -> Facts:
         ofi_init_failed=any(r.plugin == "init_failed" for r in ranks),
         single=(max_nodes == 1) or loopback or (len(hosts) <= 1 and intra and not chan_nets and max_nodes is None),
         multi=(max_nodes or 0) > 1 or len(hosts) > 1 or bool(chan_nets),
-        ofi_nets={n for n in nets if _is_ofi(n)} | {n for n in chan_nets if _is_ofi(n)},
+        ofi_nets={n for n in nets if is_ofi(n)} | {n for n in chan_nets if is_ofi(n)},
         one_host=one_host,
         crossed_by_conn=bool(ofi_lines) and max_nodes != 1 and not one_host,
-        crossed_by_count=(max_nodes or 0) > 1 and bool(nets) and all(_is_ofi(n) for n in nets),
+        crossed_by_count=(max_nodes or 0) > 1 and bool(nets) and all(is_ofi(n) for n in nets),
         crossed_by_hosts=(
-            len(hosts) >= 2 and efa_hosts == set(hosts) and max_nodes != 1 and all(_is_ofi(n) for n in nets)
+            len(hosts) >= 2 and efa_hosts == set(hosts) and max_nodes != 1 and all(is_ofi(n) for n in nets)
         ),
         unproven=unproven,
         # The provider must be named: "AWS Libfabric" (the early plugin) also ran on the tcp and sockets providers
@@ -170,7 +170,7 @@ class Case:
         return f"net plugin failed to load: {self.cite('plugin_failed')}"
 
     def ofi_chan_kinds(self) -> list[str]:
-        return [f"chan:{n}" for n in sorted(self.f.chan_nets) if _is_ofi(n)]
+        return [f"chan:{n}" for n in sorted(self.f.chan_nets) if is_ofi(n)]
 
     def report(self, verdict: str) -> Report:
         f = self.f
@@ -207,11 +207,11 @@ def wrong_network(f: Facts, c: Case, expect: Expect) -> Optional[str]:
     """Connections or communicators on a network other than Libfabric with several nodes, or a provider other than
     efa: fallback. Also notes a forced NCCL_NET and a loopback bootstrap as causes, whatever the verdict."""
     bad = False
-    for n in sorted(x for x in f.chan_nets if not _is_ofi(x)):
+    for n in sorted(x for x in f.chan_nets if not is_ofi(x)):
         c.reasons.append(f"inter-node connections via NET/{n} ({f.chan_nets[n]} lines), first at {c.cite(f'chan:{n}')}")
         c.cause("socket_network" if n == "Socket" else "non_efa_network")
         bad = True
-    for n in sorted(x for x in f.nets if not _is_ofi(x)):
+    for n in sorted(x for x in f.nets if not is_ofi(x)):
         if f.multi and not f.single:
             c.reasons.append(f"NCCL selected network {n} with {f.nodes or 'several'} nodes: {c.cite(f'network:{n}')}")
             c.cause("socket_network" if n == "Socket" else "non_efa_network")
@@ -221,7 +221,7 @@ def wrong_network(f: Facts, c: Case, expect: Expect) -> Optional[str]:
         c.cause("non_efa_provider")
         bad = True
     forced = c.col.net_forced
-    if forced and not _is_ofi(forced):
+    if forced and not is_ofi(forced):
         c.cause("net_forced")
         if bad:
             c.reasons.append(f"NCCL_NET forces network {forced}: {c.cite('net_forced')}")
@@ -326,7 +326,7 @@ def efa_by_traffic(f: Facts, c: Case, expect: Expect) -> Optional[str]:
     for n in sorted(f.nets):
         c.reasons.append(f"network {n} on {sum(n in r.networks for r in f.ranks)} rank(s): {c.cite(f'network:{n}')}")
     c.reasons.append(f"provider efa: {c.cite('provider:efa', *(f'provider:efa@{h}' for h in f.hosts))}")
-    for n in sorted(x for x in f.chan_nets if _is_ofi(x)):
+    for n in sorted(x for x in f.chan_nets if is_ofi(x)):
         c.reasons.append(f"{f.chan_nets[n]} inter-node connection line(s) via NET/{n}, first at {c.cite(f'chan:{n}')}")
     if f.max_nodes and f.max_nodes > 1:
         c.reasons.append(f"NCCL counted {f.max_nodes} nodes: {c.cite(f'nnodes:{f.max_nodes}')}")
@@ -352,7 +352,7 @@ def undetermined(f: Facts, c: Case, expect: Expect) -> Optional[str]:
         elif f.loopback:
             c.reasons.append(f"NCCL is bound to loopback, so only one node took part: {c.cite('loopback')}")
         else:
-            n_intra = sum(b.count(lit) for b in c.col.intra_bufs for lit in _INTRA)
+            n_intra = sum(b.count(lit) for b in c.col.intra_bufs for lit in INTRA)
             c.reasons.append(
                 f"one host ({f.hosts[0] if f.hosts else 'unnamed'}), only intra-node connections "
                 f"({n_intra} P2P/SHM lines), nothing crossed nodes: {c.cite('intra')}"

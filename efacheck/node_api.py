@@ -115,12 +115,14 @@ def report(
 ) -> bool:
     """Write the Node condition (strategic merge by condition type) when it changed from ``previous``, and a Warning
     Event on the Node when a check fails and the condition was not already this failure; True when it wrote."""
-    return _write(api, name, uid, *_message(findings), previous)
+    return write_condition(api, name, uid, *_message(findings), previous)
 
 
-def _write(
+def write_condition(
     api: Api, name: str, uid: str | None, status: str, reason: str, message: str, previous: dict[str, Any] | None
 ) -> bool:
+    """Set the node's EFA condition (a strategic-merge patch of its status); False when ``previous`` already says
+    the same, so an unchanged node is not written every interval."""
     if previous and (previous.get("status"), previous.get("reason"), previous.get("message")) == (
         status,
         reason,

@@ -82,7 +82,7 @@ from .node_api import (
     TAINT_KEY,
     TOKEN_DIR,
     Api,
-    _write,
+    write_condition,
     add_startup_taint,
     current_condition,
     on_record,
@@ -149,7 +149,7 @@ def fail_provider(api: Api, node: dict[str, Any], failures: list[str], log: Call
             for f in failures:
                 log(f"[node-check] FAIL provider: {f}")
             # not on record: ``previous`` is never this failure, so the condition is always written
-            _write(api, name, node["metadata"].get("uid"), "False", PROVIDER_FAILED, message, None)
+            write_condition(api, name, node["metadata"].get("uid"), "False", PROVIDER_FAILED, message, None)
         if add_startup_taint(api, node):
             log(
                 f"[node-check] node {name}: a Ray worker's provider check failed; put back taint {TAINT_KEY} "

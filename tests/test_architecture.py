@@ -331,18 +331,34 @@ def test_every_edge_inside_the_library_follows_its_layers():
     assert not bad, bad
 
 
-def test_no_private_name_crosses_a_library_module():
-    """A module's ``_private`` names are its own: what two components share lives in a leaf both import (the
-    labels, tolerations and pod helpers in kube.py, what the gate and the node agent ship in addons/payload.py)."""
-    crossing = [
-        f"components/{name.replace('.', '/')}.py:{node.lineno} imports {a.name} from {'.' * node.level}"
-        f"{node.module or ''}"
-        for name, tree in modules("components").items()
-        for node in ast.walk(tree)
-        if isinstance(node, ast.ImportFrom) and node.level
-        for a in node.names
-        if a.name.startswith("_") and not a.name.startswith("__")
-    ]
+def test_no_private_name_crosses_a_module():
+    """A module's ``_private`` names are its own, in every package: what two modules share is public in the one that
+    owns it (the labels, tolerations and pod helpers in components/kube.py, the payload builder in
+    components/payload.py, the NCCL line grammar in efacheck/nccl_parse.py), imported by name or read off the
+    module (``layout_node_groups.template_of``)."""
+    crossing = []
+    for package in PACKAGES:
+        for name, tree in modules(package).items():
+            where = f"{package}/{name.replace('.', '/')}.py"
+            ours = set()  # names bound to a module of ours: ``from . import sweep as _sweep``
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ImportFrom) and node.level:
+                    for a in node.names:
+                        if a.name.startswith("_") and not a.name.startswith("__"):
+                            crossing.append(f"{where}:{node.lineno} imports {a.name}")
+                        elif node.module is None or is_module(
+                            ".".join([*_base(package, name, node.level), *(node.module or "").split("."), a.name])
+                        ):
+                            ours.add(a.asname or a.name)
+            crossing += [
+                f"{where}:{n.lineno} reads {n.value.id}.{n.attr}"
+                for n in ast.walk(tree)
+                if isinstance(n, ast.Attribute)
+                and isinstance(n.value, ast.Name)
+                and n.value.id in ours
+                and n.attr.startswith("_")
+                and not n.attr.startswith("__")
+            ]
     assert not crossing, crossing
 
 

@@ -136,7 +136,7 @@ def node_groups(stack: Stack) -> list[NodeGroup]:
         itypes = _str_list(props.get("instanceTypes"))
         # Our own launch template (components/nodes/launch_template.py) is the MNG's sibling: the mocks name it in the
         # MNG's launchTemplate input, a preview in the aws:eks/nodeGroup child's (by id, or by its dependency).
-        template = template or _template_of(stack, child_ng if child_ng is not None else mng)
+        template = template or template_of(stack, child_ng if child_ng is not None else mng)
         if not itypes and template is not None and isinstance(dig(template.props, "instanceType"), str):
             itypes = [dig(template.props, "instanceType")]  # a Capacity Block's type lives in the launch template
         if pg is None and template is not None:
@@ -191,7 +191,7 @@ def node_groups(stack: Stack) -> list[NodeGroup]:
             continue
         props = ng.props
         itypes = _str_list(props.get("instanceTypes"))
-        template = _template_of(stack, ng)
+        template = template_of(stack, ng)
         if not itypes and template is not None and isinstance(dig(template.props, "instanceType"), str):
             itypes = [dig(template.props, "instanceType")]
         if template is not None:
@@ -236,7 +236,7 @@ def _placement_group_of(stack: Stack, template: Resource) -> Resource | None:
     return None
 
 
-def _template_of(stack: Stack, ng: Resource) -> Resource | None:
+def template_of(stack: Stack, ng: Resource) -> Resource | None:
     """The launch template a node group names in ``launchTemplate.id`` (or depends on for it)."""
     ref = dig(ng.props, "launchTemplate", "id")
     found = stack.resolve(ref)

@@ -104,7 +104,7 @@ def _template_fingerprint(st: Stack, g: layout_node_groups.NodeGroup) -> str:
     group follows (``latestVersion``), and EKS rolls every node onto it."""
     import hashlib
 
-    template = layout_node_groups._template_of(st, g.resource)
+    template = layout_node_groups.template_of(st, g.resource)
     if template is None:
         return "(none)"
     # the template's own tags record what the group runs (components/nodes/rollout_guards.py): not data, no new version

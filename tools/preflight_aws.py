@@ -43,15 +43,16 @@ def quota_code_for(instance_type: str) -> str | None:
     return None
 
 
-def _code(err: botocore.exceptions.ClientError) -> str:
+def error_code(err: botocore.exceptions.ClientError) -> str:
+    """The AWS error code of a refused call ("" when the response has none)."""
     return err.response.get("Error", {}).get("Code", "")
 
 
 def _is_denied(err: botocore.exceptions.ClientError) -> bool:
-    return _code(err) in DENIED_CODES
+    return error_code(err) in DENIED_CODES
 
 
-def _clients(session_or_clients: Any) -> tuple[Any, Any]:
+def ec2_and_quota_clients(session_or_clients: Any) -> tuple[Any, Any]:
     """Accept a boto3 Session or a dict {"ec2": client, "service-quotas": client}."""
     if isinstance(session_or_clients, dict):
         ec2 = session_or_clients["ec2"]
@@ -100,7 +101,8 @@ def recommend_az(ec2_client: Any, instance_type: str) -> str | None:
     return azs[0] if azs else None
 
 
-def _describe_types(ec2_client: Any, types: list[str]) -> dict[str, dict]:
+def describe_types(ec2_client: Any, types: list[str]) -> dict[str, dict]:
+    """Instance type -> its DescribeInstanceTypes entry, asked 100 types at a time (the API's limit), every page."""
     out: dict[str, dict] = {}
     types = sorted(set(types))
     for i in range(0, len(types), 100):
@@ -111,7 +113,8 @@ def _describe_types(ec2_client: Any, types: list[str]) -> dict[str, dict]:
     return out
 
 
-def _running_vcpus(ec2_client: Any, quota_code: str) -> int:
+def running_vcpus(ec2_client: Any, quota_code: str) -> int:
+    """vCPUs of the running and pending On-Demand instances that count against ``quota_code``."""
     pages = ec2_client.get_paginator("describe_instances").paginate(
         Filters=[{"Name": "instance-state-name", "Values": ["running", "pending"]}]
     )
@@ -128,7 +131,7 @@ def _running_vcpus(ec2_client: Any, quota_code: str) -> int:
                 counts[itype] = counts.get(itype, 0) + 1
     if not counts:
         return 0
-    info = _describe_types(ec2_client, list(counts))
+    info = describe_types(ec2_client, list(counts))
     for itype, n in counts.items():
         vcpus = info.get(itype, {}).get("VCpuInfo", {}).get("DefaultVCpus", 0)
         explicit += n * int(vcpus)
@@ -143,12 +146,12 @@ class Unanswered(Exception):
         super().__init__(f"{why}: {action}")
 
 
-def _ask(action: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+def ask(action: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
     """``fn(...)``, or :class:`Unanswered` naming ``action`` when denied or not answered; other errors propagate."""
     try:
         return fn(*args, **kwargs)
     except botocore.exceptions.ClientError as e:
-        code = _code(e)
+        code = error_code(e)
         if _is_denied(e):
             raise Unanswered(action, "denied") from None
         if (
@@ -166,17 +169,18 @@ def reservation_az(ec2_client: Any, reservation_id: str) -> str:
 
     Raises :class:`Unanswered` (denied / not implemented) or LookupError (no such reservation).
     """
-    found = _ask("ec2:DescribeCapacityReservations", _describe_reservation, ec2_client, reservation_id)
+    found = ask("ec2:DescribeCapacityReservations", describe_reservation, ec2_client, reservation_id)
     if found is None:
         raise LookupError(f"capacity reservation {reservation_id} not found in {ec2_client.meta.region_name}")
     return found["AvailabilityZone"]
 
 
-def _describe_reservation(ec2_client: Any, reservation_id: str) -> dict[str, Any] | None:
+def describe_reservation(ec2_client: Any, reservation_id: str) -> dict[str, Any] | None:
+    """The Capacity Reservation ``reservation_id``, or None when EC2 knows no such id."""
     try:
         resp = ec2_client.describe_capacity_reservations(CapacityReservationIds=[reservation_id])
     except botocore.exceptions.ClientError as e:
-        if _code(e) in ("InvalidCapacityReservationId.NotFound", "InvalidCapacityReservationId.Malformed"):
+        if error_code(e) in ("InvalidCapacityReservationId.NotFound", "InvalidCapacityReservationId.Malformed"):
             return None
         raise
     found = resp.get("CapacityReservations")  # absent or empty: none

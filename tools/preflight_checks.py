@@ -17,12 +17,12 @@ from .preflight_aws import (
     QUOTA_P,
     PreflightError,
     Unanswered,
-    _ask,
-    _clients,
-    _code,
-    _describe_reservation,
-    _describe_types,
-    _running_vcpus,
+    ask,
+    ec2_and_quota_clients,
+    error_code,
+    describe_reservation,
+    describe_types,
+    running_vcpus,
     capacity_block_offerings,
     eks_refuses_cluster_subnets,
     offered_azs,
@@ -97,25 +97,25 @@ def run_preflight(
     except botocore.exceptions.ClientError as e:
         op = e.operation_name  # botocore's ClientError always has it (its __init__)
         raise PreflightError(
-            f"AWS API error in {op}: {_code(e)}: {e.response.get('Error', {}).get('Message', '')}"
+            f"AWS API error in {op}: {error_code(e)}: {e.response.get('Error', {}).get('Message', '')}"
         ) from None
     except (botocore.exceptions.BotoCoreError, ResponseParserError) as e:
         raise PreflightError(f"AWS client error: {str(e).splitlines()[0]}") from None
 
 
 def _run(session_or_clients, instance_type, count, az, efa, reservation_id) -> PreflightResult:
-    ec2, sq = _clients(session_or_clients)
+    ec2, sq = ec2_and_quota_clients(session_or_clients)
     res = PreflightResult(region=ec2.meta.region_name, instance_type=instance_type, count=count, efa=efa)
 
     # --- offerings per AZ
     offered: list[str] | None = None
     try:
-        offered = _ask("ec2:DescribeInstanceTypeOfferings", offered_azs, ec2, instance_type)
+        offered = ask("ec2:DescribeInstanceTypeOfferings", offered_azs, ec2, instance_type)
     except Unanswered as u:
         res.check("offerings", UNKNOWN, f"AZ offerings of {instance_type} unknown ({u})", u.action)
     if offered is not None:
         try:
-            zones = _ask("ec2:DescribeAvailabilityZones", zone_ids, ec2)
+            zones = ask("ec2:DescribeAvailabilityZones", zone_ids, ec2)
         except Unanswered as u:
             zones = {}
             res.warnings.append(f"{u.action} not answered; only offering AZs listed, without zone IDs")
@@ -146,13 +146,13 @@ def _run(session_or_clients, instance_type, count, az, efa, reservation_id) -> P
     vcpus: int | None = None
     info = None
     try:
-        info = _ask("ec2:DescribeInstanceTypes", _describe_types, ec2, [instance_type]).get(instance_type)
+        info = ask("ec2:DescribeInstanceTypes", describe_types, ec2, [instance_type]).get(instance_type)
         if info is None:
             res.check("instance-type", FAILED, f"unknown instance type {instance_type}")
     except Unanswered as u:
         res.check("instance-type", UNKNOWN, f"GPUs/vCPUs/EFA of {instance_type} unknown ({u})", u.action)
     except botocore.exceptions.ClientError as e:
-        if not _code(e).startswith("InvalidInstanceType"):
+        if not error_code(e).startswith("InvalidInstanceType"):
             raise
         res.check("instance-type", FAILED, f"unknown instance type {instance_type}")
     if info is not None:
@@ -210,18 +210,18 @@ def _check_quota(res: PreflightResult, ec2: Any, sq: Any, instance_type: str, co
         return
     running = value = None
     try:
-        running = _ask("ec2:DescribeInstances", _running_vcpus, ec2, qcode)
+        running = ask("ec2:DescribeInstances", running_vcpus, ec2, qcode)
     except Unanswered as u:
         res.check("vcpu-quota", UNKNOWN, f"running vCPUs in quota {qcode} unknown ({u})", u.action)
     res.quota["running_vcpus"] = running
     res.quota["required_vcpus"] = count * vcpus + (running or 0)
     try:
-        q = _ask("servicequotas:GetServiceQuota", sq.get_service_quota, ServiceCode="ec2", QuotaCode=qcode)
+        q = ask("servicequotas:GetServiceQuota", sq.get_service_quota, ServiceCode="ec2", QuotaCode=qcode)
         value = q.get("Quota", {}).get("Value")
     except Unanswered as u:
         res.check("vcpu-quota", UNKNOWN, f"quota {qcode} unknown ({u})", u.action)
     except botocore.exceptions.ClientError as e:
-        if _code(e) != "NoSuchResourceException":
+        if error_code(e) != "NoSuchResourceException":
             raise
         res.check(
             "vcpu-quota",
@@ -266,19 +266,19 @@ def _check_placement_group(res: PreflightResult, ec2: Any, efa: bool, reservatio
         try:
             ec2.create_placement_group(GroupName="preflight-dryrun", Strategy="cluster", DryRun=True)
         except botocore.exceptions.ClientError as e:
-            if _code(e) != "DryRunOperation":
+            if error_code(e) != "DryRunOperation":
                 raise
 
     try:
-        _ask("ec2:CreatePlacementGroup", dry_run)
+        ask("ec2:CreatePlacementGroup", dry_run)
         res.placement_group = {"status": OK}
         res.check("placement-group", OK, "a cluster placement group may be created (dry run)")
     except Unanswered as u:
         res.placement_group = {"status": UNKNOWN, "reason": str(u)}
         res.check("placement-group", UNKNOWN, f"cluster placement group unknown ({u})", u.action)
     except botocore.exceptions.ClientError as e:
-        res.placement_group = {"status": FAILED, "reason": _code(e)}
-        res.check("placement-group", FAILED, f"a cluster placement group cannot be created: {_code(e)}")
+        res.placement_group = {"status": FAILED, "reason": error_code(e)}
+        res.check("placement-group", FAILED, f"a cluster placement group cannot be created: {error_code(e)}")
 
 
 def _check_reservations(
@@ -294,7 +294,7 @@ def _check_reservations(
             )
             return
         try:
-            r = _ask("ec2:DescribeCapacityReservations", _describe_reservation, ec2, reservation_id)
+            r = ask("ec2:DescribeCapacityReservations", describe_reservation, ec2, reservation_id)
         except Unanswered as u:
             res.capacity_reservations = {"id": reservation_id, "status": UNKNOWN}
             res.check("capacity-reservation", UNKNOWN, f"{reservation_id} unknown ({u})", u.action)
@@ -366,7 +366,7 @@ def _check_reservations(
         return [r for page in pages for r in page.get("CapacityReservations", [])]
 
     try:
-        found = _ask("ec2:DescribeCapacityReservations", active)
+        found = ask("ec2:DescribeCapacityReservations", active)
     except Unanswered as u:
         res.capacity_reservations = {"status": UNKNOWN}
         res.check(
@@ -408,7 +408,7 @@ def _check_capacity_blocks(res: PreflightResult, ec2: Any, instance_type: str, c
         return
 
     try:
-        found = _ask("ec2:DescribeCapacityBlockOfferings", capacity_block_offerings, ec2, instance_type, count)
+        found = ask("ec2:DescribeCapacityBlockOfferings", capacity_block_offerings, ec2, instance_type, count)
     except Unanswered as u:
         res.capacity_blocks = {"status": UNKNOWN}
         res.check(

@@ -81,7 +81,7 @@ from .submit import (
     REQUEST_TIMEOUT_S,
     UPLOAD_TIMEOUT_S,
     SubmitRequest,
-    _token_env,
+    set_token_mode,
     job_exit_code,
     main_submit,
     stage_package,
@@ -161,7 +161,7 @@ def _option(argv: list[str], flag: str) -> Optional[str]:
 
 def _main(argv: list[str], prog: str) -> int:
     if argv and argv[0] == "submit":
-        _token_env()  # before anything imports ray: Ray reads RAY_AUTH_MODE once, when its config loads
+        set_token_mode()  # before anything imports ray: Ray reads RAY_AUTH_MODE once, when its config loads
         prog = prog if prog.endswith(" submit") else f"{prog} submit"  # `ray-efa-eks submit` names it already
         p = submit_parser(prog)
         own, train = _split_submit(argv[1:])

@@ -60,11 +60,11 @@ class Lease:
         self._etag: Optional[str] = None
         self.s3 = storage.startswith("s3://")
         if self.s3:
-            from .storage_check import _session_and_client, split_s3
+            from .storage_check import s3_session_and_client, split_s3
 
             bucket, prefix, _ = split_s3(storage)
             self.bucket, self.key = bucket, "/".join(p for p in (prefix, name, RECORD) if p)
-            self.client = _session_and_client(storage, self.environ)[1]
+            self.client = s3_session_and_client(storage, self.environ)[1]
         else:
             self.path = Path(storage) / name / RECORD
 

@@ -278,7 +278,7 @@ def _no_connect(address: str) -> str:
 def own_name(storage: str, name: str) -> Any:
     """The run's lease on ``<storage>/<name>`` (training/lease.py), or CliError: 75 while another run holds it."""
     from .lease import Lease, NameInUse
-    from .storage_check import _explain
+    from .storage_check import explain_s3_error
 
     try:
         lease = Lease(storage, name)
@@ -291,7 +291,7 @@ def own_name(storage: str, name: str) -> Any:
         ) from None
     except Exception as e:  # botocore: the same answers as the storage check's
         try:
-            code, why = _explain(e, storage, "--storage-path", os.environ)
+            code, why = explain_s3_error(e, storage, "--storage-path", os.environ)
         except Exception:  # noqa: BLE001 - not an S3 answer: a bug, reported with its trace
             raise e from None
         raise CliError(code, f"{why} (the run's owner record)") from None

@@ -134,7 +134,7 @@ def _check_s3(value: str, option: str, environ: Mapping[str, str], timeout: floa
         )
     err = outcome[0]
     if err is not None:
-        raise StorageError(*_explain(err, value, option, environ)) from None
+        raise StorageError(*explain_s3_error(err, value, option, environ)) from None
 
 
 def _run_into(outcome: list, fn: Callable[[], None]) -> None:
@@ -146,7 +146,7 @@ def _run_into(outcome: list, fn: Callable[[], None]) -> None:
         outcome.append(None)
 
 
-def _session_and_client(value: str, environ: Mapping[str, str]):
+def s3_session_and_client(value: str, environ: Mapping[str, str]):
     import boto3
     from botocore.config import Config
 
@@ -166,7 +166,7 @@ def _session_and_client(value: str, environ: Mapping[str, str]):
 
 def _s3_calls(value: str, environ: Mapping[str, str]) -> None:
     bucket, prefix, _ = split_s3(value)
-    _, s3 = _session_and_client(value, environ)
+    _, s3 = s3_session_and_client(value, environ)
     key = f"{prefix}/{PROBE_NAME}" if prefix else PROBE_NAME
     s3.head_bucket(Bucket=bucket)
     s3.put_object(Bucket=bucket, Key=key, Body=b"")
@@ -183,7 +183,7 @@ def _endpoint_words(value: str, environ: Mapping[str, str]) -> str:
     )
 
 
-def _explain(err: BaseException, value: str, option: str, environ: Mapping[str, str]) -> tuple[int, str]:
+def explain_s3_error(err: BaseException, value: str, option: str, environ: Mapping[str, str]) -> tuple[int, str]:
     """(exit code, one line) for an error of the S3 calls."""
     from botocore import exceptions as bx
 
@@ -254,7 +254,7 @@ def _explain(err: BaseException, value: str, option: str, environ: Mapping[str, 
 def _credential_source(value: str, environ: Mapping[str, str]) -> str:
     """Where the credentials came from, in botocore's words (env, container-role, iam-role, ...), for a message."""
     try:
-        session, _ = _session_and_client(value, environ)
+        session, _ = s3_session_and_client(value, environ)
         found = session.get_credentials()
         return getattr(found, "method", None) or "none found"
     except Exception:  # noqa: BLE001 - only for the message

@@ -77,7 +77,7 @@ def stage_package(dest: Path) -> Path:
         raise CliError(EXIT_FAILED, f"cannot stage the job's code: {e}") from None
 
 
-def _token_env() -> None:
+def set_token_mode() -> None:
     """Ray's Jobs SDK sends the token only when RAY_AUTH_MODE=token; a token in the env is enough here."""
     if os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH"):
         os.environ.setdefault("RAY_AUTH_MODE", "token")
@@ -107,7 +107,7 @@ class SubmitRequest:
 def main_submit(sub: SubmitRequest, train: Sequence[str]) -> int:
     """Ship the training package, submit ``python -m ray_efa_eks.training --address auto <train>`` and follow the job;
     its exit code (or 0 with ``no_wait``)."""
-    _token_env()
+    set_token_mode()
     why = url_problem(sub.address, "submit --address")
     if why:
         raise CliError(EXIT_USAGE, f"{why} (the Jobs API URL)")

@@ -360,7 +360,7 @@ def test_a_network_named_ofi_in_any_case_is_the_plugins():
     assert judge([ln.replace("Libfabric", "ofi") for ln in EFA_JOB.splitlines()]).verdict == "efa"
 
 
-# --- reading inputs (mutmut survivors in _iter_files, _read_input, _read_bounded, analyze_paths) ---
+# --- reading inputs (mutmut survivors in iter_files, read_input, _read_bounded, analyze_paths) ---
 
 
 def test_hidden_files_and_directories_under_a_log_directory_are_not_read(tmp_path):
