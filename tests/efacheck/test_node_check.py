@@ -1471,3 +1471,21 @@ def test_a_proven_node_that_fails_later_says_why_it_is_not_tainted_again(tmp_pat
         "tainted again (a running Ray worker would not move; each run's --require-efa judges the "
         "fabric it used)"
     )
+
+
+@pytest.mark.parametrize(
+    "spoil, says",
+    [
+        # an entry no kernel names, beside the real device: the device is still proven, the node is not
+        (lambda root, mp: (root / "class" / "infiniband" / "efa 0;x").mkdir(), "with a name no kernel gives"),
+        # the read budget spent before the first file: nothing is vouched for
+        (lambda root, mp: mp.setattr(node_findings, "READ_BUDGET_S", -1.0), "the time budget was spent"),
+    ],
+    ids=["odd-entry", "budget-spent"],
+)
+def test_what_stopped_the_counter_read_fails_the_counters_check(tmp_path, monkeypatch, spoil, says):
+    root = kernel_sysfs(tmp_path)
+    spoil(root, monkeypatch)
+    findings = {f.check: f for f in nc.decide(str(root), 1, {nc.EFA_RESOURCE: "1"}, OK_PROVIDER)}
+    assert findings["devices"].ok and not findings["counters"].ok
+    assert says in findings["counters"].detail
