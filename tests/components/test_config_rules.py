@@ -27,6 +27,12 @@ ARN = "arn:aws:iam::123456789012:role/a"
         (dict(clusterAdminArns=[ARN], clusterViewerArns=[ARN]), "clusterViewerArns", "is also in clusterAdminArns"),
         (dict(kuberayChartVersion="1.5.1"), "kuberayChartVersion", "is older than 1.6.0"),
         (dict(gpuCapacity="capacity-block"), "gpuCapacityReservationId", "is not set: gpuCapacity capacity-block"),
+        (dict(nodeAgentImage="public.ecr.aws/x/agent:1.0"), "nodeAgentImage", "pin it by digest (IMAGE@sha256:"),
+        (dict(gpuRootVolumeGiB=100, gpuRootVolumeIops=50001), "gpuRootVolumeIops", "at most 50000"),
+        # team queues (components/queues/team_queues.py): each team once, whole nodes, a bucket for their prefixes
+        (dict(jobQueues=["a:4gpus", "a:4gpus"], checkpointBucket=True), "jobQueues", "'a' is listed twice"),
+        (dict(jobQueues=["a:6gpus"], checkpointBucket=True), "jobQueues", "not a whole number of 4-GPU nodes"),
+        (dict(jobQueues=["a:4gpus"], checkpointBucket=False), "jobQueues", "set checkpointBucket: true, or remove"),
         # the placement group, the region and the AZ reach the capacity rules (components/nodes/capacity.py)
         (
             dict(gpuPlacementGroupName="pg-1"),
@@ -54,6 +60,8 @@ def test_the_boundaries_of_the_rules_pass():
     StackConfig(rayTokenAuth=True, rayVersion="2.52.0").validate()
     StackConfig(rayTokenAuth=False, rayVersion="2.40.0").validate()
     StackConfig(gpuWorkersToDelete=["w1"], gpuScaleToZero=False).validate()
+    StackConfig(gpuRootVolumeGiB=100, gpuRootVolumeIops=50000).validate()  # 500 IOPS per GiB, exactly
+    StackConfig(jobQueues=["a:8gpus", "b:1nodes"], checkpointBucket=True).validate()
     StackConfig(clusterAdminArns=[ARN], clusterViewerArns=[ARN.replace("role/a", "role/b")]).validate()
     cfg = StackConfig()
     assert cfg.gpu_type.name == cfg.gpuInstanceType and cfg.system_type.name == cfg.systemInstanceType
@@ -399,3 +407,12 @@ def test_validate_hands_capacity_every_argument_it_judges():
         gpuCapacityReservationId=RG.format("eu-west-1"),
     )
     eu.validate()
+
+
+@pytest.mark.parametrize(
+    "key, fix", [("gpuInstanceTipe", "unknown key; did you mean gpuInstanceType?"), ("qqqq", "unknown key")]
+)
+def test_an_unknown_key_is_refused_with_the_nearest_known_one(key, fix):
+    with pytest.raises(ConfigError) as e:
+        StackConfig.from_mapping({key: "1"})
+    assert e.value.key == key and f"is invalid: {fix} (known keys: " in str(e.value)
