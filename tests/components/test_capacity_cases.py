@@ -115,8 +115,10 @@ def test_reservation_ids_of_8_or_17_hex_digits_are_taken(mode, rid):
 )
 def test_anything_else_is_not_a_target(rid):
     arg, fix = _fix(cap.target_problem(cap.RESERVATION, rid), value=rid)
-    assert arg == "reservation" and fix.startswith("must be a reservation id (cr- + 8 or 17 hex digits) or a resource")
-    assert "(arn:aws:resource-groups:REGION:ACCOUNT:group/NAME)" in fix
+    assert arg == "reservation" and fix == (
+        "must be a reservation id (cr- + 8 or 17 hex digits) or a resource group ARN "
+        "(arn:aws:resource-groups:REGION:ACCOUNT:group/NAME)"
+    )
 
 
 @pytest.mark.parametrize(
@@ -225,7 +227,9 @@ def test_a_reservation_needs_its_az(mode, itype):
     problem = cap.config_problem(mode, ID17, itype, None, "us-east-1")
     assert problem.arg == "availability_zone" and problem.value is None
     assert str(problem).startswith(f"availability_zone is not set: mode {mode} needs the reservation's AZ")
-    assert "`ray-efa-eks preflight --capacity-reservation-id ID` prints it" in str(problem)
+    assert str(problem).endswith(
+        "(a reservation lives in one AZ); `ray-efa-eks preflight --capacity-reservation-id ID` prints it"
+    )
 
 
 def test_a_resource_group_of_another_region_is_refused():

@@ -27,12 +27,22 @@ ARN = "arn:aws:iam::123456789012:role/a"
         (dict(clusterAdminArns=[ARN], clusterViewerArns=[ARN]), "clusterViewerArns", "is also in clusterAdminArns"),
         (dict(kuberayChartVersion="1.5.1"), "kuberayChartVersion", "is older than 1.6.0"),
         (dict(gpuCapacity="capacity-block"), "gpuCapacityReservationId", "is not set: gpuCapacity capacity-block"),
-        (dict(nodeAgentImage="public.ecr.aws/x/agent:1.0"), "nodeAgentImage", "pin it by digest (IMAGE@sha256:"),
+        (
+            dict(nodeAgentImage="public.ecr.aws/x/agent:1.0"),
+            "nodeAgentImage",
+            "nodeAgentImage = 'public.ecr.aws/x/agent:1.0' is invalid: pin it by digest (IMAGE@sha256:<64 hex>): the "
+            "agent removes the startup taint, so every node must run the bits that were checked",
+        ),
         (dict(gpuRootVolumeGiB=100, gpuRootVolumeIops=50001), "gpuRootVolumeIops", "at most 50000"),
         # team queues (components/queues/team_queues.py): each team once, whole nodes, a bucket for their prefixes
         (dict(jobQueues=["a:4gpus", "a:4gpus"], checkpointBucket=True), "jobQueues", "'a' is listed twice"),
         (dict(jobQueues=["a:6gpus"], checkpointBucket=True), "jobQueues", "not a whole number of 4-GPU nodes"),
-        (dict(jobQueues=["a:4gpus"], checkpointBucket=False), "jobQueues", "set checkpointBucket: true, or remove"),
+        (
+            dict(jobQueues=["a:4gpus"], checkpointBucket=False),
+            "jobQueues",
+            "jobQueues = ['a:4gpus'] is invalid: each team's jobs checkpoint under the team's own prefix of the "
+            "stack's bucket: set checkpointBucket: true, or remove jobQueues",
+        ),
         # the placement group, the region and the AZ reach the capacity rules (components/nodes/capacity.py)
         (
             dict(gpuPlacementGroupName="pg-1"),
