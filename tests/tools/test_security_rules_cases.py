@@ -46,7 +46,7 @@ def said(violations, *fragments: str) -> None:
 
 
 TOKEN_DEFAULT = ("mount a Kubernetes API token", "automountServiceAccountToken None", "service account default")
-CLUSTER_WIDE = ("the operator watches every namespace", "ClusterRole (singleNamespaceInstall is not true)")
+CLUSTER_WIDE = ("the operator watches every namespace with a ClusterRole (singleNamespaceInstall is not true)",)
 
 
 # -- ray_pods and the label selectors of ray-pods-network-policy ------------------------------------------------------
@@ -261,7 +261,7 @@ def test_kuberay_single_namespace_each_condition():
     oci = kuberay(ok, chart="oci://x/kuberay-operator", typ=HELM_CHART_V4)
     assert sr.kuberay_single_namespace(Stack([rc, oci])) == []
     cluster_wide = sr.kuberay_single_namespace(Stack([rc, kuberay({"watchNamespace": ["ray"]})]))
-    said(cluster_wide, *CLUSTER_WIDE)
+    assert problems(cluster_wide) == list(CLUSTER_WIDE)
     assert cluster_wide[0].fix == sr.KUBERAY_FIX and cluster_wide[0].rule == "kuberay-single-namespace"
     assert len(sr.kuberay_single_namespace(Stack([rc, kuberay({"singleNamespaceInstall": "true"})]))) == 1
     missing = sr.kuberay_single_namespace(
@@ -544,3 +544,168 @@ def test_every_violation_names_the_resource_it_judged():
     ]
     for got, judged in cases:
         assert got and all((v.resource, v.urn) == (judged.label, judged.urn) for v in got), (judged.label, got)
+
+
+# -- monitoring-hardened ----------------------------------------------------------------------------------------------
+
+KPS_HTTP = (
+    "reloadStrategy 'HTTP (the chart default)': prometheus-operator starts Prometheus with --web.enable-lifecycle "
+    "(POST /-/quit, /-/reload)"
+)
+DCGM_SYS_ADMIN = "the exporter gets SYS_ADMIN (the chart's default securityContext adds it for DCGM_FI_PROF_* counters)"
+
+
+def release(chart_ref, values, ns="monitoring", name=None, typ=HELM_RELEASE):
+    props = {"chart": chart_ref, "values": values}
+    if ns is not None:
+        props["namespace"] = ns
+    return res(typ, name or chart_ref.split("/")[-1], **props)
+
+
+def kps(strategy=None, **kw):
+    spec = {} if strategy is None else {"reloadStrategy": strategy}
+    return release("kube-prometheus-stack", {"prometheus": {"prometheusSpec": spec}}, **kw)
+
+
+def dcgm(ctx=None, **kw):
+    return release("dcgm-exporter", {} if ctx is None else {"securityContext": ctx}, **kw)
+
+
+@pytest.mark.parametrize(
+    "resources, want",
+    [
+        ([kps("ProcessSignal"), dcgm({"capabilities": {"add": []}})], []),
+        ([kps()], [KPS_HTTP]),
+        ([kps("HTTP")], [KPS_HTTP.replace("'HTTP (the chart default)'", "'HTTP'")]),
+        ([kps(UNKNOWN)], []),  # a preview's unknown: passed over
+        # an OCI chart (helm.sh/v4 Chart) is judged by its last path component, and only that
+        ([release("oci://ghcr.io/x/kube-prometheus-stack", {}, typ=HELM_CHART_V4)], [KPS_HTTP]),
+        ([release("oci://ghcr.io/x/not-kube-prometheus-stack", {}, typ=HELM_CHART_V4)], []),
+        ([release("kube-prometheus-stack", "junk")], []),
+        ([dcgm()], [DCGM_SYS_ADMIN]),
+        ([dcgm("junk")], [DCGM_SYS_ADMIN]),
+        ([dcgm({"capabilities": {"add": ["NET_RAW", "SYS_ADMIN"]}})], [DCGM_SYS_ADMIN]),
+        ([dcgm({"privileged": True, "capabilities": {"add": []}})], ["the exporter runs privileged"]),
+        # what a preview cannot know is passed over, and the releases after it are still judged
+        (
+            [dcgm({"capabilities": {"add": UNKNOWN}}, name="a"), dcgm({"privileged": True})],
+            ["the exporter runs privileged"],
+        ),
+        ([dcgm({"privileged": UNKNOWN}, name="a"), dcgm()], [DCGM_SYS_ADMIN]),
+    ],
+)
+def test_monitoring_hardened_judges_each_chart(resources, want):
+    got = sr.monitoring_hardened(Stack(resources))
+    assert problems(got) == want
+    assert all(
+        (v.rule, v.fix, v.resource, v.urn)
+        == ("monitoring-hardened", sr.MONITORING_FIX, resources[-1].label, resources[-1].urn)
+        for v in got
+    )
+
+
+SAFE = [kps("ProcessSignal"), dcgm({"capabilities": {"add": []}}, ns="gpu-metrics")]
+
+
+@pytest.mark.parametrize(
+    "policies, want",
+    [
+        ([], []),  # networkPolicy: false, the documented opt-out: not judged
+        ([netpol(ns="monitoring", podSelector={}), netpol(ns="gpu-metrics", podSelector={})], []),
+        (
+            [netpol(ns="monitoring", podSelector={})],
+            [("dcgm-exporter", "no NetworkPolicy of namespace gpu-metrics selects its pods")],
+        ),
+        (
+            [netpol(ns="ray", podSelector={}), netpol(ns="monitoring", podSelector={"matchLabels": {"app": "x"}})],
+            [
+                ("kube-prometheus-stack", "no NetworkPolicy of namespace monitoring selects its pods"),
+                ("dcgm-exporter", "no NetworkPolicy of namespace gpu-metrics selects its pods"),
+            ],
+        ),
+    ],
+)
+def test_monitoring_hardened_wants_a_network_policy_over_both_namespaces(policies, want):
+    got = sr.monitoring_hardened(Stack([*SAFE, *policies]))
+    assert [(v.resource.split(" ")[-1], v.problem) for v in got] == want
+    assert all((v.rule, v.fix) == ("monitoring-hardened", sr.MONITORING_FIX) for v in got)
+
+
+def test_monitoring_hardened_judges_the_namespaces_after_one_it_cannot_read():
+    unnamed = kps("ProcessSignal", ns=None, name="a")
+    got = sr.monitoring_hardened(Stack([unnamed, kps("ProcessSignal"), netpol(ns="ray", podSelector={})]))
+    assert [(v.resource, v.urn, v.problem) for v in got] == [
+        (kps().label, kps().urn, "no NetworkPolicy of namespace monitoring selects its pods")
+    ]
+
+
+# -- node-role-least-privilege ----------------------------------------------------------------------------------------
+
+EC2_TRUST = (
+    '{"Statement": [{"Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"}, "Action": "sts:AssumeRole"}]}'
+)
+CNI = "arn:aws:iam::aws:policy/AmazonEKS_CNI_Policy"
+ECR_READ = "arn:aws:iam::aws:policy/AmazonEC2ContainerRegistryReadOnly"
+
+
+def role(name, trust=EC2_TRUST, role_name=None, id_=None):
+    props = {"assumeRolePolicy": trust, **({"name": role_name} if role_name else {})}
+    return Resource("aws:iam/role:Role", name, f"urn:pulumi:dev::p::aws:iam/role:Role::{name}", None, props, id=id_)
+
+
+def attach(name, role_ref, policy):
+    return res("aws:iam/rolePolicyAttachment:RolePolicyAttachment", name, role=role_ref, policyArn=policy)
+
+
+@pytest.mark.parametrize(
+    "resources, want",
+    [
+        # the role named by its resource name, its IAM name or its id; each EC2 role counts
+        (
+            [
+                role("gpu"),
+                role("sys", role_name="sys-role-123"),
+                attach("a", "gpu", CNI),
+                attach("b", "sys-role-123", ECR_READ),
+            ],
+            {"a": "AmazonEKS_CNI_Policy", "b": "AmazonEC2ContainerRegistryReadOnly"},
+        ),
+        ([role("gpu", id_="gpu-role-id"), attach("a", "gpu-role-id", CNI)], {"a": "AmazonEKS_CNI_Policy"}),
+        # a policy is judged by its name, the ARN's last part (under a path too)
+        (
+            [role("gpu"), attach("a", "gpu", "arn:aws:iam::123456789012:policy/team/AmazonEKS_CNI_Policy")],
+            {"a": "AmazonEKS_CNI_Policy"},
+        ),
+        ([role("gpu"), attach("a", "gpu", "arn:aws:iam::aws:policy/AmazonEC2ContainerRegistryPullOnly")], {}),
+        ([role("gpu"), attach("a", "gpu", UNKNOWN)], {}),
+        # not a node role: trusted by another service, by an AWS principal whatever its name, or unreadable
+        ([role("ci", '{"Statement": [{"Principal": {"Service": "eks.amazonaws.com"}}]}'), attach("a", "ci", CNI)], {}),
+        (
+            [
+                role("x", '{"Statement": [{"Principal": {"AWS": "arn:aws:iam::1:role/ec2.amazonaws.com"}}]}'),
+                attach("a", "x", CNI),
+            ],
+            {},
+        ),
+        ([role("bad", "{not json"), attach("a", "bad", CNI)], {}),
+        ([role("bad", {"Statement": "x"}), attach("a", "bad", CNI)], {}),
+        ([attach("a", None, CNI), role("gpu")], {}),
+    ],
+)
+def test_node_role_least_privilege_each_condition(resources, want):
+    got = sr.node_role_least_privilege(Stack(resources))
+    by_name = {r.name: r for r in resources}
+    assert {
+        v.resource.split(" ")[-1]: v.problem.split(":")[0].removeprefix("the node role holds ") for v in got
+    } == want
+    for v in got:
+        a = by_name[v.resource.split(" ")[-1]]
+        name = want[a.name]
+        assert (v.rule, v.fix, v.resource, v.urn, v.severity) == (
+            "node-role-least-privilege",
+            sr.NODE_ROLE_FIX,
+            a.label,
+            a.urn,
+            sr.WARNING,
+        )
+        assert v.problem == f"the node role holds {name}: {sr.NODE_ROLE_EXTRA[name]}"
