@@ -213,8 +213,8 @@ def test_an_odcr_of_unknown_size_with_no_nodes_bills_none():
             [
                 "ODCR cr-0123abcd: ",
                 "all 4 reserved g6.12xlarge are billed at $4.60/h each",
-                "gpuNodeCount 0 does not stop it",
-                "(aws ec2 cancel-capacity-reservation --capacity-reservation-id cr-0123abcd)",
+                "whether GPU nodes run in it or not; gpuNodeCount 0 does not stop it, cancelling the reservation "
+                "does (aws ec2 cancel-capacity-reservation --capacity-reservation-id cr-0123abcd)",
             ],
         ),
         (
@@ -262,3 +262,72 @@ def test_estimate_without_the_s3_endpoint_says_s3_goes_through_the_nat_gateway()
         cost.CONTROL_PLANE_LOGS_NOTE,
         "not included: EBS volumes, S3 storage and requests, KMS keys, data transfer out",
     ]
+
+
+# --- the account's ECR behind interface endpoints (ecrPullThroughCache), and the DLC pulled through NAT
+
+ENDPOINT_H = 0.01  # us-east-1 interface endpoint, per endpoint-AZ hour (instances.py)
+ECR_NOTE = (
+    "ECR interface endpoints (ecr.api, ecr.dkr): 4 endpoint-AZs at $0.01/h each = $0.04/h, in the hourly figure, plus "
+    "$0.01/GB processed (registry API and manifests; the layers come from S3{s3}; the pull-through cache's copy "
+    "is ECR storage, not included"
+)
+NAT_NOTE = (
+    "NAT gateway data processing: $0.045/GB through each of the 1 NAT gateway(s), on top of the hourly figure ({})"
+)
+
+
+def test_hourly_usd_adds_one_charge_per_interface_endpoint_az():
+    assert cost.hourly_usd("us-east-1", [(G6, 1)], interface_endpoint_azs=4) == round(
+        GPU_H + NAT_H + 4 * ENDPOINT_H + PLANE, 4
+    )
+    with pytest.raises(NoPrice, match="interface VPC endpoint"):
+        cost.hourly_usd("eu-west-1", [], nat_gateways=0, interface_endpoint_azs=2)
+
+
+@pytest.mark.parametrize(
+    "kw, first, second",
+    [
+        # the account's ECR: its images leave NAT out, the endpoints' charge is named
+        (
+            dict(ecr_endpoint_azs=4, image_gib=40),
+            NAT_NOTE.format("other egress; not the stack's images, pulled from the account's ECR"),
+            ECR_NOTE.format(s3=" through its gateway endpoint)"),
+        ),
+        (
+            dict(ecr_endpoint_azs=4, s3_gateway_endpoint=False),
+            NAT_NOTE.format("other egress; not the stack's images, pulled from the account's ECR"),
+            ECR_NOTE.format(s3=")"),
+        ),
+        # public registries through NAT: what one GPU node's DLC pull costs there (GiB to GB)
+        (
+            dict(image_gib=40),
+            NAT_NOTE.format(
+                "pulls from public registries, other egress: about $1.93 per GPU node pulling a 40 GiB DLC"
+            ),
+            None,
+        ),
+        (dict(), NAT_NOTE.format("pulls from public registries, other egress"), None),
+    ],
+)
+def test_cost_notes_say_what_image_pulls_cost(kw, first, second):
+    notes = cost.cost_notes("us-east-1", **kw)
+    assert notes[0] == first
+    assert (notes[1] if second else None) == second
+
+
+def test_cost_notes_in_a_region_without_endpoint_prices():
+    notes = cost.cost_notes("eu-west-1", ecr_endpoint_azs=2, image_gib=40)
+    assert "about $" not in notes[0]
+    assert notes[1].startswith(
+        "ECR interface endpoints (ecr.api, ecr.dkr): 2 endpoint-AZs at per hour and per GB (no price for eu-west-1) "
+        "(registry API"
+    )
+
+
+def test_estimate_passes_the_ecr_endpoints_and_the_image_size():
+    e = cost.estimate("us-east-1", G6, 2, M7I, on=IN_STANDARD, ecr_endpoint_azs=4, image_gib=40)
+    assert e.hourly_usd == round(2 * GPU_H + SYS_H + NAT_H + PLANE + 4 * ENDPOINT_H, 4)
+    assert ECR_NOTE.format(s3=" through its gateway endpoint)") in e.notes
+    pulled = cost.estimate("us-east-1", G6, 2, M7I, on=IN_STANDARD, image_gib=40)
+    assert any(n.endswith("about $1.93 per GPU node pulling a 40 GiB DLC)") for n in pulled.notes)
