@@ -73,6 +73,41 @@ def test_plan_tree_of_a_program_that_runs(tmp_path, monkeypatch):
     assert plan.config == {"aws:region": "us-west-2", "ray-efa-eks:gpuNodeCount": "3"}
     assert plan.effective["ray-efa-eks:gpuNodeCount"] == ["3", "--config"]
     assert os.environ["PULUMI_CONFIG"] == '{"x": "1"}'  # put back after the run (pulumi up replaces it too)
+    assert "coldStart" not in plan.settings  # not the stack: no cold-start model
+
+
+COMPONENT_PROGRAM = 'import pulumi\n\npulumi.ComponentResource("ray-efa-eks:index:EfaRayCluster", "ray")\n'
+
+
+@pytest.mark.parametrize(
+    "overrides, region, first",
+    [
+        (
+            {},
+            "us-east-1",
+            "cold start of a g6.12xlarge from zero (20 GiB DLC, account ECR, FastImagePull on): 271-662 s to a Ray "
+            "worker, 281-692 s to the first step; the gate waits 1320 s (the model's budget)",
+        ),
+        # the stack's own keys, read in its own region (an AZ of us-west-2 is no AZ of the default region)
+        (
+            {
+                "ray-efa-eks:gpuInstanceType": "p5.48xlarge",
+                "ray-efa-eks:efaCheckWaitSeconds": "1234",
+                "ray-efa-eks:availabilityZone": "us-west-2a",
+                "other:gpuInstanceType": "g6e.12xlarge",
+            },
+            "us-west-2",
+            "cold start of a p5.48xlarge from zero (20 GiB DLC, account ECR, FastImagePull on): 271-662 s to a Ray "
+            "worker, 281-692 s to the first step; the gate waits 1234 s (efaCheckWaitSeconds)",
+        ),
+    ],
+)
+def test_the_stacks_plan_carries_the_cold_start_model_of_its_config(tmp_path, overrides, region, first):
+    (tmp_path / "__main__.py").write_text(COMPONENT_PROGRAM)
+    plan = pr.plan_tree(program=tmp_path / "__main__.py", defaults=True, overrides=overrides, region=region)
+    assert plan.error is None, plan.error
+    assert plan.settings["coldStart"][0] == first
+    assert len(plan.settings["coldStart"]) == 7 and "EC2 launch, boot, nodeadm" in plan.settings["coldStart"][3]
 
 
 def test_plan_tree_of_a_program_that_fails_is_the_plans_error(tmp_path, monkeypatch):
