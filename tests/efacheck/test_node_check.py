@@ -407,8 +407,10 @@ def test_without_an_api_server_to_ask_it_exits_2_in_one_line(monkeypatch, capsys
 
 
 def test_the_cli_hands_its_options_to_the_check_and_the_loop(monkeypatch):
-    seen = []
-    monkeypatch.setattr(nc.Api, "in_cluster", classmethod(lambda cls, token_dir=None: "api"))
+    seen, token_dirs = [], []
+    monkeypatch.setattr(
+        nc.Api, "in_cluster", classmethod(lambda cls, token_dir=None: token_dirs.append(token_dir) or "api")
+    )
     monkeypatch.setattr(nc, "run_check", lambda *a, **k: seen.append(("check", a, k)) or 1)
     monkeypatch.setattr(nc, "run_loop", lambda *a, **k: seen.append(("loop", a, k)) or 2)
     base = ["--node", "n", "--sysfs", "/h", "--expect-devices", "g6.12xlarge=1", "--workers-namespace", "ray"]
@@ -422,10 +424,13 @@ def test_the_cli_hands_its_options_to_the_check_and_the_loop(monkeypatch):
     }
     assert a2 == ("api", "n", "/h", {"g6.12xlarge": 1}, 30.0)
     assert (k2["workers_namespace"], k2["pod_interval_s"], k2["module_root"]) == ("ray", 2.5, None)
+    assert k2["provider"] is nc.libfabric_lists_efa and token_dirs == [None, None]
     # an image without libfabric (the node agent's slim Python): fi_info is never run, the finding names who checks
     assert nc.run_cli(nc.main, [*base, "--once", "--skip-provider"], PROG) == 1
     ok, said = seen[-1][2]["provider"]()
     assert ok and "efa-provider-check" in said and "fi_info -p efa" in said
+    assert nc.run_cli(nc.main, [*base, "--skip-provider", "--token-dir", "/t"], PROG) == 2  # the loop too
+    assert seen[-1][2]["provider"]() == (ok, said) and token_dirs[-1] == "/t"
 
 
 def test_help_ends_with_the_node_check_rows(monkeypatch, capsys):
@@ -435,6 +440,18 @@ def test_help_ends_with_the_node_check_rows(monkeypatch, capsys):
     assert nc.run_cli(nc.main, ["--help"], PROG) == 0
     out = capsys.readouterr().out
     assert out.startswith(f"usage: {PROG}") and out.rstrip().endswith(exit_codes.epilog("node-check", 98))
+    monkeypatch.setenv("COLUMNS", "1000")  # each option's help on its line, unwrapped
+    assert nc.run_cli(nc.main, ["--help"], PROG) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    for option, help_text in [
+        ("--token-dir TOKEN_DIR", f"where the projected token and ca.crt are (default {node_api.TOKEN_DIR})"),
+        (
+            "--skip-provider",
+            "do not run fi_info -l (an image without libfabric): the Ray workers' efa-provider-check init "
+            "containers check the DLC's provider instead",
+        ),
+    ]:
+        assert f"{option} {help_text}" in said, option
     assert exit_codes.command_for(PROG) == "node-check"
     assert set(exit_codes.codes("node-check")) == {0, 1, 2, 64, 70, 130, 141, 143}
     assert (nc.EXIT_PROVEN, nc.EXIT_UNPROVEN, nc.EXIT_API) == (
@@ -1401,8 +1418,10 @@ def test_the_check_and_the_loop_read_the_module_where_they_are_told(tmp_path, fa
 
 
 def test_the_cli_passes_module_root_and_a_sub_second_interval(monkeypatch):
-    seen = []
-    monkeypatch.setattr(nc.Api, "in_cluster", classmethod(lambda cls, token_dir=None: "api"))
+    seen, token_dirs = [], []
+    monkeypatch.setattr(
+        nc.Api, "in_cluster", classmethod(lambda cls, token_dir=None: token_dirs.append(token_dir) or "api")
+    )
     monkeypatch.setattr(nc, "run_check", lambda *a, **k: seen.append(k) or 1)
     monkeypatch.setattr(nc, "run_loop", lambda *a, **k: seen.append((a, k)) or 2)
     base = ["--node", "n", "--expect-devices", "1", "--module-root", "/m"]
