@@ -54,6 +54,56 @@ def test_a_remote_write_url_is_accepted(url):
     v.HttpUrl().check(url)
 
 
+@pytest.mark.parametrize(
+    "url, host",
+    [
+        ("https://aps-workspaces.amazonaws.com/workspaces/ws-1/api/v1/remote_write", "aps-workspaces.amazonaws.com"),
+        ("https://APS-Workspaces.amazonaws.com.cn/workspaces/ws-1", "aps-workspaces.amazonaws.com.cn"),
+        ("https://aps-workspaces.api.aws/workspaces/ws-1", "aps-workspaces.api.aws"),
+        ("https://aps-workspacesx.us-east-1.amazonaws.com/workspaces/ws-1", "aps-workspacesx.us-east-1.amazonaws.com"),
+    ],
+)
+def test_an_amp_host_without_its_region_is_refused(url, host):
+    """The write is signed (SigV4) for the region the host names: an AMP host without one answers nothing."""
+    with pytest.raises(v.ValueProblem) as e:
+        v.RemoteWriteUrl().check(url)
+    assert str(e.value) == f"host {host} is no AMP endpoint; {v.RemoteWriteUrl().amp_fix}" and e.value.value == url
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-1/api/v1/remote_write",
+        "https://APS-WORKSPACES.eu-west-1.amazonaws.com/workspaces/ws-1/api/v1/remote_write",
+        "https://mimir.example.com/api/v1/push",  # not AMP: no region to name
+        "https://aps-workspaces.example.com/api/v1/push",  # not an AWS domain
+        "https://prometheus.amazonaws.com/api/v1/write",  # an AWS domain, not the AMP data plane
+    ],
+)
+def test_a_remote_write_url_to_amp_with_its_region_or_elsewhere_is_accepted(url):
+    v.RemoteWriteUrl().check(url)
+
+
+@pytest.mark.parametrize("url, says", [("ftp://h", "needs a scheme"), ("https://u:p@aps-workspaces.x", "credentials")])
+def test_a_remote_write_url_is_first_an_http_url(url, says):
+    with pytest.raises(v.ValueProblem, match=says):
+        v.RemoteWriteUrl().check(url)
+
+
+@pytest.mark.parametrize(
+    "call, raw, fix",
+    [
+        ("coerce", "[1,", "must be a JSON list or comma-separated values"),
+        ("coerce", 5, "must be a list (a YAML/JSON list or comma-separated values)"),
+        ("check", 5, "must be a list (a YAML/JSON list or comma-separated values)"),
+    ],
+)
+def test_a_list_that_is_none_says_what_to_write(call, raw, fix):
+    with pytest.raises(v.ValueProblem) as e:
+        getattr(v.ListOf(), call)(raw)
+    assert e.value.fix == fix and e.value.value == raw
+
+
 def test_problems_lists_every_bad_value_and_skips_keys_without_a_grammar():
     got = v.problems({"a": "https://h:0", "b": "https://h", "c": "anything"}, {"a": v.HttpUrl(), "b": v.HttpUrl()})
     assert [(k, val) for k, val, _ in got] == [("a", "https://h:0")]
@@ -688,6 +738,13 @@ def test_the_base_boundary_is_what_a_user_could_type_wrong():
             ],
         ),
         (v.PrometheusDuration(), ["15d", "0d", "0", "1h30m", "30m1h", "15 d", "15D", "1.5d", "d"]),
+        (
+            v.RemoteWriteUrl(),
+            [
+                "https://aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-1/api/v1/remote_write",
+                "https://aps-workspaces.amazonaws.com/workspaces/ws-1/api/v1/remote_write",
+            ],
+        ),
     ],
 )
 def test_each_boundary_adds_its_own_edges(grammar, extra):
