@@ -202,7 +202,7 @@ def test_judge_counters_boundaries_and_words():
     assert reasons == ["node n1: no readable EFA counter (none)"]
 
 
-# --- survivors of .ci/mutation.py efacheck/efa_counters.py (mutmut 3.8.1, run of 2026-12-05), killed here ---
+# --- conditions only a mutation run found unasserted ---
 
 
 @pytest.mark.parametrize("node", ['a"b\\c\nd\\n', "plain", "ip-10-0-0-1.ec2.internal"])
@@ -495,3 +495,118 @@ def test_read_ports_skips_rdma_devices_of_another_driver(tmp_path):
         (tmp_path / dev / "device").mkdir()
         (tmp_path / dev / "device" / "driver").symlink_to(f"../../../bus/pci/drivers/{driver}")
     assert ec.read_ports(str(tmp_path)) == {"efa_0": {"ports": {}, "errors": {}}}
+
+
+# --- the bounded sysfs reads: what a hostile or odd tree is answered with ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "mode, kind",
+    [(stat.S_IFCHR, "a character device"), (stat.S_IFBLK, "a block device"), (stat.S_IFSOCK, "a socket")],
+)
+def test_a_counter_that_is_a_device_or_socket_is_named_and_not_opened(monkeypatch, tmp_path, mode, kind):
+    hw, tx = _port_counters(tmp_path)
+    tx.write_text("5\n")
+    real = os.stat
+    monkeypatch.setattr(
+        os, "stat", lambda p, *a, **kw: os.stat_result((mode, *real(p)[1:])) if str(p) == str(tx) else real(p, *a, **kw)
+    )
+    got = ec.read_counters(str(tmp_path))["efa_0"]
+    monkeypatch.undo()
+    assert got["errors"]["tx_bytes"] == f"{tx}: not a regular file ({kind}): not opened"
+
+
+@pytest.mark.parametrize(
+    "text, value, why",
+    [
+        (b"18446744073709551615\n", 2**64 - 1, None),  # the largest 64-bit counter
+        (b"18446744073709551616\n", None, "18446744073709551616 is past a 64-bit counter's range"),
+        (b" \t12\n", 12, None),
+        (b"12\r\n", None, "not an unsigned integer (b'12\\r\\n')"),  # only space, tab and newline are stripped
+        (b"X12\n", None, "not an unsigned integer (b'X12\\n')"),
+        (b"#" * 30, None, f"not an unsigned integer ({b'#' * 24!r})"),  # its first 24 bytes shown
+        (b"1" * ec.MAX_FILE_BYTES, None, "not an unsigned integer"),  # read whole: 64 digits, no counter
+        (b"1" * (ec.MAX_FILE_BYTES + 1), None, f"longer than {ec.MAX_FILE_BYTES} bytes: not a counter"),
+    ],
+)
+def test_a_counter_file_is_an_unsigned_64_bit_integer_or_an_error_saying_why(tmp_path, text, value, why):
+    counter = tmp_path / "tx_bytes"
+    counter.write_bytes(text)
+    if why is None:
+        assert ec.read_counter(str(counter)) == value
+    else:
+        with pytest.raises(ec.NotACounter) as e:
+            ec.read_counter(str(counter))
+        assert str(e.value).startswith(why) if why == "not an unsigned integer" else str(e.value) == why
+
+
+def test_read_small_reads_up_to_its_limit_exactly(tmp_path):
+    f = tmp_path / "f"
+    f.write_bytes(b"abcd")
+    assert ec.read_small(str(f), 4) == b"abcd"
+    with pytest.raises(ec.NotACounter, match="^longer than 3 bytes: not a counter$"):
+        ec.read_small(str(f), 3)
+
+
+@pytest.mark.parametrize(
+    "names, limit, want",
+    [
+        (["a", "b", "c"], 3, (["a", "b", "c"], [])),  # at the limit: all read, nothing said
+        (["a", "b", "c", "d"], 3, None),  # past it: `limit` names, and the problem
+        (["a", "bad name", "x y"], 5, (["a"], ["2 entries with a name no kernel gives (e.g. 'bad name'): not read"])),
+        (["a", "é" * 45], 5, (["a"], [f"1 entry with a name no kernel gives (e.g. {ascii('é' * 45)[:40]}): not read"])),
+    ],
+)
+def test_list_names_reads_at_most_its_limit_and_names_what_it_left(tmp_path, names, limit, want):
+    for n in names:
+        (tmp_path / n).mkdir()
+    got = ec.list_names(str(tmp_path), limit)
+    if want is None:
+        assert len(got[0]) == limit and set(got[0]) <= set(names)
+        assert got[1] == [f"more than {limit} entries: only {limit} read"]
+    else:
+        assert got == want
+
+
+def test_read_ports_fills_the_callers_problems_or_its_own(tmp_path):
+    root = kernel_sysfs(tmp_path)
+    (root / "class" / "infiniband" / "odd one").mkdir()
+    problems: dict[str, str] = {}
+    devices = ec.read_ports(str(root / "class" / "infiniband"), problems=problems)
+    assert devices and problems == {
+        str(root / "class" / "infiniband"): "1 entry with a name no kernel gives (e.g. 'odd one'): not read"
+    }
+    assert ec.read_ports(str(root / "class" / "infiniband")) == devices  # no dict given: its own
+
+
+def test_read_ports_names_odd_entries_of_a_ports_and_a_counters_directory(tmp_path):
+    hw, tx = _port_counters(tmp_path)
+    tx.write_text("5\n")
+    for odd in ("bad name", "x y"):
+        (hw / odd).mkdir()
+        (hw.parent.parent / odd).mkdir()
+    got = ec.read_ports(str(tmp_path))["efa_0"]
+    said = "2 entries with a name no kernel gives (e.g. 'bad name'): not read"
+    assert got["errors"] == {str(hw.parent.parent): said, str(hw): said}
+    assert got["ports"]["1"] == {"rx_bytes": 12, "tx_bytes": 5}
+
+
+def test_read_ports_stops_reading_files_at_its_deadline_but_lists_every_port(monkeypatch, tmp_path):
+    hw, tx = _port_counters(tmp_path)
+    tx.write_text("5\n")
+    monkeypatch.setattr(ec.time, "monotonic", lambda: 100.0)
+    problems: dict[str, str] = {}
+    assert ec.read_ports(str(tmp_path), deadline=100.0, problems=problems)["efa_0"]["ports"]["1"] == {
+        "rx_bytes": 12,
+        "tx_bytes": 5,
+    }  # the deadline itself is not past it
+    assert problems == {}
+    got = ec.read_ports(str(tmp_path), deadline=99.9, problems=problems)
+    assert got == {"efa_0": {"ports": {"1": {}}, "errors": {}}}
+    assert problems == {ec.BUDGET: f"stopped at {hw / 'rx_bytes'}: the time budget was spent"}
+
+
+def test_judge_counters_judges_the_nodes_after_one_without_a_readable_counter():
+    deltas = {"n1": {"efa_0": {"errors": {"tx_bytes": "a"}}}, "n2": {"efa_0": {"tx_bytes": 900, "errors": {}}}}
+    ok, reasons = ec.judge_counters(deltas, 1000, "efa")
+    assert ok is None and len(reasons) == 2 and reasons[1].startswith("node n2: EFA moved")  # n1 cannot tell

@@ -1070,7 +1070,7 @@ def test_connection_lines_alone_name_their_ranks_net_or_ring_and_per_file():
     assert nccl_log.analyze_bytes([("a.log", bare), ("b.log", bare)]).ranks == 2
 
 
-# --- the re-run's survivors (mutmut, 2026-12-05 06:48) ---
+# --- conditions only a mutation run found unasserted ---
 
 
 def test_an_unprefixed_excerpt_with_connection_lines_is_as_many_ranks_as_it_has_using_network_lines():

@@ -1394,7 +1394,7 @@ def test_a_node_without_status_or_spec_is_read_as_empty(tmp_path):
     assert logs[-1].startswith("[node-check] node gpu-a was proven and now fails")  # no taint on it
 
 
-# --- what mutmut's run of 2026-12-05 08:10 found unasserted (docs/testing.md, efacheck/node_check.py)
+# --- conditions only a mutation run found unasserted (docs/testing.md, efacheck/node_check.py)
 
 
 def test_a_module_root_without_efa_is_not_the_module_loaded(tmp_path):

@@ -164,7 +164,7 @@ def test_a_client_error_that_is_no_unanswered_question_stops_preflight():
         _quota(EC2(describe_instances=stub.err("InvalidParameterValue")), SQ(value=500.0))
 
 
-# -- mutmut's survivors (2026-12-05 run, 1906 mutants, 103 survived) --
+# -- conditions only a mutation run found unasserted --
 
 META = {"ResponseMetadata": {"RequestId": "r", "HTTPStatusCode": 200, "HTTPHeaders": {}}}
 """A page as botocore parses an EC2 answer whose list element is absent: the model makes no output member required

@@ -108,7 +108,7 @@ def test_the_estimate_bounds_torchs_fsdp_memory_tracker(name, world):
 
 def test_fake_tensors_count_what_real_ones_do():
     """The measurements above use FakeTensors; on real ones (each op computed) the tracker's peak is the same byte
-    count. Measured once on every shape above as well (2026-12-05, torch 2.13: tiny-8 5348044, mid-2 96056460,
+    count. Measured once on every shape above as well (torch 2.13: tiny-8 5348044, mid-2 96056460,
     wide-vocab-8 82237020 both ways); tiny here keeps it checked against the installed torch."""
     assert _measured_peak(SHAPES["tiny"], 8, 4, fake=False) == _measured_peak(SHAPES["tiny"], 8, 4)
 
