@@ -136,6 +136,7 @@ MODULES: dict[str, list[str]] = {
     "efacheck/node_findings.py": ["tests/efacheck/test_node_check.py"],
     "efacheck/node_api.py": ["tests/efacheck/test_node_check.py"],
     "components/config/values.py": ["tests/components/test_values.py", "tests/components/test_values_cases.py"],
+    "components/config/url_rule.py": ["tests/components/test_values_cases.py"],
     "components/config/config_fields.py": ["tests/components/test_config_fields.py", "tests/components/test_config.py"],
     "components/config/config.py": [
         "tests/components/test_config.py",
