@@ -610,3 +610,25 @@ def test_judge_counters_judges_the_nodes_after_one_without_a_readable_counter():
     deltas = {"n1": {"efa_0": {"errors": {"tx_bytes": "a"}}}, "n2": {"efa_0": {"tx_bytes": 900, "errors": {}}}}
     ok, reasons = ec.judge_counters(deltas, 1000, "efa")
     assert ok is None and len(reasons) == 2 and reasons[1].startswith("node n2: EFA moved")  # n1 cannot tell
+
+
+def test_each_directory_says_every_problem_it_found_in_one_line(tmp_path):
+    """Too many entries and odd names in one directory: both said, joined, for the class root, a ports directory and
+    a counters directory (each read up to its own limit)."""
+    for name, limit in (("ports", ec.MAX_PORTS), ("hw_counters", ec.MAX_FILES_PER_PORT)):
+        hw, _ = _port_counters(tmp_path / name)
+        crowded = hw if name == "hw_counters" else hw.parent.parent  # the other one as the kernel has it
+        for i in range(limit + 1):
+            (crowded / f"odd {i}").mkdir()
+        said = ec.read_ports(str(tmp_path / name))["efa_0"]["errors"][str(crowded)]
+        assert said.startswith(f"more than {limit} entries: only {limit} read; "), said
+        assert " entries with a name no kernel gives (e.g. 'odd " in said
+    root = tmp_path / "crowded"
+    for i in range(ec.MAX_DEVICES + 1):
+        (root / f"odd {i}").mkdir(parents=True)
+    problems: dict[str, str] = {}
+    assert ec.read_ports(str(root), problems=problems) == {}
+    assert problems[str(root)].startswith(
+        f"more than {ec.MAX_DEVICES} entries: only {ec.MAX_DEVICES} read; {ec.MAX_DEVICES} entries with a name no "
+        "kernel gives (e.g. 'odd "
+    )
