@@ -43,8 +43,15 @@ REHEARSAL_FILES = frozenset(
 ``rehearsal``, so ``pytest -m "not rehearsal"`` is the fast lane. A test elsewhere that starts Ray carries
 ``@pytest.mark.rehearsal`` itself."""
 
-REHEARSAL_TESTS = ("tests/components/test_config_reference.py::test_declared_effects_are_what_the_rehearsal_shows",)
-"""Tests (node id prefixes) of otherwise fast files that rehearse a stack change per key."""
+REHEARSAL_TESTS = (
+    "tests/components/test_config_reference.py::test_declared_effects_are_what_the_rehearsal_shows",
+    "tests/components/test_config_reference.py::test_the_rehearsal_can_tell_the_effects_apart",
+    "tests/training/test_submit_deadline.py::test_submit_to_a_server_that_never_answers_exits_2_in_time",
+    "tests/training/test_submit_deadline.py::test_train_address_that_never_answers_exits_2_in_time",
+    "tests/components/test_pod_aws_env.py::test_without_it_pyarrow_probes_imds_and_guesses_the_region",
+)
+"""Tests (node id prefixes) of otherwise fast files that rehearse a stack change per key, or wait out a deadline
+(a server that never answers, pyarrow's IMDS probe)."""
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
